@@ -1,0 +1,24 @@
+/* sp_buf: a growable byte buffer. Owns its memory; sp_buf_free releases it. */
+#ifndef SP_BUF_H
+#define SP_BUF_H
+#include <stddef.h>
+#include <stdarg.h>
+
+typedef struct sp_buf {
+  char *data;   /* bytes, always NUL-terminated when cap > 0 */
+  size_t len;   /* bytes used, excluding the terminator */
+  size_t cap;   /* bytes allocated */
+} sp_buf;
+
+void sp_buf_init(sp_buf *b);
+void sp_buf_free(sp_buf *b);
+void sp_buf_reset(sp_buf *b);                  /* len = 0, keeps memory */
+int sp_buf_reserve(sp_buf *b, size_t extra);   /* 0 ok, -1 out of memory */
+int sp_buf_append(sp_buf *b, const void *p, size_t n);
+int sp_buf_putc(sp_buf *b, char c);
+int sp_buf_puts(sp_buf *b, const char *s);
+int sp_buf_printf(sp_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int sp_buf_vprintf(sp_buf *b, const char *fmt, va_list ap);
+void sp_buf_consume(sp_buf *b, size_t n);      /* drop n bytes from the front */
+
+#endif
