@@ -3,12 +3,7 @@
 #define SP_BUF_H
 #include <stddef.h>
 #include <stdarg.h>
-
-typedef struct sp_buf {
-  char *data;   /* bytes, always NUL-terminated when cap > 0 */
-  size_t len;   /* bytes used, excluding the terminator */
-  size_t cap;   /* bytes allocated */
-} sp_buf;
+#include "sp_api.h"   /* struct sp_buf is part of the FFI boundary */
 
 void sp_buf_init(sp_buf *b);
 void sp_buf_free(sp_buf *b);

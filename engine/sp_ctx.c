@@ -1,0 +1,104 @@
+#include "sp_ctx.h"
+#include "sp_http.h"
+#include "sp_sched.h"
+#include <lauxlib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef SPECULA_VERSION
+#define SPECULA_VERSION "0.0.0"
+#endif
+
+const char *sp_version(void) { return SPECULA_VERSION; }
+
+sp_buf *sp_buf_new(void) {
+  sp_buf *b = malloc(sizeof *b);
+  if (b) sp_buf_init(b);
+  return b;
+}
+
+void sp_buf_delete(sp_buf *b) {
+  if (!b) return;
+  sp_buf_free(b);
+  free(b);
+}
+
+void sp_ctx_set_main(sp_ctx *ctx, sp_task *t) {
+  if (!ctx || !t || ctx->main_task) return;
+  t->refs++;
+  ctx->main_task = t;
+}
+
+void sp_ctx_set_exit(sp_ctx *ctx, int code) {
+  if (ctx) ctx->exit_code = code;
+}
+
+int sp_ctx_stopping(sp_ctx *ctx) { return ctx ? ctx->stopping : 1; }
+
+int sp_ctx_init(sp_ctx *ctx) {
+  memset(ctx, 0, sizeof *ctx);
+  if (uv_loop_init(&ctx->loop) != 0) return -1;
+  ctx->loop.data = ctx;
+  ctx->co_table_ref = LUA_NOREF;
+  ctx->task_body_ref = LUA_NOREF;
+  sp_sched_init(ctx);
+  return 0;
+}
+
+typedef struct walk_arg { sp_ctx *ctx; int n; } walk_arg;
+
+/* Active handles other than the scheduler's own idle and prepare. */
+static void count_handle(uv_handle_t *h, void *arg) {
+  walk_arg *w = arg;
+  if (h == (uv_handle_t *)&w->ctx->ready_idle || h == (uv_handle_t *)&w->ctx->reap_prep) return;
+  if (!uv_is_closing(h) && uv_is_active(h)) w->n++;
+}
+
+void sp_ctx_counts(sp_ctx *ctx, sp_counts *out) {
+  *out = ctx->counts;
+  walk_arg w = { ctx, 0 };
+  uv_walk(&ctx->loop, count_handle, &w);
+  out->handles = w.n;
+}
+
+static void close_any(uv_handle_t *h, void *arg) {
+  if (!uv_is_closing(h)) {
+    (*(int *)arg)++;
+    uv_close(h, NULL);
+  }
+}
+
+int sp_ctx_shutdown(sp_ctx *ctx) {
+  ctx->stopping = 1; /* queued resumes are dropped from here on */
+  sp_sched_cancel_all(ctx);
+  if (ctx->main_task) {
+    sp_task_release(ctx->main_task);
+    ctx->main_task = NULL;
+  }
+  if (ctx->L) {
+    /* Finalizers free what Lua still owns (requests, parsers, tasks). */
+    lua_close(ctx->L);
+    ctx->L = NULL;
+  }
+  sp_sched_reap(ctx);
+  if (ctx->http) {
+    sp_http_free_all(ctx->http);
+    ctx->http = NULL;
+  }
+  uv_idle_stop(&ctx->ready_idle);
+  uv_close((uv_handle_t *)&ctx->ready_idle, NULL);
+  uv_close((uv_handle_t *)&ctx->reap_prep, NULL);
+  uv_run(&ctx->loop, UV_RUN_DEFAULT);
+  int stray = 0;
+  uv_walk(&ctx->loop, close_any, &stray);
+  if (stray) {
+    fprintf(stderr, "specula: warning: %d handle(s) were still open at exit\n", stray);
+    uv_run(&ctx->loop, UV_RUN_DEFAULT);
+  }
+  free(ctx->free_ids);
+  ctx->free_ids = NULL;
+  int rc = uv_loop_close(&ctx->loop);
+  if (rc != 0) fprintf(stderr, "specula: uv_loop_close: %s\n", uv_strerror(rc));
+  return rc;
+}

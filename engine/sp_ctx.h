@@ -1,0 +1,41 @@
+/* sp_ctx: the engine context. One per process run; no globals anywhere. */
+#ifndef SP_CTX_H
+#define SP_CTX_H
+#include <uv.h>
+#include <lua.h>
+#include "sp_api.h"
+
+typedef struct sp_http sp_http;
+typedef struct sp_runnable sp_runnable;
+
+struct sp_ctx {
+  uv_loop_t loop;          /* the one event loop */
+  lua_State *L;            /* the one Lua state (main thread), NULL in pure-C tests */
+  int co_table_ref;        /* registry ref of the table id -> coroutine */
+  int task_body_ref;       /* registry ref of the Lua trampoline run by job tasks */
+  uv_idle_t ready_idle;    /* runs the ready queue while it is non-empty */
+  uv_prepare_t reap_prep;  /* releases finished coroutines before each poll */
+  sp_runnable *ready_head; /* FIFO of tasks to resume and C callbacks to run */
+  sp_runnable *ready_tail; /* tail of that FIFO */
+  sp_task *reap;           /* finished tasks whose coroutine must be released */
+  sp_task *running;        /* the task being resumed right now */
+  sp_task *all_tasks;      /* every task not yet reaped */
+  int *free_ids;           /* stack of reusable task ids */
+  int n_free_ids;          /* entries in free_ids */
+  int cap_free_ids;        /* capacity of free_ids */
+  int next_id;             /* next never-used task id (ids start at 1) */
+  sp_http *http;           /* the curl multi driver, created on first use */
+  sp_counts counts;        /* live-object counters, so leaks show in tests */
+  int stopping;            /* shutdown in progress: no new work */
+  sp_task *main_task;      /* the program's main task (one reference held) */
+  int main_done;           /* the main task finished */
+  int exit_code;           /* process exit status decided by the main task */
+  void *window_list;       /* live windows (sp_window*), for shutdown */
+};
+
+int sp_ctx_init(sp_ctx *ctx);
+/* Cancel everything, close every handle and run the loop until they are
+   closed; returns the uv_loop_close() status (0 = clean). */
+int sp_ctx_shutdown(sp_ctx *ctx);
+
+#endif

@@ -1,0 +1,160 @@
+#include "sp_host.h"
+#include "sp_sched.h"
+#include <lauxlib.h>
+#include <lualib.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef SPECULA_SOURCE_DIR
+#define SPECULA_SOURCE_DIR "."
+#endif
+#ifndef SPECULA_DATADIR
+#define SPECULA_DATADIR "/usr/local/share/specula"
+#endif
+
+static int is_dir(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Where the Lua tree is: $SPECULA_LUA_DIR, then next to an installed
+   binary (<prefix>/share/specula/lua), then the install prefix, then the
+   source tree the binary was built from. */
+static int find_root(const char *argv0, char *root, size_t n) {
+  const char *env = getenv("SPECULA_HOME");
+  if (env && *env) {
+    snprintf(root, n, "%s", env);
+    return 0;
+  }
+  char exe[PATH_MAX];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (len > 0) {
+    exe[len] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) {
+      *slash = '\0';
+      char cand[PATH_MAX + 64];
+      snprintf(cand, sizeof cand, "%s/../share/specula/lua/specula", exe);
+      if (is_dir(cand)) {
+        snprintf(root, n, "%s/../share/specula", exe);
+        return 0;
+      }
+    }
+  }
+  char cand[PATH_MAX + 64];
+  snprintf(cand, sizeof cand, "%s/lua/specula", SPECULA_DATADIR);
+  /* The build tree wins over an older install of the same prefix. */
+  char src[PATH_MAX + 64];
+  snprintf(src, sizeof src, "%s/lua/specula", SPECULA_SOURCE_DIR);
+  if (is_dir(src)) {
+    snprintf(root, n, "%s", SPECULA_SOURCE_DIR);
+    return 0;
+  }
+  if (is_dir(cand)) {
+    snprintf(root, n, "%s", SPECULA_DATADIR);
+    return 0;
+  }
+  (void)argv0;
+  return -1;
+}
+
+static const char *BOOT =
+  "local root, ctx = ...\n"
+  "package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path\n"
+  "package.loaded['specula.host'] = { ctx = ctx, root = root,\n"
+  "  lua_dir = root .. '/lua', policies_dir = root .. '/policies', embedded = true }\n"
+  "local sched = require 'specula.sched'\n"
+  "return sched.co_table, sched.task_body\n";
+
+int sp_host_init(sp_ctx *ctx, const char *argv0, char *err, size_t errlen) {
+  char root[PATH_MAX];
+  if (find_root(argv0, root, sizeof root) != 0) {
+    snprintf(err, errlen, "cannot find specula's Lua modules (set SPECULA_HOME to the directory holding lua/specula)");
+    return -1;
+  }
+  lua_State *L = luaL_newstate();
+  if (!L) {
+    snprintf(err, errlen, "cannot create the Lua state (out of memory)");
+    return -1;
+  }
+  luaL_openlibs(L);
+  ctx->L = L;
+  if (luaL_loadbuffer(L, BOOT, strlen(BOOT), "=specula.boot") != 0) {
+    snprintf(err, errlen, "boot: %s", lua_tostring(L, -1));
+    return -1;
+  }
+  lua_pushstring(L, root);
+  lua_pushlightuserdata(L, ctx);
+  if (lua_pcall(L, 2, 2, 0) != 0) {
+    snprintf(err, errlen, "%s", lua_tostring(L, -1));
+    lua_pop(L, 1);
+    return -1;
+  }
+  if (!lua_isfunction(L, -1) || !lua_istable(L, -2)) {
+    snprintf(err, errlen, "boot: specula.sched did not export co_table and task_body");
+    return -1;
+  }
+  ctx->task_body_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  ctx->co_table_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  return 0;
+}
+
+static int traceback(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  luaL_traceback(L, L, msg ? msg : "(error object is not a string)", 1);
+  return 1;
+}
+
+int sp_host_run(sp_ctx *ctx, int argc, char **argv) {
+  lua_State *L = ctx->L;
+  lua_pushcfunction(L, traceback);
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "specula.cli");
+  if (lua_pcall(L, 1, 1, 1) != 0) {
+    fprintf(stderr, "specula: %s\n", lua_tostring(L, -1));
+    lua_settop(L, 0);
+    return 1;
+  }
+  lua_getfield(L, -1, "main");
+  lua_newtable(L);
+  for (int i = 0; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  /* cli.main only spawns the main task (or returns an exit status for
+     commands that need no loop); nothing waits inside this call. */
+  if (lua_pcall(L, 1, 1, 1) != 0) {
+    fprintf(stderr, "specula: %s\n", lua_tostring(L, -1));
+    lua_settop(L, 0);
+    return 1;
+  }
+  int direct = lua_isnumber(L, -1) ? (int)lua_tointeger(L, -1) : -1;
+  lua_settop(L, 0);
+  if (direct >= 0 && !ctx->main_task) return direct;
+  if (!ctx->main_task) {
+    fprintf(stderr, "specula: internal error: no main task\n");
+    return 1;
+  }
+  while (!ctx->main_done) {
+    int alive = uv_run(&ctx->loop, UV_RUN_ONCE);
+    if (!alive && !ctx->main_done && !ctx->ready_head && !ctx->reap) {
+      fprintf(stderr, "specula: the main task is waiting for something that can never happen "
+                      "(no timer, transfer or task left to wake it)\n");
+      return 1;
+    }
+  }
+  sp_task *m = ctx->main_task;
+  if (m->state == SP_TASK_FAILED) {
+    fprintf(stderr, "specula: %s\n", m->error ? m->error : "main task failed");
+    return ctx->exit_code ? ctx->exit_code : 1;
+  }
+  if (m->state == SP_TASK_CANCELLED) {
+    fprintf(stderr, "specula: main task cancelled\n");
+    return ctx->exit_code ? ctx->exit_code : 1;
+  }
+  return ctx->exit_code;
+}

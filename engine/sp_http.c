@@ -1,0 +1,666 @@
+#include "sp_http.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A streamed response pauses the transfer above this much unread data. */
+#define SP_HTTP_HIGH_WATER (1u << 20)
+
+/* Event bits recorded inside libcurl callbacks, delivered after them. */
+enum { EV_HEADERS = 1, EV_DATA = 2, EV_DONE = 4 };
+
+typedef struct sp_poll {
+  uv_poll_t poll;          /* watches one socket for libcurl */
+  curl_socket_t fd;        /* that socket */
+  sp_http *http;           /* owner */
+} sp_poll;
+
+struct sp_http {
+  sp_ctx *ctx;             /* owning context */
+  CURLM *multi;            /* the multi handle, one per context */
+  uv_timer_t timer;        /* libcurl's timeout */
+  sp_poll **polls;         /* fd -> poll handle (no curl_multi_assign in callbacks) */
+  size_t npolls;           /* length of polls */
+  sp_http_req *dirty;      /* requests with undelivered events */
+  int closing;             /* shutdown started */
+};
+
+struct sp_http_req {
+  sp_http *http;           /* driver */
+  CURL *easy;              /* the transfer; NULL once finished */
+  int in_multi;            /* easy is added to the multi */
+  int state;               /* SP_HTTP_* */
+  long status;             /* HTTP status of the final response */
+  int stream;              /* chunks are consumed as they arrive */
+  int paused;              /* write callback asked libcurl to pause */
+  int events;              /* EV_* bits not yet delivered */
+  int in_dirty;            /* on http->dirty */
+  int too_large;           /* aborted: max_body_bytes exceeded */
+  int idle_expired;        /* aborted: idle timeout */
+  int oom;                 /* aborted: out of memory */
+  int counted;             /* included in ctx->counts.requests */
+  long os_errno;           /* errno of the last socket failure */
+  size_t max_body;         /* 0 = unlimited */
+  size_t received;         /* body bytes received so far */
+  double idle_ms;          /* idle timeout, 0 = none */
+  uint64_t last_rx;        /* ns of the last byte received */
+  uv_timer_t *idle_timer;  /* idle watchdog, freed in its close callback */
+  sp_buf headers;          /* raw header block of the final response */
+  sp_buf body;             /* unread body bytes */
+  struct curl_slist *hdrs; /* request headers */
+  char method[16];         /* for messages */
+  char *where;             /* "METHOD url-without-query", for messages */
+  char *error;             /* "ECODE: message" when state is ERROR */
+  char curl_err[CURL_ERROR_SIZE]; /* libcurl's error buffer */
+  sp_op owner_op;          /* linked to the task that started it: cancel aborts */
+  sp_op wait_op;           /* linked to the task waiting for the next event */
+  sp_task *waiter;         /* that task */
+  sp_http_notify_fn notify;/* C hook instead of a task */
+  void *notify_ud;         /* its argument */
+  sp_http_req *dirty_next; /* link in http->dirty */
+};
+
+static void process(sp_http *h);
+
+/* ---- sockets and timer -------------------------------------------------- */
+
+static void poll_closed(uv_handle_t *hd) {
+  sp_ctx *ctx = hd->loop->data;
+  ctx->counts.polls--;
+  free(hd->data);
+}
+
+static void on_poll(uv_poll_t *hd, int status, int events) {
+  sp_poll *p = hd->data;
+  int flags = 0;
+  /* On a socket error let libcurl read the socket itself, so it reports the
+     real cause (e.g. a reset) rather than "select/poll returned error". */
+  if (status < 0) flags = CURL_CSELECT_IN | CURL_CSELECT_OUT;
+  if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
+  if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
+  int running = 0;
+  sp_http *h = p->http;
+  curl_multi_socket_action(h->multi, p->fd, flags, &running);
+  process(h);
+}
+
+static int on_socket(CURL *e, curl_socket_t s, int what, void *userp, void *socketp) {
+  sp_http *h = userp;
+  if (s < 0) return 0;
+  if ((size_t)s >= h->npolls) {
+    size_t n = h->npolls ? h->npolls : 64;
+    while (n <= (size_t)s) n *= 2;
+    sp_poll **np = realloc(h->polls, n * sizeof *np);
+    if (!np) return -1;
+    memset(np + h->npolls, 0, (n - h->npolls) * sizeof *np);
+    h->polls = np;
+    h->npolls = n;
+  }
+  sp_poll *p = h->polls[s];
+  if (what == CURL_POLL_REMOVE) {
+    if (p) {
+      uv_poll_stop(&p->poll);
+      uv_close((uv_handle_t *)&p->poll, poll_closed);
+      h->polls[s] = NULL;
+    }
+    return 0;
+  }
+  if (!p) {
+    p = calloc(1, sizeof *p);
+    if (!p) return -1;
+    p->fd = s;
+    p->http = h;
+    if (uv_poll_init_socket(&h->ctx->loop, &p->poll, s) != 0) {
+      free(p);
+      return -1;
+    }
+    p->poll.data = p;
+    h->ctx->counts.polls++;
+    h->polls[s] = p;
+  }
+  int ev = 0;
+  if (what & CURL_POLL_IN) ev |= UV_READABLE;
+  if (what & CURL_POLL_OUT) ev |= UV_WRITABLE;
+  uv_poll_start(&p->poll, ev, on_poll);
+  return 0;
+}
+
+static void on_timeout(uv_timer_t *t) {
+  sp_http *h = t->data;
+  int running = 0;
+  curl_multi_socket_action(h->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+  process(h);
+}
+
+static int on_curl_timer(CURLM *m, long timeout_ms, void *userp) {
+  sp_http *h = userp;
+  if (timeout_ms < 0) uv_timer_stop(&h->timer);
+  else uv_timer_start(&h->timer, on_timeout, (uint64_t)timeout_ms, 0);
+  return 0;
+}
+
+sp_http *sp_http_new(sp_ctx *ctx) {
+  sp_http *h = calloc(1, sizeof *h);
+  if (!h) return NULL;
+  h->ctx = ctx;
+  h->multi = curl_multi_init();
+  if (!h->multi) {
+    free(h);
+    return NULL;
+  }
+  uv_timer_init(&ctx->loop, &h->timer);
+  h->timer.data = h;
+  curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+  curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, h);
+  curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+  curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
+  curl_multi_setopt(h->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
+  curl_multi_setopt(h->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 1024L);
+  curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, 1024L);
+  return h;
+}
+
+static sp_http *get_http(sp_ctx *ctx) {
+  if (!ctx->http) ctx->http = sp_http_new(ctx);
+  return ctx->http;
+}
+
+int sp_http_configure(sp_ctx *ctx, long max_host_conns, long max_total_conns) {
+  sp_http *h = get_http(ctx);
+  if (!h) return -1;
+  if (max_host_conns >= 0)
+    curl_multi_setopt(h->multi, CURLMOPT_MAX_HOST_CONNECTIONS, max_host_conns);
+  if (max_total_conns >= 0) {
+    curl_multi_setopt(h->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, max_total_conns);
+    curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, max_total_conns > 0 ? max_total_conns : 1024L);
+  }
+  return 0;
+}
+
+/* ---- callbacks: record only ---------------------------------------------- */
+
+static void mark(sp_http_req *r, int ev) {
+  r->events |= ev;
+  if (!r->in_dirty) {
+    r->in_dirty = 1;
+    r->dirty_next = r->http->dirty;
+    r->http->dirty = r;
+  }
+}
+
+static size_t on_write(char *ptr, size_t size, size_t n, void *ud) {
+  sp_http_req *r = ud;
+  size_t len = size * n;
+  r->last_rx = uv_hrtime();
+  if (r->max_body && r->received + len > r->max_body) {
+    r->too_large = 1;
+    return 0;
+  }
+  if (r->stream && r->body.len >= SP_HTTP_HIGH_WATER) {
+    r->paused = 1;
+    return CURL_WRITEFUNC_PAUSE;
+  }
+  if (sp_buf_append(&r->body, ptr, len) != 0) {
+    r->oom = 1;
+    return 0;
+  }
+  r->received += len;
+  mark(r, EV_DATA);
+  return len;
+}
+
+static size_t on_header(char *buf, size_t size, size_t n, void *ud) {
+  sp_http_req *r = ud;
+  size_t len = size * n;
+  r->last_rx = uv_hrtime();
+  if (len >= 5 && memcmp(buf, "HTTP/", 5) == 0) {
+    /* A new response (after 1xx or a redirect): start over. */
+    sp_buf_reset(&r->headers);
+    const char *sp = memchr(buf, ' ', len);
+    r->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+    return len;
+  }
+  if (len <= 2 && (buf[0] == '\r' || buf[0] == '\n')) {
+    if (r->status >= 200 && r->state == SP_HTTP_PENDING) {
+      r->state = SP_HTTP_HEADERS;
+      mark(r, EV_HEADERS);
+    }
+    return len;
+  }
+  if (sp_buf_append(&r->headers, buf, len) != 0) {
+    r->oom = 1;
+    return 0;
+  }
+  return len;
+}
+
+/* ---- completion and delivery --------------------------------------------- */
+
+static void set_error(sp_http_req *r, const char *code, const char *fmt, const char *detail) {
+  sp_buf b;
+  sp_buf_init(&b);
+  sp_buf_printf(&b, "%s: %s: ", code, r->where ? r->where : "request");
+  sp_buf_printf(&b, fmt, detail);
+  free(r->error);
+  r->error = b.data ? b.data : strdup(code);
+}
+
+static void classify(sp_http_req *r, CURLcode rc) {
+  const char *detail = r->curl_err[0] ? r->curl_err : curl_easy_strerror(rc);
+  char tmp[64];
+  if (r->too_large) {
+    snprintf(tmp, sizeof tmp, "%zu", r->max_body);
+    set_error(r, "EBODYTOOLARGE", "response body exceeds max_body_bytes (%s)", tmp);
+  } else if (r->idle_expired) {
+    snprintf(tmp, sizeof tmp, "%.0f", r->idle_ms);
+    set_error(r, "EIDLE", "no data received for %s ms (idle_timeout_ms)", tmp);
+  } else if (r->oom) {
+    set_error(r, "ENOMEM", "%s", "out of memory while receiving");
+  } else switch (rc) {
+    case CURLE_COULDNT_CONNECT:
+      if (r->os_errno == ECONNREFUSED || strstr(detail, "refused"))
+        set_error(r, "ECONNREFUSED", "connection refused (%s)", detail);
+      else if (r->os_errno == ETIMEDOUT)
+        set_error(r, "ETIMEDOUT", "%s", detail);
+      else set_error(r, "ECONNECT", "%s", detail);
+      break;
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+      set_error(r, "ENOTFOUND", "%s", detail);
+      break;
+    case CURLE_OPERATION_TIMEDOUT:
+      set_error(r, "ETIMEDOUT", "%s", detail);
+      break;
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+      if (strstr(detail, "chunk")) set_error(r, "EPROTO", "%s", detail);
+      else if (r->os_errno == ECONNRESET || strstr(detail, "reset"))
+        set_error(r, "ECONNRESET", "connection reset by peer (%s)", detail);
+      else set_error(r, "EIO", "%s", detail);
+      break;
+    case CURLE_PARTIAL_FILE:
+      set_error(r, "ETRUNCATED", "%s", detail);
+      break;
+    case CURLE_GOT_NOTHING:
+      set_error(r, "EEMPTY", "%s", detail);
+      break;
+    case CURLE_FILESIZE_EXCEEDED:
+      snprintf(tmp, sizeof tmp, "%zu", r->max_body);
+      set_error(r, "EBODYTOOLARGE", "response body exceeds max_body_bytes (%s)", tmp);
+      break;
+    case CURLE_URL_MALFORMAT:
+    case CURLE_UNSUPPORTED_PROTOCOL:
+      set_error(r, "EINVAL", "%s", detail);
+      break;
+    case CURLE_WEIRD_SERVER_REPLY:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_BAD_CONTENT_ENCODING:
+      set_error(r, "EPROTO", "%s", detail);
+      break;
+    default:
+      set_error(r, "EIO", "%s", detail);
+  }
+}
+
+static void idle_closed(uv_handle_t *hd) {
+  sp_ctx *ctx = hd->loop->data;
+  ctx->counts.timers--;
+  free(hd);
+}
+
+static void stop_idle(sp_http_req *r) {
+  if (!r->idle_timer) return;
+  uv_timer_stop(r->idle_timer);
+  uv_close((uv_handle_t *)r->idle_timer, idle_closed);
+  r->idle_timer = NULL;
+}
+
+/* Take the easy handle out of the multi. Never called from a libcurl
+   callback. Removing an unfinished transfer makes libcurl close its
+   connection, so the server sees it go away. */
+static void detach(sp_http_req *r) {
+  stop_idle(r);
+  if (r->easy) {
+    if (r->in_multi) {
+      curl_multi_remove_handle(r->http->multi, r->easy);
+      r->http->ctx->counts.transfers--;
+      r->in_multi = 0;
+    }
+    curl_easy_cleanup(r->easy);
+    r->easy = NULL;
+  }
+  if (r->hdrs) {
+    curl_slist_free_all(r->hdrs);
+    r->hdrs = NULL;
+  }
+  sp_op_unlink(&r->owner_op);
+}
+
+static void finish(sp_http_req *r, CURLcode rc) {
+  if (rc == CURLE_OK && !r->too_large && !r->idle_expired && !r->oom) {
+    long code = 0;
+    curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &code);
+    if (code) r->status = code;
+    r->state = SP_HTTP_DONE;
+  } else {
+    curl_easy_getinfo(r->easy, CURLINFO_OS_ERRNO, &r->os_errno);
+    classify(r, rc);
+    r->state = SP_HTTP_ERROR;
+  }
+  detach(r);
+  mark(r, EV_DONE);
+}
+
+static void deliver(sp_http_req *r) {
+  int ev = r->events;
+  r->events = 0;
+  /* A buffered (non-stream) request only matters to its task once done. */
+  if (!r->notify && !r->stream && !(ev & EV_DONE)) return;
+  if (r->notify) {
+    r->notify(r, r->notify_ud);
+    return;
+  }
+  sp_task *t = r->waiter;
+  if (t) {
+    r->waiter = NULL;
+    sp_op_unlink(&r->wait_op);
+    sp_sched_wake(t);
+  }
+}
+
+static void process(sp_http *h) {
+  CURLMsg *msg;
+  int left = 0;
+  while ((msg = curl_multi_info_read(h->multi, &left)) != NULL) {
+    if (msg->msg != CURLMSG_DONE) continue;
+    sp_http_req *r = NULL;
+    curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
+    if (r) finish(r, msg->data.result);
+  }
+  /* Deliver after libcurl has returned; a hook may start or free requests,
+     so unlink each one before delivering. */
+  while (h->dirty) {
+    sp_http_req *r = h->dirty;
+    h->dirty = r->dirty_next;
+    r->dirty_next = NULL;
+    r->in_dirty = 0;
+    deliver(r);
+  }
+}
+
+static void unmark(sp_http_req *r) {
+  if (!r->in_dirty) return;
+  sp_http_req **pp = &r->http->dirty;
+  while (*pp && *pp != r) pp = &(*pp)->dirty_next;
+  if (*pp) *pp = r->dirty_next;
+  r->in_dirty = 0;
+}
+
+/* ---- idle watchdog ------------------------------------------------------- */
+
+static void on_idle_check(uv_timer_t *t) {
+  sp_http_req *r = t->data;
+  uint64_t now = uv_hrtime();
+  double quiet = (double)(now - r->last_rx) / 1e6;
+  if (quiet + 0.5 < r->idle_ms) {
+    uv_timer_start(t, on_idle_check, (uint64_t)(r->idle_ms - quiet) + 1, 0);
+    return;
+  }
+  r->idle_expired = 1;
+  classify(r, CURLE_OPERATION_TIMEDOUT);
+  r->state = SP_HTTP_ERROR;
+  detach(r);
+  mark(r, EV_DONE);
+  process(r->http);
+}
+
+/* ---- public ---------------------------------------------------------------- */
+
+static void owner_cancelled(sp_op *op) {
+  sp_http_req *r = (sp_http_req *)((char *)op - offsetof(sp_http_req, owner_op));
+  r->owner_op.task = NULL;
+  if (r->state == SP_HTTP_PENDING || r->state == SP_HTTP_HEADERS) {
+    detach(r);
+    r->state = SP_HTTP_CANCELLED;
+    set_error(r, "ECANCELED", "%s", "cancelled");
+  }
+}
+
+static void waiter_cancelled(sp_op *op) {
+  sp_http_req *r = (sp_http_req *)((char *)op - offsetof(sp_http_req, wait_op));
+  r->waiter = NULL;
+}
+
+/* "METHOD scheme://host/path": the query string and any userinfo are left
+   out, since either may carry a secret. */
+static char *describe(const char *method, const char *url) {
+  const char *q = url + strcspn(url, "?#");
+  const char *scheme_end = strstr(url, "://");
+  const char *host = scheme_end ? scheme_end + 3 : url;
+  const char *at = memchr(host, '@', (size_t)(q - host));
+  const char *slash = memchr(host, '/', (size_t)(q - host));
+  if (at && (!slash || at < slash)) host = at + 1;
+  sp_buf b;
+  sp_buf_init(&b);
+  sp_buf_printf(&b, "%s ", method);
+  if (scheme_end) sp_buf_append(&b, url, (size_t)(scheme_end + 3 - url));
+  sp_buf_append(&b, host, (size_t)(q - host));
+  return b.data;
+}
+
+static sp_http_req *start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *err, size_t errlen) {
+  if (!o || !o->url || !*o->url) {
+    snprintf(err, errlen, "EINVAL: http.request: url is required");
+    return NULL;
+  }
+  if (ctx->stopping) {
+    snprintf(err, errlen, "ECANCELED: http.request: the engine is shutting down");
+    return NULL;
+  }
+  sp_http *h = get_http(ctx);
+  if (!h) {
+    snprintf(err, errlen, "ENOMEM: http.request: cannot create the curl multi handle");
+    return NULL;
+  }
+  const char *method = o->method && *o->method ? o->method : "GET";
+  if (strlen(method) >= 16 || strspn(method, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != strlen(method)) {
+    snprintf(err, errlen, "EINVAL: http.request: bad method '%.20s'", method);
+    return NULL;
+  }
+  sp_http_req *r = calloc(1, sizeof *r);
+  if (!r) {
+    snprintf(err, errlen, "ENOMEM: http.request: out of memory");
+    return NULL;
+  }
+  r->http = h;
+  snprintf(r->method, sizeof r->method, "%s", method);
+  r->where = describe(method, o->url);
+  r->stream = o->stream;
+  r->max_body = o->max_body_bytes > 0 ? (size_t)o->max_body_bytes : 0;
+  r->idle_ms = o->idle_timeout_ms > 0 ? o->idle_timeout_ms : 0;
+  sp_buf_init(&r->headers);
+  sp_buf_init(&r->body);
+  CURL *e = curl_easy_init();
+  if (!e) {
+    snprintf(err, errlen, "ENOMEM: http.request: curl_easy_init failed");
+    sp_http_free(r);
+    return NULL;
+  }
+  r->easy = e;
+  curl_easy_setopt(e, CURLOPT_URL, o->url);
+  curl_easy_setopt(e, CURLOPT_PRIVATE, (char *)r);
+  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->curl_err);
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
+  curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+  curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  if (o->verbose) curl_easy_setopt(e, CURLOPT_VERBOSE, 1L);
+  if (o->http2 == 2) curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
+  else if (o->http2 == 1) curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+  else curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+  if (o->timeout_ms > 0) curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)o->timeout_ms);
+  if (o->connect_timeout_ms > 0)
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)o->connect_timeout_ms);
+  if (r->max_body) curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)r->max_body);
+  if (strcmp(method, "GET") == 0) {
+    curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+  } else if (strcmp(method, "HEAD") == 0) {
+    curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+  } else {
+    if (strcmp(method, "POST") != 0) curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+    if (o->body || strcmp(method, "POST") == 0) {
+      curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(o->body ? o->body_len : 0));
+      curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, o->body ? o->body : "");
+    }
+  }
+  /* No "Expect: 100-continue" round trip before bodies. */
+  r->hdrs = curl_slist_append(NULL, "Expect:");
+  if (o->headers) {
+    const char *p = o->headers;
+    while (*p) {
+      size_t n = strcspn(p, "\r\n");
+      if (n > 0) {
+        char *line = malloc(n + 1);
+        if (line) {
+          memcpy(line, p, n);
+          line[n] = '\0';
+          struct curl_slist *s = curl_slist_append(r->hdrs, line);
+          if (s) r->hdrs = s;
+          free(line);
+        }
+      }
+      p += n;
+      while (*p == '\r' || *p == '\n') p++;
+    }
+  }
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->hdrs);
+  if (t) sp_op_link(t, &r->owner_op, owner_cancelled);
+  CURLMcode mc = curl_multi_add_handle(h->multi, e);
+  if (mc != CURLM_OK) {
+    snprintf(err, errlen, "EIO: http.request: %s", curl_multi_strerror(mc));
+    sp_http_free(r);
+    return NULL;
+  }
+  r->in_multi = 1;
+  r->counted = 1;
+  ctx->counts.transfers++;
+  ctx->counts.requests++;
+  r->last_rx = uv_hrtime();
+  if (r->idle_ms > 0) {
+    r->idle_timer = malloc(sizeof *r->idle_timer);
+    if (r->idle_timer) {
+      uv_timer_init(&ctx->loop, r->idle_timer);
+      r->idle_timer->data = r;
+      uv_timer_start(r->idle_timer, on_idle_check, (uint64_t)r->idle_ms + 1, 0);
+      ctx->counts.timers++;
+    }
+  }
+  return r;
+}
+
+sp_http_req *sp_http_start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *err, size_t errlen) {
+  return start(ctx, t, o, err, errlen);
+}
+
+sp_http_req *sp_http_start_cb(sp_ctx *ctx, const sp_http_opts *o, sp_http_notify_fn fn,
+                              void *ud, char *err, size_t errlen) {
+  sp_http_req *r = start(ctx, NULL, o, err, errlen);
+  if (r) {
+    r->notify = fn;
+    r->notify_ud = ud;
+  }
+  return r;
+}
+
+int sp_http_state(const sp_http_req *r) { return r ? r->state : SP_HTTP_ERROR; }
+long sp_http_status(const sp_http_req *r) { return r ? r->status : 0; }
+
+const char *sp_http_headers(const sp_http_req *r, size_t *len) {
+  *len = r->headers.len;
+  return r->headers.data ? r->headers.data : "";
+}
+
+const char *sp_http_body(const sp_http_req *r, size_t *len) {
+  *len = r->body.len;
+  return r->body.data ? r->body.data : "";
+}
+
+void sp_http_consume(sp_http_req *r, size_t n) {
+  sp_buf_consume(&r->body, n);
+  if (r->paused && r->easy && r->body.len < SP_HTTP_HIGH_WATER / 2) {
+    r->paused = 0;
+    /* May deliver buffered data through on_write right here: this is an FFI
+       call, not a libcurl callback, and on_write only records. */
+    curl_easy_pause(r->easy, CURLPAUSE_CONT);
+  }
+}
+
+const char *sp_http_error(const sp_http_req *r) { return r && r->error ? r->error : ""; }
+
+int sp_http_wait(sp_http_req *r, sp_task *t) {
+  if (r->state >= SP_HTTP_DONE || !t) return 1;
+  if (r->paused && r->easy) {
+    r->paused = 0;
+    curl_easy_pause(r->easy, CURLPAUSE_CONT);
+  }
+  if (r->waiter) {
+    sp_op_unlink(&r->wait_op);
+    r->waiter = NULL;
+  }
+  r->waiter = t;
+  sp_op_link(t, &r->wait_op, waiter_cancelled);
+  return 0;
+}
+
+void sp_http_abort(sp_http_req *r) {
+  if (!r) return;
+  if (r->state == SP_HTTP_PENDING || r->state == SP_HTTP_HEADERS) {
+    detach(r);
+    r->state = SP_HTTP_CANCELLED;
+    set_error(r, "ECANCELED", "%s", "aborted");
+  }
+}
+
+void sp_http_free(sp_http_req *r) {
+  if (!r) return;
+  sp_http_abort(r);
+  detach(r);
+  unmark(r);
+  if (r->waiter) sp_op_unlink(&r->wait_op);
+  if (r->counted) r->http->ctx->counts.requests--;
+  sp_buf_free(&r->headers);
+  sp_buf_free(&r->body);
+  free(r->where);
+  free(r->error);
+  free(r);
+}
+
+static void timer_closed(uv_handle_t *hd) { free(hd->data); }
+
+void sp_http_free_all(sp_http *h) {
+  if (!h) return;
+  h->closing = 1;
+  /* Requests still owned by Lua were aborted when their tasks were
+     cancelled; the multi is torn down here. */
+  curl_multi_cleanup(h->multi);
+  h->multi = NULL;
+  uv_timer_stop(&h->timer);
+  uv_close((uv_handle_t *)&h->timer, timer_closed);
+  for (size_t i = 0; i < h->npolls; i++) {
+    sp_poll *p = h->polls[i];
+    if (p) {
+      uv_poll_stop(&p->poll);
+      uv_close((uv_handle_t *)&p->poll, poll_closed);
+    }
+  }
+  free(h->polls);
+  h->polls = NULL;
+  h->npolls = 0;
+  /* h itself is freed by the timer's close callback. */
+}

@@ -1,0 +1,466 @@
+#include "sp_sched.h"
+#include <lauxlib.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Work done per idle callback before I/O gets a turn. */
+#define SP_DRAIN_BUDGET 20000
+
+struct sp_waitop {
+  sp_op op;                 /* linked to the waiting task */
+  sp_task *target;          /* the task waited on */
+  sp_waitop *wprev, *wnext; /* links in target->waiters */
+};
+
+typedef struct sp_sleepop {
+  sp_op op;                 /* linked to the sleeping task */
+  uv_timer_t timer;         /* fires the wake-up; freed in its close callback */
+} sp_sleepop;
+
+static void task_resume(sp_ctx *ctx, sp_runnable *r);
+static void task_unref(sp_task *t);
+
+double sp_now_ms(void) { return (double)uv_hrtime() / 1e6; }
+uint64_t sp_now_ns(void) { return uv_hrtime(); }
+
+static void on_ready_idle(uv_idle_t *h) { sp_sched_drain((sp_ctx *)h->data); }
+
+/* Before blocking in poll, release what finished in callbacks that ran
+   outside the drain (curl completions, timers). */
+static void on_reap_prepare(uv_prepare_t *h) { sp_sched_reap((sp_ctx *)h->data); }
+
+void sp_sched_init(sp_ctx *ctx) {
+  uv_idle_init(&ctx->loop, &ctx->ready_idle);
+  ctx->ready_idle.data = ctx;
+  uv_prepare_init(&ctx->loop, &ctx->reap_prep);
+  ctx->reap_prep.data = ctx;
+  uv_prepare_start(&ctx->reap_prep, on_reap_prepare);
+  uv_unref((uv_handle_t *)&ctx->reap_prep);  /* never keeps the loop alive */
+  ctx->next_id = 1;
+}
+
+void sp_sched_enqueue(sp_ctx *ctx, sp_runnable *r) {
+  if (r->queued) return;
+  r->queued = 1;
+  r->next = NULL;
+  if (ctx->ready_tail) ctx->ready_tail->next = r;
+  else ctx->ready_head = r;
+  ctx->ready_tail = r;
+  ctx->counts.ready++;
+  if (!uv_is_active((uv_handle_t *)&ctx->ready_idle))
+    uv_idle_start(&ctx->ready_idle, on_ready_idle);
+}
+
+static sp_runnable *dequeue(sp_ctx *ctx) {
+  sp_runnable *r = ctx->ready_head;
+  if (!r) return NULL;
+  ctx->ready_head = r->next;
+  if (!ctx->ready_head) ctx->ready_tail = NULL;
+  r->next = NULL;
+  r->queued = 0;
+  ctx->counts.ready--;
+  return r;
+}
+
+void sp_sched_drain(sp_ctx *ctx) {
+  int budget = SP_DRAIN_BUDGET;
+  sp_runnable *r;
+  while (budget-- > 0 && (r = dequeue(ctx)) != NULL) r->run(ctx, r);
+  sp_sched_reap(ctx);
+  if (!ctx->ready_head) uv_idle_stop(&ctx->ready_idle);
+}
+
+/* ---- task lifetime ------------------------------------------------------ */
+
+static int alloc_id(sp_ctx *ctx) {
+  if (ctx->n_free_ids > 0) return ctx->free_ids[--ctx->n_free_ids];
+  return ctx->next_id++;
+}
+
+static void free_id(sp_ctx *ctx, int id) {
+  if (ctx->n_free_ids == ctx->cap_free_ids) {
+    int cap = ctx->cap_free_ids ? ctx->cap_free_ids * 2 : 256;
+    int *p = realloc(ctx->free_ids, (size_t)cap * sizeof *p);
+    if (!p) return; /* the id is simply never reused */
+    ctx->free_ids = p;
+    ctx->cap_free_ids = cap;
+  }
+  ctx->free_ids[ctx->n_free_ids++] = id;
+}
+
+static sp_task *task_alloc(sp_ctx *ctx, sp_task *parent) {
+  sp_task *t = calloc(1, sizeof *t);
+  if (!t) return NULL;
+  t->ctx = ctx;
+  t->id = alloc_id(ctx);
+  t->state = SP_TASK_NEW;
+  t->refs = 1; /* the engine's, dropped when reaped */
+  t->run.run = task_resume;
+  t->ops.next = t->ops.prev = &t->ops;
+  t->t_start = uv_hrtime();
+  if (parent && parent->state < SP_TASK_DONE) {
+    t->parent = parent;
+    t->next_sib = parent->child;
+    if (parent->child) parent->child->prev_sib = t;
+    parent->child = t;
+    t->speculative = parent->speculative;
+    t->window_node = parent->window_node;
+  }
+  t->all_next = ctx->all_tasks;
+  if (ctx->all_tasks) ctx->all_tasks->all_prev = t;
+  ctx->all_tasks = t;
+  ctx->counts.tasks++;
+  return t;
+}
+
+static void task_detach_parent(sp_task *t) {
+  if (!t->parent) return;
+  if (t->prev_sib) t->prev_sib->next_sib = t->next_sib;
+  else t->parent->child = t->next_sib;
+  if (t->next_sib) t->next_sib->prev_sib = t->prev_sib;
+  t->parent = t->prev_sib = t->next_sib = NULL;
+}
+
+static void task_unref(sp_task *t) {
+  if (--t->refs > 0) return;
+  sp_ctx *ctx = t->ctx;
+  free_id(ctx, t->id);
+  free(t->error);
+  free(t);
+}
+
+sp_task *sp_task_new(sp_ctx *ctx, sp_task *parent) {
+  if (!ctx || ctx->stopping) return NULL;
+  sp_task *t = task_alloc(ctx, parent);
+  if (!t) return NULL;
+  t->refs++; /* Lua's handle */
+  t->state = SP_TASK_READY;
+  t->refs++; /* the queue's */
+  sp_sched_enqueue(ctx, &t->run);
+  return t;
+}
+
+sp_task *sp_job_new(sp_ctx *ctx, sp_task_hook hook, void *ud) {
+  if (ctx->stopping) return NULL;
+  sp_task *t = task_alloc(ctx, NULL);
+  if (!t) return NULL;
+  lua_State *L = ctx->L;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->co_table_ref);
+  lua_State *co = lua_newthread(L);
+  lua_rawseti(L, -2, t->id);
+  lua_pop(L, 1);
+  t->co = co;
+  t->hook = hook;
+  t->hook_ud = ud;
+  lua_rawgeti(co, LUA_REGISTRYINDEX, ctx->task_body_ref);
+  return t;
+}
+
+lua_State *sp_job_co(sp_task *t) { return t->co; }
+
+void sp_job_start(sp_task *t, int nargs) {
+  t->nargs = nargs;
+  t->state = SP_TASK_READY;
+  t->refs++;
+  sp_sched_enqueue(t->ctx, &t->run);
+}
+
+int sp_task_id(const sp_task *t) { return t ? t->id : 0; }
+int sp_task_state(const sp_task *t) { return t ? t->state : SP_TASK_CANCELLED; }
+sp_task *sp_task_current(sp_ctx *ctx) { return ctx ? ctx->running : NULL; }
+int sp_task_is_current_co(sp_ctx *ctx, int id) {
+  return ctx && ctx->running && ctx->running->id == id;
+}
+int sp_task_speculative(const sp_task *t) { return t ? t->speculative : 0; }
+const char *sp_task_error(const sp_task *t) { return t && t->error ? t->error : ""; }
+
+void sp_task_release(sp_task *t) {
+  if (t) task_unref(t);
+}
+
+void sp_task_set_error(sp_task *t, const char *msg, size_t len) {
+  if (!t) return;
+  free(t->error);
+  t->error = malloc(len + 1);
+  if (t->error) {
+    memcpy(t->error, msg, len);
+    t->error[len] = '\0';
+  }
+}
+
+void sp_op_link(sp_task *t, sp_op *op, sp_op_cancel_fn cancel) {
+  op->task = t;
+  op->cancel = cancel;
+  op->next = &t->ops;
+  op->prev = t->ops.prev;
+  t->ops.prev->next = op;
+  t->ops.prev = op;
+}
+
+void sp_op_unlink(sp_op *op) {
+  if (!op->task) return;
+  op->prev->next = op->next;
+  op->next->prev = op->prev;
+  op->next = op->prev = NULL;
+  op->task = NULL;
+}
+
+void sp_sched_wake(sp_task *t) {
+  if (t->state >= SP_TASK_DONE || t->run.queued) return;
+  if (t->state == SP_TASK_WAITING) t->state = SP_TASK_READY;
+  t->refs++;
+  sp_sched_enqueue(t->ctx, &t->run);
+}
+
+static void wake_waiters(sp_task *t) {
+  sp_waitop *w;
+  while ((w = t->waiters) != NULL) {
+    t->waiters = w->wnext;
+    if (t->waiters) t->waiters->wprev = NULL;
+    sp_task *waiter = w->op.task;
+    sp_op_unlink(&w->op);
+    free(w);
+    if (waiter) sp_sched_wake(waiter);
+  }
+}
+
+/* Put a finished task on the reap list: its coroutine is released from the
+   loop (the Lua state may not be touched from FFI context). */
+static void task_reap_later(sp_task *t) {
+  if (t->reaping) return;
+  t->reaping = 1;
+  t->reap_next = t->ctx->reap;
+  t->ctx->reap = t;
+  if (!uv_is_active((uv_handle_t *)&t->ctx->ready_idle))
+    uv_idle_start(&t->ctx->ready_idle, on_ready_idle);
+}
+
+static void cancel_ops(sp_task *t) {
+  while (t->ops.next != &t->ops) {
+    sp_op *op = t->ops.next;
+    sp_op_unlink(op);
+    op->cancel(op);
+  }
+}
+
+/* Everything a task owns ends with it: children and pending operations. */
+static void task_end(sp_task *t, int state) {
+  t->state = state;
+  t->t_end = uv_hrtime();
+  if (t == t->ctx->main_task) t->ctx->main_done = 1;
+  while (t->child) sp_task_cancel(t->child);
+  cancel_ops(t);
+  wake_waiters(t);
+  task_detach_parent(t);
+  task_reap_later(t);
+}
+
+void sp_task_cancel(sp_task *t) {
+  if (!t || t->state >= SP_TASK_DONE) return;
+  if (t->state == SP_TASK_RUNNING) {
+    /* Cancelled from its own body: it stops at its next yield. */
+    t->state = SP_TASK_CANCELLED;
+    if (t == t->ctx->main_task) t->ctx->main_done = 1;
+    while (t->child) sp_task_cancel(t->child);
+    cancel_ops(t);
+    wake_waiters(t);
+    task_detach_parent(t);
+    return;
+  }
+  task_end(t, SP_TASK_CANCELLED);
+}
+
+static void task_resume(sp_ctx *ctx, sp_runnable *r) {
+  sp_task *t = (sp_task *)r;
+  if (t->state >= SP_TASK_DONE || ctx->stopping) {
+    task_unref(t); /* the queue's reference */
+    return;
+  }
+  lua_State *L = ctx->L;
+  lua_State *co = t->co;
+  if (!co) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->co_table_ref);
+    lua_rawgeti(L, -1, t->id);
+    co = lua_tothread(L, -1);
+    lua_pop(L, 2);
+    if (!co) {
+      sp_task_set_error(t, "task has no coroutine (spawned outside specula.spawn?)", 54);
+      task_end(t, SP_TASK_FAILED);
+      task_unref(t);
+      return;
+    }
+    t->co = co;
+  }
+  int nargs = t->nargs;
+  t->nargs = 0;
+  t->state = SP_TASK_RUNNING;
+  sp_task *prev = ctx->running;
+  ctx->running = t;
+  int rc = lua_resume(co, nargs);
+  ctx->running = prev;
+  if (rc == LUA_YIELD) {
+    lua_settop(co, 0);
+    if (t->state == SP_TASK_RUNNING) t->state = SP_TASK_WAITING;
+    else if (t->state == SP_TASK_CANCELLED) task_reap_later(t);
+    task_unref(t);
+    return;
+  }
+  if (t->state == SP_TASK_CANCELLED) {
+    lua_settop(co, 0);
+    task_reap_later(t);
+    task_unref(t);
+    return;
+  }
+  int status = SP_TASK_DONE;
+  if (rc != 0) {
+    /* The trampoline catches errors; this is an error outside it. */
+    size_t len = 0;
+    const char *msg = lua_tolstring(co, -1, &len);
+    luaL_traceback(L, co, msg ? msg : "(error object is not a string)", 0);
+    const char *tb = lua_tolstring(L, -1, &len);
+    sp_task_set_error(t, tb, len);
+    lua_pop(L, 1);
+    status = SP_TASK_FAILED;
+  } else if (t->error) {
+    status = SP_TASK_FAILED;
+  }
+  if (t->hook) {
+    sp_task_hook hook = t->hook;
+    t->hook = NULL;
+    t->state = status;
+    hook(t, co, status, t->hook_ud);
+  }
+  lua_settop(co, 0);
+  task_end(t, status);
+  task_unref(t);
+}
+
+/* Release the coroutines of finished tasks. Loop context only. */
+void sp_sched_reap(sp_ctx *ctx) {
+  while (ctx->reap) {
+    sp_task *t = ctx->reap;
+    ctx->reap = t->reap_next;
+    t->reap_next = NULL;
+    if (ctx->L && ctx->co_table_ref != LUA_NOREF && ctx->co_table_ref != 0) {
+      lua_State *L = ctx->L;
+      lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->co_table_ref);
+      lua_pushnil(L);
+      lua_rawseti(L, -2, t->id);
+      lua_pop(L, 1);
+    }
+    t->co = NULL;
+    if (t->all_prev) t->all_prev->all_next = t->all_next;
+    else ctx->all_tasks = t->all_next;
+    if (t->all_next) t->all_next->all_prev = t->all_prev;
+    t->all_prev = t->all_next = NULL;
+    ctx->counts.tasks--;
+    task_unref(t); /* the engine's reference */
+  }
+}
+
+void sp_sched_cancel_all(sp_ctx *ctx) {
+  /* Roots first: cancelling a task cancels its descendants. */
+  for (;;) {
+    sp_task *t = ctx->all_tasks;
+    while (t && t->state >= SP_TASK_DONE) t = t->all_next;
+    if (!t) break;
+    while (t->parent && t->parent->state < SP_TASK_DONE) t = t->parent;
+    sp_task_cancel(t);
+    if (t->state == SP_TASK_CANCELLED && !t->reaping) task_reap_later(t);
+  }
+  /* Queued resumes are dropped (stopping is set), releasing their refs. */
+  sp_runnable *r;
+  while ((r = dequeue(ctx)) != NULL) r->run(ctx, r);
+  sp_sched_reap(ctx);
+}
+
+/* ---- waits between tasks ------------------------------------------------ */
+
+static void waitop_cancel(sp_op *op) {
+  sp_waitop *w = (sp_waitop *)op;
+  sp_task *target = w->target;
+  if (w->wprev) w->wprev->wnext = w->wnext;
+  else target->waiters = w->wnext;
+  if (w->wnext) w->wnext->wprev = w->wprev;
+  free(w);
+}
+
+int sp_task_wait(sp_task *waiter, sp_task *target) {
+  if (!target || target->state >= SP_TASK_DONE) return 1;
+  if (!waiter || waiter == target) return 1;
+  sp_waitop *w = calloc(1, sizeof *w);
+  if (!w) return 1;
+  w->target = target;
+  w->wnext = target->waiters;
+  if (target->waiters) target->waiters->wprev = w;
+  target->waiters = w;
+  sp_op_link(waiter, &w->op, waitop_cancel);
+  return 0;
+}
+
+void sp_task_unwait(sp_task *waiter) {
+  if (!waiter) return;
+  sp_op *op = waiter->ops.next;
+  while (op != &waiter->ops) {
+    sp_op *next = op->next;
+    if (op->cancel == waitop_cancel) {
+      sp_op_unlink(op);
+      waitop_cancel(op);
+    }
+    op = next;
+  }
+}
+
+/* ---- sleep -------------------------------------------------------------- */
+
+static void sleep_closed(uv_handle_t *h) {
+  sp_sleepop *s = h->data;
+  free(s);
+}
+
+static void sleep_fired(uv_timer_t *tm) {
+  sp_sleepop *s = tm->data;
+  sp_task *t = s->op.task;
+  sp_ctx *ctx = tm->loop->data;
+  sp_op_unlink(&s->op);
+  ctx->counts.timers--;
+  uv_close((uv_handle_t *)tm, sleep_closed);
+  if (t) sp_sched_wake(t);
+}
+
+static void sleep_cancel(sp_op *op) {
+  sp_sleepop *s = (sp_sleepop *)op;
+  sp_ctx *ctx = s->timer.loop->data;
+  ctx->counts.timers--;
+  uv_timer_stop(&s->timer);
+  uv_close((uv_handle_t *)&s->timer, sleep_closed);
+}
+
+int sp_sleep(sp_task *t, double ms, char *err, size_t errlen) {
+  if (!t || t->state != SP_TASK_RUNNING) {
+    snprintf(err, errlen, "sleep: must be called from the running task");
+    return -1;
+  }
+  if (!(ms > 0)) { /* NaN, zero and negatives yield one turn */
+    sp_sched_wake(t);
+    return 0;
+  }
+  sp_ctx *ctx = t->ctx;
+  sp_sleepop *s = calloc(1, sizeof *s);
+  if (!s) {
+    snprintf(err, errlen, "sleep: out of memory");
+    return -1;
+  }
+  uv_timer_init(&ctx->loop, &s->timer);
+  s->timer.data = s;
+  /* The loop's clock is cached at the start of the iteration; refresh it so
+     a sleep started late in a busy turn does not fire early. */
+  uv_update_time(&ctx->loop);
+  double whole = ms > 1e12 ? 1e12 : ms;
+  uv_timer_start(&s->timer, sleep_fired, (uint64_t)ceil(whole), 0);
+  ctx->counts.timers++;
+  sp_op_link(t, &s->op, sleep_cancel);
+  return 0;
+}

@@ -1,0 +1,65 @@
+-- specula.cli: subcommands implemented in Lua. main() only sets up the main
+-- task; the C host runs the loop until that task ends.
+local core = require "specula.core"
+local sched = require "specula.sched"
+local C = core.C
+
+local M = {}
+
+local function file_exists(path)
+  local f = io.open(path, "r")
+  if f then f:close() return true end
+  return false
+end
+
+local function is_agent(v)
+  return type(v) == "table" and (v.__specula_agent or (type(v.step) == "function" and type(v.init) == "function"))
+end
+
+-- Run a script: its main chunk runs inside the main task, so it may call
+-- async functions at top level. If it returns an agent, run the agent.
+local function run_script(script, args)
+  if not file_exists(script) then
+    sched.plain_error("cannot open script '" .. script .. "': no such file or not readable")
+  end
+  local chunk, err = loadfile(script)
+  if not chunk then sched.plain_error("cannot load script: " .. tostring(err)) end
+  _G.arg = { [0] = script }
+  for i = 1, #args do _G.arg[i] = args[i] end
+  local result = chunk(unpack(args))
+  if is_agent(result) then
+    local runner = require "specula.runner"
+    return runner.main(result, args, script)
+  end
+end
+
+local function spawn_main(fn, ...)
+  local t = sched.spawn(fn, ...)
+  C.sp_ctx_set_main(core.ctx, t.ptr)
+  return -1
+end
+
+function M.main(argv)
+  local cmd = argv[1]
+  local rest = {}
+  for i = 2, #argv do rest[#rest + 1] = argv[i] end
+  if cmd == "run" then
+    local script = table.remove(rest, 1)
+    if not script then
+      io.stderr:write("usage: specula run SCRIPT.lua [ARGS...]\n")
+      return 2
+    end
+    return spawn_main(run_script, script, rest)
+  elseif cmd == "report" then
+    return spawn_main(function() return require("specula.report").main(rest) end)
+  elseif cmd == "bench" then
+    return spawn_main(function() return require("specula.benchcli").main(rest) end)
+  end
+  io.stderr:write("specula: unknown command '" .. tostring(cmd) .. "'\n")
+  return 2
+end
+
+-- Set the process exit status (used when the main task succeeds).
+function M.set_exit(code) C.sp_ctx_set_exit(core.ctx, code) end
+
+return M

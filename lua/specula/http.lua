@@ -1,0 +1,193 @@
+-- specula.http: HTTP through the engine's libcurl multi. Looks synchronous;
+-- yields to the loop while the transfer runs. Errors are values:
+-- nil, "ECODE: METHOD url: detail" (the URL without its query string).
+local core = require "specula.core"
+local sched = require "specula.sched"
+local ffi = core.ffi
+local C = core.C
+
+local co_yield = coroutine.yield
+local type, tostring, pairs, ipairs, concat = type, tostring, pairs, ipairs, table.concat
+local lower, gmatch = string.lower, string.gmatch
+
+local HEADERS, DONE, ERROR = C.SP_HTTP_HEADERS, C.SP_HTTP_DONE, C.SP_HTTP_ERROR
+
+local M = {}
+
+local lenp = ffi.new("size_t[1]")
+
+local function parse_headers(r)
+  local p = C.sp_http_headers(r, lenp)
+  local raw = ffi.string(p, lenp[0])
+  local h = {}
+  for name, value in gmatch(raw, "([^:\r\n]+):[ \t]*([^\r\n]*)") do
+    name = lower(name)
+    value = value:gsub("[ \t]+$", "")
+    local prev = h[name]
+    h[name] = prev and (prev .. ", " .. value) or value
+  end
+  return h
+end
+
+local function err_of(r) return ffi.string(C.sp_http_error(r)) end
+
+local function check_number(opts, k)
+  local v = opts[k]
+  if v ~= nil and (type(v) ~= "number" or v < 0 or v ~= v) then
+    error("specula.http.request: " .. k .. " must be a non-negative number", 3)
+  end
+  return v or 0
+end
+
+local function header_block(h)
+  if h == nil then return nil end
+  if type(h) ~= "table" then error("specula.http.request: headers must be a table", 3) end
+  local lines = {}
+  for k, v in pairs(h) do
+    if type(k) == "number" then
+      lines[#lines + 1] = tostring(v)          -- { "Name: value", ... }
+    else
+      local s = tostring(v)
+      if s:find("[\r\n]") or tostring(k):find("[\r\n:]") then
+        error("specula.http.request: header '" .. tostring(k) .. "' contains a line break or colon", 3)
+      end
+      lines[#lines + 1] = k .. ": " .. s
+    end
+  end
+  return concat(lines, "\n")
+end
+
+-- Block the running task until r has news (or is finished).
+local function wait(r, me)
+  if C.sp_http_wait(r, me) == 0 then co_yield() end
+end
+
+local Response = {}
+Response.__index = Response
+
+-- Next body chunk: string | nil (end of body) | nil, err.
+function Response:read()
+  local r = self._r
+  if r == nil then return nil, self.err end
+  local me = sched.current("response:read")
+  while true do
+    local p = C.sp_http_body(r, lenp)
+    local n = tonumber(lenp[0])
+    if n > 0 then
+      local s = ffi.string(p, n)
+      C.sp_http_consume(r, n)
+      return s
+    end
+    local st = C.sp_http_state(r)
+    if st == DONE then self:close(); return nil end
+    if st >= ERROR then
+      self.err = err_of(r)
+      self:close()
+      return nil, self.err
+    end
+    wait(r, me)
+  end
+end
+
+-- Iterator over body chunks; raises the transfer's error if it fails.
+function Response:chunks()
+  return function()
+    local s, err = self:read()
+    if s == nil and err then error(err, 2) end
+    return s
+  end
+end
+
+-- The rest of the body as one string, or nil, err.
+function Response:read_all()
+  local parts = {}
+  while true do
+    local s, err = self:read()
+    if s == nil then
+      if err then return nil, err end
+      return concat(parts)
+    end
+    parts[#parts + 1] = s
+  end
+end
+
+-- Stop the transfer now (the connection is closed) and free it.
+function Response:close()
+  local r = self._r
+  if r ~= nil then
+    self._r = nil
+    ffi.gc(r, nil)
+    C.sp_http_free(r)
+  end
+end
+
+-- specula.http.request{ method, url, headers, body, timeout_ms,
+--   connect_timeout_ms, idle_timeout_ms, max_body_bytes, stream, http2 }
+-- -> { status, headers, body } | response object when stream = true | nil, err
+function M.request(opts)
+  if type(opts) ~= "table" then error("specula.http.request: expected a table of options", 2) end
+  local url = opts.url
+  if type(url) ~= "string" or url == "" then error("specula.http.request: url must be a non-empty string", 2) end
+  local me = sched.current("specula.http.request")
+  local body = opts.body
+  if body ~= nil and type(body) ~= "string" then
+    error("specula.http.request: body must be a string (encode tables with specula.json)", 2)
+  end
+  local method = opts.method or (body and "POST" or "GET")
+  if type(method) ~= "string" then error("specula.http.request: method must be a string", 2) end
+  local headers = header_block(opts.headers)
+  local o = ffi.new("sp_http_opts")
+  o.method = method:upper()
+  o.url = url
+  o.headers = headers
+  o.body = body
+  o.body_len = body and #body or 0
+  o.timeout_ms = check_number(opts, "timeout_ms")
+  o.connect_timeout_ms = check_number(opts, "connect_timeout_ms")
+  o.idle_timeout_ms = check_number(opts, "idle_timeout_ms")
+  o.max_body_bytes = check_number(opts, "max_body_bytes")
+  o.stream = opts.stream and 1 or 0
+  o.http2 = opts.http2 == "prior_knowledge" and 2 or (opts.http2 and 1 or 0)
+  o.verbose = opts.verbose and 1 or 0
+  local err, errlen = core.errbuf()
+  local r = C.sp_http_start(core.ctx, me, o, err, errlen)
+  if r == nil then return nil, ffi.string(err) end
+  r = ffi.gc(r, C.sp_http_free)
+  local keep = { method, url, headers, body } -- alive until the call returns
+  if not opts.stream then
+    while C.sp_http_state(r) < DONE do wait(r, me) end
+    local st = C.sp_http_state(r)
+    local res, e
+    if st == DONE then
+      local p = C.sp_http_body(r, lenp)
+      local body_s = ffi.string(p, lenp[0])
+      res = { status = tonumber(C.sp_http_status(r)), headers = parse_headers(r), body = body_s }
+    else
+      e = err_of(r)
+    end
+    ffi.gc(r, nil)
+    C.sp_http_free(r)
+    keep = nil
+    return res, e
+  end
+  while C.sp_http_state(r) < HEADERS do wait(r, me) end
+  if C.sp_http_state(r) >= ERROR then
+    local e = err_of(r)
+    ffi.gc(r, nil)
+    C.sp_http_free(r)
+    return nil, e
+  end
+  keep = nil
+  return setmetatable({ status = tonumber(C.sp_http_status(r)), headers = parse_headers(r), _r = r },
+    Response)
+end
+
+-- Connection limits of the shared multi handle (per host and in total).
+function M.configure(opts)
+  if type(opts) ~= "table" then error("specula.http.configure: expected a table", 2) end
+  local ctx = core.require_ctx("specula.http.configure")
+  C.sp_http_configure(ctx, opts.max_host_connections or -1, opts.max_total_connections or -1)
+end
+
+M.Response = Response
+return M

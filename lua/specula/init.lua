@@ -1,0 +1,56 @@
+-- specula: the public Lua API. Submodules load on first use.
+local core = require "specula.core"
+local sched = require "specula.sched"
+
+local M = {
+  version = core.ffi.string(core.C.sp_version()),
+  spawn = sched.spawn,
+  sleep = sched.sleep,
+  now = sched.now,
+  wait_any = sched.wait_any,
+  wait_all = sched.wait_all,
+  in_task = sched.in_task,
+}
+
+local lazy = {
+  http = "specula.http", sse = "specula.sse", json = "specula.json",
+  sim = "specula.sim", verify = "specula.verify", tools = "specula.tools",
+  terminate = "specula.terminate", template = "specula.template",
+  predict = "specula.predict", metrics = "specula.metrics", datasets = "specula.datasets",
+  llm = "specula.llm", policy = "specula.policy", text = "specula.text",
+  theory = "specula.theory",
+}
+
+setmetatable(M, { __index = function(t, k)
+  local name = lazy[k]
+  if name then
+    local mod = require(name)
+    rawset(t, k, mod)
+    return mod
+  end
+  local agent = rawget(t, "_agent")
+  if not agent and (k == "agent" or k == "candidates") then
+    agent = require "specula.agent"
+    rawset(t, "_agent", agent)
+  end
+  if agent and (k == "agent" or k == "candidates") then return agent[k] end
+  return nil
+end })
+
+-- Live-object counters of the engine (tasks, timers, transfers, ...), so
+-- tests and users can see that nothing was left open.
+function M.counts()
+  local ctx = core.require_ctx("specula.counts")
+  local c = core.ffi.new("sp_counts")
+  core.C.sp_ctx_counts(ctx, c)
+  return { tasks = c.tasks, ready = c.ready, timers = c.timers, transfers = c.transfers,
+           requests = c.requests, polls = c.polls, windows = c.windows, handles = c.handles }
+end
+
+-- Collect garbage so finalizer-owned objects are released, then count.
+function M.settle()
+  collectgarbage(); collectgarbage()
+  return M.counts()
+end
+
+return M
