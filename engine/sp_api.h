@@ -115,6 +115,133 @@ void sp_http_free(sp_http_req *r);      /* abort if needed and free */
 /* Connection caps of the shared multi handle (-1 leaves one unchanged). */
 int sp_http_configure(sp_ctx *ctx, long max_host_conns, long max_total_conns);
 
+/* ---- eligibility policy (engine/sp_policy.c) -------------------------- */
+enum { SP_FORBID = 0, SP_WARMUP = 1, SP_FULL = 2 };
+/* Why a launch was not run in full. */
+enum { SP_GATE_OK = 0, SP_GATE_CLASS = 1, SP_GATE_HINT = 2, SP_GATE_INFLIGHT = 3,
+       SP_GATE_BUDGET = 4, SP_GATE_RATE = 5, SP_GATE_UNKNOWN = 6 };
+typedef struct sp_gate_counts {
+  double full;          /* launches run in full */
+  double warmup;        /* launches reduced to the warm-up hook */
+  double forbid;        /* launches deferred until verified */
+  double by_budget;     /* of those, refused by a per-query budget */
+  double by_rate;       /* of those, refused by the class rate limit */
+  double by_hint;       /* of those, lowered by a script's own decision */
+} sp_gate_counts;
+sp_policy *sp_policy_new(void);
+void sp_policy_free(sp_policy *p);
+/* Add or update a class; rate_per_s <= 0 means no rate limit. Returns its index. */
+int sp_policy_class(sp_policy *p, const char *name, int decision, double rate_per_s, double burst);
+/* Map a tool to a class (which must exist). Returns the tool index, -1 on error. */
+int sp_policy_tool(sp_policy *p, const char *tool, const char *cls, double cost);
+/* Per-query budgets: speculative calls in flight, and wasted cost (< 0: none). */
+void sp_policy_budget(sp_policy *p, double max_inflight, double max_wasted_cost);
+int sp_policy_tool_index(const sp_policy *p, const char *tool, size_t len);
+int sp_policy_ntools(const sp_policy *p);
+int sp_policy_nclasses(const sp_policy *p);
+const char *sp_policy_tool_name(const sp_policy *p, int i);
+const char *sp_policy_class_name(const sp_policy *p, int i);
+int sp_policy_tool_class(const sp_policy *p, int tool);   /* class index of a tool */
+int sp_policy_class_decision(const sp_policy *p, int cls);
+double sp_policy_tool_cost(const sp_policy *p, int tool);
+/* The gate. tool < 0 is an unknown tool. hint is the script's own decision
+   (it can only lower the class decision). inflight and wasted are the
+   query's current speculative calls in flight and wasted cost. Counts the
+   decision; *why gets an SP_GATE_* reason. */
+int sp_policy_gate(sp_policy *p, int tool, int hint, double inflight, double wasted, int *why);
+void sp_policy_tool_counts(const sp_policy *p, int tool, sp_gate_counts *out);  /* tool -1: unknown */
+void sp_policy_class_counts(const sp_policy *p, int cls, sp_gate_counts *out);
+
+/* ---- the speculation window (engine/sp_window.c) ------------------------ */
+typedef struct sp_kauto sp_kauto;      /* live k chooser shared by a run */
+enum { SP_MODE_SEQUENTIAL = 0, SP_MODE_WINDOW = 1, SP_MODE_SPECHOP = 2 };
+enum { SP_WIN_NEW = 0, SP_WIN_RUNNING = 1, SP_WIN_DONE = 2, SP_WIN_FAILED = 3, SP_WIN_CANCELLED = 4 };
+/* How a hop's speculation ended. */
+enum { SP_SPEC_NONE = 0, SP_SPEC_ACCEPTED = 1, SP_SPEC_REJECTED = 2, SP_SPEC_LATE = 3,
+       SP_SPEC_ERROR = 4 };
+typedef struct sp_window_cfg {
+  int mode;                  /* SP_MODE_* */
+  int k;                     /* active threads: >= 1, -1 = unbounded, 0 = auto */
+  int m;                     /* candidates per hop kept from the speculator (>= 1) */
+  int max_hops;              /* a trajectory longer than this fails */
+  int debug;                 /* check that update() leaves its input alone */
+  int trace;                 /* record trace events */
+  double spec_timeout_ms;    /* a speculator slower than this counts as failed, 0 = none */
+  sp_policy *policy;         /* eligibility (NULL: every speculative launch is forbid) */
+  sp_kauto *kauto;           /* shared live estimator when k = 0 */
+  sp_prefetch *prefetch;     /* action speculation cache, NULL = off */
+} sp_window_cfg;
+typedef struct sp_hop_info {
+  int step_ref;              /* registry ref of the step {segment, action} */
+  int obs_ref;               /* registry ref of the target observation */
+  double t_seg;              /* ms: model step of this hop */
+  double t_spec;             /* ms: speculator, -1 if none ran to completion */
+  double t_target;           /* ms: target tool */
+  double t_update;           /* ms: update() that built the next state */
+  double t_verify;           /* ms: verifier, 0 if not run */
+  int spec;                  /* SP_SPEC_* */
+  int rank;                  /* accepted candidate's rank (0-based), -1 if none */
+  int ncands;                /* candidates the speculator returned */
+  const char *reason;        /* verifier's reason ("" if none) */
+  int promoted;              /* the target result came from the prefetch cache */
+} sp_hop_info;
+typedef struct sp_window_stats {
+  double wall_ms;            /* start to answer release */
+  double standard_ms;        /* the committed hops run back to back */
+  double init_ms;            /* init() */
+  double final_seg_ms;       /* the step that produced the answer */
+  int hops;                  /* committed hops */
+  int commits;               /* hops whose speculation was accepted */
+  int rollbacks;             /* hops that resumed from the real observation, discarding speculation */
+  int accepted, rejected, late, spec_errors; /* verification outcomes */
+  int model_calls;           /* step() calls (each thread's segment) */
+  int target_calls;          /* target tool calls started */
+  int spec_calls;            /* speculator calls started */
+  int warmup_calls;          /* warm-up hooks run instead of a speculative call */
+  int predicted_calls;       /* action-speculation launches */
+  int speculative_launches;  /* target calls started from unverified states */
+  int deferred;              /* launches the gate deferred until verified */
+  int cancelled_model;       /* in-flight steps cancelled by a rollback */
+  int cancelled_target;      /* in-flight target calls cancelled */
+  int cancelled_spec;        /* in-flight speculator calls cancelled */
+  int discarded_threads;     /* threads discarded */
+  int max_threads;           /* peak live threads */
+  int k_last;                /* k in force at the end (auto mode changes it) */
+  double wasted_cost;        /* cost of speculative target calls whose result was thrown away */
+  double wasted_calls;       /* number of such calls */
+} sp_window_stats;
+sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_t errlen);
+int sp_window_id(const sp_window *w);            /* key of its arguments in sched.handoff */
+/* Queue the start; waiter is resumed when the window finishes. */
+int sp_window_start(sp_window *w, sp_task *waiter);
+int sp_window_status(const sp_window *w);
+const char *sp_window_error(const sp_window *w);
+int sp_window_answer_ref(const sp_window *w);    /* ref of the final step */
+int sp_window_nhops(const sp_window *w);
+int sp_window_hop(const sp_window *w, int i, sp_hop_info *out);
+void sp_window_stats_get(const sp_window *w, sp_window_stats *out);
+void sp_window_cancel(sp_window *w);
+void sp_window_free(sp_window *w);               /* refs are released from the loop */
+/* Trace events recorded by the window (when cfg.trace). */
+typedef struct sp_tev {
+  const char *name;          /* "model", "spec", "target", "verify", "commit", ... */
+  char ph;                   /* 'X' span or 'i' instant */
+  int tid;                   /* window thread number */
+  int hop;                   /* hop index */
+  double ts_us;              /* start, microseconds since the window started */
+  double dur_us;             /* span length */
+  int flag;                  /* verify: accepted; target: speculative; cancel: kind */
+  const char *detail;        /* reason or error text, may be "" */
+} sp_tev;
+int sp_window_ntev(const sp_window *w);
+int sp_window_tev(const sp_window *w, int i, sp_tev *out);
+double sp_window_t0_us(const sp_window *w);      /* window start on the process clock */
+sp_kauto *sp_kauto_new(double eps, int k_min, int k_max, int k_default);
+void sp_kauto_free(sp_kauto *a);
+void sp_kauto_add(sp_kauto *a, double t_seg, double t_spec, double t_target);
+int sp_kauto_k(sp_kauto *a);
+void sp_kauto_estimates(const sp_kauto *a, double *alpha, double *beta, double *nu);
+
 /* ---- SSE parser ------------------------------------------------------- */
 #ifndef SP_SSE_EVENT_DEFINED
 #define SP_SSE_EVENT_DEFINED

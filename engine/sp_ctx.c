@@ -1,6 +1,7 @@
 #include "sp_ctx.h"
 #include "sp_http.h"
 #include "sp_sched.h"
+#include "sp_window.h"
 #include <lauxlib.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,7 @@ int sp_ctx_init(sp_ctx *ctx) {
   ctx->loop.data = ctx;
   ctx->co_table_ref = LUA_NOREF;
   ctx->task_body_ref = LUA_NOREF;
+  ctx->handoff_ref = LUA_NOREF;
   sp_sched_init(ctx);
   return 0;
 }
@@ -71,6 +73,7 @@ static void close_any(uv_handle_t *h, void *arg) {
 
 int sp_ctx_shutdown(sp_ctx *ctx) {
   ctx->stopping = 1; /* queued resumes are dropped from here on */
+  sp_window_cancel_all(ctx); /* before the tasks: windows point at their jobs */
   sp_sched_cancel_all(ctx);
   if (ctx->main_task) {
     sp_task_release(ctx->main_task);

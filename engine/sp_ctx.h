@@ -13,6 +13,7 @@ struct sp_ctx {
   lua_State *L;            /* the one Lua state (main thread), NULL in pure-C tests */
   int co_table_ref;        /* registry ref of the table id -> coroutine */
   int task_body_ref;       /* registry ref of the Lua trampoline run by job tasks */
+  int handoff_ref;         /* registry ref of the table Lua leaves window arguments in */
   uv_idle_t ready_idle;    /* runs the ready queue while it is non-empty */
   uv_prepare_t reap_prep;  /* releases finished coroutines before each poll */
   sp_runnable *ready_head; /* FIFO of tasks to resume and C callbacks to run */
@@ -31,6 +32,7 @@ struct sp_ctx {
   int main_done;           /* the main task finished */
   int exit_code;           /* process exit status decided by the main task */
   void *window_list;       /* live windows (sp_window*), for shutdown */
+  int next_window_id;      /* last window id handed out */
 };
 
 int sp_ctx_init(sp_ctx *ctx);

@@ -17,6 +17,10 @@ local M = {}
 local CO = {}
 M.co_table = CO
 
+-- key -> values C picks up from the loop (a window's agent adapter and
+-- query context): Lua cannot hand C a Lua value through the FFI.
+M.handoff = {}
+
 -- coroutine -> sp_task* of the task it runs.
 local TASK_OF = setmetatable({}, { __mode = "k" })
 

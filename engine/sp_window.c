@@ -1,0 +1,1129 @@
+/*
+ * The speculation window (SpecHop) — the heart of specula.
+ *
+ * A query's trajectory is a chain of hops s_i -> (segment, action) ->
+ * observation -> s_{i+1}. The window keeps a tree of threads ("nodes"), one
+ * per speculative stage of that trajectory:
+ *
+ *   - The HEAD is the only verified node. Its target tool call runs as a
+ *     normal call. Every other node's state was built from a speculator's
+ *     guess, so any tool it launches is speculative and asks the eligibility
+ *     gate first (full / warmup / forbid; forbid waits for verification).
+ *   - Extension: while live threads < k, the best expandable node (highest
+ *     path confidence, then shallowest) launches its speculator; each
+ *     candidate observation it returns becomes a child node (update + step
+ *     on the guessed observation). With m = 1 this is exactly Algorithm 1.
+ *   - Verification: only the head is verified, when its target result is
+ *     back. The verifier checks the head's children in rank order; the first
+ *     accepted child becomes the head (commit, the window shifts, the
+ *     frontier extends at once). If none is accepted, every child subtree is
+ *     discarded — their in-flight model, speculator and tool calls are
+ *     cancelled on the wire — and a new head is built from the real
+ *     observation (rollback).
+ *   - The answer is released only when the head itself is final.
+ *
+ * Modes: spechop (continuous, k active threads, k may be unbounded or auto),
+ * window (the bounded window of SpecHop §3.3: a round creates at most k
+ * threads, then waits for it to resolve), sequential (k = 1, no speculator).
+ *
+ * Lua is reached only through job tasks: coroutines this file creates and
+ * the scheduler resumes from the loop. A job's hook runs here, in loop
+ * context, when the coroutine ends; the agent adapter (lua/specula/agent.lua)
+ * is what the jobs call.
+ */
+#include "sp_window.h"
+#include "sp_policy.h"
+#include "sp_stats.h"
+#include "sp_theory.h"
+#include <lauxlib.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { PH_ADVANCING, PH_ACTED, PH_FINAL, PH_DEAD };           /* node phase */
+enum { TG_NONE, TG_DEFERRED, TG_RUNNING, TG_DONE, TG_FAILED };   /* target call */
+enum { SPC_NONE, SPC_RUNNING, SPC_DONE, SPC_FAILED };            /* speculator */
+enum { KIND_ACTION = 1, KIND_FINAL = 2 };                        /* step result */
+
+typedef struct sp_node sp_node;
+
+struct sp_node {
+  sp_window *w;            /* owner */
+  int tid;                 /* thread number, for traces (T1, T2, ...) */
+  int hop;                 /* hop index of this node's state */
+  sp_node *parent;         /* node whose speculation made this one; NULL for the head */
+  int rank;                /* this node's candidate rank among the parent's */
+  double conf;             /* path confidence: product of candidate confidences */
+  sp_node **kids;          /* children, in rank order */
+  int nkids, capkids;      /* used / allocated */
+  int phase;               /* PH_* */
+  int state_ref;           /* s_i */
+  int step_ref;            /* the step {segment, action} or {final} */
+  int tool;                /* policy index of the action's tool, -1 unknown */
+  int hint;                /* the script's own gate decision for it, -1 none */
+  char *err;               /* why the node is dead */
+  sp_task *j_adv;          /* update + step in flight */
+  sp_task *j_target;       /* target tool call in flight */
+  sp_task *j_spec;         /* speculator in flight */
+  sp_task *j_verify;       /* verifier in flight */
+  sp_task *j_warm;         /* warm-up hook in flight */
+  int tg;                  /* TG_* */
+  int tg_spec;             /* the target call was started speculatively */
+  int obs_ref;             /* the target's observation */
+  char *tg_err;            /* target error */
+  int spc;                 /* SPC_* */
+  int cands_ref;           /* the speculator's candidate list */
+  int ncands;              /* its length */
+  double *confs;           /* candidate confidences */
+  int next_cand;           /* next candidate rank to materialise */
+  int in_ext;              /* listed in w->ext */
+  int can_spec;            /* its action's tool has a speculator */
+  double t_adv0;           /* ms: advance job queued */
+  double t_update;         /* ms: update() that built this state */
+  double t_seg;            /* ms: step() */
+  double t_target0;        /* ms: target job queued */
+  double t_target;         /* ms: target duration */
+  double t_spec0;          /* ms: speculator job queued */
+  double t_spec;           /* ms: speculator duration, -1 none */
+  double t_verify0;        /* ms: verifier queued */
+};
+
+typedef struct sp_hop_rec {
+  sp_hop_info info;        /* what Lua reads (refs and timings) */
+  char *reason;            /* owned copy of info.reason */
+  int update_pending;      /* t_update not known yet (new head still advancing) */
+} sp_hop_rec;
+
+typedef struct sp_tev_rec {
+  sp_tev ev;               /* the event */
+  char *detail;            /* owned copy of ev.detail */
+} sp_tev_rec;
+
+struct sp_window {
+  sp_ctx *ctx;             /* engine */
+  int id;                  /* handoff key */
+  sp_window_cfg cfg;       /* configuration (copied) */
+  int status;              /* SP_WIN_* */
+  char *error;             /* why it failed */
+  int fn_start, fn_advance, fn_call, fn_warmup, fn_spec, fn_verify; /* adapter functions */
+  int qctx_ref;            /* the query's ctx table */
+  sp_node *head;           /* the verified node */
+  int live;                /* live nodes plus speculator reservations */
+  int round;               /* window mode: threads created this round */
+  int next_tid;            /* next thread number */
+  sp_node **ext;           /* nodes that may extend the window */
+  int next, capext;        /* used / allocated */
+  sp_hop_rec *hops;        /* committed hops */
+  int nhops, caphops;      /* used / allocated */
+  int answer_ref;          /* the final step */
+  sp_window_stats st;      /* counters and timings */
+  double t0;               /* ms: start */
+  double inflight;         /* speculative target calls in flight (budget) */
+  sp_task *waiter;         /* the task to resume when done */
+  sp_op wait_op;           /* links waiter's cancellation to us */
+  sp_runnable kick;        /* deferred work that needs the Lua state */
+  int kick_action;         /* KICK_* */
+  int *dead;               /* refs to release from the loop */
+  int ndead, capdead;      /* used / allocated */
+  sp_tev_rec *tev;         /* trace events */
+  int ntev, captev;        /* used / allocated */
+  int freed;               /* Lua released it: free once refs are gone */
+  sp_window *prev, *next_w; /* live windows of the context */
+};
+
+enum { KICK_NONE, KICK_START, KICK_FREE };
+
+static void on_advance(sp_task *t, lua_State *co, int status, void *ud);
+static void on_target(sp_task *t, lua_State *co, int status, void *ud);
+static void on_spec(sp_task *t, lua_State *co, int status, void *ud);
+static void on_verify(sp_task *t, lua_State *co, int status, void *ud);
+static void on_warmup(sp_task *t, lua_State *co, int status, void *ud);
+static void verify_head(sp_window *w);
+static void try_extend(sp_window *w);
+static void finish(sp_window *w);
+static void fail(sp_window *w, const char *fmt, const char *detail);
+static void promote(sp_window *w, sp_node *n);
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static double now_ms(void) { return sp_now_ms(); }
+
+static char *dupstr(const char *s) {
+  if (!s) s = "";
+  size_t n = strlen(s);
+  char *d = malloc(n + 1);
+  if (d) memcpy(d, s, n + 1);
+  return d;
+}
+
+/* Refs are released from the loop only: some paths here run inside an FFI
+   call (cancel, free), where the Lua state must not be touched. */
+static void unref(sp_window *w, int *ref) {
+  if (*ref == LUA_NOREF || *ref == LUA_REFNIL) {
+    *ref = LUA_NOREF;
+    return;
+  }
+  if (w->ndead == w->capdead) {
+    int cap = w->capdead ? w->capdead * 2 : 32;
+    int *p = realloc(w->dead, (size_t)cap * sizeof *p);
+    if (!p) return; /* leaks one ref rather than crash */
+    w->dead = p;
+    w->capdead = cap;
+  }
+  w->dead[w->ndead++] = *ref;
+  *ref = LUA_NOREF;
+}
+
+static void flush_refs(sp_window *w) {
+  lua_State *L = w->ctx->L;
+  if (!L) {
+    w->ndead = 0;
+    return;
+  }
+  for (int i = 0; i < w->ndead; i++) luaL_unref(L, LUA_REGISTRYINDEX, w->dead[i]);
+  w->ndead = 0;
+}
+
+static void tev(sp_window *w, const char *name, char ph, sp_node *n, double start_ms,
+                double end_ms, int flag, const char *detail) {
+  if (!w->cfg.trace) return;
+  if (w->ntev == w->captev) {
+    int cap = w->captev ? w->captev * 2 : 64;
+    sp_tev_rec *p = realloc(w->tev, (size_t)cap * sizeof *p);
+    if (!p) return;
+    w->tev = p;
+    w->captev = cap;
+  }
+  sp_tev_rec *r = &w->tev[w->ntev++];
+  r->detail = detail && *detail ? dupstr(detail) : NULL;
+  r->ev.name = name;
+  r->ev.ph = ph;
+  r->ev.tid = n ? n->tid : 0;
+  r->ev.hop = n ? n->hop : -1;
+  r->ev.ts_us = (start_ms - w->t0) * 1000.0;
+  r->ev.dur_us = ph == 'X' ? (end_ms - start_ms) * 1000.0 : 0;
+  r->ev.flag = flag;
+  r->ev.detail = r->detail ? r->detail : "";
+}
+
+static int current_k(sp_window *w) {
+  if (w->cfg.mode == SP_MODE_SEQUENTIAL) return 1;
+  if (w->cfg.k == 0) return sp_kauto_k(w->cfg.kauto);
+  return w->cfg.k;
+}
+
+static int has_room(sp_window *w) {
+  int k = current_k(w);
+  if (k >= 0 && w->live >= k) return 0;
+  if (w->cfg.mode == SP_MODE_WINDOW && w->round >= k) return 0;
+  return 1;
+}
+
+static void note_live(sp_window *w, int delta) {
+  w->live += delta;
+  if (w->live > w->st.max_threads) w->st.max_threads = w->live;
+}
+
+/* ---- nodes -------------------------------------------------------------- */
+
+static sp_node *node_new(sp_window *w, int hop, sp_node *parent, int rank, double conf) {
+  sp_node *n = calloc(1, sizeof *n);
+  if (!n) return NULL;
+  n->w = w;
+  n->tid = ++w->next_tid;
+  n->hop = hop;
+  n->parent = parent;
+  n->rank = rank;
+  n->conf = conf;
+  n->phase = PH_ADVANCING;
+  n->state_ref = n->step_ref = n->obs_ref = n->cands_ref = LUA_NOREF;
+  n->tool = -1;
+  n->hint = -1;
+  n->t_spec = -1;
+  if (parent) {
+    if (parent->nkids == parent->capkids) {
+      int cap = parent->capkids ? parent->capkids * 2 : 2;
+      sp_node **p = realloc(parent->kids, (size_t)cap * sizeof *p);
+      if (!p) {
+        free(n);
+        return NULL;
+      }
+      parent->kids = p;
+      parent->capkids = cap;
+    }
+    parent->kids[parent->nkids++] = n;
+  }
+  return n;
+}
+
+static void ext_add(sp_window *w, sp_node *n) {
+  if (n->in_ext) return;
+  if (w->next == w->capext) {
+    int cap = w->capext ? w->capext * 2 : 8;
+    sp_node **p = realloc(w->ext, (size_t)cap * sizeof *p);
+    if (!p) return;
+    w->ext = p;
+    w->capext = cap;
+  }
+  w->ext[w->next++] = n;
+  n->in_ext = 1;
+}
+
+static void ext_remove(sp_window *w, sp_node *n) {
+  if (!n->in_ext) return;
+  for (int i = 0; i < w->next; i++) {
+    if (w->ext[i] == n) {
+      w->ext[i] = w->ext[--w->next];
+      break;
+    }
+  }
+  n->in_ext = 0;
+}
+
+static int is_speculative(sp_window *w, sp_node *n) { return n != w->head; }
+
+/* Cancel a job this node owns; counts what was thrown away on the wire. */
+static void cancel_job(sp_window *w, sp_node *n, sp_task **slot, const char *kind, int *counter) {
+  sp_task *t = *slot;
+  if (!t) return;
+  *slot = NULL;
+  sp_task_cancel(t);
+  if (counter) (*counter)++;
+  tev(w, "cancel", 'i', n, now_ms(), 0, 0, kind);
+}
+
+/* Throw a node and its subtree away (rollback, sibling of the accepted
+   candidate, or shutdown). */
+static void discard(sp_window *w, sp_node *n) {
+  for (int i = 0; i < n->nkids; i++) discard(w, n->kids[i]);
+  free(n->kids);
+  n->kids = NULL;
+  n->nkids = 0;
+  cancel_job(w, n, &n->j_adv, "model", &w->st.cancelled_model);
+  if (n->j_target) {
+    w->inflight -= n->tg_spec ? 1 : 0;
+    cancel_job(w, n, &n->j_target, "target", &w->st.cancelled_target);
+  }
+  if (n->j_spec) {
+    cancel_job(w, n, &n->j_spec, "spec", &w->st.cancelled_spec);
+    note_live(w, -1); /* its reservation */
+  }
+  cancel_job(w, n, &n->j_verify, "verify", NULL);
+  cancel_job(w, n, &n->j_warm, "warmup", NULL);
+  if (n->tg_spec && n->tg != TG_NONE && n->tg != TG_DEFERRED) {
+    double cost = sp_policy_tool_cost(w->cfg.policy, n->tool);
+    w->st.wasted_calls += 1;
+    w->st.wasted_cost += cost;
+  }
+  ext_remove(w, n);
+  unref(w, &n->state_ref);
+  unref(w, &n->step_ref);
+  unref(w, &n->obs_ref);
+  unref(w, &n->cands_ref);
+  free(n->confs);
+  free(n->err);
+  free(n->tg_err);
+  w->st.discarded_threads++;
+  note_live(w, -1);
+  free(n);
+}
+
+static void discard_kids(sp_window *w, sp_node *n, sp_node *keep) {
+  for (int i = 0; i < n->nkids; i++)
+    if (n->kids[i] != keep) discard(w, n->kids[i]);
+  n->nkids = 0;
+}
+
+/* Free a node that leaves the window after its hop was committed. */
+static void retire(sp_window *w, sp_node *n) {
+  if (n->j_spec) {
+    cancel_job(w, n, &n->j_spec, "spec", &w->st.cancelled_spec);
+    note_live(w, -1);
+  }
+  cancel_job(w, n, &n->j_warm, "warmup", NULL);
+  ext_remove(w, n);
+  unref(w, &n->state_ref);
+  unref(w, &n->step_ref);
+  unref(w, &n->obs_ref);
+  unref(w, &n->cands_ref);
+  free(n->kids);
+  free(n->confs);
+  free(n->err);
+  free(n->tg_err);
+  note_live(w, -1);
+  free(n);
+}
+
+/* ---- jobs --------------------------------------------------------------- */
+
+static sp_task *job(sp_window *w, sp_node *n, int fn, sp_task_hook hook, lua_State **co) {
+  sp_task *t = sp_job_new(w->ctx, hook, n);
+  if (!t) return NULL;
+  t->speculative = is_speculative(w, n);
+  t->window_node = n;
+  *co = sp_job_co(t);
+  lua_rawgeti(*co, LUA_REGISTRYINDEX, fn);
+  lua_rawgeti(*co, LUA_REGISTRYINDEX, w->qctx_ref);
+  return t;
+}
+
+static void push_ref(lua_State *co, int ref) {
+  if (ref == LUA_NOREF) lua_pushnil(co);
+  else lua_rawgeti(co, LUA_REGISTRYINDEX, ref);
+}
+
+/* update(state, step, observation) then step(): from a parent's state with
+   either the real observation (obs_ref) or candidate `rank` of cands_ref. */
+static int start_advance(sp_window *w, sp_node *n, sp_node *from, int use_obs) {
+  lua_State *co;
+  sp_task *t = job(w, n, w->fn_advance, on_advance, &co);
+  if (!t) return -1;
+  push_ref(co, from->state_ref);
+  push_ref(co, from->step_ref);
+  if (use_obs) {
+    push_ref(co, from->obs_ref);
+    lua_pushnil(co);
+    lua_pushinteger(co, 0);
+  } else {
+    lua_pushnil(co);
+    push_ref(co, from->cands_ref);
+    lua_pushinteger(co, n->rank + 1);
+  }
+  lua_pushinteger(co, n->hop);
+  lua_pushboolean(co, is_speculative(w, n));
+  n->j_adv = t;
+  n->t_adv0 = now_ms();
+  w->st.model_calls++;
+  sp_job_start(t, 9);
+  return 0;
+}
+
+static void start_target(sp_window *w, sp_node *n) {
+  lua_State *co;
+  sp_task *t = job(w, n, w->fn_call, on_target, &co);
+  if (!t) {
+    fail(w, "%s", "out of memory starting a tool call");
+    return;
+  }
+  push_ref(co, n->state_ref);
+  push_ref(co, n->step_ref);
+  lua_pushinteger(co, n->hop);
+  lua_pushboolean(co, is_speculative(w, n));
+  n->j_target = t;
+  n->tg = TG_RUNNING;
+  n->tg_spec = is_speculative(w, n);
+  if (n->tg_spec) {
+    w->inflight++;
+    w->st.speculative_launches++;
+  }
+  n->t_target0 = now_ms();
+  w->st.target_calls++;
+  sp_job_start(t, 6);
+}
+
+static void start_warmup(sp_window *w, sp_node *n) {
+  lua_State *co;
+  sp_task *t = job(w, n, w->fn_warmup, on_warmup, &co);
+  if (!t) return;
+  push_ref(co, n->state_ref);
+  push_ref(co, n->step_ref);
+  lua_pushinteger(co, n->hop);
+  n->j_warm = t;
+  w->st.warmup_calls++;
+  sp_job_start(t, 5);
+}
+
+static void start_spec(sp_window *w, sp_node *n) {
+  lua_State *co;
+  sp_task *t = job(w, n, w->fn_spec, on_spec, &co);
+  if (!t) return;
+  push_ref(co, n->state_ref);
+  push_ref(co, n->step_ref);
+  lua_pushinteger(co, n->hop);
+  lua_pushinteger(co, w->cfg.m);
+  lua_pushnumber(co, w->cfg.spec_timeout_ms);
+  n->j_spec = t;
+  n->spc = SPC_RUNNING;
+  n->t_spec0 = now_ms();
+  w->st.spec_calls++;
+  note_live(w, +1); /* reserve the first child's slot */
+  if (w->cfg.mode == SP_MODE_WINDOW) w->round++;
+  sp_job_start(t, 7);
+}
+
+/* The target call of a node: run it, or ask the gate if the node is not
+   verified. Deferred calls start when the node becomes the head. */
+static void launch_target(sp_window *w, sp_node *n) {
+  if (!is_speculative(w, n)) {
+    start_target(w, n);
+    return;
+  }
+  int why = 0;
+  int d = sp_policy_gate(w->cfg.policy, n->tool, n->hint, w->inflight, w->st.wasted_cost, &why);
+  if (d == SP_FULL) {
+    start_target(w, n);
+    return;
+  }
+  n->tg = TG_DEFERRED;
+  w->st.deferred++;
+  tev(w, "deferred", 'i', n, now_ms(), 0, d, d == SP_WARMUP ? "warmup" : "forbid");
+  if (d == SP_WARMUP) start_warmup(w, n);
+}
+
+/* ---- job hooks (loop context) ------------------------------------------- */
+
+static void on_advance(sp_task *t, lua_State *co, int status, void *ud) {
+  sp_node *n = ud;
+  sp_window *w = n->w;
+  flush_refs(w);
+  n->j_adv = NULL;
+  double end = now_ms();
+  if (status != SP_TASK_DONE) {
+    n->phase = PH_DEAD;
+    n->err = dupstr(sp_task_error(t));
+    tev(w, "model", 'X', n, n->t_adv0, end, 0, "error");
+    if (n == w->head) fail(w, "%s", n->err);
+    return;
+  }
+  /* results: ok, state, kind, step, tool, hint, t_update, t_seg, can_spec */
+  lua_settop(co, 9);
+  n->can_spec = lua_toboolean(co, 9);
+  n->t_update = lua_tonumber(co, 7);
+  n->t_seg = lua_tonumber(co, 8);
+  int kind = (int)lua_tointeger(co, 3);
+  size_t len = 0;
+  const char *tool = lua_tolstring(co, 5, &len);
+  n->tool = tool ? sp_policy_tool_index(w->cfg.policy, tool, len) : -1;
+  n->hint = lua_isnumber(co, 6) ? (int)lua_tointeger(co, 6) : -1;
+  lua_pushvalue(co, 4);
+  n->step_ref = luaL_ref(co, LUA_REGISTRYINDEX);
+  lua_pushvalue(co, 2);
+  n->state_ref = luaL_ref(co, LUA_REGISTRYINDEX);
+  tev(w, "model", 'X', n, end - n->t_seg, end, 0, "");
+  /* The hop record of the head's predecessor waits for this update time. */
+  if (n == w->head && w->nhops > 0 && w->hops[w->nhops - 1].update_pending) {
+    w->hops[w->nhops - 1].info.t_update = n->t_update;
+    w->hops[w->nhops - 1].update_pending = 0;
+  } else if (n == w->head && w->nhops == 0) {
+    w->st.init_ms = n->t_update;
+  }
+  if (kind == KIND_FINAL) {
+    n->phase = PH_FINAL;
+    if (n == w->head) finish(w);
+    return;
+  }
+  if (w->cfg.max_hops > 0 && n->hop >= w->cfg.max_hops) {
+    n->phase = PH_DEAD;
+    char msg[96];
+    snprintf(msg, sizeof msg, "the trajectory exceeded max_hops (%d) without a final answer",
+             w->cfg.max_hops);
+    n->err = dupstr(msg);
+    if (n == w->head) fail(w, "%s", n->err);
+    return;
+  }
+  n->phase = PH_ACTED;
+  launch_target(w, n);
+  if (w->status != SP_WIN_RUNNING) return;
+  if (w->fn_spec != LUA_NOREF && n->can_spec) ext_add(w, n);
+  try_extend(w);
+}
+
+static void on_target(sp_task *t, lua_State *co, int status, void *ud) {
+  sp_node *n = ud;
+  sp_window *w = n->w;
+  flush_refs(w);
+  n->j_target = NULL;
+  double end = now_ms();
+  n->t_target = end - n->t_target0;
+  if (n->tg_spec) w->inflight--;
+  tev(w, "target", 'X', n, n->t_target0, end, n->tg_spec, status == SP_TASK_DONE ? "" : "error");
+  if (status != SP_TASK_DONE) {
+    n->tg = TG_FAILED;
+    n->tg_err = dupstr(sp_task_error(t));
+    if (n == w->head) fail(w, "%s", n->tg_err);
+    return;
+  }
+  lua_settop(co, 2);
+  n->obs_ref = luaL_ref(co, LUA_REGISTRYINDEX);
+  n->tg = TG_DONE;
+  if (n == w->head) verify_head(w);
+}
+
+static void on_warmup(sp_task *t, lua_State *co, int status, void *ud) {
+  sp_node *n = ud;
+  flush_refs(n->w);
+  n->j_warm = NULL;
+  tev(n->w, "warmup", 'i', n, now_ms(), 0, status == SP_TASK_DONE, "");
+}
+
+static void on_spec(sp_task *t, lua_State *co, int status, void *ud) {
+  sp_node *n = ud;
+  sp_window *w = n->w;
+  flush_refs(w);
+  n->j_spec = NULL;
+  double end = now_ms();
+  n->t_spec = end - n->t_spec0;
+  tev(w, "spec", 'X', n, n->t_spec0, end, 0, status == SP_TASK_DONE ? "" : "error");
+  int ncands = 0;
+  if (status == SP_TASK_DONE) {
+    /* results: ok, cands, n, conf_1 .. conf_n */
+    ncands = (int)lua_tointeger(co, 3);
+    if (ncands > w->cfg.m) ncands = w->cfg.m;
+    if (ncands < 0) ncands = 0;
+  }
+  if (status != SP_TASK_DONE || ncands == 0) {
+    n->spc = SPC_FAILED;
+    note_live(w, -1); /* release the reservation */
+    ext_remove(w, n);
+    try_extend(w);
+    return;
+  }
+  n->confs = malloc((size_t)ncands * sizeof *n->confs);
+  if (!n->confs) {
+    n->spc = SPC_FAILED;
+    note_live(w, -1);
+    ext_remove(w, n);
+    return;
+  }
+  for (int i = 0; i < ncands; i++) {
+    double c = lua_tonumber(co, 4 + i);
+    n->confs[i] = c >= 0 && c <= 1 ? c : 0;
+  }
+  lua_pushvalue(co, 2);
+  n->cands_ref = luaL_ref(co, LUA_REGISTRYINDEX);
+  n->ncands = ncands;
+  n->spc = SPC_DONE;
+  /* The first candidate takes the slot reserved at launch. */
+  n->next_cand = 1;
+  sp_node *c = node_new(w, n->hop + 1, n, 0, n->conf * n->confs[0]);
+  if (!c || start_advance(w, c, n, 0) != 0) {
+    fail(w, "%s", "out of memory creating a speculative thread");
+    return;
+  }
+  if (n->next_cand >= n->ncands) ext_remove(w, n);
+  try_extend(w);
+}
+
+/* ---- extension ---------------------------------------------------------- */
+
+/* Pick the best pending extension: a node that may launch its speculator,
+   or a node with candidates not yet materialised. Higher path confidence
+   first, then shallower, then older. */
+static void try_extend(sp_window *w) {
+  if (w->status != SP_WIN_RUNNING || w->fn_spec == LUA_NOREF) return;
+  while (has_room(w)) {
+    sp_node *best = NULL;
+    double best_p = -1;
+    for (int i = 0; i < w->next; i++) {
+      sp_node *n = w->ext[i];
+      double p;
+      if (n->phase != PH_ACTED) continue;
+      if (n->spc == SPC_NONE) p = n->conf;
+      else if (n->spc == SPC_DONE && n->next_cand < n->ncands) p = n->conf * n->confs[n->next_cand];
+      else continue;
+      if (!best || p > best_p || (p == best_p && (n->hop < best->hop ||
+                                                  (n->hop == best->hop && n->tid < best->tid)))) {
+        best = n;
+        best_p = p;
+      }
+    }
+    if (!best) return;
+    if (best->spc == SPC_NONE) {
+      start_spec(w, best);
+    } else {
+      int r = best->next_cand++;
+      sp_node *c = node_new(w, best->hop + 1, best, r, best->conf * best->confs[r]);
+      if (!c) return;
+      note_live(w, +1);
+      if (w->cfg.mode == SP_MODE_WINDOW) w->round++;
+      if (start_advance(w, c, best, 0) != 0) return;
+      if (best->next_cand >= best->ncands) ext_remove(w, best);
+    }
+  }
+}
+
+/* ---- verification, commit, rollback ------------------------------------- */
+
+static sp_hop_rec *new_hop(sp_window *w, sp_node *h) {
+  if (w->nhops == w->caphops) {
+    int cap = w->caphops ? w->caphops * 2 : 16;
+    sp_hop_rec *p = realloc(w->hops, (size_t)cap * sizeof *p);
+    if (!p) return NULL;
+    w->hops = p;
+    w->caphops = cap;
+  }
+  sp_hop_rec *r = &w->hops[w->nhops++];
+  memset(r, 0, sizeof *r);
+  r->info.step_ref = h->step_ref;
+  r->info.obs_ref = h->obs_ref;
+  h->step_ref = LUA_NOREF; /* the record owns them now */
+  h->obs_ref = LUA_NOREF;
+  r->info.t_seg = h->t_seg;
+  r->info.t_spec = h->t_spec;
+  r->info.t_target = h->t_target;
+  r->info.t_update = 0;
+  r->info.rank = -1;
+  r->info.ncands = h->ncands;
+  r->info.reason = "";
+  r->update_pending = 1;
+  return r;
+}
+
+static void set_reason(sp_hop_rec *r, const char *reason) {
+  free(r->reason);
+  r->reason = dupstr(reason);
+  r->info.reason = r->reason ? r->reason : "";
+}
+
+/* The head's result is in and no candidate of it will be used: build the
+   next head from the real observation. */
+static void advance_from_real(sp_window *w, int outcome, const char *reason, double t_verify) {
+  sp_node *h = w->head;
+  int had_spec = h->nkids > 0 || h->j_spec != NULL;
+  if (h->j_spec) {
+    cancel_job(w, h, &h->j_spec, "spec", &w->st.cancelled_spec);
+    note_live(w, -1);
+  }
+  discard_kids(w, h, NULL);
+  sp_node *n = node_new(w, h->hop + 1, NULL, 0, 1.0);
+  if (!n) {
+    fail(w, "%s", "out of memory");
+    return;
+  }
+  note_live(w, +1);
+  /* The job takes its arguments (state, step, observation) now, before the
+     hop record takes the refs over. */
+  w->head = n;
+  if (start_advance(w, n, h, 1) != 0) {
+    fail(w, "%s", "out of memory");
+    return;
+  }
+  sp_hop_rec *r = new_hop(w, h);
+  if (r) {
+    r->info.spec = outcome;
+    r->info.t_verify = t_verify;
+    set_reason(r, reason);
+  }
+  w->st.hops++;
+  if (had_spec) {
+    w->st.rollbacks++;
+    tev(w, "rollback", 'i', h, now_ms(), 0, outcome, reason);
+  }
+  if (outcome == SP_SPEC_REJECTED) w->st.rejected++;
+  else if (outcome == SP_SPEC_LATE) w->st.late++;
+  else if (outcome == SP_SPEC_ERROR) w->st.spec_errors++;
+  sp_kauto_add(w->cfg.kauto, h->t_seg, h->t_spec, h->t_target);
+  if (w->cfg.mode == SP_MODE_WINDOW) w->round = 1;
+  retire(w, h);
+  try_extend(w);
+}
+
+static void commit(sp_window *w, sp_node *child, const char *reason, double t_verify) {
+  sp_node *h = w->head;
+  discard_kids(w, h, child);
+  sp_hop_rec *r = new_hop(w, h);
+  if (r) {
+    r->info.spec = SP_SPEC_ACCEPTED;
+    r->info.rank = child->rank;
+    r->info.t_verify = t_verify;
+    set_reason(r, reason);
+    if (child->phase != PH_ADVANCING) {
+      r->info.t_update = child->t_update;
+      r->update_pending = 0;
+    }
+  }
+  w->st.hops++;
+  w->st.commits++;
+  w->st.accepted++;
+  sp_kauto_add(w->cfg.kauto, h->t_seg, h->t_spec, h->t_target);
+  tev(w, "commit", 'i', child, now_ms(), 0, child->rank, reason);
+  child->parent = NULL;
+  w->head = child;
+  retire(w, h);
+  promote(w, child);
+}
+
+/* A node just became the head: what it deferred or failed while it was
+   speculative is redone as a normal call, and its result verified. */
+static void promote(sp_window *w, sp_node *n) {
+  if (n->j_adv) n->j_adv->speculative = 0;
+  if (n->j_target) n->j_target->speculative = 0;
+  if (n->tg_spec && n->j_target) w->inflight--;
+  n->tg_spec = 0;
+  if (n->phase == PH_DEAD) {
+    fail(w, "%s", n->err ? n->err : "thread failed");
+    return;
+  }
+  if (n->phase == PH_FINAL) {
+    finish(w);
+    return;
+  }
+  if (n->phase == PH_ACTED) {
+    if (n->tg == TG_DEFERRED || n->tg == TG_FAILED) {
+      free(n->tg_err);
+      n->tg_err = NULL;
+      cancel_job(w, n, &n->j_warm, "warmup", NULL);
+      start_target(w, n);
+    } else if (n->tg == TG_DONE) {
+      verify_head(w);
+      return;
+    }
+  }
+  try_extend(w);
+}
+
+static void verify_head(sp_window *w) {
+  sp_node *h = w->head;
+  if (w->status != SP_WIN_RUNNING || h->tg != TG_DONE || h->j_verify) return;
+  if (h->nkids == 0) {
+    int outcome = h->spc == SPC_RUNNING ? SP_SPEC_LATE
+                : h->spc == SPC_FAILED ? SP_SPEC_ERROR
+                : h->spc == SPC_DONE ? SP_SPEC_REJECTED : SP_SPEC_NONE;
+    const char *reason = outcome == SP_SPEC_LATE ? "speculator slower than the target"
+                       : outcome == SP_SPEC_ERROR ? "speculator failed" : "";
+    advance_from_real(w, outcome, reason, 0);
+    return;
+  }
+  lua_State *co;
+  sp_task *t = job(w, h, w->fn_verify, on_verify, &co);
+  if (!t) {
+    fail(w, "%s", "out of memory starting the verifier");
+    return;
+  }
+  push_ref(co, h->state_ref);
+  push_ref(co, h->step_ref);
+  push_ref(co, h->cands_ref);
+  push_ref(co, h->obs_ref);
+  lua_pushinteger(co, h->hop);
+  for (int i = 0; i < h->nkids; i++) lua_pushinteger(co, h->kids[i]->rank + 1);
+  h->j_verify = t;
+  h->t_verify0 = now_ms();
+  sp_job_start(t, 7 + h->nkids);
+}
+
+static void on_verify(sp_task *t, lua_State *co, int status, void *ud) {
+  sp_node *h = ud;
+  sp_window *w = h->w;
+  flush_refs(w);
+  h->j_verify = NULL;
+  double end = now_ms();
+  double dt = end - h->t_verify0;
+  if (status != SP_TASK_DONE) {
+    /* A verifier that raises counts as a failed speculation. */
+    char reason[600];
+    snprintf(reason, sizeof reason, "verifier error: %.560s", sp_task_error(t));
+    tev(w, "verify", 'X', h, h->t_verify0, end, 0, reason);
+    advance_from_real(w, SP_SPEC_REJECTED, reason, dt);
+    return;
+  }
+  /* results: ok, accepted rank (1-based, 0 = none), reason */
+  int idx = (int)lua_tointeger(co, 2);
+  const char *reason = lua_tostring(co, 3);
+  char *why = dupstr(reason ? reason : "");
+  tev(w, "verify", 'X', h, h->t_verify0, end, idx > 0, why);
+  sp_node *child = NULL;
+  for (int i = 0; idx > 0 && i < h->nkids; i++)
+    if (h->kids[i]->rank == idx - 1) child = h->kids[i];
+  if (child) commit(w, child, why, dt);
+  else advance_from_real(w, SP_SPEC_REJECTED, why, dt);
+  free(why);
+}
+
+/* ---- end of a window ---------------------------------------------------- */
+
+static void wake_waiter(sp_window *w) {
+  sp_task *t = w->waiter;
+  if (!t) return;
+  w->waiter = NULL;
+  sp_op_unlink(&w->wait_op);
+  sp_sched_wake(t);
+}
+
+static void finish(sp_window *w) {
+  sp_node *h = w->head;
+  double end = now_ms();
+  w->status = SP_WIN_DONE;
+  w->answer_ref = h->step_ref;
+  h->step_ref = LUA_NOREF;
+  w->st.final_seg_ms = h->t_seg;
+  if (w->nhops > 0 && w->hops[w->nhops - 1].update_pending) {
+    w->hops[w->nhops - 1].info.t_update = h->t_update;
+    w->hops[w->nhops - 1].update_pending = 0;
+  }
+  if (w->nhops == 0) w->st.init_ms = h->t_update;
+  w->st.wall_ms = end - w->t0;
+  double std = w->st.init_ms + w->st.final_seg_ms;
+  for (int i = 0; i < w->nhops; i++) {
+    sp_hop_info *hi = &w->hops[i].info;
+    std += hi->t_seg + hi->t_target + hi->t_update;
+  }
+  w->st.standard_ms = std;
+  tev(w, "answer", 'i', h, end, 0, 0, "");
+  w->head = NULL;
+  retire(w, h);
+  w->st.k_last = current_k(w);
+  wake_waiter(w);
+}
+
+static void fail(sp_window *w, const char *fmt, const char *detail) {
+  if (w->status != SP_WIN_RUNNING && w->status != SP_WIN_NEW) return;
+  char msg[2048];
+  snprintf(msg, sizeof msg, fmt, detail);
+  free(w->error);
+  w->error = dupstr(msg);
+  w->status = SP_WIN_FAILED;
+  w->st.wall_ms = now_ms() - w->t0;
+  if (w->head) {
+    sp_node *h = w->head;
+    w->head = NULL;
+    discard(w, h);
+  }
+  wake_waiter(w);
+}
+
+/* ---- public API ---------------------------------------------------------- */
+
+static void kick_run(sp_ctx *ctx, sp_runnable *r);
+
+sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_t errlen) {
+  if (!ctx || !cfg) {
+    snprintf(err, errlen, "window: missing context or configuration");
+    return NULL;
+  }
+  if (cfg->mode < SP_MODE_SEQUENTIAL || cfg->mode > SP_MODE_SPECHOP) {
+    snprintf(err, errlen, "window: unknown mode %d", cfg->mode);
+    return NULL;
+  }
+  if (cfg->k < -1 || (cfg->k == 0 && !cfg->kauto)) {
+    snprintf(err, errlen, "window: k must be >= 1, unbounded (-1) or auto (0, with an estimator)");
+    return NULL;
+  }
+  if (cfg->m < 1) {
+    snprintf(err, errlen, "window: m must be >= 1");
+    return NULL;
+  }
+  sp_window *w = calloc(1, sizeof *w);
+  if (!w) {
+    snprintf(err, errlen, "window: out of memory");
+    return NULL;
+  }
+  static const int none = LUA_NOREF;
+  w->ctx = ctx;
+  w->cfg = *cfg;
+  if (w->cfg.mode == SP_MODE_SEQUENTIAL) w->cfg.k = 1;
+  w->fn_start = w->fn_advance = w->fn_call = w->fn_warmup = w->fn_spec = w->fn_verify = none;
+  w->qctx_ref = w->answer_ref = none;
+  w->kick.run = kick_run;
+  ctx->counts.windows++;
+  w->id = ++ctx->next_window_id;
+  /* live windows list */
+  sp_window *head = ctx->window_list;
+  w->next_w = head;
+  if (head) head->prev = w;
+  ctx->window_list = w;
+  return w;
+}
+
+int sp_window_id(const sp_window *w) { return w ? w->id : 0; }
+
+static void waiter_gone(sp_op *op) {
+  sp_window *w = (sp_window *)((char *)op - offsetof(sp_window, wait_op));
+  w->waiter = NULL;
+  /* Whoever waited for this query is gone (cancelled): stop the query. */
+  sp_window_cancel(w);
+}
+
+int sp_window_start(sp_window *w, sp_task *waiter) {
+  if (!w || w->status != SP_WIN_NEW) return -1;
+  w->status = SP_WIN_RUNNING;
+  w->waiter = waiter;
+  if (waiter) sp_op_link(waiter, &w->wait_op, waiter_gone);
+  w->kick_action = KICK_START;
+  sp_sched_enqueue(w->ctx, &w->kick);
+  return 0;
+}
+
+static int take_fn(lua_State *L, int tbl, const char *name, int required) {
+  lua_getfield(L, tbl, name);
+  if (!lua_isfunction(L, -1)) {
+    lua_pop(L, 1);
+    return required ? -3 : LUA_NOREF;
+  }
+  return luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+/* Start in loop context: pick up the adapter and query ctx Lua left in the
+   handoff table, then run init + the first step. */
+static void do_start(sp_window *w) {
+  lua_State *L = w->ctx->L;
+  w->t0 = now_ms();
+  lua_rawgeti(L, LUA_REGISTRYINDEX, w->ctx->handoff_ref);
+  int handoff = lua_gettop(L);
+  lua_rawgeti(L, handoff, w->id);
+  if (!lua_istable(L, -1)) {
+    lua_settop(L, handoff - 1);
+    fail(w, "%s", "window started without its agent (handoff missing)");
+    return;
+  }
+  int args = lua_gettop(L);
+  lua_getfield(L, args, "adapter");
+  int adapter = lua_gettop(L);
+  if (!lua_istable(L, adapter)) {
+    lua_settop(L, handoff - 1);
+    fail(w, "%s", "window handoff has no adapter table");
+    return;
+  }
+  w->fn_start = take_fn(L, adapter, "start", 1);
+  w->fn_advance = take_fn(L, adapter, "advance", 1);
+  w->fn_call = take_fn(L, adapter, "call", 1);
+  w->fn_warmup = take_fn(L, adapter, "warmup", 1);
+  w->fn_verify = take_fn(L, adapter, "verify", 1);
+  w->fn_spec = w->cfg.mode == SP_MODE_SEQUENTIAL ? LUA_NOREF : take_fn(L, adapter, "speculate", 0);
+  lua_getfield(L, args, "qctx");
+  w->qctx_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pushnil(L);
+  lua_rawseti(L, handoff, w->id);
+  lua_settop(L, handoff - 1);
+  if (w->fn_start == -3 || w->fn_advance == -3 || w->fn_call == -3 || w->fn_warmup == -3 ||
+      w->fn_verify == -3) {
+    if (w->fn_start == -3) w->fn_start = LUA_NOREF;
+    if (w->fn_advance == -3) w->fn_advance = LUA_NOREF;
+    if (w->fn_call == -3) w->fn_call = LUA_NOREF;
+    if (w->fn_warmup == -3) w->fn_warmup = LUA_NOREF;
+    if (w->fn_verify == -3) w->fn_verify = LUA_NOREF;
+    fail(w, "%s", "agent adapter lacks a required function");
+    return;
+  }
+  sp_node *n = node_new(w, 0, NULL, 0, 1.0);
+  if (!n) {
+    fail(w, "%s", "out of memory");
+    return;
+  }
+  w->head = n;
+  note_live(w, +1);
+  w->round = 1;
+  lua_State *co;
+  sp_task *t = job(w, n, w->fn_start, on_advance, &co);
+  if (!t) {
+    fail(w, "%s", "out of memory");
+    return;
+  }
+  n->j_adv = t;
+  n->t_adv0 = now_ms();
+  w->st.model_calls++;
+  sp_job_start(t, 2);
+}
+
+static void release_all(sp_window *w) {
+  unref(w, &w->fn_start);
+  unref(w, &w->fn_advance);
+  unref(w, &w->fn_call);
+  unref(w, &w->fn_warmup);
+  unref(w, &w->fn_spec);
+  unref(w, &w->fn_verify);
+  unref(w, &w->qctx_ref);
+  unref(w, &w->answer_ref);
+  for (int i = 0; i < w->nhops; i++) {
+    unref(w, &w->hops[i].info.step_ref);
+    unref(w, &w->hops[i].info.obs_ref);
+    free(w->hops[i].reason);
+  }
+  w->nhops = 0;
+}
+
+static void window_destroy(sp_window *w) {
+  sp_ctx *ctx = w->ctx;
+  release_all(w);
+  flush_refs(w);
+  if (w->prev) w->prev->next_w = w->next_w;
+  else ctx->window_list = w->next_w;
+  if (w->next_w) w->next_w->prev = w->prev;
+  for (int i = 0; i < w->ntev; i++) free(w->tev[i].detail);
+  free(w->tev);
+  free(w->hops);
+  free(w->ext);
+  free(w->dead);
+  free(w->error);
+  ctx->counts.windows--;
+  free(w);
+}
+
+static void kick_run(sp_ctx *ctx, sp_runnable *r) {
+  sp_window *w = (sp_window *)((char *)r - offsetof(sp_window, kick));
+  int action = w->kick_action;
+  w->kick_action = KICK_NONE;
+  if (action == KICK_FREE || w->freed) {
+    window_destroy(w);
+    return;
+  }
+  if (action == KICK_START && w->status == SP_WIN_RUNNING && !ctx->stopping) do_start(w);
+  flush_refs(w);
+}
+
+int sp_window_status(const sp_window *w) { return w ? w->status : SP_WIN_FAILED; }
+const char *sp_window_error(const sp_window *w) { return w && w->error ? w->error : ""; }
+int sp_window_answer_ref(const sp_window *w) { return w ? w->answer_ref : LUA_NOREF; }
+int sp_window_nhops(const sp_window *w) { return w ? w->nhops : 0; }
+
+int sp_window_hop(const sp_window *w, int i, sp_hop_info *out) {
+  if (!w || i < 0 || i >= w->nhops) return -1;
+  *out = w->hops[i].info;
+  return 0;
+}
+
+void sp_window_stats_get(const sp_window *w, sp_window_stats *out) {
+  if (!w) {
+    memset(out, 0, sizeof *out);
+    return;
+  }
+  *out = w->st;
+  out->max_threads = w->st.max_threads;
+}
+
+void sp_window_cancel(sp_window *w) {
+  if (!w || (w->status != SP_WIN_RUNNING && w->status != SP_WIN_NEW)) return;
+  w->status = SP_WIN_CANCELLED;
+  free(w->error);
+  w->error = dupstr("cancelled");
+  if (w->head) {
+    sp_node *h = w->head;
+    w->head = NULL;
+    discard(w, h);
+  }
+  wake_waiter(w);
+}
+
+void sp_window_free(sp_window *w) {
+  if (!w || w->freed) return;
+  sp_window_cancel(w);
+  if (w->waiter) {
+    sp_op_unlink(&w->wait_op);
+    w->waiter = NULL;
+  }
+  w->freed = 1;
+  if (w->ctx->L == NULL || w->ctx->stopping) {
+    /* Shutdown: the Lua state is going away with every ref in it. */
+    w->ndead = 0;
+    w->nhops = 0;
+    window_destroy(w);
+    return;
+  }
+  w->kick_action = KICK_FREE;
+  sp_sched_enqueue(w->ctx, &w->kick);
+}
+
+int sp_window_ntev(const sp_window *w) { return w ? w->ntev : 0; }
+
+int sp_window_tev(const sp_window *w, int i, sp_tev *out) {
+  if (!w || i < 0 || i >= w->ntev) return -1;
+  *out = w->tev[i].ev;
+  return 0;
+}
+
+double sp_window_t0_us(const sp_window *w) { return w ? w->t0 * 1000.0 : 0; }
+
+void sp_window_cancel_all(sp_ctx *ctx) {
+  for (sp_window *w = ctx->window_list; w; w = w->next_w) sp_window_cancel(w);
+}

@@ -1,0 +1,256 @@
+-- specula.agent: the agent protocol (DESIGN §3) and the adapter the C window
+-- calls. A script returns specula.agent{ init, step, update, tools, verify,
+-- predict, policy }; the window (engine/sp_window.c) runs its functions in
+-- job coroutines through the adapter below, which validates what the script
+-- returns and turns mistakes into errors naming the script and line.
+local sched = require "specula.sched"
+
+local type, pairs, ipairs, tostring, select, setmetatable, getmetatable, error =
+  type, pairs, ipairs, tostring, select, setmetatable, getmetatable, error
+local sort, concat = table.sort, table.concat
+local now = sched.now
+
+local M = {}
+
+local CANDS_MT = { __name = "specula.candidates" }
+M.CANDS_MT = CANDS_MT
+
+-- Several candidate observations from one speculator call:
+-- specula.candidates{ {value = o1, confidence = 0.6}, {value = o2, confidence = 0.3} }
+function M.candidates(list)
+  if type(list) ~= "table" then error("specula.candidates: expected a list", 2) end
+  for i, c in ipairs(list) do
+    if type(c) ~= "table" or c.value == nil then
+      error("specula.candidates: element " .. i .. " must be a table with a value", 2)
+    end
+    local conf = c.confidence
+    if conf ~= nil and (type(conf) ~= "number" or conf < 0 or conf > 1) then
+      error("specula.candidates: element " .. i .. " has a confidence outside [0, 1]", 2)
+    end
+  end
+  return setmetatable(list, CANDS_MT)
+end
+
+local function where(fn)
+  local info = debug.getinfo(fn, "S")
+  if not info then return "?" end
+  return info.short_src .. ":" .. tostring(info.linedefined)
+end
+M.where = where
+
+local function check_fn(def, name, required, owner)
+  local f = def[name]
+  if f == nil then
+    if required then error("specula.agent: " .. (owner or "agent") .. "." .. name .. " is required", 3) end
+    return
+  end
+  if type(f) ~= "function" then
+    error("specula.agent: " .. (owner or "agent") .. "." .. name .. " must be a function, got " .. type(f), 3)
+  end
+end
+
+-- Validate an agent definition and mark it. Tools may be given as plain
+-- functions, tool tables, or specula.tools specs (HTTP, sim, ...).
+function M.agent(def)
+  if type(def) ~= "table" then error("specula.agent: expected a table", 2) end
+  check_fn(def, "init", true)
+  check_fn(def, "step", true)
+  check_fn(def, "update", true)
+  check_fn(def, "verify", false)
+  check_fn(def, "predict", false)
+  check_fn(def, "speculate", false)
+  if def.name ~= nil and type(def.name) ~= "string" then error("specula.agent: name must be a string", 2) end
+  local tools = def.tools
+  if tools == nil then tools = {} def.tools = tools end
+  if type(tools) ~= "table" then error("specula.agent: tools must be a table of name -> tool", 2) end
+  for name, t in pairs(tools) do
+    if type(name) ~= "string" then error("specula.agent: tool names must be strings", 2) end
+    if type(t) == "function" then
+      t = { call = t }
+      tools[name] = t
+    elseif type(t) ~= "table" then
+      error("specula.agent: tool '" .. name .. "' must be a function or a table", 2)
+    end
+    if type(t.call) == "table" then
+      -- a declarative spec (HTTP tool etc.)
+      t.call = require("specula.tools").compile(name, t.call)
+    end
+    if type(t.call) ~= "function" then
+      error("specula.agent: tool '" .. name .. "' needs a call function (or an HTTP spec)", 2)
+    end
+    for _, f in ipairs({ "speculate", "verify", "warmup" }) do check_fn(t, f, false, "tools." .. name) end
+    if t.cost ~= nil and (type(t.cost) ~= "number" or t.cost < 0) then
+      error("specula.agent: tools." .. name .. ".cost must be a non-negative number", 2)
+    end
+  end
+  def.__specula_agent = true
+  return def
+end
+
+-- ---- the adapter ------------------------------------------------------------
+
+local DECISION = { forbid = 0, warmup = 1, full = 2 }
+M.DECISION = DECISION
+
+-- Build the adapter the window calls. opts: debug (check update purity),
+-- verify (default verifier when the agent has none).
+function M.adapter(agent, opts)
+  opts = opts or {}
+  local tools = agent.tools
+  local step_fn, update_fn, init_fn = agent.step, agent.update, agent.init
+  local agent_verify = agent.verify or opts.verify or require("specula.verify").exact
+  local agent_spec = agent.speculate
+  local decide = opts.decide        -- Lua policy function (may only lower the C decision)
+  local debug_mode = opts.debug
+  local canonical = debug_mode and require("specula.json").canonical
+  local step_where, update_where = where(step_fn), where(update_fn)
+
+  local function mkctx(qctx, hop, spec)
+    return setmetatable({ hop = hop, speculative = spec }, qctx.__mt)
+  end
+
+  local function malformed(got, why)
+    error("step (" .. step_where .. ") returned " .. why .. "; expected { action = { tool = NAME, args = {...} } }"
+      .. " or { final = ANSWER }, got " .. (type(got) == "table" and "a table" or type(got)), 0)
+  end
+
+  -- step() and what the window needs to know about its result.
+  local function do_step(state, ctx)
+    local s = step_fn(state, ctx)
+    if type(s) ~= "table" then malformed(s, "a non-table") end
+    if s.final ~= nil then
+      if s.action ~= nil then malformed(s, "both final and action") end
+      return 2, s, nil, -1, false
+    end
+    local a = s.action
+    if type(a) ~= "table" then malformed(s, "no action and no final") end
+    local name = a.tool
+    if type(name) ~= "string" then malformed(s, "an action without a tool name") end
+    local t = tools[name]
+    if t == nil then
+      local known = {}
+      for k in pairs(tools) do known[#known + 1] = k end
+      sort(known)
+      error("step (" .. step_where .. ") chose unknown tool '" .. name .. "' (known: "
+        .. concat(known, ", ") .. ")", 0)
+    end
+    if a.args == nil then a.args = {} end
+    if type(a.args) ~= "table" then malformed(s, "action.args that is not a table") end
+    local hint = -1
+    if decide then
+      local d = decide(name, a.args, ctx)
+      hint = DECISION[d]
+      if hint == nil then
+        error("policy decide() returned '" .. tostring(d) .. "' for tool '" .. name
+          .. "'; expected full, warmup or forbid", 0)
+      end
+    end
+    return 1, s, name, hint, (t.speculate ~= nil or agent_spec ~= nil)
+  end
+
+  local A = {}
+
+  function A.start(qctx)
+    local ctx = mkctx(qctx, 0, false)
+    local t0 = now()
+    local state = init_fn(qctx.query, ctx)
+    if state == nil then error("init (" .. where(init_fn) .. ") returned nil", 0) end
+    local t1 = now()
+    local kind, s, tool, hint, can = do_step(state, ctx)
+    return state, kind, s, tool, hint, t1 - t0, now() - t1, can
+  end
+
+  -- update(state, step, observation) then step() of the new state.
+  function A.advance(qctx, state, step, obs, cands, idx, hop, spec)
+    if cands ~= nil then obs = cands[idx].value end
+    local ctx = mkctx(qctx, hop, spec)
+    local before = debug_mode and canonical(state)
+    local t0 = now()
+    local s2 = update_fn(state, step, obs, ctx)
+    local t1 = now()
+    if before and canonical(state) ~= before then
+      error("update (" .. update_where .. ") mutated its input state; update must return a new state", 0)
+    end
+    if s2 == nil then error("update (" .. update_where .. ") returned nil", 0) end
+    local kind, s, tool, hint, can = do_step(s2, ctx)
+    return s2, kind, s, tool, hint, t1 - t0, now() - t1, can
+  end
+
+  local function action_ctx(qctx, state, step, hop, spec)
+    local ctx = mkctx(qctx, hop, spec)
+    ctx.state, ctx.step, ctx.action = state, step, step.action
+    return ctx
+  end
+
+  function A.call(qctx, state, step, hop, spec)
+    local a = step.action
+    return tools[a.tool].call(a.args, action_ctx(qctx, state, step, hop, spec))
+  end
+
+  function A.warmup(qctx, state, step, hop)
+    local a = step.action
+    local w = tools[a.tool].warmup
+    if w then w(a.args, action_ctx(qctx, state, step, hop, true)) end
+  end
+
+  local function by_conf(a, b)
+    if a.confidence ~= b.confidence then return a.confidence > b.confidence end
+    return a.i < b.i
+  end
+
+  local function normalise(r, m)
+    local list = {}
+    if getmetatable(r) == CANDS_MT then
+      for i, c in ipairs(r) do list[i] = { value = c.value, confidence = c.confidence or 1, i = i } end
+      sort(list, by_conf)
+    elseif r ~= nil then
+      list[1] = { value = r, confidence = 1, i = 1 }
+    end
+    local n = #list
+    if n > m then n = m end
+    local confs = {}
+    for i = 1, n do confs[i] = list[i].confidence end
+    return list, n, confs
+  end
+
+  local function run_spec(S, args, ctx, timeout)
+    if not timeout or timeout <= 0 then return S(args, ctx) end
+    local t = sched.spawn(S, args, ctx)
+    local timer = sched.spawn(sched.sleep, timeout)
+    local first = sched.wait_any({ t, timer })
+    if first == timer then
+      t:cancel()
+      error("speculator timed out after " .. timeout .. " ms", 0)
+    end
+    timer:cancel()
+    local r = { t:wait() }
+    if not r[1] then error(r[2], 0) end
+    return r[2]
+  end
+
+  function A.speculate(qctx, state, step, hop, m, timeout)
+    local a = step.action
+    local S = tools[a.tool].speculate or agent_spec
+    local ctx = action_ctx(qctx, state, step, hop, true)
+    local list, n, confs = normalise(run_spec(S, a.args, ctx, timeout), m)
+    return list, n, unpack(confs, 1, n)
+  end
+
+  function A.verify(qctx, state, step, cands, obs, hop, ...)
+    local a = step.action
+    local V = tools[a.tool].verify or agent_verify
+    local ctx = action_ctx(qctx, state, step, hop, false)
+    local reasons = {}
+    for i = 1, select("#", ...) do
+      local r = select(i, ...)
+      local ok, reason = V(cands[r].value, obs, ctx)
+      if ok then return r, reason or "accepted" end
+      reasons[#reasons + 1] = reason or "rejected"
+    end
+    return 0, concat(reasons, "; ")
+  end
+
+  return A
+end
+
+return M

@@ -1,0 +1,164 @@
+-- specula.policy: load an eligibility policy into the C gate (engine/sp_policy.c).
+--
+-- Accepted shapes (a table, a path to a Lua file returning one, or a function):
+--   { search = "full", fetch = "warmup", email = "forbid" }        -- per tool
+--   { classes = { read = "full", costly = { decision = "full", rate = 5, burst = 10 },
+--                 write = "forbid" },
+--     tools = { web_search = "read", vector_query = "costly" },
+--     budget = { max_inflight = 4, max_wasted_cost = 0.50 },
+--     trust_tool_classes = false,   -- honour `class =` declared on agent tools
+--     decide = function(tool, args, ctx) return "full" end }     -- may only lower
+--   function(tool, args, ctx) return "full" | "warmup" | "forbid" end
+-- A tool with no entry is forbid (the C gate's built-in "unknown" class).
+local core = require "specula.core"
+local ffi = core.ffi
+local C = core.C
+
+local type, pairs, tostring, error = type, pairs, tostring, error
+
+local M = {}
+
+local DECISION = { forbid = C.SP_FORBID, warmup = C.SP_WARMUP, full = C.SP_FULL }
+local NAMES = { [tonumber(C.SP_FORBID)] = "forbid", [tonumber(C.SP_WARMUP)] = "warmup",
+                [tonumber(C.SP_FULL)] = "full" }
+M.NAMES = NAMES
+
+local function decision_of(v, where)
+  local d = DECISION[v]
+  if d == nil then
+    error("policy: " .. where .. ": decision must be full, warmup or forbid, got " .. tostring(v), 0)
+  end
+  return d
+end
+
+local function file_exists(p)
+  local f = io.open(p, "r")
+  if f then f:close() return true end
+  return false
+end
+
+-- Resolve a policy path: as given, next to the script, then specula's policies/.
+function M.resolve(path, script_dir)
+  local cands = { path }
+  if script_dir then cands[#cands + 1] = script_dir .. "/" .. path end
+  local host = core.host
+  if host and host.policies_dir then
+    local base = path:gsub("^policies/", "")
+    cands[#cands + 1] = host.policies_dir .. "/" .. base
+    if not base:find("%.lua$") then cands[#cands + 1] = host.policies_dir .. "/" .. base .. ".lua" end
+  end
+  for _, p in ipairs(cands) do
+    if file_exists(p) then return p end
+  end
+  return nil, "policy file '" .. path .. "' not found (looked in: " .. table.concat(cands, ", ") .. ")"
+end
+
+function M.read(path, script_dir)
+  local p, err = M.resolve(path, script_dir)
+  if not p then error(err, 0) end
+  local chunk, lerr = loadfile(p)
+  if not chunk then error("policy: cannot load " .. p .. ": " .. tostring(lerr), 0) end
+  local ok, spec = pcall(chunk)
+  if not ok then error("policy: " .. p .. " raised: " .. tostring(spec), 0) end
+  if type(spec) ~= "table" and type(spec) ~= "function" then
+    error("policy: " .. p .. " must return a table or a function", 0)
+  end
+  return spec, p
+end
+
+-- Build a C policy for an agent's tools. Returns an object:
+-- { ptr = sp_policy*, decide = fn|nil, name = string }.
+function M.build(spec, agent_tools, script_dir)
+  local name = "inline"
+  if type(spec) == "string" then spec, name = M.read(spec, script_dir) end
+  local p = C.sp_policy_new()
+  if p == nil then error("policy: out of memory", 0) end
+  p = ffi.gc(p, C.sp_policy_free)
+  local obj = { ptr = p, name = name }
+  agent_tools = agent_tools or {}
+
+  local function add_tool(tool, cls, where)
+    local t = agent_tools[tool]
+    local cost = t and t.cost or 0
+    if C.sp_policy_tool(p, tool, cls, cost) < 0 then
+      error("policy: " .. where .. ": class '" .. tostring(cls) .. "' of tool '" .. tool .. "' is not defined", 0)
+    end
+  end
+
+  if spec == nil then
+    -- no policy: every agent tool is unknown, so forbid
+  elseif type(spec) == "function" then
+    C.sp_policy_class(p, "scripted", C.SP_FULL, 0, 0)
+    for tool in pairs(agent_tools) do add_tool(tool, "scripted", "function policy") end
+    obj.decide = spec
+  elseif type(spec) == "table" and (spec.classes or spec.tools or spec.budget or spec.decide) then
+    for cls, v in pairs(spec.classes or {}) do
+      local d, rate, burst
+      if type(v) == "table" then
+        d, rate, burst = decision_of(v.decision, "class " .. cls), v.rate or 0, v.burst or 0
+      else
+        d, rate, burst = decision_of(v, "class " .. cls), 0, 0
+      end
+      if C.sp_policy_class(p, cls, d, rate, burst) < 0 then error("policy: cannot add class " .. cls, 0) end
+    end
+    local mapped = {}
+    for tool, cls in pairs(spec.tools or {}) do
+      if DECISION[cls] then
+        -- a per-tool decision inside a class policy
+        C.sp_policy_class(p, "tool:" .. tool, DECISION[cls], 0, 0)
+        cls = "tool:" .. tool
+      end
+      add_tool(tool, cls, "tools." .. tool)
+      mapped[tool] = true
+    end
+    if spec.trust_tool_classes then
+      for tool, t in pairs(agent_tools) do
+        if not mapped[tool] and t.class ~= nil then add_tool(tool, t.class, "agent tool " .. tool) end
+      end
+    end
+    local b = spec.budget
+    if b then
+      C.sp_policy_budget(p, b.max_inflight or -1, b.max_wasted_cost or -1)
+    end
+    if spec.decide ~= nil then
+      if type(spec.decide) ~= "function" then error("policy: decide must be a function", 0) end
+      obj.decide = spec.decide
+    end
+  elseif type(spec) == "table" then
+    for _, d in pairs({ "full", "warmup", "forbid" }) do C.sp_policy_class(p, d, DECISION[d], 0, 0) end
+    for tool, d in pairs(spec) do
+      if type(tool) ~= "string" then error("policy: keys must be tool names", 0) end
+      decision_of(d, "tool " .. tool)
+      add_tool(tool, d, "tool " .. tool)
+    end
+  else
+    error("policy: expected a table, a function or a path, got " .. type(spec), 0)
+  end
+  return obj
+end
+
+local cnt = ffi.new("sp_gate_counts")
+local function counts_table()
+  return { full = tonumber(cnt.full), warmup = tonumber(cnt.warmup), forbid = tonumber(cnt.forbid),
+           by_budget = tonumber(cnt.by_budget), by_rate = tonumber(cnt.by_rate),
+           by_hint = tonumber(cnt.by_hint) }
+end
+
+-- Decisions counted so far, per tool and per class.
+function M.counts(obj)
+  local p = obj.ptr
+  local out = { tools = {}, classes = {} }
+  for i = 0, C.sp_policy_ntools(p) - 1 do
+    C.sp_policy_tool_counts(p, i, cnt)
+    out.tools[ffi.string(C.sp_policy_tool_name(p, i))] = counts_table()
+  end
+  C.sp_policy_tool_counts(p, -1, cnt)
+  out.unknown = counts_table()
+  for i = 0, C.sp_policy_nclasses(p) - 1 do
+    C.sp_policy_class_counts(p, i, cnt)
+    out.classes[ffi.string(C.sp_policy_class_name(p, i))] = counts_table()
+  end
+  return out
+end
+
+return M

@@ -1,0 +1,528 @@
+-- specula.runner: `specula run AGENT.lua [options]` — runs an agent over
+-- queries, one speculation window (engine/sp_window.c) per query, many
+-- queries concurrently on the one loop, and writes one JSON result per query.
+local core = require "specula.core"
+local sched = require "specula.sched"
+local json = require "specula.json"
+local agentlib = require "specula.agent"
+local policylib = require "specula.policy"
+local ffi = core.ffi
+local C = core.C
+
+local type, tostring, tonumber, pairs, ipairs, error, format =
+  type, tostring, tonumber, pairs, ipairs, error, string.format
+
+local M = {}
+
+local MODES = { sequential = C.SP_MODE_SEQUENTIAL, window = C.SP_MODE_WINDOW, spechop = C.SP_MODE_SPECHOP }
+M.MODES = MODES
+local SPEC_NAMES = { [0] = "none", "accepted", "rejected", "late", "error" }
+
+local usage_text = [[
+usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
+  --query TEXT          run one query
+  --input FILE          JSONL {"id", "query", ...} per line (or a HotpotQA/2Wiki/MuSiQue file)
+  --format NAME         input format: auto (default), jsonl, hotpotqa, 2wiki, musique
+  --mode MODE           spechop (default), window, sequential
+  --k N|inf|auto        active threads (default 3)
+  --m N                 candidates kept per speculator call (default 1)
+  --eps E               starvation risk for --k auto (default 0.05)
+  --seed N              seed of the simulated backend's keyed draws (default 0)
+  --concurrency N       queries in flight at once (default 16)
+  --out FILE            write results here (JSONL); ids already in FILE are skipped
+  --trace FILE          Chrome trace-event JSON (Perfetto, chrome://tracing)
+  --set key=value       a value for ctx.set (repeatable)
+  --policy FILE         eligibility policy (overrides the agent's)
+  --max-hops N          fail a trajectory longer than N hops (default 64)
+  --spec-timeout MS     a speculator slower than this counts as failed
+  --shard i/n           run only queries whose index is i modulo n
+  --compare LIST        run every query under each config, e.g. "sequential,spechop:k=3"
+  --debug               check that update() never mutates its input
+  --progress / --quiet  force the progress line on / silence the summary
+]]
+
+local function usage_error(msg)
+  sched.plain_error("specula run: " .. msg .. "\n" .. usage_text)
+end
+
+-- ---- options ------------------------------------------------------------
+
+local function parse_k(v)
+  if v == "inf" then return -1 end
+  if v == "auto" then return 0 end
+  local n = tonumber(v)
+  if not n or n < 1 or n ~= math.floor(n) then usage_error("--k must be a positive integer, inf or auto, got '" .. tostring(v) .. "'") end
+  return n
+end
+M.parse_k = parse_k
+
+local function parse_args(args)
+  local o = { mode = "spechop", k = 3, m = 1, eps = 0.05, seed = 0, concurrency = 16, set = {},
+              max_hops = 64 }
+  local i = 1
+  local function val(name)
+    local v = args[i + 1]
+    if v == nil then usage_error(name .. " needs a value") end
+    i = i + 1
+    return v
+  end
+  local function num(name, lo)
+    local raw = val(name)
+    local v = tonumber(raw)
+    if not v or (lo and v < lo) then usage_error(name .. " expects a number" .. (lo and (" >= " .. lo) or "") .. ", got '" .. raw .. "'") end
+    return v
+  end
+  while i <= #args do
+    local a = args[i]
+    if a == "--query" then o.query = val(a)
+    elseif a == "--input" then o.input = val(a)
+    elseif a == "--format" then o.format = val(a)
+    elseif a == "--mode" then
+      o.mode = val(a)
+      if not MODES[o.mode] then usage_error("--mode must be spechop, window or sequential") end
+    elseif a == "--k" then o.k = parse_k(val(a))
+    elseif a == "--m" then o.m = num(a, 1)
+    elseif a == "--eps" then o.eps = num(a, 0)
+    elseif a == "--seed" then o.seed = num(a, 0)
+    elseif a == "--concurrency" then o.concurrency = num(a, 1)
+    elseif a == "--out" then o.out = val(a)
+    elseif a == "--trace" then o.trace = val(a)
+    elseif a == "--set" then
+      local kv = val(a)
+      local k, v = kv:match("^([^=]+)=(.*)$")
+      if not k then usage_error("--set expects key=value, got '" .. kv .. "'") end
+      o.set[k] = tonumber(v) or (v == "true" and true) or (v == "false" and false) or v
+    elseif a == "--policy" then o.policy = val(a)
+    elseif a == "--max-hops" then o.max_hops = num(a, 1)
+    elseif a == "--spec-timeout" then o.spec_timeout = num(a, 0)
+    elseif a == "--shard" then
+      local s = val(a)
+      local si, sn = s:match("^(%d+)/(%d+)$")
+      si, sn = tonumber(si), tonumber(sn)
+      if not si or sn < 1 or si >= sn then usage_error("--shard expects i/n with 0 <= i < n, got '" .. s .. "'") end
+      o.shard = { si, sn }
+    elseif a == "--compare" then o.compare = val(a)
+    elseif a == "--debug" then o.debug = true
+    elseif a == "--progress" then o.progress = true
+    elseif a == "--quiet" then o.quiet = true
+    elseif a == "--help" or a == "-h" then o.help = true
+    else usage_error("unknown option '" .. tostring(a) .. "'") end
+    i = i + 1
+  end
+  return o
+end
+M.parse_args = parse_args
+
+-- ---- queries ------------------------------------------------------------
+
+local function load_queries(o)
+  if o.query and o.input then usage_error("give --query or --input, not both") end
+  local list, warnings = {}, {}
+  if o.query then
+    list[1] = { id = "q1", query = o.query, record = { id = "q1", query = o.query } }
+  elseif o.input then
+    local datasets = require "specula.datasets"
+    local recs, w = datasets.load(o.input, { format = o.format or "auto" })
+    if not recs then sched.plain_error("specula run: " .. tostring(w)) end
+    warnings = w or {}
+    for _, r in ipairs(recs) do
+      list[#list + 1] = { id = r.id, query = r.query, record = r.record or r, gold = r.gold, max_hops = r.max_hops }
+    end
+  else
+    usage_error("give --query TEXT or --input FILE")
+  end
+  if o.shard then
+    local si, sn, kept = o.shard[1], o.shard[2], {}
+    for idx, q in ipairs(list) do
+      if (idx - 1) % sn == si then kept[#kept + 1] = q end
+    end
+    list = kept
+  end
+  return list, warnings
+end
+M.load_queries = load_queries
+
+-- ---- results --------------------------------------------------------------
+
+local registry = debug.getregistry()
+local hop_info = ffi.new("sp_hop_info")
+local wstats = ffi.new("sp_window_stats")
+local tev = ffi.new("sp_tev")
+
+local function mean(sum, n) if n > 0 then return sum / n end end
+
+local function theory(p, a, b, k)
+  if p == nil or a == nil or b == nil then return nil, nil end
+  local star = C.sp_theory_rel_lat_star(p, a, b)
+  local kk = k < 0 and -1 or k
+  local rk = C.sp_theory_rel_lat_k(p, a, b, kk)
+  if star ~= star then star = nil end
+  if rk ~= rk then rk = nil end
+  return star, rk
+end
+
+local function round(x, d)
+  if x == nil then return nil end
+  local f = 10 ^ (d or 3)
+  return math.floor(x * f + 0.5) / f
+end
+
+-- Read a finished window into a result record.
+local function collect(w, q, k_cfg)
+  local status = C.sp_window_status(w)
+  local rec = { id = q.id, query = q.query }
+  if q.gold then rec.gold = q.gold end
+  local traj, hops = {}, {}
+  local n = C.sp_window_nhops(w)
+  local sum_seg, sum_tgt, sum_spec, n_spec = 0, 0, 0, 0
+  for i = 0, n - 1 do
+    C.sp_window_hop(w, i, hop_info)
+    local step = registry[hop_info.step_ref]
+    local obs = registry[hop_info.obs_ref]
+    if obs == nil then obs = json.null end
+    traj[i + 1] = { segment = step.segment, action = step.action, observation = obs }
+    local h = { hop = i, t_seg = round(hop_info.t_seg, 4), t_target = round(hop_info.t_target, 4),
+                t_update = round(hop_info.t_update, 4), t_verify = round(hop_info.t_verify, 4),
+                spec = SPEC_NAMES[hop_info.spec] or "none" }
+    if hop_info.t_spec >= 0 then
+      h.t_spec = round(hop_info.t_spec, 4)
+      sum_spec, n_spec = sum_spec + hop_info.t_spec, n_spec + 1
+    end
+    if hop_info.rank >= 0 then h.rank = hop_info.rank end
+    if hop_info.ncands > 0 then h.ncands = hop_info.ncands end
+    local reason = ffi.string(hop_info.reason)
+    if reason ~= "" then h.reason = reason end
+    hops[i + 1] = h
+    sum_seg, sum_tgt = sum_seg + hop_info.t_seg, sum_tgt + hop_info.t_target
+  end
+  C.sp_window_stats_get(w, wstats)
+  local st = wstats
+  local final_seg = st.final_seg_ms
+  rec.trajectory = traj
+  if status == C.SP_WIN_DONE then
+    local fin = registry[C.sp_window_answer_ref(w)]
+    rec.answer = fin and fin.final
+  else
+    rec.error = ffi.string(C.sp_window_error(w))
+  end
+  local decided = st.accepted + st.rejected
+  local p_hat = decided > 0 and st.accepted / decided or nil
+  local mt = mean(sum_tgt, n)
+  local alpha = (n_spec > 0 and mt and mt > 0) and (sum_spec / n_spec) / mt or nil
+  local beta = (mt and mt > 0) and (sum_seg / n) / mt or nil
+  local k_used = k_cfg == 0 and st.k_last or k_cfg
+  local star, rk = theory(p_hat, alpha, beta, k_used)
+  rec.stats = {
+    hops = n, wall_ms = round(st.wall_ms, 3), standard_ms = round(st.standard_ms, 3),
+    rel_lat = st.standard_ms > 0 and round(st.wall_ms / st.standard_ms, 4) or json.null,
+    p_hat = round(p_hat, 4) or json.null, alpha_hat = round(alpha, 4) or json.null,
+    beta_hat = round(beta, 4) or json.null,
+    rel_lat_star = round(star, 4) or json.null, rel_lat_k = round(rk, 4) or json.null,
+    commits = st.commits, rollbacks = st.rollbacks,
+    verify = { accepted = st.accepted, rejected = st.rejected, late = st.late, errors = st.spec_errors },
+    calls = { model = st.model_calls, target = st.target_calls, speculator = st.spec_calls,
+              predicted = st.predicted_calls, warmup = st.warmup_calls },
+    speculative_launches = st.speculative_launches, deferred = st.deferred,
+    cancelled = { model = st.cancelled_model, target = st.cancelled_target, speculator = st.cancelled_spec,
+                  total = st.cancelled_model + st.cancelled_target + st.cancelled_spec },
+    wasted_calls = st.wasted_calls, wasted_cost = round(st.wasted_cost, 6),
+    max_threads = st.max_threads, k = k_used < 0 and "inf" or k_used,
+  }
+  rec.stages = { hops = hops, final_seg = round(final_seg, 4), init = round(st.init_ms, 4) }
+  -- sums for the run's aggregate
+  rec._agg = { wall = st.wall_ms, std = st.standard_ms, acc = st.accepted, rej = st.rejected,
+               seg = sum_seg, tgt = sum_tgt, spec = sum_spec, nspec = n_spec, n = n }
+  return rec
+end
+M.collect = collect
+
+-- Chrome trace events of one window, appended to a list of JSON strings.
+local function trace_events(w, pid, q, out)
+  local t0 = C.sp_window_t0_us(w)
+  out[#out + 1] = json.encode({ name = "process_name", ph = "M", pid = pid, tid = 0,
+                                args = { name = "query " .. tostring(q.id) } })
+  local seen = {}
+  for i = 0, C.sp_window_ntev(w) - 1 do
+    C.sp_window_tev(w, i, tev)
+    local name = ffi.string(tev.name)
+    local tid = tev.tid
+    if not seen[tid] then
+      seen[tid] = true
+      out[#out + 1] = json.encode({ name = "thread_name", ph = "M", pid = pid, tid = tid,
+                                    args = { name = "T" .. tid } })
+      out[#out + 1] = json.encode({ name = "thread_sort_index", ph = "M", pid = pid, tid = tid,
+                                    args = { sort_index = tid } })
+    end
+    local e = { name = name, cat = name, ph = string.char(tev.ph), pid = pid, tid = tid,
+                ts = round(t0 + tev.ts_us, 3), args = { hop = tev.hop } }
+    if e.ph == "X" then e.dur = round(tev.dur_us, 3) else e.s = "t" end
+    local detail = ffi.string(tev.detail)
+    if detail ~= "" then e.args.detail = detail end
+    if name == "verify" then e.args.accepted = tev.flag == 1 end
+    if name == "target" then e.args.speculative = tev.flag == 1 end
+    out[#out + 1] = json.encode(e)
+  end
+end
+
+-- ---- running ----------------------------------------------------------------
+
+-- A run configuration: mode, k, m, eps (plus shared options).
+local function make_run(agent, o, script)
+  local script_dir = script and script:match("^(.*)/[^/]*$") or "."
+  local pspec = o.policy or agent.policy
+  local pol = policylib.build(pspec, agent.tools, script_dir)
+  local adapter = agentlib.adapter(agent, { debug = o.debug, decide = pol.decide })
+  local kauto = nil
+  if o.k == 0 then
+    kauto = ffi.gc(C.sp_kauto_new(o.eps or 0.05, 1, 64, 4), C.sp_kauto_free)
+  end
+  return { agent = agent, adapter = adapter, policy = pol, kauto = kauto, o = o }
+end
+M.make_run = make_run
+
+local cfg = ffi.new("sp_window_cfg")
+
+-- Run one query through a window; returns its result record.
+local function run_query(run, q, index)
+  local o = run.o
+  cfg.mode = MODES[o.mode]
+  cfg.k = o.k
+  cfg.m = o.m or 1
+  -- A safety limit above the agent's own hop budget (ctx.max_hops).
+  local limit = o.max_hops or 64
+  if q.max_hops and q.max_hops >= limit then limit = q.max_hops + 1 end
+  cfg.max_hops = limit
+  cfg.debug = o.debug and 1 or 0
+  cfg.trace = o.trace and 1 or 0
+  cfg.spec_timeout_ms = o.spec_timeout or 0
+  cfg.policy = run.policy.ptr
+  cfg.kauto = run.kauto
+  cfg.prefetch = nil
+  local err, errlen = core.errbuf()
+  local w = C.sp_window_new(core.ctx, cfg, err, errlen)
+  if w == nil then return { id = q.id, query = q.query, error = ffi.string(err) } end
+  w = ffi.gc(w, C.sp_window_free)
+  local qctx = { id = q.id, query = q.query, record = q.record, set = o.set, seed = o.seed,
+                 index = index, max_hops = q.max_hops, mode = o.mode }
+  qctx.__mt = { __index = qctx }
+  sched.handoff[C.sp_window_id(w)] = { adapter = run.adapter, qctx = qctx }
+  local me = sched.current("run_query")
+  C.sp_window_start(w, me)
+  while C.sp_window_status(w) == C.SP_WIN_RUNNING do sched.yield() end
+  sched.handoff[C.sp_window_id(w)] = nil
+  local rec = collect(w, q, o.k)
+  if o.trace and run.trace_out then trace_events(w, index, q, run.trace_out) end
+  ffi.gc(w, nil)
+  C.sp_window_free(w)
+  return rec
+end
+M.run_query = run_query
+
+local function isatty(fd)
+  local ok, r = pcall(function()
+    ffi.cdef "int isatty(int fd);"
+    return ffi.C.isatty(fd)
+  end)
+  if not ok then
+    ok, r = pcall(function() return ffi.C.isatty(fd) end)
+  end
+  return ok and r == 1
+end
+M.isatty = isatty
+
+-- Run every query of `queries` with `run` at the given concurrency; call
+-- emit(rec, i) in input order. Returns the list of records.
+local function run_all(run, queries, emit, progress)
+  local o = run.o
+  local n = #queries
+  local results, next_i, next_emit = {}, 1, 1
+  local done = 0
+  local t0 = sched.now()
+  local sum_wall, sum_std = 0, 0
+  local function worker()
+    while true do
+      local i = next_i
+      if i > n then return end
+      next_i = i + 1
+      local ok, rec = pcall(run_query, run, queries[i], i)
+      if not ok then rec = { id = queries[i].id, query = queries[i].query, error = tostring(rec) } end
+      results[i] = rec
+      done = done + 1
+      if rec._agg then sum_wall, sum_std = sum_wall + rec._agg.wall, sum_std + rec._agg.std end
+      while results[next_emit] do
+        emit(results[next_emit], next_emit)
+        next_emit = next_emit + 1
+      end
+      if progress then progress(done, n, t0, sum_wall, sum_std) end
+    end
+  end
+  local workers = {}
+  local c = math.min(o.concurrency or 16, math.max(n, 1))
+  for j = 1, c do workers[j] = sched.spawn(worker) end
+  local res = sched.wait_all(workers)
+  for j = 1, #res do
+    if not res[j][1] then error(res[j][2], 0) end
+  end
+  return results
+end
+M.run_all = run_all
+
+-- Aggregate figures of a list of records.
+function M.aggregate(records, k)
+  local a = { queries = #records, failed = 0, wall_ms = 0, standard_ms = 0, hops = 0, commits = 0,
+              rollbacks = 0, accepted = 0, rejected = 0, model = 0, target = 0, speculator = 0,
+              predicted = 0, warmup = 0, cancelled = 0, wasted_cost = 0, wasted_calls = 0,
+              speculative_launches = 0, deferred = 0 }
+  local seg, tgt, spec, nspec, nh = 0, 0, 0, 0, 0
+  for _, r in ipairs(records) do
+    if r.error then a.failed = a.failed + 1 end
+    local s, g = r.stats, r._agg
+    if s and g then
+      a.wall_ms, a.standard_ms = a.wall_ms + g.wall, a.standard_ms + g.std
+      a.hops, a.commits, a.rollbacks = a.hops + s.hops, a.commits + s.commits, a.rollbacks + s.rollbacks
+      a.accepted, a.rejected = a.accepted + g.acc, a.rejected + g.rej
+      a.model, a.target, a.speculator = a.model + s.calls.model, a.target + s.calls.target, a.speculator + s.calls.speculator
+      a.predicted, a.warmup = a.predicted + s.calls.predicted, a.warmup + s.calls.warmup
+      a.cancelled = a.cancelled + s.cancelled.total
+      a.wasted_cost, a.wasted_calls = a.wasted_cost + s.wasted_cost, a.wasted_calls + s.wasted_calls
+      a.speculative_launches, a.deferred = a.speculative_launches + s.speculative_launches, a.deferred + s.deferred
+      seg, tgt, spec, nspec, nh = seg + g.seg, tgt + g.tgt, spec + g.spec, nspec + g.nspec, nh + g.n
+    end
+  end
+  a.rel_lat = a.standard_ms > 0 and a.wall_ms / a.standard_ms or nil
+  local d = a.accepted + a.rejected
+  a.p_hat = d > 0 and a.accepted / d or nil
+  local mt = nh > 0 and tgt / nh or nil
+  a.alpha_hat = (mt and mt > 0 and nspec > 0) and (spec / nspec) / mt or nil
+  a.beta_hat = (mt and mt > 0) and (seg / nh) / mt or nil
+  a.rel_lat_star, a.rel_lat_k = theory(a.p_hat, a.alpha_hat, a.beta_hat, k or -1)
+  return a
+end
+
+local function fmt(x, d)
+  if x == nil then return "-" end
+  return format("%." .. (d or 3) .. "f", x)
+end
+M.fmt = fmt
+
+function M.summary_text(a, run)
+  local lines = {}
+  lines[#lines + 1] = format("specula: %d queries (%d failed), %d hops; RelLat %s (Σwall %.1f ms / Σstandard %.1f ms)",
+    a.queries, a.failed, a.hops, fmt(a.rel_lat), a.wall_ms, a.standard_ms)
+  lines[#lines + 1] = format("  p̂ %s  α̂ %s  β̂ %s  RelLat* %s  RelLat_k %s  commits %d  rollbacks %d",
+    fmt(a.p_hat), fmt(a.alpha_hat), fmt(a.beta_hat), fmt(a.rel_lat_star), fmt(a.rel_lat_k), a.commits, a.rollbacks)
+  lines[#lines + 1] = format("  calls: model %d, target %d, speculator %d, predicted %d, warmup %d; cancelled %d; wasted %d calls, cost %.4f",
+    a.model, a.target, a.speculator, a.predicted, a.warmup, a.cancelled, a.wasted_calls, a.wasted_cost)
+  if run and run.policy then
+    local c = policylib.counts(run.policy)
+    local names = {}
+    for name in pairs(c.tools) do names[#names + 1] = name end
+    table.sort(names)
+    local parts = {}
+    for _, name in ipairs(names) do
+      local t = c.tools[name]
+      parts[#parts + 1] = format("%s full %d/warmup %d/forbid %d", name, t.full, t.warmup, t.forbid)
+    end
+    if c.unknown.forbid > 0 then parts[#parts + 1] = format("(unlisted) forbid %d", c.unknown.forbid) end
+    if #parts > 0 then lines[#lines + 1] = "  speculative launch decisions: " .. table.concat(parts, "; ") end
+  end
+  return table.concat(lines, "\n")
+end
+
+-- Ids already present in an output file (for resuming).
+local function done_ids(path)
+  local ids = {}
+  local f = io.open(path, "r")
+  if not f then return ids, 0 end
+  local n = 0
+  for line in f:lines() do
+    local r = json.decode(line)
+    if type(r) == "table" and r.id ~= nil then
+      ids[tostring(r.id)] = true
+      n = n + 1
+    end
+  end
+  f:close()
+  return ids, n
+end
+M.done_ids = done_ids
+
+local function strip(rec)
+  rec._agg = nil
+  return rec
+end
+
+local function progress_line(enabled)
+  if not enabled then return nil end
+  return function(done, n, t0, sw, ss)
+    local el = (sched.now() - t0) / 1000
+    local rate = el > 0 and done / el or 0
+    local eta = rate > 0 and (n - done) / rate or 0
+    io.stderr:write(format("\r%d/%d  %.1f q/s  ETA %.0fs  RelLat %s   ", done, n, rate, eta,
+      ss > 0 and fmt(sw / ss) or "-"))
+    if done == n then io.stderr:write("\n") end
+    io.stderr:flush()
+  end
+end
+M.progress_line = progress_line
+
+function M.main(agent, args, script)
+  local o = parse_args(args)
+  if o.help then io.stdout:write(usage_text) return end
+  local queries, warnings = load_queries(o)
+  for _, w in ipairs(warnings) do io.stderr:write("specula: warning: " .. w .. "\n") end
+  if o.compare then return require("specula.compare").main(agent, o, queries, script) end
+  local skip, nprev = {}, 0
+  if o.out then skip, nprev = done_ids(o.out) end
+  local todo = {}
+  for _, q in ipairs(queries) do
+    if not skip[tostring(q.id)] then todo[#todo + 1] = q end
+  end
+  if nprev > 0 and not o.quiet then
+    io.stderr:write(format("specula: resuming: %d results already in %s, %d queries to run\n", nprev, o.out, #todo))
+  end
+  local run = make_run(agent, o, script)
+  local out = io.stdout
+  if o.out then
+    local f, err = io.open(o.out, "a")
+    if not f then sched.plain_error("specula run: cannot open --out file: " .. tostring(err)) end
+    out = f
+  end
+  if o.trace then run.trace_out = {} end
+  local emit = function(rec)
+    local r = {}
+    for k, v in pairs(rec) do if k ~= "_agg" then r[k] = v end end
+    -- Sorted keys: result files diff cleanly and compare byte for byte.
+    local ok, line = pcall(json.canonical, r)
+    if not ok then line = json.encode(r) end
+    out:write(line, "\n")
+    out:flush()
+  end
+  local show = o.progress or (not o.quiet and o.out ~= nil and isatty(2))
+  local results = run_all(run, todo, emit, progress_line(show))
+  if o.out then out:close() end
+  local agg = M.aggregate(results, o.k)
+  if o.trace then
+    local f, err = io.open(o.trace, "w")
+    if not f then sched.plain_error("specula run: cannot open --trace file: " .. tostring(err)) end
+    f:write('{"displayTimeUnit":"ms","traceEvents":[\n')
+    f:write(table.concat(run.trace_out, ",\n"))
+    f:write('\n],"specula":{"version":1,"queries":[\n')
+    local recs = {}
+    for _, r in ipairs(results) do
+      if r.stages then
+        recs[#recs + 1] = json.encode({ id = r.id, mode = o.mode, k = o.k < 0 and "inf" or (o.k == 0 and "auto" or o.k),
+          m = o.m or 1, hops = r.stages.hops, final_seg = r.stages.final_seg, init = r.stages.init,
+          wall_ms = r.stats.wall_ms, standard_ms = r.stats.standard_ms })
+      end
+    end
+    f:write(table.concat(recs, ",\n"))
+    f:write("\n]}}\n")
+    f:close()
+  end
+  if not o.quiet then io.stderr:write(M.summary_text(agg, run), "\n") end
+  for _, r in ipairs(results) do strip(r) end
+  if agg.failed > 0 then require("specula.cli").set_exit(3) end
+end
+
+return M
