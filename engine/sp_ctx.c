@@ -42,7 +42,7 @@ int sp_ctx_init(sp_ctx *ctx) {
   if (uv_loop_init(&ctx->loop) != 0) return -1;
   ctx->loop.data = ctx;
   ctx->co_table_ref = LUA_NOREF;
-  ctx->task_body_ref = LUA_NOREF;
+  ctx->worker_body_ref = LUA_NOREF;
   ctx->handoff_ref = LUA_NOREF;
   sp_sched_init(ctx);
   return 0;
@@ -101,6 +101,11 @@ int sp_ctx_shutdown(sp_ctx *ctx) {
   }
   free(ctx->free_ids);
   ctx->free_ids = NULL;
+  free(ctx->pool);
+  free(ctx->pool_refs);
+  ctx->pool = NULL;
+  ctx->pool_refs = NULL;
+  ctx->npool = 0;
   int rc = uv_loop_close(&ctx->loop);
   if (rc != 0) fprintf(stderr, "specula: uv_loop_close: %s\n", uv_strerror(rc));
   return rc;

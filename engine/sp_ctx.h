@@ -12,7 +12,10 @@ struct sp_ctx {
   uv_loop_t loop;          /* the one event loop */
   lua_State *L;            /* the one Lua state (main thread), NULL in pure-C tests */
   int co_table_ref;        /* registry ref of the table id -> coroutine */
-  int task_body_ref;       /* registry ref of the Lua trampoline run by job tasks */
+  int worker_body_ref;     /* registry ref of the Lua loop that worker coroutines run */
+  lua_State **pool;        /* parked worker coroutines, ready for the next job */
+  int *pool_refs;          /* their registry anchors */
+  int npool, cappool;      /* used / allocated */
   int handoff_ref;         /* registry ref of the table Lua leaves window arguments in */
   uv_idle_t ready_idle;    /* runs the ready queue while it is non-empty */
   uv_prepare_t reap_prep;  /* releases finished coroutines before each poll */

@@ -68,7 +68,7 @@ static const char *BOOT =
   "package.loaded['specula.host'] = { ctx = ctx, root = root,\n"
   "  lua_dir = root .. '/lua', policies_dir = root .. '/policies', embedded = true }\n"
   "local sched = require 'specula.sched'\n"
-  "return sched.co_table, sched.task_body, sched.handoff\n";
+  "return sched.co_table, sched.worker_body, sched.handoff\n";
 
 int sp_host_init(sp_ctx *ctx, const char *argv0, char *err, size_t errlen) {
   char root[PATH_MAX];
@@ -95,11 +95,11 @@ int sp_host_init(sp_ctx *ctx, const char *argv0, char *err, size_t errlen) {
     return -1;
   }
   if (!lua_istable(L, -1) || !lua_isfunction(L, -2) || !lua_istable(L, -3)) {
-    snprintf(err, errlen, "boot: specula.sched did not export co_table, task_body and handoff");
+    snprintf(err, errlen, "boot: specula.sched did not export co_table, worker_body and handoff");
     return -1;
   }
   ctx->handoff_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  ctx->task_body_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  ctx->worker_body_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   ctx->co_table_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   return 0;
 }

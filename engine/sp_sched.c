@@ -98,6 +98,7 @@ static sp_task *task_alloc(sp_ctx *ctx, sp_task *parent) {
   t->state = SP_TASK_NEW;
   t->refs = 1; /* the engine's, dropped when reaped */
   t->run.run = task_resume;
+  t->worker_ref = LUA_NOREF;
   t->ops.next = t->ops.prev = &t->ops;
   t->t_start = uv_hrtime();
   if (parent && parent->state < SP_TASK_DONE) {
@@ -142,20 +143,57 @@ sp_task *sp_task_new(sp_ctx *ctx, sp_task *parent) {
   return t;
 }
 
+/* Parked workers kept for reuse; beyond this they are released. */
+#define SP_POOL_MAX 4096
+
 sp_task *sp_job_new(sp_ctx *ctx, sp_task_hook hook, void *ud) {
   if (ctx->stopping) return NULL;
   sp_task *t = task_alloc(ctx, NULL);
   if (!t) return NULL;
   lua_State *L = ctx->L;
+  lua_State *co;
+  if (ctx->npool > 0) {
+    ctx->npool--;
+    co = ctx->pool[ctx->npool];
+    t->worker_ref = ctx->pool_refs[ctx->npool];
+  } else {
+    co = lua_newthread(L);
+    t->worker_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_rawgeti(co, LUA_REGISTRYINDEX, ctx->worker_body_ref);
+  }
+  /* CO[id] = co, so Lua can tell the coroutine it runs on is this task's. */
   lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->co_table_ref);
-  lua_State *co = lua_newthread(L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, t->worker_ref);
   lua_rawseti(L, -2, t->id);
   lua_pop(L, 1);
   t->co = co;
+  t->job = 1;
   t->hook = hook;
   t->hook_ud = ud;
-  lua_rawgeti(co, LUA_REGISTRYINDEX, ctx->task_body_ref);
   return t;
+}
+
+/* A worker that finished its job cleanly goes back to the pool. */
+static void pool_put(sp_ctx *ctx, sp_task *t) {
+  if (ctx->npool == ctx->cappool) {
+    int cap = ctx->cappool ? ctx->cappool * 2 : 64;
+    if (cap > SP_POOL_MAX) cap = SP_POOL_MAX;
+    if (ctx->npool < cap) {
+      lua_State **p = realloc(ctx->pool, (size_t)cap * sizeof *p);
+      int *r = p ? realloc(ctx->pool_refs, (size_t)cap * sizeof *r) : NULL;
+      if (p) ctx->pool = p;
+      if (r) {
+        ctx->pool_refs = r;
+        ctx->cappool = cap;
+      }
+    }
+  }
+  if (ctx->npool < ctx->cappool) {
+    ctx->pool[ctx->npool] = t->co;
+    ctx->pool_refs[ctx->npool] = t->worker_ref;
+    ctx->npool++;
+    t->worker_ref = LUA_NOREF;
+  }
 }
 
 lua_State *sp_job_co(sp_task *t) { return t->co; }
@@ -178,6 +216,13 @@ const char *sp_task_error(const sp_task *t) { return t && t->error ? t->error : 
 
 void sp_task_release(sp_task *t) {
   if (t) task_unref(t);
+}
+
+void sp_job_done(sp_ctx *ctx, const char *err, size_t len) {
+  sp_task *t = ctx ? ctx->running : NULL;
+  if (!t) return;
+  t->job_done = 1;
+  if (err) sp_task_set_error(t, err, len);
 }
 
 void sp_task_set_error(sp_task *t, const char *msg, size_t len) {
@@ -300,6 +345,21 @@ static void task_resume(sp_ctx *ctx, sp_runnable *r) {
   ctx->running = t;
   int rc = lua_resume(co, nargs);
   ctx->running = prev;
+  if (rc == LUA_YIELD && t->job_done && t->state == SP_TASK_RUNNING) {
+    /* A worker finished its job: results are on its stack (ok, ...). */
+    int status = t->error ? SP_TASK_FAILED : SP_TASK_DONE;
+    if (t->hook) {
+      sp_task_hook hook = t->hook;
+      t->hook = NULL;
+      t->state = status;
+      hook(t, co, status, t->hook_ud);
+    }
+    lua_settop(co, 0);
+    pool_put(ctx, t);
+    task_end(t, status);
+    task_unref(t);
+    return;
+  }
   if (rc == LUA_YIELD) {
     lua_settop(co, 0);
     if (t->state == SP_TASK_RUNNING) t->state = SP_TASK_WAITING;
@@ -350,6 +410,11 @@ void sp_sched_reap(sp_ctx *ctx) {
       lua_rawseti(L, -2, t->id);
       lua_pop(L, 1);
     }
+    if (t->worker_ref != LUA_NOREF && t->worker_ref != 0 && ctx->L) {
+      /* A job that did not finish cleanly: its worker is abandoned. */
+      luaL_unref(ctx->L, LUA_REGISTRYINDEX, t->worker_ref);
+    }
+    t->worker_ref = LUA_NOREF;
     t->co = NULL;
     if (t->all_prev) t->all_prev->all_next = t->all_next;
     else ctx->all_tasks = t->all_next;

@@ -45,6 +45,9 @@ struct sp_task {
   int refs;                 /* engine (until reaped) + Lua handle + queue */
   int nargs;                /* values pushed on co for the first resume */
   int reaping;              /* on the reap list */
+  int job;                  /* runs on a pooled worker coroutine */
+  int job_done;             /* the worker reported the job finished */
+  int worker_ref;           /* registry anchor of that worker while it runs this job */
   lua_State *co;            /* the coroutine, anchored in the coroutine table */
   sp_task *parent;          /* cancelling the parent cancels this task */
   sp_task *child;           /* first child */

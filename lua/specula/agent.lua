@@ -162,7 +162,7 @@ function M.adapter(agent, opts)
 
   -- update(state, step, observation) then step() of the new state.
   function A.advance(qctx, state, step, obs, cands, idx, hop, spec)
-    if cands ~= nil then obs = cands[idx].value end
+    if cands ~= nil then obs = cands[idx] end
     local ctx = mkctx(qctx, hop, spec)
     local before = debug_mode and canonical(state)
     local t0 = now()
@@ -177,9 +177,8 @@ function M.adapter(agent, opts)
   end
 
   local function action_ctx(qctx, state, step, hop, spec)
-    local ctx = mkctx(qctx, hop, spec)
-    ctx.state, ctx.step, ctx.action = state, step, step.action
-    return ctx
+    return setmetatable({ hop = hop, speculative = spec, state = state, step = step,
+                          action = step.action }, qctx.__mt)
   end
 
   function A.call(qctx, state, step, hop, spec)
@@ -198,19 +197,22 @@ function M.adapter(agent, opts)
     return a.i < b.i
   end
 
+  -- Candidates go back to C as a list of values (rank order) plus their
+  -- confidences; a plain value is one candidate with confidence 1.
+  local ONE = 1
   local function normalise(r, m)
-    local list = {}
-    if getmetatable(r) == CANDS_MT then
-      for i, c in ipairs(r) do list[i] = { value = c.value, confidence = c.confidence or 1, i = i } end
-      sort(list, by_conf)
-    elseif r ~= nil then
-      list[1] = { value = r, confidence = 1, i = 1 }
+    if getmetatable(r) ~= CANDS_MT then
+      if r == nil then return nil, 0 end
+      return { r }, 1, ONE
     end
+    local list = {}
+    for i, c in ipairs(r) do list[i] = { value = c.value, confidence = c.confidence or 1, i = i } end
+    sort(list, by_conf)
     local n = #list
     if n > m then n = m end
-    local confs = {}
-    for i = 1, n do confs[i] = list[i].confidence end
-    return list, n, confs
+    local values, confs = {}, {}
+    for i = 1, n do values[i], confs[i] = list[i].value, list[i].confidence end
+    return values, n, unpack(confs, 1, n)
   end
 
   local function run_spec(S, args, ctx, timeout)
@@ -232,22 +234,24 @@ function M.adapter(agent, opts)
     local a = step.action
     local S = tools[a.tool].speculate or agent_spec
     local ctx = action_ctx(qctx, state, step, hop, true)
-    local list, n, confs = normalise(run_spec(S, a.args, ctx, timeout), m)
-    return list, n, unpack(confs, 1, n)
+    return normalise(run_spec(S, a.args, ctx, timeout), m)
   end
 
   function A.verify(qctx, state, step, cands, obs, hop, ...)
     local a = step.action
     local V = tools[a.tool].verify or agent_verify
     local ctx = action_ctx(qctx, state, step, hop, false)
-    local reasons = {}
-    for i = 1, select("#", ...) do
+    local n = select("#", ...)
+    local reasons
+    for i = 1, n do
       local r = select(i, ...)
-      local ok, reason = V(cands[r].value, obs, ctx)
+      local ok, reason = V(cands[r], obs, ctx)
       if ok then return r, reason or "accepted" end
+      if n == 1 then return 0, reason or "rejected" end
+      reasons = reasons or {}
       reasons[#reasons + 1] = reason or "rejected"
     end
-    return 0, concat(reasons, "; ")
+    return 0, reasons and concat(reasons, "; ") or "rejected"
   end
 
   return A

@@ -37,6 +37,9 @@ setmetatable(M, { __index = function(t, k)
   return nil
 end })
 
+-- Run an agent over queries from a script: records, aggregate.
+function M.run(agent, opts) return require("specula.runner").run(agent, opts) end
+
 -- Live-object counters of the engine (tasks, timers, transfers, ...), so
 -- tests and users can see that nothing was left open.
 function M.counts()
@@ -47,8 +50,10 @@ function M.counts()
            requests = c.requests, polls = c.polls, windows = c.windows, handles = c.handles }
 end
 
--- Collect garbage so finalizer-owned objects are released, then count.
+-- Let the loop release what finished (one turn), collect garbage so
+-- finalizer-owned objects go too, then count.
 function M.settle()
+  if sched.in_task() then sched.sleep(0); sched.sleep(0) end
   collectgarbage(); collectgarbage()
   return M.counts()
 end

@@ -466,6 +466,33 @@ local function progress_line(enabled)
 end
 M.progress_line = progress_line
 
+-- Run an agent from Lua (inside a task): specula.run(agent, { queries = {...},
+-- mode =, k =, m =, seed =, concurrency =, policy =, set = }) -> records, aggregate.
+-- queries may be strings or { id =, query = } tables.
+function M.run(agent, opts)
+  if type(agent) ~= "table" or not agent.__specula_agent then
+    error("specula.run: expected an agent (specula.agent{...})", 2)
+  end
+  opts = opts or {}
+  local o = { mode = opts.mode or "spechop", k = opts.k or 3, m = opts.m or 1, eps = opts.eps or 0.05,
+              seed = opts.seed or 0, concurrency = opts.concurrency or 16, set = opts.set or {},
+              max_hops = opts.max_hops or 64, policy = opts.policy, debug = opts.debug,
+              spec_timeout = opts.spec_timeout, trace = nil }
+  if type(o.k) == "string" then o.k = parse_k(o.k) end
+  if not MODES[o.mode] then error("specula.run: unknown mode '" .. tostring(o.mode) .. "'", 2) end
+  local queries = {}
+  for i, q in ipairs(opts.queries or {}) do
+    if type(q) == "string" then q = { id = "q" .. i, query = q } end
+    queries[i] = { id = q.id or ("q" .. i), query = q.query, record = q, gold = q.gold, max_hops = q.max_hops }
+  end
+  local run = make_run(agent, o, opts.script)
+  local results = run_all(run, queries, function() end, nil)
+  local agg = M.aggregate(results, o.k)
+  agg.policy_counts = policylib.counts(run.policy)
+  for _, r in ipairs(results) do strip(r) end
+  return results, agg
+end
+
 function M.main(agent, args, script)
   local o = parse_args(args)
   if o.help then io.stdout:write(usage_text) return end

@@ -21,9 +21,6 @@ M.co_table = CO
 -- query context): Lua cannot hand C a Lua value through the FFI.
 M.handoff = {}
 
--- coroutine -> sp_task* of the task it runs.
-local TASK_OF = setmetatable({}, { __mode = "k" })
-
 local function pack(...) return { n = select("#", ...), ... } end
 
 -- Errors keep their traceback; a "plain" error (usage mistakes reported by
@@ -42,22 +39,29 @@ local function set_error(t, msg)
   C.sp_task_set_error(t, msg, #msg)
 end
 
--- The body of every job coroutine C creates: register, run, report.
-local function job_result(t, ok, ...)
-  if not ok then set_error(t, (...)) end
-  return ok, ...
+-- The body of the worker coroutines C runs jobs on. A worker runs one job,
+-- reports it done and parks; C resumes it with the next job's function and
+-- arguments, so the window does not create a coroutine per call.
+local function park(ok, ...)
+  if ok then
+    C.sp_job_done(ctx, nil, 0)
+  else
+    local msg = tostring((...))
+    C.sp_job_done(ctx, msg, #msg)
+  end
+  return co_yield(ok, ...)
 end
-function M.task_body(fn, ...)
-  local t = C.sp_task_current(ctx)
-  TASK_OF[co_running()] = t
-  return job_result(t, xpcall(fn, on_error, ...))
+local function worker(fn, ...)
+  return worker(park(xpcall(fn, on_error, ...)))
 end
+M.worker_body = worker
 
 -- The running task, or an error when called outside one (a plain
 -- coroutine cannot wait on the loop: its yield would go to its resumer).
+-- C keeps CO[id] = the coroutine it is resuming for task id.
 local function current(what)
-  local t = TASK_OF[co_running()]
-  if t == nil then
+  local t = ctx ~= nil and C.sp_task_current(ctx) or nil
+  if t == nil or CO[C.sp_task_id(t)] ~= co_running() then
     error((what or "specula") .. ": must be called from a specula task "
       .. "(a plain coroutine cannot wait on the loop)", 3)
   end
@@ -65,7 +69,10 @@ local function current(what)
 end
 M.current = current
 
-function M.in_task() return TASK_OF[co_running()] ~= nil end
+function M.in_task()
+  local t = ctx ~= nil and C.sp_task_current(ctx) or nil
+  return t ~= nil and CO[C.sp_task_id(t)] == co_running()
+end
 
 -- Wait for the next wake-up of the running task.
 M.yield = co_yield
@@ -79,13 +86,12 @@ function M.spawn(fn, ...)
     error("specula.spawn: expected a function, got " .. type(fn), 2)
   end
   if ctx == nil then core.require_ctx("specula.spawn") end
-  local parent = TASK_OF[co_running()]
+  local parent = M.in_task() and C.sp_task_current(ctx) or nil
   local p = C.sp_task_new(ctx, parent)
   if p == nil then error("specula.spawn: the engine is shutting down", 2) end
   local self = setmetatable({ ptr = ffi.gc(p, C.sp_task_release), id = C.sp_task_id(p) }, Task)
   local n, args = select("#", ...), { ... }
   CO[self.id] = co_create(function()
-    TASK_OF[co_running()] = self.ptr
     local r = pack(xpcall(fn, on_error, unpack(args, 1, n)))
     self.results = r
     if not r[1] then set_error(self.ptr, r[2]) end
@@ -130,7 +136,7 @@ Task.result = outcome
 -- Cancel the task and everything it started (children, sleeps, transfers).
 function Task:cancel()
   C.sp_task_cancel(self.ptr)
-  if TASK_OF[co_running()] == self.ptr then co_yield() end
+  if M.in_task() and C.sp_task_current(ctx) == self.ptr then co_yield() end
 end
 
 local function check_tasks(tasks, what)
