@@ -67,7 +67,10 @@ static sp_runnable *dequeue(sp_ctx *ctx) {
 void sp_sched_drain(sp_ctx *ctx) {
   int budget = SP_DRAIN_BUDGET;
   sp_runnable *r;
-  while (budget-- > 0 && (r = dequeue(ctx)) != NULL) r->run(ctx, r);
+  while (budget-- > 0 && (r = dequeue(ctx)) != NULL) {
+    if (ctx->reap) sp_sched_reap(ctx);
+    r->run(ctx, r);
+  }
   sp_sched_reap(ctx);
   if (!ctx->ready_head) uv_idle_stop(&ctx->ready_idle);
 }

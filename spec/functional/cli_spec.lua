@@ -1,0 +1,83 @@
+-- The binary as a user runs it: version/help, scripts, errors and exit codes.
+local H = require "support.helpers"
+
+describe("specula binary", function()
+  it("prints its version and help", function()
+    local st, out = H.specula({ "--version" })
+    assert.equals(0, st)
+    assert.matches("^specula %d+%.%d+%.%d+", out)
+    st, out = H.specula({ "--help" })
+    assert.equals(0, st)
+    assert.matches("run SCRIPT.lua", out, 1, true)
+    assert.matches("theory", out)
+  end)
+
+  it("rejects an unknown command with usage and status 2", function()
+    local st, _, err = H.specula({ "frobnicate" })
+    assert.equals(2, st)
+    assert.matches("unknown command 'frobnicate'", err, 1, true)
+  end)
+
+  it("reports a missing script clearly", function()
+    local st, _, err = H.specula({ "run", "/nonexistent/agent.lua" })
+    assert.not_equals(0, st)
+    assert.matches("cannot open script '/nonexistent/agent.lua'", err, 1, true)
+  end)
+
+  it("reports a syntax error with file and line", function()
+    local path = H.tmpfile("syntax.lua", "local x = 1\nlocal y = = 2\n")
+    local st, _, err = H.specula({ "run", path })
+    assert.not_equals(0, st)
+    assert.matches("syntax.lua:2:", err, 1, true)
+  end)
+
+  it("prints a runtime error with a traceback naming file:line and exits non-zero", function()
+    local st, _, err = H.run_lua("local function f() error('kaboom') end\nf()\n")
+    assert.equals(1, st)
+    assert.matches(":1: kaboom", err, 1, true)
+    assert.matches("stack traceback:", err, 1, true)
+    assert.matches(":2: in ", err, 1, true)
+  end)
+
+  it("runs a plain script whose main chunk uses async calls at top level", function()
+    local st, out = H.run_lua([[
+      local specula = require "specula"
+      local t0 = specula.now()
+      specula.sleep(20)
+      print(string.format("slept %d", specula.now() - t0 >= 19 and 1 or 0))
+      print(select('#', ...), ...)
+    ]], { "a", "b" })
+    assert.equals(0, st)
+    assert.matches("slept 1", out, 1, true)
+    assert.matches("2\ta\tb", out, 1, true)
+  end)
+
+  it("detects a main task that can never be woken", function()
+    local st, _, err = H.run_lua([[
+      local specula = require "specula"
+      local t = specula.spawn(function() coroutine.yield() end)
+      t:wait()
+    ]])
+    assert.equals(1, st)
+    assert.matches("can never happen", err, 1, true)
+  end)
+
+  it("theory reproduces the paper's worked examples", function()
+    local st, out = H.specula({ "theory", "--p", "0.5", "--alpha", "0.2", "--beta", "0.15", "--nu", "0.4", "--json" })
+    assert.equals(0, st)
+    local r = require("cjson").decode(out)
+    assert.is_true(math.abs(r.k_det - 3.2857) < 0.01)
+    assert.equals(6, r.k_eps)
+    st, out = H.specula({ "theory", "--p", "0.5", "--alpha", "0.3", "--beta", "0.75", "--nu", "0.4", "--json" })
+    r = require("cjson").decode(out)
+    assert.is_true(math.abs(r.k_det - 1.6667) < 0.01)
+    assert.equals(3, r.k_eps)
+    assert.is_true(math.abs(r.rel_lat_star - (1 - 0.5 * 0.7 / 1.75)) < 1e-9)
+  end)
+
+  it("theory rejects bad arguments with status 2", function()
+    local st, _, err = H.specula({ "theory", "--p", "abc" })
+    assert.equals(2, st)
+    assert.is_true(#err > 0)
+  end)
+end)

@@ -1,0 +1,108 @@
+-- The coroutine scheduler through real scripts: sleep, spawn, wait, cancel.
+local H = require "support.helpers"
+
+local function ok_script(code)
+  local st, out, err = H.run_lua("local specula = require 'specula'\n" .. code)
+  assert.equals(0, st, "script failed: " .. err)
+  return out, err
+end
+
+describe("scheduler", function()
+  it("orders sleeps by deadline and measures monotonic time", function()
+    local out = ok_script([[
+      local order = {}
+      local ts = {}
+      for _, ms in ipairs({ 30, 10, 20 }) do
+        ts[#ts + 1] = specula.spawn(function() specula.sleep(ms); order[#order + 1] = ms end)
+      end
+      local t0 = specula.now()
+      specula.wait_all(ts)
+      local dt = specula.now() - t0
+      assert(dt >= 29 and dt < 1000, "elapsed " .. dt)
+      print(table.concat(order, ","))
+    ]])
+    assert.matches("10,20,30", out, 1, true)
+  end)
+
+  it("returns results through wait and errors with a traceback", function()
+    local out = ok_script([[
+      local t = specula.spawn(function(a, b) specula.sleep(1) return a + b, "x" end, 2, 3)
+      print(t:wait())
+      local bad = specula.spawn(function() specula.sleep(1); local z = nil; return z.field end)
+      local ok, err = bad:wait()
+      print(ok, err:match("attempt to index") ~= nil, err:match("stack traceback") ~= nil,
+            err:match("%.lua:%d+") ~= nil)
+    ]])
+    assert.matches("true\t5\tx", out, 1, true)
+    assert.matches("false\ttrue\ttrue\ttrue", out, 1, true)
+  end)
+
+  it("wait_any returns the first finished task, wait_all all results", function()
+    local out = ok_script([[
+      local a = specula.spawn(function() specula.sleep(40) return "a" end)
+      local b = specula.spawn(function() specula.sleep(5) return "b" end)
+      local first, i = specula.wait_any({ a, b })
+      print("first", i, select(2, first:wait()))
+      local res, all = specula.wait_all({ a, b })
+      print("all", all, res[1][2], res[2][2])
+    ]])
+    assert.matches("first\t2\tb", out, 1, true)
+    assert.matches("all\ttrue\ta\tb", out, 1, true)
+  end)
+
+  it("cancel runs the cleanup of pending operations and of child tasks", function()
+    local out = ok_script([[
+      local inner
+      local t = specula.spawn(function()
+        inner = specula.spawn(function() specula.sleep(60000) end)
+        specula.sleep(60000)
+      end)
+      specula.sleep(5)
+      local c = specula.counts()
+      print("before", c.timers)
+      t:cancel()
+      print("states", t:state(), inner:state())
+      print("wait", t:wait())
+      c = specula.settle()
+      print("after", c.timers, c.tasks)
+    ]])
+    assert.matches("before\t2", out, 1, true)
+    assert.matches("states\tcancelled\tcancelled", out, 1, true)
+    assert.matches("wait\tfalse\tcancelled", out, 1, true)
+    assert.matches("after\t0\t1", out, 1, true)
+  end)
+
+  it("refuses async calls from a plain coroutine with a clear error", function()
+    local out = ok_script([[
+      local co = coroutine.create(function() specula.sleep(1) end)
+      local ok, err = coroutine.resume(co)
+      print(ok, err:match("must be called from a specula task") ~= nil)
+    ]])
+    assert.matches("false\ttrue", out, 1, true)
+  end)
+
+  it("validates arguments", function()
+    local out = ok_script([[
+      print(pcall(specula.spawn, 42))
+      print(pcall(specula.sleep, "soon"))
+      print(pcall(specula.wait_all, {}))
+    ]])
+    assert.matches("expected a function, got number", out, 1, true)
+    assert.matches("expected milliseconds, got string", out, 1, true)
+    assert.matches("non%-empty list of tasks", out)
+  end)
+
+  it("holds 10,000 sleeping coroutines and leaves nothing open", function()
+    local out = ok_script([[
+      local ts = {}
+      for i = 1, 10000 do ts[i] = specula.spawn(function() specula.sleep(20) return i end) end
+      local res, ok = specula.wait_all(ts)
+      print(ok, res[10000][2])
+      ts, res = nil, nil
+      local c = specula.settle()
+      print("left", c.tasks, c.timers, c.ready)
+    ]])
+    assert.matches("true\t10000", out, 1, true)
+    assert.matches("left\t1\t0\t0", out, 1, true)
+  end)
+end)
