@@ -41,6 +41,7 @@ int sp_ctx_init(sp_ctx *ctx) {
   memset(ctx, 0, sizeof *ctx);
   if (uv_loop_init(&ctx->loop) != 0) return -1;
   ctx->loop.data = ctx;
+  sp_timers_init(&ctx->timers);
   ctx->co_table_ref = LUA_NOREF;
   ctx->worker_body_ref = LUA_NOREF;
   ctx->handoff_ref = LUA_NOREF;
@@ -89,6 +90,7 @@ int sp_ctx_shutdown(sp_ctx *ctx) {
     sp_http_free_all(ctx->http);
     ctx->http = NULL;
   }
+  sp_timers_close(ctx);
   uv_idle_stop(&ctx->ready_idle);
   uv_close((uv_handle_t *)&ctx->ready_idle, NULL);
   uv_close((uv_handle_t *)&ctx->reap_prep, NULL);

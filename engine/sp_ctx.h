@@ -4,6 +4,7 @@
 #include <uv.h>
 #include <lua.h>
 #include "sp_api.h"
+#include "sp_timer.h"
 
 typedef struct sp_http sp_http;
 typedef struct sp_runnable sp_runnable;
@@ -29,6 +30,7 @@ struct sp_ctx {
   int cap_free_ids;        /* capacity of free_ids */
   int next_id;             /* next never-used task id (ids start at 1) */
   sp_http *http;           /* the curl multi driver, created on first use */
+  sp_timers timers;        /* precise deadlines (sleeps) */
   sp_counts counts;        /* live-object counters, so leaks show in tests */
   int stopping;            /* shutdown in progress: no new work */
   sp_task *main_task;      /* the program's main task (one reference held) */

@@ -1,4 +1,5 @@
 #include "sp_sched.h"
+#include "sp_timer.h"
 #include <lauxlib.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,7 +17,8 @@ struct sp_waitop {
 
 typedef struct sp_sleepop {
   sp_op op;                 /* linked to the sleeping task */
-  uv_timer_t timer;         /* fires the wake-up; freed in its close callback */
+  sp_deadline dl;           /* its precise deadline */
+  sp_ctx *ctx;              /* owning context */
 } sp_sleepop;
 
 static void task_resume(sp_ctx *ctx, sp_runnable *r);
@@ -483,27 +485,20 @@ void sp_task_unwait(sp_task *waiter) {
 
 /* ---- sleep -------------------------------------------------------------- */
 
-static void sleep_closed(uv_handle_t *h) {
-  sp_sleepop *s = h->data;
-  free(s);
-}
-
-static void sleep_fired(uv_timer_t *tm) {
-  sp_sleepop *s = tm->data;
+static void sleep_fired(sp_deadline *d) {
+  sp_sleepop *s = (sp_sleepop *)((char *)d - offsetof(sp_sleepop, dl));
   sp_task *t = s->op.task;
-  sp_ctx *ctx = tm->loop->data;
+  if (t) t->ctx->counts.timers--;
   sp_op_unlink(&s->op);
-  ctx->counts.timers--;
-  uv_close((uv_handle_t *)tm, sleep_closed);
+  free(s);
   if (t) sp_sched_wake(t);
 }
 
 static void sleep_cancel(sp_op *op) {
   sp_sleepop *s = (sp_sleepop *)op;
-  sp_ctx *ctx = s->timer.loop->data;
-  ctx->counts.timers--;
-  uv_timer_stop(&s->timer);
-  uv_close((uv_handle_t *)&s->timer, sleep_closed);
+  s->ctx->counts.timers--;
+  sp_timers_remove(s->ctx, &s->dl);
+  free(s);
 }
 
 int sp_sleep(sp_task *t, double ms, char *err, size_t errlen) {
@@ -521,13 +516,15 @@ int sp_sleep(sp_task *t, double ms, char *err, size_t errlen) {
     snprintf(err, errlen, "sleep: out of memory");
     return -1;
   }
-  uv_timer_init(&ctx->loop, &s->timer);
-  s->timer.data = s;
-  /* The loop's clock is cached at the start of the iteration; refresh it so
-     a sleep started late in a busy turn does not fire early. */
-  uv_update_time(&ctx->loop);
+  s->ctx = ctx;
+  s->dl.fire = sleep_fired;
+  s->dl.idx = -1;
   double whole = ms > 1e12 ? 1e12 : ms;
-  uv_timer_start(&s->timer, sleep_fired, (uint64_t)ceil(whole), 0);
+  if (sp_timers_add(ctx, &s->dl, uv_hrtime() + (uint64_t)(whole * 1e6)) != 0) {
+    free(s);
+    snprintf(err, errlen, "sleep: cannot arm the timer");
+    return -1;
+  }
   ctx->counts.timers++;
   sp_op_link(t, &s->op, sleep_cancel);
   return 0;

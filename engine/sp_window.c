@@ -490,8 +490,11 @@ static void on_advance(sp_task *t, lua_State *co, int status, void *ud) {
   /* results: ok, state, kind, step, tool, hint, t_update, t_seg, can_spec */
   lua_settop(co, 9);
   n->can_spec = lua_toboolean(co, 9);
+  /* update() is timed inside Lua; the step gets the rest of the job's time,
+     queueing included, so stage times add up to what the loop saw. */
   n->t_update = lua_tonumber(co, 7);
-  n->t_seg = lua_tonumber(co, 8);
+  n->t_seg = (end - n->t_adv0) - n->t_update;
+  if (n->t_seg < 0) n->t_seg = lua_tonumber(co, 8);
   int kind = (int)lua_tointeger(co, 3);
   size_t len = 0;
   const char *tool = lua_tolstring(co, 5, &len);

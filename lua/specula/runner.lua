@@ -307,6 +307,11 @@ local function run_query(run, q, index)
   qctx.__mt = { __index = qctx }
   sched.handoff[C.sp_window_id(w)] = { adapter = run.adapter, qctx = qctx }
   local me = sched.current("run_query")
+  if o.start_jitter_ms and o.start_jitter_ms > 0 then
+    -- Spread the starts of concurrent queries (keyed, so runs are repeatable).
+    local idk = tostring(q.id)
+    sched.sleep(C.sp_rand_keyed(o.seed or 0, idk, #idk, 0, "start", 0) * o.start_jitter_ms)
+  end
   C.sp_window_start(w, me)
   while C.sp_window_status(w) == C.SP_WIN_RUNNING do sched.yield() end
   sched.handoff[C.sp_window_id(w)] = nil
@@ -477,7 +482,7 @@ function M.run(agent, opts)
   local o = { mode = opts.mode or "spechop", k = opts.k or 3, m = opts.m or 1, eps = opts.eps or 0.05,
               seed = opts.seed or 0, concurrency = opts.concurrency or 16, set = opts.set or {},
               max_hops = opts.max_hops or 64, policy = opts.policy, debug = opts.debug,
-              spec_timeout = opts.spec_timeout, trace = nil }
+              spec_timeout = opts.spec_timeout, trace = nil, start_jitter_ms = opts.start_jitter_ms }
   if type(o.k) == "string" then o.k = parse_k(o.k) end
   if not MODES[o.mode] then error("specula.run: unknown mode '" .. tostring(o.mode) .. "'", 2) end
   local queries = {}

@@ -1,0 +1,73 @@
+/*
+ * sp_replay: reads the per-hop stage records the engine writes (in a Chrome
+ * trace or in a results JSONL file) and re-schedules them with a
+ * discrete-event simulation of the speculation window, so one recorded run
+ * answers "what would k = 1, 2, ..., inf have given?" (`specula replay`).
+ *
+ * Times are milliseconds. Only committed (true-path) hops are recorded; the
+ * simulation therefore models wrong-path nodes as inert slot holders.
+ */
+#ifndef SP_REPLAY_H
+#define SP_REPLAY_H
+#include <stddef.h>
+
+/* What happened to the speculator call of one hop. */
+typedef enum sp_replay_spec {
+  SP_REPLAY_NONE,      /* no speculator call was made (cannot be extended) */
+  SP_REPLAY_ACCEPTED,  /* a candidate was verified equal to the target result */
+  SP_REPLAY_REJECTED,  /* the speculator returned; no candidate was accepted */
+  SP_REPLAY_LATE,      /* the target returned before the speculator */
+  SP_REPLAY_ERROR      /* the speculator failed (replayed like rejected) */
+} sp_replay_spec;
+
+typedef struct sp_replay_hop {
+  double t_seg;        /* model segment (step) time */
+  double t_spec;       /* speculator time; < 0 when unknown (never returns) */
+  double t_target;     /* target tool time */
+  double t_update;     /* state update time */
+  double t_verify;     /* verifier time */
+  sp_replay_spec spec; /* recorded speculation outcome */
+  int rank;            /* 0-based confidence rank of the accepted candidate */
+} sp_replay_hop;
+
+typedef struct sp_replay_query {
+  char *id;            /* query id (NUL-terminated) */
+  char *mode;          /* recorded mode ("spechop", ...), or NULL if unknown */
+  int k;               /* recorded k: >= 1, -1 = inf, 0 = unknown */
+  int m;               /* speculator candidates per hop, >= 1 */
+  sp_replay_hop *hops; /* committed hops in order */
+  size_t n_hops;       /* number of hops (N) */
+  double final_seg;    /* time of the final step that produces the answer */
+} sp_replay_query;
+
+typedef struct sp_replay_set {
+  sp_replay_query *queries; /* loaded queries */
+  size_t n;                 /* number of queries */
+  char *mode;               /* mode shared by every query, NULL if unknown/mixed */
+  int k;                    /* k shared by every query (as in sp_replay_query), 0 if unknown/mixed */
+  char *warnings;           /* skipped lines/records, newline-terminated; NULL if none */
+  size_t n_warnings;        /* number of warnings (some may be elided from the text) */
+} sp_replay_set;
+
+/* Parses either shape (a Chrome trace object with a "specula" section, or
+   results JSONL). 0 on success with *out owned by the caller; -1 with a
+   message in err (naming the input and line) and *out = NULL. Never aborts
+   on bad input: this is the fuzzing entry point. */
+int sp_replay_load_buffer(const char *text, size_t len, sp_replay_set **out, char *err, size_t errlen);
+/* The same for a file; messages name the path. */
+int sp_replay_load_file(const char *path, sp_replay_set **out, char *err, size_t errlen);
+void sp_replay_set_free(sp_replay_set *s);
+
+/* Replays one query under mode "spechop" (continuous, Algorithm 1), "window"
+   (bounded window, Theorem 2) or "sequential" (k = 1); NULL = "spechop".
+   k < 0 means unbounded. Returns RelLat = wall / standard, where standard is
+   the hops run back to back: sum(t_seg + t_target + t_update) + final_seg.
+   wall_out/standard_out may be NULL. NaN for an unknown mode or k == 0. */
+double sp_replay_run(const sp_replay_query *q, const char *mode, int k, double *wall_out,
+                     double *standard_out);
+
+/* `specula replay FILE [--k LIST] [--mode M] [--json]`; argv[0] is the
+   subcommand name. Returns the exit status: 0 ok, 2 bad arguments or input. */
+int sp_replay_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,292 @@
+/* sp_theory: SpecHop latency theory (Corollaries 1, 3, 5; Theorem 4) and the
+   `specula theory` command. */
+#include "sp_theory.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Slack for ceil(): 5.999999999 from rounding must not become 6 -> 6, and an
+   exact integer must not round up to the next one. */
+#define SP_THEORY_CEIL_SLACK 1e-9
+
+static int sp_theory_ratios_ok(double alpha, double beta) {
+  return isfinite(alpha) && isfinite(beta) && alpha >= 0 && beta >= 0;
+}
+
+static int sp_theory_k_unbounded(double k) { return k < 0 || isinf(k); }
+
+double sp_theory_rel_lat_star(double p, double alpha, double beta) {
+  if (!(p >= 0 && p <= 1) || !sp_theory_ratios_ok(alpha, beta)) return NAN;
+  return 1.0 - p * (1.0 - alpha) / (1.0 + beta);
+}
+
+double sp_theory_rel_lat_k(double p, double alpha, double beta, double k) {
+  if (!(p >= 0 && p <= 1) || !sp_theory_ratios_ok(alpha, beta) || isnan(k)) return NAN;
+  if (sp_theory_k_unbounded(k)) return sp_theory_rel_lat_star(p, alpha, beta);
+  if (k < 1) return NAN;
+  /* inv_mu = 1/mu_k = (1-p)/(1-p^k); the p -> 1 limit is 1/k. expm1/log
+     keep 1 - p^k accurate when p is close to 1. */
+  double inv_mu;
+  if (p >= 1) inv_mu = 1.0 / k;
+  else if (p <= 0) inv_mu = 1.0;
+  else inv_mu = (1.0 - p) / -expm1(k * log(p));
+  return (beta + alpha + (1.0 - alpha) * inv_mu) / (1.0 + beta);
+}
+
+double sp_theory_k_det(double alpha, double beta) {
+  if (!sp_theory_ratios_ok(alpha, beta)) return NAN;
+  if (alpha + beta == 0) return INFINITY;
+  return (1.0 + beta) / (alpha + beta);
+}
+
+/* Standard normal CDF; erfc keeps the lower tail accurate. */
+static double sp_theory_phi(double x) { return 0.5 * erfc(-x / sqrt(2.0)); }
+
+/* Spread term sqrt(k a^2 + (k-1) b^2 + 1) of Theorem 4 / Corollary 5. The
+   radicand can only go negative for alpha > 1 (outside the model): clamp. */
+static double sp_theory_spread(double k, double alpha, double beta) {
+  double r = k * alpha * alpha + (k - 1.0) * beta * beta + 1.0;
+  return sqrt(r > 0 ? r : 0);
+}
+
+double sp_theory_p_starve(double k, double alpha, double beta, double nu) {
+  if (!sp_theory_ratios_ok(alpha, beta) || !(nu >= 0) || isinf(nu) || isnan(k)) return NAN;
+  if (sp_theory_k_unbounded(k)) return 0.0;
+  if (k < 1) return NAN;
+  double num = (1.0 + beta) - k * (alpha + beta);
+  double den = nu * sp_theory_spread(k, alpha, beta);
+  if (den == 0) return num > 0 ? 1.0 : num < 0 ? 0.0 : 0.5;  /* no volatility: a step */
+  return sp_theory_phi(num / den);
+}
+
+/* Lower half of the quantile, 0 < q <= 0.5: a rational approximation
+   (P. J. Acklam's coefficients, relative error ~1e-9) polished by one
+   Halley step against erfc, which brings it to near machine precision. */
+static double sp_theory_z_lower(double q) {
+  static const double a[6] = {-3.969683028665376e+01, 2.209460984245205e+02,
+                              -2.759285104469687e+02, 1.383577518672690e+02,
+                              -3.066479806614716e+01, 2.506628277459239e+00};
+  static const double b[5] = {-5.447609879822406e+01, 1.615858368580409e+02,
+                              -1.556989798598866e+02, 6.680131188771972e+01,
+                              -1.328068155288572e+01};
+  static const double c[6] = {-7.784894002430293e-03, -3.223964580411365e-01,
+                              -2.400758277161838e+00, -2.549732539343734e+00,
+                              4.374664141464968e+00, 2.938163982698783e+00};
+  static const double d[4] = {7.784695709041462e-03, 3.224671290700398e-01,
+                              2.445134137142996e+00, 3.754408661907416e+00};
+  double x;
+  if (q < 0.02425) {  /* tail: rational function of sqrt(-2 ln q) */
+    double t = sqrt(-2.0 * log(q));
+    double n = ((((c[0] * t + c[1]) * t + c[2]) * t + c[3]) * t + c[4]) * t + c[5];
+    double m = (((d[0] * t + d[1]) * t + d[2]) * t + d[3]) * t + 1.0;
+    x = n / m;
+  } else {            /* centre: rational function of (q - 1/2)^2 */
+    double u = q - 0.5, r = u * u;
+    double n = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * u;
+    double m = ((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1.0;
+    x = n / m;
+  }
+  /* Halley step on f(x) = Phi(x) - q: f/f' = e * sqrt(2 pi) * exp(x^2/2). */
+  double e = sp_theory_phi(x) - q;
+  double h = e * 2.5066282746310002 * exp(0.5 * x * x);  /* sqrt(2 pi) */
+  if (isfinite(h)) x -= h / (1.0 + 0.5 * x * h);
+  return x;
+}
+
+double sp_theory_z(double q) {
+  if (!(q >= 0 && q <= 1)) return NAN;
+  if (q == 0) return -INFINITY;
+  if (q == 1) return INFINITY;
+  /* Evaluate the upper half through the lower one: 1 - q is exact there,
+     the tail stays accurate, and z(1-q) = -z(q) holds bit for bit. */
+  if (q > 0.5) return -sp_theory_z_lower(1.0 - q);
+  return sp_theory_z_lower(q);
+}
+
+int sp_theory_k_eps(double alpha, double beta, double nu, double eps) {
+  if (!sp_theory_ratios_ok(alpha, beta) || !(nu >= 0) || isinf(nu)) return 0;
+  if (!(eps > 0 && eps < 1)) return 0;
+  if (alpha + beta == 0) return -1;
+  double kd = sp_theory_k_det(alpha, beta);
+  double z = -sp_theory_z(eps);  /* z_{1-eps}, from the accurate tail */
+  double v = kd + z * nu * sp_theory_spread(kd, alpha, beta) / (alpha + beta);
+  if (!(v < (double)INT_MAX)) return -1;
+  double k = ceil(v - SP_THEORY_CEIL_SLACK);
+  return k < 1 ? 1 : (int)k;
+}
+
+/* ---- the `specula theory` command ------------------------------------- */
+
+typedef struct sp_theory_args {
+  double p;      /* speculation success probability */
+  double alpha;  /* relative speculator latency */
+  double beta;   /* decoding-to-tool latency ratio */
+  double k;      /* threads to evaluate; INFINITY = unbounded */
+  double nu;     /* coefficient of variation bound */
+  double eps;    /* target starvation probability */
+  int have_p;    /* --p given */
+  int have_a;    /* --alpha given */
+  int have_b;    /* --beta given */
+  int have_k;    /* --k given (else k = k*_eps) */
+  int json;      /* --json */
+} sp_theory_args;
+
+#define SP_THEORY_USAGE \
+  "usage: specula theory --p P --alpha A --beta B [--k K|inf] [--nu V] [--eps E] [--json]\n"
+
+static void sp_theory_usage(FILE *f) {
+  fputs(SP_THEORY_USAGE
+        "  --p P       speculation success probability, 0 <= P <= 1\n"
+        "  --alpha A   E[T_spec]/E[T_target], A >= 0\n"
+        "  --beta B    E[T_seg]/E[T_target], B >= 0 (A + B > 0)\n"
+        "  --k K       threads for rel_lat_k and p_starve: integer >= 1 or inf\n"
+        "              (default: k*_eps)\n"
+        "  --nu V      coefficient of variation bound, V >= 0 (default 0.4)\n"
+        "  --eps E     starvation target, 0 < E < 1 (default 0.05)\n"
+        "  --json      print one JSON object\n",
+        f);
+}
+
+static int sp_theory_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sp_theory_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("specula theory: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  fputs(SP_THEORY_USAGE, stderr);
+  return 2;
+}
+
+static int sp_theory_parse_num(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v)) return -1;
+  *out = v;
+  return 0;
+}
+
+static int sp_theory_parse_k(const char *s, double *out) {
+  if (strcmp(s, "inf") == 0 || strcmp(s, "infinity") == 0) { *out = INFINITY; return 0; }
+  double v;
+  if (sp_theory_parse_num(s, &v) != 0 || v < 1 || v != floor(v) || v > INT_MAX) return -1;
+  *out = v;
+  return 0;
+}
+
+/* Parses argv into a; returns 0, 1 for --help, or 2 after printing an error. */
+static int sp_theory_parse(int argc, char **argv, sp_theory_args *a) {
+  memset(a, 0, sizeof *a);
+  a->nu = 0.4;
+  a->eps = 0.05;
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
+    if (strcmp(arg, "--json") == 0) { a->json = 1; continue; }
+    if (strncmp(arg, "--", 2) != 0) return sp_theory_fail("unexpected argument '%s'", arg);
+    /* --name value or --name=value */
+    char name[16];
+    const char *val, *eq = strchr(arg, '=');
+    size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (nlen >= sizeof name) return sp_theory_fail("unknown option '%s'", arg);
+    memcpy(name, arg, nlen);
+    name[nlen] = '\0';
+    if (eq) val = eq + 1;
+    else if (i + 1 < argc) val = argv[++i];
+    else val = NULL;
+    double v = 0;
+    if (strcmp(name, "--p") == 0 || strcmp(name, "--alpha") == 0 || strcmp(name, "--beta") == 0 ||
+        strcmp(name, "--nu") == 0 || strcmp(name, "--eps") == 0) {
+      if (!val) return sp_theory_fail("%s needs a value", name);
+      if (sp_theory_parse_num(val, &v) != 0)
+        return sp_theory_fail("%s: '%s' is not a finite number", name, val);
+    }
+    if (strcmp(name, "--p") == 0) {
+      if (v < 0 || v > 1) return sp_theory_fail("--p must be in [0, 1], got '%s'", val);
+      a->p = v; a->have_p = 1;
+    } else if (strcmp(name, "--alpha") == 0) {
+      if (v < 0) return sp_theory_fail("--alpha must be >= 0, got '%s'", val);
+      a->alpha = v; a->have_a = 1;
+    } else if (strcmp(name, "--beta") == 0) {
+      if (v < 0) return sp_theory_fail("--beta must be >= 0, got '%s'", val);
+      a->beta = v; a->have_b = 1;
+    } else if (strcmp(name, "--nu") == 0) {
+      if (v < 0) return sp_theory_fail("--nu must be >= 0, got '%s'", val);
+      a->nu = v;
+    } else if (strcmp(name, "--eps") == 0) {
+      if (v <= 0 || v >= 1) return sp_theory_fail("--eps must be in (0, 1), got '%s'", val);
+      a->eps = v;
+    } else if (strcmp(name, "--k") == 0) {
+      if (!val) return sp_theory_fail("%s needs a value", name);
+      if (sp_theory_parse_k(val, &a->k) != 0)
+        return sp_theory_fail("--k must be an integer >= 1 or 'inf', got '%s'", val);
+      a->have_k = 1;
+    } else {
+      return sp_theory_fail("unknown option '%s'", arg);
+    }
+  }
+  if (!a->have_p) return sp_theory_fail("missing --p (speculation success probability)");
+  if (!a->have_a) return sp_theory_fail("missing --alpha (E[T_spec]/E[T_target])");
+  if (!a->have_b) return sp_theory_fail("missing --beta (E[T_seg]/E[T_target])");
+  if (a->alpha + a->beta <= 0) return sp_theory_fail("--alpha + --beta must be > 0");
+  return 0;
+}
+
+/* k as text: an integer, or "inf". */
+static void sp_theory_fmt_k(char *out, size_t n, double k) {
+  if (isinf(k)) snprintf(out, n, "inf");
+  else snprintf(out, n, "%.0f", k);
+}
+
+/* "key":number, — or null for an overflowed extreme input: JSON has no inf/nan. */
+static void sp_theory_json_num(const char *key, double v) {
+  if (isfinite(v)) printf("\"%s\":%.12g,", key, v);
+  else printf("\"%s\":null,", key);
+}
+
+int sp_theory_main(int argc, char **argv) {
+  sp_theory_args a;
+  int rc = sp_theory_parse(argc, argv, &a);
+  if (rc == 1) { sp_theory_usage(stdout); return 0; }
+  if (rc != 0) return rc;
+
+  int k_eps = sp_theory_k_eps(a.alpha, a.beta, a.nu, a.eps);
+  double k = a.have_k ? a.k : (k_eps > 0 ? (double)k_eps : INFINITY);
+  double star = sp_theory_rel_lat_star(a.p, a.alpha, a.beta);
+  double rel_k = sp_theory_rel_lat_k(a.p, a.alpha, a.beta, k);
+  double k_det = sp_theory_k_det(a.alpha, a.beta);
+  double starve = sp_theory_p_starve(k, a.alpha, a.beta, a.nu);
+  char ks[32], keps[32];
+  sp_theory_fmt_k(ks, sizeof ks, k);
+  sp_theory_fmt_k(keps, sizeof keps, k_eps > 0 ? (double)k_eps : INFINITY);
+
+  if (a.json) {
+    /* k and k_eps are numbers, or the string "inf" when unbounded. */
+    printf("{\"p\":%.12g,\"alpha\":%.12g,\"beta\":%.12g,\"nu\":%.12g,\"eps\":%.12g,",
+           a.p, a.alpha, a.beta, a.nu, a.eps);
+    printf(isinf(k) ? "\"k\":\"%s\"," : "\"k\":%s,", ks);
+    printf("\"k_from\":\"%s\",", a.have_k ? "arg" : "k_eps");
+    sp_theory_json_num("rel_lat_star", star);
+    sp_theory_json_num("rel_lat_k", rel_k);
+    sp_theory_json_num("k_det", k_det);
+    sp_theory_json_num("p_starve", starve);
+    printf(k_eps > 0 ? "\"k_eps\":%s}\n" : "\"k_eps\":\"%s\"}\n", keps);
+    return 0;
+  }
+  printf("p = %g   alpha = %g   beta = %g   nu = %g   eps = %g   k = %s%s\n\n",
+         a.p, a.alpha, a.beta, a.nu, a.eps, ks, a.have_k ? "" : " (k*_eps)");
+  printf("  %-13s %10s   %s\n", "quantity", "value", "meaning");
+  printf("  %-13s %10.6f   %s\n", "rel_lat_star", star, "oracle relative latency (Cor. 1)");
+  printf("  %-13s %10.6f   relative latency, window of k = %s (Cor. 3)\n", "rel_lat_k", rel_k, ks);
+  printf("  %-13s %10.6f   (1+beta)/(alpha+beta) (Thm. 4)\n", "k_det", k_det);
+  printf("  %-13s %10.6f   starvation bound at k = %s, nu = %g (Thm. 4)\n", "p_starve", starve, ks, a.nu);
+  printf("  %-13s %10s   threads for p_starve <= %g (Cor. 5)\n", "k_eps", keps, a.eps);
+  return 0;
+}

@@ -1,0 +1,442 @@
+/* test_replay: the stage-record reader and the discrete-event re-scheduler,
+   against hand-derived schedules and against the theory. Standalone; exits
+   non-zero on any failure. */
+#define _POSIX_C_SOURCE 200809L
+#include "sp_replay.h"
+#include "sp_theory.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct tcount {
+  int run;     /* checks made */
+  int failed;  /* checks that failed */
+} tcount;
+
+static void check(tcount *t, int ok, const char *what) {
+  t->run++;
+  if (!ok) {
+    t->failed++;
+    fprintf(stderr, "FAIL %s\n", what);
+  }
+}
+
+static void near(tcount *t, const char *what, double got, double want, double tol) {
+  t->run++;
+  if (!(fabs(got - want) <= tol)) {
+    t->failed++;
+    fprintf(stderr, "FAIL %s: got %.17g, want %.17g (tol %g)\n", what, got, want, tol);
+  }
+}
+
+/* splitmix64: a tiny deterministic generator for the statistical checks. */
+static uint64_t rng_next(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static double rng_unit(uint64_t *s) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
+
+/* A query of n hops with fixed stage times, every hop accepted. */
+static sp_replay_query make_query(size_t n, double seg, double spec, double target, double final_seg) {
+  sp_replay_query q;
+  memset(&q, 0, sizeof q);
+  q.id = NULL;
+  q.m = 1;
+  q.n_hops = n;
+  q.hops = calloc(n ? n : 1, sizeof *q.hops);
+  for (size_t i = 0; i < n; i++) {
+    q.hops[i].t_seg = seg;
+    q.hops[i].t_spec = spec;
+    q.hops[i].t_target = target;
+    q.hops[i].spec = SP_REPLAY_ACCEPTED;
+  }
+  q.final_seg = final_seg;
+  return q;
+}
+
+static double wall_of(const sp_replay_query *q, const char *mode, int k) {
+  double w = NAN;
+  sp_replay_run(q, mode, k, &w, NULL);
+  return w;
+}
+
+/* Hand-derived schedules with t_seg 0.15, t_spec 0.2, t_target 1, final 0.15
+   (see the comments for the timelines). */
+static void test_hand_cases(tcount *t) {
+  /* wall[mode][k = 1, 2, 3, inf][N = 1, 2, 3] */
+  static const double spechop[4][3] = {
+      {1.30, 2.45, 3.60},  /* k=1: sequential, N * 1.15 + 0.15 */
+      {1.15, 1.50, 2.50},  /* k=2: the child can only extend after its parent commits */
+      {1.15, 1.50, 1.85},  /* k=3: node 2 extends when node 0 commits at 1.15 */
+      {1.15, 1.50, 1.85}}; /* inf: (N-1)*0.35 + 1.15 */
+  static const double window[4][3] = {
+      {1.30, 2.45, 3.60},
+      {1.15, 1.65, 2.65},  /* rounds of 2 hops: 2*0.15 + 0.2 + 1 = 1.5 each */
+      {1.15, 1.50, 2.00},  /* one round of 3 hops, then the final step at 1.85 */
+      {1.15, 1.50, 1.85}};
+  static const int ks[4] = {1, 2, 3, -1};
+  for (int ki = 0; ki < 4; ki++) {
+    for (size_t n = 1; n <= 3; n++) {
+      sp_replay_query q = make_query(n, 0.15, 0.2, 1.0, 0.15);
+      char what[96];
+      snprintf(what, sizeof what, "spechop k=%d N=%zu wall", ks[ki], n);
+      near(t, what, wall_of(&q, "spechop", ks[ki]), spechop[ki][n - 1], 1e-9);
+      snprintf(what, sizeof what, "window k=%d N=%zu wall", ks[ki], n);
+      near(t, what, wall_of(&q, "window", ks[ki]), window[ki][n - 1], 1e-9);
+      double w, st;
+      double r = sp_replay_run(&q, "sequential", 7, &w, &st);
+      snprintf(what, sizeof what, "sequential N=%zu is 1", n);
+      check(t, r == 1.0 && w == st, what);
+      free(q.hops);
+    }
+  }
+
+  /* N = 30, all accepted, k = inf: node i is created at 0.35 i, node 29's
+     target is back at 29 * 0.35 + 1.15 = 11.3, after the final step (10.65). */
+  sp_replay_query q = make_query(30, 0.15, 0.2, 1.0, 0.15);
+  double w, st;
+  double r = sp_replay_run(&q, "spechop", -1, &w, &st);
+  near(t, "N=30 inf wall", w, 30 * 0.35 + 0.8, 1e-9);
+  near(t, "N=30 standard", st, 30 * 1.15 + 0.15, 1e-9);
+  near(t, "N=30 inf RelLat", r, 11.3 / 34.65, 1e-12);
+  free(q.hops);
+
+  /* A rejected hop with verify time: N = 2, k = inf, t_verify 0.05.
+     Node 0's guess is wrong: verified at 1.2, roll back, node 1 steps
+     [1.2, 1.35], target back 2.35, verified 2.4; node 2 (final) is ready at 1.7. */
+  q = make_query(2, 0.15, 0.2, 1.0, 0.15);
+  q.hops[0].spec = SP_REPLAY_REJECTED;
+  q.hops[0].t_verify = q.hops[1].t_verify = 0.05;
+  near(t, "rejected + verify wall", wall_of(&q, "spechop", -1), 2.4, 1e-9);
+  /* k = 1 never verifies (nothing to compare), so it is exactly standard. */
+  check(t, sp_replay_run(&q, "spechop", 1, NULL, NULL) == 1.0, "k=1 ignores t_verify");
+  /* Late: the speculator takes 1.5 > t_target, so nothing is there to verify. */
+  q.hops[0].spec = SP_REPLAY_ACCEPTED;
+  q.hops[0].t_spec = 1.5;
+  near(t, "late speculator wall", wall_of(&q, "spechop", -1), 2.35, 1e-9);
+  free(q.hops);
+
+  /* t_update delays the child: N = 1, update 1.2 -> final ready at
+     0.35 + 1.2 + 0.15 = 1.7; standard 0.15 + 1 + 1.2 + 0.15 = 2.5. */
+  q = make_query(1, 0.15, 0.2, 1.0, 0.15);
+  q.hops[0].t_update = 1.2;
+  r = sp_replay_run(&q, "spechop", 2, &w, &st);
+  near(t, "t_update wall", w, 1.7, 1e-9);
+  near(t, "t_update standard", st, 2.5, 1e-12);
+  check(t, sp_replay_run(&q, "spechop", 1, NULL, NULL) == 1.0, "t_update k=1");
+  free(q.hops);
+
+  /* m = 2, hop 0 accepted at rank 1. At k = 2 only one child fits, the
+     wrong one: roll back at 1.15, node 1 steps [1.15, 1.3], its guess
+     (rank 0) makes node 2 at 1.5, node 1's target is back at 2.3. At k = 3
+     both fit: node 1 exists at 0.35, extends when node 0 commits (1.15),
+     node 2 ready at 1.5, node 1's target back at 1.5. */
+  q = make_query(2, 0.15, 0.2, 1.0, 0.15);
+  q.m = 2;
+  q.hops[0].rank = 1;
+  near(t, "m=2 k=2 wall", wall_of(&q, "spechop", 2), 2.3, 1e-9);
+  near(t, "m=2 k=3 wall", wall_of(&q, "spechop", 3), 1.5, 1e-9);
+  /* A hop without a speculator call is never extended. */
+  q.m = 1;
+  q.hops[0].rank = 0;
+  q.hops[0].spec = SP_REPLAY_NONE;
+  near(t, "spec none wall", wall_of(&q, "spechop", -1), 2.3, 1e-9);
+  free(q.hops);
+
+  /* No hops: the answer is the final step. */
+  q = make_query(0, 0, 0, 0, 0.5);
+  r = sp_replay_run(&q, "spechop", -1, &w, &st);
+  check(t, r == 1.0 && w == 0.5 && st == 0.5, "zero hops");
+  check(t, isnan(sp_replay_run(&q, "bogus", 2, NULL, NULL)), "unknown mode is NaN");
+  check(t, isnan(sp_replay_run(&q, "spechop", 0, NULL, NULL)), "k = 0 is NaN");
+  check(t, isnan(sp_replay_run(NULL, "spechop", 2, NULL, NULL)), "NULL query is NaN");
+  free(q.hops);
+}
+
+/* Random queries: outcomes accepted with probability p, latencies jittered
+   by +-jitter around (beta, alpha, 1). */
+static sp_replay_query random_query(uint64_t *rs, size_t n, double p, double alpha, double beta,
+                                    double jitter) {
+  sp_replay_query q = make_query(n, 0, 0, 0, 0);
+  for (size_t i = 0; i < n; i++) {
+    sp_replay_hop *h = &q.hops[i];
+    h->t_seg = beta * (1 + jitter * (2 * rng_unit(rs) - 1));
+    h->t_spec = alpha * (1 + jitter * (2 * rng_unit(rs) - 1));
+    h->t_target = 1 + jitter * (2 * rng_unit(rs) - 1);
+    h->spec = rng_unit(rs) < p ? SP_REPLAY_ACCEPTED : SP_REPLAY_REJECTED;
+  }
+  q.final_seg = beta;
+  return q;
+}
+
+static double mean_rel_lat(uint64_t seed, const char *mode, int k, double p, double alpha, double beta,
+                           double jitter) {
+  uint64_t rs = seed;
+  double sum = 0;
+  const int nq = 100;
+  for (int i = 0; i < nq; i++) {
+    sp_replay_query q = random_query(&rs, 300, p, alpha, beta, jitter);
+    sum += sp_replay_run(&q, mode, k, NULL, NULL);
+    free(q.hops);
+  }
+  return sum / nq;
+}
+
+static void test_theory_agreement(tcount *t) {
+  static const double cases[][3] = {{0.5, 0.2, 0.15}, {0.8, 0.2, 0.15}, {0.3, 0.3, 0.75},
+                                    {0.68, 0.19, 0.10}, {0.95, 0.05, 0.1}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    double p = cases[c][0], a = cases[c][1], b = cases[c][2];
+    char what[128];
+    double star = sp_theory_rel_lat_star(p, a, b);
+    snprintf(what, sizeof what, "spechop inf ~ Cor. 1 (p %g a %g b %g)", p, a, b);
+    near(t, what, mean_rel_lat(42 + c, "spechop", -1, p, a, b, 0), star, 0.02);
+    snprintf(what, sizeof what, "spechop inf jittered ~ Cor. 1 (p %g a %g b %g)", p, a, b);
+    near(t, what, mean_rel_lat(77 + c, "spechop", -1, p, a, b, 0.1), star, 0.02);
+    for (int k = 2; k <= 3; k++) {
+      double cor3 = sp_theory_rel_lat_k(p, a, b, k);
+      snprintf(what, sizeof what, "window k=%d ~ Cor. 3 (p %g a %g b %g)", k, p, a, b);
+      near(t, what, mean_rel_lat(99 + c, "window", k, p, a, b, 0), cor3, 0.02);
+      /* Continuous speculation is never worse than the bounded window. */
+      double cont = mean_rel_lat(99 + c, "spechop", k, p, a, b, 0);
+      snprintf(what, sizeof what, "spechop k=%d <= window k=%d", k, k);
+      check(t, cont <= mean_rel_lat(99 + c, "window", k, p, a, b, 0) + 1e-12, what);
+    }
+  }
+  /* k = 1 is exactly the sequential run, whatever the latencies. */
+  uint64_t rs = 7;
+  int exact = 1, monotone = 1;
+  for (int i = 0; i < 200; i++) {
+    sp_replay_query q = random_query(&rs, (size_t)(1 + i % 40), 0.6, 0.2, 0.3, 0.9);
+    for (size_t j = 0; j < q.n_hops; j++) q.hops[j].t_update = rng_unit(&rs) * 0.01;
+    /* More threads never hurt while verification is free. (With a verify
+       cost they can: a guess that arrives in time and is rejected costs
+       t_verify, a late one costs nothing.) */
+    double prev = 1.0;
+    for (int k = 2; k <= 6; k++) {
+      double r = sp_replay_run(&q, "spechop", k, NULL, NULL);
+      if (!(r <= prev + 1e-12)) monotone = 0;
+      prev = r;
+    }
+    for (size_t j = 0; j < q.n_hops; j++) q.hops[j].t_verify = rng_unit(&rs) * 0.01;
+    double w, st;
+    if (sp_replay_run(&q, "spechop", 1, &w, &st) != 1.0 || w != st) exact = 0;
+    if (sp_replay_run(&q, "window", 1, NULL, NULL) != 1.0) exact = 0;
+    free(q.hops);
+  }
+  check(t, exact, "k=1 is exactly 1.0");
+  check(t, monotone, "RelLat is non-increasing in k (t_verify = 0)");
+}
+
+static const char *TRACE =
+    "{\"traceEvents\": [{\"name\": \"model\", \"ph\": \"X\", \"ts\": 0, \"dur\": 12000, \"pid\": 1, \"tid\": 1}],\n"
+    " \"specula\": {\"version\": 1, \"queries\": [\n"
+    "  {\"id\": \"q1\", \"mode\": \"spechop\", \"k\": 3, \"m\": 1,\n"
+    "   \"hops\": [{\"t_seg\": 0.15, \"t_spec\": 0.2, \"t_target\": 1, \"t_update\": 0, \"t_verify\": 0,\n"
+    "              \"spec\": \"accepted\", \"rank\": 0},\n"
+    "             {\"t_seg\": 0.15, \"t_spec\": 0.2, \"t_target\": 1, \"spec\": \"accepted\"},\n"
+    "             {\"t_seg\": 0.15, \"t_spec\": null, \"t_target\": 1, \"spec\": \"none\"}],\n"
+    "   \"final_seg\": 0.15},\n"
+    "  {\"id\": \"q2\", \"mode\": \"spechop\", \"k\": 3,\n"
+    "   \"hops\": [{\"t_seg\": 1, \"t_spec\": 2, \"t_target\": 3, \"spec\": \"late\"},\n"
+    "             {\"t_seg\": 1, \"t_target\": 3, \"spec\": \"error\"},\n"
+    "             {\"t_seg\": 1, \"t_spec\": 0.5, \"t_target\": 3, \"spec\": \"rejected\"}],\n"
+    "   \"final_seg\": 2}\n"
+    " ]}}\n";
+
+static const char *JSONL =
+    "{\"id\": \"a\", \"answer\": \"x\", \"stages\": {\"hops\": [{\"t_seg\": 0.15, \"t_spec\": 0.2, "
+    "\"t_target\": 1, \"spec\": \"accepted\", \"rank\": 0}], \"final_seg\": 0.15}, \"k\": \"inf\", "
+    "\"mode\": \"window\"}\r\n"
+    "\n"
+    "{\"id\": \"b\", \"answer\": \"y\"}\n"
+    "{\"id\": \"c\", \"stages\": {\"hops\": [], \"final_seg\": 4}}\n"
+    "{\"id\": \"d\", \"stages\": {\"hops\": [ }\n"
+    "{\"id\": 17, \"stages\": {\"hops\": [{\"t_seg\": 1, \"t_target\": 2, \"spec\": \"none\"}], \"final_seg\": 1}}\n";
+
+static void test_shapes(tcount *t) {
+  char err[512];
+  sp_replay_set *set = NULL;
+  int rc = sp_replay_load_buffer(TRACE, strlen(TRACE), &set, err, sizeof err);
+  check(t, rc == 0 && set, "trace shape loads");
+  if (rc == 0) {
+    check(t, set->n == 2, "trace: two queries");
+    check(t, strcmp(set->queries[0].id, "q1") == 0 && set->queries[0].n_hops == 3, "trace: q1 hops");
+    check(t, set->k == 3 && set->mode && strcmp(set->mode, "spechop") == 0, "trace: common k and mode");
+    check(t, set->queries[0].hops[2].spec == SP_REPLAY_NONE && set->queries[0].hops[2].t_spec < 0,
+          "trace: spec none");
+    check(t, set->queries[1].hops[1].spec == SP_REPLAY_ERROR && set->queries[1].hops[1].t_spec < 0,
+          "trace: error without t_spec");
+    check(t, set->queries[1].m == 1 && set->n_warnings == 0, "trace: defaults, no warnings");
+    /* q1 at k = inf: nodes 0, 1, 2 exist at 0, 0.35, 0.7; node 2 has no
+       speculator, so node 3 comes from node 2's target (1.85). */
+    near(t, "trace q1 k=inf", wall_of(&set->queries[0], "spechop", -1), 1.85 + 0.15, 1e-9);
+    /* q2: nothing can be committed: it is the sequential run (+ nothing). */
+    double w, st;
+    sp_replay_run(&set->queries[1], "spechop", -1, &w, &st);
+    near(t, "trace q2 wall == standard", w, st, 1e-12);
+    sp_replay_set_free(set);
+  } else {
+    fprintf(stderr, "  %s\n", err);
+  }
+
+  set = NULL;
+  rc = sp_replay_load_buffer(JSONL, strlen(JSONL), &set, err, sizeof err);
+  check(t, rc == 0 && set, "JSONL shape loads");
+  if (rc == 0) {
+    check(t, set->n == 3, "JSONL: three usable lines");
+    check(t, strcmp(set->queries[0].id, "a") == 0 && set->queries[0].k == -1 &&
+                 strcmp(set->queries[0].mode, "window") == 0,
+          "JSONL: line 1 with k inf and mode");
+    check(t, strcmp(set->queries[1].id, "c") == 0 && set->queries[1].n_hops == 0, "JSONL: empty hops");
+    check(t, strcmp(set->queries[2].id, "17") == 0, "JSONL: numeric id");
+    check(t, set->n_warnings == 2, "JSONL: two warnings");
+    check(t, set->warnings && strstr(set->warnings, "input:3:") && strstr(set->warnings, "\"stages\""),
+          "JSONL: missing stages warned with line");
+    check(t, set->warnings && strstr(set->warnings, "input:5:") && strstr(set->warnings, "JSON"),
+          "JSONL: malformed line warned with line");
+    check(t, set->k == 0 && set->mode == NULL, "JSONL: mixed k/mode is unknown");
+    near(t, "JSONL a k=inf", wall_of(&set->queries[0], "spechop", -1), 1.15, 1e-9);
+    sp_replay_set_free(set);
+  } else {
+    fprintf(stderr, "  %s\n", err);
+  }
+
+  /* A single results line without a trailing newline is one JSON object. */
+  const char *one = "{\"id\":\"z\",\"stages\":{\"hops\":[],\"final_seg\":1}}";
+  set = NULL;
+  check(t, sp_replay_load_buffer(one, strlen(one), &set, err, sizeof err) == 0 && set && set->n == 1,
+        "single-line JSONL");
+  sp_replay_set_free(set);
+}
+
+static void test_malformed(tcount *t) {
+  static const char *bad[] = {
+      "",
+      "   \n\n",
+      "[1, 2, 3]",
+      "[{\"name\": \"x\", \"ph\": \"X\"}]",
+      "42",
+      "{\"traceEvents\": []}",
+      "{\"traceEvents\": [], \"specula\": 3}",
+      "{\"traceEvents\": [], \"specula\": {\"version\": 2, \"queries\": []}}",
+      "{\"traceEvents\": [], \"specula\": {\"version\": 1}}",
+      "{\"traceEvents\": [], \"specula\": {\"version\": 1, \"queries\": []}}",
+      "{\"traceEvents\": [], \"specula\": {\"queries\": [{\"id\": \"q\", \"hops\": 3, \"final_seg\": 1}]}}",
+      "{\"specula\": {\"queries\": [{\"id\": \"q\", \"hops\": [{\"t_seg\": -1, \"t_target\": 1}], \"final_seg\": 1}]}}",
+      "{\"specula\": {\"queries\": [{\"id\": \"q\", \"hops\": [{\"t_seg\": 1, \"t_target\": \"1\"}], \"final_seg\": 1}]}}",
+      "{\"specula\": {\"queries\": [{\"id\": \"q\", \"hops\": [{\"t_seg\": 1, \"t_target\": 1, \"spec\": \"maybe\"}], \"final_seg\": 1}]}}",
+      "{\"specula\": {\"queries\": [{\"id\": \"q\", \"hops\": [{\"t_seg\": 1, \"t_target\": 1, \"spec\": \"accepted\"}], \"final_seg\": 1}]}}",
+      "{\"specula\": {\"queries\": [{\"id\": \"q\", \"hops\": [{\"t_seg\": 1, \"t_target\": 1, \"rank\": 1.5}], \"final_seg\": 1}]}}",
+      "{\"specula\": {\"queries\": [{\"id\": \"q\", \"hops\": [], \"final_seg\": 1, \"m\": 0}]}}",
+      "{\"specula\": {\"queries\": [{\"id\": \"q\", \"hops\": [], \"final_seg\": 1, \"k\": 0}]}}",
+      "{\"specula\": {\"queries\": [{\"id\": \"q\", \"hops\": []}]}}",
+      "{\"specula\": {\"queries\": [{\"id\": \"q\", \"hops\": [], \"final_seg\": 1e300}]}}",
+      "{\"id\": \"x\", \"answer\": 1}",
+      "{\"id\": \"x\", \"stages\": [1]}\n{\"id\": \"y\"}\n",
+      "{\"traceEvents\": [\n{\"name\": \"x\"},\n",
+      "not json at all\nnor this\n",
+      "\xEF\xBB\xBF",
+      "{\"id\": \"x\", \"stages\": {\"hops\": [{\"t_seg\": 1, \"t_target\": 1, \"t_spec\": 1e13}], \"final_seg\": 1}}",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char err[512] = "";
+    sp_replay_set *set = (sp_replay_set *)1;  /* must be reset */
+    int rc = sp_replay_load_buffer(bad[i], strlen(bad[i]), &set, err, sizeof err);
+    char what[64];
+    snprintf(what, sizeof what, "malformed input %zu is rejected", i);
+    check(t, rc == -1 && set == NULL, what);
+    snprintf(what, sizeof what, "malformed input %zu names the input", i);
+    check(t, strncmp(err, "input", 5) == 0 && strlen(err) > 10, what);
+    if (getenv("SP_TEST_VERBOSE")) fprintf(stderr, "  [%zu] %s\n", i, err);
+    if (rc == 0) sp_replay_set_free(set);
+  }
+  /* A tiny err buffer truncates, a NULL one is allowed. */
+  char tiny[8];
+  sp_replay_set *set = NULL;
+  check(t, sp_replay_load_buffer("x", 1, &set, tiny, sizeof tiny) == -1 && strlen(tiny) < 8, "tiny err");
+  check(t, sp_replay_load_buffer("x", 1, &set, NULL, 0) == -1, "NULL err");
+  check(t, sp_replay_load_buffer(NULL, 5, &set, NULL, 0) == -1, "NULL text");
+
+  /* Every prefix of valid inputs either loads or fails cleanly. */
+  const char *texts[] = {TRACE, JSONL};
+  for (size_t j = 0; j < 2; j++) {
+    size_t len = strlen(texts[j]);
+    for (size_t cut = 0; cut <= len; cut++) {
+      char *copy = malloc(cut ? cut : 1);  /* exact size: ASan sees any over-read */
+      memcpy(copy, texts[j], cut);
+      char err[256];
+      sp_replay_set *s = NULL;
+      if (sp_replay_load_buffer(copy, cut, &s, err, sizeof err) == 0) {
+        for (size_t q = 0; q < s->n; q++) {
+          sp_replay_run(&s->queries[q], "spechop", 3, NULL, NULL);
+          sp_replay_run(&s->queries[q], "window", -1, NULL, NULL);
+        }
+        sp_replay_set_free(s);
+      }
+      free(copy);
+    }
+  }
+  check(t, 1, "prefixes do not crash");
+}
+
+static void test_files_and_cli(tcount *t) {
+  char path[] = "/tmp/sp_test_replay_XXXXXX";
+  int fd = mkstemp(path);
+  check(t, fd >= 0, "mkstemp");
+  if (fd < 0) return;
+  size_t len = strlen(TRACE);
+  check(t, write(fd, TRACE, len) == (ssize_t)len, "write temp trace");
+  close(fd);
+
+  char err[512];
+  sp_replay_set *set = NULL;
+  check(t, sp_replay_load_file(path, &set, err, sizeof err) == 0 && set && set->n == 2, "load_file");
+  sp_replay_set_free(set);
+  set = NULL;
+  check(t, sp_replay_load_file("/nonexistent/trace.json", &set, err, sizeof err) == -1 &&
+               strstr(err, "/nonexistent/trace.json") && set == NULL,
+        "missing file names the path");
+  check(t, sp_replay_load_file("/tmp", &set, err, sizeof err) == -1 && strstr(err, "/tmp"),
+        "a directory is an error");
+
+  /* The command: output goes to stdout, errors to stderr. */
+  char *ok1[] = {"replay", path, "--k", "1,2,3,inf", NULL};
+  check(t, sp_replay_main(4, ok1) == 0, "replay table");
+  char *ok2[] = {"replay", path, "--mode=window", "--json", NULL};
+  check(t, sp_replay_main(4, ok2) == 0, "replay --json");
+  char *ok3[] = {"replay", "--mode", "sequential", path, NULL};
+  check(t, sp_replay_main(4, ok3) == 0, "replay sequential");
+  char *bad1[] = {"replay", NULL};
+  check(t, sp_replay_main(1, bad1) == 2, "replay without FILE");
+  char *bad2[] = {"replay", path, "--k", "0", NULL};
+  check(t, sp_replay_main(4, bad2) == 2, "replay --k 0");
+  char *bad3[] = {"replay", path, "--k", "1,,2", NULL};
+  check(t, sp_replay_main(4, bad3) == 2, "replay --k 1,,2");
+  char *bad4[] = {"replay", path, "--mode", "turbo", NULL};
+  check(t, sp_replay_main(4, bad4) == 2, "replay --mode turbo");
+  char *bad5[] = {"replay", "/nonexistent/x.json", NULL};
+  check(t, sp_replay_main(2, bad5) == 2, "replay missing file");
+  char *bad6[] = {"replay", path, "--frobnicate", NULL};
+  check(t, sp_replay_main(3, bad6) == 2, "replay unknown option");
+  char *bad7[] = {"replay", path, "--k", NULL};
+  check(t, sp_replay_main(3, bad7) == 2, "replay --k without value");
+  unlink(path);
+}
+
+int main(void) {
+  tcount t = {0, 0};
+  test_hand_cases(&t);
+  test_theory_agreement(&t);
+  test_shapes(&t);
+  test_malformed(&t);
+  test_files_and_cli(&t);
+  printf("test_replay: %d checks, %d failed\n", t.run, t.failed);
+  return t.failed ? 1 : 0;
+}
