@@ -9,6 +9,8 @@ local type, pairs, ipairs, tostring, select, setmetatable, getmetatable, error =
   type, pairs, ipairs, tostring, select, setmetatable, getmetatable, error
 local sort, concat = table.sort, table.concat
 local now = sched.now
+-- Mistakes the adapter detects are reported without its own traceback.
+local plain = sched.plain_error
 
 local M = {}
 
@@ -110,8 +112,8 @@ function M.adapter(agent, opts)
   end
 
   local function malformed(got, why)
-    error("step (" .. step_where .. ") returned " .. why .. "; expected { action = { tool = NAME, args = {...} } }"
-      .. " or { final = ANSWER }, got " .. (type(got) == "table" and "a table" or type(got)), 0)
+    plain("step (" .. step_where .. ") returned " .. why .. "; expected { action = { tool = NAME, args = {...} } }"
+      .. " or { final = ANSWER }, got " .. (type(got) == "table" and "a table" or type(got)))
   end
 
   -- step() and what the window needs to know about its result.
@@ -131,8 +133,8 @@ function M.adapter(agent, opts)
       local known = {}
       for k in pairs(tools) do known[#known + 1] = k end
       sort(known)
-      error("step (" .. step_where .. ") chose unknown tool '" .. name .. "' (known: "
-        .. concat(known, ", ") .. ")", 0)
+      plain("step (" .. step_where .. ") chose unknown tool '" .. name .. "' (known: "
+        .. concat(known, ", ") .. ")")
     end
     if a.args == nil then a.args = {} end
     if type(a.args) ~= "table" then malformed(s, "action.args that is not a table") end
@@ -141,8 +143,8 @@ function M.adapter(agent, opts)
       local d = decide(name, a.args, ctx)
       hint = DECISION[d]
       if hint == nil then
-        error("policy decide() returned '" .. tostring(d) .. "' for tool '" .. name
-          .. "'; expected full, warmup or forbid", 0)
+        plain("policy decide() returned '" .. tostring(d) .. "' for tool '" .. name
+          .. "'; expected full, warmup or forbid")
       end
     end
     return 1, s, name, hint, (t.speculate ~= nil or agent_spec ~= nil)
@@ -154,7 +156,7 @@ function M.adapter(agent, opts)
     local ctx = mkctx(qctx, 0, false)
     local t0 = now()
     local state = init_fn(qctx.query, ctx)
-    if state == nil then error("init (" .. where(init_fn) .. ") returned nil", 0) end
+    if state == nil then plain("init (" .. where(init_fn) .. ") returned nil") end
     local t1 = now()
     local kind, s, tool, hint, can = do_step(state, ctx)
     return state, kind, s, tool, hint, t1 - t0, now() - t1, can
@@ -169,9 +171,9 @@ function M.adapter(agent, opts)
     local s2 = update_fn(state, step, obs, ctx)
     local t1 = now()
     if before and canonical(state) ~= before then
-      error("update (" .. update_where .. ") mutated its input state; update must return a new state", 0)
+      plain("update (" .. update_where .. ") mutated its input state; update must return a new state")
     end
-    if s2 == nil then error("update (" .. update_where .. ") returned nil", 0) end
+    if s2 == nil then plain("update (" .. update_where .. ") returned nil") end
     local kind, s, tool, hint, can = do_step(s2, ctx)
     return s2, kind, s, tool, hint, t1 - t0, now() - t1, can
   end

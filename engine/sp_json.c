@@ -1,0 +1,580 @@
+/* Strict JSON parser into an arena-allocated tree, and the canonical encoder
+ * (rules in sp_json.h). Recursive descent; the depth limit bounds recursion.
+ * Children of an open container are collected on a scratch stack and copied
+ * into the arena, exactly sized, when the container closes. */
+#include "sp_json.h"
+#include <stdalign.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SP_JSON_MAX_DEPTH 256
+
+typedef struct sp_json_member sp_json_member;
+
+struct sp_json {
+  sp_json_type type;  /* which union member is live */
+  size_t n;           /* string bytes, or array/object element count */
+  union {
+    double num;                /* SP_JSON_NUMBER */
+    char *str;                 /* SP_JSON_STRING: decoded, NUL-terminated */
+    sp_json *items;            /* SP_JSON_ARRAY: n elements */
+    sp_json_member *members;   /* SP_JSON_OBJECT: n members in source order */
+  } u;
+};
+
+struct sp_json_member {
+  char *key;       /* decoded key, NUL-terminated */
+  size_t key_len;  /* bytes in key */
+  sp_json val;     /* the member's value */
+};
+
+/* One arena block; its payload follows the (aligned) header. */
+typedef struct sp_json_chunk {
+  struct sp_json_chunk *next;  /* previously filled block */
+  size_t used;                 /* payload bytes handed out */
+  size_t cap;                  /* payload bytes available */
+} sp_json_chunk;
+
+#define SP_JSON_ALIGN (alignof(sp_json))
+#define SP_JSON_HDR ((sizeof(sp_json_chunk) + SP_JSON_ALIGN - 1) & ~(SP_JSON_ALIGN - 1))
+
+/* What sp_json_parse returns: the root first, so the pointer converts back. */
+typedef struct sp_json_doc {
+  sp_json root;           /* the value handed to the caller */
+  sp_json_chunk *chunks;  /* arena blocks holding every other node and string */
+} sp_json_doc;
+
+typedef struct sp_json_parser {
+  const unsigned char *s;  /* input */
+  size_t len;              /* input bytes */
+  size_t pos;              /* next byte to read */
+  int depth;               /* open arrays/objects */
+  sp_json_doc *doc;        /* owner of the arena */
+  sp_buf items;            /* stack of sp_json: elements of open arrays */
+  sp_buf members;          /* stack of sp_json_member: members of open objects */
+  sp_buf scratch;          /* decoded string or number text being built */
+  char *err;               /* caller's error buffer */
+  size_t errlen;           /* its size */
+} sp_json_parser;
+
+static int sp_json_fail(sp_json_parser *p, const char *what, size_t at) {
+  if (p->errlen) snprintf(p->err, p->errlen, "JSON: %s at byte %zu", what, at);
+  return -1;
+}
+
+static void *sp_json_alloc(sp_json_parser *p, size_t n) {
+  n = (n + SP_JSON_ALIGN - 1) & ~(SP_JSON_ALIGN - 1);
+  sp_json_chunk *c = p->doc->chunks;
+  if (!c || c->cap - c->used < n) {
+    /* blocks grow with the input so a big document needs few of them */
+    size_t cap = c ? c->cap * 2 : (p->len < 2048 ? 4096 : p->len * 2);
+    if (cap < n) cap = n;
+    if (cap > SIZE_MAX - SP_JSON_HDR) return NULL;
+    sp_json_chunk *nc = malloc(SP_JSON_HDR + cap);
+    if (!nc) return NULL;
+    nc->next = c;
+    nc->used = 0;
+    nc->cap = cap;
+    p->doc->chunks = nc;
+    c = nc;
+  }
+  void *r = (char *)c + SP_JSON_HDR + c->used;
+  c->used += n;
+  return r;
+}
+
+static char *sp_json_strdup(sp_json_parser *p, const void *src, size_t n) {
+  char *r = sp_json_alloc(p, n + 1);
+  if (!r) return NULL;
+  if (n) memcpy(r, src, n);
+  r[n] = '\0';
+  return r;
+}
+
+static void sp_json_skip_ws(sp_json_parser *p) {
+  while (p->pos < p->len) {
+    unsigned char c = p->s[p->pos];
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+    p->pos++;
+  }
+}
+
+/* Length of the valid UTF-8 sequence at s (avail bytes readable), 0 if invalid:
+ * rejects overlong forms, surrogates and code points above U+10FFFF. */
+static size_t sp_json_utf8_seq(const unsigned char *s, size_t avail) {
+  unsigned c = s[0];
+  if (c < 0x80) return 1;
+  if (c < 0xC2) return 0;
+  if (c < 0xE0) return avail >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
+  if (c < 0xF0) {
+    unsigned lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    if (avail < 3 || s[1] < lo || s[1] > hi || (s[2] & 0xC0) != 0x80) return 0;
+    return 3;
+  }
+  if (c < 0xF5) {
+    unsigned lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    if (avail < 4 || s[1] < lo || s[1] > hi || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
+      return 0;
+    return 4;
+  }
+  return 0;
+}
+
+static int sp_json_hex4(const unsigned char *s, unsigned *out) {
+  unsigned v = 0;
+  for (int i = 0; i < 4; i++) {
+    unsigned c = s[i], d;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    else return -1;
+    v = v << 4 | d;
+  }
+  *out = v;
+  return 0;
+}
+
+static int sp_json_put_utf8(sp_buf *b, unsigned cp) {
+  char u[4];
+  size_t n;
+  if (cp < 0x80) { u[0] = (char)cp; n = 1; }
+  else if (cp < 0x800) { u[0] = (char)(0xC0 | cp >> 6); u[1] = (char)(0x80 | (cp & 0x3F)); n = 2; }
+  else if (cp < 0x10000) {
+    u[0] = (char)(0xE0 | cp >> 12); u[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+    u[2] = (char)(0x80 | (cp & 0x3F)); n = 3;
+  } else {
+    u[0] = (char)(0xF0 | cp >> 18); u[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+    u[2] = (char)(0x80 | (cp >> 6 & 0x3F)); u[3] = (char)(0x80 | (cp & 0x3F)); n = 4;
+  }
+  return sp_buf_append(b, u, n);
+}
+
+/* Decodes the escape at p->pos (just past the backslash) into scratch. */
+static int sp_json_escape(sp_json_parser *p) {
+  size_t at = p->pos - 1;
+  if (p->pos >= p->len) return sp_json_fail(p, "unterminated string", p->len);
+  unsigned char c = p->s[p->pos++];
+  char plain;
+  switch (c) {
+    case '"': plain = '"'; break;
+    case '\\': plain = '\\'; break;
+    case '/': plain = '/'; break;
+    case 'b': plain = '\b'; break;
+    case 'f': plain = '\f'; break;
+    case 'n': plain = '\n'; break;
+    case 'r': plain = '\r'; break;
+    case 't': plain = '\t'; break;
+    case 'u': {
+      unsigned cp, lo;
+      if (p->len - p->pos < 4 || sp_json_hex4(p->s + p->pos, &cp) != 0)
+        return sp_json_fail(p, "invalid \\u escape", at);
+      p->pos += 4;
+      if (cp >= 0xDC00 && cp <= 0xDFFF) return sp_json_fail(p, "lone surrogate in \\u escape", at);
+      if (cp >= 0xD800 && cp <= 0xDBFF) {
+        if (p->len - p->pos < 6 || p->s[p->pos] != '\\' || p->s[p->pos + 1] != 'u' ||
+            sp_json_hex4(p->s + p->pos + 2, &lo) != 0 || lo < 0xDC00 || lo > 0xDFFF)
+          return sp_json_fail(p, "lone surrogate in \\u escape", at);
+        p->pos += 6;
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+      }
+      if (sp_json_put_utf8(&p->scratch, cp) != 0) return sp_json_fail(p, "out of memory", at);
+      return 0;
+    }
+    default:
+      return sp_json_fail(p, "invalid escape in string", at);
+  }
+  if (sp_buf_putc(&p->scratch, plain) != 0) return sp_json_fail(p, "out of memory", at);
+  return 0;
+}
+
+/* Parses the string whose opening quote is at p->pos into the arena. Runs of
+ * plain bytes are copied in one go; an escape-free string is copied once. */
+static int sp_json_string_at(sp_json_parser *p, char **out, size_t *out_len) {
+  size_t open = p->pos++;
+  size_t run = p->pos;  /* start of the current run of plain bytes */
+  int escaped = 0;
+  for (;;) {
+    if (p->pos >= p->len) return sp_json_fail(p, "unterminated string", open);
+    unsigned char c = p->s[p->pos];
+    if (c == '"') break;
+    if (c == '\\') {
+      if (!escaped) { sp_buf_reset(&p->scratch); escaped = 1; }
+      if (sp_buf_append(&p->scratch, p->s + run, p->pos - run) != 0)
+        return sp_json_fail(p, "out of memory", p->pos);
+      p->pos++;
+      if (sp_json_escape(p) != 0) return -1;
+      run = p->pos;
+    } else if (c < 0x20) {
+      return sp_json_fail(p, "control character in string", p->pos);
+    } else if (c < 0x80) {
+      p->pos++;
+    } else {
+      size_t n = sp_json_utf8_seq(p->s + p->pos, p->len - p->pos);
+      if (!n) return sp_json_fail(p, "invalid UTF-8 in string", p->pos);
+      p->pos += n;
+    }
+  }
+  const void *src = p->s + run;
+  size_t n = p->pos - run;
+  if (escaped) {
+    if (sp_buf_append(&p->scratch, src, n) != 0) return sp_json_fail(p, "out of memory", p->pos);
+    src = p->scratch.data;
+    n = p->scratch.len;
+  }
+  p->pos++;  /* closing quote */
+  *out = sp_json_strdup(p, src, n);
+  *out_len = n;
+  return *out ? 0 : sp_json_fail(p, "out of memory", open);
+}
+
+static int sp_json_is_digit(const sp_json_parser *p) {
+  return p->pos < p->len && p->s[p->pos] >= '0' && p->s[p->pos] <= '9';
+}
+
+static int sp_json_number_at(sp_json_parser *p, sp_json *v) {
+  size_t start = p->pos;
+  if (p->s[p->pos] == '-') p->pos++;
+  if (!sp_json_is_digit(p)) return sp_json_fail(p, "invalid number", start);
+  if (p->s[p->pos] == '0') {
+    p->pos++;
+    if (sp_json_is_digit(p)) return sp_json_fail(p, "leading zero in number", start);
+  } else {
+    while (sp_json_is_digit(p)) p->pos++;
+  }
+  if (p->pos < p->len && p->s[p->pos] == '.') {
+    p->pos++;
+    if (!sp_json_is_digit(p)) return sp_json_fail(p, "expected digit after '.'", p->pos);
+    while (sp_json_is_digit(p)) p->pos++;
+  }
+  if (p->pos < p->len && (p->s[p->pos] == 'e' || p->s[p->pos] == 'E')) {
+    p->pos++;
+    if (p->pos < p->len && (p->s[p->pos] == '+' || p->s[p->pos] == '-')) p->pos++;
+    if (!sp_json_is_digit(p)) return sp_json_fail(p, "expected digit in exponent", p->pos);
+    while (sp_json_is_digit(p)) p->pos++;
+  }
+  /* strtod needs a terminator the input may lack: convert from a copy */
+  size_t n = p->pos - start;
+  char small[64];
+  const char *txt;
+  if (n < sizeof small) {
+    memcpy(small, p->s + start, n);
+    small[n] = '\0';
+    txt = small;
+  } else {
+    sp_buf_reset(&p->scratch);
+    if (sp_buf_append(&p->scratch, p->s + start, n) != 0) return sp_json_fail(p, "out of memory", start);
+    txt = p->scratch.data;
+  }
+  double d = strtod(txt, NULL);
+  if (d > 1.7976931348623157e308 || d < -1.7976931348623157e308)
+    return sp_json_fail(p, "number out of range", start);
+  v->type = SP_JSON_NUMBER;
+  v->u.num = d;
+  return 0;
+}
+
+static int sp_json_literal(sp_json_parser *p, const char *word, sp_json_type t, sp_json *v) {
+  size_t n = strlen(word);
+  if (p->len - p->pos < n || memcmp(p->s + p->pos, word, n) != 0)
+    return sp_json_fail(p, "invalid literal", p->pos);
+  p->pos += n;
+  v->type = t;
+  return 0;
+}
+
+static int sp_json_value(sp_json_parser *p, sp_json *v);
+
+static int sp_json_array_at(sp_json_parser *p, sp_json *v) {
+  size_t base = p->items.len;
+  p->pos++;
+  sp_json_skip_ws(p);
+  if (p->pos < p->len && p->s[p->pos] == ']') {
+    p->pos++;
+  } else {
+    for (;;) {
+      sp_json child;
+      if (sp_json_value(p, &child) != 0) return -1;
+      if (sp_buf_append(&p->items, &child, sizeof child) != 0) return sp_json_fail(p, "out of memory", p->pos);
+      sp_json_skip_ws(p);
+      if (p->pos >= p->len) return sp_json_fail(p, "unexpected end of input", p->pos);
+      unsigned char c = p->s[p->pos++];
+      if (c == ']') break;
+      if (c != ',') return sp_json_fail(p, "expected ',' or ']'", p->pos - 1);
+    }
+  }
+  size_t bytes = p->items.len - base;
+  v->type = SP_JSON_ARRAY;
+  v->n = bytes / sizeof(sp_json);
+  v->u.items = NULL;
+  if (bytes) {
+    v->u.items = sp_json_alloc(p, bytes);
+    if (!v->u.items) return sp_json_fail(p, "out of memory", p->pos);
+    memcpy(v->u.items, p->items.data + base, bytes);
+  }
+  p->items.len = base;
+  return 0;
+}
+
+static int sp_json_object_at(sp_json_parser *p, sp_json *v) {
+  size_t base = p->members.len;
+  p->pos++;
+  sp_json_skip_ws(p);
+  if (p->pos < p->len && p->s[p->pos] == '}') {
+    p->pos++;
+  } else {
+    for (;;) {
+      sp_json_member m;
+      sp_json_skip_ws(p);
+      if (p->pos >= p->len) return sp_json_fail(p, "unexpected end of input", p->pos);
+      if (p->s[p->pos] != '"') return sp_json_fail(p, "expected string key", p->pos);
+      if (sp_json_string_at(p, &m.key, &m.key_len) != 0) return -1;
+      sp_json_skip_ws(p);
+      if (p->pos >= p->len) return sp_json_fail(p, "unexpected end of input", p->pos);
+      if (p->s[p->pos] != ':') return sp_json_fail(p, "expected ':'", p->pos);
+      p->pos++;
+      if (sp_json_value(p, &m.val) != 0) return -1;
+      if (sp_buf_append(&p->members, &m, sizeof m) != 0) return sp_json_fail(p, "out of memory", p->pos);
+      sp_json_skip_ws(p);
+      if (p->pos >= p->len) return sp_json_fail(p, "unexpected end of input", p->pos);
+      unsigned char c = p->s[p->pos++];
+      if (c == '}') break;
+      if (c != ',') return sp_json_fail(p, "expected ',' or '}'", p->pos - 1);
+    }
+  }
+  size_t bytes = p->members.len - base;
+  v->type = SP_JSON_OBJECT;
+  v->n = bytes / sizeof(sp_json_member);
+  v->u.members = NULL;
+  if (bytes) {
+    v->u.members = sp_json_alloc(p, bytes);
+    if (!v->u.members) return sp_json_fail(p, "out of memory", p->pos);
+    memcpy(v->u.members, p->members.data + base, bytes);
+  }
+  p->members.len = base;
+  return 0;
+}
+
+static int sp_json_value(sp_json_parser *p, sp_json *v) {
+  sp_json_skip_ws(p);
+  if (p->pos >= p->len) return sp_json_fail(p, "unexpected end of input", p->pos);
+  v->n = 0;
+  v->u.num = 0;
+  unsigned char c = p->s[p->pos];
+  switch (c) {
+    case '{':
+    case '[': {
+      if (p->depth >= SP_JSON_MAX_DEPTH) return sp_json_fail(p, "nesting deeper than 256", p->pos);
+      p->depth++;
+      int rc = c == '{' ? sp_json_object_at(p, v) : sp_json_array_at(p, v);
+      p->depth--;
+      return rc;
+    }
+    case '"':
+      v->type = SP_JSON_STRING;
+      return sp_json_string_at(p, &v->u.str, &v->n);
+    case 't': return sp_json_literal(p, "true", SP_JSON_TRUE, v);
+    case 'f': return sp_json_literal(p, "false", SP_JSON_FALSE, v);
+    case 'n': return sp_json_literal(p, "null", SP_JSON_NULL, v);
+    default:
+      if (c == '-' || (c >= '0' && c <= '9')) return sp_json_number_at(p, v);
+      return sp_json_fail(p, "expected a value", p->pos);
+  }
+}
+
+static void sp_json_free_doc(sp_json_doc *d) {
+  sp_json_chunk *c = d->chunks;
+  while (c) {
+    sp_json_chunk *next = c->next;
+    free(c);
+    c = next;
+  }
+  free(d);
+}
+
+sp_json *sp_json_parse(const char *text, size_t len, char *err, size_t errlen) {
+  sp_json_parser p;
+  memset(&p, 0, sizeof p);
+  p.s = (const unsigned char *)(text ? text : "");
+  p.len = text ? len : 0;
+  p.err = err;
+  p.errlen = errlen;
+  if (errlen) err[0] = '\0';
+  sp_buf_init(&p.items);
+  sp_buf_init(&p.members);
+  sp_buf_init(&p.scratch);
+  p.doc = calloc(1, sizeof *p.doc);
+  int rc = -1;
+  if (!p.doc) {
+    sp_json_fail(&p, "out of memory", 0);
+  } else if (sp_json_value(&p, &p.doc->root) == 0) {
+    sp_json_skip_ws(&p);
+    if (p.pos == p.len) rc = 0;
+    else sp_json_fail(&p, "unexpected data after the value", p.pos);
+  }
+  sp_buf_free(&p.items);
+  sp_buf_free(&p.members);
+  sp_buf_free(&p.scratch);
+  if (rc != 0) {
+    if (p.doc) sp_json_free_doc(p.doc);
+    return NULL;
+  }
+  return &p.doc->root;
+}
+
+void sp_json_free(sp_json *v) {
+  if (v) sp_json_free_doc((sp_json_doc *)(void *)v);
+}
+
+sp_json_type sp_json_typeof(const sp_json *v) { return v->type; }
+
+double sp_json_number(const sp_json *v) { return v->type == SP_JSON_NUMBER ? v->u.num : 0; }
+
+const char *sp_json_string(const sp_json *v, size_t *len) {
+  if (v->type != SP_JSON_STRING) return NULL;
+  if (len) *len = v->n;
+  return v->u.str;
+}
+
+size_t sp_json_len(const sp_json *v) {
+  return v->type == SP_JSON_ARRAY || v->type == SP_JSON_OBJECT ? v->n : 0;
+}
+
+const sp_json *sp_json_at(const sp_json *v, size_t i) {
+  if (v->type == SP_JSON_ARRAY && i < v->n) return &v->u.items[i];
+  if (v->type == SP_JSON_OBJECT && i < v->n) return &v->u.members[i].val;
+  return NULL;
+}
+
+const char *sp_json_key_at(const sp_json *v, size_t i, size_t *len) {
+  if (v->type != SP_JSON_OBJECT || i >= v->n) return NULL;
+  if (len) *len = v->u.members[i].key_len;
+  return v->u.members[i].key;
+}
+
+const sp_json *sp_json_get(const sp_json *v, const char *key) {
+  if (v->type != SP_JSON_OBJECT) return NULL;
+  size_t n = strlen(key);
+  for (size_t i = v->n; i-- > 0;) {
+    const sp_json_member *m = &v->u.members[i];
+    if (m->key_len == n && memcmp(m->key, key, n) == 0) return &m->val;
+  }
+  return NULL;
+}
+
+/* ---- canonical encoder ---------------------------------------------------- */
+
+static int sp_json_put_number(sp_buf *out, double d) {
+  char tmp[40];
+  /* 2^53: below it every integral double is exact and prints without exponent */
+  if (d > -9007199254740992.0 && d < 9007199254740992.0) {
+    long long i = (long long)d;
+    if ((double)i == d) return sp_buf_printf(out, "%lld", i);  /* -0 gives 0 */
+  }
+  for (int prec = 15; prec <= 17; prec++) {
+    snprintf(tmp, sizeof tmp, "%.*g", prec, d);
+    if (prec == 17 || strtod(tmp, NULL) == d) break;
+  }
+  return sp_buf_puts(out, tmp);
+}
+
+static int sp_json_put_string(sp_buf *out, const char *s, size_t n) {
+  static const char hex[] = "0123456789abcdef";
+  if (sp_buf_putc(out, '"') != 0) return -1;
+  size_t run = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    if (sp_buf_append(out, s + run, i - run) != 0) return -1;
+    run = i + 1;
+    char e[6] = {'\\', 0, 0, 0, 0, 0};
+    size_t en = 2;
+    switch (c) {
+      case '"': e[1] = '"'; break;
+      case '\\': e[1] = '\\'; break;
+      case '\b': e[1] = 'b'; break;
+      case '\f': e[1] = 'f'; break;
+      case '\n': e[1] = 'n'; break;
+      case '\r': e[1] = 'r'; break;
+      case '\t': e[1] = 't'; break;
+      default:
+        e[1] = 'u'; e[2] = '0'; e[3] = '0'; e[4] = hex[c >> 4]; e[5] = hex[c & 15];
+        en = 6;
+    }
+    if (sp_buf_append(out, e, en) != 0) return -1;
+  }
+  if (sp_buf_append(out, s + run, n - run) != 0) return -1;
+  return sp_buf_putc(out, '"');
+}
+
+/* Orders members by key bytes, then by position so the last duplicate is last. */
+static int sp_json_member_cmp(const void *a, const void *b) {
+  const sp_json_member *x = *(const sp_json_member *const *)a;
+  const sp_json_member *y = *(const sp_json_member *const *)b;
+  size_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
+  int c = n ? memcmp(x->key, y->key, n) : 0;
+  if (c) return c;
+  if (x->key_len != y->key_len) return x->key_len < y->key_len ? -1 : 1;
+  return x < y ? -1 : x > y;
+}
+
+static int sp_json_same_key(const sp_json_member *x, const sp_json_member *y) {
+  return x->key_len == y->key_len && memcmp(x->key, y->key, x->key_len) == 0;
+}
+
+static int sp_json_emit(sp_buf *out, const sp_json *v) {
+  switch (v->type) {
+    case SP_JSON_NULL: return sp_buf_append(out, "null", 4);
+    case SP_JSON_FALSE: return sp_buf_append(out, "false", 5);
+    case SP_JSON_TRUE: return sp_buf_append(out, "true", 4);
+    case SP_JSON_NUMBER: return sp_json_put_number(out, v->u.num);
+    case SP_JSON_STRING: return sp_json_put_string(out, v->u.str, v->n);
+    case SP_JSON_ARRAY:
+      if (sp_buf_putc(out, '[') != 0) return -1;
+      for (size_t i = 0; i < v->n; i++) {
+        if (i && sp_buf_putc(out, ',') != 0) return -1;
+        if (sp_json_emit(out, &v->u.items[i]) != 0) return -1;
+      }
+      return sp_buf_putc(out, ']');
+    case SP_JSON_OBJECT: {
+      /* sort pointers, not members: a small object needs no heap at all */
+      const sp_json_member *small[16];
+      const sp_json_member **idx = small;
+      if (v->n > 16) {
+        idx = malloc(v->n * sizeof *idx);
+        if (!idx) return -1;
+      }
+      for (size_t i = 0; i < v->n; i++) idx[i] = &v->u.members[i];
+      qsort(idx, v->n, sizeof *idx, sp_json_member_cmp);
+      int rc = sp_buf_putc(out, '{');
+      int first = 1;
+      for (size_t i = 0; i < v->n && rc == 0; i++) {
+        if (i + 1 < v->n && sp_json_same_key(idx[i], idx[i + 1])) continue;
+        if (!first) rc = sp_buf_putc(out, ',');
+        first = 0;
+        if (rc == 0) rc = sp_json_put_string(out, idx[i]->key, idx[i]->key_len);
+        if (rc == 0) rc = sp_buf_putc(out, ':');
+        if (rc == 0) rc = sp_json_emit(out, &idx[i]->val);
+      }
+      if (idx != small) free(idx);
+      return rc == 0 ? sp_buf_putc(out, '}') : -1;
+    }
+  }
+  return -1;
+}
+
+int sp_json_canonical(const char *text, size_t len, sp_buf *out, char *err, size_t errlen) {
+  sp_json *v = sp_json_parse(text, len, err, errlen);
+  if (!v) return -1;
+  size_t mark = out->len;
+  int rc = sp_json_emit(out, v);
+  sp_json_free(v);
+  if (rc != 0) {
+    out->len = mark;
+    if (out->data) out->data[mark] = '\0';
+    if (errlen) snprintf(err, errlen, "JSON: out of memory");
+    return -1;
+  }
+  return 0;
+}

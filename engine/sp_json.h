@@ -1,0 +1,59 @@
+/* sp_json: a strict JSON (RFC 8259) DOM parser and a canonical encoder.
+ *
+ * Parsing: the whole input must be exactly one value plus optional whitespace
+ * (space, tab, LF, CR). No trailing commas, comments, NaN/Infinity, leading
+ * zeros or raw control characters in strings. Nesting deeper than 256
+ * arrays/objects is an error. Strings are decoded (\uXXXX surrogate pairs
+ * become UTF-8; a lone surrogate is an error) and must be valid UTF-8 (no
+ * overlong forms, no surrogates, nothing above U+10FFFF). Numbers that
+ * overflow a double are an error; ones that underflow become 0. Error
+ * messages read "JSON: <what> at byte <N>", N counting from 0.
+ * (Numbers are read and printed with strtod/snprintf: the C numeric locale.)
+ *
+ * Canonical form (the key of a (tool, args) pair, so it must never change):
+ *  - no whitespace at all;
+ *  - object members sorted by bytewise comparison of their UTF-8 keys (a key
+ *    that is a prefix of another sorts first); when a key occurs more than
+ *    once, only its last occurrence is kept;
+ *  - array elements keep their order;
+ *  - a number that is integral with |v| < 2^53 prints as a plain integer
+ *    (no exponent, no ".0"; -0 prints as 0); any other number prints as the
+ *    shortest of printf's %.15g, %.16g, %.17g that reads back (strtod) as the
+ *    same double, e.g. 0.1, 1e-07, 1e+21, 1.2345678901234568e+17;
+ *  - strings print with '"' and '\' backslash-escaped, control characters
+ *    below 0x20 as \b \f \n \r \t where those exist and \u00XX (lowercase hex)
+ *    otherwise; everything else, including '/', DEL and all non-ASCII UTF-8,
+ *    is written raw;
+ *  - true, false and null as literals.
+ * lua/specula/json.lua's canonical() produces the same bytes. */
+#ifndef SP_JSON_H
+#define SP_JSON_H
+#include <stddef.h>
+#include "sp_buf.h"
+
+typedef enum sp_json_type {
+  SP_JSON_NULL, SP_JSON_FALSE, SP_JSON_TRUE, SP_JSON_NUMBER,
+  SP_JSON_STRING, SP_JSON_ARRAY, SP_JSON_OBJECT
+} sp_json_type;
+
+typedef struct sp_json sp_json;  /* a parsed value; the tree lives in one arena */
+
+/* NULL on error with a message in err (when errlen > 0). */
+sp_json *sp_json_parse(const char *text, size_t len, char *err, size_t errlen);
+/* Frees a whole tree; pass only a root returned by sp_json_parse (or NULL). */
+void sp_json_free(sp_json *v);
+sp_json_type sp_json_typeof(const sp_json *v);
+double sp_json_number(const sp_json *v);                    /* 0 if not a number */
+/* Decoded UTF-8, NUL-terminated (it may also contain NULs); NULL if not a string. */
+const char *sp_json_string(const sp_json *v, size_t *len);
+size_t sp_json_len(const sp_json *v);                       /* array/object length, else 0 */
+/* Array element i, or object member value i (source order); NULL if out of range. */
+const sp_json *sp_json_at(const sp_json *v, size_t i);
+const char *sp_json_key_at(const sp_json *v, size_t i, size_t *len); /* object key i */
+/* Object lookup by NUL-terminated key; the last occurrence wins; NULL if absent. */
+const sp_json *sp_json_get(const sp_json *v, const char *key);
+/* Appends the canonical form of text to out. 0 ok; -1 error (message in err,
+ * out left as it was). */
+int sp_json_canonical(const char *text, size_t len, sp_buf *out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,427 @@
+--[[ specula.json: JSON for specula's Lua side (decode, encode, canonical).
+
+Array/object rule (how Lua tables map to JSON):
+  * Encoding: a table is a JSON array if it has json.array_mt, or if it is
+    non-empty and its keys are exactly the integers 1..n. A table with
+    json.object_mt, or any other non-empty table, is a JSON object; its integer
+    keys become decimal string keys (other number keys, and keys of any other
+    type, are an error, as is an integer key and a string key that spell the
+    same name). An empty table with no marker encodes as {}. An array_mt
+    table's elements are t[1]..t[n], n its largest integer key, holes encoding
+    as null; a non-index key in it is an error.
+  * Decoding: [] gives an empty table carrying array_mt, a non-empty array a
+    plain sequence, an object a plain table (the last of duplicate keys wins),
+    null gives json.null.
+  So encode(decode(x)) is stable for every JSON text x, modulo whitespace and
+  number formatting. Nesting deeper than 256 arrays/objects is an error both
+  ways (the C parser's limit too).
+
+canonical(v) is the same JSON with object keys sorted bytewise and numbers and
+strings in the canonical form documented in engine/sp_json.h; it equals
+sp_json_canonical(encode(v)) byte for byte. Strings must be valid UTF-8 for
+encode and canonical (the C parser demands it). encode writes numbers the same
+way canonical does, so no precision is lost (cjson's encoder keeps only 14
+digits, which is why encoding is done here in Lua). Non-integral numbers are
+formatted by the C library through the FFI, like in sp_json.c.
+
+decode uses lua-cjson, which cannot tell [] from {} once decoded, so a text
+that may contain an empty array goes through the pure-Lua decoder below. Both
+accept the same inputs: strict JSON, plus what cjson also takes (raw control
+characters and non-UTF-8 bytes inside strings, numbers like "1." or "-.5"). ]]
+
+local cjson = require("cjson")
+local ffi = require("ffi")
+
+local byte, char, find, format, gsub, match, sub =
+  string.byte, string.char, string.find, string.format, string.gsub, string.match, string.sub
+local concat, sort = table.concat, table.sort
+local floor, huge = math.floor, math.huge
+local type, next, rawget, pcall, error, tostring, tonumber, getmetatable, setmetatable =
+  type, next, rawget, pcall, error, tostring, tonumber, getmetatable, setmetatable
+
+local ffi_string, C = ffi.string, ffi.C
+-- pcall: another module may have declared these already
+pcall(ffi.cdef, "int snprintf(char *s, size_t n, const char *fmt, ...);")
+pcall(ffi.cdef, "double strtod(const char *s, char **end);")
+
+local MAX_DEPTH = 256
+local TWO53 = 2 ^ 53
+
+-- A private cjson instance, so settings here never leak to other users.
+local cj = cjson.new()
+cj.decode_invalid_numbers(false)  -- no NaN, Infinity or hex
+cj.decode_max_depth(MAX_DEPTH)
+
+local M = {}
+local null = cjson.null
+local array_mt = { __name = "specula.json.array" }
+local object_mt = { __name = "specula.json.object" }
+M.null = null
+M.array_mt = array_mt
+M.object_mt = object_mt
+
+function M.array(t) return setmetatable(t or {}, array_mt) end
+function M.object(t) return setmetatable(t or {}, object_mt) end
+
+---------------------------------------------------------------------------
+-- Pure-Lua decoder (only for texts that may hold an empty array)
+
+local function derr(what, pos) error(format("JSON: %s at character %d", what, pos), 0) end
+
+local unescape = {
+  [34] = '"', [92] = "\\", [47] = "/", [98] = "\b", [102] = "\f", [110] = "\n", [114] = "\r", [116] = "\t",
+}
+
+local function utf8_char(cp)
+  if cp < 0x80 then return char(cp) end
+  if cp < 0x800 then return char(0xC0 + floor(cp / 64), 0x80 + cp % 64) end
+  if cp < 0x10000 then
+    return char(0xE0 + floor(cp / 4096), 0x80 + floor(cp / 64) % 64, 0x80 + cp % 64)
+  end
+  return char(0xF0 + floor(cp / 262144), 0x80 + floor(cp / 4096) % 64, 0x80 + floor(cp / 64) % 64, 0x80 + cp % 64)
+end
+
+local function skip_ws(s, i)
+  local _, e = find(s, "^[ \t\n\r]*", i)
+  return e + 1
+end
+
+-- s[i] is the opening quote; returns the string and the index after it.
+local function dstring(s, i)
+  local q = find(s, '["\\]', i + 1)
+  if not q then derr("unterminated string", i) end
+  if byte(s, q) == 34 then return sub(s, i + 1, q - 1), q + 1 end
+  local parts, n, j = {}, 0, i + 1
+  while true do
+    q = find(s, '["\\]', j)
+    if not q then derr("unterminated string", i) end
+    if q > j then n = n + 1; parts[n] = sub(s, j, q - 1) end
+    if byte(s, q) == 34 then return concat(parts, "", 1, n), q + 1 end
+    local c = byte(s, q + 1)
+    if c == 117 then -- \u
+      local h = match(s, "^%x%x%x%x", q + 2)
+      if not h then derr("invalid unicode escape", q) end
+      local cp = tonumber(h, 16)
+      j = q + 6
+      if cp >= 0xD800 and cp <= 0xDBFF then
+        local l = match(s, "^\\u(%x%x%x%x)", j)
+        l = l and tonumber(l, 16)
+        if not l or l < 0xDC00 or l > 0xDFFF then derr("lone surrogate in unicode escape", q) end
+        cp = 0x10000 + (cp - 0xD800) * 1024 + (l - 0xDC00)
+        j = j + 6
+      elseif cp >= 0xDC00 and cp <= 0xDFFF then
+        derr("lone surrogate in unicode escape", q)
+      end
+      n = n + 1; parts[n] = utf8_char(cp)
+    else
+      local e = unescape[c]
+      if not e then derr("invalid escape", q) end
+      n = n + 1; parts[n] = e
+      j = q + 2
+    end
+  end
+end
+
+-- Same number syntax as cjson (strtod after a validity check): optional '-',
+-- digits with an optional '.', an exponent only when digits follow it, no
+-- leading zeros, no hex.
+local function dnumber(s, i)
+  local m = match(s, "^-?%d*%.?%d*", i)
+  if not find(m, "%d") then derr("invalid number", i) end
+  if find(m, "^-?0%d") then derr("invalid number (leading zero)", i) end
+  local e = match(s, "^[eE][+-]?%d+", i + #m)
+  if e then m = m .. e end
+  return tonumber(m), i + #m
+end
+
+local dvalue
+
+local function darray(s, i, depth)
+  if depth > MAX_DEPTH then derr("nesting deeper than " .. MAX_DEPTH, i) end
+  local t, n = {}, 0
+  i = skip_ws(s, i + 1)
+  if byte(s, i) == 93 then return setmetatable(t, array_mt), i + 1 end
+  while true do
+    local v
+    v, i = dvalue(s, i, depth)
+    n = n + 1; t[n] = v
+    i = skip_ws(s, i)
+    local c = byte(s, i)
+    if c == 93 then return t, i + 1 end
+    if c ~= 44 then derr(c and "expected ',' or ']'" or "unexpected end of input", i) end
+    i = skip_ws(s, i + 1)
+  end
+end
+
+local function dobject(s, i, depth)
+  if depth > MAX_DEPTH then derr("nesting deeper than " .. MAX_DEPTH, i) end
+  local t = {}
+  i = skip_ws(s, i + 1)
+  if byte(s, i) == 125 then return t, i + 1 end
+  while true do
+    if byte(s, i) ~= 34 then derr(byte(s, i) and "expected string key" or "unexpected end of input", i) end
+    local k, v
+    k, i = dstring(s, i)
+    i = skip_ws(s, i)
+    if byte(s, i) ~= 58 then derr(byte(s, i) and "expected ':'" or "unexpected end of input", i) end
+    v, i = dvalue(s, skip_ws(s, i + 1), depth)
+    t[k] = v
+    i = skip_ws(s, i)
+    local c = byte(s, i)
+    if c == 125 then return t, i + 1 end
+    if c ~= 44 then derr(c and "expected ',' or '}'" or "unexpected end of input", i) end
+    i = skip_ws(s, i + 1)
+  end
+end
+
+-- s[i] is the first byte of a value (whitespace already skipped).
+dvalue = function(s, i, depth)
+  local c = byte(s, i)
+  if c == 34 then return dstring(s, i) end
+  if c == 123 then return dobject(s, i, depth + 1) end
+  if c == 91 then return darray(s, i, depth + 1) end
+  if c == 45 or (c and c >= 48 and c <= 57) then return dnumber(s, i) end
+  if c == 116 and sub(s, i, i + 3) == "true" then return true, i + 4 end
+  if c == 102 and sub(s, i, i + 4) == "false" then return false, i + 5 end
+  if c == 110 and sub(s, i, i + 3) == "null" then return null, i + 4 end
+  derr(c and "expected a value" or "unexpected end of input", i)
+end
+
+local function lua_decode(s)
+  local v, i = dvalue(s, skip_ws(s, 1), 0)
+  i = skip_ws(s, i)
+  if i <= #s then derr("unexpected data after the value", i) end
+  return v
+end
+
+-- Decodes text; returns the value, or nil and "JSON: <what> at character N".
+function M.decode(text)
+  if type(text) ~= "string" then return nil, "JSON: cannot decode a " .. type(text) end
+  local ok, v
+  if find(text, "%[%s*%]") then
+    ok, v = pcall(lua_decode, text)
+  else
+    ok, v = pcall(cj.decode, text)
+    if not ok then v = "JSON: " .. tostring(v) end
+  end
+  if ok then return v end
+  return nil, v
+end
+
+---------------------------------------------------------------------------
+-- Encoder (shared by encode and canonical)
+
+local function eerr(msg) error("JSON: " .. msg, 0) end
+
+local escape = { ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f",
+                 ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
+for c = 0, 31 do
+  if not escape[char(c)] then escape[char(c)] = format("\\u%04x", c) end
+end
+
+-- Byte offset of the first invalid UTF-8 sequence in s, or nil; same rules as
+-- the C parser (no overlongs, surrogates, or code points above U+10FFFF).
+local function bad_utf8(s)
+  local i = find(s, "[\128-\255]")
+  while i do
+    local c, n, lo, hi = byte(s, i)
+    if c < 0xC2 or c > 0xF4 then return i end
+    if c < 0xE0 then n, lo, hi = 1, 0x80, 0xBF
+    elseif c < 0xF0 then n, lo, hi = 2, c == 0xE0 and 0xA0 or 0x80, c == 0xED and 0x9F or 0xBF
+    else n, lo, hi = 3, c == 0xF0 and 0x90 or 0x80, c == 0xF4 and 0x8F or 0xBF end
+    local c1 = byte(s, i + 1)
+    if not c1 or c1 < lo or c1 > hi then return i end
+    for k = 2, n do
+      local ck = byte(s, i + k)
+      if not ck or ck < 0x80 or ck > 0xBF then return i end
+    end
+    i = find(s, "[\128-\255]", i + n + 1)
+  end
+  return nil
+end
+
+-- The body of a JSON string literal for s (without the quotes).
+local function quote(s)
+  if find(s, '[%z\1-\31"\\]') then s = gsub(s, '[%z\1-\31"\\]', escape) end
+  if find(s, "[\128-\255]") then
+    local at = bad_utf8(s)
+    if at then eerr(format("invalid UTF-8 in string at byte %d", at - 1)) end
+  end
+  return s
+end
+
+-- Non-integers go through the C library's snprintf/strtod, exactly as in
+-- sp_json.c: LuaJIT's own %g rounds exact ties differently from glibc (e.g.
+-- 1000000000000000.25 at %.17g), which would break byte-identity.
+local numbuf = ffi.new("char[40]")
+local function number(x)
+  if x ~= x or x == huge or x == -huge then eerr("cannot encode NaN or infinity") end
+  if x % 1 == 0 and x > -TWO53 and x < TWO53 then
+    -- tostring prints %.14g: exact for integers below 1e14, and much faster
+    if x > -1e14 and x < 1e14 then return x == 0 and "0" or tostring(x) end
+    return format("%d", x)
+  end
+  local n = C.snprintf(numbuf, 40, "%.15g", x)
+  if C.strtod(numbuf, nil) ~= x then
+    n = C.snprintf(numbuf, 40, "%.16g", x)
+    if C.strtod(numbuf, nil) ~= x then n = C.snprintf(numbuf, 40, "%.17g", x) end
+  end
+  return ffi_string(numbuf, n)
+end
+
+-- '"key":' for a key string; cached, since object keys repeat a lot.
+local keycache, keycache_n = {}, 0
+local function keytext(k)
+  local kt = keycache[k]
+  if kt then return kt end
+  kt = '"' .. quote(k) .. '":'
+  if keycache_n >= 4096 then keycache, keycache_n = {}, 0 end
+  keycache[k] = kt
+  keycache_n = keycache_n + 1
+  return kt
+end
+
+-- Per-depth scratch arrays for object keys (entries past the count are stale).
+local keypool = {}
+
+local function lt(a, b) return a < b end
+
+-- Sorts keys[1..n] bytewise (LuaJIT compares strings with memcmp, not strcoll).
+local function sort_keys(keys, n)
+  if n <= 12 then
+    for i = 2, n do
+      local k, j = keys[i], i - 1
+      while j >= 1 and keys[j] > k do keys[j + 1] = keys[j]; j = j - 1 end
+      keys[j + 1] = k
+    end
+    return keys
+  end
+  local t = {}
+  for i = 1, n do t[i] = keys[i] end
+  sort(t, lt)
+  return t
+end
+
+local emit
+
+local function emit_array(t, n, buf, bn, depth, sorted, stack)
+  if n == 0 then bn = bn + 1; buf[bn] = "[]"; return bn end
+  bn = bn + 1; buf[bn] = "["
+  for i = 1, n do
+    if i > 1 then bn = bn + 1; buf[bn] = "," end
+    local v = rawget(t, i)
+    if v == nil then bn = bn + 1; buf[bn] = "null"
+    else bn = emit(v, buf, bn, depth, sorted, stack) end
+  end
+  bn = bn + 1; buf[bn] = "]"
+  return bn
+end
+
+local function emit_table(t, buf, bn, depth, sorted, stack)
+  if depth > MAX_DEPTH then
+    for d = 1, MAX_DEPTH do
+      if stack[d] == t then eerr("cannot encode a table that contains itself") end
+    end
+    eerr("nesting deeper than " .. MAX_DEPTH)
+  end
+  stack[depth] = t
+  local mt = getmetatable(t)
+  -- one pass decides array vs object: keys exactly 1..n make an array
+  local count, maxn, indices = 0, 0, true
+  for k in next, t do
+    count = count + 1
+    if indices then
+      if type(k) == "number" and k >= 1 and k % 1 == 0 then
+        if k > maxn then maxn = k end
+      else
+        indices = false
+      end
+    end
+  end
+  if mt == array_mt then
+    if not indices then eerr("array has a key that is not a positive integer") end
+    return emit_array(t, maxn, buf, bn, depth, sorted, stack)
+  end
+  if count == 0 then bn = bn + 1; buf[bn] = "{}"; return bn end
+  if indices and count == maxn and mt ~= object_mt then
+    return emit_array(t, maxn, buf, bn, depth, sorted, stack)
+  end
+  local keys = keypool[depth]
+  if not keys then keys = {}; keypool[depth] = keys end
+  local nk, ints = 0, nil
+  for k in next, t do
+    local tk = type(k)
+    if tk == "string" then
+      nk = nk + 1; keys[nk] = k
+    elseif tk == "number" and k % 1 == 0 and k > -TWO53 and k < TWO53 then
+      local ks = format("%d", k)
+      if rawget(t, ks) ~= nil then eerr("integer key " .. ks .. " and string key \"" .. ks .. "\" collide") end
+      ints = ints or {}
+      ints[ks] = k
+      nk = nk + 1; keys[nk] = ks
+    else
+      eerr("cannot encode a key of type " .. (tk == "number" and "non-integer number" or tk))
+    end
+  end
+  if sorted then keys = sort_keys(keys, nk) end
+  bn = bn + 1; buf[bn] = "{"
+  for i = 1, nk do
+    local k = keys[i]
+    if i > 1 then bn = bn + 1; buf[bn] = "," end
+    bn = bn + 1; buf[bn] = keytext(k)
+    local v = rawget(t, ints and ints[k] or k)
+    bn = emit(v, buf, bn, depth, sorted, stack)
+  end
+  bn = bn + 1; buf[bn] = "}"
+  return bn
+end
+
+-- Kept out of the JIT: under load, Debian's LuaJIT (2.1.0-beta3, git
+-- 20220320) sometimes runs a compiled trace of the `for k in next, t` key
+-- count above that sees no keys, so a non-empty object came out as "{}".
+-- Seen in spec/functional/scripts/lossless.lua (about one run in eight);
+-- interpreted, it never happens. The cost is encoding speed only.
+jit.off(emit_table)
+
+emit = function(v, buf, bn, depth, sorted, stack)
+  local tv = type(v)
+  if tv == "string" then
+    bn = bn + 3; buf[bn - 2] = '"'; buf[bn - 1] = quote(v); buf[bn] = '"'
+  elseif tv == "number" then
+    bn = bn + 1; buf[bn] = number(v)
+  elseif tv == "table" then
+    bn = emit_table(v, buf, bn, depth + 1, sorted, stack)
+  elseif tv == "boolean" then
+    bn = bn + 1; buf[bn] = v and "true" or "false"
+  elseif v == null or v == nil then
+    bn = bn + 1; buf[bn] = "null"
+  else
+    eerr("cannot encode a " .. tv)
+  end
+  return bn
+end
+
+local function run(value, sorted)
+  local tv = type(value)
+  -- scalars skip the buffer altogether
+  if tv == "string" then return '"' .. quote(value) .. '"' end
+  if tv == "number" then return number(value) end
+  local buf = {}
+  local bn = emit(value, buf, 0, 0, sorted, {})
+  return concat(buf, "", 1, bn)
+end
+
+-- Encodes value as JSON text; returns the text, or nil and "JSON: <why>".
+function M.encode(value)
+  local ok, s = pcall(run, value, false)
+  if ok then return s end
+  return nil, s
+end
+
+-- Canonical JSON text of value (see the top of this file); raises
+-- "JSON: <why>" for values that cannot be encoded.
+function M.canonical(value)
+  return run(value, true)
+end
+
+return M
