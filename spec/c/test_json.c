@@ -1,0 +1,308 @@
+/* Tests for the JSON parser and canonical encoder (engine/sp_json.c).
+ * Exits non-zero on any failure. */
+#include "sp_buf.h"
+#include "sp_json.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+#define CHECK(cond, ...)                                       \
+  do {                                                         \
+    if (!(cond)) {                                             \
+      failures++;                                              \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);     \
+      fprintf(stderr, __VA_ARGS__);                            \
+      fputc('\n', stderr);                                     \
+    }                                                          \
+  } while (0)
+
+/* Parsing must fail with exactly this message. */
+static void parse_err(const char *text, size_t len, const char *want) {
+  char err[128];
+  memset(err, 'x', sizeof err);
+  sp_json *v = sp_json_parse(text, len, err, sizeof err);
+  CHECK(v == NULL, "parse of [%.*s] should fail", (int)len, text);
+  sp_json_free(v);
+  CHECK(strcmp(err, want) == 0, "parse of [%.*s]: got \"%s\", want \"%s\"", (int)len, text, err, want);
+}
+#define PERR(lit, want) parse_err(lit, sizeof(lit) - 1, want)
+
+/* Canonical form of text must be want (text as a literal may contain NULs). */
+static void canon(const char *text, size_t len, const char *want) {
+  char err[128] = "";
+  sp_buf out;
+  sp_buf_init(&out);
+  int rc = sp_json_canonical(text, len, &out, err, sizeof err);
+  CHECK(rc == 0, "canonical of [%.*s] failed: %s", (int)len, text, err);
+  if (rc == 0) {
+    CHECK(out.len == strlen(want) && memcmp(out.data, want, out.len) == 0,
+          "canonical of [%.*s]:\n got: [%.*s]\nwant: [%s]", (int)len, text, (int)out.len, out.data, want);
+    /* canonical output is a fixed point */
+    sp_buf again;
+    sp_buf_init(&again);
+    rc = sp_json_canonical(out.data, out.len, &again, err, sizeof err);
+    CHECK(rc == 0 && again.len == out.len && memcmp(again.data, out.data, out.len) == 0,
+          "canonical not idempotent for [%s]", want);
+    sp_buf_free(&again);
+  }
+  sp_buf_free(&out);
+}
+#define CANON(lit, want) canon(lit, sizeof(lit) - 1, want)
+
+static void test_parse_errors(void) {
+  PERR("", "JSON: unexpected end of input at byte 0");
+  PERR("   ", "JSON: unexpected end of input at byte 3");
+  PERR("[1,]", "JSON: expected a value at byte 3");
+  PERR("{\"a\":1,}", "JSON: expected string key at byte 7");
+  PERR("{\"a\" 1}", "JSON: expected ':' at byte 5");
+  PERR("{\"a\":1 \"b\":2}", "JSON: expected ',' or '}' at byte 7");
+  PERR("[1 2]", "JSON: expected ',' or ']' at byte 3");
+  PERR("{1:2}", "JSON: expected string key at byte 1");
+  PERR("[1,2", "JSON: unexpected end of input at byte 4");
+  PERR("{\"a\":", "JSON: unexpected end of input at byte 5");
+  PERR("{\"a\"", "JSON: unexpected end of input at byte 4");
+  PERR("{", "JSON: unexpected end of input at byte 1");
+  PERR("1 2", "JSON: unexpected data after the value at byte 2");
+  PERR("{}x", "JSON: unexpected data after the value at byte 2");
+  PERR("01", "JSON: leading zero in number at byte 0");
+  PERR("-01", "JSON: leading zero in number at byte 0");
+  PERR("[00]", "JSON: leading zero in number at byte 1");
+  PERR("1.", "JSON: expected digit after '.' at byte 2");
+  PERR("1.e5", "JSON: expected digit after '.' at byte 2");
+  PERR(".5", "JSON: expected a value at byte 0");
+  PERR("-", "JSON: invalid number at byte 0");
+  PERR("-x", "JSON: invalid number at byte 0");
+  PERR("+1", "JSON: expected a value at byte 0");
+  PERR("1e", "JSON: expected digit in exponent at byte 2");
+  PERR("1e+", "JSON: expected digit in exponent at byte 3");
+  PERR("0x10", "JSON: unexpected data after the value at byte 1");
+  PERR("1e400", "JSON: number out of range at byte 0");
+  PERR("[-1e999]", "JSON: number out of range at byte 1");
+  PERR("NaN", "JSON: expected a value at byte 0");
+  PERR("Infinity", "JSON: expected a value at byte 0");
+  PERR("-Infinity", "JSON: invalid number at byte 0");
+  PERR("nul", "JSON: invalid literal at byte 0");
+  PERR("[tru]", "JSON: invalid literal at byte 1");
+  PERR("True", "JSON: expected a value at byte 0");
+  PERR("nullx", "JSON: unexpected data after the value at byte 4");
+  PERR("/*c*/1", "JSON: expected a value at byte 0");
+  PERR("[1]//", "JSON: unexpected data after the value at byte 3");
+  PERR("\"abc", "JSON: unterminated string at byte 0");
+  PERR("\"abc\\", "JSON: unterminated string at byte 5");
+  PERR("\"\\x\"", "JSON: invalid escape in string at byte 1");
+  PERR("\"\\u12\"", "JSON: invalid \\u escape at byte 1");
+  PERR("\"\\u12", "JSON: invalid \\u escape at byte 1");
+  PERR("\"\\uGHIJ\"", "JSON: invalid \\u escape at byte 1");
+  PERR("\"a\tb\"", "JSON: control character in string at byte 2");
+  PERR("\"a\nb\"", "JSON: control character in string at byte 2");
+  PERR("\"\0\"", "JSON: control character in string at byte 1");
+  PERR("\v1", "JSON: expected a value at byte 0");
+  PERR("\xEF\xBB\xBF" "1", "JSON: expected a value at byte 0");
+  PERR("'a'", "JSON: expected a value at byte 0");
+  parse_err(NULL, 0, "JSON: unexpected end of input at byte 0");
+  /* the text need not be NUL-terminated: only len bytes are read */
+  parse_err("123", 0, "JSON: unexpected end of input at byte 0");
+  parse_err("[1]]", 2, "JSON: unexpected end of input at byte 2");
+  /* a NULL/zero-size error buffer is allowed */
+  CHECK(sp_json_parse("[", 1, NULL, 0) == NULL, "error without buffer");
+  char tiny[8];
+  CHECK(sp_json_parse("[", 1, tiny, sizeof tiny) == NULL && strcmp(tiny, "JSON: u") == 0, "truncated error");
+}
+
+static void test_surrogates_utf8(void) {
+  PERR("\"\\ud800\"", "JSON: lone surrogate in \\u escape at byte 1");
+  PERR("\"\\udc00\"", "JSON: lone surrogate in \\u escape at byte 1");
+  PERR("\"\\uDBFF\\u0041\"", "JSON: lone surrogate in \\u escape at byte 1");
+  PERR("\"\\udc00\\ud800\"", "JSON: lone surrogate in \\u escape at byte 1");
+  PERR("\"ab\\ud83d\\ud83d\"", "JSON: lone surrogate in \\u escape at byte 3");
+  PERR("\"\\ud83d\\u", "JSON: lone surrogate in \\u escape at byte 1");
+  PERR("\"\\ud83dx\"", "JSON: lone surrogate in \\u escape at byte 1");
+  PERR("\"a\xff\"", "JSON: invalid UTF-8 in string at byte 2");
+  PERR("\"a\x80\"", "JSON: invalid UTF-8 in string at byte 2");
+  PERR("\"\xc0\x80\"", "JSON: invalid UTF-8 in string at byte 1");       /* overlong NUL */
+  PERR("\"\xc1\xbf\"", "JSON: invalid UTF-8 in string at byte 1");       /* overlong */
+  PERR("\"\xe0\x9f\xbf\"", "JSON: invalid UTF-8 in string at byte 1");   /* overlong 3-byte */
+  PERR("\"\xed\xa0\x80\"", "JSON: invalid UTF-8 in string at byte 1");   /* encoded surrogate */
+  PERR("\"\xf0\x8f\xbf\xbf\"", "JSON: invalid UTF-8 in string at byte 1"); /* overlong 4-byte */
+  PERR("\"\xf4\x90\x80\x80\"", "JSON: invalid UTF-8 in string at byte 1"); /* > U+10FFFF */
+  PERR("\"\xf5\x80\x80\x80\"", "JSON: invalid UTF-8 in string at byte 1");
+  PERR("\"ok\xe2\x82\"", "JSON: invalid UTF-8 in string at byte 3");      /* truncated */
+  PERR("\"\xe2\x82", "JSON: invalid UTF-8 in string at byte 1");          /* truncated at end */
+  PERR("{\"k\xff\":1}", "JSON: invalid UTF-8 in string at byte 3");        /* in a key */
+
+  static const char t[] = "\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u0041\\u00e9\\u20AC\\ud83d\\ude00\\u0000|"
+                          "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xef\xbf\xbf\xf4\x8f\xbf\xbf\"";
+  static const char want[] = "\"\\/\b\f\n\r\tA\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\0|"
+                             "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xef\xbf\xbf\xf4\x8f\xbf\xbf";
+  char err[128];
+  sp_json *v = sp_json_parse(t, sizeof t - 1, err, sizeof err);
+  CHECK(v != NULL, "escapes: %s", err);
+  if (v) {
+    size_t n = 0;
+    const char *s = sp_json_string(v, &n);
+    CHECK(s && n == sizeof want - 1 && memcmp(s, want, n) == 0 && s[n] == '\0', "decoded escapes (len %zu)", n);
+    sp_json_free(v);
+  }
+}
+
+static void test_depth(void) {
+  char buf[2048];
+  for (int i = 0; i < 256; i++) { buf[i] = '['; buf[256 + i] = ']'; }
+  char err[128];
+  sp_json *v = sp_json_parse(buf, 512, err, sizeof err);
+  CHECK(v != NULL, "256 levels allowed: %s", err);
+  sp_json_free(v);
+  for (int i = 0; i < 257; i++) { buf[i] = '['; buf[257 + i] = ']'; }
+  parse_err(buf, 514, "JSON: nesting deeper than 256 at byte 256");
+  /* objects count too */
+  size_t n = 0;
+  for (int i = 0; i < 257; i++) { memcpy(buf + n, "{\"\":", 4); n += 4; }
+  parse_err(buf, n, "JSON: nesting deeper than 256 at byte 1024");
+  /* a huge nesting attempt must not recurse deeply or crash */
+  size_t big = 1000000;
+  char *deep = malloc(big);
+  memset(deep, '[', big);
+  parse_err(deep, big, "JSON: nesting deeper than 256 at byte 256");
+  free(deep);
+}
+
+static void test_accessors(void) {
+  static const char t[] = " {\"n\": -12.5e1, \"s\": \"h\\u00e9\", \"a\": [true, false, null, {}, []],"
+                          " \"d\": 1, \"d\": 2, \"o\": {\"x\": \"y\"}} ";
+  char err[128];
+  sp_json *v = sp_json_parse(t, sizeof t - 1, err, sizeof err);
+  CHECK(v != NULL, "accessors parse: %s", err);
+  if (!v) return;
+  CHECK(sp_json_typeof(v) == SP_JSON_OBJECT && sp_json_len(v) == 6, "root object of 6 members");
+  size_t kl = 0;
+  const char *k = sp_json_key_at(v, 1, &kl);
+  CHECK(k && kl == 1 && k[0] == 's', "key_at keeps source order");
+  CHECK(sp_json_key_at(v, 6, &kl) == NULL, "key_at out of range");
+  const sp_json *n = sp_json_get(v, "n");
+  CHECK(n && sp_json_typeof(n) == SP_JSON_NUMBER && sp_json_number(n) == -125.0, "number");
+  size_t sl = 0;
+  const char *s = sp_json_string(sp_json_get(v, "s"), &sl);
+  CHECK(s && sl == 3 && memcmp(s, "h\xc3\xa9", 3) == 0, "string");
+  CHECK(sp_json_string(n, &sl) == NULL && sp_json_number(sp_json_get(v, "s")) == 0, "type mismatch");
+  const sp_json *a = sp_json_get(v, "a");
+  CHECK(a && sp_json_typeof(a) == SP_JSON_ARRAY && sp_json_len(a) == 5, "array");
+  if (a && sp_json_len(a) == 5) {
+    CHECK(sp_json_typeof(sp_json_at(a, 0)) == SP_JSON_TRUE, "true");
+    CHECK(sp_json_typeof(sp_json_at(a, 1)) == SP_JSON_FALSE, "false");
+    CHECK(sp_json_typeof(sp_json_at(a, 2)) == SP_JSON_NULL, "null");
+    CHECK(sp_json_typeof(sp_json_at(a, 3)) == SP_JSON_OBJECT && sp_json_len(sp_json_at(a, 3)) == 0, "{}");
+    CHECK(sp_json_typeof(sp_json_at(a, 4)) == SP_JSON_ARRAY && sp_json_len(sp_json_at(a, 4)) == 0, "[]");
+    CHECK(sp_json_at(a, 5) == NULL && sp_json_len(sp_json_at(a, 0)) == 0, "array bounds");
+  }
+  const sp_json *d = sp_json_get(v, "d");
+  CHECK(d && sp_json_number(d) == 2, "get: last duplicate wins");
+  CHECK(sp_json_at(v, 3) && sp_json_number(sp_json_at(v, 3)) == 1, "at: every duplicate is kept");
+  CHECK(sp_json_get(v, "zz") == NULL && sp_json_get(a, "n") == NULL, "get misses");
+  const sp_json *x = sp_json_get(sp_json_get(v, "o"), "x");
+  CHECK(x && strcmp(sp_json_string(x, NULL), "y") == 0, "nested get");
+  sp_json_free(v);
+  sp_json_free(NULL);
+
+  v = sp_json_parse("\"\"", 2, err, sizeof err);
+  CHECK(v && sp_json_string(v, &sl) && sl == 0, "empty string");
+  sp_json_free(v);
+  v = sp_json_parse("0", 1, err, sizeof err);
+  CHECK(v && sp_json_typeof(v) == SP_JSON_NUMBER && sp_json_number(v) == 0, "scalar root");
+  sp_json_free(v);
+  v = sp_json_parse("1e-400", 6, err, sizeof err);
+  CHECK(v && sp_json_number(v) == 0, "underflow reads as 0");
+  sp_json_free(v);
+}
+
+static void test_canonical(void) {
+  /* whitespace, sorting, duplicates */
+  CANON(" { \"b\" : 1 ,\n\t\"a\" : [ 1 , { } , [ ] ] }\r\n", "{\"a\":[1,{},[]],\"b\":1}");
+  CANON("{\"b\":1,\"a\":2,\"\":0,\"ab\":3,\"\xc3\xa9\":4,\"z\":5,\"B\":6}",
+        "{\"\":0,\"B\":6,\"a\":2,\"ab\":3,\"b\":1,\"z\":5,\"\xc3\xa9\":4}");
+  CANON("{\"a\":1,\"b\":2,\"a\":3}", "{\"a\":3,\"b\":2}");
+  CANON("{\"a\":1,\"a\":{\"y\":1,\"x\":2},\"a\":[3]}", "{\"a\":[3]}");
+  CANON("{\"a\":{\"y\":1,\"x\":2},\"a\":{\"d\":1,\"c\":2}}", "{\"a\":{\"c\":2,\"d\":1}}");
+  CANON("{\"\\u0000b\":1,\"\\u0000a\":2,\"\":3}", "{\"\":3,\"\\u0000a\":2,\"\\u0000b\":1}");
+  CANON("{\"\xef\xbf\xbf\":1,\"\xf0\x9f\x98\x80\":2,\"\x7f\":3}",
+        "{\"\x7f\":3,\"\xef\xbf\xbf\":1,\"\xf0\x9f\x98\x80\":2}");
+  CANON("[3,1,2]", "[3,1,2]");
+  CANON("[]", "[]");
+  CANON("{}", "{}");
+  CANON("[true,false,null]", "[true,false,null]");
+  /* more than 16 members takes the heap path */
+  CANON("{\"q\":1,\"p\":1,\"o\":1,\"n\":1,\"m\":1,\"l\":1,\"k\":1,\"j\":1,\"i\":1,\"h\":1,\"g\":1,"
+        "\"f\":1,\"e\":1,\"d\":1,\"c\":1,\"b\":1,\"a\":1,\"a\":2}",
+        "{\"a\":2,\"b\":1,\"c\":1,\"d\":1,\"e\":1,\"f\":1,\"g\":1,\"h\":1,\"i\":1,\"j\":1,\"k\":1,"
+        "\"l\":1,\"m\":1,\"n\":1,\"o\":1,\"p\":1,\"q\":1}");
+
+  /* numbers */
+  CANON("1", "1");
+  CANON("1.0", "1");
+  CANON("-0", "0");
+  CANON("-0.0", "0");
+  CANON("1E2", "100");
+  CANON("1e21", "1e+21");
+  CANON("0.1", "0.1");
+  CANON("1e-7", "1e-07");
+  CANON("123456789012345678", "1.2345678901234568e+17");
+  CANON("9007199254740991", "9007199254740991");
+  CANON("-9007199254740991", "-9007199254740991");
+  CANON("9007199254740992", "9007199254740992");
+  CANON("9007199254740993", "9007199254740992");
+  CANON("18014398509481984", "18014398509481984");
+  CANON("1e16", "1e+16");
+  CANON("0.30000000000000004", "0.30000000000000004");
+  CANON("0.3333333333333333", "0.3333333333333333");
+  CANON("-1.5e-10", "-1.5e-10");
+  CANON("100.5", "100.5");
+  CANON("1e-400", "0");
+  CANON("5e-324", "4.94065645841247e-324");
+  CANON("1.7976931348623157e308", "1.7976931348623157e+308");
+  CANON("0.000001", "1e-06");
+  CANON("0.0001", "0.0001");
+  CANON("123.456e3", "123456");
+  CANON("[1.25,-7,2.5e-3]", "[1.25,-7,0.0025]");
+
+  /* strings */
+  CANON("\"\\u0001\\u001F\\b\\f\\n\\r\\t\\\"\\\\\\/\\u007f\\u00e9\\u2028\"",
+        "\"\\u0001\\u001f\\b\\f\\n\\r\\t\\\"\\\\/\x7f\xc3\xa9\xe2\x80\xa8\"");
+  CANON("\"\\u0000\\u000b\\u001b\"", "\"\\u0000\\u000b\\u001b\"");
+  CANON("\"\\ud83d\\ude00 </script>\"", "\"\xf0\x9f\x98\x80 </script>\"");
+  CANON("\"plain\"", "\"plain\"");
+
+  /* errors leave the output untouched */
+  sp_buf out;
+  sp_buf_init(&out);
+  sp_buf_puts(&out, "keep");
+  char err[128];
+  CHECK(sp_json_canonical("{\"a\":[1,2,}", 11, &out, err, sizeof err) == -1, "canonical error");
+  CHECK(strcmp(err, "JSON: expected a value at byte 10") == 0, "canonical error message: %s", err);
+  CHECK(out.len == 4 && strcmp(out.data, "keep") == 0, "output untouched on error");
+  CHECK(sp_json_canonical("[2,1]", 5, &out, err, sizeof err) == 0 && strcmp(out.data, "keep[2,1]") == 0,
+        "canonical appends");
+  sp_buf_free(&out);
+}
+
+/* Inputs once found by fuzzing (none so far that failed); kept as regressions. */
+static void test_regressions(void) {
+  PERR("\"\\ud800\\", "JSON: lone surrogate in \\u escape at byte 1");
+  PERR("[\"\\u", "JSON: invalid \\u escape at byte 2");
+  PERR("-0.", "JSON: expected digit after '.' at byte 3");
+}
+
+int main(void) {
+  test_parse_errors();
+  test_surrogates_utf8();
+  test_depth();
+  test_accessors();
+  test_canonical();
+  test_regressions();
+  if (failures) {
+    fprintf(stderr, "test_json: %d failure(s)\n", failures);
+    return 1;
+  }
+  printf("test_json: all passed\n");
+  return 0;
+}
