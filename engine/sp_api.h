@@ -154,6 +154,37 @@ int sp_policy_gate(sp_policy *p, int tool, int hint, double inflight, double was
 void sp_policy_tool_counts(const sp_policy *p, int tool, sp_gate_counts *out);  /* tool -1: unknown */
 void sp_policy_class_counts(const sp_policy *p, int cls, sp_gate_counts *out);
 
+/* ---- action speculation (engine/sp_prefetch.c, window side in sp_window.c) */
+enum { SP_MATCH_EXACT = 0, SP_MATCH_NAME_ONLY = 1, SP_MATCH_SIMILAR = 2 };
+enum { SP_TRIGGER_START = 1, SP_TRIGGER_TOOL_NAME = 2 };
+typedef struct sp_prefetch_stats {
+  double candidates;        /* predictions considered */
+  double fired;             /* speculative calls started from predictions */
+  double promoted;          /* fired calls whose result the model's action used */
+  double promoted_lossy;    /* of those, matched by a lossy rule (name_only, similar) */
+  double wasted;            /* fired calls thrown away at the step boundary */
+  double wasted_cost;       /* their cost */
+  double gated_ev;          /* candidates the expected-value gate kept back */
+  double gated_policy;      /* candidates the eligibility gate refused */
+  double held;              /* candidates never fired (no trigger came) */
+  double saved_ms;          /* target latency hidden by promotions */
+} sp_prefetch_stats;
+/* Run-level settings and live statistics, shared by the run's windows.
+   ev_cost_ms: milliseconds of latency one unit of tool cost is worth;
+   ev_latency_ms: fixed estimate of the latency a hit saves (<= 0: live). */
+sp_prefetch *sp_prefetch_new(int match, int trigger, double ev_cost_ms, double ev_latency_ms,
+                             int max_per_step);
+void sp_prefetch_free(sp_prefetch *pf);
+void sp_prefetch_stats_get(const sp_prefetch *pf, sp_prefetch_stats *out);
+/* The EV gate: fire when conf * E[saved] > (1 - conf) * cost * ev_cost_ms. */
+int sp_prefetch_ev(sp_prefetch *pf, int tool, double conf, double cost);
+void sp_prefetch_observe(sp_prefetch *pf, int tool, double target_ms, double seg_ms);
+/* Called from inside a window job (the running step): predictions were left
+   in sched.handoff[task id]; fire them per the trigger settings. */
+int sp_window_prefetch(sp_ctx *ctx, int n);
+/* Called from inside a running step when a streamed tool name is known. */
+int sp_window_tool_name(sp_ctx *ctx, const char *name, size_t len);
+
 /* ---- the speculation window (engine/sp_window.c) ------------------------ */
 typedef struct sp_kauto sp_kauto;      /* live k chooser shared by a run */
 enum { SP_MODE_SEQUENTIAL = 0, SP_MODE_WINDOW = 1, SP_MODE_SPECHOP = 2 };
@@ -211,6 +242,7 @@ typedef struct sp_window_stats {
   int k_last;                /* k in force at the end (auto mode changes it) */
   double wasted_cost;        /* cost of speculative target calls whose result was thrown away */
   double wasted_calls;       /* number of such calls */
+  sp_prefetch_stats pf;      /* action speculation of this query */
 } sp_window_stats;
 sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_t errlen);
 int sp_window_id(const sp_window *w);            /* key of its arguments in sched.handoff */

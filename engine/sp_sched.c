@@ -66,6 +66,22 @@ static sp_runnable *dequeue(sp_ctx *ctx) {
   return r;
 }
 
+void sp_sched_unqueue(sp_ctx *ctx, sp_runnable *r) {
+  if (!r->queued) return;
+  sp_runnable *prev = NULL, *it = ctx->ready_head;
+  while (it && it != r) {
+    prev = it;
+    it = it->next;
+  }
+  if (!it) return;
+  if (prev) prev->next = r->next;
+  else ctx->ready_head = r->next;
+  if (ctx->ready_tail == r) ctx->ready_tail = prev;
+  r->next = NULL;
+  r->queued = 0;
+  ctx->counts.ready--;
+}
+
 void sp_sched_drain(sp_ctx *ctx) {
   int budget = SP_DRAIN_BUDGET;
   sp_runnable *r;

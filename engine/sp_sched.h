@@ -67,6 +67,7 @@ struct sp_task {
 void sp_sched_init(sp_ctx *ctx);
 void sp_sched_enqueue(sp_ctx *ctx, sp_runnable *r);
 void sp_sched_wake(sp_task *t);                     /* resume t at the next turn */
+void sp_sched_unqueue(sp_ctx *ctx, sp_runnable *r);  /* take a C runnable off the queue */
 /* Create a job: a task that runs Lua function fn (a registry ref) with the
    arguments a pusher leaves on its coroutine. Loop context only (touches Lua). */
 sp_task *sp_job_new(sp_ctx *ctx, sp_task_hook hook, void *ud);

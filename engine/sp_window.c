@@ -33,6 +33,7 @@
  */
 #include "sp_window.h"
 #include "sp_policy.h"
+#include "sp_prefetch.h"
 #include "sp_stats.h"
 #include "sp_theory.h"
 #include <lauxlib.h>
@@ -48,6 +49,24 @@ enum { SPC_NONE, SPC_RUNNING, SPC_DONE, SPC_FAILED };            /* speculator *
 enum { KIND_ACTION = 1, KIND_FINAL = 2 };                        /* step result */
 
 typedef struct sp_node sp_node;
+
+enum { PF_HELD, PF_GATED, PF_RUNNING, PF_DONE, PF_FAILED, PF_PROMOTED };
+
+/* One prediction of a thread's next action (action speculation). */
+typedef struct sp_pfent {
+  sp_node *n;              /* owning thread */
+  int tool;                /* policy tool index, -1 unknown */
+  char *name;              /* tool name */
+  char *key;               /* canonical JSON of the predicted args */
+  double conf;             /* predictor's confidence */
+  int args_ref;            /* the predicted args */
+  int state;               /* PF_* */
+  sp_task *job;            /* the early call in flight */
+  double t0, t1;           /* ms: started, finished */
+  int obs_ref;             /* its result */
+  int counted;             /* included in w->inflight */
+  double risk;             /* its cost, at risk of being wasted */
+} sp_pfent;
 
 struct sp_node {
   sp_window *w;            /* owner */
@@ -80,6 +99,13 @@ struct sp_node {
   int next_cand;           /* next candidate rank to materialise */
   int in_ext;              /* listed in w->ext */
   int can_spec;            /* its action's tool has a speculator */
+  sp_pfent *pf;            /* predictions for this thread's step */
+  int npf;                 /* entries in pf */
+  int pf_key;              /* handoff key of predictions not yet loaded, 0 = none */
+  char *pf_name;           /* a streamed tool name not yet acted on */
+  sp_runnable pf_kick;     /* loads and fires predictions from the loop */
+  int pf_promoted;         /* index of the entry serving as the target, -1 none */
+  double risk;             /* cost of its speculative target call, at risk of waste */
   double t_adv0;           /* ms: advance job queued */
   double t_update;         /* ms: update() that built this state */
   double t_seg;            /* ms: step() */
@@ -108,6 +134,8 @@ struct sp_window {
   int status;              /* SP_WIN_* */
   char *error;             /* why it failed */
   int fn_start, fn_advance, fn_call, fn_warmup, fn_spec, fn_verify; /* adapter functions */
+  int fn_pfcall;           /* adapter function running a predicted call */
+  int pf_accounted;        /* prediction counters added to the run's */
   int qctx_ref;            /* the query's ctx table */
   sp_node *head;           /* the verified node */
   int live;                /* live nodes plus speculator reservations */
@@ -121,6 +149,7 @@ struct sp_window {
   sp_window_stats st;      /* counters and timings */
   double t0;               /* ms: start */
   double inflight;         /* speculative target calls in flight (budget) */
+  double at_risk;          /* cost of speculative calls whose use is not yet known */
   sp_task *waiter;         /* the task to resume when done */
   sp_op wait_op;           /* links waiter's cancellation to us */
   sp_runnable kick;        /* deferred work that needs the Lua state */
@@ -145,6 +174,9 @@ static void try_extend(sp_window *w);
 static void finish(sp_window *w);
 static void fail(sp_window *w, const char *fmt, const char *detail);
 static void promote(sp_window *w, sp_node *n);
+static void pf_kick_run(sp_ctx *ctx, sp_runnable *r);
+static void pf_release(sp_window *w, sp_node *n, int count_waste);
+static void target_done(sp_window *w, sp_node *n, int ok, lua_State *co, const char *err);
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -226,6 +258,23 @@ static void note_live(sp_window *w, int delta) {
   if (w->live > w->st.max_threads) w->st.max_threads = w->live;
 }
 
+/* Speculative cost is "at risk" from launch until the call's state is
+   verified (it was useful) or discarded (it was wasted); the gate counts it
+   against the wasted-cost budget, so waste can never exceed the budget. */
+static void risk_wasted(sp_window *w, double *risk) {
+  if (*risk <= 0) return;
+  w->at_risk -= *risk;
+  w->st.wasted_calls += 1;
+  w->st.wasted_cost += *risk;
+  *risk = 0;
+}
+
+static void risk_useful(sp_window *w, double *risk) {
+  if (*risk <= 0) return;
+  w->at_risk -= *risk;
+  *risk = 0;
+}
+
 /* ---- nodes -------------------------------------------------------------- */
 
 static sp_node *node_new(sp_window *w, int hop, sp_node *parent, int rank, double conf) {
@@ -242,6 +291,8 @@ static sp_node *node_new(sp_window *w, int hop, sp_node *parent, int rank, doubl
   n->tool = -1;
   n->hint = -1;
   n->t_spec = -1;
+  n->pf_promoted = -1;
+  n->pf_kick.run = pf_kick_run;
   if (parent) {
     if (parent->nkids == parent->capkids) {
       int cap = parent->capkids ? parent->capkids * 2 : 2;
@@ -297,6 +348,7 @@ static void cancel_job(sp_window *w, sp_node *n, sp_task **slot, const char *kin
 /* Throw a node and its subtree away (rollback, sibling of the accepted
    candidate, or shutdown). */
 static void discard(sp_window *w, sp_node *n) {
+  pf_release(w, n, 1);
   for (int i = 0; i < n->nkids; i++) discard(w, n->kids[i]);
   free(n->kids);
   n->kids = NULL;
@@ -312,11 +364,7 @@ static void discard(sp_window *w, sp_node *n) {
   }
   cancel_job(w, n, &n->j_verify, "verify", NULL);
   cancel_job(w, n, &n->j_warm, "warmup", NULL);
-  if (n->tg_spec && n->tg != TG_NONE && n->tg != TG_DEFERRED) {
-    double cost = sp_policy_tool_cost(w->cfg.policy, n->tool);
-    w->st.wasted_calls += 1;
-    w->st.wasted_cost += cost;
-  }
+  risk_wasted(w, &n->risk);
   ext_remove(w, n);
   unref(w, &n->state_ref);
   unref(w, &n->step_ref);
@@ -338,6 +386,7 @@ static void discard_kids(sp_window *w, sp_node *n, sp_node *keep) {
 
 /* Free a node that leaves the window after its hop was committed. */
 static void retire(sp_window *w, sp_node *n) {
+  pf_release(w, n, 1);
   if (n->j_spec) {
     cancel_job(w, n, &n->j_spec, "spec", &w->st.cancelled_spec);
     note_live(w, -1);
@@ -362,6 +411,17 @@ static sp_task *job(sp_window *w, sp_node *n, int fn, sp_task_hook hook, lua_Sta
   sp_task *t = sp_job_new(w->ctx, hook, n);
   if (!t) return NULL;
   t->speculative = is_speculative(w, n);
+  t->window_node = n;
+  *co = sp_job_co(t);
+  lua_rawgeti(*co, LUA_REGISTRYINDEX, fn);
+  lua_rawgeti(*co, LUA_REGISTRYINDEX, w->qctx_ref);
+  return t;
+}
+
+static sp_task *job_ud(sp_window *w, sp_node *n, int fn, sp_task_hook hook, void *ud, lua_State **co) {
+  sp_task *t = sp_job_new(w->ctx, hook, ud);
+  if (!t) return NULL;
+  t->speculative = 1;
   t->window_node = n;
   *co = sp_job_co(t);
   lua_rawgeti(*co, LUA_REGISTRYINDEX, fn);
@@ -417,6 +477,8 @@ static void start_target(sp_window *w, sp_node *n) {
   if (n->tg_spec) {
     w->inflight++;
     w->st.speculative_launches++;
+    n->risk = sp_policy_tool_cost(w->cfg.policy, n->tool);
+    w->at_risk += n->risk;
   }
   n->t_target0 = now_ms();
   w->st.target_calls++;
@@ -461,7 +523,7 @@ static void launch_target(sp_window *w, sp_node *n) {
     return;
   }
   int why = 0;
-  int d = sp_policy_gate(w->cfg.policy, n->tool, n->hint, w->inflight, w->st.wasted_cost, &why);
+  int d = sp_policy_gate(w->cfg.policy, n->tool, n->hint, w->inflight, w->st.wasted_cost + w->at_risk, &why);
   if (d == SP_FULL) {
     start_target(w, n);
     return;
@@ -470,6 +532,320 @@ static void launch_target(sp_window *w, sp_node *n) {
   w->st.deferred++;
   tev(w, "deferred", 'i', n, now_ms(), 0, d, d == SP_WARMUP ? "warmup" : "forbid");
   if (d == SP_WARMUP) start_warmup(w, n);
+}
+
+/* ---- action speculation ------------------------------------------------ */
+
+/* The thread's step chose (tool, key): serve its target from a prediction
+   that already ran (or is running) instead of calling again. */
+static int pf_promote(sp_window *w, sp_node *n, int idx, int lossy) {
+  sp_pfent *e = &n->pf[idx];
+  if (e->state != PF_RUNNING && e->state != PF_DONE) return 0;
+  double now = now_ms();
+  sp_prefetch_stats *q = &w->st.pf;
+  q->promoted++;
+  if (lossy) q->promoted_lossy++;
+  n->pf_promoted = idx;
+  n->tg_spec = is_speculative(w, n);
+  if (n->tg_spec) {
+    n->risk = e->risk;   /* still speculative: its fate is the thread's */
+    e->risk = 0;
+  } else {
+    risk_useful(w, &e->risk);
+  }
+  if (e->counted && !n->tg_spec) {
+    w->inflight--;   /* it serves a verified state now */
+    e->counted = 0;
+  }
+  n->t_target0 = e->t0;
+  tev(w, "promote", 'i', n, now, 0, lossy, e->name);
+  if (e->state == PF_DONE) {
+    q->saved_ms += e->t1 - e->t0;
+    n->obs_ref = e->obs_ref;
+    e->obs_ref = LUA_NOREF;
+    e->state = PF_PROMOTED;
+    n->t_target = e->t1 - e->t0;
+    n->tg = TG_DONE;
+    return 1;
+  }
+  q->saved_ms += now - e->t0;
+  e->state = PF_PROMOTED;
+  n->j_target = e->job;   /* its hook delivers to the thread from now on */
+  n->tg = TG_RUNNING;
+  if (e->counted) {
+    /* still in flight: it now counts as the thread's own speculative call */
+    e->counted = 0;
+    if (!n->tg_spec) w->inflight--;
+  }
+  return 1;
+}
+
+static void on_pfent(sp_task *t, lua_State *co, int status, void *ud) {
+  sp_pfent *e = ud;
+  sp_node *n = e->n;
+  sp_window *w = n->w;
+  flush_refs(w);
+  e->job = NULL;
+  e->t1 = now_ms();
+  tev(w, "predicted", 'X', n, e->t0, e->t1, status == SP_TASK_DONE, e->name);
+  if (e->state == PF_PROMOTED) {
+    /* the thread's target call */
+    n->j_target = NULL;
+    target_done(w, n, status == SP_TASK_DONE, co, sp_task_error(t));
+    return;
+  }
+  if (e->counted) {
+    e->counted = 0;
+    w->inflight--;
+  }
+  if (status == SP_TASK_DONE) {
+    lua_settop(co, 2);
+    e->obs_ref = luaL_ref(co, LUA_REGISTRYINDEX);
+    e->state = PF_DONE;
+  } else {
+    e->state = PF_FAILED;
+  }
+}
+
+static void pf_fire(sp_window *w, sp_node *n, sp_pfent *e, double conf) {
+  sp_prefetch *pf = w->cfg.prefetch;
+  sp_prefetch_stats *q = &w->st.pf;
+  double cost = sp_policy_tool_cost(w->cfg.policy, e->tool);
+  if (!sp_prefetch_ev(pf, e->tool, conf, cost)) {
+    q->gated_ev++;
+    return;   /* stays held: a tool-name trigger may raise its odds */
+  }
+  int why = 0;
+  int d = sp_policy_gate(w->cfg.policy, e->tool, -1, w->inflight, w->st.wasted_cost + w->at_risk, &why);
+  if (d != SP_FULL) {
+    /* warm-up and forbid both mean: not before the model decides */
+    e->state = PF_GATED;
+    q->gated_policy++;
+    return;
+  }
+  lua_State *co;
+  sp_task *t = job_ud(w, n, w->fn_pfcall, on_pfent, e, &co);
+  if (!t) return;
+  lua_pushstring(co, e->name);
+  push_ref(co, e->args_ref);
+  lua_pushinteger(co, n->hop);
+  e->job = t;
+  e->state = PF_RUNNING;
+  e->t0 = now_ms();
+  e->counted = 1;
+  w->inflight++;
+  e->risk = cost;
+  w->at_risk += cost;
+  q->fired++;
+  w->st.predicted_calls++;
+  w->st.speculative_launches++;
+  sp_job_start(t, 5);
+}
+
+/* Load the predictions a step left in the handoff table, then fire what
+   the trigger settings allow (loop context). */
+static void pf_kick_run(sp_ctx *ctx, sp_runnable *r) {
+  sp_node *n = (sp_node *)((char *)r - offsetof(sp_node, pf_kick));
+  sp_window *w = n->w;
+  if (w->status != SP_WIN_RUNNING || ctx->stopping) return;
+  sp_prefetch *pf = w->cfg.prefetch;
+  lua_State *L = ctx->L;
+  if (n->pf_key) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->handoff_ref);
+    int h = lua_gettop(L);
+    lua_rawgeti(L, h, n->pf_key);
+    int list = lua_gettop(L);
+    int cnt = lua_istable(L, list) ? (int)lua_objlen(L, list) : 0;
+    if (cnt > pf->max_per_step) cnt = pf->max_per_step;
+    free(n->pf);
+    n->pf = cnt ? calloc((size_t)cnt, sizeof *n->pf) : NULL;
+    n->npf = 0;
+    for (int i = 1; n->pf && i <= cnt; i++) {
+      lua_rawgeti(L, list, i);
+      int item = lua_gettop(L);
+      lua_getfield(L, item, "tool");
+      lua_getfield(L, item, "key");
+      lua_getfield(L, item, "confidence");
+      size_t tl = 0, kl = 0;
+      const char *tool = lua_tolstring(L, -3, &tl);
+      const char *key = lua_tolstring(L, -2, &kl);
+      if (tool && key) {
+        sp_pfent *e = &n->pf[n->npf++];
+        e->n = n;
+        e->name = dupstr(tool);
+        e->key = dupstr(key);
+        e->tool = sp_policy_tool_index(w->cfg.policy, tool, tl);
+        e->conf = lua_tonumber(L, -1);
+        e->state = PF_HELD;
+        e->obs_ref = LUA_NOREF;
+        lua_getfield(L, item, "args");
+        e->args_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+        w->st.pf.candidates++;
+      }
+      lua_settop(L, item - 1);
+    }
+    lua_pushnil(L);
+    lua_rawseti(L, h, n->pf_key);
+    lua_settop(L, h - 1);
+    n->pf_key = 0;
+    if (pf->trigger & SP_TRIGGER_START)
+      for (int i = 0; i < n->npf; i++)
+        if (n->pf[i].state == PF_HELD) pf_fire(w, n, &n->pf[i], n->pf[i].conf);
+  }
+  if (n->pf_name) {
+    /* The article's trigger: the tool name is known; fire the held
+       candidates of that name, their odds renormalised among themselves. */
+    double sum = 0;
+    for (int i = 0; i < n->npf; i++)
+      if (n->pf[i].state == PF_HELD && strcmp(n->pf[i].name, n->pf_name) == 0) sum += n->pf[i].conf;
+    for (int i = 0; i < n->npf; i++) {
+      sp_pfent *e = &n->pf[i];
+      if (e->state == PF_HELD && strcmp(e->name, n->pf_name) == 0)
+        pf_fire(w, n, e, sum > 0 ? e->conf / sum : e->conf);
+    }
+    free(n->pf_name);
+    n->pf_name = NULL;
+  }
+  flush_refs(w);
+}
+
+/* The step boundary: whatever was predicted and not used is an orphan. */
+static void pf_release(sp_window *w, sp_node *n, int count_waste) {
+  sp_prefetch_stats *q = &w->st.pf;
+  sp_sched_unqueue(w->ctx, &n->pf_kick);
+  if (n->pf_key) {
+    n->pf_key = 0; /* the handoff entry is dropped by the adapter's next use of the key */
+  }
+  for (int i = 0; i < n->npf; i++) {
+    sp_pfent *e = &n->pf[i];
+    if (e->state == PF_PROMOTED) {
+      if (e->job && n->j_target == e->job) {
+        /* the thread's own target: cancelled like one */
+        n->j_target = NULL;
+        sp_task_cancel(e->job);
+        w->st.cancelled_target++;
+        if (n->tg_spec) w->inflight--;
+        n->tg_spec = 0;
+      }
+    } else if (e->state == PF_RUNNING || e->state == PF_DONE || e->state == PF_FAILED) {
+      if (e->job) {
+        sp_task_cancel(e->job);
+        w->st.cancelled_target++;
+        tev(w, "cancel", 'i', n, now_ms(), 0, 0, "predicted");
+      }
+      if (e->counted) w->inflight--;
+      if (count_waste && e->risk > 0) {
+        q->wasted++;
+        q->wasted_cost += e->risk;
+      }
+      risk_wasted(w, &e->risk);
+    } else if (e->state == PF_HELD) {
+      q->held++;
+    }
+    e->job = NULL;
+    e->counted = 0;
+    unref(w, &e->args_ref);
+    unref(w, &e->obs_ref);
+    free(e->name);
+    free(e->key);
+  }
+  free(n->pf);
+  n->pf = NULL;
+  n->npf = 0;
+  free(n->pf_name);
+  n->pf_name = NULL;
+}
+
+/* Settle a thread's predictions once its step chose an action: promote the
+   match, drop the orphans. Returns 1 if the target is served. */
+static int pf_settle(sp_window *w, sp_node *n, const char *tool, const char *key, int lossy_idx) {
+  if (n->pf_key) {
+    /* predictions never got loaded (the step did not yield): count them */
+    lua_State *L = w->ctx->L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, w->ctx->handoff_ref);
+    lua_rawgeti(L, -1, n->pf_key);
+    if (lua_istable(L, -1)) w->st.pf.held += (double)lua_objlen(L, -1);
+    lua_pop(L, 1);
+    lua_pushnil(L);
+    lua_rawseti(L, -2, n->pf_key);
+    lua_pop(L, 1);
+    n->pf_key = 0;
+    sp_sched_unqueue(w->ctx, &n->pf_kick);
+  }
+  int served = 0;
+  sp_prefetch *pf = w->cfg.prefetch;
+  if (pf && n->npf > 0) {
+    int idx = -1, lossy = 0;
+    if (pf->match == SP_MATCH_EXACT) {
+      /* (tool, canonical args) equal: the very call the model decided */
+      for (int i = 0; key && tool && i < n->npf; i++) {
+        sp_pfent *e = &n->pf[i];
+        if ((e->state == PF_RUNNING || e->state == PF_DONE) && strcmp(e->key, key) == 0 &&
+            strcmp(e->name, tool) == 0) {
+          idx = i;
+          break;
+        }
+      }
+    } else if (lossy_idx > 0 && lossy_idx <= n->npf) {
+      idx = lossy_idx - 1;
+      /* lossless when it happens to be the same call */
+      lossy = !(key && tool && strcmp(n->pf[idx].key, key) == 0 && strcmp(n->pf[idx].name, tool) == 0);
+    }
+    if (idx >= 0) served = pf_promote(w, n, idx, lossy);
+  }
+  /* orphans: everything else goes now (the promoted entry stays until its
+     call completes or the thread goes) */
+  sp_prefetch_stats *q = &w->st.pf;
+  for (int i = 0; i < n->npf; i++) {
+    sp_pfent *e = &n->pf[i];
+    if (e->state == PF_PROMOTED) continue;
+    if (e->job) {
+      sp_task_cancel(e->job);
+      e->job = NULL;
+      w->st.cancelled_target++;
+      tev(w, "cancel", 'i', n, now_ms(), 0, 0, "orphan");
+    }
+    if (e->counted) {
+      e->counted = 0;
+      w->inflight--;
+    }
+    if (e->state == PF_RUNNING || e->state == PF_DONE || e->state == PF_FAILED) {
+      q->wasted++;
+      q->wasted_cost += e->risk;
+      risk_wasted(w, &e->risk);
+    } else if (e->state == PF_HELD) {
+      q->held++;
+    }
+    e->state = PF_GATED; /* settled */
+    unref(w, &e->args_ref);
+    unref(w, &e->obs_ref);
+  }
+  return served;
+}
+
+/* FFI: the running step left n predictions in sched.handoff[its task id]. */
+int sp_window_prefetch(sp_ctx *ctx, int npred) {
+  sp_task *t = ctx ? ctx->running : NULL;
+  sp_node *n = t ? t->window_node : NULL;
+  if (!n || !n->w->cfg.prefetch || npred <= 0) return 0;
+  n->pf_key = t->id;
+  sp_sched_enqueue(ctx, &n->pf_kick);
+  return 1;
+}
+
+/* FFI: a streamed response of the running step named its tool. */
+int sp_window_tool_name(sp_ctx *ctx, const char *name, size_t len) {
+  sp_task *t = ctx ? ctx->running : NULL;
+  sp_node *n = t ? t->window_node : NULL;
+  if (!n || !n->w->cfg.prefetch || !name) return 0;
+  if (!(n->w->cfg.prefetch->trigger & SP_TRIGGER_TOOL_NAME)) return 0;
+  free(n->pf_name);
+  n->pf_name = malloc(len + 1);
+  if (!n->pf_name) return 0;
+  memcpy(n->pf_name, name, len);
+  n->pf_name[len] = '\0';
+  sp_sched_enqueue(ctx, &n->pf_kick);
+  return 1;
 }
 
 /* ---- job hooks (loop context) ------------------------------------------- */
@@ -487,8 +863,9 @@ static void on_advance(sp_task *t, lua_State *co, int status, void *ud) {
     if (n == w->head) fail(w, "%s", n->err);
     return;
   }
-  /* results: ok, state, kind, step, tool, hint, t_update, t_seg, can_spec */
-  lua_settop(co, 9);
+  /* results: ok, state, kind, step, tool, hint, t_update, t_seg, can_spec,
+     key (canonical args, with action speculation), lossy match index */
+  lua_settop(co, 11);
   n->can_spec = lua_toboolean(co, 9);
   /* update() is timed inside Lua; the step gets the rest of the job's time,
      queueing included, so stage times add up to what the loop saw. */
@@ -512,6 +889,16 @@ static void on_advance(sp_task *t, lua_State *co, int status, void *ud) {
   } else if (n == w->head && w->nhops == 0) {
     w->st.init_ms = n->t_update;
   }
+  int served = 0;
+  if (w->cfg.prefetch) {
+    char *pkey = dupstr(lua_tostring(co, 10));
+    char *ptool = tool ? dupstr(tool) : NULL;
+    served = pf_settle(w, n, kind == KIND_FINAL ? NULL : ptool, kind == KIND_FINAL ? NULL : pkey,
+                       (int)lua_tointeger(co, 11));
+    free(pkey);
+    free(ptool);
+  }
+  if (w->cfg.prefetch) sp_prefetch_observe(w->cfg.prefetch, -1, -1, n->t_seg);
   if (kind == KIND_FINAL) {
     n->phase = PH_FINAL;
     if (n == w->head) finish(w);
@@ -527,10 +914,40 @@ static void on_advance(sp_task *t, lua_State *co, int status, void *ud) {
     return;
   }
   n->phase = PH_ACTED;
-  launch_target(w, n);
+  if (served) {
+    /* The head's result is already in: verify now (the node may be gone
+       after this, so nothing below may touch it). */
+    if (n->tg == TG_DONE && n == w->head) {
+      verify_head(w);
+      return;
+    }
+  } else {
+    launch_target(w, n);
+  }
   if (w->status != SP_WIN_RUNNING) return;
   if (w->fn_spec != LUA_NOREF && n->can_spec) ext_add(w, n);
   try_extend(w);
+}
+
+/* The target result of a node is in (from its own call or a promoted
+   prediction); co holds the observation at index 2 when ok. */
+static void target_done(sp_window *w, sp_node *n, int ok, lua_State *co, const char *err) {
+  double end = now_ms();
+  n->t_target = end - n->t_target0;
+  if (n->tg_spec) w->inflight--;
+  tev(w, "target", 'X', n, n->t_target0, end, n->tg_spec, ok ? "" : "error");
+  if (!ok) {
+    n->tg = TG_FAILED;
+    n->tg_err = dupstr(err);
+    if (n == w->head) fail(w, "%s", n->tg_err);
+    return;
+  }
+  if (co) {
+    lua_settop(co, 2);
+    n->obs_ref = luaL_ref(co, LUA_REGISTRYINDEX);
+  }
+  n->tg = TG_DONE;
+  if (n == w->head) verify_head(w);
 }
 
 static void on_target(sp_task *t, lua_State *co, int status, void *ud) {
@@ -538,20 +955,7 @@ static void on_target(sp_task *t, lua_State *co, int status, void *ud) {
   sp_window *w = n->w;
   flush_refs(w);
   n->j_target = NULL;
-  double end = now_ms();
-  n->t_target = end - n->t_target0;
-  if (n->tg_spec) w->inflight--;
-  tev(w, "target", 'X', n, n->t_target0, end, n->tg_spec, status == SP_TASK_DONE ? "" : "error");
-  if (status != SP_TASK_DONE) {
-    n->tg = TG_FAILED;
-    n->tg_err = dupstr(sp_task_error(t));
-    if (n == w->head) fail(w, "%s", n->tg_err);
-    return;
-  }
-  lua_settop(co, 2);
-  n->obs_ref = luaL_ref(co, LUA_REGISTRYINDEX);
-  n->tg = TG_DONE;
-  if (n == w->head) verify_head(w);
+  target_done(w, n, status == SP_TASK_DONE, co, sp_task_error(t));
 }
 
 static void on_warmup(sp_task *t, lua_State *co, int status, void *ud) {
@@ -669,6 +1073,7 @@ static sp_hop_rec *new_hop(sp_window *w, sp_node *h) {
   r->info.t_update = 0;
   r->info.rank = -1;
   r->info.ncands = h->ncands;
+  r->info.promoted = h->pf_promoted >= 0;
   r->info.reason = "";
   r->update_pending = 1;
   return r;
@@ -718,6 +1123,7 @@ static void advance_from_real(sp_window *w, int outcome, const char *reason, dou
   else if (outcome == SP_SPEC_LATE) w->st.late++;
   else if (outcome == SP_SPEC_ERROR) w->st.spec_errors++;
   sp_kauto_add(w->cfg.kauto, h->t_seg, h->t_spec, h->t_target);
+  if (w->cfg.prefetch) sp_prefetch_observe(w->cfg.prefetch, h->tool, h->t_target, -1);
   if (w->cfg.mode == SP_MODE_WINDOW) w->round = 1;
   retire(w, h);
   try_extend(w);
@@ -741,6 +1147,7 @@ static void commit(sp_window *w, sp_node *child, const char *reason, double t_ve
   w->st.commits++;
   w->st.accepted++;
   sp_kauto_add(w->cfg.kauto, h->t_seg, h->t_spec, h->t_target);
+  if (w->cfg.prefetch) sp_prefetch_observe(w->cfg.prefetch, h->tool, h->t_target, -1);
   tev(w, "commit", 'i', child, now_ms(), 0, child->rank, reason);
   child->parent = NULL;
   w->head = child;
@@ -755,6 +1162,7 @@ static void promote(sp_window *w, sp_node *n) {
   if (n->j_target) n->j_target->speculative = 0;
   if (n->tg_spec && n->j_target) w->inflight--;
   n->tg_spec = 0;
+  risk_useful(w, &n->risk);
   if (n->phase == PH_DEAD) {
     fail(w, "%s", n->err ? n->err : "thread failed");
     return;
@@ -836,6 +1244,12 @@ static void on_verify(sp_task *t, lua_State *co, int status, void *ud) {
 
 /* ---- end of a window ---------------------------------------------------- */
 
+static void account_pf(sp_window *w) {
+  if (w->pf_accounted || !w->cfg.prefetch) return;
+  w->pf_accounted = 1;
+  sp_prefetch_accumulate(w->cfg.prefetch, &w->st.pf);
+}
+
 static void wake_waiter(sp_window *w) {
   sp_task *t = w->waiter;
   if (!t) return;
@@ -867,6 +1281,7 @@ static void finish(sp_window *w) {
   w->head = NULL;
   retire(w, h);
   w->st.k_last = current_k(w);
+  account_pf(w);
   wake_waiter(w);
 }
 
@@ -883,6 +1298,7 @@ static void fail(sp_window *w, const char *fmt, const char *detail) {
     w->head = NULL;
     discard(w, h);
   }
+  account_pf(w);
   wake_waiter(w);
 }
 
@@ -917,6 +1333,7 @@ sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_
   w->cfg = *cfg;
   if (w->cfg.mode == SP_MODE_SEQUENTIAL) w->cfg.k = 1;
   w->fn_start = w->fn_advance = w->fn_call = w->fn_warmup = w->fn_spec = w->fn_verify = none;
+  w->fn_pfcall = none;
   w->qctx_ref = w->answer_ref = none;
   w->kick.run = kick_run;
   ctx->counts.windows++;
@@ -984,6 +1401,8 @@ static void do_start(sp_window *w) {
   w->fn_warmup = take_fn(L, adapter, "warmup", 1);
   w->fn_verify = take_fn(L, adapter, "verify", 1);
   w->fn_spec = w->cfg.mode == SP_MODE_SEQUENTIAL ? LUA_NOREF : take_fn(L, adapter, "speculate", 0);
+  w->fn_pfcall = w->cfg.prefetch ? take_fn(L, adapter, "pfcall", 0) : LUA_NOREF;
+  if (w->fn_pfcall == LUA_NOREF) w->cfg.prefetch = NULL;
   lua_getfield(L, args, "qctx");
   w->qctx_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_pushnil(L);
@@ -1026,6 +1445,7 @@ static void release_all(sp_window *w) {
   unref(w, &w->fn_warmup);
   unref(w, &w->fn_spec);
   unref(w, &w->fn_verify);
+  unref(w, &w->fn_pfcall);
   unref(w, &w->qctx_ref);
   unref(w, &w->answer_ref);
   for (int i = 0; i < w->nhops; i++) {

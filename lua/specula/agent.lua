@@ -59,7 +59,10 @@ function M.agent(def)
   check_fn(def, "step", true)
   check_fn(def, "update", true)
   check_fn(def, "verify", false)
-  check_fn(def, "predict", false)
+  if def.predict ~= nil and type(def.predict) ~= "function"
+     and not (type(def.predict) == "table" and getmetatable(def.predict) and getmetatable(def.predict).__call) then
+    error("specula.agent: predict must be a function or a predictor (specula.predict.*)", 2)
+  end
   check_fn(def, "speculate", false)
   if def.name ~= nil and type(def.name) ~= "string" then error("specula.agent: name must be a string", 2) end
   local tools = def.tools
@@ -103,12 +106,76 @@ function M.adapter(agent, opts)
   local agent_verify = agent.verify or opts.verify or require("specula.verify").exact
   local agent_spec = agent.speculate
   local decide = opts.decide        -- Lua policy function (may only lower the C decision)
+  -- action speculation: a predictor, how to match, and the C calls
+  local predictor = opts.predict
+  local match_mode = opts.match or "exact"
+  local similar = opts.similar
+  local C, cctx = opts.C, opts.cctx
+  local handoff = sched.handoff
+  local json = require("specula.json")
+  local hist_of = setmetatable({}, { __mode = "k" })
+  local HIST = 16
   local debug_mode = opts.debug
   local canonical = debug_mode and require("specula.json").canonical
   local step_where, update_where = where(step_fn), where(update_fn)
 
   local function mkctx(qctx, hop, spec)
     return setmetatable({ hop = hop, speculative = spec }, qctx.__mt)
+  end
+
+  local function tool_name_cb(name)
+    if type(name) == "string" then C.sp_window_tool_name(cctx, name, #name) end
+  end
+  local function no_tool_name() end
+
+  -- History of a thread's path (last HIST actions with their observations).
+  local function extend_history(state, step, obs, s2)
+    local h = hist_of[state] or {}
+    local n = #h
+    local h2 = {}
+    local first = n >= HIST and 2 or 1
+    for i = first, n do h2[#h2 + 1] = h[i] end
+    h2[#h2 + 1] = { tool = step.action.tool, args = step.action.args, observation = obs }
+    hist_of[s2] = h2
+  end
+
+  -- Ask the predictor for the next action and hand the candidates to the
+  -- window, which gates and fires them while the model thinks.
+  local warned = false
+  local function predict(state, ctx)
+    local ok, preds = pcall(predictor, hist_of[state] or {}, ctx)
+    if not ok or type(preds) ~= "table" then
+      if not warned then
+        warned = true
+        io.stderr:write("specula: warning: predictor failed (" .. tostring(preds) .. "); no action speculation for this step\n")
+      end
+      return nil
+    end
+    local list = {}
+    for _, p in ipairs(preds) do
+      if type(p) == "table" and type(p.tool) == "string" and tools[p.tool] and type(p.args) == "table" then
+        local okc, key = pcall(json.canonical, p.args)
+        local conf = tonumber(p.confidence) or 0
+        if okc then list[#list + 1] = { tool = p.tool, args = p.args, key = key, confidence = conf } end
+      end
+    end
+    if #list == 0 then return nil end
+    sort(list, function(a, b) return a.confidence > b.confidence end)
+    handoff[C.sp_task_id(C.sp_task_current(cctx))] = list
+    C.sp_window_prefetch(cctx, #list)
+    return list
+  end
+
+  -- Which prediction the decided action matches, for the lossy modes.
+  local function lossy_match(list, a)
+    if not list or match_mode == "exact" then return 0 end
+    for i, p in ipairs(list) do
+      if p.tool == a.tool then
+        if match_mode == "name_only" then return i end
+        if similar and similar(p.args, a.args) then return i end
+      end
+    end
+    return 0
   end
 
   local function malformed(got, why)
@@ -152,14 +219,33 @@ function M.adapter(agent, opts)
 
   local A = {}
 
+  local function step_with_predictions(state, ctx)
+    local list
+    if predictor then
+      list = predict(state, ctx)
+      ctx.on_tool_name = tool_name_cb
+    else
+      ctx.on_tool_name = no_tool_name
+    end
+    local kind, s, tool, hint, can = do_step(state, ctx)
+    if predictor and kind == 1 then
+      return kind, s, tool, hint, can, json.canonical(s.action.args), lossy_match(list, s.action)
+    end
+    return kind, s, tool, hint, can
+  end
+
+  local function ret(state, t_upd, t1, kind, s, tool, hint, can, key, midx)
+    return state, kind, s, tool, hint, t_upd, now() - t1, can, key, midx
+  end
+
   function A.start(qctx)
     local ctx = mkctx(qctx, 0, false)
     local t0 = now()
     local state = init_fn(qctx.query, ctx)
     if state == nil then plain("init (" .. where(init_fn) .. ") returned nil") end
     local t1 = now()
-    local kind, s, tool, hint, can = do_step(state, ctx)
-    return state, kind, s, tool, hint, t1 - t0, now() - t1, can
+    if predictor then hist_of[state] = {} end
+    return ret(state, t1 - t0, t1, step_with_predictions(state, ctx))
   end
 
   -- update(state, step, observation) then step() of the new state.
@@ -174,8 +260,14 @@ function M.adapter(agent, opts)
       plain("update (" .. update_where .. ") mutated its input state; update must return a new state")
     end
     if s2 == nil then plain("update (" .. update_where .. ") returned nil") end
-    local kind, s, tool, hint, can = do_step(s2, ctx)
-    return s2, kind, s, tool, hint, t1 - t0, now() - t1, can
+    if predictor then extend_history(state, step, obs, s2) end
+    return ret(s2, t1 - t0, t1, step_with_predictions(s2, ctx))
+  end
+
+  -- A predicted call started early (always speculative).
+  function A.pfcall(qctx, tool, args, hop)
+    local ctx = setmetatable({ hop = hop, speculative = true, predicted = true }, qctx.__mt)
+    return tools[tool].call(args, ctx)
   end
 
   local function action_ctx(qctx, state, step, hop, spec)

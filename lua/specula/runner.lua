@@ -17,6 +17,9 @@ local M = {}
 local MODES = { sequential = C.SP_MODE_SEQUENTIAL, window = C.SP_MODE_WINDOW, spechop = C.SP_MODE_SPECHOP }
 M.MODES = MODES
 local SPEC_NAMES = { [0] = "none", "accepted", "rejected", "late", "error" }
+local MATCH = { exact = C.SP_MATCH_EXACT, name_only = C.SP_MATCH_NAME_ONLY, similar = C.SP_MATCH_SIMILAR }
+local TRIGGER = { start = C.SP_TRIGGER_START, tool_name = C.SP_TRIGGER_TOOL_NAME,
+                  both = C.SP_TRIGGER_START + C.SP_TRIGGER_TOOL_NAME }
 
 local usage_text = [[
 usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
@@ -37,6 +40,12 @@ usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
   --spec-timeout MS     a speculator slower than this counts as failed
   --shard i/n           run only queries whose index is i modulo n
   --compare LIST        run every query under each config, e.g. "sequential,spechop:k=3"
+  --predict on|off      action speculation with the agent's predictor (default on if it has one)
+  --match MODE          exact (default, lossless), name_only or similar (both lossy)
+  --trigger WHEN        start, tool_name or both (default): when predictions fire
+  --ev-cost-ms MS       latency one unit of tool cost is worth, for the EV gate (default 1000)
+  --ev-latency-ms MS    fixed estimate of latency saved per hit (default: live)
+  --predict-top N       predictions considered per step (default 3)
   --debug               check that update() never mutates its input
   --progress / --quiet  force the progress line on / silence the summary
 ]]
@@ -102,6 +111,18 @@ local function parse_args(args)
       if not si or sn < 1 or si >= sn then usage_error("--shard expects i/n with 0 <= i < n, got '" .. s .. "'") end
       o.shard = { si, sn }
     elseif a == "--compare" then o.compare = val(a)
+    elseif a == "--predict" then
+      o.predict = val(a)
+      if o.predict ~= "on" and o.predict ~= "off" then usage_error("--predict must be on or off") end
+    elseif a == "--match" then
+      o.match = val(a)
+      if not MATCH[o.match] then usage_error("--match must be exact, name_only or similar") end
+    elseif a == "--trigger" then
+      o.trigger = val(a)
+      if not TRIGGER[o.trigger] then usage_error("--trigger must be start, tool_name or both") end
+    elseif a == "--ev-cost-ms" then o.ev_cost_ms = num(a, 0)
+    elseif a == "--ev-latency-ms" then o.ev_latency_ms = num(a, 0)
+    elseif a == "--predict-top" then o.predict_top = num(a, 1)
     elseif a == "--debug" then o.debug = true
     elseif a == "--progress" then o.progress = true
     elseif a == "--quiet" then o.quiet = true
@@ -168,7 +189,7 @@ local function round(x, d)
 end
 
 -- Read a finished window into a result record.
-local function collect(w, q, k_cfg)
+local function collect(w, q, k_cfg, run_match)
   local status = C.sp_window_status(w)
   local rec = { id = q.id, query = q.query }
   if q.gold then rec.gold = q.gold end
@@ -228,6 +249,20 @@ local function collect(w, q, k_cfg)
     wasted_calls = st.wasted_calls, wasted_cost = round(st.wasted_cost, 6),
     max_threads = st.max_threads, k = k_used < 0 and "inf" or k_used,
   }
+  if run_match then
+    local pf = st.pf
+    local fired = tonumber(pf.fired)
+    rec.stats.prefetch = {
+      candidates = tonumber(pf.candidates), fired = fired, promoted = tonumber(pf.promoted),
+      promoted_lossy = tonumber(pf.promoted_lossy), wasted = tonumber(pf.wasted),
+      wasted_cost = round(tonumber(pf.wasted_cost), 6), gated_ev = tonumber(pf.gated_ev),
+      gated_policy = tonumber(pf.gated_policy), held = tonumber(pf.held),
+      saved_ms = round(tonumber(pf.saved_ms), 3),
+      hit_rate = fired > 0 and round(tonumber(pf.promoted) / fired, 4) or json.null,
+      match = run_match, lossy = run_match ~= "exact",
+    }
+    if tonumber(pf.promoted_lossy) > 0 then rec.stats.lossy = true end
+  end
   rec.stages = { hops = hops, final_seg = round(final_seg, 4), init = round(st.init_ms, 4) }
   -- sums for the run's aggregate
   rec._agg = { wall = st.wall_ms, std = st.standard_ms, acc = st.accepted, rej = st.rejected,
@@ -271,12 +306,42 @@ local function make_run(agent, o, script)
   local script_dir = script and script:match("^(.*)/[^/]*$") or "."
   local pspec = o.policy or agent.policy
   local pol = policylib.build(pspec, agent.tools, script_dir)
-  local adapter = agentlib.adapter(agent, { debug = o.debug, decide = pol.decide })
+  local P = agent.predict
+  local pf, learn, match, similar = nil, nil, nil, nil
+  if P ~= nil and o.predict ~= "off" then
+    match = o.match or agent.match or "exact"
+    if type(match) == "table" then
+      similar, match = match.similar, "similar"
+    end
+    if not MATCH[match] then error("specula: agent.match must be exact, name_only or { similar = fn }", 0) end
+    if match == "similar" and not similar then
+      -- default likeness of two argument tables: their canonical texts
+      local v = require("specula.verify").jaccard(0.6)
+      similar = function(a, b) return (v(json.canonical(a), json.canonical(b))) end
+    end
+    pf = ffi.gc(C.sp_prefetch_new(MATCH[match], TRIGGER[o.trigger or "both"], o.ev_cost_ms or 1000,
+      o.ev_latency_ms or 0, o.predict_top or 3), C.sp_prefetch_free)
+    if type(P) == "table" and P.observe_trajectory then
+      learn = function(traj)
+        local actions = {}
+        for i, h in ipairs(traj) do actions[i] = h.action end
+        P:observe_trajectory(actions)
+      end
+    elseif type(P) == "table" and P.observe then
+      learn = function(traj)
+        for i = 2, #traj do P:observe(traj[i - 1].action, traj[i].action) end
+      end
+    end
+  end
+  local predict_fn = P and pf and function(h, ctx) return P(h, ctx) end or nil
+  local adapter = agentlib.adapter(agent, { debug = o.debug, decide = pol.decide, predict = predict_fn,
+    match = match, similar = similar, C = C, cctx = core.ctx })
   local kauto = nil
   if o.k == 0 then
     kauto = ffi.gc(C.sp_kauto_new(o.eps or 0.05, 1, 64, 4), C.sp_kauto_free)
   end
-  return { agent = agent, adapter = adapter, policy = pol, kauto = kauto, o = o }
+  return { agent = agent, adapter = adapter, policy = pol, kauto = kauto, o = o, pf = pf,
+           learn = learn, match = match }
 end
 M.make_run = make_run
 
@@ -297,7 +362,7 @@ local function run_query(run, q, index)
   cfg.spec_timeout_ms = o.spec_timeout or 0
   cfg.policy = run.policy.ptr
   cfg.kauto = run.kauto
-  cfg.prefetch = nil
+  cfg.prefetch = run.pf
   local err, errlen = core.errbuf()
   local w = C.sp_window_new(core.ctx, cfg, err, errlen)
   if w == nil then return { id = q.id, query = q.query, error = ffi.string(err) } end
@@ -315,7 +380,8 @@ local function run_query(run, q, index)
   C.sp_window_start(w, me)
   while C.sp_window_status(w) == C.SP_WIN_RUNNING do sched.yield() end
   sched.handoff[C.sp_window_id(w)] = nil
-  local rec = collect(w, q, o.k)
+  local rec = collect(w, q, o.k, run.pf and (o.match or run.match or "exact") or nil)
+  if run.learn and rec.trajectory and not rec.error then run.learn(rec.trajectory) end
   if o.trace and run.trace_out then trace_events(w, index, q, run.trace_out) end
   ffi.gc(w, nil)
   C.sp_window_free(w)
@@ -392,6 +458,15 @@ function M.aggregate(records, k)
       a.wasted_cost, a.wasted_calls = a.wasted_cost + s.wasted_cost, a.wasted_calls + s.wasted_calls
       a.speculative_launches, a.deferred = a.speculative_launches + s.speculative_launches, a.deferred + s.deferred
       seg, tgt, spec, nspec, nh = seg + g.seg, tgt + g.tgt, spec + g.spec, nspec + g.nspec, nh + g.n
+      if s.prefetch then
+        local p = a.prefetch or { candidates = 0, fired = 0, promoted = 0, promoted_lossy = 0, wasted = 0,
+          wasted_cost = 0, gated_ev = 0, gated_policy = 0, held = 0, saved_ms = 0, match = s.prefetch.match }
+        for _, k in ipairs({ "candidates", "fired", "promoted", "promoted_lossy", "wasted", "wasted_cost",
+                             "gated_ev", "gated_policy", "held", "saved_ms" }) do
+          p[k] = p[k] + (s.prefetch[k] or 0)
+        end
+        a.prefetch = p
+      end
     end
   end
   a.rel_lat = a.standard_ms > 0 and a.wall_ms / a.standard_ms or nil
@@ -401,6 +476,7 @@ function M.aggregate(records, k)
   a.alpha_hat = (mt and mt > 0 and nspec > 0) and (spec / nspec) / mt or nil
   a.beta_hat = (mt and mt > 0) and (seg / nh) / mt or nil
   a.rel_lat_star, a.rel_lat_k = theory(a.p_hat, a.alpha_hat, a.beta_hat, k or -1)
+  if a.prefetch then a.prefetch.hit_rate = a.prefetch.fired > 0 and a.prefetch.promoted / a.prefetch.fired or nil end
   return a
 end
 
@@ -418,6 +494,12 @@ function M.summary_text(a, run)
     fmt(a.p_hat), fmt(a.alpha_hat), fmt(a.beta_hat), fmt(a.rel_lat_star), fmt(a.rel_lat_k), a.commits, a.rollbacks)
   lines[#lines + 1] = format("  calls: model %d, target %d, speculator %d, predicted %d, warmup %d; cancelled %d; wasted %d calls, cost %.4f",
     a.model, a.target, a.speculator, a.predicted, a.warmup, a.cancelled, a.wasted_calls, a.wasted_cost)
+  if a.prefetch then
+    local p = a.prefetch
+    lines[#lines + 1] = format("  action speculation (%s%s): %d candidates, %d fired, %d promoted (hit rate %s), %d wasted (cost %.4f), gated: EV %d, policy %d; %.0f ms hidden",
+      p.match, p.match ~= "exact" and ", LOSSY" or "", p.candidates, p.fired, p.promoted, fmt(p.hit_rate), p.wasted,
+      p.wasted_cost, p.gated_ev, p.gated_policy, p.saved_ms)
+  end
   if run and run.policy then
     local c = policylib.counts(run.policy)
     local names = {}
@@ -426,7 +508,9 @@ function M.summary_text(a, run)
     local parts = {}
     for _, name in ipairs(names) do
       local t = c.tools[name]
-      parts[#parts + 1] = format("%s full %d/warmup %d/forbid %d", name, t.full, t.warmup, t.forbid)
+      if t.full + t.warmup + t.forbid > 0 then
+        parts[#parts + 1] = format("%s full %d/warmup %d/forbid %d", name, t.full, t.warmup, t.forbid)
+      end
     end
     if c.unknown.forbid > 0 then parts[#parts + 1] = format("(unlisted) forbid %d", c.unknown.forbid) end
     if #parts > 0 then lines[#lines + 1] = "  speculative launch decisions: " .. table.concat(parts, "; ") end
@@ -482,7 +566,9 @@ function M.run(agent, opts)
   local o = { mode = opts.mode or "spechop", k = opts.k or 3, m = opts.m or 1, eps = opts.eps or 0.05,
               seed = opts.seed or 0, concurrency = opts.concurrency or 16, set = opts.set or {},
               max_hops = opts.max_hops or 64, policy = opts.policy, debug = opts.debug,
-              spec_timeout = opts.spec_timeout, trace = nil, start_jitter_ms = opts.start_jitter_ms }
+              spec_timeout = opts.spec_timeout, trace = nil, start_jitter_ms = opts.start_jitter_ms,
+              predict = opts.predict, match = opts.match, trigger = opts.trigger, ev_cost_ms = opts.ev_cost_ms,
+              ev_latency_ms = opts.ev_latency_ms, predict_top = opts.predict_top }
   if type(o.k) == "string" then o.k = parse_k(o.k) end
   if not MODES[o.mode] then error("specula.run: unknown mode '" .. tostring(o.mode) .. "'", 2) end
   local queries = {}

@@ -1,0 +1,29 @@
+/*
+ * sp_prefetch: run-level settings and live statistics of action speculation
+ * (the predicted next tool call started while the model is still deciding).
+ * The per-query cache — entries keyed by (tool, canonical args), promotion
+ * on a match, orphans cancelled at the step boundary — lives with the
+ * window's threads in sp_window.c; every launch goes through the eligibility
+ * gate there.
+ */
+#ifndef SP_PREFETCH_H
+#define SP_PREFETCH_H
+#include "sp_api.h"
+#include "sp_stats.h"
+
+struct sp_prefetch {
+  int match;               /* SP_MATCH_* */
+  int trigger;             /* SP_TRIGGER_* bits */
+  double ev_cost_ms;       /* latency one unit of cost is worth */
+  double ev_latency_ms;    /* fixed saved-latency estimate, <= 0 = live */
+  int max_per_step;        /* predictions considered per step */
+  sp_welford seg;          /* model step latency, live */
+  sp_welford *tool;        /* target latency per policy tool index */
+  int ntool;               /* entries in tool */
+  sp_prefetch_stats st;    /* run totals */
+};
+
+/* Add a query's counters to the run's. */
+void sp_prefetch_accumulate(sp_prefetch *pf, const sp_prefetch_stats *q);
+
+#endif
