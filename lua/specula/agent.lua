@@ -108,6 +108,7 @@ function M.adapter(agent, opts)
   local decide = opts.decide        -- Lua policy function (may only lower the C decision)
   -- action speculation: a predictor, how to match, and the C calls
   local predictor = opts.predict
+  local predict_async = opts.predict_async
   local match_mode = opts.match or "exact"
   local similar = opts.similar
   local C, cctx = opts.C, opts.cctx
@@ -169,7 +170,8 @@ function M.adapter(agent, opts)
   -- Which prediction the decided action matches, for the lossy modes.
   local function lossy_match(list, a)
     if not list or match_mode == "exact" then return 0 end
-    for i, p in ipairs(list) do
+    for i = 1, #list do
+      local p = list[i]
       if p.tool == a.tool then
         if match_mode == "name_only" then return i end
         if similar and similar(p.args, a.args) then return i end
@@ -222,7 +224,16 @@ function M.adapter(agent, opts)
   local function step_with_predictions(state, ctx)
     local list
     if predictor then
-      list = predict(state, ctx)
+      if predict_async then
+        -- A predictor that waits (a draft model) runs beside the step, not
+        -- before it; its candidates fire whenever it has them.
+        local box = {}
+        sched.spawn(function() box.list = predict(state, ctx) end)
+        list = setmetatable({}, { __index = function(_, k) return box.list and box.list[k] end,
+                                  __len = function() return box.list and #box.list or 0 end })
+      else
+        list = predict(state, ctx)
+      end
       ctx.on_tool_name = tool_name_cb
     else
       ctx.on_tool_name = no_tool_name

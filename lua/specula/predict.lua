@@ -204,7 +204,7 @@ end
 
 local DRAFT_PROMPT = [[
 You predict the next tool call of an agent. Reply with exactly one JSON object
-{"tool": NAME, "args": {...}} and nothing else.
+{{"tool": NAME, "args": {{...}}}} and nothing else.
 
 Tools: {tools}
 
@@ -261,7 +261,8 @@ function M.draft(opts)
     tool_names = names
   end
   local sched = require "specula.sched"
-  local self = { samples = samples, top = opts.top or 3 }
+  -- async: the engine runs it beside the model's step rather than before
+  local self = { samples = samples, top = opts.top or 3, async = true }
   local function ask(messages)
     if type(client) == "function" then return client(messages) end
     return client:chat{ messages = messages, temperature = opts.temperature or 0.7,

@@ -1,0 +1,35 @@
+-- specula.benchcli: `specula bench [NAME...] [-- ARGS]` runs bench/NAME.lua
+-- (all of them when no name is given) and prints their tables.
+local core = require "specula.core"
+local sched = require "specula.sched"
+
+local M = {}
+
+M.ORDER = { "core", "scale", "http", "fidelity", "paste" }
+
+function M.main(args)
+  local root = core.host.root
+  local names, pass = {}, {}
+  local rest = false
+  for _, a in ipairs(args) do
+    if rest then pass[#pass + 1] = a
+    elseif a == "--" then rest = true
+    elseif a:sub(1, 1) == "-" then pass[#pass + 1] = a
+    else names[#names + 1] = a end
+  end
+  if #names == 0 then names = M.ORDER end
+  for _, name in ipairs(names) do
+    local path = root .. "/bench/" .. name .. ".lua"
+    local chunk, err = loadfile(path)
+    if not chunk then sched.plain_error("specula bench: no benchmark '" .. name .. "' (" .. tostring(err) .. ")") end
+    print(string.rep("=", 78))
+    print("bench/" .. name .. ".lua")
+    print(string.rep("-", 78))
+    _G.arg = { [0] = path }
+    for i, a in ipairs(pass) do _G.arg[i] = a end
+    chunk(unpack(pass))
+    io.stdout:flush()
+  end
+end
+
+return M
