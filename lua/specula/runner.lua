@@ -39,7 +39,8 @@ usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
   --max-hops N          fail a trajectory longer than N hops (default 64)
   --spec-timeout MS     a speculator slower than this counts as failed
   --shard i/n           run only queries whose index is i modulo n
-  --compare LIST        run every query under each config, e.g. "sequential,spechop:k=3"
+  --compare LIST        run every query under each config, e.g. "sequential,spechop:k=3:m=2"
+  --summary FILE        with --compare: also write the table as JSON
   --predict on|off      action speculation with the agent's predictor (default on if it has one)
   --match MODE          exact (default, lossless), name_only or similar (both lossy)
   --trigger WHEN        start, tool_name or both (default): when predictions fire
@@ -51,6 +52,7 @@ usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
 ]]
 
 local function usage_error(msg)
+  C.sp_ctx_set_exit(core.ctx, 2)
   sched.plain_error("specula run: " .. msg .. "\n" .. usage_text)
 end
 
@@ -111,6 +113,7 @@ local function parse_args(args)
       if not si or sn < 1 or si >= sn then usage_error("--shard expects i/n with 0 <= i < n, got '" .. s .. "'") end
       o.shard = { si, sn }
     elseif a == "--compare" then o.compare = val(a)
+    elseif a == "--summary" then o.summary = val(a)
     elseif a == "--predict" then
       o.predict = val(a)
       if o.predict ~= "on" and o.predict ~= "off" then usage_error("--predict must be on or off") end
@@ -519,20 +522,31 @@ function M.summary_text(a, run)
   return table.concat(lines, "\n")
 end
 
--- Ids already present in an output file (for resuming).
+-- Ids already present in an output file (for resuming). A run killed in
+-- the middle of a write leaves a last line without its newline: that line is
+-- cut off so the appended results start on a line of their own.
 local function done_ids(path)
   local ids = {}
-  local f = io.open(path, "r")
+  local f = io.open(path, "rb")
   if not f then return ids, 0 end
+  local text = f:read("*a")
+  f:close()
+  if #text > 0 and text:sub(-1) ~= "\n" then
+    local keep = text:match("^(.*\n)") or ""
+    local w = assert(io.open(path, "wb"))
+    w:write(keep)
+    w:close()
+    io.stderr:write("specula: resuming: dropped an incomplete last line of " .. path .. "\n")
+    text = keep
+  end
   local n = 0
-  for line in f:lines() do
+  for line in text:gmatch("[^\n]+") do
     local r = json.decode(line)
     if type(r) == "table" and r.id ~= nil then
-      ids[tostring(r.id)] = true
+      ids[tostring(r.id)] = r.config and r or true
       n = n + 1
     end
   end
-  f:close()
   return ids, n
 end
 M.done_ids = done_ids
