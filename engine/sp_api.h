@@ -72,8 +72,6 @@ void sp_task_release(sp_task *t);                 /* drop Lua's reference */
 void sp_task_cancel(sp_task *t);
 /* Mark the result of the running task's body (called by the Lua trampoline). */
 void sp_task_set_error(sp_task *t, const char *msg, size_t len);
-/* The running worker finished its job (it parks next); err = NULL on success. */
-void sp_job_done(sp_ctx *ctx, const char *err, size_t len);
 const char *sp_task_error(const sp_task *t);
 int sp_task_speculative(const sp_task *t);       /* 1 when running for an unverified state */
 /* Wait for another task: 1 = already finished (do not yield), 0 = yield now. */

@@ -121,7 +121,6 @@ static sp_task *task_alloc(sp_ctx *ctx, sp_task *parent) {
   t->run.run = task_resume;
   t->worker_ref = LUA_NOREF;
   t->ops.next = t->ops.prev = &t->ops;
-  t->t_start = uv_hrtime();
   if (parent && parent->state < SP_TASK_DONE) {
     t->parent = parent;
     t->next_sib = parent->child;
@@ -239,13 +238,6 @@ void sp_task_release(sp_task *t) {
   if (t) task_unref(t);
 }
 
-void sp_job_done(sp_ctx *ctx, const char *err, size_t len) {
-  sp_task *t = ctx ? ctx->running : NULL;
-  if (!t) return;
-  t->job_done = 1;
-  if (err) sp_task_set_error(t, err, len);
-}
-
 void sp_task_set_error(sp_task *t, const char *msg, size_t len) {
   if (!t) return;
   free(t->error);
@@ -314,7 +306,6 @@ static void cancel_ops(sp_task *t) {
 /* Everything a task owns ends with it: children and pending operations. */
 static void task_end(sp_task *t, int state) {
   t->state = state;
-  t->t_end = uv_hrtime();
   if (t == t->ctx->main_task) t->ctx->main_done = 1;
   while (t->child) sp_task_cancel(t->child);
   cancel_ops(t);
@@ -366,8 +357,15 @@ static void task_resume(sp_ctx *ctx, sp_runnable *r) {
   ctx->running = t;
   int rc = lua_resume(co, nargs);
   ctx->running = prev;
-  if (rc == LUA_YIELD && t->job_done && t->state == SP_TASK_RUNNING) {
-    /* A worker finished its job: results are on its stack (ok, ...). */
+  if (rc == LUA_YIELD && t->job && t->state == SP_TASK_RUNNING && lua_gettop(co) >= 1 &&
+      lua_type(co, 1) == LUA_TBOOLEAN) {
+    /* A worker finished its job: results are on its stack (ok, ...); a
+       failed job yields (false, message-with-traceback). */
+    if (!lua_toboolean(co, 1)) {
+      size_t len = 0;
+      const char *msg = lua_tolstring(co, 2, &len);
+      sp_task_set_error(t, msg ? msg : "job failed", msg ? len : 10);
+    }
     int status = t->error ? SP_TASK_FAILED : SP_TASK_DONE;
     if (t->hook) {
       sp_task_hook hook = t->hook;

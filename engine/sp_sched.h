@@ -46,7 +46,6 @@ struct sp_task {
   int nargs;                /* values pushed on co for the first resume */
   int reaping;              /* on the reap list */
   int job;                  /* runs on a pooled worker coroutine */
-  int job_done;             /* the worker reported the job finished */
   int worker_ref;           /* registry anchor of that worker while it runs this job */
   lua_State *co;            /* the coroutine, anchored in the coroutine table */
   sp_task *parent;          /* cancelling the parent cancels this task */
@@ -59,7 +58,6 @@ struct sp_task {
   char *error;              /* message and traceback when FAILED */
   int speculative;          /* runs for an unverified state (eligibility) */
   void *window_node;        /* the window node this job belongs to, if any */
-  uint64_t t_start, t_end;  /* monotonic ns: created, finished */
   sp_task *reap_next;       /* reap list link */
   sp_task *all_prev, *all_next; /* every live task, for shutdown */
 };

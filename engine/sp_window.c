@@ -79,6 +79,8 @@ struct sp_node {
   int nkids, capkids;      /* used / allocated */
   int phase;               /* PH_* */
   int state_ref;           /* s_i */
+  int actx_ref;            /* the ctx its tool, speculator and verifier calls share */
+  int cands_raw;           /* the speculator returned one plain value (cands_ref is it) */
   int step_ref;            /* the step {segment, action} or {final} */
   int tool;                /* policy index of the action's tool, -1 unknown */
   int hint;                /* the script's own gate decision for it, -1 none */
@@ -287,7 +289,7 @@ static sp_node *node_new(sp_window *w, int hop, sp_node *parent, int rank, doubl
   n->rank = rank;
   n->conf = conf;
   n->phase = PH_ADVANCING;
-  n->state_ref = n->step_ref = n->obs_ref = n->cands_ref = LUA_NOREF;
+  n->state_ref = n->step_ref = n->obs_ref = n->cands_ref = n->actx_ref = LUA_NOREF;
   n->tool = -1;
   n->hint = -1;
   n->t_spec = -1;
@@ -370,6 +372,7 @@ static void discard(sp_window *w, sp_node *n) {
   unref(w, &n->step_ref);
   unref(w, &n->obs_ref);
   unref(w, &n->cands_ref);
+  unref(w, &n->actx_ref);
   free(n->confs);
   free(n->err);
   free(n->tg_err);
@@ -397,6 +400,7 @@ static void retire(sp_window *w, sp_node *n) {
   unref(w, &n->step_ref);
   unref(w, &n->obs_ref);
   unref(w, &n->cands_ref);
+  unref(w, &n->actx_ref);
   free(n->kids);
   free(n->confs);
   free(n->err);
@@ -449,7 +453,7 @@ static int start_advance(sp_window *w, sp_node *n, sp_node *from, int use_obs) {
   } else {
     lua_pushnil(co);
     push_ref(co, from->cands_ref);
-    lua_pushinteger(co, n->rank + 1);
+    lua_pushinteger(co, from->cands_raw ? 0 : n->rank + 1);
   }
   lua_pushinteger(co, n->hop);
   lua_pushboolean(co, is_speculative(w, n));
@@ -467,9 +471,7 @@ static void start_target(sp_window *w, sp_node *n) {
     fail(w, "%s", "out of memory starting a tool call");
     return;
   }
-  push_ref(co, n->state_ref);
-  push_ref(co, n->step_ref);
-  lua_pushinteger(co, n->hop);
+  push_ref(co, n->actx_ref);
   lua_pushboolean(co, is_speculative(w, n));
   n->j_target = t;
   n->tg = TG_RUNNING;
@@ -482,28 +484,24 @@ static void start_target(sp_window *w, sp_node *n) {
   }
   n->t_target0 = now_ms();
   w->st.target_calls++;
-  sp_job_start(t, 6);
+  sp_job_start(t, 4);
 }
 
 static void start_warmup(sp_window *w, sp_node *n) {
   lua_State *co;
   sp_task *t = job(w, n, w->fn_warmup, on_warmup, &co);
   if (!t) return;
-  push_ref(co, n->state_ref);
-  push_ref(co, n->step_ref);
-  lua_pushinteger(co, n->hop);
+  push_ref(co, n->actx_ref);
   n->j_warm = t;
   w->st.warmup_calls++;
-  sp_job_start(t, 5);
+  sp_job_start(t, 3);
 }
 
 static void start_spec(sp_window *w, sp_node *n) {
   lua_State *co;
   sp_task *t = job(w, n, w->fn_spec, on_spec, &co);
   if (!t) return;
-  push_ref(co, n->state_ref);
-  push_ref(co, n->step_ref);
-  lua_pushinteger(co, n->hop);
+  push_ref(co, n->actx_ref);
   lua_pushinteger(co, w->cfg.m);
   lua_pushnumber(co, w->cfg.spec_timeout_ms);
   n->j_spec = t;
@@ -512,7 +510,7 @@ static void start_spec(sp_window *w, sp_node *n) {
   w->st.spec_calls++;
   note_live(w, +1); /* reserve the first child's slot */
   if (w->cfg.mode == SP_MODE_WINDOW) w->round++;
-  sp_job_start(t, 7);
+  sp_job_start(t, 5);
 }
 
 /* The target call of a node: run it, or ask the gate if the node is not
@@ -865,8 +863,12 @@ static void on_advance(sp_task *t, lua_State *co, int status, void *ud) {
   }
   /* results: ok, state, kind, step, tool, hint, t_update, t_seg, can_spec,
      key (canonical args, with action speculation), lossy match index */
-  lua_settop(co, 11);
+  lua_settop(co, 12);
   n->can_spec = lua_toboolean(co, 9);
+  if (!lua_isnil(co, 12)) {
+    lua_pushvalue(co, 12);
+    n->actx_ref = luaL_ref(co, LUA_REGISTRYINDEX);
+  }
   /* update() is timed inside Lua; the step gets the rest of the job's time,
      queueing included, so stage times add up to what the loop saw. */
   n->t_update = lua_tonumber(co, 7);
@@ -921,12 +923,13 @@ static void on_advance(sp_task *t, lua_State *co, int status, void *ud) {
       verify_head(w);
       return;
     }
-  } else {
-    launch_target(w, n);
   }
-  if (w->status != SP_WIN_RUNNING) return;
+  /* The speculator goes first: when both return at once (cached or local
+     tools) its guess must be in before the target's result is verified. */
   if (w->fn_spec != LUA_NOREF && n->can_spec) ext_add(w, n);
   try_extend(w);
+  if (w->status != SP_WIN_RUNNING) return;
+  if (!served) launch_target(w, n);
 }
 
 /* The target result of a node is in (from its own call or a promoted
@@ -977,6 +980,8 @@ static void on_spec(sp_task *t, lua_State *co, int status, void *ud) {
   if (status == SP_TASK_DONE) {
     /* results: ok, cands, n, conf_1 .. conf_n */
     ncands = (int)lua_tointeger(co, 3);
+    n->cands_raw = ncands == -1;
+    if (n->cands_raw) ncands = 1;
     if (ncands > w->cfg.m) ncands = w->cfg.m;
     if (ncands < 0) ncands = 0;
   }
@@ -1158,6 +1163,16 @@ static void commit(sp_window *w, sp_node *child, const char *reason, double t_ve
 /* A node just became the head: what it deferred or failed while it was
    speculative is redone as a normal call, and its result verified. */
 static void promote(sp_window *w, sp_node *n) {
+  if (n->actx_ref != LUA_NOREF && w->ctx->L) {
+    /* calls made from here on are made for a verified state */
+    lua_State *L = w->ctx->L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, n->actx_ref);
+    if (lua_istable(L, -1)) {
+      lua_pushboolean(L, 0);
+      lua_setfield(L, -2, "speculative");
+    }
+    lua_pop(L, 1);
+  }
   if (n->j_adv) n->j_adv->speculative = 0;
   if (n->j_target) n->j_target->speculative = 0;
   if (n->tg_spec && n->j_target) w->inflight--;
@@ -1203,15 +1218,13 @@ static void verify_head(sp_window *w) {
     fail(w, "%s", "out of memory starting the verifier");
     return;
   }
-  push_ref(co, h->state_ref);
-  push_ref(co, h->step_ref);
+  push_ref(co, h->actx_ref);
   push_ref(co, h->cands_ref);
   push_ref(co, h->obs_ref);
-  lua_pushinteger(co, h->hop);
-  for (int i = 0; i < h->nkids; i++) lua_pushinteger(co, h->kids[i]->rank + 1);
+  for (int i = 0; i < h->nkids; i++) lua_pushinteger(co, h->cands_raw ? 0 : h->kids[i]->rank + 1);
   h->j_verify = t;
   h->t_verify0 = now_ms();
-  sp_job_start(t, 7 + h->nkids);
+  sp_job_start(t, 5 + h->nkids);
 }
 
 static void on_verify(sp_task *t, lua_State *co, int status, void *ud) {
@@ -1235,8 +1248,10 @@ static void on_verify(sp_task *t, lua_State *co, int status, void *ud) {
   char *why = dupstr(reason ? reason : "");
   tev(w, "verify", 'X', h, h->t_verify0, end, idx > 0, why);
   sp_node *child = NULL;
-  for (int i = 0; idx > 0 && i < h->nkids; i++)
-    if (h->kids[i]->rank == idx - 1) child = h->kids[i];
+  /* idx: 1-based rank of the accepted candidate, 0 = none, -1 = the single
+     plain candidate */
+  for (int i = 0; idx != 0 && i < h->nkids; i++)
+    if (idx == -1 || h->kids[i]->rank == idx - 1) child = h->kids[i];
   if (child) commit(w, child, why, dt);
   else advance_from_real(w, SP_SPEC_REJECTED, why, dt);
   free(why);

@@ -120,8 +120,12 @@ function M.adapter(agent, opts)
   local canonical = debug_mode and require("specula.json").canonical
   local step_where, update_where = where(step_fn), where(update_fn)
 
-  local function mkctx(qctx, hop, spec)
-    return setmetatable({ hop = hop, speculative = spec }, qctx.__mt)
+  -- One ctx per thread step: step() sees it first; once the step has
+  -- decided, ctx.step and ctx.action are filled in and the same table goes
+  -- to the tool, speculator and verifier calls of that step.
+  local function mkctx(qctx, hop, spec, state)
+    return setmetatable({ hop = hop, speculative = spec, state = state, step = false, action = false,
+                          on_tool_name = false }, qctx.__mt)
   end
 
   local function tool_name_cb(name)
@@ -221,19 +225,20 @@ function M.adapter(agent, opts)
 
   local A = {}
 
+  -- A predictor that waits (a draft model) runs beside the step, not before
+  -- it; its candidates fire whenever it has them. (A function of its own:
+  -- the closure would keep step_with_predictions out of the JIT.)
+  local function predict_beside(state, ctx)
+    local box = {}
+    sched.spawn(function() box.list = predict(state, ctx) end)
+    return setmetatable({}, { __index = function(_, k) return box.list and box.list[k] end,
+                              __len = function() return box.list and #box.list or 0 end })
+  end
+
   local function step_with_predictions(state, ctx)
     local list
     if predictor then
-      if predict_async then
-        -- A predictor that waits (a draft model) runs beside the step, not
-        -- before it; its candidates fire whenever it has them.
-        local box = {}
-        sched.spawn(function() box.list = predict(state, ctx) end)
-        list = setmetatable({}, { __index = function(_, k) return box.list and box.list[k] end,
-                                  __len = function() return box.list and #box.list or 0 end })
-      else
-        list = predict(state, ctx)
-      end
+      if predict_async then list = predict_beside(state, ctx) else list = predict(state, ctx) end
       ctx.on_tool_name = tool_name_cb
     else
       ctx.on_tool_name = no_tool_name
@@ -245,24 +250,29 @@ function M.adapter(agent, opts)
     return kind, s, tool, hint, can
   end
 
-  local function ret(state, t_upd, t1, kind, s, tool, hint, can, key, midx)
-    return state, kind, s, tool, hint, t_upd, now() - t1, can, key, midx
+  -- t_seg is measured by the window (the job's whole time minus t_update)
+  local function ret(ctx, state, t_upd, kind, s, tool, hint, can, key, midx)
+    if kind == 1 then ctx.step, ctx.action = s, s.action end
+    return state, kind, s, tool, hint, t_upd, 0, can, key, midx, ctx
   end
 
   function A.start(qctx)
-    local ctx = mkctx(qctx, 0, false)
+    local ctx = mkctx(qctx, 0, false, nil)
     local t0 = now()
     local state = init_fn(qctx.query, ctx)
     if state == nil then plain("init (" .. where(init_fn) .. ") returned nil") end
     local t1 = now()
+    ctx.state = state
     if predictor then hist_of[state] = {} end
-    return ret(state, t1 - t0, t1, step_with_predictions(state, ctx))
+    return ret(ctx, state, t1 - t0, step_with_predictions(state, ctx))
   end
 
   -- update(state, step, observation) then step() of the new state.
   function A.advance(qctx, state, step, obs, cands, idx, hop, spec)
-    if cands ~= nil then obs = cands[idx] end
-    local ctx = mkctx(qctx, hop, spec)
+    if cands ~= nil then
+      if idx == 0 then obs = cands else obs = cands[idx] end
+    end
+    local ctx = mkctx(qctx, hop, spec, state)
     local before = debug_mode and canonical(state)
     local t0 = now()
     local s2 = update_fn(state, step, obs, ctx)
@@ -272,7 +282,8 @@ function M.adapter(agent, opts)
     end
     if s2 == nil then plain("update (" .. update_where .. ") returned nil") end
     if predictor then extend_history(state, step, obs, s2) end
-    return ret(s2, t1 - t0, t1, step_with_predictions(s2, ctx))
+    ctx.state = s2
+    return ret(ctx, s2, t1 - t0, step_with_predictions(s2, ctx))
   end
 
   -- A predicted call started early (always speculative).
@@ -281,20 +292,15 @@ function M.adapter(agent, opts)
     return tools[tool].call(args, ctx)
   end
 
-  local function action_ctx(qctx, state, step, hop, spec)
-    return setmetatable({ hop = hop, speculative = spec, state = state, step = step,
-                          action = step.action }, qctx.__mt)
+  function A.call(qctx, ctx, spec)
+    local a = ctx.action
+    return tools[a.tool].call(a.args, ctx)
   end
 
-  function A.call(qctx, state, step, hop, spec)
-    local a = step.action
-    return tools[a.tool].call(a.args, action_ctx(qctx, state, step, hop, spec))
-  end
-
-  function A.warmup(qctx, state, step, hop)
-    local a = step.action
+  function A.warmup(qctx, ctx)
+    local a = ctx.action
     local w = tools[a.tool].warmup
-    if w then w(a.args, action_ctx(qctx, state, step, hop, true)) end
+    if w then w(a.args, ctx) end
   end
 
   local function by_conf(a, b)
@@ -303,12 +309,12 @@ function M.adapter(agent, opts)
   end
 
   -- Candidates go back to C as a list of values (rank order) plus their
-  -- confidences; a plain value is one candidate with confidence 1.
-  local ONE = 1
+  -- confidences; a plain value is one candidate with confidence 1, handed
+  -- over as is (count -1) rather than wrapped in a list.
   local function normalise(r, m)
     if getmetatable(r) ~= CANDS_MT then
       if r == nil then return nil, 0 end
-      return { r }, 1, ONE
+      return r, -1, 1
     end
     local list = {}
     for i, c in ipairs(r) do list[i] = { value = c.value, confidence = c.confidence or 1, i = i } end
@@ -335,23 +341,22 @@ function M.adapter(agent, opts)
     return r[2]
   end
 
-  function A.speculate(qctx, state, step, hop, m, timeout)
-    local a = step.action
+  function A.speculate(qctx, ctx, m, timeout)
+    local a = ctx.action
     local S = tools[a.tool].speculate or agent_spec
-    local ctx = action_ctx(qctx, state, step, hop, true)
     return normalise(run_spec(S, a.args, ctx, timeout), m)
   end
 
-  function A.verify(qctx, state, step, cands, obs, hop, ...)
-    local a = step.action
+  -- Ranks are 1-based; rank 0 is the single plain candidate (returned as -1).
+  function A.verify(qctx, ctx, cands, obs, ...)
+    local a = ctx.action
     local V = tools[a.tool].verify or agent_verify
-    local ctx = action_ctx(qctx, state, step, hop, false)
     local n = select("#", ...)
     local reasons
     for i = 1, n do
       local r = select(i, ...)
-      local ok, reason = V(cands[r], obs, ctx)
-      if ok then return r, reason or "accepted" end
+      local ok, reason = V(r == 0 and cands or cands[r], obs, ctx)
+      if ok then return r == 0 and -1 or r, reason or "accepted" end
       if n == 1 then return 0, reason or "rejected" end
       reasons = reasons or {}
       reasons[#reasons + 1] = reason or "rejected"

@@ -192,12 +192,31 @@ local function round(x, d)
 end
 
 -- Read a finished window into a result record.
-local function collect(w, q, k_cfg, run_match)
+local function collect(w, q, k_cfg, run_match, light)
   local status = C.sp_window_status(w)
   local rec = { id = q.id, query = q.query }
   if q.gold then rec.gold = q.gold end
   local traj, hops = {}, {}
   local n = C.sp_window_nhops(w)
+  if light then
+    -- answers and counters only (benchmarks): no per-hop records
+    C.sp_window_stats_get(w, wstats)
+    if status == C.SP_WIN_DONE then
+      local fin = registry[C.sp_window_answer_ref(w)]
+      rec.answer = fin and fin.final
+    else
+      rec.error = ffi.string(C.sp_window_error(w))
+    end
+    rec.stats = { hops = n, wall_ms = wstats.wall_ms, standard_ms = wstats.standard_ms, commits = wstats.commits,
+                  rollbacks = wstats.rollbacks, calls = { model = wstats.model_calls, target = wstats.target_calls,
+                  speculator = wstats.spec_calls, predicted = wstats.predicted_calls, warmup = wstats.warmup_calls },
+                  cancelled = { total = wstats.cancelled_model + wstats.cancelled_target + wstats.cancelled_spec },
+                  wasted_cost = wstats.wasted_cost, wasted_calls = wstats.wasted_calls, speculative_launches =
+                  wstats.speculative_launches, deferred = wstats.deferred }
+    rec._agg = { wall = wstats.wall_ms, std = wstats.standard_ms, acc = wstats.accepted, rej = wstats.rejected,
+                 seg = 0, tgt = 0, spec = 0, nspec = 0, n = n }
+    return rec
+  end
   local sum_seg, sum_tgt, sum_spec, n_spec = 0, 0, 0, 0
   for i = 0, n - 1 do
     C.sp_window_hop(w, i, hop_info)
@@ -384,7 +403,7 @@ local function run_query(run, q, index)
   C.sp_window_start(w, me)
   while C.sp_window_status(w) == C.SP_WIN_RUNNING do sched.yield() end
   sched.handoff[C.sp_window_id(w)] = nil
-  local rec = collect(w, q, o.k, run.pf and (o.match or run.match or "exact") or nil)
+  local rec = collect(w, q, o.k, run.pf and (o.match or run.match or "exact") or nil, o.light)
   if run.learn and rec.trajectory and not rec.error then run.learn(rec.trajectory) end
   if o.trace and run.trace_out then trace_events(w, index, q, run.trace_out) end
   ffi.gc(w, nil)
@@ -583,7 +602,7 @@ function M.run(agent, opts)
               max_hops = opts.max_hops or 64, policy = opts.policy, debug = opts.debug,
               spec_timeout = opts.spec_timeout, trace = nil, start_jitter_ms = opts.start_jitter_ms,
               predict = opts.predict, match = opts.match, trigger = opts.trigger, ev_cost_ms = opts.ev_cost_ms,
-              ev_latency_ms = opts.ev_latency_ms, predict_top = opts.predict_top }
+              ev_latency_ms = opts.ev_latency_ms, predict_top = opts.predict_top, light = opts.light }
   if type(o.k) == "string" then o.k = parse_k(o.k) end
   if not MODES[o.mode] then error("specula.run: unknown mode '" .. tostring(o.mode) .. "'", 2) end
   local queries = {}

@@ -39,17 +39,14 @@ local function set_error(t, msg)
   C.sp_task_set_error(t, msg, #msg)
 end
 
--- The body of the worker coroutines C runs jobs on. A worker runs one job,
--- reports it done and parks; C resumes it with the next job's function and
--- arguments, so the window does not create a coroutine per call.
+-- The body of the worker coroutines C runs jobs on. A worker runs one job
+-- and parks by yielding (ok, results...) — a yield whose first value is a
+-- boolean ends the job (a wait for the loop yields nothing); C resumes it
+-- with the next job's function and arguments, so the window does not
+-- create a coroutine per call.
 local function park(ok, ...)
-  if ok then
-    C.sp_job_done(ctx, nil, 0)
-  else
-    local msg = tostring((...))
-    C.sp_job_done(ctx, msg, #msg)
-  end
-  return co_yield(ok, ...)
+  if not ok then return co_yield(false, tostring((...))) end
+  return co_yield(true, ...)
 end
 local function worker(fn, ...)
   return worker(park(xpcall(fn, on_error, ...)))

@@ -1,0 +1,285 @@
+-- specula.tools: tools for agents.
+--
+--   tools.http{ method = "GET", url = "https://api.example/search?q={q}&n={n}",
+--               headers = { Authorization = "Bearer {env.SEARCH_KEY}" },
+--               body = { query = "{q}", k = "{n}" } | "text {q}",
+--               result = "json" | "text" | function(res, args, ctx) ... end,
+--               timeout_ms = 5000, connect_timeout_ms, max_body_bytes,
+--               retry = { ... } | false, cost = 0.001, class = "read", name = "search" }
+--     -> tool table { call = fn(args, ctx), cost =, class =, spec = }
+--   tools.compile(name, spec) -> function(args, ctx) -> observation
+--     (what specula.agent uses when a tool's `call` is a table)
+--   tools.lua(fn, { cost =, class =, speculate =, verify =, warmup = }) -> tool table
+--   tools.sim{ latency =, result =, cost =, ... } -> tool table (specula.sim.tool)
+--
+-- Templates: {name} is the action's argument `name`; {env.NAME} is the
+-- environment variable NAME. In the URL every value is percent-encoded,
+-- except an {env.NAME} that starts the URL (a base URL such as
+-- "{env.SEARCH_BASE}/search?q={q}"). In headers and string bodies values are
+-- inserted as they are. In a table body, a string that is exactly one
+-- placeholder takes the argument's own JSON type (numbers stay numbers,
+-- tables stay tables); other strings are rendered as text; keys are not
+-- templated. A missing argument or variable is an error naming it.
+--
+-- Results: "json" decodes the body (an error if it is not JSON), "text"
+-- returns it, a function gets { status, headers, body } plus the args and
+-- ctx and returns the observation; the default is JSON when the response
+-- says application/json, else text. A non-2xx response is an error with the
+-- status and a short body excerpt. Header values and environment values
+-- never appear in errors. Failures are retried with specula.llm.retry.
+local json = require "specula.json"
+local retry = require "specula.llm.retry"
+
+local type, tostring, tonumber, pairs, ipairs, error, setmetatable =
+  type, tostring, tonumber, pairs, ipairs, error, setmetatable
+local format, find, sub, gsub, lower = string.format, string.find, string.sub, string.gsub, string.lower
+local concat = table.concat
+
+local M = {}
+
+----------------------------------------------------------------------------
+-- templates
+----------------------------------------------------------------------------
+
+-- "a {x} b {env.Y}" -> { "a ", {name = "x"}, " b ", {env = "Y"} }; nil when
+-- the text has no placeholder.
+local function compile(s)
+  local parts, i, any = {}, 1, false
+  while true do
+    local a, b, name = find(s, "{([%a_][%w_%.]*)}", i)
+    if not a then break end
+    local env = name:match("^env%.([%a_][%w_]*)$")
+    if env or not find(name, ".", 1, true) then
+      if a > i then parts[#parts + 1] = sub(s, i, a - 1) end
+      parts[#parts + 1] = env and { env = env, pos = a } or { name = name, pos = a }
+      any = true
+    else
+      parts[#parts + 1] = sub(s, i, b)  -- not a placeholder: keep as written
+    end
+    i = b + 1
+  end
+  if not any then return nil end
+  if i <= #s then parts[#parts + 1] = sub(s, i) end
+  return parts
+end
+
+local function urlencode(s)
+  return (gsub(s, "[^%w%-%._~]", function(c) return format("%%%02X", c:byte()) end))
+end
+M.urlencode = urlencode
+
+-- The value of one placeholder. env values are recorded in `secrets`.
+local function value_of(tool, p, args, where, secrets)
+  if p.env then
+    local v = os.getenv(p.env)
+    if v == nil then
+      error(format("tools.http '%s': environment variable %s is not set (used as {env.%s} in %s)",
+                   tool, p.env, p.env, where), 0)
+    end
+    if #v >= 6 then secrets[#secrets + 1] = v end
+    return v
+  end
+  local v = type(args) == "table" and args[p.name] or nil
+  if v == nil or v == json.null then
+    error(format("tools.http '%s': missing argument '%s' (used as {%s} in %s)", tool, p.name, p.name, where), 0)
+  end
+  return v
+end
+
+local function as_text(v)
+  if type(v) == "table" then return json.encode(v) or tostring(v) end
+  return tostring(v)
+end
+
+local function render(tool, parts, args, where, secrets, mode)
+  local out = {}
+  for i, p in ipairs(parts) do
+    if type(p) == "string" then
+      out[i] = p
+    else
+      local v = value_of(tool, p, args, where, secrets)
+      if mode == "url" then
+        if type(v) == "table" then
+          error(format("tools.http '%s': argument '%s' is a table; the url needs a string or number",
+                       tool, p.name), 0)
+        end
+        out[i] = (p.env and p.pos == 1) and tostring(v) or urlencode(tostring(v))
+      else
+        out[i] = as_text(v)
+      end
+    end
+  end
+  return concat(out)
+end
+
+-- A compiled body template: a deep copy where every templated string is
+-- replaced by { parts } (or { whole = placeholder }).
+local function compile_body(v)
+  if type(v) == "string" then
+    local parts = compile(v)
+    if not parts then return v end
+    if #parts == 1 and type(parts[1]) == "table" then return { __whole = parts[1] } end
+    return { __parts = parts }
+  elseif type(v) == "table" then
+    local out = {}
+    for k, x in pairs(v) do out[k] = compile_body(x) end
+    return setmetatable(out, getmetatable(v))
+  end
+  return v
+end
+
+local function render_body(tool, t, args, secrets)
+  if type(t) ~= "table" then return t end
+  if t.__whole then return value_of(tool, t.__whole, args, "body", secrets) end
+  if t.__parts then return render(tool, t.__parts, args, "body", secrets, "text") end
+  local out = {}
+  for k, x in pairs(t) do out[k] = render_body(tool, x, args, secrets) end
+  return setmetatable(out, getmetatable(t))
+end
+
+----------------------------------------------------------------------------
+-- HTTP tools
+----------------------------------------------------------------------------
+
+local RESULTS = { json = true, text = true }
+
+function M.http(spec)
+  if type(spec) ~= "table" then error("specula.tools.http: expected a spec table", 2) end
+  local name = spec.name or "http"
+  if type(spec.url) ~= "string" or spec.url == "" then
+    error("specula.tools.http: tool '" .. name .. "' needs url = \"https://...\"", 2)
+  end
+  local method = (spec.method or (spec.body ~= nil and "POST" or "GET")):upper()
+  local result = spec.result
+  if result ~= nil and type(result) ~= "function" and not RESULTS[result] then
+    error("specula.tools.http: tool '" .. name .. "': result must be \"json\", \"text\" or a function", 2)
+  end
+  if spec.headers ~= nil and type(spec.headers) ~= "table" then
+    error("specula.tools.http: tool '" .. name .. "': headers must be a table", 2)
+  end
+  if spec.cost ~= nil and (type(spec.cost) ~= "number" or spec.cost < 0) then
+    error("specula.tools.http: tool '" .. name .. "': cost must be a non-negative number", 2)
+  end
+  local url_t = compile(spec.url) or { spec.url }
+  local headers_t = {}
+  for k, v in pairs(spec.headers or {}) do
+    headers_t[#headers_t + 1] = { k, compile(tostring(v)) or { tostring(v) } }
+  end
+  local body_t, body_kind = nil, nil
+  if type(spec.body) == "table" then
+    body_t, body_kind = compile_body(spec.body), "json"
+  elseif type(spec.body) == "string" then
+    body_t, body_kind = compile(spec.body) or { spec.body }, "text"
+  elseif spec.body ~= nil then
+    error("specula.tools.http: tool '" .. name .. "': body must be a table or a string", 2)
+  end
+  local has_ctype = false
+  for k in pairs(spec.headers or {}) do
+    if lower(tostring(k)) == "content-type" then has_ctype = true end
+  end
+  local policy = retry.new(spec.retry)
+  local timeout_ms = spec.timeout_ms or 30000
+
+  local function call(args, ctx)
+    local secrets = {}
+    local url = render(name, url_t, args, "the url", secrets, "url")
+    local headers = {}
+    for _, h in ipairs(headers_t) do
+      local v = render(name, h[2], args, "header " .. tostring(h[1]), secrets, "text")
+      headers[h[1]] = v
+      if #v >= 6 then secrets[#secrets + 1] = v end
+    end
+    local body
+    if body_kind == "json" then
+      local b = render_body(name, body_t, args, secrets)
+      local err
+      body, err = json.encode(b)
+      if not body then error(retry.scrub(format("tools.http '%s': cannot encode the body: %s", name, err), secrets), 0) end
+      if not has_ctype then headers["Content-Type"] = "application/json" end
+    elseif body_kind == "text" then
+      body = render(name, body_t, args, "body", secrets, "text")
+      if not has_ctype then headers["Content-Type"] = "text/plain; charset=utf-8" end
+    end
+    local where = method .. " " .. retry.endpoint(url)
+    local res, f, n, why = retry.request({
+      method = method, url = url, headers = headers, body = body, timeout_ms = timeout_ms,
+      connect_timeout_ms = spec.connect_timeout_ms, max_body_bytes = spec.max_body_bytes,
+    }, policy)
+    if not res then
+      local msg
+      if f.err then
+        msg = format("tools.http '%s': %s (%s)", name, f.err, retry.attempts_text(n))
+      else
+        local ex = retry.excerpt(f.body, f.headers and f.headers["content-type"], 200)
+        msg = format("tools.http '%s': HTTP %s from %s (%s)%s", name, tostring(f.status), where,
+                     retry.attempts_text(n), ex ~= "" and (": " .. ex) or "")
+      end
+      if why then msg = msg .. "; " .. why end
+      error(retry.scrub(msg, secrets), 0)
+    end
+    local mode = result
+    if mode == nil then
+      local ct = lower(res.headers["content-type"] or "")
+      mode = find(ct, "json", 1, true) and "json" or "text"
+    end
+    if mode == "text" then return res.body end
+    if mode == "json" then
+      local v, err = json.decode(res.body)
+      if v == nil then
+        error(retry.scrub(format("tools.http '%s': response of %s is not JSON: %s; body starts \"%s\"",
+          name, where, tostring(err), retry.excerpt(res.body, "text/plain", 80)), secrets), 0)
+      end
+      return v
+    end
+    return result({ status = res.status, headers = res.headers, body = res.body }, args, ctx)
+  end
+
+  return { call = call, cost = spec.cost, class = spec.class, spec = spec,
+           speculate = spec.speculate, verify = spec.verify, warmup = spec.warmup }
+end
+
+----------------------------------------------------------------------------
+-- other tools
+----------------------------------------------------------------------------
+
+local function copy_hooks(out, opts)
+  for _, k in ipairs({ "cost", "class", "speculate", "verify", "warmup" }) do
+    if opts[k] ~= nil then out[k] = opts[k] end
+  end
+  return out
+end
+
+--- A plain Lua tool: fn(args, ctx) -> observation.
+function M.lua(fn, opts)
+  if type(fn) ~= "function" then error("specula.tools.lua: expected a function", 2) end
+  if opts ~= nil and type(opts) ~= "table" then error("specula.tools.lua: options must be a table", 2) end
+  return copy_hooks({ call = fn }, opts or {})
+end
+
+--- A simulated tool (specula.sim.tool): latency law and result function.
+function M.sim(opts)
+  if type(opts) ~= "table" then error("specula.tools.sim: expected an options table", 2) end
+  local sim = require "specula.sim"
+  return copy_hooks({ call = sim.tool(opts) }, opts)
+end
+
+--- The call function of a declarative tool spec (an HTTP spec with url =,
+-- a { sim = {...} } spec, or a tool table with a call function).
+function M.compile(name, spec)
+  if type(spec) == "function" then return spec end
+  if type(spec) ~= "table" then
+    error("specula.tools.compile: tool '" .. tostring(name) .. "': expected a spec table", 2)
+  end
+  if type(spec.call) == "function" then return spec.call end
+  if spec.url ~= nil then
+    local s = {}
+    for k, v in pairs(spec) do s[k] = v end
+    if s.name == nil then s.name = name end
+    return M.http(s).call
+  end
+  if type(spec.sim) == "table" then return M.sim(spec.sim).call end
+  error("specula.tools.compile: tool '" .. tostring(name) ..
+        "': cannot compile this spec (an HTTP tool needs url = \"...\")", 2)
+end
+
+return M
