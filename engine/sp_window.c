@@ -473,6 +473,16 @@ static void start_target(sp_window *w, sp_node *n) {
   }
   push_ref(co, n->actx_ref);
   lua_pushboolean(co, is_speculative(w, n));
+  /* ctx.speculative tells the tool whether this call is for an unverified
+     state (a promotion later flips it) */
+  if (n->actx_ref != LUA_NOREF) {
+    lua_rawgeti(co, LUA_REGISTRYINDEX, n->actx_ref);
+    if (lua_istable(co, -1)) {
+      lua_pushboolean(co, is_speculative(w, n));
+      lua_setfield(co, -2, "speculative");
+    }
+    lua_pop(co, 1);
+  }
   n->j_target = t;
   n->tg = TG_RUNNING;
   n->tg_spec = is_speculative(w, n);
