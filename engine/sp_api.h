@@ -201,6 +201,7 @@ typedef struct sp_window_cfg {
   sp_policy *policy;         /* eligibility (NULL: every speculative launch is forbid) */
   sp_kauto *kauto;           /* shared live estimator when k = 0 */
   sp_prefetch *prefetch;     /* action speculation cache, NULL = off */
+  int drop_trajectory;       /* keep hop timings only, not the steps and observations */
 } sp_window_cfg;
 typedef struct sp_hop_info {
   int step_ref;              /* registry ref of the step {segment, action} */
@@ -246,6 +247,14 @@ sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_
 int sp_window_id(const sp_window *w);            /* key of its arguments in sched.handoff */
 /* Queue the start; waiter is resumed when the window finishes. */
 int sp_window_start(sp_window *w, sp_task *waiter);
+/* A group of windows run by one driver task: finished windows queue up in
+   the group and wake its waiter, so a batch needs no task per query. */
+typedef struct sp_wgroup sp_wgroup;
+sp_wgroup *sp_wgroup_new(sp_ctx *ctx);
+void sp_wgroup_free(sp_wgroup *g);
+int sp_window_start_in(sp_window *w, sp_wgroup *g);
+sp_window *sp_wgroup_pop(sp_wgroup *g);          /* next finished window, NULL if none */
+int sp_wgroup_wait(sp_wgroup *g, sp_task *t);     /* 1: one is ready; 0: yield now */
 int sp_window_status(const sp_window *w);
 const char *sp_window_error(const sp_window *w);
 int sp_window_answer_ref(const sp_window *w);    /* ref of the final step */

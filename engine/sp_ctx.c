@@ -105,6 +105,8 @@ int sp_ctx_shutdown(sp_ctx *ctx) {
   ctx->free_ids = NULL;
   free(ctx->pool);
   free(ctx->pool_refs);
+  free(ctx->pins);
+  ctx->pins = NULL;
   ctx->pool = NULL;
   ctx->pool_refs = NULL;
   ctx->npool = 0;

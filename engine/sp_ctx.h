@@ -17,6 +17,8 @@ struct sp_ctx {
   lua_State **pool;        /* parked worker coroutines, ready for the next job */
   int *pool_refs;          /* their registry anchors */
   int npool, cappool;      /* used / allocated */
+  int *pins;               /* registry ref -> pin count (high bit: released while pinned) */
+  int npins;               /* entries in pins */
   int handoff_ref;         /* registry ref of the table Lua leaves window arguments in */
   uv_idle_t ready_idle;    /* runs the ready queue while it is non-empty */
   uv_prepare_t reap_prep;  /* releases finished coroutines before each poll */

@@ -22,6 +22,8 @@ typedef struct sp_sleepop {
 } sp_sleepop;
 
 static void task_resume(sp_ctx *ctx, sp_runnable *r);
+static void job_args_free(sp_task *t);
+static void task_end(sp_task *t, int state);
 static void task_unref(sp_task *t);
 
 double sp_now_ms(void) { return (double)uv_hrtime() / 1e6; }
@@ -170,8 +172,117 @@ sp_task *sp_job_new(sp_ctx *ctx, sp_task_hook hook, void *ud) {
   if (ctx->stopping) return NULL;
   sp_task *t = task_alloc(ctx, NULL);
   if (!t) return NULL;
+  t->args = malloc(SP_JOB_MAXARGS * sizeof *t->args);
+  if (!t->args) {
+    task_end(t, SP_TASK_FAILED);
+    return NULL;
+  }
+  t->job = 1;
+  t->hook = hook;
+  t->hook_ud = ud;
+  return t;
+}
+
+#define PIN_DEAD 0x40000000
+
+static int pins_grow(sp_ctx *ctx, int ref) {
+  if (ref < ctx->npins) return 0;
+  int n = ctx->npins ? ctx->npins : 1024;
+  while (n <= ref) n *= 2;
+  int *p = realloc(ctx->pins, (size_t)n * sizeof *p);
+  if (!p) return -1;
+  memset(p + ctx->npins, 0, (size_t)(n - ctx->npins) * sizeof *p);
+  ctx->pins = p;
+  ctx->npins = n;
+  return 0;
+}
+
+void sp_ref_pin(sp_ctx *ctx, int ref) {
+  if (ref <= 0 || pins_grow(ctx, ref) != 0) return;
+  ctx->pins[ref]++;
+}
+
+void sp_ref_unpin(sp_ctx *ctx, int ref) {
+  if (ref <= 0 || ref >= ctx->npins || (ctx->pins[ref] & ~PIN_DEAD) == 0) return;
+  ctx->pins[ref]--;
+  if (ctx->pins[ref] == PIN_DEAD) {
+    ctx->pins[ref] = 0;
+    if (ctx->L) luaL_unref(ctx->L, LUA_REGISTRYINDEX, ref);
+  }
+}
+
+void sp_ref_release(sp_ctx *ctx, int ref) {
+  if (ref <= 0) return;
+  if (ref < ctx->npins && (ctx->pins[ref] & ~PIN_DEAD) > 0) {
+    ctx->pins[ref] |= PIN_DEAD;
+    return;
+  }
+  if (ctx->L) luaL_unref(ctx->L, LUA_REGISTRYINDEX, ref);
+}
+
+static sp_jobarg *next_arg(sp_task *t) {
+  if (!t->args || t->nargs_c >= SP_JOB_MAXARGS) return NULL;
+  return &t->args[t->nargs_c++];
+}
+
+void sp_job_ref(sp_task *t, int ref) {
+  sp_jobarg *a = next_arg(t);
+  if (!a) return;
+  if (ref == LUA_NOREF || ref == LUA_REFNIL) {
+    a->kind = SP_ARG_NIL;
+    return;
+  }
+  a->kind = SP_ARG_REF;
+  a->v.ref = ref;
+  sp_ref_pin(t->ctx, ref);
+}
+
+void sp_job_int(sp_task *t, long long v) {
+  sp_jobarg *a = next_arg(t);
+  if (a) { a->kind = SP_ARG_INT; a->v.i = v; }
+}
+
+void sp_job_num(sp_task *t, double v) {
+  sp_jobarg *a = next_arg(t);
+  if (a) { a->kind = SP_ARG_NUM; a->v.d = v; }
+}
+
+void sp_job_bool(sp_task *t, int v) {
+  sp_jobarg *a = next_arg(t);
+  if (a) { a->kind = SP_ARG_BOOL; a->v.b = v; }
+}
+
+void sp_job_nil(sp_task *t) {
+  sp_jobarg *a = next_arg(t);
+  if (a) a->kind = SP_ARG_NIL;
+}
+
+void sp_job_str(sp_task *t, const char *str) {
+  sp_jobarg *a = next_arg(t);
+  if (!a) return;
+  a->kind = SP_ARG_STR;
+  a->v.s = strdup(str ? str : "");
+  if (!a->v.s) a->kind = SP_ARG_NIL;
+}
+
+/* Drop arguments never pushed (the job was cancelled while queued). */
+static void job_args_free(sp_task *t) {
+  if (!t->args) return;
+  for (int i = 0; i < t->nargs_c; i++) {
+    sp_jobarg *a = &t->args[i];
+    if (a->kind == SP_ARG_REF) sp_ref_unpin(t->ctx, a->v.ref);
+    else if (a->kind == SP_ARG_STR) free(a->v.s);
+  }
+  free(t->args);
+  t->args = NULL;
+  t->nargs_c = 0;
+}
+
+/* First resume of a job: take a worker and push its function and args. */
+static lua_State *job_attach(sp_ctx *ctx, sp_task *t) {
   lua_State *L = ctx->L;
   lua_State *co;
+  int fresh = 0;
   if (ctx->npool > 0) {
     ctx->npool--;
     co = ctx->pool[ctx->npool];
@@ -179,7 +290,7 @@ sp_task *sp_job_new(sp_ctx *ctx, sp_task_hook hook, void *ud) {
   } else {
     co = lua_newthread(L);
     t->worker_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-    lua_rawgeti(co, LUA_REGISTRYINDEX, ctx->worker_body_ref);
+    fresh = 1;
   }
   /* CO[id] = co, so Lua can tell the coroutine it runs on is this task's. */
   lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->co_table_ref);
@@ -187,10 +298,27 @@ sp_task *sp_job_new(sp_ctx *ctx, sp_task_hook hook, void *ud) {
   lua_rawseti(L, -2, t->id);
   lua_pop(L, 1);
   t->co = co;
-  t->job = 1;
-  t->hook = hook;
-  t->hook_ud = ud;
-  return t;
+  if (fresh) lua_rawgeti(co, LUA_REGISTRYINDEX, ctx->worker_body_ref);
+  lua_checkstack(co, t->nargs_c + 4);
+  for (int i = 0; i < t->nargs_c; i++) {
+    sp_jobarg *a = &t->args[i];
+    switch (a->kind) {
+      case SP_ARG_REF:
+        lua_rawgeti(co, LUA_REGISTRYINDEX, a->v.ref);
+        sp_ref_unpin(ctx, a->v.ref);
+        break;
+      case SP_ARG_INT: lua_pushinteger(co, (lua_Integer)a->v.i); break;
+      case SP_ARG_NUM: lua_pushnumber(co, a->v.d); break;
+      case SP_ARG_BOOL: lua_pushboolean(co, a->v.b); break;
+      case SP_ARG_STR: lua_pushstring(co, a->v.s); free(a->v.s); break;
+      default: lua_pushnil(co);
+    }
+  }
+  t->nargs = t->nargs_c;
+  free(t->args);
+  t->args = NULL;
+  t->nargs_c = 0;
+  return co;
 }
 
 /* A worker that finished its job cleanly goes back to the pool. */
@@ -216,10 +344,7 @@ static void pool_put(sp_ctx *ctx, sp_task *t) {
   }
 }
 
-lua_State *sp_job_co(sp_task *t) { return t->co; }
-
-void sp_job_start(sp_task *t, int nargs) {
-  t->nargs = nargs;
+void sp_job_start(sp_task *t) {
   t->state = SP_TASK_READY;
   t->refs++;
   sp_sched_enqueue(t->ctx, &t->run);
@@ -305,6 +430,7 @@ static void cancel_ops(sp_task *t) {
 
 /* Everything a task owns ends with it: children and pending operations. */
 static void task_end(sp_task *t, int state) {
+  job_args_free(t);
   t->state = state;
   if (t == t->ctx->main_task) t->ctx->main_done = 1;
   while (t->child) sp_task_cancel(t->child);
@@ -318,6 +444,7 @@ void sp_task_cancel(sp_task *t) {
   if (!t || t->state >= SP_TASK_DONE) return;
   if (t->state == SP_TASK_RUNNING) {
     /* Cancelled from its own body: it stops at its next yield. */
+    job_args_free(t);
     t->state = SP_TASK_CANCELLED;
     if (t == t->ctx->main_task) t->ctx->main_done = 1;
     while (t->child) sp_task_cancel(t->child);
@@ -337,6 +464,7 @@ static void task_resume(sp_ctx *ctx, sp_runnable *r) {
   }
   lua_State *L = ctx->L;
   lua_State *co = t->co;
+  if (!co && t->job) co = job_attach(ctx, t);
   if (!co) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->co_table_ref);
     lua_rawgeti(L, -1, t->id);

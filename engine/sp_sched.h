@@ -37,6 +37,21 @@ typedef void (*sp_task_hook)(sp_task *t, lua_State *co, int status, void *ud);
 
 typedef struct sp_waitop sp_waitop;
 
+/* An argument of a job, kept in C until the job first runs: queued jobs
+   hold no coroutine (a batch may queue tens of thousands of them). */
+enum { SP_ARG_NIL, SP_ARG_REF, SP_ARG_INT, SP_ARG_NUM, SP_ARG_BOOL, SP_ARG_STR };
+typedef struct sp_jobarg {
+  int kind;                 /* SP_ARG_* */
+  union {
+    int ref;                /* registry ref, pinned until pushed */
+    long long i;            /* integer */
+    double d;               /* number */
+    int b;                  /* boolean */
+    char *s;                /* owned string */
+  } v;
+} sp_jobarg;
+#define SP_JOB_MAXARGS 24
+
 struct sp_task {
   sp_runnable run;          /* ready-queue entry: resume this task */
   sp_ctx *ctx;              /* owning context */
@@ -47,6 +62,8 @@ struct sp_task {
   int reaping;              /* on the reap list */
   int job;                  /* runs on a pooled worker coroutine */
   int worker_ref;           /* registry anchor of that worker while it runs this job */
+  sp_jobarg *args;          /* a job's arguments until its first resume */
+  int nargs_c;              /* entries in args */
   lua_State *co;            /* the coroutine, anchored in the coroutine table */
   sp_task *parent;          /* cancelling the parent cancels this task */
   sp_task *child;           /* first child */
@@ -66,11 +83,24 @@ void sp_sched_init(sp_ctx *ctx);
 void sp_sched_enqueue(sp_ctx *ctx, sp_runnable *r);
 void sp_sched_wake(sp_task *t);                     /* resume t at the next turn */
 void sp_sched_unqueue(sp_ctx *ctx, sp_runnable *r);  /* take a C runnable off the queue */
-/* Create a job: a task that runs Lua function fn (a registry ref) with the
-   arguments a pusher leaves on its coroutine. Loop context only (touches Lua). */
+/* Create a job: a task that runs a Lua function on a pooled worker
+   coroutine. Add the function and its arguments with sp_job_* (the first
+   argument is the function), then sp_job_start. A coroutine is only taken
+   when the job first runs. */
 sp_task *sp_job_new(sp_ctx *ctx, sp_task_hook hook, void *ud);
-lua_State *sp_job_co(sp_task *t);                   /* push fn and args here */
-void sp_job_start(sp_task *t, int nargs);           /* queue the first resume */
+void sp_job_ref(sp_task *t, int ref);               /* a registry value (pinned) */
+void sp_job_int(sp_task *t, long long v);
+void sp_job_num(sp_task *t, double v);
+void sp_job_bool(sp_task *t, int v);
+void sp_job_nil(sp_task *t);
+void sp_job_str(sp_task *t, const char *s);
+void sp_job_start(sp_task *t);                      /* queue the first resume */
+
+/* Registry refs that queued jobs still need are pinned: a release while
+   pinned is carried out when the last pin goes. Loop context for release. */
+void sp_ref_pin(sp_ctx *ctx, int ref);
+void sp_ref_unpin(sp_ctx *ctx, int ref);
+void sp_ref_release(sp_ctx *ctx, int ref);
 void sp_op_link(sp_task *t, sp_op *op, sp_op_cancel_fn cancel);
 void sp_op_unlink(sp_op *op);
 void sp_sched_drain(sp_ctx *ctx);                   /* run the ready queue now */

@@ -147,12 +147,17 @@ struct sp_window {
   int next, capext;        /* used / allocated */
   sp_hop_rec *hops;        /* committed hops */
   int nhops, caphops;      /* used / allocated */
+  sp_hop_rec scratch;      /* the record in use when the trajectory is dropped */
+  int last_scratch;        /* the latest record is scratch, not hops[nhops-1] */
+  double std_acc;          /* sum of completed records' t_seg + t_target + t_update */
   int answer_ref;          /* the final step */
   sp_window_stats st;      /* counters and timings */
   double t0;               /* ms: start */
   double inflight;         /* speculative target calls in flight (budget) */
   double at_risk;          /* cost of speculative calls whose use is not yet known */
   sp_task *waiter;         /* the task to resume when done */
+  sp_wgroup *group;        /* or the group to report to */
+  sp_window *gnext;        /* link in the group's finished list */
   sp_op wait_op;           /* links waiter's cancellation to us */
   sp_runnable kick;        /* deferred work that needs the Lua state */
   int kick_action;         /* KICK_* */
@@ -179,6 +184,8 @@ static void promote(sp_window *w, sp_node *n);
 static void pf_kick_run(sp_ctx *ctx, sp_runnable *r);
 static void pf_release(sp_window *w, sp_node *n, int count_waste);
 static void target_done(sp_window *w, sp_node *n, int ok, lua_State *co, const char *err);
+static sp_hop_rec *last_rec(sp_window *w);
+static void complete_rec(sp_window *w, sp_hop_rec *r, double t_update);
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -216,7 +223,7 @@ static void flush_refs(sp_window *w) {
     w->ndead = 0;
     return;
   }
-  for (int i = 0; i < w->ndead; i++) luaL_unref(L, LUA_REGISTRYINDEX, w->dead[i]);
+  for (int i = 0; i < w->ndead; i++) sp_ref_release(w->ctx, w->dead[i]);
   w->ndead = 0;
 }
 
@@ -411,77 +418,65 @@ static void retire(sp_window *w, sp_node *n) {
 
 /* ---- jobs --------------------------------------------------------------- */
 
-static sp_task *job(sp_window *w, sp_node *n, int fn, sp_task_hook hook, lua_State **co) {
-  sp_task *t = sp_job_new(w->ctx, hook, n);
+/* A job of node n: the adapter function fn with the query ctx first; the
+   caller adds the other arguments and starts it. */
+static sp_task *job_ud(sp_window *w, sp_node *n, int fn, sp_task_hook hook, void *ud) {
+  sp_task *t = sp_job_new(w->ctx, hook, ud);
   if (!t) return NULL;
   t->speculative = is_speculative(w, n);
   t->window_node = n;
-  *co = sp_job_co(t);
-  lua_rawgeti(*co, LUA_REGISTRYINDEX, fn);
-  lua_rawgeti(*co, LUA_REGISTRYINDEX, w->qctx_ref);
+  sp_job_ref(t, fn);
+  sp_job_ref(t, w->qctx_ref);
   return t;
 }
 
-static sp_task *job_ud(sp_window *w, sp_node *n, int fn, sp_task_hook hook, void *ud, lua_State **co) {
-  sp_task *t = sp_job_new(w->ctx, hook, ud);
-  if (!t) return NULL;
-  t->speculative = 1;
-  t->window_node = n;
-  *co = sp_job_co(t);
-  lua_rawgeti(*co, LUA_REGISTRYINDEX, fn);
-  lua_rawgeti(*co, LUA_REGISTRYINDEX, w->qctx_ref);
-  return t;
-}
-
-static void push_ref(lua_State *co, int ref) {
-  if (ref == LUA_NOREF) lua_pushnil(co);
-  else lua_rawgeti(co, LUA_REGISTRYINDEX, ref);
+static sp_task *job(sp_window *w, sp_node *n, int fn, sp_task_hook hook) {
+  return job_ud(w, n, fn, hook, n);
 }
 
 /* update(state, step, observation) then step(): from a parent's state with
    either the real observation (obs_ref) or candidate `rank` of cands_ref. */
 static int start_advance(sp_window *w, sp_node *n, sp_node *from, int use_obs) {
-  lua_State *co;
-  sp_task *t = job(w, n, w->fn_advance, on_advance, &co);
+  sp_task *t = job(w, n, w->fn_advance, on_advance);
   if (!t) return -1;
-  push_ref(co, from->state_ref);
-  push_ref(co, from->step_ref);
+  sp_job_ref(t, from->state_ref);
+  sp_job_ref(t, from->step_ref);
   if (use_obs) {
-    push_ref(co, from->obs_ref);
-    lua_pushnil(co);
-    lua_pushinteger(co, 0);
+    sp_job_ref(t, from->obs_ref);
+    sp_job_nil(t);
+    sp_job_int(t, 0);
   } else {
-    lua_pushnil(co);
-    push_ref(co, from->cands_ref);
-    lua_pushinteger(co, from->cands_raw ? 0 : n->rank + 1);
+    sp_job_nil(t);
+    sp_job_ref(t, from->cands_ref);
+    sp_job_int(t, from->cands_raw ? 0 : n->rank + 1);
   }
-  lua_pushinteger(co, n->hop);
-  lua_pushboolean(co, is_speculative(w, n));
+  sp_job_int(t, n->hop);
+  sp_job_bool(t, is_speculative(w, n));
   n->j_adv = t;
   n->t_adv0 = now_ms();
   w->st.model_calls++;
-  sp_job_start(t, 9);
+  sp_job_start(t);
   return 0;
 }
 
 static void start_target(sp_window *w, sp_node *n) {
-  lua_State *co;
-  sp_task *t = job(w, n, w->fn_call, on_target, &co);
+  sp_task *t = job(w, n, w->fn_call, on_target);
   if (!t) {
     fail(w, "%s", "out of memory starting a tool call");
     return;
   }
-  push_ref(co, n->actx_ref);
-  lua_pushboolean(co, is_speculative(w, n));
+  sp_job_ref(t, n->actx_ref);
+  sp_job_bool(t, is_speculative(w, n));
   /* ctx.speculative tells the tool whether this call is for an unverified
      state (a promotion later flips it) */
-  if (n->actx_ref != LUA_NOREF) {
-    lua_rawgeti(co, LUA_REGISTRYINDEX, n->actx_ref);
-    if (lua_istable(co, -1)) {
-      lua_pushboolean(co, is_speculative(w, n));
-      lua_setfield(co, -2, "speculative");
+  lua_State *L = w->ctx->L;
+  if (n->actx_ref != LUA_NOREF && L) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, n->actx_ref);
+    if (lua_istable(L, -1)) {
+      lua_pushboolean(L, is_speculative(w, n));
+      lua_setfield(L, -2, "speculative");
     }
-    lua_pop(co, 1);
+    lua_pop(L, 1);
   }
   n->j_target = t;
   n->tg = TG_RUNNING;
@@ -494,33 +489,31 @@ static void start_target(sp_window *w, sp_node *n) {
   }
   n->t_target0 = now_ms();
   w->st.target_calls++;
-  sp_job_start(t, 4);
+  sp_job_start(t);
 }
 
 static void start_warmup(sp_window *w, sp_node *n) {
-  lua_State *co;
-  sp_task *t = job(w, n, w->fn_warmup, on_warmup, &co);
+  sp_task *t = job(w, n, w->fn_warmup, on_warmup);
   if (!t) return;
-  push_ref(co, n->actx_ref);
+  sp_job_ref(t, n->actx_ref);
   n->j_warm = t;
   w->st.warmup_calls++;
-  sp_job_start(t, 3);
+  sp_job_start(t);
 }
 
 static void start_spec(sp_window *w, sp_node *n) {
-  lua_State *co;
-  sp_task *t = job(w, n, w->fn_spec, on_spec, &co);
+  sp_task *t = job(w, n, w->fn_spec, on_spec);
   if (!t) return;
-  push_ref(co, n->actx_ref);
-  lua_pushinteger(co, w->cfg.m);
-  lua_pushnumber(co, w->cfg.spec_timeout_ms);
+  sp_job_ref(t, n->actx_ref);
+  sp_job_int(t, w->cfg.m);
+  sp_job_num(t, w->cfg.spec_timeout_ms);
   n->j_spec = t;
   n->spc = SPC_RUNNING;
   n->t_spec0 = now_ms();
   w->st.spec_calls++;
   note_live(w, +1); /* reserve the first child's slot */
   if (w->cfg.mode == SP_MODE_WINDOW) w->round++;
-  sp_job_start(t, 5);
+  sp_job_start(t);
 }
 
 /* The target call of a node: run it, or ask the gate if the node is not
@@ -631,12 +624,12 @@ static void pf_fire(sp_window *w, sp_node *n, sp_pfent *e, double conf) {
     q->gated_policy++;
     return;
   }
-  lua_State *co;
-  sp_task *t = job_ud(w, n, w->fn_pfcall, on_pfent, e, &co);
+  sp_task *t = job_ud(w, n, w->fn_pfcall, on_pfent, e);
   if (!t) return;
-  lua_pushstring(co, e->name);
-  push_ref(co, e->args_ref);
-  lua_pushinteger(co, n->hop);
+  t->speculative = 1;
+  sp_job_str(t, e->name);
+  sp_job_ref(t, e->args_ref);
+  sp_job_int(t, n->hop);
   e->job = t;
   e->state = PF_RUNNING;
   e->t0 = now_ms();
@@ -647,7 +640,7 @@ static void pf_fire(sp_window *w, sp_node *n, sp_pfent *e, double conf) {
   q->fired++;
   w->st.predicted_calls++;
   w->st.speculative_launches++;
-  sp_job_start(t, 5);
+  sp_job_start(t);
 }
 
 /* Load the predictions a step left in the handoff table, then fire what
@@ -895,10 +888,9 @@ static void on_advance(sp_task *t, lua_State *co, int status, void *ud) {
   n->state_ref = luaL_ref(co, LUA_REGISTRYINDEX);
   tev(w, "model", 'X', n, end - n->t_seg, end, 0, "");
   /* The hop record of the head's predecessor waits for this update time. */
-  if (n == w->head && w->nhops > 0 && w->hops[w->nhops - 1].update_pending) {
-    w->hops[w->nhops - 1].info.t_update = n->t_update;
-    w->hops[w->nhops - 1].update_pending = 0;
-  } else if (n == w->head && w->nhops == 0) {
+  if (n == w->head && last_rec(w) && last_rec(w)->update_pending) {
+    complete_rec(w, last_rec(w), n->t_update);
+  } else if (n == w->head && w->st.hops == 0) {
     w->st.init_ms = n->t_update;
   }
   int served = 0;
@@ -1068,7 +1060,36 @@ static void try_extend(sp_window *w) {
 
 /* ---- verification, commit, rollback ------------------------------------- */
 
+static sp_hop_rec *last_rec(sp_window *w) {
+  if (w->last_scratch) return &w->scratch;
+  return w->nhops > 0 ? &w->hops[w->nhops - 1] : NULL;
+}
+
+/* A record is complete once the update that followed its hop is timed. */
+static void complete_rec(sp_window *w, sp_hop_rec *r, double t_update) {
+  if (!r || !r->update_pending) return;
+  r->info.t_update = t_update;
+  r->update_pending = 0;
+  w->std_acc += r->info.t_seg + r->info.t_target + r->info.t_update;
+}
+
 static sp_hop_rec *new_hop(sp_window *w, sp_node *h) {
+  if (w->cfg.drop_trajectory) {
+    sp_hop_rec *r = &w->scratch;
+    memset(r, 0, sizeof *r);
+    w->last_scratch = 1;
+    r->info.step_ref = r->info.obs_ref = LUA_NOREF;
+    unref(w, &h->step_ref);
+    unref(w, &h->obs_ref);
+    r->info.t_seg = h->t_seg;
+    r->info.t_spec = h->t_spec;
+    r->info.t_target = h->t_target;
+    r->info.rank = -1;
+    r->info.reason = "";
+    r->update_pending = 1;
+    return r;
+  }
+  w->last_scratch = 0;
   if (w->nhops == w->caphops) {
     int cap = w->caphops ? w->caphops * 2 : 16;
     sp_hop_rec *p = realloc(w->hops, (size_t)cap * sizeof *p);
@@ -1094,7 +1115,8 @@ static sp_hop_rec *new_hop(sp_window *w, sp_node *h) {
   return r;
 }
 
-static void set_reason(sp_hop_rec *r, const char *reason) {
+static void set_reason(sp_window *w, sp_hop_rec *r, const char *reason) {
+  if (w->cfg.drop_trajectory) return;
   free(r->reason);
   r->reason = dupstr(reason);
   r->info.reason = r->reason ? r->reason : "";
@@ -1127,7 +1149,7 @@ static void advance_from_real(sp_window *w, int outcome, const char *reason, dou
   if (r) {
     r->info.spec = outcome;
     r->info.t_verify = t_verify;
-    set_reason(r, reason);
+    set_reason(w, r, reason);
   }
   w->st.hops++;
   if (had_spec) {
@@ -1152,11 +1174,8 @@ static void commit(sp_window *w, sp_node *child, const char *reason, double t_ve
     r->info.spec = SP_SPEC_ACCEPTED;
     r->info.rank = child->rank;
     r->info.t_verify = t_verify;
-    set_reason(r, reason);
-    if (child->phase != PH_ADVANCING) {
-      r->info.t_update = child->t_update;
-      r->update_pending = 0;
-    }
+    set_reason(w, r, reason);
+    if (child->phase != PH_ADVANCING) complete_rec(w, r, child->t_update);
   }
   w->st.hops++;
   w->st.commits++;
@@ -1222,19 +1241,19 @@ static void verify_head(sp_window *w) {
     advance_from_real(w, outcome, reason, 0);
     return;
   }
-  lua_State *co;
-  sp_task *t = job(w, h, w->fn_verify, on_verify, &co);
+  sp_task *t = job(w, h, w->fn_verify, on_verify);
   if (!t) {
     fail(w, "%s", "out of memory starting the verifier");
     return;
   }
-  push_ref(co, h->actx_ref);
-  push_ref(co, h->cands_ref);
-  push_ref(co, h->obs_ref);
-  for (int i = 0; i < h->nkids; i++) lua_pushinteger(co, h->cands_raw ? 0 : h->kids[i]->rank + 1);
+  sp_job_ref(t, h->actx_ref);
+  sp_job_ref(t, h->cands_ref);
+  sp_job_ref(t, h->obs_ref);
+  for (int i = 0; i < h->nkids && i < SP_JOB_MAXARGS - 6; i++)
+    sp_job_int(t, h->cands_raw ? 0 : h->kids[i]->rank + 1);
   h->j_verify = t;
   h->t_verify0 = now_ms();
-  sp_job_start(t, 5 + h->nkids);
+  sp_job_start(t);
 }
 
 static void on_verify(sp_task *t, lua_State *co, int status, void *ud) {
@@ -1275,7 +1294,37 @@ static void account_pf(sp_window *w) {
   sp_prefetch_accumulate(w->cfg.prefetch, &w->st.pf);
 }
 
+struct sp_wgroup {
+  sp_ctx *ctx;             /* engine */
+  sp_window *head, *tail;  /* finished windows not yet popped */
+  sp_task *waiter;         /* the driver task, while it waits */
+  sp_op wait_op;           /* links the driver's cancellation to us */
+};
+
+static void group_waiter_gone(sp_op *op) {
+  sp_wgroup *g = (sp_wgroup *)((char *)op - offsetof(sp_wgroup, wait_op));
+  g->waiter = NULL;
+}
+
+static void group_done(sp_window *w) {
+  sp_wgroup *g = w->group;
+  w->gnext = NULL;
+  if (g->tail) g->tail->gnext = w;
+  else g->head = w;
+  g->tail = w;
+  if (g->waiter) {
+    sp_task *t = g->waiter;
+    g->waiter = NULL;
+    sp_op_unlink(&g->wait_op);
+    sp_sched_wake(t);
+  }
+}
+
 static void wake_waiter(sp_window *w) {
+  if (w->group) {
+    group_done(w);
+    return;
+  }
   sp_task *t = w->waiter;
   if (!t) return;
   w->waiter = NULL;
@@ -1290,18 +1339,10 @@ static void finish(sp_window *w) {
   w->answer_ref = h->step_ref;
   h->step_ref = LUA_NOREF;
   w->st.final_seg_ms = h->t_seg;
-  if (w->nhops > 0 && w->hops[w->nhops - 1].update_pending) {
-    w->hops[w->nhops - 1].info.t_update = h->t_update;
-    w->hops[w->nhops - 1].update_pending = 0;
-  }
-  if (w->nhops == 0) w->st.init_ms = h->t_update;
+  complete_rec(w, last_rec(w), h->t_update);
+  if (w->st.hops == 0) w->st.init_ms = h->t_update;
   w->st.wall_ms = end - w->t0;
-  double std = w->st.init_ms + w->st.final_seg_ms;
-  for (int i = 0; i < w->nhops; i++) {
-    sp_hop_info *hi = &w->hops[i].info;
-    std += hi->t_seg + hi->t_target + hi->t_update;
-  }
-  w->st.standard_ms = std;
+  w->st.standard_ms = w->st.init_ms + w->st.final_seg_ms + w->std_acc;
   tev(w, "answer", 'i', h, end, 0, 0, "");
   w->head = NULL;
   retire(w, h);
@@ -1372,6 +1413,48 @@ sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_
 }
 
 int sp_window_id(const sp_window *w) { return w ? w->id : 0; }
+
+sp_wgroup *sp_wgroup_new(sp_ctx *ctx) {
+  sp_wgroup *g = calloc(1, sizeof *g);
+  if (g) g->ctx = ctx;
+  return g;
+}
+
+/* Windows still reporting to the group are detached (they finish alone). */
+void sp_wgroup_free(sp_wgroup *g) {
+  if (!g) return;
+  for (sp_window *w = g->ctx->window_list; w; w = w->next_w)
+    if (w->group == g) w->group = NULL;
+  if (g->waiter) sp_op_unlink(&g->wait_op);
+  free(g);
+}
+
+int sp_window_start_in(sp_window *w, sp_wgroup *g) {
+  if (!w || !g || w->status != SP_WIN_NEW) return -1;
+  w->group = g;
+  w->status = SP_WIN_RUNNING;
+  w->kick_action = KICK_START;
+  sp_sched_enqueue(w->ctx, &w->kick);
+  return 0;
+}
+
+sp_window *sp_wgroup_pop(sp_wgroup *g) {
+  if (!g || !g->head) return NULL;
+  sp_window *w = g->head;
+  g->head = w->gnext;
+  if (!g->head) g->tail = NULL;
+  w->gnext = NULL;
+  w->group = NULL;
+  return w;
+}
+
+int sp_wgroup_wait(sp_wgroup *g, sp_task *t) {
+  if (!g || g->head || !t) return 1;
+  if (g->waiter) sp_op_unlink(&g->wait_op);
+  g->waiter = t;
+  sp_op_link(t, &g->wait_op, group_waiter_gone);
+  return 0;
+}
 
 static void waiter_gone(sp_op *op) {
   sp_window *w = (sp_window *)((char *)op - offsetof(sp_window, wait_op));
@@ -1451,8 +1534,7 @@ static void do_start(sp_window *w) {
   w->head = n;
   note_live(w, +1);
   w->round = 1;
-  lua_State *co;
-  sp_task *t = job(w, n, w->fn_start, on_advance, &co);
+  sp_task *t = job(w, n, w->fn_start, on_advance);
   if (!t) {
     fail(w, "%s", "out of memory");
     return;
@@ -1460,7 +1542,7 @@ static void do_start(sp_window *w) {
   n->j_adv = t;
   n->t_adv0 = now_ms();
   w->st.model_calls++;
-  sp_job_start(t, 2);
+  sp_job_start(t);
 }
 
 static void release_all(sp_window *w) {
@@ -1543,9 +1625,29 @@ void sp_window_cancel(sp_window *w) {
   wake_waiter(w);
 }
 
+static void group_unlink(sp_window *w) {
+  /* a freed window must not stay on a group's finished list */
+  sp_ctx *ctx = w->ctx;
+  (void)ctx;
+  if (!w->group) return;
+  sp_wgroup *g = w->group;
+  sp_window **pp = &g->head, *prev = NULL;
+  while (*pp && *pp != w) {
+    prev = *pp;
+    pp = &(*pp)->gnext;
+  }
+  if (*pp) {
+    *pp = w->gnext;
+    if (g->tail == w) g->tail = prev;
+  }
+  w->group = NULL;
+}
+
 void sp_window_free(sp_window *w) {
   if (!w || w->freed) return;
+  if (w->status == SP_WIN_RUNNING || w->status == SP_WIN_NEW) w->group = NULL;
   sp_window_cancel(w);
+  group_unlink(w);
   if (w->waiter) {
     sp_op_unlink(&w->wait_op);
     w->waiter = NULL;

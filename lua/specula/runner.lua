@@ -201,6 +201,7 @@ local function collect(w, q, k_cfg, run_match, light)
   if light then
     -- answers and counters only (benchmarks): no per-hop records
     C.sp_window_stats_get(w, wstats)
+    n = wstats.hops
     if status == C.SP_WIN_DONE then
       local fin = registry[C.sp_window_answer_ref(w)]
       rec.answer = fin and fin.final
@@ -370,8 +371,8 @@ M.make_run = make_run
 
 local cfg = ffi.new("sp_window_cfg")
 
--- Run one query through a window; returns its result record.
-local function run_query(run, q, index)
+-- A window for one query, handed its agent adapter and query context.
+local function new_window(run, q, index)
   local o = run.o
   cfg.mode = MODES[o.mode]
   cfg.k = o.k
@@ -386,22 +387,21 @@ local function run_query(run, q, index)
   cfg.policy = run.policy.ptr
   cfg.kauto = run.kauto
   cfg.prefetch = run.pf
+  cfg.drop_trajectory = (o.light and not run.learn) and 1 or 0
   local err, errlen = core.errbuf()
   local w = C.sp_window_new(core.ctx, cfg, err, errlen)
-  if w == nil then return { id = q.id, query = q.query, error = ffi.string(err) } end
+  if w == nil then return nil, ffi.string(err) end
   w = ffi.gc(w, C.sp_window_free)
   local qctx = { id = q.id, query = q.query, record = q.record, set = o.set, seed = o.seed,
                  index = index, max_hops = q.max_hops, mode = o.mode }
   qctx.__mt = { __index = qctx }
   sched.handoff[C.sp_window_id(w)] = { adapter = run.adapter, qctx = qctx }
-  local me = sched.current("run_query")
-  if o.start_jitter_ms and o.start_jitter_ms > 0 then
-    -- Spread the starts of concurrent queries (keyed, so runs are repeatable).
-    local idk = tostring(q.id)
-    sched.sleep(C.sp_rand_keyed(o.seed or 0, idk, #idk, 0, "start", 0) * o.start_jitter_ms)
-  end
-  C.sp_window_start(w, me)
-  while C.sp_window_status(w) == C.SP_WIN_RUNNING do sched.yield() end
+  return w
+end
+
+-- Read a finished window into its record and release it.
+local function finish_window(run, w, q, index)
+  local o = run.o
   sched.handoff[C.sp_window_id(w)] = nil
   local rec = collect(w, q, o.k, run.pf and (o.match or run.match or "exact") or nil, o.light)
   if run.learn and rec.trajectory and not rec.error then run.learn(rec.trajectory) end
@@ -409,6 +409,16 @@ local function run_query(run, q, index)
   ffi.gc(w, nil)
   C.sp_window_free(w)
   return rec
+end
+
+-- Run one query through a window (inside a task); returns its record.
+local function run_query(run, q, index)
+  local w, err = new_window(run, q, index)
+  if not w then return { id = q.id, query = q.query, error = err } end
+  local me = sched.current("run_query")
+  C.sp_window_start(w, me)
+  while C.sp_window_status(w) == C.SP_WIN_RUNNING do sched.yield() end
+  return finish_window(run, w, q, index)
 end
 M.run_query = run_query
 
@@ -425,37 +435,61 @@ end
 M.isatty = isatty
 
 -- Run every query of `queries` with `run` at the given concurrency; call
--- emit(rec, i) in input order. Returns the list of records.
+-- emit(rec, i) in input order. Returns the list of records. One driver
+-- task runs the whole batch: windows report to a group as they finish.
 local function run_all(run, queries, emit, progress)
   local o = run.o
   local n = #queries
-  local results, next_i, next_emit = {}, 1, 1
-  local done = 0
+  local results, next_emit = {}, 1
+  local done, started, next_i = 0, 0, 1
   local t0 = sched.now()
   local sum_wall, sum_std = 0, 0
-  local function worker()
-    while true do
-      local i = next_i
-      if i > n then return end
-      next_i = i + 1
-      local ok, rec = pcall(run_query, run, queries[i], i)
-      if not ok then rec = { id = queries[i].id, query = queries[i].query, error = tostring(rec) } end
-      results[i] = rec
-      done = done + 1
-      if rec._agg then sum_wall, sum_std = sum_wall + rec._agg.wall, sum_std + rec._agg.std end
-      while results[next_emit] do
-        emit(results[next_emit], next_emit)
-        next_emit = next_emit + 1
-      end
-      if progress then progress(done, n, t0, sum_wall, sum_std) end
+  local conc = math.min(o.concurrency or 16, math.max(n, 1))
+  local group = ffi.gc(C.sp_wgroup_new(core.ctx), C.sp_wgroup_free)
+  local active = {}     -- window id -> { w, query index }
+  local me = sched.current("specula.run")
+  local jitter = o.start_jitter_ms and o.start_jitter_ms > 0
+  local function record(i, rec)
+    results[i] = rec
+    done = done + 1
+    if rec._agg then sum_wall, sum_std = sum_wall + rec._agg.wall, sum_std + rec._agg.std end
+    while results[next_emit] do
+      emit(results[next_emit], next_emit)
+      next_emit = next_emit + 1
     end
+    if progress then progress(done, n, t0, sum_wall, sum_std) end
   end
-  local workers = {}
-  local c = math.min(o.concurrency or 16, math.max(n, 1))
-  for j = 1, c do workers[j] = sched.spawn(worker) end
-  local res = sched.wait_all(workers)
-  for j = 1, #res do
-    if not res[j][1] then error(res[j][2], 0) end
+  while done < n do
+    while started - done < conc and next_i <= n do
+      local i = next_i
+      next_i, started = i + 1, started + 1
+      local q = queries[i]
+      local w, err = new_window(run, q, i)
+      if not w then
+        record(i, { id = q.id, query = q.query, error = err })
+      else
+        active[C.sp_window_id(w)] = { w = w, i = i }
+        if jitter then
+          -- Spread the starts of concurrent queries (keyed, so runs repeat).
+          local idk = tostring(q.id)
+          local delay = C.sp_rand_keyed(o.seed or 0, idk, #idk, 0, "start", 0) * o.start_jitter_ms
+          sched.spawn(function() sched.sleep(delay) C.sp_window_start_in(w, group) end)
+        else
+          C.sp_window_start_in(w, group)
+        end
+      end
+    end
+    local fw = C.sp_wgroup_pop(group)
+    if fw == nil then
+      if C.sp_wgroup_wait(group, me) == 0 then sched.yield() end
+    else
+      local id = C.sp_window_id(fw)
+      local a = active[id]
+      active[id] = nil
+      local ok, rec = pcall(finish_window, run, a.w, queries[a.i], a.i)
+      if not ok then rec = { id = queries[a.i].id, query = queries[a.i].query, error = tostring(rec) } end
+      record(a.i, rec)
+    end
   end
   return results
 end

@@ -5,7 +5,8 @@
 --     base_url = os.getenv("OPENAI_BASE_URL") or "https://api.openai.com/v1",
 --     api_key  = os.getenv("OPENAI_API_KEY"),  -- default: the environment
 --     model = "gpt-4o-mini", embedding_model = nil,
---     timeout_ms = 600000, connect_timeout_ms = 10000, idle_timeout_ms = 120000,
+--     timeout_ms = 600000, connect_timeout_ms = 10000,
+--     idle_timeout_ms = 120000 (streams; whole responses have none by default),
 --     retry = { max_retries = 3, ... },        -- see specula.llm.retry (false: none)
 --     headers = { ... },                       -- extra request headers
 --     name = "openai",                         -- prefix of error messages
@@ -83,7 +84,7 @@ function M.new(opts)
     embedding_model = opts.embedding_model,
     timeout_ms = opts.timeout_ms or 600000,
     connect_timeout_ms = opts.connect_timeout_ms or 10000,
-    idle_timeout_ms = opts.idle_timeout_ms or 120000,
+    idle_timeout_ms = opts.idle_timeout_ms,  -- default: 120 s for streams, none otherwise
     max_body_bytes = opts.max_body_bytes,
     retry = retry.new(opts.retry),
     headers = opts.headers or {},
@@ -153,7 +154,7 @@ local function add_tool_delta(st, tc, pos)
   if type(tc) ~= "table" then return end
   local fn = tc["function"]
   if type(fn) ~= "table" then fn = tc end
-  local id = tc.id
+  local id = nonempty(tc.id)
   local name = nonempty(fn.name)
   local idx = tonumber(tc.index)
   if idx == nil then
@@ -312,7 +313,7 @@ local function parse_completion(body, cb)
   end
   if type(obj) ~= "table" then return bad("unexpected response: JSON " .. type(obj) .. ", not an object") end
   if obj.error ~= nil and obj.error ~= json.null then
-    return bad("error in response: " .. retry.describe({ status = "200", body = body }))
+    return bad("error in response: " .. retry.describe({ status = "200", body = body }):gsub("^200 ?:? ?", ""))
   end
   if type(obj.choices) ~= "table" or type(obj.choices[1]) ~= "table" then
     return bad("unexpected response: no choices in \"" .. retry.excerpt(body, "text/plain", 120) .. "\"")
@@ -396,7 +397,8 @@ function Client:_post(url, body_tbl, stream, parse_whole, cb)
   local hopts = {
     method = "POST", url = url, headers = self:_headers(stream), body = body,
     timeout_ms = self.timeout_ms, connect_timeout_ms = self.connect_timeout_ms,
-    idle_timeout_ms = self.idle_timeout_ms, max_body_bytes = self.max_body_bytes, stream = stream,
+    idle_timeout_ms = self.idle_timeout_ms or (stream and 120000 or nil),
+    max_body_bytes = self.max_body_bytes, stream = stream,
   }
   local result, f, n, why = self.retry:run(function()
     local res, err = http.request(hopts)

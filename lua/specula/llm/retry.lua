@@ -43,7 +43,7 @@
 --   retry.scrub(s, secrets)        secrets and bearer/api-key lookalikes -> [redacted]
 --   retry.excerpt(body, ctype, n)  short printable excerpt of an error body
 --                                  (HTML reduced to its title and text)
---   retry.describe(failure)        "429 type: message" | transport error text
+--   retry.describe(failure)        "429 code_or_type: message" | transport error text
 --   retry.parse_http_date(s)       IMF-fixdate -> epoch seconds | nil
 --   retry.server_wait(headers, now_s) -> ms | nil
 --   retry.is_quota(text)           does an error text speak of quota/billing?
@@ -182,7 +182,8 @@ function M.is_quota(text)
   return false
 end
 
---- "429 type/code: message" for an HTTP failure, the error text for a
+--- "429 rate_limit_exceeded: message" (the provider's error code when it is
+-- a name, else its type) for an HTTP failure, the error text for a
 -- transport failure.
 function M.describe(f, n)
   if f.err then return tostring(f.err) end
@@ -190,8 +191,9 @@ function M.describe(f, n)
   local eo = f.error_object
   if eo == nil then eo = M.error_object(f.body) or false; f.error_object = eo end
   if eo and (eo.message or eo.type or eo.code) then
-    local label = eo.type or eo.code
-    if eo.type and eo.code and eo.code ~= eo.type then label = eo.type .. "/" .. eo.code end
+    -- the code when it is a name ("rate_limit_exceeded"), else the type
+    local label = eo.type
+    if eo.code and not eo.code:match("^%d+$") then label = eo.code end
     local msg = eo.message and M.excerpt(eo.message, "text/plain", n or 300) or ""
     if label then return status .. " " .. label .. ": " .. msg end
     return status .. ": " .. msg
