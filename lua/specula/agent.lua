@@ -77,8 +77,11 @@ function M.agent(def)
       error("specula.agent: tool '" .. name .. "' must be a function or a table", 2)
     end
     if type(t.call) == "table" then
-      -- a declarative spec (HTTP tool etc.)
-      t.call = require("specula.tools").compile(name, t.call)
+      -- a declarative spec (HTTP tool etc.); it may carry cost and class
+      local spec = t.call
+      t.call = require("specula.tools").compile(name, spec)
+      if t.cost == nil then t.cost = spec.cost end
+      if t.class == nil then t.class = spec.class end
     end
     if type(t.call) ~= "function" then
       error("specula.agent: tool '" .. name .. "' needs a call function (or an HTTP spec)", 2)
