@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -28,8 +29,19 @@ static void usage(FILE *f) {
     "  --version, --help\n");
 }
 
+/* Thousands of concurrent transfers need thousands of sockets: lift the
+   soft descriptor limit to the hard one. */
+static void raise_nofile(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
+  raise_nofile();
   if (argc < 2) {
     usage(stderr);
     return 2;

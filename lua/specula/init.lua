@@ -53,7 +53,8 @@ end
 -- Let the loop release what finished (one turn), collect garbage so
 -- finalizer-owned objects go too, then count.
 function M.settle()
-  if sched.in_task() then sched.sleep(0); sched.sleep(0) end
+  -- a real loop turn (close callbacks of handles run after the poll phase)
+  if sched.in_task() then sched.sleep(1); sched.sleep(0) end
   collectgarbage(); collectgarbage()
   return M.counts()
 end

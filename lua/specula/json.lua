@@ -195,8 +195,15 @@ local function lua_decode(s)
 end
 
 -- Decodes text; returns the value, or nil and "JSON: <what> at character N".
+local bad_utf8
+
 function M.decode(text)
   if type(text) ~= "string" then return nil, "JSON: cannot decode a " .. type(text) end
+  -- JSON text is UTF-8 (RFC 8259); lua-cjson would pass broken bytes through
+  if find(text, "[\128-\255]") then
+    local at = bad_utf8(text)
+    if at then return nil, format("JSON: invalid UTF-8 at byte %d", at - 1) end
+  end
   local ok, v
   if find(text, "%[%s*%]") then
     ok, v = pcall(lua_decode, text)
@@ -221,7 +228,7 @@ end
 
 -- Byte offset of the first invalid UTF-8 sequence in s, or nil; same rules as
 -- the C parser (no overlongs, surrogates, or code points above U+10FFFF).
-local function bad_utf8(s)
+bad_utf8 = function(s)
   local i = find(s, "[\128-\255]")
   while i do
     local c, n, lo, hi = byte(s, i)

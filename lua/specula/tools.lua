@@ -204,6 +204,7 @@ function M.http(spec)
     local res, f, n, why = retry.request({
       method = method, url = url, headers = headers, body = body, timeout_ms = timeout_ms,
       connect_timeout_ms = spec.connect_timeout_ms, max_body_bytes = spec.max_body_bytes,
+      idle_timeout_ms = spec.idle_timeout_ms,
     }, policy)
     if not res then
       local msg

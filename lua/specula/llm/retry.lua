@@ -54,6 +54,7 @@ local type, tostring, tonumber, pairs, ipairs, setmetatable, getmetatable, error
 local floor, min, random = math.floor, math.min, math.random
 local format, lower, find, sub, gsub = string.format, string.lower, string.find, string.sub, string.gsub
 
+local byte = string.byte
 local M = {}
 
 ----------------------------------------------------------------------------
@@ -134,6 +135,23 @@ function M.excerpt(body, ctype, n)
     body = gsub(body, "&(#?%w+);", function(e) return ENTITIES[lower(e)] end)
   end
   body = gsub(body, "[%c]", " ")
+  -- messages must stay valid UTF-8 whatever the server sent: broken
+  -- sequences become "?"
+  body = gsub(body, "[\128-\255]+", function(seq)
+    local out, i = {}, 1
+    while i <= #seq do
+      local c = byte(seq, i)
+      local n = (c >= 0xC2 and c <= 0xDF) and 1 or (c >= 0xE0 and c <= 0xEF) and 2 or (c >= 0xF0 and c <= 0xF4) and 3 or 0
+      local ok = n > 0 and i + n <= #seq
+      for k = 1, n do
+        local ck = byte(seq, i + k)
+        if not ck or ck < 0x80 or ck > 0xBF then ok = false end
+      end
+      if ok then out[#out + 1] = sub(seq, i, i + n); i = i + n + 1
+      else out[#out + 1] = "?"; i = i + 1 end
+    end
+    return table.concat(out)
+  end)
   body = gsub(body, "%s+", " ")
   body = gsub(body, "^ ", "")
   body = gsub(body, " $", "")
