@@ -11,10 +11,11 @@ function M.main(args)
   local root = core.host.root
   local names, pass = {}, {}
   local rest = false
+  -- names first; from the first option on, everything goes to the benches
   for _, a in ipairs(args) do
     if rest then pass[#pass + 1] = a
     elseif a == "--" then rest = true
-    elseif a:sub(1, 1) == "-" then pass[#pass + 1] = a
+    elseif a:sub(1, 1) == "-" then rest = true; pass[#pass + 1] = a
     else names[#names + 1] = a end
   end
   if #names == 0 then names = M.ORDER end
