@@ -217,13 +217,24 @@ static void unref(sp_window *w, int *ref) {
   *ref = LUA_NOREF;
 }
 
+/* Negative entries are handoff keys of predictions never loaded. */
 static void flush_refs(sp_window *w) {
   lua_State *L = w->ctx->L;
   if (!L) {
     w->ndead = 0;
     return;
   }
-  for (int i = 0; i < w->ndead; i++) sp_ref_release(w->ctx, w->dead[i]);
+  for (int i = 0; i < w->ndead; i++) {
+    int r = w->dead[i];
+    if (r < 0) {
+      lua_rawgeti(L, LUA_REGISTRYINDEX, w->ctx->handoff_ref);
+      lua_pushnil(L);
+      lua_rawseti(L, -2, r);
+      lua_pop(L, 1);
+    } else {
+      sp_ref_release(w->ctx, r);
+    }
+  }
   w->ndead = 0;
 }
 
@@ -715,7 +726,10 @@ static void pf_release(sp_window *w, sp_node *n, int count_waste) {
   sp_prefetch_stats *q = &w->st.pf;
   sp_sched_unqueue(w->ctx, &n->pf_kick);
   if (n->pf_key) {
-    n->pf_key = 0; /* the handoff entry is dropped by the adapter's next use of the key */
+    /* predictions never loaded: drop their handoff entry from the loop */
+    int key = n->pf_key;
+    n->pf_key = 0;
+    unref(w, &key);
   }
   for (int i = 0; i < n->npf; i++) {
     sp_pfent *e = &n->pf[i];
@@ -829,7 +843,7 @@ int sp_window_prefetch(sp_ctx *ctx, int npred) {
   sp_task *t = ctx ? ctx->running : NULL;
   sp_node *n = t ? t->window_node : NULL;
   if (!n || !n->w->cfg.prefetch || npred <= 0) return 0;
-  n->pf_key = t->id;
+  n->pf_key = -t->id;   /* negative: window arguments use positive keys */
   sp_sched_enqueue(ctx, &n->pf_kick);
   return 1;
 }

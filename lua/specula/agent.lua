@@ -169,7 +169,8 @@ function M.adapter(agent, opts)
     end
     if #list == 0 then return nil end
     sort(list, function(a, b) return a.confidence > b.confidence end)
-    handoff[C.sp_task_id(C.sp_task_current(cctx))] = list
+    -- negative keys: window arguments use the positive ones
+    handoff[-C.sp_task_id(C.sp_task_current(cctx))] = list
     C.sp_window_prefetch(cctx, #list)
     return list
   end

@@ -68,6 +68,7 @@ function M.summarise(recs, baseline)
       wasted_cost = wasted_cost + s.wasted_cost
     end
     local gold = r.gold
+    if type(gold) == "table" and #gold == 0 then gold = nil end   -- no gold answer given
     local ans = answer_of(r)
     if gold ~= nil and ans then
       ngold = ngold + 1

@@ -243,10 +243,12 @@ local function group_records(records, o)
         add("config:" .. c, c, c:match("^%s*([%a_][%w_%-]*)"), config_k(c), r)
       else
         local mode = S(r.mode) or S(r.stats.mode)
-        local key = r._file .. "\0" .. tostring(mode) .. "\0" .. k_label(r.stats.k)
+        -- the configured k (k_config) keeps an auto run together
+        local kv = r.stats.k_config or r.stats.k
+        local key = r._file .. "\0" .. tostring(mode) .. "\0" .. k_label(kv)
         local p = pending[key]
         if not p then
-          p = { mode = mode, k = r.stats.k, recs = {} }
+          p = { mode = mode, k = kv, recs = {} }
           pending[key] = p
           porder[#porder + 1] = p
         end
@@ -258,8 +260,8 @@ local function group_records(records, o)
       if not mode and kl ~= "1" and not speculated(p.recs) then mode = "sequential" end
       local label
       if mode == "sequential" then label = "sequential"
-      elseif mode then label = mode .. " k=" .. kl
-      else label = "k=" .. kl end
+      elseif mode and mode ~= "spechop" then label = mode .. " k=" .. kl
+      else label = "k=" .. kl end   -- spechop is the default mode
       for _, r in ipairs(p.recs) do add("mk:" .. label, label, mode, kl, r) end
     end
   end
@@ -668,9 +670,12 @@ local function fig_rel_lat_k(configs, pooled)
     local s = g.stats
     cmax = max(cmax, s.model_pq, s.target_pq, s.spec_pq)
   end
+  local Tp2 = Tp + 14
   local y2lo, y2hi = svg.nice_domain(0, max(cmax, 1) * 1.05, 5)
-  local y2 = svg.linear(y2lo, y2hi, B, Tp)
+  local y2 = svg.linear(y2lo, y2hi, B, Tp2)
   c:text(L2, 24, "Calls per query", { class = "panel-title" })
+  c:legend(L2, 44, { { label = "model", color = KIND.model }, { label = "target", color = KIND.target },
+    { label = "speculator", color = KIND.spec } })
   c:axis_left(y2, L2, { ticks = 5, grid = { L2, R2 }, label = "calls per query", label_offset = 40 })
   c:line(L2, B, R2, B, { class = "axis-line" })
   local n = #configs
@@ -678,6 +683,11 @@ local function fig_rel_lat_k(configs, pooled)
   local bw = min(16, slot / 4)
   local kinds = { { "model_pq", KIND.model, "model" }, { "target_pq", KIND.target, "target" },
                   { "spec_pq", KIND.spec, "speculator" } }
+  -- labels that do not fit their slot are turned, and cut at 18 characters
+  local rotate = false
+  for _, g in ipairs(configs) do
+    if #g.label * 6.8 > slot - 4 then rotate = true end
+  end
   for i, g in ipairs(configs) do
     local s = g.stats
     local cx = L2 + slot * (i - 0.5)
@@ -687,12 +697,17 @@ local function fig_rel_lat_k(configs, pooled)
       c:rect(bx, y2(v), bw - 1, y2(0) - y2(v), { fill = kd[2],
         tip = format("%s: %.2f %s calls per query", g.label, v, kd[3]) })
     end
-    local lab = truncate(g.label, max(4, floor(slot / 6.5)))
-    c:text(cx, B + 18, lab, { class = "tick-label", text_anchor = "middle", tip = g.label })
+    if rotate then
+      local ly = B + 14
+      c:text(cx + 4, ly, truncate(g.label, 18), { class = "tick-label", text_anchor = "end", tip = g.label,
+        transform = format("rotate(-35 %s %s)", num(cx + 4), num(ly)) })
+    else
+      c:text(cx, B + 18, g.label, { class = "tick-label", text_anchor = "middle", tip = g.label })
+    end
   end
-  c:text((L2 + R2) / 2, B + 38, "configuration", { class = "axis-title", text_anchor = "middle" })
-  c:legend(L2, B + 58, { { label = "model", color = KIND.model }, { label = "target", color = KIND.target },
-    { label = "speculator", color = KIND.spec } })
+  if not rotate then
+    c:text((L2 + R2) / 2, B + 38, "configuration", { class = "axis-title", text_anchor = "middle" })
+  end
   return c:render()
 end
 

@@ -192,7 +192,7 @@ local function round(x, d)
 end
 
 -- Read a finished window into a result record.
-local function collect(w, q, k_cfg, run_match, light)
+local function collect(w, q, k_cfg, run_match, light, run_mode)
   local status = C.sp_window_status(w)
   local rec = { id = q.id, query = q.query }
   if q.gold then rec.gold = q.gold end
@@ -208,7 +208,8 @@ local function collect(w, q, k_cfg, run_match, light)
     else
       rec.error = ffi.string(C.sp_window_error(w))
     end
-    rec.stats = { hops = n, wall_ms = wstats.wall_ms, standard_ms = wstats.standard_ms, commits = wstats.commits,
+    rec.stats = { hops = n, mode = run_mode, k_config = k_cfg < 0 and "inf" or (k_cfg == 0 and "auto" or k_cfg),
+                  wall_ms = wstats.wall_ms, standard_ms = wstats.standard_ms, commits = wstats.commits,
                   rollbacks = wstats.rollbacks, calls = { model = wstats.model_calls, target = wstats.target_calls,
                   speculator = wstats.spec_calls, predicted = wstats.predicted_calls, warmup = wstats.warmup_calls },
                   cancelled = { total = wstats.cancelled_model + wstats.cancelled_target + wstats.cancelled_spec },
@@ -271,6 +272,7 @@ local function collect(w, q, k_cfg, run_match, light)
                   total = st.cancelled_model + st.cancelled_target + st.cancelled_spec },
     wasted_calls = st.wasted_calls, wasted_cost = round(st.wasted_cost, 6),
     max_threads = st.max_threads, k = k_used < 0 and "inf" or k_used,
+    mode = run_mode, k_config = k_cfg < 0 and "inf" or (k_cfg == 0 and "auto" or k_cfg),
   }
   if run_match then
     local pf = st.pf
@@ -403,7 +405,8 @@ end
 local function finish_window(run, w, q, index)
   local o = run.o
   sched.handoff[C.sp_window_id(w)] = nil
-  local rec = collect(w, q, o.k, run.pf and (o.match or run.match or "exact") or nil, o.light)
+  local rec = collect(w, q, o.mode == "sequential" and 1 or o.k, run.pf and (o.match or run.match or "exact") or nil,
+    o.light, o.mode)
   if run.learn and rec.trajectory and not rec.error then run.learn(rec.trajectory) end
   if o.trace and run.trace_out then trace_events(w, index, q, run.trace_out) end
   ffi.gc(w, nil)

@@ -10,7 +10,7 @@ local function last_json(out)
 end
 
 describe("action speculation", function()
-  it("never launches a forbidden tool early, and stays lossless (1,000 adversarial queries)", function()
+  it("never launches a forbidden tool early, and stays lossless (1,000 adversarial queries) #slow", function()
     local st, out, err = H.specula({ "run", SCRIPTS .. "action_safety.lua", "1000" })
     assert.equals(0, st, err)
     local r = last_json(out)
@@ -55,7 +55,7 @@ describe("action speculation", function()
     assert.is_true(r.worst <= r.budget + 1e-9, "wasted " .. r.worst .. " > budget " .. r.budget)
   end)
 
-  it("speeds up the research example and reports hit rate and waste", function()
+  it("speeds up the research example and reports hit rate and waste #timing", function()
     local q = H.tmpfile("pq.jsonl", (function()
       local t = {}
       for i = 1, 12 do t[i] = cjson.encode({ id = "p" .. i, query = "topic " .. i }) end

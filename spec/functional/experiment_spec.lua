@@ -23,7 +23,7 @@ local function stable(recs)
 end
 
 describe("experiments", function()
-  it("a resumed run produces the same results file as an uninterrupted one", function()
+  it("a resumed run produces the same results file as an uninterrupted one #timing", function()
     local q = H.tmpfile("resume.jsonl", queries(24))
     local full = H.tmpfile("full.jsonl")
     local st, _, err = H.specula({ "run", EX, "--input", q, "--out", full, "--concurrency", "6", "--quiet" })

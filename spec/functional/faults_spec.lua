@@ -64,7 +64,7 @@ describe("fault injection", function()
     assert.matches("HTTP 503", recs[2].error)
   end)
 
-  it("holds 5,000 concurrent connections", function()
+  it("holds 5,000 concurrent connections #slow", function()
     local st, out, err = H.specula({ "run", SCRIPTS .. "many_connections.lua", server.base, "5000" })
     assert.equals(0, st, err)
     local r = last_json(out)

@@ -68,7 +68,7 @@ describe("specula.http", function()
     assert.matches("left\t0\t0\t0", out, 1, true)
   end)
 
-  it("streams body chunks in order and parses SSE", function()
+  it("streams body chunks in order and parses SSE #timing", function()
     local out = run([[
       local r = assert(http.request{ url = BASE .. "/sse?n=4&interval=15&data=tick", stream = true })
       print(r.status, r.headers["content-type"])
@@ -125,7 +125,7 @@ describe("specula.http", function()
     assert.matches("closed\ttrue", out, 1, true)
   end)
 
-  it("runs a thousand concurrent requests and reuses connections", function()
+  it("runs a thousand concurrent requests and reuses connections #slow", function()
     local out = run([[
       local ts = {}
       local t0 = specula.now()

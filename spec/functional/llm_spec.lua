@@ -706,7 +706,7 @@ describe("specula.llm", function()
       assert.equals("https://api.example.com/v1/chat", line(out, "endpoint"))
     end)
 
-    it("cancelling a task stops its retry wait at once", function()
+    it("cancelling a task stops its retry wait at once #timing", function()
       local out = run([[
         local c = oa(BASE .. "/status/429?retry_after=30", { retry = { max_retries = 3 } })
         local t = specula.spawn(function() return c:chat { messages = MSG } end)

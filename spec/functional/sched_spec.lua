@@ -8,7 +8,7 @@ local function ok_script(code)
 end
 
 describe("scheduler", function()
-  it("orders sleeps by deadline and measures monotonic time", function()
+  it("orders sleeps by deadline and measures monotonic time #timing", function()
     local out = ok_script([[
       local order = {}
       local ts = {}
@@ -92,7 +92,7 @@ describe("scheduler", function()
     assert.matches("non%-empty list of tasks", out)
   end)
 
-  it("holds 10,000 sleeping coroutines and leaves nothing open", function()
+  it("holds 10,000 sleeping coroutines and leaves nothing open #slow", function()
     local out = ok_script([[
       local ts = {}
       for i = 1, 10000 do ts[i] = specula.spawn(function() specula.sleep(20) return i end) end

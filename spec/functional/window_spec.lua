@@ -13,7 +13,7 @@ local function lines_json(out)
 end
 
 describe("speculation window", function()
-  it("is lossless: 1,000 random queries match the sequential run byte for byte", function()
+  it("is lossless: 1,000 random queries match the sequential run byte for byte #slow", function()
     local st, out, err = H.specula({ "run", SCRIPTS .. "lossless.lua", "1000", "11" })
     assert.equals(0, st, err)
     local checked, bad, committed = out:match("checked (%d+) queries, (%d+) mismatches, (%d+) committed")
@@ -23,7 +23,7 @@ describe("speculation window", function()
     assert.matches("left tasks=1 timers=0 windows=0", out, 1, true)
   end)
 
-  describe("matches the theory (alpha 0.2, beta 0.15, N 30, 200 queries)", function()
+  describe("matches the theory (alpha 0.2, beta 0.15, N 30, 200 queries) #timing", function()
     local function star(p) return 1 - p * 0.8 / 1.15 end
     for _, p in ipairs({ 0.3, 0.7 }) do
       it("p = " .. p, function()
@@ -53,7 +53,7 @@ describe("speculation window", function()
     end)
   end)
 
-  it("replays a recorded run at its own k within 0.02", function()
+  it("replays a recorded run at its own k within 0.02 #timing", function()
     local q = H.tmpfile("q.jsonl", (function()
       local t = {}
       for i = 1, 40 do t[i] = cjson.encode({ id = "r" .. i, query = "replay " .. i }) end
@@ -200,7 +200,7 @@ describe("speculation window", function()
     end)
   end)
 
-  it("chooses k from the live estimates with --k auto", function()
+  it("chooses k from the live estimates with --k auto #timing", function()
     local out = H.tmpfile("auto.jsonl")
     local q = H.tmpfile("qa.jsonl", (function()
       local t = {}

@@ -58,9 +58,13 @@ function H.sh(cmd)
 end
 
 -- Run the specula binary with arguments (a list, quoted for the shell).
+-- SPECULA_WRAP runs the binary under a tool (the CI's valgrind pass).
+H.wrap = os.getenv("SPECULA_WRAP")
+
 function H.specula(args, env)
   local parts = {}
   for k, v in pairs(env or {}) do parts[#parts + 1] = k .. "=" .. H.quote(v) end
+  if H.wrap and H.wrap ~= "" then parts[#parts + 1] = H.wrap end
   parts[#parts + 1] = H.quote(H.bin)
   for _, a in ipairs(args) do parts[#parts + 1] = H.quote(a) end
   return H.sh(table.concat(parts, " "))

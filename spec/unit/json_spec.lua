@@ -151,11 +151,17 @@ describe("specula.json", function()
         { json.decode(string.rep("[", 257) .. string.rep("]", 257)) })
     end)
 
+    it("rejects invalid UTF-8 with its byte offset (JSON text is UTF-8)", function()
+      assert.same({ nil, "JSON: invalid UTF-8 at byte 1" }, { json.decode('"\255 bytes"') })
+      assert.same({ nil, "JSON: invalid UTF-8 at byte 4" }, { json.decode('["ok\192\128"]') })
+      assert.equal("\195\169", json.decode('"\195\169"'))
+    end)
+
     it("gives identical values on the cjson and pure-Lua paths", function()
       for _, x in ipairs({
         "0", "-0", "1", "-1.5", "1e3", "1E-3", "123456789012345678", "1e400", "true", "false", "null",
         '""', '"plain"', '"\\"\\\\\\/\\b\\f\\n\\r\\t"', '"\\u0000\\u001f\\u00e9\\u20ac\\uD834\\uDD1E"',
-        '"raw \t tab"', '"\255 bytes"', "1.", "-.5", "1.e2",
+        '"raw \t tab"', "1.", "-.5", "1.e2",
         '{"a":{"b":[1,{"c":null}]},"d":"e","d":"f"}', "[1,[2,[3,{}]],{}]", " [ 1 , 2 ] ",
         string.rep("[", 255) .. string.rep("]", 255),
       }) do

@@ -507,4 +507,7 @@ end
 
 M.normalize_tools = normalize_tools
 M.Client = Client
+-- for the fuzz harness (spec/fuzz/fuzz_llm.c): stream assembly alone
+M._parse_stream = parse_stream
+
 return M

@@ -551,4 +551,7 @@ end
 -- internal pieces, exposed for tests and other clients
 M._parse_completion = parse_completion
 M.Client = Client
+-- for the fuzz harness (spec/fuzz/fuzz_llm.c): stream assembly alone
+M._parse_stream = parse_stream
+
 return M
