@@ -94,6 +94,7 @@ typedef struct sp_http_opts {
   int stream;                    /* 1 = hand chunks to Lua as they arrive */
   int http2;                     /* 0 = default, 1 = prefer h2 (TLS), 2 = h2c prior knowledge */
   int verbose;                   /* libcurl verbose to stderr (debugging) */
+  const char *cainfo;            /* CA bundle file for TLS (private CAs), or NULL */
 } sp_http_opts;
 /* HTTP request states. */
 enum { SP_HTTP_PENDING = 0, SP_HTTP_HEADERS = 1, SP_HTTP_DONE = 2, SP_HTTP_ERROR = 3,

@@ -497,10 +497,14 @@ static sp_http_req *start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *
   curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
   curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
-  curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+  /* Wait for a connection that may multiplex (HTTP/2) rather than open a
+     new one. Not for h2c with prior knowledge: Debian's libcurl 7.88 breaks
+     those streams behind PIPEWAIT with CURLE_HTTP2 (curl -Z shows the same). */
+  if (o->http2 != 2) curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
   curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
   if (o->verbose) curl_easy_setopt(e, CURLOPT_VERBOSE, 1L);
+  if (o->cainfo && *o->cainfo) curl_easy_setopt(e, CURLOPT_CAINFO, o->cainfo);
   if (o->http2 == 2) curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
   else if (o->http2 == 1) curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
   else curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);

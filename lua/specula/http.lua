@@ -149,11 +149,14 @@ function M.request(opts)
   o.stream = opts.stream and 1 or 0
   o.http2 = opts.http2 == "prior_knowledge" and 2 or (opts.http2 and 1 or 0)
   o.verbose = opts.verbose and 1 or 0
+  local cainfo = opts.cainfo
+  if cainfo ~= nil and type(cainfo) ~= "string" then error("specula.http.request: cainfo must be a file path", 2) end
+  o.cainfo = cainfo
   local err, errlen = core.errbuf()
   local r = C.sp_http_start(core.ctx, me, o, err, errlen)
   if r == nil then return nil, ffi.string(err) end
   r = ffi.gc(r, C.sp_http_free)
-  local keep = { method, url, headers, body } -- alive until the call returns
+  local keep = { method, url, headers, body, cainfo } -- alive until the call returns
   if not opts.stream then
     while C.sp_http_state(r) < DONE do wait(r, me) end
     local st = C.sp_http_state(r)

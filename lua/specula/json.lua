@@ -194,6 +194,18 @@ local function lua_decode(s)
   return v
 end
 
+-- True if text has "[" followed by optional whitespace and "]" (perhaps
+-- inside a string: that only costs the slower decoder). Plain finds are much
+-- faster than an unanchored pattern over the whole text.
+local function may_have_empty_array(text)
+  local i = find(text, "[", 1, true)
+  while i do
+    if find(text, "^%s*%]", i + 1) then return true end
+    i = find(text, "[", i + 1, true)
+  end
+  return false
+end
+
 -- Decodes text; returns the value, or nil and "JSON: <what> at character N".
 local bad_utf8
 
@@ -205,7 +217,7 @@ function M.decode(text)
     if at then return nil, format("JSON: invalid UTF-8 at byte %d", at - 1) end
   end
   local ok, v
-  if find(text, "%[%s*%]") then
+  if may_have_empty_array(text) then
     ok, v = pcall(lua_decode, text)
   else
     ok, v = pcall(cj.decode, text)
@@ -249,12 +261,12 @@ end
 
 -- The body of a JSON string literal for s (without the quotes).
 local function quote(s)
-  if find(s, '[%z\1-\31"\\]') then s = gsub(s, '[%z\1-\31"\\]', escape) end
+  if not find(s, '[%z\1-\31"\\\128-\255]') then return s end  -- the common case
   if find(s, "[\128-\255]") then
     local at = bad_utf8(s)
     if at then eerr(format("invalid UTF-8 in string at byte %d", at - 1)) end
   end
-  return s
+  return (gsub(s, '[%z\1-\31"\\]', escape))
 end
 
 -- Non-integers go through the C library's snprintf/strtod, exactly as in
@@ -413,14 +425,23 @@ emit = function(v, buf, bn, depth, sorted, stack)
   return bn
 end
 
+-- The output buffer and the path of open tables are reused across calls (the
+-- encoder runs no user code, so it is never re-entered). Entries past the
+-- current count are stale and never read; a big buffer is dropped after use
+-- so it does not pin large strings.
+local outbuf, path = {}, {}
+
 local function run(value, sorted)
   local tv = type(value)
   -- scalars skip the buffer altogether
   if tv == "string" then return '"' .. quote(value) .. '"' end
   if tv == "number" then return number(value) end
-  local buf = {}
-  local bn = emit(value, buf, 0, 0, sorted, {})
-  return concat(buf, "", 1, bn)
+  local buf = outbuf or {}
+  outbuf = nil  -- should an error escape, the next call starts afresh
+  local bn = emit(value, buf, 0, 0, sorted, path)
+  local s = concat(buf, "", 1, bn)
+  outbuf = bn <= 4096 and buf or {}
+  return s
 end
 
 -- Encodes value as JSON text; returns the text, or nil and "JSON: <why>".
