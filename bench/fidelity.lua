@@ -7,7 +7,7 @@ local specula = require "specula"
 local json = specula.json
 local B = dofile(require("specula.core").host.root .. "/bench/lib.lua")
 
-local Q, N = 100, 10
+local Q, N = 100, 30
 for i = 1, #arg do
   if arg[i] == "--queries" then Q = tonumber(arg[i + 1]) end
   if arg[i] == "--hops" then N = tonumber(arg[i + 1]) end
@@ -15,9 +15,9 @@ end
 
 -- (p, alpha, beta) from Table 1
 local SETTINGS = {
-  { "Web Search + GPT-4o, 2Wiki", 0.68, 0.19, 0.10 },
-  { "Web Search + GPT-4o mini, MuSiQue", 0.49, 0.20, 0.11 },
-  { "E5 + Llama 3.1 8B, 2Wiki", 0.27, 0.30, 0.74 },
+  { "web/GPT-4o 2Wiki", 0.68, 0.19, 0.10 },
+  { "web/4o-mini MuSiQue", 0.49, 0.20, 0.11 },
+  { "E5/Llama-8B 2Wiki", 0.27, 0.30, 0.74 },
 }
 local TARGET = 60   -- ms, the target tool's mean latency
 local self = B.self_bin() or (B.root .. "/build/specula")
@@ -46,11 +46,10 @@ for _, s in ipairs(SETTINGS) do
     pr:close()
     os.remove(path)
     local kk = k == "inf" and -1 or k
-    local theory_k = C and nil
     local C = require("specula.core").C
     local rk = C.sp_theory_rel_lat_k(agg.p_hat, agg.alpha_hat, agg.beta_hat, kk)
     print(string.format("%-36s %4s %9.3f %9.3f %+7.3f %9.3f %9.3f",
-      string.format("%s (%.2f, %.2f, %.2f)", name:sub(1, 18), p, a, b), tostring(k), agg.rel_lat,
+      string.format("%s (%.2f, %.2f, %.2f)", name, p, a, b), tostring(k), agg.rel_lat,
       rep and rep.rel_lat or -1, agg.rel_lat - (rep and rep.rel_lat or 0), rk, agg.rel_lat_star or -1))
   end
 end
