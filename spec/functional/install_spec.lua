@@ -1,0 +1,24 @@
+-- `cmake --install` gives a binary that finds its Lua modules and policies.
+local H = require "support.helpers"
+
+describe("installation", function()
+  it("an installed specula finds lua/ and policies/ next to itself", function()
+    local build = H.bin:match("^(.*)/[^/]+$")
+    if not io.open(build .. "/CMakeCache.txt") then
+      pending("SPECULA_BIN is not in a CMake build directory")
+      return
+    end
+    local prefix = H.tmpdir() .. "/prefix"
+    local st, out, err = H.sh("cmake --install " .. H.quote(build) .. " --prefix " .. H.quote(prefix))
+    assert.equals(0, st, err)
+    local script = H.tmpfile("where.lua", [[
+      local host = require("specula.core").host
+      print(host.root)
+      print(require("specula.policy").resolve("read_only"))
+    ]])
+    st, out, err = H.sh("cd / && env -u SPECULA_HOME " .. H.quote(prefix .. "/bin/specula") .. " run " .. H.quote(script))
+    assert.equals(0, st, err)
+    assert.matches(prefix .. "/bin/../share/specula\n", out, 1, true)
+    assert.matches(prefix .. "/bin/../share/specula/policies/read_only.lua", out, 1, true)
+  end)
+end)
