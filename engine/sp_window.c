@@ -365,6 +365,24 @@ static void cancel_job(sp_window *w, sp_node *n, sp_task **slot, const char *kin
   tev(w, "cancel", 'i', n, now_ms(), 0, 0, kind);
 }
 
+/* What every node leaving the window releases: its warm-up, its slot in
+   the extension list, its Lua values and its memory. */
+static void node_free(sp_window *w, sp_node *n) {
+  cancel_job(w, n, &n->j_warm, "warmup", NULL);
+  ext_remove(w, n);
+  unref(w, &n->state_ref);
+  unref(w, &n->step_ref);
+  unref(w, &n->obs_ref);
+  unref(w, &n->cands_ref);
+  unref(w, &n->actx_ref);
+  free(n->kids);
+  free(n->confs);
+  free(n->err);
+  free(n->tg_err);
+  note_live(w, -1);
+  free(n);
+}
+
 /* Throw a node and its subtree away (rollback, sibling of the accepted
    candidate, or shutdown). */
 static void discard(sp_window *w, sp_node *n) {
@@ -383,20 +401,9 @@ static void discard(sp_window *w, sp_node *n) {
     note_live(w, -1); /* its reservation */
   }
   cancel_job(w, n, &n->j_verify, "verify", NULL);
-  cancel_job(w, n, &n->j_warm, "warmup", NULL);
   risk_wasted(w, &n->risk);
-  ext_remove(w, n);
-  unref(w, &n->state_ref);
-  unref(w, &n->step_ref);
-  unref(w, &n->obs_ref);
-  unref(w, &n->cands_ref);
-  unref(w, &n->actx_ref);
-  free(n->confs);
-  free(n->err);
-  free(n->tg_err);
   w->st.discarded_threads++;
-  note_live(w, -1);
-  free(n);
+  node_free(w, n);
 }
 
 static void discard_kids(sp_window *w, sp_node *n, sp_node *keep) {
@@ -412,19 +419,7 @@ static void retire(sp_window *w, sp_node *n) {
     cancel_job(w, n, &n->j_spec, "spec", &w->st.cancelled_spec);
     note_live(w, -1);
   }
-  cancel_job(w, n, &n->j_warm, "warmup", NULL);
-  ext_remove(w, n);
-  unref(w, &n->state_ref);
-  unref(w, &n->step_ref);
-  unref(w, &n->obs_ref);
-  unref(w, &n->cands_ref);
-  unref(w, &n->actx_ref);
-  free(n->kids);
-  free(n->confs);
-  free(n->err);
-  free(n->tg_err);
-  note_live(w, -1);
-  free(n);
+  node_free(w, n);
 }
 
 /* ---- jobs --------------------------------------------------------------- */

@@ -172,10 +172,11 @@ function M.main(agent, o, queries, script)
     if show then io.stderr:write(format("%s:\n", c.name)) end
     local emit = function(rec)
       rec.config = c.name
-      local r = {}
-      for k, v in pairs(rec) do if k ~= "_agg" then r[k] = v end end
-      local ok, line = pcall(json.canonical, r)
-      out:write(ok and line or json.encode(r), "\n")
+      local agg = rec._agg
+      rec._agg = nil
+      local ok, line = pcall(json.canonical, rec)
+      out:write(ok and line or json.encode(rec), "\n")
+      rec._agg = agg
       out:flush()
     end
     local got = runner.run_all(run, list, emit, runner.progress_line(show))

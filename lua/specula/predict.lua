@@ -38,6 +38,9 @@ local function shape(args)
   end
   return "{" .. concat(keys, ",") .. "}"
 end
+-- (LuaJIT issue #827: a compiled pairs() loop may skip keys in Debian's
+-- build; shapes are cache keys, so keep the walk interpreted.)
+jit.off(shape)
 M.shape = shape
 
 local function action_key(a)
@@ -140,7 +143,9 @@ function Ngram:observe_trajectory(actions)
   end
 end
 
-function Ngram:predict(history, ctx)
+local ngram_predict
+function Ngram:predict(history, ctx) return ngram_predict(self, history, ctx) end
+ngram_predict = function(self, history, ctx)
   history = history or {}
   local prev = history[#history]
   for order = self.n - 1, 1, -1 do
@@ -165,6 +170,8 @@ function Ngram:predict(history, ctx)
   end
   return {}
 end
+
+jit.off(ngram_predict)
 
 function Ngram:state()
   return { kind = "ngram", n = self.n, counts = self.counts, observed = self.observed }

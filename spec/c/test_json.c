@@ -264,6 +264,10 @@ static void test_canonical(void) {
   CANON("0.0001", "0.0001");
   CANON("123.456e3", "123456");
   CANON("[1.25,-7,2.5e-3]", "[1.25,-7,0.0025]");
+  /* exact decimal ties round to even (json.lua must match, see json_spec.lua) */
+  CANON("1000000000000000.25", "1000000000000000.2");
+  CANON("1000000000000000.75", "1000000000000000.8");
+  CANON("2251799813685248.5", "2251799813685248.5");
 
   /* strings */
   CANON("\"\\u0001\\u001F\\b\\f\\n\\r\\t\\\"\\\\\\/\\u007f\\u00e9\\u2028\"",

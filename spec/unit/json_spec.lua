@@ -18,6 +18,10 @@ local function same(a, b)
   end
   return true
 end
+-- The LuaJIT snapshot Debian ships miscompiles pairs()/next() loops (LuaJIT
+-- issue #827; json.lua works around it the same way): keep helpers that walk
+-- tables out of the JIT so they cannot report false failures.
+jit.off(same)
 
 -- Decodes x through both paths: cjson for x itself (when x has no "[]"), the
 -- pure-Lua decoder when x sits inside an array that also holds an empty one.
@@ -75,8 +79,9 @@ describe("specula.json", function()
         local v = assert(json.decode(x))
         local e = assert(json.encode(v))
         assert.equal(x, json.canonical(v), x)
-        assert.equal(e, assert(json.encode(assert(json.decode(e)))), x)
-        assert.equal(json.canonical(v), json.canonical(assert(json.decode(e))), x)
+        -- encode's member order follows the table, so compare canonically
+        local again = assert(json.encode(assert(json.decode(e))))
+        assert.equal(x, json.canonical(assert(json.decode(again))), x)
       end
     end)
 
@@ -219,6 +224,9 @@ describe("specula.json", function()
         { 1e16, "1e+16" }, { 0.1 + 0.2, "0.30000000000000004" }, { 1 / 3, "0.3333333333333333" },
         { 5e-324, "4.94065645841247e-324" }, { 1.7976931348623157e308, "1.7976931348623157e+308" },
         { 100.5, "100.5" }, { -1.5e-10, "-1.5e-10" }, { 0.0001, "0.0001" }, { 0.000001, "1e-06" },
+        -- exact decimal ties: C's printf rounds them to even, LuaJIT's %g does not
+        { 1e15 + 0.25, "1000000000000000.2" }, { 1e15 + 0.75, "1000000000000000.8" },
+        { 2 ^ 51 + 0.5, "2251799813685248.5" }, { -(1e15 + 0.25), "-1000000000000000.2" },
       }
       for _, c in ipairs(cases) do
         assert.equal(c[2], json.canonical(c[1]), c[2])
@@ -344,6 +352,8 @@ describe("specula.json", function()
     for _, k2 in ipairs(ints) do t[k2] = nil end
     return t
   end
+
+  jit.off(rvalue)
 
   agreement("canonical equals sp_json_canonical(encode(v)) on fixed values", function()
     local fixed = {
