@@ -107,6 +107,13 @@ int sp_ctx_shutdown(sp_ctx *ctx) {
   free(ctx->pool_refs);
   free(ctx->pins);
   ctx->pins = NULL;
+  while (ctx->task_pool) {
+    sp_task *t = ctx->task_pool;
+    ctx->task_pool = t->reap_next;
+    free(t->args);
+    free(t);
+  }
+  ctx->ntask_pool = 0;
   ctx->pool = NULL;
   ctx->pool_refs = NULL;
   ctx->npool = 0;

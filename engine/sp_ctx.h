@@ -17,6 +17,8 @@ struct sp_ctx {
   lua_State **pool;        /* parked worker coroutines, ready for the next job */
   int *pool_refs;          /* their registry anchors */
   int npool, cappool;      /* used / allocated */
+  sp_task *task_pool;      /* freed task structs kept for reuse (linked by ready_next) */
+  int ntask_pool;          /* entries in task_pool */
   int *pins;               /* registry ref -> pin count (high bit: released while pinned) */
   int npins;               /* entries in pins */
   int handoff_ref;         /* registry ref of the table Lua leaves window arguments in */

@@ -113,9 +113,23 @@ static void free_id(sp_ctx *ctx, int id) {
   ctx->free_ids[ctx->n_free_ids++] = id;
 }
 
+/* Task structs (and a job's argument array) are recycled: a window makes
+   several per hop, and malloc/free showed in the profile. */
+#define SP_TASK_POOL_MAX 4096
+
 static sp_task *task_alloc(sp_ctx *ctx, sp_task *parent) {
-  sp_task *t = calloc(1, sizeof *t);
-  if (!t) return NULL;
+  sp_task *t = ctx->task_pool;
+  sp_jobarg *args = NULL;
+  if (t) {
+    ctx->task_pool = t->reap_next;
+    ctx->ntask_pool--;
+    args = t->args;   /* a pooled task keeps its argument array */
+    memset(t, 0, sizeof *t);
+    t->args = args;
+  } else {
+    t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+  }
   t->ctx = ctx;
   t->id = alloc_id(ctx);
   t->state = SP_TASK_NEW;
@@ -151,6 +165,14 @@ static void task_unref(sp_task *t) {
   sp_ctx *ctx = t->ctx;
   free_id(ctx, t->id);
   free(t->error);
+  t->error = NULL;
+  if (ctx->ntask_pool < SP_TASK_POOL_MAX && !ctx->stopping) {
+    t->reap_next = ctx->task_pool;
+    ctx->task_pool = t;
+    ctx->ntask_pool++;
+    return;
+  }
+  free(t->args);
   free(t);
 }
 
@@ -172,7 +194,7 @@ sp_task *sp_job_new(sp_ctx *ctx, sp_task_hook hook, void *ud) {
   if (ctx->stopping) return NULL;
   sp_task *t = task_alloc(ctx, NULL);
   if (!t) return NULL;
-  t->args = malloc(SP_JOB_MAXARGS * sizeof *t->args);
+  if (!t->args) t->args = malloc(SP_JOB_MAXARGS * sizeof *t->args);
   if (!t->args) {
     task_end(t, SP_TASK_FAILED);
     return NULL;
@@ -237,6 +259,17 @@ void sp_job_ref(sp_task *t, int ref) {
   sp_ref_pin(t->ctx, ref);
 }
 
+void sp_job_ref_stable(sp_task *t, int ref) {
+  sp_jobarg *a = next_arg(t);
+  if (!a) return;
+  if (ref == LUA_NOREF || ref == LUA_REFNIL) {
+    a->kind = SP_ARG_NIL;
+    return;
+  }
+  a->kind = SP_ARG_SREF;
+  a->v.ref = ref;
+}
+
 void sp_job_int(sp_task *t, long long v) {
   sp_jobarg *a = next_arg(t);
   if (a) { a->kind = SP_ARG_INT; a->v.i = v; }
@@ -273,9 +306,7 @@ static void job_args_free(sp_task *t) {
     if (a->kind == SP_ARG_REF) sp_ref_unpin(t->ctx, a->v.ref);
     else if (a->kind == SP_ARG_STR) free(a->v.s);
   }
-  free(t->args);
-  t->args = NULL;
-  t->nargs_c = 0;
+  t->nargs_c = 0;   /* the array stays with the struct for reuse */
 }
 
 /* First resume of a job: take a worker and push its function and args. */
@@ -289,14 +320,16 @@ static lua_State *job_attach(sp_ctx *ctx, sp_task *t) {
     t->worker_ref = ctx->pool_refs[ctx->npool];
   } else {
     co = lua_newthread(L);
+    /* CO[worker] = true: Lua knows a worker coroutine is always the one C
+       resumes for the current job (sched.current) */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->co_table_ref);
+    lua_pushvalue(L, -2);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
     t->worker_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     fresh = 1;
   }
-  /* CO[id] = co, so Lua can tell the coroutine it runs on is this task's. */
-  lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->co_table_ref);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, t->worker_ref);
-  lua_rawseti(L, -2, t->id);
-  lua_pop(L, 1);
   t->co = co;
   if (fresh) lua_rawgeti(co, LUA_REGISTRYINDEX, ctx->worker_body_ref);
   lua_checkstack(co, t->nargs_c + 4);
@@ -307,6 +340,7 @@ static lua_State *job_attach(sp_ctx *ctx, sp_task *t) {
         lua_rawgeti(co, LUA_REGISTRYINDEX, a->v.ref);
         sp_ref_unpin(ctx, a->v.ref);
         break;
+      case SP_ARG_SREF: lua_rawgeti(co, LUA_REGISTRYINDEX, a->v.ref); break;
       case SP_ARG_INT: lua_pushinteger(co, (lua_Integer)a->v.i); break;
       case SP_ARG_NUM: lua_pushnumber(co, a->v.d); break;
       case SP_ARG_BOOL: lua_pushboolean(co, a->v.b); break;
@@ -315,8 +349,6 @@ static lua_State *job_attach(sp_ctx *ctx, sp_task *t) {
     }
   }
   t->nargs = t->nargs_c;
-  free(t->args);
-  t->args = NULL;
   t->nargs_c = 0;
   return co;
 }
@@ -550,7 +582,7 @@ void sp_sched_reap(sp_ctx *ctx) {
     sp_task *t = ctx->reap;
     ctx->reap = t->reap_next;
     t->reap_next = NULL;
-    if (ctx->L && ctx->co_table_ref != LUA_NOREF && ctx->co_table_ref != 0) {
+    if (ctx->L && !t->job && ctx->co_table_ref != LUA_NOREF && ctx->co_table_ref != 0) {
       lua_State *L = ctx->L;
       lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->co_table_ref);
       lua_pushnil(L);
@@ -559,7 +591,13 @@ void sp_sched_reap(sp_ctx *ctx) {
     }
     if (t->worker_ref != LUA_NOREF && t->worker_ref != 0 && ctx->L) {
       /* A job that did not finish cleanly: its worker is abandoned. */
-      luaL_unref(ctx->L, LUA_REGISTRYINDEX, t->worker_ref);
+      lua_State *L = ctx->L;
+      lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->co_table_ref);
+      lua_rawgeti(L, LUA_REGISTRYINDEX, t->worker_ref);
+      lua_pushnil(L);
+      lua_rawset(L, -3);
+      lua_pop(L, 1);
+      luaL_unref(L, LUA_REGISTRYINDEX, t->worker_ref);
     }
     t->worker_ref = LUA_NOREF;
     t->co = NULL;

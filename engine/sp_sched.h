@@ -39,7 +39,7 @@ typedef struct sp_waitop sp_waitop;
 
 /* An argument of a job, kept in C until the job first runs: queued jobs
    hold no coroutine (a batch may queue tens of thousands of them). */
-enum { SP_ARG_NIL, SP_ARG_REF, SP_ARG_INT, SP_ARG_NUM, SP_ARG_BOOL, SP_ARG_STR };
+enum { SP_ARG_NIL, SP_ARG_REF, SP_ARG_INT, SP_ARG_NUM, SP_ARG_BOOL, SP_ARG_STR, SP_ARG_SREF };
 typedef struct sp_jobarg {
   int kind;                 /* SP_ARG_* */
   union {
@@ -89,6 +89,7 @@ void sp_sched_unqueue(sp_ctx *ctx, sp_runnable *r);  /* take a C runnable off th
    when the job first runs. */
 sp_task *sp_job_new(sp_ctx *ctx, sp_task_hook hook, void *ud);
 void sp_job_ref(sp_task *t, int ref);               /* a registry value (pinned) */
+void sp_job_ref_stable(sp_task *t, int ref);        /* one that outlives the job (not pinned) */
 void sp_job_int(sp_task *t, long long v);
 void sp_job_num(sp_task *t, double v);
 void sp_job_bool(sp_task *t, int v);

@@ -81,6 +81,7 @@ struct sp_node {
   int state_ref;           /* s_i */
   int actx_ref;            /* the ctx its tool, speculator and verifier calls share */
   int cands_raw;           /* the speculator returned one plain value (cands_ref is it) */
+  int actx_spec;           /* the value of ctx.speculative in that table */
   int step_ref;            /* the step {segment, action} or {final} */
   int tool;                /* policy index of the action's tool, -1 unknown */
   int hint;                /* the script's own gate decision for it, -1 none */
@@ -431,8 +432,10 @@ static sp_task *job_ud(sp_window *w, sp_node *n, int fn, sp_task_hook hook, void
   if (!t) return NULL;
   t->speculative = is_speculative(w, n);
   t->window_node = n;
-  sp_job_ref(t, fn);
-  sp_job_ref(t, w->qctx_ref);
+  /* the adapter functions and the query ctx live as long as the window,
+     which cancels its jobs before it goes: no pinning needed */
+  sp_job_ref_stable(t, fn);
+  sp_job_ref_stable(t, w->qctx_ref);
   return t;
 }
 
@@ -458,6 +461,7 @@ static int start_advance(sp_window *w, sp_node *n, sp_node *from, int use_obs) {
   }
   sp_job_int(t, n->hop);
   sp_job_bool(t, is_speculative(w, n));
+  n->actx_spec = is_speculative(w, n);
   n->j_adv = t;
   n->t_adv0 = now_ms();
   w->st.model_calls++;
@@ -476,7 +480,8 @@ static void start_target(sp_window *w, sp_node *n) {
   /* ctx.speculative tells the tool whether this call is for an unverified
      state (a promotion later flips it) */
   lua_State *L = w->ctx->L;
-  if (n->actx_ref != LUA_NOREF && L) {
+  if (n->actx_ref != LUA_NOREF && L && n->actx_spec != is_speculative(w, n)) {
+    n->actx_spec = is_speculative(w, n);
     lua_rawgeti(L, LUA_REGISTRYINDEX, n->actx_ref);
     if (lua_istable(L, -1)) {
       lua_pushboolean(L, is_speculative(w, n));
@@ -1210,6 +1215,7 @@ static void promote(sp_window *w, sp_node *n) {
       lua_setfield(L, -2, "speculative");
     }
     lua_pop(L, 1);
+    n->actx_spec = 0;
   }
   if (n->j_adv) n->j_adv->speculative = 0;
   if (n->j_target) n->j_target->speculative = 0;

@@ -58,7 +58,8 @@ M.worker_body = worker
 -- C keeps CO[id] = the coroutine it is resuming for task id.
 local function current(what)
   local t = ctx ~= nil and C.sp_task_current(ctx) or nil
-  if t == nil or CO[C.sp_task_id(t)] ~= co_running() then
+  local co = co_running()
+  if t == nil or (CO[co] ~= true and CO[C.sp_task_id(t)] ~= co) then
     error((what or "specula") .. ": must be called from a specula task "
       .. "(a plain coroutine cannot wait on the loop)", 3)
   end
@@ -68,7 +69,9 @@ M.current = current
 
 function M.in_task()
   local t = ctx ~= nil and C.sp_task_current(ctx) or nil
-  return t ~= nil and CO[C.sp_task_id(t)] == co_running()
+  if t == nil then return false end
+  local co = co_running()
+  return CO[co] == true or CO[C.sp_task_id(t)] == co
 end
 
 -- Wait for the next wake-up of the running task.
