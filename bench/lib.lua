@@ -1,17 +1,11 @@
 -- bench/lib.lua — small helpers shared by the benchmarks.
-local specula = require "specula"
 local core = require "specula.core"
 local L = {}
 
 L.root = core.host.root
-L.bin = L.root .. "/build/specula"
-do
-  local f = io.open("/proc/self/exe")
-  if f then f:close() end
-  local p = io.popen("readlink /proc/" .. "self" .. "/exe")
-end
 
--- The running binary (so benches work from any build directory).
+-- The running binary (so benches work from any build directory): the shell
+-- io.popen starts is our child, so its parent is us.
 function L.self_bin()
   local p = io.popen("readlink -f /proc/$PPID/exe 2>/dev/null")
   local s = p and p:read("*l")

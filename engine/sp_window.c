@@ -1642,8 +1642,6 @@ void sp_window_cancel(sp_window *w) {
 
 static void group_unlink(sp_window *w) {
   /* a freed window must not stay on a group's finished list */
-  sp_ctx *ctx = w->ctx;
-  (void)ctx;
   if (!w->group) return;
   sp_wgroup *g = w->group;
   sp_window **pp = &g->head, *prev = NULL;
