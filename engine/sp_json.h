@@ -3,7 +3,7 @@
  * Parsing: the whole input must be exactly one value plus optional whitespace
  * (space, tab, LF, CR). No trailing commas, comments, NaN/Infinity, leading
  * zeros or raw control characters in strings. Nesting deeper than 256
- * arrays/objects is an error. Strings are decoded (\uXXXX surrogate pairs
+ * arrays/objects is an error. Strings are decoded (\u escapes with surrogate pairs
  * become UTF-8; a lone surrogate is an error) and must be valid UTF-8 (no
  * overlong forms, no surrogates, nothing above U+10FFFF). Numbers that
  * overflow a double are an error; ones that underflow become 0. Error

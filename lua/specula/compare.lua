@@ -160,29 +160,21 @@ function M.main(agent, o, queries, script)
     oc.predict = c.predict or o.predict
     oc.match = c.match or o.match
     oc.trigger = c.trigger or o.trigger
-    local todo, kept = {}, {}
+    local missing, kept = {}, {}
     for i, q in ipairs(queries) do
       local prev = skip[c.name .. "\0" .. tostring(q.id)]
-      if prev then kept[i] = prev else todo[#todo + 1] = { q = q, i = i } end
+      if prev then kept[i] = prev else missing[#missing + 1] = { q = q, i = i } end
     end
     local run = runner.make_run(agent, oc, script)
     local list = {}
-    for j, t in ipairs(todo) do list[j] = t.q end
+    for j, t in ipairs(missing) do list[j] = t.q end
     local show = o.progress or (not o.quiet and o.out ~= nil and runner.isatty(2))
     if show then io.stderr:write(format("%s:\n", c.name)) end
-    local emit = function(rec)
-      rec.config = c.name
-      local agg = rec._agg
-      rec._agg = nil
-      local ok, line = pcall(json.canonical, rec)
-      out:write(ok and line or json.encode(rec), "\n")
-      rec._agg = agg
-      out:flush()
-    end
+    local emit = runner.record_writer(out, c.name)
     local got = runner.run_all(run, list, emit, runner.progress_line(show))
     local recs = {}
     for i in ipairs(queries) do recs[i] = kept[i] end
-    for j, t in ipairs(todo) do recs[t.i] = got[j] end
+    for j, t in ipairs(missing) do recs[t.i] = got[j] end
     all[ci] = recs
   end
   if o.out then out:close() end

@@ -612,6 +612,25 @@ local function strip(rec)
   return rec
 end
 
+-- A record sink for run_all: one JSON line per finished query, flushed at
+-- once so a killed run loses at most the line in flight (resume repairs it).
+-- `config` tags each record with its configuration (used by --compare).
+local function record_writer(out, config)
+  return function(rec)
+    if config then rec.config = config end
+    -- the run's sums are not part of the record (no pairs() copy: see json.lua)
+    local agg = rec._agg
+    rec._agg = nil
+    -- Sorted keys: result files diff cleanly and compare byte for byte.
+    local ok, line = pcall(json.canonical, rec)
+    if not ok then line = json.encode(rec) end
+    rec._agg = agg
+    out:write(line, "\n")
+    out:flush()
+  end
+end
+M.record_writer = record_writer
+
 local function progress_line(enabled)
   if not enabled then return nil end
   return function(done, n, t0, sw, ss)
@@ -663,12 +682,12 @@ function M.main(agent, args, script)
   if o.compare then return require("specula.compare").main(agent, o, queries, script) end
   local skip, nprev = {}, 0
   if o.out then skip, nprev = done_ids(o.out) end
-  local todo = {}
+  local pending = {}
   for _, q in ipairs(queries) do
-    if not skip[tostring(q.id)] then todo[#todo + 1] = q end
+    if not skip[tostring(q.id)] then pending[#pending + 1] = q end
   end
   if nprev > 0 and not o.quiet then
-    io.stderr:write(format("specula: resuming: %d results already in %s, %d queries to run\n", nprev, o.out, #todo))
+    io.stderr:write(format("specula: resuming: %d results already in %s, %d queries to run\n", nprev, o.out, #pending))
   end
   local run = make_run(agent, o, script)
   local out = io.stdout
@@ -678,19 +697,9 @@ function M.main(agent, args, script)
     out = f
   end
   if o.trace then run.trace_out = {} end
-  local emit = function(rec)
-    -- the run's sums are not part of the record (no pairs() copy: see json.lua)
-    local agg = rec._agg
-    rec._agg = nil
-    -- Sorted keys: result files diff cleanly and compare byte for byte.
-    local ok, line = pcall(json.canonical, rec)
-    if not ok then line = json.encode(rec) end
-    rec._agg = agg
-    out:write(line, "\n")
-    out:flush()
-  end
+  local emit = record_writer(out)
   local show = o.progress or (not o.quiet and o.out ~= nil and isatty(2))
-  local results = run_all(run, todo, emit, progress_line(show))
+  local results = run_all(run, pending, emit, progress_line(show))
   if o.out then out:close() end
   local agg = M.aggregate(results, o.k)
   if o.trace then
