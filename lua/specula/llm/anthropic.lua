@@ -51,11 +51,6 @@ local function nonempty(s)
   return nil
 end
 
-local function secret_header(name)
-  name = lower(tostring(name))
-  return name == "authorization" or name == "cookie" or find(name, "key", 1, true)
-    or find(name, "token", 1, true) or find(name, "secret", 1, true)
-end
 
 function M.new(opts)
   if opts ~= nil and type(opts) ~= "table" then error("specula.llm.anthropic.new: options must be a table", 2) end
@@ -87,12 +82,8 @@ function M.new(opts)
     extra = opts.extra,
   }, Client)
   self.endpoint = retry.endpoint(base)
-  local secrets = {}
-  if nonempty(key) then secrets[1] = key; KEYS[self] = key end
-  for k, v in pairs(self.headers) do
-    if type(k) == "string" and secret_header(k) then secrets[#secrets + 1] = tostring(v) end
-  end
-  self._secrets = secrets
+  if nonempty(key) then KEYS[self] = key end
+  self._secrets = retry.secrets(key, self.headers)
   return self
 end
 

@@ -53,12 +53,6 @@ Client.__tostring = function(self) return self.name .. " client (" .. self.endpo
 -- Keys live here, not in the client table, so dumping a client shows none.
 local KEYS = setmetatable({}, { __mode = "k" })
 
-local SECRET_HEADER = { authorization = true, cookie = true, ["proxy-authorization"] = true }
-local function secret_header(name)
-  name = lower(tostring(name))
-  return SECRET_HEADER[name] or find(name, "key", 1, true) or find(name, "token", 1, true)
-    or find(name, "secret", 1, true)
-end
 
 local function nonempty(s)
   if type(s) == "string" and s ~= "" then return s end
@@ -94,12 +88,8 @@ function M.new(opts)
     extra = opts.extra,
   }, Client)
   self.endpoint = retry.endpoint(base)
-  local secrets = {}
-  if nonempty(key) then secrets[1] = key; KEYS[self] = key end
-  for k, v in pairs(self.headers) do
-    if type(k) == "string" and secret_header(k) then secrets[#secrets + 1] = tostring(v) end
-  end
-  self._secrets = secrets
+  if nonempty(key) then KEYS[self] = key end
+  self._secrets = retry.secrets(key, self.headers)
   return self
 end
 

@@ -41,6 +41,8 @@
 -- Helpers for messages (used by every client so keys never leak):
 --   retry.endpoint(url)            url without userinfo, query or fragment
 --   retry.scrub(s, secrets)        secrets and bearer/api-key lookalikes -> [redacted]
+--   retry.secrets(key, headers)    the list scrub needs: the key plus the values
+--                                  of credential-like headers
 --   retry.excerpt(body, ctype, n)  short printable excerpt of an error body
 --                                  (HTML reduced to its title and text)
 --   retry.describe(failure)        "429 code_or_type: message" | transport error text
@@ -82,6 +84,27 @@ local function plain_replace(s, needle, by)
     init = j + 1
   end
   return table.concat(out)
+end
+
+-- Header names whose values are credentials.
+local SECRET_HEADER = { authorization = true, cookie = true, ["proxy-authorization"] = true }
+local function secret_header(name)
+  name = lower(tostring(name))
+  return SECRET_HEADER[name] or find(name, "key", 1, true) or find(name, "token", 1, true)
+    or find(name, "secret", 1, true)
+end
+
+--- The strings a client must never print: its API key (when non-empty) and
+-- the values of any header whose name looks like a credential.
+function M.secrets(key, headers)
+  local list = {}
+  if type(key) == "string" and key ~= "" then list[1] = key end
+  if type(headers) == "table" then
+    for k, v in pairs(headers) do
+      if type(k) == "string" and secret_header(k) then list[#list + 1] = tostring(v) end
+    end
+  end
+  return list
 end
 
 --- Replace every secret (a string or a list of strings) and anything that
