@@ -247,28 +247,23 @@ static sp_jobarg *next_arg(sp_task *t) {
   return &t->args[t->nargs_c++];
 }
 
-void sp_job_ref(sp_task *t, int ref) {
+/* A registry-ref argument; `pin` keeps the ref alive until the job has run
+ * (a stable ref is owned elsewhere and outlives the job). */
+static void push_ref(sp_task *t, int ref, int pin) {
   sp_jobarg *a = next_arg(t);
   if (!a) return;
   if (ref == LUA_NOREF || ref == LUA_REFNIL) {
     a->kind = SP_ARG_NIL;
     return;
   }
-  a->kind = SP_ARG_REF;
+  a->kind = pin ? SP_ARG_REF : SP_ARG_SREF;
   a->v.ref = ref;
-  sp_ref_pin(t->ctx, ref);
+  if (pin) sp_ref_pin(t->ctx, ref);
 }
 
-void sp_job_ref_stable(sp_task *t, int ref) {
-  sp_jobarg *a = next_arg(t);
-  if (!a) return;
-  if (ref == LUA_NOREF || ref == LUA_REFNIL) {
-    a->kind = SP_ARG_NIL;
-    return;
-  }
-  a->kind = SP_ARG_SREF;
-  a->v.ref = ref;
-}
+void sp_job_ref(sp_task *t, int ref) { push_ref(t, ref, 1); }
+
+void sp_job_ref_stable(sp_task *t, int ref) { push_ref(t, ref, 0); }
 
 void sp_job_int(sp_task *t, long long v) {
   sp_jobarg *a = next_arg(t);
