@@ -53,23 +53,13 @@ local SYSTEM = "Continue the document after its last line. Write only the contin
 -- Online backend
 ----------------------------------------------------------------------------
 
+-- Search results -> the 3 passages of the contexts slot, one per line.
 local function passages_of(res)
-  local data = specula.json.decode(res.body)
-  if type(data) ~= "table" then return res.body:sub(1, 2000) end
-  local list = data.results or data.documents or data.passages or data.hits or data.data or data
-  local out = {}
-  for _, item in ipairs(type(list) == "table" and list or {}) do
-    if type(item) == "string" then
-      out[#out + 1] = item
-    elseif type(item) == "table" then
-      local body = item.content or item.snippet or item.text or item.contents or item.passage or ""
-      out[#out + 1] = (item.title and (item.title .. ": ") or "") .. tostring(body)
-    end
-    if #out == 3 then break end
-  end
-  if #out == 0 then return NO_INFO end
-  for i = 1, #out do out[i] = out[i]:gsub("%s+", " "):sub(1, 600) end
-  return table.concat(out, "\n")
+  local list = specula.tools.passages(res.body, 3)
+  if not list then return res.body:sub(1, 2000) end
+  if #list == 0 then return NO_INFO end
+  for i = 1, #list do list[i] = list[i]:sub(1, 600) end
+  return table.concat(list, "\n")
 end
 
 local function online_backend()

@@ -11,6 +11,9 @@
 --     (what specula.agent uses when a tool's `call` is a table)
 --   tools.lua(fn, { cost =, class =, speculate =, verify =, warmup = }) -> tool table
 --   tools.sim{ latency =, result =, cost =, ... } -> tool table (specula.sim.tool)
+--   tools.passages(body, n) -> { "title: text", ... } | nil
+--     the first n passages of a search response (SearxNG, E5/BM25 servers and
+--     the like); nil when the body is not JSON
 --
 -- Templates: {name} is the action's argument `name`; {env.NAME} is the
 -- environment variable NAME. In the URL every value is percent-encoded,
@@ -237,6 +240,46 @@ function M.http(spec)
 
   return { call = call, cost = spec.cost, class = spec.class, spec = spec,
            speculate = spec.speculate, verify = spec.verify, warmup = spec.warmup }
+end
+
+----------------------------------------------------------------------------
+-- search results
+----------------------------------------------------------------------------
+
+-- Where common search servers put their hit list and each hit's text.
+local LIST_KEYS = { "results", "documents", "passages", "hits", "data" }
+local TEXT_KEYS = { "content", "snippet", "text", "contents", "passage" }
+
+--- The first n (default 5) passages of a JSON search response, each
+-- "title: text" (or the text alone) with whitespace runs folded to one
+-- space. A body that is a list is the hit list itself; hits may be strings.
+-- Returns nil when the body is not JSON, {} when it has no hits.
+function M.passages(body, n)
+  if type(body) ~= "string" then error("specula.tools.passages: body must be a string", 2) end
+  if n ~= nil and (type(n) ~= "number" or n < 1) then error("specula.tools.passages: n must be a positive number", 2) end
+  n = n or 5
+  local data = json.decode(body)
+  if type(data) ~= "table" then return nil end
+  local list = data
+  for _, k in ipairs(LIST_KEYS) do
+    if type(data[k]) == "table" then list = data[k]; break end
+  end
+  local out = {}
+  for _, item in ipairs(list) do
+    if #out >= n then break end
+    local p
+    if type(item) == "string" then
+      p = item
+    elseif type(item) == "table" then
+      local text = ""
+      for _, k in ipairs(TEXT_KEYS) do
+        if item[k] ~= nil then text = tostring(item[k]); break end
+      end
+      p = item.title and (tostring(item.title) .. ": " .. text) or text
+    end
+    if p then out[#out + 1] = (gsub(p, "%s+", " ")) end
+  end
+  return out
 end
 
 ----------------------------------------------------------------------------

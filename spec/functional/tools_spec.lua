@@ -106,6 +106,24 @@ describe("specula.tools", function()
     assert.equals("200:q=z:z:c", line(out, "fn"))
   end)
 
+  it("reads passages from the search response shapes servers use", function()
+    local out = run([[
+      local P = tools.passages
+      print("searx", enc(P(json.encode { results = { { title = "Paris", content = "Capital\n  of France" },
+        { title = "Lyon", snippet = "City" }, { url = "x" } } })))
+      print("list", enc(P('["a  b", {"text": "c"}, 7, "d"]', 2)))
+      print("hits", enc(P('{"hits": [{"passage": "p1"}], "took": 3}')))
+      print("none", #P('{"results": []}'), P("<html>not json</html>"))
+      print("bad", try(P, nil), try(P, "[]", 0))
+    ]])
+    assert.equals('["Paris: Capital of France","Lyon: City",""]', line(out, "searx"))
+    assert.equals('["a b","c"]', line(out, "list"))
+    assert.equals('["p1"]', line(out, "hits"))
+    assert.equals("0\tnil", line(out, "none"))
+    local bad = line(out, "bad")
+    assert.truthy(bad:find("ERR .-body must be a string\tERR .-n must be a positive number"), bad)
+  end)
+
   it("retries through the shared policy: 429 with retry-after, then success", function()
     local out = run([[
       local t = tools.http { name = "flaky", url = BASE .. "/flaky/tool1/1/429?retry_after=1", retry = { base_ms = 1 } }
