@@ -48,6 +48,7 @@ typedef struct sp_counts {
   int polls;          /* socket poll handles */
   int windows;        /* live speculation windows */
   int handles;        /* all libuv handles still open on the loop */
+  int values;         /* value-store slots held by the engine */
 } sp_counts;
 void sp_ctx_counts(sp_ctx *ctx, sp_counts *out);
 const char *sp_version(void);
@@ -79,6 +80,41 @@ int sp_task_wait(sp_task *waiter, sp_task *target);
 void sp_task_unwait(sp_task *waiter);              /* drop every pending wait of waiter */
 /* Yield to the loop: resumed after ms (0 = next turn). 0 ok, -1 err. */
 int sp_sleep(sp_task *t, double ms, char *err, size_t errlen);
+
+/* ---- the value store and window jobs (engine/sp_vals.c, sp_sched.c) ----
+   Lua values the engine holds live in one Lua table, sched.vals, under an
+   integer slot; C counts references per slot, so the window can keep,
+   share and drop values without touching the Lua state. A window call (a
+   "job") is run by the Lua dispatcher in sched.lua: it takes the next job
+   with sp_job_next, reads its function and arguments from sp_job_call,
+   calls it and hands the results back with sp_job_done, all without a
+   coroutine switch unless the call waits on the loop. */
+enum { SP_VAL_NIL = 0, SP_VAL_SLOT = 1, SP_VAL_NUM = 2, SP_VAL_BOOL = 3, SP_VAL_STR = 4,
+       SP_VAL_SPEC = 5 };
+typedef struct sp_val {
+  int kind;            /* SP_VAL_*; SPEC: the job's speculative flag when it runs */
+  int slot;            /* value-store slot (SLOT) */
+  double num;          /* number; 0/1 for a boolean */
+  const char *str;     /* bytes of a string (STR) */
+  size_t len;          /* their length */
+} sp_val;
+typedef struct sp_jobcall {
+  sp_val args[10];     /* the function (a slot), then its arguments */
+  int nargs;           /* entries used in args */
+  int keep;            /* bit i set: result i goes to the value store whatever its type */
+} sp_jobcall;
+typedef struct sp_jobres {
+  sp_val v[12];        /* the call's results (or the error message in v[0]) */
+} sp_jobres;
+int sp_vals_new(sp_ctx *ctx);                    /* a fresh slot (one reference); Lua fills it */
+sp_task *sp_job_next(sp_ctx *ctx);               /* the next job to run here, or NULL: park */
+const sp_jobcall *sp_job_call(const sp_task *t); /* its function and arguments */
+/* The job ended: ok with results, or not ok with the message in res->v[0].
+   Result slots are released after the window has taken what it keeps.
+   Returns how many released slots it wrote to dead (at most maxdead):
+   Lua clears them in sched.vals at once (they are reused from then on),
+   so released values do not wait for the loop to become garbage. */
+int sp_job_done(sp_ctx *ctx, sp_task *t, int ok, const sp_jobres *res, int *dead, int maxdead);
 
 /* ---- HTTP (libcurl multi on libuv) ------------------------------------ */
 typedef struct sp_http_opts {
@@ -178,9 +214,10 @@ void sp_prefetch_stats_get(const sp_prefetch *pf, sp_prefetch_stats *out);
 /* The EV gate: fire when conf * E[saved] > (1 - conf) * cost * ev_cost_ms. */
 int sp_prefetch_ev(sp_prefetch *pf, int tool, double conf, double cost);
 void sp_prefetch_observe(sp_prefetch *pf, int tool, double target_ms, double seg_ms);
-/* Called from inside a window job (the running step): predictions were left
-   in sched.handoff[task id]; fire them per the trigger settings. */
-int sp_window_prefetch(sp_ctx *ctx, int n);
+/* Called from inside a window job (the running step): its n predictions are
+   in value-store slot `slot` (the window takes that reference); fire them
+   per the trigger settings. */
+int sp_window_prefetch(sp_ctx *ctx, int n, int slot);
 /* Called from inside a running step when a streamed tool name is known. */
 int sp_window_tool_name(sp_ctx *ctx, const char *name, size_t len);
 
@@ -205,8 +242,8 @@ typedef struct sp_window_cfg {
   int drop_trajectory;       /* keep hop timings only, not the steps and observations */
 } sp_window_cfg;
 typedef struct sp_hop_info {
-  int step_ref;              /* registry ref of the step {segment, action} */
-  int obs_ref;               /* registry ref of the target observation */
+  int step_ref;              /* value-store slot of the step {segment, action} (0: none) */
+  int obs_ref;               /* value-store slot of the target observation (0: none) */
   double t_seg;              /* ms: model step of this hop */
   double t_spec;             /* ms: speculator, -1 if none ran to completion */
   double t_target;           /* ms: target tool */
@@ -258,7 +295,7 @@ sp_window *sp_wgroup_pop(sp_wgroup *g);          /* next finished window, NULL i
 int sp_wgroup_wait(sp_wgroup *g, sp_task *t);     /* 1: one is ready; 0: yield now */
 int sp_window_status(const sp_window *w);
 const char *sp_window_error(const sp_window *w);
-int sp_window_answer_ref(const sp_window *w);    /* ref of the final step */
+int sp_window_answer_ref(const sp_window *w);    /* value-store slot of the final step */
 int sp_window_nhops(const sp_window *w);
 int sp_window_hop(const sp_window *w, int i, sp_hop_info *out);
 void sp_window_stats_get(const sp_window *w, sp_window_stats *out);

@@ -1,6 +1,7 @@
 #include "sp_ctx.h"
 #include "sp_http.h"
 #include "sp_sched.h"
+#include "sp_vals.h"
 #include "sp_window.h"
 #include <lauxlib.h>
 #include <stdio.h>
@@ -45,6 +46,8 @@ int sp_ctx_init(sp_ctx *ctx) {
   ctx->co_table_ref = LUA_NOREF;
   ctx->worker_body_ref = LUA_NOREF;
   ctx->handoff_ref = LUA_NOREF;
+  ctx->vals_ref = LUA_NOREF;
+  ctx->disp_ref = LUA_NOREF;
   sp_sched_init(ctx);
   return 0;
 }
@@ -60,6 +63,7 @@ static void count_handle(uv_handle_t *h, void *arg) {
 
 void sp_ctx_counts(sp_ctx *ctx, sp_counts *out) {
   *out = ctx->counts;
+  out->values = ctx->vals.live;
   walk_arg w = { ctx, 0 };
   uv_walk(&ctx->loop, count_handle, &w);
   out->handles = w.n;
@@ -105,12 +109,10 @@ int sp_ctx_shutdown(sp_ctx *ctx) {
   ctx->free_ids = NULL;
   free(ctx->pool);
   free(ctx->pool_refs);
-  free(ctx->pins);
-  ctx->pins = NULL;
+  sp_vals_free(ctx);
   while (ctx->task_pool) {
     sp_task *t = ctx->task_pool;
     ctx->task_pool = t->reap_next;
-    free(t->args);
     free(t);
   }
   ctx->ntask_pool = 0;

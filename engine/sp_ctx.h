@@ -9,18 +9,34 @@
 typedef struct sp_http sp_http;
 typedef struct sp_runnable sp_runnable;
 
+/* Bookkeeping of the value store (engine/sp_vals.c). */
+typedef struct sp_vals {
+  int *rc;                 /* slot -> reference count */
+  int caprc;               /* entries allocated in rc */
+  int top;                 /* highest slot handed out */
+  int *free;               /* cleared slots ready for reuse */
+  int nfree, capfree;      /* used / allocated */
+  int *dead;               /* released slots not yet cleared in Lua */
+  int ndead, capdead;      /* used / allocated */
+  int live;                /* slots with references */
+} sp_vals;
+
 struct sp_ctx {
   uv_loop_t loop;          /* the one event loop */
   lua_State *L;            /* the one Lua state (main thread), NULL in pure-C tests */
   int co_table_ref;        /* registry ref of the table id -> coroutine */
-  int worker_body_ref;     /* registry ref of the Lua loop that worker coroutines run */
-  lua_State **pool;        /* parked worker coroutines, ready for the next job */
+  int worker_body_ref;     /* registry ref of the dispatcher loop (sched.lua) job coroutines run */
+  lua_State **pool;        /* parked dispatcher coroutines */
   int *pool_refs;          /* their registry anchors */
   int npool, cappool;      /* used / allocated */
+  lua_State *disp_co;      /* the dispatcher coroutine running now, NULL if none */
+  int disp_ref;            /* its registry anchor */
+  int disp_idle;           /* it asked for a job and there was none: park it */
+  int budget;              /* jobs left in this drain before I/O gets a turn */
+  int vals_ref;            /* registry ref of the value-store table (sched.vals) */
+  sp_vals vals;            /* its slot bookkeeping */
   sp_task *task_pool;      /* freed task structs kept for reuse (linked by ready_next) */
   int ntask_pool;          /* entries in task_pool */
-  int *pins;               /* registry ref -> pin count (high bit: released while pinned) */
-  int npins;               /* entries in pins */
   int handoff_ref;         /* registry ref of the table Lua leaves window arguments in */
   uv_idle_t ready_idle;    /* runs the ready queue while it is non-empty */
   uv_prepare_t reap_prep;  /* releases finished coroutines before each poll */

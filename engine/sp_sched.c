@@ -1,7 +1,9 @@
 #include "sp_sched.h"
 #include "sp_timer.h"
+#include "sp_vals.h"
 #include <lauxlib.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,7 @@ static void task_resume(sp_ctx *ctx, sp_runnable *r);
 static void job_args_free(sp_task *t);
 static void task_end(sp_task *t, int state);
 static void task_unref(sp_task *t);
+static void task_reap_later(sp_task *t);
 
 double sp_now_ms(void) { return (double)uv_hrtime() / 1e6; }
 uint64_t sp_now_ns(void) { return uv_hrtime(); }
@@ -85,14 +88,26 @@ void sp_sched_unqueue(sp_ctx *ctx, sp_runnable *r) {
 }
 
 void sp_sched_drain(sp_ctx *ctx) {
-  int budget = SP_DRAIN_BUDGET;
+  /* the dispatcher counts the jobs it takes against the same budget */
+  ctx->budget = SP_DRAIN_BUDGET;
   sp_runnable *r;
-  while (budget-- > 0 && (r = dequeue(ctx)) != NULL) {
+  while (ctx->budget-- > 0 && (r = dequeue(ctx)) != NULL) {
     if (ctx->reap) sp_sched_reap(ctx);
     r->run(ctx, r);
   }
   sp_sched_reap(ctx);
+  sp_vals_sweep(ctx);
   if (!ctx->ready_head) uv_idle_stop(&ctx->ready_idle);
+}
+
+/* Put a runnable back at the head of the queue (a fresh job handed to the
+   dispatcher, which takes it with sp_job_next). */
+static void requeue_front(sp_ctx *ctx, sp_runnable *r) {
+  r->queued = 1;
+  r->next = ctx->ready_head;
+  ctx->ready_head = r;
+  if (!ctx->ready_tail) ctx->ready_tail = r;
+  ctx->counts.ready++;
 }
 
 /* ---- task lifetime ------------------------------------------------------ */
@@ -113,19 +128,18 @@ static void free_id(sp_ctx *ctx, int id) {
   ctx->free_ids[ctx->n_free_ids++] = id;
 }
 
-/* Task structs (and a job's argument array) are recycled: a window makes
-   several per hop, and malloc/free showed in the profile. */
+/* Task structs are recycled: a window makes several per hop, and
+   malloc/free showed in the profile. */
 #define SP_TASK_POOL_MAX 4096
 
 static sp_task *task_alloc(sp_ctx *ctx, sp_task *parent) {
   sp_task *t = ctx->task_pool;
-  sp_jobarg *args = NULL;
   if (t) {
     ctx->task_pool = t->reap_next;
     ctx->ntask_pool--;
-    args = t->args;   /* a pooled task keeps its argument array */
-    memset(t, 0, sizeof *t);
-    t->args = args;
+    memset(t, 0, offsetof(sp_task, call));
+    t->call.nargs = 0;
+    t->call.keep = 0;
   } else {
     t = calloc(1, sizeof *t);
     if (!t) return NULL;
@@ -172,7 +186,6 @@ static void task_unref(sp_task *t) {
     ctx->ntask_pool++;
     return;
   }
-  free(t->args);
   free(t);
 }
 
@@ -187,188 +200,249 @@ sp_task *sp_task_new(sp_ctx *ctx, sp_task *parent) {
   return t;
 }
 
-/* Parked workers kept for reuse; beyond this they are released. */
+/* Parked dispatcher coroutines kept for reuse; beyond this they are released. */
 #define SP_POOL_MAX 4096
 
 sp_task *sp_job_new(sp_ctx *ctx, sp_task_hook hook, void *ud) {
   if (ctx->stopping) return NULL;
   sp_task *t = task_alloc(ctx, NULL);
   if (!t) return NULL;
-  if (!t->args) t->args = malloc(SP_JOB_MAXARGS * sizeof *t->args);
-  if (!t->args) {
-    task_end(t, SP_TASK_FAILED);
-    return NULL;
-  }
   t->job = 1;
   t->hook = hook;
   t->hook_ud = ud;
   return t;
 }
 
-#define PIN_DEAD 0x40000000
-
-static int pins_grow(sp_ctx *ctx, int ref) {
-  if (ref < ctx->npins) return 0;
-  int n = ctx->npins ? ctx->npins : 1024;
-  while (n <= ref) n *= 2;
-  int *p = realloc(ctx->pins, (size_t)n * sizeof *p);
-  if (!p) return -1;
-  memset(p + ctx->npins, 0, (size_t)(n - ctx->npins) * sizeof *p);
-  ctx->pins = p;
-  ctx->npins = n;
-  return 0;
+static sp_val *next_arg(sp_task *t) {
+  if (t->call.nargs >= SP_JOB_MAXARGS) return NULL;
+  sp_val *a = &t->call.args[t->call.nargs++];
+  memset(a, 0, sizeof *a);
+  return a;
 }
 
-void sp_ref_pin(sp_ctx *ctx, int ref) {
-  if (ref <= 0 || pins_grow(ctx, ref) != 0) return;
-  ctx->pins[ref]++;
-}
-
-void sp_ref_unpin(sp_ctx *ctx, int ref) {
-  if (ref <= 0 || ref >= ctx->npins || (ctx->pins[ref] & ~PIN_DEAD) == 0) return;
-  ctx->pins[ref]--;
-  if (ctx->pins[ref] == PIN_DEAD) {
-    ctx->pins[ref] = 0;
-    if (ctx->L) luaL_unref(ctx->L, LUA_REGISTRYINDEX, ref);
-  }
-}
-
-void sp_ref_release(sp_ctx *ctx, int ref) {
-  if (ref <= 0) return;
-  if (ref < ctx->npins && (ctx->pins[ref] & ~PIN_DEAD) > 0) {
-    ctx->pins[ref] |= PIN_DEAD;
-    return;
-  }
-  if (ctx->L) luaL_unref(ctx->L, LUA_REGISTRYINDEX, ref);
-}
-
-static sp_jobarg *next_arg(sp_task *t) {
-  if (!t->args || t->nargs_c >= SP_JOB_MAXARGS) return NULL;
-  return &t->args[t->nargs_c++];
-}
-
-/* A registry-ref argument; `pin` keeps the ref alive until the job has run
- * (a stable ref is owned elsewhere and outlives the job). */
-static void push_ref(sp_task *t, int ref, int pin) {
-  sp_jobarg *a = next_arg(t);
-  if (!a) return;
-  if (ref == LUA_NOREF || ref == LUA_REFNIL) {
-    a->kind = SP_ARG_NIL;
-    return;
-  }
-  a->kind = pin ? SP_ARG_REF : SP_ARG_SREF;
-  a->v.ref = ref;
-  if (pin) sp_ref_pin(t->ctx, ref);
-}
-
-void sp_job_ref(sp_task *t, int ref) { push_ref(t, ref, 1); }
-
-void sp_job_ref_stable(sp_task *t, int ref) { push_ref(t, ref, 0); }
-
-void sp_job_int(sp_task *t, long long v) {
-  sp_jobarg *a = next_arg(t);
-  if (a) { a->kind = SP_ARG_INT; a->v.i = v; }
+void sp_job_val(sp_task *t, int slot) {
+  sp_val *a = next_arg(t);
+  if (!a || slot <= 0) return;   /* no value: nil */
+  a->kind = SP_VAL_SLOT;
+  a->slot = slot;
+  sp_vals_retain(t->ctx, slot);
 }
 
 void sp_job_num(sp_task *t, double v) {
-  sp_jobarg *a = next_arg(t);
-  if (a) { a->kind = SP_ARG_NUM; a->v.d = v; }
+  sp_val *a = next_arg(t);
+  if (a) { a->kind = SP_VAL_NUM; a->num = v; }
 }
 
 void sp_job_bool(sp_task *t, int v) {
-  sp_jobarg *a = next_arg(t);
-  if (a) { a->kind = SP_ARG_BOOL; a->v.b = v; }
+  sp_val *a = next_arg(t);
+  if (a) { a->kind = SP_VAL_BOOL; a->num = v ? 1 : 0; }
 }
 
-void sp_job_nil(sp_task *t) {
-  sp_jobarg *a = next_arg(t);
-  if (a) a->kind = SP_ARG_NIL;
+void sp_job_nil(sp_task *t) { (void)next_arg(t); }
+
+void sp_job_spec(sp_task *t) {
+  sp_val *a = next_arg(t);
+  if (a) a->kind = SP_VAL_SPEC;
 }
 
 void sp_job_str(sp_task *t, const char *str) {
-  sp_jobarg *a = next_arg(t);
+  sp_val *a = next_arg(t);
   if (!a) return;
-  a->kind = SP_ARG_STR;
-  a->v.s = strdup(str ? str : "");
-  if (!a->v.s) a->kind = SP_ARG_NIL;
+  char *d = strdup(str ? str : "");
+  if (!d) return;
+  a->kind = SP_VAL_STR;
+  a->str = d;
+  a->len = strlen(d);
 }
 
-/* Drop arguments never pushed (the job was cancelled while queued). */
+void sp_job_keep(sp_task *t, int i) {
+  if (i >= 0 && i < SP_JOB_MAXRES) t->call.keep |= 1 << i;
+}
+
+/* Release a job's arguments (it ended, or was cancelled while queued). */
 static void job_args_free(sp_task *t) {
-  if (!t->args) return;
-  for (int i = 0; i < t->nargs_c; i++) {
-    sp_jobarg *a = &t->args[i];
-    if (a->kind == SP_ARG_REF) sp_ref_unpin(t->ctx, a->v.ref);
-    else if (a->kind == SP_ARG_STR) free(a->v.s);
+  for (int i = 0; i < t->call.nargs; i++) {
+    sp_val *a = &t->call.args[i];
+    if (a->kind == SP_VAL_SLOT) sp_vals_release(t->ctx, a->slot);
+    else if (a->kind == SP_VAL_STR) free((char *)a->str);
+    a->kind = SP_VAL_NIL;
   }
-  t->nargs_c = 0;   /* the array stays with the struct for reuse */
+  t->call.nargs = 0;
 }
 
-/* First resume of a job: take a worker and push its function and args. */
-static lua_State *job_attach(sp_ctx *ctx, sp_task *t) {
+const sp_jobcall *sp_job_call(const sp_task *t) { return t ? &t->call : NULL; }
+
+/* Drop the registry anchor of a dispatcher coroutine that will never run
+   again (its job was cancelled while waiting, or the pool is full). */
+static void anchor_drop(sp_ctx *ctx, int ref) {
   lua_State *L = ctx->L;
-  lua_State *co;
-  int fresh = 0;
+  if (!L || ref == LUA_NOREF || ref == 0) return;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->co_table_ref);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+  lua_pushnil(L);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+  luaL_unref(L, LUA_REGISTRYINDEX, ref);
+}
+
+/* A dispatcher coroutine: a parked one, or a new one about to start the
+   Lua dispatcher body (*fresh). */
+static lua_State *disp_take(sp_ctx *ctx, int *ref) {
   if (ctx->npool > 0) {
     ctx->npool--;
-    co = ctx->pool[ctx->npool];
-    t->worker_ref = ctx->pool_refs[ctx->npool];
-  } else {
-    co = lua_newthread(L);
-    /* CO[worker] = true: Lua knows a worker coroutine is always the one C
-       resumes for the current job (sched.current) */
-    lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->co_table_ref);
-    lua_pushvalue(L, -2);
-    lua_pushboolean(L, 1);
-    lua_rawset(L, -3);
-    lua_pop(L, 1);
-    t->worker_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-    fresh = 1;
+    *ref = ctx->pool_refs[ctx->npool];
+    return ctx->pool[ctx->npool];
   }
-  t->co = co;
-  if (fresh) lua_rawgeti(co, LUA_REGISTRYINDEX, ctx->worker_body_ref);
-  lua_checkstack(co, t->nargs_c + 4);
-  for (int i = 0; i < t->nargs_c; i++) {
-    sp_jobarg *a = &t->args[i];
-    switch (a->kind) {
-      case SP_ARG_REF:
-        lua_rawgeti(co, LUA_REGISTRYINDEX, a->v.ref);
-        sp_ref_unpin(ctx, a->v.ref);
-        break;
-      case SP_ARG_SREF: lua_rawgeti(co, LUA_REGISTRYINDEX, a->v.ref); break;
-      case SP_ARG_INT: lua_pushinteger(co, (lua_Integer)a->v.i); break;
-      case SP_ARG_NUM: lua_pushnumber(co, a->v.d); break;
-      case SP_ARG_BOOL: lua_pushboolean(co, a->v.b); break;
-      case SP_ARG_STR: lua_pushstring(co, a->v.s); free(a->v.s); break;
-      default: lua_pushnil(co);
-    }
-  }
-  t->nargs = t->nargs_c;
-  t->nargs_c = 0;
+  lua_State *L = ctx->L;
+  lua_State *co = lua_newthread(L);
+  /* CO[co] = true: Lua knows a dispatcher coroutine always runs the job C
+     says is current (sched.current) */
+  lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->co_table_ref);
+  lua_pushvalue(L, -2);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+  *ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_rawgeti(co, LUA_REGISTRYINDEX, ctx->worker_body_ref);
   return co;
 }
 
-/* A worker that finished its job cleanly goes back to the pool. */
-static void pool_put(sp_ctx *ctx, sp_task *t) {
-  if (ctx->npool == ctx->cappool) {
+/* A dispatcher with no job left goes back to the pool. */
+static void disp_park(sp_ctx *ctx, lua_State *co, int ref) {
+  if (ctx->npool == ctx->cappool && ctx->cappool < SP_POOL_MAX) {
     int cap = ctx->cappool ? ctx->cappool * 2 : 64;
     if (cap > SP_POOL_MAX) cap = SP_POOL_MAX;
-    if (ctx->npool < cap) {
-      lua_State **p = realloc(ctx->pool, (size_t)cap * sizeof *p);
-      int *r = p ? realloc(ctx->pool_refs, (size_t)cap * sizeof *r) : NULL;
-      if (p) ctx->pool = p;
-      if (r) {
-        ctx->pool_refs = r;
-        ctx->cappool = cap;
-      }
+    lua_State **p = realloc(ctx->pool, (size_t)cap * sizeof *p);
+    if (p) ctx->pool = p;
+    int *r = p ? realloc(ctx->pool_refs, (size_t)cap * sizeof *r) : NULL;
+    if (r) {
+      ctx->pool_refs = r;
+      ctx->cappool = cap;
     }
   }
   if (ctx->npool < ctx->cappool) {
-    ctx->pool[ctx->npool] = t->co;
-    ctx->pool_refs[ctx->npool] = t->worker_ref;
+    ctx->pool[ctx->npool] = co;
+    ctx->pool_refs[ctx->npool] = ref;
     ctx->npool++;
-    t->worker_ref = LUA_NOREF;
+    return;
   }
+  anchor_drop(ctx, ref);
+}
+
+static void release_results(sp_ctx *ctx, const sp_jobres *res) {
+  if (!res) return;
+  for (int i = 0; i < SP_JOB_MAXRES; i++)
+    if (res->v[i].kind == SP_VAL_SLOT) sp_vals_release(ctx, res->v[i].slot);
+}
+
+/* A job ended: run its hook (unless it was cancelled), then end the task
+   and drop the reference of the run that executed it. */
+static void job_finish(sp_ctx *ctx, sp_task *t, int status, const sp_jobres *res) {
+  t->co = NULL;
+  if (t->state >= SP_TASK_DONE) {
+    /* cancelled while it ran: nobody wants the result */
+    release_results(ctx, res);
+    task_reap_later(t);
+    task_unref(t);
+    return;
+  }
+  if (t->hook) {
+    sp_task_hook hook = t->hook;
+    t->hook = NULL;
+    t->state = status;
+    hook(t, status == SP_TASK_DONE ? res : NULL, status, t->hook_ud);
+  }
+  release_results(ctx, res);
+  task_end(t, status);
+  task_unref(t);
+}
+
+sp_task *sp_job_next(sp_ctx *ctx) {
+  for (;;) {
+    sp_runnable *r = ctx->ready_head;
+    if (!r || r->run != task_resume || ctx->stopping || ctx->budget <= 0) break;
+    sp_task *t = (sp_task *)r;
+    if (!t->job || t->co) break;   /* a coroutine to resume: the loop does that */
+    dequeue(ctx);
+    if (t->state >= SP_TASK_DONE) {   /* cancelled while queued */
+      task_unref(t);
+      continue;
+    }
+    ctx->budget--;
+    t->state = SP_TASK_RUNNING;
+    ctx->running = t;
+    return t;
+  }
+  ctx->disp_idle = 1;
+  ctx->running = NULL;
+  return NULL;
+}
+
+int sp_job_done(sp_ctx *ctx, sp_task *t, int ok, const sp_jobres *res, int *dead, int maxdead) {
+  if (!ctx || !t) return 0;
+  ctx->running = NULL;
+  if (!ok) {
+    const sp_val *m = res ? &res->v[0] : NULL;
+    if (m && m->kind == SP_VAL_STR && m->str) sp_task_set_error(t, m->str, m->len);
+    else sp_task_set_error(t, "job failed", 10);
+  }
+  job_finish(ctx, t, ok ? SP_TASK_DONE : SP_TASK_FAILED, ok ? res : NULL);
+  if (!ok) release_results(ctx, res);
+  return sp_vals_take_dead(ctx, dead, maxdead);
+}
+
+/* Run a dispatcher coroutine until it parks (no job left) or the job it
+   runs waits on the loop. `t` is a waiting job resumed in it (NULL: a fresh
+   start or a parked dispatcher taking new jobs). */
+static void dispatch(sp_ctx *ctx, lua_State *co, int ref, sp_task *t) {
+  sp_task *prev = ctx->running;
+  lua_State *prev_co = ctx->disp_co;
+  int prev_ref = ctx->disp_ref;
+  ctx->disp_co = co;
+  ctx->disp_ref = ref;
+  ctx->disp_idle = 0;
+  ctx->running = t;
+  if (t) t->state = SP_TASK_RUNNING;
+  int nargs = t ? t->nargs : 0;
+  if (t) t->nargs = 0;
+  int rc = lua_resume(co, nargs);
+  sp_task *cur = ctx->running;   /* the job running in co when it stopped */
+  int idle = ctx->disp_idle;
+  ctx->running = prev;
+  ctx->disp_co = prev_co;
+  ctx->disp_ref = prev_ref;
+  if (rc == LUA_YIELD) {
+    lua_settop(co, 0);
+    if (idle || !cur) {
+      disp_park(ctx, co, ref);
+      return;
+    }
+    if (cur->state == SP_TASK_RUNNING) {
+      /* cur waits on the loop inside co: co is its coroutine until it ends */
+      cur->co = co;
+      cur->worker_ref = ref;
+      cur->state = SP_TASK_WAITING;
+    } else {
+      /* cancelled from its own body: it stops here, with its coroutine */
+      anchor_drop(ctx, ref);
+      task_reap_later(cur);
+    }
+    task_unref(cur);
+    return;
+  }
+  /* The dispatcher itself stopped (an error outside the job's protected
+     call): the coroutine is dead; the job it ran fails with the message. */
+  size_t len = 0;
+  const char *msg = rc != 0 ? lua_tolstring(co, -1, &len) : NULL;
+  if (cur) {
+    if (!msg) msg = "the job dispatcher returned", len = strlen(msg);
+    sp_task_set_error(cur, msg, len);
+    job_finish(ctx, cur, SP_TASK_FAILED, NULL);
+  } else if (msg) {
+    fprintf(stderr, "specula: job dispatcher failed: %.*s\n", (int)len, msg);
+  }
+  lua_settop(co, 0);
+  anchor_drop(ctx, ref);
 }
 
 void sp_job_start(sp_task *t) {
@@ -438,9 +512,27 @@ static void wake_waiters(sp_task *t) {
 
 /* Put a finished task on the reap list: its coroutine is released from the
    loop (the Lua state may not be touched from FFI context). */
+/* The part of reaping that needs no Lua state. */
+static void reap_now(sp_ctx *ctx, sp_task *t) {
+  t->worker_ref = LUA_NOREF;
+  t->co = NULL;
+  if (t->all_prev) t->all_prev->all_next = t->all_next;
+  else ctx->all_tasks = t->all_next;
+  if (t->all_next) t->all_next->all_prev = t->all_prev;
+  t->all_prev = t->all_next = NULL;
+  ctx->counts.tasks--;
+  task_unref(t); /* the engine's reference */
+}
+
 static void task_reap_later(sp_task *t) {
   if (t->reaping) return;
   t->reaping = 1;
+  if (t->job && (t->worker_ref == LUA_NOREF || t->worker_ref == 0)) {
+    /* a job holding no coroutine: nothing to release in Lua, so its struct
+       goes back to the pool now (the dispatcher runs thousands per drain) */
+    reap_now(t->ctx, t);
+    return;
+  }
   t->reap_next = t->ctx->reap;
   t->ctx->reap = t;
   if (!uv_is_active((uv_handle_t *)&t->ctx->ready_idle))
@@ -490,8 +582,23 @@ static void task_resume(sp_ctx *ctx, sp_runnable *r) {
     return;
   }
   lua_State *L = ctx->L;
+  if (t->job) {
+    if (!t->co) {
+      /* a fresh job: a dispatcher takes it (and whatever jobs follow it) */
+      requeue_front(ctx, &t->run);
+      int ref = LUA_NOREF;
+      lua_State *co = disp_take(ctx, &ref);
+      dispatch(ctx, co, ref, NULL);
+      return;
+    }
+    /* a job waiting in its dispatcher coroutine: continue it there */
+    lua_State *co = t->co;
+    int ref = t->worker_ref;
+    t->worker_ref = LUA_NOREF;
+    dispatch(ctx, co, ref, t);
+    return;
+  }
   lua_State *co = t->co;
-  if (!co && t->job) co = job_attach(ctx, t);
   if (!co) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->co_table_ref);
     lua_rawgeti(L, -1, t->id);
@@ -512,28 +619,6 @@ static void task_resume(sp_ctx *ctx, sp_runnable *r) {
   ctx->running = t;
   int rc = lua_resume(co, nargs);
   ctx->running = prev;
-  if (rc == LUA_YIELD && t->job && t->state == SP_TASK_RUNNING && lua_gettop(co) >= 1 &&
-      lua_type(co, 1) == LUA_TBOOLEAN) {
-    /* A worker finished its job: results are on its stack (ok, ...); a
-       failed job yields (false, message-with-traceback). */
-    if (!lua_toboolean(co, 1)) {
-      size_t len = 0;
-      const char *msg = lua_tolstring(co, 2, &len);
-      sp_task_set_error(t, msg ? msg : "job failed", msg ? len : 10);
-    }
-    int status = t->error ? SP_TASK_FAILED : SP_TASK_DONE;
-    if (t->hook) {
-      sp_task_hook hook = t->hook;
-      t->hook = NULL;
-      t->state = status;
-      hook(t, co, status, t->hook_ud);
-    }
-    lua_settop(co, 0);
-    pool_put(ctx, t);
-    task_end(t, status);
-    task_unref(t);
-    return;
-  }
   if (rc == LUA_YIELD) {
     lua_settop(co, 0);
     if (t->state == SP_TASK_RUNNING) t->state = SP_TASK_WAITING;
@@ -559,12 +644,6 @@ static void task_resume(sp_ctx *ctx, sp_runnable *r) {
     status = SP_TASK_FAILED;
   } else if (t->error) {
     status = SP_TASK_FAILED;
-  }
-  if (t->hook) {
-    sp_task_hook hook = t->hook;
-    t->hook = NULL;
-    t->state = status;
-    hook(t, co, status, t->hook_ud);
   }
   lua_settop(co, 0);
   task_end(t, status);
@@ -594,14 +673,7 @@ void sp_sched_reap(sp_ctx *ctx) {
       lua_pop(L, 1);
       luaL_unref(L, LUA_REGISTRYINDEX, t->worker_ref);
     }
-    t->worker_ref = LUA_NOREF;
-    t->co = NULL;
-    if (t->all_prev) t->all_prev->all_next = t->all_next;
-    else ctx->all_tasks = t->all_next;
-    if (t->all_next) t->all_next->all_prev = t->all_prev;
-    t->all_prev = t->all_next = NULL;
-    ctx->counts.tasks--;
-    task_unref(t); /* the engine's reference */
+    reap_now(ctx, t);
   }
 }
 

@@ -31,26 +31,16 @@ struct sp_runnable {
   int queued;                                 /* already in the queue */
 };
 
-/* Called when a job task ends (DONE or FAILED; never on cancel). For DONE,
-   the body's return values are on co's stack (index 1..n). */
-typedef void (*sp_task_hook)(sp_task *t, lua_State *co, int status, void *ud);
+/* Called when a job ends (DONE or FAILED; never on cancel). For DONE, res
+   holds its results; slots in res are released after the hook returns, so
+   a hook retains what it keeps. For FAILED, res is NULL and the message is
+   sp_task_error(t). Runs inside sp_job_done (an FFI call): no Lua state. */
+typedef void (*sp_task_hook)(sp_task *t, const sp_jobres *res, int status, void *ud);
 
 typedef struct sp_waitop sp_waitop;
 
-/* An argument of a job, kept in C until the job first runs: queued jobs
-   hold no coroutine (a batch may queue tens of thousands of them). */
-enum { SP_ARG_NIL, SP_ARG_REF, SP_ARG_INT, SP_ARG_NUM, SP_ARG_BOOL, SP_ARG_STR, SP_ARG_SREF };
-typedef struct sp_jobarg {
-  int kind;                 /* SP_ARG_* */
-  union {
-    int ref;                /* registry ref, pinned until pushed */
-    long long i;            /* integer */
-    double d;               /* number */
-    int b;                  /* boolean */
-    char *s;                /* owned string */
-  } v;
-} sp_jobarg;
-#define SP_JOB_MAXARGS 24
+#define SP_JOB_MAXARGS 10   /* entries of sp_jobcall.args (sp_api.h) */
+#define SP_JOB_MAXRES 12    /* entries of sp_jobres.v (sp_api.h) */
 
 struct sp_task {
   sp_runnable run;          /* ready-queue entry: resume this task */
@@ -60,10 +50,9 @@ struct sp_task {
   int refs;                 /* engine (until reaped) + Lua handle + queue */
   int nargs;                /* values pushed on co for the first resume */
   int reaping;              /* on the reap list */
-  int job;                  /* runs on a pooled worker coroutine */
-  int worker_ref;           /* registry anchor of that worker while it runs this job */
-  sp_jobarg *args;          /* a job's arguments until its first resume */
-  int nargs_c;              /* entries in args */
+  int job;                  /* a window call run by the Lua dispatcher */
+  int worker_ref;           /* anchor of the dispatcher coroutine a waiting job holds */
+  sp_jobcall call;          /* a job's function and arguments (held until it ends) */
   lua_State *co;            /* the coroutine, anchored in the coroutine table */
   sp_task *parent;          /* cancelling the parent cancels this task */
   sp_task *child;           /* first child */
@@ -83,25 +72,19 @@ void sp_sched_init(sp_ctx *ctx);
 void sp_sched_enqueue(sp_ctx *ctx, sp_runnable *r);
 void sp_sched_wake(sp_task *t);                     /* resume t at the next turn */
 void sp_sched_unqueue(sp_ctx *ctx, sp_runnable *r);  /* take a C runnable off the queue */
-/* Create a job: a task that runs a Lua function on a pooled worker
-   coroutine. Add the function and its arguments with sp_job_* (the first
-   argument is the function), then sp_job_start. A coroutine is only taken
-   when the job first runs. */
+/* Create a job: a Lua call the dispatcher runs (sched.lua) without a
+   coroutine switch unless it waits. Add the function and its arguments with
+   sp_job_* (the first argument is the function), then sp_job_start. */
 sp_task *sp_job_new(sp_ctx *ctx, sp_task_hook hook, void *ud);
-void sp_job_ref(sp_task *t, int ref);               /* a registry value (pinned) */
-void sp_job_ref_stable(sp_task *t, int ref);        /* one that outlives the job (not pinned) */
-void sp_job_int(sp_task *t, long long v);
+void sp_job_val(sp_task *t, int slot);              /* a stored value (the job holds a reference) */
 void sp_job_num(sp_task *t, double v);
 void sp_job_bool(sp_task *t, int v);
 void sp_job_nil(sp_task *t);
 void sp_job_str(sp_task *t, const char *s);
-void sp_job_start(sp_task *t);                      /* queue the first resume */
+void sp_job_spec(sp_task *t);                       /* its speculative flag, read when it runs */
+void sp_job_keep(sp_task *t, int i);                /* result i (0-based) goes to the value store */
+void sp_job_start(sp_task *t);                      /* queue it */
 
-/* Registry refs that queued jobs still need are pinned: a release while
-   pinned is carried out when the last pin goes. Loop context for release. */
-void sp_ref_pin(sp_ctx *ctx, int ref);
-void sp_ref_unpin(sp_ctx *ctx, int ref);
-void sp_ref_release(sp_ctx *ctx, int ref);
 void sp_op_link(sp_task *t, sp_op *op, sp_op_cancel_fn cancel);
 void sp_op_unlink(sp_op *op);
 void sp_sched_drain(sp_ctx *ctx);                   /* run the ready queue now */

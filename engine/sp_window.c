@@ -26,16 +26,19 @@
  * window (the bounded window of SpecHop §3.3: a round creates at most k
  * threads, then waits for it to resolve), sequential (k = 1, no speculator).
  *
- * Lua is reached only through job tasks: coroutines this file creates and
- * the scheduler resumes from the loop. A job's hook runs here, in loop
- * context, when the coroutine ends; the agent adapter (lua/specula/agent.lua)
- * is what the jobs call.
+ * Lua is reached only through jobs: calls this file queues and the Lua
+ * dispatcher (lua/specula/sched.lua) runs; the agent adapter
+ * (lua/specula/agent.lua) is what they call. A job's hook runs here when
+ * the call returns, inside an FFI call: it reads the results from a
+ * sp_jobres and keeps Lua values as value-store slots (sp_vals.h), so
+ * nothing below the hooks touches the Lua state.
  */
 #include "sp_window.h"
 #include "sp_policy.h"
 #include "sp_prefetch.h"
 #include "sp_stats.h"
 #include "sp_theory.h"
+#include "sp_vals.h"
 #include <lauxlib.h>
 #include <limits.h>
 #include <math.h>
@@ -59,11 +62,11 @@ typedef struct sp_pfent {
   char *name;              /* tool name */
   char *key;               /* canonical JSON of the predicted args */
   double conf;             /* predictor's confidence */
-  int args_ref;            /* the predicted args */
+  int args_ref;            /* value slot of the predicted args */
   int state;               /* PF_* */
   sp_task *job;            /* the early call in flight */
   double t0, t1;           /* ms: started, finished */
-  int obs_ref;             /* its result */
+  int obs_ref;             /* value slot of its result */
   int counted;             /* included in w->inflight */
   double risk;             /* its cost, at risk of being wasted */
 } sp_pfent;
@@ -78,11 +81,10 @@ struct sp_node {
   sp_node **kids;          /* children, in rank order */
   int nkids, capkids;      /* used / allocated */
   int phase;               /* PH_* */
-  int state_ref;           /* s_i */
-  int actx_ref;            /* the ctx its tool, speculator and verifier calls share */
+  int state_ref;           /* value slot of s_i */
+  int actx_ref;            /* value slot of the ctx its tool, speculator and verifier calls share */
   int cands_raw;           /* the speculator returned one plain value (cands_ref is it) */
-  int actx_spec;           /* the value of ctx.speculative in that table */
-  int step_ref;            /* the step {segment, action} or {final} */
+  int step_ref;            /* value slot of the step {segment, action} or {final} */
   int tool;                /* policy index of the action's tool, -1 unknown */
   int hint;                /* the script's own gate decision for it, -1 none */
   char *err;               /* why the node is dead */
@@ -93,10 +95,10 @@ struct sp_node {
   sp_task *j_warm;         /* warm-up hook in flight */
   int tg;                  /* TG_* */
   int tg_spec;             /* the target call was started speculatively */
-  int obs_ref;             /* the target's observation */
+  int obs_ref;             /* value slot of the target's observation */
   char *tg_err;            /* target error */
   int spc;                 /* SPC_* */
-  int cands_ref;           /* the speculator's candidate list */
+  int cands_ref;           /* value slot of the speculator's candidate list */
   int ncands;              /* its length */
   double *confs;           /* candidate confidences */
   int next_cand;           /* next candidate rank to materialise */
@@ -104,7 +106,8 @@ struct sp_node {
   int can_spec;            /* its action's tool has a speculator */
   sp_pfent *pf;            /* predictions for this thread's step */
   int npf;                 /* entries in pf */
-  int pf_key;              /* handoff key of predictions not yet loaded, 0 = none */
+  int pf_list;             /* value slot of predictions not yet loaded, 0 = none */
+  int pf_count;            /* how many predictions that list holds */
   char *pf_name;           /* a streamed tool name not yet acted on */
   sp_runnable pf_kick;     /* loads and fires predictions from the loop */
   int pf_promoted;         /* index of the entry serving as the target, -1 none */
@@ -136,10 +139,10 @@ struct sp_window {
   sp_window_cfg cfg;       /* configuration (copied) */
   int status;              /* SP_WIN_* */
   char *error;             /* why it failed */
-  int fn_start, fn_advance, fn_call, fn_warmup, fn_spec, fn_verify; /* adapter functions */
-  int fn_pfcall;           /* adapter function running a predicted call */
+  int fn_start, fn_advance, fn_call, fn_warmup, fn_spec, fn_verify; /* adapter functions (slots) */
+  int fn_pfcall;           /* adapter function running a predicted call (slot) */
   int pf_accounted;        /* prediction counters added to the run's */
-  int qctx_ref;            /* the query's ctx table */
+  int qctx_ref;            /* value slot of the query's ctx table */
   sp_node *head;           /* the verified node */
   int live;                /* live nodes plus speculator reservations */
   int round;               /* window mode: threads created this round */
@@ -151,7 +154,7 @@ struct sp_window {
   sp_hop_rec scratch;      /* the record in use when the trajectory is dropped */
   int last_scratch;        /* the latest record is scratch, not hops[nhops-1] */
   double std_acc;          /* sum of completed records' t_seg + t_target + t_update */
-  int answer_ref;          /* the final step */
+  int answer_ref;          /* value slot of the final step */
   sp_window_stats st;      /* counters and timings */
   double t0;               /* ms: start */
   double inflight;         /* speculative target calls in flight (budget) */
@@ -162,8 +165,6 @@ struct sp_window {
   sp_op wait_op;           /* links waiter's cancellation to us */
   sp_runnable kick;        /* deferred work that needs the Lua state */
   int kick_action;         /* KICK_* */
-  int *dead;               /* refs to release from the loop */
-  int ndead, capdead;      /* used / allocated */
   sp_tev_rec *tev;         /* trace events */
   int ntev, captev;        /* used / allocated */
   int freed;               /* Lua released it: free once refs are gone */
@@ -172,11 +173,11 @@ struct sp_window {
 
 enum { KICK_NONE, KICK_START, KICK_FREE };
 
-static void on_advance(sp_task *t, lua_State *co, int status, void *ud);
-static void on_target(sp_task *t, lua_State *co, int status, void *ud);
-static void on_spec(sp_task *t, lua_State *co, int status, void *ud);
-static void on_verify(sp_task *t, lua_State *co, int status, void *ud);
-static void on_warmup(sp_task *t, lua_State *co, int status, void *ud);
+static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud);
+static void on_target(sp_task *t, const sp_jobres *res, int status, void *ud);
+static void on_spec(sp_task *t, const sp_jobres *res, int status, void *ud);
+static void on_verify(sp_task *t, const sp_jobres *res, int status, void *ud);
+static void on_warmup(sp_task *t, const sp_jobres *res, int status, void *ud);
 static void verify_head(sp_window *w);
 static void try_extend(sp_window *w);
 static void finish(sp_window *w);
@@ -184,7 +185,7 @@ static void fail(sp_window *w, const char *fmt, const char *detail);
 static void promote(sp_window *w, sp_node *n);
 static void pf_kick_run(sp_ctx *ctx, sp_runnable *r);
 static void pf_release(sp_window *w, sp_node *n, int count_waste);
-static void target_done(sp_window *w, sp_node *n, int ok, lua_State *co, const char *err);
+static void target_done(sp_window *w, sp_node *n, int ok, const sp_jobres *res, const char *err);
 static sp_hop_rec *last_rec(sp_window *w);
 static void complete_rec(sp_window *w, sp_hop_rec *r, double t_update);
 
@@ -200,43 +201,39 @@ static char *dupstr(const char *s) {
   return d;
 }
 
-/* Refs are released from the loop only: some paths here run inside an FFI
-   call (cancel, free), where the Lua state must not be touched. */
-static void unref(sp_window *w, int *ref) {
-  if (*ref == LUA_NOREF || *ref == LUA_REFNIL) {
-    *ref = LUA_NOREF;
-    return;
-  }
-  if (w->ndead == w->capdead) {
-    int cap = w->capdead ? w->capdead * 2 : 32;
-    int *p = realloc(w->dead, (size_t)cap * sizeof *p);
-    if (!p) return; /* leaks one ref rather than crash */
-    w->dead = p;
-    w->capdead = cap;
-  }
-  w->dead[w->ndead++] = *ref;
-  *ref = LUA_NOREF;
+/* Drop the window's reference to a stored value (no Lua state needed). */
+static void unref(sp_window *w, int *slot) {
+  sp_vals_release(w->ctx, *slot);
+  *slot = SP_NOVAL;
 }
 
-/* Negative entries are handoff keys of predictions never loaded. */
-static void flush_refs(sp_window *w) {
-  lua_State *L = w->ctx->L;
-  if (!L) {
-    w->ndead = 0;
-    return;
-  }
-  for (int i = 0; i < w->ndead; i++) {
-    int r = w->dead[i];
-    if (r < 0) {
-      lua_rawgeti(L, LUA_REGISTRYINDEX, w->ctx->handoff_ref);
-      lua_pushnil(L);
-      lua_rawseti(L, -2, r);
-      lua_pop(L, 1);
-    } else {
-      sp_ref_release(w->ctx, r);
-    }
-  }
-  w->ndead = 0;
+/* Results of a job (sp_jobres): scalars, and values the window keeps. */
+static double res_num(const sp_jobres *r, int i) {
+  const sp_val *v = &r->v[i];
+  return v->kind == SP_VAL_NUM || v->kind == SP_VAL_BOOL ? v->num : 0;
+}
+
+static int res_isnum(const sp_jobres *r, int i) { return r->v[i].kind == SP_VAL_NUM; }
+
+static int res_bool(const sp_jobres *r, int i) {
+  const sp_val *v = &r->v[i];
+  if (v->kind == SP_VAL_NIL) return 0;
+  return v->kind == SP_VAL_BOOL ? v->num != 0 : 1;
+}
+
+static const char *res_str(const sp_jobres *r, int i, size_t *len) {
+  const sp_val *v = &r->v[i];
+  if (v->kind != SP_VAL_STR || !v->str) return NULL;
+  if (len) *len = v->len;
+  return v->str;
+}
+
+/* A value result the window keeps: its slot, retained (0 for nil). */
+static int res_keep(sp_window *w, const sp_jobres *r, int i) {
+  const sp_val *v = &r->v[i];
+  if (v->kind != SP_VAL_SLOT) return SP_NOVAL;
+  sp_vals_retain(w->ctx, v->slot);
+  return v->slot;
 }
 
 static void tev(sp_window *w, const char *name, char ph, sp_node *n, double start_ms,
@@ -308,7 +305,7 @@ static sp_node *node_new(sp_window *w, int hop, sp_node *parent, int rank, doubl
   n->rank = rank;
   n->conf = conf;
   n->phase = PH_ADVANCING;
-  n->state_ref = n->step_ref = n->obs_ref = n->cands_ref = n->actx_ref = LUA_NOREF;
+  n->state_ref = n->step_ref = n->obs_ref = n->cands_ref = n->actx_ref = SP_NOVAL;
   n->tool = -1;
   n->hint = -1;
   n->t_spec = -1;
@@ -432,10 +429,8 @@ static sp_task *job_ud(sp_window *w, sp_node *n, int fn, sp_task_hook hook, void
   if (!t) return NULL;
   t->speculative = is_speculative(w, n);
   t->window_node = n;
-  /* the adapter functions and the query ctx live as long as the window,
-     which cancels its jobs before it goes: no pinning needed */
-  sp_job_ref_stable(t, fn);
-  sp_job_ref_stable(t, w->qctx_ref);
+  sp_job_val(t, fn);
+  sp_job_val(t, w->qctx_ref);
   return t;
 }
 
@@ -443,25 +438,33 @@ static sp_task *job(sp_window *w, sp_node *n, int fn, sp_task_hook hook) {
   return job_ud(w, n, fn, hook, n);
 }
 
+/* start/advance return (state, kind, step, tool, hint, t_update, t_seg,
+   can_spec, key, match, ctx): the state, step and ctx are kept as values. */
+static void keep_advance(sp_task *t) {
+  sp_job_keep(t, 0);
+  sp_job_keep(t, 2);
+  sp_job_keep(t, 10);
+}
+
 /* update(state, step, observation) then step(): from a parent's state with
    either the real observation (obs_ref) or candidate `rank` of cands_ref. */
 static int start_advance(sp_window *w, sp_node *n, sp_node *from, int use_obs) {
   sp_task *t = job(w, n, w->fn_advance, on_advance);
   if (!t) return -1;
-  sp_job_ref(t, from->state_ref);
-  sp_job_ref(t, from->step_ref);
+  sp_job_val(t, from->state_ref);
+  sp_job_val(t, from->step_ref);
   if (use_obs) {
-    sp_job_ref(t, from->obs_ref);
+    sp_job_val(t, from->obs_ref);
     sp_job_nil(t);
-    sp_job_int(t, 0);
+    sp_job_num(t, 0);
   } else {
     sp_job_nil(t);
-    sp_job_ref(t, from->cands_ref);
-    sp_job_int(t, from->cands_raw ? 0 : n->rank + 1);
+    sp_job_val(t, from->cands_ref);
+    sp_job_num(t, from->cands_raw ? 0 : n->rank + 1);
   }
-  sp_job_int(t, n->hop);
-  sp_job_bool(t, is_speculative(w, n));
-  n->actx_spec = is_speculative(w, n);
+  sp_job_num(t, n->hop);
+  sp_job_spec(t);
+  keep_advance(t);
   n->j_adv = t;
   n->t_adv0 = now_ms();
   w->st.model_calls++;
@@ -475,20 +478,11 @@ static void start_target(sp_window *w, sp_node *n) {
     fail(w, "%s", "out of memory starting a tool call");
     return;
   }
-  sp_job_ref(t, n->actx_ref);
-  sp_job_bool(t, is_speculative(w, n));
-  /* ctx.speculative tells the tool whether this call is for an unverified
-     state (a promotion later flips it) */
-  lua_State *L = w->ctx->L;
-  if (n->actx_ref != LUA_NOREF && L && n->actx_spec != is_speculative(w, n)) {
-    n->actx_spec = is_speculative(w, n);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, n->actx_ref);
-    if (lua_istable(L, -1)) {
-      lua_pushboolean(L, is_speculative(w, n));
-      lua_setfield(L, -2, "speculative");
-    }
-    lua_pop(L, 1);
-  }
+  /* the adapter sets ctx.speculative from the job's flag when it runs
+     (a promotion while it is queued clears the flag) */
+  sp_job_val(t, n->actx_ref);
+  sp_job_spec(t);
+  sp_job_keep(t, 0);   /* the observation */
   n->j_target = t;
   n->tg = TG_RUNNING;
   n->tg_spec = is_speculative(w, n);
@@ -506,7 +500,8 @@ static void start_target(sp_window *w, sp_node *n) {
 static void start_warmup(sp_window *w, sp_node *n) {
   sp_task *t = job(w, n, w->fn_warmup, on_warmup);
   if (!t) return;
-  sp_job_ref(t, n->actx_ref);
+  sp_job_val(t, n->actx_ref);
+  sp_job_spec(t);
   n->j_warm = t;
   w->st.warmup_calls++;
   sp_job_start(t);
@@ -515,9 +510,11 @@ static void start_warmup(sp_window *w, sp_node *n) {
 static void start_spec(sp_window *w, sp_node *n) {
   sp_task *t = job(w, n, w->fn_spec, on_spec);
   if (!t) return;
-  sp_job_ref(t, n->actx_ref);
-  sp_job_int(t, w->cfg.m);
+  sp_job_val(t, n->actx_ref);
+  sp_job_spec(t);
+  sp_job_num(t, w->cfg.m);
   sp_job_num(t, w->cfg.spec_timeout_ms);
+  sp_job_keep(t, 0);   /* the candidates */
   n->j_spec = t;
   n->spc = SPC_RUNNING;
   n->t_spec0 = now_ms();
@@ -574,7 +571,7 @@ static int pf_promote(sp_window *w, sp_node *n, int idx, int lossy) {
   if (e->state == PF_DONE) {
     q->saved_ms += e->t1 - e->t0;
     n->obs_ref = e->obs_ref;
-    e->obs_ref = LUA_NOREF;
+    e->obs_ref = SP_NOVAL;
     e->state = PF_PROMOTED;
     n->t_target = e->t1 - e->t0;
     n->tg = TG_DONE;
@@ -592,18 +589,17 @@ static int pf_promote(sp_window *w, sp_node *n, int idx, int lossy) {
   return 1;
 }
 
-static void on_pfent(sp_task *t, lua_State *co, int status, void *ud) {
+static void on_pfent(sp_task *t, const sp_jobres *res, int status, void *ud) {
   sp_pfent *e = ud;
   sp_node *n = e->n;
   sp_window *w = n->w;
-  flush_refs(w);
   e->job = NULL;
   e->t1 = now_ms();
   tev(w, "predicted", 'X', n, e->t0, e->t1, status == SP_TASK_DONE, e->name);
   if (e->state == PF_PROMOTED) {
     /* the thread's target call */
     n->j_target = NULL;
-    target_done(w, n, status == SP_TASK_DONE, co, sp_task_error(t));
+    target_done(w, n, status == SP_TASK_DONE, res, sp_task_error(t));
     return;
   }
   if (e->counted) {
@@ -611,8 +607,7 @@ static void on_pfent(sp_task *t, lua_State *co, int status, void *ud) {
     w->inflight--;
   }
   if (status == SP_TASK_DONE) {
-    lua_settop(co, 2);
-    e->obs_ref = luaL_ref(co, LUA_REGISTRYINDEX);
+    e->obs_ref = res_keep(w, res, 0);
     e->state = PF_DONE;
   } else {
     e->state = PF_FAILED;
@@ -639,8 +634,9 @@ static void pf_fire(sp_window *w, sp_node *n, sp_pfent *e, double conf) {
   if (!t) return;
   t->speculative = 1;
   sp_job_str(t, e->name);
-  sp_job_ref(t, e->args_ref);
-  sp_job_int(t, n->hop);
+  sp_job_val(t, e->args_ref);
+  sp_job_num(t, n->hop);
+  sp_job_keep(t, 0);   /* the observation */
   e->job = t;
   e->state = PF_RUNNING;
   e->t0 = now_ms();
@@ -654,18 +650,17 @@ static void pf_fire(sp_window *w, sp_node *n, sp_pfent *e, double conf) {
   sp_job_start(t);
 }
 
-/* Load the predictions a step left in the handoff table, then fire what
-   the trigger settings allow (loop context). */
+/* Load the predictions a step stored, then fire what the trigger settings
+   allow (loop context: a queued C runnable, never inside a hook). */
 static void pf_kick_run(sp_ctx *ctx, sp_runnable *r) {
   sp_node *n = (sp_node *)((char *)r - offsetof(sp_node, pf_kick));
   sp_window *w = n->w;
   if (w->status != SP_WIN_RUNNING || ctx->stopping) return;
   sp_prefetch *pf = w->cfg.prefetch;
   lua_State *L = ctx->L;
-  if (n->pf_key) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->handoff_ref);
+  if (n->pf_list) {
     int h = lua_gettop(L);
-    lua_rawgeti(L, h, n->pf_key);
+    sp_vals_push(ctx, L, n->pf_list);
     int list = lua_gettop(L);
     int cnt = lua_istable(L, list) ? (int)lua_objlen(L, list) : 0;
     if (cnt > pf->max_per_step) cnt = pf->max_per_step;
@@ -689,17 +684,17 @@ static void pf_kick_run(sp_ctx *ctx, sp_runnable *r) {
         e->tool = sp_policy_tool_index(w->cfg.policy, tool, tl);
         e->conf = lua_tonumber(L, -1);
         e->state = PF_HELD;
-        e->obs_ref = LUA_NOREF;
+        e->obs_ref = SP_NOVAL;
         lua_getfield(L, item, "args");
-        e->args_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+        e->args_ref = sp_vals_store(ctx, L, -1);
+        lua_pop(L, 1);
         w->st.pf.candidates++;
       }
       lua_settop(L, item - 1);
     }
-    lua_pushnil(L);
-    lua_rawseti(L, h, n->pf_key);
-    lua_settop(L, h - 1);
-    n->pf_key = 0;
+    lua_settop(L, h);
+    unref(w, &n->pf_list);
+    n->pf_count = 0;
     if (pf->trigger & SP_TRIGGER_START)
       for (int i = 0; i < n->npf; i++)
         if (n->pf[i].state == PF_HELD) pf_fire(w, n, &n->pf[i], n->pf[i].conf);
@@ -718,19 +713,14 @@ static void pf_kick_run(sp_ctx *ctx, sp_runnable *r) {
     free(n->pf_name);
     n->pf_name = NULL;
   }
-  flush_refs(w);
 }
 
 /* The step boundary: whatever was predicted and not used is an orphan. */
 static void pf_release(sp_window *w, sp_node *n, int count_waste) {
   sp_prefetch_stats *q = &w->st.pf;
   sp_sched_unqueue(w->ctx, &n->pf_kick);
-  if (n->pf_key) {
-    /* predictions never loaded: drop their handoff entry from the loop */
-    int key = n->pf_key;
-    n->pf_key = 0;
-    unref(w, &key);
-  }
+  unref(w, &n->pf_list);   /* predictions never loaded */
+  n->pf_count = 0;
   for (int i = 0; i < n->npf; i++) {
     sp_pfent *e = &n->pf[i];
     if (e->state == PF_PROMOTED) {
@@ -774,17 +764,11 @@ static void pf_release(sp_window *w, sp_node *n, int count_waste) {
 /* Settle a thread's predictions once its step chose an action: promote the
    match, drop the orphans. Returns 1 if the target is served. */
 static int pf_settle(sp_window *w, sp_node *n, const char *tool, const char *key, int lossy_idx) {
-  if (n->pf_key) {
+  if (n->pf_list) {
     /* predictions never got loaded (the step did not yield): count them */
-    lua_State *L = w->ctx->L;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, w->ctx->handoff_ref);
-    lua_rawgeti(L, -1, n->pf_key);
-    if (lua_istable(L, -1)) w->st.pf.held += (double)lua_objlen(L, -1);
-    lua_pop(L, 1);
-    lua_pushnil(L);
-    lua_rawseti(L, -2, n->pf_key);
-    lua_pop(L, 1);
-    n->pf_key = 0;
+    w->st.pf.held += n->pf_count;
+    unref(w, &n->pf_list);
+    n->pf_count = 0;
     sp_sched_unqueue(w->ctx, &n->pf_kick);
   }
   int served = 0;
@@ -838,12 +822,18 @@ static int pf_settle(sp_window *w, sp_node *n, const char *tool, const char *key
   return served;
 }
 
-/* FFI: the running step left n predictions in sched.handoff[its task id]. */
-int sp_window_prefetch(sp_ctx *ctx, int npred) {
+/* FFI: the running step stored its n predictions in value slot `slot`
+   (the window takes that reference). */
+int sp_window_prefetch(sp_ctx *ctx, int npred, int slot) {
   sp_task *t = ctx ? ctx->running : NULL;
   sp_node *n = t ? t->window_node : NULL;
-  if (!n || !n->w->cfg.prefetch || npred <= 0) return 0;
-  n->pf_key = -t->id;   /* negative: window arguments use positive keys */
+  if (!n || !n->w->cfg.prefetch || npred <= 0) {
+    if (ctx) sp_vals_release(ctx, slot);
+    return 0;
+  }
+  sp_vals_release(ctx, n->pf_list);   /* a step predicts once; be safe */
+  n->pf_list = slot;
+  n->pf_count = npred;
   sp_sched_enqueue(ctx, &n->pf_kick);
   return 1;
 }
@@ -865,10 +855,9 @@ int sp_window_tool_name(sp_ctx *ctx, const char *name, size_t len) {
 
 /* ---- job hooks (loop context) ------------------------------------------- */
 
-static void on_advance(sp_task *t, lua_State *co, int status, void *ud) {
+static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud) {
   sp_node *n = ud;
   sp_window *w = n->w;
-  flush_refs(w);
   n->j_adv = NULL;
   double end = now_ms();
   if (status != SP_TASK_DONE) {
@@ -878,28 +867,22 @@ static void on_advance(sp_task *t, lua_State *co, int status, void *ud) {
     if (n == w->head) fail(w, "%s", n->err);
     return;
   }
-  /* results: ok, state, kind, step, tool, hint, t_update, t_seg, can_spec,
-     key (canonical args, with action speculation), lossy match index */
-  lua_settop(co, 12);
-  n->can_spec = lua_toboolean(co, 9);
-  if (!lua_isnil(co, 12)) {
-    lua_pushvalue(co, 12);
-    n->actx_ref = luaL_ref(co, LUA_REGISTRYINDEX);
-  }
+  /* results: state, kind, step, tool, hint, t_update, t_seg, can_spec,
+     key (canonical args, with action speculation), lossy match index, ctx */
+  n->can_spec = res_bool(res, 7);
+  n->actx_ref = res_keep(w, res, 10);
   /* update() is timed inside Lua; the step gets the rest of the job's time,
      queueing included, so stage times add up to what the loop saw. */
-  n->t_update = lua_tonumber(co, 7);
+  n->t_update = res_num(res, 5);
   n->t_seg = (end - n->t_adv0) - n->t_update;
-  if (n->t_seg < 0) n->t_seg = lua_tonumber(co, 8);
-  int kind = (int)lua_tointeger(co, 3);
+  if (n->t_seg < 0) n->t_seg = res_num(res, 6);
+  int kind = (int)res_num(res, 1);
   size_t len = 0;
-  const char *tool = lua_tolstring(co, 5, &len);
+  const char *tool = res_str(res, 3, &len);
   n->tool = tool ? sp_policy_tool_index(w->cfg.policy, tool, len) : -1;
-  n->hint = lua_isnumber(co, 6) ? (int)lua_tointeger(co, 6) : -1;
-  lua_pushvalue(co, 4);
-  n->step_ref = luaL_ref(co, LUA_REGISTRYINDEX);
-  lua_pushvalue(co, 2);
-  n->state_ref = luaL_ref(co, LUA_REGISTRYINDEX);
+  n->hint = res_isnum(res, 4) ? (int)res_num(res, 4) : -1;
+  n->step_ref = res_keep(w, res, 2);
+  n->state_ref = res_keep(w, res, 0);
   tev(w, "model", 'X', n, end - n->t_seg, end, 0, "");
   /* The hop record of the head's predecessor waits for this update time. */
   if (n == w->head && last_rec(w) && last_rec(w)->update_pending) {
@@ -909,12 +892,10 @@ static void on_advance(sp_task *t, lua_State *co, int status, void *ud) {
   }
   int served = 0;
   if (w->cfg.prefetch) {
-    char *pkey = dupstr(lua_tostring(co, 10));
-    char *ptool = tool ? dupstr(tool) : NULL;
-    served = pf_settle(w, n, kind == KIND_FINAL ? NULL : ptool, kind == KIND_FINAL ? NULL : pkey,
-                       (int)lua_tointeger(co, 11));
-    free(pkey);
-    free(ptool);
+    /* the strings live until the hook returns (Lua holds them) */
+    const char *pkey = res_str(res, 8, NULL);
+    served = pf_settle(w, n, kind == KIND_FINAL ? NULL : tool, kind == KIND_FINAL ? NULL : (pkey ? pkey : ""),
+                       (int)res_num(res, 9));
   }
   if (w->cfg.prefetch) sp_prefetch_observe(w->cfg.prefetch, -1, -1, n->t_seg);
   if (kind == KIND_FINAL) {
@@ -942,15 +923,15 @@ static void on_advance(sp_task *t, lua_State *co, int status, void *ud) {
   }
   /* The speculator goes first: when both return at once (cached or local
      tools) its guess must be in before the target's result is verified. */
-  if (w->fn_spec != LUA_NOREF && n->can_spec) ext_add(w, n);
+  if (w->fn_spec != SP_NOVAL && n->can_spec) ext_add(w, n);
   try_extend(w);
   if (w->status != SP_WIN_RUNNING) return;
   if (!served) launch_target(w, n);
 }
 
 /* The target result of a node is in (from its own call or a promoted
-   prediction); co holds the observation at index 2 when ok. */
-static void target_done(sp_window *w, sp_node *n, int ok, lua_State *co, const char *err) {
+   prediction); res holds the observation first when ok. */
+static void target_done(sp_window *w, sp_node *n, int ok, const sp_jobres *res, const char *err) {
   double end = now_ms();
   n->t_target = end - n->t_target0;
   if (n->tg_spec) w->inflight--;
@@ -961,41 +942,36 @@ static void target_done(sp_window *w, sp_node *n, int ok, lua_State *co, const c
     if (n == w->head) fail(w, "%s", n->tg_err);
     return;
   }
-  if (co) {
-    lua_settop(co, 2);
-    n->obs_ref = luaL_ref(co, LUA_REGISTRYINDEX);
-  }
+  if (res) n->obs_ref = res_keep(w, res, 0);
   n->tg = TG_DONE;
   if (n == w->head) verify_head(w);
 }
 
-static void on_target(sp_task *t, lua_State *co, int status, void *ud) {
+static void on_target(sp_task *t, const sp_jobres *res, int status, void *ud) {
   sp_node *n = ud;
   sp_window *w = n->w;
-  flush_refs(w);
   n->j_target = NULL;
-  target_done(w, n, status == SP_TASK_DONE, co, sp_task_error(t));
+  target_done(w, n, status == SP_TASK_DONE, res, sp_task_error(t));
 }
 
-static void on_warmup(sp_task *t, lua_State *co, int status, void *ud) {
+static void on_warmup(sp_task *t, const sp_jobres *res, int status, void *ud) {
+  (void)res;
   sp_node *n = ud;
-  flush_refs(n->w);
   n->j_warm = NULL;
   tev(n->w, "warmup", 'i', n, now_ms(), 0, status == SP_TASK_DONE, "");
 }
 
-static void on_spec(sp_task *t, lua_State *co, int status, void *ud) {
+static void on_spec(sp_task *t, const sp_jobres *res, int status, void *ud) {
   sp_node *n = ud;
   sp_window *w = n->w;
-  flush_refs(w);
   n->j_spec = NULL;
   double end = now_ms();
   n->t_spec = end - n->t_spec0;
   tev(w, "spec", 'X', n, n->t_spec0, end, 0, status == SP_TASK_DONE ? "" : "error");
   int ncands = 0;
   if (status == SP_TASK_DONE) {
-    /* results: ok, cands, n, conf_1 .. conf_n */
-    ncands = (int)lua_tointeger(co, 3);
+    /* results: cands, n, conf_1 .. conf_n */
+    ncands = (int)res_num(res, 1);
     n->cands_raw = ncands == -1;
     if (n->cands_raw) ncands = 1;
     if (ncands > w->cfg.m) ncands = w->cfg.m;
@@ -1016,11 +992,10 @@ static void on_spec(sp_task *t, lua_State *co, int status, void *ud) {
     return;
   }
   for (int i = 0; i < ncands; i++) {
-    double c = lua_tonumber(co, 4 + i);
+    double c = 2 + i < SP_JOB_MAXRES ? res_num(res, 2 + i) : 0;
     n->confs[i] = c >= 0 && c <= 1 ? c : 0;
   }
-  lua_pushvalue(co, 2);
-  n->cands_ref = luaL_ref(co, LUA_REGISTRYINDEX);
+  n->cands_ref = res_keep(w, res, 0);
   n->ncands = ncands;
   n->spc = SPC_DONE;
   /* The first candidate takes the slot reserved at launch. */
@@ -1040,7 +1015,7 @@ static void on_spec(sp_task *t, lua_State *co, int status, void *ud) {
    or a node with candidates not yet materialised. Higher path confidence
    first, then shallower, then older. */
 static void try_extend(sp_window *w) {
-  if (w->status != SP_WIN_RUNNING || w->fn_spec == LUA_NOREF) return;
+  if (w->status != SP_WIN_RUNNING || w->fn_spec == SP_NOVAL) return;
   while (has_room(w)) {
     sp_node *best = NULL;
     double best_p = -1;
@@ -1092,7 +1067,7 @@ static sp_hop_rec *new_hop(sp_window *w, sp_node *h) {
     sp_hop_rec *r = &w->scratch;
     memset(r, 0, sizeof *r);
     w->last_scratch = 1;
-    r->info.step_ref = r->info.obs_ref = LUA_NOREF;
+    r->info.step_ref = r->info.obs_ref = SP_NOVAL;
     unref(w, &h->step_ref);
     unref(w, &h->obs_ref);
     r->info.t_seg = h->t_seg;
@@ -1115,8 +1090,8 @@ static sp_hop_rec *new_hop(sp_window *w, sp_node *h) {
   memset(r, 0, sizeof *r);
   r->info.step_ref = h->step_ref;
   r->info.obs_ref = h->obs_ref;
-  h->step_ref = LUA_NOREF; /* the record owns them now */
-  h->obs_ref = LUA_NOREF;
+  h->step_ref = SP_NOVAL; /* the record owns them now */
+  h->obs_ref = SP_NOVAL;
   r->info.t_seg = h->t_seg;
   r->info.t_spec = h->t_spec;
   r->info.t_target = h->t_target;
@@ -1206,17 +1181,8 @@ static void commit(sp_window *w, sp_node *child, const char *reason, double t_ve
 /* A node just became the head: what it deferred or failed while it was
    speculative is redone as a normal call, and its result verified. */
 static void promote(sp_window *w, sp_node *n) {
-  if (n->actx_ref != LUA_NOREF && w->ctx->L) {
-    /* calls made from here on are made for a verified state */
-    lua_State *L = w->ctx->L;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, n->actx_ref);
-    if (lua_istable(L, -1)) {
-      lua_pushboolean(L, 0);
-      lua_setfield(L, -2, "speculative");
-    }
-    lua_pop(L, 1);
-    n->actx_spec = 0;
-  }
+  /* calls made from here on are made for a verified state: queued jobs
+     read the flag when they run (the adapter sets ctx.speculative) */
   if (n->j_adv) n->j_adv->speculative = 0;
   if (n->j_target) n->j_target->speculative = 0;
   if (n->tg_spec && n->j_target) w->inflight--;
@@ -1261,20 +1227,21 @@ static void verify_head(sp_window *w) {
     fail(w, "%s", "out of memory starting the verifier");
     return;
   }
-  sp_job_ref(t, h->actx_ref);
-  sp_job_ref(t, h->cands_ref);
-  sp_job_ref(t, h->obs_ref);
-  for (int i = 0; i < h->nkids && i < SP_JOB_MAXARGS - 6; i++)
-    sp_job_int(t, h->cands_raw ? 0 : h->kids[i]->rank + 1);
+  /* the children are the candidates of ranks 0 .. nkids-1, in order */
+  sp_job_val(t, h->actx_ref);
+  sp_job_spec(t);
+  sp_job_val(t, h->cands_ref);
+  sp_job_val(t, h->obs_ref);
+  sp_job_num(t, h->nkids);
+  sp_job_bool(t, h->cands_raw);
   h->j_verify = t;
   h->t_verify0 = now_ms();
   sp_job_start(t);
 }
 
-static void on_verify(sp_task *t, lua_State *co, int status, void *ud) {
+static void on_verify(sp_task *t, const sp_jobres *res, int status, void *ud) {
   sp_node *h = ud;
   sp_window *w = h->w;
-  flush_refs(w);
   h->j_verify = NULL;
   double end = now_ms();
   double dt = end - h->t_verify0;
@@ -1286,9 +1253,9 @@ static void on_verify(sp_task *t, lua_State *co, int status, void *ud) {
     advance_from_real(w, SP_SPEC_REJECTED, reason, dt);
     return;
   }
-  /* results: ok, accepted rank (1-based, 0 = none), reason */
-  int idx = (int)lua_tointeger(co, 2);
-  const char *reason = lua_tostring(co, 3);
+  /* results: accepted rank (1-based, 0 = none), reason */
+  int idx = (int)res_num(res, 0);
+  const char *reason = res_str(res, 1, NULL);
   char *why = dupstr(reason ? reason : "");
   tev(w, "verify", 'X', h, h->t_verify0, end, idx > 0, why);
   sp_node *child = NULL;
@@ -1352,7 +1319,7 @@ static void finish(sp_window *w) {
   double end = now_ms();
   w->status = SP_WIN_DONE;
   w->answer_ref = h->step_ref;
-  h->step_ref = LUA_NOREF;
+  h->step_ref = SP_NOVAL;
   w->st.final_seg_ms = h->t_seg;
   complete_rec(w, last_rec(w), h->t_update);
   if (w->st.hops == 0) w->st.init_ms = h->t_update;
@@ -1409,7 +1376,7 @@ sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_
     snprintf(err, errlen, "window: out of memory");
     return NULL;
   }
-  static const int none = LUA_NOREF;
+  static const int none = SP_NOVAL;
   w->ctx = ctx;
   w->cfg = *cfg;
   if (w->cfg.mode == SP_MODE_SEQUENTIAL) w->cfg.k = 1;
@@ -1488,13 +1455,11 @@ int sp_window_start(sp_window *w, sp_task *waiter) {
   return 0;
 }
 
-static int take_fn(lua_State *L, int tbl, const char *name, int required) {
+static int take_fn(sp_ctx *ctx, lua_State *L, int tbl, const char *name, int required) {
   lua_getfield(L, tbl, name);
-  if (!lua_isfunction(L, -1)) {
-    lua_pop(L, 1);
-    return required ? -3 : LUA_NOREF;
-  }
-  return luaL_ref(L, LUA_REGISTRYINDEX);
+  int slot = lua_isfunction(L, -1) ? sp_vals_store(ctx, L, -1) : (required ? -3 : SP_NOVAL);
+  lua_pop(L, 1);
+  return slot;
 }
 
 /* Start in loop context: pick up the adapter and query ctx Lua left in the
@@ -1518,26 +1483,27 @@ static void do_start(sp_window *w) {
     fail(w, "%s", "window handoff has no adapter table");
     return;
   }
-  w->fn_start = take_fn(L, adapter, "start", 1);
-  w->fn_advance = take_fn(L, adapter, "advance", 1);
-  w->fn_call = take_fn(L, adapter, "call", 1);
-  w->fn_warmup = take_fn(L, adapter, "warmup", 1);
-  w->fn_verify = take_fn(L, adapter, "verify", 1);
-  w->fn_spec = w->cfg.mode == SP_MODE_SEQUENTIAL ? LUA_NOREF : take_fn(L, adapter, "speculate", 0);
-  w->fn_pfcall = w->cfg.prefetch ? take_fn(L, adapter, "pfcall", 0) : LUA_NOREF;
-  if (w->fn_pfcall == LUA_NOREF) w->cfg.prefetch = NULL;
+  w->fn_start = take_fn(w->ctx, L, adapter, "start", 1);
+  w->fn_advance = take_fn(w->ctx, L, adapter, "advance", 1);
+  w->fn_call = take_fn(w->ctx, L, adapter, "call", 1);
+  w->fn_warmup = take_fn(w->ctx, L, adapter, "warmup", 1);
+  w->fn_verify = take_fn(w->ctx, L, adapter, "verify", 1);
+  w->fn_spec = w->cfg.mode == SP_MODE_SEQUENTIAL ? SP_NOVAL : take_fn(w->ctx, L, adapter, "speculate", 0);
+  w->fn_pfcall = w->cfg.prefetch ? take_fn(w->ctx, L, adapter, "pfcall", 0) : SP_NOVAL;
+  if (w->fn_pfcall == SP_NOVAL) w->cfg.prefetch = NULL;
   lua_getfield(L, args, "qctx");
-  w->qctx_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  w->qctx_ref = sp_vals_store(w->ctx, L, -1);
+  lua_pop(L, 1);
   lua_pushnil(L);
   lua_rawseti(L, handoff, w->id);
   lua_settop(L, handoff - 1);
   if (w->fn_start == -3 || w->fn_advance == -3 || w->fn_call == -3 || w->fn_warmup == -3 ||
       w->fn_verify == -3) {
-    if (w->fn_start == -3) w->fn_start = LUA_NOREF;
-    if (w->fn_advance == -3) w->fn_advance = LUA_NOREF;
-    if (w->fn_call == -3) w->fn_call = LUA_NOREF;
-    if (w->fn_warmup == -3) w->fn_warmup = LUA_NOREF;
-    if (w->fn_verify == -3) w->fn_verify = LUA_NOREF;
+    if (w->fn_start == -3) w->fn_start = SP_NOVAL;
+    if (w->fn_advance == -3) w->fn_advance = SP_NOVAL;
+    if (w->fn_call == -3) w->fn_call = SP_NOVAL;
+    if (w->fn_warmup == -3) w->fn_warmup = SP_NOVAL;
+    if (w->fn_verify == -3) w->fn_verify = SP_NOVAL;
     fail(w, "%s", "agent adapter lacks a required function");
     return;
   }
@@ -1581,7 +1547,6 @@ static void release_all(sp_window *w) {
 static void window_destroy(sp_window *w) {
   sp_ctx *ctx = w->ctx;
   release_all(w);
-  flush_refs(w);
   if (w->prev) w->prev->next_w = w->next_w;
   else ctx->window_list = w->next_w;
   if (w->next_w) w->next_w->prev = w->prev;
@@ -1589,7 +1554,6 @@ static void window_destroy(sp_window *w) {
   free(w->tev);
   free(w->hops);
   free(w->ext);
-  free(w->dead);
   free(w->error);
   ctx->counts.windows--;
   free(w);
@@ -1604,12 +1568,11 @@ static void kick_run(sp_ctx *ctx, sp_runnable *r) {
     return;
   }
   if (action == KICK_START && w->status == SP_WIN_RUNNING && !ctx->stopping) do_start(w);
-  flush_refs(w);
 }
 
 int sp_window_status(const sp_window *w) { return w ? w->status : SP_WIN_FAILED; }
 const char *sp_window_error(const sp_window *w) { return w && w->error ? w->error : ""; }
-int sp_window_answer_ref(const sp_window *w) { return w ? w->answer_ref : LUA_NOREF; }
+int sp_window_answer_ref(const sp_window *w) { return w ? w->answer_ref : SP_NOVAL; }
 int sp_window_nhops(const sp_window *w) { return w ? w->nhops : 0; }
 
 int sp_window_hop(const sp_window *w, int i, sp_hop_info *out) {
@@ -1667,8 +1630,7 @@ void sp_window_free(sp_window *w) {
   }
   w->freed = 1;
   if (w->ctx->L == NULL || w->ctx->stopping) {
-    /* Shutdown: the Lua state is going away with every ref in it. */
-    w->ndead = 0;
+    /* Shutdown: the Lua state is going away with every value in it. */
     w->nhops = 0;
     window_destroy(w);
     return;

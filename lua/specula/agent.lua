@@ -115,7 +115,7 @@ function M.adapter(agent, opts)
   local match_mode = opts.match or "exact"
   local similar = opts.similar
   local C, cctx = opts.C, opts.cctx
-  local handoff = sched.handoff
+  local vals = sched.vals
   local json = require("specula.json")
   local hist_of = setmetatable({}, { __mode = "k" })
   local HIST = 16
@@ -169,9 +169,10 @@ function M.adapter(agent, opts)
     end
     if #list == 0 then return nil end
     sort(list, function(a, b) return a.confidence > b.confidence end)
-    -- negative keys: window arguments use the positive ones
-    handoff[-C.sp_task_id(C.sp_task_current(cctx))] = list
-    C.sp_window_prefetch(cctx, #list)
+    -- the window takes the list from the value store (and that reference)
+    local slot = C.sp_vals_new(cctx)
+    vals[slot] = list
+    C.sp_window_prefetch(cctx, #list, slot)
     return list
   end
 
@@ -296,12 +297,16 @@ function M.adapter(agent, opts)
     return tools[tool].call(args, ctx)
   end
 
+  -- spec: whether the call is for an unverified state, as the window sees
+  -- it when the call starts (a promotion clears it)
   function A.call(qctx, ctx, spec)
+    ctx.speculative = spec
     local a = ctx.action
     return tools[a.tool].call(a.args, ctx)
   end
 
-  function A.warmup(qctx, ctx)
+  function A.warmup(qctx, ctx, spec)
+    ctx.speculative = spec
     local a = ctx.action
     local w = tools[a.tool].warmup
     if w then w(a.args, ctx) end
@@ -345,27 +350,41 @@ function M.adapter(agent, opts)
     return r[2]
   end
 
-  function A.speculate(qctx, ctx, m, timeout)
+  function A.speculate(qctx, ctx, spec, m, timeout)
+    ctx.speculative = spec
     local a = ctx.action
     local S = tools[a.tool].speculate or agent_spec
     return normalise(run_spec(S, a.args, ctx, timeout), m)
   end
 
-  -- Ranks are 1-based; rank 0 is the single plain candidate (returned as -1).
-  function A.verify(qctx, ctx, cands, obs, ...)
+  -- The head's children are candidates 1..nk in rank order; raw: the
+  -- speculator returned one plain value (accepted: -1). Returns the
+  -- accepted rank (0: none) and the verifier's reason.
+  local function verify_list(V, cands, obs, ctx, nk)
+    local reasons = {}
+    for r = 1, nk do
+      local ok, reason = V(cands[r], obs, ctx)
+      if ok then return r, reason or "accepted" end
+      reasons[r] = reason or "rejected"
+    end
+    return 0, concat(reasons, "; ")
+  end
+
+  function A.verify(qctx, ctx, spec, cands, obs, nk, raw)
+    ctx.speculative = spec
     local a = ctx.action
     local V = tools[a.tool].verify or agent_verify
-    local n = select("#", ...)
-    local reasons
-    for i = 1, n do
-      local r = select(i, ...)
-      local ok, reason = V(r == 0 and cands or cands[r], obs, ctx)
-      if ok then return r == 0 and -1 or r, reason or "accepted" end
-      if n == 1 then return 0, reason or "rejected" end
-      reasons = reasons or {}
-      reasons[#reasons + 1] = reason or "rejected"
+    if raw then
+      local ok, reason = V(cands, obs, ctx)
+      if ok then return -1, reason or "accepted" end
+      return 0, reason or "rejected"
     end
-    return 0, reasons and concat(reasons, "; ") or "rejected"
+    if nk == 1 then
+      local ok, reason = V(cands[1], obs, ctx)
+      if ok then return 1, reason or "accepted" end
+      return 0, reason or "rejected"
+    end
+    return verify_list(V, cands, obs, ctx, nk)
   end
 
   return A

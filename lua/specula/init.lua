@@ -47,7 +47,8 @@ function M.counts()
   local c = core.ffi.new("sp_counts")
   core.C.sp_ctx_counts(ctx, c)
   return { tasks = c.tasks, ready = c.ready, timers = c.timers, transfers = c.transfers,
-           requests = c.requests, polls = c.polls, windows = c.windows, handles = c.handles }
+           requests = c.requests, polls = c.polls, windows = c.windows, handles = c.handles,
+           values = c.values }
 end
 
 -- Let the loop release what finished (one turn), collect garbage so

@@ -168,7 +168,8 @@ M.load_queries = load_queries
 
 -- ---- results --------------------------------------------------------------
 
-local registry = debug.getregistry()
+-- Values the window keeps (steps, observations, the answer) by slot.
+local registry = sched.vals
 local hop_info = ffi.new("sp_hop_info")
 local wstats = ffi.new("sp_window_stats")
 local tev = ffi.new("sp_tev")

@@ -1,0 +1,102 @@
+#include "sp_vals.h"
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Grow an int array to hold at least `need` entries (doubling). */
+static int grow(int **a, int *cap, int need, int zero) {
+  if (need <= *cap) return 0;
+  int n = *cap ? *cap : 1024;
+  while (n < need) n *= 2;
+  int *p = realloc(*a, (size_t)n * sizeof *p);
+  if (!p) return -1;
+  if (zero) memset(p + *cap, 0, (size_t)(n - *cap) * sizeof *p);
+  *a = p;
+  *cap = n;
+  return 0;
+}
+
+int sp_vals_new(sp_ctx *ctx) {
+  sp_vals *v = &ctx->vals;
+  int slot;
+  if (v->nfree > 0) {
+    slot = v->free[--v->nfree];
+  } else {
+    if (grow(&v->rc, &v->caprc, v->top + 2, 1) != 0) return SP_NOVAL;
+    slot = ++v->top;
+  }
+  v->rc[slot] = 1;
+  v->live++;
+  return slot;
+}
+
+void sp_vals_retain(sp_ctx *ctx, int slot) {
+  if (slot > 0 && slot <= ctx->vals.top) ctx->vals.rc[slot]++;
+}
+
+void sp_vals_release(sp_ctx *ctx, int slot) {
+  sp_vals *v = &ctx->vals;
+  if (slot <= 0 || slot > v->top || v->rc[slot] <= 0) return;
+  if (--v->rc[slot] > 0) return;
+  v->live--;
+  if (grow(&v->dead, &v->capdead, v->ndead + 1, 0) != 0) return; /* the slot is never reused */
+  v->dead[v->ndead++] = slot;
+}
+
+int sp_vals_store(sp_ctx *ctx, lua_State *L, int idx) {
+  if (lua_isnil(L, idx)) return SP_NOVAL;
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  int slot = sp_vals_new(ctx);
+  if (slot == SP_NOVAL) return SP_NOVAL;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->vals_ref);
+  lua_pushvalue(L, idx);
+  lua_rawseti(L, -2, slot);
+  lua_pop(L, 1);
+  return slot;
+}
+
+void sp_vals_push(sp_ctx *ctx, lua_State *L, int slot) {
+  if (slot <= 0) {
+    lua_pushnil(L);
+    return;
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->vals_ref);
+  lua_rawgeti(L, -1, slot);
+  lua_remove(L, -2);
+}
+
+void sp_vals_sweep(sp_ctx *ctx) {
+  sp_vals *v = &ctx->vals;
+  lua_State *L = ctx->L;
+  if (v->ndead == 0 || !L || ctx->vals_ref == LUA_NOREF) return;
+  if (grow(&v->free, &v->capfree, v->nfree + v->ndead, 0) != 0) return;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->vals_ref);
+  for (int i = 0; i < v->ndead; i++) {
+    lua_pushnil(L);
+    lua_rawseti(L, -2, v->dead[i]);
+    v->free[v->nfree++] = v->dead[i];
+  }
+  lua_pop(L, 1);
+  v->ndead = 0;
+}
+
+int sp_vals_take_dead(sp_ctx *ctx, int *out, int max) {
+  sp_vals *v = &ctx->vals;
+  int n = v->ndead < max ? v->ndead : max;
+  if (n <= 0 || !out || grow(&v->free, &v->capfree, v->nfree + n, 0) != 0) return 0;
+  v->ndead -= n;
+  for (int i = 0; i < n; i++) {
+    int slot = v->dead[v->ndead + i];
+    out[i] = slot;
+    v->free[v->nfree++] = slot;
+  }
+  return n;
+}
+
+void sp_vals_free(sp_ctx *ctx) {
+  sp_vals *v = &ctx->vals;
+  free(v->rc);
+  free(v->free);
+  free(v->dead);
+  memset(v, 0, sizeof *v);
+}

@@ -1,0 +1,27 @@
+/*
+ * sp_vals: the value store. Lua values the engine holds (states, steps,
+ * observations, the agent adapter's functions) live in one Lua table,
+ * sched.vals, under an integer slot; C keeps a reference count per slot.
+ * Taking, sharing and dropping a value is integer work in C, so the window
+ * never needs the Lua state while it reacts to a job. A slot whose count
+ * reaches zero is cleared from the loop (sp_vals_sweep) before reuse.
+ */
+#ifndef SP_VALS_H
+#define SP_VALS_H
+#include <lua.h>
+#include "sp_ctx.h"
+
+#define SP_NOVAL 0          /* "no value": slots start at 1 */
+
+void sp_vals_retain(sp_ctx *ctx, int slot);
+void sp_vals_release(sp_ctx *ctx, int slot);
+/* Loop context only (they use the Lua state). */
+int sp_vals_store(sp_ctx *ctx, lua_State *L, int idx);  /* a new slot holding the value at idx */
+void sp_vals_push(sp_ctx *ctx, lua_State *L, int slot); /* push its value (nil for none) */
+void sp_vals_sweep(sp_ctx *ctx);                        /* clear released slots for reuse */
+/* Hand up to max released slots to a caller that clears them in Lua right
+   away (the Lua dispatcher); they are free for reuse from here on. */
+int sp_vals_take_dead(sp_ctx *ctx, int *out, int max);
+void sp_vals_free(sp_ctx *ctx);                         /* shutdown: drop the bookkeeping */
+
+#endif
