@@ -93,15 +93,20 @@ enum { SP_VAL_NIL = 0, SP_VAL_SLOT = 1, SP_VAL_NUM = 2, SP_VAL_BOOL = 3, SP_VAL_
        SP_VAL_SPEC = 5 };
 typedef struct sp_val {
   int kind;            /* SP_VAL_*; SPEC: the job's speculative flag when it runs */
-  int slot;            /* value-store slot (SLOT) */
-  double num;          /* number; 0/1 for a boolean */
-  const char *str;     /* bytes of a string (STR) */
-  size_t len;          /* their length */
+  union {
+    int slot;          /* value-store slot (SLOT) */
+    int len;           /* byte length (STR) */
+  };
+  union {
+    double num;        /* number; 0/1 for a boolean */
+    const char *str;   /* bytes of a string (STR) */
+  };
 } sp_val;
 typedef struct sp_jobcall {
-  sp_val args[10];     /* the function (a slot), then its arguments */
+  sp_val args[9];      /* the function (a slot), then its arguments */
   int nargs;           /* entries used in args */
   int keep;            /* bit i set: result i goes to the value store whatever its type */
+  int owned;           /* bit i set: args[i] holds a reference the job drops when it ends */
 } sp_jobcall;
 typedef struct sp_jobres {
   sp_val v[12];        /* the call's results (or the error message in v[0]) */

@@ -33,6 +33,8 @@ struct sp_ctx {
   int disp_ref;            /* its registry anchor */
   int disp_idle;           /* it asked for a job and there was none: park it */
   int budget;              /* jobs left in this drain before I/O gets a turn */
+  int hook_clock;          /* a job hook is running: hook_now is the time */
+  double hook_now;         /* ms, read once when that hook started */
   int vals_ref;            /* registry ref of the value-store table (sched.vals) */
   sp_vals vals;            /* its slot bookkeeping */
   sp_task *task_pool;      /* freed task structs kept for reuse (linked by ready_next) */

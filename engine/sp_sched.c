@@ -140,6 +140,7 @@ static sp_task *task_alloc(sp_ctx *ctx, sp_task *parent) {
     memset(t, 0, offsetof(sp_task, call));
     t->call.nargs = 0;
     t->call.keep = 0;
+    t->call.owned = 0;
   } else {
     t = calloc(1, sizeof *t);
     if (!t) return NULL;
@@ -225,7 +226,15 @@ void sp_job_val(sp_task *t, int slot) {
   if (!a || slot <= 0) return;   /* no value: nil */
   a->kind = SP_VAL_SLOT;
   a->slot = slot;
+  t->call.owned |= 1 << (t->call.nargs - 1);
   sp_vals_retain(t->ctx, slot);
+}
+
+void sp_job_held(sp_task *t, int slot) {
+  sp_val *a = next_arg(t);
+  if (!a || slot <= 0) return;
+  a->kind = SP_VAL_SLOT;
+  a->slot = slot;
 }
 
 void sp_job_num(sp_task *t, double v) {
@@ -252,7 +261,7 @@ void sp_job_str(sp_task *t, const char *str) {
   if (!d) return;
   a->kind = SP_VAL_STR;
   a->str = d;
-  a->len = strlen(d);
+  a->len = (int)strlen(d);
 }
 
 void sp_job_keep(sp_task *t, int i) {
@@ -263,11 +272,12 @@ void sp_job_keep(sp_task *t, int i) {
 static void job_args_free(sp_task *t) {
   for (int i = 0; i < t->call.nargs; i++) {
     sp_val *a = &t->call.args[i];
-    if (a->kind == SP_VAL_SLOT) sp_vals_release(t->ctx, a->slot);
+    if (a->kind == SP_VAL_SLOT && (t->call.owned & (1 << i))) sp_vals_release(t->ctx, a->slot);
     else if (a->kind == SP_VAL_STR) free((char *)a->str);
     a->kind = SP_VAL_NIL;
   }
   t->call.nargs = 0;
+  t->call.owned = 0;
 }
 
 const sp_jobcall *sp_job_call(const sp_task *t) { return t ? &t->call : NULL; }
@@ -350,7 +360,10 @@ static void job_finish(sp_ctx *ctx, sp_task *t, int status, const sp_jobres *res
     sp_task_hook hook = t->hook;
     t->hook = NULL;
     t->state = status;
+    ctx->hook_now = sp_now_ms();
+    ctx->hook_clock = 1;
     hook(t, status == SP_TASK_DONE ? res : NULL, status, t->hook_ud);
+    ctx->hook_clock = 0;
   }
   release_results(ctx, res);
   task_end(t, status);

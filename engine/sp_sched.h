@@ -39,7 +39,7 @@ typedef void (*sp_task_hook)(sp_task *t, const sp_jobres *res, int status, void 
 
 typedef struct sp_waitop sp_waitop;
 
-#define SP_JOB_MAXARGS 10   /* entries of sp_jobcall.args (sp_api.h) */
+#define SP_JOB_MAXARGS 9    /* entries of sp_jobcall.args (sp_api.h) */
 #define SP_JOB_MAXRES 12    /* entries of sp_jobres.v (sp_api.h) */
 
 struct sp_task {
@@ -77,6 +77,7 @@ void sp_sched_unqueue(sp_ctx *ctx, sp_runnable *r);  /* take a C runnable off th
    sp_job_* (the first argument is the function), then sp_job_start. */
 sp_task *sp_job_new(sp_ctx *ctx, sp_task_hook hook, void *ud);
 void sp_job_val(sp_task *t, int slot);              /* a stored value (the job holds a reference) */
+void sp_job_held(sp_task *t, int slot);             /* one the caller keeps alive longer than the job */
 void sp_job_num(sp_task *t, double v);
 void sp_job_bool(sp_task *t, int v);
 void sp_job_nil(sp_task *t);

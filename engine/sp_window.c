@@ -191,7 +191,11 @@ static void complete_rec(sp_window *w, sp_hop_rec *r, double t_update);
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static double now_ms(void) { return sp_now_ms(); }
+/* A hook reacts at one instant: the scheduler reads the clock once per
+   hook (ctx->hook_now), and every timestamp the reaction takes uses it. */
+static double now_ms(sp_window *w) {
+  return w->ctx->hook_clock ? w->ctx->hook_now : sp_now_ms();
+}
 
 static char *dupstr(const char *s) {
   if (!s) s = "";
@@ -360,7 +364,7 @@ static void cancel_job(sp_window *w, sp_node *n, sp_task **slot, const char *kin
   *slot = NULL;
   sp_task_cancel(t);
   if (counter) (*counter)++;
-  tev(w, "cancel", 'i', n, now_ms(), 0, 0, kind);
+  tev(w, "cancel", 'i', n, now_ms(w), 0, 0, kind);
 }
 
 /* What every node leaving the window releases: its warm-up, its slot in
@@ -429,8 +433,10 @@ static sp_task *job_ud(sp_window *w, sp_node *n, int fn, sp_task_hook hook, void
   if (!t) return NULL;
   t->speculative = is_speculative(w, n);
   t->window_node = n;
-  sp_job_val(t, fn);
-  sp_job_val(t, w->qctx_ref);
+  /* the adapter and the query ctx outlive every job of the window (it
+     cancels them before it goes) */
+  sp_job_held(t, fn);
+  sp_job_held(t, w->qctx_ref);
   return t;
 }
 
@@ -466,7 +472,7 @@ static int start_advance(sp_window *w, sp_node *n, sp_node *from, int use_obs) {
   sp_job_spec(t);
   keep_advance(t);
   n->j_adv = t;
-  n->t_adv0 = now_ms();
+  n->t_adv0 = now_ms(w);
   w->st.model_calls++;
   sp_job_start(t);
   return 0;
@@ -492,7 +498,7 @@ static void start_target(sp_window *w, sp_node *n) {
     n->risk = sp_policy_tool_cost(w->cfg.policy, n->tool);
     w->at_risk += n->risk;
   }
-  n->t_target0 = now_ms();
+  n->t_target0 = now_ms(w);
   w->st.target_calls++;
   sp_job_start(t);
 }
@@ -517,7 +523,7 @@ static void start_spec(sp_window *w, sp_node *n) {
   sp_job_keep(t, 0);   /* the candidates */
   n->j_spec = t;
   n->spc = SPC_RUNNING;
-  n->t_spec0 = now_ms();
+  n->t_spec0 = now_ms(w);
   w->st.spec_calls++;
   note_live(w, +1); /* reserve the first child's slot */
   if (w->cfg.mode == SP_MODE_WINDOW) w->round++;
@@ -539,7 +545,7 @@ static void launch_target(sp_window *w, sp_node *n) {
   }
   n->tg = TG_DEFERRED;
   w->st.deferred++;
-  tev(w, "deferred", 'i', n, now_ms(), 0, d, d == SP_WARMUP ? "warmup" : "forbid");
+  tev(w, "deferred", 'i', n, now_ms(w), 0, d, d == SP_WARMUP ? "warmup" : "forbid");
   if (d == SP_WARMUP) start_warmup(w, n);
 }
 
@@ -550,7 +556,7 @@ static void launch_target(sp_window *w, sp_node *n) {
 static int pf_promote(sp_window *w, sp_node *n, int idx, int lossy) {
   sp_pfent *e = &n->pf[idx];
   if (e->state != PF_RUNNING && e->state != PF_DONE) return 0;
-  double now = now_ms();
+  double now = now_ms(w);
   sp_prefetch_stats *q = &w->st.pf;
   q->promoted++;
   if (lossy) q->promoted_lossy++;
@@ -594,7 +600,7 @@ static void on_pfent(sp_task *t, const sp_jobres *res, int status, void *ud) {
   sp_node *n = e->n;
   sp_window *w = n->w;
   e->job = NULL;
-  e->t1 = now_ms();
+  e->t1 = now_ms(w);
   tev(w, "predicted", 'X', n, e->t0, e->t1, status == SP_TASK_DONE, e->name);
   if (e->state == PF_PROMOTED) {
     /* the thread's target call */
@@ -639,7 +645,7 @@ static void pf_fire(sp_window *w, sp_node *n, sp_pfent *e, double conf) {
   sp_job_keep(t, 0);   /* the observation */
   e->job = t;
   e->state = PF_RUNNING;
-  e->t0 = now_ms();
+  e->t0 = now_ms(w);
   e->counted = 1;
   w->inflight++;
   e->risk = cost;
@@ -736,7 +742,7 @@ static void pf_release(sp_window *w, sp_node *n, int count_waste) {
       if (e->job) {
         sp_task_cancel(e->job);
         w->st.cancelled_target++;
-        tev(w, "cancel", 'i', n, now_ms(), 0, 0, "predicted");
+        tev(w, "cancel", 'i', n, now_ms(w), 0, 0, "predicted");
       }
       if (e->counted) w->inflight--;
       if (count_waste && e->risk > 0) {
@@ -802,7 +808,7 @@ static int pf_settle(sp_window *w, sp_node *n, const char *tool, const char *key
       sp_task_cancel(e->job);
       e->job = NULL;
       w->st.cancelled_target++;
-      tev(w, "cancel", 'i', n, now_ms(), 0, 0, "orphan");
+      tev(w, "cancel", 'i', n, now_ms(w), 0, 0, "orphan");
     }
     if (e->counted) {
       e->counted = 0;
@@ -859,7 +865,7 @@ static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud) {
   sp_node *n = ud;
   sp_window *w = n->w;
   n->j_adv = NULL;
-  double end = now_ms();
+  double end = now_ms(w);
   if (status != SP_TASK_DONE) {
     n->phase = PH_DEAD;
     n->err = dupstr(sp_task_error(t));
@@ -932,7 +938,7 @@ static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud) {
 /* The target result of a node is in (from its own call or a promoted
    prediction); res holds the observation first when ok. */
 static void target_done(sp_window *w, sp_node *n, int ok, const sp_jobres *res, const char *err) {
-  double end = now_ms();
+  double end = now_ms(w);
   n->t_target = end - n->t_target0;
   if (n->tg_spec) w->inflight--;
   tev(w, "target", 'X', n, n->t_target0, end, n->tg_spec, ok ? "" : "error");
@@ -958,14 +964,14 @@ static void on_warmup(sp_task *t, const sp_jobres *res, int status, void *ud) {
   (void)res;
   sp_node *n = ud;
   n->j_warm = NULL;
-  tev(n->w, "warmup", 'i', n, now_ms(), 0, status == SP_TASK_DONE, "");
+  tev(n->w, "warmup", 'i', n, now_ms(n->w), 0, status == SP_TASK_DONE, "");
 }
 
 static void on_spec(sp_task *t, const sp_jobres *res, int status, void *ud) {
   sp_node *n = ud;
   sp_window *w = n->w;
   n->j_spec = NULL;
-  double end = now_ms();
+  double end = now_ms(w);
   n->t_spec = end - n->t_spec0;
   tev(w, "spec", 'X', n, n->t_spec0, end, 0, status == SP_TASK_DONE ? "" : "error");
   int ncands = 0;
@@ -1143,7 +1149,7 @@ static void advance_from_real(sp_window *w, int outcome, const char *reason, dou
   w->st.hops++;
   if (had_spec) {
     w->st.rollbacks++;
-    tev(w, "rollback", 'i', h, now_ms(), 0, outcome, reason);
+    tev(w, "rollback", 'i', h, now_ms(w), 0, outcome, reason);
   }
   if (outcome == SP_SPEC_REJECTED) w->st.rejected++;
   else if (outcome == SP_SPEC_LATE) w->st.late++;
@@ -1171,7 +1177,7 @@ static void commit(sp_window *w, sp_node *child, const char *reason, double t_ve
   w->st.accepted++;
   sp_kauto_add(w->cfg.kauto, h->t_seg, h->t_spec, h->t_target);
   if (w->cfg.prefetch) sp_prefetch_observe(w->cfg.prefetch, h->tool, h->t_target, -1);
-  tev(w, "commit", 'i', child, now_ms(), 0, child->rank, reason);
+  tev(w, "commit", 'i', child, now_ms(w), 0, child->rank, reason);
   child->parent = NULL;
   w->head = child;
   retire(w, h);
@@ -1235,7 +1241,7 @@ static void verify_head(sp_window *w) {
   sp_job_num(t, h->nkids);
   sp_job_bool(t, h->cands_raw);
   h->j_verify = t;
-  h->t_verify0 = now_ms();
+  h->t_verify0 = now_ms(w);
   sp_job_start(t);
 }
 
@@ -1243,7 +1249,7 @@ static void on_verify(sp_task *t, const sp_jobres *res, int status, void *ud) {
   sp_node *h = ud;
   sp_window *w = h->w;
   h->j_verify = NULL;
-  double end = now_ms();
+  double end = now_ms(w);
   double dt = end - h->t_verify0;
   if (status != SP_TASK_DONE) {
     /* A verifier that raises counts as a failed speculation. */
@@ -1256,7 +1262,7 @@ static void on_verify(sp_task *t, const sp_jobres *res, int status, void *ud) {
   /* results: accepted rank (1-based, 0 = none), reason */
   int idx = (int)res_num(res, 0);
   const char *reason = res_str(res, 1, NULL);
-  char *why = dupstr(reason ? reason : "");
+  const char *why = reason ? reason : "";   /* alive until the hook returns */
   tev(w, "verify", 'X', h, h->t_verify0, end, idx > 0, why);
   sp_node *child = NULL;
   /* idx: 1-based rank of the accepted candidate, 0 = none, -1 = the single
@@ -1265,7 +1271,6 @@ static void on_verify(sp_task *t, const sp_jobres *res, int status, void *ud) {
     if (idx == -1 || h->kids[i]->rank == idx - 1) child = h->kids[i];
   if (child) commit(w, child, why, dt);
   else advance_from_real(w, SP_SPEC_REJECTED, why, dt);
-  free(why);
 }
 
 /* ---- end of a window ---------------------------------------------------- */
@@ -1316,7 +1321,7 @@ static void wake_waiter(sp_window *w) {
 
 static void finish(sp_window *w) {
   sp_node *h = w->head;
-  double end = now_ms();
+  double end = now_ms(w);
   w->status = SP_WIN_DONE;
   w->answer_ref = h->step_ref;
   h->step_ref = SP_NOVAL;
@@ -1340,7 +1345,7 @@ static void fail(sp_window *w, const char *fmt, const char *detail) {
   free(w->error);
   w->error = dupstr(msg);
   w->status = SP_WIN_FAILED;
-  w->st.wall_ms = now_ms() - w->t0;
+  w->st.wall_ms = now_ms(w) - w->t0;
   if (w->head) {
     sp_node *h = w->head;
     w->head = NULL;
@@ -1466,7 +1471,7 @@ static int take_fn(sp_ctx *ctx, lua_State *L, int tbl, const char *name, int req
    handoff table, then run init + the first step. */
 static void do_start(sp_window *w) {
   lua_State *L = w->ctx->L;
-  w->t0 = now_ms();
+  w->t0 = now_ms(w);
   lua_rawgeti(L, LUA_REGISTRYINDEX, w->ctx->handoff_ref);
   int handoff = lua_gettop(L);
   lua_rawgeti(L, handoff, w->id);
@@ -1521,7 +1526,7 @@ static void do_start(sp_window *w) {
     return;
   }
   n->j_adv = t;
-  n->t_adv0 = now_ms();
+  n->t_adv0 = now_ms(w);
   w->st.model_calls++;
   sp_job_start(t);
 }

@@ -192,32 +192,47 @@ local function round(x, d)
   return math.floor(x * f + 0.5) / f
 end
 
--- Read a finished window into a result record.
-local function collect(w, q, k_cfg, run_match, light, run_mode)
+-- The run's aggregate counters, before the derived figures (M.aggregate).
+local function new_agg()
+  return { queries = 0, failed = 0, wall_ms = 0, standard_ms = 0, hops = 0, commits = 0,
+           rollbacks = 0, accepted = 0, rejected = 0, model = 0, target = 0, speculator = 0,
+           predicted = 0, warmup = 0, cancelled = 0, wasted_cost = 0, wasted_calls = 0,
+           speculative_launches = 0, deferred = 0 }
+end
+
+-- Add a finished window's counters to a running aggregate (light runs).
+local function agg_add(a, st, failed)
+  a.queries = a.queries + 1
+  if failed then a.failed = a.failed + 1 end
+  a.wall_ms, a.standard_ms = a.wall_ms + st.wall_ms, a.standard_ms + st.standard_ms
+  a.hops, a.commits, a.rollbacks = a.hops + st.hops, a.commits + st.commits, a.rollbacks + st.rollbacks
+  a.accepted, a.rejected = a.accepted + st.accepted, a.rejected + st.rejected
+  a.model, a.target, a.speculator = a.model + st.model_calls, a.target + st.target_calls, a.speculator + st.spec_calls
+  a.predicted, a.warmup = a.predicted + st.predicted_calls, a.warmup + st.warmup_calls
+  a.cancelled = a.cancelled + st.cancelled_model + st.cancelled_target + st.cancelled_spec
+  a.wasted_cost, a.wasted_calls = a.wasted_cost + st.wasted_cost, a.wasted_calls + st.wasted_calls
+  a.speculative_launches, a.deferred = a.speculative_launches + st.speculative_launches, a.deferred + st.deferred
+end
+
+-- Read a finished window into a result record. A light run (answers
+-- only, for benchmarks and large batches) keeps { id, query, answer or
+-- error, hops } per query and adds the counters to `acc` instead.
+local function collect(w, q, k_cfg, run_match, light, run_mode, acc)
   local status = C.sp_window_status(w)
   local rec = { id = q.id, query = q.query }
   if q.gold then rec.gold = q.gold end
   local traj, hops = {}, {}
   local n = C.sp_window_nhops(w)
   if light then
-    -- answers and counters only (benchmarks): no per-hop records
     C.sp_window_stats_get(w, wstats)
-    n = wstats.hops
+    rec.hops = wstats.hops
     if status == C.SP_WIN_DONE then
       local fin = registry[C.sp_window_answer_ref(w)]
       rec.answer = fin and fin.final
     else
       rec.error = ffi.string(C.sp_window_error(w))
     end
-    rec.stats = { hops = n, mode = run_mode, k_config = k_cfg < 0 and "inf" or (k_cfg == 0 and "auto" or k_cfg),
-                  wall_ms = wstats.wall_ms, standard_ms = wstats.standard_ms, commits = wstats.commits,
-                  rollbacks = wstats.rollbacks, calls = { model = wstats.model_calls, target = wstats.target_calls,
-                  speculator = wstats.spec_calls, predicted = wstats.predicted_calls, warmup = wstats.warmup_calls },
-                  cancelled = { total = wstats.cancelled_model + wstats.cancelled_target + wstats.cancelled_spec },
-                  wasted_cost = wstats.wasted_cost, wasted_calls = wstats.wasted_calls, speculative_launches =
-                  wstats.speculative_launches, deferred = wstats.deferred }
-    rec._agg = { wall = wstats.wall_ms, std = wstats.standard_ms, acc = wstats.accepted, rej = wstats.rejected,
-                 seg = 0, tgt = 0, spec = 0, nspec = 0, n = n }
+    if acc then agg_add(acc, wstats, rec.error ~= nil) end
     return rec
   end
   local sum_seg, sum_tgt, sum_spec, n_spec = 0, 0, 0, 0
@@ -407,7 +422,7 @@ local function finish_window(run, w, q, index)
   local o = run.o
   sched.handoff[C.sp_window_id(w)] = nil
   local rec = collect(w, q, o.mode == "sequential" and 1 or o.k, run.pf and (o.match or run.match or "exact") or nil,
-    o.light, o.mode)
+    o.light, o.mode, run.acc)
   if run.learn and rec.trajectory and not rec.error then run.learn(rec.trajectory) end
   if o.trace and run.trace_out then trace_events(w, index, q, run.trace_out) end
   ffi.gc(w, nil)
@@ -499,14 +514,13 @@ local function run_all(run, queries, emit, progress)
 end
 M.run_all = run_all
 
--- Aggregate figures of a list of records.
-function M.aggregate(records, k)
-  local a = { queries = #records, failed = 0, wall_ms = 0, standard_ms = 0, hops = 0, commits = 0,
-              rollbacks = 0, accepted = 0, rejected = 0, model = 0, target = 0, speculator = 0,
-              predicted = 0, warmup = 0, cancelled = 0, wasted_cost = 0, wasted_calls = 0,
-              speculative_launches = 0, deferred = 0 }
+-- Aggregate figures of a list of records (or, for a light run, of the
+-- counters its windows added to `acc` as they finished).
+function M.aggregate(records, k, acc)
+  local a = acc or new_agg()
+  if not acc then a.queries = #records end
   local seg, tgt, spec, nspec, nh = 0, 0, 0, 0, 0
-  for _, r in ipairs(records) do
+  for _, r in ipairs(acc and {} or records) do
     if r.error then a.failed = a.failed + 1 end
     local s, g = r.stats, r._agg
     if s and g then
@@ -668,8 +682,15 @@ function M.run(agent, opts)
     queries[i] = { id = q.id or ("q" .. i), query = q.query, record = q, gold = q.gold, max_hops = q.max_hops }
   end
   local run = make_run(agent, o, opts.script)
+  if o.light then run.acc = new_agg() end
   local results = run_all(run, queries, function() end, nil)
-  local agg = M.aggregate(results, o.k)
+  local agg = M.aggregate(results, o.k, run.acc)
+  for _, r in ipairs(results) do
+    if o.light and r.error and r.hops == nil then
+      -- a query that failed before its window ran (no counters were added)
+      agg.queries, agg.failed = agg.queries + 1, agg.failed + 1
+    end
+  end
   agg.policy_counts = policylib.counts(run.policy)
   for _, r in ipairs(results) do strip(r) end
   return results, agg
