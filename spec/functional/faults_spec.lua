@@ -33,7 +33,7 @@ describe("fault injection", function()
     -- the other queries of the same run finish correctly
     for _, id in ipairs({ "ok1", "ok2", "ok3" }) do assert.equals("done 3", r.answers[id]) end
     -- no transfer, timer, window or task (beyond the main one) left open
-    assert.same({ transfers = 0, timers = 0, tasks = 1, windows = 0, requests = 0 }, r.left)
+    assert.same({ transfers = 0, timers = 0, tasks = 1, windows = 0, requests = 0, values = 0 }, r.left)
     -- no error message carries a raw traceback of the engine or invalid bytes
     for _, msg in pairs(e) do assert.is_truthy(cjson.encode(msg)) end
   end)

@@ -60,6 +60,7 @@ for _, r in ipairs(recs) do
   if r.error then out.errors[r.id] = r.error else out.answers[r.id] = r.answer end
 end
 local c = specula.settle()
-out.left = { transfers = c.transfers, timers = c.timers, tasks = c.tasks, windows = c.windows, requests = c.requests }
+out.left = { transfers = c.transfers, timers = c.timers, tasks = c.tasks, windows = c.windows, requests = c.requests,
+             values = c.values }
 out.cancelled = agg.cancelled
 print(json.encode(out))

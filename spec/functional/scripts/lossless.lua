@@ -57,5 +57,5 @@ end
 local res, ok = specula.wait_all(tasks)
 for _, r in ipairs(res) do if not r[1] then error(r[2], 0) end end
 local c = specula.settle()
-print(string.format("checked %d queries, %d mismatches, %d committed speculative hops, left tasks=%d timers=%d windows=%d",
-  checked, failures, spec_hops, c.tasks, c.timers, c.windows))
+print(string.format("checked %d queries, %d mismatches, %d committed speculative hops, left tasks=%d timers=%d windows=%d values=%d",
+  checked, failures, spec_hops, c.tasks, c.timers, c.windows, c.values))
