@@ -23,6 +23,13 @@ local function load_agent(n)
   return a
 end
 
+local RUNS = 3   -- each side runs this many times; the table shows medians
+
+local function median(xs)
+  table.sort(xs)
+  return xs[math.floor((#xs + 1) / 2)]
+end
+
 local function ours(k, light)
   local agent = load_agent(N)
   local qs = {}
@@ -30,26 +37,36 @@ local function ours(k, light)
   -- warm up: one batch of the same shape first, so the figure is the
   -- steady state (traces compiled, pools filled), not the JIT's compile time
   specula.run(agent, { queries = qs, k = k, concurrency = Q, max_hops = N + 2, light = light })
-  collectgarbage()
-  local t0 = specula.now()
-  local recs, a = specula.run(agent, { queries = qs, k = k, concurrency = Q, max_hops = N + 2, light = light })
-  local dt = specula.now() - t0
-  for _, r in ipairs(recs) do assert(r.answer == "done " .. N, r.error) end
-  return dt * 1000 / a.hops, a.hops / (dt / 1000)
+  local us, hps = {}, {}
+  for r = 1, RUNS do
+    collectgarbage()
+    local t0 = specula.now()
+    local recs, a = specula.run(agent, { queries = qs, k = k, concurrency = Q, max_hops = N + 2, light = light })
+    local dt = specula.now() - t0
+    for _, rec in ipairs(recs) do assert(rec.answer == "done " .. N, rec.error) end
+    us[r] = dt * 1000 / a.hops
+  end
+  local m = median(us)
+  return m, 1e6 / m
 end
 
 local function ref(k)
   if not REF then return nil end
-  local cmd = string.format("python3 %s/bench/ref/spechop_ref.py --queries %d --hops %d --k %s --json 2>/dev/null",
-    root, Q, N, tostring(k))
-  local p = io.popen(cmd)
-  local out = p and p:read("*a") or ""
-  if p then p:close() end
-  local r = json.decode(out:match("{.*}") or "")
-  return r and r.us_per_hop
+  local xs = {}
+  for r = 1, RUNS do
+    local cmd = string.format("python3 %s/bench/ref/spechop_ref.py --queries %d --hops %d --k %s --json 2>/dev/null",
+      root, Q, N, tostring(k))
+    local p = io.popen(cmd)
+    local out = p and p:read("*a") or ""
+    if p then p:close() end
+    local res = json.decode(out:match("{.*}") or "")
+    if not res then return nil end
+    xs[r] = res.us_per_hop
+  end
+  return median(xs)
 end
 
-print(string.format("%d queries x %d hops, concurrently, zero latency, p = 1", Q, N))
+print(string.format("%d queries x %d hops, concurrently, zero latency, p = 1; median of %d runs each", Q, N, RUNS))
 print(string.format("%-6s %14s %14s %16s %14s %8s", "k", "us/hop", "hops/s", "us/hop (records)", "python us/hop", "ratio"))
 for _, k in ipairs({ 1, 4, "inf" }) do
   local us, hps = ours(k, true)

@@ -110,6 +110,7 @@ int sp_ctx_shutdown(sp_ctx *ctx) {
   free(ctx->pool);
   free(ctx->pool_refs);
   sp_vals_free(ctx);
+  sp_window_pool_free(ctx);
   while (ctx->task_pool) {
     sp_task *t = ctx->task_pool;
     ctx->task_pool = t->reap_next;

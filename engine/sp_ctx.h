@@ -59,6 +59,8 @@ struct sp_ctx {
   int main_done;           /* the main task finished */
   int exit_code;           /* process exit status decided by the main task */
   void *window_list;       /* live windows (sp_window*), for shutdown */
+  struct sp_node *node_pool; /* freed window nodes kept for reuse (sp_window.c) */
+  int nnode_pool;          /* entries in node_pool */
   int next_window_id;      /* last window id handed out */
 };
 

@@ -64,6 +64,7 @@ static int find_root(const char *argv0, char *root, size_t n) {
 
 static const char *BOOT =
   "local root, ctx = ...\n"
+  "if os.getenv('SPECULA_JIT') == 'off' then jit.off() end\n"
   "package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path\n"
   "package.loaded['specula.host'] = { ctx = ctx, root = root,\n"
   "  lua_dir = root .. '/lua', policies_dir = root .. '/policies', embedded = true }\n"

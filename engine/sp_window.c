@@ -299,8 +299,40 @@ static void risk_useful(sp_window *w, double *risk) {
 
 /* ---- nodes -------------------------------------------------------------- */
 
+/* Node structs are recycled through the context (a window makes one or
+   more per hop). */
+#define NODE_POOL_MAX 4096
+
+static sp_node *node_alloc(sp_ctx *ctx) {
+  sp_node *n = ctx->node_pool;
+  if (!n) return calloc(1, sizeof *n);
+  ctx->node_pool = n->parent;
+  ctx->nnode_pool--;
+  memset(n, 0, sizeof *n);
+  return n;
+}
+
+static void node_release(sp_ctx *ctx, sp_node *n) {
+  if (ctx->nnode_pool >= NODE_POOL_MAX || ctx->stopping) {
+    free(n);
+    return;
+  }
+  n->parent = ctx->node_pool;   /* the pool's link */
+  ctx->node_pool = n;
+  ctx->nnode_pool++;
+}
+
+void sp_window_pool_free(sp_ctx *ctx) {
+  while (ctx->node_pool) {
+    sp_node *n = ctx->node_pool;
+    ctx->node_pool = n->parent;
+    free(n);
+  }
+  ctx->nnode_pool = 0;
+}
+
 static sp_node *node_new(sp_window *w, int hop, sp_node *parent, int rank, double conf) {
-  sp_node *n = calloc(1, sizeof *n);
+  sp_node *n = node_alloc(w->ctx);
   if (!n) return NULL;
   n->w = w;
   n->tid = ++w->next_tid;
@@ -320,7 +352,7 @@ static sp_node *node_new(sp_window *w, int hop, sp_node *parent, int rank, doubl
       int cap = parent->capkids ? parent->capkids * 2 : 2;
       sp_node **p = realloc(parent->kids, (size_t)cap * sizeof *p);
       if (!p) {
-        free(n);
+        node_release(w->ctx, n);
         return NULL;
       }
       parent->kids = p;
@@ -382,7 +414,7 @@ static void node_free(sp_window *w, sp_node *n) {
   free(n->err);
   free(n->tg_err);
   note_live(w, -1);
-  free(n);
+  node_release(w->ctx, n);
 }
 
 /* Throw a node and its subtree away (rollback, sibling of the accepted

@@ -11,5 +11,6 @@
 
 /* Shutdown: cancel every live window (loop context). */
 void sp_window_cancel_all(sp_ctx *ctx);
+void sp_window_pool_free(sp_ctx *ctx);   /* shutdown: free recycled node structs */
 
 #endif
