@@ -105,4 +105,54 @@ describe("scheduler", function()
     assert.matches("true\t10000", out, 1, true)
     assert.matches("left\t1\t0\t0", out, 1, true)
   end)
+  -- Window calls run in the job dispatcher (sched.lua): one coroutine takes
+  -- job after job; a call that waits keeps that coroutine and the others go on.
+  it("runs window calls in the dispatcher: a waiting call holds only itself, errors stay per query", function()
+    local out = ok_script([[
+      local order = {}
+      local agent = specula.agent {
+        init = function(q) return { q = q, hop = 0 } end,
+        step = function(s)
+          if s.hop >= 3 then return { final = s.q .. " done" } end
+          return { action = { tool = "t", args = { q = s.q, hop = s.hop } } }
+        end,
+        update = function(s, step, obs) return { q = s.q, hop = s.hop + 1 } end,
+        tools = { t = {
+          call = function(args, ctx)
+            if args.q == "slow" then
+              specula.sleep(30)                                -- waits on the loop
+              order[#order + 1] = "slow woke"
+            elseif args.q ~= "bad" and args.hop == 2 and not ctx.speculative then
+              order[#order + 1] = "fast finished"
+            end
+            if args.q == "bad" and args.hop == 1 then error("tool broke") end
+            return "o" .. args.hop
+          end,
+          speculate = function(args, ctx) return "o" .. args.hop end,
+        } },
+      }
+      local qs = { "slow", "bad" }
+      for i = 1, 20 do qs[#qs + 1] = "fast" .. i end
+      local t0 = specula.now()
+      local recs = specula.run(agent, { queries = qs, k = 3, concurrency = #qs })
+      print("slow", recs[1].answer, recs[1].stats.wall_ms >= 29)
+      print("bad", recs[2].error and recs[2].error:match("tool broke") ~= nil)
+      local fast_ok = true
+      for i = 3, #recs do fast_ok = fast_ok and recs[i].answer == recs[i].query .. " done" end
+      -- the fast queries never waited for the slow one's calls: all of them
+      -- reached their last hop before its first call came back
+      local before = 0
+      for _, e in ipairs(order) do
+        if e == "slow woke" then break end
+        before = before + 1
+      end
+      print("fast", fast_ok, before)
+      local c = specula.settle()
+      print("left", c.tasks, c.windows, c.values)
+    ]])
+    assert.matches("slow\tslow done\ttrue", out, 1, true)
+    assert.matches("bad\ttrue", out, 1, true)
+    assert.matches("fast\ttrue\t20", out, 1, true)
+    assert.matches("left\t1\t0\t0", out, 1, true)
+  end)
 end)
