@@ -376,6 +376,7 @@ local function make_run(agent, o, script)
   end
   local predict_fn = P and pf and function(h, ctx) return P(h, ctx) end or nil
   local adapter = agentlib.adapter(agent, { debug = o.debug, decide = pol.decide, predict = predict_fn,
+    time_update = not o.light,
     predict_async = type(P) == "table" and P.async or false,
     match = match, similar = similar, C = C, cctx = core.ctx })
   local kauto = nil
