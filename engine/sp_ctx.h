@@ -33,6 +33,7 @@ struct sp_ctx {
   int disp_ref;            /* its registry anchor */
   int disp_idle;           /* it asked for a job and there was none: park it */
   int budget;              /* jobs left in this drain before I/O gets a turn */
+  int gc_pause;            /* the collector pause last set (sp_sched.c gc_tune) */
   int hook_clock;          /* a job hook is running: hook_now is the time */
   double hook_now;         /* ms, read once when that hook started */
   int vals_ref;            /* registry ref of the value-store table (sched.vals) */

@@ -84,7 +84,8 @@ int sp_host_init(sp_ctx *ctx, const char *argv0, char *err, size_t errlen) {
   }
   luaL_openlibs(L);
   /* Collect a little sooner than LuaJIT's default (200): batches allocate a
-     lot of short-lived tables, and the slack shows up in peak RSS. */
+     lot of short-lived tables, and the slack shows up in peak RSS. The
+     scheduler raises the pause while the heap is small (sp_sched.c). */
   lua_gc(L, LUA_GCSETPAUSE, 150);
   ctx->L = L;
   if (luaL_loadbuffer(L, BOOT, strlen(BOOT), "=specula.boot") != 0) {

@@ -87,6 +87,29 @@ void sp_sched_unqueue(sp_ctx *ctx, sp_runnable *r) {
   ctx->counts.ready--;
 }
 
+/* The collector's pause, as a floor on the allocation between cycles: a
+   cycle marks everything live, so with a small heap (a few MB: the loaded
+   modules and a few hundred queries) a proportional pause alone runs many
+   cycles that each re-mark the same data. Below 32 MB the pause grows so a
+   cycle waits for at least SP_GC_FLOOR_KB of allocation; above, it stays at
+   150 (peak memory of large batches). Loop context. */
+#define SP_GC_FLOOR_KB 16384
+#define SP_GC_PAUSE_MIN 150
+#define SP_GC_PAUSE_MAX 1000
+
+static void gc_tune(sp_ctx *ctx) {
+  lua_State *L = ctx->L;
+  if (!L) return;
+  int kb = lua_gc(L, LUA_GCCOUNT, 0);
+  int pause = kb > 0 ? 100 + (int)((long long)SP_GC_FLOOR_KB * 100 / kb) : SP_GC_PAUSE_MAX;
+  if (pause < SP_GC_PAUSE_MIN) pause = SP_GC_PAUSE_MIN;
+  if (pause > SP_GC_PAUSE_MAX) pause = SP_GC_PAUSE_MAX;
+  if (pause != ctx->gc_pause) {
+    lua_gc(L, LUA_GCSETPAUSE, pause);
+    ctx->gc_pause = pause;
+  }
+}
+
 void sp_sched_drain(sp_ctx *ctx) {
   /* the dispatcher counts the jobs it takes against the same budget */
   ctx->budget = SP_DRAIN_BUDGET;
@@ -97,6 +120,7 @@ void sp_sched_drain(sp_ctx *ctx) {
   }
   sp_sched_reap(ctx);
   sp_vals_sweep(ctx);
+  gc_tune(ctx);
   if (!ctx->ready_head) uv_idle_stop(&ctx->ready_idle);
 }
 
