@@ -238,48 +238,8 @@ sp_task *sp_job_new(sp_ctx *ctx, sp_task_hook hook, void *ud) {
   return t;
 }
 
-static sp_val *next_arg(sp_task *t) {
-  if (t->call.nargs >= SP_JOB_MAXARGS) return NULL;
-  sp_val *a = &t->call.args[t->call.nargs++];
-  memset(a, 0, sizeof *a);
-  return a;
-}
-
-void sp_job_val(sp_task *t, int slot) {
-  sp_val *a = next_arg(t);
-  if (!a || slot <= 0) return;   /* no value: nil */
-  a->kind = SP_VAL_SLOT;
-  a->slot = slot;
-  t->call.owned |= 1 << (t->call.nargs - 1);
-  sp_vals_retain(t->ctx, slot);
-}
-
-void sp_job_held(sp_task *t, int slot) {
-  sp_val *a = next_arg(t);
-  if (!a || slot <= 0) return;
-  a->kind = SP_VAL_SLOT;
-  a->slot = slot;
-}
-
-void sp_job_num(sp_task *t, double v) {
-  sp_val *a = next_arg(t);
-  if (a) { a->kind = SP_VAL_NUM; a->num = v; }
-}
-
-void sp_job_bool(sp_task *t, int v) {
-  sp_val *a = next_arg(t);
-  if (a) { a->kind = SP_VAL_BOOL; a->num = v ? 1 : 0; }
-}
-
-void sp_job_nil(sp_task *t) { (void)next_arg(t); }
-
-void sp_job_spec(sp_task *t) {
-  sp_val *a = next_arg(t);
-  if (a) a->kind = SP_VAL_SPEC;
-}
-
 void sp_job_str(sp_task *t, const char *str) {
-  sp_val *a = next_arg(t);
+  sp_val *a = sp_job_next_arg(t);
   if (!a) return;
   char *d = strdup(str ? str : "");
   if (!d) return;
@@ -288,9 +248,6 @@ void sp_job_str(sp_task *t, const char *str) {
   a->len = (int)strlen(d);
 }
 
-void sp_job_keep(sp_task *t, int i) {
-  if (i >= 0 && i < SP_JOB_MAXRES) t->call.keep |= 1 << i;
-}
 
 /* Release a job's arguments (it ended, or was cancelled while queued). */
 static void job_args_free(sp_task *t) {

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <lua.h>
 #include "sp_ctx.h"
+#include "sp_vals.h"
 
 typedef struct sp_op sp_op;
 typedef void (*sp_op_cancel_fn)(sp_op *op);
@@ -76,15 +77,57 @@ void sp_sched_unqueue(sp_ctx *ctx, sp_runnable *r);  /* take a C runnable off th
    coroutine switch unless it waits. Add the function and its arguments with
    sp_job_* (the first argument is the function), then sp_job_start. */
 sp_task *sp_job_new(sp_ctx *ctx, sp_task_hook hook, void *ud);
-void sp_job_val(sp_task *t, int slot);              /* a stored value (the job holds a reference) */
-void sp_job_held(sp_task *t, int slot);             /* one the caller keeps alive longer than the job */
-void sp_job_num(sp_task *t, double v);
-void sp_job_bool(sp_task *t, int v);
-void sp_job_nil(sp_task *t);
-void sp_job_str(sp_task *t, const char *s);
-void sp_job_spec(sp_task *t);                       /* its speculative flag, read when it runs */
-void sp_job_keep(sp_task *t, int i);                /* result i (0-based) goes to the value store */
+void sp_job_str(sp_task *t, const char *s);         /* a string (copied) */
 void sp_job_start(sp_task *t);                      /* queue it */
+
+/* The argument setters are inline: a window adds a dozen per hop. */
+static inline sp_val *sp_job_next_arg(sp_task *t) {
+  if (t->call.nargs >= SP_JOB_MAXARGS) return NULL;
+  sp_val *a = &t->call.args[t->call.nargs++];
+  a->kind = SP_VAL_NIL;
+  return a;
+}
+
+/* A stored value (the job holds a reference until it ends). */
+static inline void sp_job_val(sp_task *t, int slot) {
+  sp_val *a = sp_job_next_arg(t);
+  if (!a || slot <= 0) return;   /* no value: nil */
+  a->kind = SP_VAL_SLOT;
+  a->slot = slot;
+  t->call.owned |= 1 << (t->call.nargs - 1);
+  sp_vals_retain(t->ctx, slot);
+}
+
+/* A stored value the caller keeps alive longer than the job. */
+static inline void sp_job_held(sp_task *t, int slot) {
+  sp_val *a = sp_job_next_arg(t);
+  if (!a || slot <= 0) return;
+  a->kind = SP_VAL_SLOT;
+  a->slot = slot;
+}
+
+static inline void sp_job_num(sp_task *t, double v) {
+  sp_val *a = sp_job_next_arg(t);
+  if (a) { a->kind = SP_VAL_NUM; a->num = v; }
+}
+
+static inline void sp_job_bool(sp_task *t, int v) {
+  sp_val *a = sp_job_next_arg(t);
+  if (a) { a->kind = SP_VAL_BOOL; a->num = v ? 1 : 0; }
+}
+
+static inline void sp_job_nil(sp_task *t) { (void)sp_job_next_arg(t); }
+
+/* The job's speculative flag, read when it runs (a promotion clears it). */
+static inline void sp_job_spec(sp_task *t) {
+  sp_val *a = sp_job_next_arg(t);
+  if (a) a->kind = SP_VAL_SPEC;
+}
+
+/* Result i (0-based) goes to the value store whatever its type. */
+static inline void sp_job_keep(sp_task *t, int i) {
+  if (i >= 0 && i < SP_JOB_MAXRES) t->call.keep |= 1 << i;
+}
 
 void sp_op_link(sp_task *t, sp_op *op, sp_op_cancel_fn cancel);
 void sp_op_unlink(sp_op *op);

@@ -30,15 +30,9 @@ int sp_vals_new(sp_ctx *ctx) {
   return slot;
 }
 
-void sp_vals_retain(sp_ctx *ctx, int slot) {
-  if (slot > 0 && slot <= ctx->vals.top) ctx->vals.rc[slot]++;
-}
-
-void sp_vals_release(sp_ctx *ctx, int slot) {
+/* The release list is full: grow it (out of line; rare). */
+void sp_vals_dead(sp_ctx *ctx, int slot) {
   sp_vals *v = &ctx->vals;
-  if (slot <= 0 || slot > v->top || v->rc[slot] <= 0) return;
-  if (--v->rc[slot] > 0) return;
-  v->live--;
   if (grow(&v->dead, &v->capdead, v->ndead + 1, 0) != 0) return; /* the slot is never reused */
   v->dead[v->ndead++] = slot;
 }

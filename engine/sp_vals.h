@@ -13,8 +13,21 @@
 
 #define SP_NOVAL 0          /* "no value": slots start at 1 */
 
-void sp_vals_retain(sp_ctx *ctx, int slot);
-void sp_vals_release(sp_ctx *ctx, int slot);
+void sp_vals_dead(sp_ctx *ctx, int slot);    /* a slot's count reached zero */
+
+/* Inline: the window takes and drops several values per hop. */
+static inline void sp_vals_retain(sp_ctx *ctx, int slot) {
+  if (slot > 0 && slot <= ctx->vals.top) ctx->vals.rc[slot]++;
+}
+
+static inline void sp_vals_release(sp_ctx *ctx, int slot) {
+  sp_vals *v = &ctx->vals;
+  if (slot <= 0 || slot > v->top || v->rc[slot] <= 0) return;
+  if (--v->rc[slot] > 0) return;
+  v->live--;
+  if (v->ndead < v->capdead) v->dead[v->ndead++] = slot;
+  else sp_vals_dead(ctx, slot);
+}
 /* Loop context only (they use the Lua state). */
 int sp_vals_store(sp_ctx *ctx, lua_State *L, int idx);  /* a new slot holding the value at idx */
 void sp_vals_push(sp_ctx *ctx, lua_State *L, int slot); /* push its value (nil for none) */
