@@ -142,7 +142,7 @@ struct sp_window {
   int fn_start, fn_advance, fn_call, fn_warmup, fn_spec, fn_verify; /* adapter functions (slots) */
   int fn_pfcall;           /* adapter function running a predicted call (slot) */
   int pf_accounted;        /* prediction counters added to the run's */
-  int qctx_ref;            /* value slot of the query's ctx table */
+  int qctx_ref;            /* value slot of { __index = the query's ctx }, the step ctx metatable */
   sp_node *head;           /* the verified node */
   int live;                /* live nodes plus speculator reservations */
   int round;               /* window mode: threads created this round */

@@ -129,9 +129,11 @@ function M.adapter(agent, opts)
   -- One ctx per thread step: step() sees it first; once the step has
   -- decided, ctx.step and ctx.action are filled in and the same table goes
   -- to the tool, speculator and verifier calls of that step.
-  local function mkctx(qctx, hop, spec, state)
+  -- qmt, the first argument of every adapter function, is the metatable the
+  -- window's step ctx tables share: { __index = the query's ctx }.
+  local function mkctx(qmt, hop, spec, state)
     return setmetatable({ hop = hop, speculative = spec, state = state, step = false, action = false,
-                          on_tool_name = false }, qctx.__mt)
+                          on_tool_name = false }, qmt)
   end
 
   local function tool_name_cb(name)
@@ -264,10 +266,10 @@ function M.adapter(agent, opts)
     return state, kind, s, tool, hint, t_upd, 0, can, key, midx, ctx
   end
 
-  function A.start(qctx)
-    local ctx = mkctx(qctx, 0, false, nil)
+  function A.start(qmt)
+    local ctx = mkctx(qmt, 0, false, nil)
     local t0 = time_update and now() or 0
-    local state = init_fn(qctx.query, ctx)
+    local state = init_fn(qmt.__index.query, ctx)
     if state == nil then plain("init (" .. where(init_fn) .. ") returned nil") end
     local t1 = time_update and now() or 0
     ctx.state = state
@@ -276,11 +278,11 @@ function M.adapter(agent, opts)
   end
 
   -- update(state, step, observation) then step() of the new state.
-  function A.advance(qctx, state, step, obs, cands, idx, hop, spec)
+  function A.advance(qmt, state, step, obs, cands, idx, hop, spec)
     if cands ~= nil then
       if idx == 0 then obs = cands else obs = cands[idx] end
     end
-    local ctx = mkctx(qctx, hop, spec, state)
+    local ctx = mkctx(qmt, hop, spec, state)
     local before = debug_mode and canonical(state)
     local t0 = time_update and now() or 0
     local s2 = update_fn(state, step, obs, ctx)
@@ -295,20 +297,20 @@ function M.adapter(agent, opts)
   end
 
   -- A predicted call started early (always speculative).
-  function A.pfcall(qctx, tool, args, hop)
-    local ctx = setmetatable({ hop = hop, speculative = true, predicted = true }, qctx.__mt)
+  function A.pfcall(qmt, tool, args, hop)
+    local ctx = setmetatable({ hop = hop, speculative = true, predicted = true }, qmt)
     return tools[tool].call(args, ctx)
   end
 
   -- spec: whether the call is for an unverified state, as the window sees
   -- it when the call starts (a promotion clears it)
-  function A.call(qctx, ctx, spec)
+  function A.call(qmt, ctx, spec)
     ctx.speculative = spec
     local a = ctx.action
     return tools[a.tool].call(a.args, ctx)
   end
 
-  function A.warmup(qctx, ctx, spec)
+  function A.warmup(qmt, ctx, spec)
     ctx.speculative = spec
     local a = ctx.action
     local w = tools[a.tool].warmup
@@ -353,7 +355,7 @@ function M.adapter(agent, opts)
     return r[2]
   end
 
-  function A.speculate(qctx, ctx, spec, m, timeout)
+  function A.speculate(qmt, ctx, spec, m, timeout)
     ctx.speculative = spec
     local a = ctx.action
     local S = tools[a.tool].speculate or agent_spec
@@ -373,7 +375,7 @@ function M.adapter(agent, opts)
     return 0, concat(reasons, "; ")
   end
 
-  function A.verify(qctx, ctx, spec, cands, obs, nk, raw)
+  function A.verify(qmt, ctx, spec, cands, obs, nk, raw)
     ctx.speculative = spec
     local a = ctx.action
     local V = tools[a.tool].verify or agent_verify

@@ -413,8 +413,9 @@ local function new_window(run, q, index)
   w = ffi.gc(w, C.sp_window_free)
   local qctx = { id = q.id, query = q.query, record = q.record, set = o.set, seed = o.seed,
                  index = index, max_hops = q.max_hops, mode = o.mode }
-  qctx.__mt = { __index = qctx }
-  sched.handoff[C.sp_window_id(w)] = { adapter = run.adapter, qctx = qctx }
+  -- the window hands the adapter the metatable of the query's step ctx
+  -- tables ({ __index = qctx }), not qctx itself (one field less per query)
+  sched.handoff[C.sp_window_id(w)] = { adapter = run.adapter, qctx = { __index = qctx } }
   return w
 end
 
@@ -466,7 +467,7 @@ local function run_all(run, queries, emit, progress)
   local sum_wall, sum_std = 0, 0
   local conc = math.min(o.concurrency or 16, math.max(n, 1))
   local group = ffi.gc(C.sp_wgroup_new(core.ctx), C.sp_wgroup_free)
-  local active = {}     -- window id -> { w, query index }
+  local active_w, active_i = {}, {}   -- window id -> window, query index
   local me = sched.current("specula.run")
   local jitter = o.start_jitter_ms and o.start_jitter_ms > 0
   local function record(i, rec)
@@ -488,7 +489,8 @@ local function run_all(run, queries, emit, progress)
       if not w then
         record(i, { id = q.id, query = q.query, error = err })
       else
-        active[C.sp_window_id(w)] = { w = w, i = i }
+        local id = C.sp_window_id(w)
+        active_w[id], active_i[id] = w, i
         if jitter then
           -- Spread the starts of concurrent queries (keyed, so runs repeat).
           local idk = tostring(q.id)
@@ -504,11 +506,11 @@ local function run_all(run, queries, emit, progress)
       if C.sp_wgroup_wait(group, me) == 0 then sched.yield() end
     else
       local id = C.sp_window_id(fw)
-      local a = active[id]
-      active[id] = nil
-      local ok, rec = pcall(finish_window, run, a.w, queries[a.i], a.i)
-      if not ok then rec = { id = queries[a.i].id, query = queries[a.i].query, error = tostring(rec) } end
-      record(a.i, rec)
+      local aw, ai = active_w[id], active_i[id]
+      active_w[id], active_i[id] = nil, nil
+      local ok, rec = pcall(finish_window, run, aw, queries[ai], ai)
+      if not ok then rec = { id = queries[ai].id, query = queries[ai].query, error = tostring(rec) } end
+      record(ai, rec)
     end
   end
   return results
