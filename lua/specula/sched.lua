@@ -107,17 +107,21 @@ local function put(i, v, keep)
   e.kind = V_SLOT; e.slot = slot
 end
 
+-- RES points into Lua strings (results, the error message): they stay
+-- referenced from this frame until C has read them, so done() is not a
+-- tail call.
 local function finish(t, keep, ok, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11)
   if not ok then
-    put(0, tostring(r0), 0)
+    local msg = tostring(r0)
+    put(0, msg, 0)
     for i = 1, 11 do RES.v[i].kind = V_NIL end
-    return done(t, 0)
+    done(t, 0)
+    return
   end
   put(0, r0, keep); put(1, r1, keep); put(2, r2, keep); put(3, r3, keep)
   put(4, r4, keep); put(5, r5, keep); put(6, r6, keep); put(7, r7, keep)
   put(8, r8, keep); put(9, r9, keep); put(10, r10, keep); put(11, r11, keep)
-  -- the strings above stay alive on this frame until C has read them
-  return done(t, 1)
+  done(t, 1)
 end
 
 local function dispatcher()
@@ -129,7 +133,7 @@ local function dispatcher()
       local c = job_call(t)
       local fn = VALS[c.args[0].slot]
       finish(t, c.keep, xpcall(fn, on_error, arg(c, 1, t), arg(c, 2, t), arg(c, 3, t), arg(c, 4, t),
-        arg(c, 5, t), arg(c, 6, t), arg(c, 7, t), arg(c, 8, t), arg(c, 9, t)))
+        arg(c, 5, t), arg(c, 6, t), arg(c, 7, t), arg(c, 8, t)))
     end
   end
 end
