@@ -153,7 +153,10 @@ static void free_id(sp_ctx *ctx, int id) {
 }
 
 /* Task structs are recycled: a window makes several per hop, and
-   malloc/free showed in the profile. */
+   malloc/free showed in the profile. A recycled struct is cleared up to
+   its job arguments, which must stay the last member. */
+_Static_assert(offsetof(sp_task, call) + sizeof(sp_jobcall) == sizeof(sp_task),
+               "sp_task.call must be the last member");
 #define SP_TASK_POOL_MAX 4096
 
 static sp_task *task_alloc(sp_ctx *ctx, sp_task *parent) {
@@ -277,7 +280,7 @@ static void anchor_drop(sp_ctx *ctx, int ref) {
 }
 
 /* A dispatcher coroutine: a parked one, or a new one about to start the
-   Lua dispatcher body (*fresh). */
+   Lua dispatcher body. */
 static lua_State *disp_take(sp_ctx *ctx, int *ref) {
   if (ctx->npool > 0) {
     ctx->npool--;

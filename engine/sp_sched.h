@@ -53,7 +53,6 @@ struct sp_task {
   int reaping;              /* on the reap list */
   int job;                  /* a window call run by the Lua dispatcher */
   int worker_ref;           /* anchor of the dispatcher coroutine a waiting job holds */
-  sp_jobcall call;          /* a job's function and arguments (held until it ends) */
   lua_State *co;            /* the coroutine, anchored in the coroutine table */
   sp_task *parent;          /* cancelling the parent cancels this task */
   sp_task *child;           /* first child */
@@ -67,6 +66,8 @@ struct sp_task {
   void *window_node;        /* the window node this job belongs to, if any */
   sp_task *reap_next;       /* reap list link */
   sp_task *all_prev, *all_next; /* every live task, for shutdown */
+  sp_jobcall call;          /* a job's function and arguments (held until it ends);
+                               last: a recycled struct is cleared up to here */
 };
 
 void sp_sched_init(sp_ctx *ctx);
