@@ -20,7 +20,7 @@
 -- except an {env.NAME} that starts the URL (a base URL such as
 -- "{env.SEARCH_BASE}/search?q={q}"). In headers and string bodies values are
 -- inserted as they are. In a table body, a string that is exactly one
--- placeholder takes the argument's own JSON type (numbers stay numbers,
+-- {field} takes the argument's own JSON type (numbers stay numbers,
 -- tables stay tables); other strings are rendered as text; keys are not
 -- templated. A missing argument or variable is an error naming it.
 --
@@ -45,7 +45,7 @@ local M = {}
 ----------------------------------------------------------------------------
 
 -- "a {x} b {env.Y}" -> { "a ", {name = "x"}, " b ", {env = "Y"} }; nil when
--- the text has no placeholder.
+-- the text has no {field}.
 local function compile(s)
   local parts, i, any = {}, 1, false
   while true do
@@ -57,7 +57,7 @@ local function compile(s)
       parts[#parts + 1] = env and { env = env, pos = a } or { name = name, pos = a }
       any = true
     else
-      parts[#parts + 1] = sub(s, i, b)  -- not a placeholder: keep as written
+      parts[#parts + 1] = sub(s, i, b)  -- not a {field}: keep as written
     end
     i = b + 1
   end
@@ -71,7 +71,7 @@ local function urlencode(s)
 end
 M.urlencode = urlencode
 
--- The value of one placeholder. env values are recorded in `secrets`.
+-- The value of one {field}. env values are recorded in `secrets`.
 local function value_of(tool, p, args, where, secrets)
   if p.env then
     local v = os.getenv(p.env)
@@ -116,7 +116,7 @@ local function render(tool, parts, args, where, secrets, mode)
 end
 
 -- A compiled body template: a deep copy where every templated string is
--- replaced by { parts } (or { whole = placeholder }).
+-- replaced by { parts } (or { __whole = field } when it is exactly one).
 local function compile_body(v)
   if type(v) == "string" then
     local parts = compile(v)
