@@ -159,9 +159,17 @@ int sp_http_configure(sp_ctx *ctx, long max_host_conns, long max_total_conns);
 
 /* ---- eligibility policy (engine/sp_policy.c) -------------------------- */
 enum { SP_FORBID = 0, SP_WARMUP = 1, SP_FULL = 2 };
+/* The script's own decision passed to the gate, when it has none to give:
+   none asked (a table-only policy), or the script raised or returned
+   something that is not a decision (counts as forbid). */
+enum { SP_HINT_NONE = -1, SP_HINT_ERROR = -2 };
+/* What asks the gate: a target call from an unverified thread, its warm-up
+   hook, a prediction fired at step start, one fired on a streamed tool name. */
+enum { SP_TRIG_TARGET = 0, SP_TRIG_WARMUP = 1, SP_TRIG_PRED_START = 2, SP_TRIG_PRED_NAME = 3,
+       SP_TRIG_N = 4 };
 /* Why a launch was not run in full. */
 enum { SP_GATE_OK = 0, SP_GATE_CLASS = 1, SP_GATE_HINT = 2, SP_GATE_INFLIGHT = 3,
-       SP_GATE_BUDGET = 4, SP_GATE_RATE = 5, SP_GATE_UNKNOWN = 6 };
+       SP_GATE_BUDGET = 4, SP_GATE_RATE = 5, SP_GATE_UNKNOWN = 6, SP_GATE_SCRIPT = 7 };
 typedef struct sp_gate_counts {
   double full;          /* launches run in full */
   double warmup;        /* launches reduced to the warm-up hook */
@@ -169,6 +177,7 @@ typedef struct sp_gate_counts {
   double by_budget;     /* of those, refused by a per-query budget */
   double by_rate;       /* of those, refused by the class rate limit */
   double by_hint;       /* of those, lowered by a script's own decision */
+  double by_script;     /* of those, forbidden because the script gave no decision (raised, bad value, none) */
 } sp_gate_counts;
 sp_policy *sp_policy_new(void);
 void sp_policy_free(sp_policy *p);
@@ -178,6 +187,10 @@ int sp_policy_class(sp_policy *p, const char *name, int decision, double rate_pe
 int sp_policy_tool(sp_policy *p, const char *tool, const char *cls, double cost);
 /* Per-query budgets: speculative calls in flight, and wasted cost (< 0: none). */
 void sp_policy_budget(sp_policy *p, double max_inflight, double max_wasted_cost);
+/* The policy has a script (a function or `decide`): every launch must then
+   carry the script's decision for that very call; one without is forbid. */
+void sp_policy_set_scripted(sp_policy *p, int scripted);
+int sp_policy_scripted(const sp_policy *p);
 int sp_policy_tool_index(const sp_policy *p, const char *tool, size_t len);
 int sp_policy_ntools(const sp_policy *p);
 int sp_policy_nclasses(const sp_policy *p);
@@ -186,12 +199,16 @@ const char *sp_policy_class_name(const sp_policy *p, int i);
 int sp_policy_tool_class(const sp_policy *p, int tool);   /* class index of a tool */
 int sp_policy_class_decision(const sp_policy *p, int cls);
 double sp_policy_tool_cost(const sp_policy *p, int tool);
-/* The gate. tool < 0 is an unknown tool. hint is the script's own decision
-   (it can only lower the class decision). inflight and wasted are the
-   query's current speculative calls in flight and wasted cost. Counts the
-   decision; *why gets an SP_GATE_* reason. */
-int sp_policy_gate(sp_policy *p, int tool, int hint, double inflight, double wasted, int *why);
-void sp_policy_tool_counts(const sp_policy *p, int tool, sp_gate_counts *out);  /* tool -1: unknown */
+/* The gate: the one choke point every early launch passes. tool < 0 is an
+   unknown tool; trigger is SP_TRIG_*; hint is the script's decision for this
+   very call (SP_HINT_*: none or error), and the lower of it and the class
+   decision wins. inflight and wasted are the query's speculative calls in
+   flight and wasted cost. Counts the decision per tool and trigger; *why
+   gets an SP_GATE_* reason. */
+int sp_policy_gate(sp_policy *p, int tool, int trigger, int hint, double inflight, double wasted,
+                   int *why);
+/* Decisions of tool (-1: unknown tools) for trigger (-1: all triggers). */
+void sp_policy_tool_counts(const sp_policy *p, int tool, int trigger, sp_gate_counts *out);
 void sp_policy_class_counts(const sp_policy *p, int cls, sp_gate_counts *out);
 
 /* ---- action speculation (engine/sp_prefetch.c, window side in sp_window.c) */
@@ -283,7 +300,8 @@ typedef struct sp_window_stats {
   int max_threads;           /* peak live threads */
   int k_last;                /* k in force at the end (auto mode changes it) */
   double wasted_cost;        /* cost of speculative target calls whose result was thrown away */
-  double wasted_calls;       /* number of such calls */
+  double wasted_calls;       /* number of such calls (counted whether or not the tool declares a cost) */
+  double gate[4][3];         /* gate decisions: [SP_TRIG_*][SP_FORBID, SP_WARMUP, SP_FULL] */
   sp_prefetch_stats pf;      /* action speculation of this query */
 } sp_window_stats;
 sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_t errlen);

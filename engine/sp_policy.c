@@ -17,7 +17,7 @@ typedef struct sp_ptool {
   char *name;              /* tool name as the agent declares it */
   int cls;                 /* class index */
   double cost;             /* cost of one call, for wasted-cost budgets */
-  sp_gate_counts c;        /* decisions counted for this tool */
+  sp_gate_counts c[SP_TRIG_N]; /* decisions counted for this tool, per trigger */
 } sp_ptool;
 
 struct sp_policy {
@@ -27,7 +27,8 @@ struct sp_policy {
   int ntools;              /* entries used */
   double max_inflight;     /* per-query speculative calls in flight, < 0 = none */
   double max_wasted;       /* per-query wasted cost, < 0 = none */
-  sp_gate_counts unknown;  /* decisions for tools not in the table */
+  sp_gate_counts unknown[SP_TRIG_N]; /* decisions for tools not in the table, per trigger */
+  int scripted;            /* a script decides too: a launch without its decision is forbid */
 };
 
 sp_policy *sp_policy_new(void) {
@@ -110,6 +111,12 @@ void sp_policy_budget(sp_policy *p, double max_inflight, double max_wasted_cost)
   p->max_wasted = max_wasted_cost;
 }
 
+void sp_policy_set_scripted(sp_policy *p, int scripted) {
+  if (p) p->scripted = scripted != 0;
+}
+
+int sp_policy_scripted(const sp_policy *p) { return p ? p->scripted : 0; }
+
 int sp_policy_tool_index(const sp_policy *p, const char *tool, size_t len) {
   if (!p || !tool) return -1;
   for (int i = 0; i < p->ntools; i++)
@@ -153,13 +160,16 @@ static void count(sp_gate_counts *c, int d, int why) {
   if (why == SP_GATE_BUDGET || why == SP_GATE_INFLIGHT) c->by_budget++;
   else if (why == SP_GATE_RATE) c->by_rate++;
   else if (why == SP_GATE_HINT) c->by_hint++;
+  else if (why == SP_GATE_SCRIPT) c->by_script++;
 }
 
-int sp_policy_gate(sp_policy *p, int tool, int hint, double inflight, double wasted, int *why) {
+int sp_policy_gate(sp_policy *p, int tool, int trigger, int hint, double inflight, double wasted,
+                   int *why) {
   int reason = SP_GATE_OK;
+  if (trigger < 0 || trigger >= SP_TRIG_N) trigger = SP_TRIG_TARGET;
   if (!p || tool < 0 || tool >= p->ntools) {
     if (p) {
-      count(&p->unknown, SP_FORBID, SP_GATE_UNKNOWN);
+      count(&p->unknown[trigger], SP_FORBID, SP_GATE_UNKNOWN);
       count(&p->classes[0].c, SP_FORBID, SP_GATE_UNKNOWN);
     }
     if (why) *why = SP_GATE_UNKNOWN;
@@ -169,11 +179,18 @@ int sp_policy_gate(sp_policy *p, int tool, int hint, double inflight, double was
   sp_pclass *c = &p->classes[t->cls];
   int d = c->decision;
   if (d != SP_FULL) reason = SP_GATE_CLASS;
-  if (hint >= SP_FORBID && hint < d) {
+  if (hint <= SP_HINT_ERROR || hint > SP_FULL || (p->scripted && hint == SP_HINT_NONE)) {
+    /* Fail closed: a scripted policy that gave no decision for this very
+       call (it raised, returned a non-decision, or nobody asked it). */
+    d = SP_FORBID;
+    reason = SP_GATE_SCRIPT;
+  } else if (hint >= SP_FORBID && hint < d) {
     d = hint;
     reason = SP_GATE_HINT;
   }
-  if (d == SP_FULL) {
+  /* A warm-up hook only needs warm-up clearance; budgets and rates are for
+     the calls themselves. */
+  if (d == SP_FULL && trigger != SP_TRIG_WARMUP) {
     if (p->max_inflight >= 0 && inflight + 1 > p->max_inflight) {
       d = SP_FORBID;
       reason = SP_GATE_INFLIGHT;
@@ -186,17 +203,31 @@ int sp_policy_gate(sp_policy *p, int tool, int hint, double inflight, double was
       reason = SP_GATE_RATE;
     }
   }
-  count(&t->c, d, reason);
+  count(&t->c[trigger], d, reason);
   count(&c->c, d, reason);
   if (why) *why = reason;
   return d;
 }
 
-void sp_policy_tool_counts(const sp_policy *p, int tool, sp_gate_counts *out) {
+static void add_counts(sp_gate_counts *a, const sp_gate_counts *b) {
+  a->full += b->full;
+  a->warmup += b->warmup;
+  a->forbid += b->forbid;
+  a->by_budget += b->by_budget;
+  a->by_rate += b->by_rate;
+  a->by_hint += b->by_hint;
+  a->by_script += b->by_script;
+}
+
+void sp_policy_tool_counts(const sp_policy *p, int tool, int trigger, sp_gate_counts *out) {
   memset(out, 0, sizeof *out);
-  if (!p) return;
-  if (tool < 0) *out = p->unknown;
-  else if (tool < p->ntools) *out = p->tools[tool].c;
+  if (!p || tool >= p->ntools || trigger >= SP_TRIG_N) return;
+  const sp_gate_counts *c = tool < 0 ? p->unknown : p->tools[tool].c;
+  if (trigger >= 0) {
+    *out = c[trigger];
+    return;
+  }
+  for (int i = 0; i < SP_TRIG_N; i++) add_counts(out, &c[i]);
 }
 
 void sp_policy_class_counts(const sp_policy *p, int cls, sp_gate_counts *out) {

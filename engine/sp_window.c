@@ -53,6 +53,13 @@ enum { KIND_ACTION = 1, KIND_FINAL = 2 };                        /* step result 
 
 typedef struct sp_node sp_node;
 
+/* A speculative call whose use is not known yet: launched from an
+   unverified state or a prediction, until it proves useful or is wasted. */
+typedef struct sp_risk {
+  double cost;             /* its declared cost (0 when the tool declares none) */
+  int on;                  /* a call is at risk */
+} sp_risk;
+
 enum { PF_HELD, PF_GATED, PF_RUNNING, PF_DONE, PF_FAILED, PF_PROMOTED };
 
 /* One prediction of a thread's next action (action speculation). */
@@ -68,7 +75,8 @@ typedef struct sp_pfent {
   double t0, t1;           /* ms: started, finished */
   int obs_ref;             /* value slot of its result */
   int counted;             /* included in w->inflight */
-  double risk;             /* its cost, at risk of being wasted */
+  int hint;                /* the script's decision for this call (SP_HINT_* or a decision) */
+  sp_risk risk;            /* the early call, at risk of being wasted */
 } sp_pfent;
 
 struct sp_node {
@@ -108,10 +116,12 @@ struct sp_node {
   int npf;                 /* entries in pf */
   int pf_list;             /* value slot of predictions not yet loaded, 0 = none */
   int pf_count;            /* how many predictions that list holds */
-  char *pf_name;           /* a streamed tool name not yet acted on */
+  char *pf_names;          /* streamed tool names not yet acted on, each NUL-terminated */
+  size_t pf_names_len;     /* bytes used in pf_names */
   sp_runnable pf_kick;     /* loads and fires predictions from the loop */
   int pf_promoted;         /* index of the entry serving as the target, -1 none */
-  double risk;             /* cost of its speculative target call, at risk of waste */
+  sp_risk risk;            /* its speculative target call, at risk of being wasted */
+  char *spec_err;          /* why its speculator failed (NULL: it did not) */
   double t_adv0;           /* ms: advance job queued */
   double t_update;         /* ms: update() that built this state */
   double t_seg;            /* ms: step() */
@@ -181,7 +191,7 @@ static void on_warmup(sp_task *t, const sp_jobres *res, int status, void *ud);
 static void verify_head(sp_window *w);
 static void try_extend(sp_window *w);
 static void finish(sp_window *w);
-static void fail(sp_window *w, const char *fmt, const char *detail);
+static void fail(sp_window *w, const char *msg);
 static void promote(sp_window *w, sp_node *n);
 static void pf_kick_run(sp_ctx *ctx, sp_runnable *r);
 static void pf_release(sp_window *w, sp_node *n, int count_waste);
@@ -190,6 +200,23 @@ static sp_hop_rec *last_rec(sp_window *w);
 static void complete_rec(sp_window *w, sp_hop_rec *r, double t_update);
 
 /* ---- small helpers ------------------------------------------------------ */
+
+/* prefix + msg, msg cut to at most 400 bytes on a UTF-8 character
+   boundary (a reason goes to records and traces: it stays short and valid). */
+static char *reason_dup(const char *prefix, const char *msg) {
+  if (!msg) msg = "";
+  size_t pl = strlen(prefix), ml = strlen(msg);
+  if (ml > 400) {
+    ml = 400;
+    while (ml > 0 && ((unsigned char)msg[ml] & 0xC0) == 0x80) ml--;
+  }
+  char *s = malloc(pl + ml + 1);
+  if (!s) return NULL;
+  memcpy(s, prefix, pl);
+  memcpy(s + pl, msg, ml);
+  s[pl + ml] = '\0';
+  return s;
+}
 
 /* A hook reacts at one instant: the scheduler reads the clock once per
    hook (ctx->hook_now), and every timestamp the reaction takes uses it. */
@@ -283,18 +310,39 @@ static void note_live(sp_window *w, int delta) {
 /* Speculative cost is "at risk" from launch until the call's state is
    verified (it was useful) or discarded (it was wasted); the gate counts it
    against the wasted-cost budget, so waste can never exceed the budget. */
-static void risk_wasted(sp_window *w, double *risk) {
-  if (*risk <= 0) return;
-  w->at_risk -= *risk;
-  w->st.wasted_calls += 1;
-  w->st.wasted_cost += *risk;
-  *risk = 0;
+static void risk_take(sp_window *w, sp_risk *r, double cost) {
+  r->on = 1;
+  r->cost = cost > 0 ? cost : 0;
+  w->at_risk += r->cost;
 }
 
-static void risk_useful(sp_window *w, double *risk) {
-  if (*risk <= 0) return;
-  w->at_risk -= *risk;
-  *risk = 0;
+/* Every discarded call counts, whether or not its tool declares a cost. */
+static void risk_wasted(sp_window *w, sp_risk *r) {
+  if (!r->on) return;
+  w->at_risk -= r->cost;
+  w->st.wasted_calls += 1;
+  w->st.wasted_cost += r->cost;
+  r->on = 0;
+  r->cost = 0;
+}
+
+static void risk_useful(sp_window *w, sp_risk *r) {
+  if (!r->on) return;
+  w->at_risk -= r->cost;
+  r->on = 0;
+  r->cost = 0;
+}
+
+/* The window's one way to the gate: every launch from an unverified state
+   or a prediction comes through here with its trigger and the script's
+   decision for that very call; counted per query and trigger. */
+_Static_assert(SP_TRIG_N == 4 && SP_FULL == 2, "sp_window_stats.gate is [SP_TRIG_N][3]");
+static int gate(sp_window *w, int tool, int trigger, int hint) {
+  int why = 0;
+  int d = sp_policy_gate(w->cfg.policy, tool, trigger, hint, w->inflight,
+                         w->st.wasted_cost + w->at_risk, &why);
+  w->st.gate[trigger][d]++;
+  return d;
 }
 
 /* ---- nodes -------------------------------------------------------------- */
@@ -343,7 +391,7 @@ static sp_node *node_new(sp_window *w, int hop, sp_node *parent, int rank, doubl
   n->phase = PH_ADVANCING;
   n->state_ref = n->step_ref = n->obs_ref = n->cands_ref = n->actx_ref = SP_NOVAL;
   n->tool = -1;
-  n->hint = -1;
+  n->hint = SP_HINT_NONE;
   n->t_spec = -1;
   n->pf_promoted = -1;
   n->pf_kick.run = pf_kick_run;
@@ -413,6 +461,7 @@ static void node_free(sp_window *w, sp_node *n) {
   free(n->confs);
   free(n->err);
   free(n->tg_err);
+  free(n->spec_err);
   note_live(w, -1);
   node_release(w->ctx, n);
 }
@@ -513,7 +562,7 @@ static int start_advance(sp_window *w, sp_node *n, sp_node *from, int use_obs) {
 static void start_target(sp_window *w, sp_node *n) {
   sp_task *t = job(w, n, w->fn_call, on_target);
   if (!t) {
-    fail(w, "%s", "out of memory starting a tool call");
+    fail(w, "out of memory starting a tool call");
     return;
   }
   /* the adapter sets ctx.speculative from the job's flag when it runs
@@ -527,15 +576,17 @@ static void start_target(sp_window *w, sp_node *n) {
   if (n->tg_spec) {
     w->inflight++;
     w->st.speculative_launches++;
-    n->risk = sp_policy_tool_cost(w->cfg.policy, n->tool);
-    w->at_risk += n->risk;
+    risk_take(w, &n->risk, sp_policy_tool_cost(w->cfg.policy, n->tool));
   }
   n->t_target0 = now_ms(w);
   w->st.target_calls++;
   sp_job_start(t);
 }
 
+/* The warm-up hook of a deferred call: it passes the gate too (for the
+   same call, as a warm-up), so no decision path skips the choke point. */
 static void start_warmup(sp_window *w, sp_node *n) {
+  if (gate(w, n->tool, SP_TRIG_WARMUP, n->hint) < SP_WARMUP) return;
   sp_task *t = job(w, n, w->fn_warmup, on_warmup);
   if (!t) return;
   sp_job_val(t, n->actx_ref);
@@ -547,7 +598,12 @@ static void start_warmup(sp_window *w, sp_node *n) {
 
 static void start_spec(sp_window *w, sp_node *n) {
   sp_task *t = job(w, n, w->fn_spec, on_spec);
-  if (!t) return;
+  if (!t) {
+    /* returning with the node unchanged would make try_extend pick it
+       again forever */
+    fail(w, "out of memory starting a speculator");
+    return;
+  }
   sp_job_val(t, n->actx_ref);
   sp_job_spec(t);
   sp_job_num(t, w->cfg.m);
@@ -569,8 +625,7 @@ static void launch_target(sp_window *w, sp_node *n) {
     start_target(w, n);
     return;
   }
-  int why = 0;
-  int d = sp_policy_gate(w->cfg.policy, n->tool, n->hint, w->inflight, w->st.wasted_cost + w->at_risk, &why);
+  int d = gate(w, n->tool, SP_TRIG_TARGET, n->hint);
   if (d == SP_FULL) {
     start_target(w, n);
     return;
@@ -596,7 +651,8 @@ static int pf_promote(sp_window *w, sp_node *n, int idx, int lossy) {
   n->tg_spec = is_speculative(w, n);
   if (n->tg_spec) {
     n->risk = e->risk;   /* still speculative: its fate is the thread's */
-    e->risk = 0;
+    e->risk.on = 0;
+    e->risk.cost = 0;
   } else {
     risk_useful(w, &e->risk);
   }
@@ -652,7 +708,7 @@ static void on_pfent(sp_task *t, const sp_jobres *res, int status, void *ud) {
   }
 }
 
-static void pf_fire(sp_window *w, sp_node *n, sp_pfent *e, double conf) {
+static void pf_fire(sp_window *w, sp_node *n, sp_pfent *e, double conf, int trigger) {
   sp_prefetch *pf = w->cfg.prefetch;
   sp_prefetch_stats *q = &w->st.pf;
   double cost = sp_policy_tool_cost(w->cfg.policy, e->tool);
@@ -660,8 +716,7 @@ static void pf_fire(sp_window *w, sp_node *n, sp_pfent *e, double conf) {
     q->gated_ev++;
     return;   /* stays held: a tool-name trigger may raise its odds */
   }
-  int why = 0;
-  int d = sp_policy_gate(w->cfg.policy, e->tool, -1, w->inflight, w->st.wasted_cost + w->at_risk, &why);
+  int d = gate(w, e->tool, trigger, e->hint);
   if (d != SP_FULL) {
     /* warm-up and forbid both mean: not before the model decides */
     e->state = PF_GATED;
@@ -680,8 +735,7 @@ static void pf_fire(sp_window *w, sp_node *n, sp_pfent *e, double conf) {
   e->t0 = now_ms(w);
   e->counted = 1;
   w->inflight++;
-  e->risk = cost;
-  w->at_risk += cost;
+  risk_take(w, &e->risk, cost);
   q->fired++;
   w->st.predicted_calls++;
   w->st.speculative_launches++;
@@ -702,6 +756,7 @@ static void pf_kick_run(sp_ctx *ctx, sp_runnable *r) {
     int list = lua_gettop(L);
     int cnt = lua_istable(L, list) ? (int)lua_objlen(L, list) : 0;
     if (cnt > pf->max_per_step) cnt = pf->max_per_step;
+    if (cnt < 0) cnt = 0;
     free(n->pf);
     n->pf = cnt ? calloc((size_t)cnt, sizeof *n->pf) : NULL;
     n->npf = 0;
@@ -711,16 +766,20 @@ static void pf_kick_run(sp_ctx *ctx, sp_runnable *r) {
       lua_getfield(L, item, "tool");
       lua_getfield(L, item, "key");
       lua_getfield(L, item, "confidence");
+      lua_getfield(L, item, "hint");
       size_t tl = 0, kl = 0;
-      const char *tool = lua_tolstring(L, -3, &tl);
-      const char *key = lua_tolstring(L, -2, &kl);
-      if (tool && key) {
+      const char *tool = lua_tolstring(L, -4, &tl);
+      const char *key = lua_tolstring(L, -3, &kl);
+      if (tool && key && lua_type(L, -4) == LUA_TSTRING && lua_type(L, -3) == LUA_TSTRING) {
         sp_pfent *e = &n->pf[n->npf++];
         e->n = n;
         e->name = dupstr(tool);
         e->key = dupstr(key);
         e->tool = sp_policy_tool_index(w->cfg.policy, tool, tl);
-        e->conf = lua_tonumber(L, -1);
+        e->conf = lua_tonumber(L, -2);
+        /* the script's decision for this very prediction; none given is
+           SP_HINT_NONE, which a scripted policy's gate treats as forbid */
+        e->hint = lua_isnumber(L, -1) ? (int)lua_tointeger(L, -1) : SP_HINT_NONE;
         e->state = PF_HELD;
         e->obs_ref = SP_NOVAL;
         lua_getfield(L, item, "args");
@@ -735,22 +794,26 @@ static void pf_kick_run(sp_ctx *ctx, sp_runnable *r) {
     n->pf_count = 0;
     if (pf->trigger & SP_TRIGGER_START)
       for (int i = 0; i < n->npf; i++)
-        if (n->pf[i].state == PF_HELD) pf_fire(w, n, &n->pf[i], n->pf[i].conf);
+        if (n->pf[i].state == PF_HELD) pf_fire(w, n, &n->pf[i], n->pf[i].conf, SP_TRIG_PRED_START);
   }
-  if (n->pf_name) {
-    /* The article's trigger: the tool name is known; fire the held
-       candidates of that name, their odds renormalised among themselves. */
+  /* The article's trigger: a tool name is known (a stream may name several,
+     one per parallel tool call); fire the held candidates of each name,
+     their odds renormalised among themselves. */
+  for (size_t off = 0; n->pf_names && off < n->pf_names_len;) {
+    const char *name = n->pf_names + off;
+    off += strlen(name) + 1;
     double sum = 0;
     for (int i = 0; i < n->npf; i++)
-      if (n->pf[i].state == PF_HELD && strcmp(n->pf[i].name, n->pf_name) == 0) sum += n->pf[i].conf;
+      if (n->pf[i].state == PF_HELD && strcmp(n->pf[i].name, name) == 0) sum += n->pf[i].conf;
     for (int i = 0; i < n->npf; i++) {
       sp_pfent *e = &n->pf[i];
-      if (e->state == PF_HELD && strcmp(e->name, n->pf_name) == 0)
-        pf_fire(w, n, e, sum > 0 ? e->conf / sum : e->conf);
+      if (e->state == PF_HELD && strcmp(e->name, name) == 0)
+        pf_fire(w, n, e, sum > 0 ? e->conf / sum : e->conf, SP_TRIG_PRED_NAME);
     }
-    free(n->pf_name);
-    n->pf_name = NULL;
   }
+  free(n->pf_names);
+  n->pf_names = NULL;
+  n->pf_names_len = 0;
 }
 
 /* The step boundary: whatever was predicted and not used is an orphan. */
@@ -777,9 +840,9 @@ static void pf_release(sp_window *w, sp_node *n, int count_waste) {
         tev(w, "cancel", 'i', n, now_ms(w), 0, 0, "predicted");
       }
       if (e->counted) w->inflight--;
-      if (count_waste && e->risk > 0) {
+      if (count_waste && e->risk.on) {
         q->wasted++;
-        q->wasted_cost += e->risk;
+        q->wasted_cost += e->risk.cost;
       }
       risk_wasted(w, &e->risk);
     } else if (e->state == PF_HELD) {
@@ -795,8 +858,9 @@ static void pf_release(sp_window *w, sp_node *n, int count_waste) {
   free(n->pf);
   n->pf = NULL;
   n->npf = 0;
-  free(n->pf_name);
-  n->pf_name = NULL;
+  free(n->pf_names);
+  n->pf_names = NULL;
+  n->pf_names_len = 0;
 }
 
 /* Settle a thread's predictions once its step chose an action: promote the
@@ -848,7 +912,7 @@ static int pf_settle(sp_window *w, sp_node *n, const char *tool, const char *key
     }
     if (e->state == PF_RUNNING || e->state == PF_DONE || e->state == PF_FAILED) {
       q->wasted++;
-      q->wasted_cost += e->risk;
+      q->wasted_cost += e->risk.cost;
       risk_wasted(w, &e->risk);
     } else if (e->state == PF_HELD) {
       q->held++;
@@ -882,11 +946,16 @@ int sp_window_tool_name(sp_ctx *ctx, const char *name, size_t len) {
   sp_node *n = t ? t->window_node : NULL;
   if (!n || !n->w->cfg.prefetch || !name) return 0;
   if (!(n->w->cfg.prefetch->trigger & SP_TRIGGER_TOOL_NAME)) return 0;
-  free(n->pf_name);
-  n->pf_name = malloc(len + 1);
-  if (!n->pf_name) return 0;
-  memcpy(n->pf_name, name, len);
-  n->pf_name[len] = '\0';
+  /* A name is stream input: one with a NUL in it names no tool, and a
+     step's pending names are bounded (a stream may repeat itself). */
+  if (len == 0 || len > 256 || memchr(name, '\0', len)) return 0;
+  if (n->pf_names_len + len + 1 > 4096) return 0;
+  char *b = realloc(n->pf_names, n->pf_names_len + len + 1);
+  if (!b) return 0;
+  memcpy(b + n->pf_names_len, name, len);
+  b[n->pf_names_len + len] = '\0';
+  n->pf_names = b;
+  n->pf_names_len += len + 1;
   sp_sched_enqueue(ctx, &n->pf_kick);
   return 1;
 }
@@ -902,7 +971,7 @@ static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud) {
     n->phase = PH_DEAD;
     n->err = dupstr(sp_task_error(t));
     tev(w, "model", 'X', n, n->t_adv0, end, 0, "error");
-    if (n == w->head) fail(w, "%s", n->err);
+    if (n == w->head) fail(w, n->err);
     return;
   }
   /* results: state, kind, step, tool, hint, t_update, t_seg, can_spec,
@@ -918,7 +987,7 @@ static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud) {
   size_t len = 0;
   const char *tool = res_str(res, 3, &len);
   n->tool = tool ? sp_policy_tool_index(w->cfg.policy, tool, len) : -1;
-  n->hint = res_isnum(res, 4) ? (int)res_num(res, 4) : -1;
+  n->hint = res_isnum(res, 4) ? (int)res_num(res, 4) : SP_HINT_NONE;
   n->step_ref = res_keep(w, res, 2);
   n->state_ref = res_keep(w, res, 0);
   tev(w, "model", 'X', n, end - n->t_seg, end, 0, "");
@@ -947,7 +1016,7 @@ static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud) {
     snprintf(msg, sizeof msg, "the trajectory exceeded max_hops (%d) without a final answer",
              w->cfg.max_hops);
     n->err = dupstr(msg);
-    if (n == w->head) fail(w, "%s", n->err);
+    if (n == w->head) fail(w, n->err);
     return;
   }
   n->phase = PH_ACTED;
@@ -977,7 +1046,7 @@ static void target_done(sp_window *w, sp_node *n, int ok, const sp_jobres *res, 
   if (!ok) {
     n->tg = TG_FAILED;
     n->tg_err = dupstr(err);
-    if (n == w->head) fail(w, "%s", n->tg_err);
+    if (n == w->head) fail(w, n->tg_err);
     return;
   }
   if (res) n->obs_ref = res_keep(w, res, 0);
@@ -1007,7 +1076,9 @@ static void on_spec(sp_task *t, const sp_jobres *res, int status, void *ud) {
   n->t_spec = end - n->t_spec0;
   tev(w, "spec", 'X', n, n->t_spec0, end, 0, status == SP_TASK_DONE ? "" : "error");
   int ncands = 0;
-  if (status == SP_TASK_DONE) {
+  if (status != SP_TASK_DONE) {
+    n->spec_err = reason_dup("speculator failed: ", sp_task_error(t));
+  } else {
     /* results: cands, n, conf_1 .. conf_n */
     ncands = (int)res_num(res, 1);
     n->cands_raw = ncands == -1;
@@ -1016,6 +1087,7 @@ static void on_spec(sp_task *t, const sp_jobres *res, int status, void *ud) {
     if (ncands < 0) ncands = 0;
   }
   if (status != SP_TASK_DONE || ncands == 0) {
+    if (!n->spec_err) n->spec_err = dupstr("speculator failed: it returned no candidate");
     n->spc = SPC_FAILED;
     note_live(w, -1); /* release the reservation */
     ext_remove(w, n);
@@ -1040,7 +1112,7 @@ static void on_spec(sp_task *t, const sp_jobres *res, int status, void *ud) {
   n->next_cand = 1;
   sp_node *c = node_new(w, n->hop + 1, n, 0, n->conf * n->confs[0]);
   if (!c || start_advance(w, c, n, 0) != 0) {
-    fail(w, "%s", "out of memory creating a speculative thread");
+    fail(w, "out of memory creating a speculative thread");
     return;
   }
   if (n->next_cand >= n->ncands) ext_remove(w, n);
@@ -1161,7 +1233,7 @@ static void advance_from_real(sp_window *w, int outcome, const char *reason, dou
   discard_kids(w, h, NULL);
   sp_node *n = node_new(w, h->hop + 1, NULL, 0, 1.0);
   if (!n) {
-    fail(w, "%s", "out of memory");
+    fail(w, "out of memory");
     return;
   }
   note_live(w, +1);
@@ -1169,7 +1241,7 @@ static void advance_from_real(sp_window *w, int outcome, const char *reason, dou
      hop record takes the refs over. */
   w->head = n;
   if (start_advance(w, n, h, 1) != 0) {
-    fail(w, "%s", "out of memory");
+    fail(w, "out of memory");
     return;
   }
   sp_hop_rec *r = new_hop(w, h);
@@ -1227,7 +1299,7 @@ static void promote(sp_window *w, sp_node *n) {
   n->tg_spec = 0;
   risk_useful(w, &n->risk);
   if (n->phase == PH_DEAD) {
-    fail(w, "%s", n->err ? n->err : "thread failed");
+    fail(w, n->err ? n->err : "thread failed");
     return;
   }
   if (n->phase == PH_FINAL) {
@@ -1256,13 +1328,14 @@ static void verify_head(sp_window *w) {
                 : h->spc == SPC_FAILED ? SP_SPEC_ERROR
                 : h->spc == SPC_DONE ? SP_SPEC_REJECTED : SP_SPEC_NONE;
     const char *reason = outcome == SP_SPEC_LATE ? "speculator slower than the target"
-                       : outcome == SP_SPEC_ERROR ? "speculator failed" : "";
+                       : outcome == SP_SPEC_ERROR ? (h->spec_err ? h->spec_err : "speculator failed")
+                       : "";
     advance_from_real(w, outcome, reason, 0);
     return;
   }
   sp_task *t = job(w, h, w->fn_verify, on_verify);
   if (!t) {
-    fail(w, "%s", "out of memory starting the verifier");
+    fail(w, "out of memory starting the verifier");
     return;
   }
   /* the children are the candidates of ranks 0 .. nkids-1, in order */
@@ -1370,12 +1443,11 @@ static void finish(sp_window *w) {
   wake_waiter(w);
 }
 
-static void fail(sp_window *w, const char *fmt, const char *detail) {
+/* End the query with msg (kept whole: a cut could split a UTF-8 sequence). */
+static void fail(sp_window *w, const char *msg) {
   if (w->status != SP_WIN_RUNNING && w->status != SP_WIN_NEW) return;
-  char msg[2048];
-  snprintf(msg, sizeof msg, fmt, detail);
   free(w->error);
-  w->error = dupstr(msg);
+  w->error = dupstr(msg ? msg : "window failed");
   w->status = SP_WIN_FAILED;
   w->st.wall_ms = now_ms(w) - w->t0;
   if (w->head) {
@@ -1509,7 +1581,7 @@ static void do_start(sp_window *w) {
   lua_rawgeti(L, handoff, w->id);
   if (!lua_istable(L, -1)) {
     lua_settop(L, handoff - 1);
-    fail(w, "%s", "window started without its agent (handoff missing)");
+    fail(w, "window started without its agent (handoff missing)");
     return;
   }
   int args = lua_gettop(L);
@@ -1517,7 +1589,7 @@ static void do_start(sp_window *w) {
   int adapter = lua_gettop(L);
   if (!lua_istable(L, adapter)) {
     lua_settop(L, handoff - 1);
-    fail(w, "%s", "window handoff has no adapter table");
+    fail(w, "window handoff has no adapter table");
     return;
   }
   w->fn_start = take_fn(w->ctx, L, adapter, "start", 1);
@@ -1541,12 +1613,12 @@ static void do_start(sp_window *w) {
     if (w->fn_call == -3) w->fn_call = SP_NOVAL;
     if (w->fn_warmup == -3) w->fn_warmup = SP_NOVAL;
     if (w->fn_verify == -3) w->fn_verify = SP_NOVAL;
-    fail(w, "%s", "agent adapter lacks a required function");
+    fail(w, "agent adapter lacks a required function");
     return;
   }
   sp_node *n = node_new(w, 0, NULL, 0, 1.0);
   if (!n) {
-    fail(w, "%s", "out of memory");
+    fail(w, "out of memory");
     return;
   }
   w->head = n;
@@ -1554,7 +1626,7 @@ static void do_start(sp_window *w) {
   w->round = 1;
   sp_task *t = job(w, n, w->fn_start, on_advance);
   if (!t) {
-    fail(w, "%s", "out of memory");
+    fail(w, "out of memory");
     return;
   }
   n->j_adv = t;

@@ -97,8 +97,36 @@ end
 
 -- ---- the adapter ------------------------------------------------------------
 
-local DECISION = { forbid = 0, warmup = 1, full = 2 }
+local core = require "specula.core"
+local DECISION = { forbid = tonumber(core.C.SP_FORBID), warmup = tonumber(core.C.SP_WARMUP),
+                   full = tonumber(core.C.SP_FULL) }
 M.DECISION = DECISION
+-- The script raised or returned a non-decision: the C gate counts it and
+-- forbids (fail closed).
+local HINT_ERROR = tonumber(core.C.SP_HINT_ERROR)
+
+-- A deep copy of predicted arguments: the predictor keeps its own table, so
+-- what the policy was asked about is exactly what runs (nothing it holds can
+-- change the call after the decision). Cycles and non-data values fail.
+local jsonlib = require "specula.json"
+local JNULL, ARRAY_MT, OBJECT_MT = jsonlib.null, jsonlib.array_mt, jsonlib.object_mt
+local function copy_args(v, depth)
+  if type(v) ~= "table" then
+    local tv = type(v)
+    if tv == "string" or tv == "number" or tv == "boolean" or v == JNULL then return v end
+    error("arguments hold a " .. tv, 0)
+  end
+  if depth > 32 then error("arguments nested deeper than 32 levels", 0) end
+  local out = {}
+  for k, x in pairs(v) do
+    local tk = type(k)
+    if tk ~= "string" and tk ~= "number" then error("arguments have a " .. tk .. " key", 0) end
+    out[k] = copy_args(x, depth + 1)
+  end
+  local mt = getmetatable(v)
+  if mt == ARRAY_MT or mt == OBJECT_MT then setmetatable(out, mt) end
+  return out
+end
 
 -- Build the adapter the window calls. opts: debug (check update purity),
 -- verify (default verifier when the agent has none).
@@ -109,6 +137,7 @@ function M.adapter(agent, opts)
   local agent_verify = agent.verify or opts.verify or require("specula.verify").exact
   local agent_spec = agent.speculate
   local decide = opts.decide        -- Lua policy function (may only lower the C decision)
+  local on_policy_error = opts.on_policy_error or function() end
   -- action speculation: a predictor, how to match, and the C calls
   local predictor = opts.predict
   local predict_async = opts.predict_async
@@ -152,6 +181,18 @@ function M.adapter(agent, opts)
     hist_of[s2] = h2
   end
 
+  -- The script's decision for one exact call. Whatever it does, the gate
+  -- gets a decision or HINT_ERROR (forbid): a policy error never ends the
+  -- query and never opens the gate.
+  local function script_decision(name, args, ctx)
+    local ok, d = pcall(decide, name, args, ctx)
+    local h = ok and DECISION[d]
+    if h then return h end
+    on_policy_error(name, ok and ("returned " .. (type(d) == "string" and ("'" .. d .. "'") or type(d))
+      .. ", expected full, warmup or forbid") or ("raised: " .. tostring(d)))
+    return HINT_ERROR
+  end
+
   -- Ask the predictor for the next action and hand the candidates to the
   -- window, which gates and fires them while the model thinks.
   local warned = false
@@ -165,11 +206,21 @@ function M.adapter(agent, opts)
       return nil
     end
     local list = {}
+    -- predictions are untrusted input: a copy of their args, and the
+    -- script's decision for each (tool, args) as the gate will see it
+    local pctx = decide and setmetatable({ predicted = true, speculative = true }, { __index = ctx })
     for _, p in ipairs(preds) do
       if type(p) == "table" and type(p.tool) == "string" and tools[p.tool] and type(p.args) == "table" then
-        local okc, key = pcall(json.canonical, p.args)
+        local okc, args = pcall(copy_args, p.args, 0)
+        local key
+        if okc then okc, key = pcall(json.canonical, args) end
         local conf = tonumber(p.confidence) or 0
-        if okc then list[#list + 1] = { tool = p.tool, args = p.args, key = key, confidence = conf } end
+        if conf ~= conf then conf = 0 end
+        if okc then
+          local e = { tool = p.tool, args = args, key = key, confidence = conf }
+          if decide then e.hint = script_decision(p.tool, args, pctx) end
+          list[#list + 1] = e
+        end
       end
     end
     if #list == 0 then return nil end
@@ -222,14 +273,7 @@ function M.adapter(agent, opts)
     if a.args == nil then a.args = {} end
     if type(a.args) ~= "table" then malformed(s, "action.args that is not a table") end
     local hint = -1
-    if decide then
-      local d = decide(name, a.args, ctx)
-      hint = DECISION[d]
-      if hint == nil then
-        plain("policy decide() returned '" .. tostring(d) .. "' for tool '" .. name
-          .. "'; expected full, warmup or forbid")
-      end
-    end
+    if decide then hint = script_decision(name, a.args, ctx) end
     return 1, s, name, hint, (t.speculate ~= nil or agent_spec ~= nil)
   end
 

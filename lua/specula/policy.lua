@@ -10,6 +10,13 @@
 --     decide = function(tool, args, ctx) return "full" end }     -- may only lower
 --   function(tool, args, ctx) return "full" | "warmup" | "forbid" end
 -- A tool with no entry is forbid (the C gate's built-in "unknown" class).
+--
+-- A function or `decide` makes the policy "scripted": the agent adapter asks
+-- it about every exact call that could launch early (the step's action and
+-- each predicted call, with their args and ctx) and the C gate applies the
+-- lower of its answer and the table's. The gate fails closed: a launch with
+-- no answer from the script, or whose script raised or returned anything
+-- but full/warmup/forbid, is forbid (counted as by_script).
 local core = require "specula.core"
 local ffi = core.ffi
 local C = core.C
@@ -74,7 +81,15 @@ function M.build(spec, agent_tools, script_dir)
   local p = C.sp_policy_new()
   if p == nil then error("policy: out of memory", 0) end
   p = ffi.gc(p, C.sp_policy_free)
-  local obj = { ptr = p, name = name }
+  local obj = { ptr = p, name = name, script_errors = 0, first_error = nil }
+  -- Called by the adapter when the script raised or gave a non-decision.
+  function obj.on_error(tool, msg)
+    obj.script_errors = obj.script_errors + 1
+    if not obj.first_error then
+      obj.first_error = "policy " .. name .. ": for tool '" .. tostring(tool) .. "' " .. tostring(msg)
+      io.stderr:write("specula: warning: " .. obj.first_error .. " (counted as forbid)\n")
+    end
+  end
   agent_tools = agent_tools or {}
 
   local function add_tool(tool, cls, where)
@@ -91,6 +106,7 @@ function M.build(spec, agent_tools, script_dir)
     C.sp_policy_class(p, "scripted", C.SP_FULL, 0, 0)
     for tool in pairs(agent_tools) do add_tool(tool, "scripted", "function policy") end
     obj.decide = spec
+    C.sp_policy_set_scripted(p, 1)
   elseif type(spec) == "table" and (spec.classes or spec.tools or spec.budget or spec.decide) then
     for cls, v in pairs(spec.classes or {}) do
       local d, rate, burst
@@ -123,6 +139,7 @@ function M.build(spec, agent_tools, script_dir)
     if spec.decide ~= nil then
       if type(spec.decide) ~= "function" then error("policy: decide must be a function", 0) end
       obj.decide = spec.decide
+      C.sp_policy_set_scripted(p, 1)
     end
   elseif type(spec) == "table" then
     for _, d in pairs({ "full", "warmup", "forbid" }) do C.sp_policy_class(p, d, DECISION[d], 0, 0) end
@@ -141,19 +158,37 @@ local cnt = ffi.new("sp_gate_counts")
 local function counts_table()
   return { full = tonumber(cnt.full), warmup = tonumber(cnt.warmup), forbid = tonumber(cnt.forbid),
            by_budget = tonumber(cnt.by_budget), by_rate = tonumber(cnt.by_rate),
-           by_hint = tonumber(cnt.by_hint) }
+           by_hint = tonumber(cnt.by_hint), by_script = tonumber(cnt.by_script) }
 end
 
--- Decisions counted so far, per tool and per class.
+-- The triggers the gate counts apart (SP_TRIG_*), by their names in stats.
+local TRIGGERS = {
+  { "target", C.SP_TRIG_TARGET }, { "warmup", C.SP_TRIG_WARMUP },
+  { "predicted_start", C.SP_TRIG_PRED_START }, { "predicted_name", C.SP_TRIG_PRED_NAME },
+}
+M.TRIGGERS = TRIGGERS
+
+local function tool_counts(p, i)
+  C.sp_policy_tool_counts(p, i, -1, cnt)
+  local t = counts_table()
+  t.triggers = {}
+  for _, tr in ipairs(TRIGGERS) do
+    C.sp_policy_tool_counts(p, i, tr[2], cnt)
+    t.triggers[tr[1]] = counts_table()
+  end
+  return t
+end
+
+-- Decisions counted so far: per tool (in all, and per trigger: target,
+-- warmup, predicted_start, predicted_name), per class, and the script's
+-- errors (each one a forbid).
 function M.counts(obj)
   local p = obj.ptr
-  local out = { tools = {}, classes = {} }
+  local out = { tools = {}, classes = {}, script_errors = obj.script_errors or 0 }
   for i = 0, C.sp_policy_ntools(p) - 1 do
-    C.sp_policy_tool_counts(p, i, cnt)
-    out.tools[ffi.string(C.sp_policy_tool_name(p, i))] = counts_table()
+    out.tools[ffi.string(C.sp_policy_tool_name(p, i))] = tool_counts(p, i)
   end
-  C.sp_policy_tool_counts(p, -1, cnt)
-  out.unknown = counts_table()
+  out.unknown = tool_counts(p, -1)
   for i = 0, C.sp_policy_nclasses(p) - 1 do
     C.sp_policy_class_counts(p, i, cnt)
     out.classes[ffi.string(C.sp_policy_class_name(p, i))] = counts_table()

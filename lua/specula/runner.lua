@@ -214,6 +214,17 @@ local function agg_add(a, st, failed)
   a.speculative_launches, a.deferred = a.speculative_launches + st.speculative_launches, a.deferred + st.deferred
 end
 
+-- The query's gate decisions per trigger (DESIGN §5: "zero forbidden
+-- launches" is a number): { target = { full =, warmup =, forbid = }, ... }.
+local function gate_stats(st)
+  local g = {}
+  for _, tr in ipairs(policylib.TRIGGERS) do
+    local row = st.gate[tonumber(tr[2])]
+    g[tr[1]] = { forbid = row[0], warmup = row[1], full = row[2] }
+  end
+  return g
+end
+
 -- Read a finished window into a result record. A light run (answers
 -- only, for benchmarks and large batches) keeps { id, query, answer or
 -- error, hops } per query and adds the counters to `acc` instead.
@@ -287,6 +298,7 @@ local function collect(w, q, k_cfg, run_match, light, run_mode, acc)
     cancelled = { model = st.cancelled_model, target = st.cancelled_target, speculator = st.cancelled_spec,
                   total = st.cancelled_model + st.cancelled_target + st.cancelled_spec },
     wasted_calls = st.wasted_calls, wasted_cost = round(st.wasted_cost, 6),
+    gate = gate_stats(st),
     max_threads = st.max_threads, k = k_used < 0 and "inf" or k_used,
     mode = run_mode, k_config = k_cfg < 0 and "inf" or (k_cfg == 0 and "auto" or k_cfg),
   }
@@ -376,6 +388,7 @@ local function make_run(agent, o, script)
   end
   local predict_fn = P and pf and function(h, ctx) return P(h, ctx) end or nil
   local adapter = agentlib.adapter(agent, { debug = o.debug, decide = pol.decide, predict = predict_fn,
+    on_policy_error = pol.on_error,
     time_update = not o.light,
     predict_async = type(P) == "table" and P.async or false,
     match = match, similar = similar, C = C, cctx = core.ctx })
@@ -564,6 +577,38 @@ local function fmt(x, d)
 end
 M.fmt = fmt
 
+-- The gate's decisions per tool and trigger, one line per tool that was
+-- asked: "send_email: target forbid 12; predicted_start forbid 40 ...".
+function M.decision_lines(c)
+  local names = {}
+  for name in pairs(c.tools) do names[#names + 1] = name end
+  table.sort(names)
+  local rows = {}
+  local function row(label, t)
+    if t.full + t.warmup + t.forbid == 0 then return end
+    local parts = {}
+    for _, tr in ipairs(policylib.TRIGGERS) do
+      local x = t.triggers[tr[1]]
+      if x.full + x.warmup + x.forbid > 0 then
+        local p = {}
+        if x.full > 0 then p[#p + 1] = format("full %d", x.full) end
+        if x.warmup > 0 then p[#p + 1] = format("warmup %d", x.warmup) end
+        if x.forbid > 0 then p[#p + 1] = format("forbid %d", x.forbid) end
+        parts[#parts + 1] = tr[1] .. " " .. table.concat(p, "/")
+      end
+    end
+    local extra = t.by_script > 0 and format(" (%d forbid for a script error or no decision)", t.by_script) or ""
+    rows[#rows + 1] = format("    %s: %s%s", label, table.concat(parts, "; "), extra)
+  end
+  for _, name in ipairs(names) do row(name, c.tools[name]) end
+  row("(unlisted)", c.unknown)
+  if #rows == 0 then return {} end
+  local head = "  early-launch decisions by tool and trigger:"
+  if (c.script_errors or 0) > 0 then head = head .. format(" [policy script errors: %d]", c.script_errors) end
+  table.insert(rows, 1, head)
+  return rows
+end
+
 function M.summary_text(a, run)
   local lines = {}
   lines[#lines + 1] = format("specula: %d queries (%d failed), %d hops; RelLat %s (Σwall %.1f ms / Σstandard %.1f ms)",
@@ -579,19 +624,7 @@ function M.summary_text(a, run)
       p.wasted_cost, p.gated_ev, p.gated_policy, p.saved_ms)
   end
   if run and run.policy then
-    local c = policylib.counts(run.policy)
-    local names = {}
-    for name in pairs(c.tools) do names[#names + 1] = name end
-    table.sort(names)
-    local parts = {}
-    for _, name in ipairs(names) do
-      local t = c.tools[name]
-      if t.full + t.warmup + t.forbid > 0 then
-        parts[#parts + 1] = format("%s full %d/warmup %d/forbid %d", name, t.full, t.warmup, t.forbid)
-      end
-    end
-    if c.unknown.forbid > 0 then parts[#parts + 1] = format("(unlisted) forbid %d", c.unknown.forbid) end
-    if #parts > 0 then lines[#lines + 1] = "  speculative launch decisions: " .. table.concat(parts, "; ") end
+    for _, l in ipairs(M.decision_lines(policylib.counts(run.policy))) do lines[#lines + 1] = l end
   end
   return table.concat(lines, "\n")
 end

@@ -1,0 +1,61 @@
+-- The one gate (issue 11 §1): every early launch — target calls of
+-- speculative threads, warm-ups, predictions fired at step start or on a
+-- streamed tool name — passes the C gate with the script's decision for that
+-- exact call, whatever form the policy takes.
+local H = require "support.helpers"
+local cjson = require "cjson"
+local SCRIPTS = H.root .. "/spec/functional/scripts/"
+
+local function last_json(out)
+  local line
+  for l in out:gmatch("[^\n]+") do if l:sub(1, 1) == "{" then line = l end end
+  return cjson.decode(line)
+end
+
+describe("the eligibility gate", function()
+  it("holds for every policy form x trigger x mode x k x m over 1,000 adversarial queries each #slow", function()
+    local st, out, err = H.specula({ "run", SCRIPTS .. "gate_property.lua", "1000" })
+    assert.equals(0, st, err)
+    local r = last_json(out)
+    assert.equals(90, r.configs)     -- 5 forms x 2 triggers x (sequential + 2 modes x 2 k x 2 m)
+    assert.equals(1000, r.queries)
+    assert.same({}, r.examples)
+    assert.equals(0, r.violations, "calls that are not `full` ran early")
+    assert.equals(0, r.warmup_violations, "warm-up hooks ran where the decision is not warmup")
+    assert.equals(0, r.errors, r.first_error)
+    assert.equals(0, r.mismatches, "answers or trajectories differ from the sequential run")
+    -- the property is not vacuous: predictions fire, hit, and allowed calls do run early
+    assert.is_true(r.fired > 10000 and r.promoted > 1000, "fired " .. r.fired .. ", promoted " .. r.promoted)
+    assert.is_true(r.early_full > 1000)
+    for _, form in ipairs({ "table", "classes", "decide", "function", "path" }) do
+      local f = r.by_form[form]
+      assert.is_table(f, form)
+      -- forbidden and mutating tools ran exactly as in the sequential run
+      assert.equals(f.sequential.transfer, f.executions.transfer, form)
+      assert.equals(f.sequential.wipe, f.executions.wipe, form)
+      assert.equals(0, f.decisions.transfer.full, form)
+      io.stderr:write(string.format("\n  %-8s %s: executions %s (sequential %s); script errors %d",
+        form, f.config, cjson.encode(f.executions), cjson.encode(f.sequential), f.script_errors))
+    end
+    -- forms with a script that raises or returns a non-decision count errors
+    assert.is_true(r.by_form.decide.script_errors > 0)
+    assert.is_true(r.by_form["function"].script_errors > 0)
+    assert.is_true(r.by_form.path.script_errors > 0)
+    assert.equals(0, r.by_form.table.script_errors)
+  end)
+
+  it("gates a function policy's predictions in --mode sequential --predict on (the reported bypass)", function()
+    local st, out, err = H.specula({ "run", SCRIPTS .. "gate_sequential.lua" })
+    assert.equals(0, st, err)
+    local r = last_json(out)
+    assert.equals(0, r.email_early, "send_email ran before the model decided it")
+    assert.is_true(r.lookup_early > 0, "allowed predictions must still fire")
+    assert.is_true(r.forbid_predicted_start > 0)
+    assert.is_true(r.forbid_predicted_name > 0)
+    assert.equals(0, r.query_errors)
+    assert.is_true(r.script_errors > 0)
+    assert.truthy(r.summary:find("send_email: predicted_start forbid %d+"), r.summary)
+    assert.truthy(r.summary:find("send_email: predicted_name forbid %d+"), r.summary)
+    assert.truthy(r.gate.predicted_start.forbid > 0)
+  end)
+end)
