@@ -192,6 +192,7 @@ static void verify_head(sp_window *w);
 static void try_extend(sp_window *w);
 static void finish(sp_window *w);
 static void fail(sp_window *w, const char *msg);
+static void fail_nojob(sp_window *w, const char *what);
 static void promote(sp_window *w, sp_node *n);
 static void pf_kick_run(sp_ctx *ctx, sp_runnable *r);
 static void pf_release(sp_window *w, sp_node *n, int count_waste);
@@ -562,7 +563,7 @@ static int start_advance(sp_window *w, sp_node *n, sp_node *from, int use_obs) {
 static void start_target(sp_window *w, sp_node *n) {
   sp_task *t = job(w, n, w->fn_call, on_target);
   if (!t) {
-    fail(w, "out of memory starting a tool call");
+    fail_nojob(w, "starting a tool call");
     return;
   }
   /* the adapter sets ctx.speculative from the job's flag when it runs
@@ -601,7 +602,7 @@ static void start_spec(sp_window *w, sp_node *n) {
   if (!t) {
     /* returning with the node unchanged would make try_extend pick it
        again forever */
-    fail(w, "out of memory starting a speculator");
+    fail_nojob(w, "starting a speculator");
     return;
   }
   sp_job_val(t, n->actx_ref);
@@ -1112,7 +1113,7 @@ static void on_spec(sp_task *t, const sp_jobres *res, int status, void *ud) {
   n->next_cand = 1;
   sp_node *c = node_new(w, n->hop + 1, n, 0, n->conf * n->confs[0]);
   if (!c || start_advance(w, c, n, 0) != 0) {
-    fail(w, "out of memory creating a speculative thread");
+    fail_nojob(w, "creating a speculative thread");
     return;
   }
   if (n->next_cand >= n->ncands) ext_remove(w, n);
@@ -1148,10 +1149,17 @@ static void try_extend(sp_window *w) {
     } else {
       int r = best->next_cand++;
       sp_node *c = node_new(w, best->hop + 1, best, r, best->conf * best->confs[r]);
-      if (!c) return;
+      if (!c) {
+        fail_nojob(w, "creating a speculative thread");
+        return;
+      }
       note_live(w, +1);
       if (w->cfg.mode == SP_MODE_WINDOW) w->round++;
-      if (start_advance(w, c, best, 0) != 0) return;
+      if (start_advance(w, c, best, 0) != 0) {
+        /* a thread with no step in flight would never resolve */
+        fail_nojob(w, "creating a speculative thread");
+        return;
+      }
       if (best->next_cand >= best->ncands) ext_remove(w, best);
     }
   }
@@ -1233,7 +1241,8 @@ static void advance_from_real(sp_window *w, int outcome, const char *reason, dou
   discard_kids(w, h, NULL);
   sp_node *n = node_new(w, h->hop + 1, NULL, 0, 1.0);
   if (!n) {
-    fail(w, "out of memory");
+    /* the head stays the head: fail() discards it */
+    fail_nojob(w, "building the next state");
     return;
   }
   note_live(w, +1);
@@ -1241,7 +1250,8 @@ static void advance_from_real(sp_window *w, int outcome, const char *reason, dou
      hop record takes the refs over. */
   w->head = n;
   if (start_advance(w, n, h, 1) != 0) {
-    fail(w, "out of memory");
+    retire(w, h);
+    fail_nojob(w, "building the next state");
     return;
   }
   sp_hop_rec *r = new_hop(w, h);
@@ -1335,7 +1345,7 @@ static void verify_head(sp_window *w) {
   }
   sp_task *t = job(w, h, w->fn_verify, on_verify);
   if (!t) {
-    fail(w, "out of memory starting the verifier");
+    fail_nojob(w, "starting the verifier");
     return;
   }
   /* the children are the candidates of ranks 0 .. nkids-1, in order */
@@ -1441,6 +1451,15 @@ static void finish(sp_window *w) {
   w->st.k_last = current_k(w);
   account_pf(w);
   wake_waiter(w);
+}
+
+/* A job could not be made: the engine is stopping (a signal), or memory
+   ran out. Either way the window ends rather than retrying forever. */
+static void fail_nojob(sp_window *w, const char *what) {
+  char msg[160];
+  snprintf(msg, sizeof msg, "%s %s", w->ctx->stopping ? "interrupted (the engine is stopping):"
+           : "out of memory", what);
+  fail(w, msg);
 }
 
 /* End the query with msg (kept whole: a cut could split a UTF-8 sequence). */

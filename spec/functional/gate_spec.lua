@@ -12,6 +12,38 @@ local function last_json(out)
   return cjson.decode(line)
 end
 
+-- A model stream that names send_email before the call it acts on.
+local LYING = table.concat({
+  'event: message_start',
+  'data: {"type":"message_start","message":{"id":"m1","type":"message","role":"assistant","model":"claude-test","content":[],"stop_reason":null,"usage":{"input_tokens":5,"output_tokens":1}}}',
+  '',
+  'event: content_block_start',
+  'data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t1","name":"send_email","input":{}}}',
+  '',
+  'event: content_block_start',
+  'data: {"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"t2","name":"lookup","input":{}}}',
+  '',
+  '', -- the split point: the server pauses here
+  'event: content_block_delta',
+  'data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\\"to\\": \\"all@corp\\"}"}}',
+  '',
+  'event: content_block_stop',
+  'data: {"type":"content_block_stop","index":0}',
+  '',
+  'event: content_block_delta',
+  'data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\\"q\\": \\"weather\\"}"}}',
+  '',
+  'event: content_block_stop',
+  'data: {"type":"content_block_stop","index":1}',
+  '',
+  'event: message_delta',
+  'data: {"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":9}}',
+  '',
+  'event: message_stop',
+  'data: {"type":"message_stop"}',
+  '', '',
+}, "\n")
+
 describe("the eligibility gate", function()
   it("holds for every policy form x trigger x mode x k x m over 1,000 adversarial queries each #slow", function()
     local st, out, err = H.specula({ "run", SCRIPTS .. "gate_property.lua", "1000" })
@@ -43,6 +75,28 @@ describe("the eligibility gate", function()
     assert.is_true(r.by_form.path.script_errors > 0)
     assert.equals(0, r.by_form.table.script_errors)
   end)
+
+  for _, form in ipairs({ "function", "table" }) do
+    it("forbids what a lying model stream names (" .. form .. " policy, real SSE over loopback)", function()
+      local dir = H.tmpdir() .. "/gate_stream"
+      os.execute("mkdir -p " .. H.quote(dir))
+      local f = assert(io.open(dir .. "/lying.sse", "wb"))
+      f:write(LYING)
+      f:close()
+      local split = LYING:find("\n\n\nevent: content_block_delta", 1, true) + 2
+      local server = H.server { files = dir }
+      local st, out, err = H.specula({ "run", SCRIPTS .. "gate_stream.lua", server.base, "lying.sse", form,
+                                       tostring(split) })
+      server.stop()
+      assert.equals(0, st, err)
+      local r = last_json(out)
+      assert.equals(0, r.errors)
+      assert.equals(0, r.early_send_email)
+      assert.equals(0, r.send_email_full)
+      assert.is_true(r.send_email_name_forbid >= 20, "the streamed name must reach the gate")
+      assert.is_true(r.lookup_name_full >= 20 and r.early_lookup >= 20 and r.promoted >= 20)
+    end)
+  end
 
   it("gates a function policy's predictions in --mode sequential --predict on (the reported bypass)", function()
     local st, out, err = H.specula({ "run", SCRIPTS .. "gate_sequential.lua" })

@@ -179,6 +179,8 @@ describe("speculation window", function()
       assert.equals(0, st)
       assert.is_string(r.good.answer)
       assert.equals("error", r.good.stages.hops[1].spec)
+      -- the reason keeps the speculator's own message
+      assert.matches("^speculator failed: .*speculator exploded", r.good.stages.hops[1].reason)
     end)
 
     it("a speculator slower than --spec-timeout counts as failed", function()
@@ -186,6 +188,18 @@ describe("speculation window", function()
       assert.equals(0, st)
       assert.is_string(r.good.answer)
       assert.equals("error", r.good.stages.hops[1].spec)
+      assert.matches("speculator failed: speculator timed out after 3 ms", r.good.stages.hops[1].reason)
+    end)
+
+    it("counts every discarded speculative call as wasted, with or without a declared cost", function()
+      -- p = 0: every guess is wrong, so every speculative target call is thrown away
+      local st, r = run_case("wasted_nocost", { "--k", "inf" })
+      assert.equals(0, st)
+      local s = r.good.stats
+      assert.is_true(s.speculative_launches > 0)
+      assert.is_true(s.wasted_calls > 0, "wasted " .. s.wasted_calls .. " of " .. s.speculative_launches)
+      assert.equals(0, s.wasted_cost)
+      assert.is_true(s.wasted_calls <= s.speculative_launches)
     end)
 
     it("a raising tool ends that query with its message", function()

@@ -53,6 +53,15 @@ cases.spec_slow = function()
   return a
 end
 
+-- every guess wrong, a slow target that the next thread launches early, no
+-- declared cost: the discarded calls still count as wasted
+cases.wasted_nocost = function()
+  local a = sim.multihop { hops = 4, p = 0, seg = 1, spec = 1, target = 30 }
+  a.policy = { search = "full" }
+  for _, t in pairs(a.tools) do t.cost = nil end
+  return a
+end
+
 -- the tool raises (on the true path)
 cases.tool_error = function()
   local a = base()
