@@ -37,8 +37,15 @@ sp_buf *sp_buf_new(void);
 void sp_buf_delete(sp_buf *b);
 
 /* ---- context, clock, counters ----------------------------------------- */
-double sp_now_ms(void);                          /* monotonic milliseconds */
-uint64_t sp_now_ns(void);                        /* monotonic nanoseconds */
+double sp_now_ms(void);                          /* monotonic milliseconds, real time */
+uint64_t sp_now_ns(void);                        /* monotonic nanoseconds, real time */
+/* The engine's clock: real, or virtual (advanced by the scheduler to the
+   next deadline whenever nothing is runnable). Every time the engine
+   reports is on this clock. NULL ctx: real time. */
+double sp_clock_ms(const sp_ctx *ctx);
+int sp_clock_virtual(const sp_ctx *ctx);
+/* Switch clocks; refused (-1, message in err) while timers or transfers are pending. */
+int sp_clock_set_virtual(sp_ctx *ctx, int on, char *err, size_t errlen);
 typedef struct sp_counts {
   int tasks;          /* live tasks (not yet reaped) */
   int ready;          /* tasks queued to resume */
@@ -191,6 +198,8 @@ void sp_policy_budget(sp_policy *p, double max_inflight, double max_wasted_cost)
    carry the script's decision for that very call; one without is forbid. */
 void sp_policy_set_scripted(sp_policy *p, int scripted);
 int sp_policy_scripted(const sp_policy *p);
+/* Rate limits run on ctx's clock (virtual or real); NULL: real time. */
+void sp_policy_set_clock(sp_policy *p, const sp_ctx *ctx);
 int sp_policy_tool_index(const sp_policy *p, const char *tool, size_t len);
 int sp_policy_ntools(const sp_policy *p);
 int sp_policy_nclasses(const sp_policy *p);
@@ -246,6 +255,10 @@ int sp_window_tool_name(sp_ctx *ctx, const char *name, size_t len);
 /* ---- the speculation window (engine/sp_window.c) ------------------------ */
 typedef struct sp_kauto sp_kauto;      /* live k chooser shared by a run */
 enum { SP_MODE_SEQUENTIAL = 0, SP_MODE_WINDOW = 1, SP_MODE_SPECHOP = 2 };
+/* Eager (default): a thread's speculator starts with its target call and k
+   bounds live threads only; a result waiting for a slot is held. Slot: the
+   speculator starts only when a thread slot is free (Alg. 2, read literally). */
+enum { SP_LAUNCH_EAGER = 0, SP_LAUNCH_SLOT = 1 };
 enum { SP_WIN_NEW = 0, SP_WIN_RUNNING = 1, SP_WIN_DONE = 2, SP_WIN_FAILED = 3, SP_WIN_CANCELLED = 4 };
 /* How a hop's speculation ended. */
 enum { SP_SPEC_NONE = 0, SP_SPEC_ACCEPTED = 1, SP_SPEC_REJECTED = 2, SP_SPEC_LATE = 3,
@@ -258,6 +271,7 @@ typedef struct sp_window_cfg {
   int debug;                 /* check that update() leaves its input alone */
   int trace;                 /* record trace events */
   double spec_timeout_ms;    /* a speculator slower than this counts as failed, 0 = none */
+  int spec_launch;           /* SP_LAUNCH_*: when a thread's speculator starts (spechop mode) */
   sp_policy *policy;         /* eligibility (NULL: every speculative launch is forbid) */
   sp_kauto *kauto;           /* shared live estimator when k = 0 */
   sp_prefetch *prefetch;     /* action speculation cache, NULL = off */

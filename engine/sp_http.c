@@ -459,6 +459,14 @@ static sp_http_req *start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *
     snprintf(err, errlen, "ECANCELED: http.request: the engine is shutting down");
     return NULL;
   }
+  if (ctx->timers.virt) {
+    /* the virtual clock cannot wait for the network; the query string is
+       left out (it may carry a key) */
+    snprintf(err, errlen, "EPERM: real I/O under the virtual clock: %s %.*s (run with --clock real, "
+             "or serve it from a recording)", o->method ? o->method : "GET",
+             (int)strcspn(o->url, "?#"), o->url);
+    return NULL;
+  }
   sp_http *h = get_http(ctx);
   if (!h) {
     snprintf(err, errlen, "ENOMEM: http.request: cannot create the curl multi handle");

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
+#include "sp_ctx.h"
 
 typedef struct sp_pclass {
   char *name;              /* class name, e.g. "read" */
@@ -29,6 +30,7 @@ struct sp_policy {
   double max_wasted;       /* per-query wasted cost, < 0 = none */
   sp_gate_counts unknown[SP_TRIG_N]; /* decisions for tools not in the table, per trigger */
   int scripted;            /* a script decides too: a launch without its decision is forbid */
+  const sp_ctx *clock;     /* whose clock the rate limits run on (NULL: real time) */
 };
 
 sp_policy *sp_policy_new(void) {
@@ -79,7 +81,7 @@ int sp_policy_class(sp_policy *p, const char *name, int decision, double rate_pe
   c->rate = rate_per_s;
   c->burst = burst > 0 ? burst : (rate_per_s > 0 ? rate_per_s : 0);
   c->tokens = c->burst;
-  c->last_ns = uv_hrtime();
+  c->last_ns = p->clock ? sp_timers_now(p->clock) : uv_hrtime();
   return i;
 }
 
@@ -117,6 +119,13 @@ void sp_policy_set_scripted(sp_policy *p, int scripted) {
 
 int sp_policy_scripted(const sp_policy *p) { return p ? p->scripted : 0; }
 
+void sp_policy_set_clock(sp_policy *p, const sp_ctx *ctx) {
+  if (!p) return;
+  p->clock = ctx;
+  uint64_t now = ctx ? sp_timers_now(ctx) : uv_hrtime();
+  for (int i = 0; i < p->nclasses; i++) p->classes[i].last_ns = now;
+}
+
 int sp_policy_tool_index(const sp_policy *p, const char *tool, size_t len) {
   if (!p || !tool) return -1;
   for (int i = 0; i < p->ntools; i++)
@@ -142,9 +151,9 @@ double sp_policy_tool_cost(const sp_policy *p, int tool) {
   return p && tool >= 0 && tool < p->ntools ? p->tools[tool].cost : 0;
 }
 
-static int take_token(sp_pclass *c) {
+static int take_token(const sp_policy *p, sp_pclass *c) {
   if (c->rate <= 0) return 1;
-  uint64_t now = uv_hrtime();
+  uint64_t now = p->clock ? sp_timers_now(p->clock) : uv_hrtime();
   c->tokens += (double)(now - c->last_ns) / 1e9 * c->rate;
   if (c->tokens > c->burst) c->tokens = c->burst;
   c->last_ns = now;
@@ -198,7 +207,7 @@ int sp_policy_gate(sp_policy *p, int tool, int trigger, int hint, double infligh
       /* A launch that could be wasted must fit in what is left. */
       d = SP_FORBID;
       reason = SP_GATE_BUDGET;
-    } else if (!take_token(c)) {
+    } else if (!take_token(p, c)) {
       d = SP_FORBID;
       reason = SP_GATE_RATE;
     }

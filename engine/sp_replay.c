@@ -83,6 +83,12 @@ static const sp_json *sp_replay_lookup(const sp_json *stages, const sp_json *rec
                                        const sp_json *defaults, const char *key) {
   const sp_json *v = stages ? sp_json_get(stages, key) : NULL;
   if (sp_replay_is_null(v) && rec && rec != stages) v = sp_json_get(rec, key);
+  if (sp_replay_is_null(v) && rec) {
+    /* results JSONL: the run's settings are in the record's stats (k as k_config) */
+    const sp_json *st = sp_json_get(rec, "stats");
+    if (st && sp_json_typeof(st) == SP_JSON_OBJECT)
+      v = sp_json_get(st, strcmp(key, "k") == 0 ? "k_config" : key);
+  }
   if (sp_replay_is_null(v) && defaults) v = sp_json_get(defaults, key);
   return sp_replay_is_null(v) ? NULL : v;
 }
@@ -182,6 +188,10 @@ static int sp_replay_parse_hop(const sp_json *h, size_t i, sp_replay_hop *out, c
   if (sp_replay_int(sp_replay_is_null(rank) ? NULL : rank, "rank", 0, INT_MAX, 0, &out->rank, ctx,
                     why, n) != 0)
     return -1;
+  const sp_json *nc = sp_json_get(h, "ncands");
+  if (sp_replay_int(sp_replay_is_null(nc) ? NULL : nc, "ncands", 0, INT_MAX, 0, &out->ncands, ctx,
+                    why, n) != 0)
+    return -1;
   if (out->spec == SP_REPLAY_ACCEPTED && out->t_spec < 0)
     return sp_replay_why(why, n, "%san accepted speculation needs \"t_spec\"", ctx);
   if (out->spec == SP_REPLAY_NONE) out->t_spec = -1;  /* no call: nothing to replay */
@@ -208,6 +218,16 @@ static int sp_replay_parse_record(const sp_json *rec, const sp_json *defaults, c
   if (sp_replay_k_field(sp_replay_lookup(stages, rec, defaults, "k"), &q->k, why, n) != 0) return -1;
   const sp_json *mode = sp_replay_lookup(stages, rec, defaults, "mode");
   if (mode && sp_json_typeof(mode) != SP_JSON_STRING) return sp_replay_why(why, n, "\"mode\" must be a string");
+  /* files written before the eager schedule carry no spec_launch: slot */
+  const sp_json *launch = sp_replay_lookup(stages, rec, defaults, "spec_launch");
+  q->launch = SP_REPLAY_SLOT;
+  if (launch) {
+    size_t len = 0;
+    const char *ls = sp_json_typeof(launch) == SP_JSON_STRING ? sp_json_string(launch, &len) : NULL;
+    if (ls && len == 5 && memcmp(ls, "eager", 5) == 0) q->launch = SP_REPLAY_EAGER;
+    else if (!(ls && len == 4 && memcmp(ls, "slot", 4) == 0))
+      return sp_replay_why(why, n, "\"spec_launch\" must be \"eager\" or \"slot\"");
+  }
 
   size_t nh = sp_json_len(hops);
   q->hops = calloc(nh ? nh : 1, sizeof *q->hops);
@@ -227,6 +247,7 @@ static int sp_replay_parse_record(const sp_json *rec, const sp_json *defaults, c
       sp_replay_query_clear(q);
       return -1;
     }
+    if (q->hops[i].spec != SP_REPLAY_NONE) q->has_spec = 1;
   }
   return 0;
 }
@@ -504,12 +525,16 @@ typedef struct sp_replay_node {
   unsigned char target_back;  /* its target result has returned */
   unsigned char spec;         /* SP_SPEC_* */
   unsigned char has_child;    /* its true-path child (node hop + 1) exists */
+  unsigned char reserved;     /* slot launch: its pending speculator holds a slot */
   size_t wrong;               /* inert wrong-path children holding slots */
+  size_t made;                /* candidates turned into children so far (rank order) */
+  size_t held;                /* candidates back but waiting for a free slot */
 } sp_replay_node;
 
 typedef struct sp_replay_sim {
   const sp_replay_query *q;   /* the recorded stages */
   int window;                 /* bounded-window mode: at most k nodes per round */
+  int eager;                  /* a speculator starts at its node's step end, not at a free slot */
   size_t k;                   /* slot limit; SIZE_MAX = unbounded */
   size_t m;                   /* candidates per speculator return, at most */
   sp_replay_node *node;       /* nodes by hop index, 0..N (N = the final step) */
@@ -588,14 +613,21 @@ static void sp_replay_node_leave(sp_replay_sim *s, size_t hop) {
 
 static void sp_replay_resolve(sp_replay_sim *s, double now, int commit);
 
+static void sp_replay_materialize(sp_replay_sim *s, size_t i, double now);
+
 /* The head's target result is back (or it just became head with the result
    already back): verify against the speculative child, if there is one. */
 static void sp_replay_begin_verify(sp_replay_sim *s, double now) {
   sp_replay_node *n = &s->node[s->head];
   if (n->spec == SP_SPEC_PENDING) {  /* late: the guess is useless now */
     n->spec = SP_SPEC_CANCELLED;
-    s->live--;
+    if (n->reserved) s->live--;
+    n->reserved = 0;
   }
+  /* held candidates take the slots free now, before the verdict (as the
+     window does); what still finds none is as late */
+  if (n->held) sp_replay_materialize(s, s->head, now);
+  n->held = 0;
   if (n->has_child || n->wrong)
     sp_replay_schedule(s, now + s->q->hops[s->head].t_verify, SP_EV_VERIFY_END, s->head);
   else
@@ -626,44 +658,76 @@ static void sp_replay_resolve(sp_replay_sim *s, double now, int commit) {
   sp_replay_node_start(s, h + 1, now + s->q->hops[h].t_update);
 }
 
-/* Extend the frontier by one speculator call if a slot (and, in window mode,
-   the round's budget) allows. The true-path nodes form a chain in which
-   every node but the tip already has a child, so the tip is the only (and
-   the shallowest) frontier node; wrong-path nodes never extend. */
+/* Turn node i's held candidates into children, best rank first, while
+   slots (and, in window mode, the round's budget) allow. The recorded rank
+   of the accepted candidate becomes the true-path child; the others are
+   inert wrong-path children. */
+static void sp_replay_materialize(sp_replay_sim *s, size_t i, double now) {
+  sp_replay_node *n = &s->node[i];
+  const sp_replay_hop *hop = &s->q->hops[i];
+  while (n->held > 0 && s->live < s->k && !(s->window && s->round >= s->k)) {
+    size_t r = n->made++;
+    n->held--;
+    s->live++;
+    s->round++;
+    if (hop->spec == SP_REPLAY_ACCEPTED && (size_t)hop->rank == r) {
+      n->has_child = 1;
+      s->tip = i + 1;
+      sp_replay_node_start(s, i + 1, now + hop->t_update);
+    } else {
+      n->wrong++;
+    }
+  }
+}
+
+/* Starts node i's speculator call (its return is scheduled when known; an
+   unknown t_spec never returns and, in slot launch, holds its slot). */
+static void sp_replay_spec_start(sp_replay_sim *s, size_t i, double now, int reserve) {
+  sp_replay_node *n = &s->node[i];
+  const sp_replay_hop *hop = &s->q->hops[i];
+  n->spec = SP_SPEC_PENDING;
+  if (reserve) {
+    n->reserved = 1;
+    s->live++;
+    s->round++;
+  }
+  if (hop->t_spec >= 0) sp_replay_schedule(s, now + hop->t_spec, SP_EV_SPEC_RET, i);
+}
+
+/* Slot launch: extend the frontier by one speculator call if a slot (and,
+   in window mode, the round's budget) allows. The true-path nodes form a
+   chain in which every node but the tip already has a child, so the tip is
+   the only (and the shallowest) frontier node; wrong-path nodes never
+   extend. Both launches: held candidates take the slots that are free,
+   shallowest node first. */
 static void sp_replay_try_extend(sp_replay_sim *s, double now) {
-  if (s->done || s->live >= s->k || (s->window && s->round >= s->k)) return;
+  if (s->done) return;
+  for (size_t i = s->head; i <= s->tip && i < s->q->n_hops; i++)
+    if (s->node[i].alive && s->node[i].held) sp_replay_materialize(s, i, now);
+  if (s->eager || s->live >= s->k || (s->window && s->round >= s->k)) return;
   size_t i = s->tip;
   sp_replay_node *n = &s->node[i];
   if (i >= s->q->n_hops || !n->alive || !n->step_done || n->spec != SP_SPEC_IDLE || n->has_child ||
       n->wrong)
     return;
-  const sp_replay_hop *hop = &s->q->hops[i];
-  if (hop->spec == SP_REPLAY_NONE) return;
-  n->spec = SP_SPEC_PENDING;
-  s->live++;   /* the reservation */
-  s->round++;
-  if (hop->t_spec >= 0) sp_replay_schedule(s, now + hop->t_spec, SP_EV_SPEC_RET, i);
-  /* unknown t_spec: it never returns and holds its slot until discarded */
+  if (s->q->hops[i].spec == SP_REPLAY_NONE) return;
+  sp_replay_spec_start(s, i, now, 1);
 }
 
 static void sp_replay_spec_ret(sp_replay_sim *s, size_t i, double now) {
   sp_replay_node *n = &s->node[i];
   const sp_replay_hop *hop = &s->q->hops[i];
   n->spec = SP_SPEC_BACK;
-  /* The reservation becomes the first child; more need free slots. */
-  size_t slots = s->k - s->live + 1;
-  if (s->window && s->k - s->round + 1 < slots) slots = s->k - s->round + 1;
-  size_t nc = s->m < slots ? s->m : slots;
-  s->live += nc - 1;
-  s->round += nc - 1;
-  if (hop->spec == SP_REPLAY_ACCEPTED && (size_t)hop->rank < nc) {
-    n->has_child = 1;
-    n->wrong = nc - 1;
-    s->tip = i + 1;
-    sp_replay_node_start(s, i + 1, now + hop->t_update);
-  } else {
-    n->wrong = nc;
+  size_t nc = s->m;
+  if (hop->ncands > 0 && (size_t)hop->ncands < nc) nc = (size_t)hop->ncands;
+  n->held = nc;
+  if (n->reserved) {
+    /* the reservation becomes the first child (its slot is counted) */
+    n->reserved = 0;
+    s->live--;
+    s->round--;
   }
+  sp_replay_materialize(s, i, now);
 }
 
 static void sp_replay_dispatch(sp_replay_sim *s, const sp_replay_ev *e) {
@@ -676,6 +740,10 @@ static void sp_replay_dispatch(sp_replay_sim *s, const sp_replay_ev *e) {
       if (e->hop == s->head) { s->done = 1; s->wall = e->t; }
     } else {
       sp_replay_schedule(s, e->t + s->q->hops[e->hop].t_target, SP_EV_TARGET_RET, e->hop);
+      /* eager launch: the speculator starts with the target call (a k of 1
+         could never use its guess, so none starts) */
+      if (s->eager && s->k > 1 && s->q->hops[e->hop].spec != SP_REPLAY_NONE)
+        sp_replay_spec_start(s, e->hop, e->t, 0);
     }
     break;
   case SP_EV_SPEC_RET:
@@ -691,7 +759,7 @@ static void sp_replay_dispatch(sp_replay_sim *s, const sp_replay_ev *e) {
   }
 }
 
-double sp_replay_run(const sp_replay_query *q, const char *mode, int k, double *wall_out,
+double sp_replay_run(const sp_replay_query *q, const char *mode, int k, int launch, double *wall_out,
                      double *standard_out) {
   if (wall_out) *wall_out = NAN;
   if (standard_out) *standard_out = NAN;
@@ -716,6 +784,8 @@ double sp_replay_run(const sp_replay_query *q, const char *mode, int k, double *
   memset(&s, 0, sizeof s);
   s.q = q;
   s.window = window;
+  if (launch == SP_REPLAY_LAUNCH_RECORDED) launch = q->launch;
+  s.eager = !window && launch == SP_REPLAY_EAGER;
   s.k = k < 0 ? SIZE_MAX : (size_t)k;
   s.m = q->m >= 1 ? (size_t)q->m : 1;
   s.node = calloc(q->n_hops + 1, sizeof *s.node);
@@ -742,7 +812,8 @@ double sp_replay_run(const sp_replay_query *q, const char *mode, int k, double *
  * ====================================================================== */
 
 #define SP_REPLAY_USAGE \
-  "usage: specula replay FILE [--k 1,2,3,inf] [--mode spechop|window|sequential] [--json]\n"
+  "usage: specula replay FILE [--k 1,2,3,inf] [--mode spechop|window|sequential] " \
+  "[--spec-launch eager|slot] [--json]\n"
 
 static void sp_replay_usage(FILE *f) {
   fputs(SP_REPLAY_USAGE
@@ -750,6 +821,9 @@ static void sp_replay_usage(FILE *f) {
         "  --k LIST    comma-separated thread counts, integers >= 1 or inf\n"
         "              (default 1,2,3,4,8,inf plus the recorded k)\n"
         "  --mode M    spechop (continuous, default), window (bounded) or sequential\n"
+        "  --spec-launch eager|slot\n"
+        "              when a thread's speculator starts (default: as recorded; files\n"
+        "              without the field were recorded with slot)\n"
         "  --json      one JSON object per k\n",
         f);
 }
@@ -857,7 +931,7 @@ static void sp_replay_json_num(const char *key, double v) {
 }
 
 int sp_replay_main(int argc, char **argv) {
-  const char *file = NULL, *mode = NULL, *klist = NULL;
+  const char *file = NULL, *mode = NULL, *klist = NULL, *launch_s = NULL;
   int json = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -867,6 +941,7 @@ int sp_replay_main(int argc, char **argv) {
     const char *val = NULL;
     if (strncmp(a, "--k", 3) == 0 && (a[3] == '\0' || a[3] == '=')) dst = &klist;
     else if (strncmp(a, "--mode", 6) == 0 && (a[6] == '\0' || a[6] == '=')) dst = &mode;
+    else if (strncmp(a, "--spec-launch", 13) == 0 && (a[13] == '\0' || a[13] == '=')) dst = &launch_s;
     if (dst) {
       const char *eq = strchr(a, '=');
       if (eq) val = eq + 1;
@@ -883,6 +958,12 @@ int sp_replay_main(int argc, char **argv) {
   if (mode && strcmp(mode, "spechop") != 0 && strcmp(mode, "window") != 0 &&
       strcmp(mode, "sequential") != 0)
     return sp_replay_fail("--mode must be spechop, window or sequential, got '%s'", mode);
+  int launch = SP_REPLAY_LAUNCH_RECORDED;
+  if (launch_s) {
+    if (strcmp(launch_s, "eager") == 0) launch = SP_REPLAY_EAGER;
+    else if (strcmp(launch_s, "slot") == 0) launch = SP_REPLAY_SLOT;
+    else return sp_replay_fail("--spec-launch must be eager or slot, got '%s'", launch_s);
+  }
   int ks[65];
   size_t nk = 0;
   if (klist && sp_replay_parse_klist(klist, ks, sizeof ks / sizeof ks[0], &nk) != 0)
@@ -918,6 +999,33 @@ int sp_replay_main(int argc, char **argv) {
   if (recorded) sp_replay_k_add(ks, &nk, recorded);
   qsort(ks, nk, sizeof ks[0], sp_replay_k_cmp);
 
+  /* Only recorded speculator stages can be re-scheduled: a sequential (or
+     k = 1) recording has none, and at another k it would just come back
+     unchanged. Refuse that; name partial gaps. */
+  size_t no_spec_q = 0, no_spec_hops = 0, all_hops = 0;
+  for (size_t j = 0; j < set->n; j++) {
+    const sp_replay_query *q = &set->queries[j];
+    if (!q->has_spec && q->n_hops > 0) no_spec_q++;
+    for (size_t h = 0; h < q->n_hops; h++) {
+      all_hops++;
+      if (q->hops[h].spec == SP_REPLAY_NONE) no_spec_hops++;
+    }
+  }
+  int wants_spec = 0;
+  for (size_t i = 0; i < nk; i++)
+    if (ks[i] != 1) wants_spec = 1;
+  if (wants_spec && strcmp(mode, "sequential") != 0 && all_hops > 0 && no_spec_hops == all_hops) {
+    fprintf(stderr, "specula replay: %s has no speculator stages (recorded %s%s): there is nothing to "
+            "re-speculate at another k; record the run with --mode spechop or window and k > 1\n",
+            file, set->mode ? set->mode : "without speculation", set->k == 1 ? ", k = 1" : "");
+    sp_replay_set_free(set);
+    return 2;
+  }
+  if (wants_spec && no_spec_hops > 0 && !json)
+    fprintf(stderr, "specula replay: note: %zu of %zu hops (%zu of %zu queries entirely) had no speculator "
+            "stage and replay as recorded, unspeculated, at every k\n", no_spec_hops, all_hops, no_spec_q,
+            set->n);
+
   sp_replay_est est = sp_replay_estimate(set);
   if (!json) {
     char rk[32] = "";
@@ -938,7 +1046,7 @@ int sp_replay_main(int argc, char **argv) {
     size_t n_mean = 0, n_bad = 0;
     for (size_t j = 0; j < set->n; j++) {
       double w, st;
-      double r = sp_replay_run(&set->queries[j], mode, ks[i], &w, &st);
+      double r = sp_replay_run(&set->queries[j], mode, ks[i], launch, &w, &st);
       if (isnan(r)) { n_bad++; continue; }
       wall_sum += w;
       std_sum += st;
@@ -960,6 +1068,10 @@ int sp_replay_main(int argc, char **argv) {
       sp_replay_json_num(",\"mean_rel_lat\":", mean);
       printf(",\"wall_ms\":%.10g,\"standard_ms\":%.10g,\"recorded\":%s", wall_sum, std_sum,
              mark ? "true" : "false");
+      int shown = launch != SP_REPLAY_LAUNCH_RECORDED ? launch
+                  : set->n ? set->queries[0].launch : SP_REPLAY_SLOT;
+      printf(",\"spec_launch\":\"%s\",\"unspeculated_hops\":%zu",
+             strcmp(mode, "spechop") != 0 || shown == SP_REPLAY_SLOT ? "slot" : "eager", no_spec_hops);
       sp_replay_json_num(",\"p_hat\":", est.p);
       sp_replay_json_num(",\"alpha_hat\":", est.alpha);
       sp_replay_json_num(",\"beta_hat\":", est.beta);

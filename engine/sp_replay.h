@@ -28,13 +28,19 @@ typedef struct sp_replay_hop {
   double t_verify;     /* verifier time */
   sp_replay_spec spec; /* recorded speculation outcome */
   int rank;            /* 0-based confidence rank of the accepted candidate */
+  int ncands;          /* candidates the speculator returned, 0 = unknown (assume m) */
 } sp_replay_hop;
+
+/* When a thread's speculator starts (as the engine's SP_LAUNCH_*). */
+enum { SP_REPLAY_EAGER = 0, SP_REPLAY_SLOT = 1, SP_REPLAY_LAUNCH_RECORDED = -1 };
 
 typedef struct sp_replay_query {
   char *id;            /* query id (NUL-terminated) */
   char *mode;          /* recorded mode ("spechop", ...), or NULL if unknown */
   int k;               /* recorded k: >= 1, -1 = inf, 0 = unknown */
   int m;               /* speculator candidates per hop, >= 1 */
+  int launch;          /* recorded SP_REPLAY_EAGER / SLOT; slot when not recorded (older files) */
+  int has_spec;        /* some hop made a speculator call (else nothing can be re-speculated) */
   sp_replay_hop *hops; /* committed hops in order */
   size_t n_hops;       /* number of hops (N) */
   double final_seg;    /* time of the final step that produces the answer */
@@ -60,10 +66,13 @@ void sp_replay_set_free(sp_replay_set *s);
 
 /* Replays one query under mode "spechop" (continuous, Algorithm 1), "window"
    (bounded window, Theorem 2) or "sequential" (k = 1); NULL = "spechop".
-   k < 0 means unbounded. Returns RelLat = wall / standard, where standard is
-   the hops run back to back: sum(t_seg + t_target + t_update) + final_seg.
-   wall_out/standard_out may be NULL. NaN for an unknown mode or k == 0. */
-double sp_replay_run(const sp_replay_query *q, const char *mode, int k, double *wall_out,
+   k < 0 means unbounded. launch: SP_REPLAY_EAGER or SP_REPLAY_SLOT (spechop
+   only; window mode is always slot), or SP_REPLAY_LAUNCH_RECORDED. Returns
+   RelLat = wall / standard, where standard is the hops run back to back:
+   sum(t_seg + t_target + t_update) + final_seg. wall_out/standard_out may be
+   NULL. NaN for an unknown mode or k == 0. This is the event-level model the
+   window is checked against (bench fidelity, the virtual-clock specs). */
+double sp_replay_run(const sp_replay_query *q, const char *mode, int k, int launch, double *wall_out,
                      double *standard_out);
 
 /* `specula replay FILE [--k LIST] [--mode M] [--json]`; argv[0] is the

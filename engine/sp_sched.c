@@ -32,6 +32,26 @@ static void task_reap_later(sp_task *t);
 double sp_now_ms(void) { return (double)uv_hrtime() / 1e6; }
 uint64_t sp_now_ns(void) { return uv_hrtime(); }
 
+double sp_clock_ms(const sp_ctx *ctx) {
+  return ctx ? (double)sp_timers_now(ctx) / 1e6 : sp_now_ms();
+}
+
+int sp_clock_virtual(const sp_ctx *ctx) { return ctx && ctx->timers.virt; }
+
+int sp_clock_set_virtual(sp_ctx *ctx, int on, char *err, size_t errlen) {
+  if (!ctx) return -1;
+  on = on != 0;
+  if (on == ctx->timers.virt) return 0;
+  /* deadlines armed on one clock mean nothing on the other */
+  if (ctx->timers.n > 0 || ctx->counts.transfers > 0) {
+    snprintf(err, errlen, "clock: cannot switch while timers or transfers are pending");
+    return -1;
+  }
+  ctx->timers.virt = on;
+  ctx->timers.vnow = 0;
+  return 0;
+}
+
 static void on_ready_idle(uv_idle_t *h) { sp_sched_drain((sp_ctx *)h->data); }
 
 /* Before blocking in poll, release what finished in callbacks that ran
@@ -110,18 +130,31 @@ static void gc_tune(sp_ctx *ctx) {
   }
 }
 
+void sp_sched_poke(sp_ctx *ctx) {
+  if (!uv_is_active((uv_handle_t *)&ctx->ready_idle))
+    uv_idle_start(&ctx->ready_idle, on_ready_idle);
+}
+
 void sp_sched_drain(sp_ctx *ctx) {
   /* the dispatcher counts the jobs it takes against the same budget */
   ctx->budget = SP_DRAIN_BUDGET;
   sp_runnable *r;
-  while (ctx->budget-- > 0 && (r = dequeue(ctx)) != NULL) {
+  for (;;) {
+    while (ctx->budget-- > 0 && (r = dequeue(ctx)) != NULL) {
+      if (ctx->reap) sp_sched_reap(ctx);
+      r->run(ctx, r);
+    }
+    /* Virtual clock: nothing is runnable at this instant, so time moves to
+       the next deadline (the loop still gets a turn every budget's worth,
+       for signals and shutdown). */
+    if (!ctx->timers.virt || ctx->ready_head || ctx->budget <= 0 || ctx->stopping) break;
     if (ctx->reap) sp_sched_reap(ctx);
-    r->run(ctx, r);
+    if (sp_timers_advance(ctx) == 0) break;
   }
   sp_sched_reap(ctx);
   sp_vals_sweep(ctx);
   gc_tune(ctx);
-  if (!ctx->ready_head) uv_idle_stop(&ctx->ready_idle);
+  if (!ctx->ready_head && !(ctx->timers.virt && ctx->timers.n > 0)) uv_idle_stop(&ctx->ready_idle);
 }
 
 /* Put a runnable back at the head of the queue (a fresh job handed to the
@@ -344,7 +377,7 @@ static void job_finish(sp_ctx *ctx, sp_task *t, int status, const sp_jobres *res
     sp_task_hook hook = t->hook;
     t->hook = NULL;
     t->state = status;
-    ctx->hook_now = sp_now_ms();
+    ctx->hook_now = sp_clock_ms(ctx);
     ctx->hook_clock = 1;
     hook(t, status == SP_TASK_DONE ? res : NULL, status, t->hook_ud);
     ctx->hook_clock = 0;
@@ -764,7 +797,7 @@ int sp_sleep(sp_task *t, double ms, char *err, size_t errlen) {
   s->dl.fire = sleep_fired;
   s->dl.idx = -1;
   double whole = ms > 1e12 ? 1e12 : ms;
-  if (sp_timers_add(ctx, &s->dl, uv_hrtime() + (uint64_t)(whole * 1e6)) != 0) {
+  if (sp_timers_add(ctx, &s->dl, sp_timers_now(ctx) + (uint64_t)(whole * 1e6)) != 0) {
     free(s);
     snprintf(err, errlen, "sleep: cannot arm the timer");
     return -1;

@@ -133,6 +133,7 @@ static inline void sp_job_keep(sp_task *t, int i) {
 void sp_op_link(sp_task *t, sp_op *op, sp_op_cancel_fn cancel);
 void sp_op_unlink(sp_op *op);
 void sp_sched_drain(sp_ctx *ctx);                   /* run the ready queue now */
+void sp_sched_poke(sp_ctx *ctx);                    /* keep the loop turning (virtual clock) */
 void sp_sched_reap(sp_ctx *ctx);
 void sp_sched_cancel_all(sp_ctx *ctx);              /* shutdown: cancel every live task */
 

@@ -1,5 +1,6 @@
 #include "sp_timer.h"
 #include "sp_ctx.h"
+#include "sp_sched.h"
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,10 +20,15 @@ static void swap(sp_timers *t, int a, int b) {
   t->heap[b]->idx = b;
 }
 
+/* Earlier due first; at equal due, the one armed first. */
+static int before(const sp_deadline *a, const sp_deadline *b) {
+  return a->due < b->due || (a->due == b->due && a->seq < b->seq);
+}
+
 static void up(sp_timers *t, int i) {
   while (i > 0) {
     int p = (i - 1) / 2;
-    if (t->heap[p]->due <= t->heap[i]->due) break;
+    if (!before(t->heap[i], t->heap[p])) break;
     swap(t, p, i);
     i = p;
   }
@@ -31,8 +37,8 @@ static void up(sp_timers *t, int i) {
 static void down(sp_timers *t, int i) {
   for (;;) {
     int l = 2 * i + 1, r = l + 1, m = i;
-    if (l < t->n && t->heap[l]->due < t->heap[m]->due) m = l;
-    if (r < t->n && t->heap[r]->due < t->heap[m]->due) m = r;
+    if (l < t->n && before(t->heap[l], t->heap[m])) m = l;
+    if (r < t->n && before(t->heap[r], t->heap[m])) m = r;
     if (m == i) break;
     swap(t, i, m);
     i = m;
@@ -44,6 +50,7 @@ static void on_timerfd(uv_poll_t *h, int status, int events);
 /* Point the timerfd at the earliest deadline (or disarm it). */
 static void rearm(sp_ctx *ctx) {
   sp_timers *t = &ctx->timers;
+  if (t->virt) return;   /* the scheduler advances virtual time itself */
   uint64_t due = t->n ? t->heap[0]->due : 0;
   if (due == t->armed) return;
   struct itimerspec its;
@@ -90,9 +97,27 @@ static int ensure(sp_ctx *ctx) {
   return 0;
 }
 
+uint64_t sp_timers_now(const sp_ctx *ctx) {
+  return ctx->timers.virt ? ctx->timers.vnow : uv_hrtime();
+}
+
+int sp_timers_advance(sp_ctx *ctx) {
+  sp_timers *t = &ctx->timers;
+  if (!t->virt || t->n == 0) return 0;
+  if (t->heap[0]->due > t->vnow) t->vnow = t->heap[0]->due;
+  int fired = 0;
+  while (t->n && t->heap[0]->due <= t->vnow) {
+    sp_deadline *d = t->heap[0];
+    sp_timers_remove(ctx, d);
+    d->fire(d);
+    fired++;
+  }
+  return fired;
+}
+
 int sp_timers_add(sp_ctx *ctx, sp_deadline *d, uint64_t due) {
   sp_timers *t = &ctx->timers;
-  if (ensure(ctx) != 0) return -1;
+  if (!t->virt && ensure(ctx) != 0) return -1;
   if (t->n == t->cap) {
     int cap = t->cap ? t->cap * 2 : 64;
     sp_deadline **p = realloc(t->heap, (size_t)cap * sizeof *p);
@@ -101,10 +126,14 @@ int sp_timers_add(sp_ctx *ctx, sp_deadline *d, uint64_t due) {
     t->cap = cap;
   }
   d->due = due ? due : 1;
+  d->seq = t->seq++;
   d->idx = t->n;
   t->heap[t->n++] = d;
   up(t, d->idx);
   rearm(ctx);
+  /* virtual: the ready-queue handle keeps the loop turning until the
+     deadline is reached */
+  if (t->virt) sp_sched_poke(ctx);
   return 0;
 }
 

@@ -1,8 +1,14 @@
 /*
- * sp_timer: precise deadlines for the loop. libuv timers tick in whole
- * milliseconds, which skews millisecond-scale stage latencies by up to a
- * millisecond each; this keeps a min-heap of nanosecond deadlines behind one
- * timerfd polled by the loop.
+ * sp_timer: precise deadlines for the loop, and the engine's clock. libuv
+ * timers tick in whole milliseconds, which skews millisecond-scale stage
+ * latencies by up to a millisecond each; this keeps a min-heap of nanosecond
+ * deadlines behind one timerfd polled by the loop.
+ *
+ * The clock is real (uv_hrtime) or virtual (`--clock virtual`). Virtual time
+ * stands still while there is work to run; when the ready queue is empty the
+ * scheduler advances it to the earliest deadline and fires every deadline due
+ * then, in (due, arming order) order, so a run is deterministic and takes
+ * no real waiting. Real I/O is refused under the virtual clock.
  */
 #ifndef SP_TIMER_H
 #define SP_TIMER_H
@@ -13,7 +19,8 @@ typedef struct sp_ctx sp_ctx;
 typedef struct sp_deadline sp_deadline;
 
 struct sp_deadline {
-  uint64_t due;                          /* monotonic ns (uv_hrtime clock) */
+  uint64_t due;                          /* ns on the engine clock (sp_timers_now) */
+  uint64_t seq;                          /* arming order: the tie-break at equal due times */
   int idx;                               /* heap position, -1 when not armed */
   void (*fire)(sp_deadline *d);          /* called from the loop when due */
 };
@@ -25,11 +32,18 @@ typedef struct sp_timers {
   sp_deadline **heap;                    /* min-heap by due */
   int n, cap;                            /* used / allocated */
   uint64_t armed;                        /* deadline the timerfd is set for, 0 = none */
+  int virt;                              /* the clock is virtual */
+  uint64_t vnow;                         /* virtual now, ns */
+  uint64_t seq;                          /* next arming number */
 } sp_timers;
 
 void sp_timers_init(sp_timers *t);
 int sp_timers_add(sp_ctx *ctx, sp_deadline *d, uint64_t due);  /* 0 ok, -1 no memory */
 void sp_timers_remove(sp_ctx *ctx, sp_deadline *d);
 void sp_timers_close(sp_ctx *ctx);                              /* shutdown */
+uint64_t sp_timers_now(const sp_ctx *ctx);                      /* ns on the engine clock */
+/* Virtual clock only: jump to the earliest deadline and fire all that are
+   due then. Returns how many fired (0: none pending). */
+int sp_timers_advance(sp_ctx *ctx);
 
 #endif

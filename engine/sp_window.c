@@ -106,6 +106,7 @@ struct sp_node {
   int obs_ref;             /* value slot of the target's observation */
   char *tg_err;            /* target error */
   int spc;                 /* SPC_* */
+  int spec_slot;           /* its speculator holds a thread slot (slot launch) */
   int cands_ref;           /* value slot of the speculator's candidate list */
   int ncands;              /* its length */
   double *confs;           /* candidate confidences */
@@ -222,7 +223,7 @@ static char *reason_dup(const char *prefix, const char *msg) {
 /* A hook reacts at one instant: the scheduler reads the clock once per
    hook (ctx->hook_now), and every timestamp the reaction takes uses it. */
 static double now_ms(sp_window *w) {
-  return w->ctx->hook_clock ? w->ctx->hook_now : sp_now_ms();
+  return w->ctx->hook_clock ? w->ctx->hook_now : sp_clock_ms(w->ctx);
 }
 
 static char *dupstr(const char *s) {
@@ -306,6 +307,19 @@ static int has_room(sp_window *w) {
 static void note_live(sp_window *w, int delta) {
   w->live += delta;
   if (w->live > w->st.max_threads) w->st.max_threads = w->live;
+}
+
+/* Eager launch: spechop mode unless the run asked for the slot variant. */
+static int eager(const sp_window *w) {
+  return w->cfg.mode == SP_MODE_SPECHOP && w->cfg.spec_launch == SP_LAUNCH_EAGER;
+}
+
+/* A slot-launched speculator reserved its first child's slot; give it back
+   (it failed, was cancelled, or its node goes). */
+static void spec_unreserve(sp_window *w, sp_node *n) {
+  if (!n->spec_slot) return;
+  n->spec_slot = 0;
+  note_live(w, -1);
 }
 
 /* Speculative cost is "at risk" from launch until the call's state is
@@ -482,7 +496,7 @@ static void discard(sp_window *w, sp_node *n) {
   }
   if (n->j_spec) {
     cancel_job(w, n, &n->j_spec, "spec", &w->st.cancelled_spec);
-    note_live(w, -1); /* its reservation */
+    spec_unreserve(w, n);
   }
   cancel_job(w, n, &n->j_verify, "verify", NULL);
   risk_wasted(w, &n->risk);
@@ -501,7 +515,7 @@ static void retire(sp_window *w, sp_node *n) {
   pf_release(w, n, 1);
   if (n->j_spec) {
     cancel_job(w, n, &n->j_spec, "spec", &w->st.cancelled_spec);
-    note_live(w, -1);
+    spec_unreserve(w, n);
   }
   node_free(w, n);
 }
@@ -614,7 +628,10 @@ static void start_spec(sp_window *w, sp_node *n) {
   n->spc = SPC_RUNNING;
   n->t_spec0 = now_ms(w);
   w->st.spec_calls++;
-  note_live(w, +1); /* reserve the first child's slot */
+  if (!eager(w)) {
+    note_live(w, +1); /* reserve the first child's slot */
+    n->spec_slot = 1;
+  }
   if (w->cfg.mode == SP_MODE_WINDOW) w->round++;
   sp_job_start(t);
 }
@@ -1031,7 +1048,10 @@ static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud) {
   }
   /* The speculator goes first: when both return at once (cached or local
      tools) its guess must be in before the target's result is verified. */
-  if (w->fn_spec != SP_NOVAL && n->can_spec) ext_add(w, n);
+  if (w->fn_spec != SP_NOVAL && n->can_spec) {
+    if (!eager(w)) ext_add(w, n);
+    else if (current_k(w) != 1) start_spec(w, n);   /* k = 1 could never use a guess */
+  }
   try_extend(w);
   if (w->status != SP_WIN_RUNNING) return;
   if (!served) launch_target(w, n);
@@ -1090,7 +1110,7 @@ static void on_spec(sp_task *t, const sp_jobres *res, int status, void *ud) {
   if (status != SP_TASK_DONE || ncands == 0) {
     if (!n->spec_err) n->spec_err = dupstr("speculator failed: it returned no candidate");
     n->spc = SPC_FAILED;
-    note_live(w, -1); /* release the reservation */
+    spec_unreserve(w, n);
     ext_remove(w, n);
     try_extend(w);
     return;
@@ -1098,8 +1118,9 @@ static void on_spec(sp_task *t, const sp_jobres *res, int status, void *ud) {
   n->confs = malloc((size_t)ncands * sizeof *n->confs);
   if (!n->confs) {
     n->spc = SPC_FAILED;
-    note_live(w, -1);
+    spec_unreserve(w, n);
     ext_remove(w, n);
+    fail_nojob(w, "keeping the speculator's candidates");
     return;
   }
   for (int i = 0; i < ncands; i++) {
@@ -1109,7 +1130,15 @@ static void on_spec(sp_task *t, const sp_jobres *res, int status, void *ud) {
   n->cands_ref = res_keep(w, res, 0);
   n->ncands = ncands;
   n->spc = SPC_DONE;
+  if (!n->spec_slot) {
+    /* eager launch: the candidates wait for free slots, best first */
+    n->next_cand = 0;
+    ext_add(w, n);
+    try_extend(w);
+    return;
+  }
   /* The first candidate takes the slot reserved at launch. */
+  n->spec_slot = 0;
   n->next_cand = 1;
   sp_node *c = node_new(w, n->hop + 1, n, 0, n->conf * n->confs[0]);
   if (!c || start_advance(w, c, n, 0) != 0) {
@@ -1134,7 +1163,7 @@ static void try_extend(sp_window *w) {
       sp_node *n = w->ext[i];
       double p;
       if (n->phase != PH_ACTED) continue;
-      if (n->spc == SPC_NONE) p = n->conf;
+      if (n->spc == SPC_NONE && !eager(w)) p = n->conf;
       else if (n->spc == SPC_DONE && n->next_cand < n->ncands) p = n->conf * n->confs[n->next_cand];
       else continue;
       if (!best || p > best_p || (p == best_p && (n->hop < best->hop ||
@@ -1236,7 +1265,7 @@ static void advance_from_real(sp_window *w, int outcome, const char *reason, dou
   int had_spec = h->nkids > 0 || h->j_spec != NULL;
   if (h->j_spec) {
     cancel_job(w, h, &h->j_spec, "spec", &w->st.cancelled_spec);
-    note_live(w, -1);
+    spec_unreserve(w, h);
   }
   discard_kids(w, h, NULL);
   sp_node *n = node_new(w, h->hop + 1, NULL, 0, 1.0);
@@ -1333,11 +1362,22 @@ static void promote(sp_window *w, sp_node *n) {
 static void verify_head(sp_window *w) {
   sp_node *h = w->head;
   if (w->status != SP_WIN_RUNNING || h->tg != TG_DONE || h->j_verify) return;
+  /* Candidates held for a slot (eager launch) take the slots free at this
+     instant before the verdict, so it does not depend on whether a commit
+     or the target's return was handled first. */
+  if (h->spc == SPC_DONE && h->next_cand < h->ncands && has_room(w)) {
+    try_extend(w);
+    if (w->status != SP_WIN_RUNNING || w->head != h) return;
+  }
   if (h->nkids == 0) {
-    int outcome = h->spc == SPC_RUNNING ? SP_SPEC_LATE
+    /* held: an eager speculator's candidates that never got a thread slot
+       are as useless as a late guess now */
+    int held = h->spc == SPC_DONE && h->next_cand == 0;
+    int outcome = h->spc == SPC_RUNNING || held ? SP_SPEC_LATE
                 : h->spc == SPC_FAILED ? SP_SPEC_ERROR
                 : h->spc == SPC_DONE ? SP_SPEC_REJECTED : SP_SPEC_NONE;
-    const char *reason = outcome == SP_SPEC_LATE ? "speculator slower than the target"
+    const char *reason = held ? "speculator result held: no thread slot was free"
+                       : outcome == SP_SPEC_LATE ? "speculator slower than the target"
                        : outcome == SP_SPEC_ERROR ? (h->spec_err ? h->spec_err : "speculator failed")
                        : "";
     advance_from_real(w, outcome, reason, 0);

@@ -81,6 +81,7 @@ function M.build(spec, agent_tools, script_dir)
   local p = C.sp_policy_new()
   if p == nil then error("policy: out of memory", 0) end
   p = ffi.gc(p, C.sp_policy_free)
+  if core.ctx ~= nil then C.sp_policy_set_clock(p, core.ctx) end
   local obj = { ptr = p, name = name, script_errors = 0, first_error = nil }
   -- Called by the adapter when the script raised or gave a non-decision.
   function obj.on_error(tool, msg)

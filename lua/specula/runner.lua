@@ -16,6 +16,8 @@ local M = {}
 
 local MODES = { sequential = C.SP_MODE_SEQUENTIAL, window = C.SP_MODE_WINDOW, spechop = C.SP_MODE_SPECHOP }
 M.MODES = MODES
+local LAUNCH = { eager = C.SP_LAUNCH_EAGER, slot = C.SP_LAUNCH_SLOT }
+M.LAUNCH = LAUNCH
 local SPEC_NAMES = { [0] = "none", "accepted", "rejected", "late", "error" }
 local MATCH = { exact = C.SP_MATCH_EXACT, name_only = C.SP_MATCH_NAME_ONLY, similar = C.SP_MATCH_SIMILAR }
 local TRIGGER = { start = C.SP_TRIGGER_START, tool_name = C.SP_TRIGGER_TOOL_NAME,
@@ -38,6 +40,11 @@ usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
   --policy FILE         eligibility policy (overrides the agent's)
   --max-hops N          fail a trajectory longer than N hops (default 64)
   --spec-timeout MS     a speculator slower than this counts as failed
+  --clock real|virtual  virtual: time jumps to the next deadline when nothing can run, so a
+                        simulated run takes no real waiting; every reported time is virtual ms;
+                        real I/O (HTTP, MCP) is an error
+  --spec-launch WHEN    eager (default: a speculator starts with its target call, k bounds
+                        threads) or slot (it starts when a thread slot is free; Alg. 2 as written)
   --shard i/n           run only queries whose index is i modulo n
   --compare LIST        run every query under each config, e.g. "sequential,spechop:k=3:m=2"
   --summary FILE        with --compare: also write the table as JSON
@@ -106,6 +113,12 @@ local function parse_args(args)
     elseif a == "--policy" then o.policy = val(a)
     elseif a == "--max-hops" then o.max_hops = num(a, 1)
     elseif a == "--spec-timeout" then o.spec_timeout = num(a, 0)
+    elseif a == "--clock" then
+      o.clock = val(a)
+      if o.clock ~= "real" and o.clock ~= "virtual" then usage_error("--clock must be real or virtual") end
+    elseif a == "--spec-launch" then
+      o.spec_launch = val(a)
+      if not LAUNCH[o.spec_launch] then usage_error("--spec-launch must be eager or slot") end
     elseif a == "--shard" then
       local s = val(a)
       local si, sn = s:match("^(%d+)/(%d+)$")
@@ -228,7 +241,13 @@ end
 -- Read a finished window into a result record. A light run (answers
 -- only, for benchmarks and large batches) keeps { id, query, answer or
 -- error, hops } per query and adds the counters to `acc` instead.
-local function collect(w, q, k_cfg, run_match, light, run_mode, acc)
+local function collect(w, q, run)
+  local o = run.o
+  local k_cfg = o.mode == "sequential" and 1 or o.k
+  local run_match = run.pf and (o.match or run.match or "exact") or nil
+  local light, run_mode, acc = o.light, o.mode, run.acc
+  local run_m = o.mode == "sequential" and 1 or (o.m or 1)
+  local run_launch = o.mode == "spechop" and (o.spec_launch or "eager") or "slot"
   local status = C.sp_window_status(w)
   local rec = { id = q.id, query = q.query }
   if q.gold then rec.gold = q.gold end
@@ -301,6 +320,7 @@ local function collect(w, q, k_cfg, run_match, light, run_mode, acc)
     gate = gate_stats(st),
     max_threads = st.max_threads, k = k_used < 0 and "inf" or k_used,
     mode = run_mode, k_config = k_cfg < 0 and "inf" or (k_cfg == 0 and "auto" or k_cfg),
+    m = run_m, spec_launch = run_launch,
   }
   if run_match then
     local pf = st.pf
@@ -416,6 +436,7 @@ local function new_window(run, q, index)
   cfg.debug = o.debug and 1 or 0
   cfg.trace = o.trace and 1 or 0
   cfg.spec_timeout_ms = o.spec_timeout or 0
+  cfg.spec_launch = LAUNCH[o.spec_launch or "eager"]
   cfg.policy = run.policy.ptr
   cfg.kauto = run.kauto
   cfg.prefetch = run.pf
@@ -436,8 +457,7 @@ end
 local function finish_window(run, w, q, index)
   local o = run.o
   sched.handoff[C.sp_window_id(w)] = nil
-  local rec = collect(w, q, o.mode == "sequential" and 1 or o.k, run.pf and (o.match or run.match or "exact") or nil,
-    o.light, o.mode, run.acc)
+  local rec = collect(w, q, run)
   if run.learn and rec.trajectory and not rec.error then run.learn(rec.trajectory) end
   if o.trace and run.trace_out then trace_events(w, index, q, run.trace_out) end
   ffi.gc(w, nil)
@@ -476,7 +496,7 @@ local function run_all(run, queries, emit, progress)
   local n = #queries
   local results, next_emit = {}, 1
   local done, started, next_i = 0, 0, 1
-  local t0 = sched.now()
+  local t0 = sched.real_now()   -- the progress line's rate is real queries per second
   local sum_wall, sum_std = 0, 0
   local conc = math.min(o.concurrency or 16, math.max(n, 1))
   local group = ffi.gc(C.sp_wgroup_new(core.ctx), C.sp_wgroup_free)
@@ -685,7 +705,7 @@ M.record_writer = record_writer
 local function progress_line(enabled)
   if not enabled then return nil end
   return function(done, n, t0, sw, ss)
-    local el = (sched.now() - t0) / 1000
+    local el = (sched.real_now() - t0) / 1000
     local rate = el > 0 and done / el or 0
     local eta = rate > 0 and (n - done) / rate or 0
     io.stderr:write(format("\r%d/%d  %.1f q/s  ETA %.0fs  RelLat %s   ", done, n, rate, eta,
@@ -709,7 +729,11 @@ function M.run(agent, opts)
               max_hops = opts.max_hops or 64, policy = opts.policy, debug = opts.debug,
               spec_timeout = opts.spec_timeout, trace = nil, start_jitter_ms = opts.start_jitter_ms,
               predict = opts.predict, match = opts.match, trigger = opts.trigger, ev_cost_ms = opts.ev_cost_ms,
-              ev_latency_ms = opts.ev_latency_ms, predict_top = opts.predict_top, light = opts.light }
+              ev_latency_ms = opts.ev_latency_ms, predict_top = opts.predict_top, light = opts.light,
+              spec_launch = opts.spec_launch, clock = opts.clock }
+  if o.spec_launch ~= nil and not LAUNCH[o.spec_launch] then
+    error("specula.run: spec_launch must be eager or slot", 2)
+  end
   if type(o.k) == "string" then o.k = parse_k(o.k) end
   if not MODES[o.mode] then error("specula.run: unknown mode '" .. tostring(o.mode) .. "'", 2) end
   local queries = {}
@@ -717,9 +741,20 @@ function M.run(agent, opts)
     if type(q) == "string" then q = { id = "q" .. i, query = q } end
     queries[i] = { id = q.id or ("q" .. i), query = q.query, record = q, gold = q.gold, max_hops = q.max_hops }
   end
-  local run = make_run(agent, o, opts.script)
+  -- a clock for this run only (the caller's clock comes back after it)
+  local prev_clock = sched.clock()
+  if o.clock and o.clock ~= prev_clock then
+    local ok, cerr = sched.set_clock(o.clock)
+    if not ok then error("specula.run: " .. cerr, 2) end
+  end
+  local okr, run = pcall(make_run, agent, o, opts.script)
+  if not okr then
+    if sched.clock() ~= prev_clock then sched.set_clock(prev_clock) end
+    error(run, 0)
+  end
   if o.light then run.acc = new_agg() end
   local results = run_all(run, queries, function() end, nil)
+  if sched.clock() ~= prev_clock then sched.set_clock(prev_clock) end
   local agg = M.aggregate(results, o.k, run.acc)
   for _, r in ipairs(results) do
     if o.light and r.error and r.hops == nil then
@@ -735,6 +770,10 @@ end
 function M.main(agent, args, script)
   local o = parse_args(args)
   if o.help then io.stdout:write(usage_text) return end
+  if o.clock then
+    local ok, cerr = sched.set_clock(o.clock)
+    if not ok then sched.plain_error("specula run: --clock " .. o.clock .. ": " .. cerr) end
+  end
   local queries, warnings = load_queries(o)
   for _, w in ipairs(warnings) do io.stderr:write("specula: warning: " .. w .. "\n") end
   if o.compare then return require("specula.compare").main(agent, o, queries, script) end
@@ -770,7 +809,8 @@ function M.main(agent, args, script)
     for _, r in ipairs(results) do
       if r.stages then
         recs[#recs + 1] = json.encode({ id = r.id, mode = o.mode, k = o.k < 0 and "inf" or (o.k == 0 and "auto" or o.k),
-          m = o.m or 1, hops = r.stages.hops, final_seg = r.stages.final_seg, init = r.stages.init,
+          m = o.m or 1, spec_launch = r.stats.spec_launch,
+          hops = r.stages.hops, final_seg = r.stages.final_seg, init = r.stages.init,
           wall_ms = r.stats.wall_ms, standard_ms = r.stats.standard_ms })
       end
     end

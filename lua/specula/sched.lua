@@ -270,6 +270,24 @@ function M.sleep(ms)
   co_yield()
 end
 
-function M.now() return C.sp_now_ms() end
+-- Milliseconds on the engine clock (virtual under --clock virtual).
+function M.now() return C.sp_clock_ms(ctx) end
+-- Real monotonic milliseconds, whatever the engine clock (for benchmarks).
+function M.real_now() return C.sp_now_ms() end
+
+-- Switch the engine clock: "real" or "virtual". Refused while timers or
+-- transfers are pending (deadlines on one clock mean nothing on the other).
+function M.set_clock(name)
+  if name ~= "real" and name ~= "virtual" then
+    return nil, "clock must be real or virtual, got " .. tostring(name)
+  end
+  if ctx == nil then return nil, "clock: needs the specula runtime" end
+  local err, errlen = core.errbuf()
+  if C.sp_clock_set_virtual(ctx, name == "virtual" and 1 or 0, err, errlen) ~= 0 then
+    return nil, ffi.string(err)
+  end
+  return true
+end
+function M.clock() return (ctx ~= nil and C.sp_clock_virtual(ctx) ~= 0) and "virtual" or "real" end
 
 return M

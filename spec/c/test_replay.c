@@ -62,7 +62,7 @@ static sp_replay_query make_query(size_t n, double seg, double spec, double targ
 
 static double wall_of(const sp_replay_query *q, const char *mode, int k) {
   double w = NAN;
-  sp_replay_run(q, mode, k, &w, NULL);
+  sp_replay_run(q, mode, k, SP_REPLAY_SLOT, &w, NULL);
   return w;
 }
 
@@ -90,7 +90,7 @@ static void test_hand_cases(tcount *t) {
       snprintf(what, sizeof what, "window k=%d N=%zu wall", ks[ki], n);
       near(t, what, wall_of(&q, "window", ks[ki]), window[ki][n - 1], 1e-9);
       double w, st;
-      double r = sp_replay_run(&q, "sequential", 7, &w, &st);
+      double r = sp_replay_run(&q, "sequential", 7, SP_REPLAY_SLOT, &w, &st);
       snprintf(what, sizeof what, "sequential N=%zu is 1", n);
       check(t, r == 1.0 && w == st, what);
       free(q.hops);
@@ -101,7 +101,7 @@ static void test_hand_cases(tcount *t) {
      target is back at 29 * 0.35 + 1.15 = 11.3, after the final step (10.65). */
   sp_replay_query q = make_query(30, 0.15, 0.2, 1.0, 0.15);
   double w, st;
-  double r = sp_replay_run(&q, "spechop", -1, &w, &st);
+  double r = sp_replay_run(&q, "spechop", -1, SP_REPLAY_SLOT, &w, &st);
   near(t, "N=30 inf wall", w, 30 * 0.35 + 0.8, 1e-9);
   near(t, "N=30 standard", st, 30 * 1.15 + 0.15, 1e-9);
   near(t, "N=30 inf RelLat", r, 11.3 / 34.65, 1e-12);
@@ -115,7 +115,7 @@ static void test_hand_cases(tcount *t) {
   q.hops[0].t_verify = q.hops[1].t_verify = 0.05;
   near(t, "rejected + verify wall", wall_of(&q, "spechop", -1), 2.4, 1e-9);
   /* k = 1 never verifies (nothing to compare), so it is exactly standard. */
-  check(t, sp_replay_run(&q, "spechop", 1, NULL, NULL) == 1.0, "k=1 ignores t_verify");
+  check(t, sp_replay_run(&q, "spechop", 1, SP_REPLAY_SLOT, NULL, NULL) == 1.0, "k=1 ignores t_verify");
   /* Late: the speculator takes 1.5 > t_target, so nothing is there to verify. */
   q.hops[0].spec = SP_REPLAY_ACCEPTED;
   q.hops[0].t_spec = 1.5;
@@ -126,10 +126,10 @@ static void test_hand_cases(tcount *t) {
      0.35 + 1.2 + 0.15 = 1.7; standard 0.15 + 1 + 1.2 + 0.15 = 2.5. */
   q = make_query(1, 0.15, 0.2, 1.0, 0.15);
   q.hops[0].t_update = 1.2;
-  r = sp_replay_run(&q, "spechop", 2, &w, &st);
+  r = sp_replay_run(&q, "spechop", 2, SP_REPLAY_SLOT, &w, &st);
   near(t, "t_update wall", w, 1.7, 1e-9);
   near(t, "t_update standard", st, 2.5, 1e-12);
-  check(t, sp_replay_run(&q, "spechop", 1, NULL, NULL) == 1.0, "t_update k=1");
+  check(t, sp_replay_run(&q, "spechop", 1, SP_REPLAY_SLOT, NULL, NULL) == 1.0, "t_update k=1");
   free(q.hops);
 
   /* m = 2, hop 0 accepted at rank 1. At k = 2 only one child fits, the
@@ -151,11 +151,11 @@ static void test_hand_cases(tcount *t) {
 
   /* No hops: the answer is the final step. */
   q = make_query(0, 0, 0, 0, 0.5);
-  r = sp_replay_run(&q, "spechop", -1, &w, &st);
+  r = sp_replay_run(&q, "spechop", -1, SP_REPLAY_SLOT, &w, &st);
   check(t, r == 1.0 && w == 0.5 && st == 0.5, "zero hops");
-  check(t, isnan(sp_replay_run(&q, "bogus", 2, NULL, NULL)), "unknown mode is NaN");
-  check(t, isnan(sp_replay_run(&q, "spechop", 0, NULL, NULL)), "k = 0 is NaN");
-  check(t, isnan(sp_replay_run(NULL, "spechop", 2, NULL, NULL)), "NULL query is NaN");
+  check(t, isnan(sp_replay_run(&q, "bogus", 2, SP_REPLAY_SLOT, NULL, NULL)), "unknown mode is NaN");
+  check(t, isnan(sp_replay_run(&q, "spechop", 0, SP_REPLAY_SLOT, NULL, NULL)), "k = 0 is NaN");
+  check(t, isnan(sp_replay_run(NULL, "spechop", 2, SP_REPLAY_SLOT, NULL, NULL)), "NULL query is NaN");
   free(q.hops);
 }
 
@@ -182,7 +182,7 @@ static double mean_rel_lat(uint64_t seed, const char *mode, int k, double p, dou
   const int nq = 100;
   for (int i = 0; i < nq; i++) {
     sp_replay_query q = random_query(&rs, 300, p, alpha, beta, jitter);
-    sum += sp_replay_run(&q, mode, k, NULL, NULL);
+    sum += sp_replay_run(&q, mode, k, SP_REPLAY_SLOT, NULL, NULL);
     free(q.hops);
   }
   return sum / nq;
@@ -220,14 +220,14 @@ static void test_theory_agreement(tcount *t) {
        t_verify, a late one costs nothing.) */
     double prev = 1.0;
     for (int k = 2; k <= 6; k++) {
-      double r = sp_replay_run(&q, "spechop", k, NULL, NULL);
+      double r = sp_replay_run(&q, "spechop", k, SP_REPLAY_SLOT, NULL, NULL);
       if (!(r <= prev + 1e-12)) monotone = 0;
       prev = r;
     }
     for (size_t j = 0; j < q.n_hops; j++) q.hops[j].t_verify = rng_unit(&rs) * 0.01;
     double w, st;
-    if (sp_replay_run(&q, "spechop", 1, &w, &st) != 1.0 || w != st) exact = 0;
-    if (sp_replay_run(&q, "window", 1, NULL, NULL) != 1.0) exact = 0;
+    if (sp_replay_run(&q, "spechop", 1, SP_REPLAY_SLOT, &w, &st) != 1.0 || w != st) exact = 0;
+    if (sp_replay_run(&q, "window", 1, SP_REPLAY_SLOT, NULL, NULL) != 1.0) exact = 0;
     free(q.hops);
   }
   check(t, exact, "k=1 is exactly 1.0");
@@ -279,7 +279,7 @@ static void test_shapes(tcount *t) {
     near(t, "trace q1 k=inf", wall_of(&set->queries[0], "spechop", -1), 1.85 + 0.15, 1e-9);
     /* q2: nothing can be committed: it is the sequential run (+ nothing). */
     double w, st;
-    sp_replay_run(&set->queries[1], "spechop", -1, &w, &st);
+    sp_replay_run(&set->queries[1], "spechop", -1, SP_REPLAY_SLOT, &w, &st);
     near(t, "trace q2 wall == standard", w, st, 1e-12);
     sp_replay_set_free(set);
   } else {
@@ -375,8 +375,8 @@ static void test_malformed(tcount *t) {
       sp_replay_set *s = NULL;
       if (sp_replay_load_buffer(copy, cut, &s, err, sizeof err) == 0) {
         for (size_t q = 0; q < s->n; q++) {
-          sp_replay_run(&s->queries[q], "spechop", 3, NULL, NULL);
-          sp_replay_run(&s->queries[q], "window", -1, NULL, NULL);
+          sp_replay_run(&s->queries[q], "spechop", 3, SP_REPLAY_SLOT, NULL, NULL);
+          sp_replay_run(&s->queries[q], "window", -1, SP_REPLAY_SLOT, NULL, NULL);
         }
         sp_replay_set_free(s);
       }

@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
       for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) {
         double wall, standard;
-        double r = sp_replay_run(&set->queries[i], modes[m], ks[j], &wall, &standard);
+        double r = sp_replay_run(&set->queries[i], modes[m], ks[j], SP_REPLAY_SLOT, &wall, &standard);
         if (isnan(r) || !(wall >= 0) || !(standard >= 0)) __builtin_trap();
         if (ks[j] == 1 && wall != standard) __builtin_trap();
       }

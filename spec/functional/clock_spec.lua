@@ -1,0 +1,136 @@
+-- The eager schedule, the virtual clock and exact replay (issue 12 §1-§3).
+local H = require "support.helpers"
+local cjson = require "cjson"
+local SCRIPTS = H.root .. "/spec/functional/scripts/"
+
+local function last_json(out)
+  local line
+  for l in out:gmatch("[^\n]+") do if l:sub(1, 1) == "{" then line = l end end
+  return cjson.decode(line)
+end
+
+local function replay(file, args)
+  local argv = { "replay", file, "--json" }
+  for _, a in ipairs(args or {}) do argv[#argv + 1] = a end
+  local st, out, err = H.specula(argv)
+  local rows = {}
+  for l in out:gmatch("[^\n]+") do rows[#rows + 1] = cjson.decode(l) end
+  return st, rows, err
+end
+
+describe("the virtual clock", function()
+  it("commits what the real clock commits (200 queries x 3 configurations) and equals the event model", function()
+    local dir = H.tmpdir()
+    local st, out, err = H.specula({ "run", SCRIPTS .. "clock_compare.lua", "200", dir })
+    assert.equals(0, st, err)
+    local r = last_json(out)
+    assert.equals(3, #r.configs)
+    for _, c in ipairs(r.configs) do
+      local what = c.launch .. " k=" .. tostring(c.k)
+      assert.equals(0, c.differ, what .. ": hops, verdicts, rollbacks or answers differ: "
+        .. cjson.encode(r.example or {}))
+      assert.equals("real", c.clock_after, "specula.run must give the caller's clock back")
+      assert.is_true(c.commits > 100 and c.rollbacks > 50, what)
+      -- the event-level model of the same draws: the replay of the run's own records
+      local rst, rows = replay(c.file, { "--k", tostring(c.k) })
+      assert.equals(0, rst)
+      assert.is_true(math.abs(rows[1].rel_lat - c.rel_lat) <= 0.001,
+        string.format("%s: virtual %.5f, event model %.5f", what, c.rel_lat, rows[1].rel_lat))
+      assert.equals(c.launch, rows[1].spec_launch)
+      -- simulated time is not waited for
+      assert.is_true(c.virt_ms < c.virtual_wall_ms / 50, what .. ": virtual run took " .. c.virt_ms .. " ms")
+    end
+  end)
+
+  it("reports virtual milliseconds in records and traces, and runs with --input/--concurrency/--trace", function()
+    local q = H.tmpfile("vq.jsonl", '{"id":"a","query":"x"}\n{"id":"b","query":"y"}\n')
+    local out, trace = H.tmpfile("v.jsonl"), H.tmpfile("v.json")
+    local st, _, err = H.specula({ "run", H.root .. "/examples/multihop_sim.lua", "--input", q, "--clock", "virtual",
+      "--out", out, "--trace", trace, "--concurrency", "2", "--k", "3", "--quiet" })
+    assert.equals(0, st, err)
+    local recs = H.jsonl(H.read(out))
+    assert.equals(2, #recs)
+    for _, r in ipairs(recs) do
+      -- hops of ~100 ms simulated: the wall time is the simulated one
+      assert.is_true(r.stats.wall_ms > 100, "wall_ms " .. r.stats.wall_ms)
+      assert.equals("eager", r.stats.spec_launch)
+      assert.equals(1, r.stats.m)
+    end
+    local tr = cjson.decode(H.read(trace))
+    assert.is_true(#tr.traceEvents > 10)
+    local rst, rows = replay(trace, { "--k", "3" })
+    assert.equals(0, rst)
+    local sum_w, sum_s = 0, 0
+    for _, r in ipairs(recs) do sum_w, sum_s = sum_w + r.stats.wall_ms, sum_s + r.stats.standard_ms end
+    assert.is_true(math.abs(rows[1].rel_lat - sum_w / sum_s) <= 0.001)
+  end)
+
+  it("refuses real I/O with an error that names the call", function()
+    local server = H.server()
+    local script = H.tmpfile("vio.lua", [[
+      local specula = require "specula"
+      return specula.agent {
+        init = function(q) return { n = 0 } end,
+        step = function(s) if s.n > 0 then return { final = "x" } end
+          return { action = { tool = "get", args = {} } } end,
+        update = function(s) return { n = s.n + 1 } end,
+        tools = { get = function() local r, e = specula.http.request { url = "]] .. server.base .. [[/text?key=SECRET1" }
+          if not r then error(e, 0) end return r.body end },
+      }
+    ]])
+    local st, out, err = H.specula({ "run", script, "--query", "q", "--clock", "virtual" })
+    server.stop()
+    assert.equals(3, st, err)
+    local r = cjson.decode(out:match("{.*}"))
+    assert.matches("real I/O under the virtual clock: GET http://127%.0%.0%.1:%d+/text", r.error)
+    assert.is_nil(r.error:find("SECRET1", 1, true), "the query string (a key may be there) is left out")
+  end)
+end)
+
+describe("replay", function()
+  it("replays an m = 3 results file as m = 3, equal to the live run (both launch modes)", function()
+    local dir = H.tmpdir()
+    local script = H.tmpfile("m3.lua", [[
+      local specula = require "specula"
+      local json = specula.json
+      local agent = specula.sim.multihop { hops = 12, m = 3, rank = { 0.5, 0.3, 0.2 }, p = 0.8,
+        seg = { "lognormal", 6, 0.3 }, spec = { "lognormal", 12, 0.3 }, target = { "lognormal", 60, 0.3 } }
+      local qs = {}
+      for i = 1, 40 do qs[i] = "m3 query " .. i end
+      local out = {}
+      for _, l in ipairs({ "eager", "slot" }) do
+        local recs, agg = specula.run(agent, { queries = qs, k = 3, m = 3, spec_launch = l, clock = "virtual" })
+        local path = arg[1] .. "/m3_" .. l .. ".jsonl"
+        local f = assert(io.open(path, "w"))
+        for _, r in ipairs(recs) do f:write(json.encode(r), "\n") end
+        f:close()
+        out[l] = { rel_lat = agg.rel_lat, file = path }
+      end
+      print(json.encode(out))
+    ]])
+    local st, out, err = H.specula({ "run", script, dir })
+    assert.equals(0, st, err)
+    local live = last_json(out)
+    for _, l in ipairs({ "eager", "slot" }) do
+      local rst, rows = replay(live[l].file, { "--k", "3" })
+      assert.equals(0, rst)
+      assert.is_true(math.abs(rows[1].rel_lat - live[l].rel_lat) <= 0.001,
+        string.format("%s: live %.4f, replay %.4f", l, live[l].rel_lat, rows[1].rel_lat))
+      -- and as m = 1 it would be slower: the m actually mattered
+    end
+    assert.is_true(live.eager.rel_lat < live.slot.rel_lat, "eager must beat slot at k = 3")
+  end)
+
+  it("refuses to re-speculate a recording that has no speculator stages", function()
+    local out = H.tmpfile("seq.jsonl")
+    local st, _, err = H.specula({ "run", H.root .. "/examples/multihop_sim.lua", "--query", "q", "--mode",
+      "sequential", "--clock", "virtual", "--out", out, "--quiet" })
+    assert.equals(0, st, err)
+    local rst, _, rerr = H.specula({ "replay", out, "--k", "3" })
+    assert.equals(2, rst)
+    assert.matches("has no speculator stages", rerr)
+    -- k = 1 (the recorded schedule) still replays
+    local ok = H.specula({ "replay", out, "--k", "1" })
+    assert.equals(0, ok)
+  end)
+end)
