@@ -27,6 +27,29 @@ typedef struct sp_window sp_window;    /* the speculation window of one query */
 typedef struct sp_policy sp_policy;    /* an eligibility policy */
 typedef struct sp_prefetch sp_prefetch;/* the action-speculation cache of one query */
 
+/* ---- the estimator of p, alpha, beta (engine/sp_theory.c) -------------- *
+ * One definition, used by the runner, the report, --compare and replay:
+ *   p_hat     = accepted / (accepted + rejected + failed) over hops whose
+ *               speculation was judged or failed (late and unspeculated
+ *               hops carry no evidence about the guess and are left out);
+ *   alpha_hat = mean t_spec over hops whose speculator returned
+ *               / mean t_target over all hops;
+ *   beta_hat  = mean t_seg / mean t_target, over all hops.
+ * Sums pool across queries (ratios of sums). outcome is SP_SPEC_*. */
+typedef struct sp_est {
+  double hops;      /* hops added */
+  double accepted;  /* hops whose speculation was accepted */
+  double judged;    /* hops accepted, rejected or whose speculation failed */
+  double seg;       /* sum of t_seg (ms) */
+  double tgt;       /* sum of t_target (ms) */
+  double spec;      /* sum of t_spec over hops whose speculator returned */
+  double nspec;     /* those hops */
+} sp_est;
+void sp_est_add(sp_est *e, int outcome, double t_seg, double t_spec, double t_target);
+void sp_est_merge(sp_est *into, const sp_est *from);
+/* NaN where a figure is undefined (no judged hop, no target time, ...). */
+void sp_est_get(const sp_est *e, double *p, double *alpha, double *beta);
+
 /* ---- buffers --------------------------------------------------------- */
 typedef struct sp_buf {
   char *data;   /* bytes, NUL-terminated when cap > 0 */
@@ -316,6 +339,7 @@ typedef struct sp_window_stats {
   double wasted_cost;        /* cost of speculative target calls whose result was thrown away */
   double wasted_calls;       /* number of such calls (counted whether or not the tool declares a cost) */
   double gate[4][3];         /* gate decisions: [SP_TRIG_*][SP_FORBID, SP_WARMUP, SP_FULL] */
+  sp_est est;                /* p, alpha, beta evidence of the committed hops */
   sp_prefetch_stats pf;      /* action speculation of this query */
 } sp_window_stats;
 sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_t errlen);

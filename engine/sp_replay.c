@@ -1,5 +1,6 @@
 /* sp_replay: stage-record reader and discrete-event re-scheduler. */
 #include "sp_replay.h"
+#include "sp_api.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -900,27 +901,19 @@ typedef struct sp_replay_est {
 
 static sp_replay_est sp_replay_estimate(const sp_replay_set *set) {
   sp_replay_est e = {0, 0, NAN, NAN, NAN};
-  double seg = 0, tgt = 0, spec = 0;
-  size_t acc = 0, n_spec = 0;
+  sp_est acc;
+  memset(&acc, 0, sizeof acc);
+  /* the engine's one estimator (sp_api.h); sp_replay_spec shares its codes */
   for (size_t i = 0; i < set->n; i++) {
     const sp_replay_query *q = &set->queries[i];
     for (size_t j = 0; j < q->n_hops; j++) {
       const sp_replay_hop *h = &q->hops[j];
-      e.hops++;
-      seg += h->t_seg;
-      tgt += h->t_target;
-      if (h->t_spec >= 0) { spec += h->t_spec; n_spec++; }
-      if (h->spec == SP_REPLAY_ACCEPTED) acc++;
-      if (h->spec == SP_REPLAY_ACCEPTED || h->spec == SP_REPLAY_REJECTED || h->spec == SP_REPLAY_ERROR)
-        e.judged++;
+      sp_est_add(&acc, (int)h->spec, h->t_seg, h->t_spec, h->t_target);
     }
   }
-  if (e.judged) e.p = (double)acc / (double)e.judged;
-  if (e.hops && tgt > 0) {
-    double mt = tgt / (double)e.hops;
-    e.beta = seg / (double)e.hops / mt;
-    if (n_spec) e.alpha = spec / (double)n_spec / mt;
-  }
+  e.hops = (size_t)acc.hops;
+  e.judged = (size_t)acc.judged;
+  sp_est_get(&acc, &e.p, &e.alpha, &e.beta);
   return e;
 }
 

@@ -14,6 +14,46 @@
    exact integer must not round up to the next one. */
 #define SP_THEORY_CEIL_SLACK 1e-9
 
+/* Outcome codes as in sp_api.h's SP_SPEC_* (and sp_replay_spec). */
+enum { SP_EST_ACCEPTED = 1, SP_EST_REJECTED = 2, SP_EST_ERROR = 4 };
+
+void sp_est_add(sp_est *e, int outcome, double t_seg, double t_spec, double t_target) {
+  if (!e) return;
+  e->hops += 1;
+  e->seg += t_seg;
+  e->tgt += t_target;
+  if (t_spec >= 0) {
+    e->spec += t_spec;
+    e->nspec += 1;
+  }
+  if (outcome == SP_EST_ACCEPTED) e->accepted += 1;
+  if (outcome == SP_EST_ACCEPTED || outcome == SP_EST_REJECTED || outcome == SP_EST_ERROR) e->judged += 1;
+}
+
+void sp_est_merge(sp_est *into, const sp_est *from) {
+  if (!into || !from) return;
+  into->hops += from->hops;
+  into->accepted += from->accepted;
+  into->judged += from->judged;
+  into->seg += from->seg;
+  into->tgt += from->tgt;
+  into->spec += from->spec;
+  into->nspec += from->nspec;
+}
+
+void sp_est_get(const sp_est *e, double *p, double *alpha, double *beta) {
+  double pp = NAN, a = NAN, b = NAN;
+  if (e && e->judged > 0) pp = e->accepted / e->judged;
+  if (e && e->hops > 0 && e->tgt > 0) {
+    double mt = e->tgt / e->hops;
+    b = e->seg / e->hops / mt;
+    if (e->nspec > 0) a = e->spec / e->nspec / mt;
+  }
+  if (p) *p = pp;
+  if (alpha) *alpha = a;
+  if (beta) *beta = b;
+}
+
 static int sp_theory_ratios_ok(double alpha, double beta) {
   return isfinite(alpha) && isfinite(beta) && alpha >= 0 && beta >= 0;
 }

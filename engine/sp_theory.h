@@ -12,6 +12,7 @@
  */
 #ifndef SP_THEORY_H
 #define SP_THEORY_H
+#include "sp_api.h"   /* sp_est, the estimator */
 
 /* Corollary 1: oracle relative latency 1 - p(1-alpha)/(1+beta). */
 double sp_theory_rel_lat_star(double p, double alpha, double beta);

@@ -1297,6 +1297,7 @@ static void advance_from_real(sp_window *w, int outcome, const char *reason, dou
   if (outcome == SP_SPEC_REJECTED) w->st.rejected++;
   else if (outcome == SP_SPEC_LATE) w->st.late++;
   else if (outcome == SP_SPEC_ERROR) w->st.spec_errors++;
+  sp_est_add(&w->st.est, outcome, h->t_seg, h->t_spec, h->t_target);
   sp_kauto_add(w->cfg.kauto, h->t_seg, h->t_spec, h->t_target);
   if (w->cfg.prefetch) sp_prefetch_observe(w->cfg.prefetch, h->tool, h->t_target, -1);
   if (w->cfg.mode == SP_MODE_WINDOW) w->round = 1;
@@ -1318,6 +1319,7 @@ static void commit(sp_window *w, sp_node *child, const char *reason, double t_ve
   w->st.hops++;
   w->st.commits++;
   w->st.accepted++;
+  sp_est_add(&w->st.est, SP_SPEC_ACCEPTED, h->t_seg, h->t_spec, h->t_target);
   sp_kauto_add(w->cfg.kauto, h->t_seg, h->t_spec, h->t_target);
   if (w->cfg.prefetch) sp_prefetch_observe(w->cfg.prefetch, h->tool, h->t_target, -1);
   tev(w, "commit", 'i', child, now_ms(w), 0, child->rank, reason);

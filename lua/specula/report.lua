@@ -21,6 +21,7 @@
 
 local json = require "specula.json"
 local metrics = require "specula.metrics"
+local estimate = require "specula.estimate"
 local sched = require "specula.sched"
 local svg = require "specula.svg"
 
@@ -329,38 +330,8 @@ local function ratio_of_sums(sample)
   return w / s
 end
 
--- Sums of stage times (for α̂, β̂) and speculation verdicts of records.
-local function stage_sums(recs)
-  local a = { seg = 0, tgt = 0, spec = 0, nspec = 0, n = 0, acc = 0, rej = 0 }
-  for _, r in ipairs(recs) do
-    local stages = T(r.stages)
-    local hops = stages and T(stages.hops) or {}
-    local acc, rej = 0, 0
-    for _, h in ipairs(hops) do
-      if T(h) then
-        local seg, tgt = N(h.t_seg), N(h.t_target)
-        if seg and tgt then
-          a.seg, a.tgt, a.n = a.seg + seg, a.tgt + tgt, a.n + 1
-          local sp = N(h.t_spec)
-          if sp then a.spec, a.nspec = a.spec + sp, a.nspec + 1 end
-        end
-        if h.spec == "accepted" then acc = acc + 1 elseif h.spec == "rejected" then rej = rej + 1 end
-      end
-    end
-    local ver = T(r.stats.verify)
-    if ver and N(ver.accepted) and N(ver.rejected) then acc, rej = ver.accepted, ver.rejected end
-    a.acc, a.rej = a.acc + acc, a.rej + rej
-  end
-  return a
-end
-
-local function ratios(a)
-  local p = (a.acc + a.rej) > 0 and a.acc / (a.acc + a.rej) or nil
-  local mt = a.n > 0 and a.tgt / a.n or nil
-  local alpha = (mt and mt > 0 and a.nspec > 0) and (a.spec / a.nspec) / mt or nil
-  local beta = (mt and mt > 0) and (a.seg / a.n) / mt or nil
-  return p, alpha, beta
-end
+-- p̂, α̂, β̂ of records: the engine's one estimator (specula.estimate).
+local function ratios(recs) return estimate.of_records(recs) end
 
 local function summarize(g, o)
   local s = { queries = #g.recs, failed = 0, sum_wall = 0, sum_std = 0, commits = 0, rollbacks = 0,
@@ -391,8 +362,7 @@ local function summarize(g, o)
     s.rel_lat = s.sum_wall / s.sum_std
     s.ci_lo, s.ci_hi = metrics.bootstrap_ci(pairs_, ratio_of_sums, { iterations = o.iterations, seed = o.seed })
   end
-  s.sums = stage_sums(g.recs)
-  s.p_hat, s.alpha_hat, s.beta_hat = ratios(s.sums)
+  s.p_hat, s.alpha_hat, s.beta_hat = ratios(g.recs)
   s.rel_lat_star = rel_lat_star(s.p_hat, s.alpha_hat, s.beta_hat)
   local kx = g.kx
   local kk = N(kx) or (kx == "inf" and -1) or nil
@@ -1368,9 +1338,9 @@ function M.main(args)
     g.color = PALETTE[(i - 1) % #PALETTE + 1]
     g.stats = summarize(g, o)
   end
-  local pooled_sums = stage_sums(records)
+
   local pooled = {}
-  pooled.p_hat, pooled.alpha_hat, pooled.beta_hat = ratios(pooled_sums)
+  pooled.p_hat, pooled.alpha_hat, pooled.beta_hat = ratios(records)
   pooled.rel_lat_star = rel_lat_star(pooled.p_hat, pooled.alpha_hat, pooled.beta_hat)
   local html = render(o, configs, records, warnings, pooled)
   local f, err = io.open(o.out, "w")

@@ -187,7 +187,6 @@ local hop_info = ffi.new("sp_hop_info")
 local wstats = ffi.new("sp_window_stats")
 local tev = ffi.new("sp_tev")
 
-local function mean(sum, n) if n > 0 then return sum / n end end
 
 local function theory(p, a, b, k)
   if p == nil or a == nil or b == nil then return nil, nil end
@@ -205,12 +204,16 @@ local function round(x, d)
   return math.floor(x * f + 0.5) / f
 end
 
+-- p_hat, alpha_hat, beta_hat of an estimator (sp_est: the engine's one
+-- definition, README "Estimates"); nil where undefined.
+local est_get = require("specula.estimate").get
+
 -- The run's aggregate counters, before the derived figures (M.aggregate).
 local function new_agg()
   return { queries = 0, failed = 0, wall_ms = 0, standard_ms = 0, hops = 0, commits = 0,
            rollbacks = 0, accepted = 0, rejected = 0, model = 0, target = 0, speculator = 0,
            predicted = 0, warmup = 0, cancelled = 0, wasted_cost = 0, wasted_calls = 0,
-           speculative_launches = 0, deferred = 0 }
+           speculative_launches = 0, deferred = 0, est = ffi.new("sp_est") }
 end
 
 -- Add a finished window's counters to a running aggregate (light runs).
@@ -225,6 +228,7 @@ local function agg_add(a, st, failed)
   a.cancelled = a.cancelled + st.cancelled_model + st.cancelled_target + st.cancelled_spec
   a.wasted_cost, a.wasted_calls = a.wasted_cost + st.wasted_cost, a.wasted_calls + st.wasted_calls
   a.speculative_launches, a.deferred = a.speculative_launches + st.speculative_launches, a.deferred + st.deferred
+  C.sp_est_merge(a.est, st.est)
 end
 
 -- The query's gate decisions per trigger (DESIGN §5: "zero forbidden
@@ -265,7 +269,6 @@ local function collect(w, q, run)
     if acc then agg_add(acc, wstats, rec.error ~= nil) end
     return rec
   end
-  local sum_seg, sum_tgt, sum_spec, n_spec = 0, 0, 0, 0
   for i = 0, n - 1 do
     C.sp_window_hop(w, i, hop_info)
     local step = registry[hop_info.step_ref]
@@ -277,14 +280,12 @@ local function collect(w, q, run)
                 spec = SPEC_NAMES[hop_info.spec] or "none" }
     if hop_info.t_spec >= 0 then
       h.t_spec = round(hop_info.t_spec, 4)
-      sum_spec, n_spec = sum_spec + hop_info.t_spec, n_spec + 1
     end
     if hop_info.rank >= 0 then h.rank = hop_info.rank end
     if hop_info.ncands > 0 then h.ncands = hop_info.ncands end
     local reason = ffi.string(hop_info.reason)
     if reason ~= "" then h.reason = reason end
     hops[i + 1] = h
-    sum_seg, sum_tgt = sum_seg + hop_info.t_seg, sum_tgt + hop_info.t_target
   end
   C.sp_window_stats_get(w, wstats)
   local st = wstats
@@ -296,11 +297,7 @@ local function collect(w, q, run)
   else
     rec.error = ffi.string(C.sp_window_error(w))
   end
-  local decided = st.accepted + st.rejected
-  local p_hat = decided > 0 and st.accepted / decided or nil
-  local mt = mean(sum_tgt, n)
-  local alpha = (n_spec > 0 and mt and mt > 0) and (sum_spec / n_spec) / mt or nil
-  local beta = (mt and mt > 0) and (sum_seg / n) / mt or nil
+  local p_hat, alpha, beta = est_get(st.est)
   local k_used = k_cfg == 0 and st.k_last or k_cfg
   local star, rk = theory(p_hat, alpha, beta, k_used)
   rec.stats = {
@@ -339,7 +336,7 @@ local function collect(w, q, run)
   rec.stages = { hops = hops, final_seg = round(final_seg, 4), init = round(st.init_ms, 4) }
   -- sums for the run's aggregate
   rec._agg = { wall = st.wall_ms, std = st.standard_ms, acc = st.accepted, rej = st.rejected,
-               seg = sum_seg, tgt = sum_tgt, spec = sum_spec, nspec = n_spec, n = n }
+               est = ffi.new("sp_est", st.est) }
   return rec
 end
 M.collect = collect
@@ -555,7 +552,6 @@ M.run_all = run_all
 function M.aggregate(records, k, acc)
   local a = acc or new_agg()
   if not acc then a.queries = #records end
-  local seg, tgt, spec, nspec, nh = 0, 0, 0, 0, 0
   for _, r in ipairs(acc and {} or records) do
     if r.error then a.failed = a.failed + 1 end
     local s, g = r.stats, r._agg
@@ -568,7 +564,7 @@ function M.aggregate(records, k, acc)
       a.cancelled = a.cancelled + s.cancelled.total
       a.wasted_cost, a.wasted_calls = a.wasted_cost + s.wasted_cost, a.wasted_calls + s.wasted_calls
       a.speculative_launches, a.deferred = a.speculative_launches + s.speculative_launches, a.deferred + s.deferred
-      seg, tgt, spec, nspec, nh = seg + g.seg, tgt + g.tgt, spec + g.spec, nspec + g.nspec, nh + g.n
+      C.sp_est_merge(a.est, g.est)
       if s.prefetch then
         local p = a.prefetch or { candidates = 0, fired = 0, promoted = 0, promoted_lossy = 0, wasted = 0,
           wasted_cost = 0, gated_ev = 0, gated_policy = 0, held = 0, saved_ms = 0, match = s.prefetch.match }
@@ -581,11 +577,10 @@ function M.aggregate(records, k, acc)
     end
   end
   a.rel_lat = a.standard_ms > 0 and a.wall_ms / a.standard_ms or nil
-  local d = a.accepted + a.rejected
-  a.p_hat = d > 0 and a.accepted / d or nil
-  local mt = nh > 0 and tgt / nh or nil
-  a.alpha_hat = (mt and mt > 0 and nspec > 0) and (spec / nspec) / mt or nil
-  a.beta_hat = (mt and mt > 0) and (seg / nh) / mt or nil
+  if a.est then
+    a.p_hat, a.alpha_hat, a.beta_hat = est_get(a.est)
+    a.est = nil   -- cdata: not part of what callers print or encode
+  end
   a.rel_lat_star, a.rel_lat_k = theory(a.p_hat, a.alpha_hat, a.beta_hat, k or -1)
   if a.prefetch then a.prefetch.hit_rate = a.prefetch.fired > 0 and a.prefetch.promoted / a.prefetch.fired or nil end
   return a

@@ -87,6 +87,46 @@ describe("the virtual clock", function()
   end)
 end)
 
+describe("one estimator", function()
+  it("gives the same p_hat, alpha_hat, beta_hat in the run, the report's reader and replay", function()
+    local dir = H.tmpdir()
+    local script = H.tmpfile("est.lua", [[
+      local specula = require "specula"
+      local json = specula.json
+      local agent = specula.sim.multihop { hops = 8, p = 0.6, seg = 5, spec = { "uniform", 5, 15 },
+        target = { "uniform", 20, 60 } }
+      -- a speculator that fails on some hops: failures count against p
+      local S = agent.tools.search.speculate
+      agent.tools.search.speculate = function(args, ctx)
+        if specula.sim.draw(ctx, "boom") < 0.2 then error("speculator down") end
+        return S(args, ctx)
+      end
+      local qs = {}
+      for i = 1, 60 do qs[i] = "est " .. i end
+      local recs, agg = specula.run(agent, { queries = qs, k = 3, clock = "virtual" })
+      local path = arg[1] .. "/est.jsonl"
+      local f = assert(io.open(path, "w"))
+      local errors = 0
+      for _, r in ipairs(recs) do f:write(json.encode(r), "\n"); errors = errors + r.stats.verify.errors end
+      f:close()
+      local p, a, b = specula.estimate.of_records(recs)
+      print(json.encode({ run = { agg.p_hat, agg.alpha_hat, agg.beta_hat }, reader = { p, a, b },
+                          errors = errors, file = path }))
+    ]])
+    local st, out, err = H.specula({ "run", script, dir })
+    assert.equals(0, st, err)
+    local r = last_json(out)
+    assert.is_true(r.errors > 10, "the speculator must fail sometimes")
+    local rst, rows = replay(r.file, { "--k", "3" })
+    assert.equals(0, rst)
+    local rep = { rows[1].p_hat, rows[1].alpha_hat, rows[1].beta_hat }
+    for i = 1, 3 do
+      assert.near(r.run[i], r.reader[i], 1e-6)
+      assert.near(r.run[i], rep[i], 1e-6)
+    end
+  end)
+end)
+
 describe("replay", function()
   it("replays an m = 3 results file as m = 3, equal to the live run (both launch modes)", function()
     local dir = H.tmpdir()
