@@ -798,6 +798,10 @@ local function reconstruct(rec)
   local k = rec.stats.k
   local K = N(k) and max(1, k) or huge
   local final_seg = N(stages.final_seg) or 0
+  -- eager launch (the spechop default): a speculator starts with its target
+  -- and only the new thread waits for a slot; slot launch: the speculator
+  -- itself waits (records without the field were made with slot)
+  local eager = rec.stats.spec_launch == "eager" and (rec.stats.mode or "spechop") == "spechop"
   local spans, marks = {}, {}
   local ntid = 0
   local function new_tid() ntid = ntid + 1 return ntid end
@@ -828,10 +832,12 @@ local function reconstruct(rec)
     local ts = N(h.t_spec)
     if ts and K > 1 then
       local s0, cap_i = seg_end, j + 1 - K
-      if cap_i >= 1 then s0 = max(s0, Cx[cap_i] or huge) end
+      local slot = cap_i >= 1 and (Cx[cap_i] or huge) or -huge
+      if not eager then s0 = max(s0, slot) end
       if s0 < stop then
         local send = s0 + ts
         span(tid, "spec", s0, min(send, stop), true)
+        if eager then send = max(send, slot) end
         if send < stop then discarded(j + 1, send, stop) end
       end
     end
@@ -855,10 +861,12 @@ local function reconstruct(rec)
     if ts and K > 1 then
       local s0 = seg_end
       local cap_i = i + 1 - K
-      if cap_i >= 1 and Cx[cap_i] then s0 = max(s0, Cx[cap_i]) end
+      local slot = (cap_i >= 1 and Cx[cap_i]) or -huge
+      if not eager then s0 = max(s0, slot) end
       if s0 < Cx[i] then
         span(Tx[i], "spec", s0, min(s0 + ts, Cx[i]), s0 < prevC)
-        fork = s0 + ts
+        -- eager: the guess may wait for a slot before its thread starts
+        fork = eager and max(s0 + ts, slot) or s0 + ts
       end
     end
     span(Tx[i], "verify", v0, Cx[i], false)
