@@ -19,7 +19,7 @@ local function replay(file, args)
 end
 
 describe("the virtual clock", function()
-  it("commits what the real clock commits (200 queries x 3 configurations) and equals the event model", function()
+  it("commits what the real clock commits (200 queries x 3 configurations) and equals the event model #timing", function()
     local dir = H.tmpdir()
     local st, out, err = H.specula({ "run", SCRIPTS .. "clock_compare.lua", "200", dir })
     assert.equals(0, st, err)
