@@ -10,6 +10,7 @@
 #ifndef SP_REPLAY_H
 #define SP_REPLAY_H
 #include <stddef.h>
+#include <stdint.h>
 
 /* What happened to the speculator call of one hop. */
 typedef enum sp_replay_spec {
@@ -74,6 +75,14 @@ void sp_replay_set_free(sp_replay_set *s);
    window is checked against (bench fidelity, the virtual-clock specs). */
 double sp_replay_run(const sp_replay_query *q, const char *mode, int k, int launch, double *wall_out,
                      double *standard_out);
+
+/* The event-level model at (p, alpha, beta): n_queries synthetic queries of
+   n_hops hops (stage times with means beta, alpha and 1 for the target,
+   lognormal with coefficient of variation cv, 0 = fixed; each guess right
+   with probability p) run through the replay schedule above. Returns
+   sum wall / sum standard; NaN on invalid input. Deterministic in seed. */
+double sp_replay_model(double p, double alpha, double beta, double cv, int k, const char *mode, int launch,
+                       int n_hops, int n_queries, uint64_t seed);
 
 /* `specula replay FILE [--k LIST] [--mode M] [--json]`; argv[0] is the
    subcommand name. Returns the exit status: 0 ok, 2 bad arguments or input. */

@@ -430,8 +430,47 @@ static void test_files_and_cli(tcount *t) {
   unlink(path);
 }
 
+/* The eager schedule and the event model at given (p, alpha, beta). */
+static void test_eager_and_model(tcount *t) {
+  /* two hops, both guesses right, k = 2 (hand-scheduled): hop 0's step ends
+     at 1, its target runs 1-11, its guess is back at 3 and hop 1 starts;
+     hop 1's step ends at 4, its target runs 4-14. Slot: hop 1's speculator
+     waits for a slot until hop 0 commits at 11, its guess at 13, the final
+     step 13-14. Eager: the guess is back at 6 and held until 11, the final
+     step 11-12. Both release the answer when hop 1's target returns: 14. */
+  sp_replay_hop h[2] = {
+    {.t_seg = 1, .t_spec = 2, .t_target = 10, .spec = SP_REPLAY_ACCEPTED, .rank = 0},
+    {.t_seg = 1, .t_spec = 2, .t_target = 10, .spec = SP_REPLAY_ACCEPTED, .rank = 0},
+  };
+  sp_replay_query q = {.id = "e", .k = 2, .m = 1, .hops = h, .n_hops = 2, .final_seg = 1, .has_spec = 1};
+  double we, ws;
+  sp_replay_run(&q, "spechop", 2, SP_REPLAY_EAGER, &we, NULL);
+  sp_replay_run(&q, "spechop", 2, SP_REPLAY_SLOT, &ws, NULL);
+  check(t, fabs(we - 14.0) < 1e-9, "eager k=2 wall");
+  check(t, fabs(ws - 14.0) < 1e-9, "slot k=2 wall");
+  /* a slow final step shows the difference: slot 13 + 5, eager 11 + 5 */
+  q.final_seg = 5;
+  sp_replay_run(&q, "spechop", 2, SP_REPLAY_EAGER, &we, NULL);
+  sp_replay_run(&q, "spechop", 2, SP_REPLAY_SLOT, &ws, NULL);
+  check(t, fabs(we - 16.0) < 1e-9, "eager k=2 wall, slow final step");
+  check(t, fabs(ws - 18.0) < 1e-9, "slot k=2 wall, slow final step");
+  check(t, isnan(sp_replay_model(1.5, 0.1, 0.1, 0, 2, "spechop", SP_REPLAY_EAGER, 10, 10, 1)), "model p > 1");
+  double m1 = sp_replay_model(0.68, 0.19, 0.10, 0.3, 1, "spechop", SP_REPLAY_EAGER, 30, 100, 7);
+  check(t, fabs(m1 - 1.0) < 1e-12, "model at k = 1 is sequential");
+  double me = sp_replay_model(0.68, 0.19, 0.10, 0.3, 2, "spechop", SP_REPLAY_EAGER, 30, 200, 7);
+  double ms = sp_replay_model(0.68, 0.19, 0.10, 0.3, 2, "spechop", SP_REPLAY_SLOT, 30, 200, 7);
+  check(t, me < ms, "eager beats slot at k = 2");
+  check(t, me == sp_replay_model(0.68, 0.19, 0.10, 0.3, 2, "spechop", SP_REPLAY_EAGER, 30, 200, 7),
+        "model is deterministic in its seed");
+  /* unbounded k with fixed stage times: close to the oracle bound (Cor. 1) */
+  double mi = sp_replay_model(0.68, 0.19, 0.10, 0, -1, "spechop", SP_REPLAY_EAGER, 60, 300, 3);
+  double star = sp_theory_rel_lat_star(0.68, 0.19, 0.10);
+  check(t, fabs(mi - star) < 0.03, "model at k = inf near RelLat*");
+}
+
 int main(void) {
   tcount t = {0, 0};
+  test_eager_and_model(&t);
   test_hand_cases(&t);
   test_theory_agreement(&t);
   test_shapes(&t);
