@@ -142,6 +142,7 @@ typedef struct sp_jobres {
   sp_val v[12];        /* the call's results (or the error message in v[0]) */
 } sp_jobres;
 int sp_vals_new(sp_ctx *ctx);                    /* a fresh slot (one reference); Lua fills it */
+void sp_vals_unref(sp_ctx *ctx, int slot);       /* drop one reference to a slot */
 sp_task *sp_job_next(sp_ctx *ctx);               /* the next job to run here, or NULL: park */
 const sp_jobcall *sp_job_call(const sp_task *t); /* its function and arguments */
 /* The job ended: ok with results, or not ok with the message in res->v[0].
@@ -268,10 +269,17 @@ void sp_prefetch_stats_get(const sp_prefetch *pf, sp_prefetch_stats *out);
 /* The EV gate: fire when conf * E[saved] > (1 - conf) * cost * ev_cost_ms. */
 int sp_prefetch_ev(sp_prefetch *pf, int tool, double conf, double cost);
 void sp_prefetch_observe(sp_prefetch *pf, int tool, double target_ms, double seg_ms);
-/* Called from inside a window job (the running step): its n predictions are
-   in value-store slot `slot` (the window takes that reference); fire them
-   per the trigger settings. */
-int sp_window_prefetch(sp_ctx *ctx, int n, int slot);
+/* Called from inside a window job (the running step, or a task it spawned):
+   one prediction of the step's next call, best first. tool/key: the tool
+   name and the canonical JSON of args; hint: the policy script's decision
+   for this exact call (SP_HINT_NONE when the policy has no script);
+   args_slot: value-store slot of the args (the window takes that
+   reference, also when it refuses). Returns 1 if kept, 0 if not (no
+   action speculation here, or the step's max_per_step reached). */
+int sp_window_predict(sp_ctx *ctx, const char *tool, size_t tool_len, const char *key, size_t key_len,
+                      double confidence, int hint, int args_slot);
+/* The step has handed over its predictions: fire what the trigger allows. */
+int sp_window_predicted(sp_ctx *ctx);
 /* Called from inside a running step when a streamed tool name is known. */
 int sp_window_tool_name(sp_ctx *ctx, const char *name, size_t len);
 
@@ -343,7 +351,23 @@ typedef struct sp_window_stats {
   sp_prefetch_stats pf;      /* action speculation of this query */
 } sp_window_stats;
 sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_t errlen);
-int sp_window_id(const sp_window *w);            /* key of its arguments in sched.handoff */
+int sp_window_id(const sp_window *w);            /* a number naming the window (group results, traces) */
+/* The agent adapter's functions (lua/specula/agent.lua) and the step ctx
+   metatable of the query, as value-store slots; SP_NOVAL (0) = none. */
+typedef struct sp_window_fns {
+  int start;        /* init + first step */
+  int advance;      /* update + step */
+  int call;         /* a target tool call */
+  int warmup;       /* a warm-up hook */
+  int verify;       /* the verifier */
+  int speculate;    /* the speculator (0: the agent has none) */
+  int pfcall;       /* a predicted call (0: no action speculation) */
+  int qctx;         /* { __index = the query's ctx } */
+} sp_window_fns;
+/* Hand them to a window before it starts; it takes a reference to each
+   (the caller keeps its own). -1 with a message if a required one is
+   missing. */
+int sp_window_set_fns(sp_window *w, const sp_window_fns *f, char *err, size_t errlen);
 /* Queue the start; waiter is resumed when the window finishes. */
 int sp_window_start(sp_window *w, sp_task *waiter);
 /* A group of windows run by one driver task: finished windows queue up in

@@ -94,3 +94,7 @@ void sp_vals_free(sp_ctx *ctx) {
   free(v->dead);
   memset(v, 0, sizeof *v);
 }
+
+void sp_vals_unref(sp_ctx *ctx, int slot) {
+  if (ctx) sp_vals_release(ctx, slot);
+}

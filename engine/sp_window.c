@@ -39,7 +39,6 @@
 #include "sp_stats.h"
 #include "sp_theory.h"
 #include "sp_vals.h"
-#include <lauxlib.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -71,6 +70,7 @@ typedef struct sp_pfent {
   double conf;             /* predictor's confidence */
   int args_ref;            /* value slot of the predicted args */
   int state;               /* PF_* */
+  int fresh;               /* not yet offered to the step-start trigger */
   sp_task *job;            /* the early call in flight */
   double t0, t1;           /* ms: started, finished */
   int obs_ref;             /* value slot of its result */
@@ -113,13 +113,11 @@ struct sp_node {
   int next_cand;           /* next candidate rank to materialise */
   int in_ext;              /* listed in w->ext */
   int can_spec;            /* its action's tool has a speculator */
-  sp_pfent *pf;            /* predictions for this thread's step */
+  sp_pfent *pf;            /* predictions for this thread's step (max_per_step entries) */
   int npf;                 /* entries in pf */
-  int pf_list;             /* value slot of predictions not yet loaded, 0 = none */
-  int pf_count;            /* how many predictions that list holds */
   char *pf_names;          /* streamed tool names not yet acted on, each NUL-terminated */
   size_t pf_names_len;     /* bytes used in pf_names */
-  sp_runnable pf_kick;     /* loads and fires predictions from the loop */
+  sp_runnable pf_kick;     /* fires predictions from the loop */
   int pf_promoted;         /* index of the entry serving as the target, -1 none */
   sp_risk risk;            /* its speculative target call, at risk of being wasted */
   char *spec_err;          /* why its speculator failed (NULL: it did not) */
@@ -760,59 +758,19 @@ static void pf_fire(sp_window *w, sp_node *n, sp_pfent *e, double conf, int trig
   sp_job_start(t);
 }
 
-/* Load the predictions a step stored, then fire what the trigger settings
-   allow (loop context: a queued C runnable, never inside a hook). */
+/* Fire what the trigger settings allow (loop context: a queued C
+   runnable, never inside a hook): new predictions at step start, held ones
+   whose tool a stream has named. */
 static void pf_kick_run(sp_ctx *ctx, sp_runnable *r) {
   sp_node *n = (sp_node *)((char *)r - offsetof(sp_node, pf_kick));
   sp_window *w = n->w;
   if (w->status != SP_WIN_RUNNING || ctx->stopping) return;
   sp_prefetch *pf = w->cfg.prefetch;
-  lua_State *L = ctx->L;
-  if (n->pf_list) {
-    int h = lua_gettop(L);
-    sp_vals_push(ctx, L, n->pf_list);
-    int list = lua_gettop(L);
-    int cnt = lua_istable(L, list) ? (int)lua_objlen(L, list) : 0;
-    if (cnt > pf->max_per_step) cnt = pf->max_per_step;
-    if (cnt < 0) cnt = 0;
-    free(n->pf);
-    n->pf = cnt ? calloc((size_t)cnt, sizeof *n->pf) : NULL;
-    n->npf = 0;
-    for (int i = 1; n->pf && i <= cnt; i++) {
-      lua_rawgeti(L, list, i);
-      int item = lua_gettop(L);
-      lua_getfield(L, item, "tool");
-      lua_getfield(L, item, "key");
-      lua_getfield(L, item, "confidence");
-      lua_getfield(L, item, "hint");
-      size_t tl = 0, kl = 0;
-      const char *tool = lua_tolstring(L, -4, &tl);
-      const char *key = lua_tolstring(L, -3, &kl);
-      if (tool && key && lua_type(L, -4) == LUA_TSTRING && lua_type(L, -3) == LUA_TSTRING) {
-        sp_pfent *e = &n->pf[n->npf++];
-        e->n = n;
-        e->name = dupstr(tool);
-        e->key = dupstr(key);
-        e->tool = sp_policy_tool_index(w->cfg.policy, tool, tl);
-        e->conf = lua_tonumber(L, -2);
-        /* the script's decision for this very prediction; none given is
-           SP_HINT_NONE, which a scripted policy's gate treats as forbid */
-        e->hint = lua_isnumber(L, -1) ? (int)lua_tointeger(L, -1) : SP_HINT_NONE;
-        e->state = PF_HELD;
-        e->obs_ref = SP_NOVAL;
-        lua_getfield(L, item, "args");
-        e->args_ref = sp_vals_store(ctx, L, -1);
-        lua_pop(L, 1);
-        w->st.pf.candidates++;
-      }
-      lua_settop(L, item - 1);
-    }
-    lua_settop(L, h);
-    unref(w, &n->pf_list);
-    n->pf_count = 0;
-    if (pf->trigger & SP_TRIGGER_START)
-      for (int i = 0; i < n->npf; i++)
-        if (n->pf[i].state == PF_HELD) pf_fire(w, n, &n->pf[i], n->pf[i].conf, SP_TRIG_PRED_START);
+  for (int i = 0; i < n->npf; i++) {
+    sp_pfent *e = &n->pf[i];
+    if (!e->fresh) continue;
+    e->fresh = 0;
+    if ((pf->trigger & SP_TRIGGER_START) && e->state == PF_HELD) pf_fire(w, n, e, e->conf, SP_TRIG_PRED_START);
   }
   /* The article's trigger: a tool name is known (a stream may name several,
      one per parallel tool call); fire the held candidates of each name,
@@ -838,8 +796,6 @@ static void pf_kick_run(sp_ctx *ctx, sp_runnable *r) {
 static void pf_release(sp_window *w, sp_node *n, int count_waste) {
   sp_prefetch_stats *q = &w->st.pf;
   sp_sched_unqueue(w->ctx, &n->pf_kick);
-  unref(w, &n->pf_list);   /* predictions never loaded */
-  n->pf_count = 0;
   for (int i = 0; i < n->npf; i++) {
     sp_pfent *e = &n->pf[i];
     if (e->state == PF_PROMOTED) {
@@ -884,13 +840,9 @@ static void pf_release(sp_window *w, sp_node *n, int count_waste) {
 /* Settle a thread's predictions once its step chose an action: promote the
    match, drop the orphans. Returns 1 if the target is served. */
 static int pf_settle(sp_window *w, sp_node *n, const char *tool, const char *key, int lossy_idx) {
-  if (n->pf_list) {
-    /* predictions never got loaded (the step did not yield): count them */
-    w->st.pf.held += n->pf_count;
-    unref(w, &n->pf_list);
-    n->pf_count = 0;
-    sp_sched_unqueue(w->ctx, &n->pf_kick);
-  }
+  /* predictions the loop never got to fire (the step did not yield) are
+     counted as held below */
+  sp_sched_unqueue(w->ctx, &n->pf_kick);
   int served = 0;
   sp_prefetch *pf = w->cfg.prefetch;
   if (pf && n->npf > 0) {
@@ -942,18 +894,55 @@ static int pf_settle(sp_window *w, sp_node *n, const char *tool, const char *key
   return served;
 }
 
-/* FFI: the running step stored its n predictions in value slot `slot`
-   (the window takes that reference). */
-int sp_window_prefetch(sp_ctx *ctx, int npred, int slot) {
+/* FFI: one prediction of the running step's next call. */
+int sp_window_predict(sp_ctx *ctx, const char *tool, size_t tool_len, const char *key, size_t key_len,
+                      double confidence, int hint, int args_slot) {
   sp_task *t = ctx ? ctx->running : NULL;
   sp_node *n = t ? t->window_node : NULL;
-  if (!n || !n->w->cfg.prefetch || npred <= 0) {
-    if (ctx) sp_vals_release(ctx, slot);
+  sp_prefetch *pf = n ? n->w->cfg.prefetch : NULL;
+  if (!pf || !tool || !key || n->phase != PH_ADVANCING || memchr(tool, '\0', tool_len)) {
+    if (ctx) sp_vals_release(ctx, args_slot);
     return 0;
   }
-  sp_vals_release(ctx, n->pf_list);   /* a step predicts once; be safe */
-  n->pf_list = slot;
-  n->pf_count = npred;
+  sp_window *w = n->w;
+  if (!n->pf) {
+    n->pf = calloc((size_t)pf->max_per_step, sizeof *n->pf);
+    n->npf = 0;
+  }
+  char *name = n->pf && n->npf < pf->max_per_step ? malloc(tool_len + 1) : NULL;
+  char *k = name ? malloc(key_len + 1) : NULL;
+  if (!k) {
+    free(name);
+    sp_vals_release(ctx, args_slot);
+    return 0;
+  }
+  memcpy(name, tool, tool_len);
+  name[tool_len] = '\0';
+  memcpy(k, key, key_len);
+  k[key_len] = '\0';
+  sp_pfent *e = &n->pf[n->npf++];
+  memset(e, 0, sizeof *e);
+  e->n = n;
+  e->name = name;
+  e->key = k;
+  e->tool = sp_policy_tool_index(w->cfg.policy, name, tool_len);
+  e->conf = confidence == confidence ? confidence : 0;
+  /* the script's decision for this very prediction; none given is
+     SP_HINT_NONE, which a scripted policy's gate treats as forbid */
+  e->hint = hint;
+  e->state = PF_HELD;
+  e->fresh = 1;
+  e->obs_ref = SP_NOVAL;
+  e->args_ref = args_slot;
+  w->st.pf.candidates++;
+  return 1;
+}
+
+/* FFI: the running step's predictions are in: fire from the loop. */
+int sp_window_predicted(sp_ctx *ctx) {
+  sp_task *t = ctx ? ctx->running : NULL;
+  sp_node *n = t ? t->window_node : NULL;
+  if (!n || !n->w->cfg.prefetch || n->npf == 0) return 0;
   sp_sched_enqueue(ctx, &n->pf_kick);
   return 1;
 }
@@ -1625,56 +1614,37 @@ int sp_window_start(sp_window *w, sp_task *waiter) {
   return 0;
 }
 
-static int take_fn(sp_ctx *ctx, lua_State *L, int tbl, const char *name, int required) {
-  lua_getfield(L, tbl, name);
-  int slot = lua_isfunction(L, -1) ? sp_vals_store(ctx, L, -1) : (required ? -3 : SP_NOVAL);
-  lua_pop(L, 1);
-  return slot;
+/* FFI: the adapter's functions and the step ctx metatable, as slots. */
+int sp_window_set_fns(sp_window *w, const sp_window_fns *f, char *err, size_t errlen) {
+  if (!w || !f || w->status != SP_WIN_NEW) {
+    snprintf(err, errlen, "window: functions are set once, before the window starts");
+    return -1;
+  }
+  if (!f->start || !f->advance || !f->call || !f->warmup || !f->verify || !f->qctx) {
+    snprintf(err, errlen, "window: the agent adapter lacks a required function");
+    return -1;
+  }
+  sp_ctx *ctx = w->ctx;
+  const int *src[] = {&f->start, &f->advance, &f->call, &f->warmup, &f->verify, &f->speculate, &f->pfcall,
+                      &f->qctx};
+  int *dst[] = {&w->fn_start, &w->fn_advance, &w->fn_call, &w->fn_warmup, &w->fn_verify, &w->fn_spec,
+                &w->fn_pfcall, &w->qctx_ref};
+  for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
+    unref(w, dst[i]);
+    *dst[i] = *src[i];
+    sp_vals_retain(ctx, *dst[i]);
+  }
+  if (w->cfg.mode == SP_MODE_SEQUENTIAL) unref(w, &w->fn_spec);
+  if (!w->cfg.prefetch) unref(w, &w->fn_pfcall);
+  if (w->fn_pfcall == SP_NOVAL) w->cfg.prefetch = NULL;
+  return 0;
 }
 
-/* Start in loop context: pick up the adapter and query ctx Lua left in the
-   handoff table, then run init + the first step. */
+/* Start in loop context: run init + the first step. */
 static void do_start(sp_window *w) {
-  lua_State *L = w->ctx->L;
   w->t0 = now_ms(w);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, w->ctx->handoff_ref);
-  int handoff = lua_gettop(L);
-  lua_rawgeti(L, handoff, w->id);
-  if (!lua_istable(L, -1)) {
-    lua_settop(L, handoff - 1);
-    fail(w, "window started without its agent (handoff missing)");
-    return;
-  }
-  int args = lua_gettop(L);
-  lua_getfield(L, args, "adapter");
-  int adapter = lua_gettop(L);
-  if (!lua_istable(L, adapter)) {
-    lua_settop(L, handoff - 1);
-    fail(w, "window handoff has no adapter table");
-    return;
-  }
-  w->fn_start = take_fn(w->ctx, L, adapter, "start", 1);
-  w->fn_advance = take_fn(w->ctx, L, adapter, "advance", 1);
-  w->fn_call = take_fn(w->ctx, L, adapter, "call", 1);
-  w->fn_warmup = take_fn(w->ctx, L, adapter, "warmup", 1);
-  w->fn_verify = take_fn(w->ctx, L, adapter, "verify", 1);
-  w->fn_spec = w->cfg.mode == SP_MODE_SEQUENTIAL ? SP_NOVAL : take_fn(w->ctx, L, adapter, "speculate", 0);
-  w->fn_pfcall = w->cfg.prefetch ? take_fn(w->ctx, L, adapter, "pfcall", 0) : SP_NOVAL;
-  if (w->fn_pfcall == SP_NOVAL) w->cfg.prefetch = NULL;
-  lua_getfield(L, args, "qctx");
-  w->qctx_ref = sp_vals_store(w->ctx, L, -1);
-  lua_pop(L, 1);
-  lua_pushnil(L);
-  lua_rawseti(L, handoff, w->id);
-  lua_settop(L, handoff - 1);
-  if (w->fn_start == -3 || w->fn_advance == -3 || w->fn_call == -3 || w->fn_warmup == -3 ||
-      w->fn_verify == -3) {
-    if (w->fn_start == -3) w->fn_start = SP_NOVAL;
-    if (w->fn_advance == -3) w->fn_advance = SP_NOVAL;
-    if (w->fn_call == -3) w->fn_call = SP_NOVAL;
-    if (w->fn_warmup == -3) w->fn_warmup = SP_NOVAL;
-    if (w->fn_verify == -3) w->fn_verify = SP_NOVAL;
-    fail(w, "agent adapter lacks a required function");
+  if (w->fn_start == SP_NOVAL || w->qctx_ref == SP_NOVAL) {
+    fail(w, "window started without its agent (sp_window_set_fns was not called)");
     return;
   }
   sp_node *n = node_new(w, 0, NULL, 0, 1.0);

@@ -104,6 +104,7 @@ M.DECISION = DECISION
 -- The script raised or returned a non-decision: the C gate counts it and
 -- forbids (fail closed).
 local HINT_ERROR = tonumber(core.C.SP_HINT_ERROR)
+local HINT_NONE = tonumber(core.C.SP_HINT_NONE)
 
 -- A deep copy of predicted arguments: the predictor keeps its own table, so
 -- what the policy was asked about is exactly what runs (nothing it holds can
@@ -225,10 +226,17 @@ function M.adapter(agent, opts)
     end
     if #list == 0 then return nil end
     sort(list, function(a, b) return a.confidence > b.confidence end)
-    -- the window takes the list from the value store (and that reference)
-    local slot = C.sp_vals_new(cctx)
-    vals[slot] = list
-    C.sp_window_prefetch(cctx, #list, slot)
+    -- best first; the window keeps up to its max per step and takes each
+    -- args slot's reference
+    for i = 1, #list do
+      local e = list[i]
+      local slot = C.sp_vals_new(cctx)
+      vals[slot] = e.args
+      if C.sp_window_predict(cctx, e.tool, #e.tool, e.key, #e.key, e.confidence, e.hint or HINT_NONE, slot) == 0 then
+        break
+      end
+    end
+    C.sp_window_predicted(cctx)
     return list
   end
 

@@ -446,14 +446,19 @@ local function new_window(run, q, index)
                  index = index, max_hops = q.max_hops, mode = o.mode }
   -- the window hands the adapter the metatable of the query's step ctx
   -- tables ({ __index = qctx }), not qctx itself (one field less per query)
-  sched.handoff[C.sp_window_id(w)] = { adapter = run.adapter, qctx = { __index = qctx } }
+  local fns = run.fns
+  fns.qctx = C.sp_vals_new(core.ctx)
+  sched.vals[fns.qctx] = { __index = qctx }
+  local rc = C.sp_window_set_fns(w, fns, err, errlen)
+  C.sp_vals_unref(core.ctx, fns.qctx)   -- the window holds its own reference now
+  fns.qctx = 0
+  if rc ~= 0 then return nil, ffi.string(err) end
   return w
 end
 
 -- Read a finished window into its record and release it.
 local function finish_window(run, w, q, index)
   local o = run.o
-  sched.handoff[C.sp_window_id(w)] = nil
   local rec = collect(w, q, run)
   if run.learn and rec.trajectory and not rec.error then run.learn(rec.trajectory) end
   if o.trace and run.trace_out then trace_events(w, index, q, run.trace_out) end
@@ -488,7 +493,39 @@ M.isatty = isatty
 -- Run every query of `queries` with `run` at the given concurrency; call
 -- emit(rec, i) in input order. Returns the list of records. One driver
 -- task runs the whole batch: windows report to a group as they finish.
+-- The adapter's functions as value-store slots for every window of a batch
+-- (sp_window_set_fns); released when the batch ends, however it ends.
+local FN_FIELDS = { "start", "advance", "call", "warmup", "verify", "speculate", "pfcall" }
+local function fns_acquire(run)
+  local fns = ffi.new("sp_window_fns")
+  for _, f in ipairs(FN_FIELDS) do
+    local fn = run.adapter[f]
+    if fn ~= nil then
+      local slot = C.sp_vals_new(core.ctx)
+      sched.vals[slot] = fn
+      fns[f] = slot
+    end
+  end
+  return fns
+end
+local function fns_release(fns)
+  for _, f in ipairs(FN_FIELDS) do
+    if fns[f] ~= 0 then C.sp_vals_unref(core.ctx, fns[f]) end
+    fns[f] = 0
+  end
+end
+
+local run_batch
 local function run_all(run, queries, emit, progress)
+  run.fns = fns_acquire(run)
+  local ok, res = pcall(run_batch, run, queries, emit, progress)
+  fns_release(run.fns)
+  run.fns = nil
+  if not ok then error(res, 0) end
+  return res
+end
+
+run_batch = function(run, queries, emit, progress)
   local o = run.o
   local n = #queries
   local results, next_emit = {}, 1
