@@ -28,14 +28,15 @@
  *
  * Lua is reached only through jobs: calls this file queues and the Lua
  * dispatcher (lua/specula/sched.lua) runs; the agent adapter
- * (lua/specula/agent.lua) is what they call. A job's hook runs here when
+ * (lua/specula/agent.lua) is what they call, and its functions arrive as
+ * value slots (sp_window_set_fns). Action speculation lives in
+ * sp_window_pf.c, window groups in sp_wgroup.c; what the three share is
+ * sp_window_int.h. A job's hook runs here when
  * the call returns, inside an FFI call: it reads the results from a
  * sp_jobres and keeps Lua values as value-store slots (sp_vals.h), so
  * nothing below the hooks touches the Lua state.
  */
-#include "sp_window.h"
-#include "sp_policy.h"
-#include "sp_prefetch.h"
+#include "sp_window_int.h"
 #include "sp_stats.h"
 #include "sp_theory.h"
 #include "sp_vals.h"
@@ -45,142 +46,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { PH_ADVANCING, PH_ACTED, PH_FINAL, PH_DEAD };           /* node phase */
-enum { TG_NONE, TG_DEFERRED, TG_RUNNING, TG_DONE, TG_FAILED };   /* target call */
-enum { SPC_NONE, SPC_RUNNING, SPC_DONE, SPC_FAILED };            /* speculator */
-enum { KIND_ACTION = 1, KIND_FINAL = 2 };                        /* step result */
-
-typedef struct sp_node sp_node;
-
-/* A speculative call whose use is not known yet: launched from an
-   unverified state or a prediction, until it proves useful or is wasted. */
-typedef struct sp_risk {
-  double cost;             /* its declared cost (0 when the tool declares none) */
-  int on;                  /* a call is at risk */
-} sp_risk;
-
-enum { PF_HELD, PF_GATED, PF_RUNNING, PF_DONE, PF_FAILED, PF_PROMOTED };
-
-/* One prediction of a thread's next action (action speculation). */
-typedef struct sp_pfent {
-  sp_node *n;              /* owning thread */
-  int tool;                /* policy tool index, -1 unknown */
-  char *name;              /* tool name */
-  char *key;               /* canonical JSON of the predicted args */
-  double conf;             /* predictor's confidence */
-  int args_ref;            /* value slot of the predicted args */
-  int state;               /* PF_* */
-  int fresh;               /* not yet offered to the step-start trigger */
-  sp_task *job;            /* the early call in flight */
-  double t0, t1;           /* ms: started, finished */
-  int obs_ref;             /* value slot of its result */
-  int counted;             /* included in w->inflight */
-  int hint;                /* the script's decision for this call (SP_HINT_* or a decision) */
-  sp_risk risk;            /* the early call, at risk of being wasted */
-} sp_pfent;
-
-struct sp_node {
-  sp_window *w;            /* owner */
-  int tid;                 /* thread number, for traces (T1, T2, ...) */
-  int hop;                 /* hop index of this node's state */
-  sp_node *parent;         /* node whose speculation made this one; NULL for the head */
-  int rank;                /* this node's candidate rank among the parent's */
-  double conf;             /* path confidence: product of candidate confidences */
-  sp_node **kids;          /* children, in rank order */
-  int nkids, capkids;      /* used / allocated */
-  int phase;               /* PH_* */
-  int state_ref;           /* value slot of s_i */
-  int actx_ref;            /* value slot of the ctx its tool, speculator and verifier calls share */
-  int cands_raw;           /* the speculator returned one plain value (cands_ref is it) */
-  int step_ref;            /* value slot of the step {segment, action} or {final} */
-  int tool;                /* policy index of the action's tool, -1 unknown */
-  int hint;                /* the script's own gate decision for it, -1 none */
-  char *err;               /* why the node is dead */
-  sp_task *j_adv;          /* update + step in flight */
-  sp_task *j_target;       /* target tool call in flight */
-  sp_task *j_spec;         /* speculator in flight */
-  sp_task *j_verify;       /* verifier in flight */
-  sp_task *j_warm;         /* warm-up hook in flight */
-  int tg;                  /* TG_* */
-  int tg_spec;             /* the target call was started speculatively */
-  int obs_ref;             /* value slot of the target's observation */
-  char *tg_err;            /* target error */
-  int spc;                 /* SPC_* */
-  int spec_slot;           /* its speculator holds a thread slot (slot launch) */
-  int cands_ref;           /* value slot of the speculator's candidate list */
-  int ncands;              /* its length */
-  double *confs;           /* candidate confidences */
-  int next_cand;           /* next candidate rank to materialise */
-  int in_ext;              /* listed in w->ext */
-  int can_spec;            /* its action's tool has a speculator */
-  sp_pfent *pf;            /* predictions for this thread's step (max_per_step entries) */
-  int npf;                 /* entries in pf */
-  char *pf_names;          /* streamed tool names not yet acted on, each NUL-terminated */
-  size_t pf_names_len;     /* bytes used in pf_names */
-  sp_runnable pf_kick;     /* fires predictions from the loop */
-  int pf_promoted;         /* index of the entry serving as the target, -1 none */
-  sp_risk risk;            /* its speculative target call, at risk of being wasted */
-  char *spec_err;          /* why its speculator failed (NULL: it did not) */
-  double t_adv0;           /* ms: advance job queued */
-  double t_update;         /* ms: update() that built this state */
-  double t_seg;            /* ms: step() */
-  double t_target0;        /* ms: target job queued */
-  double t_target;         /* ms: target duration */
-  double t_spec0;          /* ms: speculator job queued */
-  double t_spec;           /* ms: speculator duration, -1 none */
-  double t_verify0;        /* ms: verifier queued */
-};
-
-typedef struct sp_hop_rec {
-  sp_hop_info info;        /* what Lua reads (refs and timings) */
-  char *reason;            /* owned copy of info.reason */
-  int update_pending;      /* t_update not known yet (new head still advancing) */
-} sp_hop_rec;
-
-typedef struct sp_tev_rec {
-  sp_tev ev;               /* the event */
-  char *detail;            /* owned copy of ev.detail */
-} sp_tev_rec;
-
-struct sp_window {
-  sp_ctx *ctx;             /* engine */
-  int id;                  /* handoff key */
-  sp_window_cfg cfg;       /* configuration (copied) */
-  int status;              /* SP_WIN_* */
-  char *error;             /* why it failed */
-  int fn_start, fn_advance, fn_call, fn_warmup, fn_spec, fn_verify; /* adapter functions (slots) */
-  int fn_pfcall;           /* adapter function running a predicted call (slot) */
-  int pf_accounted;        /* prediction counters added to the run's */
-  int qctx_ref;            /* value slot of { __index = the query's ctx }, the step ctx metatable */
-  sp_node *head;           /* the verified node */
-  int live;                /* live nodes plus speculator reservations */
-  int round;               /* window mode: threads created this round */
-  int next_tid;            /* next thread number */
-  sp_node **ext;           /* nodes that may extend the window */
-  int next, capext;        /* used / allocated */
-  sp_hop_rec *hops;        /* committed hops */
-  int nhops, caphops;      /* used / allocated */
-  sp_hop_rec scratch;      /* the record in use when the trajectory is dropped */
-  int last_scratch;        /* the latest record is scratch, not hops[nhops-1] */
-  double std_acc;          /* sum of completed records' t_seg + t_target + t_update */
-  int answer_ref;          /* value slot of the final step */
-  sp_window_stats st;      /* counters and timings */
-  double t0;               /* ms: start */
-  double inflight;         /* speculative target calls in flight (budget) */
-  double at_risk;          /* cost of speculative calls whose use is not yet known */
-  sp_task *waiter;         /* the task to resume when done */
-  sp_wgroup *group;        /* or the group to report to */
-  sp_window *gnext;        /* link in the group's finished list */
-  sp_op wait_op;           /* links waiter's cancellation to us */
-  sp_runnable kick;        /* deferred work that needs the Lua state */
-  int kick_action;         /* KICK_* */
-  sp_tev_rec *tev;         /* trace events */
-  int ntev, captev;        /* used / allocated */
-  int freed;               /* Lua released it: free once refs are gone */
-  sp_window *prev, *next_w; /* live windows of the context */
-};
-
-enum { KICK_NONE, KICK_START, KICK_FREE };
 
 static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud);
 static void on_target(sp_task *t, const sp_jobres *res, int status, void *ud);
@@ -193,11 +58,9 @@ static void finish(sp_window *w);
 static void fail(sp_window *w, const char *msg);
 static void fail_nojob(sp_window *w, const char *what);
 static void promote(sp_window *w, sp_node *n);
-static void pf_kick_run(sp_ctx *ctx, sp_runnable *r);
-static void pf_release(sp_window *w, sp_node *n, int count_waste);
-static void target_done(sp_window *w, sp_node *n, int ok, const sp_jobres *res, const char *err);
 static sp_hop_rec *last_rec(sp_window *w);
 static void complete_rec(sp_window *w, sp_hop_rec *r, double t_update);
+
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -216,26 +79,6 @@ static char *reason_dup(const char *prefix, const char *msg) {
   memcpy(s + pl, msg, ml);
   s[pl + ml] = '\0';
   return s;
-}
-
-/* A hook reacts at one instant: the scheduler reads the clock once per
-   hook (ctx->hook_now), and every timestamp the reaction takes uses it. */
-static double now_ms(sp_window *w) {
-  return w->ctx->hook_clock ? w->ctx->hook_now : sp_clock_ms(w->ctx);
-}
-
-static char *dupstr(const char *s) {
-  if (!s) s = "";
-  size_t n = strlen(s);
-  char *d = malloc(n + 1);
-  if (d) memcpy(d, s, n + 1);
-  return d;
-}
-
-/* Drop the window's reference to a stored value (no Lua state needed). */
-static void unref(sp_window *w, int *slot) {
-  sp_vals_release(w->ctx, *slot);
-  *slot = SP_NOVAL;
 }
 
 /* Results of a job (sp_jobres): scalars, and values the window keeps. */
@@ -260,14 +103,14 @@ static const char *res_str(const sp_jobres *r, int i, size_t *len) {
 }
 
 /* A value result the window keeps: its slot, retained (0 for nil). */
-static int res_keep(sp_window *w, const sp_jobres *r, int i) {
+int sp_win_res_keep(sp_window *w, const sp_jobres *r, int i) {
   const sp_val *v = &r->v[i];
   if (v->kind != SP_VAL_SLOT) return SP_NOVAL;
   sp_vals_retain(w->ctx, v->slot);
   return v->slot;
 }
 
-static void tev(sp_window *w, const char *name, char ph, sp_node *n, double start_ms,
+void sp_win_tev(sp_window *w, const char *name, char ph, sp_node *n, double start_ms,
                 double end_ms, int flag, const char *detail) {
   if (!w->cfg.trace) return;
   if (w->ntev == w->captev) {
@@ -320,37 +163,11 @@ static void spec_unreserve(sp_window *w, sp_node *n) {
   note_live(w, -1);
 }
 
-/* Speculative cost is "at risk" from launch until the call's state is
-   verified (it was useful) or discarded (it was wasted); the gate counts it
-   against the wasted-cost budget, so waste can never exceed the budget. */
-static void risk_take(sp_window *w, sp_risk *r, double cost) {
-  r->on = 1;
-  r->cost = cost > 0 ? cost : 0;
-  w->at_risk += r->cost;
-}
-
-/* Every discarded call counts, whether or not its tool declares a cost. */
-static void risk_wasted(sp_window *w, sp_risk *r) {
-  if (!r->on) return;
-  w->at_risk -= r->cost;
-  w->st.wasted_calls += 1;
-  w->st.wasted_cost += r->cost;
-  r->on = 0;
-  r->cost = 0;
-}
-
-static void risk_useful(sp_window *w, sp_risk *r) {
-  if (!r->on) return;
-  w->at_risk -= r->cost;
-  r->on = 0;
-  r->cost = 0;
-}
-
 /* The window's one way to the gate: every launch from an unverified state
    or a prediction comes through here with its trigger and the script's
    decision for that very call; counted per query and trigger. */
 _Static_assert(SP_TRIG_N == 4 && SP_FULL == 2, "sp_window_stats.gate is [SP_TRIG_N][3]");
-static int gate(sp_window *w, int tool, int trigger, int hint) {
+int sp_win_gate(sp_window *w, int tool, int trigger, int hint) {
   int why = 0;
   int d = sp_policy_gate(w->cfg.policy, tool, trigger, hint, w->inflight,
                          w->st.wasted_cost + w->at_risk, &why);
@@ -407,7 +224,7 @@ static sp_node *node_new(sp_window *w, int hop, sp_node *parent, int rank, doubl
   n->hint = SP_HINT_NONE;
   n->t_spec = -1;
   n->pf_promoted = -1;
-  n->pf_kick.run = pf_kick_run;
+  n->pf_kick.run = sp_win_pf_kick;
   if (parent) {
     if (parent->nkids == parent->capkids) {
       int cap = parent->capkids ? parent->capkids * 2 : 2;
@@ -448,8 +265,6 @@ static void ext_remove(sp_window *w, sp_node *n) {
   n->in_ext = 0;
 }
 
-static int is_speculative(sp_window *w, sp_node *n) { return n != w->head; }
-
 /* Cancel a job this node owns; counts what was thrown away on the wire. */
 static void cancel_job(sp_window *w, sp_node *n, sp_task **slot, const char *kind, int *counter) {
   sp_task *t = *slot;
@@ -457,7 +272,7 @@ static void cancel_job(sp_window *w, sp_node *n, sp_task **slot, const char *kin
   *slot = NULL;
   sp_task_cancel(t);
   if (counter) (*counter)++;
-  tev(w, "cancel", 'i', n, now_ms(w), 0, 0, kind);
+  sp_win_tev(w, "cancel", 'i', n, now_ms(w), 0, 0, kind);
 }
 
 /* What every node leaving the window releases: its warm-up, its slot in
@@ -482,14 +297,14 @@ static void node_free(sp_window *w, sp_node *n) {
 /* Throw a node and its subtree away (rollback, sibling of the accepted
    candidate, or shutdown). */
 static void discard(sp_window *w, sp_node *n) {
-  pf_release(w, n, 1);
+  sp_win_pf_release(w, n, 1);
   for (int i = 0; i < n->nkids; i++) discard(w, n->kids[i]);
   free(n->kids);
   n->kids = NULL;
   n->nkids = 0;
   cancel_job(w, n, &n->j_adv, "model", &w->st.cancelled_model);
   if (n->j_target) {
-    w->inflight -= n->tg_spec ? 1 : 0;
+    if (n->tg_spec) inflight_add(w, -1);
     cancel_job(w, n, &n->j_target, "target", &w->st.cancelled_target);
   }
   if (n->j_spec) {
@@ -510,7 +325,7 @@ static void discard_kids(sp_window *w, sp_node *n, sp_node *keep) {
 
 /* Free a node that leaves the window after its hop was committed. */
 static void retire(sp_window *w, sp_node *n) {
-  pf_release(w, n, 1);
+  sp_win_pf_release(w, n, 1);
   if (n->j_spec) {
     cancel_job(w, n, &n->j_spec, "spec", &w->st.cancelled_spec);
     spec_unreserve(w, n);
@@ -522,7 +337,7 @@ static void retire(sp_window *w, sp_node *n) {
 
 /* A job of node n: the adapter function fn with the query ctx first; the
    caller adds the other arguments and starts it. */
-static sp_task *job_ud(sp_window *w, sp_node *n, int fn, sp_task_hook hook, void *ud) {
+sp_task *sp_win_job(sp_window *w, sp_node *n, int fn, sp_task_hook hook, void *ud) {
   sp_task *t = sp_job_new(w->ctx, hook, ud);
   if (!t) return NULL;
   t->speculative = is_speculative(w, n);
@@ -535,7 +350,7 @@ static sp_task *job_ud(sp_window *w, sp_node *n, int fn, sp_task_hook hook, void
 }
 
 static sp_task *job(sp_window *w, sp_node *n, int fn, sp_task_hook hook) {
-  return job_ud(w, n, fn, hook, n);
+  return sp_win_job(w, n, fn, hook, n);
 }
 
 /* start/advance return (state, kind, step, tool, hint, t_update, t_seg,
@@ -587,7 +402,7 @@ static void start_target(sp_window *w, sp_node *n) {
   n->tg = TG_RUNNING;
   n->tg_spec = is_speculative(w, n);
   if (n->tg_spec) {
-    w->inflight++;
+    inflight_add(w, +1);
     w->st.speculative_launches++;
     risk_take(w, &n->risk, sp_policy_tool_cost(w->cfg.policy, n->tool));
   }
@@ -599,7 +414,7 @@ static void start_target(sp_window *w, sp_node *n) {
 /* The warm-up hook of a deferred call: it passes the gate too (for the
    same call, as a warm-up), so no decision path skips the choke point. */
 static void start_warmup(sp_window *w, sp_node *n) {
-  if (gate(w, n->tool, SP_TRIG_WARMUP, n->hint) < SP_WARMUP) return;
+  if (sp_win_gate(w, n->tool, SP_TRIG_WARMUP, n->hint) < SP_WARMUP) return;
   sp_task *t = job(w, n, w->fn_warmup, on_warmup);
   if (!t) return;
   sp_job_val(t, n->actx_ref);
@@ -641,330 +456,15 @@ static void launch_target(sp_window *w, sp_node *n) {
     start_target(w, n);
     return;
   }
-  int d = gate(w, n->tool, SP_TRIG_TARGET, n->hint);
+  int d = sp_win_gate(w, n->tool, SP_TRIG_TARGET, n->hint);
   if (d == SP_FULL) {
     start_target(w, n);
     return;
   }
   n->tg = TG_DEFERRED;
   w->st.deferred++;
-  tev(w, "deferred", 'i', n, now_ms(w), 0, d, d == SP_WARMUP ? "warmup" : "forbid");
+  sp_win_tev(w, "deferred", 'i', n, now_ms(w), 0, d, d == SP_WARMUP ? "warmup" : "forbid");
   if (d == SP_WARMUP) start_warmup(w, n);
-}
-
-/* ---- action speculation ------------------------------------------------ */
-
-/* The thread's step chose (tool, key): serve its target from a prediction
-   that already ran (or is running) instead of calling again. */
-static int pf_promote(sp_window *w, sp_node *n, int idx, int lossy) {
-  sp_pfent *e = &n->pf[idx];
-  if (e->state != PF_RUNNING && e->state != PF_DONE) return 0;
-  double now = now_ms(w);
-  sp_prefetch_stats *q = &w->st.pf;
-  q->promoted++;
-  if (lossy) q->promoted_lossy++;
-  n->pf_promoted = idx;
-  n->tg_spec = is_speculative(w, n);
-  if (n->tg_spec) {
-    n->risk = e->risk;   /* still speculative: its fate is the thread's */
-    e->risk.on = 0;
-    e->risk.cost = 0;
-  } else {
-    risk_useful(w, &e->risk);
-  }
-  if (e->counted && !n->tg_spec) {
-    w->inflight--;   /* it serves a verified state now */
-    e->counted = 0;
-  }
-  n->t_target0 = e->t0;
-  tev(w, "promote", 'i', n, now, 0, lossy, e->name);
-  if (e->state == PF_DONE) {
-    q->saved_ms += e->t1 - e->t0;
-    n->obs_ref = e->obs_ref;
-    e->obs_ref = SP_NOVAL;
-    e->state = PF_PROMOTED;
-    n->t_target = e->t1 - e->t0;
-    n->tg = TG_DONE;
-    return 1;
-  }
-  q->saved_ms += now - e->t0;
-  e->state = PF_PROMOTED;
-  n->j_target = e->job;   /* its hook delivers to the thread from now on */
-  n->tg = TG_RUNNING;
-  if (e->counted) {
-    /* still in flight: it now counts as the thread's own speculative call */
-    e->counted = 0;
-    if (!n->tg_spec) w->inflight--;
-  }
-  return 1;
-}
-
-static void on_pfent(sp_task *t, const sp_jobres *res, int status, void *ud) {
-  sp_pfent *e = ud;
-  sp_node *n = e->n;
-  sp_window *w = n->w;
-  e->job = NULL;
-  e->t1 = now_ms(w);
-  tev(w, "predicted", 'X', n, e->t0, e->t1, status == SP_TASK_DONE, e->name);
-  if (e->state == PF_PROMOTED) {
-    /* the thread's target call */
-    n->j_target = NULL;
-    target_done(w, n, status == SP_TASK_DONE, res, sp_task_error(t));
-    return;
-  }
-  if (e->counted) {
-    e->counted = 0;
-    w->inflight--;
-  }
-  if (status == SP_TASK_DONE) {
-    e->obs_ref = res_keep(w, res, 0);
-    e->state = PF_DONE;
-  } else {
-    e->state = PF_FAILED;
-  }
-}
-
-static void pf_fire(sp_window *w, sp_node *n, sp_pfent *e, double conf, int trigger) {
-  sp_prefetch *pf = w->cfg.prefetch;
-  sp_prefetch_stats *q = &w->st.pf;
-  double cost = sp_policy_tool_cost(w->cfg.policy, e->tool);
-  if (!sp_prefetch_ev(pf, e->tool, conf, cost)) {
-    q->gated_ev++;
-    return;   /* stays held: a tool-name trigger may raise its odds */
-  }
-  int d = gate(w, e->tool, trigger, e->hint);
-  if (d != SP_FULL) {
-    /* warm-up and forbid both mean: not before the model decides */
-    e->state = PF_GATED;
-    q->gated_policy++;
-    return;
-  }
-  sp_task *t = job_ud(w, n, w->fn_pfcall, on_pfent, e);
-  if (!t) return;
-  t->speculative = 1;
-  sp_job_str(t, e->name);
-  sp_job_val(t, e->args_ref);
-  sp_job_num(t, n->hop);
-  sp_job_keep(t, 0);   /* the observation */
-  e->job = t;
-  e->state = PF_RUNNING;
-  e->t0 = now_ms(w);
-  e->counted = 1;
-  w->inflight++;
-  risk_take(w, &e->risk, cost);
-  q->fired++;
-  w->st.predicted_calls++;
-  w->st.speculative_launches++;
-  sp_job_start(t);
-}
-
-/* Fire what the trigger settings allow (loop context: a queued C
-   runnable, never inside a hook): new predictions at step start, held ones
-   whose tool a stream has named. */
-static void pf_kick_run(sp_ctx *ctx, sp_runnable *r) {
-  sp_node *n = (sp_node *)((char *)r - offsetof(sp_node, pf_kick));
-  sp_window *w = n->w;
-  if (w->status != SP_WIN_RUNNING || ctx->stopping) return;
-  sp_prefetch *pf = w->cfg.prefetch;
-  for (int i = 0; i < n->npf; i++) {
-    sp_pfent *e = &n->pf[i];
-    if (!e->fresh) continue;
-    e->fresh = 0;
-    if ((pf->trigger & SP_TRIGGER_START) && e->state == PF_HELD) pf_fire(w, n, e, e->conf, SP_TRIG_PRED_START);
-  }
-  /* The article's trigger: a tool name is known (a stream may name several,
-     one per parallel tool call); fire the held candidates of each name,
-     their odds renormalised among themselves. */
-  for (size_t off = 0; n->pf_names && off < n->pf_names_len;) {
-    const char *name = n->pf_names + off;
-    off += strlen(name) + 1;
-    double sum = 0;
-    for (int i = 0; i < n->npf; i++)
-      if (n->pf[i].state == PF_HELD && strcmp(n->pf[i].name, name) == 0) sum += n->pf[i].conf;
-    for (int i = 0; i < n->npf; i++) {
-      sp_pfent *e = &n->pf[i];
-      if (e->state == PF_HELD && strcmp(e->name, name) == 0)
-        pf_fire(w, n, e, sum > 0 ? e->conf / sum : e->conf, SP_TRIG_PRED_NAME);
-    }
-  }
-  free(n->pf_names);
-  n->pf_names = NULL;
-  n->pf_names_len = 0;
-}
-
-/* The step boundary: whatever was predicted and not used is an orphan. */
-static void pf_release(sp_window *w, sp_node *n, int count_waste) {
-  sp_prefetch_stats *q = &w->st.pf;
-  sp_sched_unqueue(w->ctx, &n->pf_kick);
-  for (int i = 0; i < n->npf; i++) {
-    sp_pfent *e = &n->pf[i];
-    if (e->state == PF_PROMOTED) {
-      if (e->job && n->j_target == e->job) {
-        /* the thread's own target: cancelled like one */
-        n->j_target = NULL;
-        sp_task_cancel(e->job);
-        w->st.cancelled_target++;
-        if (n->tg_spec) w->inflight--;
-        n->tg_spec = 0;
-      }
-    } else if (e->state == PF_RUNNING || e->state == PF_DONE || e->state == PF_FAILED) {
-      if (e->job) {
-        sp_task_cancel(e->job);
-        w->st.cancelled_target++;
-        tev(w, "cancel", 'i', n, now_ms(w), 0, 0, "predicted");
-      }
-      if (e->counted) w->inflight--;
-      if (count_waste && e->risk.on) {
-        q->wasted++;
-        q->wasted_cost += e->risk.cost;
-      }
-      risk_wasted(w, &e->risk);
-    } else if (e->state == PF_HELD) {
-      q->held++;
-    }
-    e->job = NULL;
-    e->counted = 0;
-    unref(w, &e->args_ref);
-    unref(w, &e->obs_ref);
-    free(e->name);
-    free(e->key);
-  }
-  free(n->pf);
-  n->pf = NULL;
-  n->npf = 0;
-  free(n->pf_names);
-  n->pf_names = NULL;
-  n->pf_names_len = 0;
-}
-
-/* Settle a thread's predictions once its step chose an action: promote the
-   match, drop the orphans. Returns 1 if the target is served. */
-static int pf_settle(sp_window *w, sp_node *n, const char *tool, const char *key, int lossy_idx) {
-  /* predictions the loop never got to fire (the step did not yield) are
-     counted as held below */
-  sp_sched_unqueue(w->ctx, &n->pf_kick);
-  int served = 0;
-  sp_prefetch *pf = w->cfg.prefetch;
-  if (pf && n->npf > 0) {
-    int idx = -1, lossy = 0;
-    if (pf->match == SP_MATCH_EXACT) {
-      /* (tool, canonical args) equal: the very call the model decided */
-      for (int i = 0; key && tool && i < n->npf; i++) {
-        sp_pfent *e = &n->pf[i];
-        if ((e->state == PF_RUNNING || e->state == PF_DONE) && strcmp(e->key, key) == 0 &&
-            strcmp(e->name, tool) == 0) {
-          idx = i;
-          break;
-        }
-      }
-    } else if (lossy_idx > 0 && lossy_idx <= n->npf) {
-      idx = lossy_idx - 1;
-      /* lossless when it happens to be the same call */
-      lossy = !(key && tool && strcmp(n->pf[idx].key, key) == 0 && strcmp(n->pf[idx].name, tool) == 0);
-    }
-    if (idx >= 0) served = pf_promote(w, n, idx, lossy);
-  }
-  /* orphans: everything else goes now (the promoted entry stays until its
-     call completes or the thread goes) */
-  sp_prefetch_stats *q = &w->st.pf;
-  for (int i = 0; i < n->npf; i++) {
-    sp_pfent *e = &n->pf[i];
-    if (e->state == PF_PROMOTED) continue;
-    if (e->job) {
-      sp_task_cancel(e->job);
-      e->job = NULL;
-      w->st.cancelled_target++;
-      tev(w, "cancel", 'i', n, now_ms(w), 0, 0, "orphan");
-    }
-    if (e->counted) {
-      e->counted = 0;
-      w->inflight--;
-    }
-    if (e->state == PF_RUNNING || e->state == PF_DONE || e->state == PF_FAILED) {
-      q->wasted++;
-      q->wasted_cost += e->risk.cost;
-      risk_wasted(w, &e->risk);
-    } else if (e->state == PF_HELD) {
-      q->held++;
-    }
-    e->state = PF_GATED; /* settled */
-    unref(w, &e->args_ref);
-    unref(w, &e->obs_ref);
-  }
-  return served;
-}
-
-/* FFI: one prediction of the running step's next call. */
-int sp_window_predict(sp_ctx *ctx, const char *tool, size_t tool_len, const char *key, size_t key_len,
-                      double confidence, int hint, int args_slot) {
-  sp_task *t = ctx ? ctx->running : NULL;
-  sp_node *n = t ? t->window_node : NULL;
-  sp_prefetch *pf = n ? n->w->cfg.prefetch : NULL;
-  if (!pf || !tool || !key || n->phase != PH_ADVANCING || memchr(tool, '\0', tool_len)) {
-    if (ctx) sp_vals_release(ctx, args_slot);
-    return 0;
-  }
-  sp_window *w = n->w;
-  if (!n->pf) {
-    n->pf = calloc((size_t)pf->max_per_step, sizeof *n->pf);
-    n->npf = 0;
-  }
-  char *name = n->pf && n->npf < pf->max_per_step ? malloc(tool_len + 1) : NULL;
-  char *k = name ? malloc(key_len + 1) : NULL;
-  if (!k) {
-    free(name);
-    sp_vals_release(ctx, args_slot);
-    return 0;
-  }
-  memcpy(name, tool, tool_len);
-  name[tool_len] = '\0';
-  memcpy(k, key, key_len);
-  k[key_len] = '\0';
-  sp_pfent *e = &n->pf[n->npf++];
-  memset(e, 0, sizeof *e);
-  e->n = n;
-  e->name = name;
-  e->key = k;
-  e->tool = sp_policy_tool_index(w->cfg.policy, name, tool_len);
-  e->conf = confidence == confidence ? confidence : 0;
-  /* the script's decision for this very prediction; none given is
-     SP_HINT_NONE, which a scripted policy's gate treats as forbid */
-  e->hint = hint;
-  e->state = PF_HELD;
-  e->fresh = 1;
-  e->obs_ref = SP_NOVAL;
-  e->args_ref = args_slot;
-  w->st.pf.candidates++;
-  return 1;
-}
-
-/* FFI: the running step's predictions are in: fire from the loop. */
-int sp_window_predicted(sp_ctx *ctx) {
-  sp_task *t = ctx ? ctx->running : NULL;
-  sp_node *n = t ? t->window_node : NULL;
-  if (!n || !n->w->cfg.prefetch || n->npf == 0) return 0;
-  sp_sched_enqueue(ctx, &n->pf_kick);
-  return 1;
-}
-
-/* FFI: a streamed response of the running step named its tool. */
-int sp_window_tool_name(sp_ctx *ctx, const char *name, size_t len) {
-  sp_task *t = ctx ? ctx->running : NULL;
-  sp_node *n = t ? t->window_node : NULL;
-  if (!n || !n->w->cfg.prefetch || !name) return 0;
-  if (!(n->w->cfg.prefetch->trigger & SP_TRIGGER_TOOL_NAME)) return 0;
-  /* A name is stream input: one with a NUL in it names no tool, and a
-     step's pending names are bounded (a stream may repeat itself). */
-  if (len == 0 || len > 256 || memchr(name, '\0', len)) return 0;
-  if (n->pf_names_len + len + 1 > 4096) return 0;
-  char *b = realloc(n->pf_names, n->pf_names_len + len + 1);
-  if (!b) return 0;
-  memcpy(b + n->pf_names_len, name, len);
-  b[n->pf_names_len + len] = '\0';
-  n->pf_names = b;
-  n->pf_names_len += len + 1;
-  sp_sched_enqueue(ctx, &n->pf_kick);
-  return 1;
 }
 
 /* ---- job hooks (loop context) ------------------------------------------- */
@@ -977,14 +477,14 @@ static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud) {
   if (status != SP_TASK_DONE) {
     n->phase = PH_DEAD;
     n->err = dupstr(sp_task_error(t));
-    tev(w, "model", 'X', n, n->t_adv0, end, 0, "error");
+    sp_win_tev(w, "model", 'X', n, n->t_adv0, end, 0, "error");
     if (n == w->head) fail(w, n->err);
     return;
   }
   /* results: state, kind, step, tool, hint, t_update, t_seg, can_spec,
      key (canonical args, with action speculation), lossy match index, ctx */
   n->can_spec = res_bool(res, 7);
-  n->actx_ref = res_keep(w, res, 10);
+  n->actx_ref = sp_win_res_keep(w, res, 10);
   /* update() is timed inside Lua; the step gets the rest of the job's time,
      queueing included, so stage times add up to what the loop saw. */
   n->t_update = res_num(res, 5);
@@ -995,9 +495,9 @@ static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud) {
   const char *tool = res_str(res, 3, &len);
   n->tool = tool ? sp_policy_tool_index(w->cfg.policy, tool, len) : -1;
   n->hint = res_isnum(res, 4) ? (int)res_num(res, 4) : SP_HINT_NONE;
-  n->step_ref = res_keep(w, res, 2);
-  n->state_ref = res_keep(w, res, 0);
-  tev(w, "model", 'X', n, end - n->t_seg, end, 0, "");
+  n->step_ref = sp_win_res_keep(w, res, 2);
+  n->state_ref = sp_win_res_keep(w, res, 0);
+  sp_win_tev(w, "model", 'X', n, end - n->t_seg, end, 0, "");
   /* The hop record of the head's predecessor waits for this update time. */
   if (n == w->head && last_rec(w) && last_rec(w)->update_pending) {
     complete_rec(w, last_rec(w), n->t_update);
@@ -1008,7 +508,7 @@ static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud) {
   if (w->cfg.prefetch) {
     /* the strings live until the hook returns (Lua holds them) */
     const char *pkey = res_str(res, 8, NULL);
-    served = pf_settle(w, n, kind == KIND_FINAL ? NULL : tool, kind == KIND_FINAL ? NULL : (pkey ? pkey : ""),
+    served = sp_win_pf_settle(w, n, kind == KIND_FINAL ? NULL : tool, kind == KIND_FINAL ? NULL : (pkey ? pkey : ""),
                        (int)res_num(res, 9));
   }
   if (w->cfg.prefetch) sp_prefetch_observe(w->cfg.prefetch, -1, -1, n->t_seg);
@@ -1048,18 +548,18 @@ static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud) {
 
 /* The target result of a node is in (from its own call or a promoted
    prediction); res holds the observation first when ok. */
-static void target_done(sp_window *w, sp_node *n, int ok, const sp_jobres *res, const char *err) {
+void sp_win_target_done(sp_window *w, sp_node *n, int ok, const sp_jobres *res, const char *err) {
   double end = now_ms(w);
   n->t_target = end - n->t_target0;
-  if (n->tg_spec) w->inflight--;
-  tev(w, "target", 'X', n, n->t_target0, end, n->tg_spec, ok ? "" : "error");
+  if (n->tg_spec) inflight_add(w, -1);
+  sp_win_tev(w, "target", 'X', n, n->t_target0, end, n->tg_spec, ok ? "" : "error");
   if (!ok) {
     n->tg = TG_FAILED;
     n->tg_err = dupstr(err);
     if (n == w->head) fail(w, n->tg_err);
     return;
   }
-  if (res) n->obs_ref = res_keep(w, res, 0);
+  if (res) n->obs_ref = sp_win_res_keep(w, res, 0);
   n->tg = TG_DONE;
   if (n == w->head) verify_head(w);
 }
@@ -1068,14 +568,14 @@ static void on_target(sp_task *t, const sp_jobres *res, int status, void *ud) {
   sp_node *n = ud;
   sp_window *w = n->w;
   n->j_target = NULL;
-  target_done(w, n, status == SP_TASK_DONE, res, sp_task_error(t));
+  sp_win_target_done(w, n, status == SP_TASK_DONE, res, sp_task_error(t));
 }
 
 static void on_warmup(sp_task *t, const sp_jobres *res, int status, void *ud) {
   (void)res;
   sp_node *n = ud;
   n->j_warm = NULL;
-  tev(n->w, "warmup", 'i', n, now_ms(n->w), 0, status == SP_TASK_DONE, "");
+  sp_win_tev(n->w, "warmup", 'i', n, now_ms(n->w), 0, status == SP_TASK_DONE, "");
 }
 
 static void on_spec(sp_task *t, const sp_jobres *res, int status, void *ud) {
@@ -1084,7 +584,7 @@ static void on_spec(sp_task *t, const sp_jobres *res, int status, void *ud) {
   n->j_spec = NULL;
   double end = now_ms(w);
   n->t_spec = end - n->t_spec0;
-  tev(w, "spec", 'X', n, n->t_spec0, end, 0, status == SP_TASK_DONE ? "" : "error");
+  sp_win_tev(w, "spec", 'X', n, n->t_spec0, end, 0, status == SP_TASK_DONE ? "" : "error");
   int ncands = 0;
   if (status != SP_TASK_DONE) {
     n->spec_err = reason_dup("speculator failed: ", sp_task_error(t));
@@ -1116,7 +616,7 @@ static void on_spec(sp_task *t, const sp_jobres *res, int status, void *ud) {
     double c = 2 + i < SP_JOB_MAXRES ? res_num(res, 2 + i) : 0;
     n->confs[i] = c >= 0 && c <= 1 ? c : 0;
   }
-  n->cands_ref = res_keep(w, res, 0);
+  n->cands_ref = sp_win_res_keep(w, res, 0);
   n->ncands = ncands;
   n->spc = SPC_DONE;
   if (!n->spec_slot) {
@@ -1281,7 +781,7 @@ static void advance_from_real(sp_window *w, int outcome, const char *reason, dou
   w->st.hops++;
   if (had_spec) {
     w->st.rollbacks++;
-    tev(w, "rollback", 'i', h, now_ms(w), 0, outcome, reason);
+    sp_win_tev(w, "rollback", 'i', h, now_ms(w), 0, outcome, reason);
   }
   if (outcome == SP_SPEC_REJECTED) w->st.rejected++;
   else if (outcome == SP_SPEC_LATE) w->st.late++;
@@ -1311,7 +811,7 @@ static void commit(sp_window *w, sp_node *child, const char *reason, double t_ve
   sp_est_add(&w->st.est, SP_SPEC_ACCEPTED, h->t_seg, h->t_spec, h->t_target);
   sp_kauto_add(w->cfg.kauto, h->t_seg, h->t_spec, h->t_target);
   if (w->cfg.prefetch) sp_prefetch_observe(w->cfg.prefetch, h->tool, h->t_target, -1);
-  tev(w, "commit", 'i', child, now_ms(w), 0, child->rank, reason);
+  sp_win_tev(w, "commit", 'i', child, now_ms(w), 0, child->rank, reason);
   child->parent = NULL;
   w->head = child;
   retire(w, h);
@@ -1325,7 +825,7 @@ static void promote(sp_window *w, sp_node *n) {
      read the flag when they run (the adapter sets ctx.speculative) */
   if (n->j_adv) n->j_adv->speculative = 0;
   if (n->j_target) n->j_target->speculative = 0;
-  if (n->tg_spec && n->j_target) w->inflight--;
+  if (n->tg_spec && n->j_target) inflight_add(w, -1);
   n->tg_spec = 0;
   risk_useful(w, &n->risk);
   if (n->phase == PH_DEAD) {
@@ -1401,7 +901,7 @@ static void on_verify(sp_task *t, const sp_jobres *res, int status, void *ud) {
     /* A verifier that raises counts as a failed speculation. */
     char reason[600];
     snprintf(reason, sizeof reason, "verifier error: %.560s", sp_task_error(t));
-    tev(w, "verify", 'X', h, h->t_verify0, end, 0, reason);
+    sp_win_tev(w, "verify", 'X', h, h->t_verify0, end, 0, reason);
     advance_from_real(w, SP_SPEC_REJECTED, reason, dt);
     return;
   }
@@ -1409,7 +909,7 @@ static void on_verify(sp_task *t, const sp_jobres *res, int status, void *ud) {
   int idx = (int)res_num(res, 0);
   const char *reason = res_str(res, 1, NULL);
   const char *why = reason ? reason : "";   /* alive until the hook returns */
-  tev(w, "verify", 'X', h, h->t_verify0, end, idx > 0, why);
+  sp_win_tev(w, "verify", 'X', h, h->t_verify0, end, idx > 0, why);
   sp_node *child = NULL;
   /* idx: 1-based rank of the accepted candidate, 0 = none, -1 = the single
      plain candidate */
@@ -1427,35 +927,9 @@ static void account_pf(sp_window *w) {
   sp_prefetch_accumulate(w->cfg.prefetch, &w->st.pf);
 }
 
-struct sp_wgroup {
-  sp_ctx *ctx;             /* engine */
-  sp_window *head, *tail;  /* finished windows not yet popped */
-  sp_task *waiter;         /* the driver task, while it waits */
-  sp_op wait_op;           /* links the driver's cancellation to us */
-};
-
-static void group_waiter_gone(sp_op *op) {
-  sp_wgroup *g = (sp_wgroup *)((char *)op - offsetof(sp_wgroup, wait_op));
-  g->waiter = NULL;
-}
-
-static void group_done(sp_window *w) {
-  sp_wgroup *g = w->group;
-  w->gnext = NULL;
-  if (g->tail) g->tail->gnext = w;
-  else g->head = w;
-  g->tail = w;
-  if (g->waiter) {
-    sp_task *t = g->waiter;
-    g->waiter = NULL;
-    sp_op_unlink(&g->wait_op);
-    sp_sched_wake(t);
-  }
-}
-
 static void wake_waiter(sp_window *w) {
   if (w->group) {
-    group_done(w);
+    sp_win_group_done(w);
     return;
   }
   sp_task *t = w->waiter;
@@ -1476,7 +950,7 @@ static void finish(sp_window *w) {
   if (w->st.hops == 0) w->st.init_ms = h->t_update;
   w->st.wall_ms = end - w->t0;
   w->st.standard_ms = w->st.init_ms + w->st.final_seg_ms + w->std_acc;
-  tev(w, "answer", 'i', h, end, 0, 0, "");
+  sp_win_tev(w, "answer", 'i', h, end, 0, 0, "");
   w->head = NULL;
   retire(w, h);
   w->st.k_last = current_k(w);
@@ -1555,45 +1029,12 @@ sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_
 
 int sp_window_id(const sp_window *w) { return w ? w->id : 0; }
 
-sp_wgroup *sp_wgroup_new(sp_ctx *ctx) {
-  sp_wgroup *g = calloc(1, sizeof *g);
-  if (g) g->ctx = ctx;
-  return g;
-}
-
-/* Windows still reporting to the group are detached (they finish alone). */
-void sp_wgroup_free(sp_wgroup *g) {
-  if (!g) return;
-  for (sp_window *w = g->ctx->window_list; w; w = w->next_w)
-    if (w->group == g) w->group = NULL;
-  if (g->waiter) sp_op_unlink(&g->wait_op);
-  free(g);
-}
-
 int sp_window_start_in(sp_window *w, sp_wgroup *g) {
   if (!w || !g || w->status != SP_WIN_NEW) return -1;
   w->group = g;
   w->status = SP_WIN_RUNNING;
   w->kick_action = KICK_START;
   sp_sched_enqueue(w->ctx, &w->kick);
-  return 0;
-}
-
-sp_window *sp_wgroup_pop(sp_wgroup *g) {
-  if (!g || !g->head) return NULL;
-  sp_window *w = g->head;
-  g->head = w->gnext;
-  if (!g->head) g->tail = NULL;
-  w->gnext = NULL;
-  w->group = NULL;
-  return w;
-}
-
-int sp_wgroup_wait(sp_wgroup *g, sp_task *t) {
-  if (!g || g->head || !t) return 1;
-  if (g->waiter) sp_op_unlink(&g->wait_op);
-  g->waiter = t;
-  sp_op_link(t, &g->wait_op, group_waiter_gone);
   return 0;
 }
 
@@ -1743,27 +1184,11 @@ void sp_window_cancel(sp_window *w) {
   wake_waiter(w);
 }
 
-static void group_unlink(sp_window *w) {
-  /* a freed window must not stay on a group's finished list */
-  if (!w->group) return;
-  sp_wgroup *g = w->group;
-  sp_window **pp = &g->head, *prev = NULL;
-  while (*pp && *pp != w) {
-    prev = *pp;
-    pp = &(*pp)->gnext;
-  }
-  if (*pp) {
-    *pp = w->gnext;
-    if (g->tail == w) g->tail = prev;
-  }
-  w->group = NULL;
-}
-
 void sp_window_free(sp_window *w) {
   if (!w || w->freed) return;
   if (w->status == SP_WIN_RUNNING || w->status == SP_WIN_NEW) w->group = NULL;
   sp_window_cancel(w);
-  group_unlink(w);
+  sp_win_group_unlink(w);
   if (w->waiter) {
     sp_op_unlink(&w->wait_op);
     w->waiter = NULL;

@@ -1,0 +1,228 @@
+/*
+ * sp_window_int.h — what the window's files share (sp_window.c: the tree,
+ * extension, verify/commit/rollback; sp_window_pf.c: action speculation;
+ * sp_wgroup.c: window groups). Not part of the C/Lua boundary (sp_api.h).
+ */
+#ifndef SP_WINDOW_INT_H
+#define SP_WINDOW_INT_H
+#include "sp_window.h"
+#include "sp_policy.h"
+#include "sp_prefetch.h"
+#include "sp_vals.h"
+#include <stdlib.h>
+#include <string.h>
+
+enum { PH_ADVANCING, PH_ACTED, PH_FINAL, PH_DEAD };           /* node phase */
+enum { TG_NONE, TG_DEFERRED, TG_RUNNING, TG_DONE, TG_FAILED };   /* target call */
+enum { SPC_NONE, SPC_RUNNING, SPC_DONE, SPC_FAILED };            /* speculator */
+enum { KIND_ACTION = 1, KIND_FINAL = 2 };                        /* step result */
+
+typedef struct sp_node sp_node;
+
+/* A speculative call whose use is not known yet: launched from an
+   unverified state or a prediction, until it proves useful or is wasted. */
+typedef struct sp_risk {
+  double cost;             /* its declared cost (0 when the tool declares none) */
+  int on;                  /* a call is at risk */
+} sp_risk;
+
+enum { PF_HELD, PF_GATED, PF_RUNNING, PF_DONE, PF_FAILED, PF_PROMOTED };
+
+/* One prediction of a thread's next action (action speculation). */
+typedef struct sp_pfent {
+  sp_node *n;              /* owning thread */
+  int tool;                /* policy tool index, -1 unknown */
+  char *name;              /* tool name */
+  char *key;               /* canonical JSON of the predicted args */
+  double conf;             /* predictor's confidence */
+  int args_ref;            /* value slot of the predicted args */
+  int state;               /* PF_* */
+  int fresh;               /* not yet offered to the step-start trigger */
+  sp_task *job;            /* the early call in flight */
+  double t0, t1;           /* ms: started, finished */
+  int obs_ref;             /* value slot of its result */
+  int counted;             /* included in w->inflight */
+  int hint;                /* the script's decision for this call (SP_HINT_* or a decision) */
+  sp_risk risk;            /* the early call, at risk of being wasted */
+} sp_pfent;
+
+struct sp_node {
+  sp_window *w;            /* owner */
+  int tid;                 /* thread number, for traces (T1, T2, ...) */
+  int hop;                 /* hop index of this node's state */
+  sp_node *parent;         /* node whose speculation made this one; NULL for the head */
+  int rank;                /* this node's candidate rank among the parent's */
+  double conf;             /* path confidence: product of candidate confidences */
+  sp_node **kids;          /* children, in rank order */
+  int nkids, capkids;      /* used / allocated */
+  int phase;               /* PH_* */
+  int state_ref;           /* value slot of s_i */
+  int actx_ref;            /* value slot of the ctx its tool, speculator and verifier calls share */
+  int cands_raw;           /* the speculator returned one plain value (cands_ref is it) */
+  int step_ref;            /* value slot of the step {segment, action} or {final} */
+  int tool;                /* policy index of the action's tool, -1 unknown */
+  int hint;                /* the script's own gate decision for it, -1 none */
+  char *err;               /* why the node is dead */
+  sp_task *j_adv;          /* update + step in flight */
+  sp_task *j_target;       /* target tool call in flight */
+  sp_task *j_spec;         /* speculator in flight */
+  sp_task *j_verify;       /* verifier in flight */
+  sp_task *j_warm;         /* warm-up hook in flight */
+  int tg;                  /* TG_* */
+  int tg_spec;             /* the target call was started speculatively */
+  int obs_ref;             /* value slot of the target's observation */
+  char *tg_err;            /* target error */
+  int spc;                 /* SPC_* */
+  int spec_slot;           /* its speculator holds a thread slot (slot launch) */
+  int cands_ref;           /* value slot of the speculator's candidate list */
+  int ncands;              /* its length */
+  double *confs;           /* candidate confidences */
+  int next_cand;           /* next candidate rank to materialise */
+  int in_ext;              /* listed in w->ext */
+  int can_spec;            /* its action's tool has a speculator */
+  sp_pfent *pf;            /* predictions for this thread's step (max_per_step entries) */
+  int npf;                 /* entries in pf */
+  char *pf_names;          /* streamed tool names not yet acted on, each NUL-terminated */
+  size_t pf_names_len;     /* bytes used in pf_names */
+  sp_runnable pf_kick;     /* fires predictions from the loop */
+  int pf_promoted;         /* index of the entry serving as the target, -1 none */
+  sp_risk risk;            /* its speculative target call, at risk of being wasted */
+  char *spec_err;          /* why its speculator failed (NULL: it did not) */
+  double t_adv0;           /* ms: advance job queued */
+  double t_update;         /* ms: update() that built this state */
+  double t_seg;            /* ms: step() */
+  double t_target0;        /* ms: target job queued */
+  double t_target;         /* ms: target duration */
+  double t_spec0;          /* ms: speculator job queued */
+  double t_spec;           /* ms: speculator duration, -1 none */
+  double t_verify0;        /* ms: verifier queued */
+};
+
+typedef struct sp_hop_rec {
+  sp_hop_info info;        /* what Lua reads (refs and timings) */
+  char *reason;            /* owned copy of info.reason */
+  int update_pending;      /* t_update not known yet (new head still advancing) */
+} sp_hop_rec;
+
+typedef struct sp_tev_rec {
+  sp_tev ev;               /* the event */
+  char *detail;            /* owned copy of ev.detail */
+} sp_tev_rec;
+
+struct sp_window {
+  sp_ctx *ctx;             /* engine */
+  int id;                  /* handoff key */
+  sp_window_cfg cfg;       /* configuration (copied) */
+  int status;              /* SP_WIN_* */
+  char *error;             /* why it failed */
+  int fn_start, fn_advance, fn_call, fn_warmup, fn_spec, fn_verify; /* adapter functions (slots) */
+  int fn_pfcall;           /* adapter function running a predicted call (slot) */
+  int pf_accounted;        /* prediction counters added to the run's */
+  int qctx_ref;            /* value slot of { __index = the query's ctx }, the step ctx metatable */
+  sp_node *head;           /* the verified node */
+  int live;                /* live nodes plus speculator reservations */
+  int round;               /* window mode: threads created this round */
+  int next_tid;            /* next thread number */
+  sp_node **ext;           /* nodes that may extend the window */
+  int next, capext;        /* used / allocated */
+  sp_hop_rec *hops;        /* committed hops */
+  int nhops, caphops;      /* used / allocated */
+  sp_hop_rec scratch;      /* the record in use when the trajectory is dropped */
+  int last_scratch;        /* the latest record is scratch, not hops[nhops-1] */
+  double std_acc;          /* sum of completed records' t_seg + t_target + t_update */
+  int answer_ref;          /* value slot of the final step */
+  sp_window_stats st;      /* counters and timings */
+  double t0;               /* ms: start */
+  double inflight;         /* speculative target calls in flight (budget) */
+  double at_risk;          /* cost of speculative calls whose use is not yet known */
+  sp_task *waiter;         /* the task to resume when done */
+  sp_wgroup *group;        /* or the group to report to */
+  sp_window *gnext;        /* link in the group's finished list */
+  sp_op wait_op;           /* links waiter's cancellation to us */
+  sp_runnable kick;        /* deferred work that needs the Lua state */
+  int kick_action;         /* KICK_* */
+  sp_tev_rec *tev;         /* trace events */
+  int ntev, captev;        /* used / allocated */
+  int freed;               /* Lua released it: free once refs are gone */
+  sp_window *prev, *next_w; /* live windows of the context */
+};
+
+enum { KICK_NONE, KICK_START, KICK_FREE };   /* deferred work of a window (kick_action) */
+
+/* ---- small helpers, shared ------------------------------------------------ */
+
+/* A hook reacts at one instant: the scheduler reads the clock once per
+   hook (ctx->hook_now), and every timestamp the reaction takes uses it. */
+static inline double now_ms(sp_window *w) {
+  return w->ctx->hook_clock ? w->ctx->hook_now : sp_clock_ms(w->ctx);
+}
+
+static inline char *dupstr(const char *s) {
+  if (!s) s = "";
+  size_t n = strlen(s);
+  char *d = malloc(n + 1);
+  if (d) memcpy(d, s, n + 1);
+  return d;
+}
+
+/* Drop the window's reference to a stored value (no Lua state needed). */
+static inline void unref(sp_window *w, int *slot) {
+  sp_vals_release(w->ctx, *slot);
+  *slot = SP_NOVAL;
+}
+
+
+static inline int is_speculative(sp_window *w, sp_node *n) { return n != w->head; }
+
+
+/* Speculative calls in flight (the budget the gate checks). */
+static inline void inflight_add(sp_window *w, int delta) { w->inflight += delta; }
+
+/* Speculative cost is "at risk" from launch until the call's state is
+   verified (it was useful) or discarded (it was wasted); the gate counts it
+   against the wasted-cost budget, so waste can never exceed the budget. */
+static inline void risk_take(sp_window *w, sp_risk *r, double cost) {
+  r->on = 1;
+  r->cost = cost > 0 ? cost : 0;
+  w->at_risk += r->cost;
+}
+
+/* Every discarded call counts, whether or not its tool declares a cost. */
+static inline void risk_wasted(sp_window *w, sp_risk *r) {
+  if (!r->on) return;
+  w->at_risk -= r->cost;
+  w->st.wasted_calls += 1;
+  w->st.wasted_cost += r->cost;
+  r->on = 0;
+  r->cost = 0;
+}
+
+static inline void risk_useful(sp_window *w, sp_risk *r) {
+  if (!r->on) return;
+  w->at_risk -= r->cost;
+  r->on = 0;
+  r->cost = 0;
+}
+
+/* ---- window internals the action-speculation file calls (sp_window.c) ---- */
+void sp_win_tev(sp_window *w, const char *name, char ph, sp_node *n, double start_ms, double end_ms, int flag,
+                const char *detail);                                  /* a trace event */
+int sp_win_res_keep(sp_window *w, const sp_jobres *r, int i);         /* keep a result value (slot) */
+int sp_win_gate(sp_window *w, int tool, int trigger, int hint);       /* the one way to the gate */
+sp_task *sp_win_job(sp_window *w, sp_node *n, int fn, sp_task_hook hook, void *ud); /* a job of node n */
+void sp_win_target_done(sp_window *w, sp_node *n, int ok, const sp_jobres *res, const char *err);
+
+/* ---- action speculation (sp_window_pf.c) ----------------------------------- */
+/* The step chose (tool, key): promote a matching prediction, drop the
+   orphans. Returns 1 if the node's target is served by a prediction. */
+int sp_win_pf_settle(sp_window *w, sp_node *n, const char *tool, const char *key, int lossy_idx);
+/* The node goes: cancel its predictions (counting waste when asked). */
+void sp_win_pf_release(sp_window *w, sp_node *n, int count_waste);
+/* The node's runnable: fire predictions per the trigger settings. */
+void sp_win_pf_kick(sp_ctx *ctx, sp_runnable *r);
+
+/* ---- window groups (sp_wgroup.c) ------------------------------------------ */
+void sp_win_group_done(sp_window *w);    /* w finished: queue it in its group, wake the driver */
+void sp_win_group_unlink(sp_window *w);  /* w is freed: take it off its group's list */
+
+#endif
