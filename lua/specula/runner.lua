@@ -147,6 +147,16 @@ local function load_queries(o)
   if o.query then
     list[1] = { id = "q1", query = o.query, record = { id = "q1", query = o.query } }
   elseif o.input then
+    -- an input that cannot be read is a mistake in the command line (status 2)
+    local f, err = io.open(o.input, "rb")
+    if f and C.sp_host_path_kind(o.input) == 2 then f:close() f, err = nil, "Is a directory" end
+    if not f then
+      err = tostring(err)
+      if err:sub(1, #o.input + 2) == o.input .. ": " then err = err:sub(#o.input + 3) end
+      C.sp_ctx_set_exit(core.ctx, 2)
+      sched.plain_error("specula run: cannot read --input file '" .. o.input .. "': " .. err)
+    end
+    f:close()
     local datasets = require "specula.datasets"
     local recs, w = datasets.load(o.input, { format = o.format or "auto" })
     if not recs then sched.plain_error("specula run: " .. tostring(w)) end
@@ -632,6 +642,9 @@ local function write_failed(what, err, note)
   sched.plain_error(format("specula run: cannot write %s: %s%s", what, tostring(err), note or ""))
 end
 M.write_failed = write_failed
+
+-- 0 absent, 1 regular file, 2 directory, 3 other (device, FIFO...)
+function M.path_kind(path) return C.sp_host_path_kind(path) end
 
 -- io.open's message starts with the path, which the caller names already.
 local function os_reason(path, err)
