@@ -148,7 +148,7 @@ function M.main(agent, o, queries, script)
   if o.out then out, what = runner.open_output(o.out, "a", "--out file"), format("--out file '%s'", o.out) end
   -- opened now, so a path that cannot be written fails before the run
   local summary_f = o.summary and runner.open_output(o.summary, "w", "--summary file")
-  local all, interrupted, ndone, ntotal = {}, false, 0, 0
+  local all, interrupted, ndone, ntotal = {}, false, 0, #queries * #configs
   for ci, c in ipairs(configs) do
     if interrupted then break end
     local oc = {}
@@ -181,7 +181,7 @@ function M.main(agent, o, queries, script)
       for i in ipairs(queries) do recs[i] = kept[i] end
       for j, t in ipairs(missing) do recs[t.i] = got[j] end
     end
-    ndone, ntotal = ndone + #got, ntotal + #list
+    ndone = ndone + #got + (#queries - #list)
     all[ci] = recs
   end
   if o.out then

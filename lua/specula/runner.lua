@@ -12,6 +12,8 @@ local C = core.C
 local type, tostring, tonumber, pairs, ipairs, error, format =
   type, tostring, tonumber, pairs, ipairs, error, string.format
 
+local utf8_clean = json.utf8_clean
+
 local M = {}
 
 local MODES = { sequential = C.SP_MODE_SEQUENTIAL, window = C.SP_MODE_WINDOW, spechop = C.SP_MODE_SPECHOP }
@@ -242,7 +244,7 @@ local function collect(w, q, k_cfg, run_match, light, run_mode, acc)
       local fin = registry[C.sp_window_answer_ref(w)]
       rec.answer = fin and fin.final
     else
-      rec.error = ffi.string(C.sp_window_error(w))
+      rec.error = utf8_clean(ffi.string(C.sp_window_error(w)))
     end
     if acc then agg_add(acc, wstats, rec.error ~= nil) end
     return rec
@@ -263,7 +265,9 @@ local function collect(w, q, k_cfg, run_match, light, run_mode, acc)
     end
     if hop_info.rank >= 0 then h.rank = hop_info.rank end
     if hop_info.ncands > 0 then h.ncands = hop_info.ncands end
-    local reason = ffi.string(hop_info.reason)
+    -- C cuts messages at a byte count and passes on the agent's error text:
+    -- what goes into a record must be valid UTF-8
+    local reason = utf8_clean(ffi.string(hop_info.reason))
     if reason ~= "" then h.reason = reason end
     hops[i + 1] = h
     sum_seg, sum_tgt = sum_seg + hop_info.t_seg, sum_tgt + hop_info.t_target
@@ -276,7 +280,7 @@ local function collect(w, q, k_cfg, run_match, light, run_mode, acc)
     local fin = registry[C.sp_window_answer_ref(w)]
     rec.answer = fin and fin.final
   else
-    rec.error = ffi.string(C.sp_window_error(w))
+    rec.error = utf8_clean(ffi.string(C.sp_window_error(w)))
   end
   local decided = st.accepted + st.rejected
   local p_hat = decided > 0 and st.accepted / decided or nil
@@ -344,7 +348,7 @@ local function trace_events(w, pid, q, out)
     local e = { name = name, cat = name, ph = string.char(tev.ph), pid = pid, tid = tid,
                 ts = round(t0 + tev.ts_us, 3), args = { hop = tev.hop } }
     if e.ph == "X" then e.dur = round(tev.dur_us, 3) else e.s = "t" end
-    local detail = ffi.string(tev.detail)
+    local detail = utf8_clean(ffi.string(tev.detail))
     if detail ~= "" then e.args.detail = detail end
     if name == "verify" then e.args.accepted = tev.flag == 1 end
     if name == "target" then e.args.speculative = tev.flag == 1 end
