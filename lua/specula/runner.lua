@@ -503,6 +503,7 @@ local function run_all(run, queries, emit, progress)
   end
   while done < n and not (interrupted and done == started) do
     if not interrupted and cctx ~= nil and C.sp_host_signal(cctx) ~= 0 then interrupted = true end
+    if interrupted and done == started then break end  -- nothing left to wait for
     while not interrupted and started - done < conc and next_i <= n do
       local i = next_i
       next_i, started = i + 1, started + 1
