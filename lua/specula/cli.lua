@@ -40,7 +40,9 @@ local function run_script(script, args)
     elseif what == "string" or what == "number" or what == "boolean" then
       local shown = tostring(result)
       if #shown > 60 then shown = require("specula.json").utf8_cut(shown, 60) .. "..." end
-      what = format("a %s (%s), not an agent", what, require("specula.json").utf8_clean(shown))
+      shown = require("specula.json").utf8_clean(shown)
+      if what == "string" then shown = '"' .. shown .. '"' end
+      what = format("a %s (%s), not an agent", what, shown)
     else
       what = "a " .. what .. ", not an agent"
     end
