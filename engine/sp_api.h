@@ -85,6 +85,11 @@ const char *sp_version(void);
 void sp_ctx_set_main(sp_ctx *ctx, sp_task *t);   /* the task whose end ends the program */
 void sp_ctx_set_exit(sp_ctx *ctx, int code);     /* exit status if the main task succeeds */
 int sp_ctx_stopping(sp_ctx *ctx);                /* 1 while shutting down */
+/* Graceful stop of a run (sp_host.c): once armed, SIGINT/SIGTERM cancel every
+   window and are remembered instead of ending the process; a second one ends it. */
+void sp_host_trap_signals(sp_ctx *ctx);
+int sp_host_signal(sp_ctx *ctx);                 /* the signal caught, 0 if none */
+int sp_host_path_kind(const char *path);         /* 0 absent, 1 regular file, 2 directory, 3 other */
 
 /* ---- tasks (scheduler) ------------------------------------------------ */
 /* Task states. */

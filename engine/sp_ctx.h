@@ -63,6 +63,10 @@ struct sp_ctx {
   struct sp_node *node_pool; /* freed window nodes kept for reuse (sp_window.c) */
   int nnode_pool;          /* entries in node_pool */
   int next_window_id;      /* last window id handed out */
+  uv_signal_t sig_int;     /* SIGINT watcher of a run (sp_host_trap_signals) */
+  uv_signal_t sig_term;    /* SIGTERM watcher of a run */
+  int sig_armed;           /* the watchers are started (closed when sp_host_run ends) */
+  int sig_caught;          /* first SIGINT/SIGTERM received while armed, 0 if none */
 };
 
 int sp_ctx_init(sp_ctx *ctx);

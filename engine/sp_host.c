@@ -1,5 +1,7 @@
 #include "sp_host.h"
 #include "sp_sched.h"
+#include "sp_window.h"
+#include <signal.h>
 #include <lauxlib.h>
 #include <lualib.h>
 #include <limits.h>
@@ -110,13 +112,61 @@ int sp_host_init(sp_ctx *ctx, const char *argv0, char *err, size_t errlen) {
   return 0;
 }
 
+int sp_host_path_kind(const char *path) {
+  struct stat st;
+  if (!path || stat(path, &st) != 0) return 0;
+  if (S_ISREG(st.st_mode)) return 1;
+  if (S_ISDIR(st.st_mode)) return 2;
+  return 3;
+}
+
+/* A signal while a run is armed: remember it and cancel every window, so the
+   run stops waiting and writes what finished. A second signal ends the
+   process the ordinary way (the default action). */
+static void on_signal(uv_signal_t *h, int signum) {
+  sp_ctx *ctx = h->data;
+  if (ctx->sig_caught) {
+    uv_signal_stop(&ctx->sig_int);
+    uv_signal_stop(&ctx->sig_term);
+    signal(signum, SIG_DFL);
+    raise(signum);
+    return;
+  }
+  ctx->sig_caught = signum;
+  fprintf(stderr, "\nspecula: %s: stopping and writing what finished (send it again to quit at once)\n",
+          signum == SIGINT ? "interrupted" : "terminated");
+  sp_window_cancel_all(ctx);
+}
+
+void sp_host_trap_signals(sp_ctx *ctx) {
+  if (ctx->sig_armed) return;
+  uv_signal_init(&ctx->loop, &ctx->sig_int);
+  uv_signal_init(&ctx->loop, &ctx->sig_term);
+  ctx->sig_int.data = ctx->sig_term.data = ctx;
+  uv_signal_start(&ctx->sig_int, on_signal, SIGINT);
+  uv_signal_start(&ctx->sig_term, on_signal, SIGTERM);
+  /* watching for signals is no reason to keep the loop alive */
+  uv_unref((uv_handle_t *)&ctx->sig_int);
+  uv_unref((uv_handle_t *)&ctx->sig_term);
+  ctx->sig_armed = 1;
+}
+
+int sp_host_signal(sp_ctx *ctx) { return ctx->sig_caught; }
+
+static void close_signals(sp_ctx *ctx) {
+  if (!ctx->sig_armed) return;
+  uv_close((uv_handle_t *)&ctx->sig_int, NULL);
+  uv_close((uv_handle_t *)&ctx->sig_term, NULL);
+  ctx->sig_armed = 0;
+}
+
 static int traceback(lua_State *L) {
   const char *msg = lua_tostring(L, 1);
   luaL_traceback(L, L, msg ? msg : "(error object is not a string)", 1);
   return 1;
 }
 
-int sp_host_run(sp_ctx *ctx, int argc, char **argv) {
+static int run_main(sp_ctx *ctx, int argc, char **argv) {
   lua_State *L = ctx->L;
   lua_pushcfunction(L, traceback);
   lua_getglobal(L, "require");
@@ -164,4 +214,12 @@ int sp_host_run(sp_ctx *ctx, int argc, char **argv) {
     return ctx->exit_code ? ctx->exit_code : 1;
   }
   return ctx->exit_code;
+}
+
+int sp_host_run(sp_ctx *ctx, int argc, char **argv) {
+  int rc = run_main(ctx, argc, argv);
+  close_signals(ctx);
+  /* an interrupted run that otherwise succeeded still says so (128 + signal) */
+  if (ctx->sig_caught && rc == 0) rc = 128 + ctx->sig_caught;
+  return rc;
 }

@@ -6,6 +6,8 @@
 
 /* A streamed response pauses the transfer above this much unread data. */
 #define SP_HTTP_HIGH_WATER (1u << 20)
+/* libcurl's cap on a request line plus headers (DYN_HTTP_REQUEST) */
+#define SP_HTTP_REQ_LIMIT ((size_t)1 << 20)
 
 /* Event bits recorded inside libcurl callbacks, delivered after them. */
 enum { EV_HEADERS = 1, EV_DATA = 2, EV_DONE = 4 };
@@ -42,6 +44,7 @@ struct sp_http_req {
   int counted;             /* included in ctx->counts.requests */
   long os_errno;           /* errno of the last socket failure */
   size_t max_body;         /* 0 = unlimited */
+  size_t req_bytes;        /* URL + request header bytes (libcurl caps them at 1 MB) */
   size_t received;         /* body bytes received so far */
   double idle_ms;          /* idle timeout, 0 = none */
   uint64_t last_rx;        /* ns of the last byte received */
@@ -257,6 +260,11 @@ static void classify(sp_http_req *r, CURLcode rc) {
     set_error(r, "EIDLE", "no data received for %s ms (idle_timeout_ms)", tmp);
   } else if (r->oom) {
     set_error(r, "ENOMEM", "%s", "out of memory while receiving");
+  } else if (rc == CURLE_OUT_OF_MEMORY && r->req_bytes > SP_HTTP_REQ_LIMIT - 4096) {
+    /* libcurl says "Out of memory" when its request buffer is full */
+    snprintf(tmp, sizeof tmp, "%zu", r->req_bytes);
+    set_error(r, "EREQTOOLARGE", "URL and headers of %s bytes exceed libcurl's 1 MB request-header limit "
+              "(send large data in the body)", tmp);
   } else switch (rc) {
     case CURLE_COULDNT_CONNECT:
       if (r->os_errno == ECONNREFUSED || strstr(detail, "refused"))
@@ -485,6 +493,7 @@ static sp_http_req *start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *
   r->http = h;
   snprintf(r->method, sizeof r->method, "%s", method);
   r->where = describe(method, o->url);
+  r->req_bytes = strlen(o->url) + (o->headers ? strlen(o->headers) : 0);
   r->stream = o->stream;
   r->max_body = o->max_body_bytes > 0 ? (size_t)o->max_body_bytes : 0;
   r->idle_ms = o->idle_timeout_ms > 0 ? o->idle_timeout_ms : 0;

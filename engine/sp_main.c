@@ -5,6 +5,7 @@
 #include "sp_replay.h"
 #include "sp_theory.h"
 #include <curl/curl.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -80,7 +81,13 @@ int main(int argc, char **argv) {
   } else {
     rc = sp_host_run(&ctx, argc - 1, argv + 1);
   }
-  fflush(stdout);
+  /* Output that never reached its file (full disk, closed pipe) must not
+     pass for success; an error already reported keeps its own status. */
+  errno = 0;
+  if ((fflush(stdout) != 0 || ferror(stdout)) && rc == 0) {
+    fprintf(stderr, "specula: cannot write to stdout: %s\n", errno ? strerror(errno) : "write error");
+    rc = 1;
+  }
   if (sp_ctx_shutdown(&ctx) != 0 && rc == 0) rc = 1;
   curl_global_cleanup();
   return rc;

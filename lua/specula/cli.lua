@@ -3,6 +3,7 @@
 local core = require "specula.core"
 local sched = require "specula.sched"
 local C = core.C
+local format = string.format
 
 local M = {}
 
@@ -30,6 +31,23 @@ local function run_script(script, args)
   if is_agent(result) then
     local runner = require "specula.runner"
     return runner.main(result, args, script)
+  end
+  if result ~= nil then
+    -- anything else is a mistake that would otherwise pass silently
+    local what = type(result)
+    if what == "table" then
+      what = "a table that is not an agent (it has no step and init functions: build it with specula.agent{...})"
+    elseif what == "string" or what == "number" or what == "boolean" then
+      local shown = tostring(result)
+      if #shown > 60 then shown = require("specula.json").utf8_cut(shown, 60) .. "..." end
+      shown = require("specula.json").utf8_clean(shown)
+      if what == "string" then shown = '"' .. shown .. '"' end
+      what = format("a %s (%s), not an agent", what, shown)
+    else
+      what = "a " .. what .. ", not an agent"
+    end
+    sched.plain_error(format("script '%s' returned %s; return an agent (specula.agent{...}) or nothing",
+      script, what))
   end
 end
 

@@ -133,8 +133,9 @@ function M.main(agent, o, queries, script)
   local configs = M.parse(o.compare)
   local skip = {}
   if o.out then
-    runner.done_ids(o.out)   -- repairs a cut-off last line
-    local f = io.open(o.out, "r")
+    -- repairs a cut-off last line (and drops failed records with --retry-failed)
+    runner.done_ids(o.out, o.retry_failed)
+    local f = runner.path_kind(o.out) == 1 and io.open(o.out, "r")
     if f then
       for line in f:lines() do
         local r = json.decode(line)
@@ -143,14 +144,13 @@ function M.main(agent, o, queries, script)
       f:close()
     end
   end
-  local out = io.stdout
-  if o.out then
-    local fh, err = io.open(o.out, "a")
-    if not fh then sched.plain_error("specula run: cannot open --out file: " .. tostring(err)) end
-    out = fh
-  end
-  local all = {}
+  local out, what = io.stdout, "stdout"
+  if o.out then out, what = runner.open_output(o.out, "a", "--out file"), format("--out file '%s'", o.out) end
+  -- opened now, so a path that cannot be written fails before the run
+  local summary_f = o.summary and runner.open_output(o.summary, "w", "--summary file")
+  local all, interrupted, ndone, ntotal = {}, false, 0, #queries * #configs
   for ci, c in ipairs(configs) do
+    if interrupted then break end
     local oc = {}
     for k, v in pairs(o) do oc[k] = v end
     oc.mode = c.mode
@@ -170,29 +170,48 @@ function M.main(agent, o, queries, script)
     for j, t in ipairs(missing) do list[j] = t.q end
     local show = o.progress or (not o.quiet and o.out ~= nil and runner.isatty(2))
     if show then io.stderr:write(format("%s:\n", c.name)) end
-    local emit = runner.record_writer(out, c.name)
-    local got = runner.run_all(run, list, emit, runner.progress_line(show))
+    local emit = runner.record_writer(out, c.name, what, o.out)
+    local got, stopped = runner.run_all(run, list, emit, runner.progress_line(show))
     local recs = {}
-    for i in ipairs(queries) do recs[i] = kept[i] end
-    for j, t in ipairs(missing) do recs[t.i] = got[j] end
+    if stopped then
+      -- a signal stopped the run: this configuration has only what finished
+      interrupted = true
+      for _, r in ipairs(got) do recs[#recs + 1] = r end
+    else
+      for i in ipairs(queries) do recs[i] = kept[i] end
+      for j, t in ipairs(missing) do recs[t.i] = got[j] end
+    end
+    ndone = ndone + #got + (#queries - #list)
     all[ci] = recs
   end
-  if o.out then out:close() end
+  if o.out then
+    local ok, err = out:close()
+    if not ok then runner.write_failed(what, err) end
+  end
+  local ran = {}
+  for ci = 1, #all do ran[ci] = configs[ci] end
   local base
-  for ci, c in ipairs(configs) do if c.mode == "sequential" then base = all[ci] break end end
+  for ci, c in ipairs(ran) do if c.mode == "sequential" then base = all[ci] break end end
+  -- agreement pairs queries by position: not meaningful on a partial run
+  if interrupted then base = nil end
   local rows = {}
-  for ci in ipairs(configs) do rows[ci] = M.summarise(all[ci], base) end
-  print(M.table_text(configs, rows))
-  if o.summary then
-    for ci, c in ipairs(configs) do rows[ci].config = c.name end
-    local fh, err = io.open(o.summary, "w")
-    if not fh then sched.plain_error("specula run: cannot write --summary: " .. tostring(err)) end
-    fh:write(json.encode(rows), "\n")
-    fh:close()
+  for ci in ipairs(ran) do rows[ci] = M.summarise(all[ci], base) end
+  local ok, err = io.stdout:write(M.table_text(ran, rows), "\n")
+  if ok then ok, err = io.stdout:flush() end
+  if not ok then runner.write_failed("stdout", err) end
+  if summary_f then
+    for ci, c in ipairs(ran) do rows[ci].config = c.name end
+    local text, jerr = json.encode(rows)
+    if not text then
+      summary_f:close()
+      runner.write_failed(format("--summary file '%s'", o.summary), jerr)
+    end
+    runner.write_whole(summary_f, o.summary, "--summary file", { text, "\n" })
   end
   local failed = 0
-  for ci in ipairs(configs) do failed = failed + rows[ci].failed end
+  for ci in ipairs(ran) do failed = failed + rows[ci].failed end
   if failed > 0 then require("specula.cli").set_exit(3) end
+  if interrupted then runner.interrupted(ndone, ntotal) end
 end
 
 return M

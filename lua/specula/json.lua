@@ -260,6 +260,47 @@ bad_utf8 = function(s, from)
   return nil
 end
 
+-- s with every invalid UTF-8 sequence replaced by U+FFFD (s itself when it
+-- is valid): for text that must go into a message or a record whatever it
+-- holds.
+local REPL = "\239\191\189"
+function M.utf8_clean(s)
+  s = tostring(s)
+  local at = bad_utf8(s)
+  if not at then return s end
+  local parts, n, from = {}, 0, 0
+  while at do
+    n = n + 1; parts[n] = sub(s, from + 1, at)
+    n = n + 1; parts[n] = REPL
+    -- skip the bad lead byte and any continuation bytes after it
+    local j = at + 1
+    while j < #s do
+      local c = byte(s, j + 1)
+      if c < 0x80 or c > 0xBF then break end
+      j = j + 1
+    end
+    from = j
+    at = bad_utf8(s, from)
+  end
+  n = n + 1; parts[n] = sub(s, from + 1)
+  return concat(parts, "", 1, n)
+end
+
+-- The longest prefix of s of at most n bytes that does not end inside a
+-- UTF-8 sequence (s is cleaned first), and whether anything was cut.
+function M.utf8_cut(s, n)
+  s = M.utf8_clean(s)
+  if #s <= n then return s, false end
+  local cut = n
+  -- back off over continuation bytes to the start of the sequence at n+1
+  while cut > 0 do
+    local c = byte(s, cut + 1)
+    if c < 0x80 or c >= 0xC0 then break end
+    cut = cut - 1
+  end
+  return sub(s, 1, cut), true
+end
+
 -- Escape buffer for quote(), reused while small enough to keep around.
 local QBUF_KEEP = 65536
 local qbuf, qcap = ffi.new("uint8_t[?]", 1024), 1024
@@ -507,6 +548,102 @@ end
 -- "JSON: <why>" for values that cannot be encoded.
 function M.canonical(value)
   return run(value, true)
+end
+
+-- Why value cannot be encoded, or nil when it can: the path of the first
+-- offending part (root .. ".field[2].x", array indexes from 0 as in JSON)
+-- and the reason. Same rules as the encoder; only called after it failed, so
+-- it may be slow. Keys are visited in sorted order, so the answer is stable.
+local function path_text(segs)
+  local n = #segs
+  if n > 16 then  -- a 100k-deep value: first and last parts only
+    local t = {}
+    for i = 1, 8 do t[#t + 1] = segs[i] end
+    t[#t + 1] = format("[... %d levels ...]", n - 12)
+    for i = n - 3, n do t[#t + 1] = segs[i] end
+    segs = t
+  end
+  local s = concat(segs)
+  return (s:gsub("^%.", ""))
+end
+
+local function key_seg(k)
+  if match(k, "^[%a_][%w_]*$") then return "." .. k end
+  return '["' .. M.utf8_clean(k):gsub('[\\"]', "\\%0") .. '"]'
+end
+
+local function find_bad(v, segs, depth, onpath)
+  local tv = type(v)
+  if tv == "string" then
+    local at = bad_utf8(v)
+    if at then return format("invalid UTF-8 in string at byte %d", at) end
+  elseif tv == "number" then
+    if v ~= v then return "NaN (not a number) cannot be encoded" end
+    if v == huge or v == -huge then return "infinity cannot be encoded" end
+  elseif tv == "table" then
+    if onpath[v] then return "a table that contains itself (a cycle)" end
+    if depth >= MAX_DEPTH then return "nested deeper than " .. MAX_DEPTH .. " tables" end
+    local keys, count, maxn, indices = {}, 0, 0, true
+    for k in next, v do
+      count = count + 1; keys[count] = k
+      if type(k) == "number" and k >= 1 and k % 1 == 0 then
+        if k > maxn then maxn = k end
+      else
+        indices = false
+      end
+    end
+    local mt = getmetatable(v)
+    local arr = mt == array_mt or (count > 0 and indices and count == maxn and mt ~= object_mt)
+    if mt == array_mt and not indices then return "array has a key that is not a positive integer" end
+    onpath[v] = true
+    local why
+    if arr then
+      for i = 1, maxn do
+        segs[#segs + 1] = "[" .. (i - 1) .. "]"
+        why = find_bad(rawget(v, i), segs, depth + 1, onpath)
+        if why then return why end
+        segs[#segs] = nil
+      end
+    else
+      local names = {}
+      for i = 1, count do
+        local k = keys[i]
+        local tk = type(k)
+        if tk == "string" then
+          if bad_utf8(k) then
+            segs[#segs + 1] = key_seg(k)
+            onpath[v] = nil
+            return "invalid UTF-8 in a key"
+          end
+          names[#names + 1] = k
+        elseif tk == "number" and k % 1 == 0 and k > -TWO53 and k < TWO53 then
+          names[#names + 1] = k
+        else
+          onpath[v] = nil
+          return "a key of type " .. (tk == "number" and "non-integer number" or tk) .. " cannot be encoded"
+        end
+      end
+      sort(names, function(a, b) return tostring(a) < tostring(b) end)
+      for _, k in ipairs(names) do
+        segs[#segs + 1] = type(k) == "string" and key_seg(k) or "[" .. format("%d", k) .. "]"
+        why = find_bad(rawget(v, k), segs, depth + 1, onpath)
+        if why then return why end
+        segs[#segs] = nil
+      end
+    end
+    onpath[v] = nil
+  elseif tv ~= "boolean" and v ~= nil and v ~= null then
+    return "a " .. tv .. " cannot be encoded"
+  end
+  return nil
+end
+if jit then jit.off(find_bad) end  -- a pairs() loop: see scan()
+
+function M.find_bad(value, root)
+  local segs = { root or "" }
+  local why = find_bad(value, segs, 0, {})
+  if not why then return nil end
+  return path_text(segs), why
 end
 
 return M

@@ -229,7 +229,7 @@ local function history_text(history)
   for i, h in ipairs(history) do
     local obs = h.observation
     if type(obs) ~= "string" then obs = json.encode(obs) or "?" end
-    if #obs > 200 then obs = obs:sub(1, 200) .. "..." end
+    if #obs > 200 then obs = json.utf8_cut(obs, 200) .. "..." end  -- whole UTF-8 sequences
     lines[i] = string.format("%d. %s %s -> %s", i, h.tool, json.canonical(h.args), obs)
   end
   return concat(lines, "\n")

@@ -1353,8 +1353,17 @@ function M.main(args)
   local html = render(o, configs, records, warnings, pooled)
   local f, err = io.open(o.out, "w")
   if not f then fail("cannot write '" .. o.out .. "': " .. open_reason(o.out, err)) end
-  f:write(html)
-  f:close()
+  -- a full disk shows at the write, the flush or the close: check all three
+  local ok, werr = f:write(html)
+  if ok then ok, werr = f:flush() end
+  local cok, cerr = f:close()
+  if ok and not cok then ok, werr = false, cerr end
+  if not ok then
+    local C = require("specula.core").C
+    local note = ""
+    if C.sp_host_path_kind(o.out) == 1 and os.remove(o.out) then note = " (the incomplete file was removed)" end
+    fail("cannot write '" .. o.out .. "': " .. tostring(werr) .. note)
+  end
   io.stderr:write(format("specula report: wrote %s (%d queries, %d configuration%s%s)\n", o.out, #records, #configs,
     #configs == 1 and "" or "s", #warnings > 0 and format(", %d lines skipped", #warnings) or ""))
 end

@@ -12,6 +12,8 @@ local C = core.C
 local type, tostring, tonumber, pairs, ipairs, error, format =
   type, tostring, tonumber, pairs, ipairs, error, string.format
 
+local utf8_clean = json.utf8_clean
+
 local M = {}
 
 local MODES = { sequential = C.SP_MODE_SEQUENTIAL, window = C.SP_MODE_WINDOW, spechop = C.SP_MODE_SPECHOP }
@@ -55,6 +57,7 @@ usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
   --ev-latency-ms MS    fixed estimate of latency saved per hit (default: live)
   --predict-top N       predictions considered per step (default 3)
   --debug               check that update() never mutates its input
+  --retry-failed        when resuming --out, run again the queries whose records carry an error
   --progress / --quiet  force the progress line on / silence the summary
 ]]
 
@@ -140,6 +143,7 @@ local function parse_args(args)
     elseif a == "--ev-latency-ms" then o.ev_latency_ms = num(a, 0)
     elseif a == "--predict-top" then o.predict_top = num(a, 1)
     elseif a == "--debug" then o.debug = true
+    elseif a == "--retry-failed" then o.retry_failed = true
     elseif a == "--progress" then o.progress = true
     elseif a == "--quiet" then o.quiet = true
     elseif a == "--help" or a == "-h" then o.help = true
@@ -158,6 +162,16 @@ local function load_queries(o)
   if o.query then
     list[1] = { id = "q1", query = o.query, record = { id = "q1", query = o.query } }
   elseif o.input then
+    -- an input that cannot be read is a mistake in the command line (status 2)
+    local f, err = io.open(o.input, "rb")
+    if f and C.sp_host_path_kind(o.input) == 2 then f:close() f, err = nil, "Is a directory" end
+    if not f then
+      err = tostring(err)
+      if err:sub(1, #o.input + 2) == o.input .. ": " then err = err:sub(#o.input + 3) end
+      C.sp_ctx_set_exit(core.ctx, 2)
+      sched.plain_error("specula run: cannot read --input file '" .. o.input .. "': " .. err)
+    end
+    f:close()
     local datasets = require "specula.datasets"
     local recs, w = datasets.load(o.input, { format = o.format or "auto" })
     if not recs then sched.plain_error("specula run: " .. tostring(w)) end
@@ -264,7 +278,7 @@ local function collect(w, q, run)
       local fin = registry[C.sp_window_answer_ref(w)]
       rec.answer = fin and fin.final
     else
-      rec.error = ffi.string(C.sp_window_error(w))
+      rec.error = utf8_clean(ffi.string(C.sp_window_error(w)))
     end
     if acc then agg_add(acc, wstats, rec.error ~= nil) end
     return rec
@@ -283,7 +297,9 @@ local function collect(w, q, run)
     end
     if hop_info.rank >= 0 then h.rank = hop_info.rank end
     if hop_info.ncands > 0 then h.ncands = hop_info.ncands end
-    local reason = ffi.string(hop_info.reason)
+    -- C cuts messages at a byte count and passes on the agent's error text:
+    -- what goes into a record must be valid UTF-8
+    local reason = utf8_clean(ffi.string(hop_info.reason))
     if reason ~= "" then h.reason = reason end
     hops[i + 1] = h
   end
@@ -295,7 +311,7 @@ local function collect(w, q, run)
     local fin = registry[C.sp_window_answer_ref(w)]
     rec.answer = fin and fin.final
   else
-    rec.error = ffi.string(C.sp_window_error(w))
+    rec.error = utf8_clean(ffi.string(C.sp_window_error(w)))
   end
   local p_hat, alpha, beta = est_get(st.est)
   local k_used = k_cfg == 0 and st.k_last or k_cfg
@@ -361,7 +377,7 @@ local function trace_events(w, pid, q, out)
     local e = { name = name, cat = name, ph = string.char(tev.ph), pid = pid, tid = tid,
                 ts = round(t0 + tev.ts_us, 3), args = { hop = tev.hop } }
     if e.ph == "X" then e.dur = round(tev.dur_us, 3) else e.s = "t" end
-    local detail = ffi.string(tev.detail)
+    local detail = utf8_clean(ffi.string(tev.detail))
     if detail ~= "" then e.args.detail = detail end
     if name == "verify" then e.args.accepted = tev.flag == 1 end
     if name == "target" then e.args.speculative = tev.flag == 1 end
@@ -537,18 +553,25 @@ run_batch = function(run, queries, emit, progress)
   local active_w, active_i = {}, {}   -- window id -> window, query index
   local me = sched.current("specula.run")
   local jitter = o.start_jitter_ms and o.start_jitter_ms > 0
+  -- A SIGINT/SIGTERM (trapped by runner.main) cancels every window: then no
+  -- query starts, the cancelled ones are dropped (a resume runs them) and
+  -- the finished ones are still written.
+  local cctx = core.ctx
+  local interrupted = false
   local function record(i, rec)
     results[i] = rec
     done = done + 1
-    if rec._agg then sum_wall, sum_std = sum_wall + rec._agg.wall, sum_std + rec._agg.std end
+    if rec and rec._agg then sum_wall, sum_std = sum_wall + rec._agg.wall, sum_std + rec._agg.std end
     while results[next_emit] do
       emit(results[next_emit], next_emit)
       next_emit = next_emit + 1
     end
-    if progress then progress(done, n, t0, sum_wall, sum_std) end
+    if progress and rec then progress(done, n, t0, sum_wall, sum_std) end
   end
-  while done < n do
-    while started - done < conc and next_i <= n do
+  while done < n and not (interrupted and done == started) do
+    if not interrupted and cctx ~= nil and C.sp_host_signal(cctx) ~= 0 then interrupted = true end
+    if interrupted and done == started then break end  -- nothing left to wait for
+    while not interrupted and started - done < conc and next_i <= n do
       local i = next_i
       next_i, started = i + 1, started + 1
       local q = queries[i]
@@ -575,12 +598,29 @@ run_batch = function(run, queries, emit, progress)
       local id = C.sp_window_id(fw)
       local aw, ai = active_w[id], active_i[id]
       active_w[id], active_i[id] = nil, nil
+      local cancelled = C.sp_window_status(fw) == C.SP_WIN_CANCELLED
       local ok, rec = pcall(finish_window, run, aw, queries[ai], ai)
       if not ok then rec = { id = queries[ai].id, query = queries[ai].query, error = tostring(rec) } end
+      if cancelled and cctx ~= nil and C.sp_host_signal(cctx) ~= 0 then
+        interrupted = true
+        rec = nil
+      end
       record(ai, rec)
     end
   end
-  return results
+  if interrupted then
+    -- write what finished behind a gap, in input order; return no holes
+    local kept = {}
+    for i = 1, n do
+      local r = results[i]
+      if r then
+        if i >= next_emit then emit(r, i) end
+        kept[#kept + 1] = r
+      end
+    end
+    return kept, true
+  end
+  return results, false
 end
 M.run_all = run_all
 
@@ -681,32 +721,104 @@ function M.summary_text(a, run)
   return table.concat(lines, "\n")
 end
 
+-- ---- output files ---------------------------------------------------------
+
+pcall(ffi.cdef, "int truncate(const char *path, int64_t length);")
+
+-- A failed write ends the run (status 1): going on would lose results
+-- silently. `what` names the file, err is the OS error.
+local function write_failed(what, err, note)
+  C.sp_ctx_set_exit(core.ctx, 1)
+  sched.plain_error(format("specula run: cannot write %s: %s%s", what, tostring(err), note or ""))
+end
+M.write_failed = write_failed
+
+-- 0 absent, 1 regular file, 2 directory, 3 other (device, FIFO...)
+function M.path_kind(path) return C.sp_host_path_kind(path) end
+
+-- io.open's message starts with the path, which the caller names already.
+local function os_reason(path, err)
+  err = tostring(err)
+  if err:sub(1, #path + 2) == path .. ": " then return err:sub(#path + 3) end
+  return err
+end
+
+-- Open an output file (`what`: "--out file" ...), or end the run saying why.
+local function open_output(path, mode, what)
+  local f, err = io.open(path, mode)
+  if not f then write_failed(format("%s '%s'", what, path), os_reason(path, err)) end
+  return f
+end
+M.open_output = open_output
+
+-- Write the strings of list to f and close it, checking every step; a file
+-- left incomplete is removed when it is a regular file (no half JSON).
+local function write_whole(f, path, what, list)
+  local ok, err = true, nil
+  for _, piece in ipairs(list) do
+    ok, err = f:write(piece)
+    if not ok then break end
+  end
+  if ok then ok, err = f:flush() end
+  local cok, cerr = f:close()
+  if ok and not cok then ok, err = false, cerr end
+  if not ok then
+    local note
+    if C.sp_host_path_kind(path) == 1 and os.remove(path) then note = " (the incomplete file was removed)" end
+    write_failed(format("%s '%s'", what, path), err, note)
+  end
+end
+M.write_whole = write_whole
+
 -- Ids already present in an output file (for resuming). A run killed in
 -- the middle of a write leaves a last line without its newline: that line is
--- cut off so the appended results start on a line of their own.
-local function done_ids(path)
+-- cut off so the appended results start on a line of their own. With
+-- retry_failed, records that carry an error are dropped from the file (so it
+-- ends with one record per id) and their queries run again. Only a regular
+-- file is read (a device such as /dev/full never ends).
+local function done_ids(path, retry_failed)
   local ids = {}
-  local f = io.open(path, "rb")
-  if not f then return ids, 0 end
-  local text = f:read("*a")
+  local kind = C.sp_host_path_kind(path)
+  if kind == 2 then write_failed(format("--out file '%s'", path), "Is a directory") end
+  if kind ~= 1 then return ids, 0, 0 end
+  local f, err = io.open(path, "rb")
+  if not f then write_failed(format("--out file '%s'", path), os_reason(path, err)) end
+  local text, rerr = f:read("*a")
   f:close()
+  if not text then write_failed(format("--out file '%s'", path), "cannot read it to resume: " .. tostring(rerr)) end
+  local rewrite, dropped = false, 0
   if #text > 0 and text:sub(-1) ~= "\n" then
-    local keep = text:match("^(.*\n)") or ""
-    local w = assert(io.open(path, "wb"))
-    w:write(keep)
-    w:close()
+    text = text:match("^(.*\n)") or ""
+    rewrite = true
     io.stderr:write("specula: resuming: dropped an incomplete last line of " .. path .. "\n")
-    text = keep
   end
-  local n = 0
+  local n, keep = 0, {}
   for line in text:gmatch("[^\n]+") do
     local r = json.decode(line)
-    if type(r) == "table" and r.id ~= nil then
-      ids[tostring(r.id)] = r.config and r or true
-      n = n + 1
+    if retry_failed and type(r) == "table" and r.error ~= nil then
+      dropped, rewrite = dropped + 1, true
+    else
+      keep[#keep + 1] = line
+      if type(r) == "table" and r.id ~= nil then
+        ids[tostring(r.id)] = r.config and r or true
+        n = n + 1
+      end
     end
   end
-  return ids, n
+  if rewrite then
+    -- a new file renamed over the old one: a crash here loses nothing
+    local tmp = path .. ".specula-tmp"
+    local w = open_output(tmp, "wb", "--out file")
+    keep[#keep + 1] = ""
+    write_whole(w, tmp, "--out file", { table.concat(keep, "\n") })
+    local ok, rerr2 = os.rename(tmp, path)
+    if not ok then os.remove(tmp) write_failed(format("--out file '%s'", path), rerr2) end
+  end
+  if dropped > 0 then
+    io.stderr:write(format("specula: resuming: removed %d failed record%s from %s to run again\n",
+      dropped, dropped == 1 and "" or "s", path))
+  end
+  return ids, n, dropped
 end
 M.done_ids = done_ids
 
@@ -715,21 +827,61 @@ local function strip(rec)
   return rec
 end
 
+-- The JSON line of a record. A value that cannot be encoded (invalid UTF-8,
+-- NaN, a function, a cycle, too deep) turns the record into an error record
+-- naming the query, the field and the reason, so the run goes on; the
+-- record is changed in place, so the run's tallies count it as failed.
+local KEPT = { "id", "query", "gold", "config", "stats" }
+local function clear(t)
+  for k in next, t do t[k] = nil end
+end
+if jit then jit.off(clear) end  -- a next() loop: see scan() in json.lua
+
+local function record_line(rec)
+  -- Sorted keys: result files diff cleanly and compare byte for byte.
+  local ok, line = pcall(json.canonical, rec)
+  if ok then return line end
+  local where, why = json.find_bad(rec)
+  if not where then where, why = "(record)", tostring(line) end
+  local idtext = json.utf8_clean(tostring(rec.id))
+  local msg = format("the record of query '%s' cannot be written as JSON: %s: %s", idtext, where, why)
+  io.stderr:write("specula: " .. msg .. "\n")
+  local keep = { id = rec.id, query = rec.query, gold = rec.gold, config = rec.config, stats = rec.stats }
+  clear(rec)
+  for _, k in ipairs(KEPT) do
+    local v = keep[k]
+    if v ~= nil then
+      if json.find_bad(v) == nil then rec[k] = v
+      elseif k == "id" or k == "query" then rec[k] = json.utf8_clean(tostring(v)) end
+    end
+  end
+  rec.error = msg
+  return json.canonical(rec)
+end
+M.record_line = record_line
+
 -- A record sink for run_all: one JSON line per finished query, flushed at
 -- once so a killed run loses at most the line in flight (resume repairs it).
 -- `config` tags each record with its configuration (used by --compare).
-local function record_writer(out, config)
+-- `what` names the output in messages; `path`, when it is a regular file,
+-- is cut back to its last complete line should a write fail.
+local function record_writer(out, config, what, path)
+  what = what or "stdout"
+  local regular = path and C.sp_host_path_kind(path) == 1
   return function(rec)
     if config then rec.config = config end
     -- the run's sums are not part of the record (no pairs() copy: see json.lua)
     local agg = rec._agg
     rec._agg = nil
-    -- Sorted keys: result files diff cleanly and compare byte for byte.
-    local ok, line = pcall(json.canonical, rec)
-    if not ok then line = json.encode(rec) end
+    local line = record_line(rec)
     rec._agg = agg
-    out:write(line, "\n")
-    out:flush()
+    local size = regular and out:seek("end")
+    local ok, err = out:write(line, "\n")
+    if ok then ok, err = out:flush() end
+    if not ok then
+      if size then C.truncate(path, size) end
+      write_failed(what, err)
+    end
   end
 end
 M.record_writer = record_writer
@@ -808,9 +960,11 @@ function M.main(agent, args, script)
   end
   local queries, warnings = load_queries(o)
   for _, w in ipairs(warnings) do io.stderr:write("specula: warning: " .. w .. "\n") end
+  -- Ctrl-C / SIGTERM: stop, write what finished, exit 128 + signal.
+  if core.ctx ~= nil then C.sp_host_trap_signals(core.ctx) end
   if o.compare then return require("specula.compare").main(agent, o, queries, script) end
   local skip, nprev = {}, 0
-  if o.out then skip, nprev = done_ids(o.out) end
+  if o.out then skip, nprev = done_ids(o.out, o.retry_failed) end
   local pending = {}
   for _, q in ipairs(queries) do
     if not skip[tostring(q.id)] then pending[#pending + 1] = q end
@@ -819,24 +973,24 @@ function M.main(agent, args, script)
     io.stderr:write(format("specula: resuming: %d results already in %s, %d queries to run\n", nprev, o.out, #pending))
   end
   local run = make_run(agent, o, script)
-  local out = io.stdout
+  local out, what = io.stdout, "stdout"
   if o.out then
-    local f, err = io.open(o.out, "a")
-    if not f then sched.plain_error("specula run: cannot open --out file: " .. tostring(err)) end
-    out = f
+    out, what = open_output(o.out, "a", "--out file"), format("--out file '%s'", o.out)
   end
+  -- opened now, so a path that cannot be written fails before the run
+  local trace_f = o.trace and open_output(o.trace, "w", "--trace file")
   if o.trace then run.trace_out = {} end
-  local emit = record_writer(out)
+  local emit = record_writer(out, nil, what, o.out)
   local show = o.progress or (not o.quiet and o.out ~= nil and isatty(2))
-  local results = run_all(run, pending, emit, progress_line(show))
-  if o.out then out:close() end
+  local results, interrupted = run_all(run, pending, emit, progress_line(show))
+  if o.out then
+    local ok, err = out:close()
+    if not ok then write_failed(what, err) end
+  end
   local agg = M.aggregate(results, o.k)
-  if o.trace then
-    local f, err = io.open(o.trace, "w")
-    if not f then sched.plain_error("specula run: cannot open --trace file: " .. tostring(err)) end
-    f:write('{"displayTimeUnit":"ms","traceEvents":[\n')
-    f:write(table.concat(run.trace_out, ",\n"))
-    f:write('\n],"specula":{"version":1,"queries":[\n')
+  if trace_f then
+    local parts = { '{"displayTimeUnit":"ms","traceEvents":[\n', table.concat(run.trace_out, ",\n"),
+                    '\n],"specula":{"version":1,"queries":[\n' }
     local recs = {}
     for _, r in ipairs(results) do
       if r.stages then
@@ -846,13 +1000,22 @@ function M.main(agent, args, script)
           wall_ms = r.stats.wall_ms, standard_ms = r.stats.standard_ms })
       end
     end
-    f:write(table.concat(recs, ",\n"))
-    f:write("\n]}}\n")
-    f:close()
+    parts[#parts + 1] = table.concat(recs, ",\n")
+    parts[#parts + 1] = "\n]}}\n"
+    write_whole(trace_f, o.trace, "--trace file", parts)
   end
   if not o.quiet then io.stderr:write(M.summary_text(agg, run), "\n") end
   for _, r in ipairs(results) do strip(r) end
   if agg.failed > 0 then require("specula.cli").set_exit(3) end
+  if interrupted then M.interrupted(#results, #pending) end
+end
+
+-- The end of a run stopped by a signal: say so, exit 128 + signal.
+function M.interrupted(done, total)
+  local sig = C.sp_host_signal(core.ctx)
+  io.stderr:write(format("specula: %s: %d of %d queries finished and written; the rest did not run "
+    .. "(run the same command with --out to resume)\n", sig == 15 and "terminated" or "interrupted", done, total))
+  C.sp_ctx_set_exit(core.ctx, 128 + sig)
 end
 
 return M

@@ -68,8 +68,10 @@ local EPS = 1e-12
 
 local function clip(s, n)
   n = n or 40
-  if #s > n then return sub(s, 1, n) .. "..." end
-  return s
+  -- never cut inside a UTF-8 sequence: the reason goes into the record
+  local cut, was_cut = require("specula.json").utf8_cut(s, n)
+  if was_cut then return cut .. "..." end
+  return cut
 end
 
 ----------------------------------------------------------------------------

@@ -158,32 +158,16 @@ function M.excerpt(body, ctype, n)
     body = gsub(body, "&(#?%w+);", function(e) return ENTITIES[lower(e)] end)
   end
   body = gsub(body, "[%c]", " ")
-  -- messages must stay valid UTF-8 whatever the server sent: broken
-  -- sequences become "?"
-  body = gsub(body, "[\128-\255]+", function(seq)
-    local out, i = {}, 1
-    while i <= #seq do
-      local c = byte(seq, i)
-      local n = (c >= 0xC2 and c <= 0xDF) and 1 or (c >= 0xE0 and c <= 0xEF) and 2 or (c >= 0xF0 and c <= 0xF4) and 3 or 0
-      local ok = n > 0 and i + n <= #seq
-      for k = 1, n do
-        local ck = byte(seq, i + k)
-        if not ck or ck < 0x80 or ck > 0xBF then ok = false end
-      end
-      if ok then out[#out + 1] = sub(seq, i, i + n); i = i + n + 1
-      else out[#out + 1] = "?"; i = i + 1 end
-    end
-    return table.concat(out)
-  end)
+  -- messages must stay valid UTF-8 whatever the server sent: invalid
+  -- sequences (broken, overlong, surrogates, above U+10FFFF) become U+FFFD,
+  -- and the cut never ends inside a sequence
+  local utf8 = require "specula.json"
+  body = utf8.utf8_clean(body)
   body = gsub(body, "%s+", " ")
   body = gsub(body, "^ ", "")
   body = gsub(body, " $", "")
-  if #body > n then
-    local cut = sub(body, 1, n)
-    -- do not end inside a UTF-8 sequence
-    cut = gsub(cut, "[\192-\255][\128-\191]*$", "")
-    body = cut .. "..."
-  end
+  local cut, was_cut = utf8.utf8_cut(body, n)
+  if was_cut then body = cut .. "..." end
   return body
 end
 

@@ -1,0 +1,338 @@
+-- A bad value ends one query, never the run; nothing written is silently
+-- lost: unencodable records, checked writes, signals, resume of failures.
+-- Everything runs the real binary as a user does.
+local H = require "support.helpers"
+local cjson = require "cjson"
+
+local AGENT = H.root .. "/spec/functional/scripts/integrity.lua"
+
+local function jsonl(ids, extra)
+  local t = {}
+  for i, id in ipairs(ids) do
+    local r = { id = id, query = "integrity question " .. i }
+    for k, v in pairs(extra or {}) do r[k] = v end
+    t[i] = cjson.encode(r)
+  end
+  return table.concat(t, "\n") .. "\n"
+end
+
+local function numbered(n, prefix)
+  local ids = {}
+  for i = 1, n do ids[i] = (prefix or "q") .. i end
+  return ids
+end
+
+-- Strict UTF-8 (no overlongs, surrogates, code points above U+10FFFF,
+-- truncated sequences), written here independently of specula.json.
+local function valid_utf8(s)
+  local i, n = 1, #s
+  while i <= n do
+    local c = s:byte(i)
+    local len, lo, hi
+    if c < 0x80 then len = 1
+    elseif c >= 0xC2 and c <= 0xDF then len, lo, hi = 2, 0x80, 0xBF
+    elseif c >= 0xE0 and c <= 0xEF then
+      len, lo, hi = 3, (c == 0xE0 and 0xA0 or 0x80), (c == 0xED and 0x9F or 0xBF)
+    elseif c >= 0xF0 and c <= 0xF4 then
+      len, lo, hi = 4, (c == 0xF0 and 0x90 or 0x80), (c == 0xF4 and 0x8F or 0xBF)
+    else return false end
+    if len > 1 then
+      if i + len - 1 > n then return false end
+      local c1 = s:byte(i + 1)
+      if c1 < lo or c1 > hi then return false end
+      for k = 2, len - 1 do
+        local ck = s:byte(i + k)
+        if ck < 0x80 or ck > 0xBF then return false end
+      end
+    end
+    i = i + len
+  end
+  return true
+end
+
+local function by_id(recs)
+  local t, count = {}, {}
+  for _, r in ipairs(recs) do
+    local key = (r.config and (r.config .. "/") or "") .. tostring(r.id)
+    t[key] = r
+    count[key] = (count[key] or 0) + 1
+  end
+  return t, count
+end
+
+describe("a value that cannot be encoded", function()
+  local BAD = {
+    obs_utf8 = { "trajectory%[0%]%.observation", "invalid UTF%-8" },
+    ans_surrogate = { ": answer: ", "invalid UTF%-8" },
+    obs_nan = { "trajectory%[0%]%.observation", "NaN" },
+    ans_inf = { ": answer: ", "infinity" },
+    ans_deep = { ": answer%.x%.x", "nested deeper than 256" },
+    ans_fn = { ": answer: ", "a function cannot be encoded" },
+    obs_cycle = { "trajectory%[0%]%.observation%.self", "contains itself" },
+  }
+  local ids = { "ok1", "obs_utf8", "ans_surrogate", "obs_nan", "ans_inf", "ans_deep", "ans_fn", "obs_cycle", "ok2" }
+
+  it("makes that query's record an error record naming id, field and reason; the run goes on and exits 3", function()
+    local q = H.tmpfile("enc_in.jsonl", jsonl(ids))
+    local out = H.tmpfile("enc_out.jsonl")
+    local st, _, err = H.specula({ "run", AGENT, "--input", q, "--out", out, "--quiet" })
+    assert.equals(3, st, err)
+    local recs = H.jsonl(H.read(out))        -- every line parses
+    assert.equals(#ids, #recs)
+    local t = by_id(recs)
+    for _, id in ipairs({ "ok1", "ok2" }) do
+      assert.is_nil(t[id].error)
+      assert.is_string(t[id].answer)
+    end
+    for id, want in pairs(BAD) do
+      local e = t[id].error
+      assert.is_string(e, id)
+      assert.matches("query '" .. id .. "'", e, 1, true)
+      assert.matches(want[1], e)
+      assert.matches(want[2], e)
+      assert.is_nil(t[id].answer)
+      assert.is_nil(t[id].trajectory)
+      assert.matches("query '" .. id .. "'", err, 1, true)   -- also said on stderr
+    end
+  end)
+
+  it("is handled the same way on stdout and under --compare (both configurations, all queries)", function()
+    local q = H.tmpfile("enc_cmp.jsonl", jsonl(ids))
+    local st, out, err = H.specula({ "run", AGENT, "--input", q, "--quiet" })
+    assert.equals(3, st, err)
+    assert.equals(#ids, #H.jsonl(out))
+    local res = H.tmpfile("enc_cmp_out.jsonl")
+    local sum = H.tmpfile("enc_cmp_sum.json")
+    st, out, err = H.specula({ "run", AGENT, "--input", q, "--compare", "sequential,spechop", "--out", res,
+                               "--summary", sum, "--quiet" })
+    assert.equals(3, st, err)
+    local t, count = by_id(H.jsonl(H.read(res)))
+    for _, cfg in ipairs({ "sequential", "spechop" }) do
+      for _, id in ipairs(ids) do
+        assert.equals(1, count[cfg .. "/" .. id], cfg .. "/" .. id)
+        assert.equals(BAD[id] ~= nil, t[cfg .. "/" .. id].error ~= nil, cfg .. "/" .. id)
+      end
+    end
+    local rows = cjson.decode(H.read(sum))
+    assert.equals(2, #rows)
+    assert.equals(7, rows[1].failed)
+  end)
+
+  it("a query text that is not UTF-8 still gives a valid record", function()
+    local st, out, err = H.specula({ "run", AGENT, "--query", "caf\233 au lait" })
+    assert.equals(3, st, err)
+    local r = H.jsonl(out)[1]
+    assert.matches("query: invalid UTF%-8", r.error)
+    assert.is_true(valid_utf8(r.query))
+  end)
+end)
+
+describe("messages", function()
+  it("HTTP error excerpts stay valid UTF-8 whatever the body holds", function()
+    local st, out, err = H.run_lua([[
+      local retry = require "specula.llm.retry"
+      local bodies = {
+        "surrogate \237\160\128 end", "overlong \192\175 and \224\128\175", "above \244\144\128\128 max",
+        "truncated \226\130", "lone \128 continuation", string.rep("\226\130\172", 100),
+        string.rep("a", 79) .. "\240\159\152\128 tail", "<html><title>\237\191\191</title></html>",
+      }
+      for _, b in ipairs(bodies) do
+        io.write(retry.excerpt(b, "text/plain", 80), "\n")
+        io.write(retry.excerpt(b, "text/html", 80), "\n")
+      end
+    ]])
+    assert.equals(0, st, err)
+    local n = 0
+    for line in out:gmatch("[^\n]+") do
+      n = n + 1
+      assert.is_true(valid_utf8(line), "not UTF-8: " .. line:gsub("[\128-\255]", function(c) return ("\\%d"):format(c:byte()) end))
+    end
+    assert.equals(16, n)
+    assert.matches("\n" .. string.rep("a", 79) .. "%.%.%.\n", out)   -- cut before the emoji, not inside it
+  end)
+
+  it("a URL over libcurl's request-header limit says which limit, not 'Out of memory'", function()
+    local srv = H.server()
+    local st, out, err = H.run_lua(([[
+      local specula = require "specula"
+      local r, e = specula.http.request { url = "%s/echo?q=" .. string.rep("x", 5000000) }
+      print(r, e)
+    ]]):format(srv.base))
+    srv.stop()
+    assert.equals(0, st, err)
+    assert.not_matches("Out of memory", out, 1, true)
+    assert.matches("EREQTOOLARGE", out, 1, true)
+    assert.matches("1 MB", out, 1, true)
+  end)
+
+  it("a missing --input file is a usage error (status 2) naming the path once", function()
+    local path = H.tmpdir() .. "/no_such_input.jsonl"
+    local st, _, err = H.specula({ "run", AGENT, "--input", path })
+    assert.equals(2, st, err)
+    local _, n = err:gsub("no_such_input%.jsonl", "")
+    assert.equals(1, n, err)
+    assert.matches("No such file", err, 1, true)
+  end)
+
+  for _, case in ipairs({ { "return 42", "a number %(42%)" }, { "return 'hello'", "a string" },
+                          { "return { name = 'x' }", "a table that is not an agent" } }) do
+    it("a script returning something that is not an agent is an error (" .. case[1] .. ")", function()
+      local path = H.tmpfile("notagent.lua", case[1] .. "\n")
+      local st, out, err = H.specula({ "run", path, "--query", "q" })
+      assert.equals(1, st, err)
+      assert.equals("", out)
+      assert.matches("notagent.lua", err, 1, true)
+      assert.matches(case[2], err)
+    end)
+  end
+end)
+
+describe("every write is checked", function()
+  local q
+  setup(function() q = H.tmpfile("w_in.jsonl", jsonl(numbered(6))) end)
+
+  local function fails(args, what, reason, status)
+    local st, _, err = H.sh("(" .. args .. ")")   -- the redirections inside apply
+    assert.equals(status or 1, st, err)
+    assert.matches(what, err, 1, true)
+    assert.matches(reason, err, 1, true)
+  end
+
+  local function cmd(extra)
+    local parts = { H.quote(H.bin), "run", H.quote(AGENT), "--input", H.quote(q), "--quiet" }
+    for _, a in ipairs(extra) do parts[#parts + 1] = H.quote(a) end
+    return table.concat(parts, " ")
+  end
+
+  it("stdout on a full device", function()
+    fails(cmd({}) .. " >/dev/full", "stdout", "No space left on device")
+  end)
+
+  it("--out on a full device, and --out naming a directory", function()
+    fails(cmd({ "--out", "/dev/full" }), "--out file '/dev/full'", "No space left on device")
+    fails(cmd({ "--out", H.tmpdir() }), "--out file '" .. H.tmpdir() .. "'", "Is a directory")
+  end)
+
+  it("--trace on a full device, and --trace in a missing directory (before the run)", function()
+    local out = H.tmpfile("w_trace_out.jsonl")
+    fails(cmd({ "--out", out, "--trace", "/dev/full" }), "--trace file '/dev/full'", "No space left on device")
+    os.remove(out)
+    fails(cmd({ "--out", out, "--trace", H.tmpdir() .. "/nodir/t.json" }), "--trace file", "No such file or directory")
+    assert.equals("", H.read(out) or "")   -- nothing ran
+  end)
+
+  it("--summary on a full device", function()
+    fails(cmd({ "--compare", "sequential,spechop", "--summary", "/dev/full" }) .. " >/dev/null",
+      "--summary file '/dev/full'", "No space left on device")
+  end)
+
+  it("the --compare table on a full stdout", function()
+    local out = H.tmpfile("w_cmp_out.jsonl")
+    fails(cmd({ "--compare", "sequential,spechop", "--out", out }) .. " >/dev/full", "stdout", "No space left on device")
+  end)
+
+  it("report -o on a full device", function()
+    local res = H.tmpfile("w_rep.jsonl")
+    local st, _, err = H.specula({ "run", AGENT, "--input", q, "--out", res, "--quiet" })
+    assert.equals(0, st, err)
+    fails(H.quote(H.bin) .. " report " .. H.quote(res) .. " -o /dev/full", "/dev/full", "No space left on device")
+  end)
+
+  it("a plain script printing to a full stdout", function()
+    local path = H.tmpfile("printer.lua", "print('hello')\n")
+    fails(H.quote(H.bin) .. " run " .. H.quote(path) .. " >/dev/full", "stdout", "No space left on device")
+  end)
+
+  it("a closed stdout pipe stops the run at once with status 1", function()
+    local many = H.tmpfile("w_many.jsonl", jsonl(numbered(200)))
+    local log = H.tmpfile("w_pipe.log")
+    local stf = log .. ".status"
+    local st = H.sh("(" .. H.quote(H.bin) .. " run " .. H.quote(AGENT)
+      .. " --input " .. H.quote(many) .. " --concurrency 1 --set log=" .. H.quote(log)
+      .. " 2>" .. H.quote(log .. ".err") .. "; echo $? >" .. H.quote(stf) .. ") | head -1 >/dev/null")
+    local e = H.read(log .. ".err") or ""
+    assert.equals(0, st)
+    assert.equals("1", (H.read(stf) or ""):match("%d+"), e)
+    assert.matches("cannot write stdout: Broken pipe", e, 1, true)
+    local started = 0
+    for _ in (H.read(log) or ""):gmatch("[^\n]+") do started = started + 1 end
+    assert.is_true(started < 50, "the run went on after the pipe closed: " .. started .. " queries started")
+  end)
+end)
+
+describe("a signal during a run", function()
+  -- Start a run in the background, wait until its first result is in
+  -- --out, then send the signal; returns the exit status and stderr.
+  local function interrupt(args, out, sig)
+    -- slower tools, so the signal lands while queries are still to run
+    local parts = { "INTEGRITY_TARGET_MS=40", H.quote(H.bin) }
+    for _, a in ipairs(args) do parts[#parts + 1] = H.quote(a) end
+    local errf = H.tmpfile()
+    local script = table.concat(parts, " ") .. " >/dev/null 2>" .. H.quote(errf) .. " & pid=$!; "
+      .. "while [ ! -s " .. H.quote(out) .. " ]; do sleep 0.05; done; kill -" .. sig .. " $pid; wait $pid; echo $?"
+    local _, so = H.sh(script)
+    return tonumber(so:match("(%d+)")), H.read(errf) or ""
+  end
+
+  it("SIGINT: status 130, complete --out lines, a --trace that parses, and a resume finishes the set", function()
+    local ids = numbered(40)
+    local q = H.tmpfile("sig_in.jsonl", jsonl(ids))
+    local out, trace = H.tmpfile("sig_out.jsonl"), H.tmpfile("sig_trace.json")
+    local st, err = interrupt({ "run", AGENT, "--input", q, "--out", out, "--trace", trace, "--concurrency", "2" },
+      out, "INT")
+    assert.equals(130, st, err)
+    assert.matches("interrupted", err, 1, true)
+    local text = H.read(out)
+    assert.equals("\n", text:sub(-1))
+    local recs = H.jsonl(text)
+    assert.is_true(#recs >= 1 and #recs < #ids, #recs .. " records")
+    for _, r in ipairs(recs) do assert.is_nil(r.error, r.error) end   -- cancelled queries are not written
+    local tr = cjson.decode(H.read(trace))
+    assert.equals(#recs, #tr.specula.queries)
+    assert.is_true(#tr.traceEvents > 0)
+    local st2, _, err2 = H.specula({ "run", AGENT, "--input", q, "--out", out, "--quiet" })
+    assert.equals(0, st2, err2)
+    local t, count = by_id(H.jsonl(H.read(out)))
+    for _, id in ipairs(ids) do assert.equals(1, count[id], id) assert.is_nil(t[id].error) end
+  end)
+
+  it("SIGTERM under --compare: status 143 and a --summary that parses", function()
+    local q = H.tmpfile("sigc_in.jsonl", jsonl(numbered(40)))
+    local out, sum = H.tmpfile("sigc_out.jsonl"), H.tmpfile("sigc_sum.json")
+    local st, err = interrupt({ "run", AGENT, "--input", q, "--out", out, "--summary", sum, "--concurrency", "2",
+                                "--compare", "sequential,spechop" }, out, "TERM")
+    assert.equals(143, st, err)
+    local rows = cjson.decode(H.read(sum))
+    assert.is_true(#rows >= 1)
+    local written = #H.jsonl(H.read(out))
+    local counted = 0
+    for _, r in ipairs(rows) do counted = counted + r.queries end
+    assert.equals(written, counted)
+  end)
+end)
+
+describe("--retry-failed", function()
+  it("runs again the queries whose records carry an error; the file ends with one record per id", function()
+    local ids = { "a1", "fail_1", "a2", "fail_2", "a3" }
+    local q = H.tmpfile("retry_in.jsonl", jsonl(ids))
+    local out = H.tmpfile("retry_out.jsonl")
+    local st, _, err = H.specula({ "run", AGENT, "--input", q, "--out", out, "--set", "fail=1", "--quiet" })
+    assert.equals(3, st, err)
+    local _, count = by_id(H.jsonl(H.read(out)))
+    assert.equals(1, count.fail_1)
+    -- a plain resume keeps the failures
+    st, _, err = H.specula({ "run", AGENT, "--input", q, "--out", out })
+    assert.equals(0, st, err)
+    assert.matches("0 queries to run", err, 1, true)
+    st, _, err = H.specula({ "run", AGENT, "--input", q, "--out", out, "--retry-failed" })
+    assert.equals(0, st, err)
+    assert.matches("removed 2 failed records", err, 1, true)
+    local t
+    t, count = by_id(H.jsonl(H.read(out)))
+    for _, id in ipairs(ids) do
+      assert.equals(1, count[id], id)
+      assert.is_nil(t[id].error, id)
+      assert.is_string(t[id].answer)
+    end
+  end)
+end)
