@@ -35,7 +35,7 @@ struct sp_ctx {
   int budget;              /* jobs left in this drain before I/O gets a turn */
   int gc_pause;            /* the collector pause last set (sp_sched.c gc_tune) */
   int hook_clock;          /* a job hook is running: hook_now is the time */
-  double hook_now;         /* ms, read once when that hook started */
+  uint64_t hook_now;       /* ns on the engine clock, read once when that hook started */
   int vals_ref;            /* registry ref of the value-store table (sched.vals) */
   sp_vals vals;            /* its slot bookkeeping */
   sp_task *task_pool;      /* freed task structs kept for reuse (linked by ready_next) */

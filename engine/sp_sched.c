@@ -377,7 +377,7 @@ static void job_finish(sp_ctx *ctx, sp_task *t, int status, const sp_jobres *res
     sp_task_hook hook = t->hook;
     t->hook = NULL;
     t->state = status;
-    ctx->hook_now = sp_clock_ms(ctx);
+    ctx->hook_now = sp_timers_now(ctx);
     ctx->hook_clock = 1;
     hook(t, status == SP_TASK_DONE ? res : NULL, status, t->hook_ud);
     ctx->hook_clock = 0;

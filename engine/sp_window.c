@@ -126,7 +126,7 @@ void sp_win_tev(sp_window *w, const char *name, char ph, sp_node *n, double star
   r->ev.ph = ph;
   r->ev.tid = n ? n->tid : 0;
   r->ev.hop = n ? n->hop : -1;
-  r->ev.ts_us = (start_ms - w->t0) * 1000.0;
+  r->ev.ts_us = start_ms * 1000.0;   /* window times count from its start */
   r->ev.dur_us = ph == 'X' ? (end_ms - start_ms) * 1000.0 : 0;
   r->ev.flag = flag;
   r->ev.detail = r->detail ? r->detail : "";
@@ -948,7 +948,7 @@ static void finish(sp_window *w) {
   w->st.final_seg_ms = h->t_seg;
   complete_rec(w, last_rec(w), h->t_update);
   if (w->st.hops == 0) w->st.init_ms = h->t_update;
-  w->st.wall_ms = end - w->t0;
+  w->st.wall_ms = end;
   w->st.standard_ms = w->st.init_ms + w->st.final_seg_ms + w->std_acc;
   sp_win_tev(w, "answer", 'i', h, end, 0, 0, "");
   w->head = NULL;
@@ -973,7 +973,7 @@ static void fail(sp_window *w, const char *msg) {
   free(w->error);
   w->error = dupstr(msg ? msg : "window failed");
   w->status = SP_WIN_FAILED;
-  w->st.wall_ms = now_ms(w) - w->t0;
+  w->st.wall_ms = now_ms(w);
   if (w->head) {
     sp_node *h = w->head;
     w->head = NULL;
@@ -1011,6 +1011,8 @@ sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_
   }
   static const int none = SP_NOVAL;
   w->ctx = ctx;
+  w->t0_ns = sp_timers_now(ctx);   /* do_start restarts it; a window failing before that has a sane wall time */
+  w->t0 = (double)w->t0_ns / 1e6;
   w->cfg = *cfg;
   if (w->cfg.mode == SP_MODE_SEQUENTIAL) w->cfg.k = 1;
   w->fn_start = w->fn_advance = w->fn_call = w->fn_warmup = w->fn_spec = w->fn_verify = none;
@@ -1083,7 +1085,8 @@ int sp_window_set_fns(sp_window *w, const sp_window_fns *f, char *err, size_t er
 
 /* Start in loop context: run init + the first step. */
 static void do_start(sp_window *w) {
-  w->t0 = now_ms(w);
+  w->t0_ns = w->ctx->hook_clock ? w->ctx->hook_now : sp_timers_now(w->ctx);
+  w->t0 = (double)w->t0_ns / 1e6;
   if (w->fn_start == SP_NOVAL || w->qctx_ref == SP_NOVAL) {
     fail(w, "window started without its agent (sp_window_set_fns was not called)");
     return;

@@ -132,7 +132,8 @@ struct sp_window {
   double std_acc;          /* sum of completed records' t_seg + t_target + t_update */
   int answer_ref;          /* value slot of the final step */
   sp_window_stats st;      /* counters and timings */
-  double t0;               /* ms: start */
+  double t0;               /* ms: start, on the engine clock (traces) */
+  uint64_t t0_ns;          /* ns: start; now_ms() counts from here */
   double inflight;         /* speculative target calls in flight (budget) */
   double at_risk;          /* cost of speculative calls whose use is not yet known */
   sp_task *waiter;         /* the task to resume when done */
@@ -154,7 +155,11 @@ enum { KICK_NONE, KICK_START, KICK_FREE };   /* deferred work of a window (kick_
 /* A hook reacts at one instant: the scheduler reads the clock once per
    hook (ctx->hook_now), and every timestamp the reaction takes uses it. */
 static inline double now_ms(sp_window *w) {
-  return w->ctx->hook_clock ? w->ctx->hook_now : sp_clock_ms(w->ctx);
+  /* ms since the window started, from integer ns: a duration comes out the
+     same whatever the absolute time (under the virtual clock, however far
+     other queries have moved it) */
+  uint64_t ns = w->ctx->hook_clock ? w->ctx->hook_now : sp_timers_now(w->ctx);
+  return (double)(int64_t)(ns - w->t0_ns) / 1e6;
 }
 
 static inline char *dupstr(const char *s) {

@@ -8,11 +8,12 @@ local json = specula.json
 local N, DIR = tonumber(arg[1] or "200"), arg[2] or "/tmp"
 
 -- Stage times whose races are won by milliseconds, not microseconds
--- (speculator 1-2 ms, step 4-6 ms, target 30-31 ms: a speculator is never
--- within 2 ms of its target, nor a thread's promotion of its own target's
--- return), so a real-clock run's scheduling noise cannot flip a verdict.
-local agent = specula.sim.multihop { hops = { 3, 7 }, p = 0.6, seg = { "uniform", 4, 6 },
-  spec = { "uniform", 1, 2 }, target = { "uniform", 30, 31 } }
+-- (speculator 1-2 ms, step 10-12 ms, target 40-41 ms: a speculator is never
+-- within 8 ms of its target, nor a thread's promotion of its own target's
+-- return), so a real-clock run's scheduling noise on a loaded machine
+-- cannot flip a verdict.
+local agent = specula.sim.multihop { hops = { 3, 7 }, p = 0.6, seg = { "uniform", 10, 12 },
+  spec = { "uniform", 1, 2 }, target = { "uniform", 40, 41 } }
 local qs = {}
 for i = 1, N do qs[i] = { id = "c" .. i, query = "clock " .. i } end
 
