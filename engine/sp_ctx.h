@@ -63,6 +63,8 @@ struct sp_ctx {
   struct sp_node *node_pool; /* freed window nodes kept for reuse (sp_window.c) */
   int nnode_pool;          /* entries in node_pool */
   int next_window_id;      /* last window id handed out */
+  struct sp_proc *procs;   /* live child processes (sp_proc.c), for shutdown */
+  struct sp_rpc_post *rpc_posts; /* cancel notifications still being POSTed */
 };
 
 int sp_ctx_init(sp_ctx *ctx);
