@@ -190,6 +190,9 @@ const char *sp_proc_stderr(const sp_proc *p, size_t *len);  /* last stderr bytes
 /* Register t to be resumed at the next event (a line, end of output, exit):
    1 = something is already there (do not yield), 0 = yield now. */
 int sp_proc_wait(sp_proc *p, sp_task *t);
+/* Close stdin, SIGTERM, SIGKILL after grace_ms; Lua keeps its reference
+   (wait with sp_proc_wait until sp_proc_finished to see the child reaped). */
+void sp_proc_kill(sp_proc *p, double grace_ms);
 /* Close stdin, SIGTERM, SIGKILL after grace_ms; the child is reaped from
    the loop and the object freed when nothing refers to it any more. */
 void sp_proc_close(sp_proc *p, double grace_ms);

@@ -402,6 +402,10 @@ int sp_proc_wait(sp_proc *p, sp_task *t) {
   return 0;
 }
 
+void sp_proc_kill(sp_proc *p, double grace_ms) {
+  if (p && !p->closing) terminate(p, grace_ms > 0 ? grace_ms : 2000);
+}
+
 void sp_proc_close(sp_proc *p, double grace_ms) {
   if (!p) return;
   if (p->waiter) {
