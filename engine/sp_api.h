@@ -79,6 +79,8 @@ typedef struct sp_counts {
   int windows;        /* live speculation windows */
   int handles;        /* all libuv handles still open on the loop */
   int values;         /* value-store slots held by the engine */
+  int procs;          /* child processes not yet closed and reaped */
+  int rpc_cancels;    /* JSON-RPC requests given up on the wire (notifications/cancelled sent) */
 } sp_counts;
 void sp_ctx_counts(sp_ctx *ctx, sp_counts *out);
 const char *sp_version(void);
@@ -192,6 +194,63 @@ void sp_http_abort(sp_http_req *r);     /* stop the transfer now (idempotent) */
 void sp_http_free(sp_http_req *r);      /* abort if needed and free */
 /* Connection caps of the shared multi handle (-1 leaves one unchanged). */
 int sp_http_configure(sp_ctx *ctx, long max_host_conns, long max_total_conns);
+
+/* ---- child processes and JSON-RPC requests (engine/sp_proc.c) --------- */
+typedef struct sp_proc sp_proc;        /* a child process with stdio pipes */
+typedef struct sp_rpc sp_rpc;          /* one outstanding JSON-RPC request */
+typedef struct sp_proc_opts {
+  const char *file;              /* program (looked up in PATH) */
+  const char **args;             /* argv, NULL-terminated (args[0] = program name) */
+  const char **env;              /* "NAME=value" list, NULL-terminated; NULL = inherit */
+  const char *cwd;               /* working directory or NULL */
+  double max_line_bytes;         /* longest stdout line kept (0 = 16 MiB) */
+  const char *name;              /* for messages ("server 'fs'") */
+} sp_proc_opts;
+/* Start a child. NULL + err ("ENOENT: ...") when it cannot start. Lua owns
+   the result and releases it with sp_proc_close. */
+sp_proc *sp_proc_spawn(sp_ctx *ctx, const sp_proc_opts *o, char *err, size_t errlen);
+int sp_proc_pid(const sp_proc *p);
+/* Queue bytes to the child's stdin: 0 ok, -1 (err) when stdin is closed. */
+int sp_proc_write(sp_proc *p, const char *data, size_t len, char *err, size_t errlen);
+/* The first complete stdout line (without its newline), or NULL. */
+const char *sp_proc_line(sp_proc *p, size_t *len);
+void sp_proc_consume(sp_proc *p, size_t n);        /* drop n bytes (a line and its newline) */
+/* Lines dropped for exceeding max_line_bytes since the last call; *prefix
+   gets the start of the last one (up to 256 bytes). */
+int sp_proc_oversized(sp_proc *p, const char **prefix, size_t *len);
+/* 1 when stdout has ended and the child has been reaped. */
+int sp_proc_finished(const sp_proc *p);
+/* Exit status and terminating signal (0 if none); returns 1 once reaped. */
+int sp_proc_exit(const sp_proc *p, long *status, int *signal);
+const char *sp_proc_stderr(const sp_proc *p, size_t *len);  /* last stderr bytes */
+/* Register t to be resumed at the next event (a line, end of output, exit):
+   1 = something is already there (do not yield), 0 = yield now. */
+int sp_proc_wait(sp_proc *p, sp_task *t);
+/* Close stdin, SIGTERM, SIGKILL after grace_ms; Lua keeps its reference
+   (wait with sp_proc_wait until sp_proc_finished to see the child reaped). */
+void sp_proc_kill(sp_proc *p, double grace_ms);
+/* Close stdin, SIGTERM, SIGKILL after grace_ms; the child is reaped from
+   the loop and the object freed when nothing refers to it any more. */
+void sp_proc_close(sp_proc *p, double grace_ms);
+/* JSON-RPC request states. */
+enum { SP_RPC_PENDING = 0, SP_RPC_DONE = 1, SP_RPC_CANCELLED = 2, SP_RPC_TIMEDOUT = 3 };
+/* A request waited on by task t: when t is cancelled while it is pending,
+   or timeout_ms (> 0) passes, the cancel message set below is sent at once
+   and counted in sp_counts.rpc_cancels. Lua owns it (sp_rpc_free). */
+sp_rpc *sp_rpc_new(sp_ctx *ctx, sp_task *t, double timeout_ms);
+/* The cancel message: a line written to p's stdin ... */
+int sp_rpc_cancel_write(sp_rpc *c, sp_proc *p, const char *line, size_t len);
+/* ... or an HTTP POST with no task of its own ("Name: value" lines). */
+int sp_rpc_cancel_post(sp_rpc *c, const char *url, const char *headers, const char *body,
+                       size_t len);
+int sp_rpc_state(const sp_rpc *c);
+/* The response (or a failure) is in: wake the waiting task. */
+void sp_rpc_complete(sp_rpc *c);
+/* Give the request up now (a timeout seen elsewhere): send the message. */
+void sp_rpc_cancel(sp_rpc *c);
+/* 1 = no longer pending (do not yield), 0 = yield until it is. */
+int sp_rpc_wait(sp_rpc *c, sp_task *t);
+void sp_rpc_free(sp_rpc *c);
 
 /* ---- eligibility policy (engine/sp_policy.c) -------------------------- */
 enum { SP_FORBID = 0, SP_WARMUP = 1, SP_FULL = 2 };

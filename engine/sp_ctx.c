@@ -1,5 +1,6 @@
 #include "sp_ctx.h"
 #include "sp_http.h"
+#include "sp_proc.h"
 #include "sp_sched.h"
 #include "sp_vals.h"
 #include "sp_window.h"
@@ -90,6 +91,7 @@ int sp_ctx_shutdown(sp_ctx *ctx) {
     ctx->L = NULL;
   }
   sp_sched_reap(ctx);
+  sp_proc_shutdown(ctx);   /* children are killed and reaped by the uv_run below */
   if (ctx->http) {
     sp_http_free_all(ctx->http);
     ctx->http = NULL;

@@ -67,6 +67,8 @@ struct sp_ctx {
   uv_signal_t sig_term;    /* SIGTERM watcher of a run */
   int sig_armed;           /* the watchers are started (closed when sp_host_run ends) */
   int sig_caught;          /* first SIGINT/SIGTERM received while armed, 0 if none */
+  struct sp_proc *procs;   /* live child processes (sp_proc.c), for shutdown */
+  struct sp_rpc_post *rpc_posts; /* cancel notifications still being POSTed */
 };
 
 int sp_ctx_init(sp_ctx *ctx);

@@ -21,7 +21,7 @@ local lazy = {
   terminate = "specula.terminate", template = "specula.template",
   predict = "specula.predict", metrics = "specula.metrics", datasets = "specula.datasets",
   llm = "specula.llm", policy = "specula.policy", text = "specula.text",
-  theory = "specula.theory", estimate = "specula.estimate",
+  theory = "specula.theory", estimate = "specula.estimate", mcp = "specula.mcp",
 }
 
 setmetatable(M, { __index = function(t, k)
@@ -51,7 +51,7 @@ function M.counts()
   core.C.sp_ctx_counts(ctx, c)
   return { tasks = c.tasks, ready = c.ready, timers = c.timers, transfers = c.transfers,
            requests = c.requests, polls = c.polls, windows = c.windows, handles = c.handles,
-           values = c.values }
+           values = c.values, procs = c.procs, rpc_cancels = c.rpc_cancels }
 end
 
 -- Let the loop release what finished (one turn), collect garbage so

@@ -78,11 +78,17 @@ end
 function M.build(spec, agent_tools, script_dir)
   local name = "inline"
   if type(spec) == "string" then spec, name = M.read(spec, script_dir) end
+  -- a policy that depends on the agent's tools (specula.policy.mcp)
+  local sources
+  if type(spec) == "table" and type(spec.resolve) == "function" then
+    name = spec.name or name
+    spec, sources = spec.resolve(agent_tools or {})
+  end
   local p = C.sp_policy_new()
   if p == nil then error("policy: out of memory", 0) end
   p = ffi.gc(p, C.sp_policy_free)
   if core.ctx ~= nil then C.sp_policy_set_clock(p, core.ctx) end
-  local obj = { ptr = p, name = name, script_errors = 0, first_error = nil }
+  local obj = { ptr = p, name = name, script_errors = 0, first_error = nil, sources = sources }
   -- Called by the adapter when the script raised or gave a non-decision.
   function obj.on_error(tool, msg)
     obj.script_errors = obj.script_errors + 1
@@ -187,7 +193,11 @@ function M.counts(obj)
   local p = obj.ptr
   local out = { tools = {}, classes = {}, script_errors = obj.script_errors or 0 }
   for i = 0, C.sp_policy_ntools(p) - 1 do
-    out.tools[ffi.string(C.sp_policy_tool_name(p, i))] = tool_counts(p, i)
+    local tname = ffi.string(C.sp_policy_tool_name(p, i))
+    local t = tool_counts(p, i)
+    local src = obj.sources and obj.sources[tname]
+    if src then t.source, t.decision = src.source, src.decision end
+    out.tools[tname] = t
   end
   out.unknown = tool_counts(p, -1)
   for i = 0, C.sp_policy_nclasses(p) - 1 do
@@ -195,6 +205,66 @@ function M.counts(obj)
     out.classes[ffi.string(C.sp_policy_class_name(p, i))] = counts_table()
   end
   return out
+end
+
+
+-- A policy from an MCP server's tool annotations:
+--   policy.mcp(client, { trust_annotations = false, overrides = { tool = "full" | "warmup" | "forbid" } })
+-- With trust_annotations, readOnlyHint = true is full and anything else is
+-- forbid, or warmup when the agent gives that tool a warm-up hook. Without
+-- trust (the default: the MCP spec says annotations of an untrusted server
+-- are hints, not guarantees) every tool is forbid unless overridden. Each
+-- tool's decision and its source (annotation, override, default) are in
+-- the counts (policy_counts.tools[name].source / .decision).
+function M.mcp(client, opts)
+  if type(client) ~= "table" or type(client.list_tools) ~= "function" then
+    error("specula.policy.mcp: expected an MCP client (specula.mcp.connect)", 2)
+  end
+  opts = opts or {}
+  if type(opts) ~= "table" then error("specula.policy.mcp: options must be a table", 2) end
+  local overrides = opts.overrides or {}
+  if type(overrides) ~= "table" then error("specula.policy.mcp: overrides must be a table of tool = decision", 2) end
+  for tool, d in pairs(overrides) do
+    if type(tool) ~= "string" or DECISION[d] == nil then
+      error("specula.policy.mcp: overrides." .. tostring(tool) .. " must be full, warmup or forbid, got "
+        .. tostring(d), 2)
+    end
+  end
+  local list, err = client:list_tools()
+  if not list then error("specula.policy.mcp: " .. tostring(err), 2) end
+  local trust = opts.trust_annotations == true
+  local described = {}
+  for _, d in ipairs(list) do if type(d.name) == "string" then described[d.name] = d end end
+  return {
+    name = "mcp:" .. tostring(client.name) .. (trust and " (annotations trusted)" or ""),
+    resolve = function(agent_tools)
+      local tools, sources = {}, {}
+      local function put(tool, decision, source)
+        tools[tool] = decision
+        sources[tool] = { decision = decision, source = source }
+      end
+      for tool, d in pairs(described) do
+        local ann = type(d.annotations) == "table" and d.annotations or {}
+        if overrides[tool] then
+          put(tool, overrides[tool], "override")
+        elseif trust and ann.readOnlyHint == true then
+          put(tool, "full", "annotation")
+        elseif trust then
+          local t = agent_tools[tool]
+          put(tool, (type(t) == "table" and t.warmup) and "warmup" or "forbid", "annotation")
+        else
+          put(tool, "forbid", "default")
+        end
+      end
+      for tool, d in pairs(overrides) do
+        if not described[tool] then put(tool, d, "override") end
+      end
+      local cls = {}
+      for tool, d in pairs(tools) do cls[tool] = "mcp-" .. d end
+      return { classes = { ["mcp-full"] = "full", ["mcp-warmup"] = "warmup", ["mcp-forbid"] = "forbid" },
+               tools = cls }, sources
+    end,
+  }
 end
 
 return M

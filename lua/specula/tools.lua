@@ -326,4 +326,65 @@ function M.compile(name, spec)
         "': cannot compile this spec (an HTTP tool needs url = \"...\")", 2)
 end
 
+--- Tools served by an MCP server (specula.mcp client):
+--   tools.mcp(client [, { include = {names}, exclude = {names},
+--                         observation = fn(result, args, ctx), timeout_ms =,
+--                         warmup = { tool = fn }, speculate = { tool = fn } }])
+--   -> { name = tool table, ... } for specula.agent. Each call runs
+--   tools/call; the observation is structuredContent when present, else the
+--   text content joined with newlines; isError becomes a tool error. Each
+--   tool table keeps the server's description in .mcp (annotations included).
+function M.mcp(client, opts)
+  if type(client) ~= "table" or type(client.list_tools) ~= "function" then
+    error("specula.tools.mcp: expected an MCP client (specula.mcp.connect)", 2)
+  end
+  opts = opts or {}
+  if type(opts) ~= "table" then error("specula.tools.mcp: options must be a table", 2) end
+  if opts.observation ~= nil and type(opts.observation) ~= "function" then
+    error("specula.tools.mcp: observation must be a function", 2)
+  end
+  local function set_of(list, what)
+    if list == nil then return nil end
+    if type(list) ~= "table" then error("specula.tools.mcp: " .. what .. " must be a list of tool names", 3) end
+    local s = {}
+    for _, n in ipairs(list) do s[n] = true end
+    return s
+  end
+  local include, exclude = set_of(opts.include, "include"), set_of(opts.exclude, "exclude")
+  local list, err = client:list_tools()
+  if not list then error("specula.tools.mcp: " .. tostring(err), 2) end
+  local out, seen = {}, {}
+  for _, d in ipairs(list) do
+    local name = d.name
+    if type(name) == "string" and (not include or include[name]) and not (exclude and exclude[name]) then
+      seen[name] = true
+      local observe, timeout_ms = opts.observation, opts.timeout_ms
+      local function call(args, ctx)
+        local r, cerr = client:call(name, args, { timeout_ms = timeout_ms })
+        if not r then error(cerr, 0) end
+        local parts = {}
+        for _, item in ipairs(r.content) do
+          if type(item) == "table" and item.type == "text" and type(item.text) == "string" then
+            parts[#parts + 1] = item.text
+          end
+        end
+        local text = concat(parts, "\n")
+        if r.isError then
+          error(format("mcp tool '%s' returned an error: %s", name, text ~= "" and text or "(no text)"), 0)
+        end
+        if observe then return observe(r, args, ctx) end
+        if r.structuredContent ~= nil then return r.structuredContent end
+        return text
+      end
+      out[name] = { call = call, mcp = d, annotations = d.annotations,
+                    warmup = opts.warmup and opts.warmup[name] or nil,
+                    speculate = opts.speculate and opts.speculate[name] or nil }
+    end
+  end
+  for n in pairs(include or {}) do
+    if not seen[n] then error("specula.tools.mcp: the server has no tool '" .. tostring(n) .. "'", 2) end
+  end
+  return out
+end
+
 return M

@@ -1,0 +1,194 @@
+-- specula.mcp against a real MCP server process (spec/support/mcp_testserver.js)
+-- over stdio and Streamable HTTP on loopback: the protocol, its faults, and
+-- cancellation on the wire.
+local H = require "support.helpers"
+local cjson = require "cjson"
+local SERVER = H.root .. "/spec/support/mcp_testserver.js"
+
+local function last_json(out)
+  local line
+  for l in out:gmatch("[^\n]+") do if l:sub(1, 1) == "{" then line = l end end
+  assert(line, "no JSON line in output: " .. out)
+  return cjson.decode(line)
+end
+
+local PRELUDE = [[
+local specula = require "specula"
+local json = specula.json
+local SERVER = ]] .. string.format("%q", SERVER) .. "\n"
+
+local function run(code, env)
+  local st, out, err = H.run_lua(PRELUDE .. code, {}, env)
+  assert.are.equal(0, st, "exit status " .. st .. "\nstdout: " .. out .. "\nstderr: " .. err)
+  return last_json(out), err
+end
+
+-- The HTTP flavour of the test server; stop() ends it.
+local function http_server()
+  local p = assert(io.popen("node " .. H.quote(SERVER) .. " --http 2>/dev/null & echo BGPID $!", "r"))
+  local pid = tonumber(p:read("*l"):match("BGPID (%d+)"))
+  local port = tonumber(p:read("*l"):match("PORT (%d+)"))
+  return { url = "http://127.0.0.1:" .. port .. "/mcp", stop = function() os.execute("kill " .. pid); p:close() end }
+end
+
+describe("specula.mcp over stdio", function()
+  it("negotiates, lists every page of tools as described, calls, pings, reports progress and refuses server requests", function()
+    local r = run([[
+local c = assert(specula.mcp.connect{ command = { "node", SERVER }, name = "t" })
+local tools = assert(c:list_tools())
+local by = {}
+for _, t in ipairs(tools) do by[t.name] = t end
+local echo = assert(c:call("echo", { text = "hi" }))
+local add = assert(c:call("add", { a = 2, b = 5 }))
+local fail = assert(c:call("fail"))
+local n = 0
+local prog = assert(c:call("progress", { n = 4 }, { on_progress = function(p) n = n + 1 end }))
+local ask = assert(c:call("ask", { method = "sampling/createMessage" }))
+local log = assert(c:call("log")).structuredContent
+local pid = c.pid
+c:close()
+local alive = os.execute("kill -0 " .. pid .. " 2>/dev/null") == 0
+print(json.encode({ ntools = #tools, version = c.protocol_version, ping = true,
+  echo_ro = by.echo.annotations.readOnlyHint, write_destr = by.write.annotations.destructiveHint,
+  add_out = by.add.outputSchema.properties.sum.type, last = tools[#tools].name,
+  echo = echo.content[1].text, sum = add.structuredContent.sum, fail = fail.isError, progress = n,
+  ask = ask.content[1].text, initialized = log.initialized, alive = alive, procs = specula.settle().procs }))
+]])
+    assert.are.equal(20, r.ntools)              -- three pages of 5, 5, ... followed
+    assert.are.equal("tool_07", r.last)
+    assert.is_true(r.version == "2025-11-25" or r.version == "2025-06-18")
+    assert.is_true(r.echo_ro)
+    assert.is_true(r.write_destr)
+    assert.are.equal("number", r.add_out)
+    assert.are.equal("echo: hi", r.echo)
+    assert.are.equal(7, r.sum)
+    assert.is_true(r.fail)
+    assert.are.equal(4, r.progress)
+    assert.matches("-32601", r.ask)
+    assert.are.equal(1, r.initialized)
+    assert.is_false(r.alive)
+    assert.are.equal(0, r.procs)
+  end)
+
+  it("survives a garbage line, a stray id and an oversized message, and restarts a crashed server (bounded)", function()
+    local r, err = run([[
+local c = assert(specula.mcp.connect{ command = { "node", SERVER }, name = "faulty", max_restarts = 1,
+                                      max_message_bytes = 4000 })
+local g = assert(c:call("garbage"))
+local u = assert(c:call("unknown_id"))
+local b1, berr = c:call("big", { bytes = 10000 })
+local b2 = assert(c:call("big", { bytes = 100 }))
+local x1, cerr = c:call("crash")
+local e1 = assert(c:call("echo", { text = "again" }))
+local x2, cerr2 = c:call("crash")
+local e2, gerr = c:call("echo", { text = "once more" })
+local st = c:stats()
+c:close()
+print(json.encode({ g = g.content[1].text, u = u.content[1].text, berr = berr, b2 = #b2.content[1].text,
+  cerr = cerr, e1 = e1.content[1].text, gerr = gerr, st = st, procs = specula.settle().procs }))
+]])
+    assert.are.equal("after garbage", r.g)
+    assert.are.equal("after stray", r.u)
+    assert.are.equal(1, r.st.malformed)
+    assert.are.equal(1, r.st.unknown_ids)
+    assert.matches("max_message_bytes", r.berr)
+    assert.are.equal(100, r.b2)
+    assert.are.equal(1, r.st.oversized)
+    -- the crash names the server, its status and its last stderr lines
+    assert.matches("mcp server 'faulty'", r.cerr, 1, true)
+    assert.matches("exited with status 3", r.cerr, 1, true)
+    assert.matches("boom: crashing on purpose", r.cerr, 1, true)
+    assert.are.equal("echo: again", r.e1)       -- restarted
+    assert.matches("gave up after 1 restart", r.gerr, 1, true)
+    assert.are.equal(1, r.st.restarts)
+    assert.matches("malformed JSON on stdout", err, 1, true)
+    assert.are.equal(0, r.procs)
+  end)
+
+  it("sends notifications/cancelled at once when the waiting task is cancelled or times out", function()
+    local r = run([[
+local c = assert(specula.mcp.connect{ command = { "node", SERVER } })
+local t = specula.spawn(function() return c:call("slow", { ms = 30000 }) end)
+specula.sleep(50)
+t:cancel()
+local cancels = specula.counts().rpc_cancels
+local r2, terr = c:call("slow", { ms = 30000 }, { timeout_ms = 100 })
+local e = assert(c:call("echo", { text = "still fine" }))
+local log = assert(c:call("log")).structuredContent
+c:close()
+print(json.encode({ cancels = cancels, total = specula.counts().rpc_cancels, terr = terr,
+  cancelled = log.cancelled, slow = log.calls.slow, echo = e.content[1].text, state = t:state() }))
+]])
+    assert.are.equal(1, r.cancels)
+    assert.are.equal(2, r.total)
+    assert.matches("no response within 100 ms", r.terr, 1, true)
+    assert.are.same({ 2, 3 }, r.cancelled)      -- request ids of the two slow calls (1 was initialize)
+    assert.are.equal(2, r.slow)
+    assert.are.equal("echo: still fine", r.echo)
+    assert.are.equal("cancelled", r.state)
+  end)
+
+  it("kills and reaps the child when the program ends without closing, and reports a missing program", function()
+    local st, out = H.run_lua(PRELUDE .. [[
+local c = assert(specula.mcp.connect{ command = { "node", SERVER } })
+print("PID " .. c.pid)
+local bad, err = specula.mcp.connect{ command = { "/nonexistent/mcp-server" } }
+print(json.encode({ bad = bad == nil, err = err }))
+]])
+    assert.are.equal(0, st)
+    local pid = out:match("PID (%d+)")
+    local r = last_json(out)
+    assert.is_true(r.bad)
+    assert.matches("ENOENT", r.err, 1, true)
+    assert.matches("/nonexistent/mcp-server", r.err, 1, true)
+    assert.are_not.equal(0, os.execute("kill -0 " .. pid .. " 2>/dev/null"))
+  end)
+
+  it("rejects bad options with a message naming them", function()
+    local st, _, err = H.run_lua(PRELUDE .. [[ specula.mcp.connect{ command = "node" } ]])
+    assert.are_not.equal(0, st)
+    assert.matches("command must be a non-empty list", err, 1, true)
+  end)
+end)
+
+describe("specula.mcp over Streamable HTTP", function()
+  it("initializes a session, calls with SSE responses, resumes a dropped stream, cancels on the wire, deletes the session", function()
+    local srv = http_server()
+    local ok, r = pcall(run, [[
+local url = ]] .. string.format("%q", srv.url) .. [[
+local c = assert(specula.mcp.connect{ url = url, name = "h" })
+local tools = assert(c:list_tools())
+local echo = assert(c:call("echo", { text = "over http" }))
+local n = 0
+assert(c:call("progress", { n = 3 }, { on_progress = function() n = n + 1 end }))
+local ask = assert(c:call("ask", { method = "roots/list" }))
+local resumed = assert(c:call("drop_stream"))
+local t = specula.spawn(function() return c:call("slow", { ms = 30000 }) end)
+specula.sleep(100)
+t:cancel()
+local cancels = specula.counts().rpc_cancels
+specula.sleep(100)
+local sid = c.session_id
+c:close()
+local c2 = assert(specula.mcp.connect{ url = url })
+local log = assert(c2:call("log")).structuredContent
+print(json.encode({ ntools = #tools, echo = echo.content[1].text, progress = n, ask = ask.content[1].text,
+  resumed = resumed.content[1].text, reconnects = c:stats().reconnects, gets = log.gets, cancels = cancels,
+  cancelled = log.cancelled, deletes = log.deletes, sid = sid }))
+]])
+    srv.stop()
+    assert(ok, r)
+    assert.are.equal(20, r.ntools)
+    assert.are.equal("echo: over http", r.echo)
+    assert.are.equal(3, r.progress)
+    assert.matches("-32601", r.ask)
+    assert.are.equal("resumed", r.resumed)
+    assert.are.equal(1, r.reconnects)
+    assert.are.equal(1, #r.gets)
+    assert.matches("^e%d+$", r.gets[1])         -- Last-Event-ID of the dropped stream
+    assert.are.equal(1, r.cancels)
+    assert.are.equal(1, #r.cancelled)
+    assert.are.equal(1, r.deletes)
+    assert.matches("^sess%-", r.sid)
+  end)
+end)
