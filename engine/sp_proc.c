@@ -248,6 +248,10 @@ sp_proc *sp_proc_spawn(sp_ctx *ctx, const sp_proc_opts *o, char *err, size_t err
     snprintf(err, errlen, "ECANCELED: spawn: the engine is shutting down");
     return NULL;
   }
+  if (ctx->timers.virt) {
+    snprintf(err, errlen, "EPERM: real I/O under the virtual clock: spawn %s (run with --clock real)", o->file);
+    return NULL;
+  }
   sp_proc *p = calloc(1, sizeof *p);
   if (!p) {
     snprintf(err, errlen, "ENOMEM: spawn: out of memory");

@@ -475,6 +475,11 @@ end
 function Client:_rpc(method, params, opts)
   local me = sched.current("specula.mcp: " .. method)
   opts = opts or {}
+  if C.sp_clock_virtual(core.ctx) ~= 0 then
+    -- a server answers in real time; the virtual clock cannot wait for it
+    return nil, self:_where() .. ": real I/O under the virtual clock: MCP " .. tostring(opts.what or method)
+      .. " (run with --clock real, or serve it from a recording)"
+  end
   self:_sweep()
   local id = self.next_id
   self.next_id = id + 1

@@ -144,6 +144,25 @@ print(json.encode({ bad = bad == nil, err = err }))
     assert.are_not.equal(0, os.execute("kill -0 " .. pid .. " 2>/dev/null"))
   end)
 
+  it("refuses calls and new servers under the virtual clock, naming the call", function()
+    local r = run([[
+local c = assert(specula.mcp.connect{ command = { "node", SERVER }, name = "vt" })
+assert(c:call("echo", { text = "hi" }))          -- the real clock: fine
+assert(specula.set_clock("virtual"))
+local res, err = c:call("echo", { text = "again" })
+local c2, err2 = specula.mcp.connect{ command = { "node", SERVER }, name = "late" }
+assert(specula.set_clock("real"))
+local ok = c:call("echo", { text = "real again" })
+c:close()
+print(json.encode({ res = res == nil, err = err, c2 = c2 == nil, err2 = err2, ok = ok ~= nil }))
+]])
+    assert.is_true(r.res)
+    assert.matches("mcp server 'vt': real I/O under the virtual clock: MCP tools/call", r.err, 1, true)
+    assert.is_true(r.c2)
+    assert.matches("real I/O under the virtual clock: spawn node", r.err2, 1, true)
+    assert.is_true(r.ok, "the real clock is back: calls work again")
+  end)
+
   it("rejects bad options with a message naming them", function()
     local st, _, err = H.run_lua(PRELUDE .. [[ specula.mcp.connect{ command = "node" } ]])
     assert.are_not.equal(0, st)
