@@ -50,36 +50,8 @@ local function answer_of(r)
   return a ~= nil and tostring(a) or nil
 end
 
--- Records in a fixed order (by id, as text): the bootstrap resamples by
--- position, so the same records in any file order give the same intervals
--- (a merged shard file and a single-machine file print the same table).
-local function by_id(recs)
-  local out = {}
-  for i = 1, #recs do out[i] = recs[i] end
-  table.sort(out, function(a, b)
-    local ia, ib = tostring(a.id), tostring(b.id)
-    if ia ~= ib then return ia < ib end
-    local wa = a.stats and a.stats.wall_ms or -1
-    local wb = b.stats and b.stats.wall_ms or -1
-    return wa < wb
-  end)
-  return out
-end
+local by_id, id_map = stats.by_id, stats.id_map
 M.by_id = by_id
-
-local function id_map(recs)
-  local m = {}
-  if recs then for _, r in ipairs(recs) do m[tostring(r.id)] = r end end
-  return m
-end
-
--- Every call a query made: model, target, speculator, predicted (action
--- speculation) and warm-up calls.
-local function total_calls(s)
-  local c = s.calls
-  return c.model + c.target + c.speculator + (c.predicted or 0) + (c.warmup or 0)
-end
-M.total_calls = total_calls
 
 -- The numbers of one configuration's rows (pure: the spec recomputes them).
 -- baseline: the records that answers and trajectories are compared with
@@ -144,36 +116,11 @@ function M.summarise(recs, baseline)
   return row
 end
 
--- The measures compared query by query, and how each is read from a record.
-M.PAIRED = {
-  { key = "wall_ms", get = function(s) return s.wall_ms end, digits = 1 },
-  { key = "wasted_cost", get = function(s) return s.wasted_cost end, digits = 4 },
-  { key = "calls", get = total_calls, digits = 2 },
-}
+M.PAIRED = stats.MEASURES
 
--- Paired differences of a configuration against the baseline: the queries
--- both ran to the end (records with stats), matched by id, in id order.
--- Returns { n, wall_ms = stats.paired(...), wasted_cost = ..., calls = ... }.
+-- Paired differences of a configuration against the baseline (stats.paired_records).
 function M.paired(recs, baseline, opts)
-  local bmap = id_map(baseline)
-  local cols = {}
-  for _, m in ipairs(M.PAIRED) do cols[m.key] = { {}, {} } end
-  local n = 0
-  for _, r in ipairs(by_id(recs)) do
-    local b = bmap[tostring(r.id)]
-    if r.stats and b and b.stats then
-      n = n + 1
-      for _, m in ipairs(M.PAIRED) do
-        local c = cols[m.key]
-        c[1][n], c[2][n] = m.get(b.stats), m.get(r.stats)
-      end
-    end
-  end
-  local out = { n = n }
-  for _, m in ipairs(M.PAIRED) do
-    out[m.key] = stats.paired(cols[m.key][1], cols[m.key][2], opts or { iterations = 1000, seed = 1 })
-  end
-  return out
+  return stats.paired_records(recs, baseline, opts)
 end
 
 -- All rows of a comparison: configs = { {name =}, ... }, all[i] = the records

@@ -7,6 +7,8 @@
 --   stats.paired(base, other, opts)    -> { n, mean, mean_lo, mean_hi, median,
 --                                           median_lo, median_hi, ratio, ratio_lo,
 --                                           ratio_hi, sign_p, pos, neg, zero }
+--   stats.paired_records(recs, base, opts) -> { n, wall_ms =, wasted_cost =, calls = }
+--   stats.by_id(recs)                  -> the records sorted by id (as text)
 --
 -- Differences are other - base, query by query (negative = other is lower).
 -- The confidence intervals come from one bootstrap (metrics.bootstrap_ci):
@@ -15,7 +17,7 @@
 
 local metrics = require "specula.metrics"
 
-local type, error, floor, exp, log, min, huge = type, error, math.floor, math.exp, math.log, math.min, math.huge
+local type, error, tostring, tonumber, ipairs, floor, exp, log, min, huge = type, error, tostring, tonumber, ipairs, math.floor, math.exp, math.log, math.min, math.huge
 
 local M = {}
 
@@ -138,6 +140,79 @@ function M.paired(base, other, opts)
   end
   r.sign_p, r.pos, r.neg, r.zero = M.sign_test(diffs)
   return r
+end
+
+--- Records in a fixed order (by id, as text; ties by wall time): the
+-- bootstrap resamples by position, so the same records in any file order
+-- give the same intervals (a merged shard file prints the same table as a
+-- single machine's file).
+function M.by_id(recs)
+  local out = {}
+  for i = 1, #recs do out[i] = recs[i] end
+  table.sort(out, function(a, b)
+    local ia, ib = tostring(a.id), tostring(b.id)
+    if ia ~= ib then return ia < ib end
+    local wa = type(a.stats) == "table" and tonumber(a.stats.wall_ms) or -1
+    local wb = type(b.stats) == "table" and tonumber(b.stats.wall_ms) or -1
+    return wa < wb
+  end)
+  return out
+end
+
+--- Records by id (as text).
+function M.id_map(recs)
+  local m = {}
+  if recs then for _, r in ipairs(recs) do m[tostring(r.id)] = r end end
+  return m
+end
+
+local function numeric(v) if type(v) == "number" and v == v then return v end return nil end
+
+-- Every call a query made: model, target, speculator, predicted (action
+-- speculation) and warm-up calls. nil without the model/target/speculator counts.
+local function total_calls(s)
+  local c = s.calls
+  if type(c) ~= "table" then return nil end
+  local m, t, sp = numeric(c.model), numeric(c.target), numeric(c.speculator)
+  if not (m and t and sp) then return nil end
+  return m + t + sp + (numeric(c.predicted) or 0) + (numeric(c.warmup) or 0)
+end
+M.total_calls = total_calls
+
+-- The measures compared query by query, read from a record's stats.
+M.MEASURES = {
+  { key = "wall_ms", get = function(s) return numeric(s.wall_ms) end, digits = 1 },
+  { key = "wasted_cost", get = function(s) return numeric(s.wasted_cost) end, digits = 4 },
+  { key = "calls", get = total_calls, digits = 2 },
+}
+
+--- Paired differences of a configuration's records against the baseline's:
+-- queries matched by id, taken in id order; a measure pairs the queries
+-- whose two records both carry it (failed queries without stats drop out).
+-- Returns { n = queries paired on wall time, wall_ms = M.paired(...),
+-- wasted_cost = ..., calls = ... }.
+function M.paired_records(recs, base, opts)
+  local bmap = M.id_map(base)
+  local cols = {}
+  for _, m in ipairs(M.MEASURES) do cols[m.key] = { {}, {} } end
+  for _, r in ipairs(M.by_id(recs)) do
+    local b = bmap[tostring(r.id)]
+    if type(r.stats) == "table" and b and type(b.stats) == "table" then
+      for _, m in ipairs(M.MEASURES) do
+        local x, y = m.get(b.stats), m.get(r.stats)
+        if x and y then
+          local c = cols[m.key]
+          c[1][#c[1] + 1], c[2][#c[2] + 1] = x, y
+        end
+      end
+    end
+  end
+  local out = {}
+  for _, m in ipairs(M.MEASURES) do
+    out[m.key] = M.paired(cols[m.key][1], cols[m.key][2], opts or { iterations = 1000, seed = 1 })
+  end
+  out.n = out.wall_ms.n
+  return out
 end
 
 return M
