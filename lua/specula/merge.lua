@@ -191,7 +191,8 @@ function M.merge(entries, input)
     local id = tostring(r.id)
     local prev = c.by_id[id] or c.by_pos[pos]
     if prev then
-      fail(format("query '%s' appears twice for configuration '%s': %s and %s", id, name, where(prev), where(e)))
+      fail(format("query '%s' appears twice for configuration '%s': %s and %s%s", id, name, where(prev), where(e),
+        prev.file == e.file and prev.line == e.line and " (the same file given twice?)" or ""))
     end
     c.by_id[id], c.by_pos[pos] = e, e
     c.n = c.n + 1
@@ -219,8 +220,11 @@ function M.merge(entries, input)
       for p = 0, total - 1 do
         if not c.by_pos[p] then
           local id = input and tostring(input[p + 1].id) or ids[p]
-          missing[#missing + 1] = format("%s (position %d, shard %d/%d)", id and ("'" .. id .. "'") or "?", p,
-            p % count, count)
+          if id then
+            missing[#missing + 1] = format("'%s' (position %d, shard %d/%d)", id, p, p % count, count)
+          else
+            missing[#missing + 1] = format("position %d (shard %d/%d)", p, p % count, count)
+          end
         end
       end
       local shown = {}
