@@ -92,6 +92,27 @@ describe("sharded sweeps", function()
     end)
   end
 
+  it("the Slurm example scripts run the array and the merge", function()
+    local dir = H.tmpdir() .. "/slurm_sweep"
+    local env = { SPECULA = H.bin, AGENT = EX, INPUT = q, SWEEP_DIR = dir, CONFIGS = CMP }
+    for i = 0, 3 do
+      local e = { SLURM_ARRAY_TASK_ID = tostring(i), SLURM_ARRAY_TASK_MIN = "0", SLURM_ARRAY_TASK_MAX = "3",
+                  SLURM_ARRAY_TASK_COUNT = "4" }
+      for k, v in pairs(env) do e[k] = v end
+      local parts = {}
+      for k, v in pairs(e) do parts[#parts + 1] = k .. "=" .. H.quote(v) end
+      local st, _, err = H.sh(table.concat(parts, " ") .. " bash " .. H.quote(H.root .. "/examples/cluster/sweep.slurm"))
+      assert.equals(0, st, err)
+    end
+    local parts = {}
+    for k, v in pairs(env) do parts[#parts + 1] = k .. "=" .. H.quote(v) end
+    local st, table_out, err = H.sh(table.concat(parts, " ") .. " bash " .. H.quote(H.root .. "/examples/cluster/merge.slurm"))
+    assert.equals(0, st, err)
+    assert.equals(single_table, table_out)
+    assert.equals(H.read(single_sum), H.read(dir .. "/summary.json"))
+    assert.is_truthy(H.read(dir .. "/report.html"))
+  end)
+
   it("refuses shards that do not partition the input, naming what is wrong", function()
     local f = {}
     for i = 0, 3 do
