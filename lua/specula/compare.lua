@@ -162,10 +162,11 @@ function M.table_text(configs, rows)
   if #configs > 1 then
     lines[#lines + 1] = ""
     lines[#lines + 1] = format("paired differences against %s (this configuration minus the baseline, query by query):", configs[1].name)
-    local ph = format("%-22s %-11s %5s  %-30s %-30s %-24s %-13s %9s", "configuration", "measure", "n",
+    -- "Δ" is two bytes: the header's widths are one more so the columns line up
+    local ph = format("%-22s %-11s %5s  %-31s %-31s %-24s %-13s %9s", "configuration", "measure", "n",
       "mean Δ [95% CI]", "median Δ [95% CI]", "ratio [95% CI]", "+/-/=", "sign p")
     lines[#lines + 1] = ph
-    lines[#lines + 1] = string.rep("-", #ph)
+    lines[#lines + 1] = string.rep("-", #ph - 2)
     for i = 2, #configs do
       local p = rows[i].paired
       for j, m in ipairs(M.PAIRED) do

@@ -63,6 +63,9 @@ function M.resolve_auto(getenv, count_flag)
     if n < 1 or index < 0 or index >= n then
       return nil, format("SLURM_ARRAY_TASK_ID %d is outside the array (%d tasks)", id, n)
     end
+    if count_flag ~= nil and int(count_flag) ~= n then
+      return nil, format("--shard-count %s disagrees with the Slurm array's %d tasks", tostring(count_flag), n)
+    end
     return index, n, "slurm"
   end
   local kidx = env("JOB_COMPLETION_INDEX")

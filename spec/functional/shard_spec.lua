@@ -202,7 +202,11 @@ describe("sharded sweeps", function()
       assert.equals(2, st, err)
       assert.matches(c[2], err, 1, true)
     end
-    local st, _, err = H.specula({ "run", EX, "--input", q, "--shard-count", "4" })
+    local senv = { SLURM_ARRAY_TASK_ID = "1", SLURM_ARRAY_TASK_MIN = "0", SLURM_ARRAY_TASK_MAX = "3" }
+    local st, _, err = H.specula({ "run", EX, "--input", q, "--shard", "auto", "--shard-count", "5" }, senv)
+    assert.equals(2, st)
+    assert.matches("--shard-count 5 disagrees with the Slurm array's 4 tasks", err, 1, true)
+    st, _, err = H.specula({ "run", EX, "--input", q, "--shard-count", "4" })
     assert.equals(2, st)
     assert.matches("--shard-count goes with --shard auto", err, 1, true)
   end)
