@@ -24,6 +24,10 @@ static void usage(FILE *f) {
     "                             latency theory (SpecHop Cor. 1, 3, Thm. 4, Cor. 5)\n"
     "  replay TRACE [--k LIST] [--mode M] [--json]\n"
     "                             re-schedule recorded stage times (no real waiting)\n"
+    "  compare RESULTS.jsonl... [--baseline NAME] [--summary FILE]\n"
+    "                             the --compare table (with paired differences) from results files\n"
+    "  merge SHARD.jsonl... -o ALL.jsonl [--input FILE] [--summary FILE]\n"
+    "                             check that shards partition the input and write their union\n"
     "  report RESULTS.jsonl -o report.html\n"
     "                             self-contained HTML report with SVG figures\n"
     "  bench [NAME...]            run the benchmarks under bench/\n"
@@ -59,7 +63,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "theory")) return sp_theory_main(argc - 1, argv + 1);
   if (!strcmp(cmd, "replay")) return sp_replay_main(argc - 1, argv + 1);
-  if (strcmp(cmd, "run") && strcmp(cmd, "report") && strcmp(cmd, "bench")) {
+  if (strcmp(cmd, "run") && strcmp(cmd, "report") && strcmp(cmd, "bench") && strcmp(cmd, "compare") &&
+      strcmp(cmd, "merge")) {
     fprintf(stderr, "specula: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

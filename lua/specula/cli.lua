@@ -70,6 +70,10 @@ function M.main(argv)
     return spawn_main(run_script, script, rest)
   elseif cmd == "report" then
     return spawn_main(function() return require("specula.report").main(rest) end)
+  elseif cmd == "compare" then
+    return spawn_main(function() return require("specula.compare").cli_main(rest) end)
+  elseif cmd == "merge" then
+    return spawn_main(function() return require("specula.merge").main(rest) end)
   elseif cmd == "bench" then
     return spawn_main(function() return require("specula.benchcli").main(rest) end)
   end

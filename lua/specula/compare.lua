@@ -7,6 +7,7 @@ local sched = require "specula.sched"
 local json = require "specula.json"
 local metrics = require "specula.metrics"
 local runner = require "specula.runner"
+local stats = require "specula.stats"
 
 local format, concat = string.format, table.concat
 
@@ -49,12 +50,19 @@ local function answer_of(r)
   return a ~= nil and tostring(a) or nil
 end
 
+local by_id, id_map = stats.by_id, stats.id_map
+M.by_id = by_id
+
 -- The numbers of one configuration's rows (pure: the spec recomputes them).
+-- baseline: the records that answers and trajectories are compared with
+-- (paired by query id).
 function M.summarise(recs, baseline)
+  recs = by_id(recs)
+  local bmap = baseline and id_map(baseline)
   local walls, pairs_, calls = {}, {}, { model = 0, target = 0, speculator = 0 }
   local cancelled, wasted_calls, wasted_cost, failed = 0, 0, 0, 0
   local em, f1, ngold, agree, nagree = 0, 0, 0, 0, 0
-  for i, r in ipairs(recs) do
+  for _, r in ipairs(recs) do
     if r.error then failed = failed + 1 end
     local s = r.stats
     if s then
@@ -75,9 +83,10 @@ function M.summarise(recs, baseline)
       em = em + metrics.em(ans, gold)
       f1 = f1 + metrics.f1(ans, gold)
     end
-    if baseline and baseline[i] then
+    local b = bmap and bmap[tostring(r.id)]
+    if b then
       nagree = nagree + 1
-      if json.canonical({ r.answer, r.trajectory }) == json.canonical({ baseline[i].answer, baseline[i].trajectory }) then
+      if json.canonical({ r.answer, r.trajectory }) == json.canonical({ b.answer, b.trajectory }) then
         agree = agree + 1
       end
     end
@@ -107,6 +116,31 @@ function M.summarise(recs, baseline)
   return row
 end
 
+M.PAIRED = stats.MEASURES
+
+-- Paired differences of a configuration against the baseline (stats.paired_records).
+function M.paired(recs, baseline, opts)
+  return stats.paired_records(recs, baseline, opts)
+end
+
+-- All rows of a comparison: configs = { {name =}, ... }, all[i] = the records
+-- of configs[i]. The first configuration is the baseline of the paired
+-- differences; answers agree with the first sequential one.
+function M.rows(configs, all, no_agree)
+  local agree_base
+  for ci, c in ipairs(configs) do if c.mode == "sequential" then agree_base = all[ci] break end end
+  if no_agree then agree_base = nil end
+  local rows = {}
+  for ci, c in ipairs(configs) do
+    rows[ci] = M.summarise(all[ci], agree_base)
+    if ci > 1 then
+      rows[ci].paired = M.paired(all[ci], all[1])
+      rows[ci].paired.baseline = configs[1].name
+    end
+  end
+  return rows
+end
+
 local function f(x, d) if x == nil then return "-" end return format("%." .. (d or 1) .. "f", x) end
 
 function M.table_text(configs, rows)
@@ -126,7 +160,127 @@ function M.table_text(configs, rows)
   end
   lines[#lines + 1] = "(latencies in ms per query; RelLat = Σ wall / Σ standard with a bootstrap 95% CI over queries;"
   lines[#lines + 1] = " M/T/S = model, target and speculator calls per query; agree = trajectory and answer equal to sequential)"
+  if #configs > 1 then
+    lines[#lines + 1] = ""
+    lines[#lines + 1] = format("paired differences against %s (this configuration minus the baseline, query by query):", configs[1].name)
+    -- "Δ" is two bytes: the header's widths are one more so the columns line up
+    local ph = format("%-22s %-11s %5s  %-31s %-31s %-24s %-13s %9s", "configuration", "measure", "n",
+      "mean Δ [95% CI]", "median Δ [95% CI]", "ratio [95% CI]", "+/-/=", "sign p")
+    lines[#lines + 1] = ph
+    lines[#lines + 1] = string.rep("-", #ph - 2)
+    for i = 2, #configs do
+      local p = rows[i].paired
+      for j, m in ipairs(M.PAIRED) do
+        local r = p and p[m.key]
+        if r then
+          local d = m.digits
+          local function ci(est, lo, hi)
+            if est == nil then return "-" end
+            return format("%s [%s, %s]", f(est, d), f(lo, d), f(hi, d))
+          end
+          local ratio = "-"
+          if r.ratio then
+            ratio = format("%.3f [%s, %s]", r.ratio, r.ratio_lo and format("%.3f", r.ratio_lo) or "inf",
+              r.ratio_hi and format("%.3f", r.ratio_hi) or "inf")
+          end
+          lines[#lines + 1] = format("%-22s %-11s %5d  %-30s %-30s %-24s %-13s %9s", j == 1 and configs[i].name or "",
+            m.key, r.n, ci(r.mean, r.mean_lo, r.mean_hi), ci(r.median, r.median_lo, r.median_hi), ratio,
+            format("%d/%d/%d", r.pos, r.neg, r.zero), format("%.3g", r.sign_p))
+        end
+      end
+    end
+    lines[#lines + 1] = "(pairs = queries both ran, matched by id; CI: paired bootstrap, 1000 resamples of queries, seed 1;"
+    lines[#lines + 1] = " ratio = Σ this / Σ baseline over the pairs; calls = model + target + speculator + predicted + warm-up;"
+    lines[#lines + 1] = " sign p = exact two-sided binomial test on the signs of the nonzero differences)"
+  end
   return concat(lines, "\n")
+end
+
+-- The --summary JSON: one object per configuration (its table row, with
+-- `config` and, after the first, `paired`), keys sorted so that equal
+-- tables give byte-identical files.
+function M.summary_json(configs, rows)
+  for ci, c in ipairs(configs) do rows[ci].config = c.name end
+  return json.canonical(rows) .. "\n"
+end
+
+-- Records grouped by configuration (specula.merge.config_of), in the order
+-- each first appears: configs = { {name =, mode =}, ... }, all[i] = records.
+-- A record that names no configuration (a failed query of a plain run has no
+-- stats) joins the one before it.
+function M.group(recs)
+  local config_of = require("specula.merge").config_of
+  local configs, all, at, last = {}, {}, {}, nil
+  for _, r in ipairs(recs) do
+    local name = config_of(r) or last or "(unknown)"
+    last = name
+    local i = at[name]
+    if not i then
+      i = #configs + 1
+      at[name] = i
+      configs[i] = { name = name, mode = name:match("^%s*([%a_]+)") }
+      all[i] = {}
+    end
+    all[i][#all[i] + 1] = r
+  end
+  return configs, all
+end
+
+local cli_usage = [[
+usage: specula compare RESULTS.jsonl [MORE.jsonl ...] [--baseline NAME] [--summary FILE]
+
+Prints the table of `specula run --compare` from results files that already
+exist (a --compare run's --out, the union written by `specula merge`, or the
+files of separate runs): one row per configuration, then the paired
+differences of every configuration against the baseline.
+
+options:
+  --baseline NAME       the configuration the others are paired with (default: the first)
+  --summary FILE        also write the table as JSON
+  -h, --help            this text
+]]
+
+-- `specula compare FILES...`
+function M.cli_main(args)
+  local files, baseline, summary, help = {}, nil, nil, false
+  local i = 1
+  local function usage(msg)
+    io.stderr:write("specula compare: " .. msg .. "\n" .. cli_usage)
+    require("specula.cli").set_exit(2)
+  end
+  while i <= #args do
+    local a = args[i]
+    if a == "--baseline" or a == "--summary" then
+      local v = args[i + 1]
+      if v == nil then return usage(a .. " needs a value") end
+      if a == "--baseline" then baseline = v else summary = v end
+      i = i + 1
+    elseif a == "-h" or a == "--help" then help = true
+    elseif a:sub(1, 1) == "-" then return usage("unknown option '" .. a .. "'")
+    else files[#files + 1] = a end
+    i = i + 1
+  end
+  if help then io.stdout:write(cli_usage) return end
+  if #files == 0 then return usage("no results file given") end
+  local merge = require "specula.merge"
+  local recs = {}
+  for j, e in ipairs(merge.read_records(files, "specula compare")) do recs[j] = e.rec end
+  if #recs == 0 then sched.plain_error("specula compare: no records in " .. concat(files, ", ")) end
+  local configs, all = M.group(recs)
+  if baseline then
+    local at
+    for ci, c in ipairs(configs) do if c.name == baseline then at = ci end end
+    if not at then
+      local names = {}
+      for ci, c in ipairs(configs) do names[ci] = c.name end
+      return usage("--baseline '" .. baseline .. "' is not a configuration of these files (" .. concat(names, ", ") .. ")")
+    end
+    table.insert(configs, 1, table.remove(configs, at))
+    table.insert(all, 1, table.remove(all, at))
+  end
+  local rows = M.rows(configs, all)
+  print(M.table_text(configs, rows))
+  if summary then merge.write_file(summary, M.summary_json(configs, rows), "specula compare") end
 end
 
 function M.main(agent, o, queries, script)
@@ -170,7 +324,7 @@ function M.main(agent, o, queries, script)
     for j, t in ipairs(missing) do list[j] = t.q end
     local show = o.progress or (not o.quiet and o.out ~= nil and runner.isatty(2))
     if show then io.stderr:write(format("%s:\n", c.name)) end
-    local emit = runner.record_writer(out, c.name, what, o.out)
+    local emit = require("specula.shard").tag(runner.record_writer(out, c.name, what, o.out), list)
     local got, stopped = runner.run_all(run, list, emit, runner.progress_line(show))
     local recs = {}
     if stopped then
@@ -188,28 +342,21 @@ function M.main(agent, o, queries, script)
     local ok, err = out:close()
     if not ok then runner.write_failed(what, err) end
   end
-  local ran = {}
-  for ci = 1, #all do ran[ci] = configs[ci] end
-  local base
-  for ci, c in ipairs(ran) do if c.mode == "sequential" then base = all[ci] break end end
   -- agreement pairs queries by position: not meaningful on a partial run
-  if interrupted then base = nil end
-  local rows = {}
-  for ci in ipairs(ran) do rows[ci] = M.summarise(all[ci], base) end
-  local ok, err = io.stdout:write(M.table_text(ran, rows), "\n")
+  local rows = M.rows(configs, all, interrupted)
+  local ok, err = io.stdout:write(M.table_text(configs, rows), "\n")
   if ok then ok, err = io.stdout:flush() end
   if not ok then runner.write_failed("stdout", err) end
   if summary_f then
-    for ci, c in ipairs(ran) do rows[ci].config = c.name end
-    local text, jerr = json.encode(rows)
-    if not text then
+    local okj, text = pcall(M.summary_json, configs, rows)
+    if not okj then
       summary_f:close()
-      runner.write_failed(format("--summary file '%s'", o.summary), jerr)
+      runner.write_failed(format("--summary file '%s'", o.summary), text)
     end
-    runner.write_whole(summary_f, o.summary, "--summary file", { text, "\n" })
+    runner.write_whole(summary_f, o.summary, "--summary file", { text })
   end
   local failed = 0
-  for ci in ipairs(ran) do failed = failed + rows[ci].failed end
+  for ci in ipairs(configs) do failed = failed + rows[ci].failed end
   if failed > 0 then require("specula.cli").set_exit(3) end
   if interrupted then runner.interrupted(ndone, ntotal) end
 end

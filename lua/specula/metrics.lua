@@ -128,6 +128,8 @@ local function percentile_sorted(xs, q)
   local lo = floor(pos)
   if lo >= n then return xs[n] end
   local frac = pos - lo
+  -- equal neighbours (infinite ones too: inf - inf is NaN) need no interpolation
+  if frac == 0 or xs[lo] == xs[lo + 1] then return xs[lo] end
   return xs[lo] + (xs[lo + 1] - xs[lo]) * frac
 end
 

@@ -22,6 +22,7 @@
 local json = require "specula.json"
 local metrics = require "specula.metrics"
 local estimate = require "specula.estimate"
+local pstats = require "specula.stats"
 local sched = require "specula.sched"
 local svg = require "specula.svg"
 
@@ -337,7 +338,10 @@ local function summarize(g, o)
   local s = { queries = #g.recs, failed = 0, sum_wall = 0, sum_std = 0, commits = 0, rollbacks = 0,
               model = 0, target = 0, speculator = 0, cancelled = 0 }
   local walls, pairs_, rl = {}, {}, {}
-  for i, r in ipairs(g.recs) do
+  -- in id order: the bootstrap resamples by position, so a merged shard file
+  -- and a single machine's file give the same intervals
+  local recs = pstats.by_id(g.recs)
+  for i, r in ipairs(recs) do
     local st = r.stats
     if r.error ~= nil and r.error ~= json.null then s.failed = s.failed + 1 end
     walls[i] = st.wall_ms
@@ -362,7 +366,7 @@ local function summarize(g, o)
     s.rel_lat = s.sum_wall / s.sum_std
     s.ci_lo, s.ci_hi = metrics.bootstrap_ci(pairs_, ratio_of_sums, { iterations = o.iterations, seed = o.seed })
   end
-  s.p_hat, s.alpha_hat, s.beta_hat = ratios(g.recs)
+  s.p_hat, s.alpha_hat, s.beta_hat = ratios(recs)
   s.rel_lat_star = rel_lat_star(s.p_hat, s.alpha_hat, s.beta_hat)
   local kx = g.kx
   local kk = N(kx) or (kx == "inf" and -1) or nil
@@ -464,6 +468,56 @@ local function summary_table(configs)
       format("%.1f · %.1f · %.1f", s.model_pq, s.target_pq, s.spec_pq))
     row[#row + 1] = "</tr>"
     h[#h + 1] = concat(row)
+  end
+  h[#h + 1] = "</tbody></table></div>"
+  return concat(h, "\n")
+end
+
+-- Paired differences of every configuration against the first row's
+-- (specula.stats.paired_records: per query, matched by id).
+local function paired_table(configs, o)
+  if #configs < 2 then return "" end
+  local base = configs[1]
+  local h = {}
+  h[#h + 1] = '<div class="table-wrap"><table class="summary" id="paired-table">'
+  h[#h + 1] = "<caption>Paired differences against <strong>" .. esc(base.label) .. "</strong>, query by query "
+    .. "(this configuration minus the baseline; queries matched by id). Mean and median with a paired bootstrap "
+    .. format("95%% CI (%d resamples of queries, seed %s); ratio = Σ this / Σ baseline with its paired CI; ", o.iterations,
+      tostring(o.seed))
+    .. "sign p = exact two-sided binomial test on the signs of the nonzero differences; calls = model + target + "
+    .. "speculator + predicted + warm-up.</caption>"
+  h[#h + 1] = '<thead><tr><th scope="col" class="txt">Configuration</th><th scope="col" class="txt">Measure</th>'
+    .. '<th scope="col">Pairs</th><th scope="col">Mean Δ</th><th scope="col">95% CI</th><th scope="col">Median Δ</th>'
+    .. '<th scope="col">95% CI</th><th scope="col">Ratio</th><th scope="col">95% CI</th>'
+    .. '<th scope="col">+ / − / =</th><th scope="col">Sign p</th></tr></thead><tbody>'
+  local function ci(lo, hi, d)
+    if not (N(lo) and N(hi)) then return nil, "–" end
+    return format("%.17g,%.17g", lo, hi), format("[%s, %s]", fnum(lo, d), fnum(hi, d))
+  end
+  for i = 2, #configs do
+    local g = configs[i]
+    local p = pstats.paired_records(g.recs, base.recs, { iterations = o.iterations, seed = o.seed })
+    for _, m in ipairs(pstats.MEASURES) do
+      local r = p[m.key]
+      local d = m.digits
+      local row = {}
+      row[#row + 1] = format('<tr class="paired" data-config="%s" data-measure="%s">', esc(g.label), m.key)
+      row[#row + 1] = format('<th scope="row" class="txt">%s</th><td class="txt">%s</td>', esc(g.label), m.key)
+      row[#row + 1] = td("n", r.n, tostring(r.n))
+      row[#row + 1] = td("mean", r.mean, fnum(r.mean, d))
+      local v, t = ci(r.mean_lo, r.mean_hi, d)
+      row[#row + 1] = td("mean_ci", v, t, "num ci")
+      row[#row + 1] = td("median", r.median, fnum(r.median, d))
+      v, t = ci(r.median_lo, r.median_hi, d)
+      row[#row + 1] = td("median_ci", v, t, "num ci")
+      row[#row + 1] = td("ratio", r.ratio, fnum(r.ratio, 3))
+      v, t = ci(r.ratio_lo, r.ratio_hi, 3)
+      row[#row + 1] = td("ratio_ci", v, t, "num ci")
+      row[#row + 1] = td("signs", format("%d,%d,%d", r.pos, r.neg, r.zero), format("%d / %d / %d", r.pos, r.neg, r.zero))
+      row[#row + 1] = td("sign_p", r.sign_p, format("%.3g", r.sign_p))
+      row[#row + 1] = "</tr>"
+      h[#h + 1] = concat(row)
+    end
   end
   h[#h + 1] = "</tbody></table></div>"
   return concat(h, "\n")
@@ -1274,6 +1328,7 @@ local function render(o, configs, records, warnings, pooled)
     .. '<li><a href="#methods">Methods</a></li></ol></nav>')
   add('<section id="summary"><h2>1. Summary per configuration</h2>')
   add(summary_table(configs))
+  add(paired_table(configs, o))
   if #warnings > 0 then
     add(format('<details class="warnings"><summary>%d input line%s skipped</summary><ul>', #warnings,
       #warnings == 1 and "" or "s"))

@@ -47,7 +47,9 @@ usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
                         real I/O (HTTP, MCP) is an error
   --spec-launch WHEN    eager (default: a speculator starts with its target call, k bounds
                         threads) or slot (it starts when a thread slot is free; Alg. 2 as written)
-  --shard i/n           run only queries whose index is i modulo n
+  --shard i/n|auto      run only queries whose index is i modulo n; auto: i and n from a Slurm
+                        job array or a Kubernetes Indexed Job (see README, "Sharding")
+  --shard-count N       with --shard auto under Kubernetes: the Job's completions
   --compare LIST        run every query under each config, e.g. "sequential,spechop:k=3:m=2"
   --summary FILE        with --compare: also write the table as JSON
   --predict on|off      action speculation with the agent's predictor (default on if it has one)
@@ -124,10 +126,15 @@ local function parse_args(args)
       if not LAUNCH[o.spec_launch] then usage_error("--spec-launch must be eager or slot") end
     elseif a == "--shard" then
       local s = val(a)
-      local si, sn = s:match("^(%d+)/(%d+)$")
-      si, sn = tonumber(si), tonumber(sn)
-      if not si or sn < 1 or si >= sn then usage_error("--shard expects i/n with 0 <= i < n, got '" .. s .. "'") end
-      o.shard = { si, sn }
+      if s == "auto" then
+        o.shard = "auto"   -- resolved from the scheduler's environment (specula.shard)
+      else
+        local si, sn = s:match("^(%d+)/(%d+)$")
+        si, sn = tonumber(si), tonumber(sn)
+        if not si or sn < 1 or si >= sn then usage_error("--shard expects i/n with 0 <= i < n, or auto, got '" .. s .. "'") end
+        o.shard = { si, sn }
+      end
+    elseif a == "--shard-count" then o.shard_count = val(a)
     elseif a == "--compare" then o.compare = val(a)
     elseif a == "--summary" then o.summary = val(a)
     elseif a == "--predict" then
@@ -182,12 +189,15 @@ local function load_queries(o)
   else
     usage_error("give --query TEXT or --input FILE")
   end
+  if o.shard_count and o.shard ~= "auto" then usage_error("--shard-count goes with --shard auto") end
   if o.shard then
-    local si, sn, kept = o.shard[1], o.shard[2], {}
-    for idx, q in ipairs(list) do
-      if (idx - 1) % sn == si then kept[#kept + 1] = q end
+    local shard = require "specula.shard"
+    if o.shard == "auto" then
+      local si, sn = shard.resolve_auto(os.getenv, o.shard_count)
+      if not si then usage_error("--shard auto: " .. sn) end
+      o.shard = { si, sn }
     end
-    list = kept
+    list = shard.select(list, o.shard[1], o.shard[2], o.seed)
   end
   return list, warnings
 end
@@ -980,7 +990,7 @@ function M.main(agent, args, script)
   -- opened now, so a path that cannot be written fails before the run
   local trace_f = o.trace and open_output(o.trace, "w", "--trace file")
   if o.trace then run.trace_out = {} end
-  local emit = record_writer(out, nil, what, o.out)
+  local emit = require("specula.shard").tag(record_writer(out, nil, what, o.out), pending)
   local show = o.progress or (not o.quiet and o.out ~= nil and isatty(2))
   local results, interrupted = run_all(run, pending, emit, progress_line(show))
   if o.out then

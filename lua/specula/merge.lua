@@ -1,0 +1,286 @@
+-- specula.merge: `specula merge SHARD.jsonl... -o ALL.jsonl [--input FILE]
+-- [--summary S.json]` — the union of the results files of a sharded sweep.
+--
+-- It checks that the shards partition the input: every record agrees on the
+-- shard count, the input's query count and the seed (the `shard` field each
+-- record of `specula run --shard` carries, see specula.shard); no query id
+-- appears twice for a configuration; none is missing; every configuration
+-- was run with the same settings (stats.mode, k_config, m, spec_launch). With
+-- --input the ids are also checked against the input's, position by
+-- position (records without a shard field are then placed by id).
+-- The union is written with each record's line unchanged, configurations in
+-- the order of the sweep and queries in input order, so `specula compare`,
+-- `report` and `replay` read it like a single machine's results file.
+local json = require "specula.json"
+local sched = require "specula.sched"
+
+local format, concat, sort = string.format, table.concat, table.sort
+local type, tostring, tonumber, ipairs, pairs = type, tostring, tonumber, ipairs, pairs
+
+local M = {}
+
+local usage_text = [[
+usage: specula merge SHARD.jsonl [MORE.jsonl ...] -o ALL.jsonl [options]
+
+Checks that the results files of `specula run --shard i/n` (or --shard auto)
+partition the input and writes their union, in input order.
+
+options:
+  -o, --out FILE        the merged results file to write (required)
+  --input FILE          the queries the shards were cut from: check the ids against it
+  --format NAME         format of --input: auto (default), jsonl, hotpotqa, 2wiki, musique
+  --summary FILE        also write the comparison table of the union as JSON
+                        (as `specula compare ALL.jsonl --summary FILE`)
+  -h, --help            this text
+]]
+
+local function fail(msg) sched.plain_error("specula merge: " .. msg) end
+
+local USAGE = {}
+local function usage_error(msg) error({ [USAGE] = msg }, 0) end
+
+--- Write text to path, checking the open, the write and the close (a full
+-- disk shows at the flush); raises an error naming the file. `who` prefixes it.
+function M.write_file(path, text, who)
+  local f, err = io.open(path, "w")
+  if not f then sched.plain_error(who .. ": cannot write '" .. path .. "': " .. tostring(err)) end
+  local ok, werr = f:write(text)
+  if ok then ok, werr = f:flush() end
+  local cok, cerr = f:close()
+  if not ok or not cok then
+    sched.plain_error(who .. ": writing '" .. path .. "' failed: " .. tostring(werr or cerr))
+  end
+end
+
+--- The configuration a record belongs to: its `config` (set by --compare),
+-- else a name made from its stats ("sequential", "spechop:k=3", "window:k=inf:m=2").
+function M.config_of(r)
+  if type(r.config) == "string" then return r.config end
+  local st = type(r.stats) == "table" and r.stats or nil
+  if not st or type(st.mode) ~= "string" then return nil end
+  if st.mode == "sequential" then return "sequential" end
+  local name = st.mode .. ":k=" .. tostring(st.k_config or st.k)
+  if st.m and st.m ~= 1 then name = name .. ":m=" .. tostring(st.m) end
+  return name
+end
+
+--- Read results files: a list of { file =, line =, text =, rec = } (blank
+-- lines skipped). A line that is not a record with an id is an error naming
+-- FILE:LINE, with `who` as prefix.
+function M.read_records(files, who)
+  local out = {}
+  for _, path in ipairs(files) do
+    local f, err = io.open(path, "r")
+    if not f then sched.plain_error(who .. ": cannot open '" .. path .. "': " .. tostring(err)) end
+    local n = 0
+    for text in f:lines() do
+      n = n + 1
+      if text:find("%S") then
+        local ok, r = pcall(json.decode, text)
+        if not ok or type(r) ~= "table" then
+          f:close()
+          sched.plain_error(format("%s: %s:%d: not a JSON object (an interrupted run? resume it with the same --out)",
+            who, path, n))
+        end
+        if r.id == nil or r.id == json.null then
+          f:close()
+          sched.plain_error(format("%s: %s:%d: the record has no id", who, path, n))
+        end
+        out[#out + 1] = { file = path, line = n, text = text, rec = r }
+      end
+    end
+    f:close()
+  end
+  return out
+end
+
+local function where(e) return e.file .. ":" .. e.line end
+
+local function parse_args(args)
+  local o = { files = {} }
+  local i = 1
+  local function val(name)
+    local v = args[i + 1]
+    if v == nil then usage_error(name .. " needs a value") end
+    i = i + 1
+    return v
+  end
+  while i <= #args do
+    local a = args[i]
+    if a == "-o" or a == "--out" then o.out = val(a)
+    elseif a == "--input" then o.input = val(a)
+    elseif a == "--format" then o.format = val(a)
+    elseif a == "--summary" then o.summary = val(a)
+    elseif a == "-h" or a == "--help" then o.help = true
+    elseif a:sub(1, 1) == "-" then usage_error("unknown option '" .. a .. "'")
+    else o.files[#o.files + 1] = a end
+    i = i + 1
+  end
+  if not o.help then
+    if #o.files == 0 then usage_error("no shard results file given") end
+    if not o.out then usage_error("-o ALL.jsonl is required") end
+  end
+  return o
+end
+
+-- The settings a configuration's records must share across shards.
+local function settings(r)
+  local st = type(r.stats) == "table" and r.stats or nil
+  if not st then return nil end
+  return json.canonical({ mode = st.mode, k_config = st.k_config, m = st.m, spec_launch = st.spec_launch })
+end
+
+--- Check the shards and return the merged entries in output order, the
+-- configuration names in order, and the shard count and query count.
+function M.merge(entries, input)
+  local WHO = "specula merge"
+  local ref, ref_e = nil, nil           -- the first shard field seen
+  local pos_of_id
+  if input then
+    pos_of_id = {}
+    for p, q in ipairs(input) do pos_of_id[tostring(q.id)] = p - 1 end
+  end
+  local cfgs, order = {}, {}
+  for _, e in ipairs(entries) do
+    local r = e.rec
+    local sh = r.shard
+    local pos
+    if type(sh) == "table" then
+      for _, k in ipairs({ "index", "count", "of", "pos" }) do
+        if type(sh[k]) ~= "number" then fail(where(e) .. ": the shard field has no number '" .. k .. "'") end
+      end
+      if not ref then ref, ref_e = sh, e end
+      for _, k in ipairs({ "count", "of", "seed" }) do
+        if sh[k] ~= ref[k] then
+          local what = k == "count" and "shard count" or (k == "of" and "input's query count" or "seed")
+          fail(format("%s and %s disagree on the %s (%s and %s): these shards are not from the same sweep",
+            where(ref_e), where(e), what, tostring(ref[k]), tostring(sh[k])))
+        end
+      end
+      if sh.pos % sh.count ~= sh.index or sh.pos < 0 or sh.pos >= sh.of then
+        fail(format("%s: query position %d does not belong to shard %d/%d", where(e), sh.pos, sh.index, sh.count))
+      end
+      pos = sh.pos
+      if input then
+        if sh.of ~= #input then
+          fail(format("%s: the shard was cut from %d queries, --input has %d", where(e), sh.of, #input))
+        end
+        local want = input[pos + 1].id
+        if tostring(want) ~= tostring(r.id) then
+          fail(format("%s: query %d of the input is '%s', the record's id is '%s'", where(e), pos, tostring(want),
+            tostring(r.id)))
+        end
+      end
+    elseif input then
+      pos = pos_of_id[tostring(r.id)]
+      if not pos then fail(format("%s: id '%s' is not in --input", where(e), tostring(r.id))) end
+    else
+      fail(where(e) .. ": the record has no shard field (not written by `specula run --shard`); "
+        .. "give --input FILE to check the union against the queries")
+    end
+    e.pos = pos
+    e.shard_index = type(sh) == "table" and sh.index or nil
+    local name = M.config_of(r)
+    if not name then fail(where(e) .. ": the record has neither a config nor stats.mode: cannot tell its configuration") end
+    local c = cfgs[name]
+    if not c then
+      c = { name = name, by_pos = {}, by_id = {}, n = 0 }
+      cfgs[name] = c
+      order[#order + 1] = c
+    end
+    local id = tostring(r.id)
+    local prev = c.by_id[id] or c.by_pos[pos]
+    if prev then
+      fail(format("query '%s' appears twice for configuration '%s': %s and %s%s", id, name, where(prev), where(e),
+        prev.file == e.file and prev.line == e.line and " (the same file given twice?)" or ""))
+    end
+    c.by_id[id], c.by_pos[pos] = e, e
+    c.n = c.n + 1
+    local s = settings(r)
+    if s then
+      if c.settings and c.settings ~= s then
+        fail(format("configuration '%s' ran with different settings in %s and %s (%s vs %s)", name,
+          where(c.settings_e), where(e), c.settings, s))
+      end
+      c.settings, c.settings_e = c.settings or s, c.settings_e or e
+    end
+    -- the sweep's order of configurations: as the lowest shard wrote them
+    local rank = (e.shard_index or 0)
+    if c.rank == nil or rank < c.rank then c.rank, c.first = rank, e end
+  end
+  local total = input and #input or (ref and ref.of) or 0
+  local count = ref and ref.count or 1
+  local ids = {}
+  for _, c in ipairs(order) do
+    for id, e in pairs(c.by_id) do ids[e.pos] = id end
+  end
+  for _, c in ipairs(order) do
+    if c.n ~= total then
+      local missing = {}
+      for p = 0, total - 1 do
+        if not c.by_pos[p] then
+          local id = input and tostring(input[p + 1].id) or ids[p]
+          if id then
+            missing[#missing + 1] = format("'%s' (position %d, shard %d/%d)", id, p, p % count, count)
+          else
+            missing[#missing + 1] = format("position %d (shard %d/%d)", p, p % count, count)
+          end
+        end
+      end
+      local shown = {}
+      for i = 1, math.min(5, #missing) do shown[i] = missing[i] end
+      fail(format("configuration '%s' lacks %d of %d queries: %s%s — is a shard's file missing or incomplete?",
+        c.name, #missing, total, concat(shown, ", "), #missing > 5 and ", …" or ""))
+    end
+  end
+  -- configurations in the order the lowest shard wrote them
+  local idx = {}
+  for i, e in ipairs(entries) do idx[e] = i end
+  sort(order, function(a, b)
+    if a.rank ~= b.rank then return a.rank < b.rank end
+    return idx[a.first] < idx[b.first]
+  end)
+  local out, names = {}, {}
+  for ci, c in ipairs(order) do
+    names[ci] = c.name
+    for p = 0, total - 1 do out[#out + 1] = c.by_pos[p] end
+  end
+  return out, names, count, total
+end
+
+function M.main(args)
+  local ok, o = pcall(parse_args, args or {})
+  if not ok then
+    if type(o) == "table" and o[USAGE] then
+      io.stderr:write("specula merge: " .. o[USAGE] .. "\n" .. usage_text)
+      require("specula.cli").set_exit(2)
+      return
+    end
+    error(o, 0)
+  end
+  if o.help then io.stdout:write(usage_text) return end
+  local input
+  if o.input then
+    local datasets = require "specula.datasets"
+    local recs, w = datasets.load(o.input, { format = o.format or "auto" })
+    if not recs then fail(tostring(w)) end
+    input = recs
+  end
+  local entries = M.read_records(o.files, "specula merge")
+  local merged, names, count, total = M.merge(entries, input)
+  local lines = {}
+  for i, e in ipairs(merged) do lines[i] = e.text end
+  M.write_file(o.out, #lines > 0 and (concat(lines, "\n") .. "\n") or "", "specula merge")
+  if o.summary then
+    local compare = require "specula.compare"
+    local recs = {}
+    for i, e in ipairs(merged) do recs[i] = e.rec end
+    local configs, all = compare.group(recs)
+    M.write_file(o.summary, compare.summary_json(configs, compare.rows(configs, all)), "specula merge")
+  end
+  io.stderr:write(format("specula merge: wrote %s: %d records, %d configuration%s x %d queries, from %d file%s (%d shard%s)\n",
+    o.out, #merged, #names, #names == 1 and "" or "s", total, #o.files, #o.files == 1 and "" or "s", count,
+    count == 1 and "" or "s"))
+end
+
+return M

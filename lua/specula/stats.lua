@@ -1,0 +1,218 @@
+-- specula.stats: paired statistics for comparing two configurations that ran
+-- the same queries (specula run --compare, specula compare, the report).
+--
+--   stats.binom_two_sided(k, n)        -> p   exact two-sided binomial test at 1/2
+--   stats.sign_test(diffs)             -> p, pos, neg, zero
+--   stats.median(list)                 -> number | nil
+--   stats.paired(base, other, opts)    -> { n, mean, mean_lo, mean_hi, median,
+--                                           median_lo, median_hi, ratio, ratio_lo,
+--                                           ratio_hi, sign_p, pos, neg, zero }
+--   stats.paired_records(recs, base, opts) -> { n, wall_ms =, wasted_cost =, calls = }
+--   stats.by_id(recs)                  -> the records sorted by id (as text)
+--
+-- Differences are other - base, query by query (negative = other is lower).
+-- The confidence intervals come from one bootstrap (metrics.bootstrap_ci):
+-- queries are resampled as pairs, so each resample keeps a query's two values
+-- together; the mean, median and ratio use the same resamples (same seed).
+
+local metrics = require "specula.metrics"
+
+local type, error, tostring, tonumber, ipairs, floor, exp, log, min, huge = type, error, tostring, tonumber, ipairs, math.floor, math.exp, math.log, math.min, math.huge
+
+local M = {}
+
+--- Exact two-sided p-value of k successes in n fair Bernoulli trials:
+-- min(1, 2 P(X <= min(k, n-k))) for X ~ Binomial(n, 1/2). n = 0 gives 1.
+function M.binom_two_sided(k, n)
+  if type(k) ~= "number" or type(n) ~= "number" or n < 0 or k < 0 or k > n
+    or k ~= floor(k) or n ~= floor(n) then
+    error("specula.stats.binom_two_sided: expected integers 0 <= k <= n", 2)
+  end
+  if n == 0 then return 1 end
+  local m = min(k, n - k)
+  local tail
+  if n <= 1000 then
+    -- pmf(0) = 2^-n is a normal double up to n = 1022; the recurrence
+    -- pmf(j+1) = pmf(j) (n-j)/(j+1) is exact for small n (dyadic values)
+    local p = 2 ^ -n
+    tail = p
+    for j = 0, m - 1 do
+      p = p * (n - j) / (j + 1)
+      tail = tail + p
+    end
+  else
+    -- log space: log pmf(j) = log C(n, j) - n log 2, summed as Σ exp(l - lmax)
+    local ls, lc = {}, 0
+    local lmax = -huge
+    for j = 0, m do
+      if j > 0 then lc = lc + log(n - j + 1) - log(j) end
+      ls[j] = lc - n * log(2)
+      if ls[j] > lmax then lmax = ls[j] end
+    end
+    local s = 0
+    for j = 0, m do s = s + exp(ls[j] - lmax) end
+    tail = exp(lmax) * s
+  end
+  return min(1, 2 * tail)
+end
+
+--- Sign test on paired differences: the signs of the nonzero differences
+-- against Binomial(n, 1/2), exact and two-sided. Returns p, and the numbers
+-- of positive, negative and zero differences.
+function M.sign_test(diffs)
+  if type(diffs) ~= "table" then error("specula.stats.sign_test: expected a list of numbers", 2) end
+  local pos, neg, zero = 0, 0, 0
+  for i = 1, #diffs do
+    local d = diffs[i]
+    if type(d) ~= "number" or d ~= d then
+      error("specula.stats.sign_test: element " .. i .. " is not a number", 2)
+    end
+    if d > 0 then pos = pos + 1 elseif d < 0 then neg = neg + 1 else zero = zero + 1 end
+  end
+  return M.binom_two_sided(pos, pos + neg), pos, neg, zero
+end
+
+--- Median (metrics.percentile at 50: the mean of the two middle values for
+-- an even count); nil when the list is empty.
+function M.median(list)
+  if #list == 0 then return nil end
+  return metrics.percentile(list, 50)
+end
+
+local function mean_diff(sample)
+  local s = 0
+  for i = 1, #sample do s = s + (sample[i][2] - sample[i][1]) end
+  return s / #sample
+end
+
+local function median_diff(sample)
+  local d = {}
+  for i = 1, #sample do d[i] = sample[i][2] - sample[i][1] end
+  return M.median(d)
+end
+
+-- Σ other / Σ base. A resample whose baseline sum is 0 has no finite ratio:
+-- it counts as +inf (1 when both sums are 0), so the interval says so.
+local function ratio_of_sums(sample)
+  local b, o = 0, 0
+  for i = 1, #sample do b, o = b + sample[i][1], o + sample[i][2] end
+  if b == 0 then return o == 0 and 1 or huge end
+  return o / b
+end
+
+local function finite(x) if x and x == x and x ~= huge and x ~= -huge then return x end return nil end
+
+--- Paired comparison of two lists of the same queries' values (base[i] and
+-- other[i] belong to query i). opts.iterations (1000), opts.seed (1),
+-- opts.level (0.95) drive the bootstrap. The ratio (Σ other / Σ base) and its
+-- interval are given only when Σ base > 0; an interval end that is not finite
+-- (resamples with a zero baseline sum) is left out (nil).
+function M.paired(base, other, opts)
+  if type(base) ~= "table" or type(other) ~= "table" then
+    error("specula.stats.paired: expected two lists of numbers", 2)
+  end
+  if #base ~= #other then
+    error("specula.stats.paired: the lists differ in length (" .. #base .. " and " .. #other .. ")", 2)
+  end
+  opts = opts or {}
+  local n = #base
+  local r = { n = n }
+  if n == 0 then
+    r.sign_p, r.pos, r.neg, r.zero = 1, 0, 0, 0
+    return r
+  end
+  local data, diffs, sb = {}, {}, 0
+  for i = 1, n do
+    local b, o = base[i], other[i]
+    if type(b) ~= "number" or type(o) ~= "number" or b ~= b or o ~= o then
+      error("specula.stats.paired: pair " .. i .. " is not two numbers", 2)
+    end
+    data[i] = { b, o }
+    diffs[i] = o - b
+    sb = sb + b
+  end
+  local bo = { iterations = opts.iterations or 1000, seed = opts.seed or 1, level = opts.level or 0.95 }
+  r.mean_lo, r.mean_hi, r.mean = metrics.bootstrap_ci(data, mean_diff, bo)
+  r.median_lo, r.median_hi, r.median = metrics.bootstrap_ci(data, median_diff, bo)
+  if sb > 0 then
+    local lo, hi, est = metrics.bootstrap_ci(data, ratio_of_sums, bo)
+    r.ratio, r.ratio_lo, r.ratio_hi = est, finite(lo), finite(hi)
+  end
+  r.sign_p, r.pos, r.neg, r.zero = M.sign_test(diffs)
+  return r
+end
+
+--- Records in a fixed order (by id, as text; ties by wall time): the
+-- bootstrap resamples by position, so the same records in any file order
+-- give the same intervals (a merged shard file prints the same table as a
+-- single machine's file).
+function M.by_id(recs)
+  local out = {}
+  for i = 1, #recs do out[i] = recs[i] end
+  table.sort(out, function(a, b)
+    local ia, ib = tostring(a.id), tostring(b.id)
+    if ia ~= ib then return ia < ib end
+    local wa = type(a.stats) == "table" and tonumber(a.stats.wall_ms) or -1
+    local wb = type(b.stats) == "table" and tonumber(b.stats.wall_ms) or -1
+    return wa < wb
+  end)
+  return out
+end
+
+--- Records by id (as text).
+function M.id_map(recs)
+  local m = {}
+  if recs then for _, r in ipairs(recs) do m[tostring(r.id)] = r end end
+  return m
+end
+
+local function numeric(v) if type(v) == "number" and v == v then return v end return nil end
+
+-- Every call a query made: model, target, speculator, predicted (action
+-- speculation) and warm-up calls. nil without the model/target/speculator counts.
+local function total_calls(s)
+  local c = s.calls
+  if type(c) ~= "table" then return nil end
+  local m, t, sp = numeric(c.model), numeric(c.target), numeric(c.speculator)
+  if not (m and t and sp) then return nil end
+  return m + t + sp + (numeric(c.predicted) or 0) + (numeric(c.warmup) or 0)
+end
+M.total_calls = total_calls
+
+-- The measures compared query by query, read from a record's stats.
+M.MEASURES = {
+  { key = "wall_ms", get = function(s) return numeric(s.wall_ms) end, digits = 1 },
+  { key = "wasted_cost", get = function(s) return numeric(s.wasted_cost) end, digits = 4 },
+  { key = "calls", get = total_calls, digits = 2 },
+}
+
+--- Paired differences of a configuration's records against the baseline's:
+-- queries matched by id, taken in id order; a measure pairs the queries
+-- whose two records both carry it (failed queries without stats drop out).
+-- Returns { n = queries paired on wall time, wall_ms = M.paired(...),
+-- wasted_cost = ..., calls = ... }.
+function M.paired_records(recs, base, opts)
+  local bmap = M.id_map(base)
+  local cols = {}
+  for _, m in ipairs(M.MEASURES) do cols[m.key] = { {}, {} } end
+  for _, r in ipairs(M.by_id(recs)) do
+    local b = bmap[tostring(r.id)]
+    if type(r.stats) == "table" and b and type(b.stats) == "table" then
+      for _, m in ipairs(M.MEASURES) do
+        local x, y = m.get(b.stats), m.get(r.stats)
+        if x and y then
+          local c = cols[m.key]
+          c[1][#c[1] + 1], c[2][#c[2] + 1] = x, y
+        end
+      end
+    end
+  end
+  local out = {}
+  for _, m in ipairs(M.MEASURES) do
+    out[m.key] = M.paired(cols[m.key][1], cols[m.key][2], opts or { iterations = 1000, seed = 1 })
+  end
+  out.n = out.wall_ms.n
+  return out
+end
+
+return M

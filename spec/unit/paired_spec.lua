@@ -1,0 +1,127 @@
+-- Unit tests for specula.stats: the paired statistics of --compare.
+local stats = require("specula.stats")
+local metrics = require("specula.metrics")
+
+local function near(expected, actual, tol, what)
+  assert.is_true(math.abs(expected - actual) <= (tol or 1e-12),
+    string.format("%sexpected %.15g, got %.15g", what and (what .. ": ") or "", expected, actual))
+end
+
+-- Normal(mu, sigma) draws from the seeded xorshift generator (Box-Muller).
+local function normals(seed, n, mu, sigma)
+  local rng, out = metrics.prng(seed), {}
+  while #out < n do
+    local u1, u2 = rng:next(), rng:next()
+    if u1 > 0 then
+      local r = math.sqrt(-2 * math.log(u1))
+      out[#out + 1] = mu + sigma * r * math.cos(2 * math.pi * u2)
+      if #out < n then out[#out + 1] = mu + sigma * r * math.sin(2 * math.pi * u2) end
+    end
+  end
+  return out
+end
+
+-- base values and other = base + d, so the paired differences are exactly d
+-- (up to rounding) while the two columns themselves vary a lot
+local function pairs_from(diffs, seed)
+  local rng, base, other = metrics.prng(seed), {}, {}
+  for i, d in ipairs(diffs) do
+    base[i] = 50 + 100 * rng:next()
+    other[i] = base[i] + d
+  end
+  return base, other
+end
+
+describe("specula.stats sign test", function()
+  it("gives the exact two-sided binomial p-values computed by hand", function()
+    -- 9 of 10 positive: 2 (C(10,0) + C(10,1)) / 2^10 = 22/1024
+    near(0.021484375, stats.binom_two_sided(9, 10))
+    near(0.021484375, stats.binom_two_sided(1, 10))
+    near(2 / 1024, stats.binom_two_sided(10, 10))
+    near(1, stats.binom_two_sided(5, 10))
+    -- 3 of 12: 2 (1 + 12 + 66 + 220) / 4096
+    near(598 / 4096, stats.binom_two_sided(3, 12))
+    near(1, stats.binom_two_sided(0, 0))
+    near(0.5, stats.binom_two_sided(0, 2))   -- 2 (1/4) = 0.5
+  end)
+
+  it("stays exact in log space for large n (checked against exact rational arithmetic)", function()
+    near(0.02253662756750957, stats.binom_two_sided(560, 1200), 1e-12)
+    near(0.02253662756750957, stats.binom_two_sided(640, 1200), 1e-12)
+    near(1, stats.binom_two_sided(1000, 2000))
+  end)
+
+  it("drops zero differences and counts the signs", function()
+    local d = { 1, 2, 3, 0.5, 7, 1, 1, 1, 4, -2, 0, 0 }
+    local p, pos, neg, zero = stats.sign_test(d)
+    assert.same({ 9, 1, 2 }, { pos, neg, zero })
+    near(0.021484375, p)
+    assert.has_error(function() stats.sign_test({ 1, "x" }) end,
+      "specula.stats.sign_test: element 2 is not a number")
+  end)
+end)
+
+describe("specula.stats.paired", function()
+  it("the 95% CI of the mean difference covers mu and has the width 2 x 1.96 sigma / sqrt(n)", function()
+    local n, mu, sigma = 400, 2, 1
+    local d = normals(7, n, mu, sigma)
+    local base, other = pairs_from(d, 11)
+    local r = stats.paired(base, other, { iterations = 2000, seed = 3 })
+    assert.equals(n, r.n)
+    near(metrics.mean(d), r.mean, 1e-9, "mean of the differences")
+    near(stats.median(d), r.median, 1e-9, "median of the differences")
+    assert.is_true(r.mean_lo < mu and mu < r.mean_hi, ("CI [%g, %g] misses %g"):format(r.mean_lo, r.mean_hi, mu))
+    local expected = 2 * 1.96 * sigma / math.sqrt(n)          -- 0.196
+    local width = r.mean_hi - r.mean_lo
+    assert.is_true(math.abs(width - expected) < 0.15 * expected,
+      ("width %.4f, expected %.4f within 15%%"):format(width, expected))
+    -- the interval sits around the estimate, not around zero
+    assert.is_true(r.mean_lo > 1.8 and r.mean_hi < 2.2)
+    -- the median's interval covers the centre too (wider: about 1.25 x for a normal)
+    assert.is_true(r.median_lo < mu and mu < r.median_hi)
+    -- every difference is positive far more often than not: tiny sign-test p
+    assert.is_true(r.pos > 380 and r.sign_p < 1e-60)
+  end)
+
+  it("covers mu in about 95% of repeated experiments #slow", function()
+    local covered, widths, reps, n = 0, 0, 40, 400
+    for rep = 1, reps do
+      local d = normals(100 + rep, n, 2, 1)
+      local base, other = pairs_from(d, 200 + rep)
+      local r = stats.paired(base, other, { iterations = 500, seed = rep })
+      if r.mean_lo <= 2 and 2 <= r.mean_hi then covered = covered + 1 end
+      widths = widths + (r.mean_hi - r.mean_lo)
+    end
+    -- 95% coverage: 40 trials give 38 on average; 33 or fewer has p < 0.01
+    assert.is_true(covered >= 34, "covered " .. covered .. " of " .. reps)
+    near(0.196, widths / reps, 0.02, "mean CI width")
+  end)
+
+  it("gives the ratio of sums with a paired interval, none when the baseline sums to zero", function()
+    local base, other = {}, {}
+    for i = 1, 60 do base[i] = 100 + i; other[i] = 0.8 * base[i] + (i % 3) end
+    local sb, so = 0, 0
+    for i = 1, 60 do sb, so = sb + base[i], so + other[i] end
+    local r = stats.paired(base, other)
+    near(so / sb, r.ratio, 1e-12)
+    assert.is_true(r.ratio_lo < r.ratio and r.ratio < r.ratio_hi)
+    -- pairing: other tracks base closely, so the ratio's CI is far narrower
+    -- than resampling the two columns independently would give
+    assert.is_true(r.ratio_hi - r.ratio_lo < 0.01)
+    local z = stats.paired({ 0, 0, 0 }, { 1, 0, 2 })
+    assert.is_nil(z.ratio)
+    near(1, z.mean, 1e-12)
+  end)
+
+  it("is deterministic for a seed and changes with it", function()
+    local d = normals(5, 50, 0, 3)
+    local base, other = pairs_from(d, 6)
+    local a = stats.paired(base, other, { seed = 9 })
+    local b = stats.paired(base, other, { seed = 9 })
+    local c = stats.paired(base, other, { seed = 10 })
+    assert.same(a, b)
+    assert.is_true(a.mean_lo ~= c.mean_lo or a.mean_hi ~= c.mean_hi)
+    assert.has_error(function() stats.paired({ 1, 2 }, { 1 }) end,
+      "specula.stats.paired: the lists differ in length (2 and 1)")
+  end)
+end)
