@@ -128,6 +128,7 @@ local function copy_args(v, depth)
   if mt == ARRAY_MT or mt == OBJECT_MT then setmetatable(out, mt) end
   return out
 end
+require("specula.nojit")(copy_args)   -- a pairs() walk that decides a call's args
 
 -- Build the adapter the window calls. opts: debug (check update purity),
 -- verify (default verifier when the agent has none).

@@ -392,9 +392,7 @@ local keypool = {}
 
 -- All keys of t go into keys[1..count]; also says whether they are exactly
 -- positive integers, and the largest. This is the only table traversal, and it
--- is kept out of the JIT: the LuaJIT 2.1 snapshot Debian ships (git 2022-03-20)
--- miscompiles next()/pairs() loops, which then skip keys (LuaJIT issue #827,
--- fixed upstream in April 2022); the interpreter gets them right.
+-- is kept out of the JIT (specula/nojit.lua says why).
 local function scan(t, keys)
   local count, maxn, indices = 0, 0, true
   for k in next, t do
@@ -410,7 +408,7 @@ local function scan(t, keys)
   end
   return count, maxn, indices
 end
-if jit then jit.off(scan) end
+require("specula.nojit")(scan)   -- a pairs() walk: see specula/nojit.lua
 
 local function lt(a, b) return a < b end
 
@@ -637,7 +635,7 @@ local function find_bad(v, segs, depth, onpath)
   end
   return nil
 end
-if jit then jit.off(find_bad) end  -- a pairs() loop: see scan()
+require("specula.nojit")(find_bad)  -- a pairs() walk: see specula/nojit.lua
 
 function M.find_bad(value, root)
   local segs = { root or "" }

@@ -200,7 +200,8 @@ end
 -- data: a list of observations; its items are resampled as units, so a list
 --   of pairs {a, b} keeps each pair together (paired statistics).
 -- fn: function(sample) -> number, called on each resample (a list of the
---   same length as data); default metrics.mean (for a list of numbers).
+--   same length as data, reused between calls: fn must not keep it);
+--   default metrics.mean (for a list of numbers).
 -- opts.iterations (default 1000), opts.seed (default 0), opts.level
 --   (default 0.95).
 -- Returns lo, hi (the (1-level)/2 and (1+level)/2 percentiles of the
@@ -230,8 +231,10 @@ function M.bootstrap_ci(data, fn, opts)
   local rng = M.prng(opts.seed or 0)
   local n = #data
   local stats = {}
+  -- one resample table, refilled each iteration (fn must not keep it): the
+  -- allocation of a fresh one per iteration dominated large batches
+  local sample = {}
   for it = 1, iterations do
-    local sample = {}
     for i = 1, n do sample[i] = data[rng:int(n)] end
     local v = fn(sample)
     if type(v) ~= "number" then

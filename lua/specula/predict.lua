@@ -38,9 +38,8 @@ local function shape(args)
   end
   return "{" .. concat(keys, ",") .. "}"
 end
--- (LuaJIT issue #827: a compiled pairs() loop may skip keys in Debian's
--- build; shapes are cache keys, so keep the walk interpreted.)
-jit.off(shape)
+-- shapes are cache keys: a pairs() walk kept interpreted (specula/nojit.lua)
+require("specula.nojit")(shape)
 M.shape = shape
 
 local function action_key(a)
@@ -171,7 +170,7 @@ ngram_predict = function(self, history, ctx)
   return {}
 end
 
-jit.off(ngram_predict)
+require("specula.nojit")(ngram_predict)   -- pairs() walks: specula/nojit.lua
 
 function Ngram:state()
   return { kind = "ngram", n = self.n, counts = self.counts, observed = self.observed }

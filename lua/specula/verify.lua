@@ -177,7 +177,7 @@ local function common(as, ps)
   for w in pairs(as) do if ps[w] then inter = inter + 1 end end
   return inter
 end
-jit.off(common)
+require("specula.nojit")(common)   -- a pairs() walk: specula/nojit.lua
 
 local function content_set(normalized, stop)
   stop = stop or text.stopwords
