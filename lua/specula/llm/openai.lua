@@ -71,6 +71,12 @@ function M.new(opts)
   if opts.headers ~= nil and type(opts.headers) ~= "table" then
     error("specula.llm.openai.new: headers must be a table", 2)
   end
+  local hp = retry.header_problem(opts.headers)
+  if hp then error("specula.llm.openai.new: " .. hp, 2) end
+  -- the key goes into a header: the same bytes would break it
+  if type(key) == "string" and find(key, "[%c\127]") then
+    error("specula.llm.openai.new: api_key contains a control character (NUL, CR, LF, ...)", 2)
+  end
   local self = setmetatable({
     name = opts.name or "openai",
     base_url = base,

@@ -324,6 +324,30 @@ local function redact_base64(s, k)
   return s
 end
 
+--- The problem with a header set a client is configured with, or nil: a
+-- name that is not an HTTP token, or a value with NUL, CR, LF or another
+-- control byte (which would cut the header block short or start a new
+-- header). Names the header, never shows the value.
+function M.header_problem(headers)
+  if type(headers) ~= "table" then return nil end
+  for k, v in pairs(headers) do
+    if type(k) ~= "string" or not find(k, "^[%w!#$%%&'*+%-.^_`|~]+$") then
+      return "header name '" .. gsub(tostring(k), "%c", function(c) return "\\" .. byte(c) end)
+        .. "' is not a valid HTTP header name"
+    end
+    if type(v) ~= "string" and type(v) ~= "number" then
+      return "header '" .. k .. "' must be a string"
+    end
+    v = tostring(v)
+    if find(v, "%z") then return "the value of header '" .. k .. "' contains a NUL byte" end
+    if find(v, "[\r\n]") then return "the value of header '" .. k .. "' contains a line break (CR or LF)" end
+    if find(v, "[\1-\8\11\12\14-\31\127]") then
+      return "the value of header '" .. k .. "' contains a control character"
+    end
+  end
+  return nil
+end
+
 --- Replace every secret (a string or a list of strings) and anything that
 -- looks like a credential (Bearer and Basic credentials, sk-... keys,
 -- api-key headers, key=... query parameters, userinfo in URLs) with
