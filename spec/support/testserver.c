@@ -1214,7 +1214,15 @@ static int ts_h_stall(ts_conn *c) {
   return 1; /* busy until the client goes away */
 }
 
+/* /echo[/...][?status=S]: the request as JSON, with status S (default 200),
+   so an error response can carry the request's own headers back. */
 static int ts_h_echo(ts_conn *c, const ts_req *r) {
+  uint64_t status;
+  if (ts_param_u64(r, "status", 200, &status) || status < 200 || status > 599 ||
+      ts_no_body_status((int)status)) {
+    ts_text(c, 400, "bad echo request");
+    return 0;
+  }
   ts_buf *j = &c->jbuf;
   j->len = 0;
   ts_buf_adds(j, "{\"method\":");
@@ -1234,7 +1242,7 @@ static int ts_h_echo(ts_conn *c, const ts_req *r) {
   ts_buf_adds(j, "},\"body\":");
   ts_json_str(j, r->body, r->body_len, 0);
   ts_buf_add(j, "}", 1);
-  ts_reply(c, 200, "application/json", j->p, j->len);
+  ts_reply(c, (int)status, "application/json", j->p, j->len);
   j->len = 0;
   return 0;
 }
