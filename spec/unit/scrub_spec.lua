@@ -88,6 +88,16 @@ describe("retry.scrub", function()
     assert.equals("Basic auth failed", retry.scrub("Basic auth failed", {}))
   end)
 
+  it("redacts the head of a secret that an excerpt cut off", function()
+    for n = 24, 36 do   -- every cut inside the secret (at bytes 21..34)
+      local ex = retry.excerpt('{"error":"bad token ' .. SECRET .. ' given"}', "text/plain", n)
+      assert.is_truthy(ex:find("...", 1, true))
+      assert_clean(retry.scrub("HTTP 401: " .. ex, { SECRET }), SECRET)
+    end
+    local cut = retry.excerpt('{"t":"' .. pct(SECRET, "%%%02X") .. '"}', "text/plain", 16)
+    assert_clean(retry.scrub(cut, { SECRET }), SECRET)
+  end)
+
   it("drops userinfo up to the last @ (a raw @ in the password)", function()
     assert.equals("https://api.example/v1", retry.endpoint("https://user:p@ss@api.example/v1?key=1"))
     assert.equals("GET https://api.example/v1 failed", retry.scrub("GET https://user:p@ss@api.example/v1 failed", {}))

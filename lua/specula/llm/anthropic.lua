@@ -89,7 +89,7 @@ function M.new(opts)
     messages_url = url,
     extra = opts.extra,
   }, Client)
-  self.endpoint = retry.endpoint(base)
+  self.endpoint = retry.scrub(retry.endpoint(base), key)
   if nonempty(key) then KEYS[self] = key end
   self._secrets = retry.secrets(key, self.headers)
   local hp = retry.header_problem(self:_headers())  -- version and beta values too
@@ -401,6 +401,9 @@ local FIELDS = { "tool_choice", "temperature", "top_p", "top_k", "stop_sequences
 
 function Client:_fail(f, n, why, url)
   local where = "POST " .. retry.endpoint(url)
+  -- the body is scrubbed before describe() cuts an excerpt out of it, so
+  -- no part of a secret survives the cut
+  if type(f.body) == "string" then f.body = retry.scrub(f.body, self._secrets) end
   local msg
   if f.msg then
     msg = f.msg .. " (" .. where .. (n > 1 and (", " .. retry.attempts_text(n)) or "") .. ")"

@@ -93,7 +93,7 @@ function M.new(opts)
     include_usage = opts.include_usage ~= false,
     extra = opts.extra,
   }, Client)
-  self.endpoint = retry.endpoint(base)
+  self.endpoint = retry.scrub(retry.endpoint(base), key)
   if nonempty(key) then KEYS[self] = key end
   self._secrets = retry.secrets(key, self.headers)
   return self
@@ -111,6 +111,9 @@ end
 -- An error string: prefixed, scrubbed, naming the endpoint.
 function Client:_fail(f, n, why, method, url)
   local where = method .. " " .. retry.endpoint(url)
+  -- the body is scrubbed before describe() cuts an excerpt out of it, so
+  -- no part of a secret survives the cut
+  if type(f.body) == "string" then f.body = retry.scrub(f.body, self._secrets) end
   local msg
   if f.msg then
     msg = f.msg .. " (" .. where .. (n > 1 and (", " .. retry.attempts_text(n)) or "") .. ")"

@@ -353,8 +353,9 @@ end
 -- api-key headers, key=... query parameters, userinfo in URLs) with
 -- "[redacted]". A secret is found raw, percent-encoded (either hex case,
 -- "+" for a space), JSON-escaped ("\/", "\uXXXX"), as HTML references, and
--- inside Base64 (a Basic "user:secret"); "Bearer X" and "Basic X" values
--- also hide X and, for Basic, the decoded password.
+-- inside Base64 (a Basic "user:secret"), and its head when an excerpt cut
+-- it ("...") ; "Bearer X" and "Basic X" values also hide X and, for Basic,
+-- the decoded password.
 function M.scrub(s, secrets)
   if s == nil then return nil end
   s = tostring(s)
@@ -372,6 +373,13 @@ function M.scrub(s, secrets)
         s = plain_replace(s, k, REDACTED)
         s = redact_forms(s, k)
         s = redact_base64(s, k)
+        -- an excerpt cut inside the secret ends in "...": its head goes too
+        if find(s, "...", 1, true) then
+          for n = #k - 1, 4, -1 do
+            local head = sub(k, 1, n)
+            if byte(head, n) < 0x80 then s = redact_forms(s, head .. "...") end
+          end
+        end
       end
     end
   end
