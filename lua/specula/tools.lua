@@ -136,8 +136,9 @@ end
 local function check_path(tool, url, spans)
   local auth = find(url, "://", 1, true)
   local ps = auth and find(url, "/", auth + 3, true) or (sub(url, 1, 1) == "/" and 1 or nil)
-  if not ps then return end
-  local pe = (find(url, "[?#]", ps) or (#url + 1)) - 1
+  local qs = find(url, "[?#]", auth and auth + 3 or 1)
+  if not ps or (qs and qs < ps) then return end  -- no path, or a "/" only in the query
+  local pe = (qs or (#url + 1)) - 1
   local i = ps + 1
   while i <= pe + 1 do
     local j = find(url, "/", i, true)
