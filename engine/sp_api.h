@@ -174,6 +174,7 @@ typedef struct sp_http_opts {
   int http2;                     /* 0 = default, 1 = prefer h2 (TLS), 2 = h2c prior knowledge */
   int verbose;                   /* libcurl verbose to stderr (debugging) */
   const char *cainfo;            /* CA bundle file for TLS (private CAs), or NULL */
+  int path_as_is;                /* 1 = send the path as written (no dot-segment removal) */
 } sp_http_opts;
 /* HTTP request states. */
 enum { SP_HTTP_PENDING = 0, SP_HTTP_HEADERS = 1, SP_HTTP_DONE = 2, SP_HTTP_ERROR = 3,
@@ -182,7 +183,7 @@ enum { SP_HTTP_PENDING = 0, SP_HTTP_HEADERS = 1, SP_HTTP_DONE = 2, SP_HTTP_ERROR
    returned object and frees it with sp_http_free. NULL + err on bad input. */
 sp_http_req *sp_http_start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *err, size_t errlen);
 int sp_http_state(const sp_http_req *r);
-long sp_http_status(const sp_http_req *r);
+long sp_http_status(const sp_http_req *r);   /* 0 until the final response's headers are complete */
 const char *sp_http_headers(const sp_http_req *r, size_t *len);   /* raw header block */
 const char *sp_http_body(const sp_http_req *r, size_t *len);      /* buffered body bytes */
 void sp_http_consume(sp_http_req *r, size_t n);                   /* drop n buffered bytes */

@@ -34,6 +34,7 @@ struct sp_http_req {
   int in_multi;            /* easy is added to the multi */
   int state;               /* SP_HTTP_* */
   long status;             /* HTTP status of the final response */
+  int headers_done;        /* the final response's header block is complete */
   int stream;              /* chunks are consumed as they arrive */
   int paused;              /* write callback asked libcurl to pause */
   int events;              /* EV_* bits not yet delivered */
@@ -225,6 +226,7 @@ static size_t on_header(char *buf, size_t size, size_t n, void *ud) {
     return len;
   }
   if (len <= 2 && (buf[0] == '\r' || buf[0] == '\n')) {
+    if (r->status >= 200) r->headers_done = 1;
     if (r->status >= 200 && r->state == SP_HTTP_PENDING) {
       r->state = SP_HTTP_HEADERS;
       mark(r, EV_HEADERS);
@@ -351,6 +353,7 @@ static void finish(sp_http_req *r, CURLcode rc) {
     long code = 0;
     curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &code);
     if (code) r->status = code;
+    r->headers_done = 1;
     r->state = SP_HTTP_DONE;
   } else {
     curl_easy_getinfo(r->easy, CURLINFO_OS_ERRNO, &r->os_errno);
@@ -447,15 +450,43 @@ static char *describe(const char *method, const char *url) {
   const char *q = url + strcspn(url, "?#");
   const char *scheme_end = strstr(url, "://");
   const char *host = scheme_end ? scheme_end + 3 : url;
-  const char *at = memchr(host, '@', (size_t)(q - host));
   const char *slash = memchr(host, '/', (size_t)(q - host));
-  if (at && (!slash || at < slash)) host = at + 1;
+  const char *auth_end = slash ? slash : q;
+  /* the last '@' of the authority: a password may hold a raw '@' */
+  for (const char *c = host; c < auth_end; c++)
+    if (*c == '@') host = c + 1;
   sp_buf b;
   sp_buf_init(&b);
   sp_buf_printf(&b, "%s ", method);
   if (scheme_end) sp_buf_append(&b, url, (size_t)(scheme_end + 3 - url));
   sp_buf_append(&b, host, (size_t)(q - host));
   return b.data;
+}
+
+/* One "Name: value" line of the header block: a token name, then a value
+   without control bytes (a CR would start another header on the wire).
+   The value is never quoted in the error: it may be a credential. */
+static int check_header_line(const char *p, size_t n, int line, char *err, size_t errlen) {
+  static const char tchar[] = "!#$%&'*+-.^_`|~";
+  size_t k = 0;
+  while (k < n && p[k] != ':' &&
+         (((unsigned char)p[k] < 128 && ((p[k] >= '0' && p[k] <= '9') || ((p[k] | 32) >= 'a' && (p[k] | 32) <= 'z'))) ||
+          strchr(tchar, p[k]) != NULL))
+    k++;
+  if (k == 0 || k >= n || p[k] != ':') {
+    /* not quoted: without a valid name the line may be a bare credential */
+    snprintf(err, errlen, "EINVAL: http.request: header line %d is not \"Name: value\" with a token name", line);
+    return -1;
+  }
+  for (size_t i = k + 1; i < n; i++) {
+    unsigned char c = (unsigned char)p[i];
+    if ((c < 32 && c != '\t') || c == 127) {
+      snprintf(err, errlen, "EINVAL: http.request: the value of header '%.*s' contains %s", (int)(k > 60 ? 60 : k), p,
+               c == '\r' ? "a line break (CR)" : "a control character");
+      return -1;
+    }
+  }
+  return 0;
 }
 
 static sp_http_req *start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *err, size_t errlen) {
@@ -521,6 +552,7 @@ static sp_http_req *start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *
   curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
   if (o->verbose) curl_easy_setopt(e, CURLOPT_VERBOSE, 1L);
+  if (o->path_as_is) curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
   if (o->cainfo && *o->cainfo) curl_easy_setopt(e, CURLOPT_CAINFO, o->cainfo);
   if (o->http2 == 2) curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
   else if (o->http2 == 1) curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
@@ -544,9 +576,15 @@ static sp_http_req *start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *
   r->hdrs = curl_slist_append(NULL, "Expect:");
   if (o->headers) {
     const char *p = o->headers;
+    int line = 0;
     while (*p) {
-      size_t n = strcspn(p, "\r\n");
+      size_t n = strcspn(p, "\n");
+      line++;
       if (n > 0) {
+        if (check_header_line(p, n, line, err, errlen) != 0) {
+          sp_http_free(r);
+          return NULL;
+        }
         char *line = malloc(n + 1);
         if (line) {
           memcpy(line, p, n);
@@ -557,7 +595,7 @@ static sp_http_req *start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *
         }
       }
       p += n;
-      while (*p == '\r' || *p == '\n') p++;
+      if (*p == '\n') p++;
     }
   }
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->hdrs);
@@ -600,7 +638,7 @@ sp_http_req *sp_http_start_cb(sp_ctx *ctx, const sp_http_opts *o, sp_http_notify
 }
 
 int sp_http_state(const sp_http_req *r) { return r ? r->state : SP_HTTP_ERROR; }
-long sp_http_status(const sp_http_req *r) { return r ? r->status : 0; }
+long sp_http_status(const sp_http_req *r) { return r && r->headers_done ? r->status : 0; }
 
 const char *sp_http_headers(const sp_http_req *r, size_t *len) {
   *len = r->headers.len;

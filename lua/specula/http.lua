@@ -8,7 +8,7 @@ local C = core.C
 
 local co_yield = coroutine.yield
 local type, tostring, pairs, ipairs, concat = type, tostring, pairs, ipairs, table.concat
-local lower, gmatch = string.lower, string.gmatch
+local lower, gmatch, find = string.lower, string.gmatch, string.find
 
 local HEADERS, DONE, ERROR = C.SP_HTTP_HEADERS, C.SP_HTTP_DONE, C.SP_HTTP_ERROR
 
@@ -39,18 +39,47 @@ local function check_number(opts, k)
   return v or 0
 end
 
+-- A header name for messages: control bytes shown as \ddd.
+local function shown(name)
+  return (tostring(name):gsub("%c", function(c) return "\\" .. c:byte() end))
+end
+
+-- NUL would cut the block short in C (dropping every later header) and CR
+-- or LF would start a new header, so they are refused, naming the header;
+-- the value itself is never shown (it may be a credential).
+local function check_header(name, value)
+  if not find(name, "^[%w!#$%%&'*+%-.^_`|~]+$") then
+    error("specula.http.request: header name '" .. shown(name) .. "' is not a valid HTTP header name", 4)
+  end
+  if find(value, "%z") then
+    error("specula.http.request: the value of header '" .. name .. "' contains a NUL byte", 4)
+  end
+  if find(value, "[\r\n]") then
+    error("specula.http.request: the value of header '" .. name .. "' contains a line break (CR or LF)", 4)
+  end
+  if find(value, "[\1-\8\11\12\14-\31\127]") then
+    error("specula.http.request: the value of header '" .. name .. "' contains a control character", 4)
+  end
+end
+
 local function header_block(h)
   if h == nil then return nil end
   if type(h) ~= "table" then error("specula.http.request: headers must be a table", 3) end
   local lines = {}
   for k, v in pairs(h) do
     if type(k) == "number" then
-      lines[#lines + 1] = tostring(v)          -- { "Name: value", ... }
+      local s = tostring(v)                    -- { "Name: value", ... }
+      local name, value = s:match("^([^:]*):[ \t]*(.*)$")
+      if not name then
+        error("specula.http.request: headers[" .. k .. "] must be \"Name: value\"", 3)
+      end
+      check_header(name, value)
+      lines[#lines + 1] = s
+    elseif type(k) ~= "string" then
+      error("specula.http.request: header names must be strings", 3)
     else
       local s = tostring(v)
-      if s:find("[\r\n]") or tostring(k):find("[\r\n:]") then
-        error("specula.http.request: header '" .. tostring(k) .. "' contains a line break or colon", 3)
-      end
+      check_header(k, s)
       lines[#lines + 1] = k .. ": " .. s
     end
   end
@@ -122,8 +151,12 @@ function Response:close()
 end
 
 -- specula.http.request{ method, url, headers, body, timeout_ms,
---   connect_timeout_ms, idle_timeout_ms, max_body_bytes, stream, http2 }
+--   connect_timeout_ms, idle_timeout_ms, max_body_bytes, stream, http2,
+--   path_as_is }
 -- -> { status, headers, body } | response object when stream = true | nil, err
+-- headers: { Name = value } or { "Name: value" }; a bad name or a value with
+-- NUL, CR or LF raises an error naming the header. path_as_is: send the path
+-- as written, without resolving "." and ".." segments.
 function M.request(opts)
   if type(opts) ~= "table" then error("specula.http.request: expected a table of options", 2) end
   local url = opts.url
@@ -149,6 +182,7 @@ function M.request(opts)
   o.stream = opts.stream and 1 or 0
   o.http2 = opts.http2 == "prior_knowledge" and 2 or (opts.http2 and 1 or 0)
   o.verbose = opts.verbose and 1 or 0
+  o.path_as_is = opts.path_as_is and 1 or 0
   local cainfo = opts.cainfo
   if cainfo ~= nil and type(cainfo) ~= "string" then error("specula.http.request: cainfo must be a file path", 2) end
   o.cainfo = cainfo
@@ -174,7 +208,10 @@ function M.request(opts)
     return res, e
   end
   while C.sp_http_state(r) < HEADERS do wait(r, me) end
-  if C.sp_http_state(r) >= ERROR then
+  -- A failure after the headers (a status is known only then) still hands
+  -- out the response: its buffered body comes first, then the error, so the
+  -- caller sees the same events however late it noticed the failure.
+  if C.sp_http_state(r) >= ERROR and C.sp_http_status(r) == 0 then
     local e = err_of(r)
     ffi.gc(r, nil)
     C.sp_http_free(r)

@@ -18,8 +18,11 @@
 -- Templates: {name} is the action's argument `name`; {env.NAME} is the
 -- environment variable NAME. In the URL every value is percent-encoded,
 -- except an {env.NAME} that starts the URL (a base URL such as
--- "{env.SEARCH_BASE}/search?q={q}"). In headers and string bodies values are
--- inserted as they are. In a table body, a string that is exactly one
+-- "{env.SEARCH_BASE}/search?q={q}"), so a value cannot add "/", "?" or
+-- "#"; a path segment that a value turns into "." or ".." is an error, and
+-- the path is sent as written (no dot-segment removal). In headers and
+-- string bodies values are inserted as they are, but a header value with
+-- NUL, CR or LF is an error naming the header. In a table body, a string that is exactly one
 -- {field} takes the argument's own JSON type (numbers stay numbers,
 -- tables stay tables); other strings are rendered as text; keys are not
 -- templated. A missing argument or variable is an error naming it.
@@ -29,12 +32,13 @@
 -- ctx and returns the observation; the default is JSON when the response
 -- says application/json, else text. A non-2xx response is an error with the
 -- status and a short body excerpt. Header values and environment values
--- never appear in errors. Failures are retried with specula.llm.retry.
+-- never appear in errors, in any encoding (see retry.scrub), nor in errors
+-- raised by a result function. Failures are retried with specula.llm.retry.
 local json = require "specula.json"
 local retry = require "specula.llm.retry"
 
-local type, tostring, tonumber, pairs, ipairs, error, setmetatable =
-  type, tostring, tonumber, pairs, ipairs, error, setmetatable
+local type, tostring, tonumber, pairs, ipairs, error, setmetatable, pcall =
+  type, tostring, tonumber, pairs, ipairs, error, setmetatable, pcall
 local format, find, sub, gsub, lower = string.format, string.find, string.sub, string.gsub, string.lower
 local concat = table.concat
 
@@ -94,8 +98,10 @@ local function as_text(v)
   return tostring(v)
 end
 
-local function render(tool, parts, args, where, secrets, mode)
-  local out = {}
+-- In the URL, `spans` (when given) receives { from, to, field } for every
+-- encoded value, so the path check can name the field.
+local function render(tool, parts, args, where, secrets, mode, spans)
+  local out, len = {}, 0
   for i, p in ipairs(parts) do
     if type(p) == "string" then
       out[i] = p
@@ -106,13 +112,57 @@ local function render(tool, parts, args, where, secrets, mode)
           error(format("tools.http '%s': argument '%s' is a table; the url needs a string or number",
                        tool, p.name), 0)
         end
-        out[i] = (p.env and p.pos == 1) and tostring(v) or urlencode(tostring(v))
+        if p.env and p.pos == 1 then
+          out[i] = tostring(v)
+        else
+          out[i] = urlencode(tostring(v))
+          if spans then
+            spans[#spans + 1] = { len + 1, len + #out[i], p.env and ("{env." .. p.env .. "}") or ("{" .. p.name .. "}") }
+          end
+        end
       else
         out[i] = as_text(v)
       end
     end
+    len = len + #out[i]
   end
   return concat(out)
+end
+
+-- A value must stay inside its path segment: percent-encoding keeps "/",
+-- "?" and "#" out, but a segment that comes out as "." or ".." would still
+-- climb the path (servers and proxies resolve dot segments), so it is an
+-- error naming the field(s) that made it.
+local function check_path(tool, url, spans)
+  local auth = find(url, "://", 1, true)
+  local ps = auth and find(url, "/", auth + 3, true) or (sub(url, 1, 1) == "/" and 1 or nil)
+  local qs = find(url, "[?#]", auth and auth + 3 or 1)
+  if not ps or (qs and qs < ps) then return end  -- no path, or a "/" only in the query
+  local pe = (qs or (#url + 1)) - 1
+  local i = ps + 1
+  while i <= pe + 1 do
+    local j = find(url, "/", i, true)
+    if not j or j > pe then j = pe + 1 end
+    local seg = sub(url, i, j - 1)
+    if seg == "." or seg == ".." then
+      local names = {}
+      for _, sp in ipairs(spans) do
+        if sp[1] <= j - 1 and sp[2] >= i then names[#names + 1] = sp[3] end
+      end
+      if #names > 0 then
+        error(format("tools.http '%s': %s in the url makes the path segment \"%s\"; a value cannot "
+          .. "be \".\" or \"..\" in the path", tool, concat(names, " and "), seg), 0)
+      end
+    end
+    i = j + 1
+  end
+end
+
+-- NUL, CR and LF would end a header line early (or start a new header).
+local function header_problem(tool, name, v)
+  local bad = find(v, "%z") and "a NUL byte" or (find(v, "[\r\n]") and "a line break (CR or LF)")
+  if bad then return format("tools.http '%s': the value of header '%s' contains %s", tool, name, bad) end
+  return nil
 end
 
 -- A compiled body template: a deep copy where every templated string is
@@ -166,6 +216,16 @@ function M.http(spec)
   local url_t = compile(spec.url) or { spec.url }
   local headers_t = {}
   for k, v in pairs(spec.headers or {}) do
+    if type(k) ~= "string" or not find(k, "^[%w!#$%%&'*+%-.^_`|~]+$") then
+      local shown = gsub(tostring(k), "%c", function(c) return format("\\%d", c:byte()) end)
+      error(format("specula.tools.http: tool '%s': header name '%s' is not a valid HTTP header name",
+                   name, shown), 2)
+    end
+    if type(v) ~= "string" and type(v) ~= "number" then
+      error("specula.tools.http: tool '" .. name .. "': header '" .. k .. "' must be a string", 2)
+    end
+    local problem = header_problem(name, k, tostring(v))
+    if problem then error("specula." .. problem, 2) end
     headers_t[#headers_t + 1] = { k, compile(tostring(v)) or { tostring(v) } }
   end
   local body_t, body_kind = nil, nil
@@ -185,13 +245,17 @@ function M.http(spec)
 
   local function call(args, ctx)
     local secrets = {}
-    local url = render(name, url_t, args, "the url", secrets, "url")
+    local spans = {}
+    local url = render(name, url_t, args, "the url", secrets, "url", spans)
     local headers = {}
     for _, h in ipairs(headers_t) do
       local v = render(name, h[2], args, "header " .. tostring(h[1]), secrets, "text")
-      headers[h[1]] = v
       if #v >= 6 then secrets[#secrets + 1] = v end
+      local problem = header_problem(name, h[1], v)
+      if problem then error(problem, 0) end
+      headers[h[1]] = v
     end
+    check_path(name, url, spans)
     local body
     if body_kind == "json" then
       local b = render_body(name, body_t, args, secrets)
@@ -207,14 +271,15 @@ function M.http(spec)
     local res, f, n, why = retry.request({
       method = method, url = url, headers = headers, body = body, timeout_ms = timeout_ms,
       connect_timeout_ms = spec.connect_timeout_ms, max_body_bytes = spec.max_body_bytes,
-      idle_timeout_ms = spec.idle_timeout_ms,
+      idle_timeout_ms = spec.idle_timeout_ms, path_as_is = true,
     }, policy)
     if not res then
       local msg
       if f.err then
         msg = format("tools.http '%s': %s (%s)", name, f.err, retry.attempts_text(n))
       else
-        local ex = retry.excerpt(f.body, f.headers and f.headers["content-type"], 200)
+        -- scrubbed before the cut too, so no part of a secret survives it
+        local ex = retry.excerpt(retry.scrub(f.body, secrets), f.headers and f.headers["content-type"], 200)
         msg = format("tools.http '%s': HTTP %s from %s (%s)%s", name, tostring(f.status), where,
                      retry.attempts_text(n), ex ~= "" and (": " .. ex) or "")
       end
@@ -231,11 +296,17 @@ function M.http(spec)
       local v, err = json.decode(res.body)
       if v == nil then
         error(retry.scrub(format("tools.http '%s': response of %s is not JSON: %s; body starts \"%s\"",
-          name, where, tostring(err), retry.excerpt(res.body, "text/plain", 80)), secrets), 0)
+          name, where, tostring(err), retry.excerpt(retry.scrub(res.body, secrets), "text/plain", 80)), secrets), 0)
       end
       return v
     end
-    return result({ status = res.status, headers = res.headers, body = res.body }, args, ctx)
+    -- the result function sees the response, so its errors may quote it
+    local ok, out = pcall(result, { status = res.status, headers = res.headers, body = res.body }, args, ctx)
+    if not ok then
+      if type(out) == "string" then out = retry.scrub(out, secrets) end
+      error(out, 0)
+    end
+    return out
   end
 
   return { call = call, cost = spec.cost, class = spec.class, spec = spec,

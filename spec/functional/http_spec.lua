@@ -146,6 +146,114 @@ describe("specula.http", function()
     assert.is_true(n <= 1, "keep-alive should reuse the connection, opened " .. tostring(n))
   end)
 
+  it("hands out the body of a stream that fails after its headers, whenever the failure is seen", function()
+    -- /truncated sends headers, 40 of 100 bytes and its FIN at once, so the
+    -- failure is usually known before the caller asks for the response;
+    -- /file?cut= with split=0&pause=20 sends the same bytes 20 ms later.
+    local dir = H.tmpdir() .. "/http_cut"
+    os.execute("mkdir -p " .. H.quote(dir))
+    local f = assert(io.open(dir .. "/body.txt", "wb"))
+    f:write(("0123456789"):rep(10))
+    f:close()
+    local files = H.server { files = dir }
+    local ok, out = pcall(run, ([[
+      local FILES = %q
+      local function once(url)
+        local r, err = http.request{ url = url, stream = true }
+        if not r then return "nil " .. tostring(err):match("^(E%%u+)") end
+        local got = 0
+        while true do
+          local c, e = r:read()
+          if not c then return r.status .. " " .. got .. " " .. tostring(e and e:match("^(E%%u+)")) end
+          got = got + #c
+        end
+      end
+      local seen = {}
+      for _, url in ipairs({ BASE .. "/truncated", FILES .. "/file?path=body.txt&cut=40&pause=0",
+                             FILES .. "/file?path=body.txt&cut=40&split=0&pause=20",
+                             FILES .. "/file?path=body.txt&cut=0&pause=0" }) do
+        local outcomes = {}
+        for i = 1, 15 do outcomes[once(url)] = true end
+        local list = {}
+        for k in pairs(outcomes) do list[#list + 1] = k end
+        table.sort(list)
+        print("outcome", table.concat(list, " | "))
+      end
+      -- a whole (non-stream) request still fails as a whole
+      local r, e = http.request{ url = BASE .. "/truncated" }
+      print("whole", r, e:match("^(E%%u+)"))
+    ]]):format(files.base))
+    files.stop()
+    assert(ok, out)
+    local lines = {}
+    for l in out:gmatch("outcome\t([^\n]*)") do lines[#lines + 1] = l end
+    assert.same({ "200 40 ETRUNCATED", "200 40 ETRUNCATED", "200 40 ETRUNCATED", "200 0 ETRUNCATED" }, lines)
+    assert.matches("whole\tnil\tETRUNCATED", out, 1, true)
+  end)
+
+  it("refuses header names and values that would break the header block, naming the header", function()
+    local out = run([[
+      local function try(h)
+        local ok, r, e = pcall(http.request, { url = BASE .. "/echo", headers = h })
+        if not ok then return "ERR " .. tostring(r):gsub("^[^:]*:%d+: ", "") end
+        local j = specula.json.decode(r.body)
+        return "sent " .. tostring(j.headers["x-a"]) .. " auth=" .. tostring(j.headers.authorization ~= nil)
+      end
+      print("ok", try({ ["X-A"] = "tab\there", Authorization = "Bearer k" }))
+      print("nul", try({ ["X-A"] = "cut\0here", Authorization = "Bearer k" }))
+      print("cr", try({ ["X-A"] = "a\rb" }))
+      print("ctl", try({ ["X-A"] = "a\1b" }))
+      print("list_crlf", try({ "X-A: 1\r\nX-Injected: 2" }))
+      print("list_nocolon", try({ "just text" }))
+      print("name", try({ ["X A"] = "v" }))
+      print("name_nul", try({ ["X-A\0"] = "v" }))
+      -- the C glue checks the block it is given as well
+      local core = require "specula.core"
+      local ffi, C = core.ffi, core.C
+      local function start(block)
+        local o = ffi.new("sp_http_opts")
+        o.method, o.url, o.headers = "GET", BASE .. "/echo", block
+        local err, n = core.errbuf()
+        local r = C.sp_http_start(core.ctx, nil, o, err, n)
+        if r == nil then return ffi.string(err) end
+        C.sp_http_free(r)
+        return "started"
+      end
+      print("c_ok", start("X-A: 1\nAuthorization: Bearer k"))
+      print("c_cr", start("X-A: 1\rX-Injected: 2"))
+      print("c_ctl", start("X-A: a\27b"))
+      print("c_noname", start(": v"))
+      print("c_nocolon", start("X-A: 1\nBearer sk-not-a-header"))
+    ]])
+    assert.matches("ok\tsent tab\there auth=true", out, 1, true)
+    assert.matches("nul\tERR specula.http.request: the value of header 'X-A' contains a NUL byte", out, 1, true)
+    assert.matches("cr\tERR specula.http.request: the value of header 'X-A' contains a line break (CR or LF)", out, 1, true)
+    assert.matches("ctl\tERR specula.http.request: the value of header 'X-A' contains a control character", out, 1, true)
+    assert.matches("list_crlf\tERR specula.http.request: the value of header 'X-A' contains a line break (CR or LF)", out, 1, true)
+    assert.matches('list_nocolon\tERR specula.http.request: headers[1] must be "Name: value"', out, 1, true)
+    assert.matches("name\tERR specula.http.request: header name 'X A' is not a valid HTTP header name", out, 1, true)
+    assert.matches("name_nul\tERR specula.http.request: header name 'X-A\\0' is not a valid HTTP header name", out, 1, true)
+    assert.matches("c_ok\tstarted", out, 1, true)
+    assert.matches("c_cr\tEINVAL: http.request: the value of header 'X-A' contains a line break (CR)", out, 1, true)
+    assert.matches("c_ctl\tEINVAL: http.request: the value of header 'X-A' contains a control character", out, 1, true)
+    assert.matches('c_noname\tEINVAL: http.request: header line 1 is not "Name: value" with a token name', out, 1, true)
+    assert.is_nil(out:find("sk-not", 1, true))
+    assert.matches('c_nocolon\tEINVAL: http.request: header line 2 is not "Name: value" with a token name', out, 1, true)
+  end)
+
+  it("sends the path as written with path_as_is, and keeps a password out of error messages", function()
+    local out = run([[
+      local j = specula.json.decode(http.request{ url = BASE .. "/echo/a/../b/./c", path_as_is = true }.body)
+      local d = specula.json.decode(http.request{ url = BASE .. "/echo/a/../b/./c" }.body)
+      print("paths", j.path, d.path)
+      local r, e = http.request{ url = "http://user:p@ss-word@127.0.0.1:1/x" }
+      print("userinfo", e)
+    ]])
+    assert.matches("paths\t/echo/a/../b/./c\t/echo/b/c", out, 1, true)
+    assert.matches("userinfo\tE%u+: GET http://127%.0%.0%.1:1/x: ", out)
+    assert.not_matches("ss%-word", out)
+  end)
+
   it("validates its options", function()
     local out = run([[
       print(pcall(http.request, "http://x"))

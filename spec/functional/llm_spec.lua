@@ -303,6 +303,69 @@ data: {"type":"message_stop"}
 
 ]==]
 
+-- Server-side and MCP tool calls stream their input as input_json_delta
+-- too (web search, then an MCP tool, then a local tool, then a block type
+-- this client does not know).
+local AN_SERVER = [==[
+event: message_start
+data: {"type":"message_start","message":{"id":"msg_06","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":1}}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"server_tool_use","id":"srvtoolu_01","name":"web_search","input":{}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":""}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"query\": \"tides"}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":" Brest\"}"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":0}
+
+event: content_block_start
+data: {"type":"content_block_start","index":1,"content_block":{"type":"web_search_tool_result","tool_use_id":"srvtoolu_01","content":[{"type":"web_search_result","title":"Tides in Brest","url":"https://tides.example/brest"}]}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":1}
+
+event: content_block_start
+data: {"type":"content_block_start","index":2,"content_block":{"type":"mcp_tool_use","id":"mcptoolu_01","name":"lookup","server_name":"harbour","input":{}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"port\": \"Brest\", \"days\": 2}"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":2}
+
+event: content_block_start
+data: {"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"toolu_07","name":"calc","input":{}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":3,"delta":{"type":"input_json_delta","partial_json":"{\"expr\": \"6*7\"}"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":3}
+
+event: content_block_start
+data: {"type":"content_block_start","index":4,"content_block":{"type":"future_tool_use","id":"ftu_1","name":"later","input":{}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":4,"delta":{"type":"input_json_delta","partial_json":"{\"n\": 1}"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":4}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":60}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+]==]
+
 -- A whole Message (a gateway that does not stream).
 local AN_WHOLE = [==[{"id":"msg_05","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"Sure."},{"type":"tool_use","id":"toolu_9","name":"calc","input":{"expr":"2+2"}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":9,"output_tokens":12}}]==]
 
@@ -313,7 +376,7 @@ local FIXTURES = {
   ["oa_truncated.sse"] = OA_TRUNCATED, ["oa_badchunk.sse"] = OA_BADCHUNK, ["oa_badargs.sse"] = OA_BADARGS,
   ["oa_whole.json"] = OA_WHOLE, ["oa_error200.json"] = OA_ERROR200, ["oa_badjson.json"] = OA_BADJSON, ["emb.json"] = EMB, ["emb2.json"] = EMB2,
   ["an_tool.sse"] = AN_TOOL, ["an_maxtok.sse"] = AN_MAXTOK, ["an_error.sse"] = AN_ERROR,
-  ["an_text.sse"] = AN_TEXT, ["an_whole.json"] = AN_WHOLE,
+  ["an_text.sse"] = AN_TEXT, ["an_whole.json"] = AN_WHOLE, ["an_server.sse"] = AN_SERVER,
 }
 
 local PRELUDE = [[
@@ -732,6 +795,92 @@ describe("specula.llm", function()
     end)
   end)
 
+  describe("faults", function()
+    it("a stream cut off mid-body fails the same way whenever the cut is noticed: retried until an event was delivered", function()
+      -- Every cut point of two recorded streams, each served three ways:
+      -- headers, body part and close at once; the body 20 ms after the
+      -- headers; the body in 7-byte pieces. The outcome must follow from
+      -- the bytes alone: before the first delta event is complete the
+      -- request is retried, after it the error says part was delivered,
+      -- once [DONE] is in (OpenAI) the result stands.
+      local out = run([[
+        local function ends(data, marker)
+          local at = assert(data:find(marker, 1, true))
+          return data:find("\n\n", at, true) + 1         -- the byte that completes the event
+        end
+        local cases = {
+          { name = "oa_text.sse", first = '"content":"Paris is"', done = "data: [DONE]",
+            call = function(url, cb) return oa(url, { retry = { base_ms = 0, max_retries = 1 } }):chat { messages = MSG, on_delta = cb } end },
+          { name = "an_text.sse", first = '"text":"yes"',
+            call = function(url, cb) return an(url, { retry = { base_ms = 0, max_retries = 1 } }):messages { messages = MSG, on_delta = cb } end },
+        }
+        local ways = { "&pause=0", "&split=0&pause=20", "&chunk=7&pause=0" }
+        local runs, wrong = 0, 0
+        for _, c in ipairs(cases) do
+          local data = assert(io.open(DIR .. "/" .. c.name, "rb")):read("*a")
+          local first, done = ends(data, c.first), c.done and ends(data, c.done)
+          local cuts = {}
+          for n = 0, #data, 11 do cuts[#cuts + 1] = n end
+          for _, n in ipairs({ first - 1, first, done and done - 1, done, #data }) do cuts[#cuts + 1] = n end
+          for _, n in ipairs(cuts) do
+            local want = (done and n >= done) and "ok" or (n >= first and "delivered") or "retried"
+            for _, way in ipairs(ways) do
+              local deltas = 0
+              local r, e = c.call(BASE .. "/file?path=" .. c.name .. "&cut=" .. n .. way, function() deltas = deltas + 1 end)
+              local got
+              if r then got = "ok"
+              elseif e:find("part of the stream was already delivered", 1, true) and e:find("after 1 attempt)", 1, true)
+                and deltas >= 1 then got = "delivered"
+              elseif e:find("after 2 attempts)", 1, true) and not e:find("delivered", 1, true) and deltas == 0 then got = "retried"
+              else got = "other: " .. e end
+              runs = runs + 1
+              if got ~= want then
+                wrong = wrong + 1
+                print("wrong", c.name, n, way, want, got, deltas)
+              end
+            end
+          end
+        end
+        print("runs", runs, wrong)
+      ]])
+      local runs, wrong = line(out, "runs"):match("(%d+)\t(%d+)")
+      assert.is_true(tonumber(runs) > 300, out)
+      assert.equals("0", wrong, out)
+    end)
+
+    it("refuses client headers and keys that would break the header block, and scrubs encoded keys", function()
+      local out = run([[
+        local function make(f, o) local ok, e = pcall(f, o) return ok and "made" or ("ERR " .. e:gsub("^[^:]*:%d+: ", "")) end
+        print("oa_nul", make(llm.openai.new, { api_key = "k", headers = { ["X-Org"] = "org\0id", ["X-After"] = "1" } }))
+        print("oa_key", make(llm.openai.new, { api_key = "sk-abc\r\nX-Evil: 1" }))
+        print("an_lf", make(llm.anthropic.new, { api_key = "k", headers = { ["anthropic-beta"] = "a\nb" } }))
+        print("an_version", make(llm.anthropic.new, { api_key = "k", version = "2023-06-01\0" }))
+        print("an_name", make(llm.anthropic.new, { api_key = "k", headers = { ["bad name"] = "v" } }))
+        -- a gateway that quotes the key JSON-escaped in its error
+        local SK = "sk-live/AB+cd:ef"
+        local function q(x) return (x:gsub("[^%w]", function(ch) return string.format("%%%02X", ch:byte()) end)) end
+        local url = BASE .. "/status/401?body=" .. q('{"error":{"message":"Incorrect API key provided: sk-live\\/AB+cd:ef","type":"invalid_request_error"}}')
+        local _, e1 = oa(url, { api_key = SK }):chat { messages = MSG }
+        local _, e2 = an(url, { api_key = SK }):messages { messages = MSG }
+        print("oa_err", e1)
+        print("an_err", e2)
+      ]])
+      assert.equals("ERR specula.llm.openai.new: the value of header 'X-Org' contains a NUL byte", line(out, "oa_nul"))
+      assert.equals("ERR specula.llm.openai.new: api_key contains a control character (NUL, CR, LF, ...)", line(out, "oa_key"))
+      assert.equals("ERR specula.llm.anthropic.new: the value of header 'anthropic-beta' contains a line break (CR or LF)",
+                    line(out, "an_lf"))
+      assert.equals("ERR specula.llm.anthropic.new: the value of header 'anthropic-version' contains a NUL byte",
+                    line(out, "an_version"))
+      assert.equals("ERR specula.llm.anthropic.new: header name 'bad name' is not a valid HTTP header name", line(out, "an_name"))
+      for _, tag in ipairs({ "oa_err", "an_err" }) do
+        local l = line(out, tag)
+        assert.truthy(l:find("401 invalid_request_error: Incorrect API key provided: [redacted]", 1, true), l)
+        assert.is_nil(l:find("AB+cd", 1, true), l)
+        assert.is_nil(l:find("sk-live", 1, true), l)
+      end
+    end)
+  end)
+
   describe("anthropic", function()
     it("assembles text, thinking and tool_use, firing on_tool_name before the input completes", function()
       local out = run([[
@@ -765,6 +914,29 @@ describe("specula.llm", function()
                     line(out, "headers"))
       assert.equals('{"max_tokens":1024,"messages":[{"content":"hi","role":"user"}],"model":"claude-test","stream":true,'
         .. '"system":"be brief","tools":[{"description":"d","input_schema":{"type":"object"},"name":"f"}]}', line(out, "body"))
+    end)
+
+    it("assembles the streamed input of server_tool_use, mcp_tool_use and any block with input_json_delta", function()
+      local out = run([[
+        local calls = {}
+        local r = assert(an(file("an_server.sse")):messages { messages = MSG,
+          on_tool_call = function(c) calls[#calls + 1] = c.name end })
+        local b = r.blocks
+        print("server", b[1].type, b[1].id, b[1].name, enc(b[1].input), enc(b[1].raw.input), b[1].raw.id)
+        print("result", b[2].type, b[2].raw.content[1].title)
+        print("mcp", b[3].type, enc(b[3].input), enc(b[3].raw.input), b[3].raw.server_name)
+        print("future", b[5].type, enc(b[5].input), enc(b[5].raw.input))
+        print("calls", #r.tool_calls, r.tool_calls[1].name, enc(r.tool_calls[1].input), table.concat(calls, ","))
+        print("raw", enc(r.raw.content[1].raw.input))
+      ]])
+      assert.equals('server_tool_use\tsrvtoolu_01\tweb_search\t{"query":"tides Brest"}\t{"query":"tides Brest"}\tsrvtoolu_01',
+                    line(out, "server"))
+      assert.equals("web_search_tool_result\tTides in Brest", line(out, "result"))
+      assert.equals('mcp_tool_use\t{"days":2,"port":"Brest"}\t{"days":2,"port":"Brest"}\tharbour', line(out, "mcp"))
+      assert.equals('future_tool_use\t{"n":1}\t{"n":1}', line(out, "future"))
+      -- only the local tool is the caller's to run
+      assert.equals('1\tcalc\t{"expr":"6*7"}\tcalc', line(out, "calls"))
+      assert.equals('{"query":"tides Brest"}', line(out, "raw"))
     end)
 
     it("gives the same result when the stream is split at every byte offset", function()

@@ -106,6 +106,95 @@ describe("specula.tools", function()
     assert.equals("200:q=z:z:c", line(out, "fn"))
   end)
 
+  it("keeps every argument inside its path segment: no dot segments, no /, ? or #", function()
+    local out = run([[
+      local t = tools.http { name = "profile", url = BASE .. "/echo/items/{id}/profile?v={v}", result = "json" }
+      local function path(args) local ok, r = pcall(t.call, args) return ok and (r.path .. " " .. r.query) or ("ERR " .. r) end
+      print("dotdot", path({ id = "..", v = 1 }))
+      print("dot", path({ id = ".", v = 1 }))
+      print("pair", try(tools.http { name = "two", url = BASE .. "/echo/{a}{b}/x" }.call, { a = ".", b = "." }))
+      print("env", try(tools.http { name = "e", url = BASE .. "/echo/{env.UP}/x" }.call, {}))
+      print("chars", path({ id = "a/../b?c=1#d", v = 1 }))
+      print("dots_ok", path({ id = "...", v = "..%2e" }))
+      print("num", path({ id = 42, v = ".." }))
+      print("query_only", try(tools.http { name = "q", url = BASE .. "?p=/{v}", retry = false }.call, { v = ".." }))
+      -- the path is sent as written: literal dot segments are not resolved either
+      print("as_is", tools.http { name = "lit", url = BASE .. "/echo/a/../b/./{x}", result = "json" }.call({ x = 1 }).path)
+    ]], { UP = ".." })
+    assert.equals("ERR tools.http 'profile': {id} in the url makes the path segment \"..\"; a value cannot be "
+      .. "\".\" or \"..\" in the path", line(out, "dotdot"))
+    assert.equals("ERR tools.http 'profile': {id} in the url makes the path segment \".\"; a value cannot be "
+      .. "\".\" or \"..\" in the path", line(out, "dot"))
+    assert.equals("ERR tools.http 'two': {a} and {b} in the url makes the path segment \"..\"; a value cannot be "
+      .. "\".\" or \"..\" in the path", line(out, "pair"))
+    assert.equals("ERR tools.http 'e': {env.UP} in the url makes the path segment \"..\"; a value cannot be "
+      .. "\".\" or \"..\" in the path", line(out, "env"))
+    assert.equals("/echo/items/a%2F..%2Fb%3Fc%3D1%23d/profile v=1", line(out, "chars"))
+    assert.equals("/echo/items/.../profile v=..%252e", line(out, "dots_ok"))
+    assert.equals("/echo/items/42/profile v=..", line(out, "num"))
+    -- no path at all: the "/" and ".." are in the query, so the server is asked (and says 404)
+    assert.matches("^ERR tools.http 'q': HTTP 404 from GET http://127", line(out, "query_only"))
+    assert.equals("/echo/a/../b/./1", line(out, "as_is"))
+  end)
+
+  it("refuses header values with NUL, CR or LF, naming the tool and the header", function()
+    local out = run([[
+      local t = tools.http { name = "note", url = BASE .. "/echo", result = "json",
+        headers = { ["X-Note"] = "{note}", Authorization = "Bearer {env.SEARCH_KEY}" } }
+      local function sent(args)
+        local ok, r = pcall(t.call, args)
+        if not ok then return "ERR " .. r end
+        return tostring(r.headers["x-note"]) .. " auth=" .. tostring(r.headers.authorization ~= nil)
+      end
+      print("ok", sent({ note = "plain\tnote" }))
+      print("nul", sent({ note = "before\0after" }))
+      print("crlf", sent({ note = "x\r\nX-Injected: 1" }))
+      print("lf", sent({ note = "x\nX-Injected: 1" }))
+      local function make(spec) local ok, e = pcall(tools.http, spec) return ok and "made" or ("ERR " .. e) end
+      print("static", make { name = "s", url = BASE .. "/echo", headers = { ["X-A"] = "a\0b" } })
+      print("name", make { name = "n", url = BASE .. "/echo", headers = { ["X-A\r\nX-B"] = "v" } })
+    ]])
+    assert.equals("plain\tnote auth=true", line(out, "ok"))
+    assert.equals("ERR tools.http 'note': the value of header 'X-Note' contains a NUL byte", line(out, "nul"))
+    assert.equals("ERR tools.http 'note': the value of header 'X-Note' contains a line break (CR or LF)", line(out, "crlf"))
+    assert.equals("ERR tools.http 'note': the value of header 'X-Note' contains a line break (CR or LF)", line(out, "lf"))
+    assert.matches("^ERR .*specula%.tools%.http 's': the value of header 'X%-A' contains a NUL byte$", line(out, "static"))
+    assert.matches("^ERR .*specula%.tools%.http: tool 'n': header name 'X%-A\\13\\10X%-B' is not a valid HTTP header name$",
+                   line(out, "name"))
+  end)
+
+  it("never shows a secret from the environment in an error, in any encoding", function()
+    local TOKEN = "123456:ABC/x+y"
+    local out, err = run([[
+      local function q(s) return (s:gsub("[^%w]", function(c) return string.format("%%%02X", c:byte()) end)) end
+      -- the token in the path: the URL carries it percent-encoded
+      print("path", try(tools.http { name = "bot", url = BASE .. "/status/404/bot{env.TG}/send", retry = false }.call, {}))
+      print("refused", try(tools.http { name = "down", url = "http://127.0.0.1:1/bot{env.TG}/send", retry = false }.call, {}))
+      -- a server that echoes the token JSON-escaped ("\/") in its error body
+      print("json", try(tools.http { name = "api", headers = { Authorization = "Bearer {env.TG}" }, retry = false,
+        url = BASE .. "/status/401?body=" .. q('{"error":"bad token 123456:ABC\\/x+y"}') .. "&ctype=text/plain" }.call, {}))
+      -- userinfo: libcurl sends Basic base64("user:<token>"); the server echoes the request back
+      print("basic", try(tools.http { name = "basic", retry = false,
+        url = BASE:gsub("//", "//user:{env.TG}@") .. "/echo?status=403" }.call, {}))
+      -- a result function quoting the response (which echoes the header)
+      print("fn", try(tools.http { name = "fn", headers = { ["X-Token"] = "{env.TG}" }, url = BASE .. "/echo",
+        result = function(res) error("cannot use " .. res.body, 0) end }.call, {}))
+    ]], { TG = TOKEN })
+    for _, tag in ipairs({ "path", "refused", "json", "basic", "fn" }) do
+      local l = line(out, tag)
+      assert.truthy(l and l:find("^ERR ") and l:find("[redacted]", 1, true), tag .. ": " .. tostring(l))
+      for i = 1, #TOKEN - 3 do
+        assert.is_nil(l:find(TOKEN:sub(i, i + 3), 1, true), tag .. " leaks " .. TOKEN:sub(i, i + 3) .. ": " .. l)
+      end
+    end
+    assert.matches("^ERR tools.http 'bot': HTTP 400 from GET http://127%.0%.0%.1:%d+/status/404/bot%[redacted%]/send",
+                   line(out, "path"))
+    assert.matches("ECONNREFUSED: GET http://127%.0%.0%.1:1/bot%[redacted%]/send", line(out, "refused"))
+    assert.is_nil(line(out, "basic"):find("dXNlcjox", 1, true))   -- base64 of "user:1"
+    assert.is_nil(line(out, "basic"):find("MjM0NTY6QUJDL3gr", 1, true))
+    assert.is_nil(err:find("123456", 1, true))
+  end)
+
   it("reads passages from the search response shapes servers use", function()
     local out = run([[
       local P = tools.passages

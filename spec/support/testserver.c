@@ -156,6 +156,7 @@ struct ts_conn {
   size_t foff;          /* /file bytes sent */
   size_t fsplit;        /* /file split offset */
   size_t fstep;         /* /file piece size */
+  int fcut;             /* /file?cut=N: close (FIN) after flen bytes, body unfinished */
   char chdr[24];        /* chunk-size line for the last /big chunk */
 };
 
@@ -1213,7 +1214,15 @@ static int ts_h_stall(ts_conn *c) {
   return 1; /* busy until the client goes away */
 }
 
+/* /echo[/...][?status=S]: the request as JSON, with status S (default 200),
+   so an error response can carry the request's own headers back. */
 static int ts_h_echo(ts_conn *c, const ts_req *r) {
+  uint64_t status;
+  if (ts_param_u64(r, "status", 200, &status) || status < 200 || status > 599 ||
+      ts_no_body_status((int)status)) {
+    ts_text(c, 400, "bad echo request");
+    return 0;
+  }
   ts_buf *j = &c->jbuf;
   j->len = 0;
   ts_buf_adds(j, "{\"method\":");
@@ -1233,7 +1242,7 @@ static int ts_h_echo(ts_conn *c, const ts_req *r) {
   ts_buf_adds(j, "},\"body\":");
   ts_json_str(j, r->body, r->body_len, 0);
   ts_buf_add(j, "}", 1);
-  ts_reply(c, 200, "application/json", j->p, j->len);
+  ts_reply(c, (int)status, "application/json", j->p, j->len);
   j->len = 0;
   return 0;
 }
@@ -1313,6 +1322,13 @@ static int ts_file_step(ts_conn *c) {
     c->foff = end;
   }
   if (c->foff >= c->flen) {
+    if (c->fcut) {
+      /* the server "dies" mid-body: no last chunk, just the close */
+      ts_flush(c);
+      c->keep_alive = 0;
+      ts_conn_shutdown(c);
+      return 0;
+    }
     ts_buf_add(&c->obuf, "0\r\n\r\n", 5);
     ts_flush(c);
     return 0;
@@ -1328,14 +1344,18 @@ static void ts_on_file(uv_timer_t *t) {
     ts_response_done(c);
 }
 
+/* /file?path=NAME: the file as a chunked body; split=N or chunk=N with
+   pause=MS schedule the pieces; cut=N sends only the first N bytes and then
+   closes the connection without the last chunk (a server dying mid-body). */
 static int ts_h_file(ts_conn *c, const ts_req *r) {
   const ts_str *name = ts_param(r, "path"), *ct = ts_param(r, "ctype");
   const ts_str *split = ts_param(r, "split"), *chunk = ts_param(r, "chunk");
-  uint64_t status, pause, off = 0, step = 0;
+  const ts_str *cut = ts_param(r, "cut");
+  uint64_t status, pause, off = 0, step = 0, cutn = 0;
   if (!name || ts_param_u64(r, "status", 200, &status) || status < 200 || status > 599 ||
       ts_no_body_status((int)status) || ts_param_u64(r, "pause", 5, &pause) ||
       (split && ts_u64(*split, &off)) || (chunk && (ts_u64(*chunk, &step) || step == 0)) ||
-      (ct && !ts_hdr_safe(*ct))) {
+      (ct && !ts_hdr_safe(*ct)) || (cut && ts_u64(*cut, &cutn))) {
     ts_text(c, 400, "bad file request");
     return 0;
   }
@@ -1348,6 +1368,9 @@ static int ts_h_file(ts_conn *c, const ts_req *r) {
   }
   free(c->fdata);
   c->fdata = data;
+  c->fcut = cut != NULL;
+  if (cut && cutn < len)
+    len = (size_t)cutn;
   c->flen = len;
   c->foff = 0;
   c->fphase = 0;

@@ -27,7 +27,9 @@
 -- has streamed: the early "tool name known" event action speculation uses.
 -- Tool input arrives as input_json_delta fragments and is decoded only when
 -- its block stops. A tool_use block cut off by max_tokens is reported with
--- incomplete = true and the input text so far.
+-- incomplete = true and the input text so far. server_tool_use and
+-- mcp_tool_use blocks (run by the provider, so not in tool_calls) get their
+-- streamed input assembled the same way, in blocks[i].input and .raw.
 local http = require "specula.http"
 local sse = require "specula.sse"
 local json = require "specula.json"
@@ -63,6 +65,12 @@ function M.new(opts)
   if opts.headers ~= nil and type(opts.headers) ~= "table" then
     error("specula.llm.anthropic.new: headers must be a table", 2)
   end
+  local hp = retry.header_problem(opts.headers)
+  if hp then error("specula.llm.anthropic.new: " .. hp, 2) end
+  -- the key goes into a header: the same bytes would break it
+  if type(key) == "string" and find(key, "[%c\127]") then
+    error("specula.llm.anthropic.new: api_key contains a control character (NUL, CR, LF, ...)", 2)
+  end
   local beta = opts.beta
   if type(beta) == "string" then beta = { beta } end
   local url = opts.messages_url or (base:match("/v1$") and (base .. "/messages") or (base .. "/v1/messages"))
@@ -81,9 +89,11 @@ function M.new(opts)
     messages_url = url,
     extra = opts.extra,
   }, Client)
-  self.endpoint = retry.endpoint(base)
+  self.endpoint = retry.scrub(retry.endpoint(base), key)
   if nonempty(key) then KEYS[self] = key end
   self._secrets = retry.secrets(key, self.headers)
+  local hp = retry.header_problem(self:_headers())  -- version and beta values too
+  if hp then error("specula.llm.anthropic.new: " .. hp, 2) end
   return self
 end
 
@@ -128,6 +138,11 @@ local function decode_input(text)
   return nil, err or ("input is JSON " .. type(v) .. ", not an object")
 end
 
+-- Block types whose input streams as input_json_delta (any other block that
+-- receives such deltas is assembled the same way).
+local INPUT_BLOCKS = { tool_use = true, server_tool_use = true, mcp_tool_use = true }
+local function has_input(b) return INPUT_BLOCKS[b.type] or b.json_input end
+
 local function finish_tool(b)
   if b.finished then return end
   b.finished = true
@@ -164,8 +179,10 @@ local function on_event(st, t, ev, cb)
       end
     elseif b.type == "thinking" then
       if type(cbk.thinking) == "string" and cbk.thinking ~= "" then b.parts[#b.parts + 1] = cbk.thinking end
-    elseif b.type == "tool_use" then
+    elseif INPUT_BLOCKS[b.type] then
       b.id, b.name, b.start_input = nonempty(cbk.id), nonempty(cbk.name), cbk.input
+    end
+    if b.type == "tool_use" then
       st.tools[#st.tools + 1] = b
       if cb.on_tool_name and b.name then
         st.delivered = true
@@ -185,6 +202,7 @@ local function on_event(st, t, ev, cb)
     elseif dt == "input_json_delta" then
       local pj = d.partial_json
       if type(pj) == "string" and pj ~= "" then
+        b.json_input = true
         b.parts[#b.parts + 1] = pj
         if cb.on_tool_input then st.delivered = true; cb.on_tool_input(pj, idx) end
       end
@@ -200,8 +218,8 @@ local function on_event(st, t, ev, cb)
     local idx = tonumber(ev.index) or (#st.blocks - 1)
     local b = block_at(st, idx)
     b.stopped = true
+    if has_input(b) then finish_tool(b) end
     if b.type == "tool_use" then
-      finish_tool(b)
       if cb.on_tool_call and b.input then
         st.delivered = true
         cb.on_tool_call({ id = b.id, name = b.name, input = b.input, input_text = b.input_text, index = idx })
@@ -239,6 +257,17 @@ local function result_of(st)
       out.incomplete = incomplete or nil
       calls[#calls + 1] = { id = b.id, name = b.name, input = b.input, input_text = b.input_text,
                             input_error = b.input_error, index = b.index, incomplete = incomplete or nil }
+    elseif has_input(b) then
+      -- server and MCP tool calls: the assembled input, not the {} of the
+      -- block's start event
+      if not b.finished then finish_tool(b) end
+      local raw = {}
+      for k, v in pairs(b.raw or {}) do raw[k] = v end
+      raw.input = b.input or raw.input
+      out.id, out.name, out.input, out.input_text = b.id, b.name, b.input, b.input_text
+      out.input_error = b.input_error
+      out.incomplete = (not b.stopped) or nil
+      out.raw = raw
     else
       out.raw = b.raw
     end
@@ -328,14 +357,14 @@ local function parse_message(body, cb)
       local input = blk.input
       local start = {}
       for k, v in pairs(blk) do start[k] = v end
-      if start.type == "tool_use" then start.input = json.object({}) end
+      if INPUT_BLOCKS[start.type] then start.input = json.object({}) end
       if start.type == "text" then start.text = "" end
       on_event(st, "content_block_start", { index = i - 1, content_block = start }, cb)
       if blk.type == "text" then
         on_event(st, "content_block_delta", { index = i - 1, delta = { type = "text_delta", text = blk.text } }, cb)
       elseif blk.type == "thinking" then
         on_event(st, "content_block_delta", { index = i - 1, delta = { type = "thinking_delta", thinking = blk.thinking } }, cb)
-      elseif blk.type == "tool_use" then
+      elseif INPUT_BLOCKS[blk.type] then
         local text = type(input) == "table" and (json.encode(input) or "{}") or tostring(input or "")
         on_event(st, "content_block_delta", { index = i - 1, delta = { type = "input_json_delta", partial_json = text } }, cb)
       end
@@ -372,6 +401,9 @@ local FIELDS = { "tool_choice", "temperature", "top_p", "top_k", "stop_sequences
 
 function Client:_fail(f, n, why, url)
   local where = "POST " .. retry.endpoint(url)
+  -- the body is scrubbed before describe() cuts an excerpt out of it, so
+  -- no part of a secret survives the cut
+  if type(f.body) == "string" then f.body = retry.scrub(f.body, self._secrets) end
   local msg
   if f.msg then
     msg = f.msg .. " (" .. where .. (n > 1 and (", " .. retry.attempts_text(n)) or "") .. ")"

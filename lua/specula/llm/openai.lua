@@ -71,6 +71,12 @@ function M.new(opts)
   if opts.headers ~= nil and type(opts.headers) ~= "table" then
     error("specula.llm.openai.new: headers must be a table", 2)
   end
+  local hp = retry.header_problem(opts.headers)
+  if hp then error("specula.llm.openai.new: " .. hp, 2) end
+  -- the key goes into a header: the same bytes would break it
+  if type(key) == "string" and find(key, "[%c\127]") then
+    error("specula.llm.openai.new: api_key contains a control character (NUL, CR, LF, ...)", 2)
+  end
   local self = setmetatable({
     name = opts.name or "openai",
     base_url = base,
@@ -87,7 +93,7 @@ function M.new(opts)
     include_usage = opts.include_usage ~= false,
     extra = opts.extra,
   }, Client)
-  self.endpoint = retry.endpoint(base)
+  self.endpoint = retry.scrub(retry.endpoint(base), key)
   if nonempty(key) then KEYS[self] = key end
   self._secrets = retry.secrets(key, self.headers)
   return self
@@ -105,6 +111,9 @@ end
 -- An error string: prefixed, scrubbed, naming the endpoint.
 function Client:_fail(f, n, why, method, url)
   local where = method .. " " .. retry.endpoint(url)
+  -- the body is scrubbed before describe() cuts an excerpt out of it, so
+  -- no part of a secret survives the cut
+  if type(f.body) == "string" then f.body = retry.scrub(f.body, self._secrets) end
   local msg
   if f.msg then
     msg = f.msg .. " (" .. where .. (n > 1 and (", " .. retry.attempts_text(n)) or "") .. ")"

@@ -67,7 +67,8 @@ local M = {}
 function M.endpoint(url)
   url = tostring(url or "")
   url = url:gsub("[?#].*$", "")
-  url = url:gsub("^(%a[%w+.-]*://)[^/@]*@", "%1")
+  -- up to the last "@" of the authority: a password may hold a raw "@"
+  url = url:gsub("^(%a[%w+.-]*://)[^/]*@", "%1")
   return url
 end
 
@@ -107,27 +108,293 @@ function M.secrets(key, headers)
   return list
 end
 
+----------------------------------------------------------------------------
+-- secrets in every form they take on the wire
+----------------------------------------------------------------------------
+
+local bit = require "bit"
+local band, bor, lshift, rshift = bit.band, bit.bor, bit.lshift, bit.rshift
+local char = string.char
+
+local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+local B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+local function b64encode(s, alphabet)
+  local out = {}
+  for i = 1, #s, 3 do
+    local a, b, c = byte(s, i, i + 2)
+    local n = bor(lshift(a, 16), lshift(b or 0, 8), c or 0)
+    local k = c and 4 or (b and 3 or 2)
+    for j = 1, 4 do
+      out[#out + 1] = j <= k and sub(alphabet, band(rshift(n, 24 - 6 * j), 63) + 1,
+                                     band(rshift(n, 24 - 6 * j), 63) + 1) or "="
+    end
+  end
+  return table.concat(out)
+end
+
+local B64VAL = {}
+for i = 1, 64 do
+  B64VAL[byte(B64, i)] = i - 1
+  B64VAL[byte(B64URL, i)] = i - 1
+end
+
+local function b64decode(s)
+  s = gsub(s, "=+$", "")
+  if s == "" or find(s, "[^%w%+/_%-]") or #s % 4 == 1 then return nil end
+  local out, n, bits = {}, 0, 0
+  for i = 1, #s do
+    n = bor(lshift(n, 6), B64VAL[byte(s, i)])
+    bits = bits + 6
+    if bits >= 8 then
+      bits = bits - 8
+      out[#out + 1] = char(band(rshift(n, bits), 255))
+      n = band(n, lshift(1, bits) - 1)
+    end
+  end
+  return table.concat(out)
+end
+M._b64encode, M._b64decode = b64encode, b64decode
+
+-- The secret itself plus what can be derived from it: the credential after
+-- an auth scheme ("Bearer X" -> X) and, for Basic, the decoded "user:pass"
+-- and the password alone.
+local function expand(k, into)
+  into[#into + 1] = k
+  local cred = k:match("^%a[%w%-]*%s+(%S+)%s*$")
+  if cred then
+    into[#into + 1] = cred
+    local dec = lower(k):match("^basic%s") and b64decode(cred)
+    if dec and not find(dec, "%c") then
+      into[#into + 1] = dec
+      local pass = dec:match("^[^:]*:(.+)$")
+      if pass then into[#into + 1] = pass end
+    end
+  end
+  return into
+end
+
+-- Code points of s: a list of { first byte index, byte length, code point }
+-- (invalid UTF-8 bytes stand alone with cp = nil).
+local function codepoints(s)
+  local out, i = {}, 1
+  while i <= #s do
+    local c = byte(s, i)
+    local n, cp = 1, c < 0x80 and c or nil
+    if c >= 0xC2 and c <= 0xF4 then
+      local len = c < 0xE0 and 2 or (c < 0xF0 and 3 or 4)
+      local v, ok = band(c, len == 2 and 0x1F or (len == 3 and 0x0F or 0x07)), i + len - 1 <= #s
+      for k = 1, len - 1 do
+        local ck = byte(s, i + k)
+        if not ck or ck < 0x80 or ck > 0xBF then ok = false; break end
+        v = bor(lshift(v, 6), band(ck, 0x3F))
+      end
+      if ok then n, cp = len, v end
+    end
+    out[#out + 1] = { i, n, cp }
+    i = i + n
+  end
+  return out
+end
+
+local JSON_SHORT = { [8] = "\\b", [9] = "\\t", [10] = "\\n", [12] = "\\f", [13] = "\\r",
+                     [34] = '\\"', [47] = "\\/", [92] = "\\\\" }
+local HTML_NAMED = { [38] = { "&amp;" }, [60] = { "&lt;" }, [62] = { "&gt;" },
+                     [34] = { "&quot;" }, [39] = { "&apos;", "&#39;" } }
+
+-- Does s hold, at i, the JSON \u escape(s) of code point cp? -> end + 1
+local function json_u(s, i, cp)
+  local function hex4(at)
+    local h = sub(s, at, at + 5)
+    if sub(h, 1, 2) ~= "\\u" or not find(h, "^\\u%x%x%x%x$") then return nil end
+    return tonumber(sub(h, 3), 16)
+  end
+  local v = hex4(i)
+  if not v then return nil end
+  if cp < 0x10000 then return v == cp and i + 6 or nil end
+  local hi, lo = 0xD800 + rshift(cp - 0x10000, 10), 0xDC00 + band(cp - 0x10000, 0x3FF)
+  if v == hi and hex4(i + 6) == lo then return i + 12 end
+  return nil
+end
+
+-- Does s hold, at i, an HTML character reference to cp? -> end + 1
+local function html_ref(s, i, cp)
+  if byte(s, i) ~= 38 then return nil end
+  local d, e = s:match("^&#(%d+);()", i)
+  if d and tonumber(d) == cp then return e end
+  local x, e2 = s:match("^&#[xX](%x+);()", i)
+  if x and tonumber(x, 16) == cp then return e2 end
+  for _, name in ipairs(HTML_NAMED[cp] or {}) do
+    if lower(sub(s, i, i + #name - 1)) == name then return i + #name end
+  end
+  return nil
+end
+
+-- Where the secret k (bytes kb, code points cps) ends if it starts at i of s,
+-- each character written raw, percent-encoded (either hex case, "+" for a
+-- space), JSON-escaped or as an HTML reference. Backtracks, so a "%" or "\"
+-- in the secret itself is found in any form.
+local function match_at(s, i, k, cps, ci, bi)
+  if ci > #cps then return i end
+  local cpi = cps[ci]
+  local first, len, cp = cpi[1], cpi[2], cpi[3]
+  local nbi = bi or first
+  if nbi == first + len then return match_at(s, i, k, cps, ci + 1, nil) end
+  local b = byte(k, nbi)
+  local c = byte(s, i)
+  if not c then return nil end
+  local r
+  if c == b then
+    r = match_at(s, i + 1, k, cps, ci, nbi + 1)
+    if r then return r end
+  end
+  if c == 37 then -- %HH
+    local h = sub(s, i + 1, i + 2)
+    if find(h, "^%x%x$") and tonumber(h, 16) == b then
+      r = match_at(s, i + 3, k, cps, ci, nbi + 1)
+      if r then return r end
+    end
+  end
+  if c == 43 and b == 32 then
+    r = match_at(s, i + 1, k, cps, ci, nbi + 1)
+    if r then return r end
+  end
+  if nbi == first and cp then
+    local e
+    if c == 92 then
+      e = json_u(s, i, cp)
+      if not e and JSON_SHORT[cp] and sub(s, i, i + 1) == JSON_SHORT[cp] then e = i + 2 end
+    elseif c == 38 then
+      e = html_ref(s, i, cp)
+    end
+    if e then
+      r = match_at(s, e, k, cps, ci + 1, nil)
+      if r then return r end
+    end
+  end
+  return nil
+end
+
+local function redact_forms(s, k)
+  local cps = codepoints(k)
+  local fb = byte(k, 1)
+  local starts = "[%%%+\\&" .. (find(char(fb), "%w") and char(fb) or ("%" .. char(fb))) .. "]"
+  if fb >= 128 then starts = "[%%%+\\&" .. char(fb) .. "]" end
+  local out, init, last = {}, 1, 1
+  while true do
+    local i = find(s, starts, init)
+    if not i then break end
+    local e = match_at(s, i, k, cps, 1, nil)
+    if e then
+      out[#out + 1] = sub(s, last, i - 1)
+      out[#out + 1] = REDACTED
+      last, init = e, e
+    else
+      init = i + 1
+    end
+  end
+  if last == 1 then return s end
+  out[#out + 1] = sub(s, last)
+  return table.concat(out)
+end
+
+-- Base64 text that encodes k somewhere inside (e.g. "user:k" in a Basic
+-- header): for each of the three alignments, the characters that depend on
+-- k's bytes alone. A found run is redacted whole, padding included.
+local function redact_base64(s, k)
+  for _, alphabet in ipairs({ B64, B64URL }) do
+    for pre = 0, 2 do
+      local enc = b64encode(string.rep("\0", pre) .. k .. "\0\0", alphabet)
+      local from = math.ceil(8 * pre / 6) + 1
+      local to = floor((8 * (pre + #k)) / 6)
+      local core = sub(enc, from, to)
+      if #core >= 6 then
+        local init = 1
+        while true do
+          local i, j = find(s, core, init, true)
+          if not i then break end
+          while i > 1 and find(sub(s, i - 1, i - 1), "[%w%+/_%-]") do i = i - 1 end
+          while j < #s and find(sub(s, j + 1, j + 1), "[%w%+/_%-=]") do j = j + 1 end
+          s = sub(s, 1, i - 1) .. REDACTED .. sub(s, j + 1)
+          init = i + #REDACTED
+        end
+      end
+    end
+  end
+  return s
+end
+
+--- The problem with a header set a client is configured with, or nil: a
+-- name that is not an HTTP token, or a value with NUL, CR, LF or another
+-- control byte (which would cut the header block short or start a new
+-- header). Names the header, never shows the value.
+function M.header_problem(headers)
+  if type(headers) ~= "table" then return nil end
+  for k, v in pairs(headers) do
+    if type(k) ~= "string" or not find(k, "^[%w!#$%%&'*+%-.^_`|~]+$") then
+      return "header name '" .. gsub(tostring(k), "%c", function(c) return "\\" .. byte(c) end)
+        .. "' is not a valid HTTP header name"
+    end
+    if type(v) ~= "string" and type(v) ~= "number" then
+      return "header '" .. k .. "' must be a string"
+    end
+    v = tostring(v)
+    if find(v, "%z") then return "the value of header '" .. k .. "' contains a NUL byte" end
+    if find(v, "[\r\n]") then return "the value of header '" .. k .. "' contains a line break (CR or LF)" end
+    if find(v, "[\1-\8\11\12\14-\31\127]") then
+      return "the value of header '" .. k .. "' contains a control character"
+    end
+  end
+  return nil
+end
+
 --- Replace every secret (a string or a list of strings) and anything that
--- looks like a credential (Bearer tokens, sk-... keys, api-key headers,
--- key=... query parameters, userinfo in URLs) with "[redacted]".
+-- looks like a credential (Bearer and Basic credentials, sk-... keys,
+-- api-key headers, key=... query parameters, userinfo in URLs) with
+-- "[redacted]". A secret is found raw, percent-encoded (either hex case,
+-- "+" for a space), JSON-escaped ("\/", "\uXXXX"), as HTML references, and
+-- inside Base64 (a Basic "user:secret"), and its head when an excerpt cut
+-- it ("...") ; "Bearer X" and "Basic X" values also hide X and, for Basic,
+-- the decoded password.
 function M.scrub(s, secrets)
   if s == nil then return nil end
   s = tostring(s)
   if type(secrets) == "string" then secrets = { secrets } end
   if type(secrets) == "table" then
+    local list = {}
     for _, k in pairs(secrets) do
+      if type(k) == "string" then expand(k, list) end
+    end
+    -- longest first, so a secret that contains another goes whole
+    table.sort(list, function(a, b) return #a > #b end)
+    for _, k in ipairs(list) do
       -- very short values would blank out ordinary words
-      if type(k) == "string" and #k >= 6 then s = plain_replace(s, k, REDACTED) end
+      if #k >= 6 then
+        s = plain_replace(s, k, REDACTED)
+        s = redact_forms(s, k)
+        s = redact_base64(s, k)
+        -- an excerpt cut inside the secret ends in "...": its head goes too
+        if find(s, "...", 1, true) then
+          for n = #k - 1, 4, -1 do
+            local head = sub(k, 1, n)
+            if byte(head, n) < 0x80 then s = redact_forms(s, head .. "...") end
+          end
+        end
+      end
     end
   end
   s = gsub(s, "([Bb][Ee][Aa][Rr][Ee][Rr]%s+)[%w%-%._~%+/=]+", "%1" .. REDACTED)
+  s = gsub(s, "([Bb][Aa][Ss][Ii][Cc]%s+)([%w%+/=]+)", function(pre, cred)
+    local dec = b64decode(cred)
+    if dec and find(dec, ":", 1, true) and not find(dec, "%c") then return pre .. REDACTED end
+  end)
   s = gsub(s, "%f[%w]sk%-[%w%-_]+", function(m)
     if #m >= 12 then return REDACTED end
   end)
   s = gsub(s, "([Xx]%-[Aa][Pp][Ii]%-[Kk][Ee][Yy][\"']?%s*[:=]%s*[\"']?)[^%s\"',}]+", "%1" .. REDACTED)
   s = gsub(s, "([?&][%w_]*[Kk][Ee][Yy]=)[^&%s\"']+", "%1" .. REDACTED)
   s = gsub(s, "([?&][%w_]*[Tt][Oo][Kk][Ee][Nn]=)[^&%s\"']+", "%1" .. REDACTED)
-  s = gsub(s, "(%a[%w+.-]*://)[^/@%s]+@", "%1")
+  s = gsub(s, "(%a[%w+.-]*://)[^/%s?#]*@", "%1")
   return s
 end
 
