@@ -58,12 +58,34 @@ end
 
 -- ---- options ------------------------------------------------------------
 
+-- Shared numeric options (k, m, eps, seed, concurrency, ...): their domains
+-- live in one C function (engine/sp_opt.c) that `specula theory` uses too.
+local optval = ffi.new("double[1]")
+local function parse_opt(name, text)
+  local err, errlen = core.errbuf()
+  if C.sp_opt_parse(name, tostring(text), optval, err, errlen) ~= 0 then usage_error(ffi.string(err)) end
+  return optval[0]
+end
+M.parse_opt = parse_opt
+
+-- The same domains for values given through the Lua API (specula.run,
+-- specula.theory): a number or its text; errors are raised at `level`.
+local function check_opt(what, name, v, level)
+  local err, errlen = core.errbuf()
+  local rc
+  if type(v) == "string" then rc = C.sp_opt_parse(name, v, optval, err, errlen); v = optval[0]
+  elseif type(v) == "number" then rc = C.sp_opt_check(name, v, err, errlen)
+  else error(format("%s: %s must be a number, got %s", what, name, type(v)), level + 1) end
+  if rc ~= 0 then error(what .. ": " .. ffi.string(err):gsub("^%-%-", "", 1), level + 1) end
+  return v
+end
+M.check_opt = check_opt
+
+-- The window's encoding of k: -1 unbounded, 0 auto, else the count.
 local function parse_k(v)
-  if v == "inf" then return -1 end
-  if v == "auto" then return 0 end
-  local n = tonumber(v)
-  if not n or n < 1 or n ~= math.floor(n) then usage_error("--k must be a positive integer, inf or auto, got '" .. tostring(v) .. "'") end
-  return n
+  local k = parse_opt("k", v)
+  if k == math.huge then return -1 end
+  return k
 end
 M.parse_k = parse_k
 
@@ -92,10 +114,10 @@ local function parse_args(args)
       o.mode = val(a)
       if not MODES[o.mode] then usage_error("--mode must be spechop, window or sequential") end
     elseif a == "--k" then o.k = parse_k(val(a))
-    elseif a == "--m" then o.m = num(a, 1)
-    elseif a == "--eps" then o.eps = num(a, 0)
-    elseif a == "--seed" then o.seed = num(a, 0)
-    elseif a == "--concurrency" then o.concurrency = num(a, 1)
+    elseif a == "--m" then o.m = parse_opt("m", val(a))
+    elseif a == "--eps" then o.eps = parse_opt("eps", val(a))
+    elseif a == "--seed" then o.seed = parse_opt("seed", val(a))
+    elseif a == "--concurrency" then o.concurrency = parse_opt("concurrency", val(a))
     elseif a == "--out" then o.out = val(a)
     elseif a == "--trace" then o.trace = val(a)
     elseif a == "--set" then
@@ -677,7 +699,10 @@ function M.run(agent, opts)
               spec_timeout = opts.spec_timeout, trace = nil, start_jitter_ms = opts.start_jitter_ms,
               predict = opts.predict, match = opts.match, trigger = opts.trigger, ev_cost_ms = opts.ev_cost_ms,
               ev_latency_ms = opts.ev_latency_ms, predict_top = opts.predict_top, light = opts.light }
-  if type(o.k) == "string" then o.k = parse_k(o.k) end
+  for _, name in ipairs({ "k", "m", "eps", "seed", "concurrency" }) do
+    o[name] = check_opt("specula.run", name, o[name], 2)
+  end
+  if o.k == math.huge then o.k = -1 end
   if not MODES[o.mode] then error("specula.run: unknown mode '" .. tostring(o.mode) .. "'", 2) end
   local queries = {}
   for i, q in ipairs(opts.queries or {}) do
