@@ -6,6 +6,7 @@ local sched = require "specula.sched"
 local json = require "specula.json"
 local agentlib = require "specula.agent"
 local policylib = require "specula.policy"
+local optslib = require "specula.opts"
 local ffi = core.ffi
 local C = core.C
 
@@ -60,26 +61,12 @@ end
 
 -- Shared numeric options (k, m, eps, seed, concurrency, ...): their domains
 -- live in one C function (engine/sp_opt.c) that `specula theory` uses too.
-local optval = ffi.new("double[1]")
 local function parse_opt(name, text)
-  local err, errlen = core.errbuf()
-  if C.sp_opt_parse(name, tostring(text), optval, err, errlen) ~= 0 then usage_error(ffi.string(err)) end
-  return optval[0]
-end
-M.parse_opt = parse_opt
-
--- The same domains for values given through the Lua API (specula.run,
--- specula.theory): a number or its text; errors are raised at `level`.
-local function check_opt(what, name, v, level)
-  local err, errlen = core.errbuf()
-  local rc
-  if type(v) == "string" then rc = C.sp_opt_parse(name, v, optval, err, errlen); v = optval[0]
-  elseif type(v) == "number" then rc = C.sp_opt_check(name, v, err, errlen)
-  else error(format("%s: %s must be a number, got %s", what, name, type(v)), level + 1) end
-  if rc ~= 0 then error(what .. ": " .. ffi.string(err):gsub("^%-%-", "", 1), level + 1) end
+  local v, err = optslib.parse(name, text)
+  if not v then usage_error(err) end
   return v
 end
-M.check_opt = check_opt
+M.parse_opt = parse_opt
 
 -- The window's encoding of k: -1 unbounded, 0 auto, else the count.
 local function parse_k(v)
@@ -700,7 +687,7 @@ function M.run(agent, opts)
               predict = opts.predict, match = opts.match, trigger = opts.trigger, ev_cost_ms = opts.ev_cost_ms,
               ev_latency_ms = opts.ev_latency_ms, predict_top = opts.predict_top, light = opts.light }
   for _, name in ipairs({ "k", "m", "eps", "seed", "concurrency" }) do
-    o[name] = check_opt("specula.run", name, o[name], 2)
+    o[name] = optslib.check("specula.run", name, o[name], 2)
   end
   if o.k == math.huge then o.k = -1 end
   if not MODES[o.mode] then error("specula.run: unknown mode '" .. tostring(o.mode) .. "'", 2) end
