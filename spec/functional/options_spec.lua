@@ -82,7 +82,7 @@ describe("shared options", function()
   end)
 
   it("theory-only options keep their domains (p in [0, 1], alpha, beta, nu >= 0)", function()
-    for _, c in ipairs({ { "p", "1.5" }, { "p", "-0.1" }, { "alpha", "-1" }, { "beta", "inf" },
+    for _, c in ipairs({ { "p", "1.5" }, { "p", "-0.1" }, { "p", "abc" }, { "alpha", "-1" }, { "beta", "inf" },
                          { "nu", "-0.5" }, { "nu", "nan" } }) do
       local st, err = theory(c[1], c[2])
       assert.equals(2, st, c[1] .. " " .. c[2] .. " was accepted")
