@@ -80,7 +80,13 @@ local function parse_args(args)
   local o = { mode = "spechop", k = 3, m = 1, eps = 0.05, seed = 0, concurrency = 16, set = {},
               max_hops = 64 }
   local i = 1
+  local inline  -- the value of a --name=value argument, until val() takes it
   local function val(name)
+    if inline then
+      local v = inline
+      inline = nil
+      return v
+    end
     local v = args[i + 1]
     if v == nil then usage_error(name .. " needs a value") end
     i = i + 1
@@ -94,6 +100,9 @@ local function parse_args(args)
   end
   while i <= #args do
     local a = args[i]
+    -- --name=value, as `specula theory` takes it too
+    local name, v = tostring(a):match("^(%-%-%a[%w%-]*)=(.*)$")
+    if name then a, inline = name, v end
     if a == "--query" then o.query = val(a)
     elseif a == "--input" then o.input = val(a)
     elseif a == "--format" then o.format = val(a)
@@ -140,6 +149,7 @@ local function parse_args(args)
     elseif a == "--quiet" then o.quiet = true
     elseif a == "--help" or a == "-h" then o.help = true
     else usage_error("unknown option '" .. tostring(a) .. "'") end
+    if inline then usage_error(a .. " takes no value, got '" .. args[i] .. "'") end
     i = i + 1
   end
   return o

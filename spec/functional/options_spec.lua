@@ -68,6 +68,23 @@ describe("shared options", function()
     end
   end
 
+  it("both take --name=value as well as --name value", function()
+    local st, err = run({ "--eps=2" })
+    assert.equals(2, st)
+    assert.matches("--eps must be in (0, 1), got '2'", err, 1, true)
+    local tst, _, terr = H.specula({ "theory", "--p=0.5", "--alpha=0.2", "--beta=0.15", "--eps=2" })
+    assert.equals(2, tst)
+    assert.matches("--eps must be in (0, 1), got '2'", terr, 1, true)
+    st, err = run({ "--k=auto", "--eps=0.1", "--seed=3", "--set=x=1=2" })
+    assert.equals(0, st, err)
+    tst, _, terr = H.specula({ "theory", "--p=0.5", "--alpha=0.2", "--beta=0.15", "--k=auto", "--json" })
+    assert.equals(0, tst, terr)
+    -- a flag that takes no value says so
+    st, err = run({ "--quiet=yes" })
+    assert.equals(2, st)
+    assert.matches("--quiet takes no value, got '--quiet=yes'", err, 1, true)
+  end)
+
   it("run-only options reject what their meaning excludes", function()
     for _, c in ipairs({ { "--m", "0" }, { "--m", "1.5" }, { "--seed", "-1" }, { "--seed", "1.5" },
                          { "--seed", "1e300" }, { "--concurrency", "0" }, { "--concurrency", "2.5" },
