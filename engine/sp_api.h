@@ -503,4 +503,12 @@ double sp_theory_k_det(double alpha, double beta);
 double sp_theory_p_starve(double k, double alpha, double beta, double nu);
 int sp_theory_k_eps(double alpha, double beta, double nu, double eps);
 
+/* ---- shared options (sp_opt.c) ------------------------------------------ */
+/* The domain of a numeric option several entry points share: p, alpha, beta,
+   nu, eps, k, m, seed, concurrency (name without dashes). parse reads text
+   (k also takes inf -> INFINITY and auto -> 0); check tests a number. Both
+   return 0, or -1 with "--NAME must be ..., got ..." in err. */
+int sp_opt_parse(const char *name, const char *text, double *out, char *err, size_t errlen);
+int sp_opt_check(const char *name, double v, char *err, size_t errlen);
+
 #endif

@@ -23,15 +23,20 @@ static int is_dir(const char *p) {
   return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* Where the Lua tree is: $SPECULA_LUA_DIR, then next to an installed
-   binary (<prefix>/share/specula/lua), then the install prefix, then the
-   source tree the binary was built from. */
+/* Writes "<a><b>" into out; 0, or -1 when it does not fit (a cut-off path
+   would name some other directory, so it is never used). */
+static int join_path(char *out, size_t n, const char *a, const char *b) {
+  int w = snprintf(out, n, "%s%s", a, b);
+  return w >= 0 && (size_t)w < n ? 0 : -1;
+}
+
+/* Where the Lua tree is: $SPECULA_HOME, then next to an installed binary
+   (<prefix>/share/specula/lua), then the source tree the binary was built
+   from, then the install prefix. A candidate whose path does not fit is
+   skipped; a $SPECULA_HOME that does not fit is an error. */
 static int find_root(const char *argv0, char *root, size_t n) {
   const char *env = getenv("SPECULA_HOME");
-  if (env && *env) {
-    snprintf(root, n, "%s", env);
-    return 0;
-  }
+  if (env && *env) return join_path(root, n, env, "");
   char exe[PATH_MAX];
   ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (len > 0) {
@@ -40,26 +45,19 @@ static int find_root(const char *argv0, char *root, size_t n) {
     if (slash) {
       *slash = '\0';
       char cand[PATH_MAX + 64];
-      snprintf(cand, sizeof cand, "%s/../share/specula/lua/specula", exe);
-      if (is_dir(cand)) {
-        snprintf(root, n, "%s/../share/specula", exe);
+      if (join_path(cand, sizeof cand, exe, "/../share/specula/lua/specula") == 0 && is_dir(cand) &&
+          join_path(root, n, exe, "/../share/specula") == 0)
         return 0;
-      }
     }
   }
-  char cand[PATH_MAX + 64];
-  snprintf(cand, sizeof cand, "%s/lua/specula", SPECULA_DATADIR);
   /* The build tree wins over an older install of the same prefix. */
-  char src[PATH_MAX + 64];
-  snprintf(src, sizeof src, "%s/lua/specula", SPECULA_SOURCE_DIR);
-  if (is_dir(src)) {
-    snprintf(root, n, "%s", SPECULA_SOURCE_DIR);
+  char cand[PATH_MAX + 64];
+  if (join_path(cand, sizeof cand, SPECULA_SOURCE_DIR, "/lua/specula") == 0 && is_dir(cand) &&
+      join_path(root, n, SPECULA_SOURCE_DIR, "") == 0)
     return 0;
-  }
-  if (is_dir(cand)) {
-    snprintf(root, n, "%s", SPECULA_DATADIR);
+  if (join_path(cand, sizeof cand, SPECULA_DATADIR, "/lua/specula") == 0 && is_dir(cand) &&
+      join_path(root, n, SPECULA_DATADIR, "") == 0)
     return 0;
-  }
   (void)argv0;
   return -1;
 }

@@ -1,8 +1,8 @@
 /* sp_theory: SpecHop latency theory (Corollaries 1, 3, 5; Theorem 4) and the
    `specula theory` command. */
 #include "sp_theory.h"
+#include "sp_opt.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -177,15 +177,15 @@ typedef struct sp_theory_args {
 } sp_theory_args;
 
 #define SP_THEORY_USAGE \
-  "usage: specula theory --p P --alpha A --beta B [--k K|inf] [--nu V] [--eps E] [--json]\n"
+  "usage: specula theory --p P --alpha A --beta B [--k K|inf|auto] [--nu V] [--eps E] [--json]\n"
 
 static void sp_theory_usage(FILE *f) {
   fputs(SP_THEORY_USAGE
         "  --p P       speculation success probability, 0 <= P <= 1\n"
         "  --alpha A   E[T_spec]/E[T_target], A >= 0\n"
         "  --beta B    E[T_seg]/E[T_target], B >= 0 (A + B > 0)\n"
-        "  --k K       threads for rel_lat_k and p_starve: integer >= 1 or inf\n"
-        "              (default: k*_eps)\n"
+        "  --k K       threads for rel_lat_k and p_starve: integer >= 1, inf, or\n"
+        "              auto (default: k*_eps)\n"
         "  --nu V      coefficient of variation bound, V >= 0 (default 0.4)\n"
         "  --eps E     starvation target, 0 < E < 1 (default 0.05)\n"
         "  --json      print one JSON object\n",
@@ -202,23 +202,6 @@ static int sp_theory_fail(const char *fmt, ...) {
   va_end(ap);
   fputs(SP_THEORY_USAGE, stderr);
   return 2;
-}
-
-static int sp_theory_parse_num(const char *s, double *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v)) return -1;
-  *out = v;
-  return 0;
-}
-
-static int sp_theory_parse_k(const char *s, double *out) {
-  if (strcmp(s, "inf") == 0 || strcmp(s, "infinity") == 0) { *out = INFINITY; return 0; }
-  double v;
-  if (sp_theory_parse_num(s, &v) != 0 || v < 1 || v != floor(v) || v > INT_MAX) return -1;
-  *out = v;
-  return 0;
 }
 
 /* Parses argv into a; returns 0, 1 for --help, or 2 after printing an error. */
@@ -241,35 +224,23 @@ static int sp_theory_parse(int argc, char **argv, sp_theory_args *a) {
     if (eq) val = eq + 1;
     else if (i + 1 < argc) val = argv[++i];
     else val = NULL;
-    double v = 0;
-    if (strcmp(name, "--p") == 0 || strcmp(name, "--alpha") == 0 || strcmp(name, "--beta") == 0 ||
-        strcmp(name, "--nu") == 0 || strcmp(name, "--eps") == 0) {
-      if (!val) return sp_theory_fail("%s needs a value", name);
-      if (sp_theory_parse_num(val, &v) != 0)
-        return sp_theory_fail("%s: '%s' is not a finite number", name, val);
-    }
-    if (strcmp(name, "--p") == 0) {
-      if (v < 0 || v > 1) return sp_theory_fail("--p must be in [0, 1], got '%s'", val);
-      a->p = v; a->have_p = 1;
-    } else if (strcmp(name, "--alpha") == 0) {
-      if (v < 0) return sp_theory_fail("--alpha must be >= 0, got '%s'", val);
-      a->alpha = v; a->have_a = 1;
-    } else if (strcmp(name, "--beta") == 0) {
-      if (v < 0) return sp_theory_fail("--beta must be >= 0, got '%s'", val);
-      a->beta = v; a->have_b = 1;
-    } else if (strcmp(name, "--nu") == 0) {
-      if (v < 0) return sp_theory_fail("--nu must be >= 0, got '%s'", val);
-      a->nu = v;
-    } else if (strcmp(name, "--eps") == 0) {
-      if (v <= 0 || v >= 1) return sp_theory_fail("--eps must be in (0, 1), got '%s'", val);
-      a->eps = v;
-    } else if (strcmp(name, "--k") == 0) {
-      if (!val) return sp_theory_fail("%s needs a value", name);
-      if (sp_theory_parse_k(val, &a->k) != 0)
-        return sp_theory_fail("--k must be an integer >= 1 or 'inf', got '%s'", val);
-      a->have_k = 1;
-    } else {
-      return sp_theory_fail("unknown option '%s'", arg);
+    /* The values' domains live in sp_opt.c, shared with `specula run`. */
+    static const char *const known[] = {"--p", "--alpha", "--beta", "--nu", "--eps", "--k"};
+    int idx = -1;
+    for (int j = 0; j < (int)(sizeof known / sizeof known[0]); j++)
+      if (strcmp(name, known[j]) == 0) idx = j;
+    if (idx < 0) return sp_theory_fail("unknown option '%s'", arg);
+    if (!val) return sp_theory_fail("%s needs a value", name);
+    double v;
+    char err[160];
+    if (sp_opt_parse(name + 2, val, &v, err, sizeof err) != 0) return sp_theory_fail("%s", err);
+    switch (idx) {
+      case 0: a->p = v; a->have_p = 1; break;
+      case 1: a->alpha = v; a->have_a = 1; break;
+      case 2: a->beta = v; a->have_b = 1; break;
+      case 3: a->nu = v; break;
+      case 4: a->eps = v; break;
+      default: a->k = v; a->have_k = v != 0; break;  /* 0: auto, i.e. k*_eps */
     }
   }
   if (!a->have_p) return sp_theory_fail("missing --p (speculation success probability)");

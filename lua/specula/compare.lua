@@ -32,9 +32,9 @@ function M.parse(list)
       local k, v = parts[i]:match("^(%w[%w_]*)=(.+)$")
       if not k then sched.plain_error("specula run: --compare: bad option '" .. parts[i] .. "' in '" .. item .. "'") end
       if k == "k" then c.k = runner.parse_k(v)
-      elseif k == "m" then c.m = tonumber(v)
+      elseif k == "m" then c.m = runner.parse_opt("m", v)
       elseif k == "predict" or k == "match" or k == "trigger" then c[k] = v
-      elseif k == "eps" then c.eps = tonumber(v)
+      elseif k == "eps" then c.eps = runner.parse_opt("eps", v)
       else sched.plain_error("specula run: --compare: unknown option '" .. k .. "' in '" .. item .. "'") end
     end
     if seen[item] then sched.plain_error("specula run: --compare lists '" .. item .. "' twice") end

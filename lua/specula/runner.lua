@@ -6,6 +6,7 @@ local sched = require "specula.sched"
 local json = require "specula.json"
 local agentlib = require "specula.agent"
 local policylib = require "specula.policy"
+local optslib = require "specula.opts"
 local ffi = core.ffi
 local C = core.C
 
@@ -70,12 +71,20 @@ end
 
 -- ---- options ------------------------------------------------------------
 
+-- Shared numeric options (k, m, eps, seed, concurrency, ...): their domains
+-- live in one C function (engine/sp_opt.c) that `specula theory` uses too.
+local function parse_opt(name, text)
+  local v, err = optslib.parse(name, text)
+  if not v then usage_error(err) end
+  return v
+end
+M.parse_opt = parse_opt
+
+-- The window's encoding of k: -1 unbounded, 0 auto, else the count.
 local function parse_k(v)
-  if v == "inf" then return -1 end
-  if v == "auto" then return 0 end
-  local n = tonumber(v)
-  if not n or n < 1 or n ~= math.floor(n) then usage_error("--k must be a positive integer, inf or auto, got '" .. tostring(v) .. "'") end
-  return n
+  local k = parse_opt("k", v)
+  if k == math.huge then return -1 end
+  return k
 end
 M.parse_k = parse_k
 
@@ -83,7 +92,13 @@ local function parse_args(args)
   local o = { mode = "spechop", k = 3, m = 1, eps = 0.05, seed = 0, concurrency = 16, set = {},
               max_hops = 64 }
   local i = 1
+  local inline  -- the value of a --name=value argument, until val() takes it
   local function val(name)
+    if inline then
+      local v = inline
+      inline = nil
+      return v
+    end
     local v = args[i + 1]
     if v == nil then usage_error(name .. " needs a value") end
     i = i + 1
@@ -97,6 +112,9 @@ local function parse_args(args)
   end
   while i <= #args do
     local a = args[i]
+    -- --name=value, as `specula theory` takes it too
+    local name, v = tostring(a):match("^(%-%-%a[%w%-]*)=(.*)$")
+    if name then a, inline = name, v end
     if a == "--query" then o.query = val(a)
     elseif a == "--input" then o.input = val(a)
     elseif a == "--format" then o.format = val(a)
@@ -104,10 +122,10 @@ local function parse_args(args)
       o.mode = val(a)
       if not MODES[o.mode] then usage_error("--mode must be spechop, window or sequential") end
     elseif a == "--k" then o.k = parse_k(val(a))
-    elseif a == "--m" then o.m = num(a, 1)
-    elseif a == "--eps" then o.eps = num(a, 0)
-    elseif a == "--seed" then o.seed = num(a, 0)
-    elseif a == "--concurrency" then o.concurrency = num(a, 1)
+    elseif a == "--m" then o.m = parse_opt("m", val(a))
+    elseif a == "--eps" then o.eps = parse_opt("eps", val(a))
+    elseif a == "--seed" then o.seed = parse_opt("seed", val(a))
+    elseif a == "--concurrency" then o.concurrency = parse_opt("concurrency", val(a))
     elseif a == "--out" then o.out = val(a)
     elseif a == "--trace" then o.trace = val(a)
     elseif a == "--set" then
@@ -155,6 +173,7 @@ local function parse_args(args)
     elseif a == "--quiet" then o.quiet = true
     elseif a == "--help" or a == "-h" then o.help = true
     else usage_error("unknown option '" .. tostring(a) .. "'") end
+    if inline then usage_error(a .. " takes no value, got '" .. args[i] .. "'") end
     i = i + 1
   end
   return o
@@ -928,7 +947,10 @@ function M.run(agent, opts)
   if o.spec_launch ~= nil and not LAUNCH[o.spec_launch] then
     error("specula.run: spec_launch must be eager or slot", 2)
   end
-  if type(o.k) == "string" then o.k = parse_k(o.k) end
+  for _, name in ipairs({ "k", "m", "eps", "seed", "concurrency" }) do
+    o[name] = optslib.check("specula.run", name, o[name], 2)
+  end
+  if o.k == math.huge then o.k = -1 end
   if not MODES[o.mode] then error("specula.run: unknown mode '" .. tostring(o.mode) .. "'", 2) end
   local queries = {}
   for i, q in ipairs(opts.queries or {}) do

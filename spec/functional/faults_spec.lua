@@ -15,8 +15,24 @@ describe("fault injection", function()
   teardown(function() server.stop() end)
 
   it("ends each affected query with a clear error or recovers, and leaves nothing open", function()
-    local st, out, err = H.specula({ "run", SCRIPTS .. "faults.lua", server.base })
+    local rawpath = H.tmpfile("fault_errors.bin")
+    local st, out, err = H.specula({ "run", SCRIPTS .. "faults.lua", server.base, rawpath })
     assert.equals(0, st, err)
+    -- no error message carries invalid bytes (the /utf8 fault sends invalid
+    -- UTF-8: none of it may leak into a message), checked on the bytes the
+    -- run produced, before any JSON round trip
+    -- (that they carry no engine traceback is not true yet: see below)
+    local raw = assert(H.read(rawpath))
+    local n, raw_msgs = 0, {}
+    for id, msg in raw:gmatch("(%Z+)%z(%Z*)%z") do
+      n = n + 1
+      raw_msgs[id] = msg
+      local ok, why = H.utf8_valid(msg)
+      assert.is_true(ok, id .. ": " .. tostring(why))
+      -- the message proper is one line that names the tool
+      assert.matches("^tools%.http 'http': [^\n]+", msg)
+    end
+    assert.equals(7, n)
     local r = last_json(out)
     local e = r.errors
     -- documented outcomes, mode by mode
@@ -34,9 +50,15 @@ describe("fault injection", function()
     for _, id in ipairs({ "ok1", "ok2", "ok3" }) do assert.equals("done 3", r.answers[id]) end
     -- no transfer, timer, window or task (beyond the main one) left open
     assert.same({ transfers = 0, timers = 0, tasks = 1, windows = 0, requests = 0, values = 0 }, r.left)
-    -- no error message carries a raw traceback of the engine or invalid bytes
-    for _, msg in pairs(e) do assert.is_truthy(cjson.encode(msg)) end
+    -- the messages, as the run produced them, are the ones in the summary
+    assert.same(raw_msgs, e)
   end)
+
+  -- Known failure, reported to the lead: an operational tool error (reset,
+  -- timeout, HTTP 500...) reaches the record with sched.on_error's traceback
+  -- through tools.lua and sched.lua appended; the fix belongs in tools.lua
+  -- or the record writer, which other hands own.
+  pending("error records of tool failures carry no engine traceback")
 
   it("exits 3 when some queries failed and writes every record", function()
     local q = H.tmpfile("faultq.jsonl", cjson.encode({ id = "good", query = "a" }) .. "\n"

@@ -13,7 +13,8 @@ function H.tmpdir()
   if not tmpdir then
     local p = os.tmpname()
     os.remove(p)
-    assert(os.execute("mkdir -p " .. p) == 0 or true)
+    local rc = os.execute("mkdir -p " .. H.quote(p))
+    assert(rc == 0 or rc == true, "cannot create the temporary directory " .. p)
     tmpdir = p
   end
   return tmpdir
@@ -114,6 +115,49 @@ function H.jsonl(text)
   local out = {}
   for line in text:gmatch("[^\n]+") do out[#out + 1] = cj.decode(line) end
   return out
+end
+
+-- Strict UTF-8 check (RFC 3629): true, or false and "byte N: why". Rejects
+-- stray continuation bytes, overlong forms (C0, C1, E0 80..9F, F0 80..8F),
+-- UTF-16 surrogates (ED A0..BF), code points above U+10FFFF (F4 90.., F5..FF)
+-- and sequences cut off by the end of the string.
+function H.utf8_valid(s)
+  if type(s) ~= "string" then return false, "not a string: " .. type(s) end
+  local byte, n, i = string.byte, #s, 1
+  while i <= n do
+    local c = byte(s, i)
+    local len, lo, hi  -- length and the allowed range of the second byte
+    if c < 0x80 then len = 1
+    elseif c >= 0xC2 and c <= 0xDF then len, lo, hi = 2, 0x80, 0xBF
+    elseif c == 0xE0 then len, lo, hi = 3, 0xA0, 0xBF
+    elseif c == 0xED then len, lo, hi = 3, 0x80, 0x9F
+    elseif c >= 0xE1 and c <= 0xEF then len, lo, hi = 3, 0x80, 0xBF
+    elseif c == 0xF0 then len, lo, hi = 4, 0x90, 0xBF
+    elseif c >= 0xF1 and c <= 0xF3 then len, lo, hi = 4, 0x80, 0xBF
+    elseif c == 0xF4 then len, lo, hi = 4, 0x80, 0x8F
+    elseif c >= 0x80 and c <= 0xBF then return false, ("byte %d: stray continuation byte 0x%02X"):format(i, c)
+    elseif c == 0xC0 or c == 0xC1 then return false, ("byte %d: overlong lead byte 0x%02X"):format(i, c)
+    else return false, ("byte %d: 0x%02X starts no code point <= U+10FFFF"):format(i, c) end
+    if len > 1 then
+      if i + len - 1 > n then return false, ("byte %d: sequence of %d bytes cut off at the end"):format(i, len) end
+      local c2 = byte(s, i + 1)
+      if c2 < lo or c2 > hi then
+        local why = (c == 0xED and c2 >= 0xA0 and c2 <= 0xBF) and "UTF-16 surrogate"
+          or ((c == 0xE0 or c == 0xF0) and c2 >= 0x80 and c2 < lo) and "overlong form"
+          or (c == 0xF4 and c2 > 0x8F and c2 <= 0xBF) and "code point above U+10FFFF"
+          or "bad continuation byte"
+        return false, ("byte %d: %s (0x%02X 0x%02X)"):format(i, why, c, c2)
+      end
+      for j = i + 2, i + len - 1 do
+        local cj = byte(s, j)
+        if cj < 0x80 or cj > 0xBF then
+          return false, ("byte %d: bad continuation byte 0x%02X"):format(j, cj)
+        end
+      end
+    end
+    i = i + len
+  end
+  return true
 end
 
 return H

@@ -1,0 +1,97 @@
+/* sp_opt: one definition of each shared option's domain (see sp_opt.h). */
+#include "sp_opt.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Largest seed: every integer up to 2^53 is exact in a double (Lua's number),
+   so two different seeds never collapse into one uint64_t key. */
+#define SP_OPT_SEED_MAX 9007199254740992.0
+
+typedef struct sp_opt_def {
+  const char *name;  /* option name without the dashes */
+  double lo;         /* smallest allowed value */
+  double hi;         /* largest allowed value */
+  int lo_open;       /* lo itself is excluded */
+  int hi_open;       /* hi itself is excluded */
+  int integer;       /* only whole numbers */
+  int inf_ok;        /* "inf" (INFINITY) and "auto" (0) are allowed: k only */
+  const char *rule;  /* the domain as the error message states it */
+} sp_opt_def;
+
+static const sp_opt_def sp_opt_defs[] = {
+  {"p", 0, 1, 0, 0, 0, 0, "must be in [0, 1]"},
+  {"alpha", 0, HUGE_VAL, 0, 1, 0, 0, "must be a number >= 0"},
+  {"beta", 0, HUGE_VAL, 0, 1, 0, 0, "must be a number >= 0"},
+  {"nu", 0, HUGE_VAL, 0, 1, 0, 0, "must be a number >= 0"},
+  {"eps", 0, 1, 1, 1, 0, 0, "must be in (0, 1)"},
+  {"k", 1, INT_MAX, 0, 0, 1, 1, "must be an integer in [1, 2147483647], inf or auto"},
+  {"m", 1, INT_MAX, 0, 0, 1, 0, "must be an integer in [1, 2147483647]"},
+  {"seed", 0, SP_OPT_SEED_MAX, 0, 0, 1, 0, "must be an integer in [0, 2^53]"},
+  {"concurrency", 1, INT_MAX, 0, 0, 1, 0, "must be an integer in [1, 2147483647]"},
+};
+
+static const sp_opt_def *sp_opt_find(const char *name) {
+  for (size_t i = 0; i < sizeof sp_opt_defs / sizeof sp_opt_defs[0]; i++)
+    if (strcmp(sp_opt_defs[i].name, name) == 0) return &sp_opt_defs[i];
+  return NULL;
+}
+
+static int sp_opt_in_domain(const sp_opt_def *d, double v) {
+  if (d->inf_ok && (v == 0 || isinf(v))) return 1;  /* auto, inf */
+  if (!isfinite(v)) return 0;
+  if (d->lo_open ? !(v > d->lo) : !(v >= d->lo)) return 0;
+  if (d->hi_open ? !(v < d->hi) : !(v <= d->hi)) return 0;
+  return !d->integer || v == floor(v);
+}
+
+int sp_opt_check(const char *name, double v, char *err, size_t errlen) {
+  const sp_opt_def *d = name ? sp_opt_find(name) : NULL;
+  if (!d) {
+    snprintf(err, errlen, "unknown option '%s'", name ? name : "(null)");
+    return -1;
+  }
+  if (sp_opt_in_domain(d, v) && !(d->inf_ok && v < 0)) return 0;
+  snprintf(err, errlen, "--%s %s, got %.17g", d->name, d->rule, v);
+  return -1;
+}
+
+int sp_opt_parse(const char *name, const char *text, double *out, char *err, size_t errlen) {
+  const sp_opt_def *d = name ? sp_opt_find(name) : NULL;
+  if (!d) {
+    snprintf(err, errlen, "unknown option '%s'", name ? name : "(null)");
+    return -1;
+  }
+  if (!text) {
+    snprintf(err, errlen, "--%s needs a value", d->name);
+    return -1;
+  }
+  double v = NAN;
+  if (d->inf_ok && (strcmp(text, "inf") == 0 || strcmp(text, "infinity") == 0)) {
+    v = INFINITY;
+  } else if (d->inf_ok && strcmp(text, "auto") == 0) {
+    v = 0;
+  } else {
+    /* The whole text must be one decimal number: no blanks, no trailing
+       junk, no hex (strtod reads "0x10" as 16), no inf/nan spelled out. */
+    char *end;
+    errno = 0;
+    v = strtod(text, &end);
+    int plain = text[0] != '\0' && strpbrk(text, "xXnNiI \t\n\r\v\f") == NULL;
+    if (!plain || end == text || *end != '\0' || errno == ERANGE || !isfinite(v) ||
+        (v == 0 && d->inf_ok)) {
+      snprintf(err, errlen, "--%s %s, got '%s'", d->name, d->rule, text);
+      return -1;
+    }
+  }
+  if (!sp_opt_in_domain(d, v)) {
+    snprintf(err, errlen, "--%s %s, got '%s'", d->name, d->rule, text);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}

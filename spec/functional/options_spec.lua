@@ -1,0 +1,146 @@
+-- The numeric options that several entry points share mean the same thing
+-- everywhere: `specula theory`, `specula run`, --compare items and the Lua
+-- API accept and reject exactly the same values, with the same message.
+local H = require "support.helpers"
+
+-- An agent that answers at once: enough for `specula run` to get past its
+-- options and finish.
+local AGENT = [[
+  local specula = require "specula"
+  return specula.agent {
+    init = function(q) return { q = q } end,
+    step = function(s) return { final = "ok" } end,
+    update = function(s) return s end,
+  }
+]]
+
+local THEORY = { "theory", "--p", "0.5", "--alpha", "0.2", "--beta", "0.15" }
+
+-- exit status and first line of stderr of `specula theory ... --name value`
+local function theory(name, value)
+  local args = {}
+  for i, a in ipairs(THEORY) do args[i] = a end
+  args[#args + 1], args[#args + 2] = "--" .. name, value
+  local st, _, err = H.specula(args)
+  return st, err:match("^[^\n]*")
+end
+
+local agent_path
+local function run(args, input)
+  agent_path = agent_path or H.tmpfile("opt_agent.lua", AGENT)
+  local a = { "run", agent_path, "--quiet" }
+  if not input then a[#a + 1], a[#a + 2] = "--query", "q" end
+  for _, x in ipairs(args) do a[#a + 1] = x end
+  local st, out, err = H.specula(a)
+  return st, err:match("^[^\n]*"), out
+end
+
+-- the message proper, without the command's prefix
+local function msg(line) return (line or ""):match("(%-%-%a+ must .*)$") end
+
+describe("shared options", function()
+  -- values of each option both commands take, and what they must do with them
+  local cases = {
+    eps = { ["2"] = false, ["1"] = false, ["0"] = false, ["-0.1"] = false, nan = false,
+            abc = false, ["0x1"] = false, ["0.05"] = true, ["0.5"] = true, ["1e-3"] = true },
+    k = { ["0"] = false, ["1.5"] = false, ["-1"] = false, ["2147483648"] = false, ["0x3"] = false,
+          ["1e400"] = false, three = false, ["1"] = true, ["3"] = true, inf = true, infinity = true,
+          auto = true },
+  }
+  for name, values in pairs(cases) do
+    for value, good in pairs(values) do
+      it(("--%s %s: theory and run agree (%s)"):format(name, value, good and "accepted" or "rejected"), function()
+        local tst, terr = theory(name, value)
+        local rst, rerr = run({ "--" .. name, value })
+        if good then
+          assert.equals(0, tst, terr)
+          assert.equals(0, rst, rerr)
+        else
+          assert.equals(2, tst, "theory accepted --" .. name .. " " .. value)
+          assert.equals(2, rst, "run accepted --" .. name .. " " .. value)
+          -- the same words, naming the option and the value given
+          assert.is_not_nil(msg(terr), terr)
+          assert.equals(msg(terr), msg(rerr))
+          assert.matches("--" .. name, terr, 1, true)
+          assert.matches("'" .. value .. "'", terr, 1, true)
+        end
+      end)
+    end
+  end
+
+  it("both take --name=value as well as --name value", function()
+    local st, err = run({ "--eps=2" })
+    assert.equals(2, st)
+    assert.matches("--eps must be in (0, 1), got '2'", err, 1, true)
+    local tst, _, terr = H.specula({ "theory", "--p=0.5", "--alpha=0.2", "--beta=0.15", "--eps=2" })
+    assert.equals(2, tst)
+    assert.matches("--eps must be in (0, 1), got '2'", terr, 1, true)
+    st, err = run({ "--k=auto", "--eps=0.1", "--seed=3", "--set=x=1=2" })
+    assert.equals(0, st, err)
+    tst, _, terr = H.specula({ "theory", "--p=0.5", "--alpha=0.2", "--beta=0.15", "--k=auto", "--json" })
+    assert.equals(0, tst, terr)
+    -- a flag that takes no value says so
+    st, err = run({ "--quiet=yes" })
+    assert.equals(2, st)
+    assert.matches("--quiet takes no value, got '--quiet=yes'", err, 1, true)
+  end)
+
+  it("run-only options reject what their meaning excludes", function()
+    for _, c in ipairs({ { "--m", "0" }, { "--m", "1.5" }, { "--seed", "-1" }, { "--seed", "1.5" },
+                         { "--seed", "1e300" }, { "--concurrency", "0" }, { "--concurrency", "2.5" },
+                         { "--concurrency", "inf" } }) do
+      local st, err = run(c)
+      assert.equals(2, st, table.concat(c, " ") .. " was accepted")
+      assert.matches(c[1] .. " must be an integer", err, 1, true)
+      assert.matches("'" .. c[2] .. "'", err, 1, true)
+    end
+    local st, err = run({ "--m", "2", "--seed", "7", "--concurrency", "4", "--k", "auto", "--eps", "0.1" })
+    assert.equals(0, st, err)
+  end)
+
+  it("theory-only options keep their domains (p in [0, 1], alpha, beta, nu >= 0)", function()
+    for _, c in ipairs({ { "p", "1.5" }, { "p", "-0.1" }, { "p", "abc" }, { "alpha", "-1" }, { "beta", "inf" },
+                         { "nu", "-0.5" }, { "nu", "nan" } }) do
+      local st, err = theory(c[1], c[2])
+      assert.equals(2, st, c[1] .. " " .. c[2] .. " was accepted")
+      assert.matches("--" .. c[1] .. " must be", err, 1, true)
+    end
+  end)
+
+  it("--compare items check k, m and eps like the options do", function()
+    local input = H.tmpfile("opt_q.jsonl", '{"id":"a","query":"q"}\n')
+    for _, c in ipairs({ { "spechop:m=0", "--m must be an integer" }, { "spechop:eps=2", "--eps must be in (0, 1)" },
+                         { "spechop:k=1.5", "--k must be an integer" }, { "spechop:m=abc", "--m must be" } }) do
+      local st, err = run({ "--input", input, "--compare", "sequential," .. c[1] }, true)
+      assert.equals(2, st, c[1] .. " was accepted")
+      assert.matches(c[2], err, 1, true)
+    end
+  end)
+
+  it("specula.run() applies the same domains to its options", function()
+    local st, out, err = H.run_lua(AGENT:gsub("return specula.agent", "local agent = specula.agent", 1) .. [=[
+      for _, c in ipairs({ { "eps", 2 }, { "eps", "0" }, { "k", 0.5 }, { "k", -1 }, { "k", "1.5" },
+                           { "m", 0 }, { "seed", -3 }, { "concurrency", 1.5 }, { "k", {} } }) do
+        local ok, e = pcall(specula.run, agent, { queries = { "q" }, [c[1]] = c[2] })
+        print(c[1], tostring(c[2]), ok, e)
+      end
+      local recs = specula.run(agent, { queries = { "q" }, k = "inf", eps = 0.2, m = 2, seed = 9, concurrency = 1 })
+      print("good", recs[1].answer)
+      recs = specula.run(agent, { queries = { "q" }, k = math.huge })
+      print("huge", recs[1].answer)
+    ]=])
+    assert.equals(0, st, err)
+    local n = 0
+    for line in out:gmatch("[^\n]+") do
+      local name, _, ok, e = line:match("^(%a+)\t([^\t]*)\t(%a+)\t(.*)$")
+      if name then
+        n = n + 1
+        assert.equals("false", ok, line)
+        assert.matches("specula.run: " .. name .. " must", e, 1, true)
+      end
+    end
+    assert.equals(9, n)
+    assert.matches("good\tok", out, 1, true)
+    assert.matches("huge\tok", out, 1, true)
+  end)
+end)

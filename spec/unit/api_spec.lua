@@ -1,0 +1,75 @@
+-- Every field of require "specula" that the code or the docs advertise
+-- resolves: no name points at a module or function that does not exist.
+local H = require "support.helpers"
+local specula = require "specula"
+
+-- `specula.NAME` and `specula.NAME.FIELD` references in a text
+local function refs(text, into, where)
+  for a, b in text:gmatch("specula%.([%a_][%w_]*)%.?([%a_]?[%w_]*)") do
+    local key = b ~= "" and (a .. "." .. b) or a
+    into[key] = into[key] or where
+  end
+end
+
+describe("require 'specula'", function()
+  it("loads every submodule its lazy table lists", function()
+    local src = assert(H.read(H.root .. "/lua/specula/init.lua"))
+    local body = assert(src:match("local lazy = (%b{})"), "no lazy table in init.lua")
+    local n = 0
+    for field, mod in body:gmatch("([%a_][%w_]*)%s*=%s*\"(specula[%w_.]*)\"") do
+      n = n + 1
+      local ok, v = pcall(function() return specula[field] end)
+      assert.is_true(ok, "specula." .. field .. " (" .. mod .. ") fails to load: " .. tostring(v))
+      assert.equals("table", type(v), "specula." .. field)
+      assert.equals(require(mod), v)
+    end
+    assert.is_true(n >= 15, "found only " .. n .. " lazy modules")
+  end)
+
+  it("has the functions it defines and forwards", function()
+    for _, f in ipairs({ "spawn", "sleep", "now", "wait_any", "wait_all", "in_task", "run", "counts",
+                         "settle", "agent", "candidates" }) do
+      assert.equals("function", type(specula[f]), "specula." .. f)
+    end
+    assert.matches("^%d+%.%d+%.%d+$", specula.version)
+  end)
+
+  it("resolves every specula.X and specula.X.Y the README, examples and modules mention", function()
+    local seen = {}
+    local files = { "README.md" }
+    for _, dir in ipairs({ "examples", "lua/specula", "lua/specula/llm", "policies", "bench" }) do
+      local p = io.popen("ls " .. H.quote(H.root .. "/" .. dir))
+      for name in p:lines() do
+        if name:match("%.lua$") then files[#files + 1] = dir .. "/" .. name end
+      end
+      p:close()
+    end
+    for _, f in ipairs(files) do refs(assert(H.read(H.root .. "/" .. f)), seen, f) end
+    -- names that are not fields of the module: the "specula" object of a
+    -- trace file (README), the module names in require strings, the
+    -- Lua-side namespaces of the host
+    local not_api = { queries = true, host = true, core = true, sched = true, runner = true, cli = true,
+                      benchcli = true, compare = true, report = true, svg = true, agent = true,
+                      opts = true, boot = true }
+    local n = 0
+    for key, where in pairs(seen) do
+      local top, sub = key:match("^([^.]+)%.?(.*)$")
+      if not not_api[top] then
+        n = n + 1
+        local ok, v = pcall(function() return specula[top] end)
+        assert.is_true(ok and v ~= nil, "specula." .. top .. " (in " .. where .. ") does not resolve: " .. tostring(v))
+        if sub ~= "" and type(v) == "table" and not seen[top .. "." .. sub .. ".lua"] then
+          -- a field of a submodule; `require "specula.llm.openai"`-style
+          -- module paths also resolve, as fields of the parent table
+          local fv = v[sub]
+          if fv == nil then
+            local mok, m = pcall(require, "specula." .. top .. "." .. sub)
+            fv = mok and m or nil
+          end
+          assert.is_not_nil(fv, "specula." .. key .. " (in " .. where .. ") does not resolve")
+        end
+      end
+    end
+    assert.is_true(n >= 40, "found only " .. n .. " references")
+  end)
+end)
