@@ -1,6 +1,7 @@
 /* sp_theory: SpecHop latency theory (Corollaries 1, 3, 5; Theorem 4) and the
    `specula theory` command. */
 #include "sp_theory.h"
+#include "sp_replay.h"
 #include "sp_opt.h"
 
 #include <limits.h>
@@ -174,10 +175,12 @@ typedef struct sp_theory_args {
   int have_b;    /* --beta given */
   int have_k;    /* --k given (else k = k*_eps) */
   int json;      /* --json */
+  int launch;    /* --spec-launch: SP_REPLAY_EAGER (default) or SP_REPLAY_SLOT, for the event model */
 } sp_theory_args;
 
 #define SP_THEORY_USAGE \
-  "usage: specula theory --p P --alpha A --beta B [--k K|inf|auto] [--nu V] [--eps E] [--json]\n"
+  "usage: specula theory --p P --alpha A --beta B [--k K|inf|auto] [--nu V] [--eps E] " \
+  "[--spec-launch eager|slot] [--json]\n"
 
 static void sp_theory_usage(FILE *f) {
   fputs(SP_THEORY_USAGE
@@ -188,6 +191,8 @@ static void sp_theory_usage(FILE *f) {
         "              auto (default: k*_eps)\n"
         "  --nu V      coefficient of variation bound, V >= 0 (default 0.4)\n"
         "  --eps E     starvation target, 0 < E < 1 (default 0.05)\n"
+        "  --spec-launch eager|slot\n"
+        "              the schedule of the event model row (default eager, as specula run)\n"
         "  --json      print one JSON object\n",
         f);
 }
@@ -219,6 +224,13 @@ static int sp_theory_parse(int argc, char **argv, sp_theory_args *a) {
     const char *val, *eq = strchr(arg, '=');
     size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
     if (nlen >= sizeof name) return sp_theory_fail("unknown option '%s'", arg);
+    if (strncmp(arg, "--spec-launch", 13) == 0 && (arg[13] == '\0' || arg[13] == '=')) {
+      const char *lv = arg[13] == '=' ? arg + 14 : (i + 1 < argc ? argv[++i] : NULL);
+      if (lv && strcmp(lv, "eager") == 0) a->launch = SP_REPLAY_EAGER;
+      else if (lv && strcmp(lv, "slot") == 0) a->launch = SP_REPLAY_SLOT;
+      else return sp_theory_fail("--spec-launch must be eager or slot");
+      continue;
+    }
     memcpy(name, arg, nlen);
     name[nlen] = '\0';
     if (eq) val = eq + 1;
@@ -274,6 +286,11 @@ int sp_theory_main(int argc, char **argv) {
   double rel_k = sp_theory_rel_lat_k(a.p, a.alpha, a.beta, k);
   double k_det = sp_theory_k_det(a.alpha, a.beta);
   double starve = sp_theory_p_starve(k, a.alpha, a.beta, a.nu);
+  /* the event-level model: the engine's schedule (the replay simulation)
+     on synthetic draws at these p, alpha, beta, CV nu, 200 x 30 hops */
+  double event = sp_replay_model(a.p, a.alpha, a.beta, a.nu, isinf(k) ? -1 : (int)k, "spechop", a.launch, 30,
+                                 200, 1);
+  const char *launch = a.launch == SP_REPLAY_SLOT ? "slot" : "eager";
   char ks[32], keps[32];
   sp_theory_fmt_k(ks, sizeof ks, k);
   sp_theory_fmt_k(keps, sizeof keps, k_eps > 0 ? (double)k_eps : INFINITY);
@@ -288,6 +305,8 @@ int sp_theory_main(int argc, char **argv) {
     sp_theory_json_num("rel_lat_k", rel_k);
     sp_theory_json_num("k_det", k_det);
     sp_theory_json_num("p_starve", starve);
+    sp_theory_json_num("rel_lat_event", event);
+    printf("\"spec_launch\":\"%s\",", launch);
     printf(k_eps > 0 ? "\"k_eps\":%s}\n" : "\"k_eps\":\"%s\"}\n", keps);
     return 0;
   }
@@ -299,5 +318,7 @@ int sp_theory_main(int argc, char **argv) {
   printf("  %-13s %10.6f   (1+beta)/(alpha+beta) (Thm. 4)\n", "k_det", k_det);
   printf("  %-13s %10.6f   starvation bound at k = %s, nu = %g (Thm. 4)\n", "p_starve", starve, ks, a.nu);
   printf("  %-13s %10s   threads for p_starve <= %g (Cor. 5)\n", "k_eps", keps, a.eps);
+  printf("  %-13s %10.6f   event-level schedule at k = %s, %s launch (200 x 30 hops, CV %g)\n",
+         "rel_lat_event", event, ks, launch, a.nu);
   return 0;
 }

@@ -22,6 +22,7 @@ local lazy = {
   predict = "specula.predict", metrics = "specula.metrics", datasets = "specula.datasets",
   llm = "specula.llm", policy = "specula.policy", text = "specula.text",
   theory = "specula.theory", estimate = "specula.estimate", mcp = "specula.mcp",
+  stats = "specula.stats",
 }
 
 setmetatable(M, { __index = function(t, k)

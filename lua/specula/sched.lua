@@ -37,6 +37,26 @@ end
 M.on_error = on_error
 
 local function plain_error(message) error({ plain = true, message = message }, 0) end
+
+-- An error in a window job (the agent's code, a tool, a speculator): its
+-- message and the frames of the agent's own files. The engine's frames
+-- (lua/specula/, C) say nothing to the user and would fill every query's
+-- error record; a tool error raised inside the engine is its message alone.
+local ENGINE_SRC = "/lua/specula/"
+local function job_error(e)
+  if type(e) == "table" and e.plain then return e.message end
+  local msg = tostring(e)
+  local keep = {}
+  for line in traceback("", 2):gmatch("[^\n]+") do
+    if line:find("^%s") and not line:find(ENGINE_SRC, 1, true) and not line:find("[C]", 1, true)
+       and not line:find("(tail call)", 1, true) then
+      keep[#keep + 1] = line
+    end
+  end
+  if #keep == 0 then return msg end
+  return msg .. "\nstack traceback:\n" .. table.concat(keep, "\n")
+end
+M.job_error = job_error
 M.plain_error = plain_error
 
 local function set_error(t, msg)
@@ -132,7 +152,7 @@ local function dispatcher()
     else
       local c = job_call(t)
       local fn = VALS[c.args[0].slot]
-      finish(t, c.keep, xpcall(fn, on_error, arg(c, 1, t), arg(c, 2, t), arg(c, 3, t), arg(c, 4, t),
+      finish(t, c.keep, xpcall(fn, job_error, arg(c, 1, t), arg(c, 2, t), arg(c, 3, t), arg(c, 4, t),
         arg(c, 5, t), arg(c, 6, t), arg(c, 7, t), arg(c, 8, t)))
     end
   end

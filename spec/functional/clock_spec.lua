@@ -87,6 +87,29 @@ describe("the virtual clock", function()
   end)
 end)
 
+describe("specula theory's event model", function()
+  it("follows the launch choice: eager beats slot at small k, k = 1 is sequential", function()
+    local function ev(args)
+      local argv = { "theory", "--p", "0.68", "--alpha", "0.19", "--beta", "0.10", "--json" }
+      for _, a in ipairs(args) do argv[#argv + 1] = a end
+      local st, out, err = H.specula(argv)
+      assert.equals(0, st, err)
+      return cjson.decode(out)
+    end
+    local e2, s2 = ev({ "--k", "2" }), ev({ "--k", "2", "--spec-launch", "slot" })
+    assert.equals("eager", e2.spec_launch)
+    assert.equals("slot", s2.spec_launch)
+    assert.is_true(e2.rel_lat_event < s2.rel_lat_event - 0.01, e2.rel_lat_event .. " vs " .. s2.rel_lat_event)
+    assert.equals(1, ev({ "--k", "1" }).rel_lat_event)
+    -- unbounded k approaches the oracle bound (Cor. 1) from above
+    local inf = ev({ "--k", "inf" })
+    assert.is_true(inf.rel_lat_event >= inf.rel_lat_star and inf.rel_lat_event < inf.rel_lat_star + 0.06)
+    local st, _, err = H.specula({ "theory", "--p", "0.5", "--alpha", "0.2", "--beta", "0.1", "--spec-launch", "soon" })
+    assert.equals(2, st)
+    assert.matches("--spec-launch must be eager or slot", err, 1, true)
+  end)
+end)
+
 describe("one estimator", function()
   it("gives the same p_hat, alpha_hat, beta_hat in the run, the report's reader and replay", function()
     local dir = H.tmpdir()
