@@ -31,13 +31,15 @@ local server_js = cache .. "/node_modules/@modelcontextprotocol/server-filesyste
 if not io.open(server_js, "r") then
   io.stderr:write("mcp_files: " .. server_js .. " is missing; install it with:\n  npm install --prefix "
     .. cache .. " @modelcontextprotocol/server-filesystem@2026.8.31\n")
-  os.exit(1)
+  require("specula.cli").set_exit(1)   -- through the engine's shutdown, unlike os.exit
+  return
 end
 
 -- The notes: query qN has a chain of 3..6 files.
 local dir = os.getenv("MCP_FILES_DIR") or (os.tmpname() .. "-notes")
 os.remove(dir)
-assert(os.execute("mkdir -p '" .. dir .. "'") == 0 or true)
+local mk = os.execute("mkdir -p '" .. dir .. "'")
+assert(mk == 0 or mk == true, "mcp_files: cannot create " .. dir)
 local corpus = {}   -- file name -> content (what the draft model has seen)
 for q = 1, 40 do
   local n = 3 + (q % 4)

@@ -8,7 +8,8 @@ local specula = require "specula"
 local url = arg[1]
 if not url or not url:match("^https?://") then
   io.stderr:write("usage: specula run spec/mcp/conformance_client.lua <server-url>\n")
-  os.exit(2)
+  require("specula.cli").set_exit(2)
+  return
 end
 local scenario = os.getenv("MCP_CONFORMANCE_SCENARIO") or "?"
 
@@ -28,7 +29,8 @@ end
 local c, err = specula.mcp.connect { url = url, name = "conformance:" .. scenario, timeout_ms = 20000 }
 if not c then
   io.stderr:write("conformance client: ", tostring(err), "\n")
-  os.exit(1)
+  require("specula.cli").set_exit(1)
+  return
 end
 local status = 0
 local tools, terr = c:list_tools()
@@ -49,4 +51,6 @@ else
   end
 end
 c:close()
-os.exit(status)
+-- the exit status goes through the engine (os.exit would skip its shutdown
+-- and leave the Lua state and pending calls unfreed)
+require("specula.cli").set_exit(status)
