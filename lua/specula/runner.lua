@@ -61,6 +61,11 @@ usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
   --predict-top N       predictions considered per step (default 3)
   --debug               check that update() never mutates its input
   --retry-failed        when resuming --out, run again the queries whose records carry an error
+  --record DIR          write every model, HTTP, MCP and speculator exchange to the cassette DIR
+  --replay-io DIR       serve those exchanges from the cassette DIR with their recorded timing
+  --miss MODE           a request the cassette lacks: error (default), live (real clock only;
+                        with --record it is added) or skip (a failed speculation; never on the
+                        committed path)
   --progress / --quiet  force the progress line on / silence the summary
 ]]
 
@@ -167,6 +172,11 @@ local function parse_args(args)
     elseif a == "--ev-cost-ms" then o.ev_cost_ms = num(a, 0)
     elseif a == "--ev-latency-ms" then o.ev_latency_ms = num(a, 0)
     elseif a == "--predict-top" then o.predict_top = num(a, 1)
+    elseif a == "--record" then o.record = val(a)
+    elseif a == "--replay-io" then o.replay_io = val(a)
+    elseif a == "--miss" then
+      o.miss = val(a)
+      if not require("specula.cassette").MISS[o.miss] then usage_error("--miss must be error, live or skip") end
     elseif a == "--debug" then o.debug = true
     elseif a == "--retry-failed" then o.retry_failed = true
     elseif a == "--progress" then o.progress = true
@@ -990,6 +1000,11 @@ function M.main(agent, args, script)
     local ok, cerr = sched.set_clock(o.clock)
     if not ok then sched.plain_error("specula run: --clock " .. o.clock .. ": " .. cerr) end
   end
+  local cassette = require "specula.cassette"
+  if (o.record or o.replay_io) and not cassette.state then
+    local ok, cerr = cassette.open({ record = o.record, replay = o.replay_io, miss = o.miss })
+    if not ok then usage_error(cerr) end
+  end
   local queries, warnings = load_queries(o)
   for _, w in ipairs(warnings) do io.stderr:write("specula: warning: " .. w .. "\n") end
   -- Ctrl-C / SIGTERM: stop, write what finished, exit 128 + signal.
@@ -1037,6 +1052,8 @@ function M.main(agent, args, script)
     write_whole(trace_f, o.trace, "--trace file", parts)
   end
   if not o.quiet then io.stderr:write(M.summary_text(agg, run), "\n") end
+  local cst = cassette.close()
+  if cst and not o.quiet then io.stderr:write(cassette.summary(cst), "\n") end
   for _, r in ipairs(results) do strip(r) end
   if agg.failed > 0 then require("specula.cli").set_exit(3) end
   if interrupted then M.interrupted(#results, #pending) end
