@@ -30,6 +30,8 @@ static void usage(FILE *f) {
     "                             check that shards partition the input and write their union\n"
     "  report RESULTS.jsonl -o report.html\n"
     "                             self-contained HTML report with SVG figures\n"
+    "  cassette ls|show|stats DIR\n"
+    "                             the exchanges a run recorded with --record DIR\n"
     "  bench [NAME...]            run the benchmarks under bench/\n"
     "  --version, --help\n");
 }
@@ -64,7 +66,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "theory")) return sp_theory_main(argc - 1, argv + 1);
   if (!strcmp(cmd, "replay")) return sp_replay_main(argc - 1, argv + 1);
   if (strcmp(cmd, "run") && strcmp(cmd, "report") && strcmp(cmd, "bench") && strcmp(cmd, "compare") &&
-      strcmp(cmd, "merge")) {
+      strcmp(cmd, "merge") && strcmp(cmd, "cassette")) {
     fprintf(stderr, "specula: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

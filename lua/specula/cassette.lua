@@ -157,7 +157,7 @@ function M.open(o)
   if M.state then return true end
   local miss = o.miss or "error"
   if not M.MISS[miss] then return nil, "--miss must be error, live or skip" end
-  local st = { miss = miss, counts = {}, index = {}, served = 0, missed = 0, live = 0, recorded = 0,
+  local st = { miss = miss, counts = {}, index = {}, served = 0, missed = 0, missed_committed = 0, live = 0, recorded = 0,
                miss_list = {}, secrets = env_secrets(), t0 = sched.now() }
   if o.replay then
     local recs, files, warnings = M.load(o.replay)
@@ -206,7 +206,8 @@ end
 function M.summary(st)
   local parts = {}
   if st.replay then
-    parts[#parts + 1] = format("%d served from %s, %d not in it (--miss %s)", st.served, st.replay, st.missed, st.miss)
+    parts[#parts + 1] = format("%d served from %s, %d not in it (%d on the committed path; --miss %s)", st.served,
+      st.replay, st.missed, st.missed_committed, st.miss)
     if st.live > 0 then parts[#parts + 1] = format("%d made live", st.live) end
   end
   if st.record then parts[#parts + 1] = format("%d recorded to %s", st.recorded, st.path) end
@@ -357,6 +358,9 @@ end
 -- What a miss does. Returns "live" to make the real call, or nil, err.
 local function on_miss(st, kind, what, n, held, meta)
   st.missed = st.missed + 1
+  -- a miss on a discarded speculative thread does not change the result;
+  -- one on the committed path does
+  if kind ~= "spec" and not meta.speculative then st.missed_committed = st.missed_committed + 1 end
   local detail = format("ECASSETTE: %s: not in the cassette %s (occurrence %d of this request; it holds %d)",
     what, st.replay, n, held)
   if #st.miss_list < 20 then st.miss_list[#st.miss_list + 1] = what end

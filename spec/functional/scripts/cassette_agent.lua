@@ -7,7 +7,7 @@
 local specula = require "specula"
 local BASE = assert(os.getenv("CAS_BASE"), "CAS_BASE")
 local server = os.getenv("SPECULA_SOURCE_DIR") .. "/spec/support/mcp_testserver.js"
-local client = assert(specula.mcp.connect { command = { "node", server }, name = "ts" })
+local client = assert(specula.mcp.connect { command = { os.getenv("CAS_NODE") or "node", server }, name = "ts" })
 
 local function model(fixture)
   return specula.llm.openai.new { api_key = os.getenv("OPENAI_API_KEY"), model = "gpt-test",

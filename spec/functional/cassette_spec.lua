@@ -1,0 +1,288 @@
+-- Cassettes: `specula run --record DIR` against loopback servers (a streamed
+-- OpenAI model from the test server's /file fixtures, an HTTP tool, an MCP
+-- server over stdio, speculators), then `--replay-io DIR` with every server
+-- stopped, misses in each --miss mode, secrets, and a recording killed midway.
+local H = require "support.helpers"
+local cjson = require "cjson"
+
+local AGENT = H.root .. "/spec/functional/scripts/cassette_agent.lua"
+local KEY = "sk-TESTSECRET-cassette-4242"
+local SEARCH_KEY = "search-SECRET-98765"
+
+local PLAN = [==[
+data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-test","choices":[{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"lookup","arguments":""}}]},"finish_reason":null}]}
+
+data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-test","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\": \"Paris\"}"}}]},"finish_reason":null}]}
+
+data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-test","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}
+
+data: [DONE]
+
+]==]
+
+local FINAL = [==[
+data: {"id":"c2","object":"chat.completion.chunk","created":1,"model":"gpt-test","choices":[{"index":0,"delta":{"role":"assistant","content":"Sunny"},"finish_reason":null}]}
+
+data: {"id":"c2","object":"chat.completion.chunk","created":1,"model":"gpt-test","choices":[{"index":0,"delta":{"content":" in Fran\u00e7e"},"finish_reason":"stop"}]}
+
+data: [DONE]
+
+]==]
+
+local server, files, counter = nil, nil, 0
+local base   -- the URL the recording used; a replay asks for the same one
+
+local function input(ids)
+  local lines = {}
+  for _, id in ipairs(ids) do lines[#lines + 1] = cjson.encode({ id = id, query = id }) end
+  counter = counter + 1
+  return H.tmpfile("in" .. counter .. ".jsonl", table.concat(lines, "\n") .. "\n")
+end
+
+local function newdir()
+  counter = counter + 1
+  return H.tmpdir() .. "/cas" .. counter
+end
+
+local function env(extra)
+  local e = { CAS_BASE = server and server.base or base, OPENAI_API_KEY = KEY, SEARCH_KEY = SEARCH_KEY, SPECULA_SOURCE_DIR = H.root }
+  for k, v in pairs(extra or {}) do e[k] = v end
+  return e
+end
+
+-- specula run AGENT --input IN --k inf ARGS...; returns status, records by id, stderr
+local function run(inp, args, extra_env)
+  counter = counter + 1
+  local out = H.tmpdir() .. "/out" .. counter .. ".jsonl"
+  local a = { "run", AGENT, "--input", inp, "--k", "inf", "--out", out }
+  for _, x in ipairs(args) do a[#a + 1] = x end
+  local st, so, se = H.specula(a, env(extra_env))
+  local by = {}
+  for _, r in ipairs(H.jsonl(H.read(out) or "")) do by[r.id] = r end
+  return st, by, se .. so
+end
+
+local function verdicts(r)
+  local v = {}
+  for _, h in ipairs(r.stages.hops) do v[#v + 1] = h.spec end
+  return table.concat(v, ",")
+end
+
+local function cassette_files(dir)
+  local list, i = {}, 1
+  while true do
+    local p = string.format("%s/cassette-%04d.jsonl", dir, i)
+    if not H.read(p) then break end
+    list[#list + 1] = p
+    i = i + 1
+  end
+  return list
+end
+
+describe("cassettes", function()
+  local rec_dir, recorded
+  local IDS = { "q1", "q2", "q3" }
+
+  setup(function()
+    files = H.tmpdir() .. "/fixtures"
+    os.execute("mkdir -p " .. H.quote(files))
+    H.tmpfile("fixtures/plan.sse", PLAN)
+    H.tmpfile("fixtures/final.sse", FINAL)
+    server = H.server { files = files }
+    base = server.base
+    rec_dir = newdir()
+    local st, by, err = run(input(IDS), { "--record", rec_dir })
+    assert.are.equal(0, st, err)
+    recorded = by
+    assert.matches("cassette: %d+ recorded to", err)
+  end)
+  teardown(function() if server then server.stop() end end)
+
+  it("replays a run offline with every server stopped: same answers, trajectories and verdicts", function()
+    for _, id in ipairs(IDS) do
+      assert.is_nil(recorded[id].error)
+      assert.matches("^Sunny in Françe | weather in Paris | slow done: " .. id, recorded[id].answer)
+    end
+    server.stop()
+    server = nil
+    -- CAS_NODE: a program that does not exist, so starting the MCP server would fail
+    local st, by, err = run(input(IDS), { "--replay-io", rec_dir, "--clock", "virtual" },
+      { CAS_NODE = "/nonexistent/node" })
+    assert.are.equal(0, st, err)
+    -- a speculative thread the recording discarded early may ask for more
+    -- in the replay; nothing on the committed path is missing
+    assert.matches("[1-9]%d* served from .-%(0 on the committed path", err)
+    for _, id in ipairs(IDS) do
+      local a, b = recorded[id], by[id]
+      assert.are.equal(a.answer, b.answer)
+      assert.are.equal(cjson.encode(a.trajectory), cjson.encode(b.trajectory))
+      assert.are.equal(verdicts(a), verdicts(b))
+    end
+    -- under the virtual clock a replay is deterministic, timings included
+    local st2, by2, err2 = run(input(IDS), { "--replay-io", rec_dir, "--clock", "virtual" },
+      { CAS_NODE = "/nonexistent/node" })
+    assert.are.equal(0, st2, err2)
+    for _, id in ipairs(IDS) do assert.are.equal(by[id].stats.wall_ms, by2[id].stats.wall_ms) end
+    -- without the cassette the same offline run cannot work
+    local st3, by3 = run(input(IDS), { "--clock", "virtual" }, { CAS_NODE = "/nonexistent/node" })
+    assert.are_not.equal(0, st3)
+    assert.is_nil(by3.q1 and by3.q1.answer)
+  end)
+
+  it("never stores a secret: not the API key, not the tool's header or query parameter", function()
+    local list = cassette_files(rec_dir)
+    assert.is_true(#list >= 1)
+    for _, p in ipairs(list) do
+      local text = H.read(p)
+      assert.is_nil(text:find(KEY, 1, true), "the API key is in " .. p)
+      assert.is_nil(text:find(SEARCH_KEY, 1, true), "the search key is in " .. p)
+      assert.is_nil(text:find("TESTSECRET", 1, true), p)
+      -- every line is one JSON object
+      for line in text:gmatch("[^\n]+") do assert.is_table(cjson.decode(line)) end
+    end
+  end)
+
+  it("lists, shows and summarises a cassette", function()
+    local st, out, err = H.specula({ "cassette", "stats", rec_dir })
+    assert.are.equal(0, st, err)
+    -- 3 queries: 2 model streams each, 1 HTTP tool call each at least
+    local http = out:match("\nhttp%s+(%d+)")
+    local mcp = out:match("\nmcp%s+(%d+)")
+    local spec = out:match("\nspec%s+(%d+)")
+    assert.is_true(tonumber(http) >= 9, out)
+    assert.is_true(tonumber(mcp) >= 4, out)     -- initialize, tools/list pages, 3 calls of slow
+    assert.is_true(tonumber(spec) >= 3, out)
+    st, out = H.specula({ "cassette", "show", rec_dir, "--kind", "spec", "--json" })
+    assert.are.equal(0, st)
+    local n = 0
+    for _, r in ipairs(H.jsonl(out)) do
+      assert.are.equal("spec", r.kind)
+      assert.is_string(r.meta.query)
+      n = n + 1
+    end
+    assert.are.equal(tonumber(spec), n)
+    st, out = H.specula({ "cassette", "show", rec_dir, "--query", "q2" })
+    assert.are.equal(0, st)
+    assert.matches("POST http://127%.0%.0%.1:%d+/file%?path=plan%.sse", out)
+    assert.is_nil(out:find("query q1", 1, true))
+    st, out = H.specula({ "cassette", "ls", rec_dir })
+    assert.are.equal(0, st)
+    assert.matches("cassette%-0001%.jsonl", out)
+    st, out, err = H.specula({ "cassette", "stats", rec_dir .. "/nope" })
+    assert.are.equal(1, st)
+    assert.matches("no such directory", err)
+    st, out, err = H.specula({ "cassette", "frobnicate", rec_dir })
+    assert.are.equal(2, st)
+    assert.matches("unknown subcommand 'frobnicate'", err)
+  end)
+
+  it("--miss error fails the call naming the request; skip never covers the committed path", function()
+    local st, by, err = run(input({ "q1", "q9" }), { "--replay-io", rec_dir, "--clock", "virtual" },
+      { CAS_NODE = "/nonexistent/node" })
+    assert.are.equal(3, st, err)       -- a failed query
+    assert.are.equal(recorded.q1.answer, by.q1.answer)
+    assert.matches("ECASSETTE: POST http://127%.0%.0%.1:%d+/file%?path=plan%.sse&chunk=90&pause=15: not in the cassette",
+      by.q9.error)
+    st, by, err = run(input({ "q9" }), { "--replay-io", rec_dir, "--clock", "virtual", "--miss", "skip" },
+      { CAS_NODE = "/nonexistent/node" })
+    assert.are.equal(3, st, err)
+    assert.matches("%-%-miss skip does not apply to a call on the committed path", by.q9.error)
+  end)
+
+  it("a speculator call the cassette lacks is a failed speculation under --miss error and skip", function()
+    -- the same cassette without its speculator exchanges
+    local dir = newdir()
+    os.execute("mkdir -p " .. H.quote(dir))
+    local kept = {}
+    for line in H.read(rec_dir .. "/cassette-0001.jsonl"):gmatch("[^\n]+") do
+      if not cjson.decode(line).kind or cjson.decode(line).kind ~= "spec" then kept[#kept + 1] = line end
+    end
+    H.tmpfile(dir:match("[^/]+$") .. "/cassette-0001.jsonl", table.concat(kept, "\n") .. "\n")
+    local st, by, err = run(input(IDS), { "--replay-io", dir, "--clock", "virtual", "--miss", "error" },
+      { CAS_NODE = "/nonexistent/node" })
+    assert.are.equal(0, st, err)
+    for _, id in ipairs(IDS) do
+      assert.are.equal(recorded[id].answer, by[id].answer)
+      assert.matches("^error,error$", verdicts(by[id]))
+      assert.matches("speculator of 'lookup'", by[id].stages.hops[1].reason)
+      assert.is_nil(by[id].stages.hops[1].reason:find("skipped", 1, true))
+    end
+    st, by, err = run(input(IDS), { "--replay-io", dir, "--clock", "virtual", "--miss", "skip" },
+      { CAS_NODE = "/nonexistent/node" })
+    assert.are.equal(0, st, err)
+    for _, id in ipairs(IDS) do
+      assert.are.equal(recorded[id].answer, by[id].answer)
+      assert.matches("^error,error$", verdicts(by[id]))
+      assert.matches("skipped %(%-%-miss skip%): a failed speculation", by[id].stages.hops[1].reason)
+    end
+  end)
+
+  it("--miss live makes the real call and, with --record, adds it to a new cassette", function()
+    if not server then
+      server = H.server { files = files }
+    end
+    -- the server's port changed, so every request is new: q1 is all misses
+    local dir2 = newdir()
+    os.execute("cp -r " .. H.quote(rec_dir) .. " " .. H.quote(dir2))
+    local live_base = server.base
+    local st, by, err = run(input({ "q1" }), { "--replay-io", dir2, "--miss", "live", "--record", dir2 })
+    assert.are.equal(0, st, err)
+    assert.are.equal(recorded.q1.answer, by.q1.answer)
+    assert.matches("made live", err)
+    assert.is_string(H.read(dir2 .. "/cassette-0002.jsonl"))
+    server.stop()
+    server = nil
+    st, by, err = run(input({ "q1" }), { "--replay-io", dir2, "--clock", "virtual" },
+      { CAS_NODE = "/nonexistent/node", CAS_BASE = live_base })
+    assert.are.equal(0, st, err)
+    assert.are.equal(recorded.q1.answer, by.q1.answer)
+    -- live calls need the real clock
+    st, by, err = run(input({ "q1" }), { "--replay-io", dir2, "--miss", "live", "--clock", "virtual" })
+    assert.are.equal(2, st)
+    assert.matches("%-%-miss live makes real calls: it needs the real clock", err)
+  end)
+
+  it("a recording killed midway still loads, drops its cut-off last line and replays up to the cut #slow", function()
+    server = server or H.server { files = files }
+    local kbase = server.base
+    local ids = {}
+    for i = 1, 40 do ids[i] = "k" .. i end
+    local inp = input(ids)
+    local dir = newdir()
+    local pidf = H.tmpfile("rec.pid")
+    local parts = {}
+    for k, v in pairs(env()) do parts[#parts + 1] = k .. "=" .. H.quote(v) end
+    os.execute(table.concat(parts, " ") .. " sh -c " .. H.quote("echo $$ > " .. H.quote(pidf) .. "; exec "
+      .. H.quote(H.bin) .. " run " .. H.quote(AGENT) .. " --input " .. H.quote(inp)
+      .. " --concurrency 1 --quiet --out /dev/null --record " .. H.quote(dir)) .. " >/dev/null 2>&1 &")
+    -- wait until a few queries are on tape (a count of lines, not a time)
+    local path = dir .. "/cassette-0001.jsonl"
+    local lines = 0
+    for _ = 1, 600 do
+      local t = H.read(path) or ""
+      lines = select(2, t:gsub("\n", ""))
+      if lines >= 60 then break end
+      os.execute("sleep 0.05")
+    end
+    local pid = H.read(pidf):match("%d+")
+    os.execute("kill -9 " .. pid)
+    os.execute("sleep 0.2")
+    assert.is_true(lines >= 60)
+    -- a kill in the middle of a write: the last line loses its end
+    local text = H.read(path)
+    local f = assert(io.open(path, "w"))
+    f:write(text:sub(1, #text - 25))
+    f:close()
+    local st, out, err = H.specula({ "cassette", "ls", dir })
+    assert.are.equal(0, st, err)
+    assert.matches("dropped a cut%-off last record", err)
+    assert.matches("1 cut%-off line dropped", out)
+    server.stop()
+    server = nil
+    local st2, by, err2 = run(inp, { "--replay-io", dir, "--clock", "virtual", "--concurrency", "1" },
+      { CAS_NODE = "/nonexistent/node", CAS_BASE = kbase })
+    assert.are.equal(3, st2, err2)          -- queries after the cut fail
+    assert.are.equal("Sunny in Françe | weather in Paris | slow done: k1:16", by.k1.answer)
+    assert.matches("not in the cassette", by.k40.error)
+  end)
+end)
