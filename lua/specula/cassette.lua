@@ -298,9 +298,16 @@ local warned_encode = false
 local function write(rec, secrets)
   local st = M.state
   if not st or not st.file then return end
-  local okc, clean = pcall(scrub_deep, rec, secrets, 0)
-  local line, err
-  if okc then line, err = json.encode(clean) else err = clean end
+  -- one scrub of the encoded line (cheap); when that breaks the JSON (a
+  -- pattern ate an escape), every string is scrubbed on its own instead
+  local line, err = json.encode(rec)
+  if line then
+    line = scrub(line, secrets)
+    if json.decode(line) == nil then
+      local okc, clean = pcall(scrub_deep, rec, secrets, 0)
+      if okc then line, err = json.encode(clean) else line, err = nil, clean end
+    end
+  end
   if not line then
     if not warned_encode then
       warned_encode = true
@@ -347,6 +354,15 @@ local function canon_body(body)
     end
   end
   return body
+end
+
+-- The recorded occurrences of a request: by its own key, else by its
+-- scrubbed key (a key that held a secret was stored scrubbed; scrubbing
+-- every key up front would cost the recording run time on the loop).
+local function recorded(st, key, secrets)
+  local list = st.index[key]
+  if list == nil then list = st.index[scrub(key, secrets)] end
+  return list
 end
 
 local function occurrence(st, key)
@@ -490,20 +506,20 @@ function M.http(opts, method, live)
   local url = M.clean_url(opts.url)
   local body = canon_body(opts.body)
   local secrets = scrubber().secrets(nil, opts.headers)
-  local key = scrub(method:upper() .. " " .. url .. "\n" .. body, secrets)
+  local key = method:upper() .. " " .. url .. "\n" .. body
   local n = occurrence(st, key)
   local meta = meta_now()
-  local what = method:upper() .. " " .. scrubber().scrub(url, secrets)
   if st.replay then
-    local list = st.index[key]
+    local list = recorded(st, key, secrets)
     local rec = list and list[n]
     if rec and rec.kind == "http" then
       st.served = st.served + 1
-      if rec.start then never() return nil, "ECASSETTE: " .. what .. ": cancelled in the recording" end
+      if rec.start then never() return nil, "ECASSETTE: " .. method:upper() .. ": cancelled in the recording" end
       return serve_http(st, rec, sched.now())
     end
     local held = 0
     if list then for _ in pairs(list) do held = held + 1 end end
+    local what = method:upper() .. " " .. scrubber().scrub(url, secrets)
     local go, err = on_miss(st, "http", what, n, held, meta)
     if not go then return nil, err end
   end
@@ -556,12 +572,12 @@ function M.mcp(client, method, params, opts, live)
   local secrets = scrubber().secrets(nil, client.headers)
   local ok, pc = pcall(json.canonical, strip_meta(params) or json.object())
   if not ok then pc = tostring(params) end
-  local key = scrub("MCP " .. tostring(client.name) .. " " .. method .. "\n" .. pc, secrets)
+  local key = "MCP " .. tostring(client.name) .. " " .. method .. "\n" .. pc
   local n = occurrence(st, key)
   local meta = meta_now()
   local what = format("MCP %s %s", tostring(client.name), tostring(opts and opts.what or method))
   if st.replay then
-    local list = st.index[key]
+    local list = recorded(st, key, secrets)
     local rec = list and list[n]
     if rec and rec.kind == "mcp" then
       st.served = st.served + 1
@@ -596,11 +612,11 @@ function M.speculator(S, tool, is_cands, cands)
     local st = M.state
     local ok, ac = pcall(json.canonical, args)
     if not ok then ac = tostring(args) end
-    local key = scrub("SPEC " .. tostring(tool) .. "\n" .. ac)
+    local key = "SPEC " .. tostring(tool) .. "\n" .. ac
     local n = occurrence(st, key)
     local meta = meta_now()
     if st.replay then
-      local list = st.index[key]
+      local list = recorded(st, key)
       local rec = list and list[n]
       if rec and rec.kind == "spec" then
         st.served = st.served + 1

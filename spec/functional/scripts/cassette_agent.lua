@@ -11,7 +11,7 @@ local client = assert(specula.mcp.connect { command = { os.getenv("CAS_NODE") or
 
 local function model(fixture)
   return specula.llm.openai.new { api_key = os.getenv("OPENAI_API_KEY"), model = "gpt-test",
-    chat_url = BASE .. "/file?path=" .. fixture .. "&chunk=90&pause=15", retry = { max_retries = 0 } }
+    chat_url = BASE .. "/file?path=" .. fixture .. "&chunk=90&pause=" .. (os.getenv("CAS_PAUSE") or "15"), retry = { max_retries = 0 } }
 end
 local plan, final = model("plan.sse"), model("final.sse")
 
@@ -38,7 +38,7 @@ return specula.agent {
       local c = r.tool_calls[1]
       return { segment = "plan", action = { tool = c.name, args = { city = c.arguments.city .. "-" .. s.q } } }
     elseif s.hop == 1 then
-      return { segment = "read", action = { tool = "slow", args = { ms = 40, tag = s.q .. ":" .. #s.obs[1] } } }
+      return { segment = "read", action = { tool = "slow", args = { ms = tonumber(os.getenv("CAS_SLOW_MS") or "40"), tag = s.q .. ":" .. #s.obs[1] } } }
     end
     local r = assert(final:chat { messages = { { role = "user", content = s.obs[2] } }, stream = true })
     return { final = r.content .. " | " .. table.concat(s.obs, " | ") }
