@@ -365,7 +365,10 @@ function M.adapter(agent, opts)
   function A.call(qmt, ctx, spec)
     ctx.speculative = spec
     local a = ctx.action
-    if cassette.state then cassette.bind(ctx) end
+    if cassette.state then
+      cassette.bind(ctx)
+      return cassette.observe(a.tool, a.args, tools[a.tool].call, ctx)
+    end
     return tools[a.tool].call(a.args, ctx)
   end
 

@@ -51,6 +51,8 @@ local function meta_now()
     if id ~= nil then m.query = id end
     if type(ctx.hop) == "number" then m.hop = ctx.hop end
     m.speculative = ctx.speculative and true or false
+    -- a request made while the step decides (a model call) or by the tool call
+    m.phase = ctx.action and "tool" or "step"
     if ctx.predicted then m.predicted = true end
   end
   if core.ctx ~= nil then
@@ -601,6 +603,28 @@ function M.mcp(client, method, params, opts, live)
             res = r, err = (r == nil) and err or nil }, secrets)
   end
   return r, err
+end
+
+-- ---- observations ------------------------------------------------------------------------
+
+-- A target call's observation, recorded (never served: the call's own
+-- requests are) so the verifier lab can pair it with the speculators'
+-- candidates. Errors propagate untouched and are not recorded.
+local function observed(st, tool, args, t0, meta, ...)
+  if st.file then
+    local ok, ac = pcall(json.canonical, args)
+    write({ kind = "obs", key = "OBS " .. tostring(tool) .. "\n" .. (ok and ac or tostring(args)), n = 1,
+            at = t0 - st.t0, ms = sched.now() - t0, meta = meta, req = { tool = tool, args = args },
+            res = { value = (...) == nil and json.null or (...) } })
+  end
+  return ...
+end
+
+function M.observe(tool, args, call, ctx)
+  local st = M.state
+  if not st.file then return call(args, ctx) end
+  local meta = meta_now()
+  return observed(st, tool, args, sched.now(), meta, call(args, ctx))
 end
 
 -- ---- speculators --------------------------------------------------------------------------
