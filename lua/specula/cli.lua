@@ -81,6 +81,8 @@ function M.main(argv)
     return spawn_main(function() return require("specula.compare").cli_main(rest) end)
   elseif cmd == "merge" then
     return spawn_main(function() return require("specula.merge").main(rest) end)
+  elseif cmd == "predictors" then
+    return spawn_main(function() return require("specula.predictorlab").main(rest) end)
   elseif cmd == "verifiers" then
     return spawn_main(function() return require("specula.verifierlab").main(rest) end)
   elseif cmd == "cassette" then

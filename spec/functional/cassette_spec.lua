@@ -197,6 +197,12 @@ describe("cassettes", function()
     st, out, err = H.specula({ "verifiers", rec_dir, "--verifier", "nosuch" })
     assert.are.equal(2, st)
     assert.matches("unknown verifier 'nosuch'", err)
+    -- the predictor lab reads the committed tool calls of the same cassette
+    st, out, err = H.specula({ "predictors", rec_dir, "--json" })
+    assert.are.equal(0, st, err)
+    local pr = cjson.decode(out)
+    assert.are.equal(3, pr.trajectories)
+    assert.are.equal(6, pr.steps)
     st, out, err = H.specula({ "verifiers", all })
     assert.are.equal(1, st)
     assert.matches("results files hold no speculated candidates", err)
@@ -310,5 +316,40 @@ describe("cassettes", function()
     assert.are.equal(3, st2, err2)          -- queries after the cut fail
     assert.are.equal("Sunny in Françe | weather in Paris | slow done: k1:16", by.k1.answer)
     assert.matches("not in the cassette", by.k40.error)
+  end)
+end)
+
+describe("specula predictors", function()
+  -- search(q=a), search(q=a), open(id=7), four times: after the first, an
+  -- order-2 context tells the second search from the open; one action of
+  -- context (pattern) cannot, and its tie goes to "open" by name
+  local lines = {}
+  for i = 1, 4 do
+    lines[i] = cjson.encode({ id = "t" .. i, answer = "x", trajectory = {
+      { action = { tool = "search", args = { q = "a" } }, observation = "1" },
+      { action = { tool = "search", args = { q = "a" } }, observation = "2" },
+      { action = { tool = "open", args = { id = 7 } }, observation = "3" } } })
+  end
+  local results = H.tmpfile("traj.jsonl", table.concat(lines, "\n") .. "\n")
+
+  it("replays committed histories online through each predictor: top-1, top-3 and tool hit rates", function()
+    local st, out, err = H.specula({ "predictors", results, "--predictor", "pattern", "--predictor", "ngram:3", "--json" })
+    assert.are.equal(0, st, err)
+    local r = cjson.decode(out)
+    assert.are.equal(12, r.steps)
+    local p, n = r.predictors[1], r.predictors[2]
+    assert.are.same({ "pattern", 0, 3, 6 }, { p.predictor, p.top1, p.top3, p.tool_top1 })
+    assert.are.same({ "ngram:3", 3, 3, 9 }, { n.predictor, n.top1, n.top3, n.tool_top1 })
+    -- a predictor from a file: always guesses search(q=a)
+    local f = H.tmpfile("guess.lua", "return function() return { { tool = 'search', args = { q = 'a' }, confidence = 1 } } end")
+    st, out = H.specula({ "predictors", results, "--predictor", f, "--json" })
+    assert.are.equal(0, st)
+    assert.are.equal(8, cjson.decode(out).predictors[1].top1)
+    st, out, err = H.specula({ "predictors", results, "--predictor", "ngram:1" })
+    assert.are.equal(2, st)
+    assert.matches("ngram:N needs N >= 2", err)
+    st, out, err = H.specula({ "predictors", H.tmpdir() .. "/none.jsonl" })
+    assert.are.equal(1, st)
+    assert.matches("no such file or directory", err)
   end)
 end)
