@@ -572,7 +572,12 @@ end
 function M.mcp(client, method, params, opts, live)
   local st = M.state
   local secrets = scrubber().secrets(nil, client.headers)
-  local ok, pc = pcall(json.canonical, strip_meta(params) or json.object())
+  local kp = strip_meta(params) or json.object()
+  if method == "initialize" and type(kp) == "table" then
+    -- the client's own name and version are not part of what was asked
+    kp = { protocolVersion = kp.protocolVersion, capabilities = kp.capabilities }
+  end
+  local ok, pc = pcall(json.canonical, kp)
   if not ok then pc = tostring(params) end
   local key = "MCP " .. tostring(client.name) .. " " .. method .. "\n" .. pc
   local n = occurrence(st, key)

@@ -102,6 +102,7 @@ function M.pairs_of(recs)
     end
   end
   local seg = {}
+  for k in pairs(with_target) do seg[k] = 0 end   -- a step without a model call took no model time
   for _, r in ipairs(recs) do
     local m = r.meta
     if r.kind == "http" and not r.start and m and m.phase == "step" and m.query ~= nil and m.hop ~= nil
