@@ -227,6 +227,65 @@ describe("cassettes", function()
     assert.matches("results files hold no speculated candidates", err)
   end)
 
+  it("replays a stream chunk by chunk at its recorded offsets: a tool name fires when it did", function()
+    server = server or H.server { files = files }
+    local sbase = server.base
+    -- a plain script: --clock is an agent runner option, so it sets its own
+    local code = [[
+local specula = require "specula"
+if os.getenv("VCLOCK") then assert(specula.set_clock("virtual")) end
+local c = specula.llm.openai.new { api_key = os.getenv("OPENAI_API_KEY"), model = "m", retry = { max_retries = 0 },
+  chat_url = os.getenv("CAS_BASE") .. "/file?path=plan.sse&chunk=90&pause=20" }
+local t0 = specula.now()
+local at
+local r = assert(c:chat { messages = { { role = "user", content = "x" } }, on_tool_name = function() at = at or specula.now() - t0 end })
+print(string.format("NAME %.6f END %.6f TOOL %s", at, specula.now() - t0, r.tool_calls[1].name))
+]]
+    local dir = newdir()
+    local st, out, err = H.run_lua(code, { "--record", dir }, env({ CAS_BASE = sbase }))
+    assert.are.equal(0, st, err)
+    local rec_name = tonumber(out:match("NAME ([%d.]+)"))
+    -- the chunk that completed the first SSE event (the one naming the tool)
+    local x
+    for line in H.read(dir .. "/cassette-0001.jsonl"):gmatch("[^\n]+") do
+      local v = cjson.decode(line)
+      if v.kind == "http" and not v.start then x = v end
+    end
+    assert.is_true(#x.events >= 3, "the stream came in pieces")
+    local text, at_chunk = "", nil
+    for _, e in ipairs(x.events) do
+      text = text .. e[2]
+      if not at_chunk and text:find("\n\n", 1, true) then at_chunk = e[1] end
+    end
+    assert.is_true(at_chunk <= rec_name)
+    server.stop()
+    server = nil
+    st, out, err = H.run_lua(code, { "--replay-io", dir }, env({ CAS_BASE = sbase, VCLOCK = "1" }))
+    assert.are.equal(0, st, err)
+    local name, fin, tool = out:match("NAME ([%d.]+) END ([%d.]+) TOOL (%w+)")
+    assert.are.equal("lookup", tool)
+    -- virtual time: the recorded offsets (to float rounding of the clock)
+    assert.is_true(math.abs(tonumber(name) - at_chunk) < 1e-4, name .. " vs " .. at_chunk)
+    assert.is_true(math.abs(tonumber(fin) - x.end_ms) < 1e-4, fin .. " vs " .. x.end_ms)
+    assert.is_true(tonumber(name) < tonumber(fin))
+  end)
+
+  it("refuses a cassette directory it cannot create or read, naming it", function()
+    local notdir = H.tmpfile("plainfile", "x")
+    local st, _, err = H.specula({ "run", AGENT, "--query", "q", "--record", notdir .. "/sub" }, env())
+    assert.are.equal(2, st)
+    assert.matches("cannot create the cassette directory '" .. notdir:gsub("%p", "%%%0") .. "/sub'", err)
+    st, _, err = H.specula({ "run", AGENT, "--query", "q", "--replay-io", H.tmpdir() .. "/absent", "--clock", "virtual" }, env())
+    assert.are.equal(2, st)
+    assert.matches("cassette '.-/absent': no such directory", err)
+    st, _, err = H.specula({ "run", AGENT, "--query", "q", "--replay-io", notdir, "--miss", "maybe" }, env())
+    assert.are.equal(2, st)
+    assert.matches("%-%-miss must be error, live or skip", err)
+    st, _, err = H.specula({ "run", AGENT, "--query", "q", "--record", H.tmpdir() .. "/v", "--clock", "virtual" }, env())
+    assert.are.equal(2, st)
+    assert.matches("%-%-record needs real calls to record", err)
+  end)
+
   it("--miss error fails the call naming the request; skip never covers the committed path", function()
     local st, by, err = run(input({ "q1", "q9" }), { "--replay-io", rec_dir, "--clock", "virtual" },
       { CAS_NODE = "/nonexistent/node" })
