@@ -31,6 +31,7 @@ M.state = nil
 
 pcall(ffi.cdef, "int mkdir(const char *path, unsigned int mode);")
 pcall(ffi.cdef, "extern char **environ;")
+pcall(ffi.cdef, "char *strerror(int errnum);")
 
 local function scrubber() return require("specula.llm.retry") end
 
@@ -148,7 +149,8 @@ end
 local function mkdir(dir)
   if C.sp_host_path_kind(dir) == 2 then return true end
   if ffi.C.mkdir(dir, tonumber("755", 8)) ~= 0 and C.sp_host_path_kind(dir) ~= 2 then
-    return nil, format("cannot create the cassette directory '%s'", dir)
+    local why = ffi.C.strerror(ffi.errno())
+    return nil, format("cannot create the cassette directory '%s': %s", dir, why ~= nil and ffi.string(why) or "?")
   end
   return true
 end
@@ -163,7 +165,7 @@ function M.open(o)
                miss_list = {}, secrets = env_secrets(), t0 = sched.now() }
   if o.replay then
     local recs, files, warnings = M.load(o.replay)
-    if not recs then return nil, recs == nil and files or "cannot load" end
+    if not recs then return nil, files end
     for _, w in ipairs(warnings) do io.stderr:write("specula: warning: cassette ", w, "\n") end
     for _, r in ipairs(recs) do
       local list = st.index[r.key]
@@ -202,6 +204,14 @@ function M.close()
   if st.file then st.file:close() st.file = nil end
   M.state = nil
   return st
+end
+
+-- Start the occurrence counts over, so the next run of the same queries
+-- (the next --compare config) is served the recording from its start. Only
+-- for a pure replay: while recording, occurrences must stay distinct.
+function M.rewind()
+  local st = M.state
+  if st and st.replay and not st.file then st.counts = {} end
 end
 
 -- One line for the end of a run: what the cassette served and missed.

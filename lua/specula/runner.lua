@@ -1009,7 +1009,12 @@ function M.main(agent, args, script)
   for _, w in ipairs(warnings) do io.stderr:write("specula: warning: " .. w .. "\n") end
   -- Ctrl-C / SIGTERM: stop, write what finished, exit 128 + signal.
   if core.ctx ~= nil then C.sp_host_trap_signals(core.ctx) end
-  if o.compare then return require("specula.compare").main(agent, o, queries, script) end
+  if o.compare then
+    require("specula.compare").main(agent, o, queries, script)
+    local cst = cassette.close()
+    if cst and not o.quiet then io.stderr:write(cassette.summary(cst), "\n") end
+    return
+  end
   local skip, nprev = {}, 0
   if o.out then skip, nprev = done_ids(o.out, o.retry_failed) end
   local pending = {}

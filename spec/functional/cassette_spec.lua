@@ -456,7 +456,22 @@ describe("examples/cassette", function()
       answers = got
     end
     assert.is_table(answers)
-    local st, out = H.specula({ "verifiers", EX .. "/tape" })
+    -- one replay under several configurations (each starts the tape over)
+    local st, out, err = H.specula({ "run", EX .. "/agent.lua", "--input", EX .. "/queries.jsonl", "--replay-io",
+      EX .. "/tape", "--clock", "virtual", "--compare", "sequential,spechop:k=inf,spechop:k=2" },
+      { OPENAI_API_KEY = "any", SEARCH_KEY = "any", CAS_NODE = "/nonexistent/node", SPECULA_SOURCE_DIR = H.root })
+    assert.are.equal(0, st, err)
+    local n = 0
+    for line in out:gmatch("[^\n]+") do
+      local r = line:sub(1, 1) == "{" and cjson.decode(line)
+      if r then n = n + 1 end
+      r = r or {}
+      assert.is_nil(r.error)
+      if r.id then assert.matches("^Sunny in Françe | weather in Paris | slow done: city %d:16$", r.answer) end
+    end
+    assert.are.equal(18, n)
+    assert.matches("%(0 on the committed path", err)
+    st, out = H.specula({ "verifiers", EX .. "/tape" })
     assert.are.equal(0, st)
     -- the table in the README is what the lab prints for the tape
     local tbl = out:match("\n(alpha.-)\n$")
