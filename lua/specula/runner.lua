@@ -940,7 +940,9 @@ end
 M.progress_line = progress_line
 
 -- Run an agent from Lua (inside a task): specula.run(agent, { queries = {...},
--- mode =, k =, m =, seed =, concurrency =, policy =, set = }) -> records, aggregate.
+-- mode =, k =, m =, seed =, concurrency =, policy =, set =, record = DIR,
+-- replay_io = DIR, miss = "error"|"live"|"skip" }) -> records, aggregate
+-- (aggregate.cassette: served, missed, missed_committed, live, recorded).
 -- queries may be strings or { id =, query = } tables.
 function M.run(agent, opts)
   if type(agent) ~= "table" or not agent.__specula_agent then
@@ -967,20 +969,37 @@ function M.run(agent, opts)
     if type(q) == "string" then q = { id = "q" .. i, query = q } end
     queries[i] = { id = q.id or ("q" .. i), query = q.query, record = q, gold = q.gold, max_hops = q.max_hops }
   end
+  -- a cassette for this run only: record = DIR, replay_io = DIR, miss = MODE
+  local cassette = require "specula.cassette"
+  local own_cassette = false
+  if opts.record ~= nil or opts.replay_io ~= nil then
+    if cassette.state then error("specula.run: a cassette is already open (--record / --replay-io)", 2) end
+    if opts.miss == "live" and (o.clock or sched.clock()) == "virtual" then
+      error("specula.run: miss = 'live' makes real calls: it needs the real clock", 2)
+    end
+    local ok, cerr = cassette.open({ record = opts.record, replay = opts.replay_io, miss = opts.miss })
+    if not ok then error("specula.run: " .. cerr, 2) end
+    own_cassette = true
+  end
   -- a clock for this run only (the caller's clock comes back after it)
   local prev_clock = sched.clock()
   if o.clock and o.clock ~= prev_clock then
     local ok, cerr = sched.set_clock(o.clock)
-    if not ok then error("specula.run: " .. cerr, 2) end
+    if not ok then
+      if own_cassette then cassette.close() end
+      error("specula.run: " .. cerr, 2)
+    end
   end
   local okr, run = pcall(make_run, agent, o, opts.script)
   if not okr then
     if sched.clock() ~= prev_clock then sched.set_clock(prev_clock) end
+    if own_cassette then cassette.close() end
     error(run, 0)
   end
   if o.light then run.acc = new_agg() end
   local results = run_all(run, queries, function() end, nil)
   if sched.clock() ~= prev_clock then sched.set_clock(prev_clock) end
+  local cst = own_cassette and cassette.close()
   local agg = M.aggregate(results, o.k, run.acc)
   for _, r in ipairs(results) do
     if o.light and r.error and r.hops == nil then
@@ -989,6 +1008,10 @@ function M.run(agent, opts)
     end
   end
   agg.policy_counts = policylib.counts(run.policy)
+  if cst then
+    agg.cassette = { served = cst.served, missed = cst.missed, missed_committed = cst.missed_committed,
+                     live = cst.live, recorded = cst.recorded }
+  end
   for _, r in ipairs(results) do strip(r) end
   return results, agg
 end

@@ -270,6 +270,40 @@ print(string.format("NAME %.6f END %.6f TOOL %s", at, specula.now() - t0, r.tool
     assert.is_true(tonumber(name) < tonumber(fin))
   end)
 
+  it("specula.run from Lua records with record = DIR and replays with replay_io = DIR", function()
+    server = server or H.server { files = files }
+    local sbase = server.base
+    local code = [[
+local specula = require "specula"
+local mode = os.getenv("MODE")
+local agent = specula.agent {
+  tools = { echo = specula.tools.http { url = os.getenv("CAS_BASE") .. "/echo?n={n}", result = function(res)
+    return specula.json.decode(res.body).query end, retry = false } },
+  init = function(q) return { q = q, obs = {} } end,
+  step = function(s)
+    if #s.obs == 2 then return { final = table.concat(s.obs, "+") } end
+    return { action = { tool = "echo", args = { n = s.q .. #s.obs } } }
+  end,
+  update = function(s, _, o) local obs = { unpack(s.obs) }; obs[#obs + 1] = o; return { q = s.q, obs = obs } end,
+}
+local opts = { queries = { "a", "b" }, mode = "sequential" }
+if mode == "record" then opts.record = os.getenv("DIR") else opts.replay_io = os.getenv("DIR"); opts.clock = "virtual" end
+local recs, agg = specula.run(agent, opts)
+print(recs[1].answer, recs[2].answer, agg.cassette.recorded, agg.cassette.served, agg.cassette.missed)
+print("clock after", specula.clock())
+]]
+    local dir = newdir()
+    local st, out, err = H.run_lua(code, {}, env({ CAS_BASE = sbase, MODE = "record", DIR = dir }))
+    assert.are.equal(0, st, err)
+    assert.matches("^n=a0%+n=a1\tn=b0%+n=b1\t8\t0\t0\n", out)   -- 4 requests, 4 observations
+    server.stop()
+    server = nil
+    st, out, err = H.run_lua(code, {}, env({ CAS_BASE = sbase, MODE = "replay", DIR = dir }))
+    assert.are.equal(0, st, err)
+    assert.matches("^n=a0%+n=a1\tn=b0%+n=b1\t0\t4\t0\n", out)
+    assert.matches("clock after\treal", out)
+  end)
+
   it("refuses a cassette directory it cannot create or read, naming it", function()
     local notdir = H.tmpfile("plainfile", "x")
     local st, _, err = H.specula({ "run", AGENT, "--query", "q", "--record", notdir .. "/sub" }, env())
@@ -290,6 +324,7 @@ print(string.format("NAME %.6f END %.6f TOOL %s", at, specula.now() - t0, r.tool
     local st, by, err = run(input({ "q1", "q9" }), { "--replay-io", rec_dir, "--clock", "virtual" },
       { CAS_NODE = "/nonexistent/node" })
     assert.are.equal(3, st, err)       -- a failed query
+    assert.is_nil(by.q1.error, by.q1.error)
     assert.are.equal(recorded.q1.answer, by.q1.answer)
     assert.matches("ECASSETTE: POST http://127%.0%.0%.1:%d+/file%?path=plan%.sse&chunk=90&pause=15: not in the cassette",
       by.q9.error)
