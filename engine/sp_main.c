@@ -30,6 +30,12 @@ static void usage(FILE *f) {
     "                             check that shards partition the input and write their union\n"
     "  report RESULTS.jsonl -o report.html\n"
     "                             self-contained HTML report with SVG figures\n"
+    "  cassette ls|show|stats DIR\n"
+    "                             the exchanges a run recorded with --record DIR\n"
+    "  verifiers CASSETTE [--verifier NAME_OR_FILE]... [--k K] [--json]\n"
+    "                             judge every recorded (candidate, observation) pair with each verifier\n"
+    "  predictors CASSETTE|RESULTS.jsonl... [--predictor NAME_OR_FILE]... [--json]\n"
+    "                             top-1/top-3 hit rates of action predictors on committed tool calls\n"
     "  bench [NAME...]            run the benchmarks under bench/\n"
     "  --version, --help\n");
 }
@@ -64,7 +70,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "theory")) return sp_theory_main(argc - 1, argv + 1);
   if (!strcmp(cmd, "replay")) return sp_replay_main(argc - 1, argv + 1);
   if (strcmp(cmd, "run") && strcmp(cmd, "report") && strcmp(cmd, "bench") && strcmp(cmd, "compare") &&
-      strcmp(cmd, "merge")) {
+      strcmp(cmd, "merge") && strcmp(cmd, "cassette") && strcmp(cmd, "verifiers") &&
+      strcmp(cmd, "predictors")) {
     fprintf(stderr, "specula: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

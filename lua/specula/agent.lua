@@ -4,6 +4,7 @@
 -- job coroutines through the adapter below, which validates what the script
 -- returns and turns mistakes into errors naming the script and line.
 local sched = require "specula.sched"
+local cassette = require "specula.cassette"
 
 local type, pairs, ipairs, tostring, select, setmetatable, getmetatable, error =
   type, pairs, ipairs, tostring, select, setmetatable, getmetatable, error
@@ -32,6 +33,7 @@ function M.candidates(list)
   end
   return setmetatable(list, CANDS_MT)
 end
+local function is_cands(r) return getmetatable(r) == CANDS_MT end
 
 local function where(fn)
   local info = debug.getinfo(fn, "S")
@@ -163,8 +165,10 @@ function M.adapter(agent, opts)
   -- qmt, the first argument of every adapter function, is the metatable the
   -- window's step ctx tables share: { __index = the query's ctx }.
   local function mkctx(qmt, hop, spec, state)
-    return setmetatable({ hop = hop, speculative = spec, state = state, step = false, action = false,
-                          on_tool_name = false }, qmt)
+    local ctx = setmetatable({ hop = hop, speculative = spec, state = state, step = false, action = false,
+                               on_tool_name = false }, qmt)
+    if cassette.state then cassette.bind(ctx) end   -- model calls of the step know their query
+    return ctx
   end
 
   local function tool_name_cb(name)
@@ -352,6 +356,7 @@ function M.adapter(agent, opts)
   -- A predicted call started early (always speculative).
   function A.pfcall(qmt, tool, args, hop)
     local ctx = setmetatable({ hop = hop, speculative = true, predicted = true }, qmt)
+    if cassette.state then cassette.bind(ctx) end
     return tools[tool].call(args, ctx)
   end
 
@@ -360,6 +365,10 @@ function M.adapter(agent, opts)
   function A.call(qmt, ctx, spec)
     ctx.speculative = spec
     local a = ctx.action
+    if cassette.state then
+      cassette.bind(ctx)
+      return cassette.observe(a.tool, a.args, tools[a.tool].call, ctx)
+    end
     return tools[a.tool].call(a.args, ctx)
   end
 
@@ -412,6 +421,10 @@ function M.adapter(agent, opts)
     ctx.speculative = spec
     local a = ctx.action
     local S = tools[a.tool].speculate or agent_spec
+    if cassette.state then
+      cassette.bind(ctx)
+      S = cassette.speculator(S, a.tool, is_cands, M.candidates)
+    end
     return normalise(run_spec(S, a.args, ctx, timeout), m)
   end
 

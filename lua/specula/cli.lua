@@ -25,6 +25,13 @@ local function run_script(script, args)
   end
   local chunk, err = loadfile(script)
   if not chunk then sched.plain_error("cannot load script: " .. tostring(err)) end
+  -- --record / --replay-io open before the main chunk runs: it may connect
+  -- to an MCP server at top level
+  local okc, cerr = require("specula.cassette").from_args(args)
+  if not okc then
+    C.sp_ctx_set_exit(core.ctx, 2)
+    sched.plain_error("specula run: " .. tostring(cerr))
+  end
   _G.arg = { [0] = script }
   for i = 1, #args do _G.arg[i] = args[i] end
   local result = chunk(unpack(args))
@@ -74,6 +81,12 @@ function M.main(argv)
     return spawn_main(function() return require("specula.compare").cli_main(rest) end)
   elseif cmd == "merge" then
     return spawn_main(function() return require("specula.merge").main(rest) end)
+  elseif cmd == "predictors" then
+    return spawn_main(function() return require("specula.predictorlab").main(rest) end)
+  elseif cmd == "verifiers" then
+    return spawn_main(function() return require("specula.verifierlab").main(rest) end)
+  elseif cmd == "cassette" then
+    return spawn_main(function() return require("specula.cassettecli").main(rest) end)
   elseif cmd == "bench" then
     return spawn_main(function() return require("specula.benchcli").main(rest) end)
   end

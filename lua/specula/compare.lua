@@ -319,6 +319,7 @@ function M.main(agent, o, queries, script)
       local prev = skip[c.name .. "\0" .. tostring(q.id)]
       if prev then kept[i] = prev else missing[#missing + 1] = { q = q, i = i } end
     end
+    require("specula.cassette").rewind()   -- a replayed cassette starts over for each config
     local run = runner.make_run(agent, oc, script)
     local list = {}
     for j, t in ipairs(missing) do list[j] = t.q end

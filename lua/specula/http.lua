@@ -3,6 +3,7 @@
 -- nil, "ECODE: METHOD url: detail" (the URL without its query string).
 local core = require "specula.core"
 local sched = require "specula.sched"
+local cassette = require "specula.cassette"
 local ffi = core.ffi
 local C = core.C
 
@@ -168,6 +169,12 @@ function M.request(opts)
   end
   local method = opts.method or (body and "POST" or "GET")
   if type(method) ~= "string" then error("specula.http.request: method must be a string", 2) end
+  -- recorded or replayed (--record / --replay-io): served before any real
+  -- I/O, so a replay runs under the virtual clock
+  if cassette.state and not opts.__cassette_live then
+    header_block(opts.headers)   -- the same checks as a real request
+    return cassette.http(opts, method, M.request)
+  end
   local headers = header_block(opts.headers)
   local o = ffi.new("sp_http_opts")
   o.method = method:upper()

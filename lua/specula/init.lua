@@ -21,7 +21,7 @@ local lazy = {
   terminate = "specula.terminate", template = "specula.template",
   predict = "specula.predict", metrics = "specula.metrics", datasets = "specula.datasets",
   llm = "specula.llm", policy = "specula.policy", text = "specula.text",
-  theory = "specula.theory", estimate = "specula.estimate", mcp = "specula.mcp",
+  theory = "specula.theory", estimate = "specula.estimate", mcp = "specula.mcp", cassette = "specula.cassette",
   stats = "specula.stats",
 }
 

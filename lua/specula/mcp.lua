@@ -471,8 +471,17 @@ function Client:_cancel_line(id)
                          params = { requestId = id, reason = "cancelled by specula (task cancelled or timed out)" } }))
 end
 
--- Send a request and wait for its response: result | nil, err.
+-- Send a request and wait for its response: result | nil, err. Through
+-- the cassette when one is open (--record / --replay-io).
 function Client:_rpc(method, params, opts)
+  local cassette = require "specula.cassette"
+  if cassette.state then
+    return cassette.mcp(self, method, params, opts, function() return self:_rpc_live(method, params, opts) end)
+  end
+  return self:_rpc_live(method, params, opts)
+end
+
+function Client:_rpc_live(method, params, opts)
   local me = sched.current("specula.mcp: " .. method)
   opts = opts or {}
   if C.sp_clock_virtual(core.ctx) ~= 0 then
@@ -558,6 +567,11 @@ function Client:_initialize()
   end
   self.protocol_version = r.protocolVersion
   self.server_info = r.serverInfo
+  if self.offline then   -- replayed: no server to notify
+    self.capabilities = r.capabilities or {}
+    self.state = "ready"
+    return true
+  end
   self.capabilities = r.capabilities or {}
   self.instructions = r.instructions
   local note = { jsonrpc = "2.0", method = "notifications/initialized" }
@@ -753,7 +767,12 @@ function M.connect(o)
     st = { requests = 0, restarts = 0, exits = 0, malformed = 0, unknown_ids = 0, oversized = 0,
            late_dropped = 0, timeouts = 0, server_requests = 0, progress = 0, reconnects = 0, calls = {} },
   }, Client)
-  if self.transport == "stdio" then
+  if require("specula.cassette").offline() then
+    -- every request is served from the cassette: the server is not started
+    self.offline = true
+    local ok, err = self:_initialize()
+    if not ok then self.closed = true return nil, err end
+  elseif self.transport == "stdio" then
     local ok, err = self:_ready()
     if not ok then
       self.closed = true

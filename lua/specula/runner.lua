@@ -61,6 +61,11 @@ usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
   --predict-top N       predictions considered per step (default 3)
   --debug               check that update() never mutates its input
   --retry-failed        when resuming --out, run again the queries whose records carry an error
+  --record DIR          write every model, HTTP, MCP and speculator exchange to the cassette DIR
+  --replay-io DIR       serve those exchanges from the cassette DIR with their recorded timing
+  --miss MODE           a request the cassette lacks: error (default), live (real clock only;
+                        with --record it is added) or skip (a failed speculation; never on the
+                        committed path)
   --progress / --quiet  force the progress line on / silence the summary
 ]]
 
@@ -167,6 +172,11 @@ local function parse_args(args)
     elseif a == "--ev-cost-ms" then o.ev_cost_ms = num(a, 0)
     elseif a == "--ev-latency-ms" then o.ev_latency_ms = num(a, 0)
     elseif a == "--predict-top" then o.predict_top = num(a, 1)
+    elseif a == "--record" then o.record = val(a)
+    elseif a == "--replay-io" then o.replay_io = val(a)
+    elseif a == "--miss" then
+      o.miss = val(a)
+      if not require("specula.cassette").MISS[o.miss] then usage_error("--miss must be error, live or skip") end
     elseif a == "--debug" then o.debug = true
     elseif a == "--retry-failed" then o.retry_failed = true
     elseif a == "--progress" then o.progress = true
@@ -930,7 +940,9 @@ end
 M.progress_line = progress_line
 
 -- Run an agent from Lua (inside a task): specula.run(agent, { queries = {...},
--- mode =, k =, m =, seed =, concurrency =, policy =, set = }) -> records, aggregate.
+-- mode =, k =, m =, seed =, concurrency =, policy =, set =, record = DIR,
+-- replay_io = DIR, miss = "error"|"live"|"skip" }) -> records, aggregate
+-- (aggregate.cassette: served, missed, missed_committed, live, recorded).
 -- queries may be strings or { id =, query = } tables.
 function M.run(agent, opts)
   if type(agent) ~= "table" or not agent.__specula_agent then
@@ -957,20 +969,37 @@ function M.run(agent, opts)
     if type(q) == "string" then q = { id = "q" .. i, query = q } end
     queries[i] = { id = q.id or ("q" .. i), query = q.query, record = q, gold = q.gold, max_hops = q.max_hops }
   end
+  -- a cassette for this run only: record = DIR, replay_io = DIR, miss = MODE
+  local cassette = require "specula.cassette"
+  local own_cassette = false
+  if opts.record ~= nil or opts.replay_io ~= nil then
+    if cassette.state then error("specula.run: a cassette is already open (--record / --replay-io)", 2) end
+    if opts.miss == "live" and (o.clock or sched.clock()) == "virtual" then
+      error("specula.run: miss = 'live' makes real calls: it needs the real clock", 2)
+    end
+    local ok, cerr = cassette.open({ record = opts.record, replay = opts.replay_io, miss = opts.miss })
+    if not ok then error("specula.run: " .. cerr, 2) end
+    own_cassette = true
+  end
   -- a clock for this run only (the caller's clock comes back after it)
   local prev_clock = sched.clock()
   if o.clock and o.clock ~= prev_clock then
     local ok, cerr = sched.set_clock(o.clock)
-    if not ok then error("specula.run: " .. cerr, 2) end
+    if not ok then
+      if own_cassette then cassette.close() end
+      error("specula.run: " .. cerr, 2)
+    end
   end
   local okr, run = pcall(make_run, agent, o, opts.script)
   if not okr then
     if sched.clock() ~= prev_clock then sched.set_clock(prev_clock) end
+    if own_cassette then cassette.close() end
     error(run, 0)
   end
   if o.light then run.acc = new_agg() end
   local results = run_all(run, queries, function() end, nil)
   if sched.clock() ~= prev_clock then sched.set_clock(prev_clock) end
+  local cst = own_cassette and cassette.close()
   local agg = M.aggregate(results, o.k, run.acc)
   for _, r in ipairs(results) do
     if o.light and r.error and r.hops == nil then
@@ -979,6 +1008,10 @@ function M.run(agent, opts)
     end
   end
   agg.policy_counts = policylib.counts(run.policy)
+  if cst then
+    agg.cassette = { served = cst.served, missed = cst.missed, missed_committed = cst.missed_committed,
+                     live = cst.live, recorded = cst.recorded }
+  end
   for _, r in ipairs(results) do strip(r) end
   return results, agg
 end
@@ -990,11 +1023,21 @@ function M.main(agent, args, script)
     local ok, cerr = sched.set_clock(o.clock)
     if not ok then sched.plain_error("specula run: --clock " .. o.clock .. ": " .. cerr) end
   end
+  local cassette = require "specula.cassette"
+  if (o.record or o.replay_io) and not cassette.state then
+    local ok, cerr = cassette.open({ record = o.record, replay = o.replay_io, miss = o.miss })
+    if not ok then usage_error(cerr) end
+  end
   local queries, warnings = load_queries(o)
   for _, w in ipairs(warnings) do io.stderr:write("specula: warning: " .. w .. "\n") end
   -- Ctrl-C / SIGTERM: stop, write what finished, exit 128 + signal.
   if core.ctx ~= nil then C.sp_host_trap_signals(core.ctx) end
-  if o.compare then return require("specula.compare").main(agent, o, queries, script) end
+  if o.compare then
+    require("specula.compare").main(agent, o, queries, script)
+    local cst = cassette.close()
+    if cst and not o.quiet then io.stderr:write(cassette.summary(cst), "\n") end
+    return
+  end
   local skip, nprev = {}, 0
   if o.out then skip, nprev = done_ids(o.out, o.retry_failed) end
   local pending = {}
@@ -1037,6 +1080,8 @@ function M.main(agent, args, script)
     write_whole(trace_f, o.trace, "--trace file", parts)
   end
   if not o.quiet then io.stderr:write(M.summary_text(agg, run), "\n") end
+  local cst = cassette.close()
+  if cst and not o.quiet then io.stderr:write(cassette.summary(cst), "\n") end
   for _, r in ipairs(results) do strip(r) end
   if agg.failed > 0 then require("specula.cli").set_exit(3) end
   if interrupted then M.interrupted(#results, #pending) end

@@ -1,0 +1,700 @@
+-- specula.cassette: record every exchange a run has with the outside world
+-- (model calls and HTTP tools through specula.http, MCP requests, speculator
+-- calls) once, then serve them again offline with their recorded latency and,
+-- for streams, their recorded chunk timing.
+--
+-- A cassette is a directory of files cassette-NNNN.jsonl (one per recording
+-- process, created exclusively, so shards may record into one directory).
+-- Each line is one JSON object, written and flushed whole: a header line
+-- { "specula_cassette": 1, ... } and then one exchange per line:
+--   { kind = "http"|"mcp"|"spec", key, n, ms, req, res | err, events, meta }
+-- key: the canonical request (no headers, secret query parameters removed,
+-- JSON bodies in canonical form, then scrubbed); n: its occurrence (1, 2,
+-- ...) in the recording, so repeated identical requests get their own
+-- answers in order. A process killed mid-write leaves at most one cut last
+-- line, which the loader drops with a warning.
+local json = require "specula.json"
+local sched = require "specula.sched"
+local core = require "specula.core"
+local ffi = core.ffi
+local C = core.C
+
+local type, tostring, pairs, ipairs, format, concat = type, tostring, pairs, ipairs, string.format, table.concat
+local co_running = coroutine.running
+
+local M = {}
+M.VERSION = 1
+M.MISS = { error = true, live = true, skip = true }
+
+-- The open cassette of this process (nil: none). Checked on every request.
+M.state = nil
+
+pcall(ffi.cdef, "int mkdir(const char *path, unsigned int mode);")
+pcall(ffi.cdef, "extern char **environ;")
+pcall(ffi.cdef, "char *strerror(int errnum);")
+
+local function scrubber() return require("specula.llm.retry") end
+
+-- The query context of the job running in each coroutine (weak: worker
+-- coroutines come and go), so a request knows which query and hop asked.
+local bound = setmetatable({}, { __mode = "k" })
+function M.bind(ctx)
+  local co = co_running()
+  if co then bound[co] = ctx end
+end
+
+local function meta_now()
+  local m = {}
+  local co = co_running()
+  local ctx = co and bound[co]
+  if ctx then
+    local id = ctx.id
+    if id ~= nil then m.query = id end
+    if type(ctx.hop) == "number" then m.hop = ctx.hop end
+    m.speculative = ctx.speculative and true or false
+    -- a request made while the step decides (a model call) or by the tool call
+    m.phase = ctx.action and "tool" or "step"
+    if ctx.predicted then m.predicted = true end
+  end
+  if core.ctx ~= nil then
+    local t = C.sp_task_current(core.ctx)
+    if t ~= nil then m.task = tonumber(C.sp_task_id(t)) end
+  end
+  return m
+end
+
+-- ---- files -------------------------------------------------------------------------------
+
+local function file_name(dir, i) return format("%s/cassette-%04d.jsonl", dir, i) end
+M.file_name = file_name
+
+-- Values of environment variables whose names look like credentials: never
+-- written, whatever request they turn up in.
+local function env_secrets()
+  local list = {}
+  local ok, env = pcall(function() return ffi.C.environ end)
+  if not ok or env == nil then return list end
+  local i = 0
+  while env[i] ~= nil do
+    local s = ffi.string(env[i])
+    local name, value = s:match("^([^=]+)=(.*)$")
+    if name and #value >= 6 then
+      local u = name:upper()
+      if u:find("KEY", 1, true) or u:find("TOKEN", 1, true) or u:find("SECRET", 1, true)
+        or u:find("PASSWORD", 1, true) or u:find("AUTH", 1, true) then
+        list[#list + 1] = value
+      end
+    end
+    i = i + 1
+  end
+  return list
+end
+
+-- All exchange lines of a cassette directory, in file order. Returns
+-- records, files, warnings | nil, err. A line that does not parse is an
+-- error naming file and line, except the last line of a file that does not
+-- end in a newline (a recording cut off mid-write): that one is dropped.
+function M.load(dir)
+  if type(dir) ~= "string" or dir == "" then return nil, "cassette: expected a directory" end
+  local kind = C.sp_host_path_kind(dir)
+  if kind == 0 then return nil, format("cassette '%s': no such directory", dir) end
+  if kind ~= 2 then return nil, format("cassette '%s': not a directory", dir) end
+  local recs, files, warnings = {}, {}, {}
+  local i = 1
+  while C.sp_host_path_kind(file_name(dir, i)) == 1 do
+    local path = file_name(dir, i)
+    local f, err = io.open(path, "rb")
+    if not f then return nil, "cassette: cannot read " .. tostring(err) end
+    local text = f:read("*a")
+    f:close()
+    local info = { path = path, records = 0, dropped = 0 }
+    files[#files + 1] = info
+    local ln, pos, n = 0, 1, #text
+    while pos <= n do
+      local nl = text:find("\n", pos, true)
+      local line = text:sub(pos, (nl or (n + 1)) - 1)
+      ln = ln + 1
+      pos = (nl or n) + 1
+      if line ~= "" then
+        local v = json.decode(line)
+        if type(v) ~= "table" then
+          if not nl then
+            info.dropped = info.dropped + 1
+            warnings[#warnings + 1] = format("%s:%d: dropped a cut-off last record (the recording was interrupted)",
+              path, ln)
+          else
+            return nil, format("cassette %s:%d: not a JSON object", path, ln)
+          end
+        elseif v.specula_cassette then
+          if v.specula_cassette ~= M.VERSION then
+            return nil, format("cassette %s:%d: format version %s, this specula reads %d", path, ln,
+              tostring(v.specula_cassette), M.VERSION)
+          end
+          info.header = v
+        elseif type(v.kind) ~= "string" or type(v.key) ~= "string" or type(v.n) ~= "number" then
+          return nil, format("cassette %s:%d: an exchange needs kind, key and n", path, ln)
+        else
+          v.file, v.line = path, ln
+          recs[#recs + 1] = v
+          info.records = info.records + 1
+        end
+      end
+    end
+    i = i + 1
+  end
+  if #files == 0 then return nil, format("cassette '%s': no cassette-NNNN.jsonl files", dir) end
+  return recs, files, warnings
+end
+
+local function mkdir(dir)
+  if C.sp_host_path_kind(dir) == 2 then return true end
+  if ffi.C.mkdir(dir, tonumber("755", 8)) ~= 0 and C.sp_host_path_kind(dir) ~= 2 then
+    local why = ffi.C.strerror(ffi.errno())
+    return nil, format("cannot create the cassette directory '%s': %s", dir, why ~= nil and ffi.string(why) or "?")
+  end
+  return true
+end
+
+-- Open the cassette for this process. o: { record = DIR, replay = DIR,
+-- miss = "error"|"live"|"skip" }. Returns true | nil, err.
+function M.open(o)
+  if M.state then return true end
+  local miss = o.miss or "error"
+  if not M.MISS[miss] then return nil, "--miss must be error, live or skip" end
+  local st = { miss = miss, counts = {}, index = {}, served = 0, missed = 0, missed_committed = 0, live = 0, recorded = 0,
+               miss_list = {}, secrets = env_secrets(), t0 = sched.now() }
+  if o.replay then
+    local recs, files, warnings = M.load(o.replay)
+    if not recs then return nil, files end
+    for _, w in ipairs(warnings) do io.stderr:write("specula: warning: cassette ", w, "\n") end
+    for _, r in ipairs(recs) do
+      local list = st.index[r.key]
+      if not list then list = {}; st.index[r.key] = list end
+      -- the first answer recorded for an occurrence wins; a start line
+      -- alone: the call was cancelled before it answered
+      local prev = list[r.n]
+      if prev == nil or (prev.start and not r.start) then list[r.n] = r end
+    end
+    st.replay = o.replay
+  end
+  if o.record then
+    local ok, err = mkdir(o.record)
+    if not ok then return nil, err end
+    local f, ferr
+    for i = 1, 9999 do
+      f, ferr = io.open(file_name(o.record, i), "wx")
+      if f then st.path = file_name(o.record, i) break end
+      if C.sp_host_path_kind(file_name(o.record, i)) == 0 then break end
+    end
+    if not f then return nil, format("cannot create a file in the cassette directory '%s': %s", o.record, tostring(ferr)) end
+    st.file = f
+    st.record = o.record
+    f:write(json.encode({ specula_cassette = M.VERSION, created = os.date("!%Y-%m-%dT%H:%M:%SZ"),
+                          clock = sched.clock() }), "\n")
+    f:flush()
+  end
+  M.state = st
+  return true
+end
+
+-- Close the record file; returns the counters (served, missed, live, recorded).
+function M.close()
+  local st = M.state
+  if not st then return nil end
+  if st.file then st.file:close() st.file = nil end
+  M.state = nil
+  return st
+end
+
+-- Start the occurrence counts over, so the next run of the same queries
+-- (the next --compare config) is served the recording from its start. Only
+-- for a pure replay: while recording, occurrences must stay distinct.
+function M.rewind()
+  local st = M.state
+  if st and st.replay and not st.file then st.counts = {} end
+end
+
+-- One line for the end of a run: what the cassette served and missed.
+function M.summary(st)
+  local parts = {}
+  if st.replay then
+    parts[#parts + 1] = format("%d served from %s, %d not in it (%d on the committed path; --miss %s)", st.served,
+      st.replay, st.missed, st.missed_committed, st.miss)
+    if st.live > 0 then parts[#parts + 1] = format("%d made live", st.live) end
+  end
+  if st.record then parts[#parts + 1] = format("%d recorded to %s", st.recorded, st.path) end
+  if #st.miss_list > 0 then
+    parts[#parts + 1] = "not in it: " .. concat(st.miss_list, ", ", 1, math.min(#st.miss_list, 5))
+      .. (#st.miss_list > 5 and ", ..." or "")
+  end
+  return "specula: cassette: " .. concat(parts, "; ")
+end
+
+-- Pre-scan of a script's arguments (the script's main chunk may connect
+-- to an MCP server before the runner parses its options): opens the
+-- cassette if --record or --replay-io is among them. Returns true | nil, err.
+function M.from_args(args)
+  local o = {}
+  local FLAG = { ["--record"] = "record", ["--replay-io"] = "replay", ["--miss"] = "miss", ["--clock"] = "clock" }
+  local i = 1
+  while i <= #args do
+    local a = tostring(args[i])
+    local name, v = a:match("^(%-%-%a[%w%-]*)=(.*)$")
+    if not name then
+      name = a
+      if FLAG[name] then v = args[i + 1]; i = i + 1 end
+    end
+    if FLAG[name] then
+      if v == nil then return nil, name .. " needs a value" end
+      o[FLAG[name]] = v
+    end
+    i = i + 1
+  end
+  o.virtual = o.clock == "virtual"
+  if o.miss and not M.MISS[o.miss] then return nil, "--miss must be error, live or skip" end
+  if not o.record and not o.replay then
+    if o.miss then return nil, "--miss needs --replay-io DIR" end
+    return true
+  end
+  if o.virtual and o.miss == "live" then return nil, "--miss live makes real calls: it needs the real clock" end
+  if o.virtual and o.record and not o.replay then
+    return nil, "--record needs real calls to record: run it on the real clock"
+  end
+  return M.open(o)
+end
+
+-- ---- writing ------------------------------------------------------------------------------
+
+local function scrub(s, extra)
+  local R = scrubber()
+  local st = M.state
+  local list = {}
+  for _, k in ipairs(st.secrets) do list[#list + 1] = k end
+  if extra then for _, k in ipairs(extra) do list[#list + 1] = k end end
+  return R.scrub(s, list)
+end
+
+local utf8_clean = json.utf8_clean
+local function hex(s) return (s:gsub(".", function(c) return format("%02x", c:byte()) end)) end
+local function unhex(s) return (s:gsub("%x%x", function(h) return string.char(tonumber(h, 16)) end)) end
+
+-- A byte string as JSON can carry it: itself when it is valid UTF-8, else
+-- { hex = ... } (a stream chunk may end inside a character).
+local function bytes_out(s)
+  if s == nil or utf8_clean(s) == s then return s end
+  return { hex = hex(s) }
+end
+local function bytes_in(v)
+  if type(v) == "table" and type(v.hex) == "string" then return unhex(v.hex) end
+  return v
+end
+
+-- A copy of v with every string scrubbed (scrubbing the encoded line
+-- could eat a JSON escape and break the line).
+local function scrub_deep(v, secrets, depth)
+  local t = type(v)
+  if t == "string" then return scrub(v, secrets) end
+  if t ~= "table" or v == json.null then return v end
+  if depth > 200 then error("nested too deeply", 0) end
+  local c = {}
+  for k, x in pairs(v) do
+    if type(k) == "string" then k = scrub(k, secrets) end
+    c[k] = scrub_deep(x, secrets, depth + 1)
+  end
+  return setmetatable(c, getmetatable(v))
+end
+
+require("specula.nojit")(scrub_deep)   -- a pairs() walk: see specula/nojit.lua
+
+local warned_encode = false
+local function write(rec, secrets)
+  local st = M.state
+  if not st or not st.file then return end
+  -- one scrub of the encoded line (cheap); when that breaks the JSON (a
+  -- pattern ate an escape), every string is scrubbed on its own instead
+  local line, err = json.encode(rec)
+  if line then
+    line = scrub(line, secrets)
+    if json.decode(line) == nil then
+      local okc, clean = pcall(scrub_deep, rec, secrets, 0)
+      if okc then line, err = json.encode(clean) else line, err = nil, clean end
+    end
+  end
+  if not line then
+    if not warned_encode then
+      warned_encode = true
+      io.stderr:write("specula: warning: cassette: an exchange could not be recorded (", tostring(err), ")\n")
+    end
+    return
+  end
+  -- one write and a flush per exchange: a kill leaves at most one cut line
+  st.file:write(line, "\n")
+  st.file:flush()
+  if not rec.start then st.recorded = st.recorded + 1 end
+end
+
+-- ---- keys --------------------------------------------------------------------------------
+
+local function secret_param(name)
+  name = name:lower()
+  return name:find("key", 1, true) or name:find("token", 1, true) or name:find("secret", 1, true)
+    or name:find("sig", 1, true) or name:find("auth", 1, true) or name:find("password", 1, true)
+end
+
+-- The URL without secret-looking query parameters (api_key=, token=, ...).
+function M.clean_url(url)
+  local base, q = url:match("^([^?#]*)%?([^#]*)")
+  if not base then return (url:gsub("#.*$", "")) end
+  local kept = {}
+  for part in q:gmatch("[^&]+") do
+    local name = part:match("^([^=]*)")
+    if not secret_param(name) then kept[#kept + 1] = part end
+  end
+  if #kept == 0 then return base end
+  return base .. "?" .. concat(kept, "&")
+end
+
+-- A request body in canonical form: canonical JSON when it is JSON.
+local function canon_body(body)
+  if body == nil or body == "" then return "" end
+  local first = body:match("^%s*(.)")
+  if first == "{" or first == "[" then
+    local v = json.decode(body)
+    if v ~= nil then
+      local ok, c = pcall(json.canonical, v)
+      if ok then return c end
+    end
+  end
+  return body
+end
+
+-- The recorded occurrences of a request: by its own key, else by its
+-- scrubbed key (a key that held a secret was stored scrubbed; scrubbing
+-- every key up front would cost the recording run time on the loop).
+local function recorded(st, key, secrets)
+  local list = st.index[key]
+  if list == nil then list = st.index[scrub(key, secrets)] end
+  return list
+end
+
+local function occurrence(st, key)
+  local n = (st.counts[key] or 0) + 1
+  st.counts[key] = n
+  return n
+end
+
+-- What a miss does. Returns "live" to make the real call, or nil, err.
+local function on_miss(st, kind, what, n, held, meta)
+  st.missed = st.missed + 1
+  -- a miss on a discarded speculative thread does not change the result;
+  -- one on the committed path does
+  if kind ~= "spec" and not meta.speculative then st.missed_committed = st.missed_committed + 1 end
+  local detail = format("ECASSETTE: %s: not in the cassette %s (occurrence %d of this request; it holds %d)",
+    what, st.replay, n, held)
+  if #st.miss_list < 20 then st.miss_list[#st.miss_list + 1] = what end
+  if st.miss == "live" then
+    st.live = st.live + 1
+    return "live"
+  end
+  if st.miss == "skip" then
+    if kind == "spec" or meta.speculative then
+      return nil, detail .. "; skipped (--miss skip): a failed speculation"
+    end
+    return nil, detail .. "; --miss skip does not apply to a call on the committed path"
+  end
+  return nil, detail
+end
+
+-- A call that started but never answered in the recording (its task was
+-- cancelled: a discarded speculative thread, a speculator the target beat)
+-- never answers in the replay either; it waits until it is cancelled again.
+M.NEVER_MS = 1e7
+local function never() sched.sleep(M.NEVER_MS) end
+
+-- The start of an exchange, written before the call is made.
+local function write_start(kind, key, n, meta, secrets)
+  local st = M.state
+  if st.file then
+    write({ kind = kind, key = key, n = n, start = true, at = sched.now() - st.t0, meta = meta }, secrets)
+  end
+end
+
+local function sleep_until(t)
+  local d = t - sched.now()
+  if d > 0 then sched.sleep(d) end
+end
+
+-- ---- http ---------------------------------------------------------------------------------
+
+local Replayed = {}
+Replayed.__index = function(t, k)
+  local v = Replayed[k]
+  if v ~= nil then return v end
+  return require("specula.http").Response[k]   -- chunks(), read_all() work on read()
+end
+
+-- Next chunk at its recorded offset from the request's start.
+function Replayed:read()
+  local evs = self._ev
+  local i = self._i + 1
+  local e = evs and evs[i]
+  if e == nil then
+    if self._done then return nil, self.err end
+    self._done = true
+    if self._rec.end_ms then sleep_until(self._t0 + self._rec.end_ms) end
+    if self._rec.err then self.err = self._rec.err return nil, self.err end
+    return nil
+  end
+  self._i = i
+  sleep_until(self._t0 + e[1])
+  return bytes_in(e[2])
+end
+
+function Replayed:close() self._done = true; self._ev = nil end
+
+local function serve_http(st, rec, t0)
+  if rec.stream then
+    if rec.res == nil then
+      sleep_until(t0 + (rec.ms or 0))
+      return nil, rec.err
+    end
+    sleep_until(t0 + (rec.res.ms or 0))
+    return setmetatable({ status = rec.res.status, headers = rec.res.headers or {}, _ev = rec.events or {},
+                          _i = 0, _t0 = t0, _rec = rec }, Replayed)
+  end
+  sleep_until(t0 + (rec.ms or 0))
+  if rec.err then return nil, rec.err end
+  local r = rec.res
+  return { status = r.status, headers = r.headers or {}, body = bytes_in(r.body) or "" }
+end
+
+local KEEP_HEADER_SKIP = { ["set-cookie"] = true, authorization = true, cookie = true }
+local function kept_headers(h)
+  local out = {}
+  for k, v in pairs(h or {}) do
+    if not KEEP_HEADER_SKIP[k] and not k:find("token", 1, true) and not k:find("key", 1, true) then out[k] = v end
+  end
+  return json.object(out)
+end
+
+-- A streamed response that records its chunks as the caller reads them;
+-- the exchange is written when the stream ends, fails or is closed.
+local Recording = {}
+Recording.__index = function(t, k)
+  local v = Recording[k]
+  if v ~= nil then return v end
+  return require("specula.http").Response[k]
+end
+
+function Recording:read()
+  local s, err = self._inner:read()
+  if s then
+    local ev = self._rec.events
+    ev[#ev + 1] = { sched.now() - self._t0, bytes_out(s) }
+    return s
+  end
+  self:_finish(err)
+  return nil, err
+end
+
+function Recording:_finish(err)
+  if self._written then return end
+  self._written = true
+  local rec = self._rec
+  rec.end_ms = sched.now() - self._t0
+  rec.ms = rec.end_ms
+  if err then rec.err = err end
+  write(rec, self._secrets)
+end
+
+function Recording:close()
+  if not self._written then self._rec.closed = true self:_finish(nil) end
+  self._inner:close()
+end
+
+-- specula.http.request through the cassette. live: the real request function.
+function M.http(opts, method, live)
+  local st = M.state
+  local url = M.clean_url(opts.url)
+  local body = canon_body(opts.body)
+  local secrets = scrubber().secrets(nil, opts.headers)
+  local key = method:upper() .. " " .. url .. "\n" .. body
+  local n = occurrence(st, key)
+  local meta = meta_now()
+  if st.replay then
+    local list = recorded(st, key, secrets)
+    local rec = list and list[n]
+    if rec and rec.kind == "http" then
+      st.served = st.served + 1
+      if rec.start then never() return nil, "ECASSETTE: " .. method:upper() .. ": cancelled in the recording" end
+      return serve_http(st, rec, sched.now())
+    end
+    local held = 0
+    if list then for _ in pairs(list) do held = held + 1 end end
+    local what = method:upper() .. " " .. scrubber().scrub(url, secrets)
+    local go, err = on_miss(st, "http", what, n, held, meta)
+    if not go then return nil, err end
+  end
+  local lopts = setmetatable({}, { __index = opts })
+  lopts.__cassette_live = true
+  write_start("http", key, n, meta, secrets)
+  local t0 = sched.now()
+  local r, err = live(lopts)
+  if not st.file then return r, err end
+  local rec = { kind = "http", key = key, n = n, at = t0 - st.t0, meta = meta,
+                req = { method = method:upper(), url = url, body = body } }
+  if opts.stream then
+    rec.stream = true
+    if r == nil then
+      rec.ms, rec.err = sched.now() - t0, err
+      write(rec, secrets)
+      return r, err
+    end
+    rec.res = { status = r.status, headers = kept_headers(r.headers), ms = sched.now() - t0 }
+    rec.events = json.array({})
+    return setmetatable({ status = r.status, headers = r.headers, _inner = r, _rec = rec, _t0 = t0,
+                          _secrets = secrets }, Recording), nil
+  end
+  rec.ms = sched.now() - t0
+  if r == nil then rec.err = err
+  else rec.res = { status = r.status, headers = kept_headers(r.headers), body = bytes_out(r.body) } end
+  write(rec, secrets)
+  return r, err
+end
+
+-- ---- mcp ----------------------------------------------------------------------------------
+
+local function strip_meta(params)
+  if type(params) ~= "table" or params._meta == nil then return params end
+  local c = {}
+  for k, v in pairs(params) do if k ~= "_meta" then c[k] = v end end
+  return setmetatable(c, getmetatable(params))
+end
+
+-- Whether an MCP client may skip starting its server: every request is to
+-- be served from the cassette (no live fallback).
+function M.offline()
+  local st = M.state
+  return st ~= nil and st.replay ~= nil and st.miss ~= "live"
+end
+
+-- An MCP request through the cassette. live(): the real request.
+function M.mcp(client, method, params, opts, live)
+  local st = M.state
+  local secrets = scrubber().secrets(nil, client.headers)
+  local kp = strip_meta(params) or json.object()
+  if method == "initialize" and type(kp) == "table" then
+    -- the client's own name and version are not part of what was asked
+    kp = { protocolVersion = kp.protocolVersion, capabilities = kp.capabilities }
+  end
+  local ok, pc = pcall(json.canonical, kp)
+  if not ok then pc = tostring(params) end
+  local key = "MCP " .. tostring(client.name) .. " " .. method .. "\n" .. pc
+  local n = occurrence(st, key)
+  local meta = meta_now()
+  local what = format("MCP %s %s", tostring(client.name), tostring(opts and opts.what or method))
+  if st.replay then
+    local list = recorded(st, key, secrets)
+    local rec = list and list[n]
+    if rec and rec.kind == "mcp" then
+      st.served = st.served + 1
+      if rec.start then never() return nil, what .. ": cancelled in the recording" end
+      sleep_until(sched.now() + (rec.ms or 0))
+      if rec.err then return nil, rec.err end
+      return rec.res
+    end
+    local held = 0
+    if list then for _ in pairs(list) do held = held + 1 end end
+    local go, err = on_miss(st, "mcp", what, n, held, meta)
+    if not go then return nil, err end
+    if client.offline then return nil, what .. ": the server was not started (replaying offline)" end
+  end
+  write_start("mcp", key, n, meta, secrets)
+  local t0 = sched.now()
+  local r, err = live()
+  if st.file then
+    write({ kind = "mcp", key = key, n = n, at = t0 - st.t0, ms = sched.now() - t0, meta = meta,
+            req = { server = client.name, method = method, params = strip_meta(params) },
+            res = r, err = (r == nil) and err or nil }, secrets)
+  end
+  return r, err
+end
+
+-- ---- observations ------------------------------------------------------------------------
+
+-- A target call's observation, recorded (never served: the call's own
+-- requests are) so the verifier lab can pair it with the speculators'
+-- candidates. Errors propagate untouched and are not recorded.
+local function observed(st, tool, args, t0, meta, ...)
+  if st.file then
+    local ok, ac = pcall(json.canonical, args)
+    write({ kind = "obs", key = "OBS " .. tostring(tool) .. "\n" .. (ok and ac or tostring(args)), n = 1,
+            at = t0 - st.t0, ms = sched.now() - t0, meta = meta, req = { tool = tool, args = args },
+            res = { value = (...) == nil and json.null or (...) } })
+  end
+  return ...
+end
+
+function M.observe(tool, args, call, ctx)
+  local st = M.state
+  if not st.file then return call(args, ctx) end
+  local meta = meta_now()
+  return observed(st, tool, args, sched.now(), meta, call(args, ctx))
+end
+
+-- ---- speculators --------------------------------------------------------------------------
+
+-- A speculator S for tool through the cassette. is_cands(r): r is a
+-- candidate list; cands(list): make one.
+function M.speculator(S, tool, is_cands, cands)
+  return function(args, ctx)
+    local st = M.state
+    local ok, ac = pcall(json.canonical, args)
+    if not ok then ac = tostring(args) end
+    local key = "SPEC " .. tostring(tool) .. "\n" .. ac
+    local n = occurrence(st, key)
+    local meta = meta_now()
+    if st.replay then
+      local list = recorded(st, key)
+      local rec = list and list[n]
+      if rec and rec.kind == "spec" then
+        st.served = st.served + 1
+        if rec.start then never() error("speculator cancelled in the recording", 0) end
+        sleep_until(sched.now() + (rec.ms or 0))
+        if rec.err then error(rec.err, 0) end
+        local r = rec.res or {}
+        if r.cands then
+          local l = {}
+          for i, c in ipairs(r.cands) do l[i] = { value = c.value, confidence = c.confidence } end
+          return cands(l)
+        end
+        if r.value == json.null then return nil end
+        return r.value
+      end
+      local held = 0
+      if list then for _ in pairs(list) do held = held + 1 end end
+      local go, err = on_miss(st, "spec", "speculator of '" .. tostring(tool) .. "' " .. ac, n, held, meta)
+      if not go then error(err, 0) end
+    end
+    write_start("spec", key, n, meta)
+    local t0 = sched.now()
+    local res = { pcall(S, args, ctx) }
+    if st.file then
+      local rec = { kind = "spec", key = key, n = n, at = t0 - st.t0, ms = sched.now() - t0, meta = meta,
+                    req = { tool = tool, args = args } }
+      if not res[1] then rec.err = tostring(res[2])
+      elseif is_cands(res[2]) then
+        local l = {}
+        for i, c in ipairs(res[2]) do l[i] = { value = c.value, confidence = c.confidence } end
+        rec.res = { cands = json.array(l) }
+      else
+        rec.res = { value = res[2] == nil and json.null or res[2] }
+      end
+      write(rec)
+    end
+    if not res[1] then error(res[2], 0) end
+    return res[2]
+  end
+end
+
+return M

@@ -1,0 +1,176 @@
+-- specula cassette ls|show|stats DIR: read a cassette written by
+-- `specula run --record DIR` (see specula.cassette for the format).
+local cassette = require "specula.cassette"
+local json = require "specula.json"
+local core = require "specula.core"
+local C = core.C
+
+local format, concat = string.format, table.concat
+
+local M = {}
+
+local usage_text = [[
+usage: specula cassette ls DIR                 the files, their exchanges and any cut-off line
+       specula cassette show DIR [--kind K] [--query ID] [--json]
+                                               one line per exchange (JSONL with --json)
+       specula cassette stats DIR [--json]     counts, errors and latency by kind
+]]
+
+local function usage(msg)
+  C.sp_ctx_set_exit(core.ctx, 2)
+  io.stderr:write("specula cassette: ", msg, "\n", usage_text)
+end
+
+-- What the exchange asked for, one line.
+local function what(r)
+  local q = r.req or {}
+  if r.kind == "http" then return format("%s %s", tostring(q.method), tostring(q.url)) end
+  if r.kind == "mcp" then
+    local p = q.params
+    local name = type(p) == "table" and p.name
+    local cursor = type(p) == "table" and p.cursor
+    return format("mcp %s %s%s%s", tostring(q.server), tostring(q.method), name and (" " .. tostring(name)) or "",
+      cursor and (" cursor " .. tostring(cursor)) or "")
+  end
+  if r.kind == "spec" then
+    local ok, a = pcall(json.canonical, q.args)
+    return format("speculator %s %s", tostring(q.tool), ok and a or "?")
+  end
+  return r.key
+end
+M.what = what
+
+local function outcome(r)
+  if r.start then return "cancelled" end
+  if r.err then return "error: " .. tostring(r.err):gsub("%s+", " "):sub(1, 80) end
+  if r.kind == "http" then
+    local s = r.res and tostring(r.res.status) or "?"
+    if r.stream then s = s .. format(" stream %d events", r.events and #r.events or 0) end
+    return s
+  end
+  if r.kind == "spec" then
+    local res = r.res or {}
+    if res.cands then return format("%d candidates", #res.cands) end
+    return "1 value"
+  end
+  return "ok"
+end
+
+-- The answers (and lone start lines: cancelled calls) of a loaded cassette.
+local function exchanges(recs)
+  local out, answered = {}, {}
+  for _, r in ipairs(recs) do
+    if not r.start then answered[r.kind .. "\0" .. r.key .. "\0" .. r.n] = true end
+  end
+  for _, r in ipairs(recs) do
+    if not r.start or not answered[r.kind .. "\0" .. r.key .. "\0" .. r.n] then out[#out + 1] = r end
+  end
+  return out
+end
+
+local function load(dir)
+  local recs, files, warnings = cassette.load(dir)
+  if not recs then
+    io.stderr:write("specula cassette: ", files, "\n")
+    C.sp_ctx_set_exit(core.ctx, 1)
+    return nil
+  end
+  for _, w in ipairs(warnings) do io.stderr:write("specula: warning: cassette ", w, "\n") end
+  return recs, files
+end
+
+local function pct(sorted, p)
+  if #sorted == 0 then return 0 end
+  local i = math.max(1, math.min(#sorted, math.ceil(p * #sorted)))
+  return sorted[i]
+end
+
+function M.main(args)
+  local sub, dir = args[1], args[2]
+  if sub == "--help" or sub == "-h" then io.stdout:write(usage_text) return end
+  if sub ~= "ls" and sub ~= "show" and sub ~= "stats" then
+    return usage(sub and ("unknown subcommand '" .. tostring(sub) .. "'") or "a subcommand is needed")
+  end
+  if not dir then return usage(sub .. " needs a cassette directory") end
+  local o = {}
+  local i = 3
+  while i <= #args do
+    local a = args[i]
+    if a == "--json" then o.json = true
+    elseif (a == "--kind" or a == "--query") and sub == "show" then
+      if args[i + 1] == nil then return usage(a .. " needs a value") end
+      o[a:sub(3)] = args[i + 1]
+      i = i + 1
+    else return usage("unknown option '" .. tostring(a) .. "'") end
+    i = i + 1
+  end
+  local recs, files = load(dir)
+  if not recs then return end
+  local ex = exchanges(recs)
+  if sub == "ls" then
+    for _, f in ipairs(files) do
+      local h = f.header or {}
+      io.stdout:write(format("%s\t%d lines\tcreated %s\tclock %s%s\n", f.path, f.records, tostring(h.created),
+        tostring(h.clock), f.dropped > 0 and format("\t%d cut-off line dropped", f.dropped) or ""))
+    end
+    io.stdout:write(format("%d exchanges in %d file(s)\n", #ex, #files))
+  elseif sub == "show" then
+    for _, r in ipairs(ex) do
+      local m = r.meta or {}
+      if (not o.kind or r.kind == o.kind) and (not o.query or tostring(m.query) == o.query) then
+        if o.json then
+          local c = {}
+          for k, v in pairs(r) do if k ~= "file" and k ~= "line" then c[k] = v end end
+          io.stdout:write(json.encode(c), "\n")
+        else
+          io.stdout:write(format("%-5s #%d\t%s\t%s\t%.1f ms\tquery %s hop %s%s\n", r.kind, r.n, what(r), outcome(r),
+            tonumber(r.ms) or 0, tostring(m.query or "-"), tostring(m.hop or "-"),
+            m.speculative and " speculative" or ""))
+        end
+      end
+    end
+  else
+    local by = {}
+    local order = {}
+    for _, r in ipairs(ex) do
+      local s = by[r.kind]
+      if not s then
+        s = { kind = r.kind, n = 0, errors = 0, cancelled = 0, streams = 0, lat = {}, queries = {} }
+        by[r.kind] = s
+        order[#order + 1] = r.kind
+      end
+      s.n = s.n + 1
+      if r.start then s.cancelled = s.cancelled + 1
+      else
+        if r.err then s.errors = s.errors + 1 end
+        if r.stream then s.streams = s.streams + 1 end
+        s.lat[#s.lat + 1] = tonumber(r.ms) or 0
+      end
+      if r.meta and r.meta.query ~= nil then s.queries[tostring(r.meta.query)] = true end
+    end
+    table.sort(order)
+    local rows = {}
+    for _, k in ipairs(order) do
+      local s = by[k]
+      table.sort(s.lat)
+      local sum = 0
+      for _, v in ipairs(s.lat) do sum = sum + v end
+      local nq = 0
+      for _ in pairs(s.queries) do nq = nq + 1 end
+      rows[#rows + 1] = { kind = k, exchanges = s.n, errors = s.errors, cancelled = s.cancelled, streams = s.streams,
+        queries = nq, mean_ms = #s.lat > 0 and sum / #s.lat or 0, p50_ms = pct(s.lat, 0.5), p95_ms = pct(s.lat, 0.95) }
+    end
+    if o.json then
+      io.stdout:write(json.encode({ dir = dir, files = #files, exchanges = #ex, kinds = json.array(rows) }), "\n")
+    else
+      io.stdout:write(format("%-5s %9s %6s %9s %7s %7s %9s %9s %9s\n", "kind", "exchanges", "errors", "cancelled",
+        "streams", "queries", "mean ms", "p50 ms", "p95 ms"))
+      for _, r in ipairs(rows) do
+        io.stdout:write(format("%-5s %9d %6d %9d %7d %7d %9.1f %9.1f %9.1f\n", r.kind, r.exchanges, r.errors,
+          r.cancelled, r.streams, r.queries, r.mean_ms, r.p50_ms, r.p95_ms))
+      end
+    end
+  end
+end
+
+return M
