@@ -3,11 +3,7 @@ local H = require "support.helpers"
 local cjson = require "cjson"
 local SCRIPTS = H.root .. "/spec/functional/scripts/"
 
-local function last_json(out)
-  local line
-  for l in out:gmatch("[^\n]+") do if l:sub(1, 1) == "{" then line = l end end
-  return assert(line and cjson.decode(line), "no JSON line in: " .. out)
-end
+local last_json = H.last_json
 
 describe("fault injection", function()
   local server

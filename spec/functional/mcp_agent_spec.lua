@@ -4,12 +4,7 @@ local H = require "support.helpers"
 local cjson = require "cjson"
 local AGENT = H.root .. "/spec/mcp/agent_testserver.lua"
 
-local function last_json(out)
-  local line
-  for l in out:gmatch("[^\n]+") do if l:sub(1, 1) == "{" then line = l end end
-  assert(line, "no JSON line in output: " .. out)
-  return cjson.decode(line)
-end
+local last_json = H.last_json
 
 -- Run the agent sequentially and with SpecHop in one process; compare.
 local function compare(env)

@@ -5,12 +5,7 @@ local H = require "support.helpers"
 local cjson = require "cjson"
 local SERVER = H.root .. "/spec/support/mcp_testserver.js"
 
-local function last_json(out)
-  local line
-  for l in out:gmatch("[^\n]+") do if l:sub(1, 1) == "{" then line = l end end
-  assert(line, "no JSON line in output: " .. out)
-  return cjson.decode(line)
-end
+local last_json = H.last_json
 
 local PRELUDE = [[
 local specula = require "specula"

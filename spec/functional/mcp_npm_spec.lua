@@ -17,12 +17,7 @@ for _, f in ipairs(NEEDED) do
   if not H.read(NM .. f) then missing = NM .. f break end
 end
 
-local function last_json(out)
-  local line
-  for l in out:gmatch("[^\n]+") do if l:sub(1, 1) == "{" then line = l end end
-  assert(line, "no JSON line in output: " .. out)
-  return cjson.decode(line)
-end
+local last_json = H.last_json
 
 local function guard()
   if not missing then return true end

@@ -110,6 +110,15 @@ function H.json()
 end
 
 -- Decode a JSONL string into a list of tables.
+-- The last line of a program's output that is a JSON object, decoded (the
+-- scripts under spec/functional/scripts print their counts that way).
+function H.last_json(out)
+  local line
+  for l in out:gmatch("[^\n]+") do if l:sub(1, 1) == "{" then line = l end end
+  assert(line, "no JSON line in output: " .. out)
+  return require("cjson").decode(line)
+end
+
 function H.jsonl(text)
   local cj = require "cjson"
   local out = {}
