@@ -352,7 +352,7 @@ end
 -- looks like a credential (Bearer and Basic credentials, sk-... keys,
 -- api-key headers, key=... query parameters, userinfo in URLs) with
 -- "[redacted]". A secret is found raw, percent-encoded (either hex case,
--- "+" for a space), JSON-escaped ("\/", "\uXXXX"), as HTML references, and
+-- "+" for a space), JSON-escaped ("\/", "\u" with four hex digits), as HTML references, and
 -- inside Base64 (a Basic "user:secret"), and its head when an excerpt cut
 -- it ("...") ; "Bearer X" and "Basic X" values also hide X and, for Basic,
 -- the decoded password.
