@@ -112,6 +112,11 @@ void sp_task_cancel(sp_task *t);
 void sp_task_set_error(sp_task *t, const char *msg, size_t len);
 const char *sp_task_error(const sp_task *t);
 int sp_task_speculative(const sp_task *t);       /* 1 when running for an unverified state */
+/* The window job t runs for (t itself, or the job whose code spawned it):
+   its task id, 0 when none; *born_ms: when the window launched it (engine
+   clock, as sp_clock_ms), *thread: the window thread it belongs to (the tid
+   traces show), 0 none. Either pointer may be NULL. */
+int sp_task_job(const sp_task *t, double *born_ms, int *thread);
 /* Wait for another task: 1 = already finished (do not yield), 0 = yield now. */
 int sp_task_wait(sp_task *waiter, sp_task *target);
 void sp_task_unwait(sp_task *waiter);              /* drop every pending wait of waiter */

@@ -64,6 +64,9 @@ struct sp_task {
   char *error;              /* message and traceback when FAILED */
   int speculative;          /* runs for an unverified state (eligibility) */
   void *window_node;        /* the window node this job belongs to, if any */
+  int job_id;               /* id of the window job it runs for (itself, or the job that spawned it), 0 none */
+  int job_thread;           /* that job's window thread (the node's trace tid), 0 none */
+  uint64_t job_born_ns;     /* engine clock when that job was created */
   sp_task *reap_next;       /* reap list link */
   sp_task *all_prev, *all_next; /* every live task, for shutdown */
   sp_jobcall call;          /* a job's function and arguments (held until it ends);

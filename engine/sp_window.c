@@ -342,6 +342,7 @@ sp_task *sp_win_job(sp_window *w, sp_node *n, int fn, sp_task_hook hook, void *u
   if (!t) return NULL;
   t->speculative = is_speculative(w, n);
   t->window_node = n;
+  t->job_thread = n ? n->tid : 0;
   /* the adapter and the query ctx outlive every job of the window (it
      cancels them before it goes) */
   sp_job_held(t, fn);
