@@ -540,9 +540,12 @@ local function write_start(kind, key, n, meta, secrets)
   end
 end
 
+-- Below a nanosecond (the clock's grain) a wait is float noise: a yield for
+-- it would let the loop run, out of the recorded order, what the job set off.
+local GRAIN_MS = 1e-6
 local function sleep_until(t)
   local d = t - sched.now()
-  if d > 0 then sched.sleep(d) end
+  if d > GRAIN_MS then sched.sleep(d) end
 end
 
 -- A served exchange leaves when it left in the recording: off ms after its
@@ -671,6 +674,7 @@ function M.http(opts, method, live)
   lopts.__cassette_live = true
   write_start("http", key, n, meta, secrets)
   local t0 = sched.now()
+  if J and not J.first then J.first = t0 - J.born end
   local r, err = live(lopts)
   if not st.file then return r, err end
   rec = { kind = "http", key = key, n = n, at = t0 - st.t0, off = J and t0 - J.born, meta = meta,
@@ -741,6 +745,7 @@ function M.mcp(client, method, params, opts, live)
   end
   write_start("mcp", key, n, meta, secrets)
   local t0 = sched.now()
+  if J and not J.first then J.first = t0 - J.born end
   local r, err = live()
   if st.file then
     write({ kind = "mcp", key = key, n = n, at = t0 - st.t0, off = J and t0 - J.born, ms = sched.now() - t0, meta = meta,
@@ -807,6 +812,7 @@ function M.speculator(S, tool, is_cands, cands)
     end
     write_start("spec", key, n, meta)
     local t0 = sched.now()
+    if J and not J.first then J.first = t0 - J.born end
     local res = { pcall(S, args, ctx) }
     if st.file then
       rec = { kind = "spec", key = key, n = n, at = t0 - st.t0, off = J and t0 - J.born, ms = sched.now() - t0,
@@ -833,55 +839,34 @@ local function canon(v)
   return ok and c or tostring(v)
 end
 
-local function action_of(a)
+local function ctx_action(ctx)
+  local a = type(ctx) == "table" and ctx.action
   if type(a) ~= "table" then return "?" end
   return tostring(a.tool) .. " " .. canon(a.args)
 end
-
-local function ctx_action(ctx) return action_of(type(ctx) == "table" and ctx.action or nil) end
 local function ctx_hop(ctx) return type(ctx) == "table" and tonumber(ctx.hop) or nil end
 
--- What a step job decided; r: { ok, state, kind, step, ... }.
-local function decided(r)
-  if not r[1] then return "error" end
-  local s = r[4]
-  if type(s) ~= "table" then return "?" end
-  if r[3] == 2 then return "final " .. canon(s.final) end
-  return action_of(s.action)
-end
-
--- Per adapter function: (results, its arguments) -> hop, what the job did.
--- A job is known by what it did, not by its thread alone, so a replay
--- under another policy (other threads) still finds its time.
-local function on_node(r, _, ctx) return ctx_hop(ctx), ctx_action(ctx) end
+-- Per adapter function: its arguments -> hop, what the job is for (a tool
+-- call by its tool and arguments; a step by its hop), known when it starts.
+local function on_node(_, ctx) return ctx_hop(ctx), ctx_action(ctx) end
 local JOBS = {
-  start = function(r) return 0, decided(r) end,
-  advance = function(r, _, _, _, _, _, _, hop) return hop, decided(r) end,
-  call = on_node, warmup = on_node, speculate = on_node,
-  verify = function(r, _, ctx) return ctx_hop(ctx), ctx_action(ctx) .. (r[1] and (" -> " .. tostring(r[2])) or "") end,
-  pfcall = function(_, _, tool, args, hop) return hop, tostring(tool) .. " " .. canon(args) end,
+  start = function() return 0, "hop 0" end,
+  advance = function(_, _, _, _, _, _, hop) return hop, "hop " .. tostring(hop) end,
+  call = on_node, warmup = on_node, speculate = on_node, verify = on_node,
+  pfcall = function(_, tool, args, hop) return hop, tostring(tool) .. " " .. canon(args) end,
 }
 local JOB_NAMES = { "start", "advance", "call", "warmup", "speculate", "verify", "pfcall" }
 
--- A job has ended: a replay holds its result until the recorded job took
--- as long (its exchanges were served at their recorded offsets; what is
--- left is the engine's time after them), a recording writes its time.
-local function job_end(st, J, ok, hop, desc)
-  local meta = { query = J.query, hop = hop, thread = J.thread, job = J.name }
-  if not ok then desc = desc .. " (failed)" end
-  local scope, qscope = scopes(meta)
-  local key = "JOB " .. J.name .. "\n" .. desc
-  local rec, n = take(st, scope, qscope, key)
-  if rec and type(rec.ms) == "number" then sleep_until(J.born + rec.ms) end
-  if st.file then
-    local later = st.later
-    if not later then later = {}; st.later = later end
-    later[#later + 1] = { kind = "job", key = key, n = n, at = J.born - st.t0, ms = sched.now() - J.born, meta = meta }
-  end
-end
-
 local function pack(...) return { n = select("#", ...), ... } end
 
+-- A window job's time is the engine's as much as the exchanges': a job
+-- waits in the queue behind others, builds its requests, parses what
+-- comes back. The tape holds, per job, its length from launch to result
+-- (ms) and when its first exchange left (first). A replay runs the job's
+-- code at the time its first exchange left in the recording (so what the
+-- code sets off before it, such as predictions, happens when it did), its
+-- exchanges at their recorded offsets, and holds its result until the
+-- recorded length has passed.
 local function wrap_job(name, f, how)
   return function(...)
     local st = M.state
@@ -893,8 +878,26 @@ local function wrap_job(name, f, how)
     local J = { born = BORN[0], thread = THREAD[0], name = name,
                 query = type(qctx) == "table" and qctx.id or nil }
     jobs[id] = J
+    local hop, what = how(...)
+    local meta = { query = J.query, hop = hop, thread = J.thread, job = name }
+    local scope, qscope = scopes(meta)
+    local key = "JOB " .. name .. "\n" .. what
+    local rec, n = take(st, scope, qscope, key)
+    if rec and type(rec.ms) == "number" then
+      sleep_until(J.born + (type(rec.first) == "number" and rec.first or rec.ms))
+    else
+      rec = nil
+    end
     local r = pack(xpcall(f, sched.job_error, ...))
-    job_end(st, J, r[1], how(r, ...))
+    if rec then sleep_until(J.born + rec.ms) end
+    if st.file then
+      -- written with the next line: writing it now would add to the job
+      -- after its time was taken
+      local later = st.later
+      if not later then later = {}; st.later = later end
+      later[#later + 1] = { kind = "job", key = key, n = n, at = J.born - st.t0, ms = sched.now() - J.born,
+                            first = J.first, failed = not r[1] or nil, meta = meta }
+    end
     if not r[1] then error(r[2], 0) end
     return unpack(r, 2, r.n)
   end
