@@ -304,6 +304,95 @@ print("clock after", specula.clock())
     assert.matches("clock after\treal", out)
   end)
 
+  it("gives each query and thread its own answer to a request many of them make at once", function()
+    server = server or H.server { files = files }
+    local sbase = server.base
+    -- every thread of every query asks GET /stats, whose answer (the
+    -- server's request count) differs each time; two sibling threads per
+    -- query (candidates "wrong" and "held" for a pick) ask at the same
+    -- instant, and the queries ask in the order their first call ends:
+    -- q3, q2, q1 at three at once, q1, q2, q3 one at a time
+    local code = [[
+local specula = require "specula"
+local BASE = os.getenv("CAS_BASE")
+local HOLD = { q1 = 60, q2 = 35, q3 = 10 }
+local tools = {
+  wait = specula.tools.http { url = BASE .. "/hold?ms={ms}", result = function(res) return res.body end, retry = false },
+  pick = specula.tools.http { url = BASE .. "/hold?ms={ms}&pick=1", result = function(res) return res.body end,
+    retry = false },
+  -- each thread says what it saw: its state's guess and the count
+  count = function(_, ctx)
+    local res = assert(specula.http.request { url = BASE .. "/stats" })
+    local n = tostring(specula.json.decode(res.body).requests)
+    io.stderr:write("SAW ", ctx.id, " ", ctx.state.seen, " ", n, "\n")
+    return n
+  end,
+}
+tools.pick.speculate = function()
+  return specula.candidates { { value = "wrong", confidence = 0.6 }, { value = "held", confidence = 0.4 } }
+end
+return specula.agent {
+  tools = tools,
+  policy = { wait = "full", pick = "full", count = "full" },
+  init = function(q) return { q = q, hop = 0 } end,
+  step = function(s)
+    if s.hop == 0 then return { action = { tool = "wait", args = { ms = HOLD[s.q] } } } end
+    if s.hop == 1 then return { action = { tool = "pick", args = { ms = 30 } } } end
+    if s.hop == 2 then return { action = { tool = "count", args = {} } } end
+    return { final = s.seen .. " " .. s.count }
+  end,
+  update = function(s, _, obs)
+    if s.hop == 0 then return { q = s.q, hop = 1 } end
+    if s.hop == 1 then return { q = s.q, hop = 2, seen = obs } end
+    return { q = s.q, hop = 3, seen = s.seen, count = obs }
+  end,
+}
+]]
+    local agent = H.tmpfile("same_request.lua", code)
+    local inp = input({ "q1", "q2", "q3" })
+    local dir = newdir()
+    local function saw(text)
+      local l = {}
+      for line in text:gmatch("SAW [^\n]+") do l[#l + 1] = line end
+      table.sort(l)
+      return l
+    end
+    finally(function() if server then server.stop() server = nil end end)
+    local function go(args)
+      counter = counter + 1
+      local out = H.tmpdir() .. "/same" .. counter .. ".jsonl"
+      local a = { "run", agent, "--input", inp, "--k", "inf", "--m", "2", "--out", out }
+      for _, x in ipairs(args) do a[#a + 1] = x end
+      local st, so, se = H.specula(a, { CAS_BASE = sbase })
+      assert.are.equal(0, st, se .. so)
+      local by = {}
+      for _, r in ipairs(H.jsonl(H.read(out))) do by[r.id] = r.answer end
+      return by, saw(se)
+    end
+    local rec, rec_saw = go({ "--concurrency", "3", "--record", dir })
+    -- six threads saw six different counts
+    assert.are.equal(6, #rec_saw)
+    local counts = {}
+    for _, l in ipairs(rec_saw) do counts[l:match("(%d+)$")] = true end
+    local distinct = 0
+    for _ in pairs(counts) do distinct = distinct + 1 end
+    assert.are.equal(6, distinct, table.concat(rec_saw, "\n"))
+    for _, id in ipairs({ "q1", "q2", "q3" }) do assert.matches("^held %d+$", rec[id]) end
+    -- one query at a time: the requests come in another order (q1 first)
+    server.stop()
+    server = nil
+    local got, got_saw = go({ "--concurrency", "1", "--replay-io", dir, "--clock", "virtual" })
+    assert.are.same(rec, got)
+    assert.are.same(rec_saw, got_saw)
+    -- each entry says which query, hop, window thread and job asked
+    local st, out = H.specula({ "cassette", "show", dir, "--kind", "http", "--query", "q2" })
+    assert.are.equal(0, st)
+    local threads = {}
+    for t in out:gmatch("/stats[^\n]*query q2 hop 2 thread (%d+) call") do threads[#threads + 1] = t end
+    assert.are.equal(2, #threads, out)
+    assert.are_not.equal(threads[1], threads[2])
+  end)
+
   it("refuses a cassette directory it cannot create or read, naming it", function()
     local notdir = H.tmpfile("plainfile", "x")
     local st, _, err = H.specula({ "run", AGENT, "--query", "q", "--record", notdir .. "/sub" }, env())
