@@ -41,17 +41,13 @@ local type, tostring, tonumber, pairs, ipairs, setmetatable, error =
 local concat = table.concat
 local find, lower = string.find, string.lower
 
-local M = {}
-
-local Client = {}
-Client.__index = Client
-Client.__tostring = common.tostring
-
 local nonempty = common.nonempty
 
-function M.new(opts)
-  local self
-  self, opts = common.new(Client, opts, { what = "specula.llm.anthropic.new", name = "anthropic",
+local M = {}
+local Client = common.class()
+
+function M.new(options)
+  local self, opts = common.new(Client, options, { what = "specula.llm.anthropic.new", name = "anthropic",
     base_env = "ANTHROPIC_BASE_URL", base_url = "https://api.anthropic.com", key_env = "ANTHROPIC_API_KEY" })
   local base = self.base_url
   local beta = opts.beta

@@ -104,7 +104,13 @@ function M.error_body(res)
   return concat(parts)
 end
 
--- "<name> client (<endpoint>)": what tostring() shows of a client.
-function M.tostring(self) return self.name .. " client (" .. tostring(self.endpoint) .. ")" end
+-- A client class: its methods are looked up in it, tostring() shows
+-- "<name> client (<endpoint>)" (the endpoint has no secret).
+function M.class()
+  local Client = {}
+  Client.__index = Client
+  Client.__tostring = function(self) return self.name .. " client (" .. tostring(self.endpoint) .. ")" end
+  return Client
+end
 
 return M

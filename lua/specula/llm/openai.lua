@@ -45,17 +45,13 @@ local type, tostring, tonumber, pairs, ipairs, setmetatable, error, pcall =
 local concat, sort = table.concat, table.sort
 local find, lower = string.find, string.lower
 
-local M = {}
-
-local Client = {}
-Client.__index = Client
-Client.__tostring = common.tostring
-
 local nonempty = common.nonempty
 
-function M.new(opts)
-  local self
-  self, opts = common.new(Client, opts, { what = "specula.llm.openai.new", name = "openai",
+local M = {}
+local Client = common.class()
+
+function M.new(options)
+  local self, opts = common.new(Client, options, { what = "specula.llm.openai.new", name = "openai",
     base_env = "OPENAI_BASE_URL", base_url = "https://api.openai.com/v1", key_env = "OPENAI_API_KEY" })
   local base = self.base_url
   self.embedding_model = opts.embedding_model
