@@ -36,19 +36,20 @@ local json = require "specula.json"
 local retry = require "specula.llm.retry"
 local common = require "specula.llm.common"
 
-local type, tostring, tonumber, pairs, ipairs, setmetatable, error =
-  type, tostring, tonumber, pairs, ipairs, setmetatable, error
+local type, tostring, tonumber, pairs, ipairs, error =
+  type, tostring, tonumber, pairs, ipairs, error
 local concat = table.concat
 local find, lower = string.find, string.lower
 
+-- what the shared constructor needs to know of this provider
+local PROVIDER = { what = "specula.llm.anthropic.new", name = "anthropic",
+  base_env = "ANTHROPIC_BASE_URL", base_url = "https://api.anthropic.com", key_env = "ANTHROPIC_API_KEY" }
 local nonempty = common.nonempty
-
 local M = {}
 local Client = common.class()
 
 function M.new(options)
-  local self, opts = common.new(Client, options, { what = "specula.llm.anthropic.new", name = "anthropic",
-    base_env = "ANTHROPIC_BASE_URL", base_url = "https://api.anthropic.com", key_env = "ANTHROPIC_API_KEY" })
+  local self, opts = common.new(Client, options, PROVIDER)
   local base = self.base_url
   local beta = opts.beta
   if type(beta) == "string" then beta = { beta } end

@@ -40,19 +40,20 @@ local json = require "specula.json"
 local retry = require "specula.llm.retry"
 local common = require "specula.llm.common"
 
-local type, tostring, tonumber, pairs, ipairs, setmetatable, error, pcall =
-  type, tostring, tonumber, pairs, ipairs, setmetatable, error, pcall
+local type, tostring, tonumber, pairs, ipairs, error, pcall =
+  type, tostring, tonumber, pairs, ipairs, error, pcall
 local concat, sort = table.concat, table.sort
 local find, lower = string.find, string.lower
 
+-- what the shared constructor needs to know of this provider
+local PROVIDER = { what = "specula.llm.openai.new", name = "openai",
+  base_env = "OPENAI_BASE_URL", base_url = "https://api.openai.com/v1", key_env = "OPENAI_API_KEY" }
 local nonempty = common.nonempty
-
 local M = {}
 local Client = common.class()
 
 function M.new(options)
-  local self, opts = common.new(Client, options, { what = "specula.llm.openai.new", name = "openai",
-    base_env = "OPENAI_BASE_URL", base_url = "https://api.openai.com/v1", key_env = "OPENAI_API_KEY" })
+  local self, opts = common.new(Client, options, PROVIDER)
   local base = self.base_url
   self.embedding_model = opts.embedding_model
   self.idle_timeout_ms = opts.idle_timeout_ms  -- default: 120 s for streams, none otherwise
