@@ -45,13 +45,7 @@ local function newdir()
 end
 
 local function env(extra)
-  local e = { CAS_BASE = server and server.base or base, OPENAI_API_KEY = KEY, SEARCH_KEY = SEARCH_KEY,
-              SPECULA_SOURCE_DIR = H.root, CAS_PAUSE = "15", CAS_SLOW_MS = "40",
-              -- a lookup guess far slower than the loopback lookup: always late, in
-              -- the recording and in any replay (no race decides a verdict)
-              CAS_SPEC_MS = "150" }
-  for k, v in pairs(extra or {}) do e[k] = v end
-  return e
+  return H.cassette_env(server and server.base or base, { OPENAI_API_KEY = KEY, SEARCH_KEY = SEARCH_KEY }, extra)
 end
 
 -- specula run AGENT --input IN --k inf ARGS...; returns status, records by id, stderr
@@ -66,11 +60,7 @@ local function run(inp, args, extra_env)
   return st, by, se .. so
 end
 
-local function verdicts(r)
-  local v = {}
-  for _, h in ipairs(r.stages.hops) do v[#v + 1] = h.spec end
-  return table.concat(v, ",")
-end
+local verdicts = H.verdicts
 
 local function cassette_files(dir)
   local list, i = {}, 1
@@ -307,48 +297,10 @@ print("clock after", specula.clock())
   it("gives each query and thread its own answer to a request many of them make at once", function()
     server = server or H.server { files = files }
     local sbase = server.base
-    -- every thread of every query asks GET /stats, whose answer (the
-    -- server's request count) differs each time; two sibling threads per
-    -- query (candidates "wrong" and "held" for a pick) ask at the same
-    -- instant, and the queries ask in the order their first call ends:
-    -- q3, q2, q1 at three at once, q1, q2, q3 one at a time
-    local code = [[
-local specula = require "specula"
-local BASE = os.getenv("CAS_BASE")
-local HOLD = { q1 = 60, q2 = 35, q3 = 10 }
-local tools = {
-  wait = specula.tools.http { url = BASE .. "/hold?ms={ms}", result = function(res) return res.body end, retry = false },
-  pick = specula.tools.http { url = BASE .. "/hold?ms={ms}&pick=1", result = function(res) return res.body end,
-    retry = false },
-  -- each thread says what it saw: its state's guess and the count
-  count = function(_, ctx)
-    local res = assert(specula.http.request { url = BASE .. "/stats" })
-    local n = tostring(specula.json.decode(res.body).requests)
-    io.stderr:write("SAW ", ctx.id, " ", ctx.state.seen, " ", n, "\n")
-    return n
-  end,
-}
-tools.pick.speculate = function()
-  return specula.candidates { { value = "wrong", confidence = 0.6 }, { value = "held", confidence = 0.4 } }
-end
-return specula.agent {
-  tools = tools,
-  policy = { wait = "full", pick = "full", count = "full" },
-  init = function(q) return { q = q, hop = 0 } end,
-  step = function(s)
-    if s.hop == 0 then return { action = { tool = "wait", args = { ms = HOLD[s.q] } } } end
-    if s.hop == 1 then return { action = { tool = "pick", args = { ms = 30 } } } end
-    if s.hop == 2 then return { action = { tool = "count", args = {} } } end
-    return { final = s.seen .. " " .. s.count }
-  end,
-  update = function(s, _, obs)
-    if s.hop == 0 then return { q = s.q, hop = 1 } end
-    if s.hop == 1 then return { q = s.q, hop = 2, seen = obs } end
-    return { q = s.q, hop = 3, seen = s.seen, count = obs }
-  end,
-}
-]]
-    local agent = H.tmpfile("same_request.lua", code)
+    -- each thread of each query asks the same request (scripts/
+    -- cassette_same_request.lua): the queries in the order q3, q2, q1 at
+    -- three at once, q1, q2, q3 one at a time
+    local agent = H.root .. "/spec/functional/scripts/cassette_same_request.lua"
     local inp = input({ "q1", "q2", "q3" })
     local dir = newdir()
     local function saw(text)

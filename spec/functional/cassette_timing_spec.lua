@@ -24,14 +24,9 @@ local server
 local counter = 0
 
 local function env(shape, extra)
-  -- tens of ms per exchange: the plan stream ~110 ms in 8 pieces, the final
-  -- one ~45 ms, the MCP tool 40 ms; the lookup speculator (150 ms) is
-  -- always late, the MCP one (2 ms) always in time: no race decides a verdict
-  local e = { CAS_BASE = server.base, OPENAI_API_KEY = "sk-timing-test-key", SEARCH_KEY = "search-timing-key",
-              SPECULA_SOURCE_DIR = H.root, CAS_PAUSE = "15", CAS_SLOW_MS = "40", CAS_SPEC_MS = "150",
-              CAS_PREDICT = shape.predict and "1" or "0" }
-  for k, v in pairs(extra or {}) do e[k] = v end
-  return e
+  -- the lookup speculator is always late, the MCP one (2 ms) always in time
+  return H.cassette_env(server.base, { OPENAI_API_KEY = "sk-timing-test-key", SEARCH_KEY = "search-timing-key",
+    CAS_PREDICT = shape.predict and "1" or "0" }, extra)
 end
 
 -- specula run AGENT over the example's 6 queries; returns records by id and
@@ -54,11 +49,7 @@ local function run(shape, extra_args, extra_env)
   return by, wall / std
 end
 
-local function verdicts(r)
-  local v = {}
-  for _, h in ipairs(r.stages.hops) do v[#v + 1] = h.spec end
-  return table.concat(v, ",")
-end
+local verdicts = H.verdicts
 
 local function same_results(a, b)
   for id, ra in pairs(a) do
