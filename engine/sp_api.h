@@ -172,7 +172,7 @@ typedef struct sp_http_opts {
   double max_body_bytes;         /* abort above this, 0 = unlimited */
   int stream;                    /* 1 = hand chunks to Lua as they arrive */
   int http2;                     /* 0 = default, 1 = prefer h2 (TLS), 2 = h2c prior knowledge */
-  int verbose;                   /* libcurl verbose to stderr (debugging) */
+  int verbose;                   /* protocol chatter to stderr, credentials redacted (debugging) */
   const char *cainfo;            /* CA bundle file for TLS (private CAs), or NULL */
   int path_as_is;                /* 1 = send the path as written (no dot-segment removal) */
 } sp_http_opts;
