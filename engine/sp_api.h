@@ -535,6 +535,9 @@ typedef struct sp_replay_tl_info {
   int lanes;         /* lanes used */
   double wall;       /* replayed latency: when the answer is released */
   double standard;   /* the hops back to back, as sp_replay_run */
+  int k;             /* the k replayed, -1 = unbounded */
+  int m;             /* candidates per speculator return */
+  int launch;        /* the launch replayed: SP_REPLAY_EAGER or SP_REPLAY_SLOT */
 } sp_replay_tl_info;
 /* Parses a Chrome trace with a "specula" section or results JSONL: 0 with
    *out owned by the caller (sp_replay_set_free), or -1 with a message in err

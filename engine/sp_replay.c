@@ -970,6 +970,13 @@ int sp_replay_timeline(const sp_replay_query *q, const char *mode, int k, int la
     return sp_replay_why(err, errlen, "mode must be spechop, window or sequential, got '%.32s'", mode);
   if (k == 0) k = q->k;
   if (k == 0) return sp_replay_why(err, errlen, "the recorded k is unknown: give k");
+  int seq = mode && strcmp(mode, "sequential") == 0;
+  if (launch == SP_REPLAY_LAUNCH_RECORDED) launch = q->launch;
+  info->k = seq ? 1 : k < 0 ? -1 : k;
+  info->m = q->m >= 1 ? q->m : 1;
+  /* as sp_replay_simulate: the bounded window always launches in slot */
+  info->launch = mode && strcmp(mode, "window") == 0 ? SP_REPLAY_SLOT : launch == SP_REPLAY_EAGER ? SP_REPLAY_EAGER
+                                                                                                 : SP_REPLAY_SLOT;
   sp_replay_rec rec;
   memset(&rec, 0, sizeof rec);
   rec.spans = spans;

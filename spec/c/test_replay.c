@@ -537,8 +537,15 @@ static void test_timeline_hand(tcount *t) {
   check(t, sp_replay_timeline(&q, NULL, 0, SP_REPLAY_SLOT, sp, 16, mk, 8, &info, err, sizeof err) == -1 &&
                strstr(err, "recorded k") != NULL, "timeline: k = 0 without a recorded k");
   q.k = 2;
-  check(t, sp_replay_timeline(&q, NULL, 0, SP_REPLAY_SLOT, sp, 16, mk, 8, &info, NULL, 0) == 0,
-        "timeline: k = 0 takes the recorded k");
+  q.launch = SP_REPLAY_SLOT;
+  check(t, sp_replay_timeline(&q, NULL, 0, SP_REPLAY_LAUNCH_RECORDED, sp, 16, mk, 8, &info, NULL, 0) == 0 &&
+               info.k == 2 && info.m == 1 && info.launch == SP_REPLAY_SLOT,
+        "timeline: k = 0 takes the recorded k; the schedule is reported");
+  q.launch = SP_REPLAY_EAGER;
+  check(t, sp_replay_timeline(&q, "spechop", -1, SP_REPLAY_LAUNCH_RECORDED, sp, 16, mk, 8, &info, NULL, 0) == 0 &&
+               info.k == -1 && info.launch == SP_REPLAY_EAGER, "timeline: the recorded launch");
+  check(t, sp_replay_timeline(&q, "window", 3, SP_REPLAY_EAGER, sp, 16, mk, 8, &info, NULL, 0) == 0 &&
+               info.k == 3 && info.launch == SP_REPLAY_SLOT, "timeline: the window launches in slot");
   free(q.hops);
 }
 
