@@ -539,9 +539,7 @@ typedef struct sp_replay_rec {
   size_t max_marks;            /* its capacity */
   size_t n_marks;              /* marks produced (may exceed max_marks) */
   sp_replay_tl_node *node;     /* per node 0..N */
-  sp_replay_tl_wrong *wrong;   /* wrong-path children not yet discarded */
-  size_t n_wrong;              /* entries used in wrong */
-  size_t cap_wrong;            /* entries allocated in wrong */
+  sp_buf wrong;                /* sp_replay_tl_wrong entries not yet discarded */
   int lanes;                   /* lanes handed out */
   int oom;                     /* an allocation failed */
 } sp_replay_rec;
@@ -670,30 +668,27 @@ static void sp_replay_tl_enter(sp_replay_rec *r, size_t hop, int lane, double t_
 
 static void sp_replay_tl_wrong_child(sp_replay_sim *s, size_t parent, double t0) {
   sp_replay_rec *r = s->rec;
-  if (r->n_wrong == r->cap_wrong) {
-    size_t cap = r->cap_wrong ? r->cap_wrong * 2 : 16;
-    sp_replay_tl_wrong *p = realloc(r->wrong, cap * sizeof *p);
-    if (!p) { r->oom = 1; return; }
-    r->wrong = p;
-    r->cap_wrong = cap;
-  }
   sp_replay_tl_wrong w = {r->lanes++, parent, t0, sp_replay_seg(s, parent + 1)};
-  r->wrong[r->n_wrong++] = w;
+  if (sp_buf_append(&r->wrong, &w, sizeof w) != 0) r->oom = 1;
 }
 
 /* The verification of parent discarded its wrong-path children at now: the
    first is marked with the verdict (rollback), the others as cancelled. */
 static void sp_replay_tl_discard(sp_replay_rec *r, size_t parent, double now, int verdict) {
-  size_t kept = 0;
-  for (size_t i = 0; i < r->n_wrong; i++) {
-    sp_replay_tl_wrong w = r->wrong[i];
-    if (w.parent != parent) { r->wrong[kept++] = w; continue; }
+  size_t n = r->wrong.len / sizeof(sp_replay_tl_wrong), kept = 0;
+  for (size_t i = 0; i < n; i++) {
+    sp_replay_tl_wrong w;  /* copied out: the buffer's bytes carry no alignment promise */
+    memcpy(&w, r->wrong.data + i * sizeof w, sizeof w);
+    if (w.parent != parent) {
+      memcpy(r->wrong.data + kept++ * sizeof w, &w, sizeof w);
+      continue;
+    }
     double end = w.t0 + w.seg < now ? w.t0 + w.seg : now;
     sp_replay_tl_span(r, w.lane, SP_REPLAY_TL_MODEL, parent + 1, 1, w.t0, end);
     sp_replay_tl_mark(r, w.lane, verdict, parent, now);
     verdict = SP_REPLAY_TL_CANCEL;
   }
-  r->n_wrong = kept;
+  r->wrong.len = kept * sizeof(sp_replay_tl_wrong);
 }
 
 /* A node for hop enters the window; its step starts at t. The caller accounts its slot. */
@@ -983,11 +978,12 @@ int sp_replay_timeline(const sp_replay_query *q, const char *mode, int k, int la
   rec.max_spans = max_spans;
   rec.marks = marks;
   rec.max_marks = max_marks;
+  sp_buf_init(&rec.wrong);
   rec.node = calloc(q->n_hops + 1, sizeof *rec.node);
   if (!rec.node) return sp_replay_why(err, errlen, "out of memory");
   double r = sp_replay_simulate(q, mode, k, launch, &rec, &info->wall, &info->standard);
   free(rec.node);
-  free(rec.wrong);
+  sp_buf_free(&rec.wrong);
   if (isnan(r)) return sp_replay_why(err, errlen, "the replay failed (out of memory)");
   info->n_spans = rec.n_spans;
   info->n_marks = rec.n_marks;

@@ -19,10 +19,8 @@
 -- (what they share).
 
 local common = require "specula.report.common"
-local load = require "specula.report.load"
-local rstats = require "specula.report.stats"
-local figures = require "specula.report.figures"
-local timeline = require "specula.report.timeline"
+local load, rstats = require "specula.report.load", require "specula.report.stats"
+local figures, timeline = require "specula.report.figures", require "specula.report.timeline"
 local page = require "specula.report.page"
 
 local format, floor = string.format, math.floor

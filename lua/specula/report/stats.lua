@@ -3,10 +3,8 @@
 -- CI, p̂, α̂, β̂ (the engine's one estimator) and the theory's RelLat* and
 -- RelLat_k at those values (the C theory, sp_theory_*).
 
-local json = require "specula.json"
-local metrics = require "specula.metrics"
-local estimate = require "specula.estimate"
-local pstats = require "specula.stats"
+local json, metrics = require "specula.json", require "specula.metrics"
+local estimate, pstats = require "specula.estimate", require "specula.stats"
 local common = require "specula.report.common"
 local C = require("specula.core").C
 

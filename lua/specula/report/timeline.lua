@@ -5,12 +5,10 @@
 -- same code that computes the replayed latency, so the two cannot disagree.
 
 local ffi = require "ffi"
-local json = require "specula.json"
-local svg = require "specula.svg"
+local json, svg = require "specula.json", require "specula.svg"
 local core = require "specula.core"
-local common = require "specula.report.common"
+local common, load = require "specula.report.common", require "specula.report.load"
 local figures = require "specula.report.figures"
-local load = require "specula.report.load"
 
 local C = core.C
 local format, max, min, huge = string.format, math.max, math.min, math.huge
