@@ -67,7 +67,8 @@ describe("specula report: the timeline from the replay", function()
           end
         end
         -- `specula replay --json` prints 10 significant digits
-        assert.is_true(math.abs(tend - wall) <= 1e-8 * wall, string.format("timeline ends at %.10g, replay %.10g", tend, wall))
+        assert.is_true(math.abs(tend - wall) <= 1e-8 * wall,
+          string.format("timeline ends at %.10g, replay %.10g", tend, wall))
         assert.equals(tend, tl.wall)
         assert.equals(1, answers)
         if k == 1 then

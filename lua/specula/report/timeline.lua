@@ -43,6 +43,7 @@ end
 -- its timeline { spans, marks, lanes, wall, mode, k, m, launch }, or nil and
 -- why it cannot be replayed.
 local function replayed(rec)
+  if not (T(rec) and T(rec.stats) and T(rec.stages)) then return nil, "the record has no stats or no stages" end
   local mode, k = replay_settings(rec)
   local st = rec.stats
   -- only what the replay loader reads: the stages and the run's settings
@@ -70,7 +71,8 @@ local function replayed(rec)
     return nil, msg
   end
   local tl = { spans = {}, marks = {}, lanes = {}, wall = tonumber(info.wall), mode = mode,
-               k = info.k < 0 and "inf" or info.k, m = info.m, launch = info.launch == C.SP_REPLAY_EAGER and "eager" or "slot" }
+               k = info.k < 0 and "inf" or info.k, m = info.m,
+               launch = info.launch == C.SP_REPLAY_EAGER and "eager" or "slot" }
   for i = 0, tonumber(info.n_spans) - 1 do
     local sp = spans[i]
     tl.spans[i + 1] = { tid = sp.lane + 1, kind = SPAN_KIND[sp.kind], t0 = sp.t0, t1 = sp.t1,
@@ -253,12 +255,13 @@ local function timeline_section(configs, records, o)
       if m.kind == "commit" then nc = nc + 1 elseif m.kind == "rollback" then nr = nr + 1 end
     end
     local init = N(r.stages.init) or 0
+    local late = init > 0 and format("; the replay starts at the first step, %s ms into the query", fms(init)) or ""
     caption = format("%s: reconstructed, not measured — the record's stage times replayed by the simulation "
       .. "of `specula replay` (%s, k = %s, m = %d, %s launch; %s, %s; replayed wall %s ms against %s ms measured%s). "
       .. "Wrong-path branches hold a thread until their verification and are drawn to the end of their first "
       .. "step. Pass --trace with the run's trace to draw the recorded events instead.",
       about, tl.mode, k_label(tl.k), tl.m, tl.launch, plural(nc, "commit"), plural(nr, "rollback"),
-      fms(tl.wall), fms(r.stats.wall_ms), init > 0 and format("; the replay starts at the first step, %s ms into the query", fms(init)) or "")
+      fms(tl.wall), fms(r.stats.wall_ms), late)
   end
   return fig_timeline(tl), caption
 end
