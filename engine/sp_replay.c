@@ -123,7 +123,9 @@ static int sp_replay_int(const sp_json *v, const char *key, int lo, int hi, int 
   return 0;
 }
 
-/* Recorded k: an integer >= 1, "inf", or a negative number (= inf). */
+/* Recorded k: an integer >= 1, "inf", or a negative number (= inf); "auto"
+   (--k auto: k moved during the run) is no one fixed k, so it reads as
+   unknown (0) and the query replays at the k values asked for. */
 static int sp_replay_k_field(const sp_json *v, int *out, char *why, size_t n) {
   *out = 0;
   if (!v) return 0;
@@ -134,12 +136,13 @@ static int sp_replay_k_field(const sp_json *v, int *out, char *why, size_t n) {
       *out = -1;
       return 0;
     }
+    if (len == 4 && memcmp(s, "auto", 4) == 0) return 0;
   } else if (sp_json_typeof(v) == SP_JSON_NUMBER) {
     double d = sp_json_number(v);
     if (d < 0) { *out = -1; return 0; }
     if (d >= 1 && d <= INT_MAX && d == floor(d)) { *out = (int)d; return 0; }
   }
-  return sp_replay_why(why, n, "\"k\" must be an integer >= 1 or \"inf\"");
+  return sp_replay_why(why, n, "\"k\" must be an integer >= 1, \"inf\" or \"auto\"");
 }
 
 static int sp_replay_spec_field(const sp_json *v, sp_replay_spec *out, const char *ctx, char *why,
