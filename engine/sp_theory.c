@@ -15,8 +15,19 @@
    exact integer must not round up to the next one. */
 #define SP_THEORY_CEIL_SLACK 1e-9
 
-/* Outcome codes as in sp_api.h's SP_SPEC_* (and sp_replay_spec). */
-enum { SP_EST_ACCEPTED = 1, SP_EST_REJECTED = 2, SP_EST_ERROR = 4 };
+static const char *const SPEC_NAMES[SP_SPEC_N] = {
+  [SP_SPEC_NONE] = "none", [SP_SPEC_ACCEPTED] = "accepted", [SP_SPEC_REJECTED] = "rejected",
+  [SP_SPEC_LATE] = "late", [SP_SPEC_ERROR] = "error"};
+
+const char *sp_spec_name(int outcome) {
+  return outcome >= 0 && outcome < SP_SPEC_N ? SPEC_NAMES[outcome] : NULL;
+}
+
+int sp_spec_code(const char *name, size_t len) {
+  for (int i = 0; name && i < SP_SPEC_N; i++)
+    if (strlen(SPEC_NAMES[i]) == len && memcmp(SPEC_NAMES[i], name, len) == 0) return i;
+  return -1;
+}
 
 void sp_est_add(sp_est *e, int outcome, double t_seg, double t_spec, double t_target) {
   if (!e) return;
@@ -27,8 +38,8 @@ void sp_est_add(sp_est *e, int outcome, double t_seg, double t_spec, double t_ta
     e->spec += t_spec;
     e->nspec += 1;
   }
-  if (outcome == SP_EST_ACCEPTED) e->accepted += 1;
-  if (outcome == SP_EST_ACCEPTED || outcome == SP_EST_REJECTED || outcome == SP_EST_ERROR) e->judged += 1;
+  if (outcome == SP_SPEC_ACCEPTED) e->accepted += 1;
+  if (outcome == SP_SPEC_ACCEPTED || outcome == SP_SPEC_REJECTED || outcome == SP_SPEC_ERROR) e->judged += 1;
 }
 
 void sp_est_merge(sp_est *into, const sp_est *from) {
