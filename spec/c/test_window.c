@@ -10,17 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures, checks;
-#define CHECK(cond, ...)                                        \
-  do {                                                          \
-    checks++;                                                   \
-    if (!(cond)) {                                              \
-      failures++;                                               \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);      \
-      fprintf(stderr, __VA_ARGS__);                             \
-      fputc('\n', stderr);                                      \
-    }                                                           \
-  } while (0)
+#include "check.h"
 
 /* ---- the fake agent's world ---------------------------------------------- */
 
@@ -145,6 +135,13 @@ static sp_window *window_new(harness *h, int mode, int k, int m, int launch) {
                      h->fn[J_VERIFY], h->fn[J_SPEC], 0, h->qctx};
   CHECK(sp_window_set_fns(w, &f, err, sizeof err) == 0, "set_fns: %s", err);
   return w;
+}
+
+
+static sp_window_stats stats_of(const sp_window *w) {
+  sp_window_stats st;
+  sp_window_stats_get(w, &st);
+  return st;
 }
 
 static int job_kind(harness *h, sp_task *t) {
@@ -309,6 +306,16 @@ static int run_one(harness *h, int kind, int hop, double ms) {
   return 1;
 }
 
+/* A fresh harness on world wd and a window in it, its start job ended after
+   2 ms (init + the first step, at hop 0). */
+static sp_window *begin(harness *h, const world *wd, int mode, int k, int m, int launch) {
+  harness_init(h, wd);
+  sp_window *w = window_new(h, mode, k, m, launch);
+  sp_window_start(w, NULL);
+  CHECK(run_one(h, J_START, 0, 2), "the window starts with one start job");
+  return w;
+}
+
 /* Nodes in the tree under n (n included). */
 static int tree_size(const sp_node *n) {
   if (!n) return 0;
@@ -394,18 +401,14 @@ static world world_all(int nhops, int right) {
 static void test_sequential(void) {
   harness h;
   world wd = world_all(3, 0);
-  harness_init(&h, &wd);
-  sp_window *w = window_new(&h, SP_MODE_SEQUENTIAL, 1, 1, SP_LAUNCH_EAGER);
-  sp_window_start(w, NULL);
-  CHECK(run_one(&h, J_START, 0, 5), "start runs");
+  sp_window *w = begin(&h, &wd, SP_MODE_SEQUENTIAL, 1, 1, SP_LAUNCH_EAGER);
   for (int hop = 0; hop < 3; hop++) {
     CHECK(find(&h, J_SPEC, -1) < 0, "no speculator in sequential mode");
     CHECK(run_one(&h, J_CALL, hop, 10), "hop %d: target", hop);
     CHECK(run_one(&h, J_ADVANCE, hop + 1, 4), "hop %d: update + step", hop);
   }
   check_trajectory(&h, w, 3);
-  sp_window_stats st;
-  sp_window_stats_get(w, &st);
+  sp_window_stats st = stats_of(w);
   CHECK(st.hops == 3 && st.model_calls == 4 && st.target_calls == 3 && st.spec_calls == 0,
         "counts: hops %d model %d target %d spec %d", st.hops, st.model_calls, st.target_calls, st.spec_calls);
   CHECK(st.max_threads == 1, "sequential peaks at one live thread (%d)", st.max_threads);
@@ -414,7 +417,7 @@ static void test_sequential(void) {
   CHECK(hi.spec == SP_SPEC_NONE && hi.rank == -1, "no speculation recorded");
   CHECK(hi.t_target == 10 && hi.t_seg == 3 && hi.t_update == 1, "stage times %g/%g/%g", hi.t_seg, hi.t_target,
         hi.t_update);
-  CHECK(st.wall_ms == 5 + 3 * 14, "wall %g ms", st.wall_ms);
+  CHECK(st.wall_ms == 2 + 3 * 14, "wall %g ms", st.wall_ms);
   CHECK(st.standard_ms == st.wall_ms, "sequential standard == wall (%g vs %g)", st.standard_ms, st.wall_ms);
   finish_and_free(&h, w);
 }
@@ -423,10 +426,7 @@ static void test_sequential(void) {
 static void test_accept_chain(void) {
   harness h;
   world wd = world_all(4, 0);
-  harness_init(&h, &wd);
-  sp_window *w = window_new(&h, SP_MODE_SPECHOP, 3, 1, SP_LAUNCH_EAGER);
-  sp_window_start(w, NULL);
-  run_one(&h, J_START, 0, 2);
+  sp_window *w = begin(&h, &wd, SP_MODE_SPECHOP, 3, 1, SP_LAUNCH_EAGER);
   CHECK(find(&h, J_SPEC, 0) >= 0 && find(&h, J_CALL, 0) >= 0, "speculator and target start together (eager)");
   run_one(&h, J_SPEC, 0, 1);
   /* the guessed observation opened a thread at hop 1 under the head */
@@ -440,8 +440,7 @@ static void test_accept_chain(void) {
   CHECK(w->head == t1 && t1->parent == NULL, "commit: the thread became the head");
   run_all(&h, w, 3, 0);
   check_trajectory(&h, w, 4);
-  sp_window_stats st;
-  sp_window_stats_get(w, &st);
+  sp_window_stats st = stats_of(w);
   CHECK(st.commits == 4 && st.accepted == 4 && st.rollbacks == 0, "commits %d accepted %d rollbacks %d",
         st.commits, st.accepted, st.rollbacks);
   CHECK(st.model_calls == 5, "one step per hop plus the final one (%d)", st.model_calls);
@@ -463,10 +462,7 @@ static void test_reject_rollback(void) {
   harness h;
   world wd = world_all(3, 0);
   wd.right[0] = -1;                 /* hop 0's guess is wrong */
-  harness_init(&h, &wd);
-  sp_window *w = window_new(&h, SP_MODE_SPECHOP, -1, 1, SP_LAUNCH_EAGER);
-  sp_window_start(w, NULL);
-  run_one(&h, J_START, 0, 2);
+  sp_window *w = begin(&h, &wd, SP_MODE_SPECHOP, -1, 1, SP_LAUNCH_EAGER);
   run_one(&h, J_SPEC, 0, 1);        /* T(1) on a wrong guess */
   run_one(&h, J_ADVANCE, 1, 2);     /* it acts: target + speculator */
   run_one(&h, J_SPEC, 1, 1);        /* T(2) under it */
@@ -486,8 +482,7 @@ static void test_reject_rollback(void) {
   }
   CHECK(cancelled == wrong_calls, "every call of the subtree was cancelled (%d of %d)", cancelled, wrong_calls);
   CHECK(live_wrong == 0, "nothing of the wrong path still runs (%d)", live_wrong);
-  sp_window_stats st;
-  sp_window_stats_get(w, &st);
+  sp_window_stats st = stats_of(w);
   CHECK(st.rollbacks == 1 && st.rejected == 1 && st.discarded_threads == 2, "rollbacks %d rejected %d discarded %d",
         st.rollbacks, st.rejected, st.discarded_threads);
   CHECK(st.cancelled_target == 2 && st.cancelled_spec == 1, "cancelled targets %d, speculators %d",
@@ -507,10 +502,7 @@ static void test_late_and_error(void) {
   harness h;
   world wd = world_all(2, 0);
   wd.spec_fails[1] = 1;
-  harness_init(&h, &wd);
-  sp_window *w = window_new(&h, SP_MODE_SPECHOP, 3, 1, SP_LAUNCH_EAGER);
-  sp_window_start(w, NULL);
-  run_one(&h, J_START, 0, 2);
+  sp_window *w = begin(&h, &wd, SP_MODE_SPECHOP, 3, 1, SP_LAUNCH_EAGER);
   int spec0 = find(&h, J_SPEC, 0);
   sp_task *spec_job = h.pend[spec0];
   run_one(&h, J_CALL, 0, 10);       /* before the speculator */
@@ -528,8 +520,7 @@ static void test_late_and_error(void) {
         "hop 0 late (%d, %s)", h0.spec, h0.reason);
   CHECK(h1.spec == SP_SPEC_ERROR && strstr(h1.reason, "speculator down at hop 1") != NULL, "hop 1 error (%d, %s)",
         h1.spec, h1.reason);
-  sp_window_stats st;
-  sp_window_stats_get(w, &st);
+  sp_window_stats st = stats_of(w);
   CHECK(st.late == 1 && st.spec_errors == 1 && st.cancelled_spec == 1, "late %d errors %d cancelled spec %d",
         st.late, st.spec_errors, st.cancelled_spec);
   /* the estimator: late hops carry no evidence, errors count as judged */
@@ -545,10 +536,7 @@ static void test_verifier_error(void) {
   harness h;
   world wd = world_all(2, 0);
   wd.verify_fails[0] = 1;
-  harness_init(&h, &wd);
-  sp_window *w = window_new(&h, SP_MODE_SPECHOP, 2, 1, SP_LAUNCH_EAGER);
-  sp_window_start(w, NULL);
-  run_one(&h, J_START, 0, 2);
+  sp_window *w = begin(&h, &wd, SP_MODE_SPECHOP, 2, 1, SP_LAUNCH_EAGER);
   run_one(&h, J_SPEC, 0, 1);
   run_one(&h, J_CALL, 0, 10);
   run_one(&h, J_VERIFY, 0, 0.5);
@@ -558,8 +546,7 @@ static void test_verifier_error(void) {
   sp_window_hop(w, 0, &hi);
   CHECK(hi.spec == SP_SPEC_REJECTED && strstr(hi.reason, "verifier error: verifier crashed") != NULL,
         "hop 0: %s", hi.reason);
-  sp_window_stats st;
-  sp_window_stats_get(w, &st);
+  sp_window_stats st = stats_of(w);
   CHECK(st.rollbacks == 1 && st.discarded_threads == 1, "rolled back (%d, %d)", st.rollbacks, st.discarded_threads);
   finish_and_free(&h, w);
 }
@@ -570,10 +557,7 @@ static void test_candidates(void) {
   harness h;
   world wd = world_all(2, 2);
   wd.ncands[0] = 5;                 /* more than m: cut to 3 */
-  harness_init(&h, &wd);
-  sp_window *w = window_new(&h, SP_MODE_SPECHOP, -1, 3, SP_LAUNCH_EAGER);
-  sp_window_start(w, NULL);
-  run_one(&h, J_START, 0, 2);
+  sp_window *w = begin(&h, &wd, SP_MODE_SPECHOP, -1, 3, SP_LAUNCH_EAGER);
   run_one(&h, J_SPEC, 0, 1);
   CHECK(w->head->nkids == 3, "three candidates, three threads (%d)", w->head->nkids);
   for (int r = 0; r < w->head->nkids; r++) {
@@ -585,8 +569,7 @@ static void test_candidates(void) {
   run_one(&h, J_CALL, 0, 10);
   run_one(&h, J_VERIFY, 0, 0.5);
   CHECK(w->head == keep, "rank 2 committed");
-  sp_window_stats st;
-  sp_window_stats_get(w, &st);
+  sp_window_stats st = stats_of(w);
   CHECK(st.discarded_threads == 2, "its two siblings discarded (%d)", st.discarded_threads);
   run_all(&h, w, -1, 0);
   check_trajectory(&h, w, 2);
@@ -601,13 +584,10 @@ static void test_raw_candidate(void) {
   harness h;
   world wd = world_all(2, 0);
   wd.ncands[0] = wd.ncands[1] = -1;
-  harness_init(&h, &wd);
-  sp_window *w = window_new(&h, SP_MODE_SPECHOP, 2, 1, SP_LAUNCH_EAGER);
-  sp_window_start(w, NULL);
+  sp_window *w = begin(&h, &wd, SP_MODE_SPECHOP, 2, 1, SP_LAUNCH_EAGER);
   run_all(&h, w, 2, 0);
   check_trajectory(&h, w, 2);
-  sp_window_stats st;
-  sp_window_stats_get(w, &st);
+  sp_window_stats st = stats_of(w);
   CHECK(st.accepted == 2, "plain candidates accepted (%d)", st.accepted);
   finish_and_free(&h, w);
 }
@@ -624,13 +604,10 @@ static void test_k_bound(void) {
       harness h;
       world wd = world_all(6, 0);
       for (int i = 0; i < 6; i++) wd.right[i] = (int)((seed + (uint64_t)i * 3) % 4) - 1;   /* -1 .. 2 */
-      harness_init(&h, &wd);
-      sp_window *w = window_new(&h, cfgs[c].mode, cfgs[c].k, cfgs[c].m, cfgs[c].launch);
-      sp_window_start(w, NULL);
+      sp_window *w = begin(&h, &wd, cfgs[c].mode, cfgs[c].k, cfgs[c].m, cfgs[c].launch);
       run_all(&h, w, cfgs[c].k, seed);
       check_trajectory(&h, w, 6);
-      sp_window_stats st;
-      sp_window_stats_get(w, &st);
+      sp_window_stats st = stats_of(w);
       CHECK(st.max_threads <= cfgs[c].k, "cfg %zu seed %llu: peak %d > k %d", c, (unsigned long long)seed,
             st.max_threads, cfgs[c].k);
       if (cfgs[c].k == 1) CHECK(st.spec_calls == 0, "k = 1 never speculates (%d)", st.spec_calls);
@@ -658,13 +635,10 @@ static void test_random_orders(void) {
     }
 #undef NEXT
     harness h;
-    harness_init(&h, &wd);
-    sp_window *w = window_new(&h, mode, k, m, launch);
-    sp_window_start(w, NULL);
+    sp_window *w = begin(&h, &wd, mode, k, m, launch);
     run_all(&h, w, k, seed);
     check_trajectory(&h, w, n);
-    sp_window_stats st;
-    sp_window_stats_get(w, &st);
+    sp_window_stats st = stats_of(w);
     int none = 0;
     for (int i = 0; i < sp_window_nhops(w); i++) {
       sp_hop_info hi;
@@ -701,8 +675,7 @@ static void test_deferred_gate(void) {
   CHECK(!sp_task_speculative(h.pend[find(&h, J_CALL, 1)]), "... not speculative");
   run_all(&h, w, 3, 0);
   check_trajectory(&h, w, 2);
-  sp_window_stats st;
-  sp_window_stats_get(w, &st);
+  sp_window_stats st = stats_of(w);
   CHECK(st.speculative_launches == 0 && st.deferred >= 1, "launches %d deferred %d", st.speculative_launches,
         st.deferred);
   CHECK(st.gate[SP_TRIG_TARGET][SP_FORBID] >= 1, "the gate counted the refusal");
@@ -719,7 +692,7 @@ static void test_deferred_gate(void) {
   CHECK(find(&h, J_WARMUP, 1) >= 0, "warm-up hook launched for the deferred call");
   run_all(&h, w, 3, 0);
   check_trajectory(&h, w, 2);
-  sp_window_stats_get(w, &st);
+  st = stats_of(w);
   CHECK(st.warmup_calls >= 1, "warm-ups counted (%d)", st.warmup_calls);
   finish_and_free(&h, w);
 }
@@ -729,10 +702,7 @@ static void test_deferred_gate(void) {
 static void test_cancel_on_free(void) {
   harness h;
   world wd = world_all(5, 1);
-  harness_init(&h, &wd);
-  sp_window *w = window_new(&h, SP_MODE_SPECHOP, -1, 2, SP_LAUNCH_EAGER);
-  sp_window_start(w, NULL);
-  run_one(&h, J_START, 0, 2);
+  sp_window *w = begin(&h, &wd, SP_MODE_SPECHOP, -1, 2, SP_LAUNCH_EAGER);
   run_one(&h, J_SPEC, 0, 1);
   run_one(&h, J_ADVANCE, 1, 2);
   run_one(&h, J_ADVANCE, 1, 2);
@@ -760,10 +730,7 @@ static void test_cancel_on_free(void) {
 static void test_cancel_running(void) {
   harness h;
   world wd = world_all(3, 0);
-  harness_init(&h, &wd);
-  sp_window *w = window_new(&h, SP_MODE_SPECHOP, 2, 1, SP_LAUNCH_EAGER);
-  sp_window_start(w, NULL);
-  run_one(&h, J_START, 0, 2);
+  sp_window *w = begin(&h, &wd, SP_MODE_SPECHOP, 2, 1, SP_LAUNCH_EAGER);
   run_one(&h, J_SPEC, 0, 1);
   sp_window_cancel(w);
   CHECK(sp_window_status(w) == SP_WIN_CANCELLED && strcmp(sp_window_error(w), "cancelled") == 0, "cancelled");
