@@ -5,6 +5,12 @@
  * start with '#' are dropped first), so it is written in the subset the
  * LuaJIT FFI parser accepts: no macros, no includes in the body.
  *
+ * It is also a C header, and each declaration exists once: a module whose
+ * functions or types Lua uses declares them here only, and its own header
+ * (sp_sse.h, sp_theory.h, ...) includes this one and adds what only C uses.
+ * So the cdef Lua loads is the very text the engine is compiled against;
+ * no copy can drift.
+ *
  * Rules of the boundary (DESIGN §2):
  * - Every function here is synchronous and pull-style: it starts work or
  *   reads state and returns at once. Errors come back as a status and a
@@ -26,6 +32,18 @@ typedef struct sp_sse sp_sse;          /* an incremental SSE parser */
 typedef struct sp_window sp_window;    /* the speculation window of one query */
 typedef struct sp_policy sp_policy;    /* an eligibility policy */
 typedef struct sp_prefetch sp_prefetch;/* the action-speculation cache of one query */
+
+/* ---- how a hop's speculation ended (engine/sp_theory.c) ----------------- *
+ * The one list of outcomes: the window records them (sp_hop_info.spec), the
+ * estimator below counts them, `specula replay` reads them back, and Lua
+ * builds its name table from sp_spec_name at load. */
+enum { SP_SPEC_NONE = 0, SP_SPEC_ACCEPTED = 1, SP_SPEC_REJECTED = 2, SP_SPEC_LATE = 3,
+       SP_SPEC_ERROR = 4, SP_SPEC_N = 5 };
+/* Its name in records and traces: "none", "accepted", "rejected", "late",
+   "error"; NULL outside 0 .. SP_SPEC_N - 1. */
+const char *sp_spec_name(int outcome);
+/* The outcome named by the len bytes at name, -1 if none is. */
+int sp_spec_code(const char *name, size_t len);
 
 /* ---- the estimator of p, alpha, beta (engine/sp_theory.c) -------------- *
  * One definition, used by the runner, the report, --compare and replay:
@@ -356,9 +374,6 @@ enum { SP_MODE_SEQUENTIAL = 0, SP_MODE_WINDOW = 1, SP_MODE_SPECHOP = 2 };
    speculator starts only when a thread slot is free (Alg. 2, read literally). */
 enum { SP_LAUNCH_EAGER = 0, SP_LAUNCH_SLOT = 1 };
 enum { SP_WIN_NEW = 0, SP_WIN_RUNNING = 1, SP_WIN_DONE = 2, SP_WIN_FAILED = 3, SP_WIN_CANCELLED = 4 };
-/* How a hop's speculation ended. */
-enum { SP_SPEC_NONE = 0, SP_SPEC_ACCEPTED = 1, SP_SPEC_REJECTED = 2, SP_SPEC_LATE = 3,
-       SP_SPEC_ERROR = 4 };
 typedef struct sp_window_cfg {
   int mode;                  /* SP_MODE_* */
   int k;                     /* active threads: >= 1, -1 = unbounded, 0 = auto */
@@ -471,24 +486,36 @@ void sp_kauto_add(sp_kauto *a, double t_seg, double t_spec, double t_target);
 int sp_kauto_k(sp_kauto *a);
 void sp_kauto_estimates(const sp_kauto *a, double *alpha, double *beta, double *nu);
 
-/* ---- SSE parser ------------------------------------------------------- */
-#ifndef SP_SSE_EVENT_DEFINED
-#define SP_SSE_EVENT_DEFINED
+/* ---- SSE parser (engine/sp_sse.c: the WHATWG "event stream" rules) ----
+   Feed it arbitrary chunks of a response body; it queues complete events. */
 typedef struct sp_sse_event {
-  const char *event; size_t event_len;   /* event type, "message" when none given */
-  const char *data;  size_t data_len;    /* data lines joined with "\n" */
-  const char *id;    size_t id_len;      /* last event id in effect ("" if none) */
-  long retry;                            /* last valid retry value, -1 if none */
+  const char *event;  /* event type, "message" when none given (NUL-terminated) */
+  size_t event_len;   /* bytes in event */
+  const char *data;   /* data lines joined with "\n", final "\n" removed (NUL-terminated, may hold NULs) */
+  size_t data_len;    /* bytes in data */
+  const char *id;     /* last event id in effect at dispatch, "" if none (NUL-terminated) */
+  size_t id_len;      /* bytes in id */
+  long retry;         /* last valid retry value seen, -1 if none */
 } sp_sse_event;
-#endif
+/* max_event_bytes bounds a single line and an event's accumulated data;
+   0 means the default of 16 MiB. NULL on out of memory. */
 sp_sse *sp_sse_new(size_t max_event_bytes);
 void sp_sse_free(sp_sse *p);
+/* 0 ok; -1 error (see sp_sse_error). After an error every feed fails. */
 int sp_sse_feed(sp_sse *p, const char *buf, size_t len);
+/* 1 = an event was written to *ev (pointers valid until the next
+   next/feed/finish/free call), 0 = none pending. Events come in stream order. */
 int sp_sse_next(sp_sse *p, sp_sse_event *ev);
+/* End of stream: drops any unterminated line and undispatched event; returns 1
+   if that discarded event data, else 0. Queued events stay drainable, the last
+   event id and retry persist, and the parser accepts a new stream (a BOM again). */
 int sp_sse_finish(sp_sse *p);
+/* Message of the last error, "" if none. */
 const char *sp_sse_error(const sp_sse *p);
 
-/* ---- JSON ------------------------------------------------------------- */
+/* ---- JSON (engine/sp_json.c; the canonical form is specified in sp_json.h) */
+/* Appends the canonical form of text to out. 0 ok; -1 error (message in err,
+   out left as it was). */
 int sp_json_canonical(const char *text, size_t len, sp_buf *out, char *err, size_t errlen);
 
 /* ---- keyed randomness (simulated backend) ----------------------------- */
@@ -496,11 +523,18 @@ int sp_json_canonical(const char *text, size_t len, sp_buf *out, char *err, size
 double sp_rand_keyed(uint64_t seed, const char *qid, size_t qid_len, int hop,
                      const char *kind, int branch);
 
-/* ---- theory ----------------------------------------------------------- */
+/* ---- theory (engine/sp_theory.c; the notation is in sp_theory.h) ------- */
+/* Corollary 1: oracle relative latency 1 - p(1-alpha)/(1+beta). */
 double sp_theory_rel_lat_star(double p, double alpha, double beta);
+/* Corollary 3: bounded-window relative latency with mu_k = (1-p^k)/(1-p);
+   k = 1 gives 1, unbounded k gives RelLat*. k in [0, 1) is NaN. */
 double sp_theory_rel_lat_k(double p, double alpha, double beta, double k);
+/* Deterministic thread count (1+beta)/(alpha+beta) (Theorem 4, k_det). */
 double sp_theory_k_det(double alpha, double beta);
+/* Theorem 4: upper bound on the starvation probability with k threads. */
 double sp_theory_p_starve(double k, double alpha, double beta, double nu);
+/* Corollary 5: threads needed for P_starve <= eps, at least 1;
+   -1 when unbounded (alpha + beta = 0), 0 on invalid input. */
 int sp_theory_k_eps(double alpha, double beta, double nu, double eps);
 
 /* ---- replay: the event-level simulation of the window (sp_replay.c) ---- *

@@ -145,20 +145,14 @@ static int sp_replay_k_field(const sp_json *v, int *out, char *why, size_t n) {
   return sp_replay_why(why, n, "\"k\" must be an integer >= 1, \"inf\" or \"auto\"");
 }
 
-static int sp_replay_spec_field(const sp_json *v, sp_replay_spec *out, const char *ctx, char *why,
-                                size_t n) {
-  static const struct { const char *name; sp_replay_spec spec; } names[] = {
-      {"accepted", SP_REPLAY_ACCEPTED}, {"rejected", SP_REPLAY_REJECTED},
-      {"late", SP_REPLAY_LATE},         {"none", SP_REPLAY_NONE},
-      {"error", SP_REPLAY_ERROR}};
-  if (sp_replay_is_null(v)) { *out = SP_REPLAY_NONE; return 0; }
+static int sp_replay_spec_field(const sp_json *v, int *out, const char *ctx, char *why, size_t n) {
+  if (sp_replay_is_null(v)) { *out = SP_SPEC_NONE; return 0; }
   size_t len = 0;
   const char *s = sp_json_string(v, &len);
-  for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++) {
-    if (strlen(names[i].name) == len && memcmp(names[i].name, s, len) == 0) {
-      *out = names[i].spec;
-      return 0;
-    }
+  int code = s ? sp_spec_code(s, len) : -1;
+  if (code >= 0) {
+    *out = code;
+    return 0;
   }
   return sp_replay_why(why, n, "%s\"spec\" must be one of accepted, rejected, late, none, error", ctx);
 }
@@ -196,9 +190,9 @@ static int sp_replay_parse_hop(const sp_json *h, size_t i, sp_replay_hop *out, c
   if (sp_replay_int(sp_replay_is_null(nc) ? NULL : nc, "ncands", 0, INT_MAX, 0, &out->ncands, ctx,
                     why, n) != 0)
     return -1;
-  if (out->spec == SP_REPLAY_ACCEPTED && out->t_spec < 0)
+  if (out->spec == SP_SPEC_ACCEPTED && out->t_spec < 0)
     return sp_replay_why(why, n, "%san accepted speculation needs \"t_spec\"", ctx);
-  if (out->spec == SP_REPLAY_NONE) out->t_spec = -1;  /* no call: nothing to replay */
+  if (out->spec == SP_SPEC_NONE) out->t_spec = -1;  /* no call: nothing to replay */
   return 0;
 }
 
@@ -251,7 +245,7 @@ static int sp_replay_parse_record(const sp_json *rec, const sp_json *defaults, c
       sp_replay_query_clear(q);
       return -1;
     }
-    if (q->hops[i].spec != SP_REPLAY_NONE) q->has_spec = 1;
+    if (q->hops[i].spec != SP_SPEC_NONE) q->has_spec = 1;
   }
   return 0;
 }
@@ -512,7 +506,7 @@ int sp_replay_load_file(const char *path, sp_replay_set **out, char *err, size_t
 enum { SP_EV_STEP_END, SP_EV_SPEC_RET, SP_EV_TARGET_RET, SP_EV_VERIFY_END };
 
 /* Speculator call state of a node. */
-enum { SP_SPEC_IDLE, SP_SPEC_PENDING, SP_SPEC_BACK, SP_SPEC_CANCELLED };
+enum { SIM_SPEC_IDLE, SIM_SPEC_PENDING, SIM_SPEC_BACK, SIM_SPEC_CANCELLED };
 
 /* What the timeline recorder keeps per node, beside the schedule's own state. */
 typedef struct sp_replay_tl_node {
@@ -560,7 +554,7 @@ typedef struct sp_replay_node {
   unsigned char alive;        /* in the window */
   unsigned char step_done;    /* its step (model segment) has ended */
   unsigned char target_back;  /* its target result has returned */
-  unsigned char spec;         /* SP_SPEC_* */
+  unsigned char spec;         /* SIM_SPEC_* */
   unsigned char has_child;    /* its true-path child (node hop + 1) exists */
   unsigned char reserved;     /* slot launch: its pending speculator holds a slot */
   size_t wrong;               /* inert wrong-path children holding slots */
@@ -717,8 +711,8 @@ static void sp_replay_materialize(sp_replay_sim *s, size_t i, double now);
    already back): verify against the speculative child, if there is one. */
 static void sp_replay_begin_verify(sp_replay_sim *s, double now) {
   sp_replay_node *n = &s->node[s->head];
-  if (n->spec == SP_SPEC_PENDING) {  /* late: the guess is useless now */
-    n->spec = SP_SPEC_CANCELLED;
+  if (n->spec == SIM_SPEC_PENDING) {  /* late: the guess is useless now */
+    n->spec = SIM_SPEC_CANCELLED;
     if (n->reserved) s->live--;
     n->reserved = 0;
     if (s->rec) {
@@ -783,7 +777,7 @@ static void sp_replay_materialize(sp_replay_sim *s, size_t i, double now) {
     n->held--;
     s->live++;
     s->round++;
-    if (hop->spec == SP_REPLAY_ACCEPTED && (size_t)hop->rank == r) {
+    if (hop->spec == SP_SPEC_ACCEPTED && (size_t)hop->rank == r) {
       n->has_child = 1;
       s->tip = i + 1;
       sp_replay_node_start(s, i + 1, now + hop->t_update);
@@ -800,7 +794,7 @@ static void sp_replay_materialize(sp_replay_sim *s, size_t i, double now) {
 static void sp_replay_spec_start(sp_replay_sim *s, size_t i, double now, int reserve) {
   sp_replay_node *n = &s->node[i];
   const sp_replay_hop *hop = &s->q->hops[i];
-  n->spec = SP_SPEC_PENDING;
+  n->spec = SIM_SPEC_PENDING;
   if (s->rec) s->rec->node[i].t_spec = now;
   if (reserve) {
     n->reserved = 1;
@@ -823,17 +817,17 @@ static void sp_replay_try_extend(sp_replay_sim *s, double now) {
   if (s->eager || s->live >= s->k || (s->window && s->round >= s->k)) return;
   size_t i = s->tip;
   sp_replay_node *n = &s->node[i];
-  if (i >= s->q->n_hops || !n->alive || !n->step_done || n->spec != SP_SPEC_IDLE || n->has_child ||
+  if (i >= s->q->n_hops || !n->alive || !n->step_done || n->spec != SIM_SPEC_IDLE || n->has_child ||
       n->wrong)
     return;
-  if (s->q->hops[i].spec == SP_REPLAY_NONE) return;
+  if (s->q->hops[i].spec == SP_SPEC_NONE) return;
   sp_replay_spec_start(s, i, now, 1);
 }
 
 static void sp_replay_spec_ret(sp_replay_sim *s, size_t i, double now) {
   sp_replay_node *n = &s->node[i];
   const sp_replay_hop *hop = &s->q->hops[i];
-  n->spec = SP_SPEC_BACK;
+  n->spec = SIM_SPEC_BACK;
   if (s->rec) sp_replay_tl_node_span(s->rec, SP_REPLAY_TL_SPEC, i, s->rec->node[i].t_spec, now);
   size_t nc = s->m;
   if (hop->ncands > 0 && (size_t)hop->ncands < nc) nc = (size_t)hop->ncands;
@@ -864,12 +858,12 @@ static void sp_replay_dispatch(sp_replay_sim *s, const sp_replay_ev *e) {
       sp_replay_schedule(s, e->t + s->q->hops[e->hop].t_target, SP_EV_TARGET_RET, e->hop);
       /* eager launch: the speculator starts with the target call (a k of 1
          could never use its guess, so none starts) */
-      if (s->eager && s->k > 1 && s->q->hops[e->hop].spec != SP_REPLAY_NONE)
+      if (s->eager && s->k > 1 && s->q->hops[e->hop].spec != SP_SPEC_NONE)
         sp_replay_spec_start(s, e->hop, e->t, 0);
     }
     break;
   case SP_EV_SPEC_RET:
-    if (n->spec == SP_SPEC_PENDING) sp_replay_spec_ret(s, e->hop, e->t);
+    if (n->spec == SIM_SPEC_PENDING) sp_replay_spec_ret(s, e->hop, e->t);
     break;
   case SP_EV_TARGET_RET:
     n->target_back = 1;
@@ -1036,7 +1030,7 @@ double sp_replay_model(double p, double alpha, double beta, double cv, int k, co
       h->t_seg = sp_replay_draw(&st, beta, cv);
       h->t_spec = sp_replay_draw(&st, alpha, cv);
       h->t_target = sp_replay_draw(&st, 1.0, cv);
-      h->spec = sp_replay_unif(&st) < p ? SP_REPLAY_ACCEPTED : SP_REPLAY_REJECTED;
+      h->spec = sp_replay_unif(&st) < p ? SP_SPEC_ACCEPTED : SP_SPEC_REJECTED;
       h->ncands = 1;
     }
     sp_replay_query q;
@@ -1154,12 +1148,12 @@ static sp_replay_est sp_replay_estimate(const sp_replay_set *set) {
   sp_replay_est e = {0, 0, NAN, NAN, NAN};
   sp_est acc;
   memset(&acc, 0, sizeof acc);
-  /* the engine's one estimator (sp_api.h); sp_replay_spec shares its codes */
+  /* the engine's one estimator (sp_api.h) over the recorded outcomes */
   for (size_t i = 0; i < set->n; i++) {
     const sp_replay_query *q = &set->queries[i];
     for (size_t j = 0; j < q->n_hops; j++) {
       const sp_replay_hop *h = &q->hops[j];
-      sp_est_add(&acc, (int)h->spec, h->t_seg, h->t_spec, h->t_target);
+      sp_est_add(&acc, h->spec, h->t_seg, h->t_spec, h->t_target);
     }
   }
   e.hops = (size_t)acc.hops;
@@ -1252,7 +1246,7 @@ int sp_replay_main(int argc, char **argv) {
     if (!q->has_spec && q->n_hops > 0) no_spec_q++;
     for (size_t h = 0; h < q->n_hops; h++) {
       all_hops++;
-      if (q->hops[h].spec == SP_REPLAY_NONE) no_spec_hops++;
+      if (q->hops[h].spec == SP_SPEC_NONE) no_spec_hops++;
     }
   }
   int wants_spec = 0;

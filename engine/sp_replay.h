@@ -12,16 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sp_api.h"   /* the Lua-facing part: loading, timelines, launch codes */
-
-/* What happened to the speculator call of one hop. */
-typedef enum sp_replay_spec {
-  SP_REPLAY_NONE,      /* no speculator call was made (cannot be extended) */
-  SP_REPLAY_ACCEPTED,  /* a candidate was verified equal to the target result */
-  SP_REPLAY_REJECTED,  /* the speculator returned; no candidate was accepted */
-  SP_REPLAY_LATE,      /* the target returned before the speculator */
-  SP_REPLAY_ERROR      /* the speculator failed (replayed like rejected) */
-} sp_replay_spec;
+#include "sp_api.h"   /* the Lua-facing part (loading, timelines, launch codes) and SP_SPEC_*, the outcome of a hop's speculation */
 
 typedef struct sp_replay_hop {
   double t_seg;        /* model segment (step) time */
@@ -29,7 +20,7 @@ typedef struct sp_replay_hop {
   double t_target;     /* target tool time */
   double t_update;     /* state update time */
   double t_verify;     /* verifier time */
-  sp_replay_spec spec; /* recorded speculation outcome */
+  int spec;            /* recorded speculation outcome (SP_SPEC_*); error replays like rejected */
   int rank;            /* 0-based confidence rank of the accepted candidate */
   int ncands;          /* candidates the speculator returned, 0 = unknown (assume m) */
 } sp_replay_hop;

@@ -54,7 +54,7 @@ static sp_replay_query make_query(size_t n, double seg, double spec, double targ
     q.hops[i].t_seg = seg;
     q.hops[i].t_spec = spec;
     q.hops[i].t_target = target;
-    q.hops[i].spec = SP_REPLAY_ACCEPTED;
+    q.hops[i].spec = SP_SPEC_ACCEPTED;
   }
   q.final_seg = final_seg;
   return q;
@@ -111,13 +111,13 @@ static void test_hand_cases(tcount *t) {
      Node 0's guess is wrong: verified at 1.2, roll back, node 1 steps
      [1.2, 1.35], target back 2.35, verified 2.4; node 2 (final) is ready at 1.7. */
   q = make_query(2, 0.15, 0.2, 1.0, 0.15);
-  q.hops[0].spec = SP_REPLAY_REJECTED;
+  q.hops[0].spec = SP_SPEC_REJECTED;
   q.hops[0].t_verify = q.hops[1].t_verify = 0.05;
   near(t, "rejected + verify wall", wall_of(&q, "spechop", -1), 2.4, 1e-9);
   /* k = 1 never verifies (nothing to compare), so it is exactly standard. */
   check(t, sp_replay_run(&q, "spechop", 1, SP_REPLAY_SLOT, NULL, NULL) == 1.0, "k=1 ignores t_verify");
   /* Late: the speculator takes 1.5 > t_target, so nothing is there to verify. */
-  q.hops[0].spec = SP_REPLAY_ACCEPTED;
+  q.hops[0].spec = SP_SPEC_ACCEPTED;
   q.hops[0].t_spec = 1.5;
   near(t, "late speculator wall", wall_of(&q, "spechop", -1), 2.35, 1e-9);
   free(q.hops);
@@ -145,7 +145,7 @@ static void test_hand_cases(tcount *t) {
   /* A hop without a speculator call is never extended. */
   q.m = 1;
   q.hops[0].rank = 0;
-  q.hops[0].spec = SP_REPLAY_NONE;
+  q.hops[0].spec = SP_SPEC_NONE;
   near(t, "spec none wall", wall_of(&q, "spechop", -1), 2.3, 1e-9);
   free(q.hops);
 
@@ -169,7 +169,7 @@ static sp_replay_query random_query(uint64_t *rs, size_t n, double p, double alp
     h->t_seg = beta * (1 + jitter * (2 * rng_unit(rs) - 1));
     h->t_spec = alpha * (1 + jitter * (2 * rng_unit(rs) - 1));
     h->t_target = 1 + jitter * (2 * rng_unit(rs) - 1);
-    h->spec = rng_unit(rs) < p ? SP_REPLAY_ACCEPTED : SP_REPLAY_REJECTED;
+    h->spec = rng_unit(rs) < p ? SP_SPEC_ACCEPTED : SP_SPEC_REJECTED;
   }
   q.final_seg = beta;
   return q;
@@ -269,9 +269,9 @@ static void test_shapes(tcount *t) {
     check(t, set->n == 2, "trace: two queries");
     check(t, strcmp(set->queries[0].id, "q1") == 0 && set->queries[0].n_hops == 3, "trace: q1 hops");
     check(t, set->k == 3 && set->mode && strcmp(set->mode, "spechop") == 0, "trace: common k and mode");
-    check(t, set->queries[0].hops[2].spec == SP_REPLAY_NONE && set->queries[0].hops[2].t_spec < 0,
+    check(t, set->queries[0].hops[2].spec == SP_SPEC_NONE && set->queries[0].hops[2].t_spec < 0,
           "trace: spec none");
-    check(t, set->queries[1].hops[1].spec == SP_REPLAY_ERROR && set->queries[1].hops[1].t_spec < 0,
+    check(t, set->queries[1].hops[1].spec == SP_SPEC_ERROR && set->queries[1].hops[1].t_spec < 0,
           "trace: error without t_spec");
     check(t, set->queries[1].m == 1 && set->n_warnings == 0, "trace: defaults, no warnings");
     /* q1 at k = inf: nodes 0, 1, 2 exist at 0, 0.35, 0.7; node 2 has no
@@ -439,8 +439,8 @@ static void test_eager_and_model(tcount *t) {
      step 13-14. Eager: the guess is back at 6 and held until 11, the final
      step 11-12. Both release the answer when hop 1's target returns: 14. */
   sp_replay_hop h[2] = {
-    {.t_seg = 1, .t_spec = 2, .t_target = 10, .spec = SP_REPLAY_ACCEPTED, .rank = 0},
-    {.t_seg = 1, .t_spec = 2, .t_target = 10, .spec = SP_REPLAY_ACCEPTED, .rank = 0},
+    {.t_seg = 1, .t_spec = 2, .t_target = 10, .spec = SP_SPEC_ACCEPTED, .rank = 0},
+    {.t_seg = 1, .t_spec = 2, .t_target = 10, .spec = SP_SPEC_ACCEPTED, .rank = 0},
   };
   sp_replay_query q = {.id = "e", .k = 2, .m = 1, .hops = h, .n_hops = 2, .final_seg = 1, .has_spec = 1};
   double we, ws;
@@ -494,7 +494,7 @@ static int has_mark(const sp_replay_mark *mk, size_t n, int lane, int kind, int 
    final step in lane 2, committed at 2.4 with the answer (10 spans). */
 static void test_timeline_hand(tcount *t) {
   sp_replay_query q = make_query(2, 0.15, 0.2, 1.0, 0.15);
-  q.hops[0].spec = SP_REPLAY_REJECTED;
+  q.hops[0].spec = SP_SPEC_REJECTED;
   q.hops[0].t_verify = q.hops[1].t_verify = 0.05;
   sp_replay_span sp[16];
   sp_replay_mark mk[8];
@@ -565,7 +565,7 @@ static void test_timeline_random(tcount *t) {
     q.m = 1 + rep % 3;
     for (size_t i = 0; i < q.n_hops; i++) {
       if (rep % 5 == 1 && i % 3 == 2) q.hops[i].t_spec = 2.5;  /* late: back after the target */
-      if (q.hops[i].spec == SP_REPLAY_ACCEPTED) q.hops[i].rank = (int)(rng_next(&rs) % (uint64_t)q.m);
+      if (q.hops[i].spec == SP_SPEC_ACCEPTED) q.hops[i].rank = (int)(rng_next(&rs) % (uint64_t)q.m);
       q.hops[i].t_verify = rep % 2 ? 0.01 : 0;
       q.hops[i].t_update = rep % 4 == 3 ? 0.02 : 0;
     }
@@ -593,7 +593,7 @@ static void test_timeline_random(tcount *t) {
             if (m->kind != SP_REPLAY_TL_COMMIT && m->kind != SP_REPLAY_TL_ROLLBACK) continue;
             /* with m > 1 a right guess can miss its slot: then a wrong one is rolled back */
             const sp_replay_hop *h = &q.hops[m->hop];
-            int accepted = h->spec == SP_REPLAY_ACCEPTED;
+            int accepted = h->spec == SP_SPEC_ACCEPTED;
             int ok = m->kind == SP_REPLAY_TL_COMMIT ? accepted : (!accepted || (q.m > 1 && h->rank > 0));
             if (!ok || seen[m->hop]++) bad_verdict++;
             commits += m->kind == SP_REPLAY_TL_COMMIT;
@@ -610,8 +610,8 @@ static void test_timeline_random(tcount *t) {
             int acc = 0, rej = 0;
             for (size_t i = 0; i < q.n_hops; i++) {
               if (!(q.hops[i].t_spec <= q.hops[i].t_target)) continue;
-              acc += q.hops[i].spec == SP_REPLAY_ACCEPTED;
-              rej += q.hops[i].spec != SP_REPLAY_ACCEPTED;
+              acc += q.hops[i].spec == SP_SPEC_ACCEPTED;
+              rej += q.hops[i].spec != SP_SPEC_ACCEPTED;
             }
             if (commits != acc || rollbacks != rej) bad_count++;
           }

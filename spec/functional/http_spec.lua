@@ -122,7 +122,7 @@ describe("specula.http", function()
     assert.matches("read\t%d+\tECONNRESET: ", out)
   end)
 
-  it("cancelling a task mid-transfer closes the connection at once", function()
+  it("cancelling a task mid-transfer closes the connection at once #timing", function()
     local out = run([[
       local function stats() return specula.json.decode(http.request{ url = BASE .. "/stats" }.body) end
       local t = specula.spawn(function() return http.request{ url = BASE .. "/stall" } end)
