@@ -35,13 +35,13 @@ static const sp_opt_def sp_opt_defs[] = {
   {"concurrency", 1, INT_MAX, 0, 0, 1, 0, "must be an integer in [1, 2147483647]"},
 };
 
-static const sp_opt_def *sp_opt_find(const char *name) {
+static const sp_opt_def *find(const char *name) {
   for (size_t i = 0; i < sizeof sp_opt_defs / sizeof sp_opt_defs[0]; i++)
     if (strcmp(sp_opt_defs[i].name, name) == 0) return &sp_opt_defs[i];
   return NULL;
 }
 
-static int sp_opt_in_domain(const sp_opt_def *d, double v) {
+static int in_domain(const sp_opt_def *d, double v) {
   if (d->inf_ok && (v == 0 || isinf(v))) return 1;  /* auto, inf */
   if (!isfinite(v)) return 0;
   if (d->lo_open ? !(v > d->lo) : !(v >= d->lo)) return 0;
@@ -50,18 +50,18 @@ static int sp_opt_in_domain(const sp_opt_def *d, double v) {
 }
 
 int sp_opt_check(const char *name, double v, char *err, size_t errlen) {
-  const sp_opt_def *d = name ? sp_opt_find(name) : NULL;
+  const sp_opt_def *d = name ? find(name) : NULL;
   if (!d) {
     snprintf(err, errlen, "unknown option '%s'", name ? name : "(null)");
     return -1;
   }
-  if (sp_opt_in_domain(d, v) && !(d->inf_ok && v < 0)) return 0;
+  if (in_domain(d, v) && !(d->inf_ok && v < 0)) return 0;
   snprintf(err, errlen, "--%s %s, got %.17g", d->name, d->rule, v);
   return -1;
 }
 
 int sp_opt_parse(const char *name, const char *text, double *out, char *err, size_t errlen) {
-  const sp_opt_def *d = name ? sp_opt_find(name) : NULL;
+  const sp_opt_def *d = name ? find(name) : NULL;
   if (!d) {
     snprintf(err, errlen, "unknown option '%s'", name ? name : "(null)");
     return -1;
@@ -88,7 +88,7 @@ int sp_opt_parse(const char *name, const char *text, double *out, char *err, siz
       return -1;
     }
   }
-  if (!sp_opt_in_domain(d, v)) {
+  if (!in_domain(d, v)) {
     snprintf(err, errlen, "--%s %s, got '%s'", d->name, d->rule, text);
     return -1;
   }

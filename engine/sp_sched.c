@@ -400,6 +400,14 @@ static void job_finish(sp_ctx *ctx, sp_task *t, int status, const sp_jobres *res
   task_unref(t);
 }
 
+int sp_sched_run_c(sp_ctx *ctx) {
+  sp_runnable *r = ctx->ready_head;
+  if (!r || r->run == task_resume) return 0;
+  dequeue(ctx);
+  r->run(ctx, r);
+  return 1;
+}
+
 sp_task *sp_job_next(sp_ctx *ctx) {
   for (;;) {
     sp_runnable *r = ctx->ready_head;

@@ -136,6 +136,11 @@ static inline void sp_job_keep(sp_task *t, int i) {
 void sp_op_link(sp_task *t, sp_op *op, sp_op_cancel_fn cancel);
 void sp_op_unlink(sp_op *op);
 void sp_sched_drain(sp_ctx *ctx);                   /* run the ready queue now */
+/* Run the entry at the head of the ready queue if it is a C callback (a
+   window's kick, a prediction trigger): 1 if it ran one, 0 if the queue is
+   empty or a task or job is next. For a host without a Lua state, which
+   takes jobs itself (sp_job_next / sp_job_done); see sp_window.h. */
+int sp_sched_run_c(sp_ctx *ctx);
 void sp_sched_poke(sp_ctx *ctx);                    /* keep the loop turning (virtual clock) */
 void sp_sched_reap(sp_ctx *ctx);
 void sp_sched_cancel_all(sp_ctx *ctx);              /* shutdown: cancel every live task */

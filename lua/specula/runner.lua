@@ -21,7 +21,7 @@ local MODES = { sequential = C.SP_MODE_SEQUENTIAL, window = C.SP_MODE_WINDOW, sp
 M.MODES = MODES
 local LAUNCH = { eager = C.SP_LAUNCH_EAGER, slot = C.SP_LAUNCH_SLOT }
 M.LAUNCH = LAUNCH
-local SPEC_NAMES = { [0] = "none", "accepted", "rejected", "late", "error" }
+local SPEC_NAMES = core.SPEC_NAMES
 local MATCH = { exact = C.SP_MATCH_EXACT, name_only = C.SP_MATCH_NAME_ONLY, similar = C.SP_MATCH_SIMILAR }
 local TRIGGER = { start = C.SP_TRIGGER_START, tool_name = C.SP_TRIGGER_TOOL_NAME,
                   both = C.SP_TRIGGER_START + C.SP_TRIGGER_TOOL_NAME }
