@@ -24,9 +24,12 @@ local server
 local counter = 0
 
 local function env(shape, extra)
-  -- the lookup speculator is always late, the MCP one (2 ms) always in time
+  -- a query takes ~650 ms: the plan stream ~330 ms in 8 pieces, the MCP
+  -- tool 150 ms, the final stream ~170 ms, so a millisecond of noise on a
+  -- loaded machine moves RelLat by less than 0.002; the lookup speculator
+  -- (400 ms) is always late, the MCP one (2 ms) always in time
   return H.cassette_env(server.base, { OPENAI_API_KEY = "sk-timing-test-key", SEARCH_KEY = "search-timing-key",
-    CAS_PREDICT = shape.predict and "1" or "0" }, extra)
+    CAS_PREDICT = shape.predict and "1" or "0", CAS_PAUSE = "40", CAS_SLOW_MS = "150", CAS_SPEC_MS = "400" }, extra)
 end
 
 -- specula run AGENT over the example's 6 queries; returns records by id and
