@@ -7,9 +7,13 @@ local sched = require "specula.sched"
 local json = require "specula.json"
 local metrics = require "specula.metrics"
 local runner = require "specula.runner"
+local runopts = require "specula.runopts"
+local records = require "specula.records"
+local optslib = require "specula.opts"
 local stats = require "specula.stats"
 
 local format, concat = string.format, table.concat
+local D = optslib.DEFAULTS
 
 local M = {}
 
@@ -24,17 +28,17 @@ function M.parse(list)
     local parts = {}
     for p in item:gmatch("[^:]+") do parts[#parts + 1] = p end
     local c = { name = item, mode = parts[1] }
-    if not runner.MODES[c.mode] then
+    if not runopts.MODES[c.mode] then
       sched.plain_error("specula run: --compare: unknown mode '" .. tostring(c.mode) .. "' in '" .. item
         .. "' (use sequential, window or spechop)")
     end
     for i = 2, #parts do
       local k, v = parts[i]:match("^(%w[%w_]*)=(.+)$")
       if not k then sched.plain_error("specula run: --compare: bad option '" .. parts[i] .. "' in '" .. item .. "'") end
-      if k == "k" then c.k = runner.parse_k(v)
-      elseif k == "m" then c.m = runner.parse_opt("m", v)
+      if k == "k" then c.k = runopts.parse_k(v)
+      elseif k == "m" then c.m = runopts.parse_opt("m", v)
       elseif k == "predict" or k == "match" or k == "trigger" then c[k] = v
-      elseif k == "eps" then c.eps = runner.parse_opt("eps", v)
+      elseif k == "eps" then c.eps = runopts.parse_opt("eps", v)
       else sched.plain_error("specula run: --compare: unknown option '" .. k .. "' in '" .. item .. "'") end
     end
     if seen[item] then sched.plain_error("specula run: --compare lists '" .. item .. "' twice") end
@@ -103,7 +107,8 @@ function M.summarise(recs, baseline)
       for _, p in ipairs(sample) do w, s = w + p[1], s + p[2] end
       return s > 0 and w / s or 0
     end
-    row.rel_lat_lo, row.rel_lat_hi, row.rel_lat = metrics.bootstrap_ci(pairs_, rel, { iterations = 1000, seed = 1 })
+    row.rel_lat_lo, row.rel_lat_hi, row.rel_lat = metrics.bootstrap_ci(pairs_, rel, { iterations = D.bootstrap_iterations,
+      seed = D.bootstrap_seed })
   end
   row.model_per_q = calls.model / math.max(n, 1)
   row.target_per_q = calls.target / math.max(n, 1)
@@ -189,7 +194,8 @@ function M.table_text(configs, rows)
         end
       end
     end
-    lines[#lines + 1] = "(pairs = queries both ran, matched by id; CI: paired bootstrap, 1000 resamples of queries, seed 1;"
+    lines[#lines + 1] = format("(pairs = queries both ran, matched by id; CI: paired bootstrap, %d resamples of queries, seed %d;",
+      D.bootstrap_iterations, D.bootstrap_seed)
     lines[#lines + 1] = " ratio = Σ this / Σ baseline over the pairs; calls = model + target + speculator + predicted + warm-up;"
     lines[#lines + 1] = " sign p = exact two-sided binomial test on the signs of the nonzero differences)"
   end
@@ -242,25 +248,13 @@ options:
 
 -- `specula compare FILES...`
 function M.cli_main(args)
-  local files, baseline, summary, help = {}, nil, nil, false
-  local i = 1
-  local function usage(msg)
-    io.stderr:write("specula compare: " .. msg .. "\n" .. cli_usage)
-    require("specula.cli").set_exit(2)
-  end
-  while i <= #args do
-    local a = args[i]
-    if a == "--baseline" or a == "--summary" then
-      local v = args[i + 1]
-      if v == nil then return usage(a .. " needs a value") end
-      if a == "--baseline" then baseline = v else summary = v end
-      i = i + 1
-    elseif a == "-h" or a == "--help" then help = true
-    elseif a:sub(1, 1) == "-" then return usage("unknown option '" .. a .. "'")
-    else files[#files + 1] = a end
-    i = i + 1
-  end
-  if help then io.stdout:write(cli_usage) return end
+  local usage = require("specula.lab").command("specula compare", cli_usage)
+  local argv = require "specula.argv"
+  local o, err = argv.parse(args, { ["--baseline"] = "baseline", ["--summary"] = "summary",
+    ["-h"] = argv.HELP, ["--help"] = argv.HELP }, { positional = "files" })
+  if not o then return usage(err) end
+  local files, baseline, summary = o.files, o.baseline, o.summary
+  if o.help then io.stdout:write(cli_usage) return end
   if #files == 0 then return usage("no results file given") end
   local merge = require "specula.merge"
   local recs = {}
@@ -288,8 +282,8 @@ function M.main(agent, o, queries, script)
   local skip = {}
   if o.out then
     -- repairs a cut-off last line (and drops failed records with --retry-failed)
-    runner.done_ids(o.out, o.retry_failed)
-    local f = runner.path_kind(o.out) == 1 and io.open(o.out, "r")
+    records.done_ids(o.out, o.retry_failed)
+    local f = records.path_kind(o.out) == 1 and io.open(o.out, "r")
     if f then
       for line in f:lines() do
         local r = json.decode(line)
@@ -299,9 +293,9 @@ function M.main(agent, o, queries, script)
     end
   end
   local out, what = io.stdout, "stdout"
-  if o.out then out, what = runner.open_output(o.out, "a", "--out file"), format("--out file '%s'", o.out) end
+  if o.out then out, what = records.open_output(o.out, "a", "--out file"), format("--out file '%s'", o.out) end
   -- opened now, so a path that cannot be written fails before the run
-  local summary_f = o.summary and runner.open_output(o.summary, "w", "--summary file")
+  local summary_f = o.summary and records.open_output(o.summary, "w", "--summary file")
   local all, interrupted, ndone, ntotal = {}, false, 0, #queries * #configs
   for ci, c in ipairs(configs) do
     if interrupted then break end
@@ -325,7 +319,7 @@ function M.main(agent, o, queries, script)
     for j, t in ipairs(missing) do list[j] = t.q end
     local show = o.progress or (not o.quiet and o.out ~= nil and runner.isatty(2))
     if show then io.stderr:write(format("%s:\n", c.name)) end
-    local emit = require("specula.shard").tag(runner.record_writer(out, c.name, what, o.out), list)
+    local emit = require("specula.shard").tag(records.record_writer(out, c.name, what, o.out), list)
     local got, stopped = runner.run_all(run, list, emit, runner.progress_line(show))
     local recs = {}
     if stopped then
@@ -341,20 +335,20 @@ function M.main(agent, o, queries, script)
   end
   if o.out then
     local ok, err = out:close()
-    if not ok then runner.write_failed(what, err) end
+    if not ok then records.write_failed(what, err) end
   end
   -- agreement pairs queries by position: not meaningful on a partial run
   local rows = M.rows(configs, all, interrupted)
   local ok, err = io.stdout:write(M.table_text(configs, rows), "\n")
   if ok then ok, err = io.stdout:flush() end
-  if not ok then runner.write_failed("stdout", err) end
+  if not ok then records.write_failed("stdout", err) end
   if summary_f then
     local okj, text = pcall(M.summary_json, configs, rows)
     if not okj then
       summary_f:close()
-      runner.write_failed(format("--summary file '%s'", o.summary), text)
+      records.write_failed(format("--summary file '%s'", o.summary), text)
     end
-    runner.write_whole(summary_f, o.summary, "--summary file", { text })
+    records.write_whole(summary_f, o.summary, "--summary file", { text })
   end
   local failed = 0
   for ci in ipairs(configs) do failed = failed + rows[ci].failed end
