@@ -14,6 +14,8 @@ local stats = require "specula.stats"
 
 local format, concat = string.format, table.concat
 local D = optslib.DEFAULTS
+-- the bootstrap's confidence level as the tables print it ("95%")
+local CI = format("%g%%", 100 * D.bootstrap_level)
 
 local M = {}
 
@@ -151,7 +153,7 @@ local function f(x, d) if x == nil then return "-" end return format("%." .. (d 
 function M.table_text(configs, rows)
   local lines = {}
   local head = format("%-22s %5s %8s %8s %8s %8s  %-22s %6s %6s %6s %7s %7s %9s %6s %6s %7s",
-    "configuration", "n", "mean", "p50", "p95", "p99", "RelLat [95% CI]", "M/q", "T/q", "S/q",
+    "configuration", "n", "mean", "p50", "p95", "p99", "RelLat [" .. CI .. " CI]", "M/q", "T/q", "S/q",
     "cancel", "wasted", "cost", "EM", "F1", "agree")
   lines[1] = head
   lines[2] = string.rep("-", #head)
@@ -163,14 +165,15 @@ function M.table_text(configs, rows)
       f(r.spec_per_q, 2), r.cancelled, r.wasted_calls, f(r.wasted_cost, 4), r.em and f(100 * r.em) or "-",
       r.f1 and f(100 * r.f1) or "-", r.agreement and format("%.1f%%", 100 * r.agreement) or "-")
   end
-  lines[#lines + 1] = "(latencies in ms per query; RelLat = Σ wall / Σ standard with a bootstrap 95% CI over queries;"
+  lines[#lines + 1] = "(latencies in ms per query; RelLat = Σ wall / Σ standard with a bootstrap " .. CI
+    .. " CI over queries;"
   lines[#lines + 1] = " M/T/S = model, target and speculator calls per query; agree = trajectory and answer equal to sequential)"
   if #configs > 1 then
     lines[#lines + 1] = ""
     lines[#lines + 1] = format("paired differences against %s (this configuration minus the baseline, query by query):", configs[1].name)
     -- "Δ" is two bytes: the header's widths are one more so the columns line up
     local ph = format("%-22s %-11s %5s  %-31s %-31s %-24s %-13s %9s", "configuration", "measure", "n",
-      "mean Δ [95% CI]", "median Δ [95% CI]", "ratio [95% CI]", "+/-/=", "sign p")
+      "mean Δ [" .. CI .. " CI]", "median Δ [" .. CI .. " CI]", "ratio [" .. CI .. " CI]", "+/-/=", "sign p")
     lines[#lines + 1] = ph
     lines[#lines + 1] = string.rep("-", #ph - 2)
     for i = 2, #configs do
