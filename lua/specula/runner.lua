@@ -135,6 +135,7 @@ local function run_query(run, q, index)
 end
 M.run_query = run_query
 
+-- Whether file descriptor fd is a terminal (the progress line's default).
 local function isatty(fd)
   local ok, r = pcall(function()
     ffi.cdef "int isatty(int fd);"
@@ -147,9 +148,6 @@ local function isatty(fd)
 end
 M.isatty = isatty
 
--- Run every query of `queries` with `run` at the given concurrency; call
--- emit(rec, i) in input order. Returns the list of records. One driver
--- task runs the whole batch: windows report to a group as they finish.
 -- The adapter's functions as value-store slots for every window of a batch
 -- (sp_window_set_fns); released when the batch ends, however it ends.
 local FN_FIELDS = { "start", "advance", "call", "warmup", "verify", "speculate", "pfcall" }
@@ -172,6 +170,9 @@ local function fns_release(fns)
   end
 end
 
+-- Run every query of `queries` with `run` at the given concurrency; call
+-- emit(rec, i) in input order. Returns the list of records. One driver
+-- task runs the whole batch: windows report to a group as they finish.
 local run_batch
 local function run_all(run, queries, emit, progress)
   run.fns = fns_acquire(run)
@@ -265,6 +266,8 @@ run_batch = function(run, queries, emit, progress)
 end
 M.run_all = run_all
 
+-- The "done/n  q/s  ETA  RelLat" line on stderr, redrawn as queries finish
+-- (nil when disabled).
 local function progress_line(enabled)
   if not enabled then return nil end
   return function(done, n, t0, sw, ss)
@@ -289,26 +292,7 @@ function M.run(agent, opts)
     error("specula.run: expected an agent (specula.agent{...})", 2)
   end
   opts = opts or {}
-  local o = { mode = opts.mode or "spechop", k = opts.k or D.k, m = opts.m or D.m, eps = opts.eps or D.eps,
-              seed = opts.seed or D.seed, concurrency = opts.concurrency or D.concurrency, set = opts.set or {},
-              max_hops = opts.max_hops or D.max_hops, policy = opts.policy, debug = opts.debug,
-              spec_timeout = opts.spec_timeout, trace = nil, start_jitter_ms = opts.start_jitter_ms,
-              predict = opts.predict, match = opts.match, trigger = opts.trigger, ev_cost_ms = opts.ev_cost_ms,
-              ev_latency_ms = opts.ev_latency_ms, predict_top = opts.predict_top, light = opts.light,
-              spec_launch = opts.spec_launch, clock = opts.clock }
-  if o.spec_launch ~= nil and not LAUNCH[o.spec_launch] then
-    error("specula.run: spec_launch must be eager or slot", 2)
-  end
-  for _, name in ipairs({ "k", "m", "eps", "seed", "concurrency" }) do
-    o[name] = optslib.check("specula.run", name, o[name], 2)
-  end
-  if o.k == math.huge then o.k = -1 end
-  if not MODES[o.mode] then error("specula.run: unknown mode '" .. tostring(o.mode) .. "'", 2) end
-  local queries = {}
-  for i, q in ipairs(opts.queries or {}) do
-    if type(q) == "string" then q = { id = "q" .. i, query = q } end
-    queries[i] = { id = q.id or ("q" .. i), query = q.query, record = q, gold = q.gold, max_hops = q.max_hops }
-  end
+  local o, queries = runopts.from_api(opts)
   -- a cassette for this run only: record = DIR, replay_io = DIR, miss = MODE
   local cassette = require "specula.cassette"
   local own_cassette = false

@@ -6,7 +6,7 @@ local optslib = require "specula.opts"
 local argv = require "specula.argv"
 local C = core.C
 
-local tostring, tonumber, ipairs = tostring, tonumber, ipairs
+local type, tostring, tonumber, ipairs, error = type, tostring, tonumber, ipairs, error
 
 local M = {}
 
@@ -153,6 +153,34 @@ function M.parse_args(args)
     max_hops = D.max_hops } })
   if not o then usage_error(err) end
   return o
+end
+
+-- The options of specula.run(agent, opts) as `specula run` has them (its
+-- defaults, the shared domains checked), and opts.queries as query entries.
+-- Errors are raised at specula.run's caller.
+function M.from_api(opts)
+  local D = optslib.DEFAULTS
+  local o = { mode = opts.mode or "spechop", k = opts.k or D.k, m = opts.m or D.m, eps = opts.eps or D.eps,
+              seed = opts.seed or D.seed, concurrency = opts.concurrency or D.concurrency, set = opts.set or {},
+              max_hops = opts.max_hops or D.max_hops, policy = opts.policy, debug = opts.debug,
+              spec_timeout = opts.spec_timeout, trace = nil, start_jitter_ms = opts.start_jitter_ms,
+              predict = opts.predict, match = opts.match, trigger = opts.trigger, ev_cost_ms = opts.ev_cost_ms,
+              ev_latency_ms = opts.ev_latency_ms, predict_top = opts.predict_top, light = opts.light,
+              spec_launch = opts.spec_launch, clock = opts.clock }
+  if o.spec_launch ~= nil and not M.LAUNCH[o.spec_launch] then
+    error("specula.run: spec_launch must be eager or slot", 3)
+  end
+  for _, name in ipairs({ "k", "m", "eps", "seed", "concurrency" }) do
+    o[name] = optslib.check("specula.run", name, o[name], 3)
+  end
+  if o.k == math.huge then o.k = -1 end
+  if not M.MODES[o.mode] then error("specula.run: unknown mode '" .. tostring(o.mode) .. "'", 3) end
+  local queries = {}
+  for i, q in ipairs(opts.queries or {}) do
+    if type(q) == "string" then q = { id = "q" .. i, query = q } end
+    queries[i] = { id = q.id or ("q" .. i), query = q.query, record = q, gold = q.gold, max_hops = q.max_hops }
+  end
+  return o, queries
 end
 
 -- The queries of a command line (--query or --input, then --shard): a list
