@@ -172,7 +172,7 @@ typedef struct sp_http_opts {
   double max_body_bytes;         /* abort above this, 0 = unlimited */
   int stream;                    /* 1 = hand chunks to Lua as they arrive */
   int http2;                     /* 0 = default, 1 = prefer h2 (TLS), 2 = h2c prior knowledge */
-  int verbose;                   /* libcurl verbose to stderr (debugging) */
+  int verbose;                   /* protocol chatter to stderr, credentials redacted (debugging) */
   const char *cainfo;            /* CA bundle file for TLS (private CAs), or NULL */
   int path_as_is;                /* 1 = send the path as written (no dot-segment removal) */
 } sp_http_opts;
@@ -502,6 +502,59 @@ double sp_theory_rel_lat_k(double p, double alpha, double beta, double k);
 double sp_theory_k_det(double alpha, double beta);
 double sp_theory_p_starve(double k, double alpha, double beta, double nu);
 int sp_theory_k_eps(double alpha, double beta, double nu, double eps);
+
+/* ---- replay: the event-level simulation of the window (sp_replay.c) ---- *
+ * `specula replay` and the report's timeline run the same simulation, so a
+ * drawn timeline always ends at the replayed latency. Times in ms. */
+typedef struct sp_replay_query sp_replay_query; /* one query's recorded stages (sp_replay.h) */
+typedef struct sp_replay_set sp_replay_set;     /* queries loaded from one input (sp_replay.h) */
+/* When a thread's speculator starts (as the engine's SP_LAUNCH_*). */
+enum { SP_REPLAY_EAGER = 0, SP_REPLAY_SLOT = 1, SP_REPLAY_LAUNCH_RECORDED = -1 };
+/* Span kinds of a replayed timeline. */
+enum { SP_REPLAY_TL_MODEL = 0, SP_REPLAY_TL_TARGET = 1, SP_REPLAY_TL_SPEC = 2, SP_REPLAY_TL_VERIFY = 3 };
+/* Mark kinds: a guess committed, speculative work rolled back, a call or
+   branch cancelled, the answer released. */
+enum { SP_REPLAY_TL_COMMIT = 0, SP_REPLAY_TL_ROLLBACK = 1, SP_REPLAY_TL_CANCEL = 2, SP_REPLAY_TL_ANSWER = 3 };
+typedef struct sp_replay_span {
+  int lane;          /* thread lane, 0-based in order of creation */
+  int kind;          /* SP_REPLAY_TL_MODEL ... SP_REPLAY_TL_VERIFY */
+  int hop;           /* the hop (node) it belongs to; n_hops = the final step */
+  int speculative;   /* 1 when it started from a state not yet verified */
+  double t0;         /* start */
+  double t1;         /* end (>= t0) */
+} sp_replay_span;
+typedef struct sp_replay_mark {
+  int lane;          /* thread lane it is drawn on */
+  int kind;          /* SP_REPLAY_TL_COMMIT ... SP_REPLAY_TL_ANSWER */
+  int hop;           /* the hop whose verdict (or call) it marks */
+  double t;          /* when */
+} sp_replay_mark;
+typedef struct sp_replay_tl_info {
+  size_t n_spans;    /* spans of the timeline (also when the array was too small) */
+  size_t n_marks;    /* marks of the timeline (likewise) */
+  int lanes;         /* lanes used */
+  double wall;       /* replayed latency: when the answer is released */
+  double standard;   /* the hops back to back, as sp_replay_run */
+  int k;             /* the k replayed, -1 = unbounded */
+  int m;             /* candidates per speculator return */
+  int launch;        /* the launch replayed: SP_REPLAY_EAGER or SP_REPLAY_SLOT */
+} sp_replay_tl_info;
+/* Parses a Chrome trace with a "specula" section or results JSONL: 0 with
+   *out owned by the caller (sp_replay_set_free), or -1 with a message in err
+   naming the input and line. Never aborts on bad input. */
+int sp_replay_load_buffer(const char *text, size_t len, sp_replay_set **out, char *err, size_t errlen);
+void sp_replay_set_free(sp_replay_set *s);
+size_t sp_replay_set_count(const sp_replay_set *s);
+/* The i-th query, or NULL past the end; owned by the set. */
+const sp_replay_query *sp_replay_set_query(const sp_replay_set *s, size_t i);
+/* Replays q as sp_replay_run does (mode NULL = "spechop"; k < 0 unbounded,
+   k = 0 the recorded k; launch as there) and writes its timeline: at most
+   max_spans spans and max_marks marks. 0 on success; -1 with a message in
+   err on bad arguments, or when an array is too small (info then holds the
+   counts needed, so the caller can retry with room for them). */
+int sp_replay_timeline(const sp_replay_query *q, const char *mode, int k, int launch, sp_replay_span *spans,
+                       size_t max_spans, sp_replay_mark *marks, size_t max_marks, sp_replay_tl_info *info,
+                       char *err, size_t errlen);
 
 /* ---- shared options (sp_opt.c) ------------------------------------------ */
 /* The domain of a numeric option several entry points share: p, alpha, beta,

@@ -204,7 +204,9 @@ static int run_main(sp_ctx *ctx, int argc, char **argv) {
   }
   sp_task *m = ctx->main_task;
   if (m->state == SP_TASK_FAILED) {
-    fprintf(stderr, "specula: %s\n", m->error ? m->error : "main task failed");
+    const char *msg = m->error ? m->error : "main task failed";
+    /* a subcommand's own message already names it ("specula run: ...") */
+    fprintf(stderr, "%s%s\n", strncmp(msg, "specula ", 8) == 0 ? "" : "specula: ", msg);
     return ctx->exit_code ? ctx->exit_code : 1;
   }
   if (m->state == SP_TASK_CANCELLED) {

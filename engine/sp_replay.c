@@ -123,7 +123,9 @@ static int sp_replay_int(const sp_json *v, const char *key, int lo, int hi, int 
   return 0;
 }
 
-/* Recorded k: an integer >= 1, "inf", or a negative number (= inf). */
+/* Recorded k: an integer >= 1, "inf", or a negative number (= inf); "auto"
+   (--k auto: k moved during the run) is no one fixed k, so it reads as
+   unknown (0) and the query replays at the k values asked for. */
 static int sp_replay_k_field(const sp_json *v, int *out, char *why, size_t n) {
   *out = 0;
   if (!v) return 0;
@@ -134,12 +136,13 @@ static int sp_replay_k_field(const sp_json *v, int *out, char *why, size_t n) {
       *out = -1;
       return 0;
     }
+    if (len == 4 && memcmp(s, "auto", 4) == 0) return 0;
   } else if (sp_json_typeof(v) == SP_JSON_NUMBER) {
     double d = sp_json_number(v);
     if (d < 0) { *out = -1; return 0; }
     if (d >= 1 && d <= INT_MAX && d == floor(d)) { *out = (int)d; return 0; }
   }
-  return sp_replay_why(why, n, "\"k\" must be an integer >= 1 or \"inf\"");
+  return sp_replay_why(why, n, "\"k\" must be an integer >= 1, \"inf\" or \"auto\"");
 }
 
 static int sp_replay_spec_field(const sp_json *v, sp_replay_spec *out, const char *ctx, char *why,
@@ -511,6 +514,39 @@ enum { SP_EV_STEP_END, SP_EV_SPEC_RET, SP_EV_TARGET_RET, SP_EV_VERIFY_END };
 /* Speculator call state of a node. */
 enum { SP_SPEC_IDLE, SP_SPEC_PENDING, SP_SPEC_BACK, SP_SPEC_CANCELLED };
 
+/* What the timeline recorder keeps per node, beside the schedule's own state. */
+typedef struct sp_replay_tl_node {
+  int lane;          /* lane the node runs on */
+  double t_start;    /* its step started */
+  double t_step;     /* its step ended (its target call started) */
+  double t_spec;     /* its speculator call started */
+  double t_verify;   /* its verification started */
+  double t_head;     /* it became the verified node; INFINITY before */
+} sp_replay_tl_node;
+
+/* An inert wrong-path child: drawn as its first step, until it is discarded. */
+typedef struct sp_replay_tl_wrong {
+  int lane;          /* its lane */
+  size_t parent;     /* the hop whose speculator made it */
+  double t0;         /* its step started */
+  double seg;        /* the step time it is drawn with (the true path's next step) */
+} sp_replay_tl_wrong;
+
+/* The timeline recorder attached to a simulation (sp_replay_timeline). It
+   only observes: the schedule runs the same with or without it. */
+typedef struct sp_replay_rec {
+  sp_replay_span *spans;       /* caller's span array */
+  size_t max_spans;            /* its capacity */
+  size_t n_spans;              /* spans produced (may exceed max_spans) */
+  sp_replay_mark *marks;       /* caller's mark array */
+  size_t max_marks;            /* its capacity */
+  size_t n_marks;              /* marks produced (may exceed max_marks) */
+  sp_replay_tl_node *node;     /* per node 0..N */
+  sp_buf wrong;                /* sp_replay_tl_wrong entries not yet discarded */
+  int lanes;                   /* lanes handed out */
+  int oom;                     /* an allocation failed */
+} sp_replay_rec;
+
 typedef struct sp_replay_ev {
   double t;       /* when it happens */
   uint64_t seq;   /* scheduling order, the last tie-break */
@@ -550,6 +586,7 @@ typedef struct sp_replay_sim {
   int done;                   /* the final answer has been released */
   int oom;                    /* an allocation failed: the result is NaN */
   double wall;                /* release time of the final answer */
+  sp_replay_rec *rec;         /* timeline recorder, or NULL (sp_replay_run) */
 } sp_replay_sim;
 
 static int sp_replay_ev_before(const sp_replay_ev *a, const sp_replay_ev *b) {
@@ -597,6 +634,66 @@ static double sp_replay_seg(const sp_replay_sim *s, size_t hop) {
   return hop < s->q->n_hops ? s->q->hops[hop].t_seg : s->q->final_seg;
 }
 
+/* ---- timeline hooks: each is called only when s->rec is set ---------- */
+
+static void sp_replay_tl_span(sp_replay_rec *r, int lane, int kind, size_t hop, int spec, double t0, double t1) {
+  if (!(t1 > t0)) return;  /* an instant call draws nothing */
+  if (r->n_spans < r->max_spans) {
+    sp_replay_span sp = {lane, kind, (int)hop, spec, t0, t1};
+    r->spans[r->n_spans] = sp;
+  }
+  r->n_spans++;
+}
+
+/* A span of a true-path node, in its lane: speculative when it started
+   before the node was the verified one. */
+static void sp_replay_tl_node_span(sp_replay_rec *r, int kind, size_t hop, double t0, double t1) {
+  const sp_replay_tl_node *n = &r->node[hop];
+  sp_replay_tl_span(r, n->lane, kind, hop, !(n->t_head <= t0), t0, t1);
+}
+
+static void sp_replay_tl_mark(sp_replay_rec *r, int lane, int kind, size_t hop, double t) {
+  if (r->n_marks < r->max_marks) {
+    sp_replay_mark mk = {lane, kind, (int)hop, t};
+    r->marks[r->n_marks] = mk;
+  }
+  r->n_marks++;
+}
+
+/* Node hop entered the window at t_start on lane (-1: a new lane). */
+static void sp_replay_tl_enter(sp_replay_rec *r, size_t hop, int lane, double t_start, double t_head) {
+  sp_replay_tl_node *n = &r->node[hop];
+  n->lane = lane >= 0 ? lane : r->lanes++;
+  n->t_start = t_start;
+  n->t_step = n->t_spec = n->t_verify = t_start;
+  n->t_head = t_head;
+}
+
+static void sp_replay_tl_wrong_child(sp_replay_sim *s, size_t parent, double t0) {
+  sp_replay_rec *r = s->rec;
+  sp_replay_tl_wrong w = {r->lanes++, parent, t0, sp_replay_seg(s, parent + 1)};
+  if (sp_buf_append(&r->wrong, &w, sizeof w) != 0) r->oom = 1;
+}
+
+/* The verification of parent discarded its wrong-path children at now: the
+   first is marked with the verdict (rollback), the others as cancelled. */
+static void sp_replay_tl_discard(sp_replay_rec *r, size_t parent, double now, int verdict) {
+  size_t n = r->wrong.len / sizeof(sp_replay_tl_wrong), kept = 0;
+  for (size_t i = 0; i < n; i++) {
+    sp_replay_tl_wrong w;  /* copied out: the buffer's bytes carry no alignment promise */
+    memcpy(&w, r->wrong.data + i * sizeof w, sizeof w);
+    if (w.parent != parent) {
+      memcpy(r->wrong.data + kept++ * sizeof w, &w, sizeof w);
+      continue;
+    }
+    double end = w.t0 + w.seg < now ? w.t0 + w.seg : now;
+    sp_replay_tl_span(r, w.lane, SP_REPLAY_TL_MODEL, parent + 1, 1, w.t0, end);
+    sp_replay_tl_mark(r, w.lane, verdict, parent, now);
+    verdict = SP_REPLAY_TL_CANCEL;
+  }
+  r->wrong.len = kept * sizeof(sp_replay_tl_wrong);
+}
+
 /* A node for hop enters the window; its step starts at t. The caller accounts its slot. */
 static void sp_replay_node_start(sp_replay_sim *s, size_t hop, double t) {
   sp_replay_node *n = &s->node[hop];
@@ -624,14 +721,19 @@ static void sp_replay_begin_verify(sp_replay_sim *s, double now) {
     n->spec = SP_SPEC_CANCELLED;
     if (n->reserved) s->live--;
     n->reserved = 0;
+    if (s->rec) {
+      sp_replay_tl_node_span(s->rec, SP_REPLAY_TL_SPEC, s->head, s->rec->node[s->head].t_spec, now);
+      sp_replay_tl_mark(s->rec, s->rec->node[s->head].lane, SP_REPLAY_TL_CANCEL, s->head, now);
+    }
   }
   /* held candidates take the slots free now, before the verdict (as the
      window does); what still finds none is as late */
   if (n->held) sp_replay_materialize(s, s->head, now);
   n->held = 0;
-  if (n->has_child || n->wrong)
+  if (n->has_child || n->wrong) {
+    if (s->rec) s->rec->node[s->head].t_verify = now;
     sp_replay_schedule(s, now + s->q->hops[s->head].t_verify, SP_EV_VERIFY_END, s->head);
-  else
+  } else
     sp_replay_resolve(s, now, 0);  /* nothing to verify: continue from the real observation */
 }
 
@@ -643,6 +745,11 @@ static void sp_replay_resolve(sp_replay_sim *s, double now, int commit) {
     s->live -= 1 + s->node[h].wrong;  /* the old head and its wrong siblings leave */
     sp_replay_node_leave(s, h);
     s->head = h + 1;
+    if (s->rec) {
+      s->rec->node[h + 1].t_head = now;
+      sp_replay_tl_mark(s->rec, s->rec->node[h + 1].lane, SP_REPLAY_TL_COMMIT, h, now);
+      sp_replay_tl_discard(s->rec, h, now, SP_REPLAY_TL_CANCEL);
+    }
     sp_replay_node *n = &s->node[s->head];
     if (s->head == s->q->n_hops) {
       if (n->step_done) { s->done = 1; s->wall = now; }
@@ -657,6 +764,11 @@ static void sp_replay_resolve(sp_replay_sim *s, double now, int commit) {
   s->live = 1;
   s->round = 1;
   sp_replay_node_start(s, h + 1, now + s->q->hops[h].t_update);
+  if (s->rec) {
+    /* the verified thread goes on from the real result, on its own lane */
+    sp_replay_tl_discard(s->rec, h, now, SP_REPLAY_TL_ROLLBACK);
+    sp_replay_tl_enter(s->rec, h + 1, s->rec->node[h].lane, now + s->q->hops[h].t_update, now);
+  }
 }
 
 /* Turn node i's held candidates into children, best rank first, while
@@ -675,8 +787,10 @@ static void sp_replay_materialize(sp_replay_sim *s, size_t i, double now) {
       n->has_child = 1;
       s->tip = i + 1;
       sp_replay_node_start(s, i + 1, now + hop->t_update);
+      if (s->rec) sp_replay_tl_enter(s->rec, i + 1, -1, now + hop->t_update, INFINITY);
     } else {
       n->wrong++;
+      if (s->rec) sp_replay_tl_wrong_child(s, i, now + hop->t_update);
     }
   }
 }
@@ -687,6 +801,7 @@ static void sp_replay_spec_start(sp_replay_sim *s, size_t i, double now, int res
   sp_replay_node *n = &s->node[i];
   const sp_replay_hop *hop = &s->q->hops[i];
   n->spec = SP_SPEC_PENDING;
+  if (s->rec) s->rec->node[i].t_spec = now;
   if (reserve) {
     n->reserved = 1;
     s->live++;
@@ -719,6 +834,7 @@ static void sp_replay_spec_ret(sp_replay_sim *s, size_t i, double now) {
   sp_replay_node *n = &s->node[i];
   const sp_replay_hop *hop = &s->q->hops[i];
   n->spec = SP_SPEC_BACK;
+  if (s->rec) sp_replay_tl_node_span(s->rec, SP_REPLAY_TL_SPEC, i, s->rec->node[i].t_spec, now);
   size_t nc = s->m;
   if (hop->ncands > 0 && (size_t)hop->ncands < nc) nc = (size_t)hop->ncands;
   n->held = nc;
@@ -737,6 +853,11 @@ static void sp_replay_dispatch(sp_replay_sim *s, const sp_replay_ev *e) {
   switch (e->kind) {
   case SP_EV_STEP_END:
     n->step_done = 1;
+    if (s->rec) {
+      sp_replay_tl_node *tn = &s->rec->node[e->hop];
+      sp_replay_tl_node_span(s->rec, SP_REPLAY_TL_MODEL, e->hop, tn->t_start, e->t);
+      tn->t_step = e->t;
+    }
     if (e->hop == s->q->n_hops) {  /* the final step: released once it is verified */
       if (e->hop == s->head) { s->done = 1; s->wall = e->t; }
     } else {
@@ -752,16 +873,25 @@ static void sp_replay_dispatch(sp_replay_sim *s, const sp_replay_ev *e) {
     break;
   case SP_EV_TARGET_RET:
     n->target_back = 1;
+    if (s->rec) {
+      sp_replay_tl_node *tn = &s->rec->node[e->hop];
+      sp_replay_tl_node_span(s->rec, SP_REPLAY_TL_TARGET, e->hop, tn->t_step, e->t);
+    }
     if (e->hop == s->head) sp_replay_begin_verify(s, e->t);
     break;
   case SP_EV_VERIFY_END:
+    if (e->hop == s->head && s->rec) {
+      sp_replay_tl_node_span(s->rec, SP_REPLAY_TL_VERIFY, e->hop, s->rec->node[e->hop].t_verify, e->t);
+    }
     if (e->hop == s->head) sp_replay_resolve(s, e->t, n->has_child);
     break;
   }
 }
 
-double sp_replay_run(const sp_replay_query *q, const char *mode, int k, int launch, double *wall_out,
-                     double *standard_out) {
+/* sp_replay_run, with a timeline recorder when rec is not NULL: the one
+   code path behind both the replayed numbers and the drawn timeline. */
+static double sp_replay_simulate(const sp_replay_query *q, const char *mode, int k, int launch,
+                                 sp_replay_rec *rec, double *wall_out, double *standard_out) {
   if (wall_out) *wall_out = NAN;
   if (standard_out) *standard_out = NAN;
   if (!q || (q->n_hops && !q->hops) || k == 0) return NAN;
@@ -791,14 +921,17 @@ double sp_replay_run(const sp_replay_query *q, const char *mode, int k, int laun
   s.m = q->m >= 1 ? (size_t)q->m : 1;
   s.node = calloc(q->n_hops + 1, sizeof *s.node);
   if (!s.node) return NAN;
+  s.rec = rec;
   s.live = s.round = 1;
   sp_replay_node_start(&s, 0, 0.0);
+  if (rec) sp_replay_tl_enter(rec, 0, -1, 0.0, 0.0);
   while (!s.done && !s.oom && s.n_ev > 0) {
     sp_replay_ev e = sp_replay_pop(&s);
     sp_replay_dispatch(&s, &e);
     if (!s.done) sp_replay_try_extend(&s, e.t);
   }
-  int ok = s.done && !s.oom;
+  int ok = s.done && !s.oom && !(rec && rec->oom);
+  if (ok && rec) sp_replay_tl_mark(rec, rec->node[q->n_hops].lane, SP_REPLAY_TL_ANSWER, q->n_hops, s.wall);
   free(s.node);
   free(s.ev);
   if (!ok) return NAN;
@@ -806,6 +939,62 @@ double sp_replay_run(const sp_replay_query *q, const char *mode, int k, int laun
   if (standard_out) *standard_out = standard;
   if (standard > 0) return s.wall / standard;
   return s.wall > 0 ? INFINITY : 1.0;
+}
+
+double sp_replay_run(const sp_replay_query *q, const char *mode, int k, int launch, double *wall_out,
+                     double *standard_out) {
+  return sp_replay_simulate(q, mode, k, launch, NULL, wall_out, standard_out);
+}
+
+size_t sp_replay_set_count(const sp_replay_set *s) { return s ? s->n : 0; }
+
+const sp_replay_query *sp_replay_set_query(const sp_replay_set *s, size_t i) {
+  return s && i < s->n ? &s->queries[i] : NULL;
+}
+
+int sp_replay_timeline(const sp_replay_query *q, const char *mode, int k, int launch, sp_replay_span *spans,
+                       size_t max_spans, sp_replay_mark *marks, size_t max_marks, sp_replay_tl_info *info,
+                       char *err, size_t errlen) {
+  char dummy[1];
+  if (!err || !errlen) { err = dummy; errlen = sizeof dummy; }
+  err[0] = '\0';
+  sp_replay_tl_info none;
+  if (!info) info = &none;
+  memset(info, 0, sizeof *info);
+  info->wall = info->standard = NAN;
+  if (!q) return sp_replay_why(err, errlen, "no query");
+  if ((!spans && max_spans) || (!marks && max_marks)) return sp_replay_why(err, errlen, "no array for the timeline");
+  if (mode && strcmp(mode, "spechop") != 0 && strcmp(mode, "window") != 0 && strcmp(mode, "sequential") != 0)
+    return sp_replay_why(err, errlen, "mode must be spechop, window or sequential, got '%.32s'", mode);
+  if (k == 0) k = q->k;
+  if (k == 0) return sp_replay_why(err, errlen, "the recorded k is unknown: give k");
+  int seq = mode && strcmp(mode, "sequential") == 0;
+  if (launch == SP_REPLAY_LAUNCH_RECORDED) launch = q->launch;
+  info->k = seq ? 1 : k < 0 ? -1 : k;
+  info->m = q->m >= 1 ? q->m : 1;
+  /* as sp_replay_simulate: the bounded window always launches in slot */
+  info->launch = mode && strcmp(mode, "window") == 0 ? SP_REPLAY_SLOT : launch == SP_REPLAY_EAGER ? SP_REPLAY_EAGER
+                                                                                                 : SP_REPLAY_SLOT;
+  sp_replay_rec rec;
+  memset(&rec, 0, sizeof rec);
+  rec.spans = spans;
+  rec.max_spans = max_spans;
+  rec.marks = marks;
+  rec.max_marks = max_marks;
+  sp_buf_init(&rec.wrong);
+  rec.node = calloc(q->n_hops + 1, sizeof *rec.node);
+  if (!rec.node) return sp_replay_why(err, errlen, "out of memory");
+  double r = sp_replay_simulate(q, mode, k, launch, &rec, &info->wall, &info->standard);
+  free(rec.node);
+  sp_buf_free(&rec.wrong);
+  if (isnan(r)) return sp_replay_why(err, errlen, "the replay failed (out of memory)");
+  info->n_spans = rec.n_spans;
+  info->n_marks = rec.n_marks;
+  info->lanes = rec.lanes;
+  if (rec.n_spans > max_spans || rec.n_marks > max_marks)
+    return sp_replay_why(err, errlen, "the timeline has %zu spans and %zu marks; the arrays hold %zu and %zu",
+                         rec.n_spans, rec.n_marks, max_spans, max_marks);
+  return 0;
 }
 
 /* ======================================================================
