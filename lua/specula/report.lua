@@ -29,7 +29,8 @@ local fail, open_reason, PALETTE = common.fail, common.open_reason, common.PALET
 
 local M = {}
 
-local usage_text = [[
+-- {name}: that option's default (specula.opts.fill).
+local usage_text = require("specula.opts").fill [[
 usage: specula report RESULTS.jsonl [MORE.jsonl ...] [-o report.html] [options]
 
 Writes one self-contained HTML report (inline CSS and SVG) of one or more
@@ -44,8 +45,8 @@ options:
   --group auto|file     auto (default): group records by their `config`, else
                         by mode and k; file: one configuration per input file
   --title TEXT          the report's title
-  --bootstrap N         bootstrap resamples for the RelLat CI (default 1000)
-  --seed N              bootstrap seed (default 1, as in `specula run --compare`)
+  --bootstrap N         bootstrap resamples for the RelLat CI (default {bootstrap_iterations})
+  --seed N              bootstrap seed (default {bootstrap_seed}, as in `specula run --compare`)
   -h, --help            this text
 ]]
 
