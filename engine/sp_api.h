@@ -602,5 +602,12 @@ int sp_replay_timeline(const sp_replay_query *q, const char *mode, int k, int la
    return 0, or -1 with "--NAME must be ..., got ..." in err. */
 int sp_opt_parse(const char *name, const char *text, double *out, char *err, size_t errlen);
 int sp_opt_check(const char *name, double v, char *err, size_t errlen);
+/* The default of an option (k, m, eps, nu, seed, concurrency, max_hops,
+   ev_cost_ms, predict_top, bootstrap_iterations, bootstrap_seed,
+   bootstrap_level, kauto_min, kauto_max, kauto_default), NAN for a name
+   without one. default_at walks the table: the i-th name (value in *value),
+   NULL past the end. */
+double sp_opt_default(const char *name);
+const char *sp_opt_default_at(int i, double *value);
 
 #endif

@@ -194,18 +194,20 @@ typedef struct sp_theory_args {
   "[--spec-launch eager|slot] [--json]\n"
 
 static void print_usage(FILE *f) {
-  fputs(SP_THEORY_USAGE
-        "  --p P       speculation success probability, 0 <= P <= 1\n"
-        "  --alpha A   E[T_spec]/E[T_target], A >= 0\n"
-        "  --beta B    E[T_seg]/E[T_target], B >= 0 (A + B > 0)\n"
-        "  --k K       threads for rel_lat_k and p_starve: integer >= 1, inf, or\n"
-        "              auto (default: k*_eps)\n"
-        "  --nu V      coefficient of variation bound, V >= 0 (default 0.4)\n"
-        "  --eps E     starvation target, 0 < E < 1 (default 0.05)\n"
-        "  --spec-launch eager|slot\n"
-        "              the schedule of the event model row (default eager, as specula run)\n"
-        "  --json      print one JSON object\n",
-        f);
+  /* the defaults come from the one table of them (sp_opt.c) */
+  fprintf(f,
+          SP_THEORY_USAGE
+          "  --p P       speculation success probability, 0 <= P <= 1\n"
+          "  --alpha A   E[T_spec]/E[T_target], A >= 0\n"
+          "  --beta B    E[T_seg]/E[T_target], B >= 0 (A + B > 0)\n"
+          "  --k K       threads for rel_lat_k and p_starve: integer >= 1, inf, or\n"
+          "              auto (default: k*_eps)\n"
+          "  --nu V      coefficient of variation bound, V >= 0 (default %g)\n"
+          "  --eps E     starvation target, 0 < E < 1 (default %g)\n"
+          "  --spec-launch eager|slot\n"
+          "              the schedule of the event model row (default eager, as specula run)\n"
+          "  --json      print one JSON object\n",
+          sp_opt_default("nu"), sp_opt_default("eps"));
 }
 
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -223,8 +225,8 @@ static int fail(const char *fmt, ...) {
 /* Parses argv into a; returns 0, 1 for --help, or 2 after printing an error. */
 static int parse(int argc, char **argv, sp_theory_args *a) {
   memset(a, 0, sizeof *a);
-  a->nu = 0.4;
-  a->eps = 0.05;
+  a->nu = sp_opt_default("nu");
+  a->eps = sp_opt_default("eps");
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;

@@ -2,8 +2,8 @@
 -- `specula run --record DIR` (see specula.cassette for the format).
 local cassette = require "specula.cassette"
 local json = require "specula.json"
-local core = require "specula.core"
-local C = core.C
+local argv = require "specula.argv"
+local lab = require "specula.lab"
 
 local format, concat = string.format, table.concat
 
@@ -18,10 +18,7 @@ usage: specula cassette ls DIR                 the files, their exchanges and an
                                                window jobs' lengths, launch to result)
 ]]
 
-local function usage(msg)
-  C.sp_ctx_set_exit(core.ctx, 2)
-  io.stderr:write("specula cassette: ", msg, "\n", usage_text)
-end
+local usage, fail = lab.command("specula cassette", usage_text)
 
 -- What the exchange asked for, one line.
 local function what(r)
@@ -59,17 +56,6 @@ local function outcome(r)
   return "ok"
 end
 
-local function load(dir)
-  local recs, files, warnings = cassette.load(dir)
-  if not recs then
-    io.stderr:write("specula cassette: ", files, "\n")
-    C.sp_ctx_set_exit(core.ctx, 1)
-    return nil
-  end
-  for _, w in ipairs(warnings) do io.stderr:write("specula: warning: cassette ", w, "\n") end
-  return recs, files
-end
-
 local function pct(sorted, p)
   if #sorted == 0 then return 0 end
   local i = math.max(1, math.min(#sorted, math.ceil(p * #sorted)))
@@ -83,20 +69,12 @@ function M.main(args)
     return usage(sub and ("unknown subcommand '" .. tostring(sub) .. "'") or "a subcommand is needed")
   end
   if not dir then return usage(sub .. " needs a cassette directory") end
-  local o = {}
-  local i = 3
-  while i <= #args do
-    local a = args[i]
-    if a == "--json" then o.json = true
-    elseif (a == "--kind" or a == "--query") and sub == "show" then
-      if args[i + 1] == nil then return usage(a .. " needs a value") end
-      o[a:sub(3)] = args[i + 1]
-      i = i + 1
-    else return usage("unknown option '" .. tostring(a) .. "'") end
-    i = i + 1
-  end
-  local recs, files = load(dir)
-  if not recs then return end
+  local flags = { ["--json"] = { "json", flag = true } }
+  if sub == "show" then flags["--kind"], flags["--query"] = "kind", "query" end
+  local o, err = argv.parse(args, flags, { first = 3 })
+  if not o then return usage(err) end
+  local recs, files = lab.cassette(dir)
+  if not recs then return fail(files) end
   -- the answers (and lone start lines: cancelled calls), then the job lines
   local ex, timings = {}, 0
   for _, r in ipairs(cassette.entries(recs)) do

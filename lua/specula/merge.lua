@@ -97,25 +97,12 @@ end
 local function where(e) return e.file .. ":" .. e.line end
 
 local function parse_args(args)
-  local o = { files = {} }
-  local i = 1
-  local function val(name)
-    local v = args[i + 1]
-    if v == nil then usage_error(name .. " needs a value") end
-    i = i + 1
-    return v
-  end
-  while i <= #args do
-    local a = args[i]
-    if a == "-o" or a == "--out" then o.out = val(a)
-    elseif a == "--input" then o.input = val(a)
-    elseif a == "--format" then o.format = val(a)
-    elseif a == "--summary" then o.summary = val(a)
-    elseif a == "-h" or a == "--help" then o.help = true
-    elseif a:sub(1, 1) == "-" then usage_error("unknown option '" .. a .. "'")
-    else o.files[#o.files + 1] = a end
-    i = i + 1
-  end
+  local argv = require "specula.argv"
+  local o, err = argv.parse(args, {
+    ["-o"] = "out", ["--out"] = "out", ["--input"] = "input", ["--format"] = "format", ["--summary"] = "summary",
+    ["-h"] = argv.HELP, ["--help"] = argv.HELP,
+  }, { positional = "files" })
+  if not o then usage_error(err) end
   if not o.help then
     if #o.files == 0 then usage_error("no shard results file given") end
     if not o.out then usage_error("-o ALL.jsonl is required") end

@@ -29,7 +29,8 @@ local fail, open_reason, PALETTE = common.fail, common.open_reason, common.PALET
 
 local M = {}
 
-local usage_text = [[
+-- {name}: that option's default (specula.opts.fill).
+local usage_text = require("specula.opts").fill [[
 usage: specula report RESULTS.jsonl [MORE.jsonl ...] [-o report.html] [options]
 
 Writes one self-contained HTML report (inline CSS and SVG) of one or more
@@ -44,8 +45,8 @@ options:
   --group auto|file     auto (default): group records by their `config`, else
                         by mode and k; file: one configuration per input file
   --title TEXT          the report's title
-  --bootstrap N         bootstrap resamples for the RelLat CI (default 1000)
-  --seed N              bootstrap seed (default 1, as in `specula run --compare`)
+  --bootstrap N         bootstrap resamples for the RelLat CI (default {bootstrap_iterations})
+  --seed N              bootstrap seed (default {bootstrap_seed}, as in `specula run --compare`)
   -h, --help            this text
 ]]
 
@@ -58,36 +59,25 @@ local function usage_error(msg) error({ [USAGE] = msg }, 0) end
 ----------------------------------------------------------------------------
 
 local function parse_args(args)
-  local o = { files = {}, out = "report.html", group = "auto", iterations = 1000, seed = 1 }
-  local i = 1
-  local function val(name)
-    local v = args[i + 1]
-    if v == nil then usage_error(name .. " needs a value") end
-    i = i + 1
-    return v
-  end
-  while i <= #args do
-    local a = args[i]
-    if a == "-o" or a == "--out" then o.out = val(a)
-    elseif a == "--trace" then o.trace = val(a)
-    elseif a == "--query" then o.query = val(a)
-    elseif a == "--title" then o.title = val(a)
-    elseif a == "--group" then
-      o.group = val(a)
-      if o.group ~= "auto" and o.group ~= "file" then usage_error("--group must be auto or file") end
-    elseif a == "--bootstrap" then
-      o.iterations = tonumber(val(a))
-      if not o.iterations or o.iterations < 1 or o.iterations ~= floor(o.iterations) then
-        usage_error("--bootstrap must be a positive integer")
-      end
-    elseif a == "--seed" then
-      o.seed = tonumber(val(a))
-      if not o.seed then usage_error("--seed must be a number") end
-    elseif a == "-h" or a == "--help" then o.help = true
-    elseif a:sub(1, 1) == "-" and a ~= "-" then usage_error("unknown option '" .. a .. "'")
-    else o.files[#o.files + 1] = a end
-    i = i + 1
-  end
+  local argv = require "specula.argv"
+  local D = require("specula.opts").DEFAULTS
+  local o, err = argv.parse(args, {
+    ["-o"] = "out", ["--out"] = "out", ["--trace"] = "trace", ["--query"] = "query", ["--title"] = "title",
+    ["--group"] = { "group", convert = argv.one_of({ auto = true, file = true }, "--group must be auto or file") },
+    ["--bootstrap"] = { "iterations", convert = function(v)
+      v = tonumber(v)
+      if not v or v < 1 or v ~= floor(v) then return nil, "--bootstrap must be a positive integer" end
+      return v
+    end },
+    ["--seed"] = { "seed", convert = function(v)
+      v = tonumber(v)
+      if not v then return nil, "--seed must be a number" end
+      return v
+    end },
+    ["-h"] = argv.HELP, ["--help"] = argv.HELP,
+  }, { positional = "files", option = "^%-.", into = { out = "report.html", group = "auto",
+       iterations = D.bootstrap_iterations, seed = D.bootstrap_seed } })
+  if not o then usage_error(err) end
   if not o.help and #o.files == 0 then usage_error("no results file given") end
   return o
 end
