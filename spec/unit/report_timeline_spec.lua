@@ -1,3 +1,6 @@
+-- A unit spec: it loads the report's timeline module (and so the core library)
+-- into the busted process, which the sanitizer build can only do in the unit
+-- suite (the sanitizer runtime preloaded); it also runs the binary.
 -- The report's timeline is the replay simulation's (sp_replay_timeline): for
 -- a record made by hand, with accepted and rejected hops, under eager and
 -- slot launch at k = 1, 2 and inf, the drawn timeline ends at the latency
