@@ -70,7 +70,9 @@ static void test_pf_promote_exact(void) {
   world wd = world_all(3, 0);
   wd.pred[wd.npred++] = RIGHT;
   sp_window *w = begin_pf(&h, &wd, SP_TRIGGER_START, SP_MODE_SEQUENTIAL, 1, 1);
-  CHECK(find_pf(&h, "search", 0) >= 0, "hop 0: the prediction fired while the step runs");
+  int p0 = find_pf(&h, "search", 0);
+  CHECK(p0 >= 0, "hop 0: the prediction fired while the step runs");
+  CHECK(p0 >= 0 && sp_task_speculative(h.pend[p0]), "a predicted call runs as speculative, even for the head");
   run_one(&h, J_START, 0, 2);                 /* the step ends: the call in flight is promoted */
   CHECK(find(&h, J_CALL, 0) < 0, "hop 0: no call of its own for the decided action");
   run_one(&h, J_PFCALL, 0, 10);               /* its result is the head's */
@@ -112,7 +114,7 @@ static void test_pf_mismatch(void) {
   harness h;
   world wd = world_all(2, 0);
   wd.pred[wd.npred++] = (wpred){"search", 0, 0.9, SP_HINT_NONE};   /* same tool, other args */
-  wd.pred[wd.npred++] = (wpred){"fetch", 0, 0.6, SP_HINT_NONE};    /* another tool */
+  wd.pred[wd.npred++] = (wpred){"fetch", 1, 0.6, SP_HINT_NONE};    /* the same args, another tool */
   wd.pred_final = 1;
   sp_window *w = begin_pf(&h, &wd, SP_TRIGGER_START, SP_MODE_SEQUENTIAL, 1, 1);
   int s = find_pf(&h, "search", 0);
@@ -350,6 +352,44 @@ static void test_pf_ev(void) {
   finish_and_free(&h, w);
 }
 
+/* The per-query budgets bound predictions like every early launch: the
+   calls in flight, and the wasted cost (what is at risk counts against it,
+   so waste never exceeds the budget). */
+static void test_pf_budget(void) {
+  harness h;
+  world wd = world_all(2, 0);
+  wd.pred[wd.npred++] = (wpred){"search", 0, 0.9, SP_HINT_NONE};   /* cost 1, always wasted */
+  wd.pred[wd.npred++] = (wpred){"fetch", 0, 0.8, SP_HINT_NONE};    /* cost 0.5 */
+  harness_init(&h, &wd);
+  sp_policy_budget(h.policy, 1, -1);
+  harness_prefetch(&h, SP_MATCH_EXACT, SP_TRIGGER_START, 0, 10);
+  sp_window *w = window_new(&h, SP_MODE_SEQUENTIAL, 1, 1, SP_LAUNCH_EAGER);
+  sp_window_start(w, NULL);
+  run_all(&h, w, 1, 0);
+  check_trajectory(&h, w, 2);
+  sp_window_stats st = stats_of(w);
+  sp_gate_counts cf = tool_counts(&h, "fetch", SP_TRIG_PRED_START);
+  CHECK(st.pf.fired == 2 && cf.forbid == 2 && cf.by_budget == 2, "one in flight at a time: fired %g, fetch refused %g",
+        st.pf.fired, cf.by_budget);
+  finish_and_free(&h, w);
+
+  harness_init(&h, &wd);
+  sp_policy_budget(h.policy, -1, 1.0);
+  harness_prefetch(&h, SP_MATCH_EXACT, SP_TRIGGER_START, 0, 10);
+  w = window_new(&h, SP_MODE_SEQUENTIAL, 1, 1, SP_LAUNCH_EAGER);
+  sp_window_start(w, NULL);
+  run_all(&h, w, 1, 0);
+  check_trajectory(&h, w, 2);
+  st = stats_of(w);
+  /* hop 0: search puts 1 at risk, fetch would pass the budget; hop 1:
+     search's 1 is wasted, nothing more fits */
+  CHECK(st.pf.fired == 1 && st.wasted_cost == 1 && st.pf.wasted_cost == 1, "fired %g, wasted cost %g within 1",
+        st.pf.fired, st.wasted_cost);
+  CHECK(tool_counts(&h, "search", SP_TRIG_PRED_START).by_budget == 1 && tool_counts(&h, "fetch", SP_TRIG_PRED_START).by_budget == 2,
+        "refusals counted as budget");
+  finish_and_free(&h, w);
+}
+
 /* Lossy matching (name_only): the step's reported match is promoted even
    with other args, counted as lossy, and its result is the observation;
    the same call decided exactly is lossless. */
@@ -468,6 +508,7 @@ int main(void) {
   test_pf_scripted();
   test_pf_rollback();
   test_pf_ev();
+  test_pf_budget();
   test_pf_lossy();
   test_pf_free_midflight();
   test_pf_random();

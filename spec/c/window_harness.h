@@ -23,7 +23,7 @@
 /* One prediction the fake predictor makes at the start of every step. */
 typedef struct wpred {
   const char *tool;      /* predicted tool ("search": the step's; "fetch": never chosen) */
-  int right;             /* its args are the ones the step will decide */
+  int right;             /* its args are the ones the step will decide (under its own tool) */
   double conf;           /* its confidence */
   int hint;              /* the script's decision for it (SP_HINT_NONE: no script) */
 } wpred;
@@ -231,8 +231,9 @@ static inline void predict_step(harness *h, sp_task *t) {
   char key[64];
   for (int i = 0; i < h->wd.npred; i++) {
     const wpred *p = &h->wd.pred[i];
+    /* right args under another tool are still another call */
     int same = strcmp(p->tool, "search") == 0 && p->right;
-    const char *k = same ? decided_key(key, sizeof key, s.hop, s.ok) : "{\"q\":\"elsewhere\"}";
+    const char *k = p->right ? decided_key(key, sizeof key, s.hop, s.ok) : "{\"q\":\"elsewhere\"}";
     int slot = new_val(h, V_ARGS, s.hop, same && s.ok);
     h->predictions += sp_window_predict(&h->ctx, p->tool, strlen(p->tool), k, strlen(k), p->conf, p->hint, slot);
   }
