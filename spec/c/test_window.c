@@ -319,20 +319,7 @@ static void test_cancel_on_free(void) {
   pump(&h);
   CHECK(tree_size(w->head) >= 4 && h.npend >= 5, "a tree in flight (%d nodes, %d jobs)", tree_size(w->head),
         h.npend);
-  sp_counts c;
-  sp_ctx_counts(&h.ctx, &c);
-  CHECK(c.windows == 1 && c.values > J_N + 1, "before: one window, values held (%d)", c.values);
-  int pending = h.npend;
-  sp_window_free(w);
-  int cancelled = 0;
-  for (int i = 0; i < h.npend; i++) cancelled += sp_task_state(h.pend[i]) == SP_TASK_CANCELLED;
-  CHECK(cancelled == pending, "all %d jobs cancelled (%d)", pending, cancelled);
-  while (h.npend) complete(&h, 0);
-  CHECK(h.cancelled_seen == pending, "each ended unheard");
-  sp_ctx_counts(&h.ctx, &c);
-  CHECK(c.windows == 0 && c.tasks == 0, "after: windows %d tasks %d", c.windows, c.tasks);
-  CHECK(c.values == J_N + 1, "only the adapter's slots remain (%d)", c.values);
-  harness_free(&h);
+  free_midflight(&h, w);
 }
 
 /* Cancelling a running window (a signal): it ends as cancelled, its jobs go. */

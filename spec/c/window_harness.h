@@ -484,6 +484,26 @@ static inline void finish_and_free(harness *h, sp_window *w) {
   harness_free(h);
 }
 
+/* Free a window in mid-flight (values held, jobs pending): every job is
+   cancelled, each still ends unheard, and only the adapter's slots remain. */
+static inline void free_midflight(harness *h, sp_window *w) {
+  sp_counts c;
+  sp_ctx_counts(&h->ctx, &c);
+  CHECK(c.windows == 1 && c.values > J_N + 1 && h->npend > 0, "before: one window, values held (%d), jobs pending (%d)",
+        c.values, h->npend);
+  int pending = h->npend, seen = h->cancelled_seen;
+  sp_window_free(w);
+  int cancelled = 0;
+  for (int i = 0; i < h->npend; i++) cancelled += sp_task_state(h->pend[i]) == SP_TASK_CANCELLED;
+  CHECK(cancelled == pending, "all %d jobs cancelled (%d)", pending, cancelled);
+  while (h->npend) complete(h, 0);
+  CHECK(h->cancelled_seen - seen == pending, "each ended unheard");
+  sp_ctx_counts(&h->ctx, &c);
+  CHECK(c.windows == 0 && c.tasks == 0, "after: windows %d tasks %d", c.windows, c.tasks);
+  CHECK(c.values == J_N + 1, "only the adapter's slots remain (%d)", c.values);
+  harness_free(h);
+}
+
 static inline world world_all(int nhops, int right) {
   world wd;
   memset(&wd, 0, sizeof wd);
