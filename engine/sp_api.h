@@ -332,7 +332,7 @@ int sp_policy_gate(sp_policy *p, int tool, int trigger, int hint, double infligh
 void sp_policy_tool_counts(const sp_policy *p, int tool, int trigger, sp_gate_counts *out);
 void sp_policy_class_counts(const sp_policy *p, int cls, sp_gate_counts *out);
 
-/* ---- action speculation (engine/sp_prefetch.c, window side in sp_window.c) */
+/* ---- action speculation (engine/sp_prefetch.c, window side in sp_window_pf.c) */
 enum { SP_MATCH_EXACT = 0, SP_MATCH_NAME_ONLY = 1, SP_MATCH_SIMILAR = 2 };
 enum { SP_TRIGGER_START = 1, SP_TRIGGER_TOOL_NAME = 2 };
 typedef struct sp_prefetch_stats {

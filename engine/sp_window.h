@@ -20,6 +20,12 @@
  *     cancelled meanwhile is ended the same way, its hook does not run.
  * Jobs may be held and ended in any order, as the loop would end them.
  * sp_window_free then frees the window at once (no Lua state to sweep).
+ * Action speculation (spec/c/test_window_pf.c) needs one more piece: the
+ * calls a step makes while it runs (sp_window_predict, sp_window_predicted,
+ * sp_window_tool_name) find their thread through ctx->running, which
+ * sp_job_next sets to the job it hands out; a host calling them later for
+ * a job it holds (a streamed tool name) sets ctx->running to that job
+ * around the call, as the dispatcher does when it resumes the step.
  */
 #ifndef SP_WINDOW_H
 #define SP_WINDOW_H

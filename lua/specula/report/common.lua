@@ -9,6 +9,9 @@ local type, tostring = type, tostring
 
 local M = {}
 
+-- the bootstrap's confidence level as captions and headers print it ("95%")
+M.CI = format("%g%%", 100 * require("specula.opts").DEFAULTS.bootstrap_level)
+
 local function fail(msg) sched.plain_error("specula report: " .. msg) end
 M.fail = fail
 

@@ -13,6 +13,7 @@ local sort = table.sort
 local tostring, ipairs = tostring, ipairs
 local num = svg.num
 local N, T, fnum, fms, truncate, k_label = common.N, common.T, common.fnum, common.fms, common.truncate, common.k_label
+local CI = common.CI
 local KIND = common.KIND
 local rel_lat_k, sd = rstats.rel_lat_k, rstats.sd
 
@@ -64,7 +65,7 @@ M.MARKER, M.marker_diamond = MARKER, marker_diamond
 local function fig_rel_lat_k(configs, pooled)
   local W, H = 1100, 470
   local c = svg.canvas(W, H, { id = "fig-k-svg", title = "Relative latency against the thread limit k",
-    desc = "RelLat of each configuration against k with bootstrap 95% confidence intervals, the theoretical "
+    desc = "RelLat of each configuration against k with bootstrap " .. CI .. " confidence intervals, the theoretical "
       .. "RelLat* as a dashed line, the k = 1 baseline at 1, and the calls per query of each configuration." })
   -- left panel geometry
   local L, R, Tp, B = 74, 650, 46, 360
@@ -163,7 +164,7 @@ local function fig_rel_lat_k(configs, pooled)
       seen[key] = (seen[key] or 0) + 1
       local off = (seen[key] - (at[key] + 1) / 2) * 12
       local px = xpos(g.kx) + off
-      local tip = format("%s: RelLat %.3f, 95%% CI [%s, %s], %d queries", g.label, s.rel_lat,
+      local tip = format("%s: RelLat %.3f, %s CI [%s, %s], %d queries", g.label, s.rel_lat, CI,
         fnum(s.ci_lo), fnum(s.ci_hi), s.queries)
       c:open("g", { class = "point", tip = tip })
       if s.ci_lo then

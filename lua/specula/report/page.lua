@@ -10,7 +10,7 @@ local format = string.format
 local concat = table.concat
 local type, tostring, ipairs = type, tostring, ipairs
 local esc = svg.escape
-local N, fnum, fms = common.N, common.fnum, common.fms
+local N, fnum, fms, CI = common.N, common.fnum, common.fms, common.CI
 
 local M = {}
 
@@ -29,12 +29,12 @@ end
 local function summary_table(configs)
   local h = {}
   h[#h + 1] = '<div class="table-wrap"><table class="summary" id="summary-table">'
-  h[#h + 1] = "<caption>Per configuration. Wall times in ms; RelLat = Σ wall / Σ standard with its bootstrap 95% CI; "
+  h[#h + 1] = "<caption>Per configuration. Wall times in ms; RelLat = Σ wall / Σ standard with its bootstrap " .. CI .. " CI; "
     .. "p̂, α̂, β̂ pooled over the configuration's hops; RelLat* (Corollary 1) at those values.</caption>"
   h[#h + 1] = "<thead><tr>"
     .. '<th scope="col" class="txt">Configuration</th><th scope="col">Queries</th><th scope="col">Failed</th>'
     .. '<th scope="col">Mean wall (ms)</th><th scope="col">p50</th><th scope="col">p95</th><th scope="col">p99</th>'
-    .. '<th scope="col">RelLat</th><th scope="col">95% CI</th>'
+    .. '<th scope="col">RelLat</th><th scope="col">' .. CI .. ' CI</th>'
     .. '<th scope="col">p̂</th><th scope="col">α̂</th><th scope="col">β̂</th><th scope="col">RelLat*</th>'
     .. '<th scope="col">Commits</th><th scope="col">Rollbacks</th>'
     .. '<th scope="col" title="model / target / speculator calls per query">Calls per query<br>(M · T · S)</th>'
@@ -78,13 +78,13 @@ local function paired_table(configs, o)
   h[#h + 1] = '<div class="table-wrap"><table class="summary" id="paired-table">'
   h[#h + 1] = "<caption>Paired differences against <strong>" .. esc(base.label) .. "</strong>, query by query "
     .. "(this configuration minus the baseline; queries matched by id). Mean and median with a paired bootstrap "
-    .. format("95%% CI (%d resamples of queries, seed %s); ratio = Σ this / Σ baseline with its paired CI; ", o.iterations,
+    .. format("%s CI (%d resamples of queries, seed %s); ratio = Σ this / Σ baseline with its paired CI; ", CI, o.iterations,
       tostring(o.seed))
     .. "sign p = exact two-sided binomial test on the signs of the nonzero differences; calls = model + target + "
     .. "speculator + predicted + warm-up.</caption>"
   h[#h + 1] = '<thead><tr><th scope="col" class="txt">Configuration</th><th scope="col" class="txt">Measure</th>'
-    .. '<th scope="col">Pairs</th><th scope="col">Mean Δ</th><th scope="col">95% CI</th><th scope="col">Median Δ</th>'
-    .. '<th scope="col">95% CI</th><th scope="col">Ratio</th><th scope="col">95% CI</th>'
+    .. '<th scope="col">Pairs</th><th scope="col">Mean Δ</th><th scope="col">' .. CI .. ' CI</th><th scope="col">Median Δ</th>'
+    .. '<th scope="col">' .. CI .. ' CI</th><th scope="col">Ratio</th><th scope="col">' .. CI .. ' CI</th>'
     .. '<th scope="col">+ / − / =</th><th scope="col">Sign p</th></tr></thead><tbody>'
   local function ci(lo, hi, d)
     if not (N(lo) and N(hi)) then return nil, "–" end
@@ -175,7 +175,7 @@ local function methods_note(pooled, iterations)
       .. "from the stage times the loop measured (queueing included).</dd>",
     "<dt>RelLat</dt><dd>Relative latency of a configuration: <code>Σ wall / Σ standard</code> over its "
       .. "queries (1 = no gain; lower is faster). Failed queries count with the time they took. "
-      .. format("The 95%% CI resamples queries with replacement (%d resamples, percentile method, fixed seed) ", iterations)
+      .. format("The %s CI resamples queries with replacement (%d resamples, percentile method, fixed seed) ", CI, iterations)
       .. "and recomputes the ratio of sums.</dd>",
     "<dt>p̂, α̂, β̂</dt><dd>p̂ = accepted / (accepted + rejected) speculations; α̂ = mean t_spec / mean t_target; "
       .. "β̂ = mean t_seg / mean t_target, each pooled over the hops of a configuration (the figure's theory lines "
@@ -233,7 +233,7 @@ local function render(o, configs, records, warnings, pooled, figs)
   for _, g in ipairs(configs) do
     if g.kx == "inf" or g.kx == "auto" then right_end = " (∞ and auto at the right end)" end
   end
-  add("<figcaption>Left: RelLat of each configuration (dots) with its bootstrap 95% CI (whiskers), against the "
+  add("<figcaption>Left: RelLat of each configuration (dots) with its bootstrap " .. CI .. " CI (whiskers), against the "
     .. "active-thread limit k" .. right_end .. ". The dashed line is the theoretical RelLat* "
     .. (pooled.rel_lat_star and format("= %.3f ", pooled.rel_lat_star) or "")
     .. "(Corollary 1) at the pooled p̂, α̂, β̂; the dotted curve is RelLat_k (Corollary 3); the grey line is "
