@@ -6,7 +6,7 @@ local core = require "specula.core"
 local cassette = require "specula.cassette"
 local C = core.C
 
-local tostring, ipairs = tostring, ipairs
+local tostring, ipairs, type, pcall, error = tostring, ipairs, type, pcall, error
 
 local M = {}
 
@@ -23,6 +23,28 @@ function M.command(prog, usage_text)
     io.stderr:write(prog, ": ", msg, "\n")
   end
   return usage, fail
+end
+
+-- Argument parsers that raise: usage_error(msg) stops parse(args) with a
+-- usage mistake; parse_args(prog, usage_text, parse, args) returns parse's
+-- options, or nil after "PROG: msg" and the usage text on stderr with exit
+-- status 2 (any other error is raised again). `--help` (o.help) prints the
+-- usage text on stdout and returns nil.
+local USAGE = {}
+function M.usage_error(msg) error({ [USAGE] = msg }, 0) end
+
+function M.parse_args(prog, usage_text, parse, args)
+  local ok, o = pcall(parse, args or {})
+  if not ok then
+    if type(o) == "table" and o[USAGE] then
+      C.sp_ctx_set_exit(core.ctx, 2)
+      io.stderr:write(prog, ": ", o[USAGE], "\n", usage_text)
+      return nil
+    end
+    error(o, 0)
+  end
+  if o.help then io.stdout:write(usage_text) return nil end
+  return o
 end
 
 -- A cassette directory's records and files (specula.cassette.load), its

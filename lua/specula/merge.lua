@@ -13,6 +13,7 @@
 -- `report` and `replay` read it like a single machine's results file.
 local json = require "specula.json"
 local sched = require "specula.sched"
+local lab = require "specula.lab"
 
 local format, concat, sort = string.format, table.concat, table.sort
 local type, tostring, tonumber, ipairs, pairs = type, tostring, tonumber, ipairs, pairs
@@ -36,8 +37,7 @@ options:
 
 local function fail(msg) sched.plain_error("specula merge: " .. msg) end
 
-local USAGE = {}
-local function usage_error(msg) error({ [USAGE] = msg }, 0) end
+local usage_error = lab.usage_error
 
 --- Write text to path, checking the open, the write and the close (a full
 -- disk shows at the flush); raises an error naming the file. `who` prefixes it.
@@ -236,16 +236,8 @@ function M.merge(entries, input)
 end
 
 function M.main(args)
-  local ok, o = pcall(parse_args, args or {})
-  if not ok then
-    if type(o) == "table" and o[USAGE] then
-      io.stderr:write("specula merge: " .. o[USAGE] .. "\n" .. usage_text)
-      require("specula.cli").set_exit(2)
-      return
-    end
-    error(o, 0)
-  end
-  if o.help then io.stdout:write(usage_text) return end
+  local o = lab.parse_args("specula merge", usage_text, parse_args, args)
+  if not o then return end
   local input
   if o.input then
     local datasets = require "specula.datasets"

@@ -22,6 +22,7 @@ local common = require "specula.report.common"
 local load, rstats = require "specula.report.load", require "specula.report.stats"
 local figures, timeline = require "specula.report.figures", require "specula.report.timeline"
 local page = require "specula.report.page"
+local lab = require "specula.lab"
 
 local format, floor = string.format, math.floor
 local type, tostring, tonumber, ipairs = type, tostring, tonumber, ipairs
@@ -51,8 +52,7 @@ options:
 ]]
 
 -- Usage mistakes end the command with status 2 (see main).
-local USAGE = {}
-local function usage_error(msg) error({ [USAGE] = msg }, 0) end
+local usage_error = lab.usage_error
 
 ----------------------------------------------------------------------------
 -- arguments
@@ -96,16 +96,8 @@ local function render(o, configs, records, warnings, pooled)
 end
 
 function M.main(args)
-  local ok, o = pcall(parse_args, args or {})
-  if not ok then
-    if type(o) == "table" and o[USAGE] then
-      io.stderr:write("specula report: " .. o[USAGE] .. "\n" .. usage_text)
-      require("specula.cli").set_exit(2)
-      return
-    end
-    error(o, 0)
-  end
-  if o.help then io.stdout:write(usage_text) return end
+  local o = lab.parse_args("specula report", usage_text, parse_args, args)
+  if not o then return end
   local records, warnings, seq = {}, {}, 0
   for _, path in ipairs(o.files) do
     local recs
