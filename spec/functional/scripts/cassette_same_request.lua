@@ -28,7 +28,9 @@ return specula.agent {
   init = function(q) return { q = q, hop = 0 } end,
   step = function(s)
     if s.hop == 0 then return { action = { tool = "wait", args = { ms = HOLD[s.q] } } } end
-    if s.hop == 1 then return { action = { tool = "pick", args = { ms = 30 } } } end
+    -- long enough that both sibling threads ask before the pick returns, even
+    -- under valgrind (the wrong one is rolled back when it does)
+    if s.hop == 1 then return { action = { tool = "pick", args = { ms = 250 } } } end
     if s.hop == 2 then return { action = { tool = "count", args = {} } } end
     return { final = s.seen .. " " .. s.count }
   end,
