@@ -1,4 +1,5 @@
 #include "sp_host.h"
+#include "sp_jsonenc.h"
 #include "sp_sched.h"
 #include "sp_window.h"
 #include <signal.h>
@@ -88,6 +89,12 @@ int sp_host_init(sp_ctx *ctx, const char *argv0, char *err, size_t errlen) {
      scheduler raises the pause while the heap is small (sp_sched.c). */
   lua_gc(L, LUA_GCSETPAUSE, 150);
   ctx->L = L;
+  /* C modules of the Lua tree: require() finds them here */
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "preload");
+  lua_pushcfunction(L, luaopen_specula_jsonenc);
+  lua_setfield(L, -2, "specula.jsonenc");
+  lua_pop(L, 2);
   if (luaL_loadbuffer(L, BOOT, strlen(BOOT), "=specula.boot") != 0) {
     snprintf(err, errlen, "boot: %s", lua_tostring(L, -1));
     return -1;

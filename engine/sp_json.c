@@ -101,9 +101,7 @@ static void sp_json_skip_ws(sp_json_parser *p) {
   }
 }
 
-/* Length of the valid UTF-8 sequence at s (avail bytes readable), 0 if invalid:
- * rejects overlong forms, surrogates and code points above U+10FFFF. */
-static size_t sp_json_utf8_seq(const unsigned char *s, size_t avail) {
+size_t sp_json_utf8_seq(const unsigned char *s, size_t avail) {
   unsigned c = s[0];
   if (c < 0x80) return 1;
   if (c < 0xC2) return 0;
@@ -465,13 +463,72 @@ const sp_json *sp_json_get(const sp_json *v, const char *key) {
 
 /* ---- canonical encoder ---------------------------------------------------- */
 
-static int sp_json_put_number(sp_buf *out, double d) {
+/* Decimal digits of v (< 2^63) into the end of buf; returns the first. */
+static char *sp_json_utoa(char *end, unsigned long long v) {
+  do { *--end = (char)('0' + v % 10); v /= 10; } while (v);
+  return end;
+}
+
+static const double SP_JSON_POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8,
+                                       1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+
+/* The %.15g text of d when d is the double of a decimal with at most 15
+   significant digits and 1e-4 <= |d| < 1e15 (fixed notation); 0 otherwise.
+   Such a decimal is unique (15-digit decimals are spaced far wider than
+   doubles) and it is exactly what %.15g prints, so it is found without
+   printf: the smallest k for which r = round(|d| * 10^k) < 10^15 gives
+   r / 10^k == |d| (both exact integers: the division rounds correctly, as
+   strtod does on the decimal). */
+static size_t sp_json_short_decimal(double d, char *out) {
+  double a = d < 0 ? -d : d;
+  if (!(a >= 1e-4 && a < 1e15)) return 0;
+  for (int k = 1; k <= 15; k++) {
+    double s = a * SP_JSON_POW10[k];
+    if (s >= 1e15) return 0;
+    double r = (double)(unsigned long long)(s + 0.5);
+    if (r / SP_JSON_POW10[k] != a) continue;
+    unsigned long long v = (unsigned long long)r;
+    char digits[24], *end = digits + sizeof digits;
+    char *p = sp_json_utoa(end, v);
+    size_t nd = (size_t)(end - p);
+    int frac = k;
+    while (frac > 0 && end[-1] == '0') { end--; nd--; frac--; }  /* %g drops trailing zeros */
+    size_t o = 0;
+    if (d < 0) out[o++] = '-';
+    if ((size_t)frac >= nd) {  /* 0.000ddd */
+      out[o++] = '0';
+      out[o++] = '.';
+      for (size_t z = nd; z < (size_t)frac; z++) out[o++] = '0';
+      memcpy(out + o, p, nd);
+      o += nd;
+    } else {
+      size_t ni = nd - (size_t)frac;
+      memcpy(out + o, p, ni);
+      o += ni;
+      if (frac > 0) {
+        out[o++] = '.';
+        memcpy(out + o, p + ni, (size_t)frac);
+        o += (size_t)frac;
+      }
+    }
+    return o;
+  }
+  return 0;
+}
+
+int sp_json_write_number(sp_buf *out, double d) {
   char tmp[40];
   /* 2^53: below it every integral double is exact and prints without exponent */
   if (d > -9007199254740992.0 && d < 9007199254740992.0) {
     long long i = (long long)d;
-    if ((double)i == d) return sp_buf_printf(out, "%lld", i);  /* -0 gives 0 */
+    if ((double)i == d) {  /* -0 gives 0 */
+      char *end = tmp + sizeof tmp, *p = sp_json_utoa(end, (unsigned long long)(i < 0 ? -i : i));
+      if (i < 0) *--p = '-';
+      return sp_buf_append(out, p, (size_t)(end - p));
+    }
   }
+  size_t n = sp_json_short_decimal(d, tmp);
+  if (n) return sp_buf_append(out, tmp, n);
   for (int prec = 15; prec <= 17; prec++) {
     snprintf(tmp, sizeof tmp, "%.*g", prec, d);
     if (prec == 17 || strtod(tmp, NULL) == d) break;
@@ -479,7 +536,7 @@ static int sp_json_put_number(sp_buf *out, double d) {
   return sp_buf_puts(out, tmp);
 }
 
-static int sp_json_put_string(sp_buf *out, const char *s, size_t n) {
+int sp_json_write_string(sp_buf *out, const char *s, size_t n) {
   static const char hex[] = "0123456789abcdef";
   if (sp_buf_putc(out, '"') != 0) return -1;
   size_t run = 0;
@@ -528,8 +585,8 @@ static int sp_json_emit(sp_buf *out, const sp_json *v) {
     case SP_JSON_NULL: return sp_buf_append(out, "null", 4);
     case SP_JSON_FALSE: return sp_buf_append(out, "false", 5);
     case SP_JSON_TRUE: return sp_buf_append(out, "true", 4);
-    case SP_JSON_NUMBER: return sp_json_put_number(out, v->u.num);
-    case SP_JSON_STRING: return sp_json_put_string(out, v->u.str, v->n);
+    case SP_JSON_NUMBER: return sp_json_write_number(out, v->u.num);
+    case SP_JSON_STRING: return sp_json_write_string(out, v->u.str, v->n);
     case SP_JSON_ARRAY:
       if (sp_buf_putc(out, '[') != 0) return -1;
       for (size_t i = 0; i < v->n; i++) {
@@ -553,7 +610,7 @@ static int sp_json_emit(sp_buf *out, const sp_json *v) {
         if (i + 1 < v->n && sp_json_same_key(idx[i], idx[i + 1])) continue;
         if (!first) rc = sp_buf_putc(out, ',');
         first = 0;
-        if (rc == 0) rc = sp_json_put_string(out, idx[i]->key, idx[i]->key_len);
+        if (rc == 0) rc = sp_json_write_string(out, idx[i]->key, idx[i]->key_len);
         if (rc == 0) rc = sp_buf_putc(out, ':');
         if (rc == 0) rc = sp_json_emit(out, &idx[i]->val);
       }

@@ -1,9 +1,15 @@
 /* libFuzzer target for the JSON parser and canonical encoder: any input must
  * parse or fail cleanly; a valid one must canonicalize, and the canonical form
- * must be a fixed point (canonicalizing it again gives the same bytes). */
+ * must be a fixed point (canonicalizing it again gives the same bytes). The
+ * first 8 bytes, read as a double, must print as the printf rule of sp_json.h
+ * says (sp_json_write_number's fast path skips printf). The Lua-table encoder
+ * (sp_jsonenc.c) writes through the same functions; json_spec.lua compares it
+ * with json.lua on random values. */
 #include "sp_buf.h"
 #include "sp_json.h"
+#include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +39,28 @@ static size_t walk(const sp_json *v) {
   return n;
 }
 
+static void check_number(double d) {
+  char want[48];
+  if (d > -9007199254740992.0 && d < 9007199254740992.0 && (double)(long long)d == d) {
+    snprintf(want, sizeof want, "%lld", (long long)d);
+  } else {
+    for (int prec = 15; prec <= 17; prec++) {
+      snprintf(want, sizeof want, "%.*g", prec, d);
+      if (strtod(want, NULL) == d) break;
+    }
+  }
+  sp_buf b;
+  sp_buf_init(&b);
+  if (sp_json_write_number(&b, d) != 0 || strcmp(b.data, want) != 0) abort();
+  sp_buf_free(&b);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size >= 8) {
+    double d;
+    memcpy(&d, data, sizeof d);
+    if (isfinite(d)) check_number(d);
+  }
   const char *s = (const char *)data;
   char err[128];
   sp_json *v = sp_json_parse(s, size, err, sizeof err);
