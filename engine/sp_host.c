@@ -66,6 +66,18 @@ static int find_root(const char *argv0, char *root, size_t n) {
 static const char *BOOT =
   "local root, ctx = ...\n"
   "if os.getenv('SPECULA_JIT') == 'off' then jit.off() end\n"
+  /* LuaJIT's trace log (luajit -jv) and sampling profiler (luajit -jp)
+     for the embedded state; the profiler prints when the state closes, so
+     the anchor's finalizer stops it. */
+  "if os.getenv('SPECULA_JITV') then require('jit.v').start(os.getenv('SPECULA_JITV')) end\n"
+  "local prof = os.getenv('SPECULA_PROFILE')\n"
+  "if prof and prof ~= '' then\n"
+  "  local p = require 'jit.p'\n"
+  "  p.start(prof, os.getenv('SPECULA_PROFILE_OUT'))\n"
+  "  local anchor = newproxy(true)\n"
+  "  getmetatable(anchor).__gc = function() p.stop() end\n"
+  "  package.loaded['specula.profile_anchor'] = anchor\n"
+  "end\n"
   "package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path\n"
   "package.loaded['specula.host'] = { ctx = ctx, root = root,\n"
   "  lua_dir = root .. '/lua', policies_dir = root .. '/policies', embedded = true }\n"
