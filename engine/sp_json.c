@@ -538,31 +538,38 @@ int sp_json_write_number(sp_buf *out, double d) {
 
 int sp_json_write_string(sp_buf *out, const char *s, size_t n) {
   static const char hex[] = "0123456789abcdef";
-  if (sp_buf_putc(out, '"') != 0) return -1;
+  /* room for the worst case ("\u00XX" per byte) once, then plain stores */
+  if (n > ((size_t)-1 - 2) / 6 || sp_buf_reserve(out, 6 * n + 2) != 0) return -1;
+  char *o = out->data + out->len;
+  const unsigned char *u = (const unsigned char *)s;
+  *o++ = '"';
   size_t run = 0;
   for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
+    unsigned char c = u[i];
     if (c >= 0x20 && c != '"' && c != '\\') continue;
-    if (sp_buf_append(out, s + run, i - run) != 0) return -1;
+    memcpy(o, s + run, i - run);
+    o += i - run;
     run = i + 1;
-    char e[6] = {'\\', 0, 0, 0, 0, 0};
-    size_t en = 2;
+    *o++ = '\\';
     switch (c) {
-      case '"': e[1] = '"'; break;
-      case '\\': e[1] = '\\'; break;
-      case '\b': e[1] = 'b'; break;
-      case '\f': e[1] = 'f'; break;
-      case '\n': e[1] = 'n'; break;
-      case '\r': e[1] = 'r'; break;
-      case '\t': e[1] = 't'; break;
+      case '"': *o++ = '"'; break;
+      case '\\': *o++ = '\\'; break;
+      case '\b': *o++ = 'b'; break;
+      case '\f': *o++ = 'f'; break;
+      case '\n': *o++ = 'n'; break;
+      case '\r': *o++ = 'r'; break;
+      case '\t': *o++ = 't'; break;
       default:
-        e[1] = 'u'; e[2] = '0'; e[3] = '0'; e[4] = hex[c >> 4]; e[5] = hex[c & 15];
-        en = 6;
+        o[0] = 'u'; o[1] = '0'; o[2] = '0'; o[3] = hex[c >> 4]; o[4] = hex[c & 15];
+        o += 5;
     }
-    if (sp_buf_append(out, e, en) != 0) return -1;
   }
-  if (sp_buf_append(out, s + run, n - run) != 0) return -1;
-  return sp_buf_putc(out, '"');
+  memcpy(o, s + run, n - run);
+  o += n - run;
+  *o++ = '"';
+  out->len = (size_t)(o - out->data);
+  out->data[out->len] = '\0';
+  return 0;
 }
 
 /* Orders members by key bytes, then by position so the last duplicate is last. */

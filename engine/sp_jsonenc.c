@@ -16,6 +16,8 @@
 #define SP_JSONENC_KEEP_BYTES ((size_t)1 << 20)  /* a bigger text buffer is freed after the call */
 #define SP_JSONENC_KEEP_KEYS 4096               /* a bigger key stack is freed after the call */
 #define SP_JSONENC_MAX_ARRAY 2147483647.0       /* rawgeti's index range */
+#define SP_JSONENC_STACK_PAIRS 128              /* values of a table's first keys stay on the Lua stack */
+#define SP_JSONENC_STACK_BUDGET 4000            /* ...while the stack is below this (LuaJIT allows 8000) */
 #define SP_JSONENC_MT "specula.jsonenc"
 
 /* Upvalues of the encoder closure. */
@@ -29,6 +31,7 @@ typedef struct sp_jsonenc_key {
   size_t len;     /* bytes in the key's text */
   double num;     /* a number key's value */
   int type;       /* the key's lua_type */
+  int slot;       /* stack index of the value, 0 if not kept there */
   char text[24];  /* decimal text of an integer key */
 } sp_jsonenc_key;
 
@@ -52,8 +55,13 @@ static int sp_jsonenc_fail(sp_jsonenc *e, const char *fmt, ...) {
   return -1;
 }
 
-static int sp_jsonenc_put(sp_jsonenc *e, const char *s, size_t n) {
-  return sp_buf_append(&e->out, s, n) == 0 ? 0 : sp_jsonenc_fail(e, "out of memory");
+/* Appends n bytes (no NUL kept while encoding: the caller copies by length). */
+static inline int sp_jsonenc_put(sp_jsonenc *e, const char *s, size_t n) {
+  sp_buf *b = &e->out;
+  if (b->cap - b->len <= n && sp_buf_reserve(b, n) != 0) return sp_jsonenc_fail(e, "out of memory");
+  memcpy(b->data + b->len, s, n);
+  b->len += n;
+  return 0;
 }
 
 static const char *sp_jsonenc_key_text(const sp_jsonenc_key *k) { return k->s ? k->s : k->text; }
@@ -78,7 +86,11 @@ static int sp_jsonenc_number(sp_jsonenc *e, double d) {
 static int sp_jsonenc_key_cmp(const void *a, const void *b) {
   const sp_jsonenc_key *x = a, *y = b;
   size_t n = x->len < y->len ? x->len : y->len;
-  int c = n ? memcmp(sp_jsonenc_key_text(x), sp_jsonenc_key_text(y), n) : 0;
+  const unsigned char *p = (const unsigned char *)sp_jsonenc_key_text(x);
+  const unsigned char *q = (const unsigned char *)sp_jsonenc_key_text(y);
+  /* keys mostly differ in their first byte: no memcmp call for those */
+  if (n && p[0] != q[0]) return p[0] < q[0] ? -1 : 1;
+  int c = n ? memcmp(p, q, n) : 0;
   if (c) return c;
   return x->len < y->len ? -1 : x->len > y->len;
 }
@@ -145,18 +157,26 @@ static int sp_jsonenc_table(sp_jsonenc *e, lua_State *L, int idx, int depth) {
     lua_pop(L, 1);
   }
   /* the keys, in next() order; are they exactly positive integers? */
+  /* the first keys' values stay on the stack (key, value, key, value...),
+     so writing them needs no lookup; the key copy on top drives lua_next */
   size_t base = e->nkeys, count = 0;
   double maxn = 0;
-  int indices = 1;
+  int indices = 1, top = lua_gettop(L);
   lua_pushnil(L);
   while (lua_next(L, idx)) {
-    lua_pop(L, 1);
     sp_jsonenc_key *k = sp_jsonenc_push_key(e);
     if (!k) {
-      lua_pop(L, 1);
+      lua_settop(L, top);
       return sp_jsonenc_fail(e, "out of memory");
     }
     count++;
+    k->slot = 0;
+    if (count <= SP_JSONENC_STACK_PAIRS && top < SP_JSONENC_STACK_BUDGET && lua_checkstack(L, 3)) {
+      k->slot = lua_gettop(L);
+      lua_pushvalue(L, -2);
+    } else {
+      lua_pop(L, 1);
+    }
     k->type = lua_type(L, -1);
     k->s = NULL;
     k->len = 0;
@@ -179,16 +199,13 @@ static int sp_jsonenc_table(sp_jsonenc *e, lua_State *L, int idx, int depth) {
     }
   }
   int rc;
-  if (mt == 1) {
+  if (mt == 1 || (indices && count > 0 && (double)count == maxn && mt != 2)) {
+    lua_settop(L, top);
     e->nkeys = base;
     if (!indices) return sp_jsonenc_fail(e, "array has a key that is not a positive integer");
     return sp_jsonenc_array(e, L, idx, maxn, depth);
   }
   if (count == 0) return sp_jsonenc_put(e, "{}", 2);
-  if (indices && (double)count == maxn && mt != 2) {
-    e->nkeys = base;
-    return sp_jsonenc_array(e, L, idx, maxn, depth);
-  }
   /* an object: integer keys are written in decimal */
   for (size_t i = 0; i < count; i++) {
     sp_jsonenc_key *k = &e->keys[base + i];
@@ -215,12 +232,17 @@ static int sp_jsonenc_table(sp_jsonenc *e, lua_State *L, int idx, int depth) {
     if (i > 0 && (rc = sp_jsonenc_put(e, ",", 1)) != 0) break;
     if ((rc = sp_jsonenc_string(e, sp_jsonenc_key_text(k), k->len)) != 0) break;
     if ((rc = sp_jsonenc_put(e, ":", 1)) != 0) break;
+    if (k->slot) {
+      rc = sp_jsonenc_value(e, L, k->slot, depth);
+      continue;
+    }
     if (k->s) lua_pushlstring(L, k->s, k->len);
     else lua_pushnumber(L, k->num);
     lua_rawget(L, idx);
     rc = sp_jsonenc_value(e, L, lua_gettop(L), depth);
     lua_pop(L, 1);
   }
+  lua_settop(L, top);
   if (rc != 0) return -1;
   e->nkeys = base;
   return sp_jsonenc_put(e, "}", 1);

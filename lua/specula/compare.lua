@@ -53,10 +53,22 @@ end
 local by_id, id_map = stats.by_id, stats.id_map
 M.by_id = by_id
 
+-- The canonical text of a record's answer and trajectory (what agreement
+-- compares); `cache`, when given, keeps it per record table (M.rows passes
+-- one: the baseline's texts are needed once per configuration).
+local function agree_text(r, cache)
+  local t = cache and cache[r]
+  if not t then
+    t = json.canonical({ r.answer, r.trajectory })
+    if cache then cache[r] = t end
+  end
+  return t
+end
+
 -- The numbers of one configuration's rows (pure: the spec recomputes them).
 -- baseline: the records that answers and trajectories are compared with
--- (paired by query id).
-function M.summarise(recs, baseline)
+-- (paired by query id). cache: an optional table for agree_text.
+function M.summarise(recs, baseline, cache)
   recs = by_id(recs)
   local bmap = baseline and id_map(baseline)
   local walls, pairs_, calls = {}, {}, { model = 0, target = 0, speculator = 0 }
@@ -86,7 +98,7 @@ function M.summarise(recs, baseline)
     local b = bmap and bmap[tostring(r.id)]
     if b then
       nagree = nagree + 1
-      if json.canonical({ r.answer, r.trajectory }) == json.canonical({ b.answer, b.trajectory }) then
+      if agree_text(r) == agree_text(b, cache) then
         agree = agree + 1
       end
     end
@@ -130,9 +142,9 @@ function M.rows(configs, all, no_agree)
   local agree_base
   for ci, c in ipairs(configs) do if c.mode == "sequential" then agree_base = all[ci] break end end
   if no_agree then agree_base = nil end
-  local rows = {}
+  local rows, cache = {}, {}
   for ci, c in ipairs(configs) do
-    rows[ci] = M.summarise(all[ci], agree_base)
+    rows[ci] = M.summarise(all[ci], agree_base, cache)
     if ci > 1 then
       rows[ci].paired = M.paired(all[ci], all[1])
       rows[ci].paired.baseline = configs[1].name

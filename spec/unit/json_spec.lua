@@ -462,6 +462,13 @@ describe("specula.json", function()
     for _ = 1, 255 do ok256 = { ok256 } end
     local big = {}
     for i = 1, 5000 do big["k" .. i] = { i, i / 7, "v" .. i } end
+    -- deep and wide at once: the C side keeps values on the Lua stack
+    local wide = {}
+    for _ = 1, 200 do
+      local t = { inner = wide }
+      for i = 1, 130 do t["k" .. i] = i end
+      wide = t
+    end
     local record = {
       id = "s1", query = "sweep question 1", config = "spechop:k=3", gold = {},
       stats = { hops = 12, wall_ms = 856.57, rel_lat = 0.8123, p_hat = json.null, k = "inf",
@@ -470,7 +477,7 @@ describe("specula.json", function()
       trajectory = { { action = { tool = "search", args = { q = "s1/0/sweep question 1" } },
                        observation = "fact:a39b8a1c", segment = "hop 0" } },
     }
-    for i, v in ipairs({ cyc, deep, ok256, big, record, "top", 42, 0.1, true, false, null, json.array() }) do
+    for i, v in ipairs({ cyc, deep, ok256, big, wide, record, "top", 42, 0.1, true, false, null, json.array() }) do
       same_output(v, "value " .. i)
     end
     same_output(nil, "nil")
