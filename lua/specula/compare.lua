@@ -55,7 +55,8 @@ M.by_id = by_id
 
 -- The canonical text of a record's answer and trajectory (what agreement
 -- compares); `cache`, when given, keeps it per record table (M.rows passes
--- one: the baseline's texts are needed once per configuration).
+-- one: the baseline's texts are needed once per configuration; M.main fills
+-- it as records are written, and then drops their trajectories).
 local function agree_text(r, cache)
   local t = cache and cache[r]
   if not t then
@@ -98,7 +99,7 @@ function M.summarise(recs, baseline, cache)
     local b = bmap and bmap[tostring(r.id)]
     if b then
       nagree = nagree + 1
-      if agree_text(r) == agree_text(b, cache) then
+      if agree_text(r, cache) == agree_text(b, cache) then
         agree = agree + 1
       end
     end
@@ -138,11 +139,12 @@ end
 -- All rows of a comparison: configs = { {name =}, ... }, all[i] = the records
 -- of configs[i]. The first configuration is the baseline of the paired
 -- differences; answers agree with the first sequential one.
-function M.rows(configs, all, no_agree)
+function M.rows(configs, all, no_agree, cache)
   local agree_base
   for ci, c in ipairs(configs) do if c.mode == "sequential" then agree_base = all[ci] break end end
   if no_agree then agree_base = nil end
-  local rows, cache = {}, {}
+  local rows = {}
+  cache = cache or {}
   for ci, c in ipairs(configs) do
     rows[ci] = M.summarise(all[ci], agree_base, cache)
     if ci > 1 then
@@ -315,6 +317,7 @@ function M.main(agent, o, queries, script)
   -- opened now, so a path that cannot be written fails before the run
   local summary_f = o.summary and runner.open_output(o.summary, "w", "--summary file")
   local all, interrupted, ndone, ntotal = {}, false, 0, #queries * #configs
+  local agree = {}   -- record -> agreement text (agree_text's cache)
   for ci, c in ipairs(configs) do
     if interrupted then break end
     local oc = {}
@@ -337,7 +340,15 @@ function M.main(agent, o, queries, script)
     for j, t in ipairs(missing) do list[j] = t.q end
     local show = o.progress or (not o.quiet and o.out ~= nil and runner.isatty(2))
     if show then io.stderr:write(format("%s:\n", c.name)) end
-    local emit = require("specula.shard").tag(runner.record_writer(out, c.name, what, o.out), list)
+    -- Once written, a record keeps only what the table needs: its agreement
+    -- text replaces the trajectory and the stage times go (a sweep holds
+    -- every record of every configuration until the end).
+    local write = runner.record_writer(out, c.name, what, o.out)
+    local emit = require("specula.shard").tag(function(rec, i)
+      write(rec, i)
+      agree[rec] = agree_text(rec)
+      rec.trajectory, rec.stages = nil, nil
+    end, list)
     local got, stopped = runner.run_all(run, list, emit, runner.progress_line(show))
     local recs = {}
     if stopped then
@@ -356,7 +367,7 @@ function M.main(agent, o, queries, script)
     if not ok then runner.write_failed(what, err) end
   end
   -- agreement pairs queries by position: not meaningful on a partial run
-  local rows = M.rows(configs, all, interrupted)
+  local rows = M.rows(configs, all, interrupted, agree)
   local ok, err = io.stdout:write(M.table_text(configs, rows), "\n")
   if ok then ok, err = io.stdout:flush() end
   if not ok then runner.write_failed("stdout", err) end
