@@ -503,6 +503,15 @@ double sp_theory_k_det(double alpha, double beta);
 double sp_theory_p_starve(double k, double alpha, double beta, double nu);
 int sp_theory_k_eps(double alpha, double beta, double nu, double eps);
 
+/* ---- paired bootstrap (engine/sp_boot.c, used by specula.stats) --------- */
+/* n pairs (base[i], other[i]) with diffs[i] = other[i] - base[i]; rank[i]
+   the 1-based rank of diffs[i] among the diffs, sorted[r-1] the diff of
+   rank r; the median sits at ranks lo_r and lo_r + 1 with weight frac.
+   Fills means, medians, ratios[0..iters). state: metrics.prng's state. */
+void sp_boot_paired(int n, int iters, int32_t state, const double *diffs, const double *base,
+                    const double *other, const int *rank, const double *sorted, int lo_r, double frac,
+                    int *counts, double *means, double *medians, double *ratios);
+
 /* ---- shared options (sp_opt.c) ------------------------------------------ */
 /* The domain of a numeric option several entry points share: p, alpha, beta,
    nu, eps, k, m, seed, concurrency (name without dashes). parse reads text
