@@ -318,6 +318,8 @@ function M.main(agent, o, queries, script)
   local summary_f = o.summary and runner.open_output(o.summary, "w", "--summary file")
   local all, interrupted, ndone, ntotal = {}, false, 0, #queries * #configs
   local agree = {}   -- record -> agreement text (agree_text's cache)
+  local any_sequential = false   -- agreement is only computed against a sequential configuration
+  for _, c in ipairs(configs) do if c.mode == "sequential" then any_sequential = true end end
   for ci, c in ipairs(configs) do
     if interrupted then break end
     local oc = {}
@@ -346,7 +348,7 @@ function M.main(agent, o, queries, script)
     local write = runner.record_writer(out, c.name, what, o.out)
     local emit = require("specula.shard").tag(function(rec, i)
       write(rec, i)
-      agree[rec] = agree_text(rec)
+      if any_sequential then agree[rec] = agree_text(rec) end
       rec.trajectory, rec.stages = nil, nil
     end, list)
     local got, stopped = runner.run_all(run, list, emit, runner.progress_line(show))
