@@ -158,6 +158,10 @@ const sp_jobcall *sp_job_call(const sp_task *t); /* its function and arguments *
    Lua clears them in sched.vals at once (they are reused from then on),
    so released values do not wait for the loop to become garbage. */
 int sp_job_done(sp_ctx *ctx, sp_task *t, int ok, const sp_jobres *res, int *dead, int maxdead);
+/* The running job t finishes ms after it returns (its hook then sees what
+   it returned, at that time), as if it slept ms before returning, without
+   suspending its coroutine. 0, or -1 when t is not the running job. */
+int sp_job_defer(sp_task *t, double ms);
 
 /* ---- HTTP (libcurl multi on libuv) ------------------------------------ */
 typedef struct sp_http_opts {

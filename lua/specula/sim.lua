@@ -73,13 +73,16 @@ end
 M.wait = wait
 
 -- The simulated calls below draw their latency, compute their result and
--- only then sleep, the result in hand: the draws are keyed, so the order
--- changes nothing, but the code after a sleep runs in LuaJIT's interpreter
--- (a trace cannot return through the dispatcher's xpcall frame), and a
--- function called often from there gets blacklisted by the JIT and then
--- stops every compiled caller too.
+-- only then wait, the result in hand: the draws are keyed, so the order
+-- changes nothing, and the wait is the job's last act, so the engine can
+-- deliver the result ms later without suspending the call
+-- (sched.finish_after). A call recorded to a cassette sleeps instead: the
+-- cassette times the call around it.
+local cassette
 local function pause(ms)
-  if ms > 0 then sched.sleep(ms) end
+  if ms <= 0 then return end
+  cassette = cassette or require "specula.cassette"
+  if cassette.state then sched.sleep(ms) else sched.finish_after(ms) end
 end
 
 -- A short stable digest of a string (for simulated arguments/observations).
