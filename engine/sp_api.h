@@ -5,6 +5,12 @@
  * start with '#' are dropped first), so it is written in the subset the
  * LuaJIT FFI parser accepts: no macros, no includes in the body.
  *
+ * It is also a C header, and each declaration exists once: a module whose
+ * functions or types Lua uses declares them here only, and its own header
+ * (sp_sse.h, sp_theory.h, ...) includes this one and adds what only C uses.
+ * So the cdef Lua loads is the very text the engine is compiled against;
+ * no copy can drift.
+ *
  * Rules of the boundary (DESIGN §2):
  * - Every function here is synchronous and pull-style: it starts work or
  *   reads state and returns at once. Errors come back as a status and a
@@ -26,6 +32,18 @@ typedef struct sp_sse sp_sse;          /* an incremental SSE parser */
 typedef struct sp_window sp_window;    /* the speculation window of one query */
 typedef struct sp_policy sp_policy;    /* an eligibility policy */
 typedef struct sp_prefetch sp_prefetch;/* the action-speculation cache of one query */
+
+/* ---- how a hop's speculation ended (engine/sp_theory.c) ----------------- *
+ * The one list of outcomes: the window records them (sp_hop_info.spec), the
+ * estimator below counts them, `specula replay` reads them back, and Lua
+ * builds its name table from sp_spec_name at load. */
+enum { SP_SPEC_NONE = 0, SP_SPEC_ACCEPTED = 1, SP_SPEC_REJECTED = 2, SP_SPEC_LATE = 3,
+       SP_SPEC_ERROR = 4, SP_SPEC_N = 5 };
+/* Its name in records and traces: "none", "accepted", "rejected", "late",
+   "error"; NULL outside 0 .. SP_SPEC_N - 1. */
+const char *sp_spec_name(int outcome);
+/* The outcome named by the len bytes at name, -1 if none is. */
+int sp_spec_code(const char *name, size_t len);
 
 /* ---- the estimator of p, alpha, beta (engine/sp_theory.c) -------------- *
  * One definition, used by the runner, the report, --compare and replay:
@@ -112,6 +130,11 @@ void sp_task_cancel(sp_task *t);
 void sp_task_set_error(sp_task *t, const char *msg, size_t len);
 const char *sp_task_error(const sp_task *t);
 int sp_task_speculative(const sp_task *t);       /* 1 when running for an unverified state */
+/* The window job t runs for (t itself, or the job whose code spawned it):
+   its task id, 0 when none; *born_ms: when the window launched it (engine
+   clock, as sp_clock_ms), *thread: the window thread it belongs to (the tid
+   traces show), 0 none. Either pointer may be NULL. */
+int sp_task_job(const sp_task *t, double *born_ms, int *thread);
 /* Wait for another task: 1 = already finished (do not yield), 0 = yield now. */
 int sp_task_wait(sp_task *waiter, sp_task *target);
 void sp_task_unwait(sp_task *waiter);              /* drop every pending wait of waiter */
@@ -176,7 +199,7 @@ typedef struct sp_http_opts {
   double max_body_bytes;         /* abort above this, 0 = unlimited */
   int stream;                    /* 1 = hand chunks to Lua as they arrive */
   int http2;                     /* 0 = default, 1 = prefer h2 (TLS), 2 = h2c prior knowledge */
-  int verbose;                   /* libcurl verbose to stderr (debugging) */
+  int verbose;                   /* protocol chatter to stderr, credentials redacted (debugging) */
   const char *cainfo;            /* CA bundle file for TLS (private CAs), or NULL */
   int path_as_is;                /* 1 = send the path as written (no dot-segment removal) */
 } sp_http_opts;
@@ -313,7 +336,7 @@ int sp_policy_gate(sp_policy *p, int tool, int trigger, int hint, double infligh
 void sp_policy_tool_counts(const sp_policy *p, int tool, int trigger, sp_gate_counts *out);
 void sp_policy_class_counts(const sp_policy *p, int cls, sp_gate_counts *out);
 
-/* ---- action speculation (engine/sp_prefetch.c, window side in sp_window.c) */
+/* ---- action speculation (engine/sp_prefetch.c, window side in sp_window_pf.c) */
 enum { SP_MATCH_EXACT = 0, SP_MATCH_NAME_ONLY = 1, SP_MATCH_SIMILAR = 2 };
 enum { SP_TRIGGER_START = 1, SP_TRIGGER_TOOL_NAME = 2 };
 typedef struct sp_prefetch_stats {
@@ -360,9 +383,6 @@ enum { SP_MODE_SEQUENTIAL = 0, SP_MODE_WINDOW = 1, SP_MODE_SPECHOP = 2 };
    speculator starts only when a thread slot is free (Alg. 2, read literally). */
 enum { SP_LAUNCH_EAGER = 0, SP_LAUNCH_SLOT = 1 };
 enum { SP_WIN_NEW = 0, SP_WIN_RUNNING = 1, SP_WIN_DONE = 2, SP_WIN_FAILED = 3, SP_WIN_CANCELLED = 4 };
-/* How a hop's speculation ended. */
-enum { SP_SPEC_NONE = 0, SP_SPEC_ACCEPTED = 1, SP_SPEC_REJECTED = 2, SP_SPEC_LATE = 3,
-       SP_SPEC_ERROR = 4 };
 typedef struct sp_window_cfg {
   int mode;                  /* SP_MODE_* */
   int k;                     /* active threads: >= 1, -1 = unbounded, 0 = auto */
@@ -475,24 +495,36 @@ void sp_kauto_add(sp_kauto *a, double t_seg, double t_spec, double t_target);
 int sp_kauto_k(sp_kauto *a);
 void sp_kauto_estimates(const sp_kauto *a, double *alpha, double *beta, double *nu);
 
-/* ---- SSE parser ------------------------------------------------------- */
-#ifndef SP_SSE_EVENT_DEFINED
-#define SP_SSE_EVENT_DEFINED
+/* ---- SSE parser (engine/sp_sse.c: the WHATWG "event stream" rules) ----
+   Feed it arbitrary chunks of a response body; it queues complete events. */
 typedef struct sp_sse_event {
-  const char *event; size_t event_len;   /* event type, "message" when none given */
-  const char *data;  size_t data_len;    /* data lines joined with "\n" */
-  const char *id;    size_t id_len;      /* last event id in effect ("" if none) */
-  long retry;                            /* last valid retry value, -1 if none */
+  const char *event;  /* event type, "message" when none given (NUL-terminated) */
+  size_t event_len;   /* bytes in event */
+  const char *data;   /* data lines joined with "\n", final "\n" removed (NUL-terminated, may hold NULs) */
+  size_t data_len;    /* bytes in data */
+  const char *id;     /* last event id in effect at dispatch, "" if none (NUL-terminated) */
+  size_t id_len;      /* bytes in id */
+  long retry;         /* last valid retry value seen, -1 if none */
 } sp_sse_event;
-#endif
+/* max_event_bytes bounds a single line and an event's accumulated data;
+   0 means the default of 16 MiB. NULL on out of memory. */
 sp_sse *sp_sse_new(size_t max_event_bytes);
 void sp_sse_free(sp_sse *p);
+/* 0 ok; -1 error (see sp_sse_error). After an error every feed fails. */
 int sp_sse_feed(sp_sse *p, const char *buf, size_t len);
+/* 1 = an event was written to *ev (pointers valid until the next
+   next/feed/finish/free call), 0 = none pending. Events come in stream order. */
 int sp_sse_next(sp_sse *p, sp_sse_event *ev);
+/* End of stream: drops any unterminated line and undispatched event; returns 1
+   if that discarded event data, else 0. Queued events stay drainable, the last
+   event id and retry persist, and the parser accepts a new stream (a BOM again). */
 int sp_sse_finish(sp_sse *p);
+/* Message of the last error, "" if none. */
 const char *sp_sse_error(const sp_sse *p);
 
-/* ---- JSON ------------------------------------------------------------- */
+/* ---- JSON (engine/sp_json.c; the canonical form is specified in sp_json.h) */
+/* Appends the canonical form of text to out. 0 ok; -1 error (message in err,
+   out left as it was). */
 int sp_json_canonical(const char *text, size_t len, sp_buf *out, char *err, size_t errlen);
 
 /* ---- keyed randomness (simulated backend) ----------------------------- */
@@ -500,11 +532,18 @@ int sp_json_canonical(const char *text, size_t len, sp_buf *out, char *err, size
 double sp_rand_keyed(uint64_t seed, const char *qid, size_t qid_len, int hop,
                      const char *kind, int branch);
 
-/* ---- theory ----------------------------------------------------------- */
+/* ---- theory (engine/sp_theory.c; the notation is in sp_theory.h) ------- */
+/* Corollary 1: oracle relative latency 1 - p(1-alpha)/(1+beta). */
 double sp_theory_rel_lat_star(double p, double alpha, double beta);
+/* Corollary 3: bounded-window relative latency with mu_k = (1-p^k)/(1-p);
+   k = 1 gives 1, unbounded k gives RelLat*. k in [0, 1) is NaN. */
 double sp_theory_rel_lat_k(double p, double alpha, double beta, double k);
+/* Deterministic thread count (1+beta)/(alpha+beta) (Theorem 4, k_det). */
 double sp_theory_k_det(double alpha, double beta);
+/* Theorem 4: upper bound on the starvation probability with k threads. */
 double sp_theory_p_starve(double k, double alpha, double beta, double nu);
+/* Corollary 5: threads needed for P_starve <= eps, at least 1;
+   -1 when unbounded (alpha + beta = 0), 0 on invalid input. */
 int sp_theory_k_eps(double alpha, double beta, double nu, double eps);
 
 /* ---- paired bootstrap (engine/sp_boot.c, used by specula.stats) --------- */
@@ -516,6 +555,59 @@ void sp_boot_paired(int n, int iters, int32_t state, const double *diffs, const 
                     const double *other, const int *rank, const double *sorted, int lo_r, double frac,
                     int *counts, double *means, double *medians, double *ratios);
 
+/* ---- replay: the event-level simulation of the window (sp_replay.c) ---- *
+ * `specula replay` and the report's timeline run the same simulation, so a
+ * drawn timeline always ends at the replayed latency. Times in ms. */
+typedef struct sp_replay_query sp_replay_query; /* one query's recorded stages (sp_replay.h) */
+typedef struct sp_replay_set sp_replay_set;     /* queries loaded from one input (sp_replay.h) */
+/* When a thread's speculator starts (as the engine's SP_LAUNCH_*). */
+enum { SP_REPLAY_EAGER = 0, SP_REPLAY_SLOT = 1, SP_REPLAY_LAUNCH_RECORDED = -1 };
+/* Span kinds of a replayed timeline. */
+enum { SP_REPLAY_TL_MODEL = 0, SP_REPLAY_TL_TARGET = 1, SP_REPLAY_TL_SPEC = 2, SP_REPLAY_TL_VERIFY = 3 };
+/* Mark kinds: a guess committed, speculative work rolled back, a call or
+   branch cancelled, the answer released. */
+enum { SP_REPLAY_TL_COMMIT = 0, SP_REPLAY_TL_ROLLBACK = 1, SP_REPLAY_TL_CANCEL = 2, SP_REPLAY_TL_ANSWER = 3 };
+typedef struct sp_replay_span {
+  int lane;          /* thread lane, 0-based in order of creation */
+  int kind;          /* SP_REPLAY_TL_MODEL ... SP_REPLAY_TL_VERIFY */
+  int hop;           /* the hop (node) it belongs to; n_hops = the final step */
+  int speculative;   /* 1 when it started from a state not yet verified */
+  double t0;         /* start */
+  double t1;         /* end (>= t0) */
+} sp_replay_span;
+typedef struct sp_replay_mark {
+  int lane;          /* thread lane it is drawn on */
+  int kind;          /* SP_REPLAY_TL_COMMIT ... SP_REPLAY_TL_ANSWER */
+  int hop;           /* the hop whose verdict (or call) it marks */
+  double t;          /* when */
+} sp_replay_mark;
+typedef struct sp_replay_tl_info {
+  size_t n_spans;    /* spans of the timeline (also when the array was too small) */
+  size_t n_marks;    /* marks of the timeline (likewise) */
+  int lanes;         /* lanes used */
+  double wall;       /* replayed latency: when the answer is released */
+  double standard;   /* the hops back to back, as sp_replay_run */
+  int k;             /* the k replayed, -1 = unbounded */
+  int m;             /* candidates per speculator return */
+  int launch;        /* the launch replayed: SP_REPLAY_EAGER or SP_REPLAY_SLOT */
+} sp_replay_tl_info;
+/* Parses a Chrome trace with a "specula" section or results JSONL: 0 with
+   *out owned by the caller (sp_replay_set_free), or -1 with a message in err
+   naming the input and line. Never aborts on bad input. */
+int sp_replay_load_buffer(const char *text, size_t len, sp_replay_set **out, char *err, size_t errlen);
+void sp_replay_set_free(sp_replay_set *s);
+size_t sp_replay_set_count(const sp_replay_set *s);
+/* The i-th query, or NULL past the end; owned by the set. */
+const sp_replay_query *sp_replay_set_query(const sp_replay_set *s, size_t i);
+/* Replays q as sp_replay_run does (mode NULL = "spechop"; k < 0 unbounded,
+   k = 0 the recorded k; launch as there) and writes its timeline: at most
+   max_spans spans and max_marks marks. 0 on success; -1 with a message in
+   err on bad arguments, or when an array is too small (info then holds the
+   counts needed, so the caller can retry with room for them). */
+int sp_replay_timeline(const sp_replay_query *q, const char *mode, int k, int launch, sp_replay_span *spans,
+                       size_t max_spans, sp_replay_mark *marks, size_t max_marks, sp_replay_tl_info *info,
+                       char *err, size_t errlen);
+
 /* ---- shared options (sp_opt.c) ------------------------------------------ */
 /* The domain of a numeric option several entry points share: p, alpha, beta,
    nu, eps, k, m, seed, concurrency (name without dashes). parse reads text
@@ -523,5 +615,12 @@ void sp_boot_paired(int n, int iters, int32_t state, const double *diffs, const 
    return 0, or -1 with "--NAME must be ..., got ..." in err. */
 int sp_opt_parse(const char *name, const char *text, double *out, char *err, size_t errlen);
 int sp_opt_check(const char *name, double v, char *err, size_t errlen);
+/* The default of an option (k, m, eps, nu, seed, concurrency, max_hops,
+   ev_cost_ms, predict_top, bootstrap_iterations, bootstrap_seed,
+   bootstrap_level, kauto_min, kauto_max, kauto_default), NAN for a name
+   without one. default_at walks the table: the i-th name (value in *value),
+   NULL past the end. */
+double sp_opt_default(const char *name);
+const char *sp_opt_default_at(int i, double *value);
 
 #endif

@@ -46,7 +46,6 @@ int sp_ctx_init(sp_ctx *ctx) {
   sp_timers_init(&ctx->timers);
   ctx->co_table_ref = LUA_NOREF;
   ctx->worker_body_ref = LUA_NOREF;
-  ctx->handoff_ref = LUA_NOREF;
   ctx->vals_ref = LUA_NOREF;
   ctx->disp_ref = LUA_NOREF;
   sp_sched_init(ctx);

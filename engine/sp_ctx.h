@@ -40,7 +40,6 @@ struct sp_ctx {
   sp_vals vals;            /* its slot bookkeeping */
   sp_task *task_pool;      /* freed task structs kept for reuse (linked by ready_next) */
   int ntask_pool;          /* entries in task_pool */
-  int handoff_ref;         /* registry ref of the table Lua leaves window arguments in */
   uv_idle_t ready_idle;    /* runs the ready queue while it is non-empty */
   uv_prepare_t reap_prep;  /* releases finished coroutines before each poll */
   sp_runnable *ready_head; /* FIFO of tasks to resume and C callbacks to run */

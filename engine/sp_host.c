@@ -82,7 +82,7 @@ static const char *BOOT =
   "package.loaded['specula.host'] = { ctx = ctx, root = root,\n"
   "  lua_dir = root .. '/lua', policies_dir = root .. '/policies', embedded = true }\n"
   "local sched = require 'specula.sched'\n"
-  "return sched.co_table, sched.worker_body, sched.handoff, sched.vals\n";
+  "return sched.co_table, sched.worker_body, sched.vals\n";
 
 int sp_host_init(sp_ctx *ctx, const char *argv0, char *err, size_t errlen) {
   char root[PATH_MAX];
@@ -113,17 +113,16 @@ int sp_host_init(sp_ctx *ctx, const char *argv0, char *err, size_t errlen) {
   }
   lua_pushstring(L, root);
   lua_pushlightuserdata(L, ctx);
-  if (lua_pcall(L, 2, 4, 0) != 0) {
+  if (lua_pcall(L, 2, 3, 0) != 0) {
     snprintf(err, errlen, "%s", lua_tostring(L, -1));
     lua_pop(L, 1);
     return -1;
   }
-  if (!lua_istable(L, -1) || !lua_istable(L, -2) || !lua_isfunction(L, -3) || !lua_istable(L, -4)) {
-    snprintf(err, errlen, "boot: specula.sched did not export co_table, worker_body, handoff and vals");
+  if (!lua_istable(L, -1) || !lua_isfunction(L, -2) || !lua_istable(L, -3)) {
+    snprintf(err, errlen, "boot: specula.sched did not export co_table, worker_body and vals");
     return -1;
   }
   ctx->vals_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  ctx->handoff_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   ctx->worker_body_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   ctx->co_table_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   return 0;
@@ -223,7 +222,9 @@ static int run_main(sp_ctx *ctx, int argc, char **argv) {
   }
   sp_task *m = ctx->main_task;
   if (m->state == SP_TASK_FAILED) {
-    fprintf(stderr, "specula: %s\n", m->error ? m->error : "main task failed");
+    const char *msg = m->error ? m->error : "main task failed";
+    /* a subcommand's own message already names it ("specula run: ...") */
+    fprintf(stderr, "%s%s\n", strncmp(msg, "specula ", 8) == 0 ? "" : "specula: ", msg);
     return ctx->exit_code ? ctx->exit_code : 1;
   }
   if (m->state == SP_TASK_CANCELLED) {

@@ -214,6 +214,80 @@ static size_t on_write(char *ptr, size_t size, size_t n, void *ud) {
   return len;
 }
 
+/* A header name or query parameter that may carry a credential. */
+static int secret_name(const char *p, size_t n) {
+  static const char *const words[] = { "auth", "key", "token", "secret", "password", "cookie", "session" };
+  char low[64];
+  if (n >= sizeof low) n = sizeof low - 1;
+  for (size_t i = 0; i < n; i++) low[i] = (char)(p[i] >= 'A' && p[i] <= 'Z' ? p[i] + 32 : p[i]);
+  low[n] = '\0';
+  for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+    if (strstr(low, words[i])) return 1;
+  return 0;
+}
+
+/* One line for `verbose`: a credential-looking header keeps its name only;
+   in a request line or libcurl's own text (a redirect names the new URL),
+   credential-looking query parameters keep their names only. */
+static void debug_line(FILE *out, char mark, const char *p, size_t n) {
+  const char *colon = memchr(p, ':', n);
+  const char *sp = memchr(p, ' ', n);
+  if (mark != '*' && colon && (!sp || colon < sp)) {
+    if (secret_name(p, (size_t)(colon - p))) {
+      fprintf(out, "%c %.*s: [redacted]\n", mark, (int)(colon - p), p);
+      return;
+    }
+    fprintf(out, "%c %.*s\n", mark, (int)n, p);
+    return;
+  }
+  const char *q = memchr(p, '?', n);
+  if (!q) {
+    fprintf(out, "%c %.*s\n", mark, (int)n, p);
+    return;
+  }
+  /* the request line "METHOD /path?a=1&b=2 HTTP/1.1" */
+  const char *end = p + n;
+  const char *qend = memchr(q, ' ', (size_t)(end - q));
+  if (!qend) qend = end;
+  fprintf(out, "%c %.*s", mark, (int)(q - p + 1), p);
+  const char *a = q + 1;
+  while (a < qend) {
+    const char *amp = memchr(a, '&', (size_t)(qend - a));
+    const char *e = amp ? amp : qend;
+    const char *eq = memchr(a, '=', (size_t)(e - a));
+    if (eq && secret_name(a, (size_t)(eq - a))) fprintf(out, "%.*s=[redacted]", (int)(eq - a), a);
+    else fprintf(out, "%.*s", (int)(e - a), a);
+    if (amp) fputc('&', out);
+    a = amp ? amp + 1 : qend;
+  }
+  fprintf(out, "%.*s\n", (int)(end - qend), qend);
+}
+
+/* `verbose`: libcurl's protocol chatter on stderr without credentials
+   (CURLOPT_VERBOSE alone would print Authorization and x-api-key values).
+   Bodies are not printed. Writes to stderr only; no libcurl call. */
+static int on_debug(CURL *e, curl_infotype type, char *data, size_t size, void *ud) {
+  (void)e;
+  (void)ud;
+  char mark;
+  switch (type) {
+  case CURLINFO_TEXT: mark = '*'; break;
+  case CURLINFO_HEADER_OUT: mark = '>'; break;
+  case CURLINFO_HEADER_IN: mark = '<'; break;
+  default: return 0;
+  }
+  const char *p = data, *end = data + size;
+  while (p < end) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    const char *le = nl ? nl : end;
+    size_t n = (size_t)(le - p);
+    if (n > 0 && p[n - 1] == '\r') n--;
+    if (n > 0) debug_line(stderr, mark, p, n);
+    p = nl ? nl + 1 : end;
+  }
+  return 0;
+}
+
 static size_t on_header(char *buf, size_t size, size_t n, void *ud) {
   sp_http_req *r = ud;
   size_t len = size * n;
@@ -551,7 +625,10 @@ static sp_http_req *start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *
   if (o->http2 != 2) curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
   curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-  if (o->verbose) curl_easy_setopt(e, CURLOPT_VERBOSE, 1L);
+  if (o->verbose) {
+    curl_easy_setopt(e, CURLOPT_DEBUGFUNCTION, on_debug);
+    curl_easy_setopt(e, CURLOPT_VERBOSE, 1L);
+  }
   if (o->path_as_is) curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
   if (o->cainfo && *o->cainfo) curl_easy_setopt(e, CURLOPT_CAINFO, o->cainfo);
   if (o->http2 == 2) curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);

@@ -59,12 +59,12 @@ typedef struct sp_json_parser {
   size_t errlen;           /* its size */
 } sp_json_parser;
 
-static int sp_json_fail(sp_json_parser *p, const char *what, size_t at) {
+static int fail(sp_json_parser *p, const char *what, size_t at) {
   if (p->errlen) snprintf(p->err, p->errlen, "JSON: %s at byte %zu", what, at);
   return -1;
 }
 
-static void *sp_json_alloc(sp_json_parser *p, size_t n) {
+static void *arena_alloc(sp_json_parser *p, size_t n) {
   n = (n + SP_JSON_ALIGN - 1) & ~(SP_JSON_ALIGN - 1);
   sp_json_chunk *c = p->doc->chunks;
   if (!c || c->cap - c->used < n) {
@@ -85,15 +85,15 @@ static void *sp_json_alloc(sp_json_parser *p, size_t n) {
   return r;
 }
 
-static char *sp_json_strdup(sp_json_parser *p, const void *src, size_t n) {
-  char *r = sp_json_alloc(p, n + 1);
+static char *arena_strdup(sp_json_parser *p, const void *src, size_t n) {
+  char *r = arena_alloc(p, n + 1);
   if (!r) return NULL;
   if (n) memcpy(r, src, n);
   r[n] = '\0';
   return r;
 }
 
-static void sp_json_skip_ws(sp_json_parser *p) {
+static void skip_ws(sp_json_parser *p) {
   while (p->pos < p->len) {
     unsigned char c = p->s[p->pos];
     if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
@@ -120,7 +120,7 @@ size_t sp_json_utf8_seq(const unsigned char *s, size_t avail) {
   return 0;
 }
 
-static int sp_json_hex4(const unsigned char *s, unsigned *out) {
+static int hex4(const unsigned char *s, unsigned *out) {
   unsigned v = 0;
   for (int i = 0; i < 4; i++) {
     unsigned c = s[i], d;
@@ -134,7 +134,7 @@ static int sp_json_hex4(const unsigned char *s, unsigned *out) {
   return 0;
 }
 
-static int sp_json_put_utf8(sp_buf *b, unsigned cp) {
+static int put_utf8(sp_buf *b, unsigned cp) {
   char u[4];
   size_t n;
   if (cp < 0x80) { u[0] = (char)cp; n = 1; }
@@ -150,9 +150,9 @@ static int sp_json_put_utf8(sp_buf *b, unsigned cp) {
 }
 
 /* Decodes the escape at p->pos (just past the backslash) into scratch. */
-static int sp_json_escape(sp_json_parser *p) {
+static int decode_escape(sp_json_parser *p) {
   size_t at = p->pos - 1;
-  if (p->pos >= p->len) return sp_json_fail(p, "unterminated string", p->len);
+  if (p->pos >= p->len) return fail(p, "unterminated string", p->len);
   unsigned char c = p->s[p->pos++];
   char plain;
   switch (c) {
@@ -166,91 +166,91 @@ static int sp_json_escape(sp_json_parser *p) {
     case 't': plain = '\t'; break;
     case 'u': {
       unsigned cp, lo;
-      if (p->len - p->pos < 4 || sp_json_hex4(p->s + p->pos, &cp) != 0)
-        return sp_json_fail(p, "invalid \\u escape", at);
+      if (p->len - p->pos < 4 || hex4(p->s + p->pos, &cp) != 0)
+        return fail(p, "invalid \\u escape", at);
       p->pos += 4;
-      if (cp >= 0xDC00 && cp <= 0xDFFF) return sp_json_fail(p, "lone surrogate in \\u escape", at);
+      if (cp >= 0xDC00 && cp <= 0xDFFF) return fail(p, "lone surrogate in \\u escape", at);
       if (cp >= 0xD800 && cp <= 0xDBFF) {
         if (p->len - p->pos < 6 || p->s[p->pos] != '\\' || p->s[p->pos + 1] != 'u' ||
-            sp_json_hex4(p->s + p->pos + 2, &lo) != 0 || lo < 0xDC00 || lo > 0xDFFF)
-          return sp_json_fail(p, "lone surrogate in \\u escape", at);
+            hex4(p->s + p->pos + 2, &lo) != 0 || lo < 0xDC00 || lo > 0xDFFF)
+          return fail(p, "lone surrogate in \\u escape", at);
         p->pos += 6;
         cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
       }
-      if (sp_json_put_utf8(&p->scratch, cp) != 0) return sp_json_fail(p, "out of memory", at);
+      if (put_utf8(&p->scratch, cp) != 0) return fail(p, "out of memory", at);
       return 0;
     }
     default:
-      return sp_json_fail(p, "invalid escape in string", at);
+      return fail(p, "invalid escape in string", at);
   }
-  if (sp_buf_putc(&p->scratch, plain) != 0) return sp_json_fail(p, "out of memory", at);
+  if (sp_buf_putc(&p->scratch, plain) != 0) return fail(p, "out of memory", at);
   return 0;
 }
 
 /* Parses the string whose opening quote is at p->pos into the arena. Runs of
  * plain bytes are copied in one go; an escape-free string is copied once. */
-static int sp_json_string_at(sp_json_parser *p, char **out, size_t *out_len) {
+static int string_at(sp_json_parser *p, char **out, size_t *out_len) {
   size_t open = p->pos++;
   size_t run = p->pos;  /* start of the current run of plain bytes */
   int escaped = 0;
   for (;;) {
-    if (p->pos >= p->len) return sp_json_fail(p, "unterminated string", open);
+    if (p->pos >= p->len) return fail(p, "unterminated string", open);
     unsigned char c = p->s[p->pos];
     if (c == '"') break;
     if (c == '\\') {
       if (!escaped) { sp_buf_reset(&p->scratch); escaped = 1; }
       if (sp_buf_append(&p->scratch, p->s + run, p->pos - run) != 0)
-        return sp_json_fail(p, "out of memory", p->pos);
+        return fail(p, "out of memory", p->pos);
       p->pos++;
-      if (sp_json_escape(p) != 0) return -1;
+      if (decode_escape(p) != 0) return -1;
       run = p->pos;
     } else if (c < 0x20) {
-      return sp_json_fail(p, "control character in string", p->pos);
+      return fail(p, "control character in string", p->pos);
     } else if (c < 0x80) {
       p->pos++;
     } else {
       size_t n = sp_json_utf8_seq(p->s + p->pos, p->len - p->pos);
-      if (!n) return sp_json_fail(p, "invalid UTF-8 in string", p->pos);
+      if (!n) return fail(p, "invalid UTF-8 in string", p->pos);
       p->pos += n;
     }
   }
   const void *src = p->s + run;
   size_t n = p->pos - run;
   if (escaped) {
-    if (sp_buf_append(&p->scratch, src, n) != 0) return sp_json_fail(p, "out of memory", p->pos);
+    if (sp_buf_append(&p->scratch, src, n) != 0) return fail(p, "out of memory", p->pos);
     src = p->scratch.data;
     n = p->scratch.len;
   }
   p->pos++;  /* closing quote */
-  *out = sp_json_strdup(p, src, n);
+  *out = arena_strdup(p, src, n);
   *out_len = n;
-  return *out ? 0 : sp_json_fail(p, "out of memory", open);
+  return *out ? 0 : fail(p, "out of memory", open);
 }
 
-static int sp_json_is_digit(const sp_json_parser *p) {
+static int is_digit(const sp_json_parser *p) {
   return p->pos < p->len && p->s[p->pos] >= '0' && p->s[p->pos] <= '9';
 }
 
-static int sp_json_number_at(sp_json_parser *p, sp_json *v) {
+static int number_at(sp_json_parser *p, sp_json *v) {
   size_t start = p->pos;
   if (p->s[p->pos] == '-') p->pos++;
-  if (!sp_json_is_digit(p)) return sp_json_fail(p, "invalid number", start);
+  if (!is_digit(p)) return fail(p, "invalid number", start);
   if (p->s[p->pos] == '0') {
     p->pos++;
-    if (sp_json_is_digit(p)) return sp_json_fail(p, "leading zero in number", start);
+    if (is_digit(p)) return fail(p, "leading zero in number", start);
   } else {
-    while (sp_json_is_digit(p)) p->pos++;
+    while (is_digit(p)) p->pos++;
   }
   if (p->pos < p->len && p->s[p->pos] == '.') {
     p->pos++;
-    if (!sp_json_is_digit(p)) return sp_json_fail(p, "expected digit after '.'", p->pos);
-    while (sp_json_is_digit(p)) p->pos++;
+    if (!is_digit(p)) return fail(p, "expected digit after '.'", p->pos);
+    while (is_digit(p)) p->pos++;
   }
   if (p->pos < p->len && (p->s[p->pos] == 'e' || p->s[p->pos] == 'E')) {
     p->pos++;
     if (p->pos < p->len && (p->s[p->pos] == '+' || p->s[p->pos] == '-')) p->pos++;
-    if (!sp_json_is_digit(p)) return sp_json_fail(p, "expected digit in exponent", p->pos);
-    while (sp_json_is_digit(p)) p->pos++;
+    if (!is_digit(p)) return fail(p, "expected digit in exponent", p->pos);
+    while (is_digit(p)) p->pos++;
   }
   /* strtod needs a terminator the input may lack: convert from a copy */
   size_t n = p->pos - start;
@@ -262,44 +262,44 @@ static int sp_json_number_at(sp_json_parser *p, sp_json *v) {
     txt = small;
   } else {
     sp_buf_reset(&p->scratch);
-    if (sp_buf_append(&p->scratch, p->s + start, n) != 0) return sp_json_fail(p, "out of memory", start);
+    if (sp_buf_append(&p->scratch, p->s + start, n) != 0) return fail(p, "out of memory", start);
     txt = p->scratch.data;
   }
   double d = strtod(txt, NULL);
   if (d > 1.7976931348623157e308 || d < -1.7976931348623157e308)
-    return sp_json_fail(p, "number out of range", start);
+    return fail(p, "number out of range", start);
   v->type = SP_JSON_NUMBER;
   v->u.num = d;
   return 0;
 }
 
-static int sp_json_literal(sp_json_parser *p, const char *word, sp_json_type t, sp_json *v) {
+static int parse_literal(sp_json_parser *p, const char *word, sp_json_type t, sp_json *v) {
   size_t n = strlen(word);
   if (p->len - p->pos < n || memcmp(p->s + p->pos, word, n) != 0)
-    return sp_json_fail(p, "invalid literal", p->pos);
+    return fail(p, "invalid literal", p->pos);
   p->pos += n;
   v->type = t;
   return 0;
 }
 
-static int sp_json_value(sp_json_parser *p, sp_json *v);
+static int parse_value(sp_json_parser *p, sp_json *v);
 
-static int sp_json_array_at(sp_json_parser *p, sp_json *v) {
+static int array_at(sp_json_parser *p, sp_json *v) {
   size_t base = p->items.len;
   p->pos++;
-  sp_json_skip_ws(p);
+  skip_ws(p);
   if (p->pos < p->len && p->s[p->pos] == ']') {
     p->pos++;
   } else {
     for (;;) {
       sp_json child;
-      if (sp_json_value(p, &child) != 0) return -1;
-      if (sp_buf_append(&p->items, &child, sizeof child) != 0) return sp_json_fail(p, "out of memory", p->pos);
-      sp_json_skip_ws(p);
-      if (p->pos >= p->len) return sp_json_fail(p, "unexpected end of input", p->pos);
+      if (parse_value(p, &child) != 0) return -1;
+      if (sp_buf_append(&p->items, &child, sizeof child) != 0) return fail(p, "out of memory", p->pos);
+      skip_ws(p);
+      if (p->pos >= p->len) return fail(p, "unexpected end of input", p->pos);
       unsigned char c = p->s[p->pos++];
       if (c == ']') break;
-      if (c != ',') return sp_json_fail(p, "expected ',' or ']'", p->pos - 1);
+      if (c != ',') return fail(p, "expected ',' or ']'", p->pos - 1);
     }
   }
   size_t bytes = p->items.len - base;
@@ -307,38 +307,38 @@ static int sp_json_array_at(sp_json_parser *p, sp_json *v) {
   v->n = bytes / sizeof(sp_json);
   v->u.items = NULL;
   if (bytes) {
-    v->u.items = sp_json_alloc(p, bytes);
-    if (!v->u.items) return sp_json_fail(p, "out of memory", p->pos);
+    v->u.items = arena_alloc(p, bytes);
+    if (!v->u.items) return fail(p, "out of memory", p->pos);
     memcpy(v->u.items, p->items.data + base, bytes);
   }
   p->items.len = base;
   return 0;
 }
 
-static int sp_json_object_at(sp_json_parser *p, sp_json *v) {
+static int object_at(sp_json_parser *p, sp_json *v) {
   size_t base = p->members.len;
   p->pos++;
-  sp_json_skip_ws(p);
+  skip_ws(p);
   if (p->pos < p->len && p->s[p->pos] == '}') {
     p->pos++;
   } else {
     for (;;) {
       sp_json_member m;
-      sp_json_skip_ws(p);
-      if (p->pos >= p->len) return sp_json_fail(p, "unexpected end of input", p->pos);
-      if (p->s[p->pos] != '"') return sp_json_fail(p, "expected string key", p->pos);
-      if (sp_json_string_at(p, &m.key, &m.key_len) != 0) return -1;
-      sp_json_skip_ws(p);
-      if (p->pos >= p->len) return sp_json_fail(p, "unexpected end of input", p->pos);
-      if (p->s[p->pos] != ':') return sp_json_fail(p, "expected ':'", p->pos);
+      skip_ws(p);
+      if (p->pos >= p->len) return fail(p, "unexpected end of input", p->pos);
+      if (p->s[p->pos] != '"') return fail(p, "expected string key", p->pos);
+      if (string_at(p, &m.key, &m.key_len) != 0) return -1;
+      skip_ws(p);
+      if (p->pos >= p->len) return fail(p, "unexpected end of input", p->pos);
+      if (p->s[p->pos] != ':') return fail(p, "expected ':'", p->pos);
       p->pos++;
-      if (sp_json_value(p, &m.val) != 0) return -1;
-      if (sp_buf_append(&p->members, &m, sizeof m) != 0) return sp_json_fail(p, "out of memory", p->pos);
-      sp_json_skip_ws(p);
-      if (p->pos >= p->len) return sp_json_fail(p, "unexpected end of input", p->pos);
+      if (parse_value(p, &m.val) != 0) return -1;
+      if (sp_buf_append(&p->members, &m, sizeof m) != 0) return fail(p, "out of memory", p->pos);
+      skip_ws(p);
+      if (p->pos >= p->len) return fail(p, "unexpected end of input", p->pos);
       unsigned char c = p->s[p->pos++];
       if (c == '}') break;
-      if (c != ',') return sp_json_fail(p, "expected ',' or '}'", p->pos - 1);
+      if (c != ',') return fail(p, "expected ',' or '}'", p->pos - 1);
     }
   }
   size_t bytes = p->members.len - base;
@@ -346,42 +346,42 @@ static int sp_json_object_at(sp_json_parser *p, sp_json *v) {
   v->n = bytes / sizeof(sp_json_member);
   v->u.members = NULL;
   if (bytes) {
-    v->u.members = sp_json_alloc(p, bytes);
-    if (!v->u.members) return sp_json_fail(p, "out of memory", p->pos);
+    v->u.members = arena_alloc(p, bytes);
+    if (!v->u.members) return fail(p, "out of memory", p->pos);
     memcpy(v->u.members, p->members.data + base, bytes);
   }
   p->members.len = base;
   return 0;
 }
 
-static int sp_json_value(sp_json_parser *p, sp_json *v) {
-  sp_json_skip_ws(p);
-  if (p->pos >= p->len) return sp_json_fail(p, "unexpected end of input", p->pos);
+static int parse_value(sp_json_parser *p, sp_json *v) {
+  skip_ws(p);
+  if (p->pos >= p->len) return fail(p, "unexpected end of input", p->pos);
   v->n = 0;
   v->u.num = 0;
   unsigned char c = p->s[p->pos];
   switch (c) {
     case '{':
     case '[': {
-      if (p->depth >= SP_JSON_MAX_DEPTH) return sp_json_fail(p, "nesting deeper than 256", p->pos);
+      if (p->depth >= SP_JSON_MAX_DEPTH) return fail(p, "nesting deeper than 256", p->pos);
       p->depth++;
-      int rc = c == '{' ? sp_json_object_at(p, v) : sp_json_array_at(p, v);
+      int rc = c == '{' ? object_at(p, v) : array_at(p, v);
       p->depth--;
       return rc;
     }
     case '"':
       v->type = SP_JSON_STRING;
-      return sp_json_string_at(p, &v->u.str, &v->n);
-    case 't': return sp_json_literal(p, "true", SP_JSON_TRUE, v);
-    case 'f': return sp_json_literal(p, "false", SP_JSON_FALSE, v);
-    case 'n': return sp_json_literal(p, "null", SP_JSON_NULL, v);
+      return string_at(p, &v->u.str, &v->n);
+    case 't': return parse_literal(p, "true", SP_JSON_TRUE, v);
+    case 'f': return parse_literal(p, "false", SP_JSON_FALSE, v);
+    case 'n': return parse_literal(p, "null", SP_JSON_NULL, v);
     default:
-      if (c == '-' || (c >= '0' && c <= '9')) return sp_json_number_at(p, v);
-      return sp_json_fail(p, "expected a value", p->pos);
+      if (c == '-' || (c >= '0' && c <= '9')) return number_at(p, v);
+      return fail(p, "expected a value", p->pos);
   }
 }
 
-static void sp_json_free_doc(sp_json_doc *d) {
+static void free_doc(sp_json_doc *d) {
   sp_json_chunk *c = d->chunks;
   while (c) {
     sp_json_chunk *next = c->next;
@@ -405,24 +405,24 @@ sp_json *sp_json_parse(const char *text, size_t len, char *err, size_t errlen) {
   p.doc = calloc(1, sizeof *p.doc);
   int rc = -1;
   if (!p.doc) {
-    sp_json_fail(&p, "out of memory", 0);
-  } else if (sp_json_value(&p, &p.doc->root) == 0) {
-    sp_json_skip_ws(&p);
+    fail(&p, "out of memory", 0);
+  } else if (parse_value(&p, &p.doc->root) == 0) {
+    skip_ws(&p);
     if (p.pos == p.len) rc = 0;
-    else sp_json_fail(&p, "unexpected data after the value", p.pos);
+    else fail(&p, "unexpected data after the value", p.pos);
   }
   sp_buf_free(&p.items);
   sp_buf_free(&p.members);
   sp_buf_free(&p.scratch);
   if (rc != 0) {
-    if (p.doc) sp_json_free_doc(p.doc);
+    if (p.doc) free_doc(p.doc);
     return NULL;
   }
   return &p.doc->root;
 }
 
 void sp_json_free(sp_json *v) {
-  if (v) sp_json_free_doc((sp_json_doc *)(void *)v);
+  if (v) free_doc((sp_json_doc *)(void *)v);
 }
 
 sp_json_type sp_json_typeof(const sp_json *v) { return v->type; }
@@ -464,12 +464,12 @@ const sp_json *sp_json_get(const sp_json *v, const char *key) {
 /* ---- canonical encoder ---------------------------------------------------- */
 
 /* Decimal digits of v (< 2^63) into the end of buf; returns the first. */
-static char *sp_json_utoa(char *end, unsigned long long v) {
+static char *utoa(char *end, unsigned long long v) {
   do { *--end = (char)('0' + v % 10); v /= 10; } while (v);
   return end;
 }
 
-static const double SP_JSON_POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8,
+static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8,
                                        1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
 
 /* The %.15g text of d when d is the double of a decimal with at most 15
@@ -479,17 +479,17 @@ static const double SP_JSON_POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1
    printf: the smallest k for which r = round(|d| * 10^k) < 10^15 gives
    r / 10^k == |d| (both exact integers: the division rounds correctly, as
    strtod does on the decimal). */
-static size_t sp_json_short_decimal(double d, char *out) {
+static size_t short_decimal(double d, char *out) {
   double a = d < 0 ? -d : d;
   if (!(a >= 1e-4 && a < 1e15)) return 0;
   for (int k = 1; k <= 15; k++) {
-    double s = a * SP_JSON_POW10[k];
+    double s = a * POW10[k];
     if (s >= 1e15) return 0;
     double r = (double)(unsigned long long)(s + 0.5);
-    if (r / SP_JSON_POW10[k] != a) continue;
+    if (r / POW10[k] != a) continue;
     unsigned long long v = (unsigned long long)r;
     char digits[24], *end = digits + sizeof digits;
-    char *p = sp_json_utoa(end, v);
+    char *p = utoa(end, v);
     size_t nd = (size_t)(end - p);
     int frac = k;
     while (frac > 0 && end[-1] == '0') { end--; nd--; frac--; }  /* %g drops trailing zeros */
@@ -522,12 +522,12 @@ int sp_json_write_number(sp_buf *out, double d) {
   if (d > -9007199254740992.0 && d < 9007199254740992.0) {
     long long i = (long long)d;
     if ((double)i == d) {  /* -0 gives 0 */
-      char *end = tmp + sizeof tmp, *p = sp_json_utoa(end, (unsigned long long)(i < 0 ? -i : i));
+      char *end = tmp + sizeof tmp, *p = utoa(end, (unsigned long long)(i < 0 ? -i : i));
       if (i < 0) *--p = '-';
       return sp_buf_append(out, p, (size_t)(end - p));
     }
   }
-  size_t n = sp_json_short_decimal(d, tmp);
+  size_t n = short_decimal(d, tmp);
   if (n) return sp_buf_append(out, tmp, n);
   for (int prec = 15; prec <= 17; prec++) {
     snprintf(tmp, sizeof tmp, "%.*g", prec, d);
@@ -573,7 +573,7 @@ int sp_json_write_string(sp_buf *out, const char *s, size_t n) {
 }
 
 /* Orders members by key bytes, then by position so the last duplicate is last. */
-static int sp_json_member_cmp(const void *a, const void *b) {
+static int member_cmp(const void *a, const void *b) {
   const sp_json_member *x = *(const sp_json_member *const *)a;
   const sp_json_member *y = *(const sp_json_member *const *)b;
   size_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
@@ -583,11 +583,11 @@ static int sp_json_member_cmp(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static int sp_json_same_key(const sp_json_member *x, const sp_json_member *y) {
+static int same_key(const sp_json_member *x, const sp_json_member *y) {
   return x->key_len == y->key_len && memcmp(x->key, y->key, x->key_len) == 0;
 }
 
-static int sp_json_emit(sp_buf *out, const sp_json *v) {
+static int emit(sp_buf *out, const sp_json *v) {
   switch (v->type) {
     case SP_JSON_NULL: return sp_buf_append(out, "null", 4);
     case SP_JSON_FALSE: return sp_buf_append(out, "false", 5);
@@ -598,7 +598,7 @@ static int sp_json_emit(sp_buf *out, const sp_json *v) {
       if (sp_buf_putc(out, '[') != 0) return -1;
       for (size_t i = 0; i < v->n; i++) {
         if (i && sp_buf_putc(out, ',') != 0) return -1;
-        if (sp_json_emit(out, &v->u.items[i]) != 0) return -1;
+        if (emit(out, &v->u.items[i]) != 0) return -1;
       }
       return sp_buf_putc(out, ']');
     case SP_JSON_OBJECT: {
@@ -610,16 +610,16 @@ static int sp_json_emit(sp_buf *out, const sp_json *v) {
         if (!idx) return -1;
       }
       for (size_t i = 0; i < v->n; i++) idx[i] = &v->u.members[i];
-      qsort(idx, v->n, sizeof *idx, sp_json_member_cmp);
+      qsort(idx, v->n, sizeof *idx, member_cmp);
       int rc = sp_buf_putc(out, '{');
       int first = 1;
       for (size_t i = 0; i < v->n && rc == 0; i++) {
-        if (i + 1 < v->n && sp_json_same_key(idx[i], idx[i + 1])) continue;
+        if (i + 1 < v->n && same_key(idx[i], idx[i + 1])) continue;
         if (!first) rc = sp_buf_putc(out, ',');
         first = 0;
         if (rc == 0) rc = sp_json_write_string(out, idx[i]->key, idx[i]->key_len);
         if (rc == 0) rc = sp_buf_putc(out, ':');
-        if (rc == 0) rc = sp_json_emit(out, &idx[i]->val);
+        if (rc == 0) rc = emit(out, &idx[i]->val);
       }
       if (idx != small) free(idx);
       return rc == 0 ? sp_buf_putc(out, '}') : -1;
@@ -632,7 +632,7 @@ int sp_json_canonical(const char *text, size_t len, sp_buf *out, char *err, size
   sp_json *v = sp_json_parse(text, len, err, errlen);
   if (!v) return -1;
   size_t mark = out->len;
-  int rc = sp_json_emit(out, v);
+  int rc = emit(out, v);
   sp_json_free(v);
   if (rc != 0) {
     out->len = mark;

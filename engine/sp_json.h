@@ -52,9 +52,8 @@ const sp_json *sp_json_at(const sp_json *v, size_t i);
 const char *sp_json_key_at(const sp_json *v, size_t i, size_t *len); /* object key i */
 /* Object lookup by NUL-terminated key; the last occurrence wins; NULL if absent. */
 const sp_json *sp_json_get(const sp_json *v, const char *key);
-/* Appends the canonical form of text to out. 0 ok; -1 error (message in err,
- * out left as it was). */
-int sp_json_canonical(const char *text, size_t len, sp_buf *out, char *err, size_t errlen);
+/* sp_json_canonical(text, len, out, err, errlen), the canonical form above,
+   is declared in sp_api.h (Lua calls it too). */
 
 /* The pieces of the canonical form, for other encoders (sp_jsonenc.c):
  * a number as described above, and a string literal with its quotes (the

@@ -35,13 +35,54 @@ static const sp_opt_def sp_opt_defs[] = {
   {"concurrency", 1, INT_MAX, 0, 0, 1, 0, "must be an integer in [1, 2147483647]"},
 };
 
-static const sp_opt_def *sp_opt_find(const char *name) {
+/* The default of every option that has one, kept once: `specula run`,
+   specula.run(), --compare, `specula theory`, `specula compare|report`, the
+   k-auto estimator and the prefetcher all read it from here (Lua through
+   specula.opts.DEFAULTS), and the usage texts print it. */
+typedef struct sp_opt_default_def {
+  const char *name;  /* option name, dashes as underscores (max_hops) */
+  double value;      /* the value used when the option is not given */
+} sp_opt_default_def;
+
+static const sp_opt_default_def sp_opt_defaults[] = {
+  {"k", 3},                       /* active threads */
+  {"m", 1},                       /* candidates kept per speculator call */
+  {"eps", 0.05},                  /* starvation risk for --k auto */
+  {"nu", 0.4},                    /* CV bound of `specula theory` */
+  {"seed", 0},                    /* keyed draws of the simulated backend */
+  {"concurrency", 16},            /* queries in flight at once */
+  {"max_hops", 64},               /* a trajectory longer than this fails */
+  {"ev_cost_ms", 1000},           /* latency one unit of tool cost is worth */
+  {"predict_top", 3},             /* predictions considered per step */
+  {"bootstrap_iterations", 1000}, /* resamples of a bootstrap CI */
+  {"bootstrap_seed", 1},          /* seed of the comparison/report bootstrap */
+  {"bootstrap_level", 0.95},      /* confidence level of a bootstrap CI */
+  {"kauto_min", 1},               /* --k auto: smallest k */
+  {"kauto_max", 64},              /* --k auto: largest k */
+  {"kauto_default", 4},           /* --k auto: k until enough samples */
+};
+
+#define SP_OPT_NDEFAULTS ((int)(sizeof sp_opt_defaults / sizeof sp_opt_defaults[0]))
+
+double sp_opt_default(const char *name) {
+  for (int i = 0; name && i < SP_OPT_NDEFAULTS; i++)
+    if (strcmp(sp_opt_defaults[i].name, name) == 0) return sp_opt_defaults[i].value;
+  return NAN;
+}
+
+const char *sp_opt_default_at(int i, double *value) {
+  if (i < 0 || i >= SP_OPT_NDEFAULTS) return NULL;
+  *value = sp_opt_defaults[i].value;
+  return sp_opt_defaults[i].name;
+}
+
+static const sp_opt_def *find(const char *name) {
   for (size_t i = 0; i < sizeof sp_opt_defs / sizeof sp_opt_defs[0]; i++)
     if (strcmp(sp_opt_defs[i].name, name) == 0) return &sp_opt_defs[i];
   return NULL;
 }
 
-static int sp_opt_in_domain(const sp_opt_def *d, double v) {
+static int in_domain(const sp_opt_def *d, double v) {
   if (d->inf_ok && (v == 0 || isinf(v))) return 1;  /* auto, inf */
   if (!isfinite(v)) return 0;
   if (d->lo_open ? !(v > d->lo) : !(v >= d->lo)) return 0;
@@ -50,18 +91,18 @@ static int sp_opt_in_domain(const sp_opt_def *d, double v) {
 }
 
 int sp_opt_check(const char *name, double v, char *err, size_t errlen) {
-  const sp_opt_def *d = name ? sp_opt_find(name) : NULL;
+  const sp_opt_def *d = name ? find(name) : NULL;
   if (!d) {
     snprintf(err, errlen, "unknown option '%s'", name ? name : "(null)");
     return -1;
   }
-  if (sp_opt_in_domain(d, v) && !(d->inf_ok && v < 0)) return 0;
+  if (in_domain(d, v) && !(d->inf_ok && v < 0)) return 0;
   snprintf(err, errlen, "--%s %s, got %.17g", d->name, d->rule, v);
   return -1;
 }
 
 int sp_opt_parse(const char *name, const char *text, double *out, char *err, size_t errlen) {
-  const sp_opt_def *d = name ? sp_opt_find(name) : NULL;
+  const sp_opt_def *d = name ? find(name) : NULL;
   if (!d) {
     snprintf(err, errlen, "unknown option '%s'", name ? name : "(null)");
     return -1;
@@ -88,7 +129,7 @@ int sp_opt_parse(const char *name, const char *text, double *out, char *err, siz
       return -1;
     }
   }
-  if (!sp_opt_in_domain(d, v)) {
+  if (!in_domain(d, v)) {
     snprintf(err, errlen, "--%s %s, got '%s'", d->name, d->rule, text);
     return -1;
   }

@@ -1,4 +1,5 @@
 #include "sp_prefetch.h"
+#include "sp_opt.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,9 +10,9 @@ sp_prefetch *sp_prefetch_new(int match, int trigger, double ev_cost_ms, double e
   if (!pf) return NULL;
   pf->match = match;
   pf->trigger = trigger ? trigger : (SP_TRIGGER_START | SP_TRIGGER_TOOL_NAME);
-  pf->ev_cost_ms = ev_cost_ms >= 0 ? ev_cost_ms : 1000;
+  pf->ev_cost_ms = ev_cost_ms >= 0 ? ev_cost_ms : sp_opt_default("ev_cost_ms");
   pf->ev_latency_ms = ev_latency_ms;
-  pf->max_per_step = max_per_step > 0 ? max_per_step : 3;
+  pf->max_per_step = max_per_step > 0 ? max_per_step : (int)sp_opt_default("predict_top");
   return pf;
 }
 

@@ -3,8 +3,8 @@
  * (the predicted next tool call started while the model is still deciding).
  * The per-query cache — entries keyed by (tool, canonical args), promotion
  * on a match, orphans cancelled at the step boundary — lives with the
- * window's threads in sp_window.c; every launch goes through the eligibility
- * gate there.
+ * window's threads in sp_window_pf.c; every launch goes through the
+ * eligibility gate of sp_window.c (sp_win_gate).
  */
 #ifndef SP_PREFETCH_H
 #define SP_PREFETCH_H

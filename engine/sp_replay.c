@@ -33,8 +33,8 @@ typedef struct sp_replay_loader {
   int oom;              /* an allocation failed */
 } sp_replay_loader;
 
-static void sp_replay_warn(sp_replay_loader *ld, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sp_replay_warn(sp_replay_loader *ld, const char *fmt, ...) {
+static void add_warning(sp_replay_loader *ld, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add_warning(sp_replay_loader *ld, const char *fmt, ...) {
   ld->n_warn++;
   if (ld->n_warn > SP_REPLAY_WARN_KEPT) return;  /* a broken 1 GB file must not echo itself */
   va_list ap;
@@ -43,8 +43,8 @@ static void sp_replay_warn(sp_replay_loader *ld, const char *fmt, ...) {
   va_end(ap);
 }
 
-static int sp_replay_why(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int sp_replay_why(char *why, size_t n, const char *fmt, ...) {
+static int set_why(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int set_why(char *why, size_t n, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   if (n) vsnprintf(why, n, fmt, ap);
@@ -52,7 +52,7 @@ static int sp_replay_why(char *why, size_t n, const char *fmt, ...) {
   return -1;
 }
 
-static void sp_replay_query_clear(sp_replay_query *q) {
+static void query_clear(sp_replay_query *q) {
   free(q->id);
   free(q->mode);
   free(q->hops);
@@ -61,14 +61,14 @@ static void sp_replay_query_clear(sp_replay_query *q) {
 
 void sp_replay_set_free(sp_replay_set *s) {
   if (!s) return;
-  for (size_t i = 0; i < s->n; i++) sp_replay_query_clear(&s->queries[i]);
+  for (size_t i = 0; i < s->n; i++) query_clear(&s->queries[i]);
   free(s->queries);
   free(s->mode);
   free(s->warnings);
   free(s);
 }
 
-static char *sp_replay_strndup(const char *s, size_t n) {
+static char *dup_n(const char *s, size_t n) {
   char *p = malloc(n + 1);
   if (!p) return NULL;
   memcpy(p, s, n);
@@ -76,55 +76,57 @@ static char *sp_replay_strndup(const char *s, size_t n) {
   return p;
 }
 
-static int sp_replay_is_null(const sp_json *v) { return !v || sp_json_typeof(v) == SP_JSON_NULL; }
+static int is_null(const sp_json *v) { return !v || sp_json_typeof(v) == SP_JSON_NULL; }
 
 /* The first of a record's own stages object, the record, and the file-level
    defaults that has key: the engine may put k/m/mode at any of the three. */
-static const sp_json *sp_replay_lookup(const sp_json *stages, const sp_json *rec,
+static const sp_json *lookup(const sp_json *stages, const sp_json *rec,
                                        const sp_json *defaults, const char *key) {
   const sp_json *v = stages ? sp_json_get(stages, key) : NULL;
-  if (sp_replay_is_null(v) && rec && rec != stages) v = sp_json_get(rec, key);
-  if (sp_replay_is_null(v) && rec) {
+  if (is_null(v) && rec && rec != stages) v = sp_json_get(rec, key);
+  if (is_null(v) && rec) {
     /* results JSONL: the run's settings are in the record's stats (k as k_config) */
     const sp_json *st = sp_json_get(rec, "stats");
     if (st && sp_json_typeof(st) == SP_JSON_OBJECT)
       v = sp_json_get(st, strcmp(key, "k") == 0 ? "k_config" : key);
   }
-  if (sp_replay_is_null(v) && defaults) v = sp_json_get(defaults, key);
-  return sp_replay_is_null(v) ? NULL : v;
+  if (is_null(v) && defaults) v = sp_json_get(defaults, key);
+  return is_null(v) ? NULL : v;
 }
 
 /* A stage time in [0, SP_REPLAY_MAX_MS]; absent or null gives dflt unless required. */
-static int sp_replay_time(const sp_json *o, const char *key, int required, double dflt,
+static int time_field(const sp_json *o, const char *key, int required, double dflt,
                           double *out, const char *ctx, char *why, size_t n) {
   const sp_json *v = sp_json_get(o, key);
-  if (sp_replay_is_null(v)) {
-    if (required) return sp_replay_why(why, n, "%s\"%s\" is missing", ctx, key);
+  if (is_null(v)) {
+    if (required) return set_why(why, n, "%s\"%s\" is missing", ctx, key);
     *out = dflt;
     return 0;
   }
   if (sp_json_typeof(v) != SP_JSON_NUMBER)
-    return sp_replay_why(why, n, "%s\"%s\" must be a number (milliseconds)", ctx, key);
+    return set_why(why, n, "%s\"%s\" must be a number (milliseconds)", ctx, key);
   double t = sp_json_number(v);
   if (!(t >= 0 && t <= SP_REPLAY_MAX_MS))
-    return sp_replay_why(why, n, "%s\"%s\" must be between 0 and 1e12 ms, got %g", ctx, key, t);
+    return set_why(why, n, "%s\"%s\" must be between 0 and 1e12 ms, got %g", ctx, key, t);
   *out = t;
   return 0;
 }
 
 /* An integer in [lo, hi]; v == NULL gives dflt. */
-static int sp_replay_int(const sp_json *v, const char *key, int lo, int hi, int dflt, int *out,
+static int int_field(const sp_json *v, const char *key, int lo, int hi, int dflt, int *out,
                          const char *ctx, char *why, size_t n) {
   if (!v) { *out = dflt; return 0; }
   double d = sp_json_number(v);
   if (sp_json_typeof(v) != SP_JSON_NUMBER || d != floor(d) || d < lo || d > hi)
-    return sp_replay_why(why, n, "%s\"%s\" must be an integer in [%d, %d]", ctx, key, lo, hi);
+    return set_why(why, n, "%s\"%s\" must be an integer in [%d, %d]", ctx, key, lo, hi);
   *out = (int)d;
   return 0;
 }
 
-/* Recorded k: an integer >= 1, "inf", or a negative number (= inf). */
-static int sp_replay_k_field(const sp_json *v, int *out, char *why, size_t n) {
+/* Recorded k: an integer >= 1, "inf", or a negative number (= inf); "auto"
+   (--k auto: k moved during the run) is no one fixed k, so it reads as
+   unknown (0) and the query replays at the k values asked for. */
+static int k_field(const sp_json *v, int *out, char *why, size_t n) {
   *out = 0;
   if (!v) return 0;
   if (sp_json_typeof(v) == SP_JSON_STRING) {
@@ -134,130 +136,125 @@ static int sp_replay_k_field(const sp_json *v, int *out, char *why, size_t n) {
       *out = -1;
       return 0;
     }
+    if (len == 4 && memcmp(s, "auto", 4) == 0) return 0;
   } else if (sp_json_typeof(v) == SP_JSON_NUMBER) {
     double d = sp_json_number(v);
     if (d < 0) { *out = -1; return 0; }
     if (d >= 1 && d <= INT_MAX && d == floor(d)) { *out = (int)d; return 0; }
   }
-  return sp_replay_why(why, n, "\"k\" must be an integer >= 1 or \"inf\"");
+  return set_why(why, n, "\"k\" must be an integer >= 1, \"inf\" or \"auto\"");
 }
 
-static int sp_replay_spec_field(const sp_json *v, sp_replay_spec *out, const char *ctx, char *why,
-                                size_t n) {
-  static const struct { const char *name; sp_replay_spec spec; } names[] = {
-      {"accepted", SP_REPLAY_ACCEPTED}, {"rejected", SP_REPLAY_REJECTED},
-      {"late", SP_REPLAY_LATE},         {"none", SP_REPLAY_NONE},
-      {"error", SP_REPLAY_ERROR}};
-  if (sp_replay_is_null(v)) { *out = SP_REPLAY_NONE; return 0; }
+static int spec_field(const sp_json *v, int *out, const char *ctx, char *why, size_t n) {
+  if (is_null(v)) { *out = SP_SPEC_NONE; return 0; }
   size_t len = 0;
   const char *s = sp_json_string(v, &len);
-  for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++) {
-    if (strlen(names[i].name) == len && memcmp(names[i].name, s, len) == 0) {
-      *out = names[i].spec;
-      return 0;
-    }
+  int code = s ? sp_spec_code(s, len) : -1;
+  if (code >= 0) {
+    *out = code;
+    return 0;
   }
-  return sp_replay_why(why, n, "%s\"spec\" must be one of accepted, rejected, late, none, error", ctx);
+  return set_why(why, n, "%s\"spec\" must be one of accepted, rejected, late, none, error", ctx);
 }
 
 /* A query id as text: strings as they are, numbers printed, else fallback. */
-static char *sp_replay_id_text(const sp_json *rec, const char *fallback) {
+static char *id_text(const sp_json *rec, const char *fallback) {
   const sp_json *v = rec ? sp_json_get(rec, "id") : NULL;
   if (v && sp_json_typeof(v) == SP_JSON_STRING) {
     size_t len;
     const char *s = sp_json_string(v, &len);
-    return sp_replay_strndup(s, strlen(s) < len ? strlen(s) : len);  /* stop at an embedded NUL */
+    return dup_n(s, strlen(s) < len ? strlen(s) : len);  /* stop at an embedded NUL */
   }
   char tmp[64];
   if (v && sp_json_typeof(v) == SP_JSON_NUMBER) snprintf(tmp, sizeof tmp, "%.17g", sp_json_number(v));
   else snprintf(tmp, sizeof tmp, "%s", fallback);
-  return sp_replay_strndup(tmp, strlen(tmp));
+  return dup_n(tmp, strlen(tmp));
 }
 
-static int sp_replay_parse_hop(const sp_json *h, size_t i, sp_replay_hop *out, char *why, size_t n) {
+static int parse_hop(const sp_json *h, size_t i, sp_replay_hop *out, char *why, size_t n) {
   char ctx[48];
   snprintf(ctx, sizeof ctx, "hop %zu: ", i);
-  if (sp_json_typeof(h) != SP_JSON_OBJECT) return sp_replay_why(why, n, "%snot an object", ctx);
-  if (sp_replay_time(h, "t_seg", 1, 0, &out->t_seg, ctx, why, n) != 0 ||
-      sp_replay_time(h, "t_target", 1, 0, &out->t_target, ctx, why, n) != 0 ||
-      sp_replay_time(h, "t_spec", 0, -1, &out->t_spec, ctx, why, n) != 0 ||
-      sp_replay_time(h, "t_update", 0, 0, &out->t_update, ctx, why, n) != 0 ||
-      sp_replay_time(h, "t_verify", 0, 0, &out->t_verify, ctx, why, n) != 0 ||
-      sp_replay_spec_field(sp_json_get(h, "spec"), &out->spec, ctx, why, n) != 0)
+  if (sp_json_typeof(h) != SP_JSON_OBJECT) return set_why(why, n, "%snot an object", ctx);
+  if (time_field(h, "t_seg", 1, 0, &out->t_seg, ctx, why, n) != 0 ||
+      time_field(h, "t_target", 1, 0, &out->t_target, ctx, why, n) != 0 ||
+      time_field(h, "t_spec", 0, -1, &out->t_spec, ctx, why, n) != 0 ||
+      time_field(h, "t_update", 0, 0, &out->t_update, ctx, why, n) != 0 ||
+      time_field(h, "t_verify", 0, 0, &out->t_verify, ctx, why, n) != 0 ||
+      spec_field(sp_json_get(h, "spec"), &out->spec, ctx, why, n) != 0)
     return -1;
   const sp_json *rank = sp_json_get(h, "rank");
-  if (sp_replay_int(sp_replay_is_null(rank) ? NULL : rank, "rank", 0, INT_MAX, 0, &out->rank, ctx,
+  if (int_field(is_null(rank) ? NULL : rank, "rank", 0, INT_MAX, 0, &out->rank, ctx,
                     why, n) != 0)
     return -1;
   const sp_json *nc = sp_json_get(h, "ncands");
-  if (sp_replay_int(sp_replay_is_null(nc) ? NULL : nc, "ncands", 0, INT_MAX, 0, &out->ncands, ctx,
+  if (int_field(is_null(nc) ? NULL : nc, "ncands", 0, INT_MAX, 0, &out->ncands, ctx,
                     why, n) != 0)
     return -1;
-  if (out->spec == SP_REPLAY_ACCEPTED && out->t_spec < 0)
-    return sp_replay_why(why, n, "%san accepted speculation needs \"t_spec\"", ctx);
-  if (out->spec == SP_REPLAY_NONE) out->t_spec = -1;  /* no call: nothing to replay */
+  if (out->spec == SP_SPEC_ACCEPTED && out->t_spec < 0)
+    return set_why(why, n, "%san accepted speculation needs \"t_spec\"", ctx);
+  if (out->spec == SP_SPEC_NONE) out->t_spec = -1;  /* no call: nothing to replay */
   return 0;
 }
 
 /* Fills q from a record whose hops live in rec.stages (results JSONL) or in
    rec itself (trace); defaults holds file-level k/m/mode (may be NULL). */
-static int sp_replay_parse_record(const sp_json *rec, const sp_json *defaults, const char *fallback_id,
+static int parse_record(const sp_json *rec, const sp_json *defaults, const char *fallback_id,
                                   sp_replay_query *q, char *why, size_t n) {
   memset(q, 0, sizeof *q);
   const sp_json *stages = sp_json_get(rec, "stages");
-  if (sp_replay_is_null(stages)) stages = rec;
+  if (is_null(stages)) stages = rec;
   else if (sp_json_typeof(stages) != SP_JSON_OBJECT)
-    return sp_replay_why(why, n, "\"stages\" must be an object");
+    return set_why(why, n, "\"stages\" must be an object");
   const sp_json *hops = sp_json_get(stages, "hops");
-  if (!hops) return sp_replay_why(why, n, "\"hops\" is missing");
-  if (sp_json_typeof(hops) != SP_JSON_ARRAY) return sp_replay_why(why, n, "\"hops\" must be an array");
+  if (!hops) return set_why(why, n, "\"hops\" is missing");
+  if (sp_json_typeof(hops) != SP_JSON_ARRAY) return set_why(why, n, "\"hops\" must be an array");
 
-  if (sp_replay_time(stages, "final_seg", 1, 0, &q->final_seg, "", why, n) != 0) return -1;
-  if (sp_replay_int(sp_replay_lookup(stages, rec, defaults, "m"), "m", 1, SP_REPLAY_MAX_M, 1, &q->m,
+  if (time_field(stages, "final_seg", 1, 0, &q->final_seg, "", why, n) != 0) return -1;
+  if (int_field(lookup(stages, rec, defaults, "m"), "m", 1, SP_REPLAY_MAX_M, 1, &q->m,
                     "", why, n) != 0)
     return -1;
-  if (sp_replay_k_field(sp_replay_lookup(stages, rec, defaults, "k"), &q->k, why, n) != 0) return -1;
-  const sp_json *mode = sp_replay_lookup(stages, rec, defaults, "mode");
-  if (mode && sp_json_typeof(mode) != SP_JSON_STRING) return sp_replay_why(why, n, "\"mode\" must be a string");
+  if (k_field(lookup(stages, rec, defaults, "k"), &q->k, why, n) != 0) return -1;
+  const sp_json *mode = lookup(stages, rec, defaults, "mode");
+  if (mode && sp_json_typeof(mode) != SP_JSON_STRING) return set_why(why, n, "\"mode\" must be a string");
   /* files written before the eager schedule carry no spec_launch: slot */
-  const sp_json *launch = sp_replay_lookup(stages, rec, defaults, "spec_launch");
+  const sp_json *launch = lookup(stages, rec, defaults, "spec_launch");
   q->launch = SP_REPLAY_SLOT;
   if (launch) {
     size_t len = 0;
     const char *ls = sp_json_typeof(launch) == SP_JSON_STRING ? sp_json_string(launch, &len) : NULL;
     if (ls && len == 5 && memcmp(ls, "eager", 5) == 0) q->launch = SP_REPLAY_EAGER;
     else if (!(ls && len == 4 && memcmp(ls, "slot", 4) == 0))
-      return sp_replay_why(why, n, "\"spec_launch\" must be \"eager\" or \"slot\"");
+      return set_why(why, n, "\"spec_launch\" must be \"eager\" or \"slot\"");
   }
 
   size_t nh = sp_json_len(hops);
   q->hops = calloc(nh ? nh : 1, sizeof *q->hops);
-  q->id = sp_replay_id_text(rec, fallback_id);
+  q->id = id_text(rec, fallback_id);
   if (mode) {
     size_t len;
     const char *s = sp_json_string(mode, &len);
-    q->mode = sp_replay_strndup(s, strlen(s) < len ? strlen(s) : len);
+    q->mode = dup_n(s, strlen(s) < len ? strlen(s) : len);
   }
   if (!q->hops || !q->id || (mode && !q->mode)) {
-    sp_replay_query_clear(q);
-    return sp_replay_why(why, n, "out of memory");
+    query_clear(q);
+    return set_why(why, n, "out of memory");
   }
   q->n_hops = nh;
   for (size_t i = 0; i < nh; i++) {
-    if (sp_replay_parse_hop(sp_json_at(hops, i), i, &q->hops[i], why, n) != 0) {
-      sp_replay_query_clear(q);
+    if (parse_hop(sp_json_at(hops, i), i, &q->hops[i], why, n) != 0) {
+      query_clear(q);
       return -1;
     }
-    if (q->hops[i].spec != SP_REPLAY_NONE) q->has_spec = 1;
+    if (q->hops[i].spec != SP_SPEC_NONE) q->has_spec = 1;
   }
   return 0;
 }
 
-static int sp_replay_push(sp_replay_loader *ld, sp_replay_query *q) {
+static int push(sp_replay_loader *ld, sp_replay_query *q) {
   if (ld->n == ld->cap) {
     size_t cap = ld->cap ? ld->cap * 2 : 16;
     sp_replay_query *p = realloc(ld->q, cap * sizeof *p);
-    if (!p) { ld->oom = 1; sp_replay_query_clear(q); return -1; }
+    if (!p) { ld->oom = 1; query_clear(q); return -1; }
     ld->q = p;
     ld->cap = cap;
   }
@@ -266,7 +263,7 @@ static int sp_replay_push(sp_replay_loader *ld, sp_replay_query *q) {
 }
 
 /* Shape (a): {"traceEvents": [...], "specula": {"version": 1, "queries": [...]}}. */
-static int sp_replay_load_trace(sp_replay_loader *ld, const sp_json *root, char *err, size_t errlen) {
+static int load_trace(sp_replay_loader *ld, const sp_json *root, char *err, size_t errlen) {
   const sp_json *sp = sp_json_get(root, "specula");
   if (!sp) {
     snprintf(err, errlen, "%s: a trace without a \"specula\" section has no stage records "
@@ -292,44 +289,44 @@ static int sp_replay_load_trace(sp_replay_loader *ld, const sp_json *root, char 
     char fallback[48], why[256];
     snprintf(fallback, sizeof fallback, "#%zu", i);
     if (sp_json_typeof(rec) != SP_JSON_OBJECT) {
-      sp_replay_warn(ld, "%s: specula.queries[%zu]: not an object, skipped", ld->name, i);
+      add_warning(ld, "%s: specula.queries[%zu]: not an object, skipped", ld->name, i);
       continue;
     }
     sp_replay_query q;
-    if (sp_replay_parse_record(rec, sp, fallback, &q, why, sizeof why) != 0) {
-      char *id = sp_replay_id_text(rec, fallback);
-      sp_replay_warn(ld, "%s: specula.queries[%zu] (id %.64s): %s, skipped", ld->name, i, id ? id : "?", why);
+    if (parse_record(rec, sp, fallback, &q, why, sizeof why) != 0) {
+      char *id = id_text(rec, fallback);
+      add_warning(ld, "%s: specula.queries[%zu] (id %.64s): %s, skipped", ld->name, i, id ? id : "?", why);
       free(id);
       continue;
     }
-    sp_replay_push(ld, &q);
+    push(ld, &q);
   }
   return 0;
 }
 
 /* One line of shape (b): {"id": ..., "stages": {"hops": [...], "final_seg": x}, ...}. */
-static void sp_replay_load_line(sp_replay_loader *ld, const sp_json *v, size_t line) {
+static void load_line(sp_replay_loader *ld, const sp_json *v, size_t line) {
   char fallback[48], why[256];
   snprintf(fallback, sizeof fallback, "line %zu", line);
   if (sp_json_typeof(v) != SP_JSON_OBJECT) {
-    sp_replay_warn(ld, "%s:%zu: not a JSON object, skipped", ld->name, line);
+    add_warning(ld, "%s:%zu: not a JSON object, skipped", ld->name, line);
     return;
   }
-  char *id = sp_replay_id_text(v, fallback);
-  if (sp_replay_is_null(sp_json_get(v, "stages"))) {
-    sp_replay_warn(ld, "%s:%zu: no \"stages\" (id %.64s), skipped", ld->name, line, id ? id : "?");
+  char *id = id_text(v, fallback);
+  if (is_null(sp_json_get(v, "stages"))) {
+    add_warning(ld, "%s:%zu: no \"stages\" (id %.64s), skipped", ld->name, line, id ? id : "?");
   } else {
     sp_replay_query q;
-    if (sp_replay_parse_record(v, NULL, fallback, &q, why, sizeof why) != 0)
-      sp_replay_warn(ld, "%s:%zu: (id %.64s) %s, skipped", ld->name, line, id ? id : "?", why);
+    if (parse_record(v, NULL, fallback, &q, why, sizeof why) != 0)
+      add_warning(ld, "%s:%zu: (id %.64s) %s, skipped", ld->name, line, id ? id : "?", why);
     else
-      sp_replay_push(ld, &q);
+      push(ld, &q);
   }
   free(id);
 }
 
 /* Shape (b), line by line. Returns how many lines were valid JSON. */
-static size_t sp_replay_load_jsonl(sp_replay_loader *ld, const char *text, size_t len) {
+static size_t load_jsonl(sp_replay_loader *ld, const char *text, size_t len) {
   size_t pos = 0, line = 0, n_json = 0;
   while (pos < len && !ld->oom) {
     line++;
@@ -343,18 +340,18 @@ static size_t sp_replay_load_jsonl(sp_replay_loader *ld, const char *text, size_
     char jerr[160];
     sp_json *v = sp_json_parse(s, n, jerr, sizeof jerr);
     if (!v) {
-      sp_replay_warn(ld, "%s:%zu: %s, skipped", ld->name, line, jerr);
+      add_warning(ld, "%s:%zu: %s, skipped", ld->name, line, jerr);
       continue;
     }
     n_json++;
-    sp_replay_load_line(ld, v, line);
+    load_line(ld, v, line);
     sp_json_free(v);
   }
   return n_json;
 }
 
 /* The k and mode every query agrees on (0 / NULL otherwise). */
-static int sp_replay_set_common(sp_replay_set *set) {
+static int set_common(sp_replay_set *set) {
   set->k = set->n ? set->queries[0].k : 0;
   const char *mode = set->n ? set->queries[0].mode : NULL;
   for (size_t i = 1; i < set->n; i++) {
@@ -363,11 +360,11 @@ static int sp_replay_set_common(sp_replay_set *set) {
     if (mode && (!m || strcmp(m, mode) != 0)) mode = NULL;
   }
   set->mode = NULL;
-  if (mode && !(set->mode = sp_replay_strndup(mode, strlen(mode)))) return -1;
+  if (mode && !(set->mode = dup_n(mode, strlen(mode)))) return -1;
   return 0;
 }
 
-static int sp_replay_load_named(const char *name, const char *text, size_t len, sp_replay_set **out,
+static int load_named(const char *name, const char *text, size_t len, sp_replay_set **out,
                                 char *err, size_t errlen) {
   char dummy[1];
   if (!err || !errlen) { err = dummy; errlen = sizeof dummy; }
@@ -397,9 +394,9 @@ static int sp_replay_load_named(const char *name, const char *text, size_t len, 
   if (root) {
     sp_json_type t = sp_json_typeof(root);
     if (t == SP_JSON_OBJECT && (sp_json_get(root, "specula") || sp_json_get(root, "traceEvents"))) {
-      rc = sp_replay_load_trace(&ld, root, err, errlen);
+      rc = load_trace(&ld, root, err, errlen);
     } else if (t == SP_JSON_OBJECT) {
-      sp_replay_load_line(&ld, root, 1);
+      load_line(&ld, root, 1);
       rc = 0;
     } else if (t == SP_JSON_ARRAY) {
       snprintf(err, errlen, "%s: a JSON array of trace events carries no stage records; expected "
@@ -410,7 +407,7 @@ static int sp_replay_load_named(const char *name, const char *text, size_t len, 
     sp_json_free(root);
     if (rc != 0) goto done;
   } else {
-    size_t n_json = sp_replay_load_jsonl(&ld, text, len);
+    size_t n_json = load_jsonl(&ld, text, len);
     if (ld.n == 0 && !ld.oom) {
       /* Say why under both readings: we cannot know which one was meant. */
       const char *first = ld.warn.data ? ld.warn.data : "";
@@ -446,7 +443,7 @@ static int sp_replay_load_named(const char *name, const char *text, size_t len, 
     sp_buf_printf(&ld.warn, "%s: ... %zu more warnings not shown\n", name, ld.n_warn - SP_REPLAY_WARN_KEPT);
   set->warnings = ld.warn.data;  /* the set takes the buffer */
   sp_buf_init(&ld.warn);
-  if (sp_replay_set_common(set) != 0) {
+  if (set_common(set) != 0) {
     sp_replay_set_free(set);
     snprintf(err, errlen, "%s: out of memory", name);
     rc = -1;
@@ -455,14 +452,14 @@ static int sp_replay_load_named(const char *name, const char *text, size_t len, 
   *out = set;
   rc = 0;
 done:
-  for (size_t i = 0; i < ld.n; i++) sp_replay_query_clear(&ld.q[i]);
+  for (size_t i = 0; i < ld.n; i++) query_clear(&ld.q[i]);
   free(ld.q);
   sp_buf_free(&ld.warn);
   return rc;
 }
 
 int sp_replay_load_buffer(const char *text, size_t len, sp_replay_set **out, char *err, size_t errlen) {
-  return sp_replay_load_named("input", text, len, out, err, errlen);
+  return load_named("input", text, len, out, err, errlen);
 }
 
 int sp_replay_load_file(const char *path, sp_replay_set **out, char *err, size_t errlen) {
@@ -488,7 +485,7 @@ int sp_replay_load_file(const char *path, sp_replay_set **out, char *err, size_t
     return -1;
   }
   fclose(f);
-  rc = sp_replay_load_named(path, b.data ? b.data : "", b.len, out, err, errlen);
+  rc = load_named(path, b.data ? b.data : "", b.len, out, err, errlen);
   sp_buf_free(&b);
   return rc;
 }
@@ -509,7 +506,40 @@ int sp_replay_load_file(const char *path, sp_replay_set **out, char *err, size_t
 enum { SP_EV_STEP_END, SP_EV_SPEC_RET, SP_EV_TARGET_RET, SP_EV_VERIFY_END };
 
 /* Speculator call state of a node. */
-enum { SP_SPEC_IDLE, SP_SPEC_PENDING, SP_SPEC_BACK, SP_SPEC_CANCELLED };
+enum { SIM_SPEC_IDLE, SIM_SPEC_PENDING, SIM_SPEC_BACK, SIM_SPEC_CANCELLED };
+
+/* What the timeline recorder keeps per node, beside the schedule's own state. */
+typedef struct sp_replay_tl_node {
+  int lane;          /* lane the node runs on */
+  double t_start;    /* its step started */
+  double t_step;     /* its step ended (its target call started) */
+  double t_spec;     /* its speculator call started */
+  double t_verify;   /* its verification started */
+  double t_head;     /* it became the verified node; INFINITY before */
+} sp_replay_tl_node;
+
+/* An inert wrong-path child: drawn as its first step, until it is discarded. */
+typedef struct sp_replay_tl_wrong {
+  int lane;          /* its lane */
+  size_t parent;     /* the hop whose speculator made it */
+  double t0;         /* its step started */
+  double seg;        /* the step time it is drawn with (the true path's next step) */
+} sp_replay_tl_wrong;
+
+/* The timeline recorder attached to a simulation (sp_replay_timeline). It
+   only observes: the schedule runs the same with or without it. */
+typedef struct sp_replay_rec {
+  sp_replay_span *spans;       /* caller's span array */
+  size_t max_spans;            /* its capacity */
+  size_t n_spans;              /* spans produced (may exceed max_spans) */
+  sp_replay_mark *marks;       /* caller's mark array */
+  size_t max_marks;            /* its capacity */
+  size_t n_marks;              /* marks produced (may exceed max_marks) */
+  sp_replay_tl_node *node;     /* per node 0..N */
+  sp_buf wrong;                /* sp_replay_tl_wrong entries not yet discarded */
+  int lanes;                   /* lanes handed out */
+  int oom;                     /* an allocation failed */
+} sp_replay_rec;
 
 typedef struct sp_replay_ev {
   double t;       /* when it happens */
@@ -524,7 +554,7 @@ typedef struct sp_replay_node {
   unsigned char alive;        /* in the window */
   unsigned char step_done;    /* its step (model segment) has ended */
   unsigned char target_back;  /* its target result has returned */
-  unsigned char spec;         /* SP_SPEC_* */
+  unsigned char spec;         /* SIM_SPEC_* */
   unsigned char has_child;    /* its true-path child (node hop + 1) exists */
   unsigned char reserved;     /* slot launch: its pending speculator holds a slot */
   size_t wrong;               /* inert wrong-path children holding slots */
@@ -550,15 +580,16 @@ typedef struct sp_replay_sim {
   int done;                   /* the final answer has been released */
   int oom;                    /* an allocation failed: the result is NaN */
   double wall;                /* release time of the final answer */
+  sp_replay_rec *rec;         /* timeline recorder, or NULL (sp_replay_run) */
 } sp_replay_sim;
 
-static int sp_replay_ev_before(const sp_replay_ev *a, const sp_replay_ev *b) {
+static int ev_before(const sp_replay_ev *a, const sp_replay_ev *b) {
   if (a->t != b->t) return a->t < b->t;
   if (a->kind != b->kind) return a->kind < b->kind;
   return a->seq < b->seq;
 }
 
-static void sp_replay_schedule(sp_replay_sim *s, double t, int kind, size_t hop) {
+static void schedule(sp_replay_sim *s, double t, int kind, size_t hop) {
   if (s->n_ev == s->cap_ev) {
     size_t cap = s->cap_ev ? s->cap_ev * 2 : 64;
     sp_replay_ev *p = realloc(s->ev, cap * sizeof *p);
@@ -570,22 +601,22 @@ static void sp_replay_schedule(sp_replay_sim *s, double t, int kind, size_t hop)
   size_t i = s->n_ev++;
   while (i > 0) {  /* sift up */
     size_t parent = (i - 1) / 2;
-    if (!sp_replay_ev_before(&e, &s->ev[parent])) break;
+    if (!ev_before(&e, &s->ev[parent])) break;
     s->ev[i] = s->ev[parent];
     i = parent;
   }
   s->ev[i] = e;
 }
 
-static sp_replay_ev sp_replay_pop(sp_replay_sim *s) {
+static sp_replay_ev pop(sp_replay_sim *s) {
   sp_replay_ev top = s->ev[0];
   sp_replay_ev last = s->ev[--s->n_ev];
   size_t i = 0, n = s->n_ev;
   for (;;) {  /* sift down */
     size_t c = 2 * i + 1;
     if (c >= n) break;
-    if (c + 1 < n && sp_replay_ev_before(&s->ev[c + 1], &s->ev[c])) c++;
-    if (!sp_replay_ev_before(&s->ev[c], &last)) break;
+    if (c + 1 < n && ev_before(&s->ev[c + 1], &s->ev[c])) c++;
+    if (!ev_before(&s->ev[c], &last)) break;
     s->ev[i] = s->ev[c];
     i = c;
   }
@@ -593,77 +624,152 @@ static sp_replay_ev sp_replay_pop(sp_replay_sim *s) {
   return top;
 }
 
-static double sp_replay_seg(const sp_replay_sim *s, size_t hop) {
+static double seg_of(const sp_replay_sim *s, size_t hop) {
   return hop < s->q->n_hops ? s->q->hops[hop].t_seg : s->q->final_seg;
 }
 
+/* ---- timeline hooks: each is called only when s->rec is set ---------- */
+
+static void tl_span(sp_replay_rec *r, int lane, int kind, size_t hop, int spec, double t0, double t1) {
+  if (!(t1 > t0)) return;  /* an instant call draws nothing */
+  if (r->n_spans < r->max_spans) {
+    sp_replay_span sp = {lane, kind, (int)hop, spec, t0, t1};
+    r->spans[r->n_spans] = sp;
+  }
+  r->n_spans++;
+}
+
+/* A span of a true-path node, in its lane: speculative when it started
+   before the node was the verified one. */
+static void tl_node_span(sp_replay_rec *r, int kind, size_t hop, double t0, double t1) {
+  const sp_replay_tl_node *n = &r->node[hop];
+  tl_span(r, n->lane, kind, hop, !(n->t_head <= t0), t0, t1);
+}
+
+static void tl_mark(sp_replay_rec *r, int lane, int kind, size_t hop, double t) {
+  if (r->n_marks < r->max_marks) {
+    sp_replay_mark mk = {lane, kind, (int)hop, t};
+    r->marks[r->n_marks] = mk;
+  }
+  r->n_marks++;
+}
+
+/* Node hop entered the window at t_start on lane (-1: a new lane). */
+static void tl_enter(sp_replay_rec *r, size_t hop, int lane, double t_start, double t_head) {
+  sp_replay_tl_node *n = &r->node[hop];
+  n->lane = lane >= 0 ? lane : r->lanes++;
+  n->t_start = t_start;
+  n->t_step = n->t_spec = n->t_verify = t_start;
+  n->t_head = t_head;
+}
+
+static void tl_wrong_child(sp_replay_sim *s, size_t parent, double t0) {
+  sp_replay_rec *r = s->rec;
+  sp_replay_tl_wrong w = {r->lanes++, parent, t0, seg_of(s, parent + 1)};
+  if (sp_buf_append(&r->wrong, &w, sizeof w) != 0) r->oom = 1;
+}
+
+/* The verification of parent discarded its wrong-path children at now: the
+   first is marked with the verdict (rollback), the others as cancelled. */
+static void tl_discard(sp_replay_rec *r, size_t parent, double now, int verdict) {
+  size_t n = r->wrong.len / sizeof(sp_replay_tl_wrong), kept = 0;
+  for (size_t i = 0; i < n; i++) {
+    sp_replay_tl_wrong w;  /* copied out: the buffer's bytes carry no alignment promise */
+    memcpy(&w, r->wrong.data + i * sizeof w, sizeof w);
+    if (w.parent != parent) {
+      memcpy(r->wrong.data + kept++ * sizeof w, &w, sizeof w);
+      continue;
+    }
+    double end = w.t0 + w.seg < now ? w.t0 + w.seg : now;
+    tl_span(r, w.lane, SP_REPLAY_TL_MODEL, parent + 1, 1, w.t0, end);
+    tl_mark(r, w.lane, verdict, parent, now);
+    verdict = SP_REPLAY_TL_CANCEL;
+  }
+  r->wrong.len = kept * sizeof(sp_replay_tl_wrong);
+}
+
 /* A node for hop enters the window; its step starts at t. The caller accounts its slot. */
-static void sp_replay_node_start(sp_replay_sim *s, size_t hop, double t) {
+static void node_start(sp_replay_sim *s, size_t hop, double t) {
   sp_replay_node *n = &s->node[hop];
   unsigned gen = n->gen;
   memset(n, 0, sizeof *n);
   n->gen = gen;
   n->alive = 1;
-  sp_replay_schedule(s, t + sp_replay_seg(s, hop), SP_EV_STEP_END, hop);
+  schedule(s, t + seg_of(s, hop), SP_EV_STEP_END, hop);
 }
 
-static void sp_replay_node_leave(sp_replay_sim *s, size_t hop) {
+static void node_leave(sp_replay_sim *s, size_t hop) {
   s->node[hop].alive = 0;
   s->node[hop].gen++;
 }
 
-static void sp_replay_resolve(sp_replay_sim *s, double now, int commit);
+static void resolve(sp_replay_sim *s, double now, int commit);
 
-static void sp_replay_materialize(sp_replay_sim *s, size_t i, double now);
+static void materialize(sp_replay_sim *s, size_t i, double now);
 
 /* The head's target result is back (or it just became head with the result
    already back): verify against the speculative child, if there is one. */
-static void sp_replay_begin_verify(sp_replay_sim *s, double now) {
+static void begin_verify(sp_replay_sim *s, double now) {
   sp_replay_node *n = &s->node[s->head];
-  if (n->spec == SP_SPEC_PENDING) {  /* late: the guess is useless now */
-    n->spec = SP_SPEC_CANCELLED;
+  if (n->spec == SIM_SPEC_PENDING) {  /* late: the guess is useless now */
+    n->spec = SIM_SPEC_CANCELLED;
     if (n->reserved) s->live--;
     n->reserved = 0;
+    if (s->rec) {
+      tl_node_span(s->rec, SP_REPLAY_TL_SPEC, s->head, s->rec->node[s->head].t_spec, now);
+      tl_mark(s->rec, s->rec->node[s->head].lane, SP_REPLAY_TL_CANCEL, s->head, now);
+    }
   }
   /* held candidates take the slots free now, before the verdict (as the
      window does); what still finds none is as late */
-  if (n->held) sp_replay_materialize(s, s->head, now);
+  if (n->held) materialize(s, s->head, now);
   n->held = 0;
-  if (n->has_child || n->wrong)
-    sp_replay_schedule(s, now + s->q->hops[s->head].t_verify, SP_EV_VERIFY_END, s->head);
-  else
-    sp_replay_resolve(s, now, 0);  /* nothing to verify: continue from the real observation */
+  if (n->has_child || n->wrong) {
+    if (s->rec) s->rec->node[s->head].t_verify = now;
+    schedule(s, now + s->q->hops[s->head].t_verify, SP_EV_VERIFY_END, s->head);
+  } else
+    resolve(s, now, 0);  /* nothing to verify: continue from the real observation */
 }
 
 /* Commit the head's child, or roll back to the verified state. In window
    mode a rollback (or reaching a head with no child) starts a new round. */
-static void sp_replay_resolve(sp_replay_sim *s, double now, int commit) {
+static void resolve(sp_replay_sim *s, double now, int commit) {
   size_t h = s->head;
   if (commit) {
     s->live -= 1 + s->node[h].wrong;  /* the old head and its wrong siblings leave */
-    sp_replay_node_leave(s, h);
+    node_leave(s, h);
     s->head = h + 1;
+    if (s->rec) {
+      s->rec->node[h + 1].t_head = now;
+      tl_mark(s->rec, s->rec->node[h + 1].lane, SP_REPLAY_TL_COMMIT, h, now);
+      tl_discard(s->rec, h, now, SP_REPLAY_TL_CANCEL);
+    }
     sp_replay_node *n = &s->node[s->head];
     if (s->head == s->q->n_hops) {
       if (n->step_done) { s->done = 1; s->wall = now; }
     } else if (n->target_back) {
-      sp_replay_begin_verify(s, now);
+      begin_verify(s, now);
     }
     return;
   }
   for (size_t i = h; i <= s->tip; i++)
-    if (s->node[i].alive) sp_replay_node_leave(s, i);
+    if (s->node[i].alive) node_leave(s, i);
   s->head = s->tip = h + 1;
   s->live = 1;
   s->round = 1;
-  sp_replay_node_start(s, h + 1, now + s->q->hops[h].t_update);
+  node_start(s, h + 1, now + s->q->hops[h].t_update);
+  if (s->rec) {
+    /* the verified thread goes on from the real result, on its own lane */
+    tl_discard(s->rec, h, now, SP_REPLAY_TL_ROLLBACK);
+    tl_enter(s->rec, h + 1, s->rec->node[h].lane, now + s->q->hops[h].t_update, now);
+  }
 }
 
 /* Turn node i's held candidates into children, best rank first, while
    slots (and, in window mode, the round's budget) allow. The recorded rank
    of the accepted candidate becomes the true-path child; the others are
    inert wrong-path children. */
-static void sp_replay_materialize(sp_replay_sim *s, size_t i, double now) {
+static void materialize(sp_replay_sim *s, size_t i, double now) {
   sp_replay_node *n = &s->node[i];
   const sp_replay_hop *hop = &s->q->hops[i];
   while (n->held > 0 && s->live < s->k && !(s->window && s->round >= s->k)) {
@@ -671,28 +777,31 @@ static void sp_replay_materialize(sp_replay_sim *s, size_t i, double now) {
     n->held--;
     s->live++;
     s->round++;
-    if (hop->spec == SP_REPLAY_ACCEPTED && (size_t)hop->rank == r) {
+    if (hop->spec == SP_SPEC_ACCEPTED && (size_t)hop->rank == r) {
       n->has_child = 1;
       s->tip = i + 1;
-      sp_replay_node_start(s, i + 1, now + hop->t_update);
+      node_start(s, i + 1, now + hop->t_update);
+      if (s->rec) tl_enter(s->rec, i + 1, -1, now + hop->t_update, INFINITY);
     } else {
       n->wrong++;
+      if (s->rec) tl_wrong_child(s, i, now + hop->t_update);
     }
   }
 }
 
 /* Starts node i's speculator call (its return is scheduled when known; an
    unknown t_spec never returns and, in slot launch, holds its slot). */
-static void sp_replay_spec_start(sp_replay_sim *s, size_t i, double now, int reserve) {
+static void spec_start(sp_replay_sim *s, size_t i, double now, int reserve) {
   sp_replay_node *n = &s->node[i];
   const sp_replay_hop *hop = &s->q->hops[i];
-  n->spec = SP_SPEC_PENDING;
+  n->spec = SIM_SPEC_PENDING;
+  if (s->rec) s->rec->node[i].t_spec = now;
   if (reserve) {
     n->reserved = 1;
     s->live++;
     s->round++;
   }
-  if (hop->t_spec >= 0) sp_replay_schedule(s, now + hop->t_spec, SP_EV_SPEC_RET, i);
+  if (hop->t_spec >= 0) schedule(s, now + hop->t_spec, SP_EV_SPEC_RET, i);
 }
 
 /* Slot launch: extend the frontier by one speculator call if a slot (and,
@@ -701,24 +810,25 @@ static void sp_replay_spec_start(sp_replay_sim *s, size_t i, double now, int res
    the only (and the shallowest) frontier node; wrong-path nodes never
    extend. Both launches: held candidates take the slots that are free,
    shallowest node first. */
-static void sp_replay_try_extend(sp_replay_sim *s, double now) {
+static void try_extend(sp_replay_sim *s, double now) {
   if (s->done) return;
   for (size_t i = s->head; i <= s->tip && i < s->q->n_hops; i++)
-    if (s->node[i].alive && s->node[i].held) sp_replay_materialize(s, i, now);
+    if (s->node[i].alive && s->node[i].held) materialize(s, i, now);
   if (s->eager || s->live >= s->k || (s->window && s->round >= s->k)) return;
   size_t i = s->tip;
   sp_replay_node *n = &s->node[i];
-  if (i >= s->q->n_hops || !n->alive || !n->step_done || n->spec != SP_SPEC_IDLE || n->has_child ||
+  if (i >= s->q->n_hops || !n->alive || !n->step_done || n->spec != SIM_SPEC_IDLE || n->has_child ||
       n->wrong)
     return;
-  if (s->q->hops[i].spec == SP_REPLAY_NONE) return;
-  sp_replay_spec_start(s, i, now, 1);
+  if (s->q->hops[i].spec == SP_SPEC_NONE) return;
+  spec_start(s, i, now, 1);
 }
 
-static void sp_replay_spec_ret(sp_replay_sim *s, size_t i, double now) {
+static void spec_ret(sp_replay_sim *s, size_t i, double now) {
   sp_replay_node *n = &s->node[i];
   const sp_replay_hop *hop = &s->q->hops[i];
-  n->spec = SP_SPEC_BACK;
+  n->spec = SIM_SPEC_BACK;
+  if (s->rec) tl_node_span(s->rec, SP_REPLAY_TL_SPEC, i, s->rec->node[i].t_spec, now);
   size_t nc = s->m;
   if (hop->ncands > 0 && (size_t)hop->ncands < nc) nc = (size_t)hop->ncands;
   n->held = nc;
@@ -728,40 +838,54 @@ static void sp_replay_spec_ret(sp_replay_sim *s, size_t i, double now) {
     s->live--;
     s->round--;
   }
-  sp_replay_materialize(s, i, now);
+  materialize(s, i, now);
 }
 
-static void sp_replay_dispatch(sp_replay_sim *s, const sp_replay_ev *e) {
+static void dispatch(sp_replay_sim *s, const sp_replay_ev *e) {
   sp_replay_node *n = &s->node[e->hop];
   if (!n->alive || n->gen != e->gen) return;  /* the node was discarded meanwhile */
   switch (e->kind) {
   case SP_EV_STEP_END:
     n->step_done = 1;
+    if (s->rec) {
+      sp_replay_tl_node *tn = &s->rec->node[e->hop];
+      tl_node_span(s->rec, SP_REPLAY_TL_MODEL, e->hop, tn->t_start, e->t);
+      tn->t_step = e->t;
+    }
     if (e->hop == s->q->n_hops) {  /* the final step: released once it is verified */
       if (e->hop == s->head) { s->done = 1; s->wall = e->t; }
     } else {
-      sp_replay_schedule(s, e->t + s->q->hops[e->hop].t_target, SP_EV_TARGET_RET, e->hop);
+      schedule(s, e->t + s->q->hops[e->hop].t_target, SP_EV_TARGET_RET, e->hop);
       /* eager launch: the speculator starts with the target call (a k of 1
          could never use its guess, so none starts) */
-      if (s->eager && s->k > 1 && s->q->hops[e->hop].spec != SP_REPLAY_NONE)
-        sp_replay_spec_start(s, e->hop, e->t, 0);
+      if (s->eager && s->k > 1 && s->q->hops[e->hop].spec != SP_SPEC_NONE)
+        spec_start(s, e->hop, e->t, 0);
     }
     break;
   case SP_EV_SPEC_RET:
-    if (n->spec == SP_SPEC_PENDING) sp_replay_spec_ret(s, e->hop, e->t);
+    if (n->spec == SIM_SPEC_PENDING) spec_ret(s, e->hop, e->t);
     break;
   case SP_EV_TARGET_RET:
     n->target_back = 1;
-    if (e->hop == s->head) sp_replay_begin_verify(s, e->t);
+    if (s->rec) {
+      sp_replay_tl_node *tn = &s->rec->node[e->hop];
+      tl_node_span(s->rec, SP_REPLAY_TL_TARGET, e->hop, tn->t_step, e->t);
+    }
+    if (e->hop == s->head) begin_verify(s, e->t);
     break;
   case SP_EV_VERIFY_END:
-    if (e->hop == s->head) sp_replay_resolve(s, e->t, n->has_child);
+    if (e->hop == s->head && s->rec) {
+      tl_node_span(s->rec, SP_REPLAY_TL_VERIFY, e->hop, s->rec->node[e->hop].t_verify, e->t);
+    }
+    if (e->hop == s->head) resolve(s, e->t, n->has_child);
     break;
   }
 }
 
-double sp_replay_run(const sp_replay_query *q, const char *mode, int k, int launch, double *wall_out,
-                     double *standard_out) {
+/* sp_replay_run, with a timeline recorder when rec is not NULL: the one
+   code path behind both the replayed numbers and the drawn timeline. */
+static double simulate(const sp_replay_query *q, const char *mode, int k, int launch,
+                                 sp_replay_rec *rec, double *wall_out, double *standard_out) {
   if (wall_out) *wall_out = NAN;
   if (standard_out) *standard_out = NAN;
   if (!q || (q->n_hops && !q->hops) || k == 0) return NAN;
@@ -791,14 +915,17 @@ double sp_replay_run(const sp_replay_query *q, const char *mode, int k, int laun
   s.m = q->m >= 1 ? (size_t)q->m : 1;
   s.node = calloc(q->n_hops + 1, sizeof *s.node);
   if (!s.node) return NAN;
+  s.rec = rec;
   s.live = s.round = 1;
-  sp_replay_node_start(&s, 0, 0.0);
+  node_start(&s, 0, 0.0);
+  if (rec) tl_enter(rec, 0, -1, 0.0, 0.0);
   while (!s.done && !s.oom && s.n_ev > 0) {
-    sp_replay_ev e = sp_replay_pop(&s);
-    sp_replay_dispatch(&s, &e);
-    if (!s.done) sp_replay_try_extend(&s, e.t);
+    sp_replay_ev e = pop(&s);
+    dispatch(&s, &e);
+    if (!s.done) try_extend(&s, e.t);
   }
-  int ok = s.done && !s.oom;
+  int ok = s.done && !s.oom && !(rec && rec->oom);
+  if (ok && rec) tl_mark(rec, rec->node[q->n_hops].lane, SP_REPLAY_TL_ANSWER, q->n_hops, s.wall);
   free(s.node);
   free(s.ev);
   if (!ok) return NAN;
@@ -808,26 +935,82 @@ double sp_replay_run(const sp_replay_query *q, const char *mode, int k, int laun
   return s.wall > 0 ? INFINITY : 1.0;
 }
 
+double sp_replay_run(const sp_replay_query *q, const char *mode, int k, int launch, double *wall_out,
+                     double *standard_out) {
+  return simulate(q, mode, k, launch, NULL, wall_out, standard_out);
+}
+
+size_t sp_replay_set_count(const sp_replay_set *s) { return s ? s->n : 0; }
+
+const sp_replay_query *sp_replay_set_query(const sp_replay_set *s, size_t i) {
+  return s && i < s->n ? &s->queries[i] : NULL;
+}
+
+int sp_replay_timeline(const sp_replay_query *q, const char *mode, int k, int launch, sp_replay_span *spans,
+                       size_t max_spans, sp_replay_mark *marks, size_t max_marks, sp_replay_tl_info *info,
+                       char *err, size_t errlen) {
+  char dummy[1];
+  if (!err || !errlen) { err = dummy; errlen = sizeof dummy; }
+  err[0] = '\0';
+  sp_replay_tl_info none;
+  if (!info) info = &none;
+  memset(info, 0, sizeof *info);
+  info->wall = info->standard = NAN;
+  if (!q) return set_why(err, errlen, "no query");
+  if ((!spans && max_spans) || (!marks && max_marks)) return set_why(err, errlen, "no array for the timeline");
+  if (mode && strcmp(mode, "spechop") != 0 && strcmp(mode, "window") != 0 && strcmp(mode, "sequential") != 0)
+    return set_why(err, errlen, "mode must be spechop, window or sequential, got '%.32s'", mode);
+  if (k == 0) k = q->k;
+  if (k == 0) return set_why(err, errlen, "the recorded k is unknown: give k");
+  int seq = mode && strcmp(mode, "sequential") == 0;
+  if (launch == SP_REPLAY_LAUNCH_RECORDED) launch = q->launch;
+  info->k = seq ? 1 : k < 0 ? -1 : k;
+  info->m = q->m >= 1 ? q->m : 1;
+  /* as simulate: the bounded window always launches in slot */
+  info->launch = mode && strcmp(mode, "window") == 0 ? SP_REPLAY_SLOT : launch == SP_REPLAY_EAGER ? SP_REPLAY_EAGER
+                                                                                                 : SP_REPLAY_SLOT;
+  sp_replay_rec rec;
+  memset(&rec, 0, sizeof rec);
+  rec.spans = spans;
+  rec.max_spans = max_spans;
+  rec.marks = marks;
+  rec.max_marks = max_marks;
+  sp_buf_init(&rec.wrong);
+  rec.node = calloc(q->n_hops + 1, sizeof *rec.node);
+  if (!rec.node) return set_why(err, errlen, "out of memory");
+  double r = simulate(q, mode, k, launch, &rec, &info->wall, &info->standard);
+  free(rec.node);
+  sp_buf_free(&rec.wrong);
+  if (isnan(r)) return set_why(err, errlen, "the replay failed (out of memory)");
+  info->n_spans = rec.n_spans;
+  info->n_marks = rec.n_marks;
+  info->lanes = rec.lanes;
+  if (rec.n_spans > max_spans || rec.n_marks > max_marks)
+    return set_why(err, errlen, "the timeline has %zu spans and %zu marks; the arrays hold %zu and %zu",
+                         rec.n_spans, rec.n_marks, max_spans, max_marks);
+  return 0;
+}
+
 /* ======================================================================
  * The event-level model at given (p, alpha, beta): synthetic stage draws
  * through the same schedule
  * ====================================================================== */
 
-static uint64_t sp_replay_mix(uint64_t *s) {   /* splitmix64 */
+static uint64_t mix(uint64_t *s) {   /* splitmix64 */
   uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
 
-static double sp_replay_unif(uint64_t *s) { return ((double)(sp_replay_mix(s) >> 11) + 0.5) / 9007199254740992.0; }
+static double unif(uint64_t *s) { return ((double)(mix(s) >> 11) + 0.5) / 9007199254740992.0; }
 
 /* A draw with the given mean and coefficient of variation (lognormal; cv 0: fixed). */
-static double sp_replay_draw(uint64_t *s, double mean, double cv) {
+static double draw(uint64_t *s, double mean, double cv) {
   if (mean <= 0) return 0;
   if (cv <= 0) return mean;
   double s2 = log(1 + cv * cv);
-  double z = sqrt(-2 * log(sp_replay_unif(s))) * cos(2 * M_PI * sp_replay_unif(s));
+  double z = sqrt(-2 * log(unif(s))) * cos(2 * M_PI * unif(s));
   return mean * exp(sqrt(s2) * z - s2 / 2);
 }
 
@@ -844,10 +1027,10 @@ double sp_replay_model(double p, double alpha, double beta, double cv, int k, co
     for (int i = 0; i < n_hops; i++) {
       sp_replay_hop *h = &hops[i];
       memset(h, 0, sizeof *h);
-      h->t_seg = sp_replay_draw(&st, beta, cv);
-      h->t_spec = sp_replay_draw(&st, alpha, cv);
-      h->t_target = sp_replay_draw(&st, 1.0, cv);
-      h->spec = sp_replay_unif(&st) < p ? SP_REPLAY_ACCEPTED : SP_REPLAY_REJECTED;
+      h->t_seg = draw(&st, beta, cv);
+      h->t_spec = draw(&st, alpha, cv);
+      h->t_target = draw(&st, 1.0, cv);
+      h->spec = unif(&st) < p ? SP_SPEC_ACCEPTED : SP_SPEC_REJECTED;
       h->ncands = 1;
     }
     sp_replay_query q;
@@ -857,7 +1040,7 @@ double sp_replay_model(double p, double alpha, double beta, double cv, int k, co
     q.m = 1;
     q.launch = launch == SP_REPLAY_EAGER ? SP_REPLAY_EAGER : SP_REPLAY_SLOT;
     q.has_spec = 1;
-    q.final_seg = sp_replay_draw(&st, beta, cv);
+    q.final_seg = draw(&st, beta, cv);
     double w = 0, sd = 0;
     if (isnan(sp_replay_run(&q, mode, k, q.launch, &w, &sd))) {
       free(hops);
@@ -878,7 +1061,7 @@ double sp_replay_model(double p, double alpha, double beta, double cv, int k, co
   "usage: specula replay FILE [--k 1,2,3,inf] [--mode spechop|window|sequential] " \
   "[--spec-launch eager|slot] [--json]\n"
 
-static void sp_replay_usage(FILE *f) {
+static void usage(FILE *f) {
   fputs(SP_REPLAY_USAGE
         "  FILE        a trace (specula run --trace) or a results file (specula run --out)\n"
         "  --k LIST    comma-separated thread counts, integers >= 1 or inf\n"
@@ -891,8 +1074,8 @@ static void sp_replay_usage(FILE *f) {
         f);
 }
 
-static int sp_replay_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sp_replay_fail(const char *fmt, ...) {
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int fail(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fputs("specula replay: ", stderr);
@@ -904,14 +1087,14 @@ static int sp_replay_fail(const char *fmt, ...) {
 }
 
 /* Sort key: finite k ascending, inf (-1) last. */
-static int sp_replay_k_cmp(const void *a, const void *b) {
+static int k_cmp(const void *a, const void *b) {
   int x = *(const int *)a, y = *(const int *)b;
   unsigned ux = x < 0 ? UINT_MAX : (unsigned)x, uy = y < 0 ? UINT_MAX : (unsigned)y;
   return ux < uy ? -1 : ux > uy;
 }
 
 /* Adds k to the list unless present; list has room for one more. */
-static void sp_replay_k_add(int *list, size_t *n, int k) {
+static void k_add(int *list, size_t *n, int k) {
   for (size_t i = 0; i < *n; i++)
     if (list[i] == k) return;
   list[(*n)++] = k;
@@ -919,7 +1102,7 @@ static void sp_replay_k_add(int *list, size_t *n, int k) {
 
 /* Parses "1,2,inf" into list (capacity cap - 1, leaving room for the
    recorded k). 0 ok, -1 bad. */
-static int sp_replay_parse_klist(const char *s, int *list, size_t cap, size_t *n) {
+static int parse_klist(const char *s, int *list, size_t cap, size_t *n) {
   *n = 0;
   while (*s) {
     size_t len = strcspn(s, ",");
@@ -937,7 +1120,7 @@ static int sp_replay_parse_klist(const char *s, int *list, size_t cap, size_t *n
       if (*end || end == tok || errno || v < 1 || v > SP_REPLAY_MAX_K) return -1;
       k = (int)v;
     }
-    sp_replay_k_add(list, n, k);
+    k_add(list, n, k);
     s += len;
     if (*s == ',') {
       s++;
@@ -947,7 +1130,7 @@ static int sp_replay_parse_klist(const char *s, int *list, size_t cap, size_t *n
   return *n ? 0 : -1;
 }
 
-static void sp_replay_fmt_k(char *out, size_t n, int k) {
+static void fmt_k(char *out, size_t n, int k) {
   if (k < 0) snprintf(out, n, "inf");
   else snprintf(out, n, "%d", k);
 }
@@ -961,16 +1144,16 @@ typedef struct sp_replay_est {
   double beta;      /* mean t_seg / mean t_target; NaN when unknown */
 } sp_replay_est;
 
-static sp_replay_est sp_replay_estimate(const sp_replay_set *set) {
+static sp_replay_est estimate(const sp_replay_set *set) {
   sp_replay_est e = {0, 0, NAN, NAN, NAN};
   sp_est acc;
   memset(&acc, 0, sizeof acc);
-  /* the engine's one estimator (sp_api.h); sp_replay_spec shares its codes */
+  /* the engine's one estimator (sp_api.h) over the recorded outcomes */
   for (size_t i = 0; i < set->n; i++) {
     const sp_replay_query *q = &set->queries[i];
     for (size_t j = 0; j < q->n_hops; j++) {
       const sp_replay_hop *h = &q->hops[j];
-      sp_est_add(&acc, (int)h->spec, h->t_seg, h->t_spec, h->t_target);
+      sp_est_add(&acc, h->spec, h->t_seg, h->t_spec, h->t_target);
     }
   }
   e.hops = (size_t)acc.hops;
@@ -980,7 +1163,7 @@ static sp_replay_est sp_replay_estimate(const sp_replay_set *set) {
 }
 
 /* A JSON number, or null when it is not one. */
-static void sp_replay_json_num(const char *key, double v) {
+static void json_num(const char *key, double v) {
   if (isfinite(v)) printf("%s%.10g", key, v);
   else printf("%snull", key);
 }
@@ -990,7 +1173,7 @@ int sp_replay_main(int argc, char **argv) {
   int json = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { sp_replay_usage(stdout); return 0; }
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { usage(stdout); return 0; }
     if (strcmp(a, "--json") == 0) { json = 1; continue; }
     const char **dst = NULL;
     const char *val = NULL;
@@ -1001,28 +1184,28 @@ int sp_replay_main(int argc, char **argv) {
       const char *eq = strchr(a, '=');
       if (eq) val = eq + 1;
       else if (i + 1 < argc) val = argv[++i];
-      else return sp_replay_fail("%s needs a value", a);
+      else return fail("%s needs a value", a);
       *dst = val;
       continue;
     }
-    if (a[0] == '-' && a[1] != '\0') return sp_replay_fail("unknown option '%s'", a);
-    if (file) return sp_replay_fail("one FILE only (got '%s' and '%s')", file, a);
+    if (a[0] == '-' && a[1] != '\0') return fail("unknown option '%s'", a);
+    if (file) return fail("one FILE only (got '%s' and '%s')", file, a);
     file = a;
   }
-  if (!file) return sp_replay_fail("missing FILE (a trace or a results JSONL file)");
+  if (!file) return fail("missing FILE (a trace or a results JSONL file)");
   if (mode && strcmp(mode, "spechop") != 0 && strcmp(mode, "window") != 0 &&
       strcmp(mode, "sequential") != 0)
-    return sp_replay_fail("--mode must be spechop, window or sequential, got '%s'", mode);
+    return fail("--mode must be spechop, window or sequential, got '%s'", mode);
   int launch = SP_REPLAY_LAUNCH_RECORDED;
   if (launch_s) {
     if (strcmp(launch_s, "eager") == 0) launch = SP_REPLAY_EAGER;
     else if (strcmp(launch_s, "slot") == 0) launch = SP_REPLAY_SLOT;
-    else return sp_replay_fail("--spec-launch must be eager or slot, got '%s'", launch_s);
+    else return fail("--spec-launch must be eager or slot, got '%s'", launch_s);
   }
   int ks[65];
   size_t nk = 0;
-  if (klist && sp_replay_parse_klist(klist, ks, sizeof ks / sizeof ks[0], &nk) != 0)
-    return sp_replay_fail("--k takes up to 64 comma-separated values, each an integer in "
+  if (klist && parse_klist(klist, ks, sizeof ks / sizeof ks[0], &nk) != 0)
+    return fail("--k takes up to 64 comma-separated values, each an integer in "
                           "[1, %d] or inf; got '%s'", SP_REPLAY_MAX_K, klist);
 
   char err[512];
@@ -1049,10 +1232,10 @@ int sp_replay_main(int argc, char **argv) {
     if (recorded) recorded = 1;
   } else if (!klist) {
     static const int dflt[] = {1, 2, 3, 4, 8, -1};
-    for (size_t i = 0; i < sizeof dflt / sizeof dflt[0]; i++) sp_replay_k_add(ks, &nk, dflt[i]);
+    for (size_t i = 0; i < sizeof dflt / sizeof dflt[0]; i++) k_add(ks, &nk, dflt[i]);
   }
-  if (recorded) sp_replay_k_add(ks, &nk, recorded);
-  qsort(ks, nk, sizeof ks[0], sp_replay_k_cmp);
+  if (recorded) k_add(ks, &nk, recorded);
+  qsort(ks, nk, sizeof ks[0], k_cmp);
 
   /* Only recorded speculator stages can be re-scheduled: a sequential (or
      k = 1) recording has none, and at another k it would just come back
@@ -1063,7 +1246,7 @@ int sp_replay_main(int argc, char **argv) {
     if (!q->has_spec && q->n_hops > 0) no_spec_q++;
     for (size_t h = 0; h < q->n_hops; h++) {
       all_hops++;
-      if (q->hops[h].spec == SP_REPLAY_NONE) no_spec_hops++;
+      if (q->hops[h].spec == SP_SPEC_NONE) no_spec_hops++;
     }
   }
   int wants_spec = 0;
@@ -1081,10 +1264,10 @@ int sp_replay_main(int argc, char **argv) {
             "stage and replay as recorded, unspeculated, at every k\n", no_spec_hops, all_hops, no_spec_q,
             set->n);
 
-  sp_replay_est est = sp_replay_estimate(set);
+  sp_replay_est est = estimate(set);
   if (!json) {
     char rk[32] = "";
-    if (set->k) sp_replay_fmt_k(rk, sizeof rk, set->k);
+    if (set->k) fmt_k(rk, sizeof rk, set->k);
     printf("replay %s: %zu queries, %zu hops; mode %s", file, set->n, est.hops, mode);
     if (set->mode || set->k)
       printf(" (recorded: %s%s%s)", set->mode ? set->mode : "mode ?", set->k ? ", k = " : "", rk);
@@ -1114,22 +1297,22 @@ int sp_replay_main(int argc, char **argv) {
     double rel = std_sum > 0 ? wall_sum / std_sum : NAN;
     mean = n_mean ? mean / (double)n_mean : NAN;
     char kt[32];
-    sp_replay_fmt_k(kt, sizeof kt, ks[i]);
+    fmt_k(kt, sizeof kt, ks[i]);
     int mark = recorded && ks[i] == recorded;
     if (json) {
       printf(ks[i] < 0 ? "{\"k\":\"%s\"" : "{\"k\":%s", kt);
       printf(",\"mode\":\"%s\",\"queries\":%zu,\"hops\":%zu", mode, set->n, est.hops);
-      sp_replay_json_num(",\"rel_lat\":", rel);
-      sp_replay_json_num(",\"mean_rel_lat\":", mean);
+      json_num(",\"rel_lat\":", rel);
+      json_num(",\"mean_rel_lat\":", mean);
       printf(",\"wall_ms\":%.10g,\"standard_ms\":%.10g,\"recorded\":%s", wall_sum, std_sum,
              mark ? "true" : "false");
       int shown = launch != SP_REPLAY_LAUNCH_RECORDED ? launch
                   : set->n ? set->queries[0].launch : SP_REPLAY_SLOT;
       printf(",\"spec_launch\":\"%s\",\"unspeculated_hops\":%zu",
              strcmp(mode, "spechop") != 0 || shown == SP_REPLAY_SLOT ? "slot" : "eager", no_spec_hops);
-      sp_replay_json_num(",\"p_hat\":", est.p);
-      sp_replay_json_num(",\"alpha_hat\":", est.alpha);
-      sp_replay_json_num(",\"beta_hat\":", est.beta);
+      json_num(",\"p_hat\":", est.p);
+      json_num(",\"alpha_hat\":", est.alpha);
+      json_num(",\"beta_hat\":", est.beta);
       printf("}\n");
     } else {
       printf("  %s %4s  %8.4f  %8.4f  %13.1f  %13.1f\n", mark ? "*" : " ", kt, rel, mean, wall_sum,

@@ -12,14 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* What happened to the speculator call of one hop. */
-typedef enum sp_replay_spec {
-  SP_REPLAY_NONE,      /* no speculator call was made (cannot be extended) */
-  SP_REPLAY_ACCEPTED,  /* a candidate was verified equal to the target result */
-  SP_REPLAY_REJECTED,  /* the speculator returned; no candidate was accepted */
-  SP_REPLAY_LATE,      /* the target returned before the speculator */
-  SP_REPLAY_ERROR      /* the speculator failed (replayed like rejected) */
-} sp_replay_spec;
+#include "sp_api.h"   /* the Lua-facing part (loading, timelines, launch codes) and SP_SPEC_*, the outcome of a hop's speculation */
 
 typedef struct sp_replay_hop {
   double t_seg;        /* model segment (step) time */
@@ -27,15 +20,12 @@ typedef struct sp_replay_hop {
   double t_target;     /* target tool time */
   double t_update;     /* state update time */
   double t_verify;     /* verifier time */
-  sp_replay_spec spec; /* recorded speculation outcome */
+  int spec;            /* recorded speculation outcome (SP_SPEC_*); error replays like rejected */
   int rank;            /* 0-based confidence rank of the accepted candidate */
   int ncands;          /* candidates the speculator returned, 0 = unknown (assume m) */
 } sp_replay_hop;
 
-/* When a thread's speculator starts (as the engine's SP_LAUNCH_*). */
-enum { SP_REPLAY_EAGER = 0, SP_REPLAY_SLOT = 1, SP_REPLAY_LAUNCH_RECORDED = -1 };
-
-typedef struct sp_replay_query {
+struct sp_replay_query {
   char *id;            /* query id (NUL-terminated) */
   char *mode;          /* recorded mode ("spechop", ...), or NULL if unknown */
   int k;               /* recorded k: >= 1, -1 = inf, 0 = unknown */
@@ -45,25 +35,20 @@ typedef struct sp_replay_query {
   sp_replay_hop *hops; /* committed hops in order */
   size_t n_hops;       /* number of hops (N) */
   double final_seg;    /* time of the final step that produces the answer */
-} sp_replay_query;
+};
 
-typedef struct sp_replay_set {
+struct sp_replay_set {
   sp_replay_query *queries; /* loaded queries */
   size_t n;                 /* number of queries */
   char *mode;               /* mode shared by every query, NULL if unknown/mixed */
   int k;                    /* k shared by every query (as in sp_replay_query), 0 if unknown/mixed */
   char *warnings;           /* skipped lines/records, newline-terminated; NULL if none */
   size_t n_warnings;        /* number of warnings (some may be elided from the text) */
-} sp_replay_set;
+};
 
-/* Parses either shape (a Chrome trace object with a "specula" section, or
-   results JSONL). 0 on success with *out owned by the caller; -1 with a
-   message in err (naming the input and line) and *out = NULL. Never aborts
-   on bad input: this is the fuzzing entry point. */
-int sp_replay_load_buffer(const char *text, size_t len, sp_replay_set **out, char *err, size_t errlen);
-/* The same for a file; messages name the path. */
+/* sp_replay_load_buffer (sp_api.h; the fuzzing entry point) for a file;
+   messages name the path. */
 int sp_replay_load_file(const char *path, sp_replay_set **out, char *err, size_t errlen);
-void sp_replay_set_free(sp_replay_set *s);
 
 /* Replays one query under mode "spechop" (continuous, Algorithm 1), "window"
    (bounded window, Theorem 2) or "sequential" (k = 1); NULL = "spechop".

@@ -229,6 +229,9 @@ static sp_task *task_alloc(sp_ctx *ctx, sp_task *parent) {
     parent->child = t;
     t->speculative = parent->speculative;
     t->window_node = parent->window_node;
+    t->job_id = parent->job_id;
+    t->job_thread = parent->job_thread;
+    t->job_born_ns = parent->job_born_ns;
   }
   t->all_next = ctx->all_tasks;
   if (ctx->all_tasks) ctx->all_tasks->all_prev = t;
@@ -281,7 +284,17 @@ sp_task *sp_job_new(sp_ctx *ctx, sp_task_hook hook, void *ud) {
   t->job = 1;
   t->hook = hook;
   t->hook_ud = ud;
+  t->job_id = t->id;
+  /* the instant the window launched it, as the window times its stages */
+  t->job_born_ns = ctx->hook_clock ? ctx->hook_now : sp_timers_now(ctx);
   return t;
+}
+
+int sp_task_job(const sp_task *t, double *born_ms, int *thread) {
+  if (!t || !t->job_id) return 0;
+  if (born_ms) *born_ms = (double)t->job_born_ns / 1e6;
+  if (thread) *thread = t->job_thread;
+  return t->job_id;
 }
 
 void sp_job_str(sp_task *t, const char *str) {
@@ -395,6 +408,14 @@ static void job_finish(sp_ctx *ctx, sp_task *t, int status, const sp_jobres *res
   release_results(ctx, res);
   task_end(t, status);
   task_unref(t);
+}
+
+int sp_sched_run_c(sp_ctx *ctx) {
+  sp_runnable *r = ctx->ready_head;
+  if (!r || r->run == task_resume) return 0;
+  dequeue(ctx);
+  r->run(ctx, r);
+  return 1;
 }
 
 sp_task *sp_job_next(sp_ctx *ctx) {

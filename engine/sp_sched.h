@@ -64,6 +64,9 @@ struct sp_task {
   char *error;              /* message and traceback when FAILED */
   int speculative;          /* runs for an unverified state (eligibility) */
   void *window_node;        /* the window node this job belongs to, if any */
+  int job_id;               /* id of the window job it runs for (itself, or the job that spawned it), 0 none */
+  int job_thread;           /* that job's window thread (the node's trace tid), 0 none */
+  uint64_t job_born_ns;     /* engine clock when that job was created */
   sp_task *reap_next;       /* reap list link */
   sp_task *all_prev, *all_next; /* every live task, for shutdown */
   double defer_ms;          /* sp_job_defer: the job finishes this long after it returns */
@@ -135,6 +138,11 @@ static inline void sp_job_keep(sp_task *t, int i) {
 void sp_op_link(sp_task *t, sp_op *op, sp_op_cancel_fn cancel);
 void sp_op_unlink(sp_op *op);
 void sp_sched_drain(sp_ctx *ctx);                   /* run the ready queue now */
+/* Run the entry at the head of the ready queue if it is a C callback (a
+   window's kick, a prediction trigger): 1 if it ran one, 0 if the queue is
+   empty or a task or job is next. For a host without a Lua state, which
+   takes jobs itself (sp_job_next / sp_job_done); see sp_window.h. */
+int sp_sched_run_c(sp_ctx *ctx);
 void sp_sched_poke(sp_ctx *ctx);                    /* keep the loop turning (virtual clock) */
 void sp_sched_reap(sp_ctx *ctx);
 void sp_sched_cancel_all(sp_ctx *ctx);              /* shutdown: cancel every live task */

@@ -61,20 +61,20 @@ void sp_sse_free(sp_sse *p) {
 
 const char *sp_sse_error(const sp_sse *p) { return p->failed ? p->err : ""; }
 
-static int sp_sse_fail_size(sp_sse *p) {
+static int fail_size(sp_sse *p) {
   p->failed = 1;
   snprintf(p->err, sizeof p->err, "SSE event exceeds %zu bytes", p->max);
   return -1;
 }
 
-static int sp_sse_fail_oom(sp_sse *p) {
+static int fail_oom(sp_sse *p) {
   p->failed = 1;
   snprintf(p->err, sizeof p->err, "SSE: out of memory");
   return -1;
 }
 
 /* Blank line: queue the event built so far, if it has any data. */
-static int sp_sse_dispatch(sp_sse *p) {
+static int dispatch_event(sp_sse *p) {
   if (p->data.len == 0) {
     sp_buf_reset(&p->type);
     return 0;
@@ -86,7 +86,7 @@ static int sp_sse_dispatch(sp_sse *p) {
   r.retry = p->retry;
   const char *type = p->type.len ? p->type.data : "message";
   size_t need = sizeof r + r.event_len + r.data_len + r.id_len + 3;
-  if (sp_buf_reserve(&p->q, need) != 0) return sp_sse_fail_oom(p);
+  if (sp_buf_reserve(&p->q, need) != 0) return fail_oom(p);
   /* reserve succeeded, so these appends cannot fail */
   sp_buf_append(&p->q, &r, sizeof r);
   sp_buf_append(&p->q, type, r.event_len + 1);
@@ -99,7 +99,7 @@ static int sp_sse_dispatch(sp_sse *p) {
 }
 
 /* retry is honoured only when the value is all ASCII digits and fits a long. */
-static void sp_sse_retry(sp_sse *p, const char *v, size_t n) {
+static void set_retry(sp_sse *p, const char *v, size_t n) {
   if (n == 0) return;
   long r = 0;
   for (size_t i = 0; i < n; i++) {
@@ -112,8 +112,8 @@ static void sp_sse_retry(sp_sse *p, const char *v, size_t n) {
 }
 
 /* One complete line, without its terminator. */
-static int sp_sse_line(sp_sse *p, const char *s, size_t n) {
-  if (n == 0) return sp_sse_dispatch(p);
+static int take_line(sp_sse *p, const char *s, size_t n) {
+  if (n == 0) return dispatch_event(p);
   if (s[0] == ':') return 0;
   const char *colon = memchr(s, ':', n);
   size_t flen = colon ? (size_t)(colon - s) : n;
@@ -121,30 +121,30 @@ static int sp_sse_line(sp_sse *p, const char *s, size_t n) {
   size_t vlen = colon ? n - flen - 1 : 0;
   if (vlen && *v == ' ') { v++; vlen--; }
   if (flen == 4 && memcmp(s, "data", 4) == 0) {
-    if (p->data.len + vlen > p->max) return sp_sse_fail_size(p);
-    if (sp_buf_reserve(&p->data, vlen + 1) != 0) return sp_sse_fail_oom(p);
+    if (p->data.len + vlen > p->max) return fail_size(p);
+    if (sp_buf_reserve(&p->data, vlen + 1) != 0) return fail_oom(p);
     sp_buf_append(&p->data, v, vlen);
     sp_buf_putc(&p->data, '\n');
   } else if (flen == 5 && memcmp(s, "event", 5) == 0) {
     sp_buf_reset(&p->type);
-    if (sp_buf_append(&p->type, v, vlen) != 0) return sp_sse_fail_oom(p);
+    if (sp_buf_append(&p->type, v, vlen) != 0) return fail_oom(p);
   } else if (flen == 2 && memcmp(s, "id", 2) == 0) {
     if (memchr(v, '\0', vlen)) return 0;  /* WHATWG: ids with NUL are ignored */
     sp_buf_reset(&p->id);
-    if (sp_buf_append(&p->id, v, vlen) != 0) return sp_sse_fail_oom(p);
+    if (sp_buf_append(&p->id, v, vlen) != 0) return fail_oom(p);
   } else if (flen == 5 && memcmp(s, "retry", 5) == 0) {
-    sp_sse_retry(p, v, vlen);
+    set_retry(p, v, vlen);
   }
   return 0;
 }
 
-static size_t sp_sse_find(const char *buf, size_t from, size_t len, char c) {
+static size_t find(const char *buf, size_t from, size_t len, char c) {
   const char *hit = memchr(buf + from, c, len - from);
   return hit ? (size_t)(hit - buf) : len;
 }
 
 /* Split bytes into lines (CR, LF or CRLF), carrying a partial last line over. */
-static int sp_sse_take(sp_sse *p, const char *buf, size_t len) {
+static int take(sp_sse *p, const char *buf, size_t len) {
   if (len == 0) return 0;  /* also keeps a NULL buf away from memchr */
   size_t i = 0;
   if (p->cr_pending) {
@@ -153,25 +153,25 @@ static int sp_sse_take(sp_sse *p, const char *buf, size_t len) {
   }
   /* Cached positions of the next CR and LF, so each is searched for once per
    * occurrence rather than once per line (a stream may have only one kind). */
-  size_t ncr = sp_sse_find(buf, i, len, '\r');
-  size_t nlf = sp_sse_find(buf, i, len, '\n');
+  size_t ncr = find(buf, i, len, '\r');
+  size_t nlf = find(buf, i, len, '\n');
   while (i < len) {
-    if (ncr < i) ncr = sp_sse_find(buf, i, len, '\r');
-    if (nlf < i) nlf = sp_sse_find(buf, i, len, '\n');
+    if (ncr < i) ncr = find(buf, i, len, '\r');
+    if (nlf < i) nlf = find(buf, i, len, '\n');
     size_t e = ncr < nlf ? ncr : nlf;
     size_t n = e - i;
-    if (p->line.len + n > p->max) return sp_sse_fail_size(p);
+    if (p->line.len + n > p->max) return fail_size(p);
     if (e == len) {
-      if (sp_buf_append(&p->line, buf + i, n) != 0) return sp_sse_fail_oom(p);
+      if (sp_buf_append(&p->line, buf + i, n) != 0) return fail_oom(p);
       break;
     }
     int rc;
     if (p->line.len) {
-      if (sp_buf_append(&p->line, buf + i, n) != 0) return sp_sse_fail_oom(p);
-      rc = sp_sse_line(p, p->line.data, p->line.len);
+      if (sp_buf_append(&p->line, buf + i, n) != 0) return fail_oom(p);
+      rc = take_line(p, p->line.data, p->line.len);
       sp_buf_reset(&p->line);
     } else {
-      rc = sp_sse_line(p, buf + i, n);
+      rc = take_line(p, buf + i, n);
     }
     if (rc != 0) return -1;
     if (buf[e] == '\n') {
@@ -203,13 +203,13 @@ int sp_sse_feed(sp_sse *p, const char *buf, size_t len) {
     } else if (i < len) {
       /* Not a BOM after all: the bytes matched so far are ordinary text. */
       p->started = 1;
-      if (p->bom_seen && sp_sse_take(p, (const char *)sp_sse_bom, (size_t)p->bom_seen) != 0)
+      if (p->bom_seen && take(p, (const char *)sp_sse_bom, (size_t)p->bom_seen) != 0)
         return -1;
     } else {
       return 0;  /* the chunk was a BOM prefix; decide on the next one */
     }
   }
-  return sp_sse_take(p, buf + i, len - i);
+  return take(p, buf + i, len - i);
 }
 
 int sp_sse_next(sp_sse *p, sp_sse_event *ev) {

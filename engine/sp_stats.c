@@ -1,4 +1,5 @@
 #include "sp_stats.h"
+#include "sp_opt.h"
 #include "sp_theory.h"
 #include <math.h>
 #include <stdlib.h>
@@ -27,10 +28,11 @@ double sp_welford_cv(const sp_welford *w) {
 sp_kauto *sp_kauto_new(double eps, int k_min, int k_max, int k_default) {
   sp_kauto *a = calloc(1, sizeof *a);
   if (!a) return NULL;
-  a->eps = eps > 0 && eps < 1 ? eps : 0.05;
-  a->k_min = k_min >= 1 ? k_min : 1;
-  a->k_max = k_max >= a->k_min ? k_max : 64;
-  a->k_default = k_default >= a->k_min ? k_default : 4;
+  /* out-of-range arguments fall back to the shared defaults (sp_opt.c) */
+  a->eps = eps > 0 && eps < 1 ? eps : sp_opt_default("eps");
+  a->k_min = k_min >= 1 ? k_min : (int)sp_opt_default("kauto_min");
+  a->k_max = k_max >= a->k_min ? k_max : (int)sp_opt_default("kauto_max");
+  a->k_default = k_default >= a->k_min ? k_default : (int)sp_opt_default("kauto_default");
   return a;
 }
 
@@ -56,7 +58,7 @@ void sp_kauto_estimates(const sp_kauto *a, double *alpha, double *beta, double *
 }
 
 int sp_kauto_k(sp_kauto *a) {
-  if (!a) return 4;
+  if (!a) return (int)sp_opt_default("kauto_default");
   if (a->target.n < 3 || a->spec.n < 3 || a->target.mean <= 0) return a->k_default;
   double alpha, beta, nu;
   sp_kauto_estimates(a, &alpha, &beta, &nu);

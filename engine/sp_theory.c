@@ -15,8 +15,19 @@
    exact integer must not round up to the next one. */
 #define SP_THEORY_CEIL_SLACK 1e-9
 
-/* Outcome codes as in sp_api.h's SP_SPEC_* (and sp_replay_spec). */
-enum { SP_EST_ACCEPTED = 1, SP_EST_REJECTED = 2, SP_EST_ERROR = 4 };
+static const char *const SPEC_NAMES[SP_SPEC_N] = {
+  [SP_SPEC_NONE] = "none", [SP_SPEC_ACCEPTED] = "accepted", [SP_SPEC_REJECTED] = "rejected",
+  [SP_SPEC_LATE] = "late", [SP_SPEC_ERROR] = "error"};
+
+const char *sp_spec_name(int outcome) {
+  return outcome >= 0 && outcome < SP_SPEC_N ? SPEC_NAMES[outcome] : NULL;
+}
+
+int sp_spec_code(const char *name, size_t len) {
+  for (int i = 0; name && i < SP_SPEC_N; i++)
+    if (strlen(SPEC_NAMES[i]) == len && memcmp(SPEC_NAMES[i], name, len) == 0) return i;
+  return -1;
+}
 
 void sp_est_add(sp_est *e, int outcome, double t_seg, double t_spec, double t_target) {
   if (!e) return;
@@ -27,8 +38,8 @@ void sp_est_add(sp_est *e, int outcome, double t_seg, double t_spec, double t_ta
     e->spec += t_spec;
     e->nspec += 1;
   }
-  if (outcome == SP_EST_ACCEPTED) e->accepted += 1;
-  if (outcome == SP_EST_ACCEPTED || outcome == SP_EST_REJECTED || outcome == SP_EST_ERROR) e->judged += 1;
+  if (outcome == SP_SPEC_ACCEPTED) e->accepted += 1;
+  if (outcome == SP_SPEC_ACCEPTED || outcome == SP_SPEC_REJECTED || outcome == SP_SPEC_ERROR) e->judged += 1;
 }
 
 void sp_est_merge(sp_est *into, const sp_est *from) {
@@ -55,20 +66,20 @@ void sp_est_get(const sp_est *e, double *p, double *alpha, double *beta) {
   if (beta) *beta = b;
 }
 
-static int sp_theory_ratios_ok(double alpha, double beta) {
+static int ratios_ok(double alpha, double beta) {
   return isfinite(alpha) && isfinite(beta) && alpha >= 0 && beta >= 0;
 }
 
-static int sp_theory_k_unbounded(double k) { return k < 0 || isinf(k); }
+static int k_unbounded(double k) { return k < 0 || isinf(k); }
 
 double sp_theory_rel_lat_star(double p, double alpha, double beta) {
-  if (!(p >= 0 && p <= 1) || !sp_theory_ratios_ok(alpha, beta)) return NAN;
+  if (!(p >= 0 && p <= 1) || !ratios_ok(alpha, beta)) return NAN;
   return 1.0 - p * (1.0 - alpha) / (1.0 + beta);
 }
 
 double sp_theory_rel_lat_k(double p, double alpha, double beta, double k) {
-  if (!(p >= 0 && p <= 1) || !sp_theory_ratios_ok(alpha, beta) || isnan(k)) return NAN;
-  if (sp_theory_k_unbounded(k)) return sp_theory_rel_lat_star(p, alpha, beta);
+  if (!(p >= 0 && p <= 1) || !ratios_ok(alpha, beta) || isnan(k)) return NAN;
+  if (k_unbounded(k)) return sp_theory_rel_lat_star(p, alpha, beta);
   if (k < 1) return NAN;
   /* inv_mu = 1/mu_k = (1-p)/(1-p^k); the p -> 1 limit is 1/k. expm1/log
      keep 1 - p^k accurate when p is close to 1. */
@@ -80,35 +91,35 @@ double sp_theory_rel_lat_k(double p, double alpha, double beta, double k) {
 }
 
 double sp_theory_k_det(double alpha, double beta) {
-  if (!sp_theory_ratios_ok(alpha, beta)) return NAN;
+  if (!ratios_ok(alpha, beta)) return NAN;
   if (alpha + beta == 0) return INFINITY;
   return (1.0 + beta) / (alpha + beta);
 }
 
 /* Standard normal CDF; erfc keeps the lower tail accurate. */
-static double sp_theory_phi(double x) { return 0.5 * erfc(-x / sqrt(2.0)); }
+static double phi(double x) { return 0.5 * erfc(-x / sqrt(2.0)); }
 
 /* Spread term sqrt(k a^2 + (k-1) b^2 + 1) of Theorem 4 / Corollary 5. The
    radicand can only go negative for alpha > 1 (outside the model): clamp. */
-static double sp_theory_spread(double k, double alpha, double beta) {
+static double spread(double k, double alpha, double beta) {
   double r = k * alpha * alpha + (k - 1.0) * beta * beta + 1.0;
   return sqrt(r > 0 ? r : 0);
 }
 
 double sp_theory_p_starve(double k, double alpha, double beta, double nu) {
-  if (!sp_theory_ratios_ok(alpha, beta) || !(nu >= 0) || isinf(nu) || isnan(k)) return NAN;
-  if (sp_theory_k_unbounded(k)) return 0.0;
+  if (!ratios_ok(alpha, beta) || !(nu >= 0) || isinf(nu) || isnan(k)) return NAN;
+  if (k_unbounded(k)) return 0.0;
   if (k < 1) return NAN;
   double num = (1.0 + beta) - k * (alpha + beta);
-  double den = nu * sp_theory_spread(k, alpha, beta);
+  double den = nu * spread(k, alpha, beta);
   if (den == 0) return num > 0 ? 1.0 : num < 0 ? 0.0 : 0.5;  /* no volatility: a step */
-  return sp_theory_phi(num / den);
+  return phi(num / den);
 }
 
 /* Lower half of the quantile, 0 < q <= 0.5: a rational approximation
    (P. J. Acklam's coefficients, relative error ~1e-9) polished by one
    Halley step against erfc, which brings it to near machine precision. */
-static double sp_theory_z_lower(double q) {
+static double z_lower(double q) {
   static const double a[6] = {-3.969683028665376e+01, 2.209460984245205e+02,
                               -2.759285104469687e+02, 1.383577518672690e+02,
                               -3.066479806614716e+01, 2.506628277459239e+00};
@@ -133,7 +144,7 @@ static double sp_theory_z_lower(double q) {
     x = n / m;
   }
   /* Halley step on f(x) = Phi(x) - q: f/f' = e * sqrt(2 pi) * exp(x^2/2). */
-  double e = sp_theory_phi(x) - q;
+  double e = phi(x) - q;
   double h = e * 2.5066282746310002 * exp(0.5 * x * x);  /* sqrt(2 pi) */
   if (isfinite(h)) x -= h / (1.0 + 0.5 * x * h);
   return x;
@@ -145,17 +156,17 @@ double sp_theory_z(double q) {
   if (q == 1) return INFINITY;
   /* Evaluate the upper half through the lower one: 1 - q is exact there,
      the tail stays accurate, and z(1-q) = -z(q) holds bit for bit. */
-  if (q > 0.5) return -sp_theory_z_lower(1.0 - q);
-  return sp_theory_z_lower(q);
+  if (q > 0.5) return -z_lower(1.0 - q);
+  return z_lower(q);
 }
 
 int sp_theory_k_eps(double alpha, double beta, double nu, double eps) {
-  if (!sp_theory_ratios_ok(alpha, beta) || !(nu >= 0) || isinf(nu)) return 0;
+  if (!ratios_ok(alpha, beta) || !(nu >= 0) || isinf(nu)) return 0;
   if (!(eps > 0 && eps < 1)) return 0;
   if (alpha + beta == 0) return -1;
   double kd = sp_theory_k_det(alpha, beta);
   double z = -sp_theory_z(eps);  /* z_{1-eps}, from the accurate tail */
-  double v = kd + z * nu * sp_theory_spread(kd, alpha, beta) / (alpha + beta);
+  double v = kd + z * nu * spread(kd, alpha, beta) / (alpha + beta);
   if (!(v < (double)INT_MAX)) return -1;
   double k = ceil(v - SP_THEORY_CEIL_SLACK);
   return k < 1 ? 1 : (int)k;
@@ -182,23 +193,25 @@ typedef struct sp_theory_args {
   "usage: specula theory --p P --alpha A --beta B [--k K|inf|auto] [--nu V] [--eps E] " \
   "[--spec-launch eager|slot] [--json]\n"
 
-static void sp_theory_usage(FILE *f) {
-  fputs(SP_THEORY_USAGE
-        "  --p P       speculation success probability, 0 <= P <= 1\n"
-        "  --alpha A   E[T_spec]/E[T_target], A >= 0\n"
-        "  --beta B    E[T_seg]/E[T_target], B >= 0 (A + B > 0)\n"
-        "  --k K       threads for rel_lat_k and p_starve: integer >= 1, inf, or\n"
-        "              auto (default: k*_eps)\n"
-        "  --nu V      coefficient of variation bound, V >= 0 (default 0.4)\n"
-        "  --eps E     starvation target, 0 < E < 1 (default 0.05)\n"
-        "  --spec-launch eager|slot\n"
-        "              the schedule of the event model row (default eager, as specula run)\n"
-        "  --json      print one JSON object\n",
-        f);
+static void print_usage(FILE *f) {
+  /* the defaults come from the one table of them (sp_opt.c) */
+  fprintf(f,
+          SP_THEORY_USAGE
+          "  --p P       speculation success probability, 0 <= P <= 1\n"
+          "  --alpha A   E[T_spec]/E[T_target], A >= 0\n"
+          "  --beta B    E[T_seg]/E[T_target], B >= 0 (A + B > 0)\n"
+          "  --k K       threads for rel_lat_k and p_starve: integer >= 1, inf, or\n"
+          "              auto (default: k*_eps)\n"
+          "  --nu V      coefficient of variation bound, V >= 0 (default %g)\n"
+          "  --eps E     starvation target, 0 < E < 1 (default %g)\n"
+          "  --spec-launch eager|slot\n"
+          "              the schedule of the event model row (default eager, as specula run)\n"
+          "  --json      print one JSON object\n",
+          sp_opt_default("nu"), sp_opt_default("eps"));
 }
 
-static int sp_theory_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sp_theory_fail(const char *fmt, ...) {
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int fail(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fputs("specula theory: ", stderr);
@@ -210,25 +223,25 @@ static int sp_theory_fail(const char *fmt, ...) {
 }
 
 /* Parses argv into a; returns 0, 1 for --help, or 2 after printing an error. */
-static int sp_theory_parse(int argc, char **argv, sp_theory_args *a) {
+static int parse(int argc, char **argv, sp_theory_args *a) {
   memset(a, 0, sizeof *a);
-  a->nu = 0.4;
-  a->eps = 0.05;
+  a->nu = sp_opt_default("nu");
+  a->eps = sp_opt_default("eps");
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
     if (strcmp(arg, "--json") == 0) { a->json = 1; continue; }
-    if (strncmp(arg, "--", 2) != 0) return sp_theory_fail("unexpected argument '%s'", arg);
+    if (strncmp(arg, "--", 2) != 0) return fail("unexpected argument '%s'", arg);
     /* --name value or --name=value */
     char name[16];
     const char *val, *eq = strchr(arg, '=');
     size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
-    if (nlen >= sizeof name) return sp_theory_fail("unknown option '%s'", arg);
+    if (nlen >= sizeof name) return fail("unknown option '%s'", arg);
     if (strncmp(arg, "--spec-launch", 13) == 0 && (arg[13] == '\0' || arg[13] == '=')) {
       const char *lv = arg[13] == '=' ? arg + 14 : (i + 1 < argc ? argv[++i] : NULL);
       if (lv && strcmp(lv, "eager") == 0) a->launch = SP_REPLAY_EAGER;
       else if (lv && strcmp(lv, "slot") == 0) a->launch = SP_REPLAY_SLOT;
-      else return sp_theory_fail("--spec-launch must be eager or slot");
+      else return fail("--spec-launch must be eager or slot");
       continue;
     }
     memcpy(name, arg, nlen);
@@ -241,11 +254,11 @@ static int sp_theory_parse(int argc, char **argv, sp_theory_args *a) {
     int idx = -1;
     for (int j = 0; j < (int)(sizeof known / sizeof known[0]); j++)
       if (strcmp(name, known[j]) == 0) idx = j;
-    if (idx < 0) return sp_theory_fail("unknown option '%s'", arg);
-    if (!val) return sp_theory_fail("%s needs a value", name);
+    if (idx < 0) return fail("unknown option '%s'", arg);
+    if (!val) return fail("%s needs a value", name);
     double v;
     char err[160];
-    if (sp_opt_parse(name + 2, val, &v, err, sizeof err) != 0) return sp_theory_fail("%s", err);
+    if (sp_opt_parse(name + 2, val, &v, err, sizeof err) != 0) return fail("%s", err);
     switch (idx) {
       case 0: a->p = v; a->have_p = 1; break;
       case 1: a->alpha = v; a->have_a = 1; break;
@@ -255,29 +268,29 @@ static int sp_theory_parse(int argc, char **argv, sp_theory_args *a) {
       default: a->k = v; a->have_k = v != 0; break;  /* 0: auto, i.e. k*_eps */
     }
   }
-  if (!a->have_p) return sp_theory_fail("missing --p (speculation success probability)");
-  if (!a->have_a) return sp_theory_fail("missing --alpha (E[T_spec]/E[T_target])");
-  if (!a->have_b) return sp_theory_fail("missing --beta (E[T_seg]/E[T_target])");
-  if (a->alpha + a->beta <= 0) return sp_theory_fail("--alpha + --beta must be > 0");
+  if (!a->have_p) return fail("missing --p (speculation success probability)");
+  if (!a->have_a) return fail("missing --alpha (E[T_spec]/E[T_target])");
+  if (!a->have_b) return fail("missing --beta (E[T_seg]/E[T_target])");
+  if (a->alpha + a->beta <= 0) return fail("--alpha + --beta must be > 0");
   return 0;
 }
 
 /* k as text: an integer, or "inf". */
-static void sp_theory_fmt_k(char *out, size_t n, double k) {
+static void fmt_k(char *out, size_t n, double k) {
   if (isinf(k)) snprintf(out, n, "inf");
   else snprintf(out, n, "%.0f", k);
 }
 
 /* "key":number, — or null for an overflowed extreme input: JSON has no inf/nan. */
-static void sp_theory_json_num(const char *key, double v) {
+static void json_num(const char *key, double v) {
   if (isfinite(v)) printf("\"%s\":%.12g,", key, v);
   else printf("\"%s\":null,", key);
 }
 
 int sp_theory_main(int argc, char **argv) {
   sp_theory_args a;
-  int rc = sp_theory_parse(argc, argv, &a);
-  if (rc == 1) { sp_theory_usage(stdout); return 0; }
+  int rc = parse(argc, argv, &a);
+  if (rc == 1) { print_usage(stdout); return 0; }
   if (rc != 0) return rc;
 
   int k_eps = sp_theory_k_eps(a.alpha, a.beta, a.nu, a.eps);
@@ -292,8 +305,8 @@ int sp_theory_main(int argc, char **argv) {
                                  200, 1);
   const char *launch = a.launch == SP_REPLAY_SLOT ? "slot" : "eager";
   char ks[32], keps[32];
-  sp_theory_fmt_k(ks, sizeof ks, k);
-  sp_theory_fmt_k(keps, sizeof keps, k_eps > 0 ? (double)k_eps : INFINITY);
+  fmt_k(ks, sizeof ks, k);
+  fmt_k(keps, sizeof keps, k_eps > 0 ? (double)k_eps : INFINITY);
 
   if (a.json) {
     /* k and k_eps are numbers, or the string "inf" when unbounded. */
@@ -301,11 +314,11 @@ int sp_theory_main(int argc, char **argv) {
            a.p, a.alpha, a.beta, a.nu, a.eps);
     printf(isinf(k) ? "\"k\":\"%s\"," : "\"k\":%s,", ks);
     printf("\"k_from\":\"%s\",", a.have_k ? "arg" : "k_eps");
-    sp_theory_json_num("rel_lat_star", star);
-    sp_theory_json_num("rel_lat_k", rel_k);
-    sp_theory_json_num("k_det", k_det);
-    sp_theory_json_num("p_starve", starve);
-    sp_theory_json_num("rel_lat_event", event);
+    json_num("rel_lat_star", star);
+    json_num("rel_lat_k", rel_k);
+    json_num("k_det", k_det);
+    json_num("p_starve", starve);
+    json_num("rel_lat_event", event);
     printf("\"spec_launch\":\"%s\",", launch);
     printf(k_eps > 0 ? "\"k_eps\":%s}\n" : "\"k_eps\":\"%s\"}\n", keps);
     return 0;

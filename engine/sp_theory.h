@@ -12,22 +12,14 @@
  */
 #ifndef SP_THEORY_H
 #define SP_THEORY_H
-#include "sp_api.h"   /* sp_est, the estimator */
+#include "sp_api.h"   /* the theory functions Lua calls, and sp_est, the estimator */
 
-/* Corollary 1: oracle relative latency 1 - p(1-alpha)/(1+beta). */
-double sp_theory_rel_lat_star(double p, double alpha, double beta);
-/* Corollary 3: bounded-window relative latency with mu_k = (1-p^k)/(1-p);
-   k = 1 gives 1, unbounded k gives RelLat*. k in [0, 1) is NaN. */
-double sp_theory_rel_lat_k(double p, double alpha, double beta, double k);
-/* Deterministic thread count (1+beta)/(alpha+beta) (Theorem 4, k_det). */
-double sp_theory_k_det(double alpha, double beta);
-/* Theorem 4: upper bound on the starvation probability with k threads. */
-double sp_theory_p_starve(double k, double alpha, double beta, double nu);
+/* RelLat* (Corollary 1), RelLat_k (Corollary 3), k_det and P_starve
+   (Theorem 4) and k_eps (Corollary 5) are declared in sp_api.h: Lua calls
+   them through the FFI. What only C uses is below. */
+
 /* Standard normal quantile: z(q) with Phi(z) = q; -inf/+inf at 0/1. */
 double sp_theory_z(double q);
-/* Corollary 5: threads needed for P_starve <= eps, at least 1;
-   -1 when unbounded (alpha + beta = 0), 0 on invalid input. */
-int sp_theory_k_eps(double alpha, double beta, double nu, double eps);
 
 /* `specula theory ...`; argv[0] is the subcommand name. Returns the exit
    status: 0 ok, 2 usage error. */

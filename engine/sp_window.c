@@ -342,6 +342,7 @@ sp_task *sp_win_job(sp_window *w, sp_node *n, int fn, sp_task_hook hook, void *u
   if (!t) return NULL;
   t->speculative = is_speculative(w, n);
   t->window_node = n;
+  t->job_thread = n ? n->tid : 0;
   /* the adapter and the query ctx outlive every job of the window (it
      cancels them before it goes) */
   sp_job_held(t, fn);
@@ -763,11 +764,11 @@ static void advance_from_real(sp_window *w, int outcome, const char *reason, dou
     fail_nojob(w, "building the next state");
     return;
   }
-  note_live(w, +1);
   /* The job takes its arguments (state, step, observation) now, before the
      hop record takes the refs over. */
   w->head = n;
   if (start_advance(w, n, h, 1) != 0) {
+    note_live(w, +1);
     retire(w, h);
     fail_nojob(w, "building the next state");
     return;
@@ -791,6 +792,9 @@ static void advance_from_real(sp_window *w, int outcome, const char *reason, dou
   if (w->cfg.prefetch) sp_prefetch_observe(w->cfg.prefetch, h->tool, h->t_target, -1);
   if (w->cfg.mode == SP_MODE_WINDOW) w->round = 1;
   retire(w, h);
+  /* the new head counts once the old one is gone: the handover is not a
+     second live thread (max_threads of k = 1 stays 1) */
+  note_live(w, +1);
   try_extend(w);
 }
 
@@ -1198,8 +1202,8 @@ void sp_window_free(sp_window *w) {
   }
   w->freed = 1;
   if (w->ctx->L == NULL || w->ctx->stopping) {
-    /* Shutdown: the Lua state is going away with every value in it. */
-    w->nhops = 0;
+    /* No loop turn is coming (shutdown, or a host without Lua): free now.
+       Releasing the hop records' slots is integer work, safe either way. */
     window_destroy(w);
     return;
   }

@@ -111,7 +111,7 @@ typedef struct sp_tev_rec {
 
 struct sp_window {
   sp_ctx *ctx;             /* engine */
-  int id;                  /* handoff key */
+  int id;                  /* a number naming the window (groups, traces) */
   sp_window_cfg cfg;       /* configuration (copied) */
   int status;              /* SP_WIN_* */
   char *error;             /* why it failed */

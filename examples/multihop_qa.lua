@@ -34,9 +34,10 @@
 --   spec_p=P            offline: how often the speculator knows the answer (0.6)
 local specula = require "specula"
 
-local template, text, sim = specula.template, specula.text, specula.sim
+local world = require "offline_world"     -- examples/offline_world.lua
+local template, sim = specula.template, specula.sim
 local P = template.spechop                  -- the D.2 / D.3 prompt templates
-local NO_INFO = "No relevant information found"
+local NO_INFO = world.NO_INFO
 
 local repeat_query = specula.terminate.repeat_query()
 local no_info = specula.terminate.no_info { allowance = 1, marker = NO_INFO }
@@ -45,13 +46,9 @@ local no_info = specula.terminate.no_info { allowance = 1, marker = NO_INFO }
 -- Online backend: M and S through specula.llm, T's search through an HTTP tool
 ----------------------------------------------------------------------------
 
--- Search results -> a few "title: snippet" lines (SearxNG, E5 servers, ...).
+-- Search results -> a few numbered "title: snippet" lines (SearxNG, E5 servers, ...).
 local function snippets_of(res)
-  local list = specula.tools.passages(res.body, 5)
-  if not list then return res.body:sub(1, 2000) end
-  if #list == 0 then return NO_INFO end
-  for i = 1, #list do list[i] = "[" .. i .. "] " .. list[i]:sub(1, 600) end
-  return table.concat(list, "\n")
+  return world.passages(res, 5, function(i, p) return "[" .. i .. "] " .. p end)
 end
 
 local function online_backend()
@@ -76,66 +73,15 @@ local function online_backend()
 end
 
 ----------------------------------------------------------------------------
--- Offline backend: a tiny fictional world, simulated latencies, and fake
--- models that read the rendered prompts and answer from the world.
+-- Offline backend: the fictional world of examples/offline_world.lua,
+-- simulated latencies, and fake models that read the rendered prompts and
+-- answer from the world.
 ----------------------------------------------------------------------------
-
-local WORLD = {  -- relation -> subject -> object
-  director = { ["The Glass Orchard"] = "Maren Holt", ["Harbor of Ash"] = "Ilya Corwen",
-               ["Seven Quiet Winters"] = "Tomas Ferreira" },
-  year = { ["Maren Holt"] = "1931", ["Ilya Corwen"] = "1924", ["Tomas Ferreira"] = "1940" },
-  place = { ["Maren Holt"] = "Tarnby", ["Ilya Corwen"] = "Velmora", ["Tomas Ferreira"] = "Saldo Vale" },
-  country = { Tarnby = "Estria", Velmora = "Norland", ["Saldo Vale"] = "Portavia" },
-}
-local ASK = { director = "Who directed %s?", year = "When was %s born?",
-              place = "Where was %s born?", country = "Which country is %s in?" }
-local PARSE = { director = "^Who directed (.+)%?$", year = "^When was (.+) born%?$",
-                place = "^Where was (.+) born%?$", country = "^Which country is (.+) in%?$" }
-local SAY = { director = "%s is a drama film directed by %s.", year = "%s was born in %s.",
-              place = "%s was born in the town of %s.", country = "%s is a town in %s." }
-
--- The search corpus: one passage per fact, in a fixed order.
-local CORPUS = {}
-for _, rel in ipairs({ "director", "year", "place", "country" }) do
-  local subjects = {}
-  for s in pairs(WORLD[rel]) do subjects[#subjects + 1] = s end
-  table.sort(subjects)
-  for _, s in ipairs(subjects) do CORPUS[#CORPUS + 1] = SAY[rel]:format(s, WORLD[rel][s]) end
-end
 
 local LATENCY = {  -- ms, lognormal (mean, cv): M is slow-ish, S fast, search slowest
   seg = sim.law { "lognormal", 40, 0.3 }, answer = sim.law { "lognormal", 30, 0.3 },
   spec = sim.law { "lognormal", 20, 0.3 }, search = sim.law { "lognormal", 150, 0.4 },
 }
-
--- "Who directed X?" -> "director", "X"
-local function parse_subquestion(q)
-  for rel, pat in pairs(PARSE) do
-    local subject = q:match(pat)
-    if subject then return rel, subject end
-  end
-end
-
--- The hops a question needs: { relation, subject | index of an earlier hop }.
-local function plan_for(question)
-  local films, lq = {}, question:lower()
-  for title in pairs(WORLD.director) do
-    local at = lq:find(title:lower(), 1, true)
-    if at then films[#films + 1] = { at, title } end
-  end
-  table.sort(films, function(a, b) return a[1] < b[1] end)
-  if #films >= 2 then
-    return { { "director", films[1][2] }, { "year", 1 }, { "director", films[2][2] }, { "year", 3 } },
-           function(ans) return tonumber(ans[2]) <= tonumber(ans[4]) and films[1][2] or films[2][2] end
-  elseif #films == 1 then
-    local f = films[1][2]
-    local last = function(ans) return ans[#ans] end
-    if lq:find("country") then return { { "director", f }, { "place", 1 }, { "country", 2 } }, last end
-    if lq:find("where") then return { { "director", f }, { "place", 1 } }, last end
-    if lq:find("when") or lq:find("year") then return { { "director", f }, { "year", 1 } }, last end
-    return { { "director", f } }, last
-  end
-end
 
 local function field(prompt, label)   -- the text after "label:\n" up to a blank line
   return prompt:match(label .. ":\n(.-)\n\n") or ""
@@ -151,15 +97,14 @@ local function fake_model(messages)
   end
   local question = field(prompt, "Main question")
   if prompt:find("Search results:", 1, true) then                   -- D.2 step 2: sub-answer
-    local rel, subject = parse_subquestion(field(prompt, "Current subquestion"))
-    local truth = rel and WORLD[rel][subject]
+    local truth = world.truth(field(prompt, "Current subquestion"))
     local found = truth and prompt:find(truth, 1, true)
     return "<subanswer> " .. (found and truth or NO_INFO) .. " </subanswer>"
   end
   local trace = prompt:match("trace:\n(.-)\n\nOutput") or ""
   local asked = template.extract_all(trace, "subquestion")
   local answers = template.extract_all(trace, "subanswer")
-  local plan, conclude = plan_for(question)
+  local plan, conclude = world.plan(question)
   if prompt:find("final answer tag", 1, true) then                  -- D.2 step 3: final answer
     local ok, answer = pcall(conclude, answers)
     if not (plan and ok and answer) then return "<final_answer> unknown </final_answer>" end
@@ -169,8 +114,8 @@ local function fake_model(messages)
   -- itself, and the repeat-query stop ends the trajectory.
   local hop = plan and plan[#asked + 1]
   if not hop then return "<subquestion> " .. (asked[#asked] or question) .. " </subquestion>" end
-  local subject = type(hop[2]) == "number" and answers[hop[2]] or hop[2]
-  return "<subquestion> " .. ASK[hop[1]]:format(subject) .. " </subquestion>"
+  local subject = hop[3] and answers[hop[3]] or hop[2]   -- from an earlier hop's answer
+  return "<subquestion> " .. world.ASK[hop[1]]:format(subject) .. " </subquestion>"
 end
 
 -- The fake speculator S: right with probability spec_p, else a wrong guess
@@ -178,8 +123,7 @@ end
 -- query sees the same guesses.
 local function fake_speculator(messages, ctx)
   local q = messages[#messages].content:match("<question>(.-)</question>") or ""
-  local rel, subject = parse_subquestion(q)
-  local truth = rel and WORLD[rel][subject]
+  local truth = world.truth(q)
   local p = tonumber(ctx.set.spec_p) or 0.6
   local u = sim.draw(ctx, "guess")
   if truth and u < p then return truth .. "</answer>" end
@@ -189,20 +133,12 @@ local function fake_speculator(messages, ctx)
   return "I don't know.</answer>"
 end
 
--- Rank passages by shared content words with the query.
+-- The two passages that best match the query, numbered.
 local function fake_search(q)
-  local want = text.set(text.content_tokens(q))
-  local scored = {}
-  for i, passage in ipairs(CORPUS) do
-    local score = 0
-    for _, w in ipairs(text.content_tokens(passage)) do if want[w] then score = score + 1 end end
-    if score > 0 then scored[#scored + 1] = { score, i, passage } end
-  end
-  table.sort(scored, function(a, b) if a[1] ~= b[1] then return a[1] > b[1] end return a[2] < b[2] end)
-  if #scored == 0 then return NO_INFO end
-  local out = {}
-  for i = 1, math.min(2, #scored) do out[i] = "[" .. i .. "] " .. scored[i][3] end
-  return table.concat(out, "\n")
+  local list = world.search(q, 2)
+  if not list then return NO_INFO end
+  for i = 1, #list do list[i] = "[" .. i .. "] " .. list[i] end
+  return table.concat(list, "\n")
 end
 
 local offline_backend = {
@@ -221,16 +157,7 @@ local offline_backend = {
 }
 
 -- Offline with --set offline=1, or when no OPENAI_BASE_URL is set.
-local online
-local function backend(ctx)
-  local flag = ctx.set.offline
-  local offline
-  if flag == nil then offline = (os.getenv("OPENAI_BASE_URL") or "") == ""
-  else offline = flag ~= 0 and flag ~= false and flag ~= "0" end
-  if offline then return offline_backend end
-  online = online or online_backend()
-  return online
-end
+local backend = world.backend_chooser(offline_backend, online_backend)
 
 ----------------------------------------------------------------------------
 -- The agent

@@ -42,8 +42,9 @@
 --   spec_p=P             offline: how often the speculator knows the answer (0.6)
 local specula = require "specula"
 
+local world = require "offline_world"     -- examples/offline_world.lua
 local tsss, text, sim = specula.template.tsss, specula.text, specula.sim
-local NO_INFO = "No relevant information found"
+local NO_INFO = world.NO_INFO
 
 -- The online prompt: one fixed system line, then the TSSS document as the
 -- user message. Nothing before the document changes between hops.
@@ -55,11 +56,7 @@ local SYSTEM = "Continue the document after its last line. Write only the contin
 
 -- Search results -> the 3 passages of the contexts slot, one per line.
 local function passages_of(res)
-  local list = specula.tools.passages(res.body, 3)
-  if not list then return res.body:sub(1, 2000) end
-  if #list == 0 then return NO_INFO end
-  for i = 1, #list do list[i] = list[i]:sub(1, 600) end
-  return table.concat(list, "\n")
+  return world.passages(res, 3, function(_, p) return p end)
 end
 
 local function online_backend()
@@ -87,91 +84,32 @@ local function online_backend()
 end
 
 ----------------------------------------------------------------------------
--- Offline backend: a tiny fictional world, simulated latencies, a fake model
--- that reads the TSSS document, and a bag-of-words embedder.
+-- Offline backend: the fictional world of examples/offline_world.lua,
+-- simulated latencies, a fake model that reads the TSSS document, and a
+-- bag-of-words embedder.
 ----------------------------------------------------------------------------
 
-local WORLD = {  -- relation -> subject -> object
-  director = { ["The Glass Orchard"] = "Maren Holt", ["Harbor of Ash"] = "Ilya Corwen",
-               ["Seven Quiet Winters"] = "Tomas Ferreira" },
-  year = { ["Maren Holt"] = "1931", ["Ilya Corwen"] = "1924", ["Tomas Ferreira"] = "1940" },
-  place = { ["Maren Holt"] = "Tarnby", ["Ilya Corwen"] = "Velmora", ["Tomas Ferreira"] = "Saldo Vale" },
-  country = { Tarnby = "Estria", Velmora = "Norland", ["Saldo Vale"] = "Portavia" },
-}
-local ASK = { director = "Who directed %s?", year = "When was %s born?",
-              place = "Where was %s born?", country = "Which country is %s in?" }
-local PARSE = { director = "^Who directed (.+)%?$", year = "^When was (.+) born%?$",
-                place = "^Where was (.+) born%?$", country = "^Which country is (.+) in%?$" }
-local SAY = { director = "%s is a drama film directed by %s.", year = "%s was born in %s.",
-              place = "%s was born in the town of %s.", country = "%s is a town in %s." }
 local RESPOND = { director = "%s was directed by %s.", year = "%s was born in %s.",
                   place = "%s was born in %s.", country = "%s is in %s." }
-
-local CORPUS = {}
-for _, rel in ipairs({ "director", "year", "place", "country" }) do
-  local subjects = {}
-  for s in pairs(WORLD[rel]) do subjects[#subjects + 1] = s end
-  table.sort(subjects)
-  for _, s in ipairs(subjects) do CORPUS[#CORPUS + 1] = SAY[rel]:format(s, WORLD[rel][s]) end
-end
 
 local LATENCY = {  -- ms, lognormal (mean, cv)
   seg = sim.law { "lognormal", 30, 0.3 }, answer = sim.law { "lognormal", 30, 0.3 },
   spec = sim.law { "lognormal", 20, 0.3 }, search = sim.law { "lognormal", 150, 0.4 },
 }
 
-local function parse_subquery(q)
-  for rel, pat in pairs(PARSE) do
-    local subject = q:match(pat)
-    if subject then return rel, subject end
-  end
-end
-
--- The hops a question needs, { relation, subject }, and how to conclude
--- from their answers. The fake model knows the world, so it resolves each
--- hop's subject itself.
-local function plan_for(question)
-  local films, lq = {}, question:lower()
-  for title in pairs(WORLD.director) do
-    local at = lq:find(title:lower(), 1, true)
-    if at then films[#films + 1] = { at, title } end
-  end
-  table.sort(films, function(a, b) return a[1] < b[1] end)
-  local function chain(film, rels)
-    local hops, subject = {}, film
-    for i, rel in ipairs(rels) do
-      hops[i] = { rel, subject }
-      subject = WORLD[rel][subject]
-    end
-    return hops
-  end
-  if #films >= 2 then
-    local a, b = chain(films[1][2], { "director", "year" }), chain(films[2][2], { "director", "year" })
-    return { a[1], a[2], b[1], b[2] },
-           function(ans) return tonumber(ans[2]) <= tonumber(ans[4]) and films[1][2] or films[2][2] end
-  elseif #films == 1 then
-    local rels = { "director" }
-    if lq:find("country") then rels = { "director", "place", "country" }
-    elseif lq:find("where") then rels = { "director", "place" }
-    elseif lq:find("when") or lq:find("year") then rels = { "director", "year" } end
-    return chain(films[1][2], rels), function(ans) return ans[#ans] end
-  end
-end
-
 -- The fake generator: reads the document and writes the continuation.
 local function fake_model(prompt)
   local question = prompt:match("^To answer the Main Question %((.-)%),") or prompt:match("^Question: (.-)\n") or ""
   local asked = {}
   for q in prompt:gmatch("Question: ([^\n]+)\n") do asked[#asked + 1] = q end
-  local plan, conclude = plan_for(question)
+  local plan, conclude = world.plan(question)
   if prompt:find("Question:$") then                   -- the next sub-query
     local hop = plan and plan[#asked + 1]
-    if hop then return " " .. ASK[hop[1]]:format(hop[2]) end
+    if hop then return " " .. world.ASK[hop[1]]:format(hop[2]) end
     return " " .. question                             -- nothing new: restates the question
   elseif prompt:find("Based on the contexts,$") then  -- the response from the contexts
     local contexts = prompt:match(".*Question: [^\n]+\n(.-)\nBased on the contexts,$") or ""
-    local rel, subject = parse_subquery(asked[#asked] or "")
-    local truth = rel and WORLD[rel][subject]
+    local truth, rel, subject = world.truth(asked[#asked] or "")
     if truth and contexts:find(truth, 1, true) then return " " .. RESPOND[rel]:format(subject, truth) end
     return " no relevant information was found."
   end
@@ -179,7 +117,7 @@ local function fake_model(prompt)
   local answers = {}
   for i = 1, select(2, prompt:gsub("Based on the contexts,", "")) do
     local hop = plan and plan[i]
-    answers[i] = hop and WORLD[hop[1]][hop[2]]
+    answers[i] = hop and world.FACTS[hop[1]][hop[2]]
   end
   local ok, answer = pcall(conclude or error, answers)
   return " " .. (ok and answer or "unknown")
@@ -189,8 +127,7 @@ end
 -- probability spec_p (keyed draws), else unsure.
 local function fake_speculator(prompt, ctx)
   local q = prompt:match("Question: ([^\n]+)\n\nBased on the contexts,$") or ""
-  local rel, subject = parse_subquery(q)
-  local truth = rel and WORLD[rel][subject]
+  local truth, rel, subject = world.truth(q)
   if truth and sim.draw(ctx, "guess") < (tonumber(ctx.set.spec_p) or 0.6) then
     return " " .. RESPOND[rel]:format(subject, truth)
   end
@@ -198,18 +135,8 @@ local function fake_speculator(prompt, ctx)
 end
 
 local function fake_search(q)
-  local want = text.set(text.content_tokens(q))
-  local scored = {}
-  for i, passage in ipairs(CORPUS) do
-    local score = 0
-    for _, w in ipairs(text.content_tokens(passage)) do if want[w] then score = score + 1 end end
-    if score > 0 then scored[#scored + 1] = { score, i, passage } end
-  end
-  table.sort(scored, function(a, b) if a[1] ~= b[1] then return a[1] > b[1] end return a[2] < b[2] end)
-  if #scored == 0 then return NO_INFO end
-  local out = {}
-  for i = 1, math.min(3, #scored) do out[i] = scored[i][3] end
-  return table.concat(out, "\n")
+  local list = world.search(q, 3)
+  return list and table.concat(list, "\n") or NO_INFO
 end
 
 -- A deterministic bag-of-words embedder: content words hashed into 256 slots.
@@ -245,16 +172,7 @@ local offline_backend = {
 }
 
 -- Offline with --set offline=1, or when no OPENAI_BASE_URL is set.
-local online
-local function backend(ctx)
-  local flag = ctx.set.offline
-  local offline
-  if flag == nil then offline = (os.getenv("OPENAI_BASE_URL") or "") == ""
-  else offline = flag ~= 0 and flag ~= false and flag ~= "0" end
-  if offline then return offline_backend end
-  online = online or online_backend()
-  return online
-end
+local backend = world.backend_chooser(offline_backend, online_backend)
 
 local terminators = {}
 local function terminator(ctx)

@@ -7,6 +7,9 @@
 -- and SEARCH_KEY: secrets that must never reach the cassette; CAS_PAUSE,
 -- CAS_SLOW_MS and CAS_SPEC_MS: the model's pause between pieces, the MCP
 -- tool's latency and the lookup speculator's (defaults: as the tape here).
+-- CAS_PREDICT=1 adds action speculation: a predictor that foresees each
+-- tool call (fired at the step's start and on the streamed tool name) and
+-- a policy that lets both read-only tools run early.
 local specula = require "specula"
 local BASE = os.getenv("CAS_BASE") or "http://127.0.0.1:18765"
 local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
@@ -34,9 +37,22 @@ tools.lookup.speculate = function(args)
   return "weather in " .. args.city
 end
 
+-- the calls the step will make, from the query and the history so far
+local function predict(history, ctx)
+  if #history == 0 then return { { tool = "lookup", args = { city = "Paris-" .. ctx.query }, confidence = 0.9 } } end
+  if #history == 1 then
+    return { { tool = "slow", args = { ms = tonumber(os.getenv("CAS_SLOW_MS") or "600"),
+                                       tag = ctx.query .. ":" .. #history[1].observation }, confidence = 0.9 } }
+  end
+  return {}
+end
+local predicting = os.getenv("CAS_PREDICT") == "1"
+
 return specula.agent {
   name = "cassette-agent",
   tools = tools,
+  predict = predicting and predict or nil,
+  policy = predicting and { lookup = "full", slow = "full" } or nil,
   init = function(q) return { q = q, hop = 0, obs = {} } end,
   step = function(s, ctx)
     if s.hop == 0 then

@@ -458,6 +458,8 @@ function M.adapter(agent, opts)
     return verify_list(V, cands, obs, ctx, nk)
   end
 
+  -- with a cassette open, each job is timed for the tape (or by it)
+  if cassette.state then return cassette.wrap_adapter(A) end
   return A
 end
 

@@ -6,13 +6,19 @@
 -- A cassette is a directory of files cassette-NNNN.jsonl (one per recording
 -- process, created exclusively, so shards may record into one directory).
 -- Each line is one JSON object, written and flushed whole: a header line
--- { "specula_cassette": 1, ... } and then one exchange per line:
---   { kind = "http"|"mcp"|"spec", key, n, ms, req, res | err, events, meta }
+-- { "specula_cassette": 2, ... } and then one exchange per line:
+--   { kind = "http"|"mcp"|"spec", key, n, at, off, ms, req, res | err, events, meta }
 -- key: the canonical request (no headers, secret query parameters removed,
--- JSON bodies in canonical form, then scrubbed); n: its occurrence (1, 2,
--- ...) in the recording, so repeated identical requests get their own
--- answers in order. A process killed mid-write leaves at most one cut last
--- line, which the loader drops with a warning.
+-- JSON bodies in canonical form, then scrubbed); meta: which query, hop,
+-- window thread (the tid traces show) and job asked; n: the occurrence of
+-- the key within that (query, thread, job), so repeated identical requests
+-- get their own answers in order, whatever other queries and threads do
+-- meanwhile; off: ms from the window's launch of that job to the request.
+-- Each window job that ends adds { kind = "job", key, n, ms, meta }: its
+-- time from launch to result as the window saw it, so a replay reproduces
+-- the engine time around the exchanges (queueing, parsing) as well as the
+-- exchanges themselves. A process killed mid-write leaves at most one cut
+-- last line, which the loader drops with a warning.
 local json = require "specula.json"
 local sched = require "specula.sched"
 local core = require "specula.core"
@@ -20,10 +26,13 @@ local ffi = core.ffi
 local C = core.C
 
 local type, tostring, pairs, ipairs, format, concat = type, tostring, pairs, ipairs, string.format, table.concat
+local select, unpack, rawget, xpcall, tonumber = select, unpack, rawget, xpcall, tonumber
 local co_running = coroutine.running
 
 local M = {}
-M.VERSION = 1
+M.VERSION = 2
+-- versions this specula reads (1: no job lines, n counted per request)
+local READS = { [1] = true, [2] = true }
 M.MISS = { error = true, live = true, skip = true }
 
 -- The open cassette of this process (nil: none). Checked on every request.
@@ -35,18 +44,41 @@ pcall(ffi.cdef, "char *strerror(int errnum);")
 
 local function scrubber() return require("specula.llm.retry") end
 
+-- The window jobs running now, by job id: { born, thread, name, query,
+-- ctx }. Weak values: a cancelled job's coroutine is dropped, and its
+-- record with it.
+local jobs = setmetatable({}, { __mode = "v" })
+local BORN, THREAD = ffi.new("double[1]"), ffi.new("int[1]")
+
+-- The window job the running task works for (the job itself or a task its
+-- code spawned), or nil.
+local function current_job()
+  if core.ctx == nil then return nil end
+  local t = C.sp_task_current(core.ctx)
+  if t == nil then return nil end
+  local id = C.sp_task_job(t, BORN, THREAD)
+  if id == 0 then return nil end
+  local J = jobs[id]
+  -- ids are reused: a task spawned by a job that has ended is no longer its
+  if J and J.born == BORN[0] then return J end
+  return nil
+end
+
 -- The query context of the job running in each coroutine (weak: worker
--- coroutines come and go), so a request knows which query and hop asked.
+-- coroutines come and go), so a request knows which query and hop asked;
+-- also kept on the job, for the tasks its code spawns.
 local bound = setmetatable({}, { __mode = "k" })
 function M.bind(ctx)
   local co = co_running()
   if co then bound[co] = ctx end
+  local J = current_job()
+  if J then J.ctx = ctx end
 end
 
-local function meta_now()
+local function meta_now(J)
   local m = {}
   local co = co_running()
-  local ctx = co and bound[co]
+  local ctx = co and bound[co] or (J and J.ctx)
   if ctx then
     local id = ctx.id
     if id ~= nil then m.query = id end
@@ -56,11 +88,26 @@ local function meta_now()
     m.phase = ctx.action and "tool" or "step"
     if ctx.predicted then m.predicted = true end
   end
+  if J then
+    if m.query == nil then m.query = J.query end
+    m.thread = J.thread
+    m.job = J.name
+  end
   if core.ctx ~= nil then
     local t = C.sp_task_current(core.ctx)
     if t ~= nil then m.task = tonumber(C.sp_task_id(t)) end
   end
   return m
+end
+
+-- Where an occurrence is counted: per (query, window thread, job) when a
+-- query asked, else per run. qscope: the query alone, for a replay whose
+-- threads differ from the recording's (another policy).
+local function scopes(meta)
+  local q = meta and meta.query
+  if q == nil then return "", "" end
+  local qs = "q=" .. tostring(q)
+  return qs .. " t=" .. tostring(meta.thread or "") .. " j=" .. tostring(meta.job or ""), qs
 end
 
 -- ---- files -------------------------------------------------------------------------------
@@ -126,8 +173,8 @@ function M.load(dir)
             return nil, format("cassette %s:%d: not a JSON object", path, ln)
           end
         elseif v.specula_cassette then
-          if v.specula_cassette ~= M.VERSION then
-            return nil, format("cassette %s:%d: format version %s, this specula reads %d", path, ln,
+          if not READS[v.specula_cassette] then
+            return nil, format("cassette %s:%d: format version %s, this specula reads 1 and %d", path, ln,
               tostring(v.specula_cassette), M.VERSION)
           end
           info.header = v
@@ -135,6 +182,7 @@ function M.load(dir)
           return nil, format("cassette %s:%d: an exchange needs kind, key and n", path, ln)
         else
           v.file, v.line = path, ln
+          v.scope, v.qscope = scopes(v.meta)
           recs[#recs + 1] = v
           info.records = info.records + 1
         end
@@ -144,6 +192,24 @@ function M.load(dir)
   end
   if #files == 0 then return nil, format("cassette '%s': no cassette-NNNN.jsonl files", dir) end
   return recs, files, warnings
+end
+
+-- The entries of loaded records: one per (kind, scope, key, n), its answer
+-- when the tape has one, else its start line alone (a call cancelled
+-- before it answered), in the order they were asked.
+function M.entries(recs)
+  local out, at = {}, {}
+  for _, r in ipairs(recs) do
+    local id = r.kind .. "\0" .. r.scope .. "\0" .. r.key .. "\0" .. tostring(r.n)
+    local i = at[id]
+    if i == nil then
+      out[#out + 1] = r
+      at[id] = #out
+    elseif out[i].start and not r.start then
+      out[i] = r
+    end
+  end
+  return out
 end
 
 local function mkdir(dir)
@@ -161,20 +227,28 @@ function M.open(o)
   if M.state then return true end
   local miss = o.miss or "error"
   if not M.MISS[miss] then return nil, "--miss must be error, live or skip" end
-  local st = { miss = miss, counts = {}, index = {}, served = 0, missed = 0, missed_committed = 0, live = 0, recorded = 0,
+  local st = { miss = miss, counts = {}, served = 0, missed = 0, missed_committed = 0, live = 0, recorded = 0,
                miss_list = {}, secrets = env_secrets(), t0 = sched.now() }
   if o.replay then
     local recs, files, warnings = M.load(o.replay)
     if not recs then return nil, files end
     for _, w in ipairs(warnings) do io.stderr:write("specula: warning: cassette ", w, "\n") end
-    for _, r in ipairs(recs) do
-      local list = st.index[r.key]
-      if not list then list = {}; st.index[r.key] = list end
-      -- the first answer recorded for an occurrence wins; a start line
-      -- alone: the call was cancelled before it answered
-      local prev = list[r.n]
-      if prev == nil or (prev.start and not r.start) then list[r.n] = r end
+    -- exact: scope + key -> { [n] = entry }; loose: query + key -> entries
+    -- in the order they were asked; keys: every key on the tape
+    local exact, loose, keys = {}, {}, {}
+    st.entries = M.entries(recs)
+    for _, r in ipairs(st.entries) do
+      local e = r.scope .. "\n" .. r.key
+      local x = exact[e]
+      if not x then x = {}; exact[e] = x end
+      x[r.n] = r
+      local l = r.qscope .. "\n" .. r.key
+      local list = loose[l]
+      if not list then list = {}; loose[l] = list end
+      list[#list + 1] = r
+      keys[r.key] = true
     end
+    st.exact, st.loose, st.keys = exact, loose, keys
     st.replay = o.replay
   end
   if o.record then
@@ -201,7 +275,11 @@ end
 function M.close()
   local st = M.state
   if not st then return nil end
-  if st.file then st.file:close() st.file = nil end
+  if st.file then
+    M.flush_timings()
+    st.file:close()
+    st.file = nil
+  end
   M.state = nil
   return st
 end
@@ -211,7 +289,10 @@ end
 -- for a pure replay: while recording, occurrences must stay distinct.
 function M.rewind()
   local st = M.state
-  if st and st.replay and not st.file then st.counts = {} end
+  if st and st.replay and not st.file then
+    st.counts = {}
+    for _, r in ipairs(st.entries) do r.used = nil end
+  end
 end
 
 -- One line for the end of a run: what the cassette served and missed.
@@ -307,9 +388,13 @@ end
 require("specula.nojit")(scrub_deep)   -- a pairs() walk: see specula/nojit.lua
 
 local warned_encode = false
-local function write(rec, secrets)
+-- timing: a job line (not an exchange: not counted as recorded)
+local function write(rec, secrets, timing)
   local st = M.state
   if not st or not st.file then return end
+  -- job lines wait for the next line: their write then falls inside a
+  -- job whose time is measured, not after the one they time
+  if st.later and not timing then M.flush_timings() end
   -- one scrub of the encoded line (cheap); when that breaks the JSON (a
   -- pattern ate an escape), every string is scrubbed on its own instead
   local line, err = json.encode(rec)
@@ -330,7 +415,16 @@ local function write(rec, secrets)
   -- one write and a flush per exchange: a kill leaves at most one cut line
   st.file:write(line, "\n")
   st.file:flush()
-  if not rec.start then st.recorded = st.recorded + 1 end
+  if not rec.start and not timing then st.recorded = st.recorded + 1 end
+end
+
+-- Write the job lines waiting for the next line.
+function M.flush_timings()
+  local st = M.state
+  local later = st and st.later
+  if not later then return end
+  st.later = nil
+  for i = 1, #later do write(later[i], nil, true) end
 end
 
 -- ---- keys --------------------------------------------------------------------------------
@@ -368,19 +462,46 @@ local function canon_body(body)
   return body
 end
 
--- The recorded occurrences of a request: by its own key, else by its
--- scrubbed key (a key that held a secret was stored scrubbed; scrubbing
--- every key up front would cost the recording run time on the loop).
-local function recorded(st, key, secrets)
-  local list = st.index[key]
-  if list == nil then list = st.index[scrub(key, secrets)] end
-  return list
-end
-
 local function occurrence(st, key)
   local n = (st.counts[key] or 0) + 1
   st.counts[key] = n
   return n
+end
+
+-- The next occurrence n of key asked in scope (see scopes) and, when
+-- replaying, the entry that answers it: that occurrence of the same
+-- (query, thread, job) when the tape has it, else the first entry of the
+-- query not served yet, an answered one before a call the recording
+-- cancelled (the replay's threads differ: another policy). So concurrent
+-- queries and threads each get their own recorded answers, in record and
+-- replay alike. Returns entry | nil, n, how many entries the query has.
+local function take(st, scope, qscope, key, secrets)
+  local n = occurrence(st, scope .. "\n" .. key)
+  if not st.replay then return nil, n, 0 end
+  -- a key that held a secret was stored scrubbed (scrubbing every key up
+  -- front would cost the recording run time on the loop)
+  if not st.keys[key] then
+    local sk = scrub(key, secrets)
+    if st.keys[sk] then key = sk end
+  end
+  local x = st.exact[scope .. "\n" .. key]
+  local e = x and x[n]
+  if e and not e.used then
+    e.used = true
+    return e, n, 1
+  end
+  local list = st.loose[qscope .. "\n" .. key]
+  if not list then return nil, n, 0 end
+  local pick
+  for i = 1, #list do
+    local r = list[i]
+    if not r.used then
+      if not r.start then pick = r break end
+      pick = pick or r
+    end
+  end
+  if pick then pick.used = true end
+  return pick, n, #list
 end
 
 -- What a miss does. Returns "live" to make the real call, or nil, err.
@@ -419,9 +540,25 @@ local function write_start(kind, key, n, meta, secrets)
   end
 end
 
+-- Below a nanosecond (the clock's grain) a wait is float noise: a yield for
+-- it would let the loop run, out of the recorded order, what the job set off.
+local GRAIN_MS = 1e-6
 local function sleep_until(t)
   local d = t - sched.now()
-  if d > 0 then sched.sleep(d) end
+  if d > GRAIN_MS then sched.sleep(d) end
+end
+
+-- A served exchange leaves when it left in the recording: off ms after its
+-- job was launched (the engine's own time before the request: queueing
+-- behind other jobs, building the request). Returns that time: its answer
+-- is due its recorded latency later, however late this replay woke up.
+local function depart(J, rec)
+  if J and type(rec.off) == "number" then
+    local t = J.born + rec.off
+    sleep_until(t)
+    return t
+  end
+  return sched.now()
 end
 
 -- ---- http ---------------------------------------------------------------------------------
@@ -519,18 +656,16 @@ function M.http(opts, method, live)
   local body = canon_body(opts.body)
   local secrets = scrubber().secrets(nil, opts.headers)
   local key = method:upper() .. " " .. url .. "\n" .. body
-  local n = occurrence(st, key)
-  local meta = meta_now()
+  local J = current_job()
+  local meta = meta_now(J)
+  local scope, qscope = scopes(meta)
+  local rec, n, held = take(st, scope, qscope, key, secrets)
   if st.replay then
-    local list = recorded(st, key, secrets)
-    local rec = list and list[n]
     if rec and rec.kind == "http" then
       st.served = st.served + 1
       if rec.start then never() return nil, "ECASSETTE: " .. method:upper() .. ": cancelled in the recording" end
-      return serve_http(st, rec, sched.now())
+      return serve_http(st, rec, depart(J, rec))
     end
-    local held = 0
-    if list then for _ in pairs(list) do held = held + 1 end end
     local what = method:upper() .. " " .. scrubber().scrub(url, secrets)
     local go, err = on_miss(st, "http", what, n, held, meta)
     if not go then return nil, err end
@@ -539,10 +674,11 @@ function M.http(opts, method, live)
   lopts.__cassette_live = true
   write_start("http", key, n, meta, secrets)
   local t0 = sched.now()
+  if J and not J.first then J.first = t0 - J.born end
   local r, err = live(lopts)
   if not st.file then return r, err end
-  local rec = { kind = "http", key = key, n = n, at = t0 - st.t0, meta = meta,
-                req = { method = method:upper(), url = url, body = body } }
+  rec = { kind = "http", key = key, n = n, at = t0 - st.t0, off = J and t0 - J.born, meta = meta,
+          req = { method = method:upper(), url = url, body = body } }
   if opts.stream then
     rec.stream = true
     if r == nil then
@@ -590,30 +726,29 @@ function M.mcp(client, method, params, opts, live)
   local ok, pc = pcall(json.canonical, kp)
   if not ok then pc = tostring(params) end
   local key = "MCP " .. tostring(client.name) .. " " .. method .. "\n" .. pc
-  local n = occurrence(st, key)
-  local meta = meta_now()
+  local J = current_job()
+  local meta = meta_now(J)
+  local scope, qscope = scopes(meta)
+  local rec, n, held = take(st, scope, qscope, key, secrets)
   local what = format("MCP %s %s", tostring(client.name), tostring(opts and opts.what or method))
   if st.replay then
-    local list = recorded(st, key, secrets)
-    local rec = list and list[n]
     if rec and rec.kind == "mcp" then
       st.served = st.served + 1
       if rec.start then never() return nil, what .. ": cancelled in the recording" end
-      sleep_until(sched.now() + (rec.ms or 0))
+      sleep_until(depart(J, rec) + (rec.ms or 0))
       if rec.err then return nil, rec.err end
       return rec.res
     end
-    local held = 0
-    if list then for _ in pairs(list) do held = held + 1 end end
     local go, err = on_miss(st, "mcp", what, n, held, meta)
     if not go then return nil, err end
     if client.offline then return nil, what .. ": the server was not started (replaying offline)" end
   end
   write_start("mcp", key, n, meta, secrets)
   local t0 = sched.now()
+  if J and not J.first then J.first = t0 - J.born end
   local r, err = live()
   if st.file then
-    write({ kind = "mcp", key = key, n = n, at = t0 - st.t0, ms = sched.now() - t0, meta = meta,
+    write({ kind = "mcp", key = key, n = n, at = t0 - st.t0, off = J and t0 - J.born, ms = sched.now() - t0, meta = meta,
             req = { server = client.name, method = method, params = strip_meta(params) },
             res = r, err = (r == nil) and err or nil }, secrets)
   end
@@ -625,11 +760,12 @@ end
 -- A target call's observation, recorded (never served: the call's own
 -- requests are) so the verifier lab can pair it with the speculators'
 -- candidates. Errors propagate untouched and are not recorded.
-local function observed(st, tool, args, t0, meta, ...)
+local function observed(st, tool, args, t0, meta, J, ...)
   if st.file then
     local ok, ac = pcall(json.canonical, args)
     write({ kind = "obs", key = "OBS " .. tostring(tool) .. "\n" .. (ok and ac or tostring(args)), n = 1,
-            at = t0 - st.t0, ms = sched.now() - t0, meta = meta, req = { tool = tool, args = args },
+            at = t0 - st.t0, off = J and t0 - J.born, ms = sched.now() - t0, meta = meta,
+            req = { tool = tool, args = args },
             res = { value = (...) == nil and json.null or (...) } })
   end
   return ...
@@ -638,8 +774,8 @@ end
 function M.observe(tool, args, call, ctx)
   local st = M.state
   if not st.file then return call(args, ctx) end
-  local meta = meta_now()
-  return observed(st, tool, args, sched.now(), meta, call(args, ctx))
+  local J = current_job()
+  return observed(st, tool, args, sched.now(), meta_now(J), J, call(args, ctx))
 end
 
 -- ---- speculators --------------------------------------------------------------------------
@@ -652,15 +788,15 @@ function M.speculator(S, tool, is_cands, cands)
     local ok, ac = pcall(json.canonical, args)
     if not ok then ac = tostring(args) end
     local key = "SPEC " .. tostring(tool) .. "\n" .. ac
-    local n = occurrence(st, key)
-    local meta = meta_now()
+    local J = current_job()
+    local meta = meta_now(J)
+    local scope, qscope = scopes(meta)
+    local rec, n, held = take(st, scope, qscope, key)
     if st.replay then
-      local list = recorded(st, key)
-      local rec = list and list[n]
       if rec and rec.kind == "spec" then
         st.served = st.served + 1
         if rec.start then never() error("speculator cancelled in the recording", 0) end
-        sleep_until(sched.now() + (rec.ms or 0))
+        sleep_until(depart(J, rec) + (rec.ms or 0))
         if rec.err then error(rec.err, 0) end
         local r = rec.res or {}
         if r.cands then
@@ -671,17 +807,16 @@ function M.speculator(S, tool, is_cands, cands)
         if r.value == json.null then return nil end
         return r.value
       end
-      local held = 0
-      if list then for _ in pairs(list) do held = held + 1 end end
       local go, err = on_miss(st, "spec", "speculator of '" .. tostring(tool) .. "' " .. ac, n, held, meta)
       if not go then error(err, 0) end
     end
     write_start("spec", key, n, meta)
     local t0 = sched.now()
+    if J and not J.first then J.first = t0 - J.born end
     local res = { pcall(S, args, ctx) }
     if st.file then
-      local rec = { kind = "spec", key = key, n = n, at = t0 - st.t0, ms = sched.now() - t0, meta = meta,
-                    req = { tool = tool, args = args } }
+      rec = { kind = "spec", key = key, n = n, at = t0 - st.t0, off = J and t0 - J.born, ms = sched.now() - t0,
+              meta = meta, req = { tool = tool, args = args } }
       if not res[1] then rec.err = tostring(res[2])
       elseif is_cands(res[2]) then
         local l = {}
@@ -695,6 +830,88 @@ function M.speculator(S, tool, is_cands, cands)
     if not res[1] then error(res[2], 0) end
     return res[2]
   end
+end
+
+-- ---- window jobs -------------------------------------------------------------------------
+
+local function canon(v)
+  local ok, c = pcall(json.canonical, v)
+  return ok and c or tostring(v)
+end
+
+local function ctx_action(ctx)
+  local a = type(ctx) == "table" and ctx.action
+  if type(a) ~= "table" then return "?" end
+  return tostring(a.tool) .. " " .. canon(a.args)
+end
+local function ctx_hop(ctx) return type(ctx) == "table" and tonumber(ctx.hop) or nil end
+
+-- Per adapter function: its arguments -> hop, what the job is for (a tool
+-- call by its tool and arguments; a step by its hop), known when it starts.
+local function on_node(_, ctx) return ctx_hop(ctx), ctx_action(ctx) end
+local JOBS = {
+  start = function() return 0, "hop 0" end,
+  advance = function(_, _, _, _, _, _, hop) return hop, "hop " .. tostring(hop) end,
+  call = on_node, warmup = on_node, speculate = on_node, verify = on_node,
+  pfcall = function(_, tool, args, hop) return hop, tostring(tool) .. " " .. canon(args) end,
+}
+local JOB_NAMES = { "start", "advance", "call", "warmup", "speculate", "verify", "pfcall" }
+
+local function pack(...) return { n = select("#", ...), ... } end
+
+-- A window job's time is the engine's as much as the exchanges': a job
+-- waits in the queue behind others, builds its requests, parses what
+-- comes back. The tape holds, per job, its length from launch to result
+-- (ms) and when its first exchange left (first). A replay runs the job's
+-- code at the time its first exchange left in the recording (so what the
+-- code sets off before it, such as predictions, happens when it did), its
+-- exchanges at their recorded offsets, and holds its result until the
+-- recorded length has passed.
+local function wrap_job(name, f, how)
+  return function(...)
+    local st = M.state
+    local t = st and core.ctx ~= nil and C.sp_task_current(core.ctx) or nil
+    local id = t ~= nil and C.sp_task_job(t, BORN, THREAD) or 0
+    if id == 0 then return f(...) end
+    local qmt = ...
+    local qctx = type(qmt) == "table" and rawget(qmt, "__index")
+    local J = { born = BORN[0], thread = THREAD[0], name = name,
+                query = type(qctx) == "table" and qctx.id or nil }
+    jobs[id] = J
+    local hop, what = how(...)
+    local meta = { query = J.query, hop = hop, thread = J.thread, job = name }
+    local scope, qscope = scopes(meta)
+    local key = "JOB " .. name .. "\n" .. what
+    local rec, n = take(st, scope, qscope, key)
+    if rec and type(rec.ms) == "number" then
+      sleep_until(J.born + (type(rec.first) == "number" and rec.first or rec.ms))
+    else
+      rec = nil
+    end
+    local r = pack(xpcall(f, sched.job_error, ...))
+    if rec then sleep_until(J.born + rec.ms) end
+    if st.file then
+      -- written with the next line: writing it now would add to the job
+      -- after its time was taken
+      local later = st.later
+      if not later then later = {}; st.later = later end
+      later[#later + 1] = { kind = "job", key = key, n = n, at = J.born - st.t0, ms = sched.now() - J.born,
+                            first = J.first, failed = not r[1] or nil, meta = meta }
+    end
+    if not r[1] then error(r[2], 0) end
+    return unpack(r, 2, r.n)
+  end
+end
+
+-- The agent adapter (specula.agent.adapter) with each window job timed:
+-- its launch time and thread known to the requests it makes, its length
+-- recorded, or reproduced on replay.
+function M.wrap_adapter(A)
+  local W = setmetatable({}, { __index = A })
+  for _, name in ipairs(JOB_NAMES) do
+    if A[name] then W[name] = wrap_job(name, A[name], JOBS[name]) end
+  end
+  return W
 end
 
 return M

@@ -2,8 +2,8 @@
 -- `specula run --record DIR` (see specula.cassette for the format).
 local cassette = require "specula.cassette"
 local json = require "specula.json"
-local core = require "specula.core"
-local C = core.C
+local argv = require "specula.argv"
+local lab = require "specula.lab"
 
 local format, concat = string.format, table.concat
 
@@ -12,14 +12,13 @@ local M = {}
 local usage_text = [[
 usage: specula cassette ls DIR                 the files, their exchanges and any cut-off line
        specula cassette show DIR [--kind K] [--query ID] [--json]
-                                               one line per exchange (JSONL with --json)
-       specula cassette stats DIR [--json]     counts, errors and latency by kind
+                                               one line per exchange (JSONL with --json); with
+                                               --kind job, the window jobs' recorded lengths
+       specula cassette stats DIR [--json]     counts, errors and latency by kind (job: the
+                                               window jobs' lengths, launch to result)
 ]]
 
-local function usage(msg)
-  C.sp_ctx_set_exit(core.ctx, 2)
-  io.stderr:write("specula cassette: ", msg, "\n", usage_text)
-end
+local usage, fail = lab.command("specula cassette", usage_text)
 
 -- What the exchange asked for, one line.
 local function what(r)
@@ -36,12 +35,13 @@ local function what(r)
     local ok, a = pcall(json.canonical, q.args)
     return format("speculator %s %s", tostring(q.tool), ok and a or "?")
   end
-  return r.key
+  return (r.key:gsub("\n", " "))
 end
 M.what = what
 
 local function outcome(r)
   if r.start then return "cancelled" end
+  if r.kind == "job" then return r.failed and "failed" or "ok" end
   if r.err then return "error: " .. tostring(r.err):gsub("%s+", " "):sub(1, 80) end
   if r.kind == "http" then
     local s = r.res and tostring(r.res.status) or "?"
@@ -54,29 +54,6 @@ local function outcome(r)
     return "1 value"
   end
   return "ok"
-end
-
--- The answers (and lone start lines: cancelled calls) of a loaded cassette.
-local function exchanges(recs)
-  local out, answered = {}, {}
-  for _, r in ipairs(recs) do
-    if not r.start then answered[r.kind .. "\0" .. r.key .. "\0" .. r.n] = true end
-  end
-  for _, r in ipairs(recs) do
-    if not r.start or not answered[r.kind .. "\0" .. r.key .. "\0" .. r.n] then out[#out + 1] = r end
-  end
-  return out
-end
-
-local function load(dir)
-  local recs, files, warnings = cassette.load(dir)
-  if not recs then
-    io.stderr:write("specula cassette: ", files, "\n")
-    C.sp_ctx_set_exit(core.ctx, 1)
-    return nil
-  end
-  for _, w in ipairs(warnings) do io.stderr:write("specula: warning: cassette ", w, "\n") end
-  return recs, files
 end
 
 local function pct(sorted, p)
@@ -92,28 +69,25 @@ function M.main(args)
     return usage(sub and ("unknown subcommand '" .. tostring(sub) .. "'") or "a subcommand is needed")
   end
   if not dir then return usage(sub .. " needs a cassette directory") end
-  local o = {}
-  local i = 3
-  while i <= #args do
-    local a = args[i]
-    if a == "--json" then o.json = true
-    elseif (a == "--kind" or a == "--query") and sub == "show" then
-      if args[i + 1] == nil then return usage(a .. " needs a value") end
-      o[a:sub(3)] = args[i + 1]
-      i = i + 1
-    else return usage("unknown option '" .. tostring(a) .. "'") end
-    i = i + 1
+  local flags = { ["--json"] = { "json", flag = true } }
+  if sub == "show" then flags["--kind"], flags["--query"] = "kind", "query" end
+  local o, err = argv.parse(args, flags, { first = 3 })
+  if not o then return usage(err) end
+  local recs, files = lab.cassette(dir)
+  if not recs then return fail(files) end
+  -- the answers (and lone start lines: cancelled calls), then the job lines
+  local ex, timings = {}, 0
+  for _, r in ipairs(cassette.entries(recs)) do
+    if r.kind == "job" then timings = timings + 1 end
+    if r.kind ~= "job" or sub == "stats" or o.kind == "job" then ex[#ex + 1] = r end
   end
-  local recs, files = load(dir)
-  if not recs then return end
-  local ex = exchanges(recs)
   if sub == "ls" then
     for _, f in ipairs(files) do
       local h = f.header or {}
       io.stdout:write(format("%s\t%d lines\tcreated %s\tclock %s%s\n", f.path, f.records, tostring(h.created),
         tostring(h.clock), f.dropped > 0 and format("\t%d cut-off line dropped", f.dropped) or ""))
     end
-    io.stdout:write(format("%d exchanges in %d file(s)\n", #ex, #files))
+    io.stdout:write(format("%d exchanges and %d job timings in %d file(s)\n", #ex, timings, #files))
   elseif sub == "show" then
     for _, r in ipairs(ex) do
       local m = r.meta or {}
@@ -123,9 +97,9 @@ function M.main(args)
           for k, v in pairs(r) do if k ~= "file" and k ~= "line" then c[k] = v end end
           io.stdout:write(json.encode(c), "\n")
         else
-          io.stdout:write(format("%-5s #%d\t%s\t%s\t%.1f ms\tquery %s hop %s%s\n", r.kind, r.n, what(r), outcome(r),
-            tonumber(r.ms) or 0, tostring(m.query or "-"), tostring(m.hop or "-"),
-            m.speculative and " speculative" or ""))
+          io.stdout:write(format("%-5s #%d\t%s\t%s\t%.1f ms\tquery %s hop %s thread %s%s%s\n", r.kind, r.n, what(r),
+            outcome(r), tonumber(r.ms) or 0, tostring(m.query or "-"), tostring(m.hop or "-"), tostring(m.thread or "-"),
+            m.job and (" " .. tostring(m.job)) or "", m.speculative and " speculative" or ""))
         end
       end
     end
@@ -142,7 +116,7 @@ function M.main(args)
       s.n = s.n + 1
       if r.start then s.cancelled = s.cancelled + 1
       else
-        if r.err then s.errors = s.errors + 1 end
+        if r.err or r.failed then s.errors = s.errors + 1 end
         if r.stream then s.streams = s.streams + 1 end
         s.lat[#s.lat + 1] = tonumber(r.ms) or 0
       end

@@ -25,6 +25,15 @@ local function run_script(script, args)
   end
   local chunk, err = loadfile(script)
   if not chunk then sched.plain_error("cannot load script: " .. tostring(err)) end
+  -- An agent may be split into modules beside it: `require "helpers"` finds
+  -- DIR/helpers.lua from any working directory. Searched last, so no file
+  -- beside a script can stand in for specula's or the system's modules; a
+  -- directory whose name holds package.path's ';' or '?' is not added.
+  local dir = script:match("^(.*)/[^/]*$") or "."
+  if dir == "" then dir = "/" end
+  if not dir:find("[;?]") then
+    package.path = package.path .. ";" .. dir .. "/?.lua;" .. dir .. "/?/init.lua"
+  end
   -- --record / --replay-io open before the main chunk runs: it may connect
   -- to an MCP server at top level
   local okc, cerr = require("specula.cassette").from_args(args)

@@ -7,9 +7,15 @@ local sched = require "specula.sched"
 local json = require "specula.json"
 local metrics = require "specula.metrics"
 local runner = require "specula.runner"
+local runopts = require "specula.runopts"
+local records = require "specula.records"
+local optslib = require "specula.opts"
 local stats = require "specula.stats"
 
 local format, concat = string.format, table.concat
+local D = optslib.DEFAULTS
+-- the bootstrap's confidence level as the tables print it ("95%")
+local CI = format("%g%%", 100 * D.bootstrap_level)
 
 local M = {}
 
@@ -24,17 +30,17 @@ function M.parse(list)
     local parts = {}
     for p in item:gmatch("[^:]+") do parts[#parts + 1] = p end
     local c = { name = item, mode = parts[1] }
-    if not runner.MODES[c.mode] then
+    if not runopts.MODES[c.mode] then
       sched.plain_error("specula run: --compare: unknown mode '" .. tostring(c.mode) .. "' in '" .. item
         .. "' (use sequential, window or spechop)")
     end
     for i = 2, #parts do
       local k, v = parts[i]:match("^(%w[%w_]*)=(.+)$")
       if not k then sched.plain_error("specula run: --compare: bad option '" .. parts[i] .. "' in '" .. item .. "'") end
-      if k == "k" then c.k = runner.parse_k(v)
-      elseif k == "m" then c.m = runner.parse_opt("m", v)
+      if k == "k" then c.k = runopts.parse_k(v)
+      elseif k == "m" then c.m = runopts.parse_opt("m", v)
       elseif k == "predict" or k == "match" or k == "trigger" then c[k] = v
-      elseif k == "eps" then c.eps = runner.parse_opt("eps", v)
+      elseif k == "eps" then c.eps = runopts.parse_opt("eps", v)
       else sched.plain_error("specula run: --compare: unknown option '" .. k .. "' in '" .. item .. "'") end
     end
     if seen[item] then sched.plain_error("specula run: --compare lists '" .. item .. "' twice") end
@@ -116,7 +122,8 @@ function M.summarise(recs, baseline, cache)
       for _, p in ipairs(sample) do w, s = w + p[1], s + p[2] end
       return s > 0 and w / s or 0
     end
-    row.rel_lat_lo, row.rel_lat_hi, row.rel_lat = metrics.bootstrap_ci(pairs_, rel, { iterations = 1000, seed = 1 })
+    row.rel_lat_lo, row.rel_lat_hi, row.rel_lat = metrics.bootstrap_ci(pairs_, rel, { iterations = D.bootstrap_iterations,
+      seed = D.bootstrap_seed })
   end
   row.model_per_q = calls.model / math.max(n, 1)
   row.target_per_q = calls.target / math.max(n, 1)
@@ -160,7 +167,7 @@ local function f(x, d) if x == nil then return "-" end return format("%." .. (d 
 function M.table_text(configs, rows)
   local lines = {}
   local head = format("%-22s %5s %8s %8s %8s %8s  %-22s %6s %6s %6s %7s %7s %9s %6s %6s %7s",
-    "configuration", "n", "mean", "p50", "p95", "p99", "RelLat [95% CI]", "M/q", "T/q", "S/q",
+    "configuration", "n", "mean", "p50", "p95", "p99", "RelLat [" .. CI .. " CI]", "M/q", "T/q", "S/q",
     "cancel", "wasted", "cost", "EM", "F1", "agree")
   lines[1] = head
   lines[2] = string.rep("-", #head)
@@ -172,14 +179,15 @@ function M.table_text(configs, rows)
       f(r.spec_per_q, 2), r.cancelled, r.wasted_calls, f(r.wasted_cost, 4), r.em and f(100 * r.em) or "-",
       r.f1 and f(100 * r.f1) or "-", r.agreement and format("%.1f%%", 100 * r.agreement) or "-")
   end
-  lines[#lines + 1] = "(latencies in ms per query; RelLat = Σ wall / Σ standard with a bootstrap 95% CI over queries;"
+  lines[#lines + 1] = "(latencies in ms per query; RelLat = Σ wall / Σ standard with a bootstrap " .. CI
+    .. " CI over queries;"
   lines[#lines + 1] = " M/T/S = model, target and speculator calls per query; agree = trajectory and answer equal to sequential)"
   if #configs > 1 then
     lines[#lines + 1] = ""
     lines[#lines + 1] = format("paired differences against %s (this configuration minus the baseline, query by query):", configs[1].name)
     -- "Δ" is two bytes: the header's widths are one more so the columns line up
     local ph = format("%-22s %-11s %5s  %-31s %-31s %-24s %-13s %9s", "configuration", "measure", "n",
-      "mean Δ [95% CI]", "median Δ [95% CI]", "ratio [95% CI]", "+/-/=", "sign p")
+      "mean Δ [" .. CI .. " CI]", "median Δ [" .. CI .. " CI]", "ratio [" .. CI .. " CI]", "+/-/=", "sign p")
     lines[#lines + 1] = ph
     lines[#lines + 1] = string.rep("-", #ph - 2)
     for i = 2, #configs do
@@ -203,7 +211,8 @@ function M.table_text(configs, rows)
         end
       end
     end
-    lines[#lines + 1] = "(pairs = queries both ran, matched by id; CI: paired bootstrap, 1000 resamples of queries, seed 1;"
+    lines[#lines + 1] = format("(pairs = queries both ran, matched by id; CI: paired bootstrap, %d resamples of queries, seed %d;",
+      D.bootstrap_iterations, D.bootstrap_seed)
     lines[#lines + 1] = " ratio = Σ this / Σ baseline over the pairs; calls = model + target + speculator + predicted + warm-up;"
     lines[#lines + 1] = " sign p = exact two-sided binomial test on the signs of the nonzero differences)"
   end
@@ -256,25 +265,13 @@ options:
 
 -- `specula compare FILES...`
 function M.cli_main(args)
-  local files, baseline, summary, help = {}, nil, nil, false
-  local i = 1
-  local function usage(msg)
-    io.stderr:write("specula compare: " .. msg .. "\n" .. cli_usage)
-    require("specula.cli").set_exit(2)
-  end
-  while i <= #args do
-    local a = args[i]
-    if a == "--baseline" or a == "--summary" then
-      local v = args[i + 1]
-      if v == nil then return usage(a .. " needs a value") end
-      if a == "--baseline" then baseline = v else summary = v end
-      i = i + 1
-    elseif a == "-h" or a == "--help" then help = true
-    elseif a:sub(1, 1) == "-" then return usage("unknown option '" .. a .. "'")
-    else files[#files + 1] = a end
-    i = i + 1
-  end
-  if help then io.stdout:write(cli_usage) return end
+  local usage = require("specula.lab").command("specula compare", cli_usage)
+  local argv = require "specula.argv"
+  local o, err = argv.parse(args, { ["--baseline"] = "baseline", ["--summary"] = "summary",
+    ["-h"] = argv.HELP, ["--help"] = argv.HELP }, { positional = "files" })
+  if not o then return usage(err) end
+  local files, baseline, summary = o.files, o.baseline, o.summary
+  if o.help then io.stdout:write(cli_usage) return end
   if #files == 0 then return usage("no results file given") end
   local merge = require "specula.merge"
   local recs = {}
@@ -302,8 +299,8 @@ function M.main(agent, o, queries, script)
   local skip = {}
   if o.out then
     -- repairs a cut-off last line (and drops failed records with --retry-failed)
-    runner.done_ids(o.out, o.retry_failed)
-    local f = runner.path_kind(o.out) == 1 and io.open(o.out, "r")
+    records.done_ids(o.out, o.retry_failed)
+    local f = records.path_kind(o.out) == 1 and io.open(o.out, "r")
     if f then
       for line in f:lines() do
         local r = json.decode(line)
@@ -313,9 +310,9 @@ function M.main(agent, o, queries, script)
     end
   end
   local out, what = io.stdout, "stdout"
-  if o.out then out, what = runner.open_output(o.out, "a", "--out file"), format("--out file '%s'", o.out) end
+  if o.out then out, what = records.open_output(o.out, "a", "--out file"), format("--out file '%s'", o.out) end
   -- opened now, so a path that cannot be written fails before the run
-  local summary_f = o.summary and runner.open_output(o.summary, "w", "--summary file")
+  local summary_f = o.summary and records.open_output(o.summary, "w", "--summary file")
   local all, interrupted, ndone, ntotal = {}, false, 0, #queries * #configs
   local agree = {}   -- record -> agreement text (agree_text's cache)
   local any_sequential = false   -- agreement is only computed against a sequential configuration
@@ -345,7 +342,7 @@ function M.main(agent, o, queries, script)
     -- Once written, a record keeps only what the table needs: its agreement
     -- text replaces the trajectory and the stage times go (a sweep holds
     -- every record of every configuration until the end).
-    local write = runner.record_writer(out, c.name, what, o.out)
+    local write = records.record_writer(out, c.name, what, o.out)
     local emit = require("specula.shard").tag(function(rec, i)
       write(rec, i)
       if any_sequential then agree[rec] = agree_text(rec) end
@@ -366,20 +363,20 @@ function M.main(agent, o, queries, script)
   end
   if o.out then
     local ok, err = out:close()
-    if not ok then runner.write_failed(what, err) end
+    if not ok then records.write_failed(what, err) end
   end
   -- agreement pairs queries by position: not meaningful on a partial run
   local rows = M.rows(configs, all, interrupted, agree)
   local ok, err = io.stdout:write(M.table_text(configs, rows), "\n")
   if ok then ok, err = io.stdout:flush() end
-  if not ok then runner.write_failed("stdout", err) end
+  if not ok then records.write_failed("stdout", err) end
   if summary_f then
     local okj, text = pcall(M.summary_json, configs, rows)
     if not okj then
       summary_f:close()
-      runner.write_failed(format("--summary file '%s'", o.summary), text)
+      records.write_failed(format("--summary file '%s'", o.summary), text)
     end
-    runner.write_whole(summary_f, o.summary, "--summary file", { text })
+    records.write_whole(summary_f, o.summary, "--summary file", { text })
   end
   local failed = 0
   for ci in ipairs(configs) do failed = failed + rows[ci].failed end

@@ -31,6 +31,17 @@ M.ffi = ffi
 M.ctx = host and host.ctx and ffi.cast("sp_ctx *", host.ctx) or nil
 M.host = host
 
+-- Speculation outcomes (SP_SPEC_*): code -> name, and name -> code, from the
+-- engine's one table (sp_spec_name), so records, replay and Lua agree.
+local SPEC_NAMES, SPEC_CODES = {}, {}
+for i = 0, tonumber(lib.SP_SPEC_N) - 1 do
+  local name = ffi.string(lib.sp_spec_name(i))
+  SPEC_NAMES[i] = name
+  SPEC_CODES[name] = i
+end
+M.SPEC_NAMES = SPEC_NAMES
+M.SPEC_CODES = SPEC_CODES
+
 -- A reusable error buffer for FFI calls that report errors (never shared
 -- across a yield: callers copy the message out at once).
 local ERRLEN = 512

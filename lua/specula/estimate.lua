@@ -5,13 +5,12 @@
 local core = require "specula.core"
 local ffi, C = core.ffi, core.C
 
-local type, tonumber, ipairs = type, tonumber, ipairs
+local type, ipairs = type, ipairs
 
 local M = {}
 
 -- hop record "spec" names -> SP_SPEC_* codes
-local OUTCOME = { none = 0, accepted = tonumber(C.SP_SPEC_ACCEPTED), rejected = tonumber(C.SP_SPEC_REJECTED),
-                  late = tonumber(C.SP_SPEC_LATE), error = tonumber(C.SP_SPEC_ERROR) }
+local OUTCOME = core.SPEC_CODES
 M.OUTCOME = OUTCOME
 
 function M.new() return ffi.new("sp_est") end

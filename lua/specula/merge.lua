@@ -13,6 +13,7 @@
 -- `report` and `replay` read it like a single machine's results file.
 local json = require "specula.json"
 local sched = require "specula.sched"
+local lab = require "specula.lab"
 
 local format, concat, sort = string.format, table.concat, table.sort
 local type, tostring, tonumber, ipairs, pairs = type, tostring, tonumber, ipairs, pairs
@@ -36,8 +37,7 @@ options:
 
 local function fail(msg) sched.plain_error("specula merge: " .. msg) end
 
-local USAGE = {}
-local function usage_error(msg) error({ [USAGE] = msg }, 0) end
+local usage_error = lab.usage_error
 
 --- Write text to path, checking the open, the write and the close (a full
 -- disk shows at the flush); raises an error naming the file. `who` prefixes it.
@@ -97,25 +97,12 @@ end
 local function where(e) return e.file .. ":" .. e.line end
 
 local function parse_args(args)
-  local o = { files = {} }
-  local i = 1
-  local function val(name)
-    local v = args[i + 1]
-    if v == nil then usage_error(name .. " needs a value") end
-    i = i + 1
-    return v
-  end
-  while i <= #args do
-    local a = args[i]
-    if a == "-o" or a == "--out" then o.out = val(a)
-    elseif a == "--input" then o.input = val(a)
-    elseif a == "--format" then o.format = val(a)
-    elseif a == "--summary" then o.summary = val(a)
-    elseif a == "-h" or a == "--help" then o.help = true
-    elseif a:sub(1, 1) == "-" then usage_error("unknown option '" .. a .. "'")
-    else o.files[#o.files + 1] = a end
-    i = i + 1
-  end
+  local argv = require "specula.argv"
+  local o, err = argv.parse(args, {
+    ["-o"] = "out", ["--out"] = "out", ["--input"] = "input", ["--format"] = "format", ["--summary"] = "summary",
+    ["-h"] = argv.HELP, ["--help"] = argv.HELP,
+  }, { positional = "files" })
+  if not o then usage_error(err) end
   if not o.help then
     if #o.files == 0 then usage_error("no shard results file given") end
     if not o.out then usage_error("-o ALL.jsonl is required") end
@@ -249,16 +236,8 @@ function M.merge(entries, input)
 end
 
 function M.main(args)
-  local ok, o = pcall(parse_args, args or {})
-  if not ok then
-    if type(o) == "table" and o[USAGE] then
-      io.stderr:write("specula merge: " .. o[USAGE] .. "\n" .. usage_text)
-      require("specula.cli").set_exit(2)
-      return
-    end
-    error(o, 0)
-  end
-  if o.help then io.stdout:write(usage_text) return end
+  local o = lab.parse_args("specula merge", usage_text, parse_args, args)
+  if not o then return end
   local input
   if o.input then
     local datasets = require "specula.datasets"

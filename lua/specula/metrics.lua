@@ -11,6 +11,7 @@
 -- records of specula.datasets), or a table with a `gold` list.
 
 local text = require("specula.text")
+local D = require("specula.opts").DEFAULTS
 local bit = require("bit")
 
 local type, error, tostring, floor = type, error, tostring, math.floor
@@ -202,8 +203,8 @@ end
 -- fn: function(sample) -> number, called on each resample (a list of the
 --   same length as data, reused between calls: fn must not keep it);
 --   default metrics.mean (for a list of numbers).
--- opts.iterations (default 1000), opts.seed (default 0), opts.level
---   (default 0.95).
+-- opts.iterations, opts.seed, opts.level: by default bootstrap_iterations,
+--   seed and bootstrap_level of specula.opts.DEFAULTS.
 -- Returns lo, hi (the (1-level)/2 and (1+level)/2 percentiles of the
 -- resampled statistics, linear interpolation) and the statistic on data.
 function M.bootstrap_ci(data, fn, opts)
@@ -220,15 +221,15 @@ function M.bootstrap_ci(data, fn, opts)
     error("specula.metrics.bootstrap_ci: options must be a table", 2)
   end
   opts = opts or {}
-  local iterations = opts.iterations or 1000
+  local iterations = opts.iterations or D.bootstrap_iterations
   if type(iterations) ~= "number" or iterations < 1 or iterations ~= floor(iterations) then
     error("specula.metrics.bootstrap_ci: iterations must be a positive integer", 2)
   end
-  local level = opts.level or 0.95
+  local level = opts.level or D.bootstrap_level
   if type(level) ~= "number" or level <= 0 or level >= 1 then
     error("specula.metrics.bootstrap_ci: level must be in (0,1)", 2)
   end
-  local rng = M.prng(opts.seed or 0)
+  local rng = M.prng(opts.seed or D.seed)
   local n = #data
   local stats = {}
   -- one resample table, refilled each iteration (fn must not keep it): the

@@ -2,14 +2,41 @@
 -- `specula theory`, `specula run`, --compare items, specula.run() and
 -- specula.theory all check k, m, eps, seed, concurrency, p, alpha, beta and
 -- nu through the same C function, so none accepts what another rejects.
+-- The defaults of every option live in the same C file; DEFAULTS is their
+-- Lua copy, and fill() writes them into a usage text.
 local core = require "specula.core"
 local ffi, C = core.ffi, core.C
 
-local type, format, error = type, string.format, error
+local type, format, error, tostring = type, string.format, error, tostring
 
 local M = {}
 
 local out = ffi.new("double[1]")
+
+-- DEFAULTS.k, .m, .eps, .nu, .seed, .concurrency, .max_hops, .ev_cost_ms,
+-- .predict_top, .bootstrap_iterations, .bootstrap_seed, .bootstrap_level,
+-- .kauto_min, .kauto_max, .kauto_default (engine/sp_opt.c, sp_opt_default).
+local DEFAULTS = {}
+do
+  local i = 0
+  while true do
+    local name = C.sp_opt_default_at(i, out)
+    if name == nil then break end
+    DEFAULTS[ffi.string(name)] = out[0]
+    i = i + 1
+  end
+end
+M.DEFAULTS = DEFAULTS
+
+-- A usage text with every "{name}" replaced by that option's default
+-- ("(default {k})" -> "(default 3)"); a name without a default is an error.
+function M.fill(text)
+  return (text:gsub("{([%w_]+)}", function(name)
+    local v = DEFAULTS[name]
+    if v == nil then error("specula.opts.fill: no default named '" .. name .. "'", 3) end
+    return format("%.14g", v)
+  end))
+end
 
 -- Text of an option (as given on a command line) -> number, or nil and
 -- "--NAME must be ..., got 'TEXT'". k: inf -> math.huge, auto -> 0.

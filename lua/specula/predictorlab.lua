@@ -3,11 +3,11 @@
 -- predictor, online (a predictor learns a query's trajectory only after it
 -- was asked about every step of it, as in a run), and reports how often its
 -- first guess, or one of its first three, was the action the model took.
-local cassette = require "specula.cassette"
 local json = require "specula.json"
 local predict = require "specula.predict"
-local core = require "specula.core"
-local C = core.C
+local argv = require "specula.argv"
+local lab = require "specula.lab"
+local C = require("specula.core").C
 
 local format = string.format
 
@@ -22,15 +22,7 @@ usage: specula predictors CASSETTE_DIR|RESULTS.jsonl... [--predictor NAME_OR_FIL
   --json         one JSON object instead of the table
 ]]
 
-local function usage(msg)
-  C.sp_ctx_set_exit(core.ctx, 2)
-  io.stderr:write("specula predictors: ", msg, "\n", usage_text)
-end
-
-local function fail(msg)
-  C.sp_ctx_set_exit(core.ctx, 1)
-  io.stderr:write("specula predictors: ", msg, "\n")
-end
+local usage, fail = lab.command("specula predictors", usage_text)
 
 -- Argument rules for the built-in predictors, which know no agent: the
 -- previous call's arguments when it was the same tool, else an empty
@@ -54,11 +46,9 @@ local function load_predictor(spec)
     if n < 2 then return nil, "ngram:N needs N >= 2" end
     return function() return predict.ngram { n = n, top = 3, rules = lab_rules() } end
   end
-  if C.sp_host_path_kind(spec) ~= 1 then
-    return nil, format("unknown predictor '%s' (not pattern, ngram, ngram:N or a file)", spec)
-  end
-  local chunk, err = loadfile(spec)
-  if not chunk then return nil, "cannot load predictor file: " .. tostring(err) end
+  local chunk, err = lab.lua_file(spec, "predictor", format("unknown predictor '%s' (not pattern, ngram, ngram:N or a file)",
+    spec))
+  if not chunk then return nil, err end
   return function()
     local ok, p = pcall(chunk)
     if not ok then error(format("predictor file '%s' failed: %s", spec, tostring(p)), 0) end
@@ -96,9 +86,8 @@ local function from_results(path, out)
 end
 
 local function from_cassette(dir, out)
-  local recs, err, warnings = cassette.load(dir)
+  local recs, err = lab.cassette(dir)
   if not recs then return nil, err end
-  for _, w in ipairs(warnings) do io.stderr:write("specula: warning: cassette ", w, "\n") end
   local by, order = {}, {}
   for _, r in ipairs(recs) do
     local m = r.meta
@@ -159,20 +148,14 @@ function M.evaluate(make, trajs)
 end
 
 function M.main(args)
-  local sources, names, o = {}, {}, {}
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    if a == "--help" or a == "-h" then io.stdout:write(usage_text) return
-    elseif a == "--predictor" then
-      if not args[i + 1] then return usage("--predictor needs a value") end
-      names[#names + 1] = args[i + 1]
-      i = i + 1
-    elseif a == "--json" then o.json = true
-    elseif a:sub(1, 2) == "--" then return usage("unknown option '" .. a .. "'")
-    else sources[#sources + 1] = a end
-    i = i + 1
-  end
+  -- --help ends the parse: what follows it is not checked
+  local help = { "help", flag = true, stop = true }
+  local o, perr = argv.parse(args, { ["--predictor"] = { "predictors", list = true },
+    ["--json"] = { "json", flag = true }, ["--help"] = help, ["-h"] = help },
+    { positional = "sources", option = "^%-%-", into = { predictors = {} } })
+  if not o then return usage(perr) end
+  if o.help then io.stdout:write(usage_text) return end
+  local sources, names = o.sources, o.predictors
   if #sources == 0 then return usage("a cassette directory or a results file is needed") end
   if #names == 0 then names = { "pattern", "ngram" } end
   local makers = {}

@@ -17,10 +17,6 @@ local M = {}
 local CO = {}
 M.co_table = CO
 
--- key -> values C picks up from the loop (a window's agent adapter and
--- query context): Lua cannot hand C a Lua value through the FFI.
-M.handoff = {}
-
 -- The value store (engine/sp_vals.c): slot -> a Lua value the engine holds.
 -- C counts the references and clears released slots from the loop.
 local VALS = {}

@@ -16,6 +16,7 @@
 -- together; the mean, median and ratio use the same resamples (same seed).
 
 local metrics = require "specula.metrics"
+local D = require("specula.opts").DEFAULTS
 
 local type, error, tostring, tonumber, ipairs, floor, exp, log, min, huge = type, error, tostring, tonumber, ipairs, math.floor, math.exp, math.log, math.min, math.huge
 
@@ -190,8 +191,8 @@ end
 local function finite(x) if x and x == x and x ~= huge and x ~= -huge then return x end return nil end
 
 --- Paired comparison of two lists of the same queries' values (base[i] and
--- other[i] belong to query i). opts.iterations (1000), opts.seed (1),
--- opts.level (0.95) drive the bootstrap. The ratio (Σ other / Σ base) and its
+-- other[i] belong to query i). opts.iterations, opts.seed and opts.level
+-- drive the bootstrap (defaults: bootstrap_* in specula.opts.DEFAULTS). The ratio (Σ other / Σ base) and its
 -- interval are given only when Σ base > 0; an interval end that is not finite
 -- (resamples with a zero baseline sum) is left out (nil).
 function M.paired(base, other, opts)
@@ -218,7 +219,8 @@ function M.paired(base, other, opts)
     diffs[i] = o - b
     sb = sb + b
   end
-  local bo = { iterations = opts.iterations or 1000, seed = opts.seed or 1, level = opts.level or 0.95 }
+  local bo = { iterations = opts.iterations or D.bootstrap_iterations, seed = opts.seed or D.bootstrap_seed,
+               level = opts.level or D.bootstrap_level }
   local mean, median, ratio = paired_bootstrap(base, other, diffs, bo)
   r.mean_lo, r.mean_hi, r.mean = mean[1], mean[2], mean_diff(data)
   r.median_lo, r.median_hi, r.median = median[1], median[2], median_diff(data)
@@ -296,7 +298,7 @@ function M.paired_records(recs, base, opts)
   end
   local out = {}
   for _, m in ipairs(M.MEASURES) do
-    out[m.key] = M.paired(cols[m.key][1], cols[m.key][2], opts or { iterations = 1000, seed = 1 })
+    out[m.key] = M.paired(cols[m.key][1], cols[m.key][2], opts)
   end
   out.n = out.wall_ms.n
   return out

@@ -3,13 +3,13 @@
 -- cassette judged by each verifier: acceptance rate, false accepts against
 -- `exact`, and the RelLat the theory predicts from the resulting p with the
 -- cassette's own alpha and beta.
-local cassette = require "specula.cassette"
 local json = require "specula.json"
 local verify = require "specula.verify"
 local theory = require "specula.theory"
 local optslib = require "specula.opts"
-local core = require "specula.core"
-local C = core.C
+local argv = require "specula.argv"
+local lab = require "specula.lab"
+local C = require("specula.core").C
 
 local format = string.format
 
@@ -24,15 +24,7 @@ usage: specula verifiers CASSETTE_DIR [--verifier NAME_OR_FILE]... [--k K] [--js
   --json         one JSON object instead of the table
 ]]
 
-local function usage(msg)
-  C.sp_ctx_set_exit(core.ctx, 2)
-  io.stderr:write("specula verifiers: ", msg, "\n", usage_text)
-end
-
-local function fail(msg)
-  C.sp_ctx_set_exit(core.ctx, 1)
-  io.stderr:write("specula verifiers: ", msg, "\n")
-end
+local usage, fail = lab.command("specula verifiers", usage_text)
 
 -- A verifier by name or file: name, function | nil, err.
 local function load_verifier(spec)
@@ -46,11 +38,8 @@ local function load_verifier(spec)
     if not v or v < 0 or v > 1 then return nil, "jaccard threshold must be a number in [0, 1], got '" .. t .. "'" end
     return spec, verify.jaccard(v)
   end
-  if C.sp_host_path_kind(spec) ~= 1 then
-    return nil, format("unknown verifier '%s' (not a built-in name, not a file)", spec)
-  end
-  local chunk, err = loadfile(spec)
-  if not chunk then return nil, "cannot load verifier file: " .. tostring(err) end
+  local chunk, err = lab.lua_file(spec, "verifier", format("unknown verifier '%s' (not a built-in name, not a file)", spec))
+  if not chunk then return nil, err end
   local ok, fn = pcall(chunk)
   if not ok then return nil, format("verifier file '%s' failed: %s", spec, tostring(fn)) end
   if type(fn) ~= "function" then
@@ -120,24 +109,17 @@ function M.main(args)
   local src = args[1]
   if src == "--help" or src == "-h" then io.stdout:write(usage_text) return end
   if not src or src:sub(1, 2) == "--" then return usage("a cassette directory is needed") end
-  local names, o = {}, { k = math.huge }
-  local i = 2
-  while i <= #args do
-    local a = args[i]
-    if a == "--verifier" then
-      if not args[i + 1] then return usage("--verifier needs a value") end
-      names[#names + 1] = args[i + 1]
-      i = i + 1
-    elseif a == "--k" then
-      if not args[i + 1] then return usage("--k needs a value") end
-      local ok, k = pcall(optslib.check, "specula verifiers", "k", args[i + 1] == "inf" and math.huge or tonumber(args[i + 1]), 1)
-      if not ok or k == 0 then return usage("--k must be an integer >= 1 or inf, got '" .. tostring(args[i + 1]) .. "'") end
-      o.k = k
-      i = i + 1
-    elseif a == "--json" then o.json = true
-    else return usage("unknown option '" .. tostring(a) .. "'") end
-    i = i + 1
-  end
+  local o, err = argv.parse(args, {
+    ["--verifier"] = { "verifiers", list = true },
+    ["--k"] = { "k", convert = function(v)
+      local ok, k = pcall(optslib.check, "specula verifiers", "k", v == "inf" and math.huge or tonumber(v), 1)
+      if not ok or k == 0 then return nil, "--k must be an integer >= 1 or inf, got '" .. tostring(v) .. "'" end
+      return k
+    end },
+    ["--json"] = { "json", flag = true },
+  }, { first = 2, into = { k = math.huge, verifiers = {} } })
+  if not o then return usage(err) end
+  local names = o.verifiers
   if #names == 0 then names = { "exact", "normalized", "spechop", "jaccard" } end
   local vs = {}
   for _, n in ipairs(names) do
@@ -149,9 +131,8 @@ function M.main(args)
     return fail(format("'%s' is a file: results files hold no speculated candidates; give the cassette directory "
       .. "a run wrote with --record", src))
   end
-  local recs, files, warnings = cassette.load(src)
-  if not recs then return fail(files) end
-  for _, w in ipairs(warnings) do io.stderr:write("specula: warning: cassette ", w, "\n") end
+  local recs, lerr = lab.cassette(src)
+  if not recs then return fail(lerr) end
   local prs, unpaired, seg_ms = M.pairs_of(recs)
   if #prs == 0 then
     return fail(format("cassette '%s' holds no speculator call paired with its target's observation "

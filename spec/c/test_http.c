@@ -9,16 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(cond, ...)                                        \
-  do {                                                          \
-    if (!(cond)) {                                              \
-      failures++;                                               \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);      \
-      fprintf(stderr, __VA_ARGS__);                             \
-      fputc('\n', stderr);                                      \
-    }                                                           \
-  } while (0)
+#include "check.h"
 
 typedef struct probe {
   int events;      /* notifications received */

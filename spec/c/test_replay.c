@@ -54,7 +54,7 @@ static sp_replay_query make_query(size_t n, double seg, double spec, double targ
     q.hops[i].t_seg = seg;
     q.hops[i].t_spec = spec;
     q.hops[i].t_target = target;
-    q.hops[i].spec = SP_REPLAY_ACCEPTED;
+    q.hops[i].spec = SP_SPEC_ACCEPTED;
   }
   q.final_seg = final_seg;
   return q;
@@ -111,13 +111,13 @@ static void test_hand_cases(tcount *t) {
      Node 0's guess is wrong: verified at 1.2, roll back, node 1 steps
      [1.2, 1.35], target back 2.35, verified 2.4; node 2 (final) is ready at 1.7. */
   q = make_query(2, 0.15, 0.2, 1.0, 0.15);
-  q.hops[0].spec = SP_REPLAY_REJECTED;
+  q.hops[0].spec = SP_SPEC_REJECTED;
   q.hops[0].t_verify = q.hops[1].t_verify = 0.05;
   near(t, "rejected + verify wall", wall_of(&q, "spechop", -1), 2.4, 1e-9);
   /* k = 1 never verifies (nothing to compare), so it is exactly standard. */
   check(t, sp_replay_run(&q, "spechop", 1, SP_REPLAY_SLOT, NULL, NULL) == 1.0, "k=1 ignores t_verify");
   /* Late: the speculator takes 1.5 > t_target, so nothing is there to verify. */
-  q.hops[0].spec = SP_REPLAY_ACCEPTED;
+  q.hops[0].spec = SP_SPEC_ACCEPTED;
   q.hops[0].t_spec = 1.5;
   near(t, "late speculator wall", wall_of(&q, "spechop", -1), 2.35, 1e-9);
   free(q.hops);
@@ -145,7 +145,7 @@ static void test_hand_cases(tcount *t) {
   /* A hop without a speculator call is never extended. */
   q.m = 1;
   q.hops[0].rank = 0;
-  q.hops[0].spec = SP_REPLAY_NONE;
+  q.hops[0].spec = SP_SPEC_NONE;
   near(t, "spec none wall", wall_of(&q, "spechop", -1), 2.3, 1e-9);
   free(q.hops);
 
@@ -169,7 +169,7 @@ static sp_replay_query random_query(uint64_t *rs, size_t n, double p, double alp
     h->t_seg = beta * (1 + jitter * (2 * rng_unit(rs) - 1));
     h->t_spec = alpha * (1 + jitter * (2 * rng_unit(rs) - 1));
     h->t_target = 1 + jitter * (2 * rng_unit(rs) - 1);
-    h->spec = rng_unit(rs) < p ? SP_REPLAY_ACCEPTED : SP_REPLAY_REJECTED;
+    h->spec = rng_unit(rs) < p ? SP_SPEC_ACCEPTED : SP_SPEC_REJECTED;
   }
   q.final_seg = beta;
   return q;
@@ -269,9 +269,9 @@ static void test_shapes(tcount *t) {
     check(t, set->n == 2, "trace: two queries");
     check(t, strcmp(set->queries[0].id, "q1") == 0 && set->queries[0].n_hops == 3, "trace: q1 hops");
     check(t, set->k == 3 && set->mode && strcmp(set->mode, "spechop") == 0, "trace: common k and mode");
-    check(t, set->queries[0].hops[2].spec == SP_REPLAY_NONE && set->queries[0].hops[2].t_spec < 0,
+    check(t, set->queries[0].hops[2].spec == SP_SPEC_NONE && set->queries[0].hops[2].t_spec < 0,
           "trace: spec none");
-    check(t, set->queries[1].hops[1].spec == SP_REPLAY_ERROR && set->queries[1].hops[1].t_spec < 0,
+    check(t, set->queries[1].hops[1].spec == SP_SPEC_ERROR && set->queries[1].hops[1].t_spec < 0,
           "trace: error without t_spec");
     check(t, set->queries[1].m == 1 && set->n_warnings == 0, "trace: defaults, no warnings");
     /* q1 at k = inf: nodes 0, 1, 2 exist at 0, 0.35, 0.7; node 2 has no
@@ -439,8 +439,8 @@ static void test_eager_and_model(tcount *t) {
      step 13-14. Eager: the guess is back at 6 and held until 11, the final
      step 11-12. Both release the answer when hop 1's target returns: 14. */
   sp_replay_hop h[2] = {
-    {.t_seg = 1, .t_spec = 2, .t_target = 10, .spec = SP_REPLAY_ACCEPTED, .rank = 0},
-    {.t_seg = 1, .t_spec = 2, .t_target = 10, .spec = SP_REPLAY_ACCEPTED, .rank = 0},
+    {.t_seg = 1, .t_spec = 2, .t_target = 10, .spec = SP_SPEC_ACCEPTED, .rank = 0},
+    {.t_seg = 1, .t_spec = 2, .t_target = 10, .spec = SP_SPEC_ACCEPTED, .rank = 0},
   };
   sp_replay_query q = {.id = "e", .k = 2, .m = 1, .hops = h, .n_hops = 2, .final_seg = 1, .has_spec = 1};
   double we, ws;
@@ -468,6 +468,173 @@ static void test_eager_and_model(tcount *t) {
   check(t, fabs(mi - star) < 0.03, "model at k = inf near RelLat*");
 }
 
+/* ---- timelines (sp_replay_timeline) ---------------------------------- */
+
+static int span_is(const sp_replay_span *s, int lane, int kind, int hop, int spec, double t0, double t1) {
+  return s->lane == lane && s->kind == kind && s->hop == hop && s->speculative == spec &&
+         fabs(s->t0 - t0) < 1e-9 && fabs(s->t1 - t1) < 1e-9;
+}
+
+static int has_span(const sp_replay_span *sp, size_t n, int lane, int kind, int hop, int spec, double t0,
+                    double t1) {
+  for (size_t i = 0; i < n; i++)
+    if (span_is(&sp[i], lane, kind, hop, spec, t0, t1)) return 1;
+  return 0;
+}
+
+static int has_mark(const sp_replay_mark *mk, size_t n, int lane, int kind, int hop, double t) {
+  for (size_t i = 0; i < n; i++)
+    if (mk[i].lane == lane && mk[i].kind == kind && mk[i].hop == hop && fabs(mk[i].t - t) < 1e-9) return 1;
+  return 0;
+}
+
+/* The rejected-hop case of test_hand_cases, drawn: node 0 (lane 0) guesses
+   wrong at 0.35, the wrong child (lane 1) steps until 0.5 and is rolled back
+   at 1.2; node 1 goes on in lane 0 at 1.2, its right guess at 1.55 starts the
+   final step in lane 2, committed at 2.4 with the answer (10 spans). */
+static void test_timeline_hand(tcount *t) {
+  sp_replay_query q = make_query(2, 0.15, 0.2, 1.0, 0.15);
+  q.hops[0].spec = SP_SPEC_REJECTED;
+  q.hops[0].t_verify = q.hops[1].t_verify = 0.05;
+  sp_replay_span sp[16];
+  sp_replay_mark mk[8];
+  sp_replay_tl_info info;
+  char err[160];
+  int rc = sp_replay_timeline(&q, "spechop", -1, SP_REPLAY_SLOT, sp, 16, mk, 8, &info, err, sizeof err);
+  check(t, rc == 0, "timeline: hand case succeeds");
+  near(t, "timeline: wall", info.wall, 2.4, 1e-9);
+  check(t, info.n_spans == 10 && info.n_marks == 3 && info.lanes == 3, "timeline: 10 spans, 3 marks, 3 lanes");
+  size_t n = info.n_spans;
+  check(t, has_span(sp, n, 0, SP_REPLAY_TL_MODEL, 0, 0, 0, 0.15), "timeline: node 0 step");
+  check(t, has_span(sp, n, 0, SP_REPLAY_TL_TARGET, 0, 0, 0.15, 1.15), "timeline: node 0 target");
+  check(t, has_span(sp, n, 0, SP_REPLAY_TL_SPEC, 0, 0, 0.15, 0.35), "timeline: node 0 speculator");
+  check(t, has_span(sp, n, 0, SP_REPLAY_TL_VERIFY, 0, 0, 1.15, 1.2), "timeline: node 0 verify");
+  check(t, has_span(sp, n, 1, SP_REPLAY_TL_MODEL, 1, 1, 0.35, 0.5), "timeline: wrong child's step");
+  check(t, has_span(sp, n, 0, SP_REPLAY_TL_MODEL, 1, 0, 1.2, 1.35), "timeline: node 1 after the rollback");
+  check(t, has_span(sp, n, 0, SP_REPLAY_TL_TARGET, 1, 0, 1.35, 2.35), "timeline: node 1 target");
+  check(t, has_span(sp, n, 0, SP_REPLAY_TL_SPEC, 1, 0, 1.35, 1.55), "timeline: node 1 speculator");
+  check(t, has_span(sp, n, 0, SP_REPLAY_TL_VERIFY, 1, 0, 2.35, 2.4), "timeline: node 1 verify");
+  check(t, has_span(sp, n, 2, SP_REPLAY_TL_MODEL, 2, 1, 1.55, 1.7), "timeline: final step, speculative");
+  check(t, has_mark(mk, info.n_marks, 1, SP_REPLAY_TL_ROLLBACK, 0, 1.2), "timeline: rollback of hop 0");
+  check(t, has_mark(mk, info.n_marks, 2, SP_REPLAY_TL_COMMIT, 1, 2.4), "timeline: commit of hop 1");
+  check(t, has_mark(mk, info.n_marks, 2, SP_REPLAY_TL_ANSWER, 2, 2.4), "timeline: answer");
+
+  /* too small: -1 with the sizes needed, then the retry fits */
+  rc = sp_replay_timeline(&q, "spechop", -1, SP_REPLAY_SLOT, sp, 2, mk, 1, &info, err, sizeof err);
+  check(t, rc == -1 && info.n_spans == 10 && info.n_marks == 3 && strstr(err, "10 spans") != NULL,
+        "timeline: too small arrays report the sizes needed");
+  rc = sp_replay_timeline(&q, "spechop", -1, SP_REPLAY_SLOT, sp, info.n_spans, mk, info.n_marks, &info, err,
+                          sizeof err);
+  check(t, rc == 0, "timeline: the retry with those sizes succeeds");
+  rc = sp_replay_timeline(&q, "spechop", -1, SP_REPLAY_SLOT, NULL, 0, NULL, 0, &info, err, sizeof err);
+  check(t, rc == -1 && info.n_spans == 10, "timeline: a sizing call without arrays");
+
+  /* bad arguments are errors, not crashes */
+  check(t, sp_replay_timeline(NULL, NULL, 2, SP_REPLAY_SLOT, sp, 16, mk, 8, &info, err, sizeof err) == -1,
+        "timeline: NULL query");
+  check(t, sp_replay_timeline(&q, "bogus", 2, SP_REPLAY_SLOT, sp, 16, mk, 8, &info, err, sizeof err) == -1 &&
+               strstr(err, "bogus") != NULL, "timeline: unknown mode");
+  check(t, sp_replay_timeline(&q, NULL, 0, SP_REPLAY_SLOT, sp, 16, mk, 8, &info, err, sizeof err) == -1 &&
+               strstr(err, "recorded k") != NULL, "timeline: k = 0 without a recorded k");
+  q.k = 2;
+  q.launch = SP_REPLAY_SLOT;
+  check(t, sp_replay_timeline(&q, NULL, 0, SP_REPLAY_LAUNCH_RECORDED, sp, 16, mk, 8, &info, NULL, 0) == 0 &&
+               info.k == 2 && info.m == 1 && info.launch == SP_REPLAY_SLOT,
+        "timeline: k = 0 takes the recorded k; the schedule is reported");
+  q.launch = SP_REPLAY_EAGER;
+  check(t, sp_replay_timeline(&q, "spechop", -1, SP_REPLAY_LAUNCH_RECORDED, sp, 16, mk, 8, &info, NULL, 0) == 0 &&
+               info.k == -1 && info.launch == SP_REPLAY_EAGER, "timeline: the recorded launch");
+  check(t, sp_replay_timeline(&q, "window", 3, SP_REPLAY_EAGER, sp, 16, mk, 8, &info, NULL, 0) == 0 &&
+               info.k == 3 && info.launch == SP_REPLAY_SLOT, "timeline: the window launches in slot");
+  free(q.hops);
+}
+
+/* Random queries under every schedule: the timeline ends exactly at the
+   replayed latency, its verdict marks follow the recorded outcomes, and no
+   lane runs two steps at once. */
+static void test_timeline_random(tcount *t) {
+  static const int ks[] = {1, 2, 3, -1};
+  static const char *modes[] = {"spechop", "window"};
+  uint64_t rs = 7;
+  size_t cap_s = 4096, cap_m = 1024;
+  sp_replay_span *sp = malloc(cap_s * sizeof *sp);
+  sp_replay_mark *mk = malloc(cap_m * sizeof *mk);
+  int bad_end = 0, bad_verdict = 0, bad_overlap = 0, bad_k1 = 0, bad_count = 0, runs = 0;
+  for (int rep = 0; rep < 40; rep++) {
+    sp_replay_query q = random_query(&rs, 1 + rep % 9, 0.6, 0.3, 0.2, 0.8);
+    q.m = 1 + rep % 3;
+    for (size_t i = 0; i < q.n_hops; i++) {
+      if (rep % 5 == 1 && i % 3 == 2) q.hops[i].t_spec = 2.5;  /* late: back after the target */
+      if (q.hops[i].spec == SP_SPEC_ACCEPTED) q.hops[i].rank = (int)(rng_next(&rs) % (uint64_t)q.m);
+      q.hops[i].t_verify = rep % 2 ? 0.01 : 0;
+      q.hops[i].t_update = rep % 4 == 3 ? 0.02 : 0;
+    }
+    for (size_t mi = 0; mi < 2; mi++) {
+      for (int launch = 0; launch <= 1; launch++) {
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+          runs++;
+          sp_replay_tl_info info;
+          char err[160];
+          double w = NAN;
+          sp_replay_run(&q, modes[mi], ks[ki], launch, &w, NULL);
+          if (sp_replay_timeline(&q, modes[mi], ks[ki], launch, sp, cap_s, mk, cap_m, &info, err,
+                                 sizeof err) != 0) {
+            bad_end++;
+            continue;
+          }
+          double end = 0;
+          for (size_t i = 0; i < info.n_spans; i++) end = fmax(end, sp[i].t1);
+          int answers = 0, commits = 0, rollbacks = 0;
+          int *seen = calloc(q.n_hops + 1, sizeof *seen);
+          for (size_t i = 0; i < info.n_marks; i++) {
+            const sp_replay_mark *m = &mk[i];
+            end = fmax(end, m->t);
+            if (m->kind == SP_REPLAY_TL_ANSWER) answers += m->t == w;
+            if (m->kind != SP_REPLAY_TL_COMMIT && m->kind != SP_REPLAY_TL_ROLLBACK) continue;
+            /* with m > 1 a right guess can miss its slot: then a wrong one is rolled back */
+            const sp_replay_hop *h = &q.hops[m->hop];
+            int accepted = h->spec == SP_SPEC_ACCEPTED;
+            int ok = m->kind == SP_REPLAY_TL_COMMIT ? accepted : (!accepted || (q.m > 1 && h->rank > 0));
+            if (!ok || seen[m->hop]++) bad_verdict++;
+            commits += m->kind == SP_REPLAY_TL_COMMIT;
+            rollbacks += m->kind == SP_REPLAY_TL_ROLLBACK;
+          }
+          free(seen);
+          if (end != w || info.wall != w || answers != 1) bad_end++;
+          if (ks[ki] == 1) {
+            for (size_t i = 0; i < info.n_spans; i++) bad_k1 += sp[i].kind == SP_REPLAY_TL_SPEC;
+            bad_k1 += commits + rollbacks + (info.lanes != 1);
+          }
+          /* eager, unbounded, m = 1: every guess back before its target is judged */
+          if (ks[ki] < 0 && launch == SP_REPLAY_EAGER && mi == 0 && q.m == 1) {
+            int acc = 0, rej = 0;
+            for (size_t i = 0; i < q.n_hops; i++) {
+              if (!(q.hops[i].t_spec <= q.hops[i].t_target)) continue;
+              acc += q.hops[i].spec == SP_SPEC_ACCEPTED;
+              rej += q.hops[i].spec != SP_SPEC_ACCEPTED;
+            }
+            if (commits != acc || rollbacks != rej) bad_count++;
+          }
+          for (size_t i = 0; i < info.n_spans; i++)
+            for (size_t j = i + 1; j < info.n_spans; j++)
+              if (sp[i].lane == sp[j].lane && sp[i].kind == SP_REPLAY_TL_MODEL &&
+                  sp[j].kind == SP_REPLAY_TL_MODEL && sp[i].t0 < sp[j].t1 - 1e-12 && sp[j].t0 < sp[i].t1 - 1e-12)
+                bad_overlap++;
+        }
+      }
+    }
+    free(q.hops);
+  }
+  free(sp);
+  free(mk);
+  check(t, runs == 640, "timeline: every combination ran");
+  check(t, bad_end == 0, "timeline: ends at the replayed latency, one answer there");
+  check(t, bad_verdict == 0, "timeline: commits on accepted hops, rollbacks on the others, one per hop");
+  check(t, bad_k1 == 0, "timeline: k = 1 has one lane, no speculator and no verdict");
+  check(t, bad_count == 0, "timeline: eager k = inf draws one verdict per hop");
+  check(t, bad_overlap == 0, "timeline: no lane runs two steps at once");
+}
+
 int main(void) {
   tcount t = {0, 0};
   test_eager_and_model(&t);
@@ -476,6 +643,8 @@ int main(void) {
   test_shapes(&t);
   test_malformed(&t);
   test_files_and_cli(&t);
+  test_timeline_hand(&t);
+  test_timeline_random(&t);
   printf("test_replay: %d checks, %d failed\n", t.run, t.failed);
   return t.failed ? 1 : 0;
 }

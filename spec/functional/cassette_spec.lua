@@ -45,13 +45,7 @@ local function newdir()
 end
 
 local function env(extra)
-  local e = { CAS_BASE = server and server.base or base, OPENAI_API_KEY = KEY, SEARCH_KEY = SEARCH_KEY,
-              SPECULA_SOURCE_DIR = H.root, CAS_PAUSE = "15", CAS_SLOW_MS = "40",
-              -- a lookup guess far slower than the loopback lookup: always late, in
-              -- the recording and in any replay (no race decides a verdict)
-              CAS_SPEC_MS = "150" }
-  for k, v in pairs(extra or {}) do e[k] = v end
-  return e
+  return H.cassette_env(server and server.base or base, { OPENAI_API_KEY = KEY, SEARCH_KEY = SEARCH_KEY }, extra)
 end
 
 -- specula run AGENT --input IN --k inf ARGS...; returns status, records by id, stderr
@@ -66,11 +60,7 @@ local function run(inp, args, extra_env)
   return st, by, se .. so
 end
 
-local function verdicts(r)
-  local v = {}
-  for _, h in ipairs(r.stages.hops) do v[#v + 1] = h.spec end
-  return table.concat(v, ",")
-end
+local verdicts = H.verdicts
 
 local function cassette_files(dir)
   local list, i = {}, 1
@@ -302,6 +292,57 @@ print("clock after", specula.clock())
     assert.are.equal(0, st, err)
     assert.matches("^n=a0%+n=a1\tn=b0%+n=b1\t0\t4\t0\n", out)
     assert.matches("clock after\treal", out)
+  end)
+
+  it("gives each query and thread its own answer to a request many of them make at once", function()
+    server = server or H.server { files = files }
+    local sbase = server.base
+    -- each thread of each query asks the same request (scripts/
+    -- cassette_same_request.lua): the queries in the order q3, q2, q1 at
+    -- three at once, q1, q2, q3 one at a time
+    local agent = H.root .. "/spec/functional/scripts/cassette_same_request.lua"
+    local inp = input({ "q1", "q2", "q3" })
+    local dir = newdir()
+    local function saw(text)
+      local l = {}
+      for line in text:gmatch("SAW [^\n]+") do l[#l + 1] = line end
+      table.sort(l)
+      return l
+    end
+    finally(function() if server then server.stop() server = nil end end)
+    local function go(args)
+      counter = counter + 1
+      local out = H.tmpdir() .. "/same" .. counter .. ".jsonl"
+      local a = { "run", agent, "--input", inp, "--k", "inf", "--m", "2", "--out", out }
+      for _, x in ipairs(args) do a[#a + 1] = x end
+      local st, so, se = H.specula(a, { CAS_BASE = sbase })
+      assert.are.equal(0, st, se .. so)
+      local by = {}
+      for _, r in ipairs(H.jsonl(H.read(out))) do by[r.id] = r.answer end
+      return by, saw(se)
+    end
+    local rec, rec_saw = go({ "--concurrency", "3", "--record", dir })
+    -- six threads saw six different counts
+    assert.are.equal(6, #rec_saw)
+    local counts = {}
+    for _, l in ipairs(rec_saw) do counts[l:match("(%d+)$")] = true end
+    local distinct = 0
+    for _ in pairs(counts) do distinct = distinct + 1 end
+    assert.are.equal(6, distinct, table.concat(rec_saw, "\n"))
+    for _, id in ipairs({ "q1", "q2", "q3" }) do assert.matches("^held %d+$", rec[id]) end
+    -- one query at a time: the requests come in another order (q1 first)
+    server.stop()
+    server = nil
+    local got, got_saw = go({ "--concurrency", "1", "--replay-io", dir, "--clock", "virtual" })
+    assert.are.same(rec, got)
+    assert.are.same(rec_saw, got_saw)
+    -- each entry says which query, hop, window thread and job asked
+    local st, out = H.specula({ "cassette", "show", dir, "--kind", "http", "--query", "q2" })
+    assert.are.equal(0, st)
+    local threads = {}
+    for t in out:gmatch("/stats[^\n]*query q2 hop 2 thread (%d+) call") do threads[#threads + 1] = t end
+    assert.are.equal(2, #threads, out)
+    assert.are_not.equal(threads[1], threads[2])
   end)
 
   it("refuses a cassette directory it cannot create or read, naming it", function()

@@ -18,6 +18,19 @@ describe("specula binary", function()
     assert.matches("unknown command 'frobnicate'", err, 1, true)
   end)
 
+  it("names the subcommand once in its error messages", function()
+    local script = H.root .. "/examples/multihop_sim.lua"
+    local st, _, err = H.specula({ "run", script, "--k", "foo" })
+    assert.equals(2, st)
+    assert.matches("^specula run: %-%-k must be", err)
+    st, _, err = H.specula({ "run", script, "--input", "/nonexistent/q.jsonl" })
+    assert.not_equals(0, st)
+    assert.matches("^specula run: cannot read %-%-input file '/nonexistent/q.jsonl'", err)
+    st, _, err = H.specula({ "report", "/nonexistent/r.jsonl" })
+    assert.not_equals(0, st)
+    assert.matches("^specula report: ", err)
+  end)
+
   it("reports a missing script clearly", function()
     local st, _, err = H.specula({ "run", "/nonexistent/agent.lua" })
     assert.not_equals(0, st)
@@ -50,6 +63,39 @@ describe("specula binary", function()
     assert.equals(0, st)
     assert.matches("slept 1", out, 1, true)
     assert.matches("2\ta\tb", out, 1, true)
+  end)
+
+  it("lets a script require modules beside it, from any working directory", function()
+    local dir = H.tmpdir() .. "/sibling_mods"
+    assert(os.execute("mkdir -p " .. H.quote(dir .. "/pkg")))
+    H.tmpfile("sibling_mods/helper.lua", "return { answer = function() return 'from helper' end }\n")
+    H.tmpfile("sibling_mods/pkg/init.lua", "return { name = 'pkg init' }\n")
+    -- a file beside the script named like one of specula's modules does not replace it
+    H.tmpfile("sibling_mods/specula.lua", "error('the sibling specula.lua was loaded')\n")
+    local script = H.tmpfile("sibling_mods/main.lua", [[
+      local specula = require "specula"
+      print(require("helper").answer(), require("pkg").name, type(specula.run))
+    ]])
+    local st, out, err = H.sh("cd / && " .. H.quote(H.bin) .. " run " .. H.quote(script))
+    assert.equals(0, st, err)
+    assert.matches("from helper\tpkg init\tfunction", out, 1, true)
+    -- a module that exists nowhere still fails with Lua's own message, naming the paths tried
+    script = H.tmpfile("sibling_mods/missing.lua", "require 'no_such_module_here'\n")
+    st, _, err = H.sh("cd / && " .. H.quote(H.bin) .. " run " .. H.quote(script))
+    assert.equals(1, st)
+    assert.matches("module 'no_such_module_here' not found", err, 1, true)
+    assert.matches(dir .. "/no_such_module_here.lua", err, 1, true)
+  end)
+
+  it("runs the multi-hop examples offline from another directory (their shared world module)", function()
+    for _, ex in ipairs({ "multihop_qa", "tsss" }) do
+      local st, out, err = H.sh("cd / && " .. H.quote(H.bin) .. " run " .. H.quote(H.root .. "/examples/" .. ex .. ".lua")
+        .. " --query 'In which country was the director of The Glass Orchard born?' --set offline=1 --k 3"
+        .. " --clock virtual --out " .. H.quote(H.tmpfile(ex .. "_world.jsonl")))
+      assert.equals(0, st, ex .. ": " .. err)
+      local rec = H.jsonl(H.read(H.tmpdir() .. "/" .. ex .. "_world.jsonl"))[1]
+      assert.equals("Estria", (tostring(rec.answer):match("Estria")), ex .. " answered " .. tostring(rec.answer))
+    end
   end)
 
   it("detects a main task that can never be woken", function()

@@ -192,4 +192,18 @@ describe("replay", function()
     local ok = H.specula({ "replay", out, "--k", "1" })
     assert.equals(0, ok)
   end)
+
+  it("replays a --k auto run at the k values asked for (no one recorded k to reproduce)", function()
+    local out = H.tmpfile("kauto.jsonl")
+    local st, _, err = H.specula({ "run", H.root .. "/examples/multihop_sim.lua", "--input",
+      H.tmpfile("kauto_q.jsonl", '{"id":"a","query":"q1"}\n{"id":"b","query":"q2"}\n{"id":"c","query":"q3"}\n'),
+      "--k", "auto", "--clock", "virtual", "--out", out, "--quiet" })
+    assert.equals(0, st, err)
+    local rst, rows, rerr = replay(out, { "--k", "1,3,inf" })
+    assert.equals(0, rst, rerr)
+    assert.equals(3, #rows)
+    assert.equals(1, rows[1].rel_lat)                         -- k = 1 is the standard schedule
+    assert.is_true(rows[2].rel_lat < 1 and rows[3].rel_lat <= rows[2].rel_lat)
+    for _, r in ipairs(rows) do assert.equals(3, r.queries) end
+  end)
 end)

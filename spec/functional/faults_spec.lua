@@ -80,7 +80,7 @@ describe("fault injection", function()
     assert.matches("HTTP 503", recs[2].error)
   end)
 
-  it("holds 5,000 concurrent connections #slow", function()
+  it("holds 5,000 concurrent connections #slow #timing", function()
     local st, out, err = H.specula({ "run", SCRIPTS .. "many_connections.lua", server.base, "5000" })
     assert.equals(0, st, err)
     local r = last_json(out)

@@ -27,6 +27,24 @@ describe("specula.http", function()
     assert.matches('POST\tyes\t{"a":1}\tx=1', out, 1, true)
   end)
 
+  it("verbose prints the exchange on stderr with credentials redacted", function()
+    local secret = "sk-VerboseSecret-7f3a9"
+    local out, err = run([[
+      local r = assert(http.request{ url = BASE .. "/echo?q=cats&api_key=]] .. secret .. [[&n=2", verbose = true,
+        headers = { Authorization = "Bearer ]] .. secret .. [[", ["x-api-key"] = "]] .. secret .. [[",
+                    ["X-Plain"] = "visible" } })
+      print(r.status, specula.json.decode(r.body).headers["x-api-key"] == "]] .. secret .. [[")
+    ]])
+    assert.matches("200	true", out, 1, true)           -- the server still got the real key
+    assert.matches("> GET /echo?q=cats&api_key=[redacted]&n=2 HTTP/1.1", err, 1, true)
+    assert.matches("> Authorization: [redacted]", err, 1, true)
+    assert.matches("> x-api-key: [redacted]", err, 1, true)
+    assert.matches("> X-Plain: visible", err, 1, true)
+    assert.matches("< HTTP/1.1 200", err, 1, true)
+    assert.is_nil(err:find("VerboseSecret", 1, true))
+    assert.is_nil(out:find("VerboseSecret", 1, true))
+  end)
+
   it("returns error statuses as responses, not errors", function()
     local out = run([[
       local r = assert(http.request{ url = BASE .. "/status/429?retry_after=2" })
@@ -104,7 +122,7 @@ describe("specula.http", function()
     assert.matches("read\t%d+\tECONNRESET: ", out)
   end)
 
-  it("cancelling a task mid-transfer closes the connection at once", function()
+  it("cancelling a task mid-transfer closes the connection at once #timing", function()
     local out = run([[
       local function stats() return specula.json.decode(http.request{ url = BASE .. "/stats" }.body) end
       local t = specula.spawn(function() return http.request{ url = BASE .. "/stall" } end)

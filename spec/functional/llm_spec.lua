@@ -678,7 +678,7 @@ describe("specula.llm", function()
   end)
 
   describe("retry", function()
-    it("honours retry-after on a 429, then succeeds (/flaky), and bounds the wait", function()
+    it("honours retry-after on a 429, then succeeds (/flaky), and bounds the wait #timing", function()
       local out = run([[
         local retry = llm.retry
         local t0 = specula.now()

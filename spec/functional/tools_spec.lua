@@ -213,7 +213,7 @@ describe("specula.tools", function()
     assert.truthy(bad:find("ERR .-body must be a string\tERR .-n must be a positive number"), bad)
   end)
 
-  it("retries through the shared policy: 429 with retry-after, then success", function()
+  it("retries through the shared policy: 429 with retry-after, then success #timing", function()
     local out = run([[
       local t = tools.http { name = "flaky", url = BASE .. "/flaky/tool1/1/429?retry_after=1", retry = { base_ms = 1 } }
       local t0 = specula.now()

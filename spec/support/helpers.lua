@@ -79,6 +79,26 @@ function H.run_lua(code, args, env)
   return H.specula(a, env)
 end
 
+-- The environment of examples/cassette/agent.lua against the test server
+-- at base: tens of ms per exchange (a model stream in 15 ms pieces, the MCP
+-- tool 40 ms) and a lookup guess far slower than the loopback lookup, so it
+-- is always late, in the recording and in any replay (no race decides a
+-- verdict); then each table of ... on top.
+function H.cassette_env(base, ...)
+  local e = { CAS_BASE = base, SPECULA_SOURCE_DIR = H.root, CAS_PAUSE = "15", CAS_SLOW_MS = "40", CAS_SPEC_MS = "150" }
+  for i = 1, select("#", ...) do
+    for k, v in pairs(select(i, ...) or {}) do e[k] = v end
+  end
+  return e
+end
+
+-- The verdicts of a results record's hops, "accepted,late,...".
+function H.verdicts(r)
+  local v = {}
+  for _, h in ipairs(r.stages.hops) do v[#v + 1] = h.spec end
+  return table.concat(v, ",")
+end
+
 -- Start the test server; returns { port, pid, base, stop() }.
 function H.server(opts)
   opts = opts or {}

@@ -34,64 +34,30 @@ local http = require "specula.http"
 local sse = require "specula.sse"
 local json = require "specula.json"
 local retry = require "specula.llm.retry"
+local common = require "specula.llm.common"
 
-local type, tostring, tonumber, pairs, ipairs, setmetatable, error =
-  type, tostring, tonumber, pairs, ipairs, setmetatable, error
+local type, tostring, tonumber, pairs, ipairs, error =
+  type, tostring, tonumber, pairs, ipairs, error
 local concat = table.concat
 local find, lower = string.find, string.lower
 
+-- what the shared constructor needs to know of this provider
+local PROVIDER = { what = "specula.llm.anthropic.new", name = "anthropic",
+  base_env = "ANTHROPIC_BASE_URL", base_url = "https://api.anthropic.com", key_env = "ANTHROPIC_API_KEY" }
+local nonempty = common.nonempty
 local M = {}
+local Client = common.class()
 
-local Client = {}
-Client.__index = Client
-Client.__tostring = function(self) return self.name .. " client (" .. self.endpoint .. ")" end
-
-local KEYS = setmetatable({}, { __mode = "k" })
-
-local function nonempty(s)
-  if type(s) == "string" and s ~= "" then return s end
-  return nil
-end
-
-
-function M.new(opts)
-  if opts ~= nil and type(opts) ~= "table" then error("specula.llm.anthropic.new: options must be a table", 2) end
-  opts = opts or {}
-  local base = nonempty(opts.base_url) or nonempty(os.getenv("ANTHROPIC_BASE_URL")) or "https://api.anthropic.com"
-  base = base:gsub("/+$", "")
-  local key = opts.api_key
-  if key == nil then key = os.getenv("ANTHROPIC_API_KEY") end
-  if key ~= nil and type(key) ~= "string" then error("specula.llm.anthropic.new: api_key must be a string", 2) end
-  if opts.headers ~= nil and type(opts.headers) ~= "table" then
-    error("specula.llm.anthropic.new: headers must be a table", 2)
-  end
-  local hp = retry.header_problem(opts.headers)
-  if hp then error("specula.llm.anthropic.new: " .. hp, 2) end
-  -- the key goes into a header: the same bytes would break it
-  if type(key) == "string" and find(key, "[%c\127]") then
-    error("specula.llm.anthropic.new: api_key contains a control character (NUL, CR, LF, ...)", 2)
-  end
+function M.new(options)
+  local self, opts = common.new(Client, options, PROVIDER)
+  local base = self.base_url
   local beta = opts.beta
   if type(beta) == "string" then beta = { beta } end
-  local url = opts.messages_url or (base:match("/v1$") and (base .. "/messages") or (base .. "/v1/messages"))
-  local self = setmetatable({
-    name = opts.name or "anthropic",
-    base_url = base,
-    model = opts.model,
-    version = opts.version or "2023-06-01",
-    max_tokens = opts.max_tokens or 1024,
-    beta = beta,
-    timeout_ms = opts.timeout_ms or 600000,
-    connect_timeout_ms = opts.connect_timeout_ms or 10000,
-    idle_timeout_ms = opts.idle_timeout_ms or 120000,
-    retry = retry.new(opts.retry),
-    headers = opts.headers or {},
-    messages_url = url,
-    extra = opts.extra,
-  }, Client)
-  self.endpoint = retry.scrub(retry.endpoint(base), key)
-  if nonempty(key) then KEYS[self] = key end
-  self._secrets = retry.secrets(key, self.headers)
+  self.version = opts.version or "2023-06-01"
+  self.max_tokens = opts.max_tokens or 1024
+  self.beta = beta
+  self.idle_timeout_ms = opts.idle_timeout_ms or 120000
+  self.messages_url = opts.messages_url or (base:match("/v1$") and (base .. "/messages") or (base .. "/v1/messages"))
   local hp = retry.header_problem(self:_headers())  -- version and beta values too
   if hp then error("specula.llm.anthropic.new: " .. hp, 2) end
   return self
@@ -100,11 +66,8 @@ end
 function Client:_headers()
   local h = { ["content-type"] = "application/json", accept = "text/event-stream",
               ["anthropic-version"] = self.version }
-  local key = KEYS[self]
-  if key then h["x-api-key"] = key end
   if self.beta and #self.beta > 0 then h["anthropic-beta"] = concat(self.beta, ",") end
-  for k, v in pairs(self.headers) do h[k] = v end
-  return h
+  return common.headers(self, h, "x-api-key")
 end
 
 ----------------------------------------------------------------------------
@@ -399,23 +362,6 @@ end
 local FIELDS = { "tool_choice", "temperature", "top_p", "top_k", "stop_sequences", "thinking",
                  "metadata", "service_tier" }
 
-function Client:_fail(f, n, why, url)
-  local where = "POST " .. retry.endpoint(url)
-  -- the body is scrubbed before describe() cuts an excerpt out of it, so
-  -- no part of a secret survives the cut
-  if type(f.body) == "string" then f.body = retry.scrub(f.body, self._secrets) end
-  local msg
-  if f.msg then
-    msg = f.msg .. " (" .. where .. (n > 1 and (", " .. retry.attempts_text(n)) or "") .. ")"
-  elseif f.err then
-    msg = retry.describe(f) .. " (" .. retry.attempts_text(n) .. ")"
-  else
-    msg = retry.describe(f) .. " (" .. where .. ", " .. retry.attempts_text(n) .. ")"
-  end
-  if why then msg = msg .. "; " .. why end
-  return retry.scrub(self.name .. ": " .. msg, self._secrets)
-end
-
 --- The request body messages() would send.
 function Client:messages_body(req)
   if type(req) ~= "table" then error("specula.llm.anthropic: messages expects a request table", 3) end
@@ -439,7 +385,7 @@ function Client:messages(req)
   local body = self:messages_body(req)
   local text, eerr = json.encode(body)
   if not text then
-    return nil, retry.scrub(self.name .. ": cannot encode the request: " .. tostring(eerr), self._secrets)
+    return nil, common.message(self, "cannot encode the request: " .. tostring(eerr))
   end
   local url = req.url or self.messages_url
   local cb = { on_delta = req.on_delta, on_thinking = req.on_thinking, on_tool_name = req.on_tool_name,
@@ -453,15 +399,7 @@ function Client:messages(req)
     local res, err = http.request(hopts)
     if not res then return false, { err = err } end
     if res.status < 200 or res.status >= 300 then
-      local parts, size = {}, 0
-      while size < 65536 do
-        local c = res:read()
-        if not c then break end
-        parts[#parts + 1] = c
-        size = size + #c
-      end
-      res:close()
-      return false, { status = res.status, headers = res.headers, body = concat(parts) }
+      return false, { status = res.status, headers = res.headers, body = common.error_body(res) }
     end
     local ct = lower(res.headers["content-type"] or "")
     if find(ct, "json", 1, true) and not find(ct, "event-stream", 1, true) then
@@ -472,7 +410,7 @@ function Client:messages(req)
     return parse_stream(res, cb)
   end)
   if result then return result end
-  return nil, self:_fail(f, n, why, url)
+  return nil, common.fail(self, f, n, why, "POST", url)
 end
 
 local function text_content(c)

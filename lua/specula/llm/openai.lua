@@ -38,105 +38,36 @@ local http = require "specula.http"
 local sse = require "specula.sse"
 local json = require "specula.json"
 local retry = require "specula.llm.retry"
+local common = require "specula.llm.common"
 
-local type, tostring, tonumber, pairs, ipairs, setmetatable, error, pcall =
-  type, tostring, tonumber, pairs, ipairs, setmetatable, error, pcall
+local type, tostring, tonumber, pairs, ipairs, error, pcall =
+  type, tostring, tonumber, pairs, ipairs, error, pcall
 local concat, sort = table.concat, table.sort
 local find, lower = string.find, string.lower
 
+-- what the shared constructor needs to know of this provider
+local PROVIDER = { what = "specula.llm.openai.new", name = "openai",
+  base_env = "OPENAI_BASE_URL", base_url = "https://api.openai.com/v1", key_env = "OPENAI_API_KEY" }
+local nonempty = common.nonempty
 local M = {}
+local Client = common.class()
 
-local Client = {}
-Client.__index = Client
-Client.__tostring = function(self) return self.name .. " client (" .. self.endpoint .. ")" end
-
--- Keys live here, not in the client table, so dumping a client shows none.
-local KEYS = setmetatable({}, { __mode = "k" })
-
-
-local function nonempty(s)
-  if type(s) == "string" and s ~= "" then return s end
-  return nil
-end
-
-function M.new(opts)
-  if opts ~= nil and type(opts) ~= "table" then error("specula.llm.openai.new: options must be a table", 2) end
-  opts = opts or {}
-  local base = nonempty(opts.base_url) or nonempty(os.getenv("OPENAI_BASE_URL")) or "https://api.openai.com/v1"
-  if type(base) ~= "string" then error("specula.llm.openai.new: base_url must be a string", 2) end
-  base = base:gsub("/+$", "")
-  local key = opts.api_key
-  if key == nil then key = os.getenv("OPENAI_API_KEY") end
-  if key ~= nil and type(key) ~= "string" then error("specula.llm.openai.new: api_key must be a string", 2) end
-  if opts.headers ~= nil and type(opts.headers) ~= "table" then
-    error("specula.llm.openai.new: headers must be a table", 2)
-  end
-  local hp = retry.header_problem(opts.headers)
-  if hp then error("specula.llm.openai.new: " .. hp, 2) end
-  -- the key goes into a header: the same bytes would break it
-  if type(key) == "string" and find(key, "[%c\127]") then
-    error("specula.llm.openai.new: api_key contains a control character (NUL, CR, LF, ...)", 2)
-  end
-  local self = setmetatable({
-    name = opts.name or "openai",
-    base_url = base,
-    model = opts.model,
-    embedding_model = opts.embedding_model,
-    timeout_ms = opts.timeout_ms or 600000,
-    connect_timeout_ms = opts.connect_timeout_ms or 10000,
-    idle_timeout_ms = opts.idle_timeout_ms,  -- default: 120 s for streams, none otherwise
-    max_body_bytes = opts.max_body_bytes,
-    retry = retry.new(opts.retry),
-    headers = opts.headers or {},
-    chat_url = opts.chat_url or (base .. "/chat/completions"),
-    embeddings_url = opts.embeddings_url or (base .. "/embeddings"),
-    include_usage = opts.include_usage ~= false,
-    extra = opts.extra,
-  }, Client)
-  self.endpoint = retry.scrub(retry.endpoint(base), key)
-  if nonempty(key) then KEYS[self] = key end
-  self._secrets = retry.secrets(key, self.headers)
+function M.new(options)
+  local self, opts = common.new(Client, options, PROVIDER)
+  local base = self.base_url
+  self.embedding_model = opts.embedding_model
+  self.idle_timeout_ms = opts.idle_timeout_ms  -- default: 120 s for streams, none otherwise
+  self.max_body_bytes = opts.max_body_bytes
+  self.chat_url = opts.chat_url or (base .. "/chat/completions")
+  self.embeddings_url = opts.embeddings_url or (base .. "/embeddings")
+  self.include_usage = opts.include_usage ~= false
   return self
 end
 
 function Client:_headers(stream)
-  local h = { ["Content-Type"] = "application/json",
-              Accept = stream and "text/event-stream" or "application/json" }
-  local key = KEYS[self]
-  if key then h.Authorization = "Bearer " .. key end
-  for k, v in pairs(self.headers) do h[k] = v end
-  return h
-end
-
--- An error string: prefixed, scrubbed, naming the endpoint.
-function Client:_fail(f, n, why, method, url)
-  local where = method .. " " .. retry.endpoint(url)
-  -- the body is scrubbed before describe() cuts an excerpt out of it, so
-  -- no part of a secret survives the cut
-  if type(f.body) == "string" then f.body = retry.scrub(f.body, self._secrets) end
-  local msg
-  if f.msg then
-    msg = f.msg .. " (" .. where .. (n > 1 and (", " .. retry.attempts_text(n)) or "") .. ")"
-  elseif f.err then
-    msg = retry.describe(f) .. " (" .. retry.attempts_text(n) .. ")"
-  else
-    msg = retry.describe(f) .. " (" .. where .. ", " .. retry.attempts_text(n) .. ")"
-  end
-  if why then msg = msg .. "; " .. why end
-  return retry.scrub(self.name .. ": " .. msg, self._secrets)
-end
-
--- Read a streamed error body (bounded) for the failure record.
-local function read_error_body(res)
-  local parts, n = {}, 0
-  while n < 65536 do
-    local c = res:read()
-    if not c then break end
-    parts[#parts + 1] = c
-    n = n + #c
-  end
-  res:close()
-  return concat(parts)
+  return common.headers(self, { ["Content-Type"] = "application/json",
+                                Accept = stream and "text/event-stream" or "application/json" },
+                        "Authorization", "Bearer ")
 end
 
 ----------------------------------------------------------------------------
@@ -391,7 +322,7 @@ M.normalize_tools = normalize_tools
 function Client:_post(url, body_tbl, stream, parse_whole, cb)
   local body, eerr = json.encode(body_tbl)
   if not body then
-    return nil, retry.scrub(self.name .. ": cannot encode the request: " .. tostring(eerr), self._secrets)
+    return nil, common.message(self, "cannot encode the request: " .. tostring(eerr))
   end
   local hopts = {
     method = "POST", url = url, headers = self:_headers(stream), body = body,
@@ -403,7 +334,7 @@ function Client:_post(url, body_tbl, stream, parse_whole, cb)
     local res, err = http.request(hopts)
     if not res then return false, { err = err } end
     if res.status < 200 or res.status >= 300 then
-      local b = stream and read_error_body(res) or res.body
+      local b = stream and common.error_body(res) or res.body
       return false, { status = res.status, headers = res.headers, body = b }
     end
     if stream then
@@ -419,7 +350,7 @@ function Client:_post(url, body_tbl, stream, parse_whole, cb)
     return parse_whole(res.body, cb)
   end)
   if result then return result end
-  return nil, self:_fail(f, n, why, "POST", url)
+  return nil, common.fail(self, f, n, why, "POST", url)
 end
 
 local CHAT_FIELDS = { "tool_choice", "max_tokens", "max_completion_tokens", "temperature", "top_p",

@@ -46,7 +46,7 @@ local agent = specula.agent {
 
 local qs = {}
 for i = 1, 200 do qs[i] = "q" .. i end
-local runner = require "specula.runner"
+local aggregate = require "specula.aggregate"
 local out = { email_early = 0, lookup_early = 0, forbid_predicted_start = 0, forbid_predicted_name = 0,
               query_errors = 0, script_errors = 0, gate = { predicted_start = { forbid = 0 } } }
 local summary = {}
@@ -60,7 +60,7 @@ for _, trigger in ipairs({ "start", "tool_name" }) do
   out.forbid_predicted_start = out.forbid_predicted_start + c.predicted_start.forbid
   out.forbid_predicted_name = out.forbid_predicted_name + c.predicted_name.forbid
   out.script_errors = out.script_errors + agg.policy_counts.script_errors
-  summary[#summary + 1] = table.concat(runner.decision_lines(agg.policy_counts), "\n")
+  summary[#summary + 1] = table.concat(aggregate.decision_lines(agg.policy_counts), "\n")
 end
 out.email_early, out.lookup_early = email_early, lookup_early
 out.summary = table.concat(summary, "\n")

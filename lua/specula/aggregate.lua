@@ -1,0 +1,171 @@
+-- specula.aggregate: the figures of a run, summed over its records (or, in a
+-- light run, over the counters its windows add as they finish), and the
+-- summary `specula run` prints at the end.
+local core = require "specula.core"
+local policylib = require "specula.policy"
+local ffi = core.ffi
+local C = core.C
+
+local tonumber, pairs, ipairs, format = tonumber, pairs, ipairs, string.format
+
+local M = {}
+
+-- RelLat* and RelLat_k at the estimates (nil, nil while one is undefined).
+local function theory(p, a, b, k)
+  if p == nil or a == nil or b == nil then return nil, nil end
+  local star = C.sp_theory_rel_lat_star(p, a, b)
+  local kk = k < 0 and -1 or k
+  local rk = C.sp_theory_rel_lat_k(p, a, b, kk)
+  if star ~= star then star = nil end
+  if rk ~= rk then rk = nil end
+  return star, rk
+end
+
+-- x rounded to d decimals (3 by default); nil stays nil.
+local function round(x, d)
+  if x == nil then return nil end
+  local f = 10 ^ (d or 3)
+  return math.floor(x * f + 0.5) / f
+end
+
+-- p_hat, alpha_hat, beta_hat of an estimator (sp_est: the engine's one
+-- definition, README "Estimates"); nil where undefined.
+local est_get = require("specula.estimate").get
+
+-- The run's aggregate counters, before the derived figures (M.of).
+local function new_agg()
+  return { queries = 0, failed = 0, wall_ms = 0, standard_ms = 0, hops = 0, commits = 0,
+           rollbacks = 0, accepted = 0, rejected = 0, model = 0, target = 0, speculator = 0,
+           predicted = 0, warmup = 0, cancelled = 0, wasted_cost = 0, wasted_calls = 0,
+           speculative_launches = 0, deferred = 0, est = ffi.new("sp_est") }
+end
+
+-- Add a finished window's counters to a running aggregate (light runs).
+local function agg_add(a, st, failed)
+  a.queries = a.queries + 1
+  if failed then a.failed = a.failed + 1 end
+  a.wall_ms, a.standard_ms = a.wall_ms + st.wall_ms, a.standard_ms + st.standard_ms
+  a.hops, a.commits, a.rollbacks = a.hops + st.hops, a.commits + st.commits, a.rollbacks + st.rollbacks
+  a.accepted, a.rejected = a.accepted + st.accepted, a.rejected + st.rejected
+  a.model, a.target, a.speculator = a.model + st.model_calls, a.target + st.target_calls, a.speculator + st.spec_calls
+  a.predicted, a.warmup = a.predicted + st.predicted_calls, a.warmup + st.warmup_calls
+  a.cancelled = a.cancelled + st.cancelled_model + st.cancelled_target + st.cancelled_spec
+  a.wasted_cost, a.wasted_calls = a.wasted_cost + st.wasted_cost, a.wasted_calls + st.wasted_calls
+  a.speculative_launches, a.deferred = a.speculative_launches + st.speculative_launches, a.deferred + st.deferred
+  C.sp_est_merge(a.est, st.est)
+end
+
+-- The query's gate decisions per trigger (DESIGN §5: "zero forbidden
+-- launches" is a number): { target = { full =, warmup =, forbid = }, ... }.
+local function gate_stats(st)
+  local g = {}
+  for _, tr in ipairs(policylib.TRIGGERS) do
+    local row = st.gate[tonumber(tr[2])]
+    g[tr[1]] = { forbid = row[0], warmup = row[1], full = row[2] }
+  end
+  return g
+end
+
+M.theory, M.round, M.est_get, M.new_agg, M.agg_add, M.gate_stats = theory, round, est_get, new_agg, agg_add, gate_stats
+
+-- Aggregate figures of a list of records (or, for a light run, of the
+-- counters its windows added to `acc` as they finished).
+function M.of(records, k, acc)
+  local a = acc or new_agg()
+  if not acc then a.queries = #records end
+  for _, r in ipairs(acc and {} or records) do
+    if r.error then a.failed = a.failed + 1 end
+    local s, g = r.stats, r._agg
+    if s and g then
+      a.wall_ms, a.standard_ms = a.wall_ms + g.wall, a.standard_ms + g.std
+      a.hops, a.commits, a.rollbacks = a.hops + s.hops, a.commits + s.commits, a.rollbacks + s.rollbacks
+      a.accepted, a.rejected = a.accepted + g.acc, a.rejected + g.rej
+      a.model, a.target, a.speculator = a.model + s.calls.model, a.target + s.calls.target, a.speculator + s.calls.speculator
+      a.predicted, a.warmup = a.predicted + s.calls.predicted, a.warmup + s.calls.warmup
+      a.cancelled = a.cancelled + s.cancelled.total
+      a.wasted_cost, a.wasted_calls = a.wasted_cost + s.wasted_cost, a.wasted_calls + s.wasted_calls
+      a.speculative_launches, a.deferred = a.speculative_launches + s.speculative_launches, a.deferred + s.deferred
+      C.sp_est_merge(a.est, g.est)
+      if s.prefetch then
+        local p = a.prefetch or { candidates = 0, fired = 0, promoted = 0, promoted_lossy = 0, wasted = 0,
+          wasted_cost = 0, gated_ev = 0, gated_policy = 0, held = 0, saved_ms = 0, match = s.prefetch.match }
+        for _, k in ipairs({ "candidates", "fired", "promoted", "promoted_lossy", "wasted", "wasted_cost",
+                             "gated_ev", "gated_policy", "held", "saved_ms" }) do
+          p[k] = p[k] + (s.prefetch[k] or 0)
+        end
+        a.prefetch = p
+      end
+    end
+  end
+  a.rel_lat = a.standard_ms > 0 and a.wall_ms / a.standard_ms or nil
+  if a.est then
+    a.p_hat, a.alpha_hat, a.beta_hat = est_get(a.est)
+    a.est = nil   -- cdata: not part of what callers print or encode
+  end
+  a.rel_lat_star, a.rel_lat_k = theory(a.p_hat, a.alpha_hat, a.beta_hat, k or -1)
+  if a.prefetch then a.prefetch.hit_rate = a.prefetch.fired > 0 and a.prefetch.promoted / a.prefetch.fired or nil end
+  return a
+end
+
+-- A figure for the summary: d decimals (3 by default), "-" when undefined.
+local function fmt(x, d)
+  if x == nil then return "-" end
+  return format("%." .. (d or 3) .. "f", x)
+end
+M.fmt = fmt
+
+-- The gate's decisions per tool and trigger, one line per tool that was
+-- asked: "send_email: target forbid 12; predicted_start forbid 40 ...".
+function M.decision_lines(c)
+  local names = {}
+  for name in pairs(c.tools) do names[#names + 1] = name end
+  table.sort(names)
+  local rows = {}
+  local function row(label, t)
+    if t.full + t.warmup + t.forbid == 0 then return end
+    local parts = {}
+    for _, tr in ipairs(policylib.TRIGGERS) do
+      local x = t.triggers[tr[1]]
+      if x.full + x.warmup + x.forbid > 0 then
+        local p = {}
+        if x.full > 0 then p[#p + 1] = format("full %d", x.full) end
+        if x.warmup > 0 then p[#p + 1] = format("warmup %d", x.warmup) end
+        if x.forbid > 0 then p[#p + 1] = format("forbid %d", x.forbid) end
+        parts[#parts + 1] = tr[1] .. " " .. table.concat(p, "/")
+      end
+    end
+    local extra = t.by_script > 0 and format(" (%d forbid for a script error or no decision)", t.by_script) or ""
+    rows[#rows + 1] = format("    %s: %s%s", label, table.concat(parts, "; "), extra)
+  end
+  for _, name in ipairs(names) do row(name, c.tools[name]) end
+  row("(unlisted)", c.unknown)
+  if #rows == 0 then return {} end
+  local head = "  early-launch decisions by tool and trigger:"
+  if (c.script_errors or 0) > 0 then head = head .. format(" [policy script errors: %d]", c.script_errors) end
+  table.insert(rows, 1, head)
+  return rows
+end
+
+-- The summary `specula run` prints on stderr: a is M.of's result; run, when
+-- given, adds the eligibility gate's decisions.
+function M.summary_text(a, run)
+  local lines = {}
+  lines[#lines + 1] = format("specula: %d queries (%d failed), %d hops; RelLat %s (Σwall %.1f ms / Σstandard %.1f ms)",
+    a.queries, a.failed, a.hops, fmt(a.rel_lat), a.wall_ms, a.standard_ms)
+  lines[#lines + 1] = format("  p̂ %s  α̂ %s  β̂ %s  RelLat* %s  RelLat_k %s  commits %d  rollbacks %d",
+    fmt(a.p_hat), fmt(a.alpha_hat), fmt(a.beta_hat), fmt(a.rel_lat_star), fmt(a.rel_lat_k), a.commits, a.rollbacks)
+  lines[#lines + 1] = format("  calls: model %d, target %d, speculator %d, predicted %d, warmup %d; cancelled %d; wasted %d calls, cost %.4f",
+    a.model, a.target, a.speculator, a.predicted, a.warmup, a.cancelled, a.wasted_calls, a.wasted_cost)
+  if a.prefetch then
+    local p = a.prefetch
+    lines[#lines + 1] = format("  action speculation (%s%s): %d candidates, %d fired, %d promoted (hit rate %s), %d wasted (cost %.4f), gated: EV %d, policy %d; %.0f ms hidden",
+      p.match, p.match ~= "exact" and ", LOSSY" or "", p.candidates, p.fired, p.promoted, fmt(p.hit_rate), p.wasted,
+      p.wasted_cost, p.gated_ev, p.gated_policy, p.saved_ms)
+  end
+  if run and run.policy then
+    for _, l in ipairs(M.decision_lines(policylib.counts(run.policy))) do lines[#lines + 1] = l end
+  end
+  return table.concat(lines, "\n")
+end
+
+return M

@@ -1,0 +1,295 @@
+-- specula.records: a query's result record, read from its finished window,
+-- and the files records go to: one JSON line each, flushed at once; the
+-- --out file resumed (ids already done), and the checked writes of --trace
+-- and --summary.
+local core = require "specula.core"
+local ffi, C = core.ffi, core.C
+local sched = require "specula.sched"
+local json = require "specula.json"
+local agg = require "specula.aggregate"
+local D = require("specula.opts").DEFAULTS
+
+local type, tostring, tonumber, ipairs, format = type, tostring, tonumber, ipairs, string.format
+
+local utf8_clean = json.utf8_clean
+local round, theory, est_get, agg_add, gate_stats = agg.round, agg.theory, agg.est_get, agg.agg_add, agg.gate_stats
+
+local M = {}
+
+-- ---- a window's record ------------------------------------------------------
+
+local SPEC_NAMES = core.SPEC_NAMES   -- from sp_spec_name: the one outcome enum
+
+-- Values the window keeps (steps, observations, the answer) by slot.
+local registry = sched.vals
+local hop_info = ffi.new("sp_hop_info")
+local wstats = ffi.new("sp_window_stats")
+
+-- A finished window's answer, or its error, into rec.
+local function set_outcome(rec, w, status)
+  if status == C.SP_WIN_DONE then
+    local fin = registry[C.sp_window_answer_ref(w)]
+    rec.answer = fin and fin.final
+  else
+    rec.error = utf8_clean(ffi.string(C.sp_window_error(w)))
+  end
+end
+
+-- Read a finished window into a result record. A light run (answers
+-- only, for benchmarks and large batches) keeps { id, query, answer or
+-- error, hops } per query and adds the counters to `acc` instead.
+local function collect(w, q, run)
+  local o = run.o
+  local k_cfg = o.mode == "sequential" and 1 or o.k
+  local run_match = run.pf and (o.match or run.match or "exact") or nil
+  local light, run_mode, acc = o.light, o.mode, run.acc
+  local run_m = o.mode == "sequential" and 1 or (o.m or D.m)
+  local run_launch = o.mode == "spechop" and (o.spec_launch or "eager") or "slot"
+  local status = C.sp_window_status(w)
+  local rec = { id = q.id, query = q.query }
+  if q.gold then rec.gold = q.gold end
+  local traj, hops = {}, {}
+  local n = C.sp_window_nhops(w)
+  if light then
+    C.sp_window_stats_get(w, wstats)
+    rec.hops = wstats.hops
+    set_outcome(rec, w, status)
+    if acc then agg_add(acc, wstats, rec.error ~= nil) end
+    return rec
+  end
+  for i = 0, n - 1 do
+    C.sp_window_hop(w, i, hop_info)
+    local step = registry[hop_info.step_ref]
+    local obs = registry[hop_info.obs_ref]
+    if obs == nil then obs = json.null end
+    traj[i + 1] = { segment = step.segment, action = step.action, observation = obs }
+    local h = { hop = i, t_seg = round(hop_info.t_seg, 4), t_target = round(hop_info.t_target, 4),
+                t_update = round(hop_info.t_update, 4), t_verify = round(hop_info.t_verify, 4),
+                spec = SPEC_NAMES[hop_info.spec] or "none" }
+    if hop_info.t_spec >= 0 then
+      h.t_spec = round(hop_info.t_spec, 4)
+    end
+    if hop_info.rank >= 0 then h.rank = hop_info.rank end
+    if hop_info.ncands > 0 then h.ncands = hop_info.ncands end
+    -- C cuts messages at a byte count and passes on the agent's error text:
+    -- what goes into a record must be valid UTF-8
+    local reason = utf8_clean(ffi.string(hop_info.reason))
+    if reason ~= "" then h.reason = reason end
+    hops[i + 1] = h
+  end
+  C.sp_window_stats_get(w, wstats)
+  local st = wstats
+  local final_seg = st.final_seg_ms
+  rec.trajectory = traj
+  set_outcome(rec, w, status)
+  local p_hat, alpha, beta = est_get(st.est)
+  local k_used = k_cfg == 0 and st.k_last or k_cfg
+  local star, rk = theory(p_hat, alpha, beta, k_used)
+  rec.stats = {
+    hops = n, wall_ms = round(st.wall_ms, 3), standard_ms = round(st.standard_ms, 3),
+    rel_lat = st.standard_ms > 0 and round(st.wall_ms / st.standard_ms, 4) or json.null,
+    p_hat = round(p_hat, 4) or json.null, alpha_hat = round(alpha, 4) or json.null,
+    beta_hat = round(beta, 4) or json.null,
+    rel_lat_star = round(star, 4) or json.null, rel_lat_k = round(rk, 4) or json.null,
+    commits = st.commits, rollbacks = st.rollbacks,
+    verify = { accepted = st.accepted, rejected = st.rejected, late = st.late, errors = st.spec_errors },
+    calls = { model = st.model_calls, target = st.target_calls, speculator = st.spec_calls,
+              predicted = st.predicted_calls, warmup = st.warmup_calls },
+    speculative_launches = st.speculative_launches, deferred = st.deferred,
+    cancelled = { model = st.cancelled_model, target = st.cancelled_target, speculator = st.cancelled_spec,
+                  total = st.cancelled_model + st.cancelled_target + st.cancelled_spec },
+    wasted_calls = st.wasted_calls, wasted_cost = round(st.wasted_cost, 6),
+    gate = gate_stats(st),
+    max_threads = st.max_threads, k = k_used < 0 and "inf" or k_used,
+    mode = run_mode, k_config = k_cfg < 0 and "inf" or (k_cfg == 0 and "auto" or k_cfg),
+    m = run_m, spec_launch = run_launch,
+  }
+  if run_match then
+    local pf = st.pf
+    local fired = tonumber(pf.fired)
+    rec.stats.prefetch = {
+      candidates = tonumber(pf.candidates), fired = fired, promoted = tonumber(pf.promoted),
+      promoted_lossy = tonumber(pf.promoted_lossy), wasted = tonumber(pf.wasted),
+      wasted_cost = round(tonumber(pf.wasted_cost), 6), gated_ev = tonumber(pf.gated_ev),
+      gated_policy = tonumber(pf.gated_policy), held = tonumber(pf.held),
+      saved_ms = round(tonumber(pf.saved_ms), 3),
+      hit_rate = fired > 0 and round(tonumber(pf.promoted) / fired, 4) or json.null,
+      match = run_match, lossy = run_match ~= "exact",
+    }
+    if tonumber(pf.promoted_lossy) > 0 then rec.stats.lossy = true end
+  end
+  rec.stages = { hops = hops, final_seg = round(final_seg, 4), init = round(st.init_ms, 4) }
+  -- sums for the run's aggregate
+  rec._agg = { wall = st.wall_ms, std = st.standard_ms, acc = st.accepted, rej = st.rejected,
+               est = ffi.new("sp_est", st.est) }
+  return rec
+end
+M.collect = collect
+
+-- ---- output files ---------------------------------------------------------
+
+pcall(ffi.cdef, "int truncate(const char *path, int64_t length);")
+
+-- A failed write ends the run (status 1): going on would lose results
+-- silently. `what` names the file, err is the OS error.
+local function write_failed(what, err, note)
+  C.sp_ctx_set_exit(core.ctx, 1)
+  sched.plain_error(format("specula run: cannot write %s: %s%s", what, tostring(err), note or ""))
+end
+M.write_failed = write_failed
+
+-- 0 absent, 1 regular file, 2 directory, 3 other (device, FIFO...)
+function M.path_kind(path) return C.sp_host_path_kind(path) end
+
+-- io.open's message starts with the path, which the caller names already.
+local function os_reason(path, err)
+  err = tostring(err)
+  if err:sub(1, #path + 2) == path .. ": " then return err:sub(#path + 3) end
+  return err
+end
+
+-- Open an output file (`what`: "--out file" ...), or end the run saying why.
+local function open_output(path, mode, what)
+  local f, err = io.open(path, mode)
+  if not f then write_failed(format("%s '%s'", what, path), os_reason(path, err)) end
+  return f
+end
+M.open_output = open_output
+
+-- Write the strings of list to f and close it, checking every step; a file
+-- left incomplete is removed when it is a regular file (no half JSON).
+local function write_whole(f, path, what, list)
+  local ok, err = true, nil
+  for _, piece in ipairs(list) do
+    ok, err = f:write(piece)
+    if not ok then break end
+  end
+  if ok then ok, err = f:flush() end
+  local cok, cerr = f:close()
+  if ok and not cok then ok, err = false, cerr end
+  if not ok then
+    local note
+    if C.sp_host_path_kind(path) == 1 and os.remove(path) then note = " (the incomplete file was removed)" end
+    write_failed(format("%s '%s'", what, path), err, note)
+  end
+end
+M.write_whole = write_whole
+
+-- Ids already present in an output file (for resuming). A run killed in
+-- the middle of a write leaves a last line without its newline: that line is
+-- cut off so the appended results start on a line of their own. With
+-- retry_failed, records that carry an error are dropped from the file (so it
+-- ends with one record per id) and their queries run again. Only a regular
+-- file is read (a device such as /dev/full never ends).
+local function done_ids(path, retry_failed)
+  local ids = {}
+  local kind = C.sp_host_path_kind(path)
+  if kind == 2 then write_failed(format("--out file '%s'", path), "Is a directory") end
+  if kind ~= 1 then return ids, 0, 0 end
+  local f, err = io.open(path, "rb")
+  if not f then write_failed(format("--out file '%s'", path), os_reason(path, err)) end
+  local text, rerr = f:read("*a")
+  f:close()
+  if not text then write_failed(format("--out file '%s'", path), "cannot read it to resume: " .. tostring(rerr)) end
+  local rewrite, dropped = false, 0
+  if #text > 0 and text:sub(-1) ~= "\n" then
+    text = text:match("^(.*\n)") or ""
+    rewrite = true
+    io.stderr:write("specula: resuming: dropped an incomplete last line of " .. path .. "\n")
+  end
+  local n, keep = 0, {}
+  for line in text:gmatch("[^\n]+") do
+    local r = json.decode(line)
+    if retry_failed and type(r) == "table" and r.error ~= nil then
+      dropped, rewrite = dropped + 1, true
+    else
+      keep[#keep + 1] = line
+      if type(r) == "table" and r.id ~= nil then
+        ids[tostring(r.id)] = r.config and r or true
+        n = n + 1
+      end
+    end
+  end
+  if rewrite then
+    -- a new file renamed over the old one: a crash here loses nothing
+    local tmp = path .. ".specula-tmp"
+    local w = open_output(tmp, "wb", "--out file")
+    keep[#keep + 1] = ""
+    write_whole(w, tmp, "--out file", { table.concat(keep, "\n") })
+    local ok, rerr2 = os.rename(tmp, path)
+    if not ok then os.remove(tmp) write_failed(format("--out file '%s'", path), rerr2) end
+  end
+  if dropped > 0 then
+    io.stderr:write(format("specula: resuming: removed %d failed record%s from %s to run again\n",
+      dropped, dropped == 1 and "" or "s", path))
+  end
+  return ids, n, dropped
+end
+M.done_ids = done_ids
+
+-- A record without the run's sums (what callers of specula.run get).
+function M.strip(rec)
+  rec._agg = nil
+  return rec
+end
+
+-- The JSON line of a record. A value that cannot be encoded (invalid UTF-8,
+-- NaN, a function, a cycle, too deep) turns the record into an error record
+-- naming the query, the field and the reason, so the run goes on; the
+-- record is changed in place, so the run's tallies count it as failed.
+local KEPT = { "id", "query", "gold", "config", "stats" }
+local function clear(t)
+  for k in next, t do t[k] = nil end
+end
+require("specula.nojit")(clear)  -- a next() walk: see specula/nojit.lua
+
+local function record_line(rec)
+  -- Sorted keys: result files diff cleanly and compare byte for byte.
+  local ok, line = pcall(json.canonical, rec)
+  if ok then return line end
+  local where, why = json.find_bad(rec)
+  if not where then where, why = "(record)", tostring(line) end
+  local idtext = json.utf8_clean(tostring(rec.id))
+  local msg = format("the record of query '%s' cannot be written as JSON: %s: %s", idtext, where, why)
+  io.stderr:write("specula: " .. msg .. "\n")
+  local keep = { id = rec.id, query = rec.query, gold = rec.gold, config = rec.config, stats = rec.stats }
+  clear(rec)
+  for _, k in ipairs(KEPT) do
+    local v = keep[k]
+    if v ~= nil then
+      if json.find_bad(v) == nil then rec[k] = v
+      elseif k == "id" or k == "query" then rec[k] = json.utf8_clean(tostring(v)) end
+    end
+  end
+  rec.error = msg
+  return json.canonical(rec)
+end
+M.record_line = record_line
+
+-- A record sink for run_all: one JSON line per finished query, flushed at
+-- once so a killed run loses at most the line in flight (resume repairs it).
+-- `config` tags each record with its configuration (used by --compare).
+-- `what` names the output in messages; `path`, when it is a regular file,
+-- is cut back to its last complete line should a write fail.
+local function record_writer(out, config, what, path)
+  what = what or "stdout"
+  local regular = path and C.sp_host_path_kind(path) == 1
+  return function(rec)
+    if config then rec.config = config end
+    -- the run's sums are not part of the record (no pairs() copy: see json.lua)
+    local agg = rec._agg
+    rec._agg = nil
+    local line = record_line(rec)
+    rec._agg = agg
+    local size = regular and out:seek("end")
+    local ok, err = out:write(line, "\n")
+    if ok then ok, err = out:flush() end
+    if not ok then
+      if size then C.truncate(path, size) end
+      write_failed(what, err)
+    end
+  end
+end
+M.record_writer = record_writer
+
+return M

@@ -1,0 +1,227 @@
+-- specula.runopts: the command line of `specula run` (its usage text, its
+-- options, the queries it names) and the names of the engine's run settings.
+local core = require "specula.core"
+local sched = require "specula.sched"
+local optslib = require "specula.opts"
+local argv = require "specula.argv"
+local C = core.C
+
+local type, tostring, tonumber, ipairs, error = type, tostring, tonumber, ipairs, error
+
+local M = {}
+
+M.MODES = { sequential = C.SP_MODE_SEQUENTIAL, window = C.SP_MODE_WINDOW, spechop = C.SP_MODE_SPECHOP }
+M.LAUNCH = { eager = C.SP_LAUNCH_EAGER, slot = C.SP_LAUNCH_SLOT }
+M.MATCH = { exact = C.SP_MATCH_EXACT, name_only = C.SP_MATCH_NAME_ONLY, similar = C.SP_MATCH_SIMILAR }
+M.TRIGGER = { start = C.SP_TRIGGER_START, tool_name = C.SP_TRIGGER_TOOL_NAME,
+              both = C.SP_TRIGGER_START + C.SP_TRIGGER_TOOL_NAME }
+
+-- {name}: that option's default (specula.opts.fill).
+M.usage_text = optslib.fill [[
+usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
+  --query TEXT          run one query
+  --input FILE          JSONL {"id", "query", ...} per line (or a HotpotQA/2Wiki/MuSiQue file)
+  --format NAME         input format: auto (default), jsonl, hotpotqa, 2wiki, musique
+  --mode MODE           spechop (default), window, sequential
+  --k N|inf|auto        active threads (default {k})
+  --m N                 candidates kept per speculator call (default {m})
+  --eps E               starvation risk for --k auto (default {eps})
+  --seed N              seed of the simulated backend's keyed draws (default {seed})
+  --concurrency N       queries in flight at once (default {concurrency})
+  --out FILE            write results here (JSONL); ids already in FILE are skipped
+  --trace FILE          Chrome trace-event JSON (Perfetto, chrome://tracing)
+  --set key=value       a value for ctx.set (repeatable)
+  --policy FILE         eligibility policy (overrides the agent's)
+  --max-hops N          fail a trajectory longer than N hops (default {max_hops})
+  --spec-timeout MS     a speculator slower than this counts as failed
+  --clock real|virtual  virtual: time jumps to the next deadline when nothing can run, so a
+                        simulated run takes no real waiting; every reported time is virtual ms;
+                        real I/O (HTTP, MCP) is an error
+  --spec-launch WHEN    eager (default: a speculator starts with its target call, k bounds
+                        threads) or slot (it starts when a thread slot is free; Alg. 2 as written)
+  --shard i/n|auto      run only queries whose index is i modulo n; auto: i and n from a Slurm
+                        job array or a Kubernetes Indexed Job (see README, "Sharding")
+  --shard-count N       with --shard auto under Kubernetes: the Job's completions
+  --compare LIST        run every query under each config, e.g. "sequential,spechop:k=3:m=2"
+  --summary FILE        with --compare: also write the table as JSON
+  --predict on|off      action speculation with the agent's predictor (default on if it has one)
+  --match MODE          exact (default, lossless), name_only or similar (both lossy)
+  --trigger WHEN        start, tool_name or both (default): when predictions fire
+  --ev-cost-ms MS       latency one unit of tool cost is worth, for the EV gate (default {ev_cost_ms})
+  --ev-latency-ms MS    fixed estimate of latency saved per hit (default: live)
+  --predict-top N       predictions considered per step (default {predict_top})
+  --debug               check that update() never mutates its input
+  --retry-failed        when resuming --out, run again the queries whose records carry an error
+  --record DIR          write every model, HTTP, MCP and speculator exchange to the cassette DIR
+  --replay-io DIR       serve those exchanges from the cassette DIR with their recorded timing
+  --miss MODE           a request the cassette lacks: error (default), live (real clock only;
+                        with --record it is added) or skip (a failed speculation; never on the
+                        committed path)
+  --progress / --quiet  force the progress line on / silence the summary
+]]
+
+local function usage_error(msg)
+  C.sp_ctx_set_exit(core.ctx, 2)
+  sched.plain_error("specula run: " .. msg .. "\n" .. M.usage_text)
+end
+M.usage_error = usage_error
+
+-- Shared numeric options (k, m, eps, seed, concurrency, ...): their domains
+-- live in one C function (engine/sp_opt.c) that `specula theory` uses too.
+local function parse_opt(name, text)
+  local v, err = optslib.parse(name, text)
+  if not v then usage_error(err) end
+  return v
+end
+M.parse_opt = parse_opt
+
+-- The window's encoding of k: -1 unbounded, 0 auto, else the count (or
+-- nil and the message).
+local function k_of(v)
+  local k, err = optslib.parse("k", v)
+  if k == math.huge then return -1 end
+  return k, err
+end
+
+function M.parse_k(v)
+  local k, err = k_of(v)
+  if not k then usage_error(err) end
+  return k
+end
+
+-- Converters for argv.parse: a shared option, a plain number >= lo.
+local function opt(name) return function(v) return optslib.parse(name, v) end end
+local function num(flag, lo)
+  return function(raw)
+    local v = tonumber(raw)
+    if not v or (lo and v < lo) then
+      return nil, flag .. " expects a number" .. (lo and (" >= " .. lo) or "") .. ", got '" .. raw .. "'"
+    end
+    return v
+  end
+end
+local one_of = argv.one_of
+
+local FLAGS = {
+  ["--query"] = "query", ["--input"] = "input", ["--format"] = "format", ["--out"] = "out", ["--trace"] = "trace",
+  ["--policy"] = "policy", ["--shard-count"] = "shard_count", ["--compare"] = "compare", ["--summary"] = "summary",
+  ["--record"] = "record", ["--replay-io"] = "replay_io",
+  ["--mode"] = { "mode", convert = one_of(M.MODES, "--mode must be spechop, window or sequential") },
+  ["--k"] = { "k", convert = k_of },
+  ["--m"] = { "m", convert = opt("m") },
+  ["--eps"] = { "eps", convert = opt("eps") },
+  ["--seed"] = { "seed", convert = opt("seed") },
+  ["--concurrency"] = { "concurrency", convert = opt("concurrency") },
+  ["--set"] = { nil, convert = function(kv, o)
+    local k, v = kv:match("^([^=]+)=(.*)$")
+    if not k then return nil, "--set expects key=value, got '" .. kv .. "'" end
+    o.set[k] = tonumber(v) or (v == "true" and true) or (v == "false" and false) or v
+    return true
+  end },
+  ["--max-hops"] = { "max_hops", convert = num("--max-hops", 1) },
+  ["--spec-timeout"] = { "spec_timeout", convert = num("--spec-timeout", 0) },
+  ["--clock"] = { "clock", convert = one_of({ real = true, virtual = true }, "--clock must be real or virtual") },
+  ["--spec-launch"] = { "spec_launch", convert = one_of(M.LAUNCH, "--spec-launch must be eager or slot") },
+  ["--shard"] = { "shard", convert = function(s)
+    if s == "auto" then return "auto" end   -- resolved from the scheduler's environment (specula.shard)
+    local si, sn = s:match("^(%d+)/(%d+)$")
+    si, sn = tonumber(si), tonumber(sn)
+    if not si or sn < 1 or si >= sn then return nil, "--shard expects i/n with 0 <= i < n, or auto, got '" .. s .. "'" end
+    return { si, sn }
+  end },
+  ["--predict"] = { "predict", convert = one_of({ on = true, off = true }, "--predict must be on or off") },
+  ["--match"] = { "match", convert = one_of(M.MATCH, "--match must be exact, name_only or similar") },
+  ["--trigger"] = { "trigger", convert = one_of(M.TRIGGER, "--trigger must be start, tool_name or both") },
+  ["--ev-cost-ms"] = { "ev_cost_ms", convert = num("--ev-cost-ms", 0) },
+  ["--ev-latency-ms"] = { "ev_latency_ms", convert = num("--ev-latency-ms", 0) },
+  ["--predict-top"] = { "predict_top", convert = num("--predict-top", 1) },
+  ["--miss"] = { "miss", convert = function(v)
+    return one_of(require("specula.cassette").MISS, "--miss must be error, live or skip")(v)
+  end },
+  ["--debug"] = { "debug", flag = true },
+  ["--retry-failed"] = { "retry_failed", flag = true },
+  ["--progress"] = { "progress", flag = true },
+  ["--quiet"] = { "quiet", flag = true },
+  ["--help"] = argv.HELP,
+  ["-h"] = argv.HELP,
+}
+
+function M.parse_args(args)
+  local D = optslib.DEFAULTS
+  local o, err = argv.parse(args, FLAGS, { equals = true, into = {
+    mode = "spechop", k = D.k, m = D.m, eps = D.eps, seed = D.seed, concurrency = D.concurrency, set = {},
+    max_hops = D.max_hops } })
+  if not o then usage_error(err) end
+  return o
+end
+
+-- The options of specula.run(agent, opts) as `specula run` has them (its
+-- defaults, the shared domains checked), and opts.queries as query entries.
+-- Errors are raised at specula.run's caller.
+function M.from_api(opts)
+  local D = optslib.DEFAULTS
+  local o = { mode = opts.mode or "spechop", k = opts.k or D.k, m = opts.m or D.m, eps = opts.eps or D.eps,
+              seed = opts.seed or D.seed, concurrency = opts.concurrency or D.concurrency, set = opts.set or {},
+              max_hops = opts.max_hops or D.max_hops, policy = opts.policy, debug = opts.debug,
+              spec_timeout = opts.spec_timeout, trace = nil, start_jitter_ms = opts.start_jitter_ms,
+              predict = opts.predict, match = opts.match, trigger = opts.trigger, ev_cost_ms = opts.ev_cost_ms,
+              ev_latency_ms = opts.ev_latency_ms, predict_top = opts.predict_top, light = opts.light,
+              spec_launch = opts.spec_launch, clock = opts.clock }
+  if o.spec_launch ~= nil and not M.LAUNCH[o.spec_launch] then
+    error("specula.run: spec_launch must be eager or slot", 3)
+  end
+  for _, name in ipairs({ "k", "m", "eps", "seed", "concurrency" }) do
+    o[name] = optslib.check("specula.run", name, o[name], 3)
+  end
+  if o.k == math.huge then o.k = -1 end
+  if not M.MODES[o.mode] then error("specula.run: unknown mode '" .. tostring(o.mode) .. "'", 3) end
+  local queries = {}
+  for i, q in ipairs(opts.queries or {}) do
+    if type(q) == "string" then q = { id = "q" .. i, query = q } end
+    queries[i] = { id = q.id or ("q" .. i), query = q.query, record = q, gold = q.gold, max_hops = q.max_hops }
+  end
+  return o, queries
+end
+
+-- The queries of a command line (--query or --input, then --shard): a list
+-- of { id, query, record, gold, max_hops } and the input's warnings.
+function M.load_queries(o)
+  if o.query and o.input then usage_error("give --query or --input, not both") end
+  local list, warnings = {}, {}
+  if o.query then
+    list[1] = { id = "q1", query = o.query, record = { id = "q1", query = o.query } }
+  elseif o.input then
+    -- an input that cannot be read is a mistake in the command line (status 2)
+    local f, err = io.open(o.input, "rb")
+    if f and C.sp_host_path_kind(o.input) == 2 then f:close() f, err = nil, "Is a directory" end
+    if not f then
+      err = tostring(err)
+      if err:sub(1, #o.input + 2) == o.input .. ": " then err = err:sub(#o.input + 3) end
+      C.sp_ctx_set_exit(core.ctx, 2)
+      sched.plain_error("specula run: cannot read --input file '" .. o.input .. "': " .. err)
+    end
+    f:close()
+    local datasets = require "specula.datasets"
+    local recs, w = datasets.load(o.input, { format = o.format or "auto" })
+    if not recs then sched.plain_error("specula run: " .. tostring(w)) end
+    warnings = w or {}
+    for _, r in ipairs(recs) do
+      list[#list + 1] = { id = r.id, query = r.query, record = r.record or r, gold = r.gold, max_hops = r.max_hops }
+    end
+  else
+    usage_error("give --query TEXT or --input FILE")
+  end
+  if o.shard_count and o.shard ~= "auto" then usage_error("--shard-count goes with --shard auto") end
+  if o.shard then
+    local shard = require "specula.shard"
+    if o.shard == "auto" then
+      local si, sn = shard.resolve_auto(os.getenv, o.shard_count)
+      if not si then usage_error("--shard auto: " .. sn) end
+      o.shard = { si, sn }
+    end
+    list = shard.select(list, o.shard[1], o.shard[2], o.seed)
+  end
+  return list, warnings
+end
+
+return M

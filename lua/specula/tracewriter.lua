@@ -1,0 +1,68 @@
+-- specula.tracewriter: the --trace file of `specula run`, Chrome trace-event
+-- JSON (Perfetto, chrome://tracing): the events of each window as it
+-- finishes, and at the end one file with the queries' stage times that
+-- `specula report --trace` draws.
+local core = require "specula.core"
+local ffi, C = core.ffi, core.C
+local json = require "specula.json"
+local records = require "specula.records"
+local round = require("specula.aggregate").round
+local D = require("specula.opts").DEFAULTS
+
+local tostring, ipairs = tostring, ipairs
+
+local utf8_clean = json.utf8_clean
+
+local M = {}
+
+local tev = ffi.new("sp_tev")
+
+-- Chrome trace events of one window, appended to a list of JSON strings.
+function M.events(w, pid, q, out)
+  local t0 = C.sp_window_t0_us(w)
+  out[#out + 1] = json.encode({ name = "process_name", ph = "M", pid = pid, tid = 0,
+                                args = { name = "query " .. tostring(q.id) } })
+  local seen = {}
+  for i = 0, C.sp_window_ntev(w) - 1 do
+    C.sp_window_tev(w, i, tev)
+    local name = ffi.string(tev.name)
+    local tid = tev.tid
+    if not seen[tid] then
+      seen[tid] = true
+      out[#out + 1] = json.encode({ name = "thread_name", ph = "M", pid = pid, tid = tid,
+                                    args = { name = "T" .. tid } })
+      out[#out + 1] = json.encode({ name = "thread_sort_index", ph = "M", pid = pid, tid = tid,
+                                    args = { sort_index = tid } })
+    end
+    local e = { name = name, cat = name, ph = string.char(tev.ph), pid = pid, tid = tid,
+                ts = round(t0 + tev.ts_us, 3), args = { hop = tev.hop } }
+    if e.ph == "X" then e.dur = round(tev.dur_us, 3) else e.s = "t" end
+    local detail = utf8_clean(ffi.string(tev.detail))
+    if detail ~= "" then e.args.detail = detail end
+    if name == "verify" then e.args.accepted = tev.flag == 1 end
+    if name == "target" then e.args.speculative = tev.flag == 1 end
+    out[#out + 1] = json.encode(e)
+  end
+end
+
+-- Write the trace file f (opened at `path` before the run, so a path that
+-- cannot be written fails early): the events gathered in `events` and one
+-- entry per record that has stage times, under the run's options o.
+function M.write(f, path, events, results, o)
+  local parts = { '{"displayTimeUnit":"ms","traceEvents":[\n', table.concat(events, ",\n"),
+                  '\n],"specula":{"version":1,"queries":[\n' }
+  local recs = {}
+  for _, r in ipairs(results) do
+    if r.stages then
+      recs[#recs + 1] = json.encode({ id = r.id, mode = o.mode, k = o.k < 0 and "inf" or (o.k == 0 and "auto" or o.k),
+        m = o.m or D.m, spec_launch = r.stats.spec_launch,
+        hops = r.stages.hops, final_seg = r.stages.final_seg, init = r.stages.init,
+        wall_ms = r.stats.wall_ms, standard_ms = r.stats.standard_ms })
+    end
+  end
+  parts[#parts + 1] = table.concat(recs, ",\n")
+  parts[#parts + 1] = "\n]}}\n"
+  records.write_whole(f, path, "--trace file", parts)
+end
+
+return M
