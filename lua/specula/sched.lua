@@ -293,7 +293,7 @@ end
 -- (a suspended call costs a coroutine switch each way and runs its return
 -- path in the interpreter). Elsewhere it is specula.sleep.
 function M.finish_after(ms)
-  if type(ms) ~= "number" then error("specula.finish_after: expected milliseconds, got " .. type(ms), 2) end
+  if type(ms) ~= "number" then error("sched.finish_after: expected milliseconds, got " .. type(ms), 2) end
   if ms > 0 and ctx ~= nil then
     local t = C.sp_task_current(ctx)
     if t ~= nil and C.sp_job_defer(t, ms) == 0 then return end
