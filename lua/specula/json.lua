@@ -21,8 +21,11 @@ strings in the canonical form documented in engine/sp_json.h; it equals
 sp_json_canonical(encode(v)) byte for byte. Strings must be valid UTF-8 for
 encode and canonical (the C parser demands it). encode writes numbers the same
 way canonical does, so no precision is lost (cjson's encoder keeps only 14
-digits, which is why encoding is done here in Lua). Non-integral numbers are
-formatted by the C library through the FFI, like in sp_json.c.
+digits, which is why cjson does not encode). Both are done by the C table
+encoder of engine/sp_jsonenc.c when it is loaded (always in the specula
+binary); the Lua encoder below is its reference (encode_lua, canonical_lua:
+json_spec and fuzz_json compare the two) and the fallback. Non-integral
+numbers are formatted by the C library through the FFI, like in sp_json.c.
 
 decode rejects text that is not valid UTF-8 (error "JSON: invalid UTF-8 at
 byte N", N from 0), then uses lua-cjson, which cannot tell [] from {} once
