@@ -181,6 +181,10 @@ const sp_jobcall *sp_job_call(const sp_task *t); /* its function and arguments *
    Lua clears them in sched.vals at once (they are reused from then on),
    so released values do not wait for the loop to become garbage. */
 int sp_job_done(sp_ctx *ctx, sp_task *t, int ok, const sp_jobres *res, int *dead, int maxdead);
+/* The running job t finishes ms after it returns (its hook then sees what
+   it returned, at that time), as if it slept ms before returning, without
+   suspending its coroutine. 0, or -1 when t is not the running job. */
+int sp_job_defer(sp_task *t, double ms);
 
 /* ---- HTTP (libcurl multi on libuv) ------------------------------------ */
 typedef struct sp_http_opts {
@@ -541,6 +545,15 @@ double sp_theory_p_starve(double k, double alpha, double beta, double nu);
 /* Corollary 5: threads needed for P_starve <= eps, at least 1;
    -1 when unbounded (alpha + beta = 0), 0 on invalid input. */
 int sp_theory_k_eps(double alpha, double beta, double nu, double eps);
+
+/* ---- paired bootstrap (engine/sp_boot.c, used by specula.stats) --------- */
+/* n pairs (base[i], other[i]) with diffs[i] = other[i] - base[i]; rank[i]
+   the 1-based rank of diffs[i] among the diffs, sorted[r-1] the diff of
+   rank r; the median sits at ranks lo_r and lo_r + 1 with weight frac.
+   Fills means, medians, ratios[0..iters). state: metrics.prng's state. */
+void sp_boot_paired(int n, int iters, int32_t state, const double *diffs, const double *base,
+                    const double *other, const int *rank, const double *sorted, int lo_r, double frac,
+                    int *counts, double *means, double *medians, double *ratios);
 
 /* ---- replay: the event-level simulation of the window (sp_replay.c) ---- *
  * `specula replay` and the report's timeline run the same simulation, so a

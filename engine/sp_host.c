@@ -1,4 +1,5 @@
 #include "sp_host.h"
+#include "sp_jsonenc.h"
 #include "sp_sched.h"
 #include "sp_window.h"
 #include <signal.h>
@@ -65,6 +66,18 @@ static int find_root(const char *argv0, char *root, size_t n) {
 static const char *BOOT =
   "local root, ctx = ...\n"
   "if os.getenv('SPECULA_JIT') == 'off' then jit.off() end\n"
+  /* LuaJIT's trace log (luajit -jv) and sampling profiler (luajit -jp)
+     for the embedded state; the profiler prints when the state closes, so
+     the anchor's finalizer stops it. */
+  "if os.getenv('SPECULA_JITV') then require('jit.v').start(os.getenv('SPECULA_JITV')) end\n"
+  "local prof = os.getenv('SPECULA_PROFILE')\n"
+  "if prof and prof ~= '' then\n"
+  "  local p = require 'jit.p'\n"
+  "  p.start(prof, os.getenv('SPECULA_PROFILE_OUT'))\n"
+  "  local anchor = newproxy(true)\n"
+  "  getmetatable(anchor).__gc = function() p.stop() end\n"
+  "  package.loaded['specula.profile_anchor'] = anchor\n"
+  "end\n"
   "package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path\n"
   "package.loaded['specula.host'] = { ctx = ctx, root = root,\n"
   "  lua_dir = root .. '/lua', policies_dir = root .. '/policies', embedded = true }\n"
@@ -88,6 +101,12 @@ int sp_host_init(sp_ctx *ctx, const char *argv0, char *err, size_t errlen) {
      scheduler raises the pause while the heap is small (sp_sched.c). */
   lua_gc(L, LUA_GCSETPAUSE, 150);
   ctx->L = L;
+  /* C modules of the Lua tree: require() finds them here */
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "preload");
+  lua_pushcfunction(L, luaopen_specula_jsonenc);
+  lua_setfield(L, -2, "specula.jsonenc");
+  lua_pop(L, 2);
   if (luaL_loadbuffer(L, BOOT, strlen(BOOT), "=specula.boot") != 0) {
     snprintf(err, errlen, "boot: %s", lua_tostring(L, -1));
     return -1;

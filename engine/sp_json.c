@@ -101,9 +101,7 @@ static void skip_ws(sp_json_parser *p) {
   }
 }
 
-/* Length of the valid UTF-8 sequence at s (avail bytes readable), 0 if invalid:
- * rejects overlong forms, surrogates and code points above U+10FFFF. */
-static size_t utf8_seq(const unsigned char *s, size_t avail) {
+size_t sp_json_utf8_seq(const unsigned char *s, size_t avail) {
   unsigned c = s[0];
   if (c < 0x80) return 1;
   if (c < 0xC2) return 0;
@@ -211,7 +209,7 @@ static int string_at(sp_json_parser *p, char **out, size_t *out_len) {
     } else if (c < 0x80) {
       p->pos++;
     } else {
-      size_t n = utf8_seq(p->s + p->pos, p->len - p->pos);
+      size_t n = sp_json_utf8_seq(p->s + p->pos, p->len - p->pos);
       if (!n) return fail(p, "invalid UTF-8 in string", p->pos);
       p->pos += n;
     }
@@ -465,13 +463,72 @@ const sp_json *sp_json_get(const sp_json *v, const char *key) {
 
 /* ---- canonical encoder ---------------------------------------------------- */
 
-static int put_number(sp_buf *out, double d) {
+/* Decimal digits of v (< 2^63) into the end of buf; returns the first. */
+static char *utoa(char *end, unsigned long long v) {
+  do { *--end = (char)('0' + v % 10); v /= 10; } while (v);
+  return end;
+}
+
+static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8,
+                                       1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+
+/* The %.15g text of d when d is the double of a decimal with at most 15
+   significant digits and 1e-4 <= |d| < 1e15 (fixed notation); 0 otherwise.
+   Such a decimal is unique (15-digit decimals are spaced far wider than
+   doubles) and it is exactly what %.15g prints, so it is found without
+   printf: the smallest k for which r = round(|d| * 10^k) < 10^15 gives
+   r / 10^k == |d| (both exact integers: the division rounds correctly, as
+   strtod does on the decimal). */
+static size_t short_decimal(double d, char *out) {
+  double a = d < 0 ? -d : d;
+  if (!(a >= 1e-4 && a < 1e15)) return 0;
+  for (int k = 1; k <= 15; k++) {
+    double s = a * POW10[k];
+    if (s >= 1e15) return 0;
+    double r = (double)(unsigned long long)(s + 0.5);
+    if (r / POW10[k] != a) continue;
+    unsigned long long v = (unsigned long long)r;
+    char digits[24], *end = digits + sizeof digits;
+    char *p = utoa(end, v);
+    size_t nd = (size_t)(end - p);
+    int frac = k;
+    while (frac > 0 && end[-1] == '0') { end--; nd--; frac--; }  /* %g drops trailing zeros */
+    size_t o = 0;
+    if (d < 0) out[o++] = '-';
+    if ((size_t)frac >= nd) {  /* 0.000ddd */
+      out[o++] = '0';
+      out[o++] = '.';
+      for (size_t z = nd; z < (size_t)frac; z++) out[o++] = '0';
+      memcpy(out + o, p, nd);
+      o += nd;
+    } else {
+      size_t ni = nd - (size_t)frac;
+      memcpy(out + o, p, ni);
+      o += ni;
+      if (frac > 0) {
+        out[o++] = '.';
+        memcpy(out + o, p + ni, (size_t)frac);
+        o += (size_t)frac;
+      }
+    }
+    return o;
+  }
+  return 0;
+}
+
+int sp_json_write_number(sp_buf *out, double d) {
   char tmp[40];
   /* 2^53: below it every integral double is exact and prints without exponent */
   if (d > -9007199254740992.0 && d < 9007199254740992.0) {
     long long i = (long long)d;
-    if ((double)i == d) return sp_buf_printf(out, "%lld", i);  /* -0 gives 0 */
+    if ((double)i == d) {  /* -0 gives 0 */
+      char *end = tmp + sizeof tmp, *p = utoa(end, (unsigned long long)(i < 0 ? -i : i));
+      if (i < 0) *--p = '-';
+      return sp_buf_append(out, p, (size_t)(end - p));
+    }
   }
+  size_t n = short_decimal(d, tmp);
+  if (n) return sp_buf_append(out, tmp, n);
   for (int prec = 15; prec <= 17; prec++) {
     snprintf(tmp, sizeof tmp, "%.*g", prec, d);
     if (prec == 17 || strtod(tmp, NULL) == d) break;
@@ -479,33 +536,40 @@ static int put_number(sp_buf *out, double d) {
   return sp_buf_puts(out, tmp);
 }
 
-static int put_string(sp_buf *out, const char *s, size_t n) {
+int sp_json_write_string(sp_buf *out, const char *s, size_t n) {
   static const char hex[] = "0123456789abcdef";
-  if (sp_buf_putc(out, '"') != 0) return -1;
+  /* room for the worst case ("\u00XX" per byte) once, then plain stores */
+  if (n > ((size_t)-1 - 2) / 6 || sp_buf_reserve(out, 6 * n + 2) != 0) return -1;
+  char *o = out->data + out->len;
+  const unsigned char *u = (const unsigned char *)s;
+  *o++ = '"';
   size_t run = 0;
   for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
+    unsigned char c = u[i];
     if (c >= 0x20 && c != '"' && c != '\\') continue;
-    if (sp_buf_append(out, s + run, i - run) != 0) return -1;
+    memcpy(o, s + run, i - run);
+    o += i - run;
     run = i + 1;
-    char e[6] = {'\\', 0, 0, 0, 0, 0};
-    size_t en = 2;
+    *o++ = '\\';
     switch (c) {
-      case '"': e[1] = '"'; break;
-      case '\\': e[1] = '\\'; break;
-      case '\b': e[1] = 'b'; break;
-      case '\f': e[1] = 'f'; break;
-      case '\n': e[1] = 'n'; break;
-      case '\r': e[1] = 'r'; break;
-      case '\t': e[1] = 't'; break;
+      case '"': *o++ = '"'; break;
+      case '\\': *o++ = '\\'; break;
+      case '\b': *o++ = 'b'; break;
+      case '\f': *o++ = 'f'; break;
+      case '\n': *o++ = 'n'; break;
+      case '\r': *o++ = 'r'; break;
+      case '\t': *o++ = 't'; break;
       default:
-        e[1] = 'u'; e[2] = '0'; e[3] = '0'; e[4] = hex[c >> 4]; e[5] = hex[c & 15];
-        en = 6;
+        o[0] = 'u'; o[1] = '0'; o[2] = '0'; o[3] = hex[c >> 4]; o[4] = hex[c & 15];
+        o += 5;
     }
-    if (sp_buf_append(out, e, en) != 0) return -1;
   }
-  if (sp_buf_append(out, s + run, n - run) != 0) return -1;
-  return sp_buf_putc(out, '"');
+  memcpy(o, s + run, n - run);
+  o += n - run;
+  *o++ = '"';
+  out->len = (size_t)(o - out->data);
+  out->data[out->len] = '\0';
+  return 0;
 }
 
 /* Orders members by key bytes, then by position so the last duplicate is last. */
@@ -528,8 +592,8 @@ static int emit(sp_buf *out, const sp_json *v) {
     case SP_JSON_NULL: return sp_buf_append(out, "null", 4);
     case SP_JSON_FALSE: return sp_buf_append(out, "false", 5);
     case SP_JSON_TRUE: return sp_buf_append(out, "true", 4);
-    case SP_JSON_NUMBER: return put_number(out, v->u.num);
-    case SP_JSON_STRING: return put_string(out, v->u.str, v->n);
+    case SP_JSON_NUMBER: return sp_json_write_number(out, v->u.num);
+    case SP_JSON_STRING: return sp_json_write_string(out, v->u.str, v->n);
     case SP_JSON_ARRAY:
       if (sp_buf_putc(out, '[') != 0) return -1;
       for (size_t i = 0; i < v->n; i++) {
@@ -553,7 +617,7 @@ static int emit(sp_buf *out, const sp_json *v) {
         if (i + 1 < v->n && same_key(idx[i], idx[i + 1])) continue;
         if (!first) rc = sp_buf_putc(out, ',');
         first = 0;
-        if (rc == 0) rc = put_string(out, idx[i]->key, idx[i]->key_len);
+        if (rc == 0) rc = sp_json_write_string(out, idx[i]->key, idx[i]->key_len);
         if (rc == 0) rc = sp_buf_putc(out, ':');
         if (rc == 0) rc = emit(out, &idx[i]->val);
       }

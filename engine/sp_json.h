@@ -55,4 +55,13 @@ const sp_json *sp_json_get(const sp_json *v, const char *key);
 /* sp_json_canonical(text, len, out, err, errlen), the canonical form above,
    is declared in sp_api.h (Lua calls it too). */
 
+/* The pieces of the canonical form, for other encoders (sp_jsonenc.c):
+ * a number as described above, and a string literal with its quotes (the
+ * bytes are not checked: see sp_json_utf8_seq). 0 ok, -1 out of memory. */
+int sp_json_write_number(sp_buf *out, double d);
+int sp_json_write_string(sp_buf *out, const char *s, size_t n);
+/* Length of the valid UTF-8 sequence at s (avail >= 1 bytes readable), 0 if
+ * invalid: rejects overlong forms, surrogates and code points above U+10FFFF. */
+size_t sp_json_utf8_seq(const unsigned char *s, size_t avail);
+
 #endif

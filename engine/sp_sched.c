@@ -23,6 +23,16 @@ typedef struct sp_sleepop {
   sp_ctx *ctx;              /* owning context */
 } sp_sleepop;
 
+/* A window job's results waiting for the time sp_job_defer added. */
+typedef struct sp_deferop {
+  sp_op op;                 /* linked to the job */
+  sp_deadline dl;           /* when the job finishes */
+  sp_ctx *ctx;              /* owning context */
+  sp_task *job;             /* the job (op.task is cleared before a cancel) */
+  int status;               /* SP_TASK_DONE or SP_TASK_FAILED */
+  sp_jobres res;            /* what the job returned; strings are owned copies */
+} sp_deferop;
+
 static void task_resume(sp_ctx *ctx, sp_runnable *r);
 static void job_args_free(sp_task *t);
 static void task_end(sp_task *t, int state);
@@ -429,6 +439,90 @@ sp_task *sp_job_next(sp_ctx *ctx) {
   return NULL;
 }
 
+int sp_job_defer(sp_task *t, double ms) {
+  if (!t || !t->job || t->state != SP_TASK_RUNNING || t->ctx->running != t) return -1;
+  if (ms > 0) t->defer_ms += ms;
+  return 0;
+}
+
+static void defer_free(sp_deferop *d) {
+  for (int i = 0; i < SP_JOB_MAXRES; i++)
+    if (d->res.v[i].kind == SP_VAL_STR) free((char *)d->res.v[i].str);
+  free(d);
+}
+
+static void defer_fired(sp_deadline *dl) {
+  sp_deferop *d = (sp_deferop *)((char *)dl - offsetof(sp_deferop, dl));
+  d->ctx->counts.timers--;
+  sp_sched_wake(d->job);   /* task_resume finishes it, in queue order */
+}
+
+/* The job ended while waiting (cancelled): its results go unread. */
+static void defer_cancel(sp_op *op) {
+  sp_deferop *d = (sp_deferop *)op;
+  if (d->dl.idx >= 0) {
+    d->ctx->counts.timers--;
+    sp_timers_remove(d->ctx, &d->dl);
+  }
+  release_results(d->ctx, &d->res);
+  d->job->deferred = NULL;
+  defer_free(d);
+}
+
+/* sp_job_done of a job with a deferral: keep its results (strings copied
+   out of Lua) and arm the timer the sleep would have armed. 0, or -1 (out
+   of memory: the caller finishes the job now). */
+static int job_defer_results(sp_ctx *ctx, sp_task *t, int ok, const sp_jobres *res) {
+  sp_deferop *d = calloc(1, sizeof *d);
+  if (!d) return -1;
+  d->ctx = ctx;
+  d->job = t;
+  d->status = ok ? SP_TASK_DONE : SP_TASK_FAILED;
+  d->dl.fire = defer_fired;
+  d->dl.idx = -1;
+  if (ok && res) {
+    for (int i = 0; i < SP_JOB_MAXRES; i++) {
+      sp_val v = res->v[i];
+      if (v.kind == SP_VAL_STR) {
+        char *c = malloc((size_t)v.len + 1);
+        if (!c) {
+          defer_free(d);
+          return -1;
+        }
+        if (v.len) memcpy(c, v.str, (size_t)v.len);
+        c[v.len] = '\0';
+        v.str = c;
+      }
+      d->res.v[i] = v;
+    }
+  }
+  double whole = t->defer_ms > 1e12 ? 1e12 : t->defer_ms;
+  if (sp_timers_add(ctx, &d->dl, sp_timers_now(ctx) + (uint64_t)(whole * 1e6)) != 0) {
+    defer_free(d);
+    return -1;
+  }
+  if (!ok) release_results(ctx, res);   /* a failure keeps only its message (t->error) */
+  ctx->counts.timers++;
+  t->defer_ms = 0;
+  t->deferred = d;
+  t->co = NULL;
+  t->state = SP_TASK_WAITING;
+  sp_op_link(t, &d->op, defer_cancel);
+  task_unref(t);   /* the run that executed it, as a job that waits */
+  return 0;
+}
+
+/* The deferral's time has come (task_resume, in queue order): finish the
+   job as sp_job_done would have. */
+static void job_finish_deferred(sp_ctx *ctx, sp_task *t) {
+  sp_deferop *d = t->deferred;
+  t->deferred = NULL;
+  sp_op_unlink(&d->op);
+  t->state = SP_TASK_RUNNING;
+  job_finish(ctx, t, d->status, d->status == SP_TASK_DONE ? &d->res : NULL);
+  defer_free(d);
+}
+
 int sp_job_done(sp_ctx *ctx, sp_task *t, int ok, const sp_jobres *res, int *dead, int maxdead) {
   if (!ctx || !t) return 0;
   ctx->running = NULL;
@@ -437,6 +531,8 @@ int sp_job_done(sp_ctx *ctx, sp_task *t, int ok, const sp_jobres *res, int *dead
     if (m && m->kind == SP_VAL_STR && m->str) sp_task_set_error(t, m->str, m->len);
     else sp_task_set_error(t, "job failed", 10);
   }
+  if (t->defer_ms > 0 && t->state == SP_TASK_RUNNING && job_defer_results(ctx, t, ok, res) == 0)
+    return sp_vals_take_dead(ctx, dead, maxdead);
   job_finish(ctx, t, ok ? SP_TASK_DONE : SP_TASK_FAILED, ok ? res : NULL);
   if (!ok) release_results(ctx, res);
   return sp_vals_take_dead(ctx, dead, maxdead);
@@ -634,6 +730,10 @@ static void task_resume(sp_ctx *ctx, sp_runnable *r) {
   }
   lua_State *L = ctx->L;
   if (t->job) {
+    if (t->deferred) {
+      job_finish_deferred(ctx, t);
+      return;
+    }
     if (!t->co) {
       /* a fresh job: a dispatcher takes it (and whatever jobs follow it) */
       requeue_front(ctx, &t->run);

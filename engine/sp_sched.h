@@ -69,6 +69,8 @@ struct sp_task {
   uint64_t job_born_ns;     /* engine clock when that job was created */
   sp_task *reap_next;       /* reap list link */
   sp_task *all_prev, *all_next; /* every live task, for shutdown */
+  double defer_ms;          /* sp_job_defer: the job finishes this long after it returns */
+  struct sp_deferop *deferred; /* its results while that time passes */
   sp_jobcall call;          /* a job's function and arguments (held until it ends);
                                last: a recycled struct is cleared up to here */
 };

@@ -59,10 +59,23 @@ end
 local by_id, id_map = stats.by_id, stats.id_map
 M.by_id = by_id
 
+-- The canonical text of a record's answer and trajectory (what agreement
+-- compares); `cache`, when given, keeps it per record table (M.rows passes
+-- one: the baseline's texts are needed once per configuration; M.main fills
+-- it as records are written, and then drops their trajectories).
+local function agree_text(r, cache)
+  local t = cache and cache[r]
+  if not t then
+    t = json.canonical({ r.answer, r.trajectory })
+    if cache then cache[r] = t end
+  end
+  return t
+end
+
 -- The numbers of one configuration's rows (pure: the spec recomputes them).
 -- baseline: the records that answers and trajectories are compared with
--- (paired by query id).
-function M.summarise(recs, baseline)
+-- (paired by query id). cache: an optional table for agree_text.
+function M.summarise(recs, baseline, cache)
   recs = by_id(recs)
   local bmap = baseline and id_map(baseline)
   local walls, pairs_, calls = {}, {}, { model = 0, target = 0, speculator = 0 }
@@ -92,7 +105,7 @@ function M.summarise(recs, baseline)
     local b = bmap and bmap[tostring(r.id)]
     if b then
       nagree = nagree + 1
-      if json.canonical({ r.answer, r.trajectory }) == json.canonical({ b.answer, b.trajectory }) then
+      if agree_text(r, cache) == agree_text(b, cache) then
         agree = agree + 1
       end
     end
@@ -133,13 +146,14 @@ end
 -- All rows of a comparison: configs = { {name =}, ... }, all[i] = the records
 -- of configs[i]. The first configuration is the baseline of the paired
 -- differences; answers agree with the first sequential one.
-function M.rows(configs, all, no_agree)
+function M.rows(configs, all, no_agree, cache)
   local agree_base
   for ci, c in ipairs(configs) do if c.mode == "sequential" then agree_base = all[ci] break end end
   if no_agree then agree_base = nil end
   local rows = {}
+  cache = cache or {}
   for ci, c in ipairs(configs) do
-    rows[ci] = M.summarise(all[ci], agree_base)
+    rows[ci] = M.summarise(all[ci], agree_base, cache)
     if ci > 1 then
       rows[ci].paired = M.paired(all[ci], all[1])
       rows[ci].paired.baseline = configs[1].name
@@ -300,6 +314,9 @@ function M.main(agent, o, queries, script)
   -- opened now, so a path that cannot be written fails before the run
   local summary_f = o.summary and records.open_output(o.summary, "w", "--summary file")
   local all, interrupted, ndone, ntotal = {}, false, 0, #queries * #configs
+  local agree = {}   -- record -> agreement text (agree_text's cache)
+  local any_sequential = false   -- agreement is only computed against a sequential configuration
+  for _, c in ipairs(configs) do if c.mode == "sequential" then any_sequential = true end end
   for ci, c in ipairs(configs) do
     if interrupted then break end
     local oc = {}
@@ -322,7 +339,15 @@ function M.main(agent, o, queries, script)
     for j, t in ipairs(missing) do list[j] = t.q end
     local show = o.progress or (not o.quiet and o.out ~= nil and runner.isatty(2))
     if show then io.stderr:write(format("%s:\n", c.name)) end
-    local emit = require("specula.shard").tag(records.record_writer(out, c.name, what, o.out), list)
+    -- Once written, a record keeps only what the table needs: its agreement
+    -- text replaces the trajectory and the stage times go (a sweep holds
+    -- every record of every configuration until the end).
+    local write = records.record_writer(out, c.name, what, o.out)
+    local emit = require("specula.shard").tag(function(rec, i)
+      write(rec, i)
+      if any_sequential then agree[rec] = agree_text(rec) end
+      rec.trajectory, rec.stages = nil, nil
+    end, list)
     local got, stopped = runner.run_all(run, list, emit, runner.progress_line(show))
     local recs = {}
     if stopped then
@@ -341,7 +366,7 @@ function M.main(agent, o, queries, script)
     if not ok then records.write_failed(what, err) end
   end
   -- agreement pairs queries by position: not meaningful on a partial run
-  local rows = M.rows(configs, all, interrupted)
+  local rows = M.rows(configs, all, interrupted, agree)
   local ok, err = io.stdout:write(M.table_text(configs, rows), "\n")
   if ok then ok, err = io.stdout:flush() end
   if not ok then records.write_failed("stdout", err) end

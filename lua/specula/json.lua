@@ -21,8 +21,11 @@ strings in the canonical form documented in engine/sp_json.h; it equals
 sp_json_canonical(encode(v)) byte for byte. Strings must be valid UTF-8 for
 encode and canonical (the C parser demands it). encode writes numbers the same
 way canonical does, so no precision is lost (cjson's encoder keeps only 14
-digits, which is why encoding is done here in Lua). Non-integral numbers are
-formatted by the C library through the FFI, like in sp_json.c.
+digits, which is why cjson does not encode). Both are done by the C table
+encoder of engine/sp_jsonenc.c when it is loaded (always in the specula
+binary); the Lua encoder below is its reference (encode_lua, canonical_lua:
+json_spec and fuzz_json compare the two) and the fallback. Non-integral
+numbers are formatted by the C library through the FFI, like in sp_json.c.
 
 decode rejects text that is not valid UTF-8 (error "JSON: invalid UTF-8 at
 byte N", N from 0), then uses lua-cjson, which cannot tell [] from {} once
@@ -535,18 +538,43 @@ local function run(value, sorted)
   return s
 end
 
--- Encodes value as JSON text; returns the text, or nil and "JSON: <why>".
-function M.encode(value)
+-- The encoder above, written in Lua: what engine/sp_jsonenc.c must match
+-- byte for byte (and message for message), and the fallback where the C
+-- module cannot be loaded.
+function M.encode_lua(value)
   local ok, s = pcall(run, value, false)
   if ok then return s end
   return nil, s
 end
 
--- Canonical JSON text of value (see the top of this file); raises
--- "JSON: <why>" for values that cannot be encoded.
-function M.canonical(value)
+function M.canonical_lua(value)
   return run(value, true)
 end
+
+-- The same encoder in C (engine/sp_jsonenc.h): preloaded by the specula
+-- binary; under plain luajit, taken from the core library.
+local function c_encoder()
+  local ok, new = pcall(require, "specula.jsonenc")
+  if not ok then
+    local lib = os.getenv("SPECULA_CORE_LIB") or "libspecula_core.so"
+    new = package.loadlib(lib, "luaopen_specula_jsonenc")
+    new = new and new()
+  end
+  return type(new) == "function" and new(array_mt, object_mt, null) or nil
+end
+local cenc = c_encoder()
+M.c_encoder = cenc ~= nil
+
+-- Encodes value as JSON text; returns the text, or nil and "JSON: <why>".
+M.encode = cenc and function(value) return cenc(value, false) end or M.encode_lua
+
+-- Canonical JSON text of value (see the top of this file); raises
+-- "JSON: <why>" for values that cannot be encoded.
+M.canonical = cenc and function(value)
+  local s, err = cenc(value, true)
+  if s == nil then error(err, 0) end
+  return s
+end or M.canonical_lua
 
 -- Why value cannot be encoded, or nil when it can: the path of the first
 -- offending part (root .. ".field[2].x", array indexes from 0 as in JSON)

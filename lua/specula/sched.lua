@@ -286,6 +286,21 @@ function M.sleep(ms)
   co_yield()
 end
 
+-- Sleep ms, then return: for code with nothing left to do but return. In
+-- a window job (the agent's step, tool, speculator or verifier call) the
+-- job returns at once and the engine delivers what it returned ms later,
+-- the same timer a sleep would arm, without suspending the job's coroutine
+-- (a suspended call costs a coroutine switch each way and runs its return
+-- path in the interpreter). Elsewhere it is specula.sleep.
+function M.finish_after(ms)
+  if type(ms) ~= "number" then error("sched.finish_after: expected milliseconds, got " .. type(ms), 2) end
+  if ms > 0 and ctx ~= nil then
+    local t = C.sp_task_current(ctx)
+    if t ~= nil and C.sp_job_defer(t, ms) == 0 then return end
+  end
+  return M.sleep(ms)
+end
+
 -- Milliseconds on the engine clock (virtual under --clock virtual).
 function M.now() return C.sp_clock_ms(ctx) end
 -- Real monotonic milliseconds, whatever the engine clock (for benchmarks).

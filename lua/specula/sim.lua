@@ -59,9 +59,10 @@ end
 M.law = law
 
 -- Milliseconds for this (ctx, kind) under a law.
-function M.latency(f, ctx, kind, hop)
+local function latency(f, ctx, kind, hop)
   return f(draw(ctx, kind, 0, hop), draw(ctx, kind, 1, hop))
 end
+M.latency = latency
 
 -- Sleep for the keyed latency of (ctx, kind). Zero latency does not yield.
 local function wait(f, ctx, kind, hop)
@@ -70,6 +71,19 @@ local function wait(f, ctx, kind, hop)
   return ms
 end
 M.wait = wait
+
+-- The simulated calls below draw their latency, compute their result and
+-- only then wait, the result in hand: the draws are keyed, so the order
+-- changes nothing, and the wait is the job's last act, so the engine can
+-- deliver the result ms later without suspending the call
+-- (sched.finish_after). A call recorded to a cassette sleeps instead: the
+-- cassette times the call around it.
+local cassette
+local function pause(ms)
+  if ms <= 0 then return end
+  cassette = cassette or require "specula.cassette"
+  if cassette.state then sched.sleep(ms) else sched.finish_after(ms) end
+end
 
 -- A short stable digest of a string (for simulated arguments/observations).
 local function digest(s)
@@ -121,23 +135,28 @@ function M.multihop(opts)
       cost = opts.cost or 0.001,
       class = "read",
       call = function(args, ctx)
-        wait(target, ctx, "target")
-        return truth(args)
+        local ms = latency(target, ctx, "target")
+        local v = truth(args)
+        pause(ms)
+        return v
       end,
       speculate = function(args, ctx)
-        wait(spec, ctx, "spec")
+        local ms = latency(spec, ctx, "spec")
         local hit = draw(ctx, "spec_ok") < p
+        local v
         if m == 1 then
-          if hit then return truth(args) end
-          return "guess:" .. digest(args.q .. "/wrong")
+          v = hit and truth(args) or "guess:" .. digest(args.q .. "/wrong")
+        else
+          local r = hit and true_rank(ctx) or -1
+          local list = {}
+          for i = 0, m - 1 do
+            local c = (i == r) and truth(args) or ("guess:" .. digest(args.q .. "/wrong" .. i))
+            list[i + 1] = { value = c, confidence = (m - i) / (m * (m + 1) / 2) }
+          end
+          v = agent.candidates(list)
         end
-        local r = hit and true_rank(ctx) or -1
-        local list = {}
-        for i = 0, m - 1 do
-          local v = (i == r) and truth(args) or ("guess:" .. digest(args.q .. "/wrong" .. i))
-          list[i + 1] = { value = v, confidence = (m - i) / (m * (m + 1) / 2) }
-        end
-        return agent.candidates(list)
+        pause(ms)
+        return v
       end,
     },
   }
@@ -150,13 +169,17 @@ function M.multihop(opts)
       return { q = query, hop = 0, n = hops_of(hops, ctx), notes = {} }
     end,
     step = function(state, ctx)
-      wait(seg, ctx, "seg")
+      local ms = latency(seg, ctx, "seg")
+      local s
       if state.hop >= state.n then
-        return { final = "answer:" .. digest(table.concat(state.notes, "|")) }
+        s = { final = "answer:" .. digest(table.concat(state.notes, "|")) }
+      else
+        local prev = state.notes[#state.notes] or state.q
+        s = { segment = "hop " .. state.hop,
+              action = { tool = "search", args = { q = tostring(ctx.id) .. "/" .. state.hop .. "/" .. prev } } }
       end
-      local prev = state.notes[#state.notes] or state.q
-      return { segment = "hop " .. state.hop,
-               action = { tool = "search", args = { q = tostring(ctx.id) .. "/" .. state.hop .. "/" .. prev } } }
+      pause(ms)
+      return s
     end,
     update = function(state, step, obs, ctx)
       local notes = {}

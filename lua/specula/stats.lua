@@ -101,13 +101,38 @@ local function ratio_of_sums(sample)
   return o / b
 end
 
+-- The resampling loop in C (engine/sp_boot.c) when the core library is
+-- loaded: the same draws and sums, about three times faster.
+local boot_lua
+local boot_c
+do
+  local ok, core = pcall(require, "specula.core")
+  if ok and core.C then
+    local ffi, C = core.ffi, core.C
+    local dbl, int = ffi.typeof("double[?]"), ffi.typeof("int[?]")
+    boot_c = function(n, iters, state, diffs, base, other, rank, sorted, lo_r, frac)
+      local d, b, o, rk, so = dbl(n), dbl(n), dbl(n), int(n), dbl(n)
+      for i = 1, n do
+        d[i - 1], b[i - 1], o[i - 1], rk[i - 1], so[i - 1] = diffs[i], base[i], other[i], rank[i], sorted[i]
+      end
+      local mo, me, ra = dbl(iters), dbl(iters), dbl(iters)
+      C.sp_boot_paired(n, iters, state, d, b, o, rk, so, lo_r, frac, int(n), mo, me, ra)
+      local means, medians, ratios = {}, {}, {}
+      for it = 1, iters do means[it], medians[it], ratios[it] = mo[it - 1], me[it - 1], ra[it - 1] end
+      return means, medians, ratios
+    end
+  end
+end
+M._boot_c = boot_c ~= nil
+
 -- The three paired bootstraps in one pass. It draws exactly the resamples
 -- metrics.bootstrap_ci would (one generator per statistic, the same seed:
 -- the same index sequence), so the intervals are the same numbers; but it
 -- neither builds a resample table per iteration nor sorts one for the
 -- median: the differences are ranked once, a resample is a count per rank,
 -- and its median is read off the cumulative counts (O(n), not O(n log n)).
-local function paired_bootstrap(base, other, diffs, bo)
+-- (use_lua: take the Lua loop even when the C one is loaded; for the spec)
+local function paired_bootstrap(base, other, diffs, bo, use_lua)
   local n, iters = #diffs, bo.iterations
   local order = {}
   for i = 1, n do order[i] = i end
@@ -118,8 +143,25 @@ local function paired_bootstrap(base, other, diffs, bo)
   local pos = 1 + 0.5 * (n - 1)
   local lo_r = floor(pos)
   local frac = pos - lo_r
-  local counts = {}
   local rng = metrics.prng(bo.seed)
+  local means, medians, ratios
+  if boot_c and n > 0 and not use_lua then
+    means, medians, ratios = boot_c(n, iters, rng.state, diffs, base, other, rank, sorted, lo_r, frac)
+  else
+    means, medians, ratios = boot_lua(n, iters, rng, diffs, base, other, rank, sorted, lo_r, frac)
+  end
+  local alpha = (1 - bo.level) / 2
+  local function ci(xs)
+    return { metrics.percentile(xs, 100 * alpha), metrics.percentile(xs, 100 * (1 - alpha)) }
+  end
+  return ci(means), ci(medians), ci(ratios)
+end
+M._paired_bootstrap = paired_bootstrap
+
+-- The resampling loop in Lua: the reference engine/sp_boot.c follows, and
+-- the path taken where the core library is not loaded.
+boot_lua = function(n, iters, rng, diffs, base, other, rank, sorted, lo_r, frac)
+  local counts = {}
   local means, medians, ratios = {}, {}, {}
   for it = 1, iters do
     for r = 1, n do counts[r] = 0 end
@@ -143,11 +185,7 @@ local function paired_bootstrap(base, other, diffs, bo)
     end
     medians[it] = frac == 0 and a or a + frac * (b - a)
   end
-  local alpha = (1 - bo.level) / 2
-  local function ci(xs)
-    return { metrics.percentile(xs, 100 * alpha), metrics.percentile(xs, 100 * (1 - alpha)) }
-  end
-  return ci(means), ci(medians), ci(ratios)
+  return means, medians, ratios
 end
 
 local function finite(x) if x and x == x and x ~= huge and x ~= -huge then return x end return nil end

@@ -2,6 +2,7 @@
  * Exits non-zero on any failure. */
 #include "sp_buf.h"
 #include "sp_json.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -279,6 +280,57 @@ static void test_canonical(void) {
   sp_buf_free(&out);
 }
 
+/* The number rule of sp_json.h spelled out with printf: what the fast path
+   of sp_json_write_number must reproduce byte for byte. */
+static void number_ref(double d, char *out, size_t n) {
+  if (d > -9007199254740992.0 && d < 9007199254740992.0 && (double)(long long)d == d) {
+    snprintf(out, n, "%lld", (long long)d);
+    return;
+  }
+  for (int prec = 15; prec <= 17; prec++) {
+    snprintf(out, n, "%.*g", prec, d);
+    if (prec == 17 || strtod(out, NULL) == d) return;
+  }
+}
+
+static void number_is(double d) {
+  char want[48];
+  number_ref(d, want, sizeof want);
+  sp_buf out;
+  sp_buf_init(&out);
+  CHECK(sp_json_write_number(&out, d) == 0 && strcmp(out.data, want) == 0, "number %.17g: got %s, want %s", d,
+        out.data ? out.data : "(null)", want);
+  sp_buf_free(&out);
+}
+
+/* Values rounded to a few decimals (the records' usual numbers), values
+   near the fixed/exponent boundaries, and random bit patterns. */
+static void test_numbers(void) {
+  static const double fixed[] = {0.1, 0.5, 1e-4, 9.99999999999999e-5, 1.0000000000000002e-4, 0.30000000000000004,
+                                 123456789012345.6, 999999999999999.9, 99999999999999.98, 1e15 - 0.5, 2.5e-5,
+                                 5e-324, 1.7976931348623157e308, 3.8961, 62.2018, 856.57, 0.0999, 1e21, 1e22};
+  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+    number_is(fixed[i]);
+    number_is(-fixed[i]);
+  }
+  unsigned long long x = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < 50000; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    double u = (double)(x >> 11) / 9007199254740992.0;
+    static const double scale[] = {1e-6, 1e-4, 1e-2, 1, 1e2, 1e4, 1e8, 1e12, 1e14, 1e15, 1e16};
+    double v = u * scale[x % 11];
+    double p = scale[(x >> 8) % 6 + 2];  /* round to 0..6 decimals, as the runner does */
+    number_is(v);
+    number_is(-v);
+    number_is(floor(v * p + 0.5) / p);
+    double bits;
+    memcpy(&bits, &x, sizeof bits);
+    if (isfinite(bits)) number_is(bits);
+  }
+}
+
 /* Inputs once found by fuzzing (none so far that failed); kept as regressions. */
 static void test_regressions(void) {
   PERR("\"\\ud800\\", "JSON: lone surrogate in \\u escape at byte 1");
@@ -293,6 +345,7 @@ int main(void) {
   test_accessors();
   test_canonical();
   test_regressions();
+  test_numbers();
   if (failures) {
     fprintf(stderr, "test_json: %d failure(s)\n", failures);
     return 1;

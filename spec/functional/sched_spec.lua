@@ -155,4 +155,59 @@ describe("scheduler", function()
     assert.matches("fast\ttrue\t20", out, 1, true)
     assert.matches("left\t1\t0\t0", out, 1, true)
   end)
+
+  it("finish_after: a window job returns at once and finishes later, exactly as if it slept", function()
+    -- the same agent with sleep-then-return and with finish_after: same
+    -- records (stage times, rollbacks, cancellations) on the virtual clock,
+    -- and every deferred call that a rollback cancelled is released
+    local out = ok_script([[
+      local sched = require "specula.sched"
+      local json = require "specula.json"
+      local function make(wait)
+        return specula.agent {
+          tools = { look = { class = "read",
+            call = function(args, ctx)
+              local v = "v" .. args.h
+              wait(20 + (args.h * 7) % 11)
+              return v
+            end,
+            speculate = function(args, ctx)
+              local v = args.h % 3 == 0 and "wrong" or "v" .. args.h
+              wait(3 + args.h % 4)
+              return v
+            end } },
+          policy = { look = "full" },
+          init = function(q) return { h = 0 } end,
+          step = function(s)
+            local r = s.h >= 6 and { final = "done" } or { action = { tool = "look", args = { h = s.h } } }
+            wait(2)
+            return r
+          end,
+          update = function(s, step, obs) return { h = s.h + 1 } end,
+        }
+      end
+      local function sleep_then(ms) specula.sleep(ms) end
+      local texts = {}
+      for i, wait in ipairs({ sleep_then, sched.finish_after }) do
+        local qs = {}
+        for q = 1, 20 do qs[q] = { id = "q" .. q, query = "x" } end
+        local recs = specula.run(make(wait), { queries = qs, mode = "spechop", k = 3, clock = "virtual",
+                                               concurrency = 7 })
+        for _, r in ipairs(recs) do r._agg = nil end
+        texts[i] = json.canonical(recs)
+      end
+      print("same", texts[1] == texts[2], #texts[1] > 1000)
+      print("cancelled", texts[2]:match('"cancelled":{[^}]*"total":[1-9]') ~= nil)
+      -- outside a window job it is a sleep
+      local t0 = specula.now()
+      specula.spawn(function() sched.finish_after(15) end):wait()
+      print("task", specula.now() - t0 >= 15)
+      local c = specula.settle()
+      print("left", c.timers, c.windows, c.values)
+    ]])
+    assert.matches("same\ttrue\ttrue", out, 1, true)
+    assert.matches("cancelled\ttrue", out, 1, true)
+    assert.matches("task\ttrue", out, 1, true)
+    assert.matches("left\t0\t0\t0", out, 1, true)
+  end)
 end)

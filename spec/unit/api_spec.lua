@@ -52,7 +52,8 @@ describe("require 'specula'", function()
                       benchcli = true, compare = true, report = true, svg = true, agent = true,
                       opts = true, boot = true, merge = true, shard = true, nojit = true,
                       cassettecli = true, verifierlab = true, predictorlab = true, runopts = true,
-                      records = true, aggregate = true, tracewriter = true, argv = true, lab = true }
+                      records = true, aggregate = true, tracewriter = true, argv = true, lab = true,
+                      jsonenc = true }
     local n = 0
     for key, where in pairs(seen) do
       local top, sub = key:match("^([^.]+)%.?(.*)$")

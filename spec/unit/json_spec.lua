@@ -393,4 +393,95 @@ describe("specula.json", function()
       assert.equal(lua, json.canonical(d2))
     end
   end)
+
+  ---------------------------------------------------------------------------
+  -- The C table encoder (engine/sp_jsonenc.c) against json.lua's own
+
+  local function c_encoder(name, fn)
+    if json.c_encoder then it(name, fn) else pending(name .. " (the C encoder is not loaded)") end
+  end
+
+  -- Both encoders on v: the same text, or the same error.
+  local function same_output(v, what)
+    local ok_l, lua = pcall(json.canonical_lua, v)
+    local ok_c, c = pcall(json.canonical, v)
+    if ok_l ~= ok_c or lua ~= c then
+      error(("%s: canonical differs\nlua: %s\nC:   %s"):format(what, tostring(lua), tostring(c)), 2)
+    end
+    local el, el_err = json.encode_lua(v)
+    local ec, ec_err = json.encode(v)
+    if el ~= ec or el_err ~= ec_err then
+      error(("%s: encode differs\nlua: %s\nC:   %s"):format(what, tostring(el or el_err), tostring(ec or ec_err)), 2)
+    end
+  end
+
+  -- Values with the failures mixed in: NaN and infinities, functions,
+  -- invalid UTF-8 in strings and keys, odd keys, marked arrays with holes or
+  -- string keys, integer keys that collide with their spelling.
+  local odd = {
+    function() return 0 / 0 end, function() return math.huge end, function() return -math.huge end,
+    function() return print end, function() return "ok\255" end, function() return { ["\192\128"] = 1 } end,
+    function() return { [1.5] = 1 } end, function() return { [true] = 1 } end, function() return { [{}] = 1 } end,
+    function() return { [2 ^ 60] = 1, a = 1 } end, function() return { [-3] = "m", [0] = "z" } end,
+    function() return json.array({ 1, nil, 3, x = 1 }) end, function() return json.array({ [4] = 4 }) end,
+    function() return { [7] = 1, ["7"] = 2 } end, function() return json.object({}) end,
+    function() return setmetatable({ 1, 2 }, { __index = function() return 1 end }) end,
+    function() return require("ffi").new("int", 1) end,
+  }
+
+  local function rmixed(r, depth)
+    local k = r(1, depth > 3 and 5 or 9)
+    if k == 1 then return odd[r(1, #odd)]() end
+    if k <= 3 then return rvalue(r, depth) end
+    if k == 4 then return rnumber(r) end
+    if k == 5 then return r(0, 1) == 1 and json.array() or {} end
+    local t = r(0, 1) == 1 and {} or json.array()
+    for i = 1, r(0, 6) do
+      if getmetatable(t) == json.array_mt or r(0, 2) == 0 then t[i] = rmixed(r, depth + 1)
+      else t[rstring(r)] = rmixed(r, depth + 1) end
+    end
+    return t
+  end
+  jit.off(rmixed)
+
+  c_encoder("gives json.lua's text and errors on random nested values", function()
+    local seed = tonumber(os.getenv("SPECULA_JSON_SEED") or "") or 20261123
+    math.randomseed(seed)
+    local r = math.random
+    for i = 1, 6000 do
+      local v = i % 2 == 0 and rvalue(r, 0) or rmixed(r, 0)
+      same_output(v, ("seed %d, case %d"):format(seed, i))
+    end
+  end)
+
+  c_encoder("gives json.lua's text and errors on records, cycles and deep values", function()
+    local cyc = {}
+    cyc.self = { cyc }
+    local deep, ok256 = {}, {}
+    for _ = 1, 300 do deep = { deep } end
+    for _ = 1, 255 do ok256 = { ok256 } end
+    local big = {}
+    for i = 1, 5000 do big["k" .. i] = { i, i / 7, "v" .. i } end
+    -- deep and wide at once: the C side keeps values on the Lua stack
+    local wide = {}
+    for _ = 1, 200 do
+      local t = { inner = wide }
+      for i = 1, 130 do t["k" .. i] = i end
+      wide = t
+    end
+    local record = {
+      id = "s1", query = "sweep question 1", config = "spechop:k=3", gold = {},
+      stats = { hops = 12, wall_ms = 856.57, rel_lat = 0.8123, p_hat = json.null, k = "inf",
+                gate = { target = { full = 3, warmup = 0, forbid = 0 } } },
+      stages = { hops = { { hop = 0, spec = "none", t_seg = 3.8961, t_target = 62.2018 } }, init = 0 },
+      trajectory = { { action = { tool = "search", args = { q = "s1/0/sweep question 1" } },
+                       observation = "fact:a39b8a1c", segment = "hop 0" } },
+    }
+    for i, v in ipairs({ cyc, deep, ok256, big, wide, record, "top", 42, 0.1, true, false, null, json.array() }) do
+      same_output(v, "value " .. i)
+    end
+    same_output(nil, "nil")
+    -- the same encoder is called again after a failure and after a big value
+    assert.equal('{"a":1}', json.canonical({ a = 1 }))
+  end)
 end)

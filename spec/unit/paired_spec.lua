@@ -124,4 +124,26 @@ describe("specula.stats.paired", function()
     assert.has_error(function() stats.paired({ 1, 2 }, { 1 }) end,
       "specula.stats.paired: the lists differ in length (2 and 1)")
   end)
+
+  local c_loop = stats._boot_c and it or pending
+  c_loop("draws the same resamples in C (engine/sp_boot.c) as in Lua", function()
+    -- ties, zero baselines, odd and even n, n = 1, seeds 0..
+    local x = 12345
+    local function u() x = (x * 1103515245 + 12345) % 2147483648; return x / 2147483648 end
+    for case = 1, 40 do
+      local n = case <= 3 and case or 1 + math.floor(u() * 300)
+      local base, other, diffs = {}, {}, {}
+      for i = 1, n do
+        base[i] = case % 5 == 0 and 0 or math.floor(u() * 20) / 4
+        other[i] = case % 7 == 0 and base[i] or math.floor(u() * 20) / 4
+        diffs[i] = other[i] - base[i]
+      end
+      local bo = { iterations = 200, seed = case - 1, level = 0.95 }
+      local m1, d1, r1 = stats._paired_bootstrap(base, other, diffs, bo)
+      local m2, d2, r2 = stats._paired_bootstrap(base, other, diffs, bo, true)
+      assert.same(m2, m1)
+      assert.same(d2, d1)
+      assert.same(r2, r1)
+    end
+  end)
 end)

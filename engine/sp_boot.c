@@ -1,0 +1,46 @@
+/* The paired bootstrap's resampling loop (see sp_boot.h). The arithmetic
+ * mirrors stats.lua line by line: the draw is floor(u * n) + 1 with u =
+ * x / 2^32, the sums run in draw order, and the median is read off the
+ * cumulative counts per rank. */
+#include "sp_boot.h"
+#include <math.h>
+#include <string.h>
+
+void sp_boot_paired(int n, int iters, int32_t state, const double *diffs, const double *base,
+                    const double *other, const int *rank, const double *sorted, int lo_r, double frac,
+                    int *counts, double *means, double *medians, double *ratios) {
+  uint32_t x = (uint32_t)state;
+  for (int it = 0; it < iters; it++) {
+    memset(counts, 0, (size_t)n * sizeof *counts);
+    double sd = 0, sbase = 0, sother = 0;
+    for (int k = 0; k < n; k++) {
+      x ^= x << 13;
+      x ^= x >> 17;
+      x ^= x << 5;
+      int j = (int)floor((double)x / 4294967296.0 * n);  /* 0-based: Lua's int(n) - 1 */
+      sd = sd + diffs[j];
+      sbase = sbase + base[j];
+      sother = sother + other[j];
+      counts[rank[j] - 1]++;
+    }
+    means[it] = sd / n;
+    if (sbase == 0) ratios[it] = sother == 0 ? 1 : HUGE_VAL;
+    else ratios[it] = sother / sbase;
+    /* the values at ranks lo_r and lo_r + 1 of the resample, sorted */
+    int acc = 0, r = 0, have_a = 0;
+    double a = 0, b = 0;
+    for (;;) {
+      r++;
+      acc += counts[r - 1];
+      if (!have_a && acc >= lo_r) {
+        a = sorted[r - 1];
+        have_a = 1;
+      }
+      if (acc >= lo_r + 1 || (frac == 0 && have_a)) {
+        b = sorted[r - 1];
+        break;
+      }
+    }
+    medians[it] = frac == 0 ? a : a + frac * (b - a);
+  }
+}

@@ -1,0 +1,320 @@
+/* JSON text of a Lua value in C (rules: lua/specula/json.lua, sp_json.h).
+ * Errors are returned, never raised, so the state is cleaned up before Lua
+ * sees them; the messages and their order follow json.lua's encoder (the
+ * first failing part in emission order wins). */
+#include "sp_jsonenc.h"
+#include "sp_buf.h"
+#include "sp_json.h"
+#include <lauxlib.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SP_JSONENC_MAX_DEPTH 256                /* json.lua's MAX_DEPTH */
+#define SP_JSONENC_KEEP_BYTES ((size_t)1 << 20)  /* a bigger text buffer is freed after the call */
+#define SP_JSONENC_KEEP_KEYS 4096               /* a bigger key stack is freed after the call */
+#define SP_JSONENC_MAX_ARRAY 2147483647.0       /* rawgeti's index range */
+#define SP_JSONENC_STACK_PAIRS 128              /* values of a table's first keys stay on the Lua stack */
+#define SP_JSONENC_STACK_BUDGET 4000            /* ...while the stack is below this (LuaJIT allows 8000) */
+#define SP_JSONENC_MT "specula.jsonenc"
+
+/* Upvalues of the encoder closure. */
+#define SP_JSONENC_UP_ARRAY lua_upvalueindex(1)
+#define SP_JSONENC_UP_OBJECT lua_upvalueindex(2)
+#define SP_JSONENC_UP_NULL lua_upvalueindex(3)
+#define SP_JSONENC_UP_STATE lua_upvalueindex(4)
+
+typedef struct sp_jsonenc_key {
+  const char *s;  /* a string key's bytes (owned by the table); NULL for a number */
+  size_t len;     /* bytes in the key's text */
+  double num;     /* a number key's value */
+  int type;       /* the key's lua_type */
+  int slot;       /* stack index of the value, 0 if not kept there */
+  char text[24];  /* decimal text of an integer key */
+} sp_jsonenc_key;
+
+typedef struct sp_jsonenc {
+  sp_buf out;                                  /* the text being built */
+  sp_jsonenc_key *keys;                        /* keys of the open objects, innermost last */
+  size_t nkeys;                                /* keys in use */
+  size_t capkeys;                              /* keys allocated */
+  const void *path[SP_JSONENC_MAX_DEPTH + 1];  /* open table at each depth (1-based): the cycle check */
+  int sorted;                                  /* 1: object keys in bytewise order */
+  char err[256];                               /* why the call failed */
+} sp_jsonenc;
+
+static int sp_jsonenc_fail(sp_jsonenc *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int sp_jsonenc_fail(sp_jsonenc *e, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  memcpy(e->err, "JSON: ", 6);
+  vsnprintf(e->err + 6, sizeof e->err - 6, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* Appends n bytes (no NUL kept while encoding: the caller copies by length). */
+static inline int sp_jsonenc_put(sp_jsonenc *e, const char *s, size_t n) {
+  sp_buf *b = &e->out;
+  if (b->cap - b->len <= n && sp_buf_reserve(b, n) != 0) return sp_jsonenc_fail(e, "out of memory");
+  memcpy(b->data + b->len, s, n);
+  b->len += n;
+  return 0;
+}
+
+static const char *sp_jsonenc_key_text(const sp_jsonenc_key *k) { return k->s ? k->s : k->text; }
+
+/* A string literal; the bytes must be valid UTF-8 (json.lua's quote). */
+static int sp_jsonenc_string(sp_jsonenc *e, const char *s, size_t n) {
+  const unsigned char *u = (const unsigned char *)s;
+  for (size_t i = 0; i < n; i++) {
+    if (u[i] < 0x80) continue;
+    size_t l = sp_json_utf8_seq(u + i, n - i);
+    if (!l) return sp_jsonenc_fail(e, "invalid UTF-8 in string at byte %zu", i);
+    i += l - 1;
+  }
+  return sp_json_write_string(&e->out, s, n) == 0 ? 0 : sp_jsonenc_fail(e, "out of memory");
+}
+
+static int sp_jsonenc_number(sp_jsonenc *e, double d) {
+  if (!isfinite(d)) return sp_jsonenc_fail(e, "cannot encode NaN or infinity");
+  return sp_json_write_number(&e->out, d) == 0 ? 0 : sp_jsonenc_fail(e, "out of memory");
+}
+
+static int sp_jsonenc_key_cmp(const void *a, const void *b) {
+  const sp_jsonenc_key *x = a, *y = b;
+  size_t n = x->len < y->len ? x->len : y->len;
+  const unsigned char *p = (const unsigned char *)sp_jsonenc_key_text(x);
+  const unsigned char *q = (const unsigned char *)sp_jsonenc_key_text(y);
+  /* keys mostly differ in their first byte: no memcmp call for those */
+  if (n && p[0] != q[0]) return p[0] < q[0] ? -1 : 1;
+  int c = n ? memcmp(p, q, n) : 0;
+  if (c) return c;
+  return x->len < y->len ? -1 : x->len > y->len;
+}
+
+/* Sorts keys[0..n) bytewise; small objects (the usual case) by insertion. */
+static void sp_jsonenc_sort(sp_jsonenc_key *keys, size_t n) {
+  if (n > 16) {
+    qsort(keys, n, sizeof *keys, sp_jsonenc_key_cmp);
+    return;
+  }
+  for (size_t i = 1; i < n; i++) {
+    sp_jsonenc_key k = keys[i];
+    size_t j = i;
+    while (j > 0 && sp_jsonenc_key_cmp(&keys[j - 1], &k) > 0) {
+      keys[j] = keys[j - 1];
+      j--;
+    }
+    keys[j] = k;
+  }
+}
+
+static sp_jsonenc_key *sp_jsonenc_push_key(sp_jsonenc *e) {
+  if (e->nkeys == e->capkeys) {
+    size_t cap = e->capkeys ? e->capkeys * 2 : 64;
+    sp_jsonenc_key *p = realloc(e->keys, cap * sizeof *p);
+    if (!p) return NULL;
+    e->keys = p;
+    e->capkeys = cap;
+  }
+  return &e->keys[e->nkeys++];
+}
+
+static int sp_jsonenc_value(sp_jsonenc *e, lua_State *L, int idx, int depth);
+
+/* Elements 1..n of the table at idx; holes are null. */
+static int sp_jsonenc_array(sp_jsonenc *e, lua_State *L, int idx, double n, int depth) {
+  if (n == 0) return sp_jsonenc_put(e, "[]", 2);
+  if (n > SP_JSONENC_MAX_ARRAY) return sp_jsonenc_fail(e, "out of memory");
+  if (sp_jsonenc_put(e, "[", 1) != 0) return -1;
+  int last = (int)n;
+  for (int i = 1; i <= last; i++) {
+    if (i > 1 && sp_jsonenc_put(e, ",", 1) != 0) return -1;
+    lua_rawgeti(L, idx, i);
+    int rc = lua_isnil(L, -1) ? sp_jsonenc_put(e, "null", 4) : sp_jsonenc_value(e, L, lua_gettop(L), depth);
+    lua_pop(L, 1);
+    if (rc != 0) return -1;
+  }
+  return sp_jsonenc_put(e, "]", 1);
+}
+
+static int sp_jsonenc_table(sp_jsonenc *e, lua_State *L, int idx, int depth) {
+  const void *self = lua_topointer(L, idx);
+  if (depth > SP_JSONENC_MAX_DEPTH) {
+    for (int d = 1; d <= SP_JSONENC_MAX_DEPTH; d++) {
+      if (e->path[d] == self) return sp_jsonenc_fail(e, "cannot encode a table that contains itself");
+    }
+    return sp_jsonenc_fail(e, "nesting deeper than %d", SP_JSONENC_MAX_DEPTH);
+  }
+  if (!lua_checkstack(L, 4)) return sp_jsonenc_fail(e, "out of memory");
+  e->path[depth] = self;
+  int mt = 0;  /* 1 array_mt, 2 object_mt, 3 another metatable */
+  if (lua_getmetatable(L, idx)) {
+    mt = lua_rawequal(L, -1, SP_JSONENC_UP_ARRAY) ? 1 : lua_rawequal(L, -1, SP_JSONENC_UP_OBJECT) ? 2 : 3;
+    lua_pop(L, 1);
+  }
+  /* the keys, in next() order; are they exactly positive integers? */
+  /* the first keys' values stay on the stack (key, value, key, value...),
+     so writing them needs no lookup; the key copy on top drives lua_next */
+  size_t base = e->nkeys, count = 0;
+  double maxn = 0;
+  int indices = 1, top = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    sp_jsonenc_key *k = sp_jsonenc_push_key(e);
+    if (!k) {
+      lua_settop(L, top);
+      return sp_jsonenc_fail(e, "out of memory");
+    }
+    count++;
+    k->slot = 0;
+    if (count <= SP_JSONENC_STACK_PAIRS && top < SP_JSONENC_STACK_BUDGET && lua_checkstack(L, 3)) {
+      k->slot = lua_gettop(L);
+      lua_pushvalue(L, -2);
+    } else {
+      lua_pop(L, 1);
+    }
+    k->type = lua_type(L, -1);
+    k->s = NULL;
+    k->len = 0;
+    k->num = 0;
+    if (k->type == LUA_TSTRING) {
+      k->s = lua_tolstring(L, -1, &k->len);
+      indices = 0;
+    } else if (k->type == LUA_TNUMBER) {
+      double n = lua_tonumber(L, -1);
+      k->num = n;
+      if (indices) {
+        if (isfinite(n) && n >= 1 && n == floor(n)) {
+          if (n > maxn) maxn = n;
+        } else {
+          indices = 0;
+        }
+      }
+    } else {
+      indices = 0;
+    }
+  }
+  int rc;
+  if (mt == 1 || (indices && count > 0 && (double)count == maxn && mt != 2)) {
+    lua_settop(L, top);
+    e->nkeys = base;
+    if (!indices) return sp_jsonenc_fail(e, "array has a key that is not a positive integer");
+    return sp_jsonenc_array(e, L, idx, maxn, depth);
+  }
+  if (count == 0) return sp_jsonenc_put(e, "{}", 2);
+  /* an object: integer keys are written in decimal */
+  for (size_t i = 0; i < count; i++) {
+    sp_jsonenc_key *k = &e->keys[base + i];
+    if (k->type == LUA_TSTRING) continue;
+    double n = k->num;
+    if (k->type == LUA_TNUMBER && isfinite(n) && n == floor(n) && n > -9007199254740992.0 &&
+        n < 9007199254740992.0) {
+      k->len = (size_t)snprintf(k->text, sizeof k->text, "%lld", (long long)n);
+      lua_pushlstring(L, k->text, k->len);
+      lua_rawget(L, idx);
+      int clash = !lua_isnil(L, -1);
+      lua_pop(L, 1);
+      if (clash) return sp_jsonenc_fail(e, "integer key %s and string key \"%s\" collide", k->text, k->text);
+    } else {
+      return sp_jsonenc_fail(e, "cannot encode a key of type %s",
+                             k->type == LUA_TNUMBER ? "non-integer number" : lua_typename(L, k->type));
+    }
+  }
+  if (e->sorted) sp_jsonenc_sort(e->keys + base, count);
+  rc = sp_jsonenc_put(e, "{", 1);
+  for (size_t i = 0; i < count && rc == 0; i++) {
+    /* re-read: a nested object may have grown (moved) the key stack */
+    sp_jsonenc_key *k = &e->keys[base + i];
+    if (i > 0 && (rc = sp_jsonenc_put(e, ",", 1)) != 0) break;
+    if ((rc = sp_jsonenc_string(e, sp_jsonenc_key_text(k), k->len)) != 0) break;
+    if ((rc = sp_jsonenc_put(e, ":", 1)) != 0) break;
+    if (k->slot) {
+      rc = sp_jsonenc_value(e, L, k->slot, depth);
+      continue;
+    }
+    if (k->s) lua_pushlstring(L, k->s, k->len);
+    else lua_pushnumber(L, k->num);
+    lua_rawget(L, idx);
+    rc = sp_jsonenc_value(e, L, lua_gettop(L), depth);
+    lua_pop(L, 1);
+  }
+  lua_settop(L, top);
+  if (rc != 0) return -1;
+  e->nkeys = base;
+  return sp_jsonenc_put(e, "}", 1);
+}
+
+static int sp_jsonenc_value(sp_jsonenc *e, lua_State *L, int idx, int depth) {
+  switch (lua_type(L, idx)) {
+    case LUA_TSTRING: {
+      size_t n;
+      const char *s = lua_tolstring(L, idx, &n);
+      return sp_jsonenc_string(e, s, n);
+    }
+    case LUA_TNUMBER: return sp_jsonenc_number(e, lua_tonumber(L, idx));
+    case LUA_TTABLE: return sp_jsonenc_table(e, L, idx, depth + 1);
+    case LUA_TBOOLEAN: return lua_toboolean(L, idx) ? sp_jsonenc_put(e, "true", 4) : sp_jsonenc_put(e, "false", 5);
+    case LUA_TNIL: return sp_jsonenc_put(e, "null", 4);
+    default:
+      if (lua_rawequal(L, idx, SP_JSONENC_UP_NULL)) return sp_jsonenc_put(e, "null", 4);
+      return sp_jsonenc_fail(e, "cannot encode a %s", luaL_typename(L, idx));
+  }
+}
+
+/* enc(value, sorted) -> text | nil, "JSON: <why>" */
+static int sp_jsonenc_call(lua_State *L) {
+  sp_jsonenc *e = lua_touserdata(L, SP_JSONENC_UP_STATE);
+  e->sorted = lua_toboolean(L, 2);
+  lua_settop(L, 1);
+  sp_buf_reset(&e->out);
+  e->nkeys = 0;
+  int rc = sp_jsonenc_value(e, L, 1, 0);
+  lua_settop(L, 1);
+  if (rc == 0) lua_pushlstring(L, e->out.data ? e->out.data : "", e->out.len);
+  /* do not pin the memory of one big value */
+  if (e->out.cap > SP_JSONENC_KEEP_BYTES) sp_buf_free(&e->out);
+  if (e->capkeys > SP_JSONENC_KEEP_KEYS) {
+    free(e->keys);
+    e->keys = NULL;
+    e->capkeys = 0;
+  }
+  if (rc == 0) return 1;
+  lua_pushnil(L);
+  lua_pushstring(L, e->err);
+  return 2;
+}
+
+static int sp_jsonenc_gc(lua_State *L) {
+  sp_jsonenc *e = luaL_checkudata(L, 1, SP_JSONENC_MT);
+  sp_buf_free(&e->out);
+  free(e->keys);
+  e->keys = NULL;
+  e->capkeys = 0;
+  return 0;
+}
+
+/* new(array_mt, object_mt, null) -> enc */
+static int sp_jsonenc_new(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lua_settop(L, 3);
+  sp_jsonenc *e = lua_newuserdata(L, sizeof *e);
+  memset(e, 0, sizeof *e);
+  sp_buf_init(&e->out);
+  if (luaL_newmetatable(L, SP_JSONENC_MT)) {
+    lua_pushcfunction(L, sp_jsonenc_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  lua_pushcclosure(L, sp_jsonenc_call, 4);
+  return 1;
+}
+
+int luaopen_specula_jsonenc(lua_State *L) {
+  lua_pushcfunction(L, sp_jsonenc_new);
+  return 1;
+}

@@ -1,0 +1,22 @@
+/* sp_jsonenc: JSON text of a Lua value, walked in C with the Lua API.
+ *
+ * The same text as lua/specula/json.lua's encode() and canonical() (the
+ * array/object rule at the top of that file; numbers and strings as in
+ * sp_json.h), produced without building a Lua string per piece: the table
+ * walk (lua_next, raw reads, no metamethods) and the key sort run in C and
+ * the text grows in one buffer that is reused from call to call.
+ *
+ * Lua sees it as a module: package.preload["specula.jsonenc"] in the specula
+ * binary (sp_host.c), package.loadlib(libspecula_core.so,
+ * "luaopen_specula_jsonenc") under plain luajit. The module is a function
+ * new(array_mt, object_mt, null) returning enc(value, sorted): the text,
+ * keys sorted bytewise when sorted is true, or nil and "JSON: <why>" with
+ * the message json.lua gives for the same value. enc runs no Lua code and
+ * never yields. */
+#ifndef SP_JSONENC_H
+#define SP_JSONENC_H
+#include <lua.h>
+
+int luaopen_specula_jsonenc(lua_State *L);
+
+#endif
