@@ -51,7 +51,7 @@ describe("require 'specula'", function()
     local not_api = { queries = true, host = true, core = true, sched = true, runner = true, cli = true,
                       benchcli = true, compare = true, report = true, svg = true, agent = true,
                       opts = true, boot = true, merge = true, shard = true, nojit = true,
-                      cassettecli = true, verifierlab = true, predictorlab = true, runopts = true,
+                      cassettecli = true, verifierlab = true, predictorlab = true, convtraces = true, runopts = true,
                       records = true, aggregate = true, tracewriter = true, argv = true, lab = true }
     local n = 0
     for key, where in pairs(seen) do
