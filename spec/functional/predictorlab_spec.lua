@@ -105,3 +105,144 @@ describe("specula predictors on conversations", function()
     assert.are.equal("", out)
   end)
 end)
+
+describe("specula predictors --predictor draft", function()
+  local server
+  teardown(function() if server then server.stop() end end)
+
+  it("asks a live model for the next call, and says why it cannot run offline without one", function()
+    local dir = H.tmpdir()
+    local f = assert(io.open(dir .. "/draft.json", "w"))
+    f:write(cjson.encode({ id = "x", object = "chat.completion", model = "draft", choices = { { index = 0,
+      message = { role = "assistant", content = '{"tool": "open", "args": {"id": 7}}' }, finish_reason = "stop" } } }))
+    f:close()
+    server = H.server { files = dir }
+    local st, out, err = H.specula({ "predictors", FIX .. "/openai.jsonl", "--predictor", "draft", "--draft-url",
+      server.url("/file?path=draft.json"), "--json" })
+    assert.are.equal(0, st, err)
+    local r = cjson.decode(out).predictors[1]
+    -- its three samples agree on open(id=7): right at every second call
+    assert.are.same({ "draft", 4, 4 }, { r.predictor, r.top1, r.tool_top1 })
+    st, out, err = H.specula({ "predictors", FIX .. "/openai.jsonl", "--predictor", "draft", "--draft-url",
+      server.url("/status/500") })
+    assert.are.equal(1, st)
+    assert.matches("draft: 24 of 24 model requests failed", err)
+    st, out, err = H.specula({ "predictors", FIX .. "/openai.jsonl", "--predictor", "draft" }, { DRAFT_BASE_URL = "" })
+    assert.are.equal(2, st)
+    assert.matches("none is available offline", err)
+  end)
+end)
+
+-- The committed calls of the example tape, read here on their own: per
+-- query and hop the `obs` line (tool, args, latency) and its step job's
+-- length, and when a streamed tool name completed its event.
+local function tape_steps()
+  local recs = {}
+  for line in io.lines(TAPE .. "/cassette-0001.jsonl") do recs[#recs + 1] = cjson.decode(line) end
+  local jobs, names, steps = {}, {}, {}
+  local function key(m) return m.query .. "/" .. m.thread .. "/" .. m.hop end
+  for _, r in ipairs(recs) do
+    local m = r.meta
+    if m and (m.job == "start" or m.job == "advance") then
+      if r.kind == "job" then jobs[key(m)] = r.ms end
+      if r.kind == "http" and r.events then
+        local text = ""
+        for _, e in ipairs(r.events) do
+          text = text .. e[2]
+          if not names[key(m)] and text:find('"name":"lookup"[^\n]*\n\n') then names[key(m)] = r.off + e[1] end
+        end
+      end
+    end
+  end
+  for _, r in ipairs(recs) do
+    local m = r.meta
+    if r.kind == "obs" and not m.speculative then
+      steps[#steps + 1] = { query = m.query, hop = m.hop, tool = r.req.tool, args = r.req.args, tool_ms = r.ms,
+                            step_ms = jobs[key(m)], name_at = names[key(m)] }
+    end
+  end
+  return steps
+end
+
+describe("specula predictors: what would fire, waste and save", function()
+  local steps = tape_steps()
+  local want = {}
+  for _, s in ipairs(steps) do want[s.query .. "/" .. s.hop] = { tool = s.tool, args = s.args } end
+  -- right with 0.9, and a wrong call of the same tool with 0.1
+  local oracle = H.tmpfile("oracle.lua", "local json = require 'specula.json'\nlocal W = json.decode([==["
+    .. cjson.encode(want) .. "]==])\nreturn function(h, ctx)\n  local a = W[ctx.id .. '/' .. ctx.hop]\n"
+    .. "  return { { tool = a.tool, args = a.args, confidence = 0.9 },\n"
+    .. "           { tool = a.tool, args = { wrong = true }, confidence = 0.1 } }\nend\n")
+
+  it("fires at step start and on the streamed tool name, saving the recorded latency each could hide", function()
+    assert.are.equal(12, #steps)
+    local save_start, save_name, named = 0, 0, 0
+    for _, s in ipairs(steps) do
+      assert.is_number(s.step_ms)
+      save_start = save_start + math.min(s.tool_ms, s.step_ms)
+      if s.name_at then
+        named = named + 1
+        save_name = save_name + math.min(s.tool_ms, s.step_ms - s.name_at)
+      end
+    end
+    assert.are.equal(6, named)
+    local st, out, err = H.specula({ "predictors", TAPE, "--predictor", oracle, "--json" })
+    assert.are.equal(0, st, err)
+    local r = cjson.decode(out)
+    assert.are.same({ 12, 6 }, { r.timed_steps, r.named_steps })
+    local p = r.predictors[1]
+    assert.are.equal(12, p.top1)
+    -- cost 0: the gate lets every candidate through
+    assert.are.same({ 24, 12, 12, 0 }, { p.start.fired, p.start.hits, p.start.wasted, p.start.wasted_cost })
+    assert.is_true(math.abs(p.start.saved_ms - save_start) < 1e-6, p.start.saved_ms .. " vs " .. save_start)
+    -- a stream names only the lookups: their two candidates fire there
+    assert.are.same({ 12, 6, 6 }, { p.tool_name.fired, p.tool_name.hits, p.tool_name.wasted })
+    assert.is_true(math.abs(p.tool_name.saved_ms - save_name) < 1e-6, p.tool_name.saved_ms .. " vs " .. save_name)
+    -- the name comes late in the stream: it hides less than a start would
+    assert.is_true(save_name < save_start)
+  end)
+
+  it("keeps back what the EV gate would: a costly unlikely guess that can save little", function()
+    -- cost 2 at 1 ms a unit: a 0.1 guess must save > 18 ms. The lookup
+    -- (about 5 ms) never does once its latency is known; the 600 ms MCP
+    -- call does. The first call of each tool fires: the gate has no data yet.
+    local st, out, err = H.specula({ "predictors", TAPE, "--predictor", oracle, "--cost", "2", "--ev-cost-ms", "1",
+      "--json" })
+    assert.are.equal(0, st, err)
+    local p = cjson.decode(out).predictors[1]
+    assert.are.same({ 19, 12, 7, 14 }, { p.start.fired, p.start.hits, p.start.wasted, p.start.wasted_cost })
+    assert.are.same({ 7, 6, 1, 2 }, { p.tool_name.fired, p.tool_name.hits, p.tool_name.wasted,
+                                      p.tool_name.wasted_cost })
+    -- per tool: a free lookup fires again
+    st, out = H.specula({ "predictors", TAPE, "--predictor", oracle, "--cost", "2", "--cost", "lookup=0",
+      "--ev-cost-ms", "1", "--json" })
+    assert.are.equal(0, st)
+    p = cjson.decode(out).predictors[1]
+    assert.are.same({ 24, 12 }, { p.start.fired, p.start.wasted })
+    st, out, err = H.specula({ "predictors", TAPE, "--cost", "lookup=-1" })
+    assert.are.equal(2, st)
+    assert.matches("%-%-cost must be TOOL=X or X", err)
+    -- the table
+    st, out = H.specula({ "predictors", TAPE, "--predictor", oracle })
+    assert.are.equal(0, st)
+    assert.matches("EV gate at ev_cost_ms 1000 over the 12 of 12 calls with recorded latencies %(6 with a streamed "
+      .. "tool name%)", out)
+    assert.matches("\n%S+oracle.lua%s+start%s+24%s+12%s+12%s+0.000%s+[%d.]+\n", out)
+  end)
+
+  it("reads the stage times of a results file: start only, no stream", function()
+    local rec = { id = "q1", answer = "x", trajectory = {
+      { action = { tool = "search", args = { q = "a" } }, observation = "1" },
+      { action = { tool = "search", args = { q = "a" } }, observation = "2" } },
+      stages = { hops = { { hop = 0, t_seg = 100, t_target = 30 }, { hop = 1, t_seg = 10, t_target = 30 } } } }
+    local f = H.tmpfile("timed.jsonl", cjson.encode(rec) .. "\n")
+    local g = H.tmpfile("always.lua", "return function() return { { tool = 'search', args = { q = 'a' }, confidence = 1 } } end")
+    local st, out, err = H.specula({ "predictors", f, "--predictor", g, "--json" })
+    assert.are.equal(0, st, err)
+    local r = cjson.decode(out)
+    assert.are.same({ 2, 0 }, { r.timed_steps, r.named_steps })
+    local p = r.predictors[1]
+    assert.are.same({ 2, 2, 0, 40 }, { p.start.fired, p.start.hits, p.start.wasted, p.start.saved_ms })
+    assert.is_nil(p.tool_name)
+  end)
+end)
