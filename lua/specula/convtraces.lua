@@ -82,12 +82,12 @@ local function openai_steps(msgs, warn)
       return
     end
     local args = raw
-    if type(raw) == "string" then
+    if raw == "" or raw == nil or raw == json.null then
+      args = {}   -- a call without arguments
+    elseif type(raw) == "string" then
       local v = json.decode(raw)
       if type(v) == "table" then args = v
       else warn(format("call '%s': arguments are not a JSON object: kept as text", short(name))) end
-    elseif raw == nil or raw == json.null then
-      args = {}
     elseif type(raw) ~= "table" then
       warn(format("call '%s': arguments are a %s, not a JSON string: kept as they are", short(name), type(raw)))
     end
