@@ -64,7 +64,7 @@ local function load_predictor(spec)
     if n < 2 then return nil, "ngram:N needs N >= 2" end
     return function() return predict.ngram { n = n, top = 3, rules = lab_rules() } end
   end
-  local chunk, err = lab.lua_file(spec, "predictor", format("unknown predictor '%s' (not pattern, ngram, ngram:N or a file)",
+  local chunk, err = lab.lua_file(spec, "predictor", format("unknown predictor '%s' (not pattern, ngram, ngram:N, draft or a file)",
     spec))
   if not chunk then return nil, err end
   return function()
