@@ -1,27 +1,45 @@
--- specula predictors CASSETTE_OR_RESULTS... [--predictor NAME_OR_FILE]... [--json]
--- Replays the committed tool-call histories of a run through each action
--- predictor, online (a predictor learns a query's trajectory only after it
--- was asked about every step of it, as in a run), and reports how often its
--- first guess, or one of its first three, was the action the model took.
+-- specula predictors CASSETTE_DIR|RESULTS.jsonl|CONVERSATIONS.jsonl... [--predictor P]... [--json]
+-- Replays the committed tool-call histories of a run (or of conversations in
+-- the OpenAI or Anthropic messages format) through each action predictor,
+-- online (a predictor learns a query's trajectory only after it was asked
+-- about every step of it, as in a run), and reports how often its first
+-- guess, or one of its first three, was the action the model took; and,
+-- where latencies were recorded, what the EV gate would have fired at each
+-- trigger, what that wasted and what it saved.
 local json = require "specula.json"
 local predict = require "specula.predict"
 local argv = require "specula.argv"
 local lab = require "specula.lab"
-local C = require("specula.core").C
+local opts = require "specula.opts"
+local sse = require "specula.sse"
+local convtraces = require "specula.convtraces"
+local core = require "specula.core"
+local C, ffi = core.C, core.ffi
 
 local format = string.format
 
 local M = {}
 
 local usage_text = [[
-usage: specula predictors CASSETTE_DIR|RESULTS.jsonl... [--predictor NAME_OR_FILE]... [--json]
-  --predictor P  pattern, ngram, ngram:N (context of N-1 actions), or a Lua file returning a
-                 predictor (a function(history, ctx) -> { {tool, args, confidence}, ... }, or a
-                 table with such a __call and optional observe_trajectory(actions))
-                 (repeatable; default: pattern, ngram)
-  --json         one JSON object instead of the table
+usage: specula predictors CASSETTE_DIR|RESULTS.jsonl|CONVERSATIONS.jsonl... [--predictor P]... [options]
+  --predictor P      pattern, ngram, ngram:N (context of N-1 actions), draft (a model proposes
+                     the call: needs --draft-url or DRAFT_BASE_URL), or a Lua file returning a
+                     predictor (a function(history, ctx) -> { {tool, args, confidence}, ... }, or
+                     a table with such a __call and optional observe_trajectory(actions))
+                     (repeatable; default: pattern, ngram)
+  --format F         openai, anthropic, results or cassette (default: a directory is a cassette,
+                     a file's lines say which of the others they are)
+  --cost TOOL=X      a tool's cost for the EV gate (repeatable); --cost X: every other tool's
+                     (default 0, as a tool without a cost in a policy)
+  --ev-cost-ms MS    latency one unit of tool cost is worth (default {ev_cost_ms})
+  --ev-latency-ms MS fixed estimate of the latency a hit saves (default: learnt from the recording)
+  --draft-url URL    the draft model's chat completions endpoint (key: DRAFT_API_KEY)
+  --draft-model M    its model name (default DRAFT_MODEL, else "draft")
+  --draft-samples N  draws per step (default 3)
+  --json             one JSON object instead of the tables
 ]]
 
+usage_text = opts.fill(usage_text)
 local usage, fail = lab.command("specula predictors", usage_text)
 
 -- Argument rules for the built-in predictors, which know no agent: the
@@ -46,7 +64,7 @@ local function load_predictor(spec)
     if n < 2 then return nil, "ngram:N needs N >= 2" end
     return function() return predict.ngram { n = n, top = 3, rules = lab_rules() } end
   end
-  local chunk, err = lab.lua_file(spec, "predictor", format("unknown predictor '%s' (not pattern, ngram, ngram:N or a file)",
+  local chunk, err = lab.lua_file(spec, "predictor", format("unknown predictor '%s' (not pattern, ngram, ngram:N, draft or a file)",
     spec))
   if not chunk then return nil, err end
   return function()
@@ -60,42 +78,78 @@ local function load_predictor(spec)
   end
 end
 
--- Committed trajectories: a list of { id, steps = { {tool, args, observation} } }.
-local function from_results(path, out)
-  local f, err = io.open(path, "r")
-  if not f then return nil, "cannot read " .. tostring(err) end
-  local ln = 0
-  for line in f:lines() do
-    ln = ln + 1
-    if line:find("%S") then
-      local r = json.decode(line)
-      if type(r) ~= "table" then f:close() return nil, format("%s:%d: not a JSON object", path, ln) end
-      if type(r.trajectory) == "table" and not r.error then
-        local steps = {}
-        for _, h in ipairs(r.trajectory) do
-          if type(h.action) == "table" and h.action.tool then
-            steps[#steps + 1] = { tool = h.action.tool, args = h.action.args, observation = h.observation }
-          end
+-- The tool names a decoded stream event announces: OpenAI chat deltas
+-- (choices[].delta.tool_calls[].function.name), OpenAI responses
+-- (response.output_item.added of a function_call) and Anthropic messages
+-- (content_block_start of a tool_use).
+local function event_names(d, into)
+  if type(d) ~= "table" then return end
+  if type(d.choices) == "table" then
+    for _, c in ipairs(d.choices) do
+      local tcs = type(c) == "table" and type(c.delta) == "table" and c.delta.tool_calls
+      if type(tcs) == "table" then
+        for _, tc in ipairs(tcs) do
+          local fn = type(tc) == "table" and tc["function"]
+          if type(fn) == "table" and type(fn.name) == "string" and fn.name ~= "" then into[#into + 1] = fn.name end
         end
-        out[#out + 1] = { id = r.id, steps = steps }
       end
     end
   end
-  f:close()
-  return true
+  local b = d.content_block or d.item
+  if type(b) == "table" and (b.type == "tool_use" or b.type == "function_call") and type(b.name) == "string" then
+    into[#into + 1] = b.name
+  end
 end
 
+-- When each tool name arrived in a recorded stream, from its job's launch:
+-- the request's offset plus that of the chunk that completed the event.
+local function stream_names(rec, out)
+  local evs = rec.events
+  if type(evs) ~= "table" or type(rec.off) ~= "number" then return end
+  local i, at = 0, 0
+  local src = { read = function()
+    i = i + 1
+    local e = evs[i]
+    if type(e) ~= "table" or type(e[1]) ~= "number" or type(e[2]) ~= "string" then return nil end
+    at = e[1]
+    return e[2]
+  end }
+  local r = sse.reader(src)
+  while true do
+    local ev = r:next()
+    if not ev then break end
+    local d = ev.data ~= "" and ev.data ~= "[DONE]" and json.decode(ev.data)
+    local names = {}
+    event_names(d, names)
+    for _, n in ipairs(names) do out[#out + 1] = { name = n, at = rec.off + at } end
+  end
+  r:close()
+end
+
+-- Committed trajectories of a cassette: per query, the target calls' `obs`
+-- lines by hop; with format-2 job lines, each step's timing: the step job's
+-- length (the model's time), the call's latency, and the streamed tool names.
 local function from_cassette(dir, out)
   local recs, err = lab.cassette(dir)
   if not recs then return nil, err end
-  local by, order = {}, {}
+  local by, order, steps_ms, names = {}, {}, {}, {}
+  local function skey(m) return tostring(m.query) .. "\0" .. tostring(m.thread) .. "\0" .. tostring(m.hop) end
   for _, r in ipairs(recs) do
     local m = r.meta
+    if type(m) == "table" and (m.job == "start" or m.job == "advance") and m.query ~= nil then
+      if r.kind == "job" and type(r.ms) == "number" and not r.failed then steps_ms[skey(m)] = r.ms
+      elseif r.kind == "http" and not r.start and r.events then
+        local l = names[skey(m)]
+        if not l then l = {}; names[skey(m)] = l end
+        stream_names(r, l)
+      end
+    end
     if r.kind == "obs" and m and not m.speculative and m.query ~= nil and type(m.hop) == "number" and r.req then
       local q = by[m.query]
       if not q then q = { id = m.query, at = {} }; by[m.query] = q; order[#order + 1] = q end
       if q.at[m.hop] == nil then
-        q.at[m.hop] = { tool = r.req.tool, args = r.req.args, observation = r.res and r.res.value }
+        q.at[m.hop] = { tool = r.req.tool, args = r.req.args, observation = r.res and r.res.value,
+                        _key = skey(m), _ms = r.ms }
       end
     end
   end
@@ -104,7 +158,17 @@ local function from_cassette(dir, out)
     for h in pairs(q.at) do hops[#hops + 1] = h end
     table.sort(hops)
     local steps = {}
-    for i, h in ipairs(hops) do steps[i] = q.at[h] end
+    for i, h in ipairs(hops) do
+      local s = q.at[h]
+      local sm = steps_ms[s._key]
+      if sm and type(s._ms) == "number" then
+        local ns = names[s._key] or {}
+        table.sort(ns, function(a, b) return a.at < b.at end)
+        s.timing = { step_ms = sm, tool_ms = s._ms, names = ns }
+      end
+      s._key, s._ms = nil, nil
+      steps[i] = s
+    end
     out[#out + 1] = { id = q.id, steps = steps }
   end
   return true
@@ -117,14 +181,58 @@ local function same_action(p, a)
   return ok1 and ok2 and x == y
 end
 
-function M.evaluate(make, trajs)
+-- What one trigger would have done at a step: fire each candidate the EV
+-- gate lets through (engine/sp_prefetch.c: conf x E[saved] > (1 - conf) x
+-- cost x ev_cost_ms, E[saved] from the latencies seen so far); a hit saves
+-- `saved` ms, a miss wastes its cost.
+local function fire(acc, pf, cands, conf_of, step, idx, cost_of, saved)
+  local hit = false
+  for _, c in ipairs(cands) do
+    local cost = cost_of(c.tool)
+    if C.sp_prefetch_ev(pf, idx(c.tool), conf_of(c), cost) ~= 0 then
+      acc.fired = acc.fired + 1
+      if not hit and same_action(c, step) then
+        hit = true
+        acc.hits = acc.hits + 1
+        acc.saved_ms = acc.saved_ms + saved
+      else
+        acc.wasted = acc.wasted + 1
+        acc.wasted_cost = acc.wasted_cost + cost
+      end
+    end
+  end
+end
+
+local function conf_num(c)
+  local v = tonumber(c.confidence) or 0
+  if v ~= v then return 0 end
+  return v
+end
+
+-- gate: { ev_cost_ms, ev_latency_ms, top, cost = { tool = x }, default_cost }
+function M.evaluate(make, trajs, gate)
+  gate = gate or {}
+  local D = opts.DEFAULTS
+  local top = gate.top or D.predict_top
+  local pf = ffi.gc(C.sp_prefetch_new(0, 3, gate.ev_cost_ms or D.ev_cost_ms, gate.ev_latency_ms or 0, top),
+    C.sp_prefetch_free)
+  local tools, ntools = {}, 0
+  local function idx(name)
+    local i = tools[name]
+    if not i then i = ntools; tools[name] = i; ntools = ntools + 1 end
+    return i
+  end
+  local costs, default_cost = gate.cost or {}, gate.default_cost or 0
+  local function cost_of(name) return costs[name] or default_cost end
   local P = make()
-  local steps, top1, top3, name1 = 0, 0, 0, 0
+  local steps, top1, top3, name1, timed, named = 0, 0, 0, 0, 0, 0
+  local start = { fired = 0, hits = 0, wasted = 0, wasted_cost = 0, saved_ms = 0 }
+  local by_name = { fired = 0, hits = 0, wasted = 0, wasted_cost = 0, saved_ms = 0 }
   for _, t in ipairs(trajs) do
     local hist = {}
     for _, s in ipairs(t.steps) do
       steps = steps + 1
-      local list = P(hist, { id = t.id, hop = #hist }) or {}
+      local list = P(hist, { id = t.id, query = t.query or t.id, hop = #hist }) or {}
       if type(list) ~= "table" then error("a predictor returned " .. type(list) .. ", not a list", 0) end
       for i = 1, math.min(3, #list) do
         if same_action(list[i], s) then
@@ -134,6 +242,36 @@ function M.evaluate(make, trajs)
         end
       end
       if type(list[1]) == "table" and list[1].tool == s.tool then name1 = name1 + 1 end
+      local tm = s.timing
+      if tm then
+        timed = timed + 1
+        -- the candidates the engine considers: the first `top` that name a tool
+        local cands = {}
+        for _, c in ipairs(list) do
+          if #cands >= top then break end
+          if type(c) == "table" and type(c.tool) == "string" then cands[#cands + 1] = c end
+        end
+        fire(start, pf, cands, conf_num, s, idx, cost_of, math.min(tm.tool_ms, tm.step_ms))
+        -- a streamed name fires the candidates of that name, their odds
+        -- renormalised among themselves (sp_win_pf_kick)
+        local seen = {}
+        if #tm.names > 0 then named = named + 1 end
+        for _, n in ipairs(tm.names) do
+          if not seen[n.name] then
+            seen[n.name] = true
+            local of, sum = {}, 0
+            for _, c in ipairs(cands) do
+              if c.tool == n.name then of[#of + 1] = c; sum = sum + conf_num(c) end
+            end
+            local left = math.max(0, tm.step_ms - n.at)
+            fire(by_name, pf, of, function(c) return sum > 0 and conf_num(c) / sum or conf_num(c) end, s, idx,
+              cost_of, math.min(tm.tool_ms, left))
+          end
+        end
+        -- what the gate learns after the step: its model time, the call's latency
+        C.sp_prefetch_observe(pf, -1, -1, tm.step_ms)
+        C.sp_prefetch_observe(pf, idx(s.tool), tm.tool_ms, -1)
+      end
       hist[#hist + 1] = s
     end
     if type(P) == "table" and P.observe_trajectory then
@@ -142,49 +280,137 @@ function M.evaluate(make, trajs)
       P:observe_trajectory(actions)
     end
   end
-  return { steps = steps, top1 = top1, top3 = top3, tool_top1 = name1,
-           top1_rate = steps > 0 and top1 / steps or 0, top3_rate = steps > 0 and top3 / steps or 0,
-           tool_top1_rate = steps > 0 and name1 / steps or 0 }
+  local r = { steps = steps, top1 = top1, top3 = top3, tool_top1 = name1,
+              top1_rate = steps > 0 and top1 / steps or 0, top3_rate = steps > 0 and top3 / steps or 0,
+              tool_top1_rate = steps > 0 and name1 / steps or 0, timed_steps = timed, named_steps = named }
+  if timed > 0 then
+    r.start = start
+    if named > 0 then r.tool_name = by_name end
+  end
+  return r
 end
+
+-- The draft predictor asks a model: none is on tape for the lab's prompts
+-- (a draft prompt holds the step's history, which a replay of another
+-- predictor never sent), so it needs a live OpenAI-compatible endpoint.
+local function draft_maker(o, trajs, errors)
+  local url = o.draft_url
+  if not url then
+    local base = os.getenv("DRAFT_BASE_URL")
+    if base and base ~= "" then url = base:gsub("/+$", "") .. "/chat/completions" end
+  end
+  if not url then
+    return nil, "draft: a draft predictor asks a model at every step, and none is available offline: a "
+      .. "cassette holds the draft's answers only to the prompts its run sent, not to the lab's; give "
+      .. "--draft-url URL (an OpenAI-compatible chat completions endpoint, e.g. a local llama.cpp "
+      .. "server) or set DRAFT_BASE_URL (key: DRAFT_API_KEY, model: --draft-model or DRAFT_MODEL)"
+  end
+  local client = require("specula.llm.openai").new { chat_url = url, api_key = os.getenv("DRAFT_API_KEY") or "none",
+    model = o.draft_model or os.getenv("DRAFT_MODEL") or "draft", retry = { max_retries = 0 } }
+  local names, seen = {}, {}
+  for _, t in ipairs(trajs) do
+    for _, s in ipairs(t.steps) do
+      if not seen[s.tool] then seen[s.tool] = true; names[#names + 1] = s.tool end
+    end
+  end
+  table.sort(names)
+  local function ask(messages)
+    errors.asked = errors.asked + 1
+    local r, err = client:chat { messages = messages, temperature = 0.7, max_tokens = 96 }
+    if not r then errors.failed = errors.failed + 1; errors.last = tostring(err) end
+    return r
+  end
+  return function() return predict.draft { client = ask, tools = names, samples = o.draft_samples or 3, top = 3 } end
+end
+
+local function num_opt(name, min)
+  return function(text)
+    local v = tonumber(text)
+    if not v or v ~= v or v < min or v == math.huge then return nil, format("%s must be a number >= %g, got '%s'",
+      name, min, text) end
+    return v
+  end
+end
+
+local function add_cost(text, o)
+  local tool, v = text:match("^(.-)=([^=]*)$")
+  local n = tonumber(v or text)
+  if not n or n ~= n or n < 0 or n == math.huge then
+    return nil, format("--cost must be TOOL=X or X (a number >= 0), got '%s'", text)
+  end
+  if tool and tool ~= "" then o.cost[tool] = n else o.default_cost = n end
+  return o.cost
+end
+
+local function read_source(s, fmt, trajs)
+  local kind = C.sp_host_path_kind(s)
+  if kind == 0 or kind == nil then return nil, format("'%s': no such file or directory", s) end
+  if fmt == "cassette" or (fmt == nil and kind == 2) then
+    if kind ~= 2 then return nil, format("'%s': --format cassette needs a cassette directory", s) end
+    return from_cassette(s, trajs)
+  end
+  if kind ~= 1 then return nil, format("'%s': --format %s needs a file", s, fmt) end
+  local ok, err = convtraces.read(s, fmt, trajs, function(msg) io.stderr:write("specula: warning: ", msg, "\n") end)
+  if not ok then return nil, err end
+  return true
+end
+
+local function fmt_ms(v) return v and format("%.1f", v) or "-" end
 
 function M.main(args)
   -- --help ends the parse: what follows it is not checked
   local help = { "help", flag = true, stop = true }
   local o, perr = argv.parse(args, { ["--predictor"] = { "predictors", list = true },
-    ["--json"] = { "json", flag = true }, ["--help"] = help, ["-h"] = help },
-    { positional = "sources", option = "^%-%-", into = { predictors = {} } })
+    ["--json"] = { "json", flag = true }, ["--help"] = help, ["-h"] = help,
+    ["--format"] = { "format", convert = function(v)
+      if v == "openai" or v == "anthropic" or v == "results" or v == "cassette" then return v end
+      return nil, "--format must be openai, anthropic, results or cassette, got '" .. v .. "'" end },
+    ["--cost"] = { "cost", convert = add_cost },
+    ["--ev-cost-ms"] = { "ev_cost_ms", convert = num_opt("--ev-cost-ms", 0) },
+    ["--ev-latency-ms"] = { "ev_latency_ms", convert = num_opt("--ev-latency-ms", 0) },
+    ["--draft-url"] = "draft_url", ["--draft-model"] = "draft_model",
+    ["--draft-samples"] = { "draft_samples", convert = num_opt("--draft-samples", 1) } },
+    { positional = "sources", option = "^%-%-", into = { predictors = {}, cost = {} } })
   if not o then return usage(perr) end
   if o.help then io.stdout:write(usage_text) return end
   local sources, names = o.sources, o.predictors
-  if #sources == 0 then return usage("a cassette directory or a results file is needed") end
+  if #sources == 0 then return usage("a cassette directory, a results file or a conversations file is needed") end
   if #names == 0 then names = { "pattern", "ngram" } end
-  local makers = {}
-  for _, n in ipairs(names) do
-    local mk, err = load_predictor(n)
-    if not mk then return usage(err) end
-    makers[#makers + 1] = { name = n, make = mk }
-  end
   local trajs = {}
   for _, s in ipairs(sources) do
-    local kind = C.sp_host_path_kind(s)
-    local ok, err
-    if kind == 2 then ok, err = from_cassette(s, trajs)
-    elseif kind == 1 then ok, err = from_results(s, trajs)
-    else ok, err = nil, format("'%s': no such file or directory", s) end
+    local ok, err = read_source(s, o.format, trajs)
     if not ok then return fail(err) end
+  end
+  local makers, draft_errors = {}, { asked = 0, failed = 0 }
+  for _, n in ipairs(names) do
+    local mk, err
+    if n == "draft" then mk, err = draft_maker(o, trajs, draft_errors)
+    else mk, err = load_predictor(n) end
+    if not mk then return usage(err) end
+    makers[#makers + 1] = { name = n, make = mk }
   end
   local nsteps = 0
   for _, t in ipairs(trajs) do nsteps = nsteps + #t.steps end
   if nsteps == 0 then return fail("no committed tool call in " .. table.concat(sources, ", ")) end
+  local gate = { ev_cost_ms = o.ev_cost_ms or opts.DEFAULTS.ev_cost_ms, ev_latency_ms = o.ev_latency_ms,
+                 cost = o.cost, default_cost = o.default_cost }
   local rows = {}
   for _, m in ipairs(makers) do
-    local ok, r = pcall(M.evaluate, m.make, trajs)
+    local ok, r = pcall(M.evaluate, m.make, trajs, gate)
     if not ok then return fail(m.name .. ": " .. tostring(r)) end
     r.predictor = m.name
     rows[#rows + 1] = r
   end
+  if draft_errors.failed > 0 then
+    local msg = format("draft: %d of %d model requests failed (last: %s)", draft_errors.failed, draft_errors.asked,
+      draft_errors.last)
+    if draft_errors.failed == draft_errors.asked then return fail(msg) end
+    io.stderr:write("specula: warning: ", msg, "\n")
+  end
+  local timed, named = rows[1].timed_steps, rows[1].named_steps
   if o.json then
-    io.stdout:write(json.encode({ trajectories = #trajs, steps = nsteps, predictors = json.array(rows) }), "\n")
+    io.stdout:write(json.encode({ trajectories = #trajs, steps = nsteps, timed_steps = timed, named_steps = named,
+      ev_cost_ms = gate.ev_cost_ms, predictors = json.array(rows) }), "\n")
     return
   end
   io.stdout:write(format("%d committed tool calls in %d trajectories (online: each predictor learns a "
@@ -192,6 +418,26 @@ function M.main(args)
   io.stdout:write(format("%-20s %8s %8s %12s\n", "predictor", "top-1", "top-3", "tool top-1"))
   for _, r in ipairs(rows) do
     io.stdout:write(format("%-20s %8.3f %8.3f %12.3f\n", r.predictor, r.top1_rate, r.top3_rate, r.tool_top1_rate))
+  end
+  if timed == 0 then
+    io.stdout:write("fired, wasted and saved: unavailable (no recorded latencies in these sources: a cassette "
+      .. "or a results file has them, conversations do not)\n")
+    return
+  end
+  io.stdout:write(format("\nEV gate at ev_cost_ms %g over the %d of %d calls with recorded latencies "
+    .. "(%d with a streamed tool name)\n", gate.ev_cost_ms, timed, nsteps, named))
+  io.stdout:write(format("%-20s %-10s %7s %7s %7s %12s %10s\n", "predictor", "trigger", "fired", "hits", "wasted",
+    "wasted cost", "saved ms"))
+  for _, r in ipairs(rows) do
+    for _, tr in ipairs({ { "start", r.start }, { "tool_name", r.tool_name } }) do
+      local a = tr[2]
+      if a then
+        io.stdout:write(format("%-20s %-10s %7d %7d %7d %12.3f %10s\n", r.predictor, tr[1], a.fired, a.hits, a.wasted,
+          a.wasted_cost, fmt_ms(a.saved_ms)))
+      else
+        io.stdout:write(format("%-20s %-10s %7s %7s %7s %12s %10s\n", r.predictor, tr[1], "-", "-", "-", "-", "-"))
+      end
+    end
   end
 end
 

@@ -1,0 +1,248 @@
+-- The predictor lab beyond specula's own records: tool-call histories from
+-- conversations in the OpenAI and Anthropic messages formats (hostile lines
+-- included), the draft predictor, and what the EV gate would fire, waste
+-- and save at each trigger on a cassette's recorded latencies.
+local H = require "support.helpers"
+local cjson = require "cjson"
+
+local FIX = H.root .. "/spec/fixtures/conversations"
+local TAPE = H.root .. "/examples/cassette/tape"
+
+-- A predictor file that always guesses open(id=7) with confidence 1.
+local function open7()
+  return H.tmpfile("open7.lua", "return function() return { { tool = 'open', args = { id = 7 }, confidence = 1 } } end")
+end
+
+-- Each of `want` ("LINE: text") is among the warnings on stderr for file `name`.
+local function warned(err, name, want)
+  for _, w in ipairs(want) do
+    assert.is_not_nil(err:find(name .. ":" .. w, 1, true), name .. ":" .. w .. " not in:\n" .. err)
+  end
+end
+
+describe("specula predictors on conversations", function()
+  it("reads OpenAI chat messages: tool_calls with JSON-string arguments, tool results by tool_call_id", function()
+    local st, out, err = H.specula({ "predictors", FIX .. "/openai.jsonl", "--predictor", "pattern",
+      "--predictor", open7(), "--json" })
+    assert.are.equal(0, st, err)
+    local r = cjson.decode(out)
+    -- 4 conversations with calls (one without any, three bad lines skipped)
+    assert.are.equal(4, r.trajectories)
+    assert.are.equal(8, r.steps)
+    -- every conversation's second call is open(id=7): its arguments were decoded
+    assert.are.equal(4, r.predictors[2].top1)
+    -- pattern: the tool of both calls of the last three conversations, but
+    -- for the call after a search whose arguments were not JSON
+    assert.are.same({ 0, 5 }, { r.predictors[1].top1, r.predictors[1].tool_top1 })
+    warned(err, "openai.jsonl", { "3: not JSON", "4: call 'search': arguments are not a JSON object: kept as text",
+      "4: a tool result without tool_call_id: matched to the earliest unanswered call",
+      "5: not a conversation", "7: a tool call without a function name: skipped" })
+    assert.is_nil(err:find("openai.jsonl:6", 1, true))   -- a conversation without calls is fine
+    -- timing needs recorded latencies
+    assert.are.equal(0, r.timed_steps)
+    assert.is_nil(r.predictors[1].start)
+    st, out = H.specula({ "predictors", FIX .. "/openai.jsonl" })
+    assert.are.equal(0, st)
+    assert.matches("fired, wasted and saved: unavailable", out)
+  end)
+
+  it("reads Anthropic messages: tool_use and tool_result blocks", function()
+    local st, out, err = H.specula({ "predictors", FIX .. "/anthropic.jsonl", "--predictor", open7(), "--json" })
+    assert.are.equal(0, st, err)
+    local r = cjson.decode(out)
+    assert.are.equal(4, r.trajectories)
+    assert.are.equal(8, r.steps)
+    assert.are.equal(4, r.predictors[1].top1)
+    warned(err, "anthropic.jsonl", { "3: not JSON", "4: tool_use 'search': input is a string",
+      "4: a tool_use block without a name: skipped", "4: a tool_result without tool_use_id", "5: not a conversation" })
+    -- both files at once, and the format forced
+    st, out = H.specula({ "predictors", FIX .. "/anthropic.jsonl", FIX .. "/openai.jsonl", "--format", "anthropic",
+      "--json" })
+    assert.are.equal(1, st)
+    st, out, err = H.specula({ "predictors", FIX .. "/openai.jsonl", "--format", "anthropic" })
+    assert.are.equal(1, st)
+    assert.matches("openai.jsonl: no usable conversation", err)
+    st, out = H.specula({ "predictors", FIX .. "/anthropic.jsonl", FIX .. "/openai.jsonl", "--json" })
+    assert.are.equal(0, st)
+    assert.are.equal(16, cjson.decode(out).steps)
+    st, out, err = H.specula({ "predictors", FIX .. "/openai.jsonl", "--format", "xml" })
+    assert.are.equal(2, st)
+    assert.matches("--format must be openai, anthropic, results or cassette", err)
+    st, out, err = H.specula({ "predictors", FIX .. "/openai.jsonl", "--format", "cassette" })
+    assert.are.equal(1, st)
+    assert.matches("needs a cassette directory", err)
+  end)
+
+  it("survives hostile lines: huge strings, deep nesting, binary, no usable line at all", function()
+    local big = string.rep("x", 3 * 1024 * 1024)
+    local lines = {
+      cjson.encode({ messages = {
+        { role = "assistant", tool_calls = { { id = "1", ["function"] = { name = "search", arguments = big } } } },
+        { role = "tool", tool_call_id = "1", content = big },
+        { role = "assistant", tool_calls = { { id = "2", ["function"] = { name = big, arguments = "{}" } } } },
+        { role = "assistant", tool_calls = { { id = "3", ["function"] = { name = "open", arguments = "{\"id\":7}" } } } },
+      } }),
+      string.rep("[", 5000),
+      "\255\254 binary",
+      cjson.encode({ messages = { { role = "tool", tool_call_id = "nobody", content = "x" } } }),
+      cjson.encode({ messages = { { role = "assistant", tool_calls = "many" } } }),
+    }
+    local f = H.tmpfile("hostile.jsonl", table.concat(lines, "\n") .. "\n")
+    local st, out, err = H.specula({ "predictors", f, "--predictor", open7(), "--json" })
+    assert.are.equal(0, st, err)
+    local r = cjson.decode(out)
+    assert.are.equal(3, r.steps)
+    assert.are.equal(1, r.predictors[1].top1)
+    warned(err, "hostile.jsonl", { "2: not JSON", "3: not JSON", "4: a tool result with no call to answer",
+      "5: tool_calls is not a list" })
+    assert.is_true(#err < 10000, "a warning quotes a huge string")
+    -- nothing usable: an error naming the file
+    local g = H.tmpfile("nothing.jsonl", "{oops\n" .. cjson.encode({ messages = { { role = "user", content = "hi" } } })
+      .. "\n")
+    st, out, err = H.specula({ "predictors", g })
+    assert.are.equal(1, st)
+    assert.matches("nothing.jsonl: no usable conversation %(2 lines, 1 skipped", err)
+    assert.are.equal("", out)
+  end)
+end)
+
+describe("specula predictors --predictor draft", function()
+  local server
+  teardown(function() if server then server.stop() end end)
+
+  it("asks a live model for the next call, and says why it cannot run offline without one", function()
+    local dir = H.tmpdir()
+    local f = assert(io.open(dir .. "/draft.json", "w"))
+    f:write(cjson.encode({ id = "x", object = "chat.completion", model = "draft", choices = { { index = 0,
+      message = { role = "assistant", content = '{"tool": "open", "args": {"id": 7}}' }, finish_reason = "stop" } } }))
+    f:close()
+    server = H.server { files = dir }
+    local st, out, err = H.specula({ "predictors", FIX .. "/openai.jsonl", "--predictor", "draft", "--draft-url",
+      server.url("/file?path=draft.json"), "--json" })
+    assert.are.equal(0, st, err)
+    local r = cjson.decode(out).predictors[1]
+    -- its three samples agree on open(id=7): right at every second call
+    assert.are.same({ "draft", 4, 4 }, { r.predictor, r.top1, r.tool_top1 })
+    st, out, err = H.specula({ "predictors", FIX .. "/openai.jsonl", "--predictor", "draft", "--draft-url",
+      server.url("/status/500") })
+    assert.are.equal(1, st)
+    assert.matches("draft: 24 of 24 model requests failed", err)
+    st, out, err = H.specula({ "predictors", FIX .. "/openai.jsonl", "--predictor", "draft" }, { DRAFT_BASE_URL = "" })
+    assert.are.equal(2, st)
+    assert.matches("none is available offline", err)
+  end)
+end)
+
+-- The committed calls of the example tape, read here on their own: per
+-- query and hop the `obs` line (tool, args, latency) and its step job's
+-- length, and when a streamed tool name completed its event.
+local function tape_steps()
+  local recs = {}
+  for line in io.lines(TAPE .. "/cassette-0001.jsonl") do recs[#recs + 1] = cjson.decode(line) end
+  local jobs, names, steps = {}, {}, {}
+  local function key(m) return m.query .. "/" .. m.thread .. "/" .. m.hop end
+  for _, r in ipairs(recs) do
+    local m = r.meta
+    if m and (m.job == "start" or m.job == "advance") then
+      if r.kind == "job" then jobs[key(m)] = r.ms end
+      if r.kind == "http" and r.events then
+        local text = ""
+        for _, e in ipairs(r.events) do
+          text = text .. e[2]
+          if not names[key(m)] and text:find('"name":"lookup"[^\n]*\n\n') then names[key(m)] = r.off + e[1] end
+        end
+      end
+    end
+  end
+  for _, r in ipairs(recs) do
+    local m = r.meta
+    if r.kind == "obs" and not m.speculative then
+      steps[#steps + 1] = { query = m.query, hop = m.hop, tool = r.req.tool, args = r.req.args, tool_ms = r.ms,
+                            step_ms = jobs[key(m)], name_at = names[key(m)] }
+    end
+  end
+  return steps
+end
+
+describe("specula predictors: what would fire, waste and save", function()
+  local steps = tape_steps()
+  local want = {}
+  for _, s in ipairs(steps) do want[s.query .. "/" .. s.hop] = { tool = s.tool, args = s.args } end
+  -- right with 0.9, and a wrong call of the same tool with 0.1
+  local oracle = H.tmpfile("oracle.lua", "local json = require 'specula.json'\nlocal W = json.decode([==["
+    .. cjson.encode(want) .. "]==])\nreturn function(h, ctx)\n  local a = W[ctx.id .. '/' .. ctx.hop]\n"
+    .. "  return { { tool = a.tool, args = a.args, confidence = 0.9 },\n"
+    .. "           { tool = a.tool, args = { wrong = true }, confidence = 0.1 } }\nend\n")
+
+  it("fires at step start and on the streamed tool name, saving the recorded latency each could hide", function()
+    assert.are.equal(12, #steps)
+    local save_start, save_name, named = 0, 0, 0
+    for _, s in ipairs(steps) do
+      assert.is_number(s.step_ms)
+      save_start = save_start + math.min(s.tool_ms, s.step_ms)
+      if s.name_at then
+        named = named + 1
+        save_name = save_name + math.min(s.tool_ms, s.step_ms - s.name_at)
+      end
+    end
+    assert.are.equal(6, named)
+    local st, out, err = H.specula({ "predictors", TAPE, "--predictor", oracle, "--json" })
+    assert.are.equal(0, st, err)
+    local r = cjson.decode(out)
+    assert.are.same({ 12, 6 }, { r.timed_steps, r.named_steps })
+    local p = r.predictors[1]
+    assert.are.equal(12, p.top1)
+    -- cost 0: the gate lets every candidate through
+    assert.are.same({ 24, 12, 12, 0 }, { p.start.fired, p.start.hits, p.start.wasted, p.start.wasted_cost })
+    assert.is_true(math.abs(p.start.saved_ms - save_start) < 1e-6, p.start.saved_ms .. " vs " .. save_start)
+    -- a stream names only the lookups: their two candidates fire there
+    assert.are.same({ 12, 6, 6 }, { p.tool_name.fired, p.tool_name.hits, p.tool_name.wasted })
+    assert.is_true(math.abs(p.tool_name.saved_ms - save_name) < 1e-6, p.tool_name.saved_ms .. " vs " .. save_name)
+    -- the name comes late in the stream: it hides less than a start would
+    assert.is_true(save_name < save_start)
+  end)
+
+  it("keeps back what the EV gate would: a costly unlikely guess that can save little", function()
+    -- cost 2 at 1 ms a unit: a 0.1 guess must save > 18 ms. The lookup
+    -- (about 5 ms) never does once its latency is known; the 600 ms MCP
+    -- call does. The first call of each tool fires: the gate has no data yet.
+    local st, out, err = H.specula({ "predictors", TAPE, "--predictor", oracle, "--cost", "2", "--ev-cost-ms", "1",
+      "--json" })
+    assert.are.equal(0, st, err)
+    local p = cjson.decode(out).predictors[1]
+    assert.are.same({ 19, 12, 7, 14 }, { p.start.fired, p.start.hits, p.start.wasted, p.start.wasted_cost })
+    assert.are.same({ 7, 6, 1, 2 }, { p.tool_name.fired, p.tool_name.hits, p.tool_name.wasted,
+                                      p.tool_name.wasted_cost })
+    -- per tool: a free lookup fires again
+    st, out = H.specula({ "predictors", TAPE, "--predictor", oracle, "--cost", "2", "--cost", "lookup=0",
+      "--ev-cost-ms", "1", "--json" })
+    assert.are.equal(0, st)
+    p = cjson.decode(out).predictors[1]
+    assert.are.same({ 24, 12 }, { p.start.fired, p.start.wasted })
+    st, out, err = H.specula({ "predictors", TAPE, "--cost", "lookup=-1" })
+    assert.are.equal(2, st)
+    assert.matches("%-%-cost must be TOOL=X or X", err)
+    -- the table
+    st, out = H.specula({ "predictors", TAPE, "--predictor", oracle })
+    assert.are.equal(0, st)
+    assert.matches("EV gate at ev_cost_ms 1000 over the 12 of 12 calls with recorded latencies %(6 with a streamed "
+      .. "tool name%)", out)
+    assert.matches("\n%S+oracle.lua%s+start%s+24%s+12%s+12%s+0.000%s+[%d.]+\n", out)
+  end)
+
+  it("reads the stage times of a results file: start only, no stream", function()
+    local rec = { id = "q1", answer = "x", trajectory = {
+      { action = { tool = "search", args = { q = "a" } }, observation = "1" },
+      { action = { tool = "search", args = { q = "a" } }, observation = "2" } },
+      stages = { hops = { { hop = 0, t_seg = 100, t_target = 30 }, { hop = 1, t_seg = 10, t_target = 30 } } } }
+    local f = H.tmpfile("timed.jsonl", cjson.encode(rec) .. "\n")
+    local g = H.tmpfile("always.lua", "return function() return { { tool = 'search', args = { q = 'a' }, confidence = 1 } } end")
+    local st, out, err = H.specula({ "predictors", f, "--predictor", g, "--json" })
+    assert.are.equal(0, st, err)
+    local r = cjson.decode(out)
+    assert.are.same({ 2, 0 }, { r.timed_steps, r.named_steps })
+    local p = r.predictors[1]
+    assert.are.same({ 2, 2, 0, 40 }, { p.start.fired, p.start.hits, p.start.wasted, p.start.saved_ms })
+    assert.is_nil(p.tool_name)
+  end)
+end)
