@@ -174,4 +174,40 @@ describe("specula verifiers", function()
     assert.is_number(r.verifiers[1].rel_lat)
     assert.matches("no replay RelLat: the cassette has no job lines", err)
   end)
+
+  it("specula report --cassette adds a Verifiers section with the same numbers and changes nothing else", function()
+    local agent_env = { OPENAI_API_KEY = "any", SEARCH_KEY = "any", CAS_NODE = "/nonexistent/node",
+                        SPECULA_SOURCE_DIR = H.root }
+    local res = H.tmpdir() .. "/report_run.jsonl"
+    local st, _, err = H.specula({ "run", EX .. "/agent.lua", "--input", EX .. "/queries.jsonl", "--replay-io", TAPE,
+      "--clock", "virtual", "--out", res }, agent_env)
+    assert.are.equal(0, st, err)
+    local plain, with = H.tmpdir() .. "/plain.html", H.tmpdir() .. "/with.html"
+    st, _, err = H.specula({ "report", res, "-o", plain })
+    assert.are.equal(0, st, err)
+    st, _, err = H.specula({ "report", res, "-o", with, "--cassette", TAPE, "--verifier", "exact", "--verifier", "spechop" })
+    assert.are.equal(0, st, err)
+    local a, b = H.read(plain), H.read(with)
+    assert.is_nil(a:find("verifiers-table", 1, true))
+    local _, lout = lab({ "--verifier", "exact", "--verifier", "spechop", "--json" })
+    for _, v in ipairs(cjson.decode(lout).verifiers) do
+      local row = b:match('<tr class="verifier" data%-verifier="' .. v.verifier .. '">(.-)</tr>')
+      assert.is_not_nil(row, v.verifier)
+      assert.matches('data%-key="accepted" data%-value="' .. v.accepted .. '"', row)
+      assert.matches('data%-key="false_accepts" data%-value="' .. v.false_accepts .. '"', row)
+      local replay = tonumber(row:match('data%-key="replay_rel_lat" data%-value="([^"]+)"'))
+      assert.is_true(math.abs(replay - v.replay_rel_lat) < 1e-9)
+      assert.matches('data%-key="answers_unknown" data%-value="' .. v.answer_change.unknown .. '"', row)
+    end
+    -- the rest of the page is the page without the flag
+    local stripped = b:gsub('<li><a href="#verifiers">Verifiers</a></li>', "", 1)
+    stripped = stripped:gsub('<section id="verifiers">.-</section>\n', "", 1)
+    assert.are.equal(a, stripped)
+    st, _, err = H.specula({ "report", res, "-o", with, "--verifier", "exact" })
+    assert.are.equal(2, st)
+    assert.matches("%-%-verifier needs %-%-cassette DIR", err)
+    st, _, err = H.specula({ "report", res, "-o", with, "--cassette", res })
+    assert.are.equal(1, st)
+    assert.matches("results files hold no speculated candidates", err)
+  end)
 end)
