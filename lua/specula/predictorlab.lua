@@ -158,12 +158,9 @@ function M.main(args)
   local sources, names = o.sources, o.predictors
   if #sources == 0 then return usage("a cassette directory or a results file is needed") end
   if #names == 0 then names = { "pattern", "ngram" } end
-  local makers = {}
-  for _, n in ipairs(names) do
-    local mk, err = load_predictor(n)
-    if not mk then return usage(err) end
-    makers[#makers + 1] = { name = n, make = mk }
-  end
+  local makers, merr = lab.load_named(names, load_predictor)
+  if not makers then return usage(merr) end
+  for _, m in ipairs(makers) do m.make = m.value end
   local trajs = {}
   for _, s in ipairs(sources) do
     local kind = C.sp_host_path_kind(s)

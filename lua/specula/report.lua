@@ -87,12 +87,9 @@ local function parse_args(args)
   if o.verifiers and not o.cassette then usage_error("--verifier needs --cassette DIR") end
   if o.cassette and not o.help then
     local vlab = require "specula.verifierlab"
-    o.vs = {}
-    for _, n in ipairs(o.verifiers or vlab.DEFAULT) do
-      local name, fn = vlab.load_verifier(n)
-      if not name then usage_error(fn) end
-      o.vs[#o.vs + 1] = { name = name, fn = fn }
-    end
+    local err
+    o.vs, err = vlab.load_verifiers(o.verifiers or vlab.DEFAULT)
+    if not o.vs then usage_error(err) end
   end
   return o
 end

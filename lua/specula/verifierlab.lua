@@ -60,7 +60,19 @@ local function load_verifier(spec)
   end
   return spec, fn
 end
-M.load_verifier = load_verifier
+
+-- The verifiers named in `names` (built-in or files): a list of
+-- { name, fn } | nil, err.
+function M.load_verifiers(names)
+  local loaded, err = lab.load_named(names, function(n)
+    local name, fn = load_verifier(n)
+    if not name then return nil, fn end
+    return fn
+  end)
+  if not loaded then return nil, err end
+  for _, v in ipairs(loaded) do v.fn = v.value end
+  return loaded
+end
 
 local function mean(list)
   if #list == 0 then return nil end
@@ -492,14 +504,8 @@ function M.main(args)
     ["--json"] = { "json", flag = true },
   }, { first = 2, into = { k = math.huge, verifiers = {} } })
   if not o then return usage(err) end
-  local names = o.verifiers
-  if #names == 0 then names = M.DEFAULT end
-  local vs = {}
-  for _, n in ipairs(names) do
-    local name, fn = load_verifier(n)
-    if not name then return usage(fn) end
-    vs[#vs + 1] = { name = name, fn = fn }
-  end
+  local vs, verr = M.load_verifiers(#o.verifiers > 0 and o.verifiers or M.DEFAULT)
+  if not vs then return usage(verr) end
   if C.sp_host_path_kind(src) == 1 then return fail(M.file_message(src)) end
   local recs, lerr = lab.cassette(src)
   if not recs then return fail(lerr) end

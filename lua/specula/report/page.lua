@@ -26,6 +26,18 @@ local function td(key, value, text, cls)
   return format('<td class="%s" data-key="%s" data-value="%s">%s</td>', cls or "num", key, esc(dv), esc(text))
 end
 
+-- A table row's closing tag, the row joined into the table's lines h.
+local function end_row(h, row)
+  row[#row + 1] = "</tr>"
+  h[#h + 1] = concat(row)
+end
+
+-- The table's closing tags and its HTML.
+local function end_table(h)
+  h[#h + 1] = "</tbody></table></div>"
+  return concat(h, "\n")
+end
+
 local function summary_table(configs)
   local h = {}
   h[#h + 1] = '<div class="table-wrap"><table class="summary" id="summary-table">'
@@ -62,11 +74,9 @@ local function summary_table(configs)
     row[#row + 1] = td("rollbacks", s.rollbacks, tostring(s.rollbacks))
     row[#row + 1] = td("calls_per_query", format("%.17g,%.17g,%.17g", s.model_pq, s.target_pq, s.spec_pq),
       format("%.1f · %.1f · %.1f", s.model_pq, s.target_pq, s.spec_pq))
-    row[#row + 1] = "</tr>"
-    h[#h + 1] = concat(row)
+    end_row(h, row)
   end
-  h[#h + 1] = "</tbody></table></div>"
-  return concat(h, "\n")
+  return end_table(h)
 end
 
 -- Paired differences of every configuration against the first row's
@@ -111,12 +121,10 @@ local function paired_table(configs, o)
       row[#row + 1] = td("ratio_ci", v, t, "num ci")
       row[#row + 1] = td("signs", format("%d,%d,%d", r.pos, r.neg, r.zero), format("%d / %d / %d", r.pos, r.neg, r.zero))
       row[#row + 1] = td("sign_p", r.sign_p, format("%.3g", r.sign_p))
-      row[#row + 1] = "</tr>"
-      h[#h + 1] = concat(row)
+      end_row(h, row)
     end
   end
-  h[#h + 1] = "</tbody></table></div>"
-  return concat(h, "\n")
+  return end_table(h)
 end
 
 -- The verifier lab on a cassette (`--cassette`): one row per verifier, the
@@ -152,11 +160,9 @@ local function verifiers_table(res)
       row[#row + 1] = td("label_fr", r.labels.false_rejects, tostring(r.labels.false_rejects))
       row[#row + 1] = td("unlabelled", r.labels.unlabelled, tostring(r.labels.unlabelled))
     end
-    row[#row + 1] = "</tr>"
-    h[#h + 1] = concat(row)
+    end_row(h, row)
   end
-  h[#h + 1] = "</tbody></table></div>"
-  return concat(h, "\n")
+  return end_table(h)
 end
 
 ----------------------------------------------------------------------------
