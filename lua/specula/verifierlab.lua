@@ -22,7 +22,8 @@ local concat = table.concat
 local M = {}
 
 local usage_text = [[
-usage: specula verifiers CASSETTE_DIR [--verifier NAME_OR_FILE]... [--k K] [--labels FILE] [--pairs] [--json]
+usage: specula verifiers CASSETTE_DIR [--verifier NAME_OR_FILE]... [--k K] [--labels FILE] [--pairs]
+                        [--agent SCRIPT --input QUERIES.jsonl] [--json]
   --verifier V   exact, normalized, spechop, name_only, jaccard or jaccard:T (threshold T),
                  or a Lua file returning function(predicted, actual, ctx) -> ok, reason
                  (repeatable; default: exact, normalized, spechop, jaccard)
@@ -31,6 +32,9 @@ usage: specula verifiers CASSETTE_DIR [--verifier NAME_OR_FILE]... [--k K] [--la
                  adds false accepts and false rejects against these labels
   --pairs        print the candidates as JSONL (id, tool, candidate, observation,
                  exact) instead of the table: a labels file to fill in
+  --agent SCRIPT with --input: replay the cassette with the agent (virtual clock, --miss error)
+                 once as recorded and once per verifier swapped into every tool, and count
+                 the queries whose answer changes (those that leave the tape: not replayable)
   --json         one JSON object instead of the table
 ]]
 
@@ -441,6 +445,7 @@ function M.json_object(res, src)
       answer_change = { queries = a.queries, unchanged = a.unchanged, unknown = a.unknown,
                         rate = a.unknown == 0 and 0 or json.null } }
     if r.labels then o.labels = r.labels end
+    if r.replayed then o.answer_change.replayed = r.replayed end
     out.verifiers[#out.verifiers + 1] = o
   end
   return out
@@ -471,7 +476,77 @@ function M.table_lines(res, src)
     res.replayed_queries, res.replayed_queries == 1 and "y" or "ies",
     res.unreplayable_queries > 0 and format(" (%d not rebuilt from the tape)", res.unreplayable_queries) or "")
   add("answers?: queries where a wrong guess would be committed; the tape cannot tell their answers")
+  if res.agent then
+    add("")
+    add("replayed with %s (virtual clock, the verifier in every tool), answers against the recorded ones:", res.agent)
+    add("%-24s %8s %8s %15s", "verifier", "same", "changed", "not replayable")
+    for _, r in ipairs(res.rows) do
+      local x = r.replayed
+      add("%-24s %8d %8d %15d", r.verifier, x.same, x.changed, x.not_replayable)
+    end
+  end
   return lines
+end
+
+-- Replays the cassette `dir` with the agent script `script` over the
+-- queries of `input` (virtual clock, misses fail the call): once with the
+-- agent's own verifiers (the recorded answers: a replay of the same run has
+-- them) and once per verifier of vs, set as the agent's and every tool's
+-- verifier. Adds to each row of res.rows `replayed = { same, changed,
+-- not_replayable }` (a query whose record carries an error, as one that
+-- asked for a request the tape lacks does). Returns true | nil, err.
+function M.agent_replay(res, vs, dir, script, input)
+  local cassette = require "specula.cassette"
+  local runner = require "specula.runner"
+  local datasets = require "specula.datasets"
+  if C.sp_host_path_kind(script) ~= 1 then return nil, format("--agent '%s': no such file", script) end
+  local qs, qerr = datasets.load(input, { format = "auto" })
+  if not qs then return nil, format("--input '%s': %s", input, tostring(qerr)) end
+  local queries = {}
+  for i, q in ipairs(qs) do queries[i] = { id = q.id, query = q.query } end
+  if cassette.state then return nil, "a cassette is already open" end
+  -- opened before the script's main chunk, which may connect to an MCP
+  -- server at top level (as `specula run --replay-io` does)
+  local ok, cerr = cassette.open({ replay = dir, miss = "error" })
+  if not ok then return nil, cerr end
+  local chunk, lerr = loadfile(script)
+  if not chunk then cassette.close() return nil, "cannot load --agent script: " .. tostring(lerr) end
+  local okc, agent = pcall(chunk)
+  if not okc or type(agent) ~= "table" or not agent.__specula_agent then
+    cassette.close()
+    return nil, format("--agent '%s' must return an agent (specula.agent{...})%s", script,
+      okc and "" or ": " .. tostring(agent))
+  end
+  local function run_all()
+    cassette.rewind()
+    local okr, recs = pcall(runner.run, agent, { queries = queries, clock = "virtual" })
+    if not okr then return nil, tostring(recs) end
+    local by = {}
+    for _, r in ipairs(recs) do by[tostring(r.id)] = r end
+    return by
+  end
+  local own = { agent = agent.verify, tools = {} }
+  for name, t in pairs(agent.tools or {}) do own.tools[name] = t.verify end
+  local base, berr = run_all()
+  if not base then cassette.close() return nil, berr end
+  for i, v in ipairs(vs) do
+    agent.verify = v.fn
+    for _, t in pairs(agent.tools or {}) do t.verify = v.fn end
+    local got, gerr = run_all()
+    if not got then cassette.close() return nil, gerr end
+    local same, changed, lost = 0, 0, 0
+    for _, q in ipairs(queries) do
+      local b, g = base[tostring(q.id)], got[tostring(q.id)]
+      if not b or b.error ~= nil or not g or g.error ~= nil then lost = lost + 1
+      elseif json.canonical(b.answer) == json.canonical(g.answer) then same = same + 1
+      else changed = changed + 1 end
+    end
+    res.rows[i].replayed = { same = same, changed = changed, not_replayable = lost }
+  end
+  agent.verify = own.agent
+  for name, t in pairs(agent.tools or {}) do t.verify = own.tools[name] end
+  cassette.close()
+  return true
 end
 
 -- Parse --k: the number of threads, or math.huge for inf | nil, err.
@@ -501,11 +576,13 @@ function M.main(args)
     ["--k"] = { "k", convert = parse_k },
     ["--labels"] = "labels",
     ["--pairs"] = { "pairs", flag = true },
+    ["--agent"] = "agent", ["--input"] = "input",
     ["--json"] = { "json", flag = true },
   }, { first = 2, into = { k = math.huge, verifiers = {} } })
   if not o then return usage(err) end
   local vs, verr = M.load_verifiers(#o.verifiers > 0 and o.verifiers or M.DEFAULT)
   if not vs then return usage(verr) end
+  if (o.agent ~= nil) ~= (o.input ~= nil) then return usage("--agent and --input go together") end
   if C.sp_host_path_kind(src) == 1 then return fail(M.file_message(src)) end
   local recs, lerr = lab.cassette(src)
   if not recs then return fail(lerr) end
@@ -531,6 +608,11 @@ function M.main(args)
   end
   local res, aerr = M.analyse(recs, vs, { k = o.k, labels = labels })
   if not res then return fail(format("cassette '%s': %s", src, aerr)) end
+  if o.agent then
+    local ok, rerr = M.agent_replay(res, vs, src, o.agent, o.input)
+    if not ok then return fail(rerr) end
+    res.agent = o.agent
+  end
   local said
   for _, r in ipairs(res.rows) do
     if r.first_error then io.stderr:write("specula verifiers: ", r.verifier, ": ", r.first_error, "\n") end

@@ -210,4 +210,27 @@ describe("specula verifiers", function()
     assert.are.equal(1, st)
     assert.matches("results files hold no speculated candidates", err)
   end)
+
+  it("--agent replays the tape with each verifier in every tool and compares the answers", function()
+    local env = { OPENAI_API_KEY = "any", SEARCH_KEY = "any", CAS_NODE = "/nonexistent/node", SPECULA_SOURCE_DIR = H.root }
+    local st, out, err = H.specula({ "verifiers", TAPE, "--verifier", "exact", "--verifier", "spechop", "--agent",
+      EX .. "/agent.lua", "--input", EX .. "/queries.jsonl", "--json" }, env)
+    assert.are.equal(0, st, err)
+    local v = by_name(cjson.decode(out))
+    -- exact is the recording's verifier: the replay is the recording
+    assert.are.same({ same = 6, changed = 0, not_replayable = 0 }, v.exact.answer_change.replayed)
+    -- spechop commits the wrong lookups; the agent then asks for calls the
+    -- tape never saw (the next tag depends on the lookup): not replayable
+    assert.are.same({ same = 0, changed = 0, not_replayable = 6 }, v.spechop.answer_change.replayed)
+    st, out, err = H.specula({ "verifiers", TAPE, "--verifier", "spechop", "--agent", EX .. "/agent.lua", "--input",
+      EX .. "/queries.jsonl" }, env)
+    assert.are.equal(0, st, err)
+    assert.matches("\nspechop%s+0%s+0%s+6\n", out)
+    st, _, err = H.specula({ "verifiers", TAPE, "--agent", EX .. "/agent.lua" }, env)
+    assert.are.equal(2, st)
+    assert.matches("%-%-agent and %-%-input go together", err)
+    st, _, err = H.specula({ "verifiers", TAPE, "--agent", EX .. "/README.md", "--input", EX .. "/queries.jsonl" }, env)
+    assert.are.equal(1, st)
+    assert.matches("cannot load %-%-agent script", err)
+  end)
 end)
