@@ -17,6 +17,20 @@ local function is_agent(v)
   return type(v) == "table" and (v.__specula_agent or (type(v.step) == "function" and type(v.init) == "function"))
 end
 
+-- An agent may be split into modules beside it: `require "helpers"` finds
+-- DIR/helpers.lua from any working directory. Searched last, so no file
+-- beside a script can stand in for specula's or the system's modules; a
+-- directory whose name holds package.path's ';' or '?' is not added, nor
+-- one already there.
+function M.add_script_dir(script)
+  local dir = script:match("^(.*)/[^/]*$") or "."
+  if dir == "" then dir = "/" end
+  if dir:find("[;?]") then return end
+  local entry = dir .. "/?.lua;" .. dir .. "/?/init.lua"
+  if (";" .. package.path .. ";"):find(";" .. entry .. ";", 1, true) then return end
+  package.path = package.path .. ";" .. entry
+end
+
 -- Run a script: its main chunk runs inside the main task, so it may call
 -- async functions at top level. If it returns an agent, run the agent.
 local function run_script(script, args)
@@ -25,15 +39,7 @@ local function run_script(script, args)
   end
   local chunk, err = loadfile(script)
   if not chunk then sched.plain_error("cannot load script: " .. tostring(err)) end
-  -- An agent may be split into modules beside it: `require "helpers"` finds
-  -- DIR/helpers.lua from any working directory. Searched last, so no file
-  -- beside a script can stand in for specula's or the system's modules; a
-  -- directory whose name holds package.path's ';' or '?' is not added.
-  local dir = script:match("^(.*)/[^/]*$") or "."
-  if dir == "" then dir = "/" end
-  if not dir:find("[;?]") then
-    package.path = package.path .. ";" .. dir .. "/?.lua;" .. dir .. "/?/init.lua"
-  end
+  M.add_script_dir(script)
   -- --record / --replay-io open before the main chunk runs: it may connect
   -- to an MCP server at top level
   local okc, cerr = require("specula.cassette").from_args(args)

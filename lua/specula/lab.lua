@@ -56,6 +56,18 @@ function M.cassette(dir)
   return recs, files
 end
 
+-- Each name of `names` through loader(name) -> value | nil, err: a list of
+-- { name = name, value = value } in order, or nil and the first error.
+function M.load_named(names, loader)
+  local out = {}
+  for _, n in ipairs(names) do
+    local v, err = loader(n)
+    if v == nil then return nil, err end
+    out[#out + 1] = { name = n, value = v }
+  end
+  return out
+end
+
 -- The chunk of a user's Lua file `spec` (a `what`: "verifier", "predictor"),
 -- or nil and a message: `unknown` when spec is not a regular file.
 function M.lua_file(spec, what, unknown)

@@ -46,6 +46,10 @@ options:
   --group auto|file     auto (default): group records by their `config`, else
                         by mode and k; file: one configuration per input file
   --title TEXT          the report's title
+  --cassette DIR        a cassette (`specula run --record DIR`): adds a Verifiers
+                        section, the table of `specula verifiers DIR`
+  --verifier V          a verifier for that section (repeatable; default: exact,
+                        normalized, spechop, jaccard), as `specula verifiers` takes it
   --bootstrap N         bootstrap resamples for the RelLat CI (default {bootstrap_iterations})
   --seed N              bootstrap seed (default {bootstrap_seed}, as in `specula run --compare`)
   -h, --help            this text
@@ -63,6 +67,7 @@ local function parse_args(args)
   local D = require("specula.opts").DEFAULTS
   local o, err = argv.parse(args, {
     ["-o"] = "out", ["--out"] = "out", ["--trace"] = "trace", ["--query"] = "query", ["--title"] = "title",
+    ["--cassette"] = "cassette", ["--verifier"] = { "verifiers", list = true },
     ["--group"] = { "group", convert = argv.one_of({ auto = true, file = true }, "--group must be auto or file") },
     ["--bootstrap"] = { "iterations", convert = function(v)
       v = tonumber(v)
@@ -79,6 +84,13 @@ local function parse_args(args)
        iterations = D.bootstrap_iterations, seed = D.bootstrap_seed } })
   if not o then usage_error(err) end
   if not o.help and #o.files == 0 then usage_error("no results file given") end
+  if o.verifiers and not o.cassette then usage_error("--verifier needs --cassette DIR") end
+  if o.cassette and not o.help then
+    local vlab = require "specula.verifierlab"
+    local err
+    o.vs, err = vlab.load_verifiers(o.verifiers or vlab.DEFAULT)
+    if not o.vs then usage_error(err) end
+  end
   return o
 end
 
@@ -92,12 +104,28 @@ local function render(o, configs, records, warnings, pooled)
   figs.stages, figs.stages_summary, figs.panels = figures.stages(records)
   figs.timeline, figs.timeline_caption = timeline.section(configs, records, o)
   figs.queries = figures.rel_lat_dist(configs, pooled)
+  figs.verifiers = o.vlab
   return page.render(o, configs, records, warnings, pooled, figs)
+end
+
+-- The verifier lab's result on o.cassette (specula.verifierlab.analyse),
+-- or the command ends saying why.
+local function verifier_lab(o)
+  local vlab = require "specula.verifierlab"
+  local C = require("specula.core").C
+  if C.sp_host_path_kind(o.cassette) == 1 then fail(vlab.file_message(o.cassette)) end
+  local recs, err = lab.cassette(o.cassette)
+  if not recs then fail(err) end
+  local res, aerr = vlab.analyse(recs, o.vs, { k = math.huge })
+  if not res then fail(format("cassette '%s': %s", o.cassette, aerr)) end
+  res.source = o.cassette
+  return res
 end
 
 function M.main(args)
   local o = lab.parse_args("specula report", usage_text, parse_args, args)
   if not o then return end
+  if o.cassette then o.vlab = verifier_lab(o) end
   local records, warnings, seq = {}, {}, 0
   for _, path in ipairs(o.files) do
     local recs

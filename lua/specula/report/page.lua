@@ -26,6 +26,18 @@ local function td(key, value, text, cls)
   return format('<td class="%s" data-key="%s" data-value="%s">%s</td>', cls or "num", key, esc(dv), esc(text))
 end
 
+-- A table row's closing tag, the row joined into the table's lines h.
+local function end_row(h, row)
+  row[#row + 1] = "</tr>"
+  h[#h + 1] = concat(row)
+end
+
+-- The table's closing tags and its HTML.
+local function end_table(h)
+  h[#h + 1] = "</tbody></table></div>"
+  return concat(h, "\n")
+end
+
 local function summary_table(configs)
   local h = {}
   h[#h + 1] = '<div class="table-wrap"><table class="summary" id="summary-table">'
@@ -62,11 +74,9 @@ local function summary_table(configs)
     row[#row + 1] = td("rollbacks", s.rollbacks, tostring(s.rollbacks))
     row[#row + 1] = td("calls_per_query", format("%.17g,%.17g,%.17g", s.model_pq, s.target_pq, s.spec_pq),
       format("%.1f · %.1f · %.1f", s.model_pq, s.target_pq, s.spec_pq))
-    row[#row + 1] = "</tr>"
-    h[#h + 1] = concat(row)
+    end_row(h, row)
   end
-  h[#h + 1] = "</tbody></table></div>"
-  return concat(h, "\n")
+  return end_table(h)
 end
 
 -- Paired differences of every configuration against the first row's
@@ -111,12 +121,48 @@ local function paired_table(configs, o)
       row[#row + 1] = td("ratio_ci", v, t, "num ci")
       row[#row + 1] = td("signs", format("%d,%d,%d", r.pos, r.neg, r.zero), format("%d / %d / %d", r.pos, r.neg, r.zero))
       row[#row + 1] = td("sign_p", r.sign_p, format("%.3g", r.sign_p))
-      row[#row + 1] = "</tr>"
-      h[#h + 1] = concat(row)
+      end_row(h, row)
     end
   end
-  h[#h + 1] = "</tbody></table></div>"
-  return concat(h, "\n")
+  return end_table(h)
+end
+
+-- The verifier lab on a cassette (`--cassette`): one row per verifier, the
+-- numbers of `specula verifiers` (res: specula.verifierlab.analyse).
+local function verifiers_table(res)
+  local h = {}
+  local labelled = res.labelled
+  h[#h + 1] = '<div class="table-wrap"><table class="summary" id="verifiers-table">'
+  h[#h + 1] = format("<caption>%d (candidate, observation) pairs from <code>%s</code>; α = %.3f, β = %s, k = ∞. "
+    .. "False accepts: accepted but not <code>exact</code>. RelLat: the theory at p (Corollary 1); replay: the "
+    .. "recorded stages of %d quer%s re-scheduled with the verifier's verdicts. Answers unknown: queries where a "
+    .. "wrong guess would be committed (the tape never saw what follows it).</caption>",
+    #res.pairs, esc(res.source), res.alpha, res.beta and format("%.3f", res.beta) or "–", res.replayed_queries,
+    res.replayed_queries == 1 and "y" or "ies")
+  h[#h + 1] = '<thead><tr><th scope="col" class="txt">Verifier</th><th scope="col">Accepted</th><th scope="col">p</th>'
+    .. '<th scope="col">False accepts</th><th scope="col">RelLat (theory)</th><th scope="col">RelLat (replay)</th>'
+    .. '<th scope="col">Answers unknown</th><th scope="col">Errors</th>'
+    .. (labelled and '<th scope="col">Label FA</th><th scope="col">Label FR</th><th scope="col">Unlabelled</th>' or "")
+    .. "</tr></thead><tbody>"
+  for _, r in ipairs(res.rows) do
+    local row = {}
+    row[#row + 1] = format('<tr class="verifier" data-verifier="%s">', esc(r.verifier))
+    row[#row + 1] = format('<th scope="row" class="txt" data-key="verifier">%s</th>', esc(r.verifier))
+    row[#row + 1] = td("accepted", r.accepted, tostring(r.accepted))
+    row[#row + 1] = td("p", r.p, fnum(r.p, 3))
+    row[#row + 1] = td("false_accepts", r.false_accepts, tostring(r.false_accepts), r.false_accepts > 0 and "num bad" or "num")
+    row[#row + 1] = td("rel_lat", r.rel_lat, fnum(r.rel_lat, 3))
+    row[#row + 1] = td("replay_rel_lat", r.replay_rel_lat, fnum(r.replay_rel_lat, 3), "num strong")
+    row[#row + 1] = td("answers_unknown", r.answers.unknown, format("%d of %d", r.answers.unknown, r.answers.queries))
+    row[#row + 1] = td("errors", r.errors, tostring(r.errors))
+    if r.labels then
+      row[#row + 1] = td("label_fa", r.labels.false_accepts, tostring(r.labels.false_accepts))
+      row[#row + 1] = td("label_fr", r.labels.false_rejects, tostring(r.labels.false_rejects))
+      row[#row + 1] = td("unlabelled", r.labels.unlabelled, tostring(r.labels.unlabelled))
+    end
+    end_row(h, row)
+  end
+  return end_table(h)
 end
 
 ----------------------------------------------------------------------------
@@ -213,6 +259,7 @@ local function render(o, configs, records, warnings, pooled, figs)
   add('<nav aria-label="Contents"><ol><li><a href="#summary">Summary per configuration</a></li>'
     .. '<li><a href="#fig-k">RelLat against k</a></li><li><a href="#fig-stages">Stage latencies</a></li>'
     .. '<li><a href="#fig-timeline">Timeline of one query</a></li><li><a href="#fig-queries">Per-query RelLat</a></li>'
+    .. (figs.verifiers and '<li><a href="#verifiers">Verifiers</a></li>' or "")
     .. '<li><a href="#methods">Methods</a></li></ol></nav>')
   add('<section id="summary"><h2>1. Summary per configuration</h2>')
   add(summary_table(configs))
@@ -257,6 +304,11 @@ local function render(o, configs, records, warnings, pooled, figs)
   add("<figcaption>Each dot is one query's wall / standard latency; boxes span the interquartile range with the "
     .. "median as a bar, whiskers the 5th to 95th percentiles, the diamond the mean of the per-query ratios "
     .. "(the table's RelLat is the ratio of sums, which weighs long queries more).</figcaption></figure></section>")
+  if figs.verifiers then
+    add('<section id="verifiers"><h2>6. Verifiers</h2>')
+    add(verifiers_table(figs.verifiers))
+    add("</section>")
+  end
   add('<section id="methods"><h2>Methods</h2>')
   add(methods_note(pooled, o.iterations))
   add("</section></main></body></html>")
