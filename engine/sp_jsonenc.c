@@ -25,6 +25,7 @@
 #define SP_JSONENC_UP_OBJECT lua_upvalueindex(2)
 #define SP_JSONENC_UP_NULL lua_upvalueindex(3)
 #define SP_JSONENC_UP_STATE lua_upvalueindex(4)
+#define SP_JSONENC_UP_RAW lua_upvalueindex(5)
 
 typedef struct sp_jsonenc_key {
   const char *s;  /* a string key's bytes (owned by the table); NULL for a number */
@@ -150,12 +151,24 @@ static int sp_jsonenc_table(sp_jsonenc *e, lua_State *L, int idx, int depth) {
     return sp_jsonenc_fail(e, "nesting deeper than %d", SP_JSONENC_MAX_DEPTH);
   }
   if (!lua_checkstack(L, 4)) return sp_jsonenc_fail(e, "out of memory");
-  e->path[depth] = self;
-  int mt = 0;  /* 1 array_mt, 2 object_mt, 3 another metatable */
+  int mt = 0;  /* 1 array_mt, 2 object_mt, 3 another metatable, 4 raw_mt */
   if (lua_getmetatable(L, idx)) {
-    mt = lua_rawequal(L, -1, SP_JSONENC_UP_ARRAY) ? 1 : lua_rawequal(L, -1, SP_JSONENC_UP_OBJECT) ? 2 : 3;
+    mt = lua_rawequal(L, -1, SP_JSONENC_UP_ARRAY)    ? 1
+         : lua_rawequal(L, -1, SP_JSONENC_UP_OBJECT) ? 2
+         : lua_rawequal(L, -1, SP_JSONENC_UP_RAW)    ? 4
+                                                     : 3;
     lua_pop(L, 1);
   }
+  if (mt == 4) {
+    /* text that is canonical JSON already: copied as it is (json.raw) */
+    lua_rawgeti(L, idx, 1);
+    size_t n = 0;
+    const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &n) : NULL;
+    int rc = s ? sp_jsonenc_put(e, s, n) : sp_jsonenc_fail(e, "a raw JSON value without its text");
+    lua_pop(L, 1);
+    return rc;
+  }
+  e->path[depth] = self;
   /* the keys, in next() order; are they exactly positive integers? */
   /* the first keys' values stay on the stack (key, value, key, value...),
      so writing them needs no lookup; the key copy on top drives lua_next */
@@ -297,11 +310,11 @@ static int sp_jsonenc_gc(lua_State *L) {
   return 0;
 }
 
-/* new(array_mt, object_mt, null) -> enc */
+/* new(array_mt, object_mt, null [, raw_mt]) -> enc */
 static int sp_jsonenc_new(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
-  lua_settop(L, 3);
+  lua_settop(L, 4);
   sp_jsonenc *e = lua_newuserdata(L, sizeof *e);
   memset(e, 0, sizeof *e);
   sp_buf_init(&e->out);
@@ -310,7 +323,13 @@ static int sp_jsonenc_new(lua_State *L) {
     lua_setfield(L, -2, "__gc");
   }
   lua_setmetatable(L, -2);
-  lua_pushcclosure(L, sp_jsonenc_call, 4);
+  if (lua_isnoneornil(L, 4)) {
+    lua_newtable(L);  /* no raw metatable given: one nothing can carry */
+    lua_replace(L, 4);
+  }
+  lua_pushvalue(L, 4);
+  lua_remove(L, 4);
+  lua_pushcclosure(L, sp_jsonenc_call, 5);
   return 1;
 }
 

@@ -9,7 +9,8 @@
  * Lua sees it as a module: package.preload["specula.jsonenc"] in the specula
  * binary (sp_host.c), package.loadlib(libspecula_core.so,
  * "luaopen_specula_jsonenc") under plain luajit. The module is a function
- * new(array_mt, object_mt, null) returning enc(value, sorted): the text,
+ * new(array_mt, object_mt, null [, raw_mt]) returning enc(value, sorted): the
+ * text (a table under raw_mt is { text } and its text is copied verbatim),
  * keys sorted bytewise when sorted is true, or nil and "JSON: <why>" with
  * the message json.lua gives for the same value. enc runs no Lua code and
  * never yields. */
