@@ -584,6 +584,12 @@ M.canonical = cenc and function(value)
   return s
 end or M.canonical_lua
 
+-- The canonical text of value and a newline written to the io file f and
+-- flushed, from the C encoder's buffer (no Lua string): true; nil and
+-- "JSON: <why>" when value cannot be encoded (nothing written); false and
+-- the OS error when the write or the flush failed. nil without the C encoder.
+M.write_line = cenc and function(f, value) return cenc(value, true, f) end or nil
+
 -- Why value cannot be encoded, or nil when it can: the path of the first
 -- offending part (root .. ".field[2].x", array indexes from 0 as in JSON)
 -- and the reason. Same rules as the encoder; only called after it failed, so

@@ -294,9 +294,11 @@ M.record_line = record_line
 
 -- A record sink for run_all: one JSON line per finished query, flushed at
 -- once so a killed run loses at most the line in flight (resume repairs it).
+-- The line goes from the C encoder's buffer to the file (json.write_line).
 -- `config` tags each record with its configuration (used by --compare).
 -- `what` names the output in messages; `path`, when it is a regular file,
 -- is cut back to its last complete line should a write fail.
+local write_line = json.write_line
 local function record_writer(out, config, what, path)
   what = what or "stdout"
   local regular = path and C.sp_host_path_kind(path) == 1
@@ -305,11 +307,16 @@ local function record_writer(out, config, what, path)
     -- the run's sums are not part of the record (no pairs() copy: see json.lua)
     local agg = rec._agg
     rec._agg = nil
-    local line = record_line(rec)
-    rec._agg = agg
     local size = regular and out:seek("end")
-    local ok, err = out:write(line, "\n")
-    if ok then ok, err = out:flush() end
+    local ok, err
+    if write_line then ok, err = write_line(out, rec) end
+    if ok == nil then
+      -- no C encoder, or the record cannot be encoded: the checked Lua path
+      local line = record_line(rec)
+      ok, err = out:write(line, "\n")
+      if ok then ok, err = out:flush() end
+    end
+    rec._agg = agg
     if not ok then
       if size then C.truncate(path, size) end
       write_failed(what, err)
