@@ -67,7 +67,7 @@ local function collect(w, q, run)
   local status = C.sp_window_status(w)
   local rec = { id = q.id, query = q.query }
   if q.gold then rec.gold = q.gold end
-  local traj, hops = {}, {}
+  local traj, hops = {}, nil
   local n = C.sp_window_nhops(w)
   if light then
     C.sp_window_stats_get(w, wstats)
@@ -77,6 +77,7 @@ local function collect(w, q, run)
     return rec
   end
   local stages = run.raw_stages and stages_text(w)
+  if not stages then hops = {} end
   for i = 0, n - 1 do
     C.sp_window_hop(w, i, hop_info)
     local step = registry[hop_info.step_ref]
