@@ -472,6 +472,12 @@ const char *sp_window_error(const sp_window *w);
 int sp_window_answer_ref(const sp_window *w);    /* value-store slot of the final step */
 int sp_window_nhops(const sp_window *w);
 int sp_window_hop(const sp_window *w, int i, sp_hop_info *out);
+/* The record's "stages" object of a finished window as canonical JSON
+   (keys sorted, times rounded to 4 decimals as the Lua record does): its
+   length, copied into out when it fits in cap bytes (no NUL); -1 when a time
+   is not finite, a verifier reason is not valid UTF-8, or memory ran out
+   (the caller then builds the object in Lua, which cleans or reports it). */
+int sp_window_stages_json(const sp_window *w, char *out, int cap);
 void sp_window_stats_get(const sp_window *w, sp_window_stats *out);
 void sp_window_cancel(sp_window *w);
 void sp_window_free(sp_window *w);               /* refs are released from the loop */

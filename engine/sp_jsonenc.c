@@ -5,7 +5,9 @@
 #include "sp_jsonenc.h"
 #include "sp_buf.h"
 #include "sp_json.h"
+#include <errno.h>
 #include <lauxlib.h>
+#include <lualib.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,6 +27,7 @@
 #define SP_JSONENC_UP_OBJECT lua_upvalueindex(2)
 #define SP_JSONENC_UP_NULL lua_upvalueindex(3)
 #define SP_JSONENC_UP_STATE lua_upvalueindex(4)
+#define SP_JSONENC_UP_RAW lua_upvalueindex(5)
 
 typedef struct sp_jsonenc_key {
   const char *s;  /* a string key's bytes (owned by the table); NULL for a number */
@@ -150,12 +153,24 @@ static int sp_jsonenc_table(sp_jsonenc *e, lua_State *L, int idx, int depth) {
     return sp_jsonenc_fail(e, "nesting deeper than %d", SP_JSONENC_MAX_DEPTH);
   }
   if (!lua_checkstack(L, 4)) return sp_jsonenc_fail(e, "out of memory");
-  e->path[depth] = self;
-  int mt = 0;  /* 1 array_mt, 2 object_mt, 3 another metatable */
+  int mt = 0;  /* 1 array_mt, 2 object_mt, 3 another metatable, 4 raw_mt */
   if (lua_getmetatable(L, idx)) {
-    mt = lua_rawequal(L, -1, SP_JSONENC_UP_ARRAY) ? 1 : lua_rawequal(L, -1, SP_JSONENC_UP_OBJECT) ? 2 : 3;
+    mt = lua_rawequal(L, -1, SP_JSONENC_UP_ARRAY)    ? 1
+         : lua_rawequal(L, -1, SP_JSONENC_UP_OBJECT) ? 2
+         : lua_rawequal(L, -1, SP_JSONENC_UP_RAW)    ? 4
+                                                     : 3;
     lua_pop(L, 1);
   }
+  if (mt == 4) {
+    /* text that is canonical JSON already: copied as it is (json.raw) */
+    lua_rawgeti(L, idx, 1);
+    size_t n = 0;
+    const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &n) : NULL;
+    int rc = s ? sp_jsonenc_put(e, s, n) : sp_jsonenc_fail(e, "a raw JSON value without its text");
+    lua_pop(L, 1);
+    return rc;
+  }
+  e->path[depth] = self;
   /* the keys, in next() order; are they exactly positive integers? */
   /* the first keys' values stay on the stack (key, value, key, value...),
      so writing them needs no lookup; the key copy on top drives lua_next */
@@ -265,16 +280,66 @@ static int sp_jsonenc_value(sp_jsonenc *e, lua_State *L, int idx, int depth) {
   }
 }
 
-/* enc(value, sorted) -> text | nil, "JSON: <why>" */
+/* The FILE of an io library file handle at idx (Lua 5.1's convention: the
+   userdata under LUA_FILEHANDLE starts with the FILE pointer); NULL when the
+   value is not one, *closed = 1 when it is one that was closed. */
+static FILE *sp_jsonenc_file(lua_State *L, int idx, int *closed) {
+  *closed = 0;
+  if (lua_type(L, idx) != LUA_TUSERDATA || !lua_getmetatable(L, idx)) return NULL;
+  luaL_getmetatable(L, LUA_FILEHANDLE);
+  int is_file = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  if (!is_file) return NULL;
+  FILE *f = *(FILE **)lua_touserdata(L, idx);
+  if (!f) *closed = 1;
+  return f;
+}
+
+/* The text and a newline written to f and flushed (the io library's
+   write + flush, with its error text): true, or false and the reason. */
+static int sp_jsonenc_write_line(sp_jsonenc *e, lua_State *L, FILE *f) {
+  int ok = sp_jsonenc_put(e, "\n", 1) == 0;
+  if (!ok) {
+    lua_pushboolean(L, 0);
+    lua_pushstring(L, e->err + 6);  /* "out of memory", without "JSON: " */
+    return 2;
+  }
+  errno = 0;
+  ok = fwrite(e->out.data, 1, e->out.len, f) == e->out.len;
+  if (ok) ok = fflush(f) == 0;
+  if (ok) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  lua_pushboolean(L, 0);
+  lua_pushstring(L, errno ? strerror(errno) : "write error");
+  return 2;
+}
+
+/* enc(value, sorted) -> text | nil, "JSON: <why>"
+   enc(value, sorted, file) -> true | nil, "JSON: <why>" (nothing written) |
+   false, "<OS error>" (a write or flush failed) */
 static int sp_jsonenc_call(lua_State *L) {
   sp_jsonenc *e = lua_touserdata(L, SP_JSONENC_UP_STATE);
   e->sorted = lua_toboolean(L, 2);
+  FILE *file = NULL;
+  if (!lua_isnoneornil(L, 3)) {
+    int closed;
+    file = sp_jsonenc_file(L, 3, &closed);
+    if (!file) {
+      lua_pushboolean(L, 0);
+      lua_pushstring(L, closed ? "attempt to use a closed file" : "not a file");
+      return 2;
+    }
+  }
   lua_settop(L, 1);
   sp_buf_reset(&e->out);
   e->nkeys = 0;
   int rc = sp_jsonenc_value(e, L, 1, 0);
   lua_settop(L, 1);
-  if (rc == 0) lua_pushlstring(L, e->out.data ? e->out.data : "", e->out.len);
+  int nret = 1;
+  if (rc == 0 && file) nret = sp_jsonenc_write_line(e, L, file);
+  else if (rc == 0) lua_pushlstring(L, e->out.data ? e->out.data : "", e->out.len);
   /* do not pin the memory of one big value */
   if (e->out.cap > SP_JSONENC_KEEP_BYTES) sp_buf_free(&e->out);
   if (e->capkeys > SP_JSONENC_KEEP_KEYS) {
@@ -282,7 +347,7 @@ static int sp_jsonenc_call(lua_State *L) {
     e->keys = NULL;
     e->capkeys = 0;
   }
-  if (rc == 0) return 1;
+  if (rc == 0) return nret;
   lua_pushnil(L);
   lua_pushstring(L, e->err);
   return 2;
@@ -297,11 +362,11 @@ static int sp_jsonenc_gc(lua_State *L) {
   return 0;
 }
 
-/* new(array_mt, object_mt, null) -> enc */
+/* new(array_mt, object_mt, null [, raw_mt]) -> enc */
 static int sp_jsonenc_new(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
-  lua_settop(L, 3);
+  lua_settop(L, 4);
   sp_jsonenc *e = lua_newuserdata(L, sizeof *e);
   memset(e, 0, sizeof *e);
   sp_buf_init(&e->out);
@@ -310,7 +375,13 @@ static int sp_jsonenc_new(lua_State *L) {
     lua_setfield(L, -2, "__gc");
   }
   lua_setmetatable(L, -2);
-  lua_pushcclosure(L, sp_jsonenc_call, 4);
+  if (lua_isnoneornil(L, 4)) {
+    lua_newtable(L);  /* no raw metatable given: one nothing can carry */
+    lua_replace(L, 4);
+  }
+  lua_pushvalue(L, 4);
+  lua_remove(L, 4);
+  lua_pushcclosure(L, sp_jsonenc_call, 5);
   return 1;
 }
 

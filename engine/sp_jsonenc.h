@@ -9,10 +9,14 @@
  * Lua sees it as a module: package.preload["specula.jsonenc"] in the specula
  * binary (sp_host.c), package.loadlib(libspecula_core.so,
  * "luaopen_specula_jsonenc") under plain luajit. The module is a function
- * new(array_mt, object_mt, null) returning enc(value, sorted): the text,
+ * new(array_mt, object_mt, null [, raw_mt]) returning enc(value, sorted): the
+ * text (a table under raw_mt is { text } and its text is copied verbatim),
  * keys sorted bytewise when sorted is true, or nil and "JSON: <why>" with
- * the message json.lua gives for the same value. enc runs no Lua code and
- * never yields. */
+ * the message json.lua gives for the same value. enc(value, sorted, file)
+ * writes the text and a newline to an io library file handle instead and
+ * flushes it: true, nil and the reason when the value cannot be encoded
+ * (nothing written), or false and the OS error when a write or the flush
+ * failed. enc runs no Lua code and never yields. */
 #ifndef SP_JSONENC_H
 #define SP_JSONENC_H
 #include <lua.h>

@@ -40,6 +40,8 @@
 #include "sp_stats.h"
 #include "sp_theory.h"
 #include "sp_vals.h"
+#include "sp_buf.h"
+#include "sp_json.h"
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -1167,6 +1169,64 @@ int sp_window_hop(const sp_window *w, int i, sp_hop_info *out) {
   if (!w || i < 0 || i >= w->nhops) return -1;
   *out = w->hops[i].info;
   return 0;
+}
+
+/* round(x, 4) of lua/specula/aggregate.lua, the same operations in the
+   same order, so the number printed is the same. */
+static double sp_window_round4(double x) { return floor(x * 10000.0 + 0.5) / 10000.0; }
+
+/* One rounded stage time as "key":value; -1 if it is not finite (the Lua
+   path then reports the record as unencodable, as before). */
+static int sp_window_put_ms(sp_buf *b, const char *key, double ms) {
+  double r = sp_window_round4(ms);
+  if (!isfinite(r)) return -1;
+  if (sp_buf_puts(b, key) != 0) return -1;
+  return sp_json_write_number(b, r);
+}
+
+int sp_window_stages_json(const sp_window *w, char *out, int cap) {
+  if (!w || cap < 0) return -1;
+  sp_buf b;
+  sp_buf_init(&b);
+  int rc = sp_window_put_ms(&b, "{\"final_seg\":", w->st.final_seg_ms);
+  if (rc == 0) rc = sp_buf_puts(&b, ",\"hops\":[");
+  for (int i = 0; i < w->nhops && rc == 0; i++) {
+    const sp_hop_info *h = &w->hops[i].info;
+    const char *reason = h->reason ? h->reason : "";
+    size_t rlen = strlen(reason);
+    /* a reason that is not valid UTF-8 is cleaned by the Lua path */
+    for (size_t j = 0; j < rlen && rc == 0; j++) {
+      if ((unsigned char)reason[j] < 0x80) continue;
+      size_t l = sp_json_utf8_seq((const unsigned char *)reason + j, rlen - j);
+      if (!l) rc = -1;
+      else j += l - 1;
+    }
+    const char *spec = sp_spec_name(h->spec);
+    if (rc == 0) rc = sp_buf_printf(&b, "%s{\"hop\":%d", i ? "," : "", i);
+    if (rc == 0 && h->ncands > 0) rc = sp_buf_printf(&b, ",\"ncands\":%d", h->ncands);
+    if (rc == 0 && h->rank >= 0) rc = sp_buf_printf(&b, ",\"rank\":%d", h->rank);
+    if (rc == 0 && rlen > 0) {
+      rc = sp_buf_puts(&b, ",\"reason\":");
+      if (rc == 0) rc = sp_json_write_string(&b, reason, rlen);
+    }
+    if (rc == 0) rc = sp_buf_puts(&b, ",\"spec\":");
+    if (rc == 0) rc = sp_json_write_string(&b, spec ? spec : "none", strlen(spec ? spec : "none"));
+    if (rc == 0) rc = sp_window_put_ms(&b, ",\"t_seg\":", h->t_seg);
+    if (rc == 0 && h->t_spec >= 0) rc = sp_window_put_ms(&b, ",\"t_spec\":", h->t_spec);
+    if (rc == 0) rc = sp_window_put_ms(&b, ",\"t_target\":", h->t_target);
+    if (rc == 0) rc = sp_window_put_ms(&b, ",\"t_update\":", h->t_update);
+    if (rc == 0) rc = sp_window_put_ms(&b, ",\"t_verify\":", h->t_verify);
+    if (rc == 0) rc = sp_buf_putc(&b, '}');
+  }
+  if (rc == 0) rc = sp_window_put_ms(&b, "],\"init\":", w->st.init_ms);
+  if (rc == 0) rc = sp_buf_putc(&b, '}');
+  int n = -1;
+  if (rc == 0 && b.len <= (size_t)INT_MAX) {
+    n = (int)b.len;
+    if (n <= cap) memcpy(out, b.data, b.len);
+  }
+  sp_buf_free(&b);
+  return n;
 }
 
 void sp_window_stats_get(const sp_window *w, sp_window_stats *out) {

@@ -335,6 +335,7 @@ function M.main(agent, o, queries, script)
     end
     require("specula.cassette").rewind()   -- a replayed cassette starts over for each config
     local run = runner.make_run(agent, oc, script)
+    run.raw_stages = true   -- written, then dropped (below): engine-written JSON
     local list = {}
     for j, t in ipairs(missing) do list[j] = t.q end
     local show = o.progress or (not o.quiet and o.out ~= nil and runner.isatty(2))

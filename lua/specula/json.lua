@@ -66,6 +66,13 @@ M.null = null
 M.array_mt = array_mt
 M.object_mt = object_mt
 
+-- Text that is already canonical JSON (e.g. a part of a record written by
+-- the engine), emitted verbatim by encode and canonical: { text } under
+-- raw_mt. The caller vouches for the text; nothing checks it.
+local raw_mt = { __name = "specula.json.raw" }
+M.raw_mt = raw_mt
+function M.raw(text) return setmetatable({ text }, raw_mt) end
+
 function M.array(t) return setmetatable(t or {}, array_mt) end
 function M.object(t) return setmetatable(t or {}, object_mt) end
 
@@ -453,8 +460,9 @@ local function emit_table(t, buf, bn, depth, sorted, stack)
     end
     eerr("nesting deeper than " .. MAX_DEPTH)
   end
-  stack[depth] = t
   local mt = getmetatable(t)
+  if mt == raw_mt then bn = bn + 1; buf[bn] = rawget(t, 1); return bn end
+  stack[depth] = t
   local keys = keypool[depth]
   if not keys then keys = {}; keypool[depth] = keys end
   local count, maxn, indices = scan(t, keys)
@@ -560,7 +568,7 @@ local function c_encoder()
     new = package.loadlib(lib, "luaopen_specula_jsonenc")
     new = new and new()
   end
-  return type(new) == "function" and new(array_mt, object_mt, null) or nil
+  return type(new) == "function" and new(array_mt, object_mt, null, raw_mt) or nil
 end
 local cenc = c_encoder()
 M.c_encoder = cenc ~= nil
@@ -575,6 +583,12 @@ M.canonical = cenc and function(value)
   if s == nil then error(err, 0) end
   return s
 end or M.canonical_lua
+
+-- The canonical text of value and a newline written to the io file f and
+-- flushed, from the C encoder's buffer (no Lua string): true; nil and
+-- "JSON: <why>" when value cannot be encoded (nothing written); false and
+-- the OS error when the write or the flush failed. nil without the C encoder.
+M.write_line = cenc and function(f, value) return cenc(value, true, f) end or nil
 
 -- Why value cannot be encoded, or nil when it can: the path of the first
 -- offending part (root .. ".field[2].x", array indexes from 0 as in JSON)
@@ -607,6 +621,7 @@ local function find_bad(v, segs, depth, onpath)
     if v ~= v then return "NaN (not a number) cannot be encoded" end
     if v == huge or v == -huge then return "infinity cannot be encoded" end
   elseif tv == "table" then
+    if getmetatable(v) == raw_mt then return nil end
     if onpath[v] then return "a table that contains itself (a cycle)" end
     if depth >= MAX_DEPTH then return "nested deeper than " .. MAX_DEPTH .. " tables" end
     local keys, count, maxn, indices = {}, 0, 0, true

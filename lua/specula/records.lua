@@ -25,6 +25,22 @@ local registry = sched.vals
 local hop_info = ffi.new("sp_hop_info")
 local wstats = ffi.new("sp_window_stats")
 
+-- The "stages" object as JSON text written by the engine from the window
+-- (sp_window_stages_json), for records that are written and then dropped:
+-- no Lua table per hop. nil when the engine leaves it to the Lua path.
+local stages_cap = 8192
+local stages_buf = ffi.new("char[?]", stages_cap)
+local function stages_text(w)
+  local n = C.sp_window_stages_json(w, stages_buf, stages_cap)
+  if n > stages_cap then
+    stages_cap = n
+    stages_buf = ffi.new("char[?]", stages_cap)
+    n = C.sp_window_stages_json(w, stages_buf, stages_cap)
+  end
+  if n < 0 then return nil end
+  return ffi.string(stages_buf, n)
+end
+
 -- A finished window's answer, or its error, into rec.
 local function set_outcome(rec, w, status)
   if status == C.SP_WIN_DONE then
@@ -37,7 +53,10 @@ end
 
 -- Read a finished window into a result record. A light run (answers
 -- only, for benchmarks and large batches) keeps { id, query, answer or
--- error, hops } per query and adds the counters to `acc` instead.
+-- error, hops } per query and adds the counters to `acc` instead. With
+-- run.raw_stages (a CLI run that writes each record and keeps none of its
+-- stage times) rec.stages is the same object as engine-written JSON text
+-- (json.raw), encoded verbatim.
 local function collect(w, q, run)
   local o = run.o
   local k_cfg = o.mode == "sequential" and 1 or o.k
@@ -48,7 +67,7 @@ local function collect(w, q, run)
   local status = C.sp_window_status(w)
   local rec = { id = q.id, query = q.query }
   if q.gold then rec.gold = q.gold end
-  local traj, hops = {}, {}
+  local traj, hops = {}, nil
   local n = C.sp_window_nhops(w)
   if light then
     C.sp_window_stats_get(w, wstats)
@@ -57,25 +76,29 @@ local function collect(w, q, run)
     if acc then agg_add(acc, wstats, rec.error ~= nil) end
     return rec
   end
+  local stages = run.raw_stages and stages_text(w)
+  if not stages then hops = {} end
   for i = 0, n - 1 do
     C.sp_window_hop(w, i, hop_info)
     local step = registry[hop_info.step_ref]
     local obs = registry[hop_info.obs_ref]
     if obs == nil then obs = json.null end
     traj[i + 1] = { segment = step.segment, action = step.action, observation = obs }
-    local h = { hop = i, t_seg = round(hop_info.t_seg, 4), t_target = round(hop_info.t_target, 4),
-                t_update = round(hop_info.t_update, 4), t_verify = round(hop_info.t_verify, 4),
-                spec = SPEC_NAMES[hop_info.spec] or "none" }
-    if hop_info.t_spec >= 0 then
-      h.t_spec = round(hop_info.t_spec, 4)
+    if not stages then
+      local h = { hop = i, t_seg = round(hop_info.t_seg, 4), t_target = round(hop_info.t_target, 4),
+                  t_update = round(hop_info.t_update, 4), t_verify = round(hop_info.t_verify, 4),
+                  spec = SPEC_NAMES[hop_info.spec] or "none" }
+      if hop_info.t_spec >= 0 then
+        h.t_spec = round(hop_info.t_spec, 4)
+      end
+      if hop_info.rank >= 0 then h.rank = hop_info.rank end
+      if hop_info.ncands > 0 then h.ncands = hop_info.ncands end
+      -- C cuts messages at a byte count and passes on the agent's error text:
+      -- what goes into a record must be valid UTF-8
+      local reason = utf8_clean(ffi.string(hop_info.reason))
+      if reason ~= "" then h.reason = reason end
+      hops[i + 1] = h
     end
-    if hop_info.rank >= 0 then h.rank = hop_info.rank end
-    if hop_info.ncands > 0 then h.ncands = hop_info.ncands end
-    -- C cuts messages at a byte count and passes on the agent's error text:
-    -- what goes into a record must be valid UTF-8
-    local reason = utf8_clean(ffi.string(hop_info.reason))
-    if reason ~= "" then h.reason = reason end
-    hops[i + 1] = h
   end
   C.sp_window_stats_get(w, wstats)
   local st = wstats
@@ -118,7 +141,11 @@ local function collect(w, q, run)
     }
     if tonumber(pf.promoted_lossy) > 0 then rec.stats.lossy = true end
   end
-  rec.stages = { hops = hops, final_seg = round(final_seg, 4), init = round(st.init_ms, 4) }
+  if stages then
+    rec.stages = json.raw(stages)
+  else
+    rec.stages = { hops = hops, final_seg = round(final_seg, 4), init = round(st.init_ms, 4) }
+  end
   -- sums for the run's aggregate
   rec._agg = { wall = st.wall_ms, std = st.standard_ms, acc = st.accepted, rej = st.rejected,
                est = ffi.new("sp_est", st.est) }
@@ -268,9 +295,11 @@ M.record_line = record_line
 
 -- A record sink for run_all: one JSON line per finished query, flushed at
 -- once so a killed run loses at most the line in flight (resume repairs it).
+-- The line goes from the C encoder's buffer to the file (json.write_line).
 -- `config` tags each record with its configuration (used by --compare).
 -- `what` names the output in messages; `path`, when it is a regular file,
 -- is cut back to its last complete line should a write fail.
+local write_line = json.write_line
 local function record_writer(out, config, what, path)
   what = what or "stdout"
   local regular = path and C.sp_host_path_kind(path) == 1
@@ -279,11 +308,16 @@ local function record_writer(out, config, what, path)
     -- the run's sums are not part of the record (no pairs() copy: see json.lua)
     local agg = rec._agg
     rec._agg = nil
-    local line = record_line(rec)
-    rec._agg = agg
     local size = regular and out:seek("end")
-    local ok, err = out:write(line, "\n")
-    if ok then ok, err = out:flush() end
+    local ok, err
+    if write_line then ok, err = write_line(out, rec) end
+    if ok == nil then
+      -- no C encoder, or the record cannot be encoded: the checked Lua path
+      local line = record_line(rec)
+      ok, err = out:write(line, "\n")
+      if ok then ok, err = out:flush() end
+    end
+    rec._agg = agg
     if not ok then
       if size then C.truncate(path, size) end
       write_failed(what, err)

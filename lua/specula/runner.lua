@@ -372,6 +372,8 @@ function M.main(agent, args, script)
     io.stderr:write(format("specula: resuming: %d results already in %s, %d queries to run\n", nprev, o.out, #pending))
   end
   local run = make_run(agent, o, script)
+  -- records are written and their stage times read again only by --trace
+  run.raw_stages = not o.trace
   local out, what = io.stdout, "stdout"
   if o.out then
     out, what = open_output(o.out, "a", "--out file"), format("--out file '%s'", o.out)

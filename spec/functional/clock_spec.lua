@@ -207,3 +207,68 @@ describe("replay", function()
     for _, r in ipairs(rows) do assert.equals(3, r.queries) end
   end)
 end)
+
+describe("records written by the CLI", function()
+  it("carry the stage times the API builds as tables, byte for byte (engine-written stages, C-written lines)", function()
+    local dir = H.tmpdir()
+    -- m = 3 (ranks, candidate counts), a speculator that fails with a
+    -- message (reasons), sometimes with a byte that is not UTF-8 (the Lua
+    -- path cleans those)
+    local agent = H.tmpfile("stages_agent.lua", [[
+      local specula = require "specula"
+      local agent = specula.sim.multihop { hops = 6, p = 0.6, m = 3, rank = { 0.6, 0.3, 0.1 }, seg = 5,
+        spec = { "uniform", 5, 15 }, target = { "uniform", 20, 60 } }
+      local S = agent.tools.search.speculate
+      agent.tools.search.speculate = function(args, ctx)
+        local u = specula.sim.draw(ctx, "boom")
+        if u < 0.1 then error("speculator down \255 here") end
+        if u < 0.25 then error("speculator down") end
+        return S(args, ctx)
+      end
+      return agent
+    ]])
+    local lines = {}
+    for i = 1, 40 do lines[i] = string.format('{"id":"q%d","query":"stage question %d"}', i, i) end
+    local input = H.tmpfile("stages_q.jsonl", table.concat(lines, "\n") .. "\n")
+    local out = dir .. "/cli.jsonl"
+    local st, _, err = H.specula({ "run", agent, "--input", input, "--clock", "virtual", "--mode", "spechop",
+      "--k", "3", "--m", "3", "--out", out, "--quiet" })
+    assert.equals(0, st, err)
+    local script = H.tmpfile("stages_api.lua", [[
+      local specula = require "specula"
+      local json = require "specula.json"
+      local agent = dofile(arg[1])
+      local qs = {}
+      for i = 1, 40 do qs[i] = { id = "q" .. i, query = "stage question " .. i } end
+      local recs = specula.run(agent, { queries = qs, mode = "spechop", k = 3, m = 3, clock = "virtual" })
+      for _, r in ipairs(recs) do
+        assert(type(r.stages.hops) == "table", "the API keeps its stage tables")
+        io.write(json.canonical(r), "\n")
+      end
+    ]])
+    local ast, aout, aerr = H.specula({ "run", script, agent })
+    assert.equals(0, ast, aerr)
+    local cli = H.read(out)
+    assert.equals(40, select(2, cli:gsub("\n", "")))
+    -- line by line: a failure names the first record that differs
+    local api_lines = {}
+    for l in aout:gmatch("[^\n]+") do api_lines[#api_lines + 1] = l end
+    local i = 0
+    for l in cli:gmatch("[^\n]+") do
+      i = i + 1
+      l = l:gsub('^(%{"answer":"[^"]*",)"gold":%{%},', "%1")   -- the input loader's empty gold
+      if l ~= api_lines[i] then
+        local at = 1
+        while l:sub(at, at) == (api_lines[i] or ""):sub(at, at) do at = at + 1 end
+        error(string.format("record %d differs at byte %d:\nCLI %s\nAPI %s", i, at, l:sub(math.max(1, at - 60), at + 60),
+          (api_lines[i] or ""):sub(math.max(1, at - 60), at + 60)))
+      end
+    end
+    assert.equals(#api_lines, i)
+    -- the run went through every field the engine writes
+    for _, f in ipairs({ '"rank":', '"ncands":', '"reason":"speculator failed', '"t_spec":',
+                         "speculator down \239\191\189 here" }) do
+      assert.is_truthy(cli:find(f, 1, true), f)
+    end
+  end)
+end)

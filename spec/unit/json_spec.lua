@@ -484,4 +484,42 @@ describe("specula.json", function()
     -- the same encoder is called again after a failure and after a big value
     assert.equal('{"a":1}', json.canonical({ a = 1 }))
   end)
+
+  it("copies json.raw text verbatim, in both encoders", function()
+    local v = { z = 1, stages = json.raw('{"hops":[{"hop":0}],"init":0}'), a = { json.raw("[1,2]") } }
+    local want = '{"a":[[1,2]],"stages":{"hops":[{"hop":0}],"init":0},"z":1}'
+    assert.equal(want, json.canonical_lua(v))
+    assert.equal(want, json.canonical(v))
+    -- encode keeps next() order: the same text from both, the raw parts in it
+    local e = json.encode_lua(v)
+    assert.equal(e, (json.encode(v)))
+    assert.is_truthy(e:find('"stages":{"hops":[{"hop":0}],"init":0}', 1, true))
+    assert.is_truthy(e:find('"a":[[1,2]]', 1, true))
+    assert.is_nil(json.find_bad(v))
+  end)
+
+  c_encoder("write_line writes the canonical text and a newline to a file, or says why not", function()
+    local path = os.tmpname()
+    local f = assert(io.open(path, "wb"))
+    assert.is_true(json.write_line(f, { b = 2, a = json.raw('{"x":1}') }))
+    assert.is_true(json.write_line(f, { "two" }))
+    -- a value that cannot be encoded: nothing written, json.lua's message
+    local ok, err = json.write_line(f, { bad = 0 / 0 })
+    assert.is_nil(ok)
+    assert.equal(select(2, json.encode_lua({ bad = 0 / 0 })), err)
+    f:close()
+    assert.equal('{"a":{"x":1},"b":2}\n["two"]\n', assert(io.open(path, "rb")):read("*a"))
+    os.remove(path)
+    -- the io library's error texts for a full device and a closed file
+    local full = io.open("/dev/full", "wb")
+    if full then
+      local fok, ferr = json.write_line(full, { a = 1 })
+      assert.is_false(fok)
+      assert.equal("No space left on device", ferr)
+      full:close()
+    end
+    local cok, cerr = json.write_line(f, { a = 1 })
+    assert.is_false(cok)
+    assert.equal("attempt to use a closed file", cerr)
+  end)
 end)
