@@ -441,10 +441,8 @@ function M.adapter(agent, opts)
     return 0, concat(reasons, "; ")
   end
 
-  function A.verify(qmt, ctx, spec, cands, obs, nk, raw)
-    ctx.speculative = spec
-    local a = ctx.action
-    local V = tools[a.tool].verify or agent_verify
+  local function judge(ctx, cands, obs, nk, raw)
+    local V = tools[ctx.action.tool].verify or agent_verify
     if raw then
       local ok, reason = V(cands, obs, ctx)
       if ok then return -1, reason or "accepted" end
@@ -456,6 +454,39 @@ function M.adapter(agent, opts)
       return 0, reason or "rejected"
     end
     return verify_list(V, cands, obs, ctx, nk)
+  end
+
+  -- --keep-candidates: kept[qmt] is the query's list of judged pairs (the
+  -- runner adds it when the window starts and takes it when it ends); the
+  -- verifier runs only on the verified thread, so each entry is on the
+  -- true path
+  local kept = opts.kept
+  local KEEP_BYTES = 65536
+  local function keep_text(v)
+    local ok, s = pcall(json.canonical, v)
+    if not ok then return json.utf8_clean(tostring(v)), true end   -- not JSON: the lab skips it
+    if #s > KEEP_BYTES then return json.utf8_cut(s, KEEP_BYTES), true end
+    return s, false
+  end
+  local function keep_pairs(list, ctx, cands, obs, nk, raw, idx)
+    local tool = ctx.action.tool
+    local otext, ocut = keep_text(obs)
+    local n = raw and 1 or nk
+    for r = 1, n do
+      local ctext, ccut = keep_text(raw and cands or cands[r])
+      local e = { hop = ctx.hop, tool = tool, rank = r - 1, candidate = ctext, observation = otext,
+                  accepted = idx == -1 or idx == r }
+      if ocut or ccut then e.cut = true end
+      list[#list + 1] = e
+    end
+  end
+
+  function A.verify(qmt, ctx, spec, cands, obs, nk, raw)
+    ctx.speculative = spec
+    local idx, reason = judge(ctx, cands, obs, nk, raw)
+    local list = kept and kept[qmt]
+    if list then keep_pairs(list, ctx, cands, obs, nk, raw, idx) end
+    return idx, reason
   end
 
   -- with a cassette open, each job is timed for the tape (or by it)

@@ -61,7 +61,10 @@ local function make_run(agent, o, script)
     end
   end
   local predict_fn = P and pf and function(h, ctx) return P(h, ctx) end or nil
-  local adapter = agentlib.adapter(agent, { debug = o.debug, decide = pol.decide, predict = predict_fn,
+  -- --keep-candidates: query ctx metatable -> its judged pairs, and query
+  -- entry -> that metatable (weak: a window freed unread leaves nothing)
+  local kept = o.keep_candidates and setmetatable({}, { __mode = "k" }) or nil
+  local adapter = agentlib.adapter(agent, { debug = o.debug, decide = pol.decide, predict = predict_fn, kept = kept,
     on_policy_error = pol.on_error,
     time_update = not o.light,
     predict_async = type(P) == "table" and P.async or false,
@@ -71,7 +74,7 @@ local function make_run(agent, o, script)
     kauto = ffi.gc(C.sp_kauto_new(o.eps or D.eps, D.kauto_min, D.kauto_max, D.kauto_default), C.sp_kauto_free)
   end
   return { agent = agent, adapter = adapter, policy = pol, kauto = kauto, o = o, pf = pf,
-           learn = learn, match = match }
+           learn = learn, match = match, kept = kept, kept_q = kept and setmetatable({}, { __mode = "k" }) }
 end
 M.make_run = make_run
 
@@ -104,12 +107,17 @@ local function new_window(run, q, index)
   -- the window hands the adapter the metatable of the query's step ctx
   -- tables ({ __index = qctx }), not qctx itself (one field less per query)
   local fns = run.fns
+  local qmt = { __index = qctx }
   fns.qctx = C.sp_vals_new(core.ctx)
-  sched.vals[fns.qctx] = { __index = qctx }
+  sched.vals[fns.qctx] = qmt
   local rc = C.sp_window_set_fns(w, fns, err, errlen)
   C.sp_vals_unref(core.ctx, fns.qctx)   -- the window holds its own reference now
   fns.qctx = 0
   if rc ~= 0 then return nil, ffi.string(err) end
+  if run.kept then
+    run.kept[qmt] = {}
+    run.kept_q[q] = qmt
+  end
   return w
 end
 
@@ -117,6 +125,14 @@ end
 local function finish_window(run, w, q, index)
   local o = run.o
   local rec = collect(w, q, run)
+  if run.kept then
+    -- the query's pairs go into its record and leave the run
+    local qmt = run.kept_q[q]
+    run.kept_q[q] = nil
+    local list = qmt and run.kept[qmt]
+    if qmt then run.kept[qmt] = nil end
+    if list then rec.candidates = json.array(list) end
+  end
   if run.learn and rec.trajectory and not rec.error then run.learn(rec.trajectory) end
   if o.trace and run.trace_out then tracewriter.events(w, index, q, run.trace_out) end
   ffi.gc(w, nil)

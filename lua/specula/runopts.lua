@@ -52,6 +52,8 @@ usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
   --predict-top N       predictions considered per step (default {predict_top})
   --debug               check that update() never mutates its input
   --retry-failed        when resuming --out, run again the queries whose records carry an error
+  --keep-candidates     each record carries the (speculated candidate, observation) pairs the
+                        verifier judged (field "candidates", for `specula verifiers RESULTS`)
   --record DIR          write every model, HTTP, MCP and speculator exchange to the cassette DIR
   --replay-io DIR       serve those exchanges from the cassette DIR with their recorded timing
   --miss MODE           a request the cassette lacks: error (default), live (real clock only;
@@ -140,6 +142,7 @@ local FLAGS = {
   end },
   ["--debug"] = { "debug", flag = true },
   ["--retry-failed"] = { "retry_failed", flag = true },
+  ["--keep-candidates"] = { "keep_candidates", flag = true },
   ["--progress"] = { "progress", flag = true },
   ["--quiet"] = { "quiet", flag = true },
   ["--help"] = argv.HELP,
@@ -166,7 +169,10 @@ function M.from_api(opts)
               spec_timeout = opts.spec_timeout, trace = nil, start_jitter_ms = opts.start_jitter_ms,
               predict = opts.predict, match = opts.match, trigger = opts.trigger, ev_cost_ms = opts.ev_cost_ms,
               ev_latency_ms = opts.ev_latency_ms, predict_top = opts.predict_top, light = opts.light,
-              spec_launch = opts.spec_launch, clock = opts.clock }
+              spec_launch = opts.spec_launch, clock = opts.clock, keep_candidates = opts.keep_candidates }
+  if o.keep_candidates ~= nil and type(o.keep_candidates) ~= "boolean" then
+    error("specula.run: keep_candidates must be true or false", 3)
+  end
   if o.spec_launch ~= nil and not M.LAUNCH[o.spec_launch] then
     error("specula.run: spec_launch must be eager or slot", 3)
   end
