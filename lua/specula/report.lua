@@ -108,16 +108,15 @@ local function render(o, configs, records, warnings, pooled)
   return page.render(o, configs, records, warnings, pooled, figs)
 end
 
--- The verifier lab's result on o.cassette (specula.verifierlab.analyse),
+-- The verifier lab's result on o.cassette, a cassette directory or a results
+-- file written with --keep-candidates (specula.verifierlab.analyse_pairs),
 -- or the command ends saying why.
 local function verifier_lab(o)
   local vlab = require "specula.verifierlab"
-  local C = require("specula.core").C
-  if C.sp_host_path_kind(o.cassette) == 1 then fail(vlab.file_message(o.cassette)) end
-  local recs, err = lab.cassette(o.cassette)
-  if not recs then fail(err) end
-  local res, aerr = vlab.analyse(recs, o.vs, { k = math.huge })
-  if not res then fail(format("cassette '%s': %s", o.cassette, aerr)) end
+  local src, err = vlab.load_source(o.cassette)
+  if not src then fail(err) end
+  local res, aerr = vlab.analyse_pairs(src, o.vs, { k = math.huge })
+  if not res then fail(format("%s '%s': %s", src.cut and "results file" or "cassette", o.cassette, aerr)) end
   res.source = o.cassette
   return res
 end

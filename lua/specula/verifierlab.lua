@@ -231,6 +231,8 @@ function M.replay(stages, verdict, k, m)
     local hops = {}
     for j, h in ipairs(q.hops) do
       local v, rank, ncands = verdict(q.query, j - 1, h.thread)
+      -- a results file's hop without a judged pair keeps its recorded verdict
+      if not v and h.spec then v, rank, ncands = h.spec, h.rank, h.ncands end
       local spec = v or (h.t_spec and "error" or "none")
       local t_spec = h.t_spec or -1
       if spec == "accepted" and t_spec < 0 then t_spec = 0 end
@@ -322,6 +324,15 @@ end
 -- --json prints, plus the rows the table shows) | nil, err.
 function M.analyse(recs, vs, opts)
   local prs, unpaired, seg_ms = M.pairs_of(recs)
+  local stages, unusable = M.stages_of(recs)
+  return M.analyse_pairs({ pairs = prs, unpaired = unpaired, seg_ms = seg_ms, stages = stages, unusable = unusable },
+    vs, opts)
+end
+
+-- The same on pairs and stages from any source: src = { pairs, unpaired,
+-- seg_ms, stages, unusable, cut (results files: pairs skipped as cut) }.
+function M.analyse_pairs(src, vs, opts)
+  local prs, unpaired, seg_ms = src.pairs, src.unpaired, src.seg_ms
   if #prs == 0 then return nil, "no speculator call paired with its target's observation" end
   local k = opts.k or math.huge
   local labels = opts.labels
@@ -330,7 +341,7 @@ function M.analyse(recs, vs, opts)
   local t_target = mean(tms)
   local alpha = t_target > 0 and mean(sms) / t_target or 0
   local beta = (t_target > 0 and seg_ms) and seg_ms / t_target or nil
-  local stages, unusable = M.stages_of(recs)
+  local stages, unusable = src.stages, src.unusable
   local m = 1
   for _, p in ipairs(prs) do if #p.cands > m then m = #p.cands end end
   -- the queries a pair belongs to, for the answer-change count
@@ -397,7 +408,8 @@ function M.analyse(recs, vs, opts)
         if t then return t[1], t[2], t[3] end
       end, k == math.huge and -1 or k, m)
     else
-      replay_err = "the cassette has no job lines (format 1) or no complete query"
+      replay_err = src.cut and "no record of the results file carries its stages"
+        or "the cassette has no job lines (format 1) or no complete query"
     end
     local unknown = 0
     for _ in pairs(wrong_q) do unknown = unknown + 1 end
@@ -411,7 +423,8 @@ function M.analyse(recs, vs, opts)
     rows[#rows + 1] = row
   end
   return { pairs = prs, unpaired = unpaired, alpha = alpha, beta = beta, k = k, rows = rows,
-           replayed_queries = #stages, unreplayable_queries = unusable, labelled = labels ~= nil }
+           replayed_queries = #stages, unreplayable_queries = unusable, labelled = labels ~= nil,
+           cut = src.cut, from_results = src.cut ~= nil }
 end
 
 -- The candidates as --pairs prints them: one JSON line each.
@@ -437,6 +450,7 @@ function M.json_object(res, src)
   local cands = 0
   for _, p in ipairs(res.pairs) do cands = cands + #p.cands end
   out.candidates = cands
+  if res.from_results then out.cut = res.cut end
   for _, r in ipairs(res.rows) do
     local a = r.answers
     local o = { verifier = r.verifier, accepted = r.accepted, p = r.p,
@@ -455,11 +469,16 @@ end
 function M.table_lines(res, src)
   local lines = {}
   local function add(...) lines[#lines + 1] = format(...) end
-  add("%d (candidate, observation) pairs from %s (%d speculator calls without an observation)",
-    #res.pairs, src, res.unpaired)
-  add("alpha %.3f  beta %s  k %s (from the recorded latencies)", res.alpha,
+  if res.from_results then
+    add("%d (candidate, observation) pairs from %s (%d hops whose speculation was not judged, %d cut candidates "
+      .. "skipped)", #res.pairs, src, res.unpaired, res.cut)
+  else
+    add("%d (candidate, observation) pairs from %s (%d speculator calls without an observation)",
+      #res.pairs, src, res.unpaired)
+  end
+  add("alpha %.3f  beta %s  k %s (from the recorded %s)", res.alpha,
     res.beta and format("%.3f", res.beta) or "- (no model call recorded)",
-    res.k == math.huge and "inf" or tostring(res.k))
+    res.k == math.huge and "inf" or tostring(res.k), res.from_results and "stage times" or "latencies")
   local lab = res.labelled
   local head = format("%-24s %8s %8s %13s %8s %8s %8s %8s", "verifier", "accepted", "p", "false accepts", "RelLat",
     "replay", "answers?", "errors")
@@ -561,11 +580,124 @@ M.parse_k = parse_k
 -- The default verifiers, loaded.
 M.DEFAULT = { "exact", "normalized", "spechop", "jaccard" }
 
--- Why a file cannot stand for a cassette: results records keep each hop's
--- verdict and observation but not the speculated candidates.
+-- Why a results file cannot stand for a cassette: without --keep-candidates
+-- its records keep each hop's verdict and observation but not the guesses.
 function M.file_message(src)
-  return format("'%s' is a file: results files hold no speculated candidates (each hop's record keeps the "
-    .. "verdict, rank and observation, not the guesses); give the cassette directory a run wrote with --record", src)
+  return format("'%s': results files hold no speculated candidates unless the run kept them (each hop's record "
+    .. "keeps the verdict, rank and observation, not the guesses); record with --keep-candidates, or give the "
+    .. "cassette directory a run wrote with --record", src)
+end
+
+-- The records of a results file (JSONL, as `specula run --out` writes) |
+-- nil, err. A line that is not a JSON object is an error naming it.
+function M.read_results(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, format("results file '%s': %s", path, tostring(err)) end
+  local recs, lineno = {}, 0
+  for line in f:lines() do
+    lineno = lineno + 1
+    if line:find("%S") then
+      local ok, r = pcall(json.decode, line)
+      if not ok or type(r) ~= "table" or r[1] ~= nil then
+        f:close()
+        return nil, format("%s:%d: not a JSON object (a results file has one record per line)", path, lineno)
+      end
+      recs[#recs + 1] = r
+    end
+  end
+  f:close()
+  return recs
+end
+
+-- Whether any record carries the candidates --keep-candidates keeps.
+function M.has_candidates(recs)
+  for _, r in ipairs(recs) do
+    if type(r.candidates) == "table" then return true end
+  end
+  return false
+end
+
+local function num_or(v, d)
+  return type(v) == "number" and v or d
+end
+
+-- The pairs and stages of results records written with --keep-candidates,
+-- as analyse_pairs takes them. A pair is one hop's judged candidates (rank
+-- order) against its observation; its id QUERY/HOP/TOOL as from a tape.
+-- Candidates marked cut (over 64 KB, or not JSON) are skipped and counted;
+-- the stage times are the records' own (t_spec, t_target, t_seg).
+function M.from_results(recs)
+  local prs, cut, unpaired = {}, 0, 0
+  local stages, unusable = {}, 0
+  local segs = {}
+  for _, r in ipairs(recs) do
+    local hops = type(r.stages) == "table" and type(r.stages.hops) == "table" and r.stages.hops or {}
+    local traj = type(r.trajectory) == "table" and r.trajectory or {}
+    local by_hop, order = {}, {}
+    for _, e in ipairs(type(r.candidates) == "table" and r.candidates or {}) do
+      if type(e) == "table" and type(e.hop) == "number" then
+        local g = by_hop[e.hop]
+        if not g then
+          g = { tool = e.tool, list = {} }
+          by_hop[e.hop] = g
+          order[#order + 1] = e.hop
+        end
+        local okc, c = pcall(json.decode, e.candidate)
+        local oko, o = pcall(json.decode, e.observation)
+        if e.cut or not okc or not oko or type(e.candidate) ~= "string" or type(e.observation) ~= "string" then
+          cut = cut + 1
+        else
+          g.list[#g.list + 1] = { rank = num_or(e.rank, #g.list), value = c }
+          g.obs = o
+        end
+      end
+    end
+    for _, hop in ipairs(order) do
+      local g = by_hop[hop]
+      if #g.list > 0 then
+        table.sort(g.list, function(a, b) return a.rank < b.rank end)
+        local cands = {}
+        for i, c in ipairs(g.list) do cands[i] = c.value end
+        local h = hops[hop + 1] or {}
+        local step = traj[hop + 1]
+        local action = type(step) == "table" and type(step.action) == "table" and step.action or {}
+        prs[#prs + 1] = { id = format("%s/%d/%s", tostring(r.id), hop, tostring(g.tool)), tool = g.tool,
+                          args = action.args, cands = cands, obs = g.obs, spec_ms = num_or(h.t_spec, 0),
+                          target_ms = num_or(h.t_target, 0), query = r.id, hop = hop }
+      end
+    end
+    local sh = {}
+    for i, h in ipairs(hops) do
+      if type(h) ~= "table" then sh = nil break end
+      segs[#segs + 1] = num_or(h.t_seg, 0)
+      if not by_hop[i - 1] and h.spec and h.spec ~= "none" then unpaired = unpaired + 1 end
+      sh[i] = { t_seg = num_or(h.t_seg, 0), t_target = num_or(h.t_target, 0), t_spec = num_or(h.t_spec, nil),
+                t_verify = num_or(h.t_verify, 0), spec = type(h.spec) == "string" and h.spec or nil,
+                rank = num_or(h.rank, nil), ncands = num_or(h.ncands, nil) }
+    end
+    if sh and #sh > 0 and r.error == nil and type(r.stages.final_seg) == "number" then
+      stages[#stages + 1] = { query = r.id, hops = sh, final_seg = r.stages.final_seg }
+    else
+      unusable = unusable + 1
+    end
+  end
+  return { pairs = prs, unpaired = unpaired, seg_ms = mean(segs), stages = stages, unusable = unusable, cut = cut }
+end
+
+-- The lab's input from SRC, a cassette directory or a results file:
+-- { pairs, unpaired, seg_ms, stages, unusable[, cut] } | nil, err.
+function M.load_source(src)
+  if C.sp_host_path_kind(src) == 1 then
+    local recs, err = M.read_results(src)
+    if not recs then return nil, err end
+    if not M.has_candidates(recs) then return nil, M.file_message(src) end
+    return M.from_results(recs)
+  end
+  local recs, lerr = lab.cassette(src)
+  if not recs then return nil, lerr end
+  local prs, unpaired, seg_ms = M.pairs_of(recs)
+  local stages, unusable = M.stages_of(recs)
+  return { pairs = prs, unpaired = unpaired, seg_ms = seg_ms, stages = stages, unusable = unusable }
 end
 
 function M.main(args)
@@ -584,11 +716,14 @@ function M.main(args)
   local vs, verr = M.load_verifiers(#o.verifiers > 0 and o.verifiers or M.DEFAULT)
   if not vs then return usage(verr) end
   if (o.agent ~= nil) ~= (o.input ~= nil) then return usage("--agent and --input go together") end
-  if C.sp_host_path_kind(src) == 1 then return fail(M.file_message(src)) end
-  local recs, lerr = lab.cassette(src)
-  if not recs then return fail(lerr) end
-  local prs = M.pairs_of(recs)
+  local source, lerr = M.load_source(src)
+  if not source then return fail(lerr) end
+  if o.agent and source.cut then return usage("--agent replays a cassette directory, not a results file") end
+  local prs = source.pairs
   if #prs == 0 then
+    if source.cut then
+      return fail(format("results file '%s' holds no judged candidate (%d cut)", src, source.cut))
+    end
     return fail(format("cassette '%s' holds no speculator call paired with its target's observation "
       .. "(record with a speculator, on this version of specula)", src))
   end
@@ -607,8 +742,8 @@ function M.main(args)
     labels, lerr2 = M.read_labels(o.labels, known)
     if not labels then return fail(lerr2) end
   end
-  local res, aerr = M.analyse(recs, vs, { k = o.k, labels = labels })
-  if not res then return fail(format("cassette '%s': %s", src, aerr)) end
+  local res, aerr = M.analyse_pairs(source, vs, { k = o.k, labels = labels })
+  if not res then return fail(format("%s '%s': %s", source.cut and "results file" or "cassette", src, aerr)) end
   if o.agent then
     local ok, rerr = M.agent_replay(res, vs, src, o.agent, o.input)
     if not ok then return fail(rerr) end
