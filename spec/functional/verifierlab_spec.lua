@@ -155,6 +155,7 @@ describe("specula verifiers", function()
     local st, _, err = H.specula({ "verifiers", H.tmpfile("results.jsonl", '{"id":"q1"}\n') })
     assert.are.equal(1, st)
     assert.matches("results files hold no speculated candidates", err)
+    assert.matches("record with %-%-keep%-candidates", err)
     -- the tape without its job lines (as a format-1 tape): theory, no replay
     local dir = H.tmpdir() .. "/nojobs"
     local rc = os.execute("mkdir -p " .. H.quote(dir))
@@ -209,6 +210,7 @@ describe("specula verifiers", function()
     st, _, err = H.specula({ "report", res, "-o", with, "--cassette", res })
     assert.are.equal(1, st)
     assert.matches("results files hold no speculated candidates", err)
+    assert.matches("record with %-%-keep%-candidates", err)
   end)
 
   it("--agent replays the tape with each verifier in every tool and compares the answers", function()
@@ -232,5 +234,174 @@ describe("specula verifiers", function()
     st, _, err = H.specula({ "verifiers", TAPE, "--agent", EX .. "/README.md", "--input", EX .. "/queries.jsonl" }, env)
     assert.are.equal(1, st)
     assert.matches("cannot load %-%-agent script", err)
+  end)
+
+  describe("on a results file written with --keep-candidates", function()
+    local function strip_candidates(recs)
+      for _, r in ipairs(recs) do r.candidates = nil end
+      return recs
+    end
+
+    it("judges the run's own pairs: exact gives the run's accepted count and p; records without the flag are as before",
+      function()
+      local q = H.tmpfile("kc_queries.jsonl", table.concat({
+        '{"id":"a","query":"question a"}', '{"id":"b","query":"question b"}', '{"id":"c","query":"question c"}',
+        '{"id":"d","query":"question d"}', '{"id":"e","query":"question e"}' }, "\n") .. "\n")
+      local with, without = H.tmpdir() .. "/kc_with.jsonl", H.tmpdir() .. "/kc_without.jsonl"
+      os.remove(with) os.remove(without)
+      local base = { "run", H.root .. "/examples/multihop_sim.lua", "--input", q, "--clock", "virtual", "--quiet" }
+      local a = { unpack(base) }
+      a[#a + 1], a[#a + 2], a[#a + 3] = "--out", with, "--keep-candidates"
+      local st, _, err = H.specula(a)
+      assert.are.equal(0, st, err)
+      local b = { unpack(base) }
+      b[#b + 1], b[#b + 2] = "--out", without
+      st, _, err = H.specula(b)
+      assert.are.equal(0, st, err)
+      local recs, plain = H.jsonl(H.read(with)), H.jsonl(H.read(without))
+      -- without the flag no record carries the field; with it, the records
+      -- are those plus the field (the run itself does not change)
+      local acc, rej, entries = 0, 0, 0
+      for i, r in ipairs(recs) do
+        assert.is_nil(plain[i].candidates)
+        assert.is_table(r.candidates, r.id)
+        local judged = 0
+        for _, e in ipairs(r.candidates) do
+          assert.are.equal("search", e.tool)
+          assert.is_number(e.hop)
+          assert.are.equal(0, e.rank)
+          assert.is_string(e.candidate)
+          assert.is_string(e.observation)
+          assert.are.equal(e.candidate == e.observation, e.accepted)   -- the run's verifier is exact
+          assert.are.equal(r.stages.hops[e.hop + 1].spec, e.accepted and "accepted" or "rejected")
+          judged = judged + 1
+        end
+        entries = entries + judged
+        acc, rej = acc + r.stats.verify.accepted, rej + r.stats.verify.rejected
+        assert.are.equal(r.stats.verify.accepted + r.stats.verify.rejected, judged)
+      end
+      assert.is_true(acc > 0 and rej > 0)
+      assert.are.same(plain, strip_candidates(H.jsonl(H.read(with))))
+      local out
+      st, out, err = H.specula({ "verifiers", with, "--verifier", "exact", "--verifier", "spechop", "--json" })
+      assert.are.equal(0, st, err)
+      local r = cjson.decode(out)
+      assert.are.equal(entries, r.pairs)
+      assert.are.equal(0, r.cut)
+      local v = by_name(r)
+      assert.are.equal(acc, v.exact.accepted)
+      assert.is_true(math.abs(v.exact.p - acc / (acc + rej)) < 1e-12)
+      assert.are.equal(0, v.exact.false_accepts)
+      -- the replay of the records' stages with their own verdicts is the run
+      local wall, std = 0, 0
+      for _, x in ipairs(recs) do wall, std = wall + x.stats.wall_ms, std + x.stats.standard_ms end
+      st, out, err = H.specula({ "verifiers", with, "--verifier", "exact", "--k", "3", "--json" })
+      assert.are.equal(0, st, err)
+      r = cjson.decode(out)
+      assert.are.equal(#recs, r.replayed_queries)
+      assert.is_true(math.abs(r.verifiers[1].replay_rel_lat - wall / std) < 0.002,
+        r.verifiers[1].replay_rel_lat .. " vs " .. wall / std)
+      assert.is_number(r.verifiers[1].rel_lat)
+      -- the table names the source and the flag's absence is refused
+      st, out = H.specula({ "verifiers", with })
+      assert.are.equal(0, st)
+      assert.matches("pairs from " .. with:gsub("%p", "%%%0") .. " %(0 hops whose speculation was not judged, 0 cut", out)
+      st, out, err = H.specula({ "verifiers", without })
+      assert.are.equal(1, st)
+      assert.are.equal("", out)
+      assert.matches("record with %-%-keep%-candidates", err)
+    end)
+
+    it("gives the tape's pairs and verdicts for a replay of the cassette example", function()
+      local env = { OPENAI_API_KEY = "any", SEARCH_KEY = "any", CAS_NODE = "/nonexistent/node",
+                    SPECULA_SOURCE_DIR = H.root }
+      local res = H.tmpdir() .. "/kc_cassette.jsonl"
+      os.remove(res)
+      local st, _, err = H.specula({ "run", EX .. "/agent.lua", "--input", EX .. "/queries.jsonl", "--replay-io", TAPE,
+        "--clock", "virtual", "--keep-candidates", "--out", res }, env)
+      assert.are.equal(0, st, err)
+      local _, tout = lab({ "--pairs" })
+      local st2, rout, err2 = H.specula({ "verifiers", res, "--pairs" })
+      assert.are.equal(0, st2, err2)
+      -- the same candidates under the same ids (the tape lists them in tape
+      -- order, a results file query by query)
+      local function by_id(list)
+        local t = {}
+        for _, c in ipairs(list) do t[c.id] = c end
+        return t
+      end
+      assert.are.equal(12, #H.jsonl(rout))
+      assert.are.same(by_id(H.jsonl(tout)), by_id(H.jsonl(rout)))
+      local _, tj = lab({ "--json" })
+      local _, rj = H.specula({ "verifiers", res, "--json" })
+      local t, r = by_name(cjson.decode(tj)), by_name(cjson.decode(rj))
+      for name, v in pairs(t) do
+        assert.are.equal(v.accepted, r[name].accepted, name)
+        assert.are.equal(v.false_accepts, r[name].false_accepts, name)
+        assert.are.same(v.answer_change, r[name].answer_change, name)
+      end
+    end)
+
+    it("cuts values over 64 KB, skips and counts them, and keeps nothing once the query ends", function()
+      local script = [[
+        local specula = require "specula"
+        local big = string.rep("x", 70000)
+        local agent = specula.agent {
+          init = function(q) return { n = 0 } end,
+          step = function(s)
+            if s.n >= 2 then return { final = "done" } end
+            return { action = { tool = s.n == 0 and "big" or "small", args = { n = s.n } } }
+          end,
+          update = function(s) return { n = s.n + 1 } end,
+          tools = {
+            big = { call = function() specula.sleep(20) return big end, speculate = function() return big end },
+            small = { call = function() specula.sleep(20) return "s" end,
+                      speculate = function() return specula.candidates { { value = "t", confidence = 0.9 },
+                                                                          { value = "s", confidence = 0.5 } } end },
+          },
+        }
+        local before = specula.settle()
+        local recs = specula.run(agent, { queries = { "a", "b" }, keep_candidates = true, m = 2, clock = "virtual" })
+        local plain = specula.run(agent, { queries = { "a" }, clock = "virtual" })
+        local after = specula.settle()
+        print("values", before.values, after.values, "windows", after.windows)
+        print("plain", tostring(plain[1].candidates))
+        local ok = pcall(specula.run, agent, { queries = { "a" }, keep_candidates = "yes" })
+        print("bad", tostring(ok))
+        local f = assert(io.open(arg[1], "w"))
+        for _, r in ipairs(recs) do f:write(specula.json.canonical(r), "\n") end
+        f:close()
+      ]]
+      local outf = H.tmpdir() .. "/kc_cut.jsonl"
+      local st, out, err = H.run_lua(script, { outf })
+      assert.are.equal(0, st, err)
+      local vb, va = out:match("values%s+(%d+)%s+(%d+)")
+      assert.are.equal(vb, va)
+      assert.matches("windows%s+0\n", out)
+      assert.matches("plain%s+nil", out)
+      assert.matches("bad%s+false", out)
+      local recs = H.jsonl(H.read(outf))
+      assert.are.equal(2, #recs)
+      for _, r in ipairs(recs) do
+        -- hop 0: one raw candidate, cut; hop 1: two candidates, rank order
+        assert.are.equal(3, #r.candidates)
+        local c0 = r.candidates[1]
+        assert.are.equal(0, c0.hop)
+        assert.is_true(c0.cut)
+        assert.is_true(#c0.candidate <= 65536)
+        assert.are.same({ 1, 0, '"t"', false }, { r.candidates[2].hop, r.candidates[2].rank, r.candidates[2].candidate,
+          r.candidates[2].accepted })
+        assert.are.same({ 1, 1, '"s"', true }, { r.candidates[3].hop, r.candidates[3].rank, r.candidates[3].candidate,
+          r.candidates[3].accepted })
+        assert.is_nil(r.candidates[2].cut)
+      end
+      local st2, jout, err2 = H.specula({ "verifiers", outf, "--verifier", "exact", "--json" })
+      assert.are.equal(0, st2, err2)
+      local j = cjson.decode(jout)
+      assert.are.equal(2, j.cut)
+      assert.are.equal(2, j.pairs)
+      assert.are.equal(4, j.candidates)
+      assert.are.equal(2, j.verifiers[1].accepted)
+    end)
   end)
 end)
