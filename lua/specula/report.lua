@@ -46,8 +46,9 @@ options:
   --group auto|file     auto (default): group records by their `config`, else
                         by mode and k; file: one configuration per input file
   --title TEXT          the report's title
-  --cassette DIR        a cassette (`specula run --record DIR`): adds a Verifiers
-                        section, the table of `specula verifiers DIR`
+  --cassette DIR        a cassette (`specula run --record DIR`, or a results file run with
+                        --keep-candidates): adds a Verifiers section, the table of
+                        `specula verifiers DIR`
   --verifier V          a verifier for that section (repeatable; default: exact,
                         normalized, spechop, jaccard), as `specula verifiers` takes it
   --bootstrap N         bootstrap resamples for the RelLat CI (default {bootstrap_iterations})

@@ -1,6 +1,7 @@
--- specula verifiers CASSETTE [--verifier NAME_OR_FILE]... [--k K] [--labels FILE] [--pairs] [--json]
+-- specula verifiers CASSETTE|RESULTS [--verifier NAME_OR_FILE]... [--k K] [--labels FILE] [--pairs] [--json]
 -- Every recorded (speculated candidates, actual observation) pair of a
--- cassette judged by each verifier: acceptance rate, false accepts against
+-- cassette (or of a results file written with --keep-candidates) judged by
+-- each verifier: acceptance rate, false accepts against
 -- `exact` (and false accepts and rejects against a human-labelled file),
 -- the RelLat the theory predicts from the resulting p with the cassette's
 -- own alpha and beta, the RelLat the replay simulation predicts from the
@@ -22,7 +23,7 @@ local concat = table.concat
 local M = {}
 
 local usage_text = [[
-usage: specula verifiers CASSETTE_DIR [--verifier NAME_OR_FILE]... [--k K] [--labels FILE] [--pairs]
+usage: specula verifiers CASSETTE_DIR|RESULTS.jsonl [--verifier NAME_OR_FILE]... [--k K] [--labels FILE] [--pairs]
                         [--agent SCRIPT --input QUERIES.jsonl] [--json]
   --verifier V   exact, normalized, spechop, name_only, jaccard or jaccard:T (threshold T),
                  or a Lua file returning function(predicted, actual, ctx) -> ok, reason
@@ -32,6 +33,7 @@ usage: specula verifiers CASSETTE_DIR [--verifier NAME_OR_FILE]... [--k K] [--la
                  adds false accepts and false rejects against these labels
   --pairs        print the candidates as JSONL (id, tool, candidate, observation,
                  exact) instead of the table: a labels file to fill in
+  RESULTS.jsonl  a results file written with specula run --keep-candidates
   --agent SCRIPT with --input: replay the cassette with the agent (virtual clock, --miss error)
                  once as recorded and once per verifier swapped into every tool, and count
                  the queries whose answer changes (those that leave the tape: not replayable)
@@ -703,7 +705,7 @@ end
 function M.main(args)
   local src = args[1]
   if src == "--help" or src == "-h" then io.stdout:write(usage_text) return end
-  if not src or src:sub(1, 2) == "--" then return usage("a cassette directory is needed") end
+  if not src or src:sub(1, 2) == "--" then return usage("a cassette directory or a results file is needed") end
   local o, err = argv.parse(args, {
     ["--verifier"] = { "verifiers", list = true },
     ["--k"] = { "k", convert = parse_k },
