@@ -17,6 +17,18 @@ local function lab(args)
   return H.specula(full)
 end
 
+-- examples/cassette/agent.lua replayed from the tape (virtual clock) into
+-- outf, with extra options: exit status and stderr.
+local AGENT_ENV = { OPENAI_API_KEY = "any", SEARCH_KEY = "any", CAS_NODE = "/nonexistent/node",
+                    SPECULA_SOURCE_DIR = H.root }
+local function replay_example(outf, ...)
+  os.remove(outf)
+  local args = { "run", EX .. "/agent.lua", "--input", EX .. "/queries.jsonl", "--replay-io", TAPE,
+                 "--clock", "virtual", "--out", outf, ... }
+  local st, _, err = H.specula(args, AGENT_ENV)
+  return st, err
+end
+
 local function labels_file(lines)
   counter = counter + 1
   local text = {}
@@ -177,12 +189,10 @@ describe("specula verifiers", function()
   end)
 
   it("specula report --cassette adds a Verifiers section with the same numbers and changes nothing else", function()
-    local agent_env = { OPENAI_API_KEY = "any", SEARCH_KEY = "any", CAS_NODE = "/nonexistent/node",
-                        SPECULA_SOURCE_DIR = H.root }
     local res = H.tmpdir() .. "/report_run.jsonl"
-    local st, _, err = H.specula({ "run", EX .. "/agent.lua", "--input", EX .. "/queries.jsonl", "--replay-io", TAPE,
-      "--clock", "virtual", "--out", res }, agent_env)
+    local st, err = replay_example(res)
     assert.are.equal(0, st, err)
+    local _
     local plain, with = H.tmpdir() .. "/plain.html", H.tmpdir() .. "/with.html"
     st, _, err = H.specula({ "report", res, "-o", plain })
     assert.are.equal(0, st, err)
@@ -313,12 +323,8 @@ describe("specula verifiers", function()
     end)
 
     it("gives the tape's pairs and verdicts for a replay of the cassette example", function()
-      local env = { OPENAI_API_KEY = "any", SEARCH_KEY = "any", CAS_NODE = "/nonexistent/node",
-                    SPECULA_SOURCE_DIR = H.root }
       local res = H.tmpdir() .. "/kc_cassette.jsonl"
-      os.remove(res)
-      local st, _, err = H.specula({ "run", EX .. "/agent.lua", "--input", EX .. "/queries.jsonl", "--replay-io", TAPE,
-        "--clock", "virtual", "--keep-candidates", "--out", res }, env)
+      local st, err = replay_example(res, "--keep-candidates")
       assert.are.equal(0, st, err)
       local _, tout = lab({ "--pairs" })
       local st2, rout, err2 = H.specula({ "verifiers", res, "--pairs" })
@@ -340,6 +346,12 @@ describe("specula verifiers", function()
         assert.are.equal(v.false_accepts, r[name].false_accepts, name)
         assert.are.same(v.answer_change, r[name].answer_change, name)
       end
+      -- and `specula report --cassette` takes the file as the lab does
+      local page = H.tmpdir() .. "/kc_report.html"
+      local st3, _, err3 = H.specula({ "report", res, "-o", page, "--cassette", res, "--verifier", "exact" })
+      assert.are.equal(0, st3, err3)
+      local row = H.read(page):match('<tr class="verifier" data%-verifier="exact">(.-)</tr>')
+      assert.matches('data%-key="accepted" data%-value="' .. t.exact.accepted .. '"', row)
     end)
 
     it("cuts values over 64 KB, skips and counts them, and keeps nothing once the query ends", function()
