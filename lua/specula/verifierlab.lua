@@ -690,8 +690,9 @@ end
 -- { pairs, unpaired, seg_ms, stages, unusable[, cut] } | nil, err.
 function M.load_source(src)
   if C.sp_host_path_kind(src) == 1 then
+    -- a file is taken for a results file: one that is not says so too
     local recs, err = M.read_results(src)
-    if not recs then return nil, err end
+    if not recs then return nil, M.file_message(src) .. " (" .. err .. ")" end
     if not M.has_candidates(recs) then return nil, M.file_message(src) end
     return M.from_results(recs)
   end
