@@ -11,6 +11,7 @@ local runopts = require "specula.runopts"
 local records = require "specula.records"
 local optslib = require "specula.opts"
 local stats = require "specula.stats"
+local tally = require "specula.tally"
 
 local format, concat = string.format, table.concat
 local D = optslib.DEFAULTS
@@ -61,8 +62,9 @@ M.by_id = by_id
 
 -- The canonical text of a record's answer and trajectory (what agreement
 -- compares); `cache`, when given, keeps it per record table (M.rows passes
--- one: the baseline's texts are needed once per configuration; M.main fills
--- it as records are written, and then drops their trajectories).
+-- one: the baseline's texts are needed once per configuration). M.main
+-- passes keys instead (tally.agree_keys): any string per record that is
+-- equal for two records exactly when their texts are.
 local function agree_text(r, cache)
   local t = cache and cache[r]
   if not t then
@@ -71,6 +73,7 @@ local function agree_text(r, cache)
   end
   return t
 end
+M.agree_text = agree_text
 
 -- The numbers of one configuration's rows (pure: the spec recomputes them).
 -- baseline: the records that answers and trajectories are compared with
@@ -314,9 +317,11 @@ function M.main(agent, o, queries, script)
   -- opened now, so a path that cannot be written fails before the run
   local summary_f = o.summary and records.open_output(o.summary, "w", "--summary file")
   local all, interrupted, ndone, ntotal = {}, false, 0, #queries * #configs
-  local agree = {}   -- record -> agreement text (agree_text's cache)
-  local any_sequential = false   -- agreement is only computed against a sequential configuration
-  for _, c in ipairs(configs) do if c.mode == "sequential" then any_sequential = true end end
+  -- What the table needs of each record, kept out of the Lua heap once the
+  -- record is written (specula.tally); agreement is computed against the
+  -- first sequential configuration, when there is one.
+  local tallies, agree_base = {}, nil
+  for ci, c in ipairs(configs) do if c.mode == "sequential" and not agree_base then agree_base = ci end end
   for ci, c in ipairs(configs) do
     if interrupted then break end
     local oc = {}
@@ -328,10 +333,16 @@ function M.main(agent, o, queries, script)
     oc.predict = c.predict or o.predict
     oc.match = c.match or o.match
     oc.trigger = c.trigger or o.trigger
-    local missing, kept = {}, {}
+    local missing = {}
+    local t = tally.new(#queries)
+    tallies[ci] = t
     for i, q in ipairs(queries) do
       local prev = skip[c.name .. "\0" .. tostring(q.id)]
-      if prev then kept[i] = prev else missing[#missing + 1] = { q = q, i = i } end
+      if prev then
+        t:add(i, prev, agree_base and agree_text(prev))
+      else
+        missing[#missing + 1] = { q = q, i = i }
+      end
     end
     require("specula.cassette").rewind()   -- a replayed cassette starts over for each config
     local run = runner.make_run(agent, oc, script)
@@ -340,34 +351,27 @@ function M.main(agent, o, queries, script)
     for j, t in ipairs(missing) do list[j] = t.q end
     local show = o.progress or (not o.quiet and o.out ~= nil and runner.isatty(2))
     if show then io.stderr:write(format("%s:\n", c.name)) end
-    -- Once written, a record keeps only what the table needs: its agreement
-    -- text replaces the trajectory and the stage times go (a sweep holds
-    -- every record of every configuration until the end).
+    -- Once written, a record goes: the tally keeps what the table needs
+    -- (emit's `true` stands for it in run_all's list).
     local write = records.record_writer(out, c.name, what, o.out)
-    local emit = require("specula.shard").tag(function(rec, i)
-      write(rec, i)
-      if any_sequential then agree[rec] = agree_text(rec) end
-      rec.trajectory, rec.stages = nil, nil
+    local emit = require("specula.shard").tag(function(rec, j)
+      write(rec, j)
+      t:add(missing[j].i, rec, agree_base and agree_text(rec))
+      return true
     end, list)
     local got, stopped = runner.run_all(run, list, emit, runner.progress_line(show))
-    local recs = {}
-    if stopped then
-      -- a signal stopped the run: this configuration has only what finished
-      interrupted = true
-      for _, r in ipairs(got) do recs[#recs + 1] = r end
-    else
-      for i in ipairs(queries) do recs[i] = kept[i] end
-      for j, t in ipairs(missing) do recs[t.i] = got[j] end
-    end
+    -- a signal stopped the run: this configuration has only what finished
+    if stopped then interrupted = true end
     ndone = ndone + #got + (#queries - #list)
-    all[ci] = recs
   end
+  -- the slim records, built once every configuration has run
+  for ci, t in ipairs(tallies) do all[ci] = t:records() end
   if o.out then
     local ok, err = out:close()
     if not ok then records.write_failed(what, err) end
   end
   -- agreement pairs queries by position: not meaningful on a partial run
-  local rows = M.rows(configs, all, interrupted, agree)
+  local rows = M.rows(configs, all, interrupted, agree_base and tally.agree_keys(tallies, agree_base, all))
   local ok, err = io.stdout:write(M.table_text(configs, rows), "\n")
   if ok then ok, err = io.stdout:flush() end
   if not ok then records.write_failed("stdout", err) end

@@ -187,7 +187,8 @@ local function fns_release(fns)
 end
 
 -- Run every query of `queries` with `run` at the given concurrency; call
--- emit(rec, i) in input order. Returns the list of records. One driver
+-- emit(rec, i) in input order. Returns the list of records (where emit
+-- returned a value, that value in the record's place). One driver
 -- task runs the whole batch: windows report to a group as they finish.
 local run_batch
 local function run_all(run, queries, emit, progress)
@@ -221,7 +222,9 @@ run_batch = function(run, queries, emit, progress)
     done = done + 1
     if rec and rec._agg then sum_wall, sum_std = sum_wall + rec._agg.wall, sum_std + rec._agg.std end
     while results[next_emit] do
-      emit(results[next_emit], next_emit)
+      -- what emit returns stands for the record from then on (--compare
+      -- keeps a slim copy and lets the record go)
+      results[next_emit] = emit(results[next_emit], next_emit) or results[next_emit]
       next_emit = next_emit + 1
     end
     if progress and rec then progress(done, n, t0, sum_wall, sum_std) end
@@ -272,7 +275,7 @@ run_batch = function(run, queries, emit, progress)
     for i = 1, n do
       local r = results[i]
       if r then
-        if i >= next_emit then emit(r, i) end
+        if i >= next_emit then r = emit(r, i) or r end
         kept[#kept + 1] = r
       end
     end

@@ -111,10 +111,10 @@ function M.tag(emit, queries)
     if q.shard then meta[tostring(q.id)] = q.shard any = true end
   end
   if not any then return emit end
-  return function(rec)
+  return function(rec, i)
     local m = meta[tostring(rec.id)]
     if m then rec.shard = m end
-    return emit(rec)
+    return emit(rec, i)
   end
 end
 

@@ -1,0 +1,167 @@
+-- specula.tally: what `--compare` keeps of a configuration's records once
+-- they are written: the numbers of the table and the paired differences,
+-- the id, answer, gold and error, and the agreement text. A sweep holds
+-- every record of every configuration until its table is printed; as Lua
+-- tables (a record's stats alone are a dozen) they made the collector
+-- re-mark hundreds of megabytes on every cycle. Here the numbers live in
+-- one cdata array and the agreement texts in one cdata buffer, which the
+-- collector marks in one step each.
+--
+--   local t = tally.new(n)          -- positions 1..n
+--   t:add(i, rec, text)             -- text: the agreement text, or nil
+--   t:records()                     -- { slim records, in position order }
+--   tally.agree_keys(tallies, base) -- record -> key (see below)
+local ffi = require "ffi"
+
+local type, tonumber, tostring, ipairs, error = type, tonumber, tostring, ipairs, error
+local new_double, new_int = ffi.typeof("double[?]"), ffi.typeof("int32_t[?]")
+local copy = ffi.copy
+
+pcall(ffi.cdef, "int memcmp(const void *a, const void *b, size_t n);")
+local memcmp = ffi.C.memcmp
+
+local M = {}
+
+-- The numbers of a record's stats, in column order. The slim record's
+-- stats carry the same keys (calls.* and cancelled.total nested).
+local FIELDS = { "wall_ms", "standard_ms", "wasted_calls", "wasted_cost" }
+local CALLS = { "model", "target", "speculator", "predicted", "warmup" }
+local NF = #FIELDS + #CALLS + 1   -- + cancelled.total
+M.NF = NF
+
+local Tally = {}
+Tally.__index = Tally
+
+function M.new(n)
+  if type(n) ~= "number" or n < 0 or n ~= math.floor(n) then
+    error("specula.tally.new: expected a count >= 0", 2)
+  end
+  local cap = n > 0 and n or 1
+  local self = setmetatable({
+    n = n,
+    num = new_double(cap * NF),     -- NaN: absent (not a number in the record)
+    has = new_int(cap),             -- 1 stats, 0 none, -1 position empty
+    id = {}, config = {}, answer = {}, gold = {}, err = {},
+    text = nil, text_cap = 0, text_len = 0,
+    toff = new_int(cap), tlen = new_int(cap),   -- tlen -1: no agreement text
+  }, Tally)
+  for i = 0, cap - 1 do self.has[i] = -1; self.tlen[i] = -1 end
+  return self
+end
+
+local nan = 0 / 0
+local function num(v)
+  if type(v) == "number" then return v end
+  return nan
+end
+
+-- Keep what the table needs of record `rec` at position i (1-based).
+function Tally:add(i, rec, text)
+  if type(i) ~= "number" or i < 1 or i > self.n then error("specula.tally: position out of range", 2) end
+  local z = i - 1
+  self.id[i], self.config[i], self.answer[i], self.gold[i], self.err[i] =
+    rec.id, rec.config, rec.answer, rec.gold, rec.error
+  local s = rec.stats
+  if type(s) == "table" then
+    local base = z * NF
+    local a = self.num
+    for j = 1, #FIELDS do a[base + j - 1] = num(s[FIELDS[j]]) end
+    local c = type(s.calls) == "table" and s.calls or nil
+    for j = 1, #CALLS do a[base + #FIELDS + j - 1] = c and num(c[CALLS[j]]) or nan end
+    local cc = type(s.cancelled) == "table" and s.cancelled or nil
+    a[base + NF - 1] = cc and num(cc.total) or nan
+    self.has[z] = 1
+  else
+    self.has[z] = 0
+  end
+  if text ~= nil then
+    local len = #text
+    local need = self.text_len + len
+    if need > self.text_cap then
+      local cap = self.text_cap * 2
+      if cap < need then cap = need end
+      if cap < 65536 then cap = 65536 end
+      local buf = ffi.new("char[?]", cap)
+      if self.text_len > 0 then copy(buf, self.text, self.text_len) end
+      self.text, self.text_cap = buf, cap
+    end
+    copy(self.text + self.text_len, text, len)
+    self.toff[z], self.tlen[z] = self.text_len, len
+    self.text_len = need
+  end
+end
+
+local function get(v)
+  if v ~= v then return nil end
+  return v
+end
+
+-- The slim record at position i, or nil: { id, config, answer, gold,
+-- error, stats = { wall_ms, standard_ms, wasted_calls, wasted_cost,
+-- calls = { model, target, speculator, predicted, warmup },
+-- cancelled = { total } } }, the fields compare.summarise and
+-- stats.paired_records read.
+function Tally:record(i)
+  local z = i - 1
+  local h = self.has[z]
+  if h < 0 then return nil end
+  local r = { id = self.id[i], config = self.config[i], answer = self.answer[i], gold = self.gold[i],
+              error = self.err[i] }
+  if h == 1 then
+    local a, base = self.num, z * NF
+    local s = {}
+    for j = 1, #FIELDS do s[FIELDS[j]] = get(a[base + j - 1]) end
+    local c = {}
+    for j = 1, #CALLS do c[CALLS[j]] = get(a[base + #FIELDS + j - 1]) end
+    s.calls = c
+    s.cancelled = { total = get(a[base + NF - 1]) }
+    r.stats = s
+  end
+  return r
+end
+
+-- Every kept record in position order, and position_of[record] = i.
+function Tally:records()
+  local out, pos = {}, {}
+  for i = 1, self.n do
+    local r = self:record(i)
+    if r then
+      out[#out + 1] = r
+      pos[r] = i
+    end
+  end
+  self.pos = pos
+  return out
+end
+
+local function same_text(a, ia, b, ib)
+  local la, lb = a.tlen[ia - 1], b.tlen[ib - 1]
+  if la < 0 or lb < 0 or la ~= lb then return false end
+  return memcmp(a.text + a.toff[ia - 1], b.text + b.toff[ib - 1], la) == 0
+end
+
+-- Agreement keys for compare.rows' cache: key[r] is a string that is the
+-- same for two records exactly when their agreement texts are equal, for
+-- every pair rows compares (a record and the baseline's record of its id,
+-- the last one of that id as stats.id_map picks it). tallies[ci] hold the
+-- records of configuration ci, after :records(); base: the baseline's index.
+function M.agree_keys(tallies, base, all)
+  local keys = {}
+  local bt = tallies[base]
+  if not bt then return keys end
+  local bpos = {}   -- id (as text) -> the baseline's position (the last one)
+  for _, r in ipairs(all[base]) do bpos[tostring(r.id)] = bt.pos[r] end
+  for ci, t in ipairs(tallies) do
+    for _, r in ipairs(all[ci]) do
+      local i = t.pos[r]
+      local ib = bpos[tostring(r.id)]
+      if i and ib then
+        if same_text(t, i, bt, ib) then keys[r] = "b" .. ib
+        else keys[r] = "c" .. ci .. ":" .. i end
+      end
+    end
+  end
+  return keys
+end
+
+return M

@@ -1,0 +1,102 @@
+-- Unit tests for specula.tally: what `--compare` keeps of written records.
+-- The table computed from the tally's slim records and agreement keys must
+-- be the table computed from the full records.
+local tally = require("specula.tally")
+local compare = require("specula.compare")
+local metrics = require("specula.metrics")
+
+-- A configuration's records: stats with every number the table reads, a
+-- few failed queries without stats, some without an answer, some with gold,
+-- trajectories that differ from the baseline's on a fraction of queries.
+local function records(rng, n, config, differ, ids)
+  local out = {}
+  for i = 1, n do
+    local id = ids and ids[i] or ("q" .. i)
+    local traj = {}
+    for h = 1, 3 do
+      local obs = "fact:" .. id .. "/" .. h
+      if rng:next() < differ then obs = "guess:" .. h .. "/" .. rng:int(1000) end
+      traj[h] = { segment = "hop " .. h, action = { tool = "search", args = { q = id .. h } }, observation = obs }
+    end
+    local r = { id = id, query = "question " .. id, config = config, trajectory = traj }
+    if i % 7 ~= 0 then r.answer = "answer:" .. id end
+    if i % 5 == 0 then r.gold = { "answer:" .. id } end
+    if i % 11 == 0 then
+      r.error = "query failed"
+    else
+      r.stats = { wall_ms = 100 + 900 * rng:next(), standard_ms = 1000 + 100 * rng:next(), wasted_calls = rng:int(9) - 1,
+                  wasted_cost = 0.001 * rng:int(9), calls = { model = rng:int(20), target = rng:int(20),
+                  speculator = rng:int(20), predicted = rng:int(3) - 1, warmup = 0 },
+                  cancelled = { total = rng:int(9) - 1 }, hops = 3, rel_lat = 0.5 }
+    end
+    out[i] = r
+  end
+  return out
+end
+
+describe("specula.tally", function()
+  it("gives the same --compare table as the full records, agreement included", function()
+    local rng = metrics.prng(7)
+    local configs = { { name = "spechop:k=2", mode = "spechop" }, { name = "sequential", mode = "sequential" },
+                      { name = "spechop:k=inf", mode = "spechop" } }
+    -- the baseline has an id twice: agreement pairs with the last one
+    local ids = {}
+    for i = 1, 60 do ids[i] = "q" .. i end
+    ids[60] = "q3"
+    local full = { records(rng, 60, configs[1].name, 0.3), records(rng, 60, configs[2].name, 0, ids),
+                   records(rng, 60, configs[3].name, 0.5) }
+    full[2][60].trajectory[1].observation = "not the first q3's"
+    full[1][3].trajectory, full[1][3].answer = full[2][60].trajectory, full[2][60].answer
+    local want = compare.rows(configs, full)
+    assert.is_true(want[1].agreement < 1 and want[3].agreement < want[1].agreement)
+
+    local tallies, slim = {}, {}
+    for ci, recs in ipairs(full) do
+      local t = tally.new(#recs + 2)   -- two positions never filled
+      for i, r in ipairs(recs) do t:add(i, r, compare.agree_text(r)) end
+      tallies[ci], slim[ci] = t, t:records()
+      assert.equals(#recs, #slim[ci])
+    end
+    local got = compare.rows(configs, slim, false, tally.agree_keys(tallies, 2, slim))
+    assert.same(want, got)
+    assert.equals(compare.table_text(configs, want), compare.table_text(configs, got))
+  end)
+
+  it("keeps what the table reads and nothing it does not", function()
+    local t = tally.new(3)
+    t:add(1, { id = 1, config = "c", answer = "a", gold = { "a" },
+               stats = { wall_ms = 5, standard_ms = 10, wasted_calls = 1, wasted_cost = 0.5,
+                         calls = { model = 2, target = 1, speculator = 1, predicted = 0, warmup = 0 },
+                         cancelled = { total = 3 }, gate = { x = 1 } }, trajectory = { 1, 2 } })
+    t:add(3, { id = "x", error = "boom" })
+    local r = t:records()
+    assert.equals(2, #r)
+    assert.same({ id = 1, config = "c", answer = "a", gold = { "a" },
+                  stats = { wall_ms = 5, standard_ms = 10, wasted_calls = 1, wasted_cost = 0.5,
+                            calls = { model = 2, target = 1, speculator = 1, predicted = 0, warmup = 0 },
+                            cancelled = { total = 3 } } }, r[1])
+    assert.same({ id = "x", error = "boom" }, r[2])
+    -- a number the record lacks stays absent (not 0)
+    local t2 = tally.new(1)
+    t2:add(1, { id = 2, stats = { wall_ms = 1, calls = "?" } })
+    assert.same({ id = 2, stats = { wall_ms = 1, calls = {}, cancelled = {} } }, t2:records()[1])
+    assert.has_error(function() t2:add(2, { id = 3 }) end, "specula.tally: position out of range")
+  end)
+
+  it("keys agree exactly when the agreement texts are equal", function()
+    local texts = { "[1]", "[1]", "[2]", "", "", "[1] " }
+    local base, other = tally.new(#texts), tally.new(#texts)
+    local recs_b, recs_o = {}, {}
+    for i, s in ipairs(texts) do
+      recs_b[i] = { id = i }
+      recs_o[i] = { id = i }
+      base:add(i, recs_b[i], "[1]")
+      other:add(i, recs_o[i], s)
+    end
+    local all = { base:records(), other:records() }
+    local keys = tally.agree_keys({ base, other }, 1, all)
+    for i, s in ipairs(texts) do
+      assert.equals(s == "[1]", keys[all[1][i]] == keys[all[2][i]], "text " .. i)
+    end
+  end)
+end)
