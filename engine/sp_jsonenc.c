@@ -296,7 +296,8 @@ static FILE *sp_jsonenc_file(lua_State *L, int idx, int *closed) {
 }
 
 /* The text and a newline written to f and flushed (the io library's
-   write + flush, with its error text): true, or false and the reason. */
+   write + flush, with its error text): true and the bytes written, or
+   false and the reason. */
 static int sp_jsonenc_write_line(sp_jsonenc *e, lua_State *L, FILE *f) {
   int ok = sp_jsonenc_put(e, "\n", 1) == 0;
   if (!ok) {
@@ -309,7 +310,8 @@ static int sp_jsonenc_write_line(sp_jsonenc *e, lua_State *L, FILE *f) {
   if (ok) ok = fflush(f) == 0;
   if (ok) {
     lua_pushboolean(L, 1);
-    return 1;
+    lua_pushnumber(L, (lua_Number)e->out.len);  /* the caller tracks the file's size */
+    return 2;
   }
   lua_pushboolean(L, 0);
   lua_pushstring(L, errno ? strerror(errno) : "write error");
@@ -317,7 +319,7 @@ static int sp_jsonenc_write_line(sp_jsonenc *e, lua_State *L, FILE *f) {
 }
 
 /* enc(value, sorted) -> text | nil, "JSON: <why>"
-   enc(value, sorted, file) -> true | nil, "JSON: <why>" (nothing written) |
+   enc(value, sorted, file) -> true, bytes | nil, "JSON: <why>" (nothing written) |
    false, "<OS error>" (a write or flush failed) */
 static int sp_jsonenc_call(lua_State *L) {
   sp_jsonenc *e = lua_touserdata(L, SP_JSONENC_UP_STATE);

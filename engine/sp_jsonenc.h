@@ -14,7 +14,7 @@
  * keys sorted bytewise when sorted is true, or nil and "JSON: <why>" with
  * the message json.lua gives for the same value. enc(value, sorted, file)
  * writes the text and a newline to an io library file handle instead and
- * flushes it: true, nil and the reason when the value cannot be encoded
+ * flushes it: true and the bytes written, nil and the reason when the value cannot be encoded
  * (nothing written), or false and the OS error when a write or the flush
  * failed. enc runs no Lua code and never yields. */
 #ifndef SP_JSONENC_H

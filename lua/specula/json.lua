@@ -585,7 +585,8 @@ M.canonical = cenc and function(value)
 end or M.canonical_lua
 
 -- The canonical text of value and a newline written to the io file f and
--- flushed, from the C encoder's buffer (no Lua string): true; nil and
+-- flushed, from the C encoder's buffer (no Lua string): true and the bytes
+-- written (newline included); nil and
 -- "JSON: <why>" when value cannot be encoded (nothing written); false and
 -- the OS error when the write or the flush failed. nil without the C encoder.
 M.write_line = cenc and function(f, value) return cenc(value, true, f) end or nil

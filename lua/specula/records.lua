@@ -303,25 +303,30 @@ local write_line = json.write_line
 local function record_writer(out, config, what, path)
   what = what or "stdout"
   local regular = path and C.sp_host_path_kind(path) == 1
+  -- the file's size after the last complete line: read once, then counted
+  -- (a seek per record cost an lseek and an fstat)
+  local size
   return function(rec)
     if config then rec.config = config end
     -- the run's sums are not part of the record (no pairs() copy: see json.lua)
     local agg = rec._agg
     rec._agg = nil
-    local size = regular and out:seek("end")
-    local ok, err
-    if write_line then ok, err = write_line(out, rec) end
+    if regular and not size then size = out:seek("end") end
+    local ok, res   -- res: the bytes written, or why not
+    if write_line then ok, res = write_line(out, rec) end
     if ok == nil then
       -- no C encoder, or the record cannot be encoded: the checked Lua path
       local line = record_line(rec)
-      ok, err = out:write(line, "\n")
-      if ok then ok, err = out:flush() end
+      ok, res = out:write(line, "\n")
+      if ok then ok, res = out:flush() end
+      if ok then res = #line + 1 end
     end
     rec._agg = agg
     if not ok then
       if size then C.truncate(path, size) end
-      write_failed(what, err)
+      write_failed(what, res)
     end
+    if size then size = size + res end
   end
 end
 M.record_writer = record_writer

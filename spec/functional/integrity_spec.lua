@@ -213,6 +213,37 @@ describe("every write is checked", function()
     fails(cmd({ "--out", H.tmpdir() }), "--out file '" .. H.tmpdir() .. "'", "Is a directory")
   end)
 
+  it("--out that stops growing mid-run is cut back to its last complete line, and a resume completes it", function()
+    -- a file size limit (prlimit, util-linux; SIGXFSZ ignored, so the write
+    -- fails with EFBIG) halfway through the third new record
+    for _, extra in ipairs({ {}, { "--compare", "sequential,spechop" } }) do
+      local out = H.tmpfile("w_limit.jsonl")
+      os.remove(out)
+      local two = H.tmpfile("w_two.jsonl", jsonl(numbered(2)))
+      local st, _, err = H.specula({ "run", AGENT, "--input", two, "--out", out, "--quiet", unpack(extra) })
+      assert.equals(0, st, err)
+      local before = #H.read(out)
+      local per = before / (#extra > 0 and 4 or 2)
+      local limit = math.floor(before + 2.5 * per)
+      fails("trap '' XFSZ; prlimit --fsize=" .. limit .. " " .. cmd({ "--out", out, unpack(extra) }),
+        "--out file '" .. out .. "'", "File too large")
+      local text = H.read(out)
+      assert.is_true(#text > before + per / 2 and #text < limit, #text .. " bytes")
+      assert.equals("\n", text:sub(-1))
+      local n = 0
+      for line in text:gmatch("[^\n]+") do
+        n = n + 1
+        assert.is_table(cjson.decode(line))
+      end
+      local st2, _, err2 = H.specula({ "run", AGENT, "--input", q, "--out", out, "--quiet", unpack(extra) })
+      assert.equals(0, st2, err2)
+      local recs = H.jsonl(H.read(out))
+      local _, count = by_id(recs)
+      assert.equals(#extra > 0 and 12 or 6, #recs)
+      for key, c in pairs(count) do assert.equals(1, c, key) end
+    end
+  end)
+
   it("--trace on a full device, and --trace in a missing directory (before the run)", function()
     local out = H.tmpfile("w_trace_out.jsonl")
     fails(cmd({ "--out", out, "--trace", "/dev/full" }), "--trace file '/dev/full'", "No space left on device")
