@@ -560,6 +560,10 @@ int sp_theory_k_eps(double alpha, double beta, double nu, double eps);
 void sp_boot_paired(int n, int iters, int32_t state, const double *diffs, const double *base,
                     const double *other, const int *rank, const double *sorted, int lo_r, double frac,
                     int *counts, double *means, double *medians, double *ratios);
+/* The ratio of sums of n pairs (num[i], den[i]) on each of `iters`
+   resamples, as metrics.bootstrap_ci draws them: out[it] = Σ num / Σ den
+   in draw order, 0 when Σ den <= 0 (the RelLat column of --compare). */
+void sp_boot_ratio(int n, int iters, int32_t state, const double *num, const double *den, double *out);
 
 /* ---- replay: the event-level simulation of the window (sp_replay.c) ---- *
  * `specula replay` and the report's timeline run the same simulation, so a

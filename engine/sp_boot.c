@@ -44,3 +44,19 @@ void sp_boot_paired(int n, int iters, int32_t state, const double *diffs, const 
     medians[it] = frac == 0 ? a : a + frac * (b - a);
   }
 }
+
+void sp_boot_ratio(int n, int iters, int32_t state, const double *num, const double *den, double *out) {
+  uint32_t x = (uint32_t)state;
+  for (int it = 0; it < iters; it++) {
+    double w = 0, s = 0;
+    for (int k = 0; k < n; k++) {
+      x ^= x << 13;
+      x ^= x >> 17;
+      x ^= x << 5;
+      int j = (int)floor((double)x / 4294967296.0 * n);
+      w = w + num[j];
+      s = s + den[j];
+    }
+    out[it] = s > 0 ? w / s : 0;
+  }
+}

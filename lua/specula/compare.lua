@@ -81,7 +81,7 @@ M.agree_text = agree_text
 function M.summarise(recs, baseline, cache)
   recs = by_id(recs)
   local bmap = baseline and id_map(baseline)
-  local walls, pairs_, calls = {}, {}, { model = 0, target = 0, speculator = 0 }
+  local walls, stds, calls = {}, {}, { model = 0, target = 0, speculator = 0 }
   local cancelled, wasted_calls, wasted_cost, failed = 0, 0, 0, 0
   local em, f1, ngold, agree, nagree = 0, 0, 0, 0, 0
   for _, r in ipairs(recs) do
@@ -89,7 +89,7 @@ function M.summarise(recs, baseline, cache)
     local s = r.stats
     if s then
       walls[#walls + 1] = s.wall_ms
-      pairs_[#pairs_ + 1] = { s.wall_ms, s.standard_ms }
+      stds[#stds + 1] = s.standard_ms
       calls.model = calls.model + s.calls.model
       calls.target = calls.target + s.calls.target
       calls.speculator = calls.speculator + s.calls.speculator
@@ -120,13 +120,7 @@ function M.summarise(recs, baseline, cache)
     row.p50 = metrics.percentile(walls, 50)
     row.p95 = metrics.percentile(walls, 95)
     row.p99 = metrics.percentile(walls, 99)
-    local function rel(sample)
-      local w, s = 0, 0
-      for _, p in ipairs(sample) do w, s = w + p[1], s + p[2] end
-      return s > 0 and w / s or 0
-    end
-    row.rel_lat_lo, row.rel_lat_hi, row.rel_lat = metrics.bootstrap_ci(pairs_, rel, { iterations = D.bootstrap_iterations,
-      seed = D.bootstrap_seed })
+    row.rel_lat_lo, row.rel_lat_hi, row.rel_lat = stats.ratio_ci(walls, stds)
   end
   row.model_per_q = calls.model / math.max(n, 1)
   row.target_per_q = calls.target / math.max(n, 1)

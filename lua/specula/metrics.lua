@@ -133,6 +133,7 @@ local function percentile_sorted(xs, q)
   if frac == 0 or xs[lo] == xs[lo + 1] then return xs[lo] end
   return xs[lo] + (xs[lo + 1] - xs[lo]) * frac
 end
+M.percentile_sorted = percentile_sorted   -- for stats.ratio_ci (xs sorted, not checked)
 
 --- q-th percentile (q in [0,100]) with linear interpolation between the two
 -- nearest ranks: sort the values x_1 <= ... <= x_n, take the fractional

@@ -125,6 +125,51 @@ do
 end
 M._boot_c = boot_c ~= nil
 
+local ratio_c
+if boot_c then
+  local ffi, C = require("specula.core").ffi, require("specula.core").C
+  local dbl = ffi.typeof("double[?]")
+  ratio_c = function(num, den, iters, state)
+    local n = #num
+    local a, b, out = dbl(n), dbl(n), dbl(iters)
+    for i = 1, n do a[i - 1], b[i - 1] = num[i], den[i] end
+    C.sp_boot_ratio(n, iters, state, a, b, out)
+    local t = {}
+    for it = 1, iters do t[it] = out[it - 1] end
+    return t
+  end
+end
+
+-- Σ num / Σ den over a list of pairs (0 when Σ den <= 0).
+local function rel_of(sample)
+  local w, s = 0, 0
+  for _, p in ipairs(sample) do w, s = w + p[1], s + p[2] end
+  return s > 0 and w / s or 0
+end
+
+--- Bootstrap CI of the ratio of sums Σ num / Σ den (the RelLat column:
+-- num = wall times, den = standard times), queries resampled as pairs:
+-- lo, hi, and the ratio on the data. The same numbers as
+-- metrics.bootstrap_ci on the list of pairs { num[i], den[i] } with that
+-- ratio as its statistic (the same draws, sums in the same order); the
+-- resampling loop runs in C when the core is loaded (use_lua: never).
+function M.ratio_ci(num, den, opts, use_lua)
+  if type(num) ~= "table" or type(den) ~= "table" or #num ~= #den or #num == 0 then
+    error("specula.stats.ratio_ci: expected two non-empty lists of the same length", 2)
+  end
+  opts = opts or {}
+  local pairs_ = {}
+  for i = 1, #num do pairs_[i] = { num[i], den[i] } end
+  local bo = { iterations = opts.iterations or D.bootstrap_iterations, seed = opts.seed or D.bootstrap_seed,
+               level = opts.level or D.bootstrap_level }
+  if not ratio_c or use_lua then return metrics.bootstrap_ci(pairs_, rel_of, bo) end
+  local st = ratio_c(num, den, bo.iterations, metrics.prng(bo.seed).state)
+  table.sort(st)
+  local alpha = (1 - bo.level) / 2
+  return metrics.percentile_sorted(st, 100 * alpha), metrics.percentile_sorted(st, 100 * (1 - alpha)),
+    rel_of(pairs_)
+end
+
 -- The three paired bootstraps in one pass. It draws exactly the resamples
 -- metrics.bootstrap_ci would (one generator per statistic, the same seed:
 -- the same index sequence), so the intervals are the same numbers; but it

@@ -126,6 +126,33 @@ describe("specula.stats.paired", function()
   end)
 
   local c_loop = stats._boot_c and it or pending
+  c_loop("gives the RelLat interval of metrics.bootstrap_ci, resampled in C", function()
+    local x = 777
+    local function u() x = (x * 1103515245 + 12345) % 2147483648; return x / 2147483648 end
+    for case = 1, 30 do
+      local n = case <= 2 and case or 1 + math.floor(u() * 400)
+      local num, den, pairs_ = {}, {}, {}
+      for i = 1, n do
+        num[i] = u() * 900
+        den[i] = (case % 4 == 0 and u() < 0.5) and 0 or 300 + u() * 900   -- some all-zero resamples
+        if case == 8 then den[i] = 0 end
+        pairs_[i] = { num[i], den[i] }
+      end
+      local opts = { iterations = 300, seed = case, level = case % 2 == 0 and 0.9 or 0.95 }
+      local lo, hi, est = stats.ratio_ci(num, den, opts)
+      local rel = function(sample)
+        local w, s = 0, 0
+        for _, p in ipairs(sample) do w, s = w + p[1], s + p[2] end
+        return s > 0 and w / s or 0
+      end
+      local lo2, hi2, est2 = metrics.bootstrap_ci(pairs_, rel, opts)
+      assert.same({ lo2, hi2, est2 }, { lo, hi, est })
+      assert.same({ lo2, hi2, est2 }, { stats.ratio_ci(num, den, opts, true) })
+    end
+    assert.has_error(function() stats.ratio_ci({ 1 }, { 1, 2 }) end,
+      "specula.stats.ratio_ci: expected two non-empty lists of the same length")
+  end)
+
   c_loop("draws the same resamples in C (engine/sp_boot.c) as in Lua", function()
     -- ties, zero baselines, odd and even n, n = 1, seeds 0..
     local x = 12345
