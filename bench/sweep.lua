@@ -9,7 +9,7 @@ local B = dofile(require("specula.core").host.root .. "/bench/lib.lua")
 local json = require("specula.json")
 local specula = require("specula")
 
-local N, HOPS, PROCS, CONC = 10000, 12, nil, 500
+local N, HOPS, PROCS, CONC = 10000, 12, nil, nil
 for i = 1, #arg do
   if arg[i] == "--queries" then N = tonumber(arg[i + 1]) end
   if arg[i] == "--hops" then HOPS = tonumber(arg[i + 1]) end
@@ -42,16 +42,17 @@ for i = 1, N do f:write('{"id":"s', i, '","query":"sweep question ', i, '"}\n') 
 f:close()
 
 print("machine: " .. B.machine())
-print(string.format("%d queries x %d hops x 5 configurations (%s), virtual clock, full records", N, HOPS, CONFIGS))
+print(string.format("%d queries x %d hops x 5 configurations (%s), virtual clock, full records, concurrency %s",
+  N, HOPS, CONFIGS, CONC and tostring(CONC) or ("the default (" .. require("specula.opts").DEFAULTS.concurrency .. ")")))
 
 local function run(procs)
   local outs, cmds = {}, {}
   for i = 0, procs - 1 do
     outs[i + 1] = string.format("%s/out_%d_%d.jsonl", dir, procs, i)
     os.remove(outs[i + 1])
-    cmds[#cmds + 1] = string.format("%s run %s --input %s --clock virtual --compare %q --concurrency %d "
-      .. "--shard %d/%d --out %s --quiet > /dev/null 2>%s.err &", self, agent, input, CONFIGS, CONC, i, procs,
-      outs[i + 1], outs[i + 1])
+    cmds[#cmds + 1] = string.format("%s run %s --input %s --clock virtual --compare %q %s"
+      .. "--shard %d/%d --out %s --quiet > /dev/null 2>%s.err &", self, agent, input, CONFIGS,
+      CONC and ("--concurrency " .. CONC .. " ") or "", i, procs, outs[i + 1], outs[i + 1])
   end
   local t0 = specula.real_now()
   local ok = os.execute(table.concat(cmds, " ") .. " wait")
