@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #define SP_JSONENC_MAX_DEPTH 256                /* json.lua's MAX_DEPTH */
@@ -45,6 +46,8 @@ typedef struct sp_jsonenc {
   size_t capkeys;                              /* keys allocated */
   const void *path[SP_JSONENC_MAX_DEPTH + 1];  /* open table at each depth (1-based): the cycle check */
   int sorted;                                  /* 1: object keys in bytewise order */
+  int pick;                                    /* 1: note where "answer" and "trajectory" are */
+  size_t picked[4];                            /* their values' [start, end) in out; SIZE_MAX: absent */
   char err[256];                               /* why the call failed */
 } sp_jsonenc;
 
@@ -247,15 +250,23 @@ static int sp_jsonenc_table(sp_jsonenc *e, lua_State *L, int idx, int depth) {
     if (i > 0 && (rc = sp_jsonenc_put(e, ",", 1)) != 0) break;
     if ((rc = sp_jsonenc_string(e, sp_jsonenc_key_text(k), k->len)) != 0) break;
     if ((rc = sp_jsonenc_put(e, ":", 1)) != 0) break;
+    /* the top-level "answer" and "trajectory": the agreement text's parts */
+    size_t *at = NULL;
+    if (e->pick && depth == 1 && k->s) {
+      if (k->len == 6 && memcmp(k->s, "answer", 6) == 0) at = &e->picked[0];
+      else if (k->len == 10 && memcmp(k->s, "trajectory", 10) == 0) at = &e->picked[2];
+    }
+    if (at) at[0] = e->out.len;
     if (k->slot) {
       rc = sp_jsonenc_value(e, L, k->slot, depth);
-      continue;
+    } else {
+      if (k->s) lua_pushlstring(L, k->s, k->len);
+      else lua_pushnumber(L, k->num);
+      lua_rawget(L, idx);
+      rc = sp_jsonenc_value(e, L, lua_gettop(L), depth);
+      lua_pop(L, 1);
     }
-    if (k->s) lua_pushlstring(L, k->s, k->len);
-    else lua_pushnumber(L, k->num);
-    lua_rawget(L, idx);
-    rc = sp_jsonenc_value(e, L, lua_gettop(L), depth);
-    lua_pop(L, 1);
+    if (at) at[1] = e->out.len;
   }
   lua_settop(L, top);
   if (rc != 0) return -1;
@@ -296,8 +307,8 @@ static FILE *sp_jsonenc_file(lua_State *L, int idx, int *closed) {
 }
 
 /* The text and a newline written to f and flushed (the io library's
-   write + flush, with its error text): true and the bytes written, or
-   false and the reason. */
+   write + flush, with its error text): true and the bytes written (and,
+   when picking, the agreement text or nil), or false and the reason. */
 static int sp_jsonenc_write_line(sp_jsonenc *e, lua_State *L, FILE *f) {
   int ok = sp_jsonenc_put(e, "\n", 1) == 0;
   if (!ok) {
@@ -309,9 +320,27 @@ static int sp_jsonenc_write_line(sp_jsonenc *e, lua_State *L, FILE *f) {
   ok = fwrite(e->out.data, 1, e->out.len, f) == e->out.len;
   if (ok) ok = fflush(f) == 0;
   if (ok) {
+    size_t bytes = e->out.len;
     lua_pushboolean(L, 1);
-    lua_pushnumber(L, (lua_Number)e->out.len);  /* the caller tracks the file's size */
-    return 2;
+    lua_pushnumber(L, (lua_Number)bytes);  /* the caller tracks the file's size */
+    if (!e->pick) return 2;
+    /* [answer,trajectory] from the line just written: the text
+       json.canonical({ answer, trajectory }) gives, without a second walk */
+    size_t a0 = e->picked[0], a1 = e->picked[1], t0 = e->picked[2], t1 = e->picked[3];
+    if (a0 == SIZE_MAX || t0 == SIZE_MAX || sp_buf_reserve(&e->out, (a1 - a0) + (t1 - t0) + 3) != 0) {
+      lua_pushnil(L);
+      return 3;
+    }
+    char *d = e->out.data + bytes;
+    *d++ = '[';
+    memcpy(d, e->out.data + a0, a1 - a0);
+    d += a1 - a0;
+    *d++ = ',';
+    memcpy(d, e->out.data + t0, t1 - t0);
+    d += t1 - t0;
+    *d++ = ']';
+    lua_pushlstring(L, e->out.data + bytes, (size_t)(d - (e->out.data + bytes)));
+    return 3;
   }
   lua_pushboolean(L, 0);
   lua_pushstring(L, errno ? strerror(errno) : "write error");
@@ -319,7 +348,7 @@ static int sp_jsonenc_write_line(sp_jsonenc *e, lua_State *L, FILE *f) {
 }
 
 /* enc(value, sorted) -> text | nil, "JSON: <why>"
-   enc(value, sorted, file) -> true, bytes | nil, "JSON: <why>" (nothing written) |
+   enc(value, sorted, file [, pick]) -> true, bytes [, agreement] | nil, "JSON: <why>" (nothing written) |
    false, "<OS error>" (a write or flush failed) */
 static int sp_jsonenc_call(lua_State *L) {
   sp_jsonenc *e = lua_touserdata(L, SP_JSONENC_UP_STATE);
@@ -334,6 +363,8 @@ static int sp_jsonenc_call(lua_State *L) {
       return 2;
     }
   }
+  e->pick = file && lua_toboolean(L, 4);
+  for (int i = 0; i < 4; i++) e->picked[i] = SIZE_MAX;
   lua_settop(L, 1);
   sp_buf_reset(&e->out);
   e->nkeys = 0;

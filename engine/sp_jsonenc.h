@@ -16,7 +16,11 @@
  * writes the text and a newline to an io library file handle instead and
  * flushes it: true and the bytes written, nil and the reason when the value cannot be encoded
  * (nothing written), or false and the OS error when a write or the flush
- * failed. enc runs no Lua code and never yields. */
+ * failed. enc(value, true, file, true) also returns, third, the text
+ * "[" .. answer .. "," .. trajectory .. "]" cut from the line (the values
+ * of the top-level object's "answer" and "trajectory" keys: what
+ * json.canonical({ answer, trajectory }) gives), or nil when either is
+ * absent. enc runs no Lua code and never yields. */
 #ifndef SP_JSONENC_H
 #define SP_JSONENC_H
 #include <lua.h>

@@ -347,10 +347,9 @@ function M.main(agent, o, queries, script)
     if show then io.stderr:write(format("%s:\n", c.name)) end
     -- Once written, a record goes: the tally keeps what the table needs
     -- (emit's `true` stands for it in run_all's list).
-    local write = records.record_writer(out, c.name, what, o.out)
+    local write = records.record_writer(out, c.name, what, o.out, agree_base ~= nil)
     local emit = require("specula.shard").tag(function(rec, j)
-      write(rec, j)
-      t:add(missing[j].i, rec, agree_base and agree_text(rec))
+      t:add(missing[j].i, rec, write(rec, j))
       return true
     end, list)
     local got, stopped = runner.run_all(run, list, emit, runner.progress_line(show))

@@ -589,7 +589,11 @@ end or M.canonical_lua
 -- written (newline included); nil and
 -- "JSON: <why>" when value cannot be encoded (nothing written); false and
 -- the OS error when the write or the flush failed. nil without the C encoder.
-M.write_line = cenc and function(f, value) return cenc(value, true, f) end or nil
+-- write_line(f, value, true) returns third the canonical text of
+-- { value.answer, value.trajectory } cut from the line (nil when value
+-- lacks either): what --compare's agreement compares, without encoding
+-- the trajectory twice.
+M.write_line = cenc and function(f, value, pick) return cenc(value, true, f, pick) end or nil
 
 -- Why value cannot be encoded, or nil when it can: the path of the first
 -- offending part (root .. ".field[2].x", array indexes from 0 as in JSON)

@@ -299,8 +299,11 @@ M.record_line = record_line
 -- `config` tags each record with its configuration (used by --compare).
 -- `what` names the output in messages; `path`, when it is a regular file,
 -- is cut back to its last complete line should a write fail.
+-- With `pick`, the writer returns the record's agreement text
+-- (json.canonical({ answer, trajectory })), cut from the written line when
+-- the C encoder wrote it, else encoded again.
 local write_line = json.write_line
-local function record_writer(out, config, what, path)
+local function record_writer(out, config, what, path, pick)
   what = what or "stdout"
   local regular = path and C.sp_host_path_kind(path) == 1
   -- the file's size after the last complete line: read once, then counted
@@ -312,8 +315,8 @@ local function record_writer(out, config, what, path)
     local agg = rec._agg
     rec._agg = nil
     if regular and not size then size = out:seek("end") end
-    local ok, res   -- res: the bytes written, or why not
-    if write_line then ok, res = write_line(out, rec) end
+    local ok, res, agree   -- res: the bytes written, or why not
+    if write_line then ok, res, agree = write_line(out, rec, pick) end
     if ok == nil then
       -- no C encoder, or the record cannot be encoded: the checked Lua path
       local line = record_line(rec)
@@ -327,6 +330,7 @@ local function record_writer(out, config, what, path)
       write_failed(what, res)
     end
     if size then size = size + res end
+    if pick then return agree or json.canonical({ rec.answer, rec.trajectory }) end
   end
 end
 M.record_writer = record_writer

@@ -524,4 +524,35 @@ describe("specula.json", function()
     assert.is_false(cok)
     assert.equal("attempt to use a closed file", cerr)
   end)
+
+  c_encoder("write_line picks the agreement text json.canonical({ answer, trajectory }) gives", function()
+    local path = os.tmpname()
+    local f = assert(io.open(path, "wb"))
+    local traj = { { segment = "hop 0", action = { tool = "search", args = { q = "é\"\n", z = { 1.5, -0, 1e300 } } },
+                     observation = json.null }, { segment = "", action = { tool = "t", args = {} }, observation = "x" } }
+    local cases = {
+      { answer = "answer:1", trajectory = traj, stats = { a = 1 }, trajectoryx = 1, answerz = 2 },
+      { answer = false, trajectory = {}, id = "q" },
+      { answer = json.null, trajectory = { { observation = { answer = 1, trajectory = 2 } } } },
+      { answer = { final = "nested", trajectory = "not this one" }, trajectory = traj },
+      { answer = 12.25, trajectory = json.raw('[{"a":1}]') },
+    }
+    local want = {}
+    for i, rec in ipairs(cases) do
+      local ok, bytes, text = json.write_line(f, rec, true)
+      assert.is_true(ok)
+      assert.equals(#json.canonical(rec) + 1, bytes)
+      assert.equals(json.canonical({ rec.answer, rec.trajectory }), text, "case " .. i)
+      want[#want + 1] = json.canonical(rec)
+    end
+    -- either part absent: nil (the caller encodes the pair itself)
+    assert.is_nil(select(3, json.write_line(f, { trajectory = traj }, true)))
+    assert.is_nil(select(3, json.write_line(f, { answer = "a" }, true)))
+    assert.is_nil(select(3, json.write_line(f, { answer = "a", trajectory = traj })))
+    f:close()
+    local lines = {}
+    for line in io.lines(path) do lines[#lines + 1] = line end
+    assert.same(want, { unpack(lines, 1, #cases) })
+    os.remove(path)
+  end)
 end)
