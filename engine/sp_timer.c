@@ -12,37 +12,39 @@ void sp_timers_init(sp_timers *t) {
   t->fd = -1;
 }
 
-static void swap(sp_timers *t, int a, int b) {
-  sp_deadline *x = t->heap[a];
-  t->heap[a] = t->heap[b];
-  t->heap[b] = x;
-  t->heap[a]->idx = a;
-  t->heap[b]->idx = b;
-}
-
 /* Earlier due first; at equal due, the one armed first. */
-static int before(const sp_deadline *a, const sp_deadline *b) {
+static int before(const sp_heapent *a, const sp_heapent *b) {
   return a->due < b->due || (a->due == b->due && a->seq < b->seq);
 }
 
-static void up(sp_timers *t, int i) {
-  while (i > 0) {
-    int p = (i - 1) / 2;
-    if (!before(t->heap[i], t->heap[p])) break;
-    swap(t, p, i);
-    i = p;
-  }
+static void place(sp_timers *t, int i, sp_heapent e) {
+  t->heap[i] = e;
+  e.d->idx = i;
 }
 
-static void down(sp_timers *t, int i) {
+/* Sift the entry e, which belongs at hole i or above it, up (each entry
+   passed over moves down into the hole, written once). */
+static void up(sp_timers *t, int i, sp_heapent e) {
+  while (i > 0) {
+    int p = (i - 1) / 2;
+    if (!before(&e, &t->heap[p])) break;
+    place(t, i, t->heap[p]);
+    i = p;
+  }
+  place(t, i, e);
+}
+
+/* The same, down: the smaller child moves up into the hole. */
+static void down(sp_timers *t, int i, sp_heapent e) {
   for (;;) {
-    int l = 2 * i + 1, r = l + 1, m = i;
-    if (l < t->n && before(t->heap[l], t->heap[m])) m = l;
-    if (r < t->n && before(t->heap[r], t->heap[m])) m = r;
-    if (m == i) break;
-    swap(t, i, m);
+    int l = 2 * i + 1, r = l + 1, m = l;
+    if (l >= t->n) break;
+    if (r < t->n && before(&t->heap[r], &t->heap[l])) m = r;
+    if (!before(&t->heap[m], &e)) break;
+    place(t, i, t->heap[m]);
     i = m;
   }
+  place(t, i, e);
 }
 
 static void on_timerfd(uv_poll_t *h, int status, int events);
@@ -51,7 +53,7 @@ static void on_timerfd(uv_poll_t *h, int status, int events);
 static void rearm(sp_ctx *ctx) {
   sp_timers *t = &ctx->timers;
   if (t->virt) return;   /* the scheduler advances virtual time itself */
-  uint64_t due = t->n ? t->heap[0]->due : 0;
+  uint64_t due = t->n ? t->heap[0].due : 0;
   if (due == t->armed) return;
   struct itimerspec its;
   memset(&its, 0, sizeof its);
@@ -75,8 +77,8 @@ static void on_timerfd(uv_poll_t *h, int status, int events) {
   }
   t->armed = 0;
   uint64_t now = uv_hrtime();
-  while (t->n && t->heap[0]->due <= now) {
-    sp_deadline *d = t->heap[0];
+  while (t->n && t->heap[0].due <= now) {
+    sp_deadline *d = t->heap[0].d;
     sp_timers_remove(ctx, d);
     d->fire(d);
   }
@@ -104,10 +106,10 @@ uint64_t sp_timers_now(const sp_ctx *ctx) {
 int sp_timers_advance(sp_ctx *ctx) {
   sp_timers *t = &ctx->timers;
   if (!t->virt || t->n == 0) return 0;
-  if (t->heap[0]->due > t->vnow) t->vnow = t->heap[0]->due;
+  if (t->heap[0].due > t->vnow) t->vnow = t->heap[0].due;
   int fired = 0;
-  while (t->n && t->heap[0]->due <= t->vnow) {
-    sp_deadline *d = t->heap[0];
+  while (t->n && t->heap[0].due <= t->vnow) {
+    sp_deadline *d = t->heap[0].d;
     sp_timers_remove(ctx, d);
     d->fire(d);
     fired++;
@@ -120,16 +122,15 @@ int sp_timers_add(sp_ctx *ctx, sp_deadline *d, uint64_t due) {
   if (!t->virt && ensure(ctx) != 0) return -1;
   if (t->n == t->cap) {
     int cap = t->cap ? t->cap * 2 : 64;
-    sp_deadline **p = realloc(t->heap, (size_t)cap * sizeof *p);
+    sp_heapent *p = realloc(t->heap, (size_t)cap * sizeof *p);
     if (!p) return -1;
     t->heap = p;
     t->cap = cap;
   }
   d->due = due ? due : 1;
   d->seq = t->seq++;
-  d->idx = t->n;
-  t->heap[t->n++] = d;
-  up(t, d->idx);
+  sp_heapent e = { d->due, d->seq, d };
+  up(t, t->n++, e);
   rearm(ctx);
   /* virtual: the ready-queue handle keeps the loop turning until the
      deadline is reached */
@@ -140,14 +141,14 @@ int sp_timers_add(sp_ctx *ctx, sp_deadline *d, uint64_t due) {
 void sp_timers_remove(sp_ctx *ctx, sp_deadline *d) {
   sp_timers *t = &ctx->timers;
   int i = d->idx;
-  if (i < 0 || i >= t->n || t->heap[i] != d) return;
+  if (i < 0 || i >= t->n || t->heap[i].d != d) return;
   d->idx = -1;
   t->n--;
   if (i != t->n) {
-    t->heap[i] = t->heap[t->n];
-    t->heap[i]->idx = i;
-    up(t, i);
-    down(t, t->heap[i]->idx);
+    /* the last entry fills the hole: it belongs above or below it */
+    sp_heapent last = t->heap[t->n];
+    if (i > 0 && before(&last, &t->heap[(i - 1) / 2])) up(t, i, last);
+    else down(t, i, last);
   }
   rearm(ctx);
 }

@@ -25,11 +25,19 @@ struct sp_deadline {
   void (*fire)(sp_deadline *d);          /* called from the loop when due */
 };
 
+/* A heap entry carries its deadline's keys, so sifting compares without
+   touching the deadlines (scattered across the engine's structs). */
+typedef struct sp_heapent {
+  uint64_t due;                          /* the deadline's due */
+  uint64_t seq;                          /* the deadline's seq */
+  sp_deadline *d;                        /* the deadline */
+} sp_heapent;
+
 typedef struct sp_timers {
   int fd;                                /* timerfd, -1 before first use */
   uv_poll_t poll;                        /* watches fd */
   int polling;                           /* poll handle initialised */
-  sp_deadline **heap;                    /* min-heap by due */
+  sp_heapent *heap;                      /* min-heap by (due, seq) */
   int n, cap;                            /* used / allocated */
   uint64_t armed;                        /* deadline the timerfd is set for, 0 = none */
   int virt;                              /* the clock is virtual */
