@@ -70,33 +70,48 @@ M.theory, M.round, M.est_get, M.new_agg, M.agg_add, M.gate_stats = theory, round
 
 -- Aggregate figures of a list of records (or, for a light run, of the
 -- counters its windows added to `acc` as they finished).
+local add_record
+
 function M.of(records, k, acc)
   local a = acc or new_agg()
   if not acc then a.queries = #records end
-  for _, r in ipairs(acc and {} or records) do
-    if r.error then a.failed = a.failed + 1 end
-    local s, g = r.stats, r._agg
-    if s and g then
-      a.wall_ms, a.standard_ms = a.wall_ms + g.wall, a.standard_ms + g.std
-      a.hops, a.commits, a.rollbacks = a.hops + s.hops, a.commits + s.commits, a.rollbacks + s.rollbacks
-      a.accepted, a.rejected = a.accepted + g.acc, a.rejected + g.rej
-      a.model, a.target, a.speculator = a.model + s.calls.model, a.target + s.calls.target, a.speculator + s.calls.speculator
-      a.predicted, a.warmup = a.predicted + s.calls.predicted, a.warmup + s.calls.warmup
-      a.cancelled = a.cancelled + s.cancelled.total
-      a.wasted_cost, a.wasted_calls = a.wasted_cost + s.wasted_cost, a.wasted_calls + s.wasted_calls
-      a.speculative_launches, a.deferred = a.speculative_launches + s.speculative_launches, a.deferred + s.deferred
-      C.sp_est_merge(a.est, g.est)
-      if s.prefetch then
-        local p = a.prefetch or { candidates = 0, fired = 0, promoted = 0, promoted_lossy = 0, wasted = 0,
-          wasted_cost = 0, gated_ev = 0, gated_policy = 0, held = 0, saved_ms = 0, match = s.prefetch.match }
-        for _, k in ipairs({ "candidates", "fired", "promoted", "promoted_lossy", "wasted", "wasted_cost",
-                             "gated_ev", "gated_policy", "held", "saved_ms" }) do
-          p[k] = p[k] + (s.prefetch[k] or 0)
-        end
-        a.prefetch = p
+  for _, r in ipairs(acc and {} or records) do add_record(a, r) end
+  return M.finish(a, k)
+end
+
+-- Add one record to an aggregate (M.of's loop; a run that writes its
+-- records and keeps none folds them in as they are written, in the same
+-- order, so the sums are the same numbers). Counts the query too when
+-- `count` is set.
+add_record = function(a, r, count)
+  if count then a.queries = a.queries + 1 end
+  if r.error then a.failed = a.failed + 1 end
+  local s, g = r.stats, r._agg
+  if s and g then
+    a.wall_ms, a.standard_ms = a.wall_ms + g.wall, a.standard_ms + g.std
+    a.hops, a.commits, a.rollbacks = a.hops + s.hops, a.commits + s.commits, a.rollbacks + s.rollbacks
+    a.accepted, a.rejected = a.accepted + g.acc, a.rejected + g.rej
+    a.model, a.target, a.speculator = a.model + s.calls.model, a.target + s.calls.target, a.speculator + s.calls.speculator
+    a.predicted, a.warmup = a.predicted + s.calls.predicted, a.warmup + s.calls.warmup
+    a.cancelled = a.cancelled + s.cancelled.total
+    a.wasted_cost, a.wasted_calls = a.wasted_cost + s.wasted_cost, a.wasted_calls + s.wasted_calls
+    a.speculative_launches, a.deferred = a.speculative_launches + s.speculative_launches, a.deferred + s.deferred
+    C.sp_est_merge(a.est, g.est)
+    if s.prefetch then
+      local p = a.prefetch or { candidates = 0, fired = 0, promoted = 0, promoted_lossy = 0, wasted = 0,
+        wasted_cost = 0, gated_ev = 0, gated_policy = 0, held = 0, saved_ms = 0, match = s.prefetch.match }
+      for _, k in ipairs({ "candidates", "fired", "promoted", "promoted_lossy", "wasted", "wasted_cost",
+                           "gated_ev", "gated_policy", "held", "saved_ms" }) do
+        p[k] = p[k] + (s.prefetch[k] or 0)
       end
+      a.prefetch = p
     end
   end
+end
+M.add_record = add_record
+
+-- The ratios and estimates of an aggregate whose sums are complete.
+function M.finish(a, k)
   a.rel_lat = a.standard_ms > 0 and a.wall_ms / a.standard_ms or nil
   if a.est then
     a.p_hat, a.alpha_hat, a.beta_hat = est_get(a.est)

@@ -400,19 +400,27 @@ function M.main(agent, args, script)
   -- opened now, so a path that cannot be written fails before the run
   local trace_f = o.trace and open_output(o.trace, "w", "--trace file")
   if o.trace then run.trace_out = {} end
-  local emit = require("specula.shard").tag(records.record_writer(out, nil, what, o.out), pending)
+  local write = records.record_writer(out, nil, what, o.out)
+  -- Without --trace a written record goes: its counters are folded into
+  -- the aggregate as it is written (a large batch keeps no records).
+  local acc = not o.trace and aggregate.new_agg() or nil
+  local emit = require("specula.shard").tag(acc and function(rec, i)
+    write(rec, i)
+    aggregate.add_record(acc, rec, true)
+    return true
+  end or write, pending)
   local show = o.progress or (not o.quiet and o.out ~= nil and isatty(2))
   local results, interrupted = run_all(run, pending, emit, progress_line(show))
   if o.out then
     local ok, err = out:close()
     if not ok then write_failed(what, err) end
   end
-  local agg = aggregate.of(results, o.k)
+  local agg = acc and aggregate.finish(acc, o.k) or aggregate.of(results, o.k)
   if trace_f then tracewriter.write(trace_f, o.trace, run.trace_out, results, o) end
   if not o.quiet then io.stderr:write(aggregate.summary_text(agg, run), "\n") end
   local cst = cassette.close()
   if cst and not o.quiet then io.stderr:write(cassette.summary(cst), "\n") end
-  for _, r in ipairs(results) do strip(r) end
+  if not acc then for _, r in ipairs(results) do strip(r) end end
   if agg.failed > 0 then require("specula.cli").set_exit(3) end
   if interrupted then M.interrupted(#results, #pending) end
 end

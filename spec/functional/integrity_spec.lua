@@ -96,6 +96,31 @@ describe("a value that cannot be encoded", function()
     end
   end)
 
+  it("counts the same in the run's summary whether the records are kept (--trace) or folded as written", function()
+    -- without --trace a written record is dropped and only its counters
+    -- stay: the summary must not change (failed queries, a planned error
+    -- before the window ran, sums in input order)
+    local list = { "fail_1" }
+    for _, id in ipairs(ids) do list[#list + 1] = id end
+    for i = 1, 30 do list[#list + 1] = "more" .. i end
+    local q = H.tmpfile("enc_fold.jsonl", jsonl(list))
+    local function summary(extra)
+      local args = { "run", AGENT, "--input", q, "--clock", "virtual", "--set", "fail=1", "--mode", "spechop",
+                     "--k", "2", "--out", H.tmpfile("enc_fold_out.jsonl", "") }
+      for _, a in ipairs(extra) do args[#args + 1] = a end
+      local st, _, err = H.specula(args)
+      assert.equals(3, st, err)
+      local lines = {}
+      for line in err:gmatch("[^\n]+") do
+        if not line:find("cannot be written", 1, true) then lines[#lines + 1] = line end
+      end
+      return table.concat(lines, "\n")
+    end
+    local folded = summary({})
+    assert.matches("40 queries %(8 failed%)", folded)
+    assert.equals(summary({ "--trace", H.tmpfile("enc_fold.trace.json") }), folded)
+  end)
+
   it("is handled the same way on stdout and under --compare (both configurations, all queries)", function()
     local q = H.tmpfile("enc_cmp.jsonl", jsonl(ids))
     local st, out, err = H.specula({ "run", AGENT, "--input", q, "--quiet" })
