@@ -252,7 +252,8 @@ usage: specula compare RESULTS.jsonl [MORE.jsonl ...] [--baseline NAME] [--summa
 Prints the table of `specula run --compare` from results files that already
 exist (a --compare run's --out, the union written by `specula merge`, or the
 files of separate runs): one row per configuration, then the paired
-differences of every configuration against the baseline.
+differences of every configuration against the baseline. Exits 3 when
+some records carry an error (as the run that wrote them did).
 
 options:
   --baseline NAME       the configuration the others are paired with (default: the first)
@@ -289,6 +290,10 @@ function M.cli_main(args)
   local rows = M.rows(configs, all)
   print(M.table_text(configs, rows))
   if summary then merge.write_file(summary, M.summary_json(configs, rows), "specula compare") end
+  -- failed records: the status `run --compare` gave when it wrote them
+  local failed = 0
+  for ci in ipairs(configs) do failed = failed + rows[ci].failed end
+  if failed > 0 then require("specula.cli").set_exit(3) end
 end
 
 function M.main(agent, o, queries, script)

@@ -141,6 +141,10 @@ describe("a value that cannot be encoded", function()
     local rows = cjson.decode(H.read(sum))
     assert.equals(2, #rows)
     assert.equals(7, rows[1].failed)
+    -- `specula compare` on those records: the same table, and status 3 too
+    local st2, again, err2 = H.specula({ "compare", res })
+    assert.equals(3, st2, err2)
+    assert.equals(out, again)
   end)
 
   it("a query text that is not UTF-8 still gives a valid record", function()
