@@ -477,6 +477,9 @@ function M.adapter(agent, opts)
       local e = { hop = ctx.hop, tool = tool, rank = r - 1, candidate = ctext, observation = otext,
                   accepted = idx == -1 or idx == r }
       if ocut or ccut then e.cut = true end
+      -- the verifier stops at the first accepted candidate: later ranks
+      -- were handed to it but never judged
+      if idx > 0 and r > idx then e.judged = false end
       list[#list + 1] = e
     end
   end

@@ -361,8 +361,8 @@ describe("specula verifiers", function()
         local agent = specula.agent {
           init = function(q) return { n = 0 } end,
           step = function(s)
-            if s.n >= 2 then return { final = "done" } end
-            return { action = { tool = s.n == 0 and "big" or "small", args = { n = s.n } } }
+            if s.n >= 3 then return { final = "done" } end
+            return { action = { tool = s.n == 0 and "big" or s.n == 1 and "small" or "first", args = { n = s.n } } }
           end,
           update = function(s) return { n = s.n + 1 } end,
           tools = {
@@ -370,10 +370,14 @@ describe("specula verifiers", function()
             small = { call = function() specula.sleep(20) return "s" end,
                       speculate = function() return specula.candidates { { value = "t", confidence = 0.9 },
                                                                           { value = "s", confidence = 0.5 } } end },
+            first = { call = function() specula.sleep(20) return "s" end,
+                      speculate = function() return specula.candidates { { value = "s", confidence = 0.9 },
+                                                                          { value = "u", confidence = 0.5 } } end },
           },
         }
         local before = specula.settle()
-        local recs = specula.run(agent, { queries = { "a", "b" }, keep_candidates = true, m = 2, clock = "virtual" })
+        local recs = specula.run(agent, { queries = { "a", "b" }, keep_candidates = true, m = 2, k = "inf",
+                                          clock = "virtual" })
         local plain = specula.run(agent, { queries = { "a" }, clock = "virtual" })
         local after = specula.settle()
         print("values", before.values, after.values, "windows", after.windows)
@@ -395,8 +399,8 @@ describe("specula verifiers", function()
       local recs = H.jsonl(H.read(outf))
       assert.are.equal(2, #recs)
       for _, r in ipairs(recs) do
-        -- hop 0: one raw candidate, cut; hop 1: two candidates, rank order
-        assert.are.equal(3, #r.candidates)
+        -- hop 0: one raw candidate, cut; hops 1 and 2: two candidates, rank order
+        assert.are.equal(5, #r.candidates)
         local c0 = r.candidates[1]
         assert.are.equal(0, c0.hop)
         assert.is_true(c0.cut)
@@ -406,14 +410,22 @@ describe("specula verifiers", function()
         assert.are.same({ 1, 1, '"s"', true }, { r.candidates[3].hop, r.candidates[3].rank, r.candidates[3].candidate,
           r.candidates[3].accepted })
         assert.is_nil(r.candidates[2].cut)
+        -- both ranks of hop 1 were judged; hop 2 accepted rank 0, so rank 1 never was
+        assert.is_nil(r.candidates[2].judged)
+        assert.is_nil(r.candidates[3].judged)
+        assert.are.same({ 2, 0, '"s"', true }, { r.candidates[4].hop, r.candidates[4].rank, r.candidates[4].candidate,
+          r.candidates[4].accepted })
+        assert.is_nil(r.candidates[4].judged)
+        assert.are.same({ 2, 1, '"u"', false, false }, { r.candidates[5].hop, r.candidates[5].rank,
+          r.candidates[5].candidate, r.candidates[5].accepted, r.candidates[5].judged })
       end
       local st2, jout, err2 = H.specula({ "verifiers", outf, "--verifier", "exact", "--json" })
       assert.are.equal(0, st2, err2)
       local j = cjson.decode(jout)
       assert.are.equal(2, j.cut)
-      assert.are.equal(2, j.pairs)
-      assert.are.equal(4, j.candidates)
-      assert.are.equal(2, j.verifiers[1].accepted)
+      assert.are.equal(4, j.pairs)         -- hops 1 and 2 of both queries
+      assert.are.equal(8, j.candidates)    -- the unjudged rank included: the lab judges every candidate
+      assert.are.equal(4, j.verifiers[1].accepted)
     end)
   end)
 end)
