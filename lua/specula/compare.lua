@@ -51,6 +51,11 @@ function M.parse(list)
   return out
 end
 
+local function finite(x)
+  if type(x) == "number" and x == x and x ~= math.huge and x ~= -math.huge then return x end
+  return nil
+end
+
 local function answer_of(r)
   local a = r.answer
   if type(a) == "table" then a = a.answer or a.text or json.encode(a) end
@@ -84,18 +89,35 @@ function M.summarise(recs, baseline, cache)
   local walls, stds, calls = {}, {}, { model = 0, target = 0, speculator = 0 }
   local cancelled, wasted_calls, wasted_cost, failed = 0, 0, 0, 0
   local em, f1, ngold, agree, nagree = 0, 0, 0, 0, 0
+  -- results files are input from outside: a record whose stats are not
+  -- numbers (an edited file, another tool's output) is left out of the
+  -- columns it lacks and counted, never the end of the table
+  local malformed = 0
   for _, r in ipairs(recs) do
     if r.error then failed = failed + 1 end
     local s = r.stats
-    if s then
-      walls[#walls + 1] = s.wall_ms
-      stds[#stds + 1] = s.standard_ms
-      calls.model = calls.model + s.calls.model
-      calls.target = calls.target + s.calls.target
-      calls.speculator = calls.speculator + s.calls.speculator
-      cancelled = cancelled + s.cancelled.total
-      wasted_calls = wasted_calls + s.wasted_calls
-      wasted_cost = wasted_cost + s.wasted_cost
+    if s ~= nil then
+      local bad = type(s) ~= "table"
+      if bad then s = {} end
+      local w, sd = finite(s.wall_ms), finite(s.standard_ms)
+      if w and sd then
+        walls[#walls + 1] = w
+        stds[#stds + 1] = sd
+      else
+        bad = true
+      end
+      local c = type(s.calls) == "table" and s.calls or {}
+      local cm, ct, cs = finite(c.model), finite(c.target), finite(c.speculator)
+      local cc = finite(type(s.cancelled) == "table" and s.cancelled.total or nil)
+      local wc, wx = finite(s.wasted_calls), finite(s.wasted_cost)
+      if not (cm and ct and cs and cc and wc and wx) then bad = true end
+      calls.model = calls.model + (cm or 0)
+      calls.target = calls.target + (ct or 0)
+      calls.speculator = calls.speculator + (cs or 0)
+      cancelled = cancelled + (cc or 0)
+      wasted_calls = wasted_calls + (wc or 0)
+      wasted_cost = wasted_cost + (wx or 0)
+      if bad then malformed = malformed + 1 end
     end
     local gold = r.gold
     if type(gold) == "table" and #gold == 0 then gold = nil end   -- no gold answer given
@@ -130,6 +152,7 @@ function M.summarise(recs, baseline, cache)
   row.wasted_cost = wasted_cost
   if ngold > 0 then row.em, row.f1 = em / ngold, f1 / ngold end
   if nagree > 0 then row.agreement = agree / nagree end
+  if malformed > 0 then row.malformed = malformed end
   return row
 end
 
@@ -179,6 +202,13 @@ function M.table_text(configs, rows)
   lines[#lines + 1] = "(latencies in ms per query; RelLat = Σ wall / Σ standard with a bootstrap " .. CI
     .. " CI over queries;"
   lines[#lines + 1] = " M/T/S = model, target and speculator calls per query; agree = trajectory and answer equal to sequential)"
+  for i, c in ipairs(configs) do
+    local m = rows[i].malformed
+    if m then
+      lines[#lines + 1] = format("(%s: %d record%s with stats that are not numbers, left out of the columns they lack)",
+        c.name, m, m == 1 and "" or "s")
+    end
+  end
   if #configs > 1 then
     lines[#lines + 1] = ""
     lines[#lines + 1] = format("paired differences against %s (this configuration minus the baseline, query by query):", configs[1].name)

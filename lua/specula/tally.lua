@@ -62,7 +62,8 @@ function Tally:add(i, rec, text)
   self.id[i], self.config[i], self.answer[i], self.gold[i], self.err[i] =
     rec.id, rec.config, rec.answer, rec.gold, rec.error
   local s = rec.stats
-  if type(s) == "table" then
+  if s ~= nil then
+    if type(s) ~= "table" then s = {} end   -- not an object: every number absent (compare counts it)
     local base = z * NF
     local a = self.num
     for j = 1, #FIELDS do a[base + j - 1] = num(s[FIELDS[j]]) end

@@ -96,6 +96,38 @@ describe("a value that cannot be encoded", function()
     end
   end)
 
+  it("a results file whose stats are not numbers: the comparison table says so and is still printed", function()
+    local q = H.tmpfile("bad_stats_in.jsonl", jsonl(numbered(4)))
+    local res = H.tmpfile("bad_stats.jsonl")
+    os.remove(res)
+    local st, clean, err = H.specula({ "run", AGENT, "--input", q, "--clock", "virtual", "--compare",
+                                       "sequential,spechop", "--out", res, "--quiet" })
+    assert.equals(0, st, err)
+    local lines = {}
+    for line in H.read(res):gmatch("[^\n]+") do lines[#lines + 1] = cjson.decode(line) end
+    assert.equals(8, #lines)
+    lines[1].stats.wall_ms = "slow"                 -- sequential q1
+    lines[2].stats = "not an object"                -- sequential q2
+    lines[6].stats.calls = { model = "?" }          -- spechop q2
+    lines[7].stats.cancelled = false                -- spechop q3
+    local text = {}
+    for i, r in ipairs(lines) do text[i] = cjson.encode(r) end
+    H.tmpfile("bad_stats.jsonl", table.concat(text, "\n") .. "\n")
+    local st2, tbl, err2 = H.specula({ "compare", res })
+    assert.equals(0, st2, err2)
+    assert.matches("(sequential: 2 records with stats that are not numbers, left out of the columns they lack)",
+      tbl, 1, true)
+    assert.matches("(spechop: 2 records with stats that are not numbers, left out of the columns they lack)",
+      tbl, 1, true)
+    assert.matches("\nsequential +4 ", tbl)
+    assert.is_nil(clean:find("not numbers", 1, true))
+    -- resuming the run on that file: nothing left to run, the same table
+    local st3, again, err3 = H.specula({ "run", AGENT, "--input", q, "--clock", "virtual", "--compare",
+                                         "sequential,spechop", "--out", res, "--quiet" })
+    assert.equals(0, st3, err3)
+    assert.equals(tbl, again)
+  end)
+
   it("counts the same in the run's summary whether the records are kept (--trace) or folded as written", function()
     -- without --trace a written record is dropped and only its counters
     -- stay: the summary must not change (failed queries, a planned error
