@@ -345,6 +345,11 @@ function M.main(agent, o, queries, script)
   if o.out then out, what = records.open_output(o.out, "a", "--out file"), format("--out file '%s'", o.out) end
   -- opened now, so a path that cannot be written fails before the run
   local summary_f = o.summary and records.open_output(o.summary, "w", "--summary file")
+  -- --trace: one file for every configuration (a process per query and
+  -- configuration), the stage times of each record taken as it is written
+  local tracewriter = o.trace and require("specula.tracewriter")
+  local trace_f = o.trace and records.open_output(o.trace, "w", "--trace file")
+  local trace_events, trace_entries = {}, {}
   local all, interrupted, ndone, ntotal = {}, false, 0, #queries * #configs
   -- What the table needs of each record, kept out of the Lua heap once the
   -- record is written (specula.tally); agreement is computed against the
@@ -375,7 +380,11 @@ function M.main(agent, o, queries, script)
     end
     require("specula.cassette").rewind()   -- a replayed cassette starts over for each config
     local run = runner.make_run(agent, oc, script)
-    run.raw_stages = true   -- written, then dropped (below): engine-written JSON
+    -- written, then dropped (below): engine-written JSON, unless traced
+    run.raw_stages = not o.trace
+    if o.trace then
+      run.trace_out, run.trace_pid, run.trace_config = trace_events, (ci - 1) * #queries, c.name
+    end
     local list = {}
     for j, t in ipairs(missing) do list[j] = t.q end
     local show = o.progress or (not o.quiet and o.out ~= nil and runner.isatty(2))
@@ -385,6 +394,7 @@ function M.main(agent, o, queries, script)
     local write = records.record_writer(out, c.name, what, o.out, agree_base ~= nil)
     local emit = require("specula.shard").tag(function(rec, j)
       t:add(missing[j].i, rec, write(rec, j))
+      if trace_f then trace_entries[#trace_entries + 1] = tracewriter.entry(rec, oc, c.name) end
       return true
     end, list)
     local got, stopped = runner.run_all(run, list, emit, runner.progress_line(show))
@@ -398,6 +408,7 @@ function M.main(agent, o, queries, script)
     local ok, err = out:close()
     if not ok then records.write_failed(what, err) end
   end
+  if trace_f then tracewriter.write(trace_f, o.trace, trace_events, trace_entries) end
   -- agreement pairs queries by position: not meaningful on a partial run
   local rows = M.rows(configs, all, interrupted, agree_base and tally.agree_keys(tallies, agree_base, all))
   local ok, err = io.stdout:write(M.table_text(configs, rows), "\n")

@@ -134,7 +134,9 @@ local function finish_window(run, w, q, index)
     if list then rec.candidates = json.array(list) end
   end
   if run.learn and rec.trajectory and not rec.error then run.learn(rec.trajectory) end
-  if o.trace and run.trace_out then tracewriter.events(w, index, q, run.trace_out) end
+  if o.trace and run.trace_out then
+    tracewriter.events(w, index + (run.trace_pid or 0), q, run.trace_out, run.trace_config)
+  end
   ffi.gc(w, nil)
   C.sp_window_free(w)
   return rec
@@ -416,7 +418,11 @@ function M.main(agent, args, script)
     if not ok then write_failed(what, err) end
   end
   local agg = acc and aggregate.finish(acc, o.k) or aggregate.of(results, o.k)
-  if trace_f then tracewriter.write(trace_f, o.trace, run.trace_out, results, o) end
+  if trace_f then
+    local entries = {}
+    for _, r in ipairs(results) do entries[#entries + 1] = tracewriter.entry(r, o) end
+    tracewriter.write(trace_f, o.trace, run.trace_out, entries)
+  end
   if not o.quiet then io.stderr:write(aggregate.summary_text(agg, run), "\n") end
   local cst = cassette.close()
   if cst and not o.quiet then io.stderr:write(cassette.summary(cst), "\n") end

@@ -18,10 +18,13 @@ local M = {}
 local tev = ffi.new("sp_tev")
 
 -- Chrome trace events of one window, appended to a list of JSON strings.
-function M.events(w, pid, q, out)
+-- One process per query ("query ID", or "query ID (CONFIG)" when a
+-- --compare run traces several configurations).
+function M.events(w, pid, q, out, config)
   local t0 = C.sp_window_t0_us(w)
-  out[#out + 1] = json.encode({ name = "process_name", ph = "M", pid = pid, tid = 0,
-                                args = { name = "query " .. tostring(q.id) } })
+  local pname = "query " .. tostring(q.id)
+  if config then pname = pname .. " (" .. config .. ")" end
+  out[#out + 1] = json.encode({ name = "process_name", ph = "M", pid = pid, tid = 0, args = { name = pname } })
   local seen = {}
   for i = 0, C.sp_window_ntev(w) - 1 do
     C.sp_window_tev(w, i, tev)
@@ -45,23 +48,25 @@ function M.events(w, pid, q, out)
   end
 end
 
--- Write the trace file f (opened at `path` before the run, so a path that
--- cannot be written fails early): the events gathered in `events` and one
--- entry per record that has stage times, under the run's options o.
-function M.write(f, path, events, results, o)
-  local parts = { '{"displayTimeUnit":"ms","traceEvents":[\n', table.concat(events, ",\n"),
-                  '\n],"specula":{"version":1,"queries":[\n' }
-  local recs = {}
-  for _, r in ipairs(results) do
-    if r.stages then
-      recs[#recs + 1] = json.encode({ id = r.id, mode = o.mode, k = o.k < 0 and "inf" or (o.k == 0 and "auto" or o.k),
-        m = o.m or D.m, spec_launch = r.stats.spec_launch,
-        hops = r.stages.hops, final_seg = r.stages.final_seg, init = r.stages.init,
-        wall_ms = r.stats.wall_ms, standard_ms = r.stats.standard_ms })
-    end
+-- A record's entry in the file's "queries" list (its stage times, which
+-- `specula report --trace` draws), as JSON text; nil without stage times.
+-- config: the --compare configuration it ran under.
+function M.entry(r, o, config)
+  if type(r.stages) ~= "table" or getmetatable(r.stages) == json.raw_mt or type(r.stats) ~= "table" then
+    return nil
   end
-  parts[#parts + 1] = table.concat(recs, ",\n")
-  parts[#parts + 1] = "\n]}}\n"
+  return json.encode({ id = r.id, config = config, mode = o.mode,
+    k = o.k < 0 and "inf" or (o.k == 0 and "auto" or o.k), m = o.m or D.m, spec_launch = r.stats.spec_launch,
+    hops = r.stages.hops, final_seg = r.stages.final_seg, init = r.stages.init,
+    wall_ms = r.stats.wall_ms, standard_ms = r.stats.standard_ms })
+end
+
+-- Write the trace file f (opened at `path` before the run, so a path that
+-- cannot be written fails early): the events gathered in `events` and the
+-- queries' entries (M.entry).
+function M.write(f, path, events, entries)
+  local parts = { '{"displayTimeUnit":"ms","traceEvents":[\n', table.concat(events, ",\n"),
+                  '\n],"specula":{"version":1,"queries":[\n', table.concat(entries, ",\n"), "\n]}}\n" }
   records.write_whole(f, path, "--trace file", parts)
 end
 

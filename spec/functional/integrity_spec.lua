@@ -313,6 +313,11 @@ describe("every write is checked", function()
     assert.equals("", H.read(out) or "")   -- nothing ran
   end)
 
+  it("--trace on a full device under --compare", function()
+    fails(cmd({ "--compare", "sequential,spechop", "--trace", "/dev/full" }) .. " >/dev/null",
+      "--trace file '/dev/full'", "No space left on device")
+  end)
+
   it("--summary on a full device", function()
     fails(cmd({ "--compare", "sequential,spechop", "--summary", "/dev/full" }) .. " >/dev/null",
       "--summary file '/dev/full'", "No space left on device")

@@ -119,4 +119,56 @@ describe("paired differences in --compare", function()
     assert.equals(2, st4)
     assert.matches("--baseline 'nope' is not a configuration of these files (spechop:k=2, sequential, spechop:k=inf)", err4, 1, true)
   end)
+  it("--trace under --compare: one file over every configuration, the records unchanged", function()
+    local q = H.tmpfile("pq_trace_in.jsonl", queries(4))
+    local function run(extra)
+      local out = H.tmpfile("pq_trace_out.jsonl")
+      os.remove(out)
+      local args = { "run", EX, "--input", q, "--clock", "virtual", "--compare", "sequential,spechop:k=2",
+                     "--out", out, "--quiet" }
+      for _, a in ipairs(extra) do args[#args + 1] = a end
+      local st, tbl, err = H.specula(args)
+      assert.equals(0, st, err)
+      return H.read(out), tbl
+    end
+    local trace = H.tmpfile("pq_trace.json")
+    local recs, tbl = run({ "--trace", trace })
+    local recs2, tbl2 = run({})
+    assert.equals(recs2, recs)
+    assert.equals(tbl2, tbl)
+    local doc = cjson.decode(H.read(trace))
+    local names, pids, spans = {}, {}, {}
+    for _, e in ipairs(doc.traceEvents) do
+      if e.name == "process_name" then
+        names[#names + 1] = e.args.name
+        assert.is_nil(pids[e.pid], "one process per query and configuration")
+        pids[e.pid] = e.args.name
+      elseif e.ph == "X" then
+        spans[pids[e.pid]] = (spans[pids[e.pid]] or 0) + 1
+      end
+    end
+    table.sort(names)
+    local want = {}
+    for _, c in ipairs({ "sequential", "spechop:k=2" }) do
+      for i = 1, 4 do want[#want + 1] = "query p" .. i .. " (" .. c .. ")" end
+    end
+    table.sort(want)
+    assert.same(want, names)
+    for _, n in ipairs(want) do assert.is_true((spans[n] or 0) > 0, n) end
+    -- the stage entries: one per record, with its configuration and mode
+    assert.equals(8, #doc.specula.queries)
+    local seen = {}
+    for _, e in ipairs(doc.specula.queries) do
+      seen[e.config .. "/" .. e.id] = e.mode
+      assert.is_table(e.hops)
+    end
+    assert.equals("sequential", seen["sequential/p1"])
+    assert.equals("spechop", seen["spechop:k=2/p4"])
+    -- the report draws the timeline of one of them
+    local html = H.tmpfile("pq_trace.html")
+    local st, _, err = H.specula({ "report", H.tmpfile("pq_trace_recs.jsonl", recs), "--trace", trace,
+                                   "--query", "p2 (spechop:k=2)", "-o", html })
+    assert.equals(0, st, err)
+    assert.matches("p2 %(spechop:k=2%)", H.read(html))
+  end)
 end)
