@@ -126,9 +126,13 @@ describe("specula.stats.paired", function()
   end)
 
   local c_loop = stats._boot_c and it or pending
+  -- a small LCG of its own (independent of the generator under test)
+  local function lcg(x)
+    return function() x = (x * 1103515245 + 12345) % 2147483648; return x / 2147483648 end
+  end
+
   c_loop("gives the RelLat interval of metrics.bootstrap_ci, resampled in C", function()
-    local x = 777
-    local function u() x = (x * 1103515245 + 12345) % 2147483648; return x / 2147483648 end
+    local u = lcg(777)
     for case = 1, 30 do
       local n = case <= 2 and case or 1 + math.floor(u() * 400)
       local num, den, pairs_ = {}, {}, {}
@@ -155,8 +159,7 @@ describe("specula.stats.paired", function()
 
   c_loop("draws the same resamples in C (engine/sp_boot.c) as in Lua", function()
     -- ties, zero baselines, odd and even n, n = 1, seeds 0..
-    local x = 12345
-    local function u() x = (x * 1103515245 + 12345) % 2147483648; return x / 2147483648 end
+    local u = lcg(12345)
     for case = 1, 40 do
       local n = case <= 3 and case or 1 + math.floor(u() * 300)
       local base, other, diffs = {}, {}, {}
