@@ -22,7 +22,7 @@ static void usage(FILE *f) {
     "      --set key=value, --policy FILE, --shard i/n, --compare LIST, --progress, --quiet\n"
     "  theory --p P --alpha A --beta B [--k K] [--nu V] [--eps E] [--json]\n"
     "                             latency theory (SpecHop Cor. 1, 3, Thm. 4, Cor. 5)\n"
-    "  replay TRACE [--k LIST] [--mode M] [--json]\n"
+    "  replay TRACE [--k LIST] [--mode M] [--config NAME] [--json]\n"
     "                             re-schedule recorded stage times (no real waiting)\n"
     "  compare RESULTS.jsonl... [--baseline NAME] [--summary FILE]\n"
     "                             the --compare table (with paired differences) from results files\n"

@@ -55,6 +55,7 @@ static int set_why(char *why, size_t n, const char *fmt, ...) {
 static void query_clear(sp_replay_query *q) {
   free(q->id);
   free(q->mode);
+  free(q->config);
   free(q->hops);
   memset(q, 0, sizeof *q);
 }
@@ -216,6 +217,9 @@ static int parse_record(const sp_json *rec, const sp_json *defaults, const char 
   if (k_field(lookup(stages, rec, defaults, "k"), &q->k, why, n) != 0) return -1;
   const sp_json *mode = lookup(stages, rec, defaults, "mode");
   if (mode && sp_json_typeof(mode) != SP_JSON_STRING) return set_why(why, n, "\"mode\" must be a string");
+  const sp_json *config = sp_json_get(rec, "config");
+  if (is_null(config)) config = NULL;
+  if (config && sp_json_typeof(config) != SP_JSON_STRING) return set_why(why, n, "\"config\" must be a string");
   /* files written before the eager schedule carry no spec_launch: slot */
   const sp_json *launch = lookup(stages, rec, defaults, "spec_launch");
   q->launch = SP_REPLAY_SLOT;
@@ -235,7 +239,12 @@ static int parse_record(const sp_json *rec, const sp_json *defaults, const char 
     const char *s = sp_json_string(mode, &len);
     q->mode = dup_n(s, strlen(s) < len ? strlen(s) : len);
   }
-  if (!q->hops || !q->id || (mode && !q->mode)) {
+  if (config) {
+    size_t len;
+    const char *s = sp_json_string(config, &len);
+    q->config = dup_n(s, strlen(s) < len ? strlen(s) : len);
+  }
+  if (!q->hops || !q->id || (mode && !q->mode) || (config && !q->config)) {
     query_clear(q);
     return set_why(why, n, "out of memory");
   }
@@ -1059,7 +1068,7 @@ double sp_replay_model(double p, double alpha, double beta, double cv, int k, co
 
 #define SP_REPLAY_USAGE \
   "usage: specula replay FILE [--k 1,2,3,inf] [--mode spechop|window|sequential] " \
-  "[--spec-launch eager|slot] [--json]\n"
+  "[--spec-launch eager|slot] [--config NAME] [--json]\n"
 
 static void usage(FILE *f) {
   fputs(SP_REPLAY_USAGE
@@ -1070,6 +1079,9 @@ static void usage(FILE *f) {
         "  --spec-launch eager|slot\n"
         "              when a thread's speculator starts (default: as recorded; files\n"
         "              without the field were recorded with slot)\n"
+        "  --config NAME\n"
+        "              the configuration to replay from the records of a --compare run\n"
+        "              (required when the file holds several)\n"
         "  --json      one JSON object per k\n",
         f);
 }
@@ -1168,8 +1180,54 @@ static void json_num(const char *key, double v) {
   else printf("%snull", key);
 }
 
+static int same_config(const char *a, const char *b) {
+  return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+/* Keep the queries of configuration `name` (NULL: the file must hold only
+   one). 0, or -1 after saying why (naming the configurations it holds). */
+static int pick_config(const char *file, sp_replay_set *set, const char *name) {
+  size_t distinct = 0, kept = 0;
+  sp_buf names;
+  sp_buf_init(&names);
+  for (size_t i = 0; i < set->n; i++) {
+    const char *c = set->queries[i].config;
+    int seen = 0;
+    for (size_t j = 0; j < i && !seen; j++) seen = same_config(set->queries[j].config, c);
+    if (!seen) {
+      distinct++;
+      sp_buf_printf(&names, "%s%s", distinct > 1 ? ", " : "", c ? c : "(none)");
+    }
+  }
+  int rc = 0;
+  if (!name && distinct > 1) {
+    fprintf(stderr, "specula replay: %s holds the records of %zu configurations (%s): replay one at a "
+            "time with --config NAME\n", file, distinct, names.data ? names.data : "");
+    rc = -1;
+  } else if (name) {
+    for (size_t i = 0; i < set->n; i++) {
+      if (set->queries[i].config && strcmp(set->queries[i].config, name) == 0) set->queries[kept++] = set->queries[i];
+      else query_clear(&set->queries[i]);
+    }
+    set->n = kept;
+    if (kept == 0) {
+      fprintf(stderr, "specula replay: %s has no record of configuration '%s' (it holds: %s)\n", file, name,
+              names.data ? names.data : "");
+      rc = -1;
+    } else {
+      free(set->mode);
+      if (set_common(set) != 0) {
+        fprintf(stderr, "specula replay: out of memory\n");
+        rc = -1;
+      }
+    }
+  }
+  sp_buf_free(&names);
+  return rc;
+}
+
 int sp_replay_main(int argc, char **argv) {
-  const char *file = NULL, *mode = NULL, *klist = NULL, *launch_s = NULL;
+  const char *file = NULL, *mode = NULL, *klist = NULL, *launch_s = NULL, *config = NULL;
   int json = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -1180,6 +1238,7 @@ int sp_replay_main(int argc, char **argv) {
     if (strncmp(a, "--k", 3) == 0 && (a[3] == '\0' || a[3] == '=')) dst = &klist;
     else if (strncmp(a, "--mode", 6) == 0 && (a[6] == '\0' || a[6] == '=')) dst = &mode;
     else if (strncmp(a, "--spec-launch", 13) == 0 && (a[13] == '\0' || a[13] == '=')) dst = &launch_s;
+    else if (strncmp(a, "--config", 8) == 0 && (a[8] == '\0' || a[8] == '=')) dst = &config;
     if (dst) {
       const char *eq = strchr(a, '=');
       if (eq) val = eq + 1;
@@ -1220,6 +1279,12 @@ int sp_replay_main(int argc, char **argv) {
       fprintf(stderr, "specula replay: warning: %.*s\n", (int)len, w);
       w += len + (w[len] == '\n');
     }
+  }
+  /* The records of a --compare run hold several configurations: mixing
+     them would replay a sequential run's hops beside a speculative one's. */
+  if (pick_config(file, set, config) != 0) {
+    sp_replay_set_free(set);
+    return 2;
   }
   if (!mode) {
     int rec_ok = set->mode && (strcmp(set->mode, "spechop") == 0 || strcmp(set->mode, "window") == 0);

@@ -28,6 +28,7 @@ typedef struct sp_replay_hop {
 struct sp_replay_query {
   char *id;            /* query id (NUL-terminated) */
   char *mode;          /* recorded mode ("spechop", ...), or NULL if unknown */
+  char *config;        /* the --compare configuration it ran under ("config"), NULL if none */
   int k;               /* recorded k: >= 1, -1 = inf, 0 = unknown */
   int m;               /* speculator candidates per hop, >= 1 */
   int launch;          /* recorded SP_REPLAY_EAGER / SLOT; slot when not recorded (older files) */

@@ -193,6 +193,36 @@ describe("replay", function()
     assert.equals(0, ok)
   end)
 
+  it("replays one configuration of a --compare run at a time, equal to that configuration's own run", function()
+    local q = H.tmpfile("cfg_q.jsonl", '{"id":"a","query":"q1"}\n{"id":"b","query":"q2"}\n{"id":"c","query":"q3"}\n')
+    local both, single = H.tmpfile("cfg_both.jsonl"), H.tmpfile("cfg_single.jsonl")
+    os.remove(both)
+    os.remove(single)
+    local st, _, err = H.specula({ "run", H.root .. "/examples/multihop_sim.lua", "--input", q, "--clock", "virtual",
+      "--compare", "sequential,spechop:k=2", "--out", both, "--quiet" })
+    assert.equals(0, st, err)
+    st, _, err = H.specula({ "run", H.root .. "/examples/multihop_sim.lua", "--input", q, "--clock", "virtual",
+      "--k", "2", "--out", single, "--quiet" })
+    assert.equals(0, st, err)
+    -- mixed: refused, naming the configurations
+    local rst, _, rerr = H.specula({ "replay", both })
+    assert.equals(2, rst)
+    assert.matches("holds the records of 2 configurations (sequential, spechop:k=2): replay one at a time "
+      .. "with --config NAME", rerr, 1, true)
+    local nst, _, nerr = H.specula({ "replay", both, "--config", "spechop:k=3" })
+    assert.equals(2, nst)
+    assert.matches("no record of configuration 'spechop:k=3' (it holds: sequential, spechop:k=2)", nerr, 1, true)
+    -- one configuration: the same table as the run that had it alone
+    local cst, crows, cerr = replay(both, { "--config", "spechop:k=2", "--k", "1,2,inf" })
+    assert.equals(0, cst, cerr)
+    local sst, srows = replay(single, { "--k", "1,2,inf" })
+    assert.equals(0, sst)
+    assert.same(srows, crows)
+    assert.equals(3, crows[1].queries)
+    local qst, _, qerr = H.specula({ "replay", both, "--config", "sequential", "--k", "1" })
+    assert.equals(0, qst, qerr)
+  end)
+
   it("replays a --k auto run at the k values asked for (no one recorded k to reproduce)", function()
     local out = H.tmpfile("kauto.jsonl")
     local st, _, err = H.specula({ "run", H.root .. "/examples/multihop_sim.lua", "--input",

@@ -86,9 +86,13 @@ describe("sharded sweeps", function()
       local function paired(path) return H.read(path):match('<table class="summary" id="paired%-table">.-</table>') end
       assert.is_truthy(paired(rm))
       assert.equals(paired(rs), paired(rm))
-      -- and replay reads the merged file
-      local st4, _, err4 = H.specula({ "replay", merged, "--k", "1,2" })
+      -- and replay reads the merged file, one configuration at a time, as the single machine's
+      local st4, r4, err4 = H.specula({ "replay", merged, "--config", "spechop:k=2", "--k", "1,2", "--json" })
       assert.equals(0, st4, err4)
+      local st5, r5, err5 = H.specula({ "replay", single, "--config", "spechop:k=2", "--k", "1,2", "--json" })
+      assert.equals(0, st5, err5)
+      assert.equals(r5, r4)
+      assert.equals(2, select(2, r4:gsub("\n", "")))
     end)
   end
 
