@@ -40,7 +40,8 @@ function M.parse(list)
       if not k then sched.plain_error("specula run: --compare: bad option '" .. parts[i] .. "' in '" .. item .. "'") end
       if k == "k" then c.k = runopts.parse_k(v)
       elseif k == "m" then c.m = runopts.parse_opt("m", v)
-      elseif k == "predict" or k == "match" or k == "trigger" then c[k] = v
+      elseif k == "predict" or k == "match" or k == "trigger" then
+        c[k] = runopts.parse_flag(k, v, "--compare '" .. item .. "'")
       elseif k == "eps" then c.eps = runopts.parse_opt("eps", v)
       else sched.plain_error("specula run: --compare: unknown option '" .. k .. "' in '" .. item .. "'") end
     end

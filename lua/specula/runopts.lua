@@ -149,6 +149,17 @@ local FLAGS = {
   ["-h"] = argv.HELP,
 }
 
+-- The value of option --NAME checked as the command line checks it (for
+-- --compare's per-configuration options); a usage error otherwise.
+function M.parse_flag(name, raw, where)
+  local spec = FLAGS["--" .. name]
+  local convert = type(spec) == "table" and spec.convert
+  if not convert then return raw end
+  local v, err = convert(raw, {})
+  if v == nil then usage_error((where and (where .. ": ") or "") .. err) end
+  return v
+end
+
 function M.parse_args(args)
   local D = optslib.DEFAULTS
   local o, err = argv.parse(args, FLAGS, { equals = true, into = {

@@ -107,10 +107,13 @@ describe("shared options", function()
     end
   end)
 
-  it("--compare items check k, m and eps like the options do", function()
+  it("--compare items check k, m, eps, predict, match and trigger like the options do", function()
     local input = H.tmpfile("opt_q.jsonl", '{"id":"a","query":"q"}\n')
     for _, c in ipairs({ { "spechop:m=0", "--m must be an integer" }, { "spechop:eps=2", "--eps must be in (0, 1)" },
-                         { "spechop:k=1.5", "--k must be an integer" }, { "spechop:m=abc", "--m must be" } }) do
+                         { "spechop:k=1.5", "--k must be an integer" }, { "spechop:m=abc", "--m must be" },
+                         { "spechop:predict=maybe", "--compare 'spechop:predict=maybe': --predict must be on or off" },
+                         { "spechop:match=fuzzy", "--match must be exact, name_only or similar" },
+                         { "window:trigger=later", "--trigger must be start, tool_name or both" } }) do
       local st, err = run({ "--input", input, "--compare", "sequential," .. c[1] }, true)
       assert.equals(2, st, c[1] .. " was accepted")
       assert.matches(c[2], err, 1, true)
