@@ -130,14 +130,16 @@ void sp_win_pf_kick(sp_ctx *ctx, sp_runnable *r) {
     if ((pf->trigger & SP_TRIGGER_START) && e->state == PF_HELD) pf_fire(w, n, e, e->conf, SP_TRIG_PRED_START);
   }
   /* The article's trigger: a tool name is known (a stream may name several,
-     one per parallel tool call); fire the held candidates of each name,
-     their odds renormalised among themselves. */
+     one per parallel tool call); fire the held candidates of each name at
+     their odds given that name: conf / the confidence of every candidate of
+     the name, fired at the start or not (a guess kept back beside a likelier
+     one already running stays unlikely). */
   for (size_t off = 0; n->pf_names && off < n->pf_names_len;) {
     const char *name = n->pf_names + off;
     off += strlen(name) + 1;
     double sum = 0;
     for (int i = 0; i < n->npf; i++)
-      if (n->pf[i].state == PF_HELD && strcmp(n->pf[i].name, name) == 0) sum += n->pf[i].conf;
+      if (strcmp(n->pf[i].name, name) == 0) sum += n->pf[i].conf;
     for (int i = 0; i < n->npf; i++) {
       sp_pfent *e = &n->pf[i];
       if (e->state == PF_HELD && strcmp(e->name, name) == 0)

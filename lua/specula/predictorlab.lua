@@ -174,6 +174,12 @@ local function from_cassette(dir, out)
   return true
 end
 
+local function conf_num(c)
+  local v = tonumber(c.confidence) or 0
+  if v ~= v then return 0 end
+  return v
+end
+
 local function same_action(p, a)
   if type(p) ~= "table" or p.tool ~= a.tool then return false end
   local ok1, x = pcall(json.canonical, p.args)
@@ -185,12 +191,15 @@ end
 -- gate lets through (engine/sp_prefetch.c: conf x E[saved] > (1 - conf) x
 -- cost x ev_cost_ms, E[saved] from the latencies seen so far); a hit saves
 -- `saved` ms, a miss wastes its cost.
-local function fire(acc, pf, cands, conf_of, step, idx, cost_of, saved)
-  local hit = false
+-- `fired` (optional) collects the candidates fired, and says whether the
+-- step already had its hit (the "both" trigger fires in two rounds).
+local function fire(acc, pf, cands, conf_of, step, idx, cost_of, saved, fired)
+  local hit = fired and fired.hit or false
   for _, c in ipairs(cands) do
     local cost = cost_of(c.tool)
     if C.sp_prefetch_ev(pf, idx(c.tool), conf_of(c), cost) ~= 0 then
       acc.fired = acc.fired + 1
+      if fired then fired[c] = true end
       if not hit and same_action(c, step) then
         hit = true
         acc.hits = acc.hits + 1
@@ -201,13 +210,26 @@ local function fire(acc, pf, cands, conf_of, step, idx, cost_of, saved)
       end
     end
   end
+  if fired then fired.hit = hit end
 end
 
-local function conf_num(c)
-  local v = tonumber(c.confidence) or 0
-  if v ~= v then return 0 end
-  return v
+-- A tool name streamed at `at` ms into the step: the candidates of that
+-- name fire (those `fired` does not hold yet) at their odds given the name,
+-- their confidence over that of every candidate of the name
+-- (sp_win_pf_kick).
+local function fire_named(acc, pf, cands, n, step, idx, cost_of, tm, fired)
+  local of, sum = {}, 0
+  for _, c in ipairs(cands) do
+    if c.tool == n.name then
+      sum = sum + conf_num(c)
+      if not (fired and fired[c]) then of[#of + 1] = c end
+    end
+  end
+  local left = math.max(0, tm.step_ms - n.at)
+  fire(acc, pf, of, function(c) return sum > 0 and conf_num(c) / sum or conf_num(c) end, step, idx, cost_of,
+    math.min(tm.tool_ms, left), fired)
 end
+
 
 -- gate: { ev_cost_ms, ev_latency_ms, top, cost = { tool = x }, default_cost }
 function M.evaluate(make, trajs, gate)
@@ -228,6 +250,7 @@ function M.evaluate(make, trajs, gate)
   local steps, top1, top3, name1, timed, named = 0, 0, 0, 0, 0, 0
   local start = { fired = 0, hits = 0, wasted = 0, wasted_cost = 0, saved_ms = 0 }
   local by_name = { fired = 0, hits = 0, wasted = 0, wasted_cost = 0, saved_ms = 0 }
+  local both = { fired = 0, hits = 0, wasted = 0, wasted_cost = 0, saved_ms = 0 }
   for _, t in ipairs(trajs) do
     local hist = {}
     for _, s in ipairs(t.steps) do
@@ -252,20 +275,17 @@ function M.evaluate(make, trajs, gate)
           if type(c) == "table" and type(c.tool) == "string" then cands[#cands + 1] = c end
         end
         fire(start, pf, cands, conf_num, s, idx, cost_of, math.min(tm.tool_ms, tm.step_ms))
-        -- a streamed name fires the candidates of that name, their odds
-        -- renormalised among themselves (sp_win_pf_kick)
+        -- tool_name: a streamed name fires the candidates of that name;
+        -- both: what the gate kept back at the start gets that second chance
+        local fired_both = {}
+        fire(both, pf, cands, conf_num, s, idx, cost_of, math.min(tm.tool_ms, tm.step_ms), fired_both)
         local seen = {}
         if #tm.names > 0 then named = named + 1 end
         for _, n in ipairs(tm.names) do
           if not seen[n.name] then
             seen[n.name] = true
-            local of, sum = {}, 0
-            for _, c in ipairs(cands) do
-              if c.tool == n.name then of[#of + 1] = c; sum = sum + conf_num(c) end
-            end
-            local left = math.max(0, tm.step_ms - n.at)
-            fire(by_name, pf, of, function(c) return sum > 0 and conf_num(c) / sum or conf_num(c) end, s, idx,
-              cost_of, math.min(tm.tool_ms, left))
+            fire_named(by_name, pf, cands, n, s, idx, cost_of, tm, nil)
+            fire_named(both, pf, cands, n, s, idx, cost_of, tm, fired_both)
           end
         end
         -- what the gate learns after the step: its model time, the call's latency
@@ -285,7 +305,7 @@ function M.evaluate(make, trajs, gate)
               tool_top1_rate = steps > 0 and name1 / steps or 0, timed_steps = timed, named_steps = named }
   if timed > 0 then
     r.start = start
-    if named > 0 then r.tool_name = by_name end
+    if named > 0 then r.tool_name, r.both = by_name, both end
   end
   return r
 end
@@ -429,7 +449,7 @@ function M.main(args)
   io.stdout:write(format("%-20s %-10s %7s %7s %7s %12s %10s\n", "predictor", "trigger", "fired", "hits", "wasted",
     "wasted cost", "saved ms"))
   for _, r in ipairs(rows) do
-    for _, tr in ipairs({ { "start", r.start }, { "tool_name", r.tool_name } }) do
+    for _, tr in ipairs({ { "start", r.start }, { "tool_name", r.tool_name }, { "both", r.both } }) do
       local a = tr[2]
       if a then
         io.stdout:write(format("%-20s %-10s %7d %7d %7d %12.3f %10s\n", r.predictor, tr[1], a.fired, a.hits, a.wasted,

@@ -343,6 +343,24 @@ static void test_pf_ev(void) {
         "the name fired search (%g, %g), promoted %g, fetch held %g", st.pf.fired, st.gate[SP_TRIG_PRED_NAME][SP_FULL],
         st.pf.promoted, st.pf.held);
   finish_and_free(&h, w);
+
+  /* both triggers, two guesses of the same tool: the likely one fires at
+     the start; the name then says nothing new about the unlikely one (its
+     odds given the name stay 0.05 / (0.95 + 0.05)), so it stays held and
+     nothing is wasted */
+  world ws = world_all(2, 0);
+  ws.pred[ws.npred++] = (wpred){"search", 1, 0.95, SP_HINT_NONE};
+  ws.pred[ws.npred++] = (wpred){"search", 2, 0.05, SP_HINT_NONE};
+  ws.stream_name = 1;
+  harness_init(&h, &ws);
+  w = run_pf(&h, SP_TRIGGER_START | SP_TRIGGER_TOOL_NAME, 100, SP_MODE_SEQUENTIAL, 1, 0);
+  st = stats_of(w);
+  CHECK(st.pf.fired == 2 && st.pf.promoted == 2 && st.pf.wasted == 0 && st.pf.held == 2,
+        "the likely guess fired at start (%g, promoted %g), the unlikely one never did (wasted %g, held %g)",
+        st.pf.fired, st.pf.promoted, st.pf.wasted, st.pf.held);
+  CHECK(gate_sum(&st, SP_TRIG_PRED_NAME) == 0, "the name fired nothing (%g)", gate_sum(&st, SP_TRIG_PRED_NAME));
+  check_settled(w);
+  finish_and_free(&h, w);
 }
 
 /* The per-query budgets bound predictions like every early launch: the

@@ -200,6 +200,8 @@ describe("specula predictors: what would fire, waste and save", function()
     assert.is_true(math.abs(p.tool_name.saved_ms - save_name) < 1e-6, p.tool_name.saved_ms .. " vs " .. save_name)
     -- the name comes late in the stream: it hides less than a start would
     assert.is_true(save_name < save_start)
+    -- both: everything fired at the start, nothing was kept back for the name
+    assert.are.same(p.start, p.both)
   end)
 
   it("keeps back what the EV gate would: a costly unlikely guess that can save little", function()
@@ -213,6 +215,10 @@ describe("specula predictors: what would fire, waste and save", function()
     assert.are.same({ 19, 12, 7, 14 }, { p.start.fired, p.start.hits, p.start.wasted, p.start.wasted_cost })
     assert.are.same({ 7, 6, 1, 2 }, { p.tool_name.fired, p.tool_name.hits, p.tool_name.wasted,
                                       p.tool_name.wasted_cost })
+    -- both: the 5 guesses kept back at the start are the unlikely ones; the
+    -- name leaves their odds at 0.1 (the likely guess of the name counts),
+    -- so they stay back, as the engine keeps them (test_window_pf.c)
+    assert.are.same(p.start, p.both)
     -- per tool: a free lookup fires again
     st, out = H.specula({ "predictors", TAPE, "--predictor", oracle, "--cost", "2", "--cost", "lookup=0",
       "--ev-cost-ms", "1", "--json" })
