@@ -305,6 +305,18 @@ static void test_pf_rollback(void) {
   finish_and_free(&h, w);
 }
 
+/* Two predictions per step, a stream naming the step's tool, both
+   triggers, the EV gate at 100 ms a unit of cost: a sequential window run
+   to the end. */
+static sp_window *run_named(harness *h, wpred a, wpred b) {
+  world wd = world_all(2, 0);
+  wd.pred[wd.npred++] = a;
+  wd.pred[wd.npred++] = b;
+  wd.stream_name = 1;
+  harness_init(h, &wd);
+  return run_pf(h, SP_TRIGGER_START | SP_TRIGGER_TOOL_NAME, 100, SP_MODE_SEQUENTIAL, 1, 0);
+}
+
 /* (f) The expected-value gate: a prediction whose odds do not pay for its
    cost is not fired (nor offered to the policy); a streamed tool name
    renormalises the odds among that tool's candidates and may fire it. */
@@ -330,12 +342,7 @@ static void test_pf_ev(void) {
   /* both triggers: at start no candidate pays; the streamed name leaves
      search alone among its tool's candidates (odds 1): it fires and is
      promoted, fetch stays held */
-  world wn = world_all(2, 0);
-  wn.pred[wn.npred++] = (wpred){"search", 1, 0.5, SP_HINT_NONE};
-  wn.pred[wn.npred++] = (wpred){"fetch", 0, 0.3, SP_HINT_NONE};
-  wn.stream_name = 1;
-  harness_init(&h, &wn);
-  w = run_pf(&h, SP_TRIGGER_START | SP_TRIGGER_TOOL_NAME, 100, SP_MODE_SEQUENTIAL, 1, 0);
+  w = run_named(&h, (wpred){"search", 1, 0.5, SP_HINT_NONE}, (wpred){"fetch", 0, 0.3, SP_HINT_NONE});
   st = stats_of(w);
   CHECK(st.pf.gated_ev == 4 && gate_sum(&st, SP_TRIG_PRED_START) == 0, "nothing pays at start (%g kept back)",
         st.pf.gated_ev);
@@ -348,12 +355,7 @@ static void test_pf_ev(void) {
      the start; the name then says nothing new about the unlikely one (its
      odds given the name stay 0.05 / (0.95 + 0.05)), so it stays held and
      nothing is wasted */
-  world ws = world_all(2, 0);
-  ws.pred[ws.npred++] = (wpred){"search", 1, 0.95, SP_HINT_NONE};
-  ws.pred[ws.npred++] = (wpred){"search", 2, 0.05, SP_HINT_NONE};
-  ws.stream_name = 1;
-  harness_init(&h, &ws);
-  w = run_pf(&h, SP_TRIGGER_START | SP_TRIGGER_TOOL_NAME, 100, SP_MODE_SEQUENTIAL, 1, 0);
+  w = run_named(&h, (wpred){"search", 1, 0.95, SP_HINT_NONE}, (wpred){"search", 2, 0.05, SP_HINT_NONE});
   st = stats_of(w);
   CHECK(st.pf.fired == 2 && st.pf.promoted == 2 && st.pf.wasted == 0 && st.pf.held == 2,
         "the likely guess fired at start (%g, promoted %g), the unlikely one never did (wasted %g, held %g)",
