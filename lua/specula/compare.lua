@@ -403,15 +403,17 @@ function M.main(agent, o, queries, script)
     if stopped then interrupted = true end
     ndone = ndone + #got + (#queries - #list)
   end
-  -- the slim records, built once every configuration has run
-  for ci, t in ipairs(tallies) do all[ci] = t:records() end
+  -- the slim records, built once every configuration has run (none for a
+  -- configuration a signal kept from starting)
+  for ci = 1, #configs do all[ci] = tallies[ci] and tallies[ci]:records() or {} end
   if o.out then
     local ok, err = out:close()
     if not ok then records.write_failed(what, err) end
   end
   if trace_f then tracewriter.write(trace_f, o.trace, trace_events, trace_entries) end
   -- agreement pairs queries by position: not meaningful on a partial run
-  local rows = M.rows(configs, all, interrupted, agree_base and tally.agree_keys(tallies, agree_base, all))
+  local rows = M.rows(configs, all, interrupted,
+    agree_base and not interrupted and tally.agree_keys(tallies, agree_base, all) or nil)
   local ok, err = io.stdout:write(M.table_text(configs, rows), "\n")
   if ok then ok, err = io.stdout:flush() end
   if not ok then records.write_failed("stdout", err) end

@@ -195,11 +195,11 @@ end
 local run_batch
 local function run_all(run, queries, emit, progress)
   run.fns = fns_acquire(run)
-  local ok, res = pcall(run_batch, run, queries, emit, progress)
+  local ok, res, stopped = pcall(run_batch, run, queries, emit, progress)
   fns_release(run.fns)
   run.fns = nil
   if not ok then error(res, 0) end
-  return res
+  return res, stopped
 end
 
 run_batch = function(run, queries, emit, progress)

@@ -378,11 +378,14 @@ describe("a signal during a run", function()
     local st, err = interrupt({ "run", AGENT, "--input", q, "--out", out, "--trace", trace, "--concurrency", "2" },
       out, "INT")
     assert.equals(130, st, err)
-    assert.matches("interrupted", err, 1, true)
+    local done = tonumber(err:match("specula: interrupted: (%d+) of 40 queries finished and written; the rest did "
+      .. "not run %(run the same command with %-%-out to resume%)"))
+    assert.is_number(done, err)
     local text = H.read(out)
     assert.equals("\n", text:sub(-1))
     local recs = H.jsonl(text)
     assert.is_true(#recs >= 1 and #recs < #ids, #recs .. " records")
+    assert.equals(done, #recs)
     for _, r in ipairs(recs) do assert.is_nil(r.error, r.error) end   -- cancelled queries are not written
     local tr = cjson.decode(H.read(trace))
     assert.equals(#recs, #tr.specula.queries)
@@ -403,8 +406,12 @@ describe("a signal during a run", function()
     assert.is_true(#rows >= 1)
     local written = #H.jsonl(H.read(out))
     local counted = 0
-    for _, r in ipairs(rows) do counted = counted + r.queries end
+    for _, r in ipairs(rows) do
+      counted = counted + r.queries
+      assert.is_nil(r.agreement)   -- agreement pairs whole configurations: not on a partial run
+    end
     assert.equals(written, counted)
+    assert.matches("specula: terminated: " .. written .. " of 80 queries finished and written", err, 1, true)
   end)
 end)
 
