@@ -166,6 +166,12 @@ function M.parse_args(args)
     mode = "spechop", k = D.k, m = D.m, eps = D.eps, seed = D.seed, concurrency = D.concurrency, set = {},
     max_hops = D.max_hops } })
   if not o then usage_error(err) end
+  -- options that only mean something with another: silently doing nothing
+  -- would look like success
+  if o.summary and not o.compare then usage_error("--summary goes with --compare (it writes the comparison table)") end
+  if o.retry_failed and not o.out then
+    usage_error("--retry-failed goes with --out (the file whose failed records run again)")
+  end
   return o
 end
 

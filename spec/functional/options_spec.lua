@@ -107,6 +107,18 @@ describe("shared options", function()
     end
   end)
 
+  it("an option that only means something with another is a usage error without it", function()
+    local input = H.tmpfile("opt_q2.jsonl", '{"id":"a","query":"q"}\n')
+    for _, c in ipairs({ { { "--summary", H.tmpfile("opt_sum.json") }, "--summary goes with --compare" },
+                         { { "--retry-failed" }, "--retry-failed goes with --out" } }) do
+      local args = { "--input", input }
+      for _, a in ipairs(c[1]) do args[#args + 1] = a end
+      local st, err = run(args, true)
+      assert.equals(2, st, c[2] .. " was accepted")
+      assert.matches(c[2], err, 1, true)
+    end
+  end)
+
   it("--compare items check k, m, eps, predict, match and trigger like the options do", function()
     local input = H.tmpfile("opt_q.jsonl", '{"id":"a","query":"q"}\n')
     for _, c in ipairs({ { "spechop:m=0", "--m must be an integer" }, { "spechop:eps=2", "--eps must be in (0, 1)" },
