@@ -329,6 +329,12 @@ end
 
 function M.main(agent, o, queries, script)
   local configs = M.parse(o.compare)
+  -- before any configuration runs: one that cannot, says so now
+  for _, c in ipairs(configs) do
+    if c.predict == "on" and agent.predict == nil then
+      runopts.usage_error("--compare '" .. c.name .. "': predict=on, but the agent has no predictor")
+    end
+  end
   local skip = {}
   if o.out then
     -- repairs a cut-off last line (and drops failed records with --retry-failed)

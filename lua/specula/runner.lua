@@ -35,6 +35,12 @@ local function make_run(agent, o, script)
   local pol = policylib.build(pspec, agent.tools, script_dir)
   local P = agent.predict
   local pf, learn, match, similar = nil, nil, nil, nil
+  -- asked for by name and impossible: saying nothing would look like a run
+  -- with action speculation that never hit
+  if P == nil and o.predict == "on" then
+    error("specula: predict = \"on\", but the agent has no predictor (give it predict = "
+      .. "specula.predict.pattern{...} or any function(history, ctx))", 0)
+  end
   if P ~= nil and o.predict ~= "off" then
     match = o.match or agent.match or "exact"
     if type(match) == "table" then
@@ -372,6 +378,10 @@ function M.main(agent, args, script)
   if (o.record or o.replay_io) and not cassette.state then
     local ok, cerr = cassette.open({ record = o.record, replay = o.replay_io, miss = o.miss })
     if not ok then runopts.usage_error(cerr) end
+  end
+  if o.predict == "on" and agent.predict == nil then
+    runopts.usage_error("--predict on: the agent has no predictor (give it predict = specula.predict.pattern{...} "
+      .. "or any function(history, ctx))")
   end
   local queries, warnings = runopts.load_queries(o)
   for _, w in ipairs(warnings) do io.stderr:write("specula: warning: " .. w .. "\n") end

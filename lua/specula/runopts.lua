@@ -44,7 +44,8 @@ usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
   --shard-count N       with --shard auto under Kubernetes: the Job's completions
   --compare LIST        run every query under each config, e.g. "sequential,spechop:k=3:m=2"
   --summary FILE        with --compare: also write the table as JSON
-  --predict on|off      action speculation with the agent's predictor (default on if it has one)
+  --predict on|off      action speculation with the agent's predictor (default on if it has one;
+                        on without one is an error)
   --match MODE          exact (default, lossless), name_only or similar (both lossy)
   --trigger WHEN        start, tool_name or both (default): when predictions fire
   --ev-cost-ms MS       latency one unit of tool cost is worth, for the EV gate (default {ev_cost_ms})

@@ -110,7 +110,11 @@ describe("shared options", function()
   it("an option that only means something with another is a usage error without it", function()
     local input = H.tmpfile("opt_q2.jsonl", '{"id":"a","query":"q"}\n')
     for _, c in ipairs({ { { "--summary", H.tmpfile("opt_sum.json") }, "--summary goes with --compare" },
-                         { { "--retry-failed" }, "--retry-failed goes with --out" } }) do
+                         { { "--retry-failed" }, "--retry-failed goes with --out" },
+                         -- asked for by name, and the agent has no predictor to honour it
+                         { { "--predict", "on" }, "--predict on: the agent has no predictor" },
+                         { { "--compare", "sequential,spechop:predict=on" },
+                           "--compare 'spechop:predict=on': predict=on, but the agent has no predictor" } }) do
       local args = { "--input", input }
       for _, a in ipairs(c[1]) do args[#args + 1] = a end
       local st, err = run(args, true)
@@ -143,6 +147,7 @@ describe("shared options", function()
       print("good", recs[1].answer)
       recs = specula.run(agent, { queries = { "q" }, k = math.huge })
       print("huge", recs[1].answer)
+      print("predict_on", select(2, pcall(specula.run, agent, { queries = { "q" }, predict = "on" })))
     ]=])
     assert.equals(0, st, err)
     local n = 0
@@ -157,5 +162,6 @@ describe("shared options", function()
     assert.equals(9, n)
     assert.matches("good\tok", out, 1, true)
     assert.matches("huge\tok", out, 1, true)
+    assert.matches('predict_on\tspecula: predict = "on", but the agent has no predictor', out, 1, true)
   end)
 end)
