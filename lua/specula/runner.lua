@@ -32,7 +32,10 @@ local M = {}
 local function make_run(agent, o, script)
   local script_dir = script and script:match("^(.*)/[^/]*$") or "."
   local pspec = o.policy or agent.policy
-  local pol = policylib.build(pspec, agent.tools, script_dir)
+  -- a policy that cannot be loaded is the user's file: its message, not
+  -- the engine's stack
+  local okp, pol = pcall(policylib.build, pspec, agent.tools, script_dir)
+  if not okp then sched.plain_error((tostring(pol):gsub("^specula: ", ""))) end
   local P = agent.predict
   local pf, learn, match, similar = nil, nil, nil, nil
   -- asked for by name and impossible: saying nothing would look like a run
@@ -345,6 +348,7 @@ function M.run(agent, opts)
   if not okr then
     if sched.clock() ~= prev_clock then sched.set_clock(prev_clock) end
     if own_cassette then cassette.close() end
+    if type(run) == "table" and run.plain then run = run.message end   -- a message for the caller
     error(run, 0)
   end
   if o.light then run.acc = new_agg() end

@@ -106,7 +106,9 @@ end
 local one_of = argv.one_of
 
 local FLAGS = {
-  ["--query"] = "query", ["--input"] = "input", ["--format"] = "format", ["--out"] = "out", ["--trace"] = "trace",
+  ["--query"] = "query", ["--input"] = "input", ["--out"] = "out", ["--trace"] = "trace",
+  ["--format"] = { "format", convert = one_of({ auto = true, jsonl = true, hotpotqa = true, ["2wiki"] = true,
+    musique = true }, "--format must be auto, jsonl, hotpotqa, 2wiki or musique") },
   ["--policy"] = "policy", ["--shard-count"] = "shard_count", ["--compare"] = "compare", ["--summary"] = "summary",
   ["--record"] = "record", ["--replay-io"] = "replay_io",
   ["--mode"] = { "mode", convert = one_of(M.MODES, "--mode must be spechop, window or sequential") },

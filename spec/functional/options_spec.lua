@@ -107,10 +107,28 @@ describe("shared options", function()
     end
   end)
 
-  it("an option that only means something with another is a usage error without it", function()
+  it("a policy file that cannot be used: its message, and no engine stack", function()
+    local cases = {
+      { H.tmpdir() .. "/no_such_policy.lua", "policy file '" .. H.tmpdir() .. "/no_such_policy.lua' not found" },
+      { H.tmpfile("opt_pol_syntax.lua", "return {\n"), "policy: cannot load " },
+      { H.tmpfile("opt_pol_value.lua", 'return { search = "maybe" }\n'),
+        "policy: tool search: decision must be full, warmup or forbid, got maybe" },
+    }
+    for _, c in ipairs(cases) do
+      local st, _, err = H.specula({ "run", agent_path or H.tmpfile("opt_agent.lua", AGENT), "--query", "q",
+                                     "--policy", c[1], "--quiet" })
+      assert.equals(1, st, err)
+      assert.matches("^specula: " .. c[2]:gsub("%p", "%%%0"), err)
+      assert.is_nil(err:find("stack traceback", 1, true), err)
+      assert.is_nil(err:find("/lua/specula/", 1, true), err)
+    end
+  end)
+
+  it("an option without what it needs (another option, a known value, a predictor) is a usage error", function()
     local input = H.tmpfile("opt_q2.jsonl", '{"id":"a","query":"q"}\n')
     for _, c in ipairs({ { { "--summary", H.tmpfile("opt_sum.json") }, "--summary goes with --compare" },
                          { { "--retry-failed" }, "--retry-failed goes with --out" },
+                         { { "--format", "csv" }, "--format must be auto, jsonl, hotpotqa, 2wiki or musique" },
                          -- asked for by name, and the agent has no predictor to honour it
                          { { "--predict", "on" }, "--predict on: the agent has no predictor" },
                          { { "--compare", "sequential,spechop:predict=on" },
