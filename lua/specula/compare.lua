@@ -303,9 +303,26 @@ function M.cli_main(args)
   if o.help then io.stdout:write(cli_usage) return end
   if #files == 0 then return usage("no results file given") end
   local merge = require "specula.merge"
-  local recs = {}
-  for j, e in ipairs(merge.read_records(files, "specula compare")) do recs[j] = e.rec end
-  if #recs == 0 then sched.plain_error("specula compare: no records in " .. concat(files, ", ")) end
+  local recs, skipped = {}, 0
+  for _, e in ipairs(merge.read_records(files, "specula compare")) do
+    -- a results record has its stats, or the error that took them
+    if e.rec.stats == nil and e.rec.error == nil then
+      skipped = skipped + 1
+      if skipped <= 5 then
+        io.stderr:write(format("specula compare: warning: %s:%d: not a results record (no stats, no error); "
+          .. "line skipped\n", e.file, e.line))
+      end
+    else
+      recs[#recs + 1] = e.rec
+    end
+  end
+  if skipped > 5 then
+    io.stderr:write(format("specula compare: warning: %d more lines skipped\n", skipped - 5))
+  end
+  if #recs == 0 then
+    sched.plain_error("specula compare: no results records in " .. concat(files, ", ")
+      .. (skipped > 0 and " (is it a queries file? give the --out of `specula run`)" or ""))
+  end
   local configs, all = M.group(recs)
   if baseline then
     local at

@@ -72,6 +72,11 @@ function M.read_records(files, who)
   for _, path in ipairs(files) do
     local f, err = io.open(path, "r")
     if not f then sched.plain_error(who .. ": cannot open '" .. path .. "': " .. tostring(err)) end
+    local _, rerr = f:read(0)   -- a directory opens but cannot be read
+    if rerr then
+      f:close()
+      sched.plain_error(who .. ": cannot read '" .. path .. "': " .. tostring(rerr))
+    end
     local n = 0
     for text in f:lines() do
       n = n + 1

@@ -226,6 +226,24 @@ describe("messages", function()
     assert.matches("1 MB", out, 1, true)
   end)
 
+  it("a directory or a queries file given as results: a message naming it, no engine stack", function()
+    local dir = H.tmpdir()
+    local qf = H.tmpfile("msg_queries.jsonl", jsonl(numbered(3)))
+    local cases = {
+      { { "compare", dir }, "specula compare: cannot read '" .. dir .. "': Is a directory" },
+      { { "merge", dir, "-o", H.tmpfile("msg_m.jsonl") }, "specula merge: cannot read '" .. dir .. "': Is a directory" },
+      { { "report", dir, "-o", H.tmpfile("msg_r.html") }, "specula report: cannot read results file '" .. dir
+        .. "': Is a directory" },
+      { { "compare", qf }, "specula compare: no results records in " .. qf .. " (is it a queries file?" },
+    }
+    for _, c in ipairs(cases) do
+      local st, _, err = H.specula(c[1])
+      assert.equals(1, st, err)
+      assert.matches(c[2], err, 1, true)
+      assert.is_nil(err:find("stack traceback", 1, true), err)
+    end
+  end)
+
   it("a missing --input file is a usage error (status 2) naming the path once", function()
     local path = H.tmpdir() .. "/no_such_input.jsonl"
     local st, _, err = H.specula({ "run", AGENT, "--input", path })

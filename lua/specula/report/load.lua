@@ -36,6 +36,12 @@ end
 local function load_file(path, seq, warnings)
   local f, err = io.open(path, "r")
   if not f then fail("cannot open results file '" .. path .. "': " .. open_reason(path, err)) end
+  -- a directory opens but cannot be read
+  local _, rerr = f:read(0)
+  if rerr then
+    f:close()
+    fail("cannot read results file '" .. path .. "': " .. open_reason(path, rerr))
+  end
   local recs, lineno, nonblank = {}, 0, 0
   for line in f:lines() do
     lineno = lineno + 1
@@ -180,6 +186,11 @@ M.group = group_records
 local function load_trace(path)
   local f, err = io.open(path, "r")
   if not f then fail("cannot open trace '" .. path .. "': " .. open_reason(path, err)) end
+  local _, rerr = f:read(0)
+  if rerr then
+    f:close()
+    fail("cannot read trace '" .. path .. "': " .. open_reason(path, rerr))
+  end
   local text = f:read("*a")
   f:close()
   if not text:find("%S") then fail("trace '" .. path .. "' is empty") end
