@@ -43,7 +43,7 @@ function M.new(n)
     has = new_int(cap),             -- 1 stats, 0 none, -1 position empty
     id = {}, config = {}, answer = {}, gold = {}, err = {},
     text = nil, text_cap = 0, text_len = 0,
-    toff = new_int(cap), tlen = new_int(cap),   -- tlen -1: no agreement text
+    toff = new_double(cap), tlen = new_int(cap),   -- offsets past 2 GB stay exact; tlen -1: no text
   }, Tally)
   for i = 0, cap - 1 do self.has[i] = -1; self.tlen[i] = -1 end
   return self
