@@ -349,7 +349,7 @@ function M.main(agent, o, queries, script)
   -- before any configuration runs: one that cannot, says so now
   for _, c in ipairs(configs) do
     if c.predict == "on" and agent.predict == nil then
-      runopts.usage_error("--compare '" .. c.name .. "': predict=on, but the agent has no predictor")
+      runopts.usage_error("--compare '" .. c.name .. "': predict=on, but " .. runopts.NO_PREDICTOR)
     end
   end
   local skip = {}

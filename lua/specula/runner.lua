@@ -41,8 +41,7 @@ local function make_run(agent, o, script)
   -- asked for by name and impossible: saying nothing would look like a run
   -- with action speculation that never hit
   if P == nil and o.predict == "on" then
-    error("specula: predict = \"on\", but the agent has no predictor (give it predict = "
-      .. "specula.predict.pattern{...} or any function(history, ctx))", 0)
+    error("specula: predict = \"on\", but " .. runopts.NO_PREDICTOR, 0)
   end
   if P ~= nil and o.predict ~= "off" then
     match = o.match or agent.match or "exact"
@@ -384,8 +383,7 @@ function M.main(agent, args, script)
     if not ok then runopts.usage_error(cerr) end
   end
   if o.predict == "on" and agent.predict == nil then
-    runopts.usage_error("--predict on: the agent has no predictor (give it predict = specula.predict.pattern{...} "
-      .. "or any function(history, ctx))")
+    runopts.usage_error("--predict on: " .. runopts.NO_PREDICTOR)
   end
   local queries, warnings = runopts.load_queries(o)
   for _, w in ipairs(warnings) do io.stderr:write("specula: warning: " .. w .. "\n") end

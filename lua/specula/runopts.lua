@@ -152,6 +152,11 @@ local FLAGS = {
   ["-h"] = argv.HELP,
 }
 
+-- Why "predict on" cannot be honoured (one text for the CLI, --compare
+-- items and specula.run).
+M.NO_PREDICTOR = "the agent has no predictor (give it predict = specula.predict.pattern{...} or any "
+  .. "function(history, ctx))"
+
 -- The value of option --NAME checked as the command line checks it (for
 -- --compare's per-configuration options); a usage error otherwise.
 function M.parse_flag(name, raw, where)
