@@ -618,6 +618,42 @@ int sp_replay_timeline(const sp_replay_query *q, const char *mode, int k, int la
                        size_t max_spans, sp_replay_mark *marks, size_t max_marks, sp_replay_tl_info *info,
                        char *err, size_t errlen);
 
+/* ---- digests, random bytes, signatures (engine/sp_crypto.c: OpenSSL libcrypto) *
+ * Never hand-written: every primitive is libcrypto's. Used for provenance
+ * digests (SHA-256 of scripts, queries, configurations) and MCP
+ * authorization (PKCE, JWT client assertions). Errors: -1 and a message in
+ * err naming what failed (never key material). */
+/* SHA-256 of len bytes at data into out (32 bytes). */
+void sp_crypto_sha256(const void *data, size_t len, unsigned char *out);
+/* Incremental SHA-256: new, add any number of times, finish (frees it;
+   writes 32 bytes to out). free drops one without finishing. */
+typedef struct sp_sha256 sp_sha256;
+sp_sha256 *sp_crypto_sha256_new(void);
+void sp_crypto_sha256_add(sp_sha256 *h, const void *data, size_t len);
+void sp_crypto_sha256_finish(sp_sha256 *h, unsigned char *out);
+void sp_crypto_sha256_free(sp_sha256 *h);
+/* HMAC-SHA-256 of data under key into out (32 bytes). */
+void sp_crypto_hmac_sha256(const void *key, size_t keylen, const void *data, size_t len,
+                           unsigned char *out);
+/* len bytes from the system's CSPRNG. 0 ok, -1 err. */
+int sp_crypto_random(unsigned char *out, size_t len, char *err, size_t errlen);
+/* Signs data as JWS alg ("RS256": RSASSA-PKCS1-v1_5 with SHA-256; "ES256":
+   ECDSA P-256 with SHA-256, as the 64-byte r||s JWS wants) with the PEM
+   private key. Returns the signature's length (<= outcap, 512 is enough for
+   RSA-4096), -1 with err. */
+int sp_crypto_sign(const char *alg, const char *pem, size_t pemlen, const void *data, size_t len,
+                   unsigned char *out, size_t outcap, char *err, size_t errlen);
+/* Checks a JWS signature with a PEM public key (or the private key's public
+   part). 1 valid, 0 invalid, -1 err. */
+int sp_crypto_verify(const char *alg, const char *pem, size_t pemlen, const void *data, size_t len,
+                     const unsigned char *sig, size_t siglen, char *err, size_t errlen);
+/* A new private key for alg ("RS256": RSA-2048, "ES256": P-256) as PKCS#8
+   PEM into out (NUL-terminated). Returns its length, -1 with err. */
+int sp_crypto_keygen(const char *alg, char *out, size_t outcap, char *err, size_t errlen);
+/* The public key of a PEM private key as PEM. Returns its length, -1 with err. */
+int sp_crypto_pubkey(const char *pem, size_t pemlen, char *out, size_t outcap, char *err,
+                     size_t errlen);
+
 /* ---- shared options (sp_opt.c) ------------------------------------------ */
 /* The domain of a numeric option several entry points share: p, alpha, beta,
    nu, eps, k, m, seed, concurrency (name without dashes). parse reads text
