@@ -3,10 +3,20 @@
 --
 --   local c, err = specula.mcp.connect{ command = { "node", "server.js" }, env = {...}, cwd = ...,
 --                                       name = "fs", max_restarts = 3, timeout_ms = 60000 }
---   local c, err = specula.mcp.connect{ url = "http://127.0.0.1:3000/mcp", headers = {...} }
+--   local c, err = specula.mcp.connect{ url = "http://127.0.0.1:3000/mcp", headers = {...},
+--                                       auth = { ... } }   -- OAuth: specula.mcpauth, README "Authorization"
 --   c:list_tools()                      -> { {name, description, inputSchema, ...}, ... } | nil, err
 --   c:call(name, args, { timeout_ms, on_progress }) -> { content, structuredContent, isError } | nil, err
---   c:ping(), c:request(method, params, opts), c:stats(), c:close()
+--   c:list_resources(), c:list_resource_templates() -> every page | nil, err
+--   c:read_resource(uri, { timeout_ms }) -> { contents = { {uri, mimeType, text | blob}, ... } } | nil, err
+--   c:ping(), c:request(method, params, opts), c:stats(), c:auth_info(), c:close()
+--
+-- Requests from the server: ping is answered; sampling/createMessage,
+-- elicitation/create and roots/list go to the hooks on_sampling,
+-- on_elicitation and on_roots when given (each runs in a task of its own,
+-- so it may call an LLM or wait), and anything else gets -32601. Over HTTP
+-- a client with hooks (or listen = true) keeps the server's GET stream open
+-- for requests that belong to no call.
 --
 -- A call whose task is cancelled (a discarded speculative thread, an
 -- orphaned prediction) sends notifications/cancelled with its request id at
@@ -25,6 +35,8 @@ local type, tostring, tonumber, pairs, ipairs, setmetatable, error, pcall, selec
 local format, concat = string.format, table.concat
 local co_yield = coroutine.yield
 local encode, decode, JNULL = json.encode, json.decode, json.null
+local secrets = require "specula.secrets"
+local scrub = secrets.scrub
 
 local M = {}
 
@@ -98,7 +110,8 @@ function Client:_where() return "mcp server '" .. self.name .. "'" end
 
 -- Send a JSON-RPC message that needs no answer (a response or a notification).
 function Client:_send_oneway(msg)
-  local text = assert(encode(msg))
+  local text, eerr = encode(msg)
+  if not text then return nil, eerr end
   if self.transport == "stdio" then
     local p = self.proc
     if p == nil then return nil, "not running" end
@@ -121,13 +134,13 @@ function Client:_handle(msg, via)
   end
   local id, method = msg.id, msg.method
   if method ~= nil and id ~= nil and id ~= JNULL then
-    -- a request from the server: ping is answered, anything else refused
+    -- a request from the server: ping is answered, a hook answers its
+    -- method, anything else is refused
     st.server_requests = st.server_requests + 1
     if method == "ping" then
       self:_send_oneway({ jsonrpc = "2.0", id = id, result = obj() })
     else
-      self:_send_oneway({ jsonrpc = "2.0", id = id, error = { code = -32601,
-        message = "Method not found: " .. tostring(method) .. " (the specula client does not support it)" } })
+      self:_server_request(id, method, msg.params)
     end
     return
   end
@@ -142,6 +155,8 @@ function Client:_handle(msg, via)
       st.progress = st.progress + 1
     elseif method == "notifications/tools/list_changed" then
       self.tools_cache = nil
+    elseif method == "notifications/resources/list_changed" then
+      st.resources_changed = st.resources_changed + 1
     end
     return
   end
@@ -176,6 +191,123 @@ function Client:_handle(msg, via)
     e.result = msg.result
   end
   C.sp_rpc_complete(e.rpc)
+end
+
+-- ---- requests from the server ----------------------------------------------------------
+
+local HOOKS = { ["sampling/createMessage"] = "on_sampling", ["elicitation/create"] = "on_elicitation",
+                ["roots/list"] = "on_roots" }
+local HOOK_STAT = { ["sampling/createMessage"] = "sampling", ["elicitation/create"] = "elicitation",
+                    ["roots/list"] = "roots" }
+M.HOOKS = HOOKS
+
+-- An accepted elicitation carries every field the requested schema gives a
+-- default for (SEP-1034), then must hold the required ones.
+local function elicitation_result(r, params)
+  if type(r) ~= "table" then
+    return nil, "returned " .. type(r) .. " (expected { action = 'accept'|'decline'|'cancel', content = {...} })"
+  end
+  local action = r.action
+  if action ~= "accept" and action ~= "decline" and action ~= "cancel" then
+    return nil, "action must be accept, decline or cancel, got " .. tostring(action)
+  end
+  if action ~= "accept" then return obj({ action = action }) end
+  local content = {}
+  if r.content ~= nil then
+    if type(r.content) ~= "table" then return nil, "content must be a table" end
+    for k, v in pairs(r.content) do content[k] = v end
+  end
+  local schema = type(params) == "table" and params.requestedSchema or nil
+  local props = type(schema) == "table" and type(schema.properties) == "table" and schema.properties or {}
+  for name, p in pairs(props) do
+    if content[name] == nil and type(p) == "table" and p.default ~= nil and p.default ~= JNULL then
+      content[name] = p.default
+    end
+  end
+  if type(schema) == "table" and type(schema.required) == "table" then
+    for _, name in ipairs(schema.required) do
+      if content[name] == nil then
+        return nil, "the accepted content lacks the required field '" .. tostring(name) .. "'"
+      end
+    end
+  end
+  return obj({ action = "accept", content = obj(content) })
+end
+M.elicitation_result = elicitation_result
+
+-- A string is the text of the assistant's message.
+local function sampling_result(r)
+  if type(r) == "string" then
+    return obj({ role = "assistant", content = obj({ type = "text", text = r }), model = "specula-hook",
+                 stopReason = "endTurn" })
+  end
+  if type(r) ~= "table" then return nil, "returned " .. type(r) .. " (expected a CreateMessageResult or a string)" end
+  if r.content == nil then return nil, "the result has no content" end
+  local out = obj()
+  for k, v in pairs(r) do out[k] = v end
+  if out.role == nil then out.role = "assistant" end
+  if out.model == nil then out.model = "specula-hook" end
+  return out
+end
+
+local function file_uri(path)
+  return "file://" .. path:gsub("[^%w%-%._~/]", function(c) return format("%%%02X", c:byte()) end)
+end
+
+-- A list of paths, file:// URIs or { uri =, name = }.
+local function roots_result(r)
+  if type(r) ~= "table" then return nil, "expected a list of roots, got " .. type(r) end
+  local out = {}
+  for i, x in ipairs(r) do
+    if type(x) == "string" then
+      out[i] = obj({ uri = x:match("^file://") and x or file_uri(x) })
+    elseif type(x) == "table" and type(x.uri) == "string" then
+      out[i] = obj({ uri = x.uri, name = x.name })
+    else
+      return nil, "roots[" .. i .. "] must be a path, a file:// URI or { uri =, name = }"
+    end
+  end
+  return obj({ roots = json.array(out) })
+end
+
+-- Answer a server's request with its hook, in a task of its own (a hook may
+-- wait: an LLM call, a person); no hook: -32601.
+function Client:_server_request(id, method, params)
+  local hname = HOOKS[method]
+  local hook = hname and self.hooks[hname]
+  if hook == nil then
+    self:_send_oneway({ jsonrpc = "2.0", id = id, error = { code = -32601,
+      message = "Method not found: " .. tostring(method) .. " (the specula client has no hook for it)" } })
+    return
+  end
+  local hs = self.st.hooks
+  hs[HOOK_STAT[method]] = hs[HOOK_STAT[method]] + 1
+  spawn_root(function()
+    local result, why, code = nil, nil, -32603
+    if method == "roots/list" and type(hook) == "table" then
+      result, why = roots_result(hook)
+    else
+      local ok, r, e2 = pcall(hook, params, { server = self.name, method = method })
+      if not ok then why = "raised: " .. tostring(r)
+      elseif r == nil or r == false then
+        -- a refusal (the user said no, the model failed): the hook's reason
+        why, code = e2 ~= nil and tostring(e2) or "declined", -1
+      elseif method == "sampling/createMessage" then result, why = sampling_result(r)
+      elseif method == "elicitation/create" then result, why = elicitation_result(r, params)
+      else result, why = roots_result(r) end
+    end
+    local msg = result ~= nil and { jsonrpc = "2.0", id = id, result = result } or nil
+    if msg and not encode(msg) then
+      result, why, msg = nil, "its result cannot be written as JSON", nil
+    end
+    if not msg then
+      why = scrub(format("%s: %s hook for %s: %s", self:_where(), hname, method, tostring(why)))
+      hs.errors = hs.errors + 1
+      self:_warn(why)
+      msg = { jsonrpc = "2.0", id = id, error = { code = code, message = why } }
+    end
+    self:_send_oneway(msg)
+  end)
 end
 
 -- Fail every pending request (the server went away).
@@ -364,14 +496,44 @@ function Client:_http_error(res, what)
   if res.status == 404 and self.session_id then
     return format("%s: %s: HTTP 404: the session has expired", self:_where(), what)
   end
-  return format("%s: %s: HTTP %d: %s", self:_where(), what, res.status, excerpt(body or "", 200))
+  local hint = ""
+  if res.status == 401 and not self.auth then
+    hint = " (the server wants authorization: give auth = { ... } to specula.mcp.connect)"
+  end
+  return scrub(format("%s: %s: HTTP %d%s: %s", self:_where(), what, res.status, hint, excerpt(body or "", 200)))
+end
+
+-- An HTTP request to the server: the session headers, and with auth the
+-- access token; a 401, or a 403 asking for more scope, runs the
+-- authorization (specula.mcpauth) and sends the request again. o: method,
+-- body, stream, extra (headers), accept, timeout (a function giving the ms
+-- left), live (bypass the cassette). -> res (any status) | nil, err
+function Client:_send(o)
+  local http = require "specula.http"
+  local st = {}
+  while true do
+    local h = self:_http_headers(o.extra)
+    if o.body == nil then h["Content-Type"] = nil end
+    if o.accept then h["Accept"] = o.accept end
+    local sent
+    if self.auth then
+      sent = self.auth:token()
+      if sent then h["Authorization"] = "Bearer " .. sent end
+    end
+    local res, err = http.request { method = o.method, url = self.url, headers = h, body = o.body, stream = o.stream,
+                                    timeout_ms = o.timeout and o.timeout() or self.timeout_ms,
+                                    __cassette_live = o.live }
+    if not res then return nil, scrub(err) end
+    if not self.auth or (res.status ~= 401 and res.status ~= 403) then return res end
+    if res.close then res:close() end
+    local ok, aerr = self.auth:challenge(res.status, res.headers["www-authenticate"], st, sent)
+    if not ok then return nil, aerr end
+  end
 end
 
 -- POST a message that gets no response (a notification or our answer).
 function Client:_post_oneway(text)
-  local http = require "specula.http"
-  local res, err = http.request { method = "POST", url = self.url, headers = self:_http_headers(),
-                                  body = text, timeout_ms = self.timeout_ms }
+  local res, err = self:_send { method = "POST", body = text }
   if not res then return nil, err end
   if res.status >= 300 then return nil, self:_http_error(res, "POST") end
   return true
@@ -406,15 +568,13 @@ end
 
 -- A request over Streamable HTTP, in the calling task.
 function Client:_http_request(e, text, timeout_ms)
-  local http = require "specula.http"
   local t0 = sched.now()
   local function left()
     if not timeout_ms or timeout_ms <= 0 then return 0 end
     local l = timeout_ms - (sched.now() - t0)
     return l > 1 and l or 1
   end
-  local res, err = http.request { method = "POST", url = self.url, headers = self:_http_headers(),
-                                  body = text, stream = true, timeout_ms = left() }
+  local res, err = self:_send { method = "POST", body = text, stream = true, timeout = left }
   if not res then return nil, err end
   local ctype = (res.headers["content-type"] or ""):lower()
   if res.status >= 300 then return nil, self:_http_error(res, e.what) end
@@ -437,10 +597,8 @@ function Client:_http_request(e, text, timeout_ms)
       self.st.reconnects = self.st.reconnects + 1
       sched.sleep(state.retry or self.default_retry_ms)
       if C.sp_rpc_state(e.rpc) ~= PENDING then return true end
-      local h = self:_http_headers({ ["Last-Event-ID"] = state.last_id })
-      h["Content-Type"] = nil
-      h["Accept"] = "text/event-stream"
-      res, err = http.request { method = "GET", url = self.url, headers = h, stream = true, timeout_ms = left() }
+      res, err = self:_send { method = "GET", extra = { ["Last-Event-ID"] = state.last_id },
+                              accept = "text/event-stream", stream = true, timeout = left }
       if not res then return nil, err end
       if res.status >= 300 then return nil, self:_http_error(res, e.what .. " (resuming the stream)") end
     end
@@ -462,6 +620,79 @@ function Client:_http_request(e, text, timeout_ms)
   res:close()
   return nil, format("%s: %s: unexpected response (HTTP %d, Content-Type '%s')", self:_where(), e.what,
     res.status, excerpt(ctype, 60))
+end
+
+-- The server's GET stream (requests and notifications that belong to no
+-- call: elicitations, sampling, list changes), read by a root task for as
+-- long as the client lives; resumed after the server's retry with
+-- Last-Event-ID. gate (an sp_rpc the connecting task waits on) is completed
+-- once the stream is open or refused, so no early request is lost.
+function Client:_listen_loop(gate)
+  local sse = require "specula.sse"
+  local st = self.st
+  local last_id, retry, fails = nil, nil, 0
+  local function opened(status)
+    st.listen_status = status
+    if gate then C.sp_rpc_complete(gate); gate = nil end
+  end
+  while not self.closed do
+    local res, err = self:_send { method = "GET", accept = "text/event-stream", stream = true, live = true,
+                                  extra = last_id and { ["Last-Event-ID"] = last_id } or nil,
+                                  timeout = function() return 0 end }
+    if not res then
+      fails = fails + 1
+      opened(0)
+      if fails > self.max_reconnects then
+        self:_warn(self:_where() .. ": the GET stream failed " .. fails .. " times, given up: " .. tostring(err))
+        return
+      end
+    elseif res.status ~= 200 or not (res.headers["content-type"] or ""):lower():find("text/event-stream", 1, true) then
+      -- 405 (or another 4xx): the server offers no such stream
+      res:close()
+      opened(res.status)
+      if res.status >= 500 and not self.closed then
+        self:_warn(format("%s: the GET stream was refused (HTTP %d)", self:_where(), res.status))
+      end
+      return
+    else
+      opened(200)
+      st.listens = st.listens + 1
+      local r = sse.reader(res, { max_event_bytes = self.max_message_bytes })
+      while true do
+        local ev = r:next()
+        if ev == nil then break end
+        fails = 0
+        if ev.id ~= "" then last_id = ev.id end
+        if ev.retry then retry = ev.retry end
+        if ev.data:find("%S") and (ev.event == "message" or ev.event == "") then
+          local msg, derr = decode(ev.data)
+          if msg == nil then
+            st.malformed = st.malformed + 1
+            self:_warn(format("%s: malformed JSON on the GET stream (%s): %s", self:_where(), tostring(derr),
+              excerpt(ev.data)))
+          else
+            self:_handle(msg, "get")
+          end
+        end
+      end
+      r:close()
+      fails = fails + 1
+      if fails > self.max_reconnects then return end
+    end
+    if self.closed then return end
+    sched.sleep(retry or self.default_retry_ms)
+  end
+end
+
+-- Open the GET stream and wait (bounded) until it is open or refused.
+function Client:_listen()
+  local me = sched.current("specula.mcp: GET stream")
+  local gate = C.sp_rpc_new(core.ctx, me, self.init_timeout_ms)
+  if gate == nil then return end
+  gate = ffi.gc(gate, C.sp_rpc_free)
+  self.listener = spawn_root(function() self:_listen_loop(gate) end)
+  if not self.listener then return end
+  while C.sp_rpc_wait(gate, me) == 0 do co_yield() end
 end
 
 -- ---- requests --------------------------------------------------------------------------
@@ -522,7 +753,10 @@ function Client:_rpc_live(method, params, opts)
     end
     while C.sp_rpc_wait(e.rpc, me) == 0 do co_yield() end
   else
-    local hdr = header_lines(self:_http_headers())
+    local h = self:_http_headers()
+    local tok = self.auth and self.auth.entry.tokens
+    if tok then h["Authorization"] = "Bearer " .. tok.access_token end
+    local hdr = header_lines(h)
     C.sp_rpc_cancel_post(e.rpc, self.url, hdr, cancel, #cancel)
     e.live = true
     local ok, err = self:_http_request(e, text, timeout_ms)
@@ -551,10 +785,19 @@ function Client:_rpc_live(method, params, opts)
   return e.result
 end
 
+-- What the client offers the server: one capability per hook.
+function Client:_capabilities()
+  local caps = obj()
+  if self.hooks.on_sampling then caps.sampling = obj() end
+  if self.hooks.on_elicitation then caps.elicitation = obj({ form = obj() }) end
+  if self.hooks.on_roots then caps.roots = obj({ listChanged = true }) end
+  return caps
+end
+
 function Client:_initialize()
   local r, err = self:_rpc("initialize", {
     protocolVersion = self.want_version,
-    capabilities = obj(),
+    capabilities = self:_capabilities(),
     clientInfo = M.CLIENT_INFO,
   }, { timeout_ms = self.init_timeout_ms })
   if not r then return nil, err end
@@ -580,6 +823,7 @@ function Client:_initialize()
   else ok, serr = self:_post_oneway(assert(encode(note))) end
   if not ok then return nil, self:_where() .. ": notifications/initialized: " .. tostring(serr) end
   self.state = "ready"
+  if self.transport == "http" and self.listen and not self.listener then self:_listen() end
   return true
 end
 
@@ -630,21 +874,71 @@ function Client:ping(opts)
   return true
 end
 
--- The server's tools as it describes them, following pagination.
-function Client:list_tools(opts)
+-- Every page of a list method: the items of `field` | nil, err.
+function Client:_list_all(method, field, opts)
   local out, cursor, pages = {}, nil, 0
   repeat
-    local r, err = self:request("tools/list", cursor and { cursor = cursor } or nil, opts)
+    local r, err = self:request(method, cursor and { cursor = cursor } or nil, opts)
     if not r then return nil, err end
-    if type(r.tools) ~= "table" then return nil, self:_where() .. ": tools/list: the result has no tools list" end
-    for _, t in ipairs(r.tools) do out[#out + 1] = t end
+    if type(r) ~= "table" or type(r[field]) ~= "table" then
+      return nil, self:_where() .. ": " .. method .. ": the result has no " .. field .. " list"
+    end
+    for _, t in ipairs(r[field]) do out[#out + 1] = t end
     cursor = r.nextCursor
     if cursor == JNULL then cursor = nil end
     pages = pages + 1
-    if pages > 1000 then return nil, self:_where() .. ": tools/list: more than 1000 pages" end
+    if pages > 1000 then return nil, self:_where() .. ": " .. method .. ": more than 1000 pages" end
   until cursor == nil
+  return out
+end
+
+-- The server's tools as it describes them, following pagination.
+function Client:list_tools(opts)
+  local out, err = self:_list_all("tools/list", "tools", opts)
+  if not out then return nil, err end
   self.tools_cache = out
   return out
+end
+
+-- The server's resources ({ uri, name, title, description, mimeType, size,
+-- annotations }) and resource templates ({ uriTemplate, name, ... }), every page.
+function Client:list_resources(opts)
+  return self:_list_all("resources/list", "resources", opts)
+end
+
+function Client:list_resource_templates(opts)
+  return self:_list_all("resources/templates/list", "resourceTemplates", opts)
+end
+
+-- resources/read: { contents = { { uri, mimeType, text | blob }, ... } } | nil, err.
+function Client:read_resource(uri, opts)
+  if type(uri) ~= "string" or uri == "" then error("mcp client:read_resource: uri must be a non-empty string", 2) end
+  if opts ~= nil and type(opts) ~= "table" then error("mcp client:read_resource: options must be a table", 2) end
+  opts = opts or {}
+  self.st.reads = self.st.reads + 1
+  local r, err = self:request("resources/read", { uri = uri },
+    { timeout_ms = opts.timeout_ms, what = "resources/read '" .. excerpt(uri, 120) .. "'" })
+  if not r then return nil, err end
+  if type(r) ~= "table" or type(r.contents) ~= "table" then
+    return nil, self:_where() .. ": resources/read '" .. excerpt(uri, 120) .. "': the result has no contents"
+  end
+  return r
+end
+
+-- Tell the server the roots changed (it asks roots/list again).
+function Client:roots_changed()
+  if not self.hooks.on_roots then error("mcp client:roots_changed: the client has no on_roots hook", 2) end
+  local note = { jsonrpc = "2.0", method = "notifications/roots/list_changed" }
+  if self.transport == "stdio" then return self:_send_oneway(note) end
+  return self:_post_oneway(assert(encode(note)))
+end
+
+-- The authorization state without any credential (nil without auth):
+-- grant, resource, authorization_server, client_id and how it was had,
+-- token_endpoint_auth_method, scope, expires_in_s, counts of
+-- authorizations, refreshes, registrations, step_ups.
+function Client:auth_info()
+  return self.auth and self.auth:info() or nil
 end
 
 -- tools/call: { content, structuredContent, isError } | nil, err.
@@ -672,6 +966,8 @@ function Client:stats()
   local c = {}
   for k, v in pairs(self.st.calls) do c[k] = v end
   s.calls = c
+  s.hooks = {}
+  for k, v in pairs(self.st.hooks) do s.hooks[k] = v end
   s.errors = { unpack(self.errors) }
   return s
 end
@@ -696,11 +992,9 @@ function Client:close()
     self:_drop_proc()
   else
     self:_fail_all("the client was closed")
+    if self.listener and not self.listener:done() then C.sp_task_cancel(self.listener.ptr) end
     if self.session_id and sched.in_task() then
-      local http = require "specula.http"
-      local h = self:_http_headers()
-      h["Content-Type"] = nil
-      local res = http.request { method = "DELETE", url = self.url, headers = h, timeout_ms = 5000 }
+      local res = self:_send { method = "DELETE", timeout = function() return 5000 end }
       self.st.deleted = res and res.status or 0
     end
     self.state = "closed"
@@ -734,6 +1028,17 @@ local function check_opts(o)
   if o.env ~= nil and type(o.env) ~= "table" then error("specula.mcp.connect: env must be a table", 3) end
   if o.headers ~= nil and type(o.headers) ~= "table" then error("specula.mcp.connect: headers must be a table", 3) end
   if o.cwd ~= nil and type(o.cwd) ~= "string" then error("specula.mcp.connect: cwd must be a string", 3) end
+  for _, k in ipairs({ "on_sampling", "on_elicitation" }) do
+    if o[k] ~= nil and type(o[k]) ~= "function" then error("specula.mcp.connect: " .. k .. " must be a function", 3) end
+  end
+  if o.on_roots ~= nil and type(o.on_roots) ~= "function" and type(o.on_roots) ~= "table" then
+    error("specula.mcp.connect: on_roots must be a function or a list of roots", 3)
+  end
+  if o.listen ~= nil and type(o.listen) ~= "boolean" then error("specula.mcp.connect: listen must be a boolean", 3) end
+  if o.auth ~= nil and o.auth ~= false then
+    if o.url == nil then error("specula.mcp.connect: auth is for servers reached by url", 3) end
+    require("specula.mcpauth").check_options(o.auth, 3)
+  end
   if o.protocol_version ~= nil and not SUPPORTED[o.protocol_version] then
     error("specula.mcp.connect: protocol_version must be one of " .. concat(M.PROTOCOL_VERSIONS, ", "), 3)
   end
@@ -764,9 +1069,24 @@ function M.connect(o)
     quiet = o.quiet,
     state = "new", starts = 0, gen = 0, next_id = 1,
     pending = {}, by_token = {}, given_up = {}, n_given_up = 0, errors = {},
+    hooks = { on_sampling = o.on_sampling, on_elicitation = o.on_elicitation, on_roots = o.on_roots },
     st = { requests = 0, restarts = 0, exits = 0, malformed = 0, unknown_ids = 0, oversized = 0,
-           late_dropped = 0, timeouts = 0, server_requests = 0, progress = 0, reconnects = 0, calls = {} },
+           late_dropped = 0, timeouts = 0, server_requests = 0, progress = 0, reconnects = 0, calls = {},
+           reads = 0, resources_changed = 0, listens = 0,
+           hooks = { sampling = 0, elicitation = 0, roots = 0, errors = 0 } },
   }, Client)
+  -- credentials in the script's headers are secrets (never written anywhere)
+  for k, v in pairs(self.headers) do
+    if type(k) == "string" and require("specula.llm.retry").secrets(nil, { [k] = v })[1] then
+      secrets.declare(tostring(v))
+      secrets.declare(tostring(v):match("^%a[%w%-]*%s+(%S+)%s*$"))
+    end
+  end
+  if o.listen ~= nil then self.listen = o.listen
+  else self.listen = (o.on_sampling or o.on_elicitation or o.on_roots) ~= nil end
+  if o.auth and self.transport == "http" then
+    self.auth = require("specula.mcpauth").new(o.auth == true and {} or o.auth, o.url, spawn_root, self:_where())
+  end
   if require("specula.cassette").offline() then
     -- every request is served from the cassette: the server is not started
     self.offline = true
@@ -781,7 +1101,7 @@ function M.connect(o)
     end
   else
     local ok, err = self:_initialize()
-    if not ok then return nil, err end
+    if not ok then self.closed = true return nil, err end
   end
   return self
 end

@@ -1,9 +1,15 @@
 -- The client command for the MCP conformance suite's client scenarios:
 --   specula run spec/mcp/conformance_client.lua <server-url>
--- (the suite appends the URL and sets MCP_CONFORMANCE_SCENARIO). It connects,
--- lists the tools, calls each one with arguments built from its input
--- schema, and closes the session. Exit status 1 on any error.
+-- (the suite appends the URL and sets MCP_CONFORMANCE_SCENARIO, and for some
+-- scenarios MCP_CONFORMANCE_CONTEXT: pre-registered credentials, a private
+-- key). One client for every scenario, configured as a user would: OAuth
+-- with dynamic registration or a client ID metadata document, the
+-- credentials the context hands over, and an elicitation hook that accepts
+-- with the schema's defaults. It connects, lists the tools, calls each one
+-- with arguments built from its input schema, and closes the session.
+-- Exit status 1 on any error.
 local specula = require "specula"
+local json = specula.json
 
 local url = arg[1]
 if not url or not url:match("^https?://") then
@@ -12,6 +18,10 @@ if not url or not url:match("^https?://") then
   return
 end
 local scenario = os.getenv("MCP_CONFORMANCE_SCENARIO") or "?"
+local context = {}
+if os.getenv("MCP_CONFORMANCE_CONTEXT") then
+  context = json.decode(os.getenv("MCP_CONFORMANCE_CONTEXT")) or {}
+end
 
 -- Arguments for a schema: each required (or declared) property gets a
 -- value of its type.
@@ -26,7 +36,31 @@ local function args_for(schema)
   return out
 end
 
-local c, err = specula.mcp.connect { url = url, name = "conformance:" .. scenario, timeout_ms = 20000 }
+-- Authorization, as a script would configure it for this server. The
+-- authorization server of the suite approves at once, so the code flow runs
+-- headless (the default: the authorization URL is fetched and its redirect
+-- read); the client ID metadata document URL is the one the suite expects.
+local auth = {
+  client_name = "specula-conformance",
+  redirect_uri = "http://localhost:3000/callback",
+  client_metadata_url = "https://conformance-test.local/client-metadata.json",
+}
+if scenario:match("^auth/client%-credentials") then
+  auth.grant = "client_credentials"
+  auth.client_id = context.client_id
+  auth.client_secret = context.client_secret
+  auth.private_key = context.private_key_pem
+  auth.signing_alg = context.signing_algorithm
+elseif context.client_id then
+  auth.client_id = context.client_id          -- pre-registered
+  auth.client_secret = context.client_secret
+end
+
+local c, err = specula.mcp.connect {
+  url = url, name = "conformance:" .. scenario, timeout_ms = 20000, auth = auth,
+  -- SEP-1034: accept, and let the client fill in every default
+  on_elicitation = function(params) return { action = "accept", content = {} } end,
+}
 if not c then
   io.stderr:write("conformance client: ", tostring(err), "\n")
   require("specula.cli").set_exit(1)
@@ -49,6 +83,11 @@ else
       print(t.name .. ": " .. table.concat(parts, " ") .. (r.isError and " (isError)" or ""))
     end
   end
+end
+local info = c:auth_info()
+if info and info.authorizations > 0 then
+  io.stderr:write(("conformance client: authorized %d time(s) (client %s, %s, %s)\n"):format(info.authorizations,
+    tostring(info.client_source), tostring(info.token_endpoint_auth_method), tostring(info.grant)))
 end
 c:close()
 -- the exit status goes through the engine (os.exit would skip its shutdown

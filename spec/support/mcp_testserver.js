@@ -3,6 +3,28 @@
 //   node mcp_testserver.js                 stdio (newline-delimited JSON-RPC)
 //   node mcp_testserver.js --http          Streamable HTTP on 127.0.0.1, prints "PORT <n>"
 //
+// HTTP options:
+//   --no-get                   GET /mcp answers 405 (no server stream)
+//   --oauth                    /mcp needs a Bearer token; the same server is the
+//                              authorization server (RFC 9728 and RFC 8414 metadata,
+//                              /authorize, /token, /register), checking PKCE S256,
+//                              the resource indicator, redirect URIs and client auth
+//   --token-ttl S              access token lifetime (expires_in), default 3600
+//   --scopes "a b"             scopes_supported of the resource
+//   --challenge-scope "a"      scope="a" in the 401's WWW-Authenticate
+//   --auth-methods m1,m2       token_endpoint_auth_methods_supported (default none,
+//                              client_secret_basic, client_secret_post, private_key_jwt)
+//   --client id:secret         a pre-registered confidential client (also client_credentials)
+//   --jwt-client id:pubkey.pem a pre-registered client authenticating with private_key_jwt
+//   --no-dcr                   no registration_endpoint
+//   --no-pkce                  no code_challenge_methods_supported in the metadata
+//   --prm-resource URL         the resource its metadata names (default: this /mcp)
+//   --deny                     /authorize redirects with error=access_denied
+//   --leaky                    error descriptions echo the credential they reject
+//                              (a careless server: the client must scrub them)
+//   --token-log FILE           appends every credential issued or seen as a JSON line
+//                              {kind, value} (for the specs that look for leaks)
+//
 // Tools (annotations as MCP servers publish them):
 //   echo {text}            readOnlyHint   -> text "echo: <text>"
 //   add {a, b}             readOnlyHint   -> structuredContent {sum}
@@ -13,15 +35,31 @@
 //   garbage {}             (none)         -> a non-JSON line, then the answer
 //   unknown_id {}          (none)         -> a response with an unknown id, then the answer
 //   big {bytes}            (none)         -> an answer of about `bytes` bytes
-//   ask {method}           (none)         -> sends a server-to-client request, answers with the client's reply
+//   ask {method, params, via} (none)      -> sends a server-to-client request (on the
+//                                           call's stream, or via = "get": on the GET
+//                                           stream), answers with the client's reply
 //   progress {n}           readOnlyHint   -> n progress notifications, then the answer
 //   drop_stream {}         (HTTP only)    -> SSE priming event (id, retry 100), stream closed; answer on GET
-//   log {}                 readOnlyHint   -> structuredContent {calls, cancelled, journal, deletes, gets}
-// Extra tools tool_01..tool_07 make tools/list take three pages (page size 5).
+//   admin {}               (none)         -> with --oauth: needs scope mcp:admin (403 insufficient_scope)
+//   revoke {}              (none)         -> with --oauth: the access token of this call stops working
+//   log {}                 readOnlyHint   -> structuredContent {calls, cancelled, journal, deletes, gets, reads, auth}
+// Extra tools tool_01..tool_07 make tools/list take five pages (page size 5).
+// Resources: three notes (text, text, blob), two per page; the template
+// note:///{name} reads any note; a miss is error -32002.
+// POST /v1/chat/completions (HTTP): an OpenAI-compatible model that answers
+// "model says: <last user message>" (for sampling hooks that call an LLM).
 'use strict';
 const http = require('http');
+const crypto = require('crypto');
+const fs = require('fs');
 
-const log = { calls: {}, cancelled: [], journal: [], deletes: 0, gets: [], initialized: 0 };
+const argv = process.argv.slice(2);
+const flag = (n) => argv.includes(n);
+const opt = (n, d) => { const i = argv.indexOf(n); return i >= 0 && i + 1 < argv.length ? argv[i + 1] : d; };
+
+const log = { calls: {}, cancelled: [], journal: [], deletes: 0, gets: [], initialized: 0, reads: {},
+              answers: [], auth: { authorize: 0, token: {}, registrations: 0, rejected: 0, forbidden: 0,
+                                   pkce_ok: 0, resource_ok: 0, methods: {}, scopes: [], unauthenticated: 0 } };
 const slow = new Map();   // request id -> { timer, finish }
 const asks = new Map();   // our request id -> resolve
 let askId = 0;
@@ -41,15 +79,26 @@ const TOOLS = [
   { name: 'ask', description: 'Ask the client something', inputSchema: { type: 'object' } },
   { name: 'progress', description: 'Report progress', inputSchema: { type: 'object' }, annotations: { readOnlyHint: true } },
   { name: 'drop_stream', description: 'Close the SSE stream before answering', inputSchema: { type: 'object' } },
+  { name: 'admin', description: 'Needs scope mcp:admin', inputSchema: { type: 'object' } },
+  { name: 'revoke', description: 'Revoke the token of this call', inputSchema: { type: 'object' } },
   { name: 'log', description: 'What the server saw', inputSchema: { type: 'object' }, annotations: { readOnlyHint: true } },
 ];
 for (let i = 1; i <= 7; i++) TOOLS.push({ name: 'tool_0' + i, description: 'filler', inputSchema: { type: 'object' } });
 const PAGE = 5;
 
+const NOTES = {
+  'note:///alpha': { name: 'alpha', mimeType: 'text/plain', text: 'alpha says hello' },
+  'note:///beta': { name: 'beta', mimeType: 'text/markdown', text: '# beta\nsecond note' },
+  'note:///gamma.bin': { name: 'gamma', mimeType: 'application/octet-stream', blob: Buffer.from([0, 1, 2, 250]).toString('base64') },
+};
+const RPAGE = 2;
+
 function text(t) { return { content: [{ type: 'text', text: t }] }; }
 
 // Handle one request; out.send(msg) writes a message to the client on the
-// channel of this request, out.raw(line) writes raw bytes (stdio only).
+// channel of this request, out.raw(line) writes raw bytes (stdio only),
+// out.ask(msg) sends a request on the GET stream (HTTP only), out.auth is
+// the token that came with it (HTTP with --oauth).
 function handle(msg, out) {
   const { id, method } = msg;
   const params = msg.params || {};
@@ -57,7 +106,8 @@ function handle(msg, out) {
   const fail = (code, message) => out.send({ jsonrpc: '2.0', id, error: { code, message } });
   if (method === 'initialize') {
     const v = ['2025-06-18', '2025-11-25'].includes(params.protocolVersion) ? params.protocolVersion : '2025-11-25';
-    return reply({ protocolVersion: v, capabilities: { tools: { listChanged: false } },
+    log.client_capabilities = params.capabilities || {};
+    return reply({ protocolVersion: v, capabilities: { tools: { listChanged: false }, resources: { listChanged: false } },
                    serverInfo: { name: 'specula-mcp-testserver', version: '1.0.0' } });
   }
   if (method === 'ping') return reply({});
@@ -67,6 +117,25 @@ function handle(msg, out) {
     const r = { tools: page };
     if (start + PAGE < TOOLS.length) r.nextCursor = String(start + PAGE);
     return reply(r);
+  }
+  if (method === 'resources/list') {
+    const all = Object.keys(NOTES).map((uri) => ({ uri, name: NOTES[uri].name, mimeType: NOTES[uri].mimeType }));
+    const start = params.cursor ? parseInt(params.cursor, 10) : 0;
+    const r = { resources: all.slice(start, start + RPAGE) };
+    if (start + RPAGE < all.length) r.nextCursor = String(start + RPAGE);
+    return reply(r);
+  }
+  if (method === 'resources/templates/list') {
+    return reply({ resourceTemplates: [{ uriTemplate: 'note:///{name}', name: 'note', description: 'A note by name', mimeType: 'text/plain' }] });
+  }
+  if (method === 'resources/read') {
+    const uri = params.uri;
+    log.reads[uri] = (log.reads[uri] || 0) + 1;
+    const n = NOTES[uri];
+    if (n) return reply({ contents: [Object.assign({ uri, mimeType: n.mimeType }, n.blob ? { blob: n.blob } : { text: n.text })] });
+    const m = /^note:\/\/\/(.+)$/.exec(uri || '');
+    if (m && !m[1].startsWith('missing')) return reply({ contents: [{ uri, mimeType: 'text/plain', text: 'note ' + decodeURIComponent(m[1]) }] });
+    return fail(-32002, 'Resource not found: ' + uri);
   }
   if (method !== 'tools/call') return fail(-32601, 'Method not found: ' + method);
   const name = params.name, a = params.arguments || {};
@@ -90,8 +159,17 @@ function handle(msg, out) {
     case 'big': return reply(text('x'.repeat(a.bytes || 1000)));
     case 'ask': {
       const rid = 'srv-' + (++askId);
-      asks.set(rid, (resp) => reply(text(JSON.stringify(resp.error || resp.result))));
-      return out.send({ jsonrpc: '2.0', id: rid, method: a.method || 'sampling/createMessage', params: {} });
+      asks.set(rid, (resp) => {
+        log.answers.push({ method: a.method, response: resp.error ? { error: resp.error } : { result: resp.result } });
+        reply({ content: [{ type: 'text', text: JSON.stringify(resp.error || resp.result) }],
+                structuredContent: resp.error ? { error: resp.error } : { result: resp.result } });
+      });
+      const req = { jsonrpc: '2.0', id: rid, method: a.method || 'sampling/createMessage', params: a.params || {} };
+      if (a.via === 'get') {
+        if (!out.ask || !out.ask(req)) { asks.delete(rid); return reply({ content: [{ type: 'text', text: 'no GET stream' }], isError: true }); }
+        return;
+      }
+      return out.send(req);
     }
     case 'progress': {
       const tok = params._meta && params._meta.progressToken;
@@ -100,6 +178,8 @@ function handle(msg, out) {
       return reply(text('progress done'));
     }
     case 'drop_stream': if (out.drop) return out.drop(() => reply(text('resumed'))); return reply(text('no stream'));
+    case 'admin': return reply(text('admin done'));
+    case 'revoke': if (out.revoke) out.revoke(); return reply(text('revoked'));
     case 'log': return reply({ content: [{ type: 'text', text: JSON.stringify(log) }], structuredContent: log });
     default: return fail(-32602, 'Unknown tool: ' + name);
   }
@@ -107,6 +187,7 @@ function handle(msg, out) {
 
 function notification(msg) {
   if (msg.method === 'notifications/initialized') log.initialized++;
+  if (msg.method === 'notifications/roots/list_changed') log.roots_changed = (log.roots_changed || 0) + 1;
   if (msg.method === 'notifications/cancelled') {
     const rid = msg.params && msg.params.requestId;
     log.cancelled.push(rid);
@@ -126,7 +207,7 @@ function dispatch(msg, out) {
   return 'request';
 }
 
-if (!process.argv.includes('--http')) {
+if (!flag('--http')) {
   const send = (m) => process.stdout.write(JSON.stringify(m) + '\n');
   const out = { send, raw: (s) => process.stdout.write(s) };
   let buf = '';
@@ -148,50 +229,290 @@ if (!process.argv.includes('--http')) {
   const SID = 'sess-' + process.pid;
   let eventId = 0;
   let parked = null;     // answer waiting for a GET after drop_stream
-  const server = http.createServer((req, res) => {
-    if (req.method === 'DELETE') { log.deletes++; res.writeHead(200); return res.end(); }
-    if (req.method === 'GET') {
-      log.gets.push(req.headers['last-event-id'] || '');
-      res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Mcp-Session-Id': SID });
-      if (parked) { const p = parked; parked = null; p(res); }
-      return;
+  const listeners = [];  // open GET streams (no Last-Event-ID)
+  let base = '';         // http://127.0.0.1:<port>
+
+  // ---- OAuth: this server is its own authorization server -----------------------------
+  const OAUTH = flag('--oauth');
+  const TTL = parseInt(opt('--token-ttl', '3600'), 10);
+  const SCOPES = opt('--scopes', null);
+  const CHALLENGE_SCOPE = opt('--challenge-scope', null);
+  const METHODS = opt('--auth-methods', 'none,client_secret_basic,client_secret_post,private_key_jwt').split(',');
+  const LEAKY = flag('--leaky');
+  const TOKEN_LOG = opt('--token-log', null);
+  const clients = new Map();     // client_id -> { secret, method, redirect_uris, pubkey }
+  const codes = new Map();       // code -> { client_id, challenge, redirect_uri, scope, resource }
+  const access = new Map();      // token -> { scope, exp, client_id }
+  const refresh = new Map();     // token -> { scope, client_id }
+  const note = (kind, value) => { if (TOKEN_LOG && value) fs.appendFileSync(TOKEN_LOG, JSON.stringify({ kind, value }) + '\n'); };
+  const rnd = (n) => crypto.randomBytes(n).toString('base64url');
+  if (opt('--client', null)) {
+    const [cid, sec] = opt('--client').split(':');
+    clients.set(cid, { secret: sec, method: null, redirect_uris: null });
+    note('client_secret', sec);
+  }
+  if (opt('--jwt-client', null)) {
+    const s = opt('--jwt-client'); const i = s.indexOf(':');
+    clients.set(s.slice(0, i), { pubkey: fs.readFileSync(s.slice(i + 1), 'utf8'), method: 'private_key_jwt' });
+  }
+  const resource = () => opt('--prm-resource', base + '/mcp');
+  const prmUrl = () => base + '/.well-known/oauth-protected-resource/mcp';
+  const json = (res, status, obj, headers) => {
+    res.writeHead(status, Object.assign({ 'Content-Type': 'application/json' }, headers || {}));
+    res.end(JSON.stringify(obj));
+  };
+  const oerr = (res, status, error, desc) => json(res, status, { error, error_description: desc });
+  const sha256 = (s) => crypto.createHash('sha256').update(s).digest('base64url');
+  const form = (body) => Object.fromEntries(new URLSearchParams(body));
+
+  function issue(client_id, scope) {
+    const t = { access_token: rnd(24), token_type: 'Bearer', expires_in: TTL, refresh_token: rnd(24) };
+    if (scope) t.scope = scope;
+    access.set(t.access_token, { scope: scope || '', exp: Date.now() + TTL * 1000, client_id });
+    refresh.set(t.refresh_token, { scope, client_id });
+    note('access', t.access_token); note('refresh', t.refresh_token);
+    return t;
+  }
+
+  // The client's authentication at the token endpoint: client_id | null (res answered).
+  function client_auth(req, p, res) {
+    const h = req.headers.authorization || '';
+    let cid, method;
+    if (h.startsWith('Basic ')) {
+      const dec = Buffer.from(h.slice(6), 'base64').toString('utf8');
+      const i = dec.indexOf(':');
+      cid = decodeURIComponent(dec.slice(0, i)); const sec = decodeURIComponent(dec.slice(i + 1));
+      method = 'client_secret_basic';
+      const c = clients.get(cid);
+      if (!c || c.secret !== sec) { oerr(res, 401, 'invalid_client', LEAKY ? 'bad secret ' + sec : 'bad client secret'); return null; }
+    } else if (p.client_assertion) {
+      method = 'private_key_jwt';
+      if (p.client_assertion_type !== 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer') { oerr(res, 400, 'invalid_client', 'bad assertion type'); return null; }
+      const [h64, c64, s64] = p.client_assertion.split('.');
+      let hdr, claims;
+      try { hdr = JSON.parse(Buffer.from(h64, 'base64url')); claims = JSON.parse(Buffer.from(c64, 'base64url')); } catch (e) { oerr(res, 400, 'invalid_client', 'assertion is not a JWT'); return null; }
+      cid = claims.iss;
+      const c = clients.get(cid);
+      const key = hdr.alg === 'ES256' ? (c && c.pubkey && { key: c.pubkey, dsaEncoding: 'ieee-p1363' })
+        : (hdr.alg === 'RS256' ? c && c.pubkey : null);
+      let ok = false;
+      try { ok = !!key && crypto.verify('sha256', Buffer.from(h64 + '.' + c64), key, Buffer.from(s64 || '', 'base64url')); } catch (e) { ok = false; }
+      const now = Math.floor(Date.now() / 1000);
+      if (!ok || claims.sub !== cid || claims.aud !== base || !(claims.exp > now)) {
+        oerr(res, 401, 'invalid_client', LEAKY ? 'bad assertion ' + p.client_assertion : 'bad assertion'); return null;
+      }
+      log.auth.jwt_alg = hdr.alg;
+    } else if (p.client_secret) {
+      cid = p.client_id; method = 'client_secret_post';
+      const c = clients.get(cid);
+      if (!c || c.secret !== p.client_secret) { oerr(res, 401, 'invalid_client', LEAKY ? 'bad secret ' + p.client_secret : 'bad client secret'); return null; }
+    } else {
+      cid = p.client_id; method = 'none';
+      const c = clients.get(cid);
+      if (!c) { oerr(res, 401, 'invalid_client', 'unknown client'); return null; }
+      if (c.secret && c.method !== 'none') { oerr(res, 401, 'invalid_client', 'this client must authenticate'); return null; }
     }
+    const c = clients.get(cid);
+    if (c.method && c.method !== method) { oerr(res, 401, 'invalid_client', 'registered for ' + c.method + ', used ' + method); return null; }
+    if (!METHODS.includes(method)) { oerr(res, 401, 'invalid_client', method + ' not supported'); return null; }
+    log.auth.methods[method] = (log.auth.methods[method] || 0) + 1;
+    return cid;
+  }
+
+  function token_endpoint(req, body, res) {
+    const p = form(body);
+    const g = p.grant_type;
+    log.auth.token[g] = (log.auth.token[g] || 0) + 1;
+    for (const k of ['code', 'code_verifier', 'refresh_token', 'client_secret', 'client_assertion']) note('seen_' + k, p[k]);
+    const cid = client_auth(req, p, res);
+    if (!cid) return;
+    if (p.resource !== undefined && p.resource !== resource()) return oerr(res, 400, 'invalid_target', 'unknown resource ' + p.resource);
+    if (p.resource === resource()) log.auth.resource_ok++;
+    if (g === 'authorization_code') {
+      const c = codes.get(p.code);
+      codes.delete(p.code);
+      if (!c || c.client_id !== cid) return oerr(res, 400, 'invalid_grant', LEAKY ? 'unknown code ' + p.code : 'unknown code');
+      if (c.redirect_uri !== p.redirect_uri) return oerr(res, 400, 'invalid_grant', 'redirect_uri differs');
+      if (!p.code_verifier || sha256(p.code_verifier) !== c.challenge) return oerr(res, 400, 'invalid_grant', 'PKCE verification failed');
+      if (c.resource !== p.resource) return oerr(res, 400, 'invalid_target', 'resource differs from the authorization request');
+      log.auth.pkce_ok++;
+      log.auth.scopes.push(c.scope || '');
+      return json(res, 200, issue(cid, c.scope));
+    }
+    if (g === 'refresh_token') {
+      const r = refresh.get(p.refresh_token);
+      if (!r || r.client_id !== cid) return oerr(res, 400, 'invalid_grant', LEAKY ? 'unknown refresh token ' + p.refresh_token : 'unknown refresh token');
+      refresh.delete(p.refresh_token);   // rotated
+      return json(res, 200, issue(cid, r.scope));
+    }
+    if (g === 'client_credentials') {
+      log.auth.scopes.push(p.scope || '');
+      const t = issue(cid, p.scope);
+      refresh.delete(t.refresh_token); delete t.refresh_token;
+      return json(res, 200, t);
+    }
+    return oerr(res, 400, 'unsupported_grant_type', g);
+  }
+
+  function authorize(u, res) {
+    log.auth.authorize++;
+    const q = Object.fromEntries(u.searchParams);
+    const c = clients.get(q.client_id);
+    if (!c) return oerr(res, 400, 'invalid_request', 'unknown client_id');
+    if (c.redirect_uris && !c.redirect_uris.includes(q.redirect_uri)) return oerr(res, 400, 'invalid_request', 'redirect_uri not registered');
+    if (q.response_type !== 'code') return oerr(res, 400, 'unsupported_response_type', 'code only');
+    if (q.code_challenge_method !== 'S256' || !q.code_challenge) return oerr(res, 400, 'invalid_request', 'PKCE S256 required');
+    if (q.resource !== resource()) return oerr(res, 400, 'invalid_target', 'unknown resource ' + q.resource);
+    const to = new URL(q.redirect_uri);
+    if (flag('--deny')) {
+      to.searchParams.set('error', 'access_denied'); to.searchParams.set('error_description', 'the user said no');
+    } else {
+      const code = rnd(18);
+      note('code', code);
+      codes.set(code, { client_id: q.client_id, challenge: q.code_challenge, redirect_uri: q.redirect_uri, scope: q.scope, resource: q.resource });
+      to.searchParams.set('code', code);
+    }
+    if (q.state) to.searchParams.set('state', q.state);
+    res.writeHead(302, { Location: to.toString() });
+    res.end();
+  }
+
+  function register(body, res) {
+    let m;
+    try { m = JSON.parse(body); } catch (e) { return oerr(res, 400, 'invalid_client_metadata', 'not JSON'); }
+    const method = m.token_endpoint_auth_method || 'client_secret_basic';
+    if (!METHODS.includes(method)) return oerr(res, 400, 'invalid_client_metadata', method + ' not supported');
+    const cid = 'dyn-' + rnd(6);
+    const c = { method, redirect_uris: m.redirect_uris || [] };
+    if (method !== 'none') { c.secret = rnd(18); note('client_secret', c.secret); }
+    clients.set(cid, c);
+    log.auth.registrations++;
+    log.auth.client_name = m.client_name;
+    json(res, 201, Object.assign({ client_id: cid, token_endpoint_auth_method: method, redirect_uris: c.redirect_uris },
+      c.secret ? { client_secret: c.secret } : {}));
+  }
+
+  // The Bearer token of a request to /mcp: its record | null (res answered).
+  function bearer(req, res) {
+    const h = req.headers.authorization || '';
+    const www = (extra) => 'Bearer resource_metadata="' + prmUrl() + '"' +
+      (CHALLENGE_SCOPE ? ', scope="' + CHALLENGE_SCOPE + '"' : '') + (extra || '');
+    if (!h.startsWith('Bearer ')) {
+      log.auth.unauthenticated++;
+      json(res, 401, { error: 'invalid_token', error_description: 'no token' }, { 'WWW-Authenticate': www() });
+      return null;
+    }
+    const tok = h.slice(7);
+    note('seen_access', tok);
+    const t = access.get(tok);
+    if (!t || t.exp < Date.now()) {
+      log.auth.rejected++;
+      json(res, 401, { error: 'invalid_token', error_description: LEAKY ? 'token ' + tok + ' is not valid' : 'expired or unknown token' },
+        { 'WWW-Authenticate': www(', error="invalid_token"') });
+      return null;
+    }
+    return { token: tok, rec: t };
+  }
+
+  const server = http.createServer((req, res) => {
+    const u = new URL(req.url, base);
     let body = '';
     req.on('data', (d) => { body += d; });
     req.on('end', () => {
-      let msg;
-      try { msg = JSON.parse(body); } catch (e) { res.writeHead(400); return res.end('bad json'); }
-      if (msg.method !== 'initialize' && req.headers['mcp-session-id'] !== SID) {
-        res.writeHead(400, { 'Content-Type': 'application/json' });
-        return res.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32000, message: 'missing session' } }));
+      if (u.pathname === '/v1/chat/completions' && req.method === 'POST') {
+        let m; try { m = JSON.parse(body); } catch (e) { return json(res, 400, { error: { message: 'bad json' } }); }
+        const last = (m.messages || []).filter((x) => x.role === 'user').pop();
+        return json(res, 200, { id: 'chatcmpl-ts', object: 'chat.completion', created: 1, model: m.model || 'ts-model',
+          choices: [{ index: 0, message: { role: 'assistant', content: 'model says: ' + (last ? last.content : '') }, finish_reason: 'stop' }],
+          usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
       }
-      if (msg.id === undefined || msg.method === undefined) {
-        dispatch(msg, null);
-        res.writeHead(202); return res.end();
+      if (OAUTH) {
+        if (u.pathname === '/.well-known/oauth-protected-resource/mcp' && req.method === 'GET') {
+          const d = { resource: resource(), authorization_servers: [base] };
+          if (SCOPES) d.scopes_supported = SCOPES.split(' ');
+          return json(res, 200, d);
+        }
+        if (u.pathname === '/.well-known/oauth-authorization-server' && req.method === 'GET') {
+          const d = { issuer: base, authorization_endpoint: base + '/authorize', token_endpoint: base + '/token',
+            response_types_supported: ['code'], grant_types_supported: ['authorization_code', 'refresh_token', 'client_credentials'],
+            token_endpoint_auth_methods_supported: METHODS };
+          if (!flag('--no-dcr')) d.registration_endpoint = base + '/register';
+          if (!flag('--no-pkce')) d.code_challenge_methods_supported = ['S256'];
+          if (SCOPES) d.scopes_supported = SCOPES.split(' ');
+          return json(res, 200, d);
+        }
+        if (u.pathname === '/authorize' && req.method === 'GET') return authorize(u, res);
+        if (u.pathname === '/token' && req.method === 'POST') return token_endpoint(req, body, res);
+        if (u.pathname === '/register' && req.method === 'POST' && !flag('--no-dcr')) return register(body, res);
       }
-      const sse = msg.method === 'tools/call';
-      if (!sse) {
-        return handle(msg, { send: (m) => {
-          res.writeHead(200, { 'Content-Type': 'application/json', 'Mcp-Session-Id': SID });
-          res.end(JSON.stringify(m));
-        }, raw: () => {} });
-      }
-      res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Mcp-Session-Id': SID });
-      const write = (r, m) => { r.write('id: e' + (++eventId) + '\ndata: ' + JSON.stringify(m) + '\n\n'); };
-      let target = res;
-      const out = {
-        send: (m) => { write(target, m); if (m.id === msg.id && (m.result || m.error)) target.end(); },
-        raw: (s) => target.write('data: ' + s + '\n'),
-        drop: (answer) => {
-          res.write('id: e' + (++eventId) + '\nretry: 100\ndata: \n\n');
-          setTimeout(() => res.end(), 20);
-          parked = (getres) => { target = getres; answer(); };
-        },
-      };
-      dispatch(msg, out);
+      if (u.pathname !== '/mcp') { res.writeHead(404); return res.end('not found'); }
+      let who = null;
+      if (OAUTH) { who = bearer(req, res); if (!who) return; }
+      serve_mcp(req, res, body, who);
     });
   });
+
+  function serve_mcp(req, res, body, who) {
+    if (req.method === 'DELETE') { log.deletes++; res.writeHead(200); return res.end(); }
+    if (req.method === 'GET') {
+      if (flag('--no-get')) { res.writeHead(405); return res.end(); }
+      const last = req.headers['last-event-id'];
+      log.gets.push(last || '');
+      res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Mcp-Session-Id': SID });
+      if (parked && last) { const p = parked; parked = null; p(res); return; }
+      res.write(': listening\n\n');
+      listeners.push(res);
+      res.on('close', () => { const i = listeners.indexOf(res); if (i >= 0) listeners.splice(i, 1); });
+      return;
+    }
+    let msg;
+    try { msg = JSON.parse(body); } catch (e) { res.writeHead(400); return res.end('bad json'); }
+    if (msg.method !== 'initialize' && req.headers['mcp-session-id'] !== SID) {
+      res.writeHead(400, { 'Content-Type': 'application/json' });
+      return res.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32000, message: 'missing session' } }));
+    }
+    if (who && msg.method === 'tools/call' && msg.params && msg.params.name === 'admin' &&
+        !who.rec.scope.split(' ').includes('mcp:admin')) {
+      log.auth.forbidden++;
+      return json(res, 403, { error: 'insufficient_scope' }, { 'WWW-Authenticate':
+        'Bearer error="insufficient_scope", scope="mcp:admin", resource_metadata="' + prmUrl() + '"' });
+    }
+    if (msg.id === undefined || msg.method === undefined) {
+      dispatch(msg, null);
+      res.writeHead(202); return res.end();
+    }
+    const sse = msg.method === 'tools/call';
+    const ask = (m) => {
+      const l = listeners[listeners.length - 1];
+      if (!l) return false;
+      l.write('id: g' + (++eventId) + '\ndata: ' + JSON.stringify(m) + '\n\n');
+      return true;
+    };
+    const revoke = () => { if (who) access.delete(who.token); };
+    if (!sse) {
+      return handle(msg, { send: (m) => {
+        res.writeHead(200, { 'Content-Type': 'application/json', 'Mcp-Session-Id': SID });
+        res.end(JSON.stringify(m));
+      }, raw: () => {}, ask, revoke });
+    }
+    res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Mcp-Session-Id': SID });
+    const write = (r, m) => { r.write('id: e' + (++eventId) + '\ndata: ' + JSON.stringify(m) + '\n\n'); };
+    let target = res;
+    const out = {
+      send: (m) => { write(target, m); if (m.id === msg.id && (m.result || m.error)) target.end(); },
+      raw: (s) => target.write('data: ' + s + '\n'),
+      drop: (answer) => {
+        res.write('id: e' + (++eventId) + '\nretry: 100\ndata: \n\n');
+        setTimeout(() => res.end(), 20);
+        parked = (getres) => { target = getres; answer(); };
+      },
+      ask, revoke,
+    };
+    dispatch(msg, out);
+  }
+
   server.listen(0, '127.0.0.1', () => {
+    base = 'http://127.0.0.1:' + server.address().port;
     process.stdout.write('PORT ' + server.address().port + '\n');
   });
   process.on('SIGTERM', () => process.exit(0));
