@@ -727,7 +727,7 @@ function Auth:token()
   local t = self.entry.tokens
   if not t then return nil end
   if t.expires_at_ms and t.refresh_token then
-    local margin = math.min(30000, (t.ttl_ms or 0) / 10)
+    local margin = self.o.refresh_margin_s and self.o.refresh_margin_s * 1000 or math.min(30000, (t.ttl_ms or 0) / 10)
     if sched.real_now() >= t.expires_at_ms - margin then
       local sent = t
       self:_once(function()
@@ -774,6 +774,7 @@ function Auth:challenge(status, www, st, sent)
       return self:_authorize(ch.scope, ch.resource_metadata)
     end)
     if not ok then return nil, err end
+    st.granted = e.tokens and (e.tokens.requested_scope or "")
     return true
   end
   -- 403 insufficient_scope: step up to the scopes held plus the ones asked
@@ -784,11 +785,14 @@ function Auth:challenge(status, www, st, sent)
     return nil, self:_err(format("gave up after %d step-up authorization(s) (max_step_up = %d): the server still "
       .. "asks for scope '%s'", st.step_ups - 1, self.max_step_up, tostring(ch.scope)))
   end
-  if st.stepped_to and scope_covers(st.stepped_to, want) then
+  -- the token this request just got already asked for that scope: asking
+  -- again cannot help
+  local fresh = st.stepped_to or st.granted
+  if fresh and scope_covers(fresh, ch.scope) then
     return nil, self:_err(format("the server still refuses (403 insufficient_scope) with the scope '%s' just granted",
       tostring(want)))
   end
-  st.stepped_to = want
+  st.stepped_to = want or ""
   self.st.step_ups = self.st.step_ups + 1
   local ok, err = self:_once(function() return self:_authorize(want, ch.resource_metadata) end)
   if not ok then return nil, err end

@@ -29,6 +29,9 @@ local DECISION = { forbid = C.SP_FORBID, warmup = C.SP_WARMUP, full = C.SP_FULL 
 local NAMES = { [tonumber(C.SP_FORBID)] = "forbid", [tonumber(C.SP_WARMUP)] = "warmup",
                 [tonumber(C.SP_FULL)] = "full" }
 M.NAMES = NAMES
+-- the class of MCP resource reads (full: see M.build)
+local RESOURCE_CLASS = "mcp-resource"
+M.RESOURCE_CLASS = RESOURCE_CLASS
 
 local function decision_of(v, where)
   local d = DECISION[v]
@@ -157,6 +160,36 @@ function M.build(spec, agent_tools, script_dir)
     end
   else
     error("policy: expected a table, a function or a path, got " .. type(spec), 0)
+  end
+  -- Resource reads of an MCP server (specula.tools.mcp_resources) change
+  -- nothing by the protocol's definition of resources/read: they are full
+  -- without trusting any annotation, unless the policy decides for that
+  -- tool itself (a table entry; a function policy decides every tool).
+  if type(spec) ~= "function" then
+    local named = {}
+    if type(spec) == "table" then
+      if spec.classes or spec.tools or spec.budget or spec.decide then
+        for tool in pairs(spec.tools or {}) do named[tool] = true end
+      else
+        for tool in pairs(spec) do named[tool] = true end
+      end
+    end
+    local is_resource = require("specula.tools").is_mcp_resource
+    local defined = false
+    for tool, t in pairs(agent_tools) do
+      if not named[tool] and is_resource(t) then
+        if not defined then
+          defined = true
+          if C.sp_policy_class(p, RESOURCE_CLASS, C.SP_FULL, 0, 0) < 0 then
+            error("policy: cannot add class " .. RESOURCE_CLASS, 0)
+          end
+        end
+        add_tool(tool, RESOURCE_CLASS, "mcp resource tool " .. tool)
+        sources = sources or {}
+        sources[tool] = { decision = "full", source = "mcp-resource" }
+      end
+    end
+    obj.sources = sources
   end
   return obj
 end

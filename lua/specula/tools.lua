@@ -458,4 +458,177 @@ function M.mcp(client, opts)
   return out
 end
 
+-- ---- MCP resources as tools ----------------------------------------------------------
+
+-- The tool tables made by mcp_resources (weak): the policy gate knows them
+-- by identity, not by a field a script could set on any tool.
+local RESOURCE_TOOLS = setmetatable({}, { __mode = "k" })
+function M.is_mcp_resource(t) return RESOURCE_TOOLS[t] == true end
+
+-- RFC 6570 URI templates (levels 1-4 for string values; a list value or a
+-- composite is refused). expand(template, vars) -> uri | nil, err;
+-- variables(template) -> { names in order }.
+local UNRESERVED = "[^%w%-%._~]"
+local RESERVED_OK = "[^%w%-%._~:/%?#%[%]@!%$&'%(%)%*%+,;=%%]"
+local OPS = {
+  [""] = { first = "", sep = ",", named = false, ifemp = "", allow = UNRESERVED },
+  ["+"] = { first = "", sep = ",", named = false, ifemp = "", allow = RESERVED_OK },
+  ["#"] = { first = "#", sep = ",", named = false, ifemp = "", allow = RESERVED_OK },
+  ["."] = { first = ".", sep = ".", named = false, ifemp = "", allow = UNRESERVED },
+  ["/"] = { first = "/", sep = "/", named = false, ifemp = "", allow = UNRESERVED },
+  [";"] = { first = ";", sep = ";", named = true, ifemp = "", allow = UNRESERVED },
+  ["?"] = { first = "?", sep = "&", named = true, ifemp = "=", allow = UNRESERVED },
+  ["&"] = { first = "&", sep = "&", named = true, ifemp = "=", allow = UNRESERVED },
+}
+
+local function tpl_exprs(tpl)
+  local out = {}
+  for expr in tpl:gmatch("{([^}]*)}") do
+    local op = expr:sub(1, 1)
+    if OPS[op] and op ~= "" then expr = expr:sub(2) else op = "" end
+    local vars = {}
+    for spec in expr:gmatch("[^,]+") do
+      local name, mod = spec:match("^([%w_%.%%]+)(.*)$")
+      if not name or not (mod == "" or mod == "*" or mod:match("^:%d+$")) then return nil, "bad variable '" .. spec .. "'" end
+      vars[#vars + 1] = { name = name, prefix = tonumber(mod:match("^:(%d+)$")) }
+    end
+    out[#out + 1] = { op = op, vars = vars }
+  end
+  return out
+end
+
+function M.uri_variables(tpl)
+  local exprs, err = tpl_exprs(tpl)
+  if not exprs then return nil, err end
+  local names, seen = {}, {}
+  for _, e in ipairs(exprs) do
+    for _, v in ipairs(e.vars) do
+      if not seen[v.name] then seen[v.name] = true; names[#names + 1] = v.name end
+    end
+  end
+  return names
+end
+
+function M.expand_uri(tpl, vars)
+  local exprs, err = tpl_exprs(tpl)
+  if not exprs then return nil, err end
+  local i = 0
+  local out = tpl:gsub("{[^}]*}", function()
+    i = i + 1
+    local e = exprs[i]
+    local o = OPS[e.op]
+    local parts = {}
+    for _, v in ipairs(e.vars) do
+      local val = vars[v.name]
+      if val ~= nil then
+        if type(val) == "table" then error("the value of '" .. v.name .. "' must be a string or a number", 0) end
+        val = tostring(val)
+        if v.prefix then val = val:sub(1, v.prefix) end
+        local enc = gsub(val, o.allow, function(c) return format("%%%02X", c:byte()) end)
+        if o.named then
+          parts[#parts + 1] = v.name .. (val == "" and o.ifemp or ("=" .. enc))
+        else
+          parts[#parts + 1] = enc
+        end
+      end
+    end
+    if #parts == 0 then return "" end
+    return o.first .. concat(parts, o.sep)
+  end)
+  return out
+end
+
+-- The observation of a read: the text of its contents (joined with
+-- newlines), or the contents themselves when one is binary (a blob).
+local function read_observation(r)
+  local parts = {}
+  for _, c in ipairs(r.contents) do
+    if type(c) ~= "table" or type(c.text) ~= "string" then return r.contents end
+    parts[#parts + 1] = c.text
+  end
+  return concat(parts, "\n")
+end
+
+--- Resource reads as tools (specula.mcp client):
+--   tools.mcp_resources(client [, { name = "read_resource", templates = true,
+--                                   prefix = "", observation = fn(result, args, ctx),
+--                                   timeout_ms = }])
+--   -> { read_resource = { args { uri } }, <prefix><template name> = { args: the
+--        template's variables }, ... }
+--   A read is resources/read; its observation is the text of the contents,
+--   or the contents when one is a blob. A resource read changes nothing by
+--   the protocol's definition, so these tools are `full` in the eligibility
+--   gate without trusting any annotation (specula.policy: class
+--   "mcp-resource"), unless the agent's policy decides for them itself.
+function M.mcp_resources(client, opts)
+  if type(client) ~= "table" or type(client.read_resource) ~= "function" then
+    error("specula.tools.mcp_resources: expected an MCP client (specula.mcp.connect)", 2)
+  end
+  opts = opts or {}
+  if type(opts) ~= "table" then error("specula.tools.mcp_resources: options must be a table", 2) end
+  if opts.observation ~= nil and type(opts.observation) ~= "function" then
+    error("specula.tools.mcp_resources: observation must be a function", 2)
+  end
+  local observe, timeout_ms = opts.observation, opts.timeout_ms
+  local function reader(uri_of, what)
+    return function(args, ctx)
+      local uri, uerr = uri_of(args or {})
+      if not uri then error(what .. ": " .. tostring(uerr), 0) end
+      local r, err = client:read_resource(uri, { timeout_ms = timeout_ms })
+      if not r then error(err, 0) end
+      if observe then return observe(r, args, ctx) end
+      return read_observation(r)
+    end
+  end
+  local out = {}
+  local function add(name, t)
+    RESOURCE_TOOLS[t] = true
+    out[name] = t
+  end
+  local gname = opts.name or "read_resource"
+  add(gname, {
+    call = reader(function(a)
+      if type(a.uri) ~= "string" or a.uri == "" then return nil, "args.uri must be a resource URI" end
+      return a.uri
+    end, "tool '" .. gname .. "'"),
+    mcp_resource = true,
+    description = "Read a resource of MCP server '" .. tostring(client.name) .. "' by URI",
+    inputSchema = { type = "object", properties = { uri = { type = "string" } }, required = { "uri" } },
+  })
+  if opts.templates ~= false then
+    local list, err = client:list_resource_templates()
+    if not list then
+      -- a server without resources/templates offers no templates
+      if not tostring(err):find("-32601", 1, true) then error("specula.tools.mcp_resources: " .. tostring(err), 2) end
+      list = {}
+    end
+    for _, d in ipairs(list) do
+      if type(d) == "table" and type(d.uriTemplate) == "string" and type(d.name) == "string" then
+        local vars, verr = M.uri_variables(d.uriTemplate)
+        if not vars then
+          error("specula.tools.mcp_resources: template '" .. d.name .. "': " .. tostring(verr), 2)
+        end
+        local tname = (opts.prefix or "") .. d.name:gsub("[^%w_%-]", "_")
+        if out[tname] then error("specula.tools.mcp_resources: two tools named '" .. tname .. "'", 2) end
+        local props = {}
+        for _, v in ipairs(vars) do props[v] = { type = "string" } end
+        local tpl = d.uriTemplate
+        add(tname, {
+          call = reader(function(a)
+            for _, v in ipairs(vars) do
+              if a[v] == nil then return nil, "args." .. v .. " is missing" end
+            end
+            local ok, uri = pcall(M.expand_uri, tpl, a)
+            if not ok then return nil, uri end
+            return uri
+          end, "tool '" .. tname .. "'"),
+          mcp_resource = true, mcp = d, description = d.description,
+          inputSchema = { type = "object", properties = props, required = vars },
+        })
+      end
+    end
+  end
+  return out
+end
+
 return M

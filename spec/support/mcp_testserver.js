@@ -16,6 +16,7 @@
 //                              client_secret_basic, client_secret_post, private_key_jwt)
 //   --client id:secret         a pre-registered confidential client (also client_credentials)
 //   --jwt-client id:pubkey.pem a pre-registered client authenticating with private_key_jwt
+//                              (repeatable)
 //   --no-dcr                   no registration_endpoint
 //   --no-pkce                  no code_challenge_methods_supported in the metadata
 //   --prm-resource URL         the resource its metadata names (default: this /mcp)
@@ -45,7 +46,8 @@
 //   log {}                 readOnlyHint   -> structuredContent {calls, cancelled, journal, deletes, gets, reads, auth}
 // Extra tools tool_01..tool_07 make tools/list take five pages (page size 5).
 // Resources: three notes (text, text, blob), two per page; the template
-// note:///{name} reads any note; a miss is error -32002.
+// note:///{name} reads any note (note:///slow-<ms>-... answers after ms);
+// note:///missing... is error -32002.
 // POST /v1/chat/completions (HTTP): an OpenAI-compatible model that answers
 // "model says: <last user message>" (for sampling hooks that call an LLM).
 'use strict';
@@ -134,7 +136,12 @@ function handle(msg, out) {
     const n = NOTES[uri];
     if (n) return reply({ contents: [Object.assign({ uri, mimeType: n.mimeType }, n.blob ? { blob: n.blob } : { text: n.text })] });
     const m = /^note:\/\/\/(.+)$/.exec(uri || '');
-    if (m && !m[1].startsWith('missing')) return reply({ contents: [{ uri, mimeType: 'text/plain', text: 'note ' + decodeURIComponent(m[1]) }] });
+    if (m && !m[1].startsWith('missing')) {
+      const r = { contents: [{ uri, mimeType: 'text/plain', text: 'note ' + decodeURIComponent(m[1]) }] };
+      const d = /^slow-(\d+)-/.exec(m[1]);
+      if (d) { setTimeout(() => reply(r), parseInt(d[1], 10)); return; }
+      return reply(r);
+    }
     return fail(-32002, 'Resource not found: ' + uri);
   }
   if (method !== 'tools/call') return fail(-32601, 'Method not found: ' + method);
@@ -251,10 +258,11 @@ if (!flag('--http')) {
     clients.set(cid, { secret: sec, method: null, redirect_uris: null });
     note('client_secret', sec);
   }
-  if (opt('--jwt-client', null)) {
-    const s = opt('--jwt-client'); const i = s.indexOf(':');
+  argv.forEach((a, k) => {
+    if (a !== '--jwt-client' || k + 1 >= argv.length) return;
+    const s = argv[k + 1]; const i = s.indexOf(':');
     clients.set(s.slice(0, i), { pubkey: fs.readFileSync(s.slice(i + 1), 'utf8'), method: 'private_key_jwt' });
-  }
+  });
   const resource = () => opt('--prm-resource', base + '/mcp');
   const prmUrl = () => base + '/.well-known/oauth-protected-resource/mcp';
   const json = (res, status, obj, headers) => {
