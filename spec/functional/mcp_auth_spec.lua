@@ -1,0 +1,428 @@
+-- OAuth for MCP servers (specula.mcp.connect{ url, auth = {...} }, specula.mcpauth)
+-- against the test server in --oauth mode, which is its own authorization
+-- server and checks what a real one checks: PKCE S256, the resource
+-- indicator, registered redirect URIs, the client's authentication method,
+-- JWT assertions, rotated refresh tokens. And the promise that no credential
+-- reaches any output: a run with --record, --trace and --out whose files and
+-- stderr are searched for every credential the server issued or saw.
+local H = require "support.helpers"
+local MH = require "support.mcp_helpers"
+local cjson = require "cjson"
+
+local last_json = H.last_json
+
+local PRELUDE = [[
+local specula = require "specula"
+local json = specula.json
+]]
+
+local function run(code, env)
+  local st, out, err = H.run_lua(PRELUDE .. code, {}, env)
+  assert.are.equal(0, st, "exit status " .. st .. "\nstdout: " .. out .. "\nstderr: " .. err)
+  return last_json(out), err
+end
+
+-- Run code against a server started with args; the server is stopped after.
+local function with_server(args, code, env)
+  local srv = MH.http_server(args)
+  env = env or {}
+  env.MCP_URL = srv.url
+  env.MCP_BASE = srv.base
+  local ok, r, err = pcall(run, "local URL, BASE = os.getenv('MCP_URL'), os.getenv('MCP_BASE')\n" .. code, env)
+  srv.stop()
+  assert(ok, r)
+  return r, err
+end
+
+local LOG = [[
+local function server_log(c) return assert(c:call("log")).structuredContent end
+]]
+
+describe("MCP authorization: authorization code with PKCE", function()
+  it("runs the script's authorize hook, registers dynamically, caches the token per server", function()
+    local r = with_server({ "--oauth" }, LOG .. [[
+local seen = {}
+local function authorize(url, info)
+  -- a stand-in for the user's browser: check the request, approve it
+  seen.url_params = {}
+  for k, v in url:gmatch("[?&]([^=&]+)=([^&]*)") do seen.url_params[k] = v end
+  seen.info = { redirect_uri = info.redirect_uri, server = info.server, state_ok = seen.url_params.state == info.state,
+                authorization_server = info.authorization_server }
+  local res = assert(specula.http.request{ url = url })
+  seen.status = res.status
+  return res.headers["location"]
+end
+local opts = { url = URL, name = "oauth", auth = { authorize = authorize, client_name = "spec-client",
+               redirect_uri = "http://127.0.0.1:9999/cb" } }
+local c = assert(specula.mcp.connect(opts))
+local e = assert(c:call("echo", { text = "hi" })).content[1].text
+local info = c:auth_info()
+-- a second client for the same server reuses the cached token
+local c2 = assert(specula.mcp.connect(opts))
+local e2 = assert(c2:call("echo", { text = "again" })).content[1].text
+local log = server_log(c2)
+c:close() c2:close()
+print(json.encode({ e = e, e2 = e2, p = seen.url_params, info = seen.info, status = seen.status, ai = info, auth = log.auth,
+  ai2 = c2:auth_info() }))
+]])
+    assert.are.equal("echo: hi", r.e)
+    assert.are.equal("echo: again", r.e2)
+    local p = r.p
+    assert.are.equal("code", p.response_type)
+    assert.are.equal("S256", p.code_challenge_method)
+    assert.are.equal(43, #p.code_challenge)            -- Base64url of a SHA-256 digest
+    assert.matches("^dyn%-", p.client_id)
+    assert.are.equal("http%3A%2F%2F127.0.0.1%3A9999%2Fcb", p.redirect_uri)
+    assert.matches("^http%%3A%%2F%%2F127%.0%.0%.1%%3A%d+%%2Fmcp$", p.resource)
+    assert.is_nil(p.scope)                             -- nothing asked for: no scope
+    assert.is_true(r.info.state_ok)
+    assert.are.equal("http://127.0.0.1:9999/cb", r.info.redirect_uri)
+    assert.matches("^http://127%.0%.0%.1:%d+/mcp$", r.info.server)
+    assert.matches("^http://127%.0%.0%.1:%d+$", r.info.authorization_server)
+    assert.are.equal(302, r.status)
+    -- the server checked the verifier against the challenge and the resource
+    assert.are.equal(1, r.auth.pkce_ok)
+    assert.are.equal(1, r.auth.authorize)
+    assert.are.equal(1, r.auth.registrations)
+    assert.are.equal("spec-client", r.auth.client_name)
+    assert.are.equal(1, r.auth.token.authorization_code)
+    assert.are.equal(1, r.auth.methods.none)           -- registered as a public client
+    assert.is_true(r.auth.resource_ok >= 1)
+    assert.are.equal("dynamic registration", r.ai.client_source)
+    assert.are.equal("none", r.ai.token_endpoint_auth_method)
+    assert.are.equal("authorization_code", r.ai.grant)
+    assert.are.equal(1, r.ai.authorizations)
+    assert.are.equal(1, r.ai.registrations)
+    assert.are.equal(0, r.ai2.authorizations)          -- the second client never authorized
+    assert.is_true(r.ai2.has_token)
+    assert.is_true(r.ai.expires_in_s > 3000)
+  end)
+
+  it("runs headless by default and asks for the challenge's scope, else every scope of the resource", function()
+    local r1 = with_server({ "--oauth", "--challenge-scope", "mcp:read", "--scopes", "mcp:read mcp:write" }, LOG .. [[
+local c = assert(specula.mcp.connect{ url = URL, auth = {} })
+local log = server_log(c)
+c:close()
+print(json.encode({ scopes = log.auth.scopes, info = c:auth_info() }))
+]])
+    assert.are.same({ "mcp:read" }, r1.scopes)
+    assert.are.equal("mcp:read", r1.info.scope)
+    local r2 = with_server({ "--oauth", "--scopes", "mcp:read mcp:write" }, LOG .. [[
+local c = assert(specula.mcp.connect{ url = URL, auth = true })
+local log = server_log(c)
+c:close()
+print(json.encode({ scopes = log.auth.scopes }))
+]])
+    assert.are.same({ "mcp:read mcp:write" }, r2.scopes)
+    local r3 = with_server({ "--oauth", "--scopes", "mcp:read mcp:write" }, LOG .. [[
+local c = assert(specula.mcp.connect{ url = URL, auth = { scope = "mcp:write" } })
+local log = server_log(c)
+c:close()
+print(json.encode({ scopes = log.auth.scopes }))
+]])
+    assert.are.same({ "mcp:write" }, r3.scopes)
+  end)
+
+  it("registers with the method the server supports and authenticates with it", function()
+    for _, m in ipairs({ "client_secret_basic", "client_secret_post" }) do
+      local r = with_server({ "--oauth", "--auth-methods", m }, LOG .. [[
+local c = assert(specula.mcp.connect{ url = URL, auth = {} })
+local log = server_log(c)
+c:close()
+print(json.encode({ methods = log.auth.methods, info = c:auth_info() }))
+]])
+      assert.are.equal(1, r.methods[m], m)
+      assert.are.equal(m, r.info.token_endpoint_auth_method)
+    end
+  end)
+
+  it("uses a pre-registered client when the server offers no registration", function()
+    local r = with_server({ "--oauth", "--no-dcr", "--client", "pre-reg:s3cret-pre-registered",
+                            "--auth-methods", "client_secret_basic" }, LOG .. [[
+local c = assert(specula.mcp.connect{ url = URL, auth = { client_id = "pre-reg", client_secret = "s3cret-pre-registered" } })
+local log = server_log(c)
+c:close()
+local none, nerr = specula.mcp.connect{ url = URL, auth = {} }
+print(json.encode({ auth = log.auth, info = c:auth_info(), nerr = nerr }))
+]])
+    assert.are.equal(0, r.auth.registrations)
+    assert.are.equal(1, r.auth.methods.client_secret_basic)
+    assert.are.equal("pre-registered", r.info.client_source)
+    assert.matches("offers no dynamic registration and no client ID metadata documents: give auth.client_id", r.nerr, 1, true)
+  end)
+
+  it("refreshes the token before it expires and when the server rejects it, one refresh for many callers", function()
+    local r = with_server({ "--oauth", "--token-ttl", "2" }, LOG .. [[
+local c = assert(specula.mcp.connect{ url = URL, auth = {} })
+assert(c:call("echo", { text = "1" }))
+local before = c:auth_info().refreshes
+specula.sleep(2100)                                   -- past expires_in: refreshed first
+assert(c:call("echo", { text = "2" }))
+local after_expiry = c:auth_info().refreshes
+assert(c:call("revoke"))                              -- the server forgets the token
+local tasks = {}
+for i = 1, 5 do tasks[i] = specula.spawn(function() return c:call("echo", { text = "p" .. i }) end) end
+local texts = {}
+for i, t in ipairs(tasks) do
+  local ok, res = t:wait()
+  texts[i] = ok and res and res.content[1].text or tostring(res)
+end
+local info = c:auth_info()
+local log = server_log(c)
+c:close()
+print(json.encode({ before = before, after_expiry = after_expiry, texts = texts, info = info, auth = log.auth }))
+]])
+    assert.is_true(r.after_expiry > r.before)
+    assert.are.same({ "echo: p1", "echo: p2", "echo: p3", "echo: p4", "echo: p5" }, r.texts)
+    assert.are.equal(1, r.info.authorizations)
+    -- the five calls the server rejected caused one refresh between them
+    assert.are.equal(r.after_expiry + 1, r.info.refreshes)
+    assert.are.equal(r.info.refreshes, r.auth.token.refresh_token)
+    assert.are.equal(1, r.auth.token.authorization_code)
+    assert.is_true(r.auth.rejected >= 1)
+  end)
+
+  it("steps up to the scopes held plus the ones a 403 asks for, and gives up on a scope never granted", function()
+    local r = with_server({ "--oauth", "--scopes", "mcp:read" }, LOG .. [[
+local c = assert(specula.mcp.connect{ url = URL, auth = {} })
+local a = assert(c:call("admin")).content[1].text
+local log = server_log(c)
+local info = c:auth_info()
+c:close()
+print(json.encode({ a = a, scopes = log.auth.scopes, info = info, forbidden = log.auth.forbidden }))
+]])
+    assert.are.equal("admin done", r.a)
+    assert.are.same({ "mcp:read", "mcp:read mcp:admin" }, r.scopes)
+    assert.are.equal(1, r.info.step_ups)
+    assert.are.equal(2, r.info.authorizations)
+    assert.are.equal("mcp:read mcp:admin", r.info.scope)
+    assert.are.equal(1, r.forbidden)
+    -- a script that pins the scope cannot get mcp:admin: bounded, then a clear error
+    local r2 = with_server({ "--oauth" }, LOG .. [[
+local c = assert(specula.mcp.connect{ url = URL, auth = { scope = "mcp:read" } })
+local a, err = c:call("admin")
+local log = server_log(c)
+c:close()
+print(json.encode({ a = a, err = err, info = c:auth_info(), authorize = log.auth.authorize }))
+]])
+    assert.is_nil(r2.a)
+    assert.matches("still refuses %(403 insufficient_scope%)", r2.err)
+    assert.is_true(r2.authorize <= 3)
+  end)
+end)
+
+describe("MCP authorization: client credentials", function()
+  local keys = {}
+  setup(function()
+    -- keys from specula.crypto (OpenSSL), PEM files for the server
+    local dir = H.tmpdir()
+    local st, out, err = H.run_lua([[
+local crypto = require "specula.crypto"
+for _, alg in ipairs({ "ES256", "RS256" }) do
+  local k = assert(crypto.keygen(alg))
+  local f = assert(io.open(arg[1] .. "/" .. alg .. ".key", "w")) f:write(k) f:close()
+  f = assert(io.open(arg[1] .. "/" .. alg .. ".pub", "w")) f:write(assert(crypto.pubkey(k))) f:close()
+end
+]], { dir })
+    assert.are.equal(0, st, out .. err)
+    for _, alg in ipairs({ "ES256", "RS256" }) do
+      keys[alg] = { key = dir .. "/" .. alg .. ".key", pub = dir .. "/" .. alg .. ".pub" }
+    end
+  end)
+
+  it("authenticates with a JWT assertion (ES256 and RS256), a secret (basic and post)", function()
+    local r = with_server({ "--oauth", "--jwt-client", "jwt-es:" .. keys.ES256.pub, "--jwt-client", "jwt-rs:" .. keys.RS256.pub,
+                            "--client", "cc-client:cc-secret-value" }, LOG .. [[
+local function pem(p) local f = assert(io.open(p)) local s = f:read("*a") f:close() return s end
+local out = {}
+for _, alg in ipairs({ "ES256", "RS256" }) do
+  local c = assert(specula.mcp.connect{ url = URL, auth = { grant = "client_credentials", client_id = alg == "ES256" and "jwt-es" or "jwt-rs",
+    private_key = pem(os.getenv(alg .. "_KEY")), signing_alg = alg, scope = "mcp:read" } })
+  out[alg] = { echo = assert(c:call("echo", { text = alg })).content[1].text, info = c:auth_info(), jwt = server_log(c).auth.jwt_alg }
+  c:close()
+end
+for _, m in ipairs({ "client_secret_basic", "client_secret_post" }) do
+  local c = assert(specula.mcp.connect{ url = URL, auth = { grant = "client_credentials", client_id = "cc-client",
+    client_secret = "cc-secret-value", token_endpoint_auth_method = m, cache = false } })
+  out[m] = { echo = assert(c:call("echo", { text = m })).content[1].text, info = c:auth_info() }
+  c:close()
+end
+-- a wrong key: refused by the server, a clear error
+local bad = assert(require("specula.crypto").keygen("ES256"))
+local c, err = specula.mcp.connect{ url = URL, auth = { grant = "client_credentials", client_id = "jwt-es", private_key = bad, cache = false } }
+out.bad = err
+local c2 = assert(specula.mcp.connect{ url = URL, auth = { cache = false } })
+local log = server_log(c2)
+c2:close()
+out.auth = log.auth
+print(json.encode(out))
+]], { ES256_KEY = keys.ES256.key, RS256_KEY = keys.RS256.key })
+    for _, alg in ipairs({ "ES256", "RS256" }) do
+      assert.are.equal("echo: " .. alg, r[alg].echo)
+      assert.are.equal("private_key_jwt", r[alg].info.token_endpoint_auth_method)
+      assert.are.equal("client_credentials", r[alg].info.grant)
+      assert.are.equal(alg, r[alg].jwt)
+    end
+    for _, m in ipairs({ "client_secret_basic", "client_secret_post" }) do
+      assert.are.equal("echo: " .. m, r[m].echo)
+      assert.are.equal(m, r[m].info.token_endpoint_auth_method)
+    end
+    assert.matches("client credentials token request at http://127%.0%.0%.1:%d+/token: HTTP 401: invalid_client", r.bad)
+    assert.are.equal(5, r.auth.token.client_credentials)   -- four granted, the wrong key refused
+    assert.are.equal(2, r.auth.methods.private_key_jwt)
+    assert.are.same({ "mcp:read", "mcp:read" }, { r.auth.scopes[1], r.auth.scopes[2] })
+  end)
+
+  it("checks its options at connect", function()
+    local r = run([[
+local function e(o) local ok, err = pcall(specula.mcp.connect, o) return err end
+print(json.encode({
+  stdio = e({ command = { "true" }, auth = {} }),
+  grant = e({ url = "http://127.0.0.1:1/mcp", auth = { grant = "password" } }),
+  cc = e({ url = "http://127.0.0.1:1/mcp", auth = { grant = "client_credentials" } }),
+  cc2 = e({ url = "http://127.0.0.1:1/mcp", auth = { grant = "client_credentials", client_id = "x" } }),
+  unknown = e({ url = "http://127.0.0.1:1/mcp", auth = { clientid = "x" } }),
+  method = e({ url = "http://127.0.0.1:1/mcp", auth = { token_endpoint_auth_method = "tls" } }),
+  typ = e({ url = "http://127.0.0.1:1/mcp", auth = { authorize = "browser" } }),
+  redirect = e({ url = "http://127.0.0.1:1/mcp", auth = { redirect_uri = "/cb" } }),
+}))
+]])
+    assert.matches("auth is for servers reached by url", r.stdio, 1, true)
+    assert.matches("auth.grant must be authorization_code or client_credentials", r.grant, 1, true)
+    assert.matches("client_credentials needs auth.client_id", r.cc, 1, true)
+    assert.matches("needs auth.client_secret, auth.private_key or auth.client_assertion", r.cc2, 1, true)
+    assert.matches("auth.clientid is not an auth option", r.unknown, 1, true)
+    assert.matches("token_endpoint_auth_method must be none, client_secret_basic", r.method, 1, true)
+    assert.matches("auth.authorize must be a function", r.typ, 1, true)
+    assert.matches("auth.redirect_uri must be an absolute URL", r.redirect, 1, true)
+  end)
+end)
+
+describe("MCP authorization: refusals", function()
+  it("refuses a resource that is not this server, before any authorization request", function()
+    local r = with_server({ "--oauth", "--prm-resource", "https://evil.example.com/mcp" }, [[
+local c, err = specula.mcp.connect{ url = URL, auth = {} }
+local log = specula.json.decode(assert(specula.http.request{ url = BASE .. "/.well-known/oauth-protected-resource/mcp" }).body)
+print(json.encode({ c = c ~= nil, err = err }))
+]])
+    assert.is_false(r.c)
+    assert.matches("names the resource https://evil.example.com/mcp, not this server", r.err, 1, true)
+    assert.matches("refusing to authorize", r.err, 1, true)
+  end)
+
+  it("refuses without PKCE S256, on a denial, on a forged state, and says why", function()
+    local r1 = with_server({ "--oauth", "--no-pkce" }, [[
+local c, err = specula.mcp.connect{ url = URL, auth = {} }
+print(json.encode({ err = err }))
+]])
+    assert.matches("does not list PKCE S256 in code_challenge_methods_supported", r1.err, 1, true)
+    local r2 = with_server({ "--oauth", "--deny" }, [[
+local c, err = specula.mcp.connect{ url = URL, name = "denied", auth = {} }
+print(json.encode({ err = err }))
+]])
+    assert.matches("^mcp server 'denied': authorization: the authorization server refused: access_denied: the user said no", r2.err)
+    local r3 = with_server({ "--oauth" }, [[
+local c, err = specula.mcp.connect{ url = URL, auth = { authorize = function(url)
+  local loc = assert(specula.http.request{ url = url }).headers["location"]
+  return (loc:gsub("state=[^&]+", "state=forged"))
+end } }
+local c4, err4 = specula.mcp.connect{ url = URL, auth = { cache = false, authorize = function() error("no browser here") end } }
+local c5, err5 = specula.mcp.connect{ url = URL, auth = { cache = false, authorize = function() return nil, "the user went away" end } }
+print(json.encode({ err = err, err4 = err4, err5 = err5 }))
+]])
+    assert.matches("state does not match", r3.err, 1, true)
+    assert.matches("auth.authorize raised: .*no browser here", r3.err4)
+    assert.matches("no authorization code: the user went away", r3.err5, 1, true)
+  end)
+
+  it("says what to do when a server wants authorization and the client has none", function()
+    local r = with_server({ "--oauth" }, [[
+local c, err = specula.mcp.connect{ url = URL, name = "locked" }
+print(json.encode({ err = err }))
+]])
+    assert.matches("mcp server 'locked': initialize: HTTP 401 (the server wants authorization: give auth = { ... }", r.err, 1, true)
+  end)
+end)
+
+-- An agent over the OAuth server, for the secrecy run: every query calls
+-- tools through an authorized client; the query "revoke" makes the server
+-- forget the token (a refresh follows); the query "badsecret" connects
+-- with a wrong client secret, which the (careless) server echoes in its
+-- error, and ends with that error.
+local SECRECY_AGENT = [[
+local specula = require "specula"
+local URL = os.getenv("MCP_URL")
+local client = assert(specula.mcp.connect{ url = URL, name = "locked", auth = { client_id = "conf-client",
+  client_secret = "conf-secret-0123456789", token_endpoint_auth_method = "client_secret_post" } })
+return specula.agent {
+  name = "secrecy",
+  tools = specula.tools.mcp(client, { include = { "echo", "revoke" } }),
+  policy = specula.policy.mcp(client, { trust_annotations = true }),
+  init = function(q) return { q = q, hop = 0, obs = {} } end,
+  step = function(s)
+    if s.q == "badsecret" then
+      local c, err = specula.mcp.connect{ url = URL, name = "wrong", auth = { client_id = "conf-client",
+        client_secret = "WRONG-secret-9876543210", cache = false } }
+      error(err, 0)
+    end
+    if s.hop == 3 then return { final = table.concat(s.obs, "|") } end
+    if s.q == "revoke" and s.hop == 1 then return { segment = "revoke", action = { tool = "revoke", args = {} } } end
+    return { segment = "echo", action = { tool = "echo", args = { text = s.q .. s.hop } } }
+  end,
+  update = function(s, step, obs)
+    local o = { unpack(s.obs) }
+    o[#o + 1] = obs
+    return { q = s.q, hop = s.hop + 1, obs = o }
+  end,
+}
+]]
+
+describe("MCP authorization: secrecy", function()
+  it("keeps every credential out of --record, --trace, --out, stdout and stderr", function()
+    local dir = H.tmpdir() .. "/secrecy"
+    os.execute("rm -rf " .. H.quote(dir) .. " && mkdir -p " .. H.quote(dir))
+    local tlog = dir .. "/issued.jsonl"
+    local srv = MH.http_server({ "--oauth", "--leaky", "--token-ttl", "2", "--token-log", tlog,
+                                 "--client", "conf-client:conf-secret-0123456789" })
+    local agent = H.tmpfile("secrecy_agent.lua", SECRECY_AGENT)
+    local input = H.tmpfile("secrecy_input.jsonl", '{"id":"q1","query":"plain"}\n{"id":"q2","query":"revoke"}\n'
+      .. '{"id":"q3","query":"badsecret"}\n')
+    local st, out, err = H.specula({ "run", agent, "--input", input, "--record", dir .. "/cassette",
+      "--trace", dir .. "/trace.json", "--out", dir .. "/out.jsonl", "--k", "2" }, { MCP_URL = srv.url })
+    srv.stop()
+    assert.are.equal(3, st, out .. err)                 -- one query failed, on purpose
+    -- every credential the server issued or was shown
+    local list = MH.logged_secrets(tlog)
+    list[#list + 1] = "conf-secret-0123456789"
+    list[#list + 1] = "WRONG-secret-9876543210"
+    local kinds = {}
+    for line in H.read(tlog):gmatch("[^\n]+") do kinds[cjson.decode(line).kind] = true end
+    for _, k in ipairs({ "access", "refresh", "seen_access", "seen_refresh_token", "seen_client_secret" }) do
+      assert.is_true(kinds[k] == true, "the run never used a credential of kind " .. k)
+    end
+    assert.is_true(#list >= 6)
+    -- the outputs are what they should be
+    local records = {}
+    for line in H.read(dir .. "/out.jsonl"):gmatch("[^\n]+") do
+      local rec = cjson.decode(line)
+      records[rec.id] = rec
+    end
+    assert.are.equal("echo: plain0|echo: plain1|echo: plain2", records.q1.answer)
+    assert.are.equal("echo: revoke0|revoked|echo: revoke2", records.q2.answer)
+    assert.matches("invalid_client", records.q3.error, 1, true)
+    assert.matches("[redacted]", records.q3.error, 1, true)   -- the server's echo of the secret
+    -- no credential anywhere, in any encoding
+    local files = { dir .. "/trace.json", dir .. "/out.jsonl" }
+    local p = assert(io.popen("ls " .. H.quote(dir .. "/cassette")))
+    for f in p:lines() do files[#files + 1] = dir .. "/cassette/" .. f end
+    p:close()
+    assert.is_true(#files >= 3, "no cassette file")
+    local texts = { stdout = out, stderr = err }
+    for _, f in ipairs(files) do texts[f] = assert(H.read(f)) end
+    assert.matches('"kind":"mcp"', texts[files[3]], 1, true)   -- the cassette recorded the exchanges
+    for name, text in pairs(texts) do
+      local hits = MH.find_secrets(text, list)
+      assert.are.same({}, hits, name)
+    end
+  end)
+end)
