@@ -303,8 +303,17 @@ function M.new(o, url, spawn, where)
     if ok and type(saved) == "table" and type(saved.access_token) == "string" then
       declare(saved.access_token)
       declare(saved.refresh_token)
+      declare(saved.client_secret)
       entry.tokens = { access_token = saved.access_token, refresh_token = saved.refresh_token,
-                       scope = saved.scope, expires_at_s = tonumber(saved.expires_at_s) }
+                       scope = saved.scope, requested_scope = saved.requested_scope,
+                       expires_at_s = tonumber(saved.expires_at_s) }
+      local left = tonumber(saved.expires_at_s) and (tonumber(saved.expires_at_s) - os.time())
+      if left then entry.tokens.expires_at_ms = sched.real_now() + left * 1000 end
+      if type(saved.client_id) == "string" and not o.client_id then
+        -- the client the tokens were issued to (a refresh needs it)
+        entry.client = { id = saved.client_id, secret = saved.client_secret, method = saved.token_endpoint_auth_method,
+                         source = "stored", as = saved.issuer }
+      end
     elseif not ok then
       self.store_error = scrub("auth.store.load raised: " .. tostring(saved))
     end
@@ -662,9 +671,12 @@ end
 function Auth:_save(tokens)
   self.entry.tokens = tokens
   if self.o.store then
+    local c = self.client or {}
     local ok, err = pcall(self.o.store.save, self.entry.key, {
       access_token = tokens.access_token, refresh_token = tokens.refresh_token, scope = tokens.scope,
-      expires_at_s = tokens.expires_at_s })
+      requested_scope = tokens.requested_scope, expires_at_s = tokens.expires_at_s,
+      client_id = c.id, client_secret = c.secret, token_endpoint_auth_method = self.method,
+      issuer = c.as })
     if not ok then self.store_error = scrub("auth.store.save raised: " .. tostring(err)) end
   end
 end
@@ -686,6 +698,7 @@ function Auth:_refresh()
   local client = self.client or (self.o.client_id and { id = self.o.client_id, secret = self.o.client_secret })
     or e.client
   if not meta or not client then return nil, "nothing to refresh with" end
+  self.client = client
   local nt, err = self:_token_request(meta, client, { { "grant_type", "refresh_token" },
     { "refresh_token", t.refresh_token }, { "resource", e.resource } }, "token refresh")
   if not nt then
@@ -803,10 +816,11 @@ end
 function Auth:info()
   local e = self.entry
   local t = e.tokens
+  local cl = self.client or e.client
   local out = {
     grant = self.grant, resource = e.resource, authorization_server = e.as and e.as.url,
-    metadata_from = e.as and e.as.from, client_id = self.client and self.client.id or self.o.client_id,
-    client_source = self.client and self.client.source or (self.o.client_id and "pre-registered" or nil),
+    metadata_from = e.as and e.as.from, client_id = cl and cl.id or self.o.client_id,
+    client_source = cl and cl.source or (self.o.client_id and "pre-registered" or nil),
     token_endpoint_auth_method = self.method, has_token = t ~= nil, has_refresh_token = t and t.refresh_token ~= nil,
     scope = t and (t.scope or t.requested_scope), requested_scope = t and t.requested_scope,
     expires_in_s = t and t.expires_at_ms and math.floor((t.expires_at_ms - sched.real_now()) / 1000) or nil,

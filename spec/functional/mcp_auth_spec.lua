@@ -182,6 +182,40 @@ print(json.encode({ before = before, after_expiry = after_expiry, texts = texts,
     assert.is_true(r.auth.rejected >= 1)
   end)
 
+  it("keeps tokens in the script's store between clients, and refreshes a stored token", function()
+    local r = with_server({ "--oauth" }, LOG .. [[
+local saved, loads = {}, 0
+local store = { load = function(key) loads = loads + 1 return saved[key] end,
+                save = function(key, t) saved[key] = t end }
+local c1 = assert(specula.mcp.connect{ url = URL, auth = { store = store, cache = false } })
+assert(c1:call("echo", { text = "one" }))
+c1:close()
+local keys = 0
+for k, t in pairs(saved) do keys = keys + 1 end
+-- a new client with no cache of its own: the stored token, no new authorization
+local c2 = assert(specula.mcp.connect{ url = URL, auth = { store = store, cache = false } })
+assert(c2:call("revoke"))
+local e = assert(c2:call("echo", { text = "two" })).content[1].text  -- refreshed from the stored refresh token
+local log = server_log(c2)
+local info = c2:auth_info()
+c2:close()
+-- a store that raises is reported, and the client authorizes as usual
+local c3 = assert(specula.mcp.connect{ url = URL, auth = { cache = false,
+  store = { load = function() error("disk on fire") end, save = function() end } } })
+local info3 = c3:auth_info()
+c3:close()
+print(json.encode({ keys = keys, loads = loads, e = e, authorize = log.auth.authorize, info = info, info3 = info3 }))
+]])
+    assert.are.equal(1, r.keys)
+    assert.are.equal(2, r.loads)
+    assert.are.equal("echo: two", r.e)
+    assert.are.equal(1, r.authorize)
+    assert.are.equal(0, r.info.authorizations)
+    assert.are.equal(1, r.info.refreshes)
+    assert.matches("auth.store.load raised: .*disk on fire", r.info3.store_error)
+    assert.are.equal(1, r.info3.authorizations)
+  end)
+
   it("steps up to the scopes held plus the ones a 403 asks for, and gives up on a scope never granted", function()
     local r = with_server({ "--oauth", "--scopes", "mcp:read" }, LOG .. [[
 local c = assert(specula.mcp.connect{ url = URL, auth = {} })
@@ -247,6 +281,20 @@ for _, m in ipairs({ "client_secret_basic", "client_secret_post" }) do
   out[m] = { echo = assert(c:call("echo", { text = m })).content[1].text, info = c:auth_info() }
   c:close()
 end
+-- an assertion the script makes itself
+local crypto = require "specula.crypto"
+local seen
+local c = assert(specula.mcp.connect{ url = URL, auth = { grant = "client_credentials", client_id = "jwt-es", cache = false,
+  client_assertion = function(a)
+    seen = a
+    local function b64j(t) return crypto.b64url(json.encode(t)) end
+    local now = os.time()
+    local input = b64j({ alg = "ES256", typ = "JWT" }) .. "." .. b64j({ iss = a.client_id, sub = a.client_id, aud = a.audience,
+      iat = now, exp = now + 60, jti = crypto.b64url(crypto.random(12)) })
+    return input .. "." .. crypto.b64url(assert(crypto.sign("ES256", pem(os.getenv("ES256_KEY")), input)))
+  end } })
+out.own = { echo = assert(c:call("echo", { text = "own" })).content[1].text, seen = seen }
+c:close()
 -- a wrong key: refused by the server, a clear error
 local bad = assert(require("specula.crypto").keygen("ES256"))
 local c, err = specula.mcp.connect{ url = URL, auth = { grant = "client_credentials", client_id = "jwt-es", private_key = bad, cache = false } }
@@ -268,8 +316,12 @@ print(json.encode(out))
       assert.are.equal(m, r[m].info.token_endpoint_auth_method)
     end
     assert.matches("client credentials token request at http://127%.0%.0%.1:%d+/token: HTTP 401: invalid_client", r.bad)
-    assert.are.equal(5, r.auth.token.client_credentials)   -- four granted, the wrong key refused
-    assert.are.equal(2, r.auth.methods.private_key_jwt)
+    assert.are.equal("echo: own", r.own.echo)
+    assert.are.equal("jwt-es", r.own.seen.client_id)
+    assert.matches("^http://127%.0%.0%.1:%d+$", r.own.seen.audience)
+    assert.matches("/token$", r.own.seen.token_endpoint)
+    assert.are.equal(6, r.auth.token.client_credentials)   -- five granted, the wrong key refused
+    assert.are.equal(3, r.auth.methods.private_key_jwt)
     assert.are.same({ "mcp:read", "mcp:read" }, { r.auth.scopes[1], r.auth.scopes[2] })
   end)
 
