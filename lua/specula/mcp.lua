@@ -99,6 +99,7 @@ local Client = {}
 Client.__index = Client
 
 function Client:_warn(msg)
+  msg = scrub(msg)   -- a server's text may carry a credential
   self.errors[#self.errors + 1] = msg
   if #self.errors > 50 then table.remove(self.errors, 1) end
   if not self.quiet then io.stderr:write("specula: warning: ", msg, "\n") end
@@ -185,8 +186,8 @@ function Client:_handle(msg, via)
   end
   if msg.error ~= nil then
     local er = type(msg.error) == "table" and msg.error or {}
-    e.err = format("%s: %s: error %s: %s", self:_where(), e.what, tostring(er.code),
-      tostring(er.message))
+    e.err = scrub(format("%s: %s: error %s: %s", self:_where(), e.what, tostring(er.code),
+      tostring(er.message)))
   else
     e.result = msg.result
   end

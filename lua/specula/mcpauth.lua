@@ -634,7 +634,8 @@ function Auth:_authorize(scope_hint, rm_url)
       return nil, self:_err(format("the protected resource metadata names the resource %s, not this server (%s): "
         .. "refusing to authorize", tostring(prm.resource), tostring(self.resource_url)))
     end
-    resource = canonical(prm.resource)
+    -- the identifier as the resource names itself (RFC 9728), without a fragment
+    resource = (prm.resource:gsub("#.*$", ""))
     local list = prm.authorization_servers
     as_url = self.o.authorization_server or (type(list) == "table" and type(list[1]) == "string" and list[1])
     if not as_url then return nil, self:_err("the protected resource metadata names no authorization server") end
@@ -693,7 +694,7 @@ function Auth:_refresh()
       or (prm and type(prm.authorization_servers) == "table" and prm.authorization_servers[1])
       or parse_url(self.url).origin
     meta = self:_discover_as(as_url)
-    if prm then e.resource = canonical(prm.resource) end
+    if prm then e.resource = (prm.resource:gsub("#.*$", "")) end
   end
   local client = self.client or (self.o.client_id and { id = self.o.client_id, secret = self.o.client_secret })
     or e.client
