@@ -9,7 +9,9 @@
 --     trust_tool_classes = false,   -- honour `class =` declared on agent tools
 --     decide = function(tool, args, ctx) return "full" end }     -- may only lower
 --   function(tool, args, ctx) return "full" | "warmup" | "forbid" end
--- A tool with no entry is forbid (the C gate's built-in "unknown" class).
+-- A tool with no entry is forbid (the C gate's built-in "unknown" class),
+-- except the resource reads of specula.tools.mcp_resources: full (class
+-- "mcp-resource") unless the policy names them or is a function.
 --
 -- A function or `decide` makes the policy "scripted": the agent adapter asks
 -- it about every exact call that could launch early (the step's action and
