@@ -23,6 +23,7 @@ local lazy = {
   llm = "specula.llm", policy = "specula.policy", text = "specula.text",
   theory = "specula.theory", estimate = "specula.estimate", mcp = "specula.mcp", cassette = "specula.cassette",
   stats = "specula.stats",
+  crypto = "specula.crypto", secrets = "specula.secrets", mcpauth = "specula.mcpauth",
 }
 
 setmetatable(M, { __index = function(t, k)

@@ -575,9 +575,16 @@ function Auth:_headless(url)
   local res, err = self:_http { method = "GET", url = url }
   if not res then return nil, err end
   local loc = res.headers["location"]
-  if res.status >= 300 and res.status < 400 and loc then return loc end
-  return nil, format("the authorization endpoint answered HTTP %d without a redirect: it needs a user; give "
-    .. "auth.authorize = function(url) ... return redirect_url end", res.status)
+  local hint = "it needs a user; give auth.authorize = function(url) ... return redirect_url end"
+  if not (res.status >= 300 and res.status < 400 and loc) then
+    return nil, format("the authorization endpoint answered HTTP %d without a redirect: %s", res.status, hint)
+  end
+  local want, got = parse_url(self.redirect_uri), parse_url(loc)
+  if not got or got.origin ~= want.origin or got.path ~= want.path then
+    return nil, format("the authorization endpoint redirected to %s, not to the redirect URI (a login page?): %s",
+      got and (got.origin .. got.path) or "a relative URL", hint)
+  end
+  return loc
 end
 
 function Auth:_authorization_code(meta, client, scope, resource)

@@ -123,6 +123,38 @@ print(json.encode({ scopes = log.auth.scopes }))
     assert.are.same({ "mcp:write" }, r3.scopes)
   end)
 
+  it("drives a login page through the hook, and headless says it needs one", function()
+    local r = with_server({ "--oauth", "--login" }, LOG .. [[
+local c0, err0 = specula.mcp.connect{ url = URL, name = "headless", auth = { cache = false } }
+-- the hook plays the user: the login page, a sign-in, the way back
+local steps = {}
+local function authorize(url)
+  local res = assert(specula.http.request{ url = url })
+  steps[#steps + 1] = res.status
+  local login = res.headers["location"]
+  res = assert(specula.http.request{ url = login })
+  steps[#steps + 1] = res.status                      -- the form
+  res = assert(specula.http.request{ url = login .. "&user=ada" })
+  steps[#steps + 1] = res.status
+  res = assert(specula.http.request{ url = res.headers["location"] })   -- back to /authorize, approved
+  steps[#steps + 1] = res.status
+  return res.headers["location"]
+end
+local c = assert(specula.mcp.connect{ url = URL, auth = { authorize = authorize, cache = false } })
+local e = assert(c:call("echo", { text = "signed in" })).content[1].text
+local log = server_log(c)
+c:close()
+print(json.encode({ err0 = err0, steps = steps, e = e, logins = log.auth.logins, pkce = log.auth.pkce_ok }))
+]])
+    assert.matches("^mcp server 'headless': authorization: no authorization code: the authorization endpoint "
+      .. "redirected to http://127%.0%.0%.1:%d+/login, not to the redirect URI %(a login page%?%): it needs a user; "
+      .. "give auth%.authorize", r.err0)
+    assert.are.same({ 302, 200, 302, 302 }, r.steps)
+    assert.are.equal("echo: signed in", r.e)
+    assert.are.equal(2, r.logins)                       -- the form and the sign-in (headless stopped before)
+    assert.are.equal(1, r.pkce)
+  end)
+
   it("registers with the method the server supports and authenticates with it", function()
     for _, m in ipairs({ "client_secret_basic", "client_secret_post" }) do
       local r = with_server({ "--oauth", "--auth-methods", m }, LOG .. [[

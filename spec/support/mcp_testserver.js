@@ -21,6 +21,8 @@
 //   --no-pkce                  no code_challenge_methods_supported in the metadata
 //   --prm-resource URL         the resource its metadata names (default: this /mcp)
 //   --deny                     /authorize redirects with error=access_denied
+//   --login                    /authorize sends the browser to a login page first
+//                              (/login?next=...; with user=ada it goes on)
 //   --leaky                    error descriptions echo the credential they reject
 //                              (a careless server: the client must scrub them)
 //   --token-log FILE           appends every credential issued or seen as a JSON line
@@ -371,6 +373,13 @@ if (!flag('--http')) {
     if (q.response_type !== 'code') return oerr(res, 400, 'unsupported_response_type', 'code only');
     if (q.code_challenge_method !== 'S256' || !q.code_challenge) return oerr(res, 400, 'invalid_request', 'PKCE S256 required');
     if (q.resource !== resource()) return oerr(res, 400, 'invalid_target', 'unknown resource ' + q.resource);
+    if (flag('--login') && !u.searchParams.get('approved')) {
+      // a login page first: the user approves at /login, which comes back here
+      const next = new URL(u.toString()); next.searchParams.set('approved', '1');
+      log.auth.authorize--;
+      res.writeHead(302, { Location: base + '/login?next=' + encodeURIComponent(next.pathname + next.search) });
+      return res.end();
+    }
     const to = new URL(q.redirect_uri);
     if (flag('--deny')) {
       to.searchParams.set('error', 'access_denied'); to.searchParams.set('error_description', 'the user said no');
@@ -450,6 +459,15 @@ if (!flag('--http')) {
           return json(res, 200, d);
         }
         if (u.pathname === '/authorize' && req.method === 'GET') return authorize(u, res);
+        if (u.pathname === '/login' && req.method === 'GET') {
+          log.auth.logins = (log.auth.logins || 0) + 1;
+          if (u.searchParams.get('user') !== 'ada') {
+            res.writeHead(200, { 'Content-Type': 'text/html' });
+            return res.end('<html><title>Sign in</title><form>user <input name=user></form></html>');
+          }
+          res.writeHead(302, { Location: base + u.searchParams.get('next') });
+          return res.end();
+        }
         if (u.pathname === '/token' && req.method === 'POST') return token_endpoint(req, body, res);
         if (u.pathname === '/register' && req.method === 'POST' && !flag('--no-dcr')) return register(body, res);
       }
