@@ -528,7 +528,7 @@ function Client:_send(o)
     if not self.auth or (res.status ~= 401 and res.status ~= 403) then return res end
     if res.close then res:close() end
     local ok, aerr = self.auth:challenge(res.status, res.headers["www-authenticate"], st, sent)
-    if not ok then return nil, aerr end
+    if not ok then return nil, aerr, "auth" end
   end
 end
 
@@ -637,10 +637,15 @@ function Client:_listen_loop(gate)
     if gate then C.sp_rpc_complete(gate); gate = nil end
   end
   while not self.closed do
-    local res, err = self:_send { method = "GET", accept = "text/event-stream", stream = true, live = true,
-                                  extra = last_id and { ["Last-Event-ID"] = last_id } or nil,
-                                  timeout = function() return 0 end }
-    if not res then
+    local res, err, kind = self:_send { method = "GET", accept = "text/event-stream", stream = true, live = true,
+                                        extra = last_id and { ["Last-Event-ID"] = last_id } or nil,
+                                        timeout = function() return 0 end }
+    if not res and kind == "auth" then
+      -- not authorized: trying again would run the authorization again
+      opened(401)
+      self:_warn(self:_where() .. ": the GET stream: " .. tostring(err))
+      return
+    elseif not res then
       fails = fails + 1
       opened(0)
       if fails > self.max_reconnects then
@@ -691,7 +696,12 @@ function Client:_listen()
   local gate = C.sp_rpc_new(core.ctx, me, self.init_timeout_ms)
   if gate == nil then return end
   gate = ffi.gc(gate, C.sp_rpc_free)
-  self.listener = spawn_root(function() self:_listen_loop(gate) end)
+  self.listener = spawn_root(function()
+    local ok, err = pcall(self._listen_loop, self, gate)
+    -- whatever happened, the connecting task goes on
+    if C.sp_rpc_state(gate) == PENDING then C.sp_rpc_complete(gate) end
+    if not ok then self:_warn(self:_where() .. ": the GET stream reader failed: " .. tostring(err)) end
+  end)
   if not self.listener then return end
   while C.sp_rpc_wait(gate, me) == 0 do co_yield() end
 end
