@@ -393,12 +393,20 @@ M.as_metadata_urls = as_metadata_urls
 function Auth:_discover_as(as_url)
   local e = self.entry
   if e.as and e.as.url == as_url then return e.as.meta end
-  for _, u in ipairs(as_metadata_urls(as_url)) do
-    local doc = self:_get_json(u)
+  if not parse_url(as_url) then return nil, self:_err("the authorization server is not a URL: " .. tostring(as_url)) end
+  local unreachable, last = 0, nil
+  local urls = as_metadata_urls(as_url)
+  for _, u in ipairs(urls) do
+    local doc, why, transport = self:_get_json(u)
     if doc and type(doc.token_endpoint) == "string" then
       e.as = { url = as_url, meta = doc, from = u }
       return doc
     end
+    if transport then unreachable, last = unreachable + 1, why end
+  end
+  if unreachable == #urls then
+    -- nothing answered at all: no defaults to fall back on
+    return nil, self:_err("authorization server metadata: " .. tostring(last))
   end
   -- no metadata: the 2025-03-26 default endpoints at the server's root
   local origin = parse_url(as_url).origin

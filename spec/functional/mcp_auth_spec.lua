@@ -419,6 +419,20 @@ print(json.encode({ err = err, err4 = err4, err5 = err5 }))
     assert.matches("no authorization code: the user went away", r3.err5, 1, true)
   end)
 
+  it("ends with a clear error when the authorization server is unreachable or answers garbage", function()
+    local r = with_server({ "--oauth" }, [[
+local c, err = specula.mcp.connect{ url = URL, name = "far", auth = { authorization_server = "http://127.0.0.1:1/as" } }
+print(json.encode({ err = err }))
+]])
+    assert.matches("^mcp server 'far': authorization: authorization server metadata: ECONNREFUSED: GET "
+      .. "http://127%.0%.0%.1:1/.-%.well%-known/", r.err)
+    local r2 = with_server({ "--oauth", "--garbage-token" }, [[
+local c, err = specula.mcp.connect{ url = URL, name = "garbage", auth = {} }
+print(json.encode({ err = err }))
+]])
+    assert.matches("token request at http://127%.0%.0%.1:%d+/token: the response has no access_token", r2.err)
+  end)
+
   it("says what to do when a server wants authorization and the client has none", function()
     local r = with_server({ "--oauth" }, [[
 local c, err = specula.mcp.connect{ url = URL, name = "locked" }

@@ -23,6 +23,7 @@
 //   --deny                     /authorize redirects with error=access_denied
 //   --login                    /authorize sends the browser to a login page first
 //                              (/login?next=...; with user=ada it goes on)
+//   --garbage-token            the token endpoint answers 200 with broken JSON
 //   --leaky                    error descriptions echo the credential they reject
 //                              (a careless server: the client must scrub them)
 //   --token-log FILE           appends every credential issued or seen as a JSON line
@@ -336,6 +337,7 @@ if (!flag('--http')) {
     for (const k of ['code', 'code_verifier', 'refresh_token', 'client_secret', 'client_assertion']) note('seen_' + k, p[k]);
     const cid = client_auth(req, p, res);
     if (!cid) return;
+    if (flag('--garbage-token')) { res.writeHead(200, { 'Content-Type': 'application/json' }); return res.end('{"token_type":"Bearer"'); }
     if (p.resource !== undefined && p.resource !== resource()) return oerr(res, 400, 'invalid_target', 'unknown resource ' + p.resource);
     if (p.resource === resource()) log.auth.resource_ok++;
     if (g === 'authorization_code') {
