@@ -785,8 +785,9 @@ function Auth:challenge(status, www, st, sent)
     return true
   end
   if status == 401 then
-    st.unauthorized = (st.unauthorized or 0) + 1
-    if st.unauthorized > 2 then
+    -- a token this very request was just given is refused: authorizing
+    -- again (maybe asking a person again) cannot help
+    if st.granted then
       return nil, self:_err("the server still answers 401 after authorizing" ..
         (ch.error_description and (": " .. ch.error_description) or ""))
     end

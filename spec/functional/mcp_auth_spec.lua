@@ -431,6 +431,17 @@ local c, err = specula.mcp.connect{ url = URL, name = "garbage", auth = {} }
 print(json.encode({ err = err }))
 ]])
     assert.matches("token request at http://127%.0%.0%.1:%d+/token: the response has no access_token", r2.err)
+    -- a server that refuses the token it just issued: one authorization, then a clear error
+    local r3 = with_server({ "--oauth", "--reject-tokens" }, [[
+local asked = 0
+local c, err = specula.mcp.connect{ url = URL, name = "broken", auth = { authorize = function(url)
+  asked = asked + 1
+  return assert(specula.http.request{ url = url }).headers["location"]
+end } }
+print(json.encode({ err = err, asked = asked }))
+]])
+    assert.are.equal(1, r3.asked)
+    assert.matches("^mcp server 'broken': authorization: the server still answers 401 after authorizing", r3.err)
   end)
 
   it("says what to do when a server wants authorization and the client has none", function()

@@ -24,6 +24,7 @@
 //   --login                    /authorize sends the browser to a login page first
 //                              (/login?next=...; with user=ada it goes on)
 //   --garbage-token            the token endpoint answers 200 with broken JSON
+//   --reject-tokens            /mcp refuses every token it issued (a broken server)
 //   --leaky                    error descriptions echo the credential they reject
 //                              (a careless server: the client must scrub them)
 //   --token-log FILE           appends every credential issued or seen as a JSON line
@@ -424,7 +425,7 @@ if (!flag('--http')) {
     const tok = h.slice(7);
     note('seen_access', tok);
     const t = access.get(tok);
-    if (!t || t.exp < Date.now()) {
+    if (!t || t.exp < Date.now() || flag('--reject-tokens')) {
       log.auth.rejected++;
       json(res, 401, { error: 'invalid_token', error_description: LEAKY ? 'token ' + tok + ' is not valid' : 'expired or unknown token' },
         { 'WWW-Authenticate': www(', error="invalid_token"') });
