@@ -37,7 +37,10 @@ static void usage(FILE *f) {
     "  predictors CASSETTE|RESULTS.jsonl... [--predictor NAME_OR_FILE]... [--json]\n"
     "                             top-1/top-3 hit rates of action predictors on committed tool calls\n"
     "  bench [NAME...]            run the benchmarks under bench/\n"
-    "  --version, --help\n");
+    "  --version, --help\n"
+    "\n"
+    "Every command but theory and replay takes --secret-env NAME (repeatable): the value of\n"
+    "$NAME never shows in any output (records, traces, cassettes, reports, messages).\n");
 }
 
 /* Thousands of concurrent transfers need thousands of sockets: lift the

@@ -207,7 +207,7 @@ function M.adapter(agent, opts)
     if not ok or type(preds) ~= "table" then
       if not warned then
         warned = true
-        io.stderr:write("specula: warning: predictor failed (" .. tostring(preds) .. "); no action speculation for this step\n")
+        require("specula.secrets").stderr("specula: warning: predictor failed (" .. tostring(preds) .. "); no action speculation for this step\n")
       end
       return nil
     end

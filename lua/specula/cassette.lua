@@ -39,10 +39,14 @@ M.MISS = { error = true, live = true, skip = true }
 M.state = nil
 
 pcall(ffi.cdef, "int mkdir(const char *path, unsigned int mode);")
-pcall(ffi.cdef, "extern char **environ;")
 pcall(ffi.cdef, "char *strerror(int errnum);")
 
-local function scrubber() return require("specula.llm.retry") end
+local secrets = require "specula.secrets"
+-- Everything on tape is scrubbed (specula.secrets): every declared secret
+-- in every form, the request's own credential headers (extra), and what
+-- looks like a credential.
+local function scrub(s, extra) return secrets.scrub_message(s, extra) end
+
 
 -- The window jobs running now, by job id: { born, thread, name, query,
 -- ctx }. Weak values: a cancelled job's coroutine is dropped, and its
@@ -114,28 +118,6 @@ end
 
 local function file_name(dir, i) return format("%s/cassette-%04d.jsonl", dir, i) end
 M.file_name = file_name
-
--- Values of environment variables whose names look like credentials: never
--- written, whatever request they turn up in.
-local function env_secrets()
-  local list = {}
-  local ok, env = pcall(function() return ffi.C.environ end)
-  if not ok or env == nil then return list end
-  local i = 0
-  while env[i] ~= nil do
-    local s = ffi.string(env[i])
-    local name, value = s:match("^([^=]+)=(.*)$")
-    if name and #value >= 6 then
-      local u = name:upper()
-      if u:find("KEY", 1, true) or u:find("TOKEN", 1, true) or u:find("SECRET", 1, true)
-        or u:find("PASSWORD", 1, true) or u:find("AUTH", 1, true) then
-        list[#list + 1] = value
-      end
-    end
-    i = i + 1
-  end
-  return list
-end
 
 -- All exchange lines of a cassette directory, in file order. Returns
 -- records, files, warnings | nil, err. A line that does not parse is an
@@ -228,11 +210,11 @@ function M.open(o)
   local miss = o.miss or "error"
   if not M.MISS[miss] then return nil, "--miss must be error, live or skip" end
   local st = { miss = miss, counts = {}, served = 0, missed = 0, missed_committed = 0, live = 0, recorded = 0,
-               miss_list = {}, secrets = env_secrets(), t0 = sched.now() }
+               miss_list = {}, t0 = sched.now() }
   if o.replay then
     local recs, files, warnings = M.load(o.replay)
     if not recs then return nil, files end
-    for _, w in ipairs(warnings) do io.stderr:write("specula: warning: cassette ", w, "\n") end
+    for _, w in ipairs(warnings) do secrets.stderr("specula: warning: cassette ", w, "\n") end
     -- exact: scope + key -> { [n] = entry }; loose: query + key -> entries
     -- in the order they were asked; keys: every key on the tape
     local exact, loose, keys = {}, {}, {}
@@ -308,7 +290,7 @@ function M.summary(st)
     parts[#parts + 1] = "not in it: " .. concat(st.miss_list, ", ", 1, math.min(#st.miss_list, 5))
       .. (#st.miss_list > 5 and ", ..." or "")
   end
-  return "specula: cassette: " .. concat(parts, "; ")
+  return scrub("specula: cassette: " .. concat(parts, "; "))
 end
 
 -- Pre-scan of a script's arguments (the script's main chunk may connect
@@ -346,69 +328,40 @@ end
 
 -- ---- writing ------------------------------------------------------------------------------
 
-local function scrub(s, extra)
-  local R = scrubber()
-  local st = M.state
-  local list = {}
-  for _, k in ipairs(st.secrets) do list[#list + 1] = k end
-  if extra then for _, k in ipairs(extra) do list[#list + 1] = k end end
-  return R.scrub(s, list)
-end
-
 local utf8_clean = json.utf8_clean
 local function hex(s) return (s:gsub(".", function(c) return format("%02x", c:byte()) end)) end
 local function unhex(s) return (s:gsub("%x%x", function(h) return string.char(tonumber(h, 16)) end)) end
 
 -- A byte string as JSON can carry it: itself when it is valid UTF-8, else
--- { hex = ... } (a stream chunk may end inside a character).
-local function bytes_out(s)
+-- { hex = ... } (a stream chunk may end inside a character). Bytes that
+-- go to hex are scrubbed first (the line's scrub then sees only hex).
+local function bytes_out(s, extra)
   if s == nil or utf8_clean(s) == s then return s end
-  return { hex = hex(s) }
+  return { hex = hex(secrets.scrub(s, extra)) }
 end
 local function bytes_in(v)
   if type(v) == "table" and type(v.hex) == "string" then return unhex(v.hex) end
   return v
 end
 
--- A copy of v with every string scrubbed (scrubbing the encoded line
--- could eat a JSON escape and break the line).
-local function scrub_deep(v, secrets, depth)
-  local t = type(v)
-  if t == "string" then return scrub(v, secrets) end
-  if t ~= "table" or v == json.null then return v end
-  if depth > 200 then error("nested too deeply", 0) end
-  local c = {}
-  for k, x in pairs(v) do
-    if type(k) == "string" then k = scrub(k, secrets) end
-    c[k] = scrub_deep(x, secrets, depth + 1)
-  end
-  return setmetatable(c, getmetatable(v))
-end
-
-require("specula.nojit")(scrub_deep)   -- a pairs() walk: see specula/nojit.lua
-
 local warned_encode = false
--- timing: a job line (not an exchange: not counted as recorded)
-local function write(rec, secrets, timing)
+local MESSAGE = { message = true }
+-- extra: the request's credential header values; timing: a job line (not
+-- an exchange: not counted as recorded)
+local function write(rec, extra, timing)
   local st = M.state
   if not st or not st.file then return end
   -- job lines wait for the next line: their write then falls inside a
   -- job whose time is measured, not after the one they time
   if st.later and not timing then M.flush_timings() end
-  -- one scrub of the encoded line (cheap); when that breaks the JSON (a
-  -- pattern ate an escape), every string is scrubbed on its own instead
+  -- one scrub of the encoded line; when that breaks the JSON (a match
+  -- that began inside an escape), every string is scrubbed on its own
   local line, err = json.encode(rec)
-  if line then
-    line = scrub(line, secrets)
-    if json.decode(line) == nil then
-      local okc, clean = pcall(scrub_deep, rec, secrets, 0)
-      if okc then line, err = json.encode(clean) else line, err = nil, clean end
-    end
-  end
+  if line then line = secrets.scrub_json(line, extra, MESSAGE) end
   if not line then
     if not warned_encode then
       warned_encode = true
-      io.stderr:write("specula: warning: cassette: an exchange could not be recorded (", tostring(err), ")\n")
+      secrets.stderr("specula: warning: cassette: an exchange could not be recorded (", tostring(err), ")\n")
     end
     return
   end
@@ -475,13 +428,13 @@ end
 -- cancelled (the replay's threads differ: another policy). So concurrent
 -- queries and threads each get their own recorded answers, in record and
 -- replay alike. Returns entry | nil, n, how many entries the query has.
-local function take(st, scope, qscope, key, secrets)
+local function take(st, scope, qscope, key, extra)
   local n = occurrence(st, scope .. "\n" .. key)
   if not st.replay then return nil, n, 0 end
   -- a key that held a secret was stored scrubbed (scrubbing every key up
   -- front would cost the recording run time on the loop)
   if not st.keys[key] then
-    local sk = scrub(key, secrets)
+    local sk = scrub(key, extra)
     if st.keys[sk] then key = sk end
   end
   local x = st.exact[scope .. "\n" .. key]
@@ -506,6 +459,9 @@ end
 
 -- What a miss does. Returns "live" to make the real call, or nil, err.
 local function on_miss(st, kind, what, n, held, meta)
+  -- what names the request (a URL, a speculator's arguments): it goes to
+  -- errors and to the end-of-run summary on stderr
+  what = scrub(what)
   st.missed = st.missed + 1
   -- a miss on a discarded speculative thread does not change the result;
   -- one on the committed path does
@@ -533,10 +489,10 @@ M.NEVER_MS = 1e7
 local function never() sched.sleep(M.NEVER_MS) end
 
 -- The start of an exchange, written before the call is made.
-local function write_start(kind, key, n, meta, secrets)
+local function write_start(kind, key, n, meta, extra)
   local st = M.state
   if st.file then
-    write({ kind = kind, key = key, n = n, start = true, at = sched.now() - st.t0, meta = meta }, secrets)
+    write({ kind = kind, key = key, n = n, start = true, at = sched.now() - st.t0, meta = meta }, extra)
   end
 end
 
@@ -627,7 +583,7 @@ function Recording:read()
   local s, err = self._inner:read()
   if s then
     local ev = self._rec.events
-    ev[#ev + 1] = { sched.now() - self._t0, bytes_out(s) }
+    ev[#ev + 1] = { sched.now() - self._t0, s }
     return s
   end
   self:_finish(err)
@@ -641,6 +597,17 @@ function Recording:_finish(err)
   rec.end_ms = sched.now() - self._t0
   rec.ms = rec.end_ms
   if err then rec.err = err end
+  -- the chunks are scrubbed as one text (a secret cut across two chunks
+  -- goes whole), then cut again where they arrived
+  local ev = rec.events
+  local texts = {}
+  for i = 1, #ev do texts[i] = ev[i][2] end
+  local clean, idx = secrets.scrub_chunks(texts, self._secrets)
+  local out = json.array({})
+  for i = 1, #clean do
+    out[i] = { ev[idx and idx[i] or i][1], bytes_out(clean[i], self._secrets) }
+  end
+  rec.events = out
   write(rec, self._secrets)
 end
 
@@ -654,25 +621,25 @@ function M.http(opts, method, live)
   local st = M.state
   local url = M.clean_url(opts.url)
   local body = canon_body(opts.body)
-  local secrets = scrubber().secrets(nil, opts.headers)
+  local extra = secrets.header_values(opts.headers)
   local key = method:upper() .. " " .. url .. "\n" .. body
   local J = current_job()
   local meta = meta_now(J)
   local scope, qscope = scopes(meta)
-  local rec, n, held = take(st, scope, qscope, key, secrets)
+  local rec, n, held = take(st, scope, qscope, key, extra)
   if st.replay then
     if rec and rec.kind == "http" then
       st.served = st.served + 1
       if rec.start then never() return nil, "ECASSETTE: " .. method:upper() .. ": cancelled in the recording" end
       return serve_http(st, rec, depart(J, rec))
     end
-    local what = method:upper() .. " " .. scrubber().scrub(url, secrets)
+    local what = method:upper() .. " " .. scrub(url, extra)
     local go, err = on_miss(st, "http", what, n, held, meta)
     if not go then return nil, err end
   end
   local lopts = setmetatable({}, { __index = opts })
   lopts.__cassette_live = true
-  write_start("http", key, n, meta, secrets)
+  write_start("http", key, n, meta, extra)
   local t0 = sched.now()
   if J and not J.first then J.first = t0 - J.born end
   local r, err = live(lopts)
@@ -683,18 +650,18 @@ function M.http(opts, method, live)
     rec.stream = true
     if r == nil then
       rec.ms, rec.err = sched.now() - t0, err
-      write(rec, secrets)
+      write(rec, extra)
       return r, err
     end
     rec.res = { status = r.status, headers = kept_headers(r.headers), ms = sched.now() - t0 }
     rec.events = json.array({})
     return setmetatable({ status = r.status, headers = r.headers, _inner = r, _rec = rec, _t0 = t0,
-                          _secrets = secrets }, Recording), nil
+                          _secrets = extra }, Recording), nil
   end
   rec.ms = sched.now() - t0
   if r == nil then rec.err = err
-  else rec.res = { status = r.status, headers = kept_headers(r.headers), body = bytes_out(r.body) } end
-  write(rec, secrets)
+  else rec.res = { status = r.status, headers = kept_headers(r.headers), body = bytes_out(r.body, extra) } end
+  write(rec, extra)
   return r, err
 end
 
@@ -717,7 +684,7 @@ end
 -- An MCP request through the cassette. live(): the real request.
 function M.mcp(client, method, params, opts, live)
   local st = M.state
-  local secrets = scrubber().secrets(nil, client.headers)
+  local extra = secrets.header_values(client.headers)
   local kp = strip_meta(params) or json.object()
   if method == "initialize" and type(kp) == "table" then
     -- the client's own name and version are not part of what was asked
@@ -729,7 +696,7 @@ function M.mcp(client, method, params, opts, live)
   local J = current_job()
   local meta = meta_now(J)
   local scope, qscope = scopes(meta)
-  local rec, n, held = take(st, scope, qscope, key, secrets)
+  local rec, n, held = take(st, scope, qscope, key, extra)
   local what = format("MCP %s %s", tostring(client.name), tostring(opts and opts.what or method))
   if st.replay then
     if rec and rec.kind == "mcp" then
@@ -743,14 +710,14 @@ function M.mcp(client, method, params, opts, live)
     if not go then return nil, err end
     if client.offline then return nil, what .. ": the server was not started (replaying offline)" end
   end
-  write_start("mcp", key, n, meta, secrets)
+  write_start("mcp", key, n, meta, extra)
   local t0 = sched.now()
   if J and not J.first then J.first = t0 - J.born end
   local r, err = live()
   if st.file then
     write({ kind = "mcp", key = key, n = n, at = t0 - st.t0, off = J and t0 - J.born, ms = sched.now() - t0, meta = meta,
             req = { server = client.name, method = method, params = strip_meta(params) },
-            res = r, err = (r == nil) and err or nil }, secrets)
+            res = r, err = (r == nil) and err or nil }, extra)
   end
   return r, err
 end

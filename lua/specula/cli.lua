@@ -79,10 +79,47 @@ local function spawn_main(fn, ...)
   return -1
 end
 
+-- --secret-env NAME (any command, anywhere on the line, repeatable): the
+-- value of $NAME is a secret (specula.secrets): no output of the process
+-- shows it. Taken out of the arguments before the command sees them.
+-- Returns the other arguments, or nil and a message.
+function M.secret_env(args)
+  local out, i = {}, 1
+  while i <= #args do
+    local a = args[i]
+    local name = a:match("^%-%-secret%-env=(.*)$")
+    if a == "--secret-env" then
+      name = args[i + 1]
+      i = i + 1
+      if name == nil then return nil, "--secret-env needs the name of an environment variable" end
+    end
+    if name then
+      if not name:match("^[%a_][%w_]*$") then
+        return nil, "--secret-env: '" .. name .. "' is not the name of an environment variable"
+      end
+      local v = os.getenv(name)
+      if v ~= nil and not require("specula.secrets").declare(v, "$" .. name) then
+        io.stderr:write("specula: warning: --secret-env " .. name .. ": the value is shorter than "
+          .. require("specula.secrets").MIN_BYTES .. " bytes and cannot be told from ordinary text; it is not scrubbed\n")
+      end
+    else
+      out[#out + 1] = a
+    end
+    i = i + 1
+  end
+  return out
+end
+
 function M.main(argv)
   local cmd = argv[1]
   local rest = {}
   for i = 2, #argv do rest[#rest + 1] = argv[i] end
+  local serr
+  rest, serr = M.secret_env(rest)
+  if not rest then
+    io.stderr:write("specula: " .. serr .. "\n")
+    return 2
+  end
   if cmd == "run" then
     local script = table.remove(rest, 1)
     if not script then
@@ -105,7 +142,7 @@ function M.main(argv)
   elseif cmd == "bench" then
     return spawn_main(function() return require("specula.benchcli").main(rest) end)
   end
-  io.stderr:write("specula: unknown command '" .. tostring(cmd) .. "'\n")
+  require("specula.secrets").stderr("specula: unknown command '" .. tostring(cmd) .. "'\n")
   return 2
 end
 

@@ -252,7 +252,7 @@ end
 -- tables give byte-identical files.
 function M.summary_json(configs, rows)
   for ci, c in ipairs(configs) do rows[ci].config = c.name end
-  return json.canonical(rows) .. "\n"
+  return require("specula.secrets").scrub_json(json.canonical(rows), nil, { canonical = true }) .. "\n"
 end
 
 -- Records grouped by configuration (specula.merge.config_of), in the order
@@ -309,7 +309,7 @@ function M.cli_main(args)
     if e.rec.stats == nil and e.rec.error == nil then
       skipped = skipped + 1
       if skipped <= 5 then
-        io.stderr:write(format("specula compare: warning: %s:%d: not a results record (no stats, no error); "
+        require("specula.secrets").stderr(format("specula compare: warning: %s:%d: not a results record (no stats, no error); "
           .. "line skipped\n", e.file, e.line))
       end
     else
@@ -317,7 +317,7 @@ function M.cli_main(args)
     end
   end
   if skipped > 5 then
-    io.stderr:write(format("specula compare: warning: %d more lines skipped\n", skipped - 5))
+    require("specula.secrets").stderr(format("specula compare: warning: %d more lines skipped\n", skipped - 5))
   end
   if #recs == 0 then
     sched.plain_error("specula compare: no results records in " .. concat(files, ", ")
@@ -336,7 +336,7 @@ function M.cli_main(args)
     table.insert(all, 1, table.remove(all, at))
   end
   local rows = M.rows(configs, all)
-  print(M.table_text(configs, rows))
+  require("specula.secrets").write(io.stdout, M.table_text(configs, rows), "\n")
   if summary then merge.write_file(summary, M.summary_json(configs, rows), "specula compare") end
   -- failed records: the status `run --compare` gave when it wrote them
   local failed = 0
@@ -412,7 +412,7 @@ function M.main(agent, o, queries, script)
     local list = {}
     for j, t in ipairs(missing) do list[j] = t.q end
     local show = o.progress or (not o.quiet and o.out ~= nil and runner.isatty(2))
-    if show then io.stderr:write(format("%s:\n", c.name)) end
+    if show then require("specula.secrets").stderr(format("%s:\n", c.name)) end
     -- Once written, a record goes: the tally keeps what the table needs
     -- (emit's `true` stands for it in run_all's list).
     local write = records.record_writer(out, c.name, what, o.out, agree_base ~= nil)
@@ -437,7 +437,7 @@ function M.main(agent, o, queries, script)
   -- agreement pairs queries by position: not meaningful on a partial run
   local rows = M.rows(configs, all, interrupted,
     agree_base and not interrupted and tally.agree_keys(tallies, agree_base, all) or nil)
-  local ok, err = io.stdout:write(M.table_text(configs, rows), "\n")
+  local ok, err = require("specula.secrets").write(io.stdout, M.table_text(configs, rows), "\n")
   if ok then ok, err = io.stdout:flush() end
   if not ok then records.write_failed("stdout", err) end
   if summary_f then

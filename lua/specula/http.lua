@@ -63,6 +63,11 @@ local function check_header(name, value)
   end
 end
 
+-- Credential headers (and a URL's userinfo and secret parameters) of any
+-- request never leave the process: declared to specula.secrets.
+local secrets = require "specula.secrets"
+local secret_header, declare = secrets.secret_header, secrets.declare
+
 local function header_block(h)
   if h == nil then return nil end
   if type(h) ~= "table" then error("specula.http.request: headers must be a table", 3) end
@@ -75,12 +80,14 @@ local function header_block(h)
         error("specula.http.request: headers[" .. k .. "] must be \"Name: value\"", 3)
       end
       check_header(name, value)
+      if secret_header(name) then declare(value, "header " .. name) end
       lines[#lines + 1] = s
     elseif type(k) ~= "string" then
       error("specula.http.request: header names must be strings", 3)
     else
       local s = tostring(v)
       check_header(k, s)
+      if secret_header(k) then declare(s, "header " .. k) end
       lines[#lines + 1] = k .. ": " .. s
     end
   end
@@ -169,6 +176,7 @@ function M.request(opts)
   end
   local method = opts.method or (body and "POST" or "GET")
   if type(method) ~= "string" then error("specula.http.request: method must be a string", 2) end
+  if find(url, "[@?]") then secrets.declare_url(url) end
   -- recorded or replayed (--record / --replay-io): served before any real
   -- I/O, so a replay runs under the virtual clock
   if cassette.state and not opts.__cassette_live then

@@ -16,11 +16,11 @@ local M = {}
 function M.command(prog, usage_text)
   local function usage(msg)
     C.sp_ctx_set_exit(core.ctx, 2)
-    io.stderr:write(prog, ": ", msg, "\n", usage_text)
+    require("specula.secrets").stderr(prog, ": ", msg, "\n", usage_text)
   end
   local function fail(msg)
     C.sp_ctx_set_exit(core.ctx, 1)
-    io.stderr:write(prog, ": ", msg, "\n")
+    require("specula.secrets").stderr(prog, ": ", msg, "\n")
   end
   return usage, fail
 end
@@ -38,7 +38,7 @@ function M.parse_args(prog, usage_text, parse, args)
   if not ok then
     if type(o) == "table" and o[USAGE] then
       C.sp_ctx_set_exit(core.ctx, 2)
-      io.stderr:write(prog, ": ", o[USAGE], "\n", usage_text)
+      require("specula.secrets").stderr(prog, ": ", o[USAGE], "\n", usage_text)
       return nil
     end
     error(o, 0)
@@ -52,7 +52,7 @@ end
 function M.cassette(dir)
   local recs, files, warnings = cassette.load(dir)
   if not recs then return nil, files end
-  for _, w in ipairs(warnings) do io.stderr:write("specula: warning: cassette ", w, "\n") end
+  for _, w in ipairs(warnings) do require("specula.secrets").stderr("specula: warning: cassette ", w, "\n") end
   return recs, files
 end
 

@@ -102,7 +102,7 @@ function Client:_warn(msg)
   msg = scrub(msg)   -- a server's text may carry a credential
   self.errors[#self.errors + 1] = msg
   if #self.errors > 50 then table.remove(self.errors, 1) end
-  if not self.quiet then io.stderr:write("specula: warning: ", msg, "\n") end
+  if not self.quiet then secrets.stderr("specula: warning: ", msg, "\n") end
 end
 
 function Client:_where() return "mcp server '" .. self.name .. "'" end
@@ -339,6 +339,10 @@ end
 
 -- ---- stdio transport ----------------------------------------------------------------
 
+-- Variables given to a server that say nothing secret (paths, locales).
+local PLAIN_ENV = { PATH = true, HOME = true, LANG = true, LC_ALL = true, TERM = true, TMPDIR = true,
+                    NODE_PATH = true, PYTHONPATH = true, NODE_ENV = true, USER = true, SHELL = true, PWD = true }
+
 local function env_list(env)
   if env == nil then return nil end
   local list = {}
@@ -348,6 +352,12 @@ local function env_list(env)
     if type(k) ~= "string" or k:find("[=%z]") then error("specula.mcp.connect: env keys must be names", 3) end
     list[#list + 1] = k .. "=" .. tostring(v)
     seen[k] = true
+    -- what a script hands its server is its credentials, as a rule: it
+    -- never leaves the process (a URL gives only its userinfo)
+    if not PLAIN_ENV[k] then
+      v = tostring(v)
+      if v:find("^%a[%w+.-]*://") then secrets.declare_url(v) else secrets.declare(v, "mcp env " .. k) end
+    end
   end
   for _, k in ipairs({ "PATH", "HOME" }) do
     if not seen[k] and os.getenv(k) then list[#list + 1] = k .. "=" .. os.getenv(k) end
@@ -405,9 +415,11 @@ function Client:_exit_message(p)
   else
     why = "closed its output"
   end
-  local tail = tail_lines(ffi.string(C.sp_proc_stderr(p, lenp), lenp[0]), 3)
-  return format("server %s (pid %d) %s%s", excerpt(concat(self.command, " "), 120), self.pid or 0, why,
-    tail ~= "" and ("; last stderr: " .. tail) or "; no stderr output")
+  local tail = tail_lines(secrets.scrub(ffi.string(C.sp_proc_stderr(p, lenp), lenp[0])), 3)
+  -- a dying server may print its environment: scrubbed before the tail
+  -- becomes part of an error (and the cut of the tail is handled there)
+  return secrets.scrub(format("server %s (pid %d) %s%s", excerpt(concat(self.command, " "), 120), self.pid or 0,
+    why, tail ~= "" and ("; last stderr: " .. tail) or "; no stderr output"))
 end
 
 -- The reader: one root task per running process.
@@ -1060,6 +1072,8 @@ end
 function M.connect(o)
   check_opts(o)
   sched.current("specula.mcp.connect")
+  secrets.declare_headers(o.headers)
+  secrets.declare_url(o.url)
   local name = o.name
   if name == nil then
     if o.url then name = o.url:gsub("%?.*$", "")
@@ -1086,13 +1100,6 @@ function M.connect(o)
            reads = 0, resources_changed = 0, listens = 0,
            hooks = { sampling = 0, elicitation = 0, roots = 0, errors = 0 } },
   }, Client)
-  -- credentials in the script's headers are secrets (never written anywhere)
-  for k, v in pairs(self.headers) do
-    if type(k) == "string" and require("specula.llm.retry").secrets(nil, { [k] = v })[1] then
-      secrets.declare(tostring(v))
-      secrets.declare(tostring(v):match("^%a[%w%-]*%s+(%S+)%s*$"))
-    end
-  end
   if o.listen ~= nil then self.listen = o.listen
   else self.listen = (o.on_sampling or o.on_elicitation or o.on_roots) ~= nil end
   if o.auth and self.transport == "http" then

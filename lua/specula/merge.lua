@@ -253,7 +253,9 @@ function M.main(args)
   local entries = M.read_records(o.files, "specula merge")
   local merged, names, count, total = M.merge(entries, input)
   local lines = {}
-  for i, e in ipairs(merged) do lines[i] = e.text end
+  local secrets = require "specula.secrets"
+  local scrubbing = secrets.count() > 0
+  for i, e in ipairs(merged) do lines[i] = scrubbing and secrets.scrub_json(e.text) or e.text end
   M.write_file(o.out, #lines > 0 and (concat(lines, "\n") .. "\n") or "", "specula merge")
   if o.summary then
     local compare = require "specula.compare"
@@ -262,7 +264,7 @@ function M.main(args)
     local configs, all = compare.group(recs)
     M.write_file(o.summary, compare.summary_json(configs, compare.rows(configs, all)), "specula merge")
   end
-  io.stderr:write(format("specula merge: wrote %s: %d records, %d configuration%s x %d queries, from %d file%s (%d shard%s)\n",
+  require("specula.secrets").stderr(format("specula merge: wrote %s: %d records, %d configuration%s x %d queries, from %d file%s (%d shard%s)\n",
     o.out, #merged, #names, #names == 1 and "" or "s", total, #o.files, #o.files == 1 and "" or "s", count,
     count == 1 and "" or "s"))
 end

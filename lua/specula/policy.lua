@@ -99,7 +99,7 @@ function M.build(spec, agent_tools, script_dir)
     obj.script_errors = obj.script_errors + 1
     if not obj.first_error then
       obj.first_error = "policy " .. name .. ": for tool '" .. tostring(tool) .. "' " .. tostring(msg)
-      io.stderr:write("specula: warning: " .. obj.first_error .. " (counted as forbid)\n")
+      require("specula.secrets").stderr("specula: warning: " .. obj.first_error .. " (counted as forbid)\n")
     end
   end
   agent_tools = agent_tools or {}

@@ -370,7 +370,7 @@ local function read_source(s, fmt, trajs)
     return from_cassette(s, trajs)
   end
   if kind ~= 1 then return nil, format("'%s': --format %s needs a file", s, fmt) end
-  local ok, err = convtraces.read(s, fmt, trajs, function(msg) io.stderr:write("specula: warning: ", msg, "\n") end)
+  local ok, err = convtraces.read(s, fmt, trajs, function(msg) require("specula.secrets").stderr("specula: warning: ", msg, "\n") end)
   if not ok then return nil, err end
   return true
 end
@@ -425,7 +425,7 @@ function M.main(args)
     local msg = format("draft: %d of %d model requests failed (last: %s)", draft_errors.failed, draft_errors.asked,
       draft_errors.last)
     if draft_errors.failed == draft_errors.asked then return fail(msg) end
-    io.stderr:write("specula: warning: ", msg, "\n")
+    require("specula.secrets").stderr("specula: warning: ", msg, "\n")
   end
   local timed, named = rows[1].timed_steps, rows[1].named_steps
   if o.json then

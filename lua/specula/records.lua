@@ -6,6 +6,7 @@ local core = require "specula.core"
 local ffi, C = core.ffi, core.C
 local sched = require "specula.sched"
 local json = require "specula.json"
+local secrets = require "specula.secrets"
 local agg = require "specula.aggregate"
 local D = require("specula.opts").DEFAULTS
 
@@ -222,7 +223,7 @@ local function done_ids(path, retry_failed)
   if #text > 0 and text:sub(-1) ~= "\n" then
     text = text:match("^(.*\n)") or ""
     rewrite = true
-    io.stderr:write("specula: resuming: dropped an incomplete last line of " .. path .. "\n")
+    secrets.stderr("specula: resuming: dropped an incomplete last line of " .. path .. "\n")
   end
   local n, keep = 0, {}
   for line in text:gmatch("[^\n]+") do
@@ -247,7 +248,7 @@ local function done_ids(path, retry_failed)
     if not ok then os.remove(tmp) write_failed(format("--out file '%s'", path), rerr2) end
   end
   if dropped > 0 then
-    io.stderr:write(format("specula: resuming: removed %d failed record%s from %s to run again\n",
+    secrets.stderr(format("specula: resuming: removed %d failed record%s from %s to run again\n",
       dropped, dropped == 1 and "" or "s", path))
   end
   return ids, n, dropped
@@ -278,7 +279,7 @@ local function record_line(rec)
   if not where then where, why = "(record)", tostring(line) end
   local idtext = json.utf8_clean(tostring(rec.id))
   local msg = format("the record of query '%s' cannot be written as JSON: %s: %s", idtext, where, why)
-  io.stderr:write("specula: " .. msg .. "\n")
+  secrets.stderr("specula: " .. msg .. "\n")
   local keep = { id = rec.id, query = rec.query, gold = rec.gold, config = rec.config, stats = rec.stats }
   clear(rec)
   for _, k in ipairs(KEPT) do
@@ -303,6 +304,7 @@ M.record_line = record_line
 -- (json.canonical({ answer, trajectory })), cut from the written line when
 -- the C encoder wrote it, else encoded again.
 local write_line = json.write_line
+local CANONICAL = { canonical = true }
 local function record_writer(out, config, what, path, pick)
   what = what or "stdout"
   local regular = path and C.sp_host_path_kind(path) == 1
@@ -316,7 +318,14 @@ local function record_writer(out, config, what, path, pick)
     rec._agg = nil
     if regular and not size then size = out:seek("end") end
     local ok, res, agree   -- res: the bytes written, or why not
-    if write_line then ok, res, agree = write_line(out, rec, pick) end
+    if secrets.count() > 0 then
+      -- a secret is known: the line is scrubbed before it leaves (with
+      -- none, the C encoder writes it straight from its buffer)
+      local line = secrets.scrub_json(record_line(rec), nil, CANONICAL)
+      ok, res = out:write(line, "\n")
+      if ok then ok, res = out:flush() end
+      if ok then res = #line + 1 end
+    elseif write_line then ok, res, agree = write_line(out, rec, pick) end
     if ok == nil then
       -- no C encoder, or the record cannot be encoded: the checked Lua path
       local line = record_line(rec)

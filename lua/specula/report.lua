@@ -137,7 +137,10 @@ function M.main(args)
     g.color = PALETTE[(i - 1) % #PALETTE + 1]
     g.stats = rstats.summarize(g, o)
   end
-  local html = render(o, configs, records, warnings, rstats.pooled(records))
+  -- the page quotes ids, configurations and warnings from the files: no
+  -- secret known to this process goes out in it (HTML-escaped or not)
+  local secrets = require "specula.secrets"
+  local html = secrets.scrub(render(o, configs, records, warnings, rstats.pooled(records)))
   local f, err = io.open(o.out, "w")
   if not f then fail("cannot write '" .. o.out .. "': " .. open_reason(o.out, err)) end
   -- a full disk shows at the write, the flush or the close: check all three
@@ -151,7 +154,7 @@ function M.main(args)
     if C.sp_host_path_kind(o.out) == 1 and os.remove(o.out) then note = " (the incomplete file was removed)" end
     fail("cannot write '" .. o.out .. "': " .. tostring(werr) .. note)
   end
-  io.stderr:write(format("specula report: wrote %s (%d queries, %d configuration%s%s)\n", o.out, #records, #configs,
+  secrets.stderr(format("specula report: wrote %s (%d queries, %d configuration%s%s)\n", o.out, #records, #configs,
     #configs == 1 and "" or "s", #warnings > 0 and format(", %d lines skipped", #warnings) or ""))
 end
 

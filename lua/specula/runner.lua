@@ -386,13 +386,13 @@ function M.main(agent, args, script)
     runopts.usage_error("--predict on: " .. runopts.NO_PREDICTOR)
   end
   local queries, warnings = runopts.load_queries(o)
-  for _, w in ipairs(warnings) do io.stderr:write("specula: warning: " .. w .. "\n") end
+  for _, w in ipairs(warnings) do require("specula.secrets").stderr("specula: warning: " .. w .. "\n") end
   -- Ctrl-C / SIGTERM: stop, write what finished, exit 128 + signal.
   if core.ctx ~= nil then C.sp_host_trap_signals(core.ctx) end
   if o.compare then
     require("specula.compare").main(agent, o, queries, script)
     local cst = cassette.close()
-    if cst and not o.quiet then io.stderr:write(cassette.summary(cst), "\n") end
+    if cst and not o.quiet then require("specula.secrets").stderr(cassette.summary(cst), "\n") end
     return
   end
   local skip, nprev = {}, 0
@@ -402,7 +402,7 @@ function M.main(agent, args, script)
     if not skip[tostring(q.id)] then pending[#pending + 1] = q end
   end
   if nprev > 0 and not o.quiet then
-    io.stderr:write(format("specula: resuming: %d results already in %s, %d queries to run\n", nprev, o.out, #pending))
+    require("specula.secrets").stderr(format("specula: resuming: %d results already in %s, %d queries to run\n", nprev, o.out, #pending))
   end
   local run = make_run(agent, o, script)
   -- records are written and their stage times read again only by --trace
@@ -435,9 +435,9 @@ function M.main(agent, args, script)
     for _, r in ipairs(results) do entries[#entries + 1] = tracewriter.entry(r, o) end
     tracewriter.write(trace_f, o.trace, run.trace_out, entries)
   end
-  if not o.quiet then io.stderr:write(aggregate.summary_text(agg, run), "\n") end
+  if not o.quiet then require("specula.secrets").stderr(aggregate.summary_text(agg, run), "\n") end
   local cst = cassette.close()
-  if cst and not o.quiet then io.stderr:write(cassette.summary(cst), "\n") end
+  if cst and not o.quiet then require("specula.secrets").stderr(cassette.summary(cst), "\n") end
   if not acc then for _, r in ipairs(results) do strip(r) end end
   if agg.failed > 0 then require("specula.cli").set_exit(3) end
   if interrupted then M.interrupted(#results, #pending) end
@@ -446,7 +446,7 @@ end
 -- The end of a run stopped by a signal: say so, exit 128 + signal.
 function M.interrupted(done, total)
   local sig = C.sp_host_signal(core.ctx)
-  io.stderr:write(format("specula: %s: %d of %d queries finished and written; the rest did not run "
+  require("specula.secrets").stderr(format("specula: %s: %d of %d queries finished and written; the rest did not run "
     .. "(run the same command with --out to resume)\n", sig == 15 and "terminated" or "interrupted", done, total))
   C.sp_ctx_set_exit(core.ctx, 128 + sig)
 end

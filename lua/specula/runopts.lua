@@ -61,6 +61,8 @@ usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
                         with --record it is added) or skip (a failed speculation; never on the
                         committed path)
   --progress / --quiet  force the progress line on / silence the summary
+  --secret-env NAME     the value of $NAME is a secret: no record, trace, cassette, summary or
+                        message shows it, in any encoding (repeatable; any command takes it)
 ]]
 
 local function usage_error(msg)

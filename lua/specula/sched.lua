@@ -56,7 +56,9 @@ M.job_error = job_error
 M.plain_error = plain_error
 
 local function set_error(t, msg)
-  msg = tostring(msg)
+  -- a failed task's message may reach stderr (the main task's, printed by
+  -- the host) or a record: no secret in it
+  msg = require("specula.secrets").scrub(tostring(msg))
   C.sp_task_set_error(t, msg, #msg)
 end
 

@@ -1,37 +1,856 @@
 -- specula.secrets: the one registry of values that must never leave the
--- process, and the scrubber every output boundary calls.
+-- process, and the scrubber every output boundary calls (records, traces,
+-- cassettes, summaries, reports, error messages, stderr).
 --
---   secrets.declare(value [, label]) -- a secret (API key, token, password):
---                                       never written anywhere from now on
---   secrets.scrub(s)                 -> s with every declared secret, in
---                                       every encoding, replaced by [redacted]
---   secrets.list()                   -> the declared values (for the scrubber)
+--   secrets.declare(value [, label]) -> true | false
+--       a secret (API key, token, password): never written anywhere from
+--       now on. Values shorter than 6 bytes are refused (false): they would
+--       blank ordinary words. "Bearer X" / "Basic X" also hide X and, for
+--       Basic, the decoded "user:password" and the password.
+--   secrets.declare_env(name) -> true | false     the value of $name
+--   secrets.declare_url(url)                      the userinfo of a URL and
+--       the values of its secret-looking query parameters (not the URL: a
+--       base URL stays readable in messages)
+--   secrets.declare_headers(headers)              the values of credential
+--       headers (names with auth, key, token, secret, password, cookie,
+--       session, credential or signature)
+--   secrets.header_values(headers) -> list        the same values, not declared
+--   secrets.list() -> the declared values;  secrets.count() -> how many
+--   secrets.scrub(s [, extra]) -> s with every declared secret (and every
+--       string of the list extra) replaced by [redacted] wherever it shows in
+--       any form a writer produces: raw; percent-encoded (either hex case,
+--       "+" for a space); JSON-escaped (short escapes, \u for any character,
+--       surrogate pairs); as HTML references; nested up to three layers
+--       (JSON text inside a JSON string inside a percent-encoded URL);
+--       inside Base64 (standard and URL-safe, padded or not, at each of the
+--       three alignments, inside a longer run); as hex (either case); and
+--       the head or tail of one that an excerpt cut ("abc..." / "...xyz").
+--       With nothing declared and no extra it returns s at once.
+--   secrets.scrub_message(s [, extra]) -> scrub, then also what looks like a
+--       credential although nobody declared it (Bearer and Basic values,
+--       sk-... keys, api-key headers, key=/token= parameters, URL userinfo)
+--   secrets.scrub_json(text [, extra, how]) -> the JSON text scrubbed and
+--       still valid JSON (how.message: scrub_message; how.canonical: the
+--       fallback re-encodes canonically)
+--   secrets.scrub_chunks(list [, extra]) -> the pieces of a stream
+--       scrubbed as one text (a secret cut across two pieces goes whole),
+--       cut again where they were cut
+--   secrets.write(f, ...) -> f:write of the pieces, scrubbed
+--   secrets.stderr(...)   -> the same on io.stderr
 --
--- Values shorter than 6 bytes are refused (they would blank ordinary words);
--- declare returns false for them. The scrubbing itself is specula.llm.retry's
--- (raw, percent, JSON, HTML, Base64 forms).
+-- Environment variables whose names look like credentials (KEY, TOKEN,
+-- SECRET, PASSWORD, PASSWD, CREDENTIAL, or a part AUTH, PASS, COOKIE) are
+-- declared when this module loads; the other sources (tools' {env.NAME}
+-- templates and credential headers, the LLM clients' API keys, MCP server
+-- environments, --secret-env NAME) declare theirs where they read them.
+local ffi = require "ffi"
+local bit = require "bit"
+
+local type, tostring, tonumber, pairs, ipairs, select, error, setmetatable, getmetatable, pcall, next =
+  type, tostring, tonumber, pairs, ipairs, select, error, setmetatable, getmetatable, pcall, next
+local byte, char, find, sub, gsub, lower, format, rep, match =
+  string.byte, string.char, string.find, string.sub, string.gsub, string.lower, string.format, string.rep,
+  string.match
+local concat, sort = table.concat, table.sort
+local band, bor, lshift, rshift = bit.band, bit.bor, bit.lshift, bit.rshift
+local floor, ceil = math.floor, math.ceil
+
 local M = {}
 
-local declared, order = {}, {}
+local REDACTED = "[redacted]"
+M.REDACTED = REDACTED
+local MIN = 6
+M.MIN_BYTES = MIN
+-- how many layers of escaping are looked through (JSON text in a JSON
+-- string in a record; a percent-encoded value in a JSON-escaped URL ...)
+local DEPTH = 3
+
+----------------------------------------------------------------------------
+-- Base64 (the scrubber's own: specula.crypto needs the core library, and
+-- this module must work wherever a message is written)
+----------------------------------------------------------------------------
+
+local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+local B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+local function b64encode(s, alphabet)
+  local out = {}
+  for i = 1, #s, 3 do
+    local a, b, c = byte(s, i, i + 2)
+    local n = bor(lshift(a, 16), lshift(b or 0, 8), c or 0)
+    local k = c and 4 or (b and 3 or 2)
+    for j = 1, 4 do
+      local v = band(rshift(n, 24 - 6 * j), 63) + 1
+      out[#out + 1] = j <= k and sub(alphabet, v, v) or "="
+    end
+  end
+  return concat(out)
+end
+
+local B64VAL = {}
+for i = 1, 64 do
+  B64VAL[byte(B64, i)] = i - 1
+  B64VAL[byte(B64URL, i)] = i - 1
+end
+
+local function b64decode(s)
+  s = gsub(s, "=+$", "")
+  if s == "" or find(s, "[^%w%+/_%-]") or #s % 4 == 1 then return nil end
+  local out, n, bits = {}, 0, 0
+  for i = 1, #s do
+    n = bor(lshift(n, 6), B64VAL[byte(s, i)])
+    bits = bits + 6
+    if bits >= 8 then
+      bits = bits - 8
+      out[#out + 1] = char(band(rshift(n, bits), 255))
+      n = band(n, lshift(1, bits) - 1)
+    end
+  end
+  return concat(out)
+end
+M._b64encode, M._b64decode = b64encode, b64decode
+
+----------------------------------------------------------------------------
+-- reading text through layers of escaping
+----------------------------------------------------------------------------
+-- The matcher reads s as if it had been decoded L times: one character at
+-- layer L is a character at layer L - 1 taken as it is, or, when that
+-- character starts an escape ("\" JSON, "%" percent, "+" a space, "&" an
+-- HTML reference), the escape read from layer L - 1 characters and
+-- decoded. So "\\u00e4" reads as "\u00e4" at layer 1 and "ä" at layer 2.
+-- Only positions holding one of the four starters branch; every other
+-- byte reads as itself at every layer.
+
+-- Bytes that start an escape in some encoding.
+local STARTER = { [92] = true, [37] = true, [38] = true, [43] = true }
+local STARTERS = "[%%%+\\&]"
+
+local JSON_SHORT = { ['"'] = '"', ["\\"] = "\\", ["/"] = "/", b = "\b", f = "\f", n = "\n", r = "\r", t = "\t" }
+local HTML_NAMED = { amp = "&", lt = "<", gt = ">", quot = '"', apos = "'" }
+
+local CH = {}
+for c = 0, 255 do CH[c] = char(c) end
+
+local function utf8_of(cp)
+  if cp < 0x80 then return CH[cp] end
+  if cp < 0x800 then return char(bor(0xC0, rshift(cp, 6)), bor(0x80, band(cp, 0x3F))) end
+  if cp < 0x10000 then
+    return char(bor(0xE0, rshift(cp, 12)), bor(0x80, band(rshift(cp, 6), 0x3F)), bor(0x80, band(cp, 0x3F)))
+  end
+  return char(bor(0xF0, rshift(cp, 18)), bor(0x80, band(rshift(cp, 12), 0x3F)),
+              bor(0x80, band(rshift(cp, 6), 0x3F)), bor(0x80, band(cp, 0x3F)))
+end
+
+-- a code point as the bytes a secret holds: its UTF-8, and for U+0080 to
+-- U+00FF also the single byte (a Latin-1 writer's view of a non-UTF-8 byte)
+local function put_cp(cp, e, out)
+  if cp > 0x10FFFF or (cp >= 0xD800 and cp <= 0xDFFF) then return end
+  out[#out + 1] = utf8_of(cp); out[#out + 1] = e
+  if cp >= 0x80 and cp <= 0xFF then out[#out + 1] = CH[cp]; out[#out + 1] = e end
+end
+
+local memo   -- per scrub call: (position, layer) -> alternatives
+local read
+
+local HEXV = {}
+for c = 48, 57 do HEXV[c] = c - 48 end
+for c = 65, 70 do HEXV[c] = c - 55 end
+for c = 97, 102 do HEXV[c] = c - 87 end
+
+-- n hex digits read at layer L from j: flat list value, end, ...
+local function read_hex(s, j, L, n)
+  local cur = { 0, j }
+  for _ = 1, n do
+    local nxt = {}
+    for a = 1, #cur, 2 do
+      local alts = read(s, cur[a + 1], L)
+      for q = 1, #alts, 2 do
+        local x = alts[q]
+        local v = #x == 1 and HEXV[byte(x)]
+        if v then nxt[#nxt + 1] = cur[a] * 16 + v; nxt[#nxt + 1] = alts[q + 1] end
+      end
+    end
+    if #nxt == 0 then return nxt end
+    cur = nxt
+  end
+  return cur
+end
+
+-- ends of the ASCII word w (case-insensitive) read at layer L from j
+local function read_word(s, j, L, w)
+  local cur = { j }
+  for k = 1, #w do
+    local c, nxt = byte(w, k), {}
+    for a = 1, #cur do
+      local alts = read(s, cur[a], L)
+      for q = 1, #alts, 2 do
+        local x = alts[q]
+        if #x == 1 then
+          local b = byte(x)
+          if b == c or (b >= 65 and b <= 90 and b + 32 == c) then nxt[#nxt + 1] = alts[q + 1] end
+        end
+      end
+    end
+    if #nxt == 0 then return nxt end
+    cur = nxt
+  end
+  return cur
+end
+
+-- "\" read: the rest of a JSON escape at layer L from j
+local function json_escape(s, j, L, out)
+  local alts = read(s, j, L)
+  for q = 1, #alts, 2 do
+    local y, k = alts[q], alts[q + 1]
+    if JSON_SHORT[y] then
+      out[#out + 1] = JSON_SHORT[y]; out[#out + 1] = k
+    elseif y == "u" or y == "U" then
+      local hx = read_hex(s, k, L, 4)
+      for a = 1, #hx, 2 do
+        local v, e = hx[a], hx[a + 1]
+        if v >= 0xD800 and v <= 0xDBFF then
+          -- a surrogate pair: "\uD83D\uDE00"
+          for _, e2 in ipairs(read_word(s, e, L, "\\u")) do
+            local lo = read_hex(s, e2, L, 4)
+            for b = 1, #lo, 2 do
+              if lo[b] >= 0xDC00 and lo[b] <= 0xDFFF then
+                put_cp(0x10000 + lshift(v - 0xD800, 10) + (lo[b] - 0xDC00), lo[b + 1], out)
+              end
+            end
+          end
+        else
+          put_cp(v, e, out)
+        end
+      end
+    end
+  end
+end
+
+-- "&" read: the rest of an HTML reference at layer L from j
+local function html_escape(s, j, L, out)
+  local alts = read(s, j, L)
+  for q = 1, #alts, 2 do
+    local y, k = alts[q], alts[q + 1]
+    if y == "#" then
+      -- &#DDD; or &#xHHH;
+      local hexa = read_word(s, k, L, "x")
+      local starts = { { k, 10 } }
+      for _, e in ipairs(hexa) do starts[#starts + 1] = { e, 16 } end
+      for _, st in ipairs(starts) do
+        local cur, base = { 0, st[1] }, st[2]
+        for _ = 1, 8 do
+          local nxt = {}
+          for a = 1, #cur, 2 do
+            local da = read(s, cur[a + 1], L)
+            for b = 1, #da, 2 do
+              local x = da[b]
+              local v = #x == 1 and HEXV[byte(x)]
+              if x == ";" and cur[a + 1] > st[1] then
+                put_cp(cur[a], da[b + 1], out)
+              elseif v and (base == 16 or v < 10) then
+                nxt[#nxt + 1] = cur[a] * base + v; nxt[#nxt + 1] = da[b + 1]
+              end
+            end
+          end
+          if #nxt == 0 then break end
+          cur = nxt
+        end
+      end
+    end
+  end
+  for name, v in pairs(HTML_NAMED) do
+    for _, e in ipairs(read_word(s, j, L, name .. ";")) do
+      out[#out + 1] = v; out[#out + 1] = e
+    end
+  end
+end
+
+-- The characters s holds at i read at layer L: flat list text, end, ...
+-- (text: the bytes the character stands for).
+function read(s, i, L)
+  local b = byte(s, i)
+  if b == nil then return {} end
+  if L == 0 or not STARTER[b] then return { CH[b], i + 1 } end
+  local key = i * 4 + L
+  local m = memo[key]
+  if m then return m end
+  local out = {}
+  memo[key] = out   -- an escape never reads back to where it began
+  local lower_alts = read(s, i, L - 1)
+  for a = 1, #lower_alts, 2 do
+    local x, j = lower_alts[a], lower_alts[a + 1]
+    out[#out + 1] = x; out[#out + 1] = j
+    if x == "\\" then json_escape(s, j, L - 1, out)
+    elseif x == "%" then
+      local hx = read_hex(s, j, L - 1, 2)
+      for q = 1, #hx, 2 do out[#out + 1] = CH[hx[q]]; out[#out + 1] = hx[q + 1] end
+    elseif x == "+" then out[#out + 1] = " "; out[#out + 1] = j
+    elseif x == "&" then html_escape(s, j, L - 1, out)
+    end
+  end
+  return out
+end
+
+-- Where the bytes k[off..] end if read from s[i..] through DEPTH layers
+-- (the last end of a full match), or nil. With heads: the end of a head
+-- of at least 4 bytes that is followed by "..." (an excerpt cut it).
+local function match_at(s, i, k, off, heads)
+  local n = #k
+  -- bytes that start no escape read as themselves at every layer: walk
+  -- them without branching
+  local p, o = i, off
+  while o <= n do
+    local b = byte(s, p)
+    if b == nil then return nil end
+    if STARTER[b] then break end
+    if b ~= byte(k, o) then
+      if heads and o - off >= 4 and b == 46 and sub(s, p, p + 2) == "..." then return p end
+      return nil
+    end
+    p, o = p + 1, o + 1
+  end
+  if o > n then return p end
+  -- an escape may start here: does any reading of it begin the rest?
+  local alts = read(s, p, DEPTH)
+  local kb, any = byte(k, o), false
+  for q = 1, #alts, 2 do
+    if byte(alts[q]) == kb then any = true break end
+  end
+  if not any then
+    if heads and o - off >= 4 and sub(s, p, p + 2) == "..." then return p end
+    return nil
+  end
+  local W = n + 2
+  local seen = {}
+  local stack = { p, o }
+  local best, head
+  while #stack > 0 do
+    o = stack[#stack]; stack[#stack] = nil
+    p = stack[#stack]; stack[#stack] = nil
+    if o > n then
+      if not best or p > best then best = p end
+    else
+      local b = byte(s, p)
+      if b ~= nil then
+        if not STARTER[b] then
+          if b == byte(k, o) then
+            local key = (p + 1) * W + o + 1
+            if not seen[key] then seen[key] = true; stack[#stack + 1] = p + 1; stack[#stack + 1] = o + 1 end
+          end
+        else
+          alts = read(s, p, DEPTH)
+          for q = 1, #alts, 2 do
+            local x = alts[q]
+            local lx = #x
+            if (lx == 1 and byte(x) == byte(k, o)) or (lx > 1 and sub(k, o, o + lx - 1) == x) then
+              local e, o2 = alts[q + 1], o + lx
+              local key = e * W + o2
+              if not seen[key] then seen[key] = true; stack[#stack + 1] = e; stack[#stack + 1] = o2 end
+            end
+          end
+        end
+        if heads and o - off >= 4 and b == 46 and sub(s, p, p + 2) == "..." then
+          if not head or p > head then head = p end
+        end
+      end
+    end
+  end
+  return best or head
+end
+
+----------------------------------------------------------------------------
+-- needles: what is searched for each secret
+----------------------------------------------------------------------------
+
+-- The secret itself, or for a value with an auth scheme ("Bearer X") the
+-- credential X (the scheme's name is no secret, and every form of the
+-- whole value holds X) and, for Basic, the decoded "user:pass" and the
+-- password alone.
+local function expand(k, into)
+  local cred = match(k, "^%a[%w%-]*%s+(%S+)%s*$")
+  if not cred or #cred < MIN then into[#into + 1] = k end
+  if cred then
+    into[#into + 1] = cred
+    local dec = match(lower(k), "^basic%s") and b64decode(cred)
+    if dec and not find(dec, "%c") then
+      into[#into + 1] = dec
+      local pass = match(dec, "^[^:]*:(.+)$")
+      if pass then into[#into + 1] = pass end
+    end
+  end
+  return into
+end
+
+local function needle(text, kind)
+  return { text = text, kind = kind }
+end
+
+-- Base64 text that encodes k somewhere inside (e.g. "user:k" in a Basic
+-- header): for each alphabet and each of the three alignments, the
+-- characters that depend on k's bytes alone.
+local function b64_cores(k, into)
+  for _, alphabet in ipairs({ B64, B64URL }) do
+    for pre = 0, 2 do
+      local enc = b64encode(rep("\0", pre) .. k .. "\0\0", alphabet)
+      local from = ceil(8 * pre / 6) + 1
+      local to = floor((8 * (pre + #k)) / 6)
+      local core = sub(enc, from, to)
+      if #core >= MIN then into[#into + 1] = core end
+    end
+  end
+end
+
+local function hex(s) return (gsub(s, ".", function(c) return format("%02x", byte(c)) end)) end
+
+-- The needles of a list of values: each value's expansions raw (with every
+-- form), inside Base64, and as hex.
+local function compile(values)
+  local list, seen = {}, {}
+  local function add(text, kind)
+    local key = kind .. "\0" .. text
+    if #text >= MIN and not seen[key] then
+      seen[key] = true
+      list[#list + 1] = kind == "hex" and { text = text, kind = kind } or needle(text, kind)
+    end
+  end
+  for _, v in ipairs(values) do
+    for _, e in ipairs(expand(v, {})) do
+      if #e >= MIN then
+        add(e, "raw")
+        local cores = {}
+        b64_cores(e, cores)
+        for _, c in ipairs(cores) do add(c, "b64") end
+        add(hex(e), "hex")
+      end
+    end
+  end
+  return list
+end
+
+----------------------------------------------------------------------------
+-- the registry
+----------------------------------------------------------------------------
+
+local declared, values = {}, {}
+local compiled = nil   -- needles of `values` (nil: to build again)
 
 function M.declare(value, label)
-  if type(value) ~= "string" or #value < 6 then return false end
+  if label ~= nil and type(label) ~= "string" then
+    error("specula.secrets.declare: the label must be a string", 2)
+  end
+  if type(value) ~= "string" or #value < MIN then return false end
   if not declared[value] then
     declared[value] = label or true
-    order[#order + 1] = value
+    values[#values + 1] = value
+    compiled = nil
   end
   return true
 end
 
+function M.declare_env(name)
+  if type(name) ~= "string" or name == "" then
+    error("specula.secrets.declare_env: expected the name of an environment variable", 2)
+  end
+  return M.declare(os.getenv(name), "$" .. name)
+end
+
 function M.list()
   local out = {}
-  for i = 1, #order do out[i] = order[i] end
+  for i = 1, #values do out[i] = values[i] end
   return out
 end
 
-function M.scrub(s)
-  if s == nil then return nil end
-  return require("specula.llm.retry").scrub(s, order)
+function M.count() return #values end
+
+-- Query parameter names whose values are credentials.
+local function secret_param(name)
+  name = lower(name)
+  return find(name, "key", 1, true) or find(name, "token", 1, true) or find(name, "secret", 1, true)
+    or find(name, "sig", 1, true) or find(name, "auth", 1, true) or find(name, "password", 1, true)
+    or find(name, "session", 1, true)
 end
+M.secret_param = secret_param
+
+local function unpct(s)
+  return (gsub(gsub(s, "%+", " "), "%%(%x%x)", function(h) return char(tonumber(h, 16)) end))
+end
+
+function M.declare_url(url)
+  if type(url) ~= "string" then return end
+  local userinfo = match(url, "^%a[%w+.-]*://([^/?#]*)@")
+  if userinfo then
+    M.declare(userinfo)
+    M.declare(unpct(userinfo))
+    local pass = match(userinfo, "^[^:]*:(.*)$")
+    if pass then M.declare(pass) M.declare(unpct(pass)) end
+  end
+  local q = match(url, "%?([^#]*)")
+  if q then
+    for name, v in q:gmatch("([^&=]*)=([^&]*)") do
+      if secret_param(name) then M.declare(v) M.declare(unpct(v)) end
+    end
+  end
+end
+
+-- Header names whose values are credentials.
+local function secret_header(name)
+  name = lower(tostring(name))
+  return find(name, "auth", 1, true) or find(name, "cookie", 1, true) or find(name, "key", 1, true)
+    or find(name, "token", 1, true) or find(name, "secret", 1, true) or find(name, "password", 1, true)
+    or find(name, "session", 1, true) or find(name, "credential", 1, true) or find(name, "signature", 1, true)
+end
+M.secret_header = secret_header
+
+function M.header_values(headers)
+  local list = {}
+  if type(headers) == "table" then
+    for k, v in pairs(headers) do
+      if type(k) == "string" and secret_header(k) and (type(v) == "string" or type(v) == "number") then
+        list[#list + 1] = tostring(v)
+      end
+    end
+  end
+  return list
+end
+
+function M.declare_headers(headers)
+  for _, v in ipairs(M.header_values(headers)) do M.declare(v) end
+end
+
+-- Does an environment variable's name say that it holds a credential?
+local function env_is_secret(name)
+  local u = name:upper()
+  if find(u, "KEY", 1, true) or find(u, "TOKEN", 1, true) or find(u, "SECRET", 1, true)
+    or find(u, "PASSWORD", 1, true) or find(u, "PASSWD", 1, true) or find(u, "CREDENTIAL", 1, true) then
+    -- a path to a key file or an agent socket is no secret
+    return not find(u, "_SOCK$") and not find(u, "_PATH$") and not find(u, "_DIR$") and not find(u, "_FILE$")
+  end
+  for part in u:gmatch("[^_%-%d]+") do
+    if part == "AUTH" or part == "PASS" or part == "COOKIE" then return not find(u, "_SOCK$") end
+  end
+  return false
+end
+M.env_is_secret = env_is_secret
+
+-- Values of environment variables whose names look like credentials; a
+-- URL-valued one (FOO_AUTH_URL) gives only its userinfo and secret
+-- parameters.
+pcall(ffi.cdef, "extern char **environ;")
+local function scan_env()
+  local ok, env = pcall(function() return ffi.C.environ end)
+  if not ok or env == nil then return end
+  local i = 0
+  while env[i] ~= nil do
+    local s = ffi.string(env[i])
+    local name, value = match(s, "^([^=]+)=(.*)$")
+    if name and #value >= MIN and env_is_secret(name) then
+      if find(value, "^%a[%w+.-]*://") then M.declare_url(value) else M.declare(value, "$" .. name) end
+    end
+    i = i + 1
+  end
+end
+scan_env()
+
+----------------------------------------------------------------------------
+-- scrubbing
+----------------------------------------------------------------------------
+
+local extra_cache, extra_n = {}, 0
+local function needles_of_extra(extra)
+  if type(extra) == "string" then extra = { extra } end
+  local out = {}
+  for _, v in pairs(extra) do
+    if type(v) == "string" and #v >= MIN and not declared[v] then
+      local c = extra_cache[v]
+      if not c then
+        if extra_n > 512 then extra_cache, extra_n = {}, 0 end
+        c = compile({ v })
+        extra_cache[v] = c
+        extra_n = extra_n + 1
+      end
+      for _, nd in ipairs(c) do out[#out + 1] = nd end
+    end
+  end
+  return out
+end
+
+local B64CHAR = "[%w%+/_%-]"
+
+-- Spans { from, to } (inclusive) of s to redact, merged and in order.
+local function find_spans(s, list)
+  local spans = {}
+  local starters = find(s, STARTERS) ~= nil
+  local dots = find(s, "...", 1, true) ~= nil
+  memo = {}
+  local ls, by_first
+  for _, nd in ipairs(list) do
+    local text, kind = nd.text, nd.kind
+    local first = #spans + 1
+    if kind == "hex" then
+      ls = ls or lower(s)
+      local init = 1
+      while true do
+        local i, j = find(ls, text, init, true)
+        if not i then break end
+        spans[#spans + 1] = { i, j }
+        init = j + 1
+      end
+    elseif not starters and not dots then
+      local init = 1
+      while true do
+        local i, j = find(s, text, init, true)
+        if not i then break end
+        spans[#spans + 1] = { i, j }
+        init = j + 1
+      end
+    else
+      local fb = byte(text, 1)
+      local heads = dots and kind == "raw"
+      local init = 1
+      while true do
+        local i = find(s, CH[fb], init, true)
+        if not i then break end
+        local e = match_at(s, i, text, 1, heads)
+        if e and e > i then
+          spans[#spans + 1] = { i, e - 1 }
+          init = e
+        else
+          init = i + 1
+        end
+      end
+      -- where an escape may stand for the first byte
+      if starters then
+        if not by_first then
+          by_first = {}
+          local pos = find(s, STARTERS)
+          while pos do
+            local alts = read(s, pos, DEPTH)
+            local got = {}
+            for q = 1, #alts, 2 do
+              local b = byte(alts[q])
+              if not got[b] then
+                got[b] = true
+                local l = by_first[b]
+                if not l then l = {}; by_first[b] = l end
+                l[#l + 1] = pos
+              end
+            end
+            pos = find(s, STARTERS, pos + 1)
+          end
+        end
+        local l = by_first[fb]
+        if l then
+          for q = 1, #l do
+            local i = l[q]
+            local e = match_at(s, i, text, 1, heads)
+            if e and e > i then spans[#spans + 1] = { i, e - 1 } end
+          end
+        end
+      end
+      if heads then
+        -- "...tail": the end of a secret whose head an excerpt cut off
+        local p = find(s, "...", 1, true)
+        while p do
+          local at = p + 3
+          for off = 2, #text - 3 do
+            local e = match_at(s, at, text, off)
+            if e then spans[#spans + 1] = { at, e - 1 } break end
+          end
+          p = find(s, "...", p + 1, true)
+        end
+      end
+    end
+    if kind == "b64" then
+      -- the whole Base64 run goes, padding included
+      for k = first, #spans do
+        local sp = spans[k]
+        local i, j = sp[1], sp[2]
+        while i > 1 and find(sub(s, i - 1, i - 1), B64CHAR) do i = i - 1 end
+        while j < #s and find(sub(s, j + 1, j + 1), "[%w%+/_%-=]") do j = j + 1 end
+        sp[1], sp[2] = i, j
+      end
+    end
+  end
+  memo = nil
+  if #spans == 0 then return spans end
+  sort(spans, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] > b[2]) end)
+  local merged = { spans[1] }
+  for k = 2, #spans do
+    local last, sp = merged[#merged], spans[k]
+    if sp[1] <= last[2] + 1 then
+      if sp[2] > last[2] then last[2] = sp[2] end
+    else
+      merged[#merged + 1] = sp
+    end
+  end
+  return merged
+end
+
+local function apply(s, spans)
+  local out, last = {}, 1
+  for _, sp in ipairs(spans) do
+    out[#out + 1] = sub(s, last, sp[1] - 1)
+    out[#out + 1] = REDACTED
+    last = sp[2] + 1
+  end
+  out[#out + 1] = sub(s, last)
+  return concat(out)
+end
+
+local function needles(extra)
+  if compiled == nil then compiled = compile(values) end
+  if extra == nil then return compiled end
+  local more = needles_of_extra(extra)
+  if #more == 0 then return compiled end
+  local all = {}
+  for i = 1, #compiled do all[i] = compiled[i] end
+  for i = 1, #more do all[#all + 1] = more[i] end
+  return all
+end
+
+local function spans_of(s, extra)
+  local list = needles(extra)
+  if #list == 0 then return nil end
+  local spans = find_spans(s, list)
+  if #spans == 0 then return nil end
+  return spans
+end
+
+function M.scrub(s, extra)
+  if s == nil then return nil end
+  if type(s) ~= "string" then s = tostring(s) end
+  if #values == 0 and (extra == nil or (type(extra) == "table" and next(extra) == nil)) then return s end
+  if #s < MIN then return s end
+  local spans = spans_of(s, extra)
+  if not spans then return s end
+  return apply(s, spans)
+end
+local scrub = M.scrub
+
+--- scrub, then whatever looks like a credential although nobody declared
+-- it: Bearer and Basic credentials, sk-... keys, api-key headers, key= and
+-- token= query parameters, userinfo in URLs.
+function M.scrub_message(s, extra)
+  if s == nil then return nil end
+  s = scrub(s, extra)
+  s = gsub(s, "([Bb][Ee][Aa][Rr][Ee][Rr]%s+)[%w%-%._~%+/=]+", "%1" .. REDACTED)
+  s = gsub(s, "([Bb][Aa][Ss][Ii][Cc]%s+)([%w%+/=]+)", function(pre, cred)
+    local dec = b64decode(cred)
+    if dec and find(dec, ":", 1, true) and not find(dec, "%c") then return pre .. REDACTED end
+  end)
+  s = gsub(s, "%f[%w]sk%-[%w%-_]+", function(m)
+    if #m >= 12 then return REDACTED end
+  end)
+  s = gsub(s, "([Xx]%-[Aa][Pp][Ii]%-[Kk][Ee][Yy][\"']?%s*[:=]%s*[\"']?)[^%s\"',}]+", "%1" .. REDACTED)
+  s = gsub(s, "([?&][%w_]*[Kk][Ee][Yy]=)[^&%s\"']+", "%1" .. REDACTED)
+  s = gsub(s, "([?&][%w_]*[Tt][Oo][Kk][Ee][Nn]=)[^&%s\"']+", "%1" .. REDACTED)
+  s = gsub(s, "(%a[%w+.-]*://)[^/%s?#\"]*@", "%1")
+  return s
+end
+local scrub_message = M.scrub_message
+
+local json -- lazily: specula.json (which must not load this module first)
+
+-- A copy of v with every string (keys too) scrubbed; changed[1] counts
+-- the strings that changed.
+local function scrub_deep(v, f, extra, depth, changed)
+  local t = type(v)
+  if t == "string" then
+    local c = f(v, extra)
+    if c ~= v then changed[1] = changed[1] + 1 end
+    return c
+  end
+  if t ~= "table" or v == json.null then return v end
+  if depth > 300 then error("nested too deeply", 0) end
+  local c = {}
+  for k, x in pairs(v) do
+    if type(k) == "string" then k = scrub_deep(k, f, extra, depth + 1, changed) end
+    c[k] = scrub_deep(x, f, extra, depth + 1, changed)
+  end
+  return setmetatable(c, getmetatable(v))
+end
+require("specula.nojit")(scrub_deep)   -- a pairs() walk: see specula/nojit.lua
+
+--- A JSON text scrubbed, still valid JSON. The text is scrubbed as it is
+-- (one pass); when a redaction broke it (a match that began inside an
+-- escape), every string of the decoded value is scrubbed on its own and
+-- the value encoded again. how: { message = true } scrubs with
+-- scrub_message; { canonical = true } re-encodes canonically.
+function M.scrub_json(text, extra, how)
+  if text == nil then return nil end
+  local message = how and how.message
+  if not message and #values == 0 and extra == nil then return text end
+  local f = message and scrub_message or scrub
+  local out = f(text, extra)
+  if out == text then return text end
+  json = json or require "specula.json"
+  if json.decode(out) ~= nil then return out end
+  local v = json.decode(text)
+  if v == nil then return out end
+  local changed = { 0 }
+  local ok, clean = pcall(scrub_deep, v, f, extra, 0, changed)
+  if not ok then return out end
+  -- the match was no secret once the escapes are read (it began inside one)
+  if changed[1] == 0 then return text end
+  local enc = how and how.canonical and json.canonical or json.encode
+  local ok2, line = pcall(enc, clean)
+  if not ok2 or type(line) ~= "string" then return out end
+  local again = f(line, extra)
+  if again ~= line and json.decode(again) ~= nil then return again end
+  return line
+end
+
+--- The pieces of a stream, scrubbed as one text: a secret cut across
+-- pieces is redacted whole, in the piece where it started; each cut that
+-- fell inside a redaction moves to its start. Pieces that come out empty
+-- are dropped. Returns the new list and, when it changed, the index map
+-- (new i -> old i), so each piece keeps its time.
+function M.scrub_chunks(list, extra)
+  local n = #list
+  if n == 0 then return list end
+  if #values == 0 and (extra == nil or (type(extra) == "table" and next(extra) == nil)) then return list end
+  local joined = concat(list)
+  local spans = spans_of(joined, extra)
+  if not spans then return list end
+  -- new offset of an old cut (bytes before it)
+  local shift, k = 0, 1
+  local cuts, at = {}, 0
+  for i = 1, n do
+    at = at + #list[i]
+    -- skip spans that end at or before this cut
+    while k <= #spans and spans[k][2] <= at do
+      shift = shift + (spans[k][2] - spans[k][1] + 1) - #REDACTED
+      k = k + 1
+    end
+    local sp = spans[k]
+    if sp and sp[1] <= at then
+      -- the cut is inside this span: it moves to the span's start
+      cuts[i] = sp[1] - 1 - shift
+    else
+      cuts[i] = at - shift
+    end
+  end
+  local text = apply(joined, spans)
+  local out, idx, from = {}, {}, 0
+  for i = 1, n do
+    local to = i == n and #text or cuts[i]
+    if to > from then
+      out[#out + 1] = sub(text, from + 1, to)
+      idx[#out] = i
+      from = to
+    end
+  end
+  return out, idx
+end
+
+--- f:write of the pieces, scrubbed as one text.
+function M.write(f, ...)
+  if #values == 0 then return f:write(...) end
+  local parts = { ... }
+  for i = 1, select("#", ...) do parts[i] = tostring(parts[i]) end
+  return f:write(scrub(concat(parts)))
+end
+
+function M.stderr(...) return M.write(io.stderr, ...) end
 
 return M

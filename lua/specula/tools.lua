@@ -32,10 +32,16 @@
 -- ctx and returns the observation; the default is JSON when the response
 -- says application/json, else text. A non-2xx response is an error with the
 -- status and a short body excerpt. Header values and environment values
--- never appear in errors, in any encoding (see retry.scrub), nor in errors
--- raised by a result function. Failures are retried with specula.llm.retry.
+-- never appear in errors, in any encoding, nor in errors raised by a result
+-- function. Environment values used by the templates (but an {env.NAME}
+-- that starts the URL: a base URL stays readable, only its userinfo is
+-- secret) and the values of credential headers are declared to
+-- specula.secrets, so no output of the process shows them. Failures are
+-- retried with specula.llm.retry.
 local json = require "specula.json"
 local retry = require "specula.llm.retry"
+local secrets_mod = require "specula.secrets"
+local scrub = secrets_mod.scrub_message
 
 local type, tostring, tonumber, pairs, ipairs, error, setmetatable, pcall =
   type, tostring, tonumber, pairs, ipairs, error, setmetatable, pcall
@@ -75,15 +81,26 @@ local function urlencode(s)
 end
 M.urlencode = urlencode
 
+-- Declare the value of {env.NAME} part p (in the url when `url`): a base
+-- URL that starts the url gives only its userinfo and secret parameters.
+local function declare_env(p, v, url)
+  if url and p.pos == 1 and find(v, "^%a[%w+.-]*://") then
+    secrets_mod.declare_url(v)
+    return false
+  end
+  secrets_mod.declare(v, "$" .. p.env)
+  return true
+end
+
 -- The value of one {field}. env values are recorded in `secrets`.
-local function value_of(tool, p, args, where, secrets)
+local function value_of(tool, p, args, where, secrets, url)
   if p.env then
     local v = os.getenv(p.env)
     if v == nil then
       error(format("tools.http '%s': environment variable %s is not set (used as {env.%s} in %s)",
                    tool, p.env, p.env, where), 0)
     end
-    if #v >= 6 then secrets[#secrets + 1] = v end
+    if declare_env(p, v, url) and #v >= 6 then secrets[#secrets + 1] = v end
     return v
   end
   local v = type(args) == "table" and args[p.name] or nil
@@ -106,7 +123,7 @@ local function render(tool, parts, args, where, secrets, mode, spans)
     if type(p) == "string" then
       out[i] = p
     else
-      local v = value_of(tool, p, args, where, secrets)
+      local v = value_of(tool, p, args, where, secrets, mode == "url")
       if mode == "url" then
         if type(v) == "table" then
           error(format("tools.http '%s': argument '%s' is a table; the url needs a string or number",
@@ -242,6 +259,25 @@ function M.http(spec)
   end
   local policy = retry.new(spec.retry)
   local timeout_ms = spec.timeout_ms or 30000
+  -- what the templates will read from the environment is secret from now
+  -- on, before any call (a value set later is declared when it is used)
+  local function declare_parts(parts, url)
+    for _, p in ipairs(parts or {}) do
+      if type(p) == "table" and p.env then
+        local v = os.getenv(p.env)
+        if v then declare_env(p, v, url) end
+      end
+    end
+  end
+  local function declare_body(t)
+    if type(t) ~= "table" then return end
+    if t.__whole then declare_parts({ t.__whole }) return end
+    if t.__parts then declare_parts(t.__parts) return end
+    for _, x in pairs(t) do declare_body(x) end
+  end
+  declare_parts(url_t, true)
+  for _, h in ipairs(headers_t) do declare_parts(h[2]) end
+  if body_kind == "json" then declare_body(body_t) elseif body_kind == "text" then declare_parts(body_t) end
 
   local function call(args, ctx)
     local secrets = {}
@@ -251,6 +287,7 @@ function M.http(spec)
     for _, h in ipairs(headers_t) do
       local v = render(name, h[2], args, "header " .. tostring(h[1]), secrets, "text")
       if #v >= 6 then secrets[#secrets + 1] = v end
+      if secrets_mod.secret_header(h[1]) then secrets_mod.declare(v, "header " .. h[1]) end
       local problem = header_problem(name, h[1], v)
       if problem then error(problem, 0) end
       headers[h[1]] = v
@@ -261,7 +298,7 @@ function M.http(spec)
       local b = render_body(name, body_t, args, secrets)
       local err
       body, err = json.encode(b)
-      if not body then error(retry.scrub(format("tools.http '%s': cannot encode the body: %s", name, err), secrets), 0) end
+      if not body then error(scrub(format("tools.http '%s': cannot encode the body: %s", name, err), secrets), 0) end
       if not has_ctype then headers["Content-Type"] = "application/json" end
     elseif body_kind == "text" then
       body = render(name, body_t, args, "body", secrets, "text")
@@ -279,12 +316,12 @@ function M.http(spec)
         msg = format("tools.http '%s': %s (%s)", name, f.err, retry.attempts_text(n))
       else
         -- scrubbed before the cut too, so no part of a secret survives it
-        local ex = retry.excerpt(retry.scrub(f.body, secrets), f.headers and f.headers["content-type"], 200)
+        local ex = retry.excerpt(scrub(f.body, secrets), f.headers and f.headers["content-type"], 200)
         msg = format("tools.http '%s': HTTP %s from %s (%s)%s", name, tostring(f.status), where,
                      retry.attempts_text(n), ex ~= "" and (": " .. ex) or "")
       end
       if why then msg = msg .. "; " .. why end
-      error(retry.scrub(msg, secrets), 0)
+      error(scrub(msg, secrets), 0)
     end
     local mode = result
     if mode == nil then
@@ -295,15 +332,15 @@ function M.http(spec)
     if mode == "json" then
       local v, err = json.decode(res.body)
       if v == nil then
-        error(retry.scrub(format("tools.http '%s': response of %s is not JSON: %s; body starts \"%s\"",
-          name, where, tostring(err), retry.excerpt(retry.scrub(res.body, secrets), "text/plain", 80)), secrets), 0)
+        error(scrub(format("tools.http '%s': response of %s is not JSON: %s; body starts \"%s\"",
+          name, where, tostring(err), retry.excerpt(scrub(res.body, secrets), "text/plain", 80)), secrets), 0)
       end
       return v
     end
     -- the result function sees the response, so its errors may quote it
     local ok, out = pcall(result, { status = res.status, headers = res.headers, body = res.body }, args, ctx)
     if not ok then
-      if type(out) == "string" then out = retry.scrub(out, secrets) end
+      if type(out) == "string" then out = scrub(out, secrets) end
       error(out, 0)
     end
     return out

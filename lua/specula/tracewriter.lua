@@ -6,6 +6,7 @@ local core = require "specula.core"
 local ffi, C = core.ffi, core.C
 local json = require "specula.json"
 local records = require "specula.records"
+local secrets = require "specula.secrets"
 local round = require("specula.aggregate").round
 local D = require("specula.opts").DEFAULTS
 
@@ -65,6 +66,14 @@ end
 -- cannot be written fails early): the events gathered in `events` and the
 -- queries' entries (M.entry).
 function M.write(f, path, events, entries)
+  if secrets.count() > 0 then
+    -- each event and entry is one JSON object: scrubbed on its own, so
+    -- the file stays valid JSON
+    local ev, en = {}, {}
+    for i = 1, #events do ev[i] = secrets.scrub_json(events[i]) end
+    for i = 1, #entries do en[i] = secrets.scrub_json(entries[i]) end
+    events, entries = ev, en
+  end
   local parts = { '{"displayTimeUnit":"ms","traceEvents":[\n', table.concat(events, ",\n"),
                   '\n],"specula":{"version":1,"queries":[\n', table.concat(entries, ",\n"), "\n]}}\n" }
   records.write_whole(f, path, "--trace file", parts)

@@ -754,10 +754,10 @@ function M.main(args)
   end
   local said
   for _, r in ipairs(res.rows) do
-    if r.first_error then io.stderr:write("specula verifiers: ", r.verifier, ": ", r.first_error, "\n") end
+    if r.first_error then require("specula.secrets").stderr("specula verifiers: ", r.verifier, ": ", r.first_error, "\n") end
     if not r.replay_rel_lat and r.replay_error and r.replay_error ~= said then
       said = r.replay_error
-      io.stderr:write("specula verifiers: no replay RelLat: ", r.replay_error, "\n")
+      require("specula.secrets").stderr("specula verifiers: no replay RelLat: ", r.replay_error, "\n")
     end
   end
   if o.json then

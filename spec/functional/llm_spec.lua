@@ -755,16 +755,17 @@ describe("specula.llm", function()
         print("decide", p:decide({ status = 400, headers = {} }, 1), p:decide({ err = "ECANCELED: GET x: y" }, 1),
               p:decide({ err = "ECONNRESET: GET x: y", delivered = true }, 1))
         print("exhausted", p:decide({ status = 500, headers = {} }, 4))
-        print("scrub", retry.scrub("Bearer abc.def-123 sk-proj-ABCDEFGHIJKL x-api-key: zz99zz99 https://u:pw@h/x?api_key=s3cr3t&a=1 mysecretvalue", { "mysecretvalue" }))
+        local secrets = require "specula.secrets"
+        print("scrub", secrets.scrub_message("Bearer abc.def-123 sk-proj-ABCDEFGHIJKL x-api-key: zz99zz99 https://u:pw@h/x?api_key=s3cr3t&a=1 mysecretvalue", { "mysecretvalue" }))
         print("endpoint", retry.endpoint("https://user:pass@api.example.com/v1/chat?key=1#frag"))
-        local sec = retry.secrets("sk-main-key", { ["Proxy-Authorization"] = "Basic cHg6cHc=", ["X-Goog-Api-Key"] = "g-123456",
+        local sec = secrets.header_values({ ["Proxy-Authorization"] = "Basic cHg6cHc=", ["X-Goog-Api-Key"] = "g-123456",
           ["x-auth-token"] = "tok-98765", ["Content-Type"] = "application/json", Cookie = "sid=abcdef" })
         table.sort(sec)
-        print("secrets", table.concat(sec, " "), #retry.secrets("", { Accept = "x" }))
-        -- both clients take their secret list from retry.secrets
+        print("secrets", table.concat(sec, " "), #secrets.header_values({ Accept = "x" }))
+        -- both clients declare their credential headers to specula.secrets
         local ca = an(BASE .. "/x", { headers = { ["Proxy-Authorization"] = "Basic cHg6cHc=" } })
         local co = oa(BASE .. "/x", { headers = { ["Proxy-Authorization"] = "Basic cHg6cHc=" } })
-        print("clients", retry.scrub("via Basic cHg6cHc= proxy", ca._secrets), retry.scrub("via Basic cHg6cHc= proxy", co._secrets))
+        print("clients", secrets.scrub("via Basic cHg6cHc= proxy"), secrets.scrub_message("via Basic cHg6cHc= proxy", co._secrets))
       ]])
       assert.equals("true", line(out, "bounded"))
       assert.equals("100\t400\t1000", line(out, "nojitter"))
@@ -775,8 +776,8 @@ describe("specula.llm", function()
       assert.equals("Bearer [redacted] [redacted] x-api-key: [redacted] https://h/x?api_key=[redacted]&a=1 [redacted]",
                     line(out, "scrub"))
       assert.equals("https://api.example.com/v1/chat", line(out, "endpoint"))
-      assert.equals("Basic cHg6cHc= g-123456 sid=abcdef sk-main-key tok-98765\t0", line(out, "secrets"))
-      assert.equals("via [redacted] proxy\tvia [redacted] proxy", line(out, "clients"))
+      assert.equals("Basic cHg6cHc= g-123456 sid=abcdef tok-98765\t0", line(out, "secrets"))
+      assert.equals("via Basic [redacted] proxy\tvia Basic [redacted] proxy", line(out, "clients"))
     end)
 
     it("cancelling a task stops its retry wait at once #timing", function()

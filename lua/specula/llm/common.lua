@@ -4,6 +4,7 @@
 -- held outside the client table so dumping a client shows none), the base
 -- URL, the request headers, and error messages with every secret scrubbed.
 local retry = require "specula.llm.retry"
+local secrets = require "specula.secrets"
 
 local type, tostring, pairs, setmetatable, error = type, tostring, pairs, setmetatable, error
 local find, concat = string.find, table.concat
@@ -51,9 +52,15 @@ function M.new(Client, opts, p)
     headers = opts.headers or {},
     extra = opts.extra,
   }, Client)
-  self.endpoint = retry.scrub(retry.endpoint(base), key)
+  -- the key and the credential headers never leave the process (any
+  -- output, not only this client's messages); the base URL stays readable
+  if type(key) == "string" then secrets.declare(key, p.key_env) end
+  secrets.declare_headers(self.headers)
+  secrets.declare_url(base)
+  self.endpoint = secrets.scrub_message(retry.endpoint(base), key)
   if nonempty(key) then KEYS[self] = key end
-  self._secrets = retry.secrets(key, self.headers)
+  self._secrets = secrets.header_values(self.headers)
+  if nonempty(key) then table.insert(self._secrets, 1, key) end
   return self, opts
 end
 
@@ -68,7 +75,7 @@ end
 
 -- A message as the client reports it: prefixed with its name, scrubbed.
 function M.message(self, msg)
-  return retry.scrub(self.name .. ": " .. msg, self._secrets)
+  return secrets.scrub_message(self.name .. ": " .. msg, self._secrets)
 end
 
 -- The error of a failed request: prefixed, scrubbed, naming the endpoint
@@ -78,7 +85,7 @@ function M.fail(self, f, n, why, method, url)
   local where = method .. " " .. retry.endpoint(url)
   -- the body is scrubbed before describe() cuts an excerpt out of it, so
   -- no part of a secret survives the cut
-  if type(f.body) == "string" then f.body = retry.scrub(f.body, self._secrets) end
+  if type(f.body) == "string" then f.body = secrets.scrub_message(f.body, self._secrets) end
   local msg
   if f.msg then
     msg = f.msg .. " (" .. where .. (n > 1 and (", " .. retry.attempts_text(n)) or "") .. ")"
