@@ -66,7 +66,7 @@ M.MIN_BYTES = MIN
 local DEPTH = 3
 
 ----------------------------------------------------------------------------
--- Base64 (the scrubber's own: specula.crypto needs the core library, and
+-- Base64 (the scrubber's own: the crypto module needs the core library, and
 -- this module must work wherever a message is written)
 ----------------------------------------------------------------------------
 

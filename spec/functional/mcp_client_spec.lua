@@ -49,7 +49,7 @@ print(json.encode({ ntools = #tools, version = c.protocol_version, ping = true,
   echo = echo.content[1].text, sum = add.structuredContent.sum, fail = fail.isError, progress = n,
   ask = ask.content[1].text, initialized = log.initialized, alive = alive, procs = specula.settle().procs }))
 ]])
-    assert.are.equal(22, r.ntools)              -- five pages (5, 5, 5, 5, 2) followed
+    assert.are.equal(24, r.ntools)              -- five pages (5, 5, 5, 5, 4) followed
     assert.are.equal("tool_07", r.last)
     assert.is_true(r.version == "2025-11-25" or r.version == "2025-06-18")
     assert.is_true(r.echo_ro)
@@ -192,7 +192,7 @@ print(json.encode({ ntools = #tools, echo = echo.content[1].text, progress = n, 
 ]])
     srv.stop()
     assert(ok, r)
-    assert.are.equal(22, r.ntools)
+    assert.are.equal(24, r.ntools)
     assert.are.equal("echo: over http", r.echo)
     assert.are.equal(3, r.progress)
     assert.matches("-32601", r.ask)

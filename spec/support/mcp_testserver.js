@@ -48,6 +48,11 @@
 //   admin {}               (none)         -> with --oauth: needs scope mcp:admin (403 insufficient_scope)
 //   revoke {}              (none)         -> with --oauth: the access token of this call stops working
 //   log {}                 readOnlyHint   -> structuredContent {calls, cancelled, journal, deletes, gets, reads, auth}
+//   env {name, as}         readOnlyHint   -> text: the value of the server's environment variable `name`,
+//                                            as = text (as it is), json ({"token": value} as JSON.stringify
+//                                            writes it), jsona (the same with every non-ASCII character
+//                                            as \uXXXX, as Python writes it), pct, b64, hex or html (&#N;)
+//   crash_env {name}       (none)         -> prints the variable on stderr as it dies (status 3)
 // Extra tools tool_01..tool_07 make tools/list take five pages (page size 5).
 // Resources: three notes (text, text, blob), two per page; the template
 // note:///{name} reads any note (note:///slow-<ms>-... answers after ms);
@@ -88,6 +93,8 @@ const TOOLS = [
   { name: 'admin', description: 'Needs scope mcp:admin', inputSchema: { type: 'object' } },
   { name: 'revoke', description: 'Revoke the token of this call', inputSchema: { type: 'object' } },
   { name: 'log', description: 'What the server saw', inputSchema: { type: 'object' }, annotations: { readOnlyHint: true } },
+  { name: 'env', description: 'A variable of the environment, encoded', inputSchema: { type: 'object' }, annotations: { readOnlyHint: true } },
+  { name: 'crash_env', description: 'Print a variable on stderr and die', inputSchema: { type: 'object' } },
 ];
 for (let i = 1; i <= 7; i++) TOOLS.push({ name: 'tool_0' + i, description: 'filler', inputSchema: { type: 'object' } });
 const PAGE = 5;
@@ -100,6 +107,21 @@ const NOTES = {
 const RPAGE = 2;
 
 function text(t) { return { content: [{ type: 'text', text: t }] }; }
+
+// A value in one of the forms a server may write it (see the env tool).
+function encoded(v, as) {
+  switch (as || 'text') {
+    case 'text': return v;
+    case 'json': return JSON.stringify({ token: v });
+    case 'jsona': return JSON.stringify({ token: v }).replace(/[\u0080-\uffff]/g,
+      (c) => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0'));
+    case 'pct': return encodeURIComponent(v);
+    case 'b64': return Buffer.from(v, 'utf8').toString('base64');
+    case 'hex': return Buffer.from(v, 'utf8').toString('hex');
+    case 'html': return Array.from(v).map((c) => '&#' + c.codePointAt(0) + ';').join('');
+    default: return 'unknown encoding ' + as;
+  }
+}
 
 // Handle one request; out.send(msg) writes a message to the client on the
 // channel of this request, out.raw(line) writes raw bytes (stdio only),
@@ -192,6 +214,11 @@ function handle(msg, out) {
     case 'admin': return reply(text('admin done'));
     case 'revoke': if (out.revoke) out.revoke(); return reply(text('revoked'));
     case 'log': return reply({ content: [{ type: 'text', text: JSON.stringify(log) }], structuredContent: log });
+    case 'env': return reply(text('value: ' + encoded(process.env[a.name] || '', a.as)));
+    case 'crash_env':
+      process.stderr.write('fatal: cannot reach the backend with token=' + (process.env[a.name] || '') + '\n');
+      setTimeout(() => process.exit(3), 20);
+      return;
     default: return fail(-32602, 'Unknown tool: ' + name);
   }
 }

@@ -1389,6 +1389,221 @@ static int ts_h_file(ts_conn *c, const ts_req *r) {
   return ts_file_step(c);
 }
 
+/* ---- /reflect: a secret echoed back in the encoding a writer might use -- */
+
+/* Code point of the valid UTF-8 sequence at s (len l from ts_utf8_seq). */
+static unsigned ts_utf8_cp(const unsigned char *s, size_t l) {
+  unsigned cp = l == 2 ? (s[0] & 0x1Fu) : l == 3 ? (s[0] & 0x0Fu) : (s[0] & 0x07u);
+  for (size_t k = 1; k < l; k++)
+    cp = (cp << 6) | (s[k] & 0x3Fu);
+  return cp;
+}
+
+/* \uXXXX for cp (a surrogate pair above U+FFFF). */
+static void ts_add_u(ts_buf *b, unsigned cp) {
+  if (cp >= 0x10000) {
+    cp -= 0x10000;
+    ts_buf_addf(b, "\\u%04X\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+  } else {
+    ts_buf_addf(b, "\\u%04x", cp);
+  }
+}
+
+/* Append v encoded as enc; 0, or -1 for an unknown encoding. pre bytes
+   ("@@") go in front of v for the Base64 and hex forms (the three Base64
+   alignments); pad = 0 drops Base64 padding. */
+static int ts_encode(ts_buf *b, const char *enc, const unsigned char *v, size_t n, uint64_t pre, int pad) {
+  static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  static const char b64u[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  if (!strcmp(enc, "raw")) {
+    ts_buf_add(b, v, n);
+  } else if (!strcmp(enc, "pct") || !strcmp(enc, "pctl") || !strcmp(enc, "plus")) {
+    for (size_t i = 0; i < n; i++) {
+      unsigned ch = v[i];
+      if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+          (ch && strchr("-._~", (int)ch)))
+        ts_buf_add(b, v + i, 1);
+      else if (ch == ' ' && !strcmp(enc, "plus"))
+        ts_buf_add(b, "+", 1);
+      else
+        ts_buf_addf(b, !strcmp(enc, "pctl") ? "%%%02x" : "%%%02X", ch);
+    }
+  } else if (!strcmp(enc, "json") || !strcmp(enc, "jsona") || !strcmp(enc, "jsonu")) {
+    /* json: a JSON string's body as JavaScript writes it (non-ASCII raw);
+       jsona: non-ASCII as \u escapes (Python's ensure_ascii); jsonu: every
+       character as \u. A byte that is not UTF-8 becomes \u00XX. */
+    int all = !strcmp(enc, "jsonu"), ascii = all || !strcmp(enc, "jsona");
+    for (size_t i = 0; i < n; i++) {
+      unsigned ch = v[i];
+      size_t l = ch >= 0x80 ? ts_utf8_seq(v + i, n - i) : 1;
+      if (ch >= 0x80 && l == 0) {
+        ts_add_u(b, ch);
+      } else if (ch >= 0x80) {
+        if (ascii)
+          ts_add_u(b, ts_utf8_cp(v + i, l));
+        else
+          ts_buf_add(b, v + i, l);
+        i += l - 1;
+      } else if (all || ch < 0x20 || ch == 0x7f) {
+        ts_add_u(b, ch);
+      } else if (ch == '"' || ch == '\\') {
+        ts_buf_add(b, "\\", 1);
+        ts_buf_add(b, v + i, 1);
+      } else {
+        ts_buf_add(b, v + i, 1);
+      }
+    }
+  } else if (!strcmp(enc, "html") || !strcmp(enc, "htmlx") || !strcmp(enc, "htmln")) {
+    /* html: &#DDD; for every character; htmlx: &#xHH;; htmln: only & < > " '
+       as named or numeric references (what an HTML escaper does) */
+    for (size_t i = 0; i < n; i++) {
+      unsigned ch = v[i];
+      size_t l = ch >= 0x80 ? ts_utf8_seq(v + i, n - i) : 1;
+      unsigned cp = ch >= 0x80 && l ? ts_utf8_cp(v + i, l) : ch;
+      if (l == 0)
+        l = 1;
+      if (!strcmp(enc, "htmln")) {
+        const char *ref = ch == '&' ? "&amp;" : ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '"' ? "&quot;"
+                          : ch == '\'' ? "&#x27;" : NULL;
+        if (ref)
+          ts_buf_adds(b, ref);
+        else
+          ts_buf_add(b, v + i, l);
+      } else {
+        ts_buf_addf(b, !strcmp(enc, "html") ? "&#%u;" : "&#x%X;", cp);
+      }
+      i += l - 1;
+    }
+  } else if (!strcmp(enc, "b64") || !strcmp(enc, "b64url")) {
+    const char *al = !strcmp(enc, "b64") ? b64 : b64u;
+    size_t m = (size_t)pre + n;
+    unsigned char *t = malloc(m ? m : 1);
+    if (!t)
+      return -1;
+    memset(t, '@', (size_t)pre);
+    memcpy(t + pre, v, n);
+    for (size_t i = 0; i < m; i += 3) {
+      unsigned x = (unsigned)t[i] << 16 | (i + 1 < m ? (unsigned)t[i + 1] << 8 : 0) | (i + 2 < m ? t[i + 2] : 0);
+      size_t k = i + 2 < m ? 4 : i + 1 < m ? 3 : 2;
+      for (size_t j = 0; j < 4; j++) {
+        if (j < k)
+          ts_buf_add(b, &al[(x >> (18 - 6 * j)) & 63], 1);
+        else if (pad)
+          ts_buf_add(b, "=", 1);
+      }
+    }
+    free(t);
+  } else if (!strcmp(enc, "hex") || !strcmp(enc, "HEX")) {
+    for (uint64_t i = 0; i < pre; i++)
+      ts_buf_adds(b, "40");
+    for (size_t i = 0; i < n; i++)
+      ts_buf_addf(b, !strcmp(enc, "hex") ? "%02x" : "%02X", v[i]);
+  } else {
+    return -1;
+  }
+  return 0;
+}
+
+/* /reflect?h=NAME&enc=E[&pre=N][&pad=0][&wrap=text|json|sse][&bin=1]
+   [&split=K&pause=MS][&status=S]: the value of request header NAME (the
+   body without h) echoed back, encoded as E (raw, pct, pctl, plus, json,
+   jsona, jsonu, html, htmlx, htmln, b64, b64url, hex, HEX; see ts_encode),
+   inside "got <...> ok" (wrap=text, the default), a JSON object
+   {"echo": ...} (json), or an OpenAI-style SSE stream whose content
+   holds it (sse). bin=1 puts two bytes that are not UTF-8 in front. With
+   split=K the body goes in two chunks cut K bytes into the encoded value,
+   pause ms apart (a secret cut across two chunks of a stream). */
+static int ts_h_reflect(ts_conn *c, const ts_req *r) {
+  const ts_str *h = ts_param(r, "h"), *enc = ts_param(r, "enc"), *wrap = ts_param(r, "wrap");
+  const ts_str *split = ts_param(r, "split"), *bin = ts_param(r, "bin");
+  uint64_t pre, pad, pause, status, cut = 0;
+  if (ts_param_u64(r, "pre", 0, &pre) || pre > 2 || ts_param_u64(r, "pad", 1, &pad) ||
+      ts_param_u64(r, "pause", 20, &pause) || ts_param_u64(r, "status", 200, &status) || status < 200 ||
+      status > 599 || ts_no_body_status((int)status) || (split && ts_u64(*split, &cut)) || (enc && enc->n > 15) ||
+      (h && h->n > 255)) {
+    ts_text(c, 400, "bad reflect request");
+    return 0;
+  }
+  const unsigned char *v = (const unsigned char *)r->body;
+  size_t vn = r->body_len;
+  if (h) {
+    char name[256];
+    memcpy(name, h->p, h->n);
+    name[h->n] = '\0';
+    v = NULL;
+    for (size_t i = 0; i < r->nhdr && !v; i++)
+      if (ts_ieq(r->hname[i], name)) {
+        v = (const unsigned char *)r->hval[i].p;
+        vn = r->hval[i].n;
+      }
+    if (!v) {
+      ts_text(c, 400, "reflect: no such request header");
+      return 0;
+    }
+  }
+  char e[16] = "raw";
+  if (enc) {
+    memcpy(e, enc->p, enc->n);
+    e[enc->n] = '\0';
+  }
+  ts_buf enc_b = {0}, body = {0};
+  ts_buf_adds(&enc_b, "got <");
+  if (ts_encode(&enc_b, e, v, vn, pre, pad != 0) != 0) {
+    free(enc_b.p);
+    ts_text(c, 400, "reflect: unknown encoding");
+    return 0;
+  }
+  ts_buf_adds(&enc_b, "> ok");
+  const char *ctype = "text/plain; charset=utf-8";
+  size_t at; /* where the encoded value starts in the body */
+  if (bin && ts_eq(*bin, "1"))
+    ts_buf_add(&body, "\xff\xfe ", 3);
+  if (wrap && ts_eq(*wrap, "json")) {
+    ctype = "application/json";
+    ts_buf_adds(&body, "{\"echo\":");
+    at = body.len + 1 + 5;
+    ts_json_str(&body, enc_b.p, enc_b.len, 0);
+    ts_buf_adds(&body, "}");
+  } else if (wrap && ts_eq(*wrap, "sse")) {
+    ctype = "text/event-stream";
+    ts_buf_adds(&body, "data: {\"id\":\"r1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"
+                       "\"delta\":{\"role\":\"assistant\",\"content\":");
+    at = body.len + 1 + 5;
+    ts_json_str(&body, enc_b.p, enc_b.len, 0);
+    ts_buf_adds(&body, "},\"finish_reason\":null}]}\n\ndata: {\"id\":\"r1\",\"object\":\"chat.completion.chunk\","
+                       "\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
+  } else {
+    at = body.len + 5;
+    ts_buf_add(&body, enc_b.p, enc_b.len);
+  }
+  free(enc_b.p);
+  if (!split) {
+    ts_reply(c, (int)status, ctype, body.p, body.len);
+    free(body.p);
+    return 0;
+  }
+  /* two chunks, cut inside the value: the /file machinery sends them */
+  free(c->fdata);
+  c->fdata = body.p;
+  c->flen = body.len;
+  c->fcut = 0;
+  c->foff = 0;
+  c->fphase = 0;
+  c->fsplit = at + cut < body.len ? at + (size_t)cut : body.len;
+  c->fstep = 0;
+  c->fmode = TS_F_SPLIT;
+  c->interval = pause;
+  c->mode = TS_M_FILE;
+  ts_status_line(c, (int)status);
+  ts_buf_adds(&c->obuf, "Cache-Control: no-cache\r\n");
+  ts_head_end(c, ctype, TS_CHUNKED);
+  if (c->head) {
+    ts_flush(c);
+    return 0;
+  }
+  return ts_file_step(c);
+}
+
 /* Route one request.  Returns 1 if the response continues asynchronously. */
 static int ts_dispatch(ts_conn *c, const ts_req *r) {
   ts_str p = r->path, rest;
@@ -1462,6 +1677,8 @@ static int ts_dispatch(ts_conn *c, const ts_req *r) {
     return ts_h_echo(c, r);
   if (ts_eq(p, "/file"))
     return ts_h_file(c, r);
+  if (ts_eq(p, "/reflect"))
+    return ts_h_reflect(c, r);
   if (ts_eq(p, "/stats"))
     return ts_h_stats(c);
   ts_text(c, 404, "not found");

@@ -1,0 +1,285 @@
+-- Secrets never leave the process: one spec per way they used to (issue 20,
+-- section 2), each through the real binary against the loopback test
+-- server (/echo, /reflect) and the MCP test server, each output read back
+-- by spec/support/leakcheck.lua, whose decoders owe nothing to the
+-- scrubber.
+local H = require "support.helpers"
+local L = require "support.leakcheck"
+local cjson = require "cjson"
+
+local NODE = os.getenv("SPECULA_NODE") or "node"
+local MCP_SERVER = H.root .. "/spec/support/mcp_testserver.js"
+
+local server
+setup(function() server = H.server() end)
+teardown(function() if server then server.stop() end end)
+
+local counter = 0
+local function tmp(name)
+  counter = counter + 1
+  return H.tmpdir() .. "/sec" .. counter .. "-" .. name
+end
+
+-- The text of every cassette file of dir, one string.
+local function tape(dir)
+  local parts = {}
+  for i = 1, 99 do
+    local t = H.read(string.format("%s/cassette-%04d.jsonl", dir, i))
+    if not t then break end
+    parts[#parts + 1] = t
+  end
+  return table.concat(parts)
+end
+
+-- The lines of a tape of one kind.
+local function lines_of(text, kind)
+  local out = {}
+  for line in text:gmatch("[^\n]+") do
+    local v = cjson.decode(line)
+    if v.kind == kind then out[#out + 1] = line end
+  end
+  return table.concat(out, "\n")
+end
+
+local function clean(text, secret, what, views)
+  local i = L.find(views or L.views(text), secret)
+  assert.is_nil(i, "the secret is in " .. what .. " (decoded view " .. tostring(i) .. "): " .. text:sub(1, 600))
+end
+
+-- specula run SCRIPT(code) ARGS..., with env; returns status, stdout, stderr
+local function run(code, args, env)
+  local script = tmp("agent.lua")
+  local f = assert(io.open(script, "w"))
+  f:write(code)
+  f:close()
+  local a = { "run", script }
+  for _, x in ipairs(args) do a[#a + 1] = x end
+  env = env or {}
+  env.BASE = server.base
+  return H.specula(a, env)
+end
+
+local ONE_TOOL = [[
+local specula = require "specula"
+local BASE = os.getenv("BASE")
+local tool = %s
+return specula.agent {
+  tools = { t = tool },
+  init = function(q) return { q = q, n = 0 } end,
+  step = function(s)
+    if s.n == 0 then return { segment = "call", action = { tool = "t", args = %s } } end
+    return { final = "saw " .. (type(s.obs) == "string" and s.obs or specula.json.encode(s.obs)) }
+  end,
+  update = function(s, st, obs) return { q = s.q, n = s.n + 1, obs = obs } end,
+}
+]]
+
+describe("secrets on tape and in every output", function()
+  it("a secret with \" and \\ in a JSON request body is on tape in no form (body and request key)", function()
+    local secret = 'ab"cd\\ef-12345'
+    local dir, out = tmp("cas"), tmp("out.jsonl")
+    local st, _, err = run(ONE_TOOL:format([[specula.tools.http { url = BASE .. "/echo",
+      body = { token = "{env.API_TOKEN}", q = "{q}" }, result = "json" }]], "{ q = s.q }"),
+      { "--query", "hello", "--k", "1", "--record", dir, "--out", out }, { API_TOKEN = secret })
+    assert.equals(0, st, err)
+    local t = tape(dir)
+    local http = lines_of(t, "http")
+    for line in http:gmatch("[^\n]+") do
+      local v = cjson.decode(line)
+      clean(v.key, secret, "the request key")
+      if v.req then clean(v.req.body, secret, "the request body") end
+    end
+    clean(t, secret, "the tape", L.tape_views(t))
+    clean(H.read(out), secret, "the records")
+    assert.truthy(http:find("[redacted]", 1, true), http)
+  end)
+
+  it("a server echoing a secret with non-ASCII letters as \\u00e4 escapes: not on tape", function()
+    local secret = "pässwörd-4711"
+    local dir, out = tmp("cas"), tmp("out.jsonl")
+    local st, _, err = run(ONE_TOOL:format([[specula.tools.http { url = BASE .. "/reflect?h=x-api-key&enc=jsona&wrap=json",
+      headers = { ["X-Api-Key"] = "{env.SEARCH_SECRET}" }, result = "text" }]], "{}"),
+      { "--query", "hello", "--k", "1", "--record", dir, "--out", out }, { SEARCH_SECRET = secret })
+    assert.equals(0, st, err)
+    local t = tape(dir)
+    clean(t, secret, "the tape", L.tape_views(t))
+    clean(H.read(out), secret, "the records")
+    -- the server did echo it, escaped, and the tape holds where it was
+    assert.truthy(lines_of(t, "obs"):find("[redacted]", 1, true), t)
+  end)
+
+  it("a streamed response that cuts a secret across two chunks: neither half on tape", function()
+    local key = "sk-stream-SECRET-0042"
+    local dir, out = tmp("cas"), tmp("out.jsonl")
+    local st, _, err = run([[
+local specula = require "specula"
+local c = specula.llm.openai.new { model = "m", retry = false, headers = { ["X-Api-Key"] = os.getenv("OPENAI_API_KEY") },
+  chat_url = os.getenv("BASE") .. "/reflect?h=x-api-key&wrap=sse&split=7&pause=30" }
+return specula.agent {
+  init = function(q) return q end,
+  step = function(s)
+    local r = assert(c:chat { messages = { { role = "user", content = s } }, stream = true })
+    return { final = r.content }
+  end,
+  update = function(s) return s end,
+}
+]], { "--query", "hello", "--record", dir, "--out", out }, { OPENAI_API_KEY = key })
+    assert.equals(0, st, err)
+    local t = tape(dir)
+    clean(t, key, "the tape", L.tape_views(t))
+    local http = cjson.decode(lines_of(t, "http"):match("[^\n]+$"))
+    assert.is_true(#http.events >= 2, t)
+    -- the chunks joined hold the redaction
+    local joined = {}
+    for _, e in ipairs(http.events) do joined[#joined + 1] = e[2] end
+    joined = table.concat(joined)
+    assert.truthy(joined:find("got <[redacted]> ok", 1, true), joined)
+    local rec = cjson.decode(H.read(out))
+    assert.equals("got <[redacted]> ok", rec.answer)
+  end)
+
+  it("a response body that is not UTF-8, stored as hex, holds no secret", function()
+    local secret = "bin-token-7777"
+    local dir, out = tmp("cas"), tmp("out.jsonl")
+    local st, _, err = run(ONE_TOOL:format([[specula.tools.http { url = BASE .. "/reflect?h=x-auth-token&bin=1",
+      headers = { ["X-Auth-Token"] = "{env.BIN_TOKEN}" }, result = function(res) return #res.body end }]], "{}"),
+      { "--query", "hello", "--k", "1", "--record", dir, "--out", out }, { BIN_TOKEN = secret })
+    assert.equals(0, st, err)
+    local t = tape(dir)
+    clean(t, secret, "the tape", L.tape_views(t))
+    local http = cjson.decode(lines_of(t, "http"):match("[^\n]+$"))
+    assert.is_string(http.res.body.hex, t)     -- stored as hex, and still read back
+    local raw = http.res.body.hex:gsub("%x%x", function(h) return string.char(tonumber(h, 16)) end)
+    assert.equals("\255\254 got <[redacted]> ok", raw)
+  end)
+
+  it("a tool result that echoes its own credential headers: not in the obs line", function()
+    local dir, out = tmp("cas"), tmp("out.jsonl")
+    local st, _, err = run(ONE_TOOL:format([[specula.tools.http { url = BASE .. "/echo", result = "json",
+      headers = { ["X-Auth-Token"] = "literal-auth-5150", Cookie = "session=cookie-9988" } }]], "{}"),
+      { "--query", "hello", "--k", "1", "--record", dir, "--out", out })
+    assert.equals(0, st, err)
+    local t = tape(dir)
+    local obs = lines_of(t, "obs")
+    for _, secret in ipairs({ "literal-auth-5150", "session=cookie-9988" }) do
+      clean(obs, secret, "the obs line")
+      clean(t, secret, "the tape", L.tape_views(t))
+      clean(H.read(out), secret, "the records")
+    end
+    assert.truthy(obs:find("x-auth-token", 1, true), obs)   -- the echo is there, its values are not
+  end)
+
+  it("an MCP result that is JSON text holding a secret: not in the mcp and obs lines", function()
+    local secret = 'mcp"tok\\en-777'
+    for _, as in ipairs({ "json", "jsona", "text" }) do
+      local dir, out = tmp("cas"), tmp("out.jsonl")
+      local st, _, err = run(([[
+local specula = require "specula"
+local client = assert(specula.mcp.connect { command = { %q, %q }, name = "ts",
+  env = { MCP_TOKEN = os.getenv("MCP_TOKEN_VALUE") } })
+local tools = specula.tools.mcp(client, { include = { "env" } })
+return specula.agent {
+  tools = tools,
+  init = function(q) return { n = 0 } end,
+  step = function(s)
+    if s.n == 0 then return { segment = "call", action = { tool = "env", args = { name = "MCP_TOKEN", as = %q } } } end
+    return { final = s.obs }
+  end,
+  update = function(s, st, obs) return { n = s.n + 1, obs = obs } end,
+}
+]]):format(NODE, MCP_SERVER, as), { "--query", "hello", "--k", "1", "--record", dir, "--out", out },
+        { MCP_TOKEN_VALUE = secret })
+      assert.equals(0, st, err)
+      local t = tape(dir)
+      local mcp, obs = lines_of(t, "mcp"), lines_of(t, "obs")
+      clean(mcp, secret, "the mcp lines (" .. as .. ")")
+      clean(obs, secret, "the obs line (" .. as .. ")")
+      clean(t, secret, "the tape (" .. as .. ")", L.tape_views(t))
+      clean(H.read(out), secret, "the records (" .. as .. ")")
+      assert.truthy(obs:find("[redacted]", 1, true), as .. ": " .. obs)
+    end
+  end)
+
+  it("an MCP server that prints an environment secret on stderr as it dies: not in the record's error", function()
+    local secret = "db-pässword-2024"
+    local out = tmp("out.jsonl")
+    local st, so, se = run(([[
+local specula = require "specula"
+local client = assert(specula.mcp.connect { command = { %q, %q }, name = "ts", max_restarts = 0,
+  env = { DB_PASSWORD = os.getenv("DBPW") } })
+local tools = specula.tools.mcp(client, { include = { "crash_env" } })
+return specula.agent {
+  tools = tools,
+  init = function(q) return 0 end,
+  step = function(s) return { action = { tool = "crash_env", args = { name = "DB_PASSWORD" } } } end,
+  update = function(s) return s + 1 end,
+}
+]]):format(NODE, MCP_SERVER), { "--query", "hello", "--k", "1", "--out", out }, { DBPW = secret })
+    assert.equals(3, st, se)
+    clean(H.read(out), secret, "the records")
+    clean(so .. se, secret, "stdout and stderr")
+    local rec = cjson.decode(H.read(out))
+    -- the error says what the server said, with the secret taken out
+    assert.matches("last stderr: .*fatal: cannot reach the backend with token=%[redacted%]", rec.error)
+  end)
+
+  it("the end-of-run cassette miss summary names a request without its secret query parameter", function()
+    local secret = "code-SECRET-31337"
+    local dir = tmp("cas")
+    local code = ONE_TOOL:format([[specula.tools.http { url = BASE .. "/echo?q={q}&code={env.ACCESS_CODE}",
+      result = "json", retry = false }]], "{ q = s.q }")
+    local st, _, err = run(code, { "--query", "one", "--k", "1", "--record", dir, "--out", tmp("o.jsonl") },
+      { ACCESS_CODE = secret })
+    assert.equals(0, st, err)
+    local out = tmp("out.jsonl")
+    local so, se
+    st, so, se = run(code, { "--query", "two", "--k", "1", "--replay-io", dir, "--clock", "virtual", "--out", out },
+      { ACCESS_CODE = secret })
+    clean(so .. se, secret, "stdout and stderr")
+    clean(H.read(out), secret, "the records")
+    assert.equals(3, st, se)
+    assert.matches("not in it: GET .*/echo%?q=two&code=%[redacted%]", se)
+  end)
+
+  it("--secret-env NAME keeps a value the engine never handles out of records, traces and messages", function()
+    local secret = "user-declared-42"
+    local out, trace = tmp("out.jsonl"), tmp("trace.json")
+    local st, so, se = run([[
+local specula = require "specula"
+local v = os.getenv("MY_VALUE")
+return specula.agent {
+  init = function(q) return q end,
+  step = function(s) return { final = "the value is " .. v .. " and " .. specula.json.encode({ v = v }) } end,
+  update = function(s) return s end,
+}
+]], { "--query", "hello", "--out", out, "--trace", trace, "--secret-env", "MY_VALUE" }, { MY_VALUE = secret })
+    assert.equals(0, st, se)
+    local rec = cjson.decode(H.read(out))
+    assert.equals('the value is [redacted] and {"v":"[redacted]"}', rec.answer)
+    clean(H.read(out), secret, "the records")
+    clean(H.read(trace), secret, "the trace")
+    clean(so .. se, secret, "stdout and stderr")
+    -- and from a script, specula.secrets.declare
+    st, so = run([[
+local specula = require "specula"
+specula.secrets.declare("script-declared-77")
+return specula.agent {
+  init = function(q) return q end,
+  step = function(s) return { final = "x script-declared-77 y" } end,
+  update = function(s) return s end,
+}
+]], { "--query", "hello" })
+    assert.equals(0, st)
+    assert.equals("x [redacted] y", cjson.decode(so).answer)
+  end)
+
+  it("does not over-reach: a base URL from the environment stays readable in errors, short values stay", function()
+    local out = tmp("out.jsonl")
+    local st, _, se = run(ONE_TOOL:format([[specula.tools.http { url = "{env.SEARCH_BASE}/status/503?q={q}",
+      headers = { ["X-Lang"] = "{env.LANG_CODE}" }, retry = false }]], "{ q = s.q }"),
+      { "--query", "hello", "--k", "1", "--out", out }, { SEARCH_BASE = server.base, LANG_CODE = "en-GB" })
+    assert.equals(3, st, se)
+    local rec = cjson.decode(H.read(out))
+    assert.truthy(rec.error:find("HTTP 503 from GET " .. server.base .. "/status/503", 1, true), rec.error)
+  end)
+end)
