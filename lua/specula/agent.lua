@@ -5,6 +5,7 @@
 -- returns and turns mistakes into errors naming the script and line.
 local sched = require "specula.sched"
 local cassette = require "specula.cassette"
+local secrets = require "specula.secrets"
 
 local type, pairs, ipairs, tostring, select, setmetatable, getmetatable, error =
   type, pairs, ipairs, tostring, select, setmetatable, getmetatable, error
@@ -207,7 +208,7 @@ function M.adapter(agent, opts)
     if not ok or type(preds) ~= "table" then
       if not warned then
         warned = true
-        require("specula.secrets").stderr("specula: warning: predictor failed (" .. tostring(preds) .. "); no action speculation for this step\n")
+        secrets.stderr("specula: warning: predictor failed (" .. tostring(preds) .. "); no action speculation for this step\n")
       end
       return nil
     end
@@ -489,6 +490,9 @@ function M.adapter(agent, opts)
     local idx, reason = judge(ctx, cands, obs, nk, raw)
     local list = kept and kept[qmt]
     if list then keep_pairs(list, ctx, cands, obs, nk, raw, idx) end
+    -- the engine cuts a long reason: a secret it quotes goes before the
+    -- cut could leave half of it
+    if secrets.count() > 0 and type(reason) == "string" then reason = secrets.scrub(reason) end
     return idx, reason
   end
 
