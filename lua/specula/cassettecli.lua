@@ -2,6 +2,7 @@
 -- `specula run --record DIR` (see specula.cassette for the format).
 local cassette = require "specula.cassette"
 local json = require "specula.json"
+local secrets = require "specula.secrets"
 local argv = require "specula.argv"
 local lab = require "specula.lab"
 
@@ -95,9 +96,9 @@ function M.main(args)
         if o.json then
           local c = {}
           for k, v in pairs(r) do if k ~= "file" and k ~= "line" then c[k] = v end end
-          io.stdout:write(json.encode(c), "\n")
+          io.stdout:write(secrets.scrub_json(json.encode(c)), "\n")
         else
-          io.stdout:write(format("%-5s #%d\t%s\t%s\t%.1f ms\tquery %s hop %s thread %s%s%s\n", r.kind, r.n, what(r),
+          secrets.write(io.stdout, format("%-5s #%d\t%s\t%s\t%.1f ms\tquery %s hop %s thread %s%s%s\n", r.kind, r.n, what(r),
             outcome(r), tonumber(r.ms) or 0, tostring(m.query or "-"), tostring(m.hop or "-"), tostring(m.thread or "-"),
             m.job and (" " .. tostring(m.job)) or "", m.speculative and " speculative" or ""))
         end
