@@ -429,33 +429,33 @@ function M.main(args)
   end
   local timed, named = rows[1].timed_steps, rows[1].named_steps
   if o.json then
-    io.stdout:write(json.encode({ trajectories = #trajs, steps = nsteps, timed_steps = timed, named_steps = named,
-      ev_cost_ms = gate.ev_cost_ms, predictors = json.array(rows) }), "\n")
+    io.stdout:write(require("specula.secrets").scrub_json(json.encode({ trajectories = #trajs, steps = nsteps,
+      timed_steps = timed, named_steps = named, ev_cost_ms = gate.ev_cost_ms, predictors = json.array(rows) })), "\n")
     return
   end
-  io.stdout:write(format("%d committed tool calls in %d trajectories (online: each predictor learns a "
+  require("specula.secrets").write(io.stdout, format("%d committed tool calls in %d trajectories (online: each predictor learns a "
     .. "trajectory after predicting it)\n", nsteps, #trajs))
-  io.stdout:write(format("%-20s %8s %8s %12s\n", "predictor", "top-1", "top-3", "tool top-1"))
+  require("specula.secrets").write(io.stdout, format("%-20s %8s %8s %12s\n", "predictor", "top-1", "top-3", "tool top-1"))
   for _, r in ipairs(rows) do
-    io.stdout:write(format("%-20s %8.3f %8.3f %12.3f\n", r.predictor, r.top1_rate, r.top3_rate, r.tool_top1_rate))
+    require("specula.secrets").write(io.stdout, format("%-20s %8.3f %8.3f %12.3f\n", r.predictor, r.top1_rate, r.top3_rate, r.tool_top1_rate))
   end
   if timed == 0 then
-    io.stdout:write("fired, wasted and saved: unavailable (no recorded latencies in these sources: a cassette "
+    require("specula.secrets").write(io.stdout, "fired, wasted and saved: unavailable (no recorded latencies in these sources: a cassette "
       .. "or a results file has them, conversations do not)\n")
     return
   end
-  io.stdout:write(format("\nEV gate at ev_cost_ms %g over the %d of %d calls with recorded latencies "
+  require("specula.secrets").write(io.stdout, format("\nEV gate at ev_cost_ms %g over the %d of %d calls with recorded latencies "
     .. "(%d with a streamed tool name)\n", gate.ev_cost_ms, timed, nsteps, named))
-  io.stdout:write(format("%-20s %-10s %7s %7s %7s %12s %10s\n", "predictor", "trigger", "fired", "hits", "wasted",
+  require("specula.secrets").write(io.stdout, format("%-20s %-10s %7s %7s %7s %12s %10s\n", "predictor", "trigger", "fired", "hits", "wasted",
     "wasted cost", "saved ms"))
   for _, r in ipairs(rows) do
     for _, tr in ipairs({ { "start", r.start }, { "tool_name", r.tool_name }, { "both", r.both } }) do
       local a = tr[2]
       if a then
-        io.stdout:write(format("%-20s %-10s %7d %7d %7d %12.3f %10s\n", r.predictor, tr[1], a.fired, a.hits, a.wasted,
+        require("specula.secrets").write(io.stdout, format("%-20s %-10s %7d %7d %7d %12.3f %10s\n", r.predictor, tr[1], a.fired, a.hits, a.wasted,
           a.wasted_cost, fmt_ms(a.saved_ms)))
       else
-        io.stdout:write(format("%-20s %-10s %7s %7s %7s %12s %10s\n", r.predictor, tr[1], "-", "-", "-", "-", "-"))
+        require("specula.secrets").write(io.stdout, format("%-20s %-10s %7s %7s %7s %12s %10s\n", r.predictor, tr[1], "-", "-", "-", "-", "-"))
       end
     end
   end

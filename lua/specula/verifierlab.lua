@@ -732,7 +732,7 @@ function M.main(args)
   end
   if o.pairs then
     local lines = M.pair_lines(prs)
-    io.stdout:write(concat(lines, "\n"), "\n")
+    require("specula.secrets").write(io.stdout, concat(lines, "\n"), "\n")
     return
   end
   local labels
@@ -761,10 +761,10 @@ function M.main(args)
     end
   end
   if o.json then
-    io.stdout:write(json.encode(M.json_object(res, src)), "\n")
+    io.stdout:write(require("specula.secrets").scrub_json(json.encode(M.json_object(res, src))), "\n")
     return
   end
-  io.stdout:write(concat(M.table_lines(res, src), "\n"), "\n")
+  require("specula.secrets").write(io.stdout, concat(M.table_lines(res, src), "\n"), "\n")
 end
 
 return M
