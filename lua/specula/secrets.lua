@@ -5,8 +5,9 @@
 --   secrets.declare(value [, label]) -> true | false
 --       a secret (API key, token, password): never written anywhere from
 --       now on. Values shorter than 6 bytes are refused (false): they would
---       blank ordinary words. "Bearer X" / "Basic X" also hide X and, for
---       Basic, the decoded "user:password" and the password.
+--       blank ordinary words. For "Bearer X" / "Basic X" it is X that is
+--       hidden (the scheme's name stays) and, for Basic, the decoded
+--       "user:password" and the password.
 --   secrets.declare_env(name) -> true | false     the value of $name
 --   secrets.declare_url(url)                      the userinfo of a URL and
 --       the values of its secret-looking query parameters (not the URL: a
