@@ -245,25 +245,58 @@ function M.open(o)
     if not f then return nil, format("cannot create a file in the cassette directory '%s': %s", o.record, tostring(ferr)) end
     st.file = f
     st.record = o.record
-    f:write(json.encode({ specula_cassette = M.VERSION, created = os.date("!%Y-%m-%dT%H:%M:%SZ"),
-                          clock = sched.clock() }), "\n")
-    f:flush()
+    st.size = 0
+    local header = json.encode({ specula_cassette = M.VERSION, created = os.date("!%Y-%m-%dT%H:%M:%SZ"),
+                                 clock = sched.clock() })
+    local ok, werr = f:write(header, "\n")
+    if ok then ok, werr = f:flush() end
+    if not ok then
+      f:close()
+      os.remove(st.path)
+      return nil, format("cannot write --record file '%s': %s", st.path, tostring(werr)), "write"
+    end
+    st.size = #header + 1
   end
   M.state = st
   return true
 end
 
--- Close the record file; returns the counters (served, missed, live, recorded).
+-- Close the record file; returns the counters (served, missed, live,
+-- recorded) and, when a write failed, st.failed = { what =, err = }.
 function M.close()
   local st = M.state
   if not st then return nil end
   if st.file then
     M.flush_timings()
-    st.file:close()
+  end
+  if st.file then
+    local ok, err = st.file:close()
     st.file = nil
+    if not ok then M.write_failed(st, err) end
   end
   M.state = nil
   return st
+end
+
+-- A write to the record file failed (a full disk, a file size limit): the
+-- tape is cut back to its last complete line and closed, nothing more is
+-- recorded, and the run is told to stop (M.on_fail, set by the runner):
+-- a tape that silently lacks exchanges would fail its replay far from here.
+pcall(ffi.cdef, "int truncate(const char *path, int64_t length);")
+function M.write_failed(st, err)
+  if st.failed then return end
+  st.failed = { what = format("--record file '%s'", st.path), err = tostring(err) }
+  local f = st.file
+  st.file = nil
+  if f then pcall(f.close, f) end
+  if st.size then ffi.C.truncate(st.path, st.size) end
+  C.sp_ctx_set_exit(core.ctx, 1)
+  if M.on_fail then M.on_fail(st.failed) end
+end
+
+-- The failed write of the open cassette, if any: { what =, err = }.
+function M.failed()
+  return M.state and M.state.failed
 end
 
 -- Start the occurrence counts over, so the next run of the same queries
@@ -271,7 +304,7 @@ end
 -- for a pure replay: while recording, occurrences must stay distinct.
 function M.rewind()
   local st = M.state
-  if st and st.replay and not st.file then
+  if st and st.replay and not st.record then
     st.counts = {}
     for _, r in ipairs(st.entries) do r.used = nil end
   end
@@ -366,8 +399,10 @@ local function write(rec, extra, timing)
     return
   end
   -- one write and a flush per exchange: a kill leaves at most one cut line
-  st.file:write(line, "\n")
-  st.file:flush()
+  local ok, werr = st.file:write(line, "\n")
+  if ok then ok, werr = st.file:flush() end
+  if not ok then return M.write_failed(st, werr) end
+  st.size = st.size + #line + 1
   if not rec.start and not timing then st.recorded = st.recorded + 1 end
 end
 

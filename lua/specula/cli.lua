@@ -42,9 +42,9 @@ local function run_script(script, args)
   M.add_script_dir(script)
   -- --record / --replay-io open before the main chunk runs: it may connect
   -- to an MCP server at top level
-  local okc, cerr = require("specula.cassette").from_args(args)
+  local okc, cerr, why = require("specula.cassette").from_args(args)
   if not okc then
-    C.sp_ctx_set_exit(core.ctx, 2)
+    C.sp_ctx_set_exit(core.ctx, why == "write" and 1 or 2)
     sched.plain_error("specula run: " .. tostring(cerr))
   end
   _G.arg = { [0] = script }
@@ -53,6 +53,12 @@ local function run_script(script, args)
   if is_agent(result) then
     local runner = require "specula.runner"
     return runner.main(result, args, script)
+  end
+  -- a plain program that recorded: a tape that lost exchanges is a failure
+  local cf = require("specula.cassette").failed()
+  if cf then
+    C.sp_ctx_set_exit(core.ctx, 1)
+    sched.plain_error("specula run: cannot write " .. cf.what .. ": " .. cf.err)
   end
   if result ~= nil then
     -- anything else is a mistake that would otherwise pass silently

@@ -201,9 +201,32 @@ end
 -- returned a value, that value in the record's place). One driver
 -- task runs the whole batch: windows report to a group as they finish.
 local run_batch
+
+-- A task with no parent, started from the loop (not from inside the
+-- caller's job, whose window it may cancel).
+local function spawn_root(fn)
+  local p = C.sp_task_new(core.ctx, nil)
+  if p == nil then return end
+  local id = C.sp_task_id(p)
+  sched.co_table[id] = coroutine.create(function() pcall(fn) end)
+  C.sp_task_release(p)   -- the queue holds its own reference
+end
+
+-- The cassette's record file could not be written: the run stops as it
+-- does when --out cannot be written (exit 1, the file and the OS error).
+local function check_cassette()
+  local cassette = package.loaded["specula.cassette"]
+  local cf = cassette and cassette.failed()
+  if cf then write_failed(cf.what, cf.err) end
+end
+M.check_cassette = check_cassette
+
 local function run_all(run, queries, emit, progress)
   run.fns = fns_acquire(run)
+  local cassette = require "specula.cassette"
+  local prev_hook = cassette.on_fail
   local ok, res, stopped = pcall(run_batch, run, queries, emit, progress)
+  cassette.on_fail = prev_hook
   fns_release(run.fns)
   run.fns = nil
   if not ok then error(res, 0) end
@@ -227,6 +250,11 @@ run_batch = function(run, queries, emit, progress)
   -- the finished ones are still written.
   local cctx = core.ctx
   local interrupted = false
+  -- a failed cassette write cancels every window from the loop, so the
+  -- driver wakes and stops the run at once
+  require("specula.cassette").on_fail = function()
+    spawn_root(function() for _, w in pairs(active_w) do C.sp_window_cancel(w) end end)
+  end
   local function record(i, rec)
     results[i] = rec
     done = done + 1
@@ -240,6 +268,7 @@ run_batch = function(run, queries, emit, progress)
     if progress and rec then progress(done, n, t0, sum_wall, sum_std) end
   end
   while done < n and not (interrupted and done == started) do
+    check_cassette()
     if not interrupted and cctx ~= nil and C.sp_host_signal(cctx) ~= 0 then interrupted = true end
     if interrupted and done == started then break end  -- nothing left to wait for
     while not interrupted and started - done < conc and next_i <= n do
@@ -269,6 +298,7 @@ run_batch = function(run, queries, emit, progress)
       local id = C.sp_window_id(fw)
       local aw, ai = active_w[id], active_i[id]
       active_w[id], active_i[id] = nil, nil
+      check_cassette()
       local cancelled = C.sp_window_status(fw) == C.SP_WIN_CANCELLED
       local ok, rec = pcall(finish_window, run, aw, queries[ai], ai)
       if not ok then rec = { id = queries[ai].id, query = queries[ai].query, error = tostring(rec) } end
@@ -354,6 +384,7 @@ function M.run(agent, opts)
   local results = run_all(run, queries, function() end, nil)
   if sched.clock() ~= prev_clock then sched.set_clock(prev_clock) end
   local cst = own_cassette and cassette.close()
+  if cst and cst.failed then write_failed(cst.failed.what, cst.failed.err) end
   local agg = aggregate.of(results, o.k, run.acc)
   for _, r in ipairs(results) do
     if o.light and r.error and r.hops == nil then
@@ -379,7 +410,8 @@ function M.main(agent, args, script)
   end
   local cassette = require "specula.cassette"
   if (o.record or o.replay_io) and not cassette.state then
-    local ok, cerr = cassette.open({ record = o.record, replay = o.replay_io, miss = o.miss })
+    local ok, cerr, why = cassette.open({ record = o.record, replay = o.replay_io, miss = o.miss })
+    if not ok and why == "write" then C.sp_ctx_set_exit(core.ctx, 1) sched.plain_error("specula run: " .. cerr) end
     if not ok then runopts.usage_error(cerr) end
   end
   if o.predict == "on" and agent.predict == nil then
@@ -392,6 +424,7 @@ function M.main(agent, args, script)
   if o.compare then
     require("specula.compare").main(agent, o, queries, script)
     local cst = cassette.close()
+    if cst and cst.failed then write_failed(cst.failed.what, cst.failed.err) end
     if cst and not o.quiet then require("specula.secrets").stderr(cassette.summary(cst), "\n") end
     return
   end
@@ -437,6 +470,7 @@ function M.main(agent, args, script)
   end
   if not o.quiet then require("specula.secrets").stderr(aggregate.summary_text(agg, run), "\n") end
   local cst = cassette.close()
+  if cst and cst.failed then write_failed(cst.failed.what, cst.failed.err) end
   if cst and not o.quiet then require("specula.secrets").stderr(cassette.summary(cst), "\n") end
   if not acc then for _, r in ipairs(results) do strip(r) end end
   if agg.failed > 0 then require("specula.cli").set_exit(3) end

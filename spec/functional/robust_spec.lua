@@ -1,0 +1,99 @@
+-- Nothing lost, nothing hangs, every error names its place: a cassette
+-- that cannot be written stops the run, a tape with wrong field types is
+-- refused naming FILE:LINE and the field, an MCP server that dies while a
+-- child of its own holds its stdout is noticed at once, a second signal
+-- still reaps the children, results under the virtual clock do not depend
+-- on --concurrency (learning predictors included), and the small things:
+-- `--out -`, the test server's --help, `cassette show` of a cancelled call,
+-- `report --query` on a --compare trace, the SIGINT message.
+local H = require "support.helpers"
+local cjson = require "cjson"
+
+local counter = 0
+local function tmp(name)
+  counter = counter + 1
+  return H.tmpdir() .. "/rb" .. counter .. "-" .. name
+end
+
+local function input(n, prefix)
+  local lines = {}
+  for i = 1, n do lines[i] = cjson.encode({ id = (prefix or "q") .. i, query = "question " .. i }) end
+  local p = tmp("in.jsonl")
+  local f = assert(io.open(p, "w"))
+  f:write(table.concat(lines, "\n"), "\n")
+  f:close()
+  return p
+end
+
+-- Two HTTP calls a query against the test server's /echo: every exchange
+-- goes on tape.
+local ECHO_AGENT = [[
+local specula = require "specula"
+local BASE = os.getenv("BASE")
+return specula.agent {
+  name = "echo-chain",
+  init = function(q) return { q = q, hop = 0 } end,
+  step = function(s)
+    if s.hop == 2 then return { final = s.last } end
+    return { segment = "s", action = { tool = "echo", args = { q = s.q .. "-" .. s.hop } } }
+  end,
+  update = function(s, step, obs) return { q = s.q, hop = s.hop + 1, last = obs } end,
+  tools = { echo = { call = function(args)
+    local r = assert(specula.http.request { url = BASE .. "/echo?q=" .. specula.tools.urlencode(args.q) })
+    return r.body
+  end } },
+}
+]]
+
+describe("a cassette that cannot be written", function()
+  local server, agent
+  setup(function()
+    server = H.server()
+    agent = tmp("echo_agent.lua")
+    local f = assert(io.open(agent, "w"))
+    f:write(ECHO_AGENT)
+    f:close()
+  end)
+  teardown(function() server.stop() end)
+
+  it("stops the run (exit 1, the file and the OS error), and the tape ends on a complete line that loads", function()
+    local inp, dir, out = input(200), tmp("cas"), tmp("out.jsonl")
+    -- a file size limit (SIGXFSZ ignored: the write fails with EFBIG) cuts
+    -- the tape after some tens of exchanges; --out goes to a device the
+    -- limit does not apply to
+    local cmd = string.format("trap '' XFSZ; BASE=%s prlimit --fsize=60000 %s run %s --input %s --record %s --out %s",
+      H.quote(server.base), H.quote(H.bin), H.quote(agent), H.quote(inp), H.quote(dir), "/dev/null")
+    local st, _, err = H.sh("(" .. cmd .. ")")
+    local tape = dir .. "/cassette-0001.jsonl"
+    assert.equals(1, st, err)
+    assert.matches("cannot write --record file '" .. tape .. "': File too large", err, 1, true)
+    assert.not_matches("recorded to", err)
+    local text = assert(H.read(tape))
+    assert.is_true(#text > 1000 and #text <= 60000, #text .. " bytes")
+    assert.equals("\n", text:sub(-1))
+    for line in text:gmatch("[^\n]+") do assert.is_table(cjson.decode(line)) end
+    -- the tape loads without a dropped line
+    local st2, so2, err2 = H.specula({ "cassette", "ls", dir })
+    assert.equals(0, st2, err2)
+    assert.not_matches("dropped", so2 .. err2)
+    -- and a run stopped early wrote no record of a query whose exchanges are lost: with
+    -- --out as a file, each record written has all its exchanges on tape
+    local dir3 = tmp("cas")
+    -- records to stdout through a pipe (the limit applies to the tape only)
+    local stf = tmp("status")
+    cmd = string.format("trap '' XFSZ; { BASE=%s prlimit --fsize=60000 %s run %s --input %s --record %s; echo $? >%s; } | cat >%s",
+      H.quote(server.base), H.quote(H.bin), H.quote(agent), H.quote(inp), H.quote(dir3), H.quote(stf), H.quote(out))
+    local _, _, err3 = H.sh("(" .. cmd .. ")")
+    assert.equals("1", (H.read(stf) or ""):match("%d+"), err3)
+    local recs = H.jsonl(H.read(out) or "")
+    assert.is_true(#recs < 200, #recs .. " records")
+    local answered = {}
+    for _, e in ipairs(H.jsonl(H.read(dir3 .. "/cassette-0001.jsonl"))) do
+      if e.kind == "http" and not e.start then answered[e.meta.query] = (answered[e.meta.query] or 0) + 1 end
+    end
+    for _, r in ipairs(recs) do
+      assert.is_nil(r.error)
+      assert.equals(2, answered[r.id], r.id)
+    end
+  end)
+end)
