@@ -97,3 +97,82 @@ describe("a cassette that cannot be written", function()
     end
   end)
 end)
+
+describe("a tape whose fields have the wrong JSON types", function()
+  local server, agent, dir, lines
+  setup(function()
+    server = H.server()
+    agent = tmp("echo_agent.lua")
+    local f = assert(io.open(agent, "w"))
+    f:write(ECHO_AGENT)
+    f:close()
+    dir = tmp("cas")
+    local st, _, err = H.specula({ "run", agent, "--input", input(3), "--record", dir, "--out", tmp("o.jsonl") },
+      { BASE = server.base })
+    assert.equals(0, st, err)
+    lines = {}
+    for l in H.read(dir .. "/cassette-0001.jsonl"):gmatch("[^\n]+") do lines[#lines + 1] = l end
+  end)
+  teardown(function() server.stop() end)
+
+  -- a copy of the tape with fn applied to the first line of kind (answered)
+  local function broken(kind, fn)
+    local d = tmp("bad")
+    os.execute("mkdir -p " .. H.quote(d))
+    local out, at = {}, nil
+    for i, l in ipairs(lines) do
+      local v = cjson.decode(l)
+      if not at and v.kind == kind and not v.start then
+        fn(v)
+        l = cjson.encode(v)
+        at = i
+      end
+      out[#out + 1] = l
+    end
+    assert(at, "no " .. kind .. " line on the tape")
+    local f = assert(io.open(d .. "/cassette-0001.jsonl", "w"))
+    f:write(table.concat(out, "\n"), "\n")
+    f:close()
+    return d, at
+  end
+
+  local CASES = {
+    { "http", function(v) v.res.status = tostring(v.res.status) end, 'field res.status is a string ("200"), expected a number' },
+    { "http", function(v) v.res.body = 42 end, "field res.body is 42, expected a string" },
+    { "http", function(v) v.ms = "12" end, 'field ms is a string ("12"), expected a number' },
+    { "http", function(v) v.res.headers = { ["content-type"] = 7 } end, "field res.headers.content-type is a number" },
+    { "http", function(v) v.res = nil end, "needs res or err" },
+    { "http", function(v) v.meta.query = { 1 } end, "field meta.query is an array" },
+    { "job", function(v) v.ms = "3" end, 'field ms is a string ("3"), expected a number' },
+    { "obs", function(v) v.res = "x" end, 'field res is a string ("x"), expected an object' },
+  }
+  for _, c in ipairs(CASES) do
+    it(c[1] .. " line: " .. c[3], function()
+      local d, at = broken(c[1], c[2])
+      local where = string.format("%s/cassette-0001.jsonl:%d: %s exchange: ", d, at, c[1])
+      local st, out, err = H.specula({ "run", agent, "--input", input(3), "--replay-io", d, "--clock", "virtual" },
+        { BASE = server.base })
+      assert.equals(2, st, err)
+      assert.equals("", out)
+      assert.matches(where, err, 1, true)
+      assert.matches(c[3], err, 1, true)
+      -- every reader of tapes says the same
+      local st2, _, err2 = H.specula({ "cassette", "show", d })
+      assert.are_not.equal(0, st2)
+      assert.matches(where, err2, 1, true)
+    end)
+  end
+
+  it("a streamed answer whose chunk offset is not a number", function()
+    local d = tmp("bad")
+    os.execute("mkdir -p " .. H.quote(d))
+    local f = assert(io.open(d .. "/cassette-0001.jsonl", "w"))
+    f:write('{"specula_cassette":2,"clock":"real"}\n',
+      '{"kind":"http","key":"GET http://x/\\n","n":1,"stream":true,"res":{"status":200,"headers":{}},',
+      '"events":[[1.5,"a"],["2","b"]]}\n')
+    f:close()
+    local st, _, err = H.specula({ "cassette", "show", d })
+    assert.are_not.equal(0, st)
+    assert.matches(d .. "/cassette-0001.jsonl:2: http exchange: field events[1][0] is a string", err, 1, true)
+  end)
+end)
