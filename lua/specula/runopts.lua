@@ -28,7 +28,7 @@ usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
   --eps E               starvation risk for --k auto (default {eps})
   --seed N              seed of the simulated backend's keyed draws (default {seed})
   --concurrency N       queries in flight at once (default {concurrency})
-  --out FILE            write results here (JSONL); ids already in FILE are skipped
+  --out FILE            write results here (JSONL); ids already in FILE are skipped; - is stdout
   --trace FILE          Chrome trace-event JSON (Perfetto, chrome://tracing)
   --set key=value       a value for ctx.set (repeatable)
   --policy FILE         eligibility policy (overrides the agent's)
@@ -179,6 +179,11 @@ function M.parse_args(args)
   -- options that only mean something with another: silently doing nothing
   -- would look like success
   if o.summary and not o.compare then usage_error("--summary goes with --compare (it writes the comparison table)") end
+  -- `--out -` is stdout, as without --out (records only; the summary is on stderr)
+  if o.out == "-" then
+    if o.retry_failed then usage_error("--retry-failed needs --out FILE: stdout (--out -) cannot be resumed") end
+    o.out = nil
+  end
   if o.retry_failed and not o.out then
     usage_error("--retry-failed goes with --out (the file whose failed records run again)")
   end

@@ -176,3 +176,34 @@ describe("a tape whose fields have the wrong JSON types", function()
     assert.matches(d .. "/cassette-0001.jsonl:2: http exchange: field events[1][0] is a string", err, 1, true)
   end)
 end)
+
+describe("--out -", function()
+  it("writes the records to stdout (and only them), the summary to stderr, and creates no file '-'", function()
+    local d = tmp("cwd")
+    os.execute("mkdir -p " .. H.quote(d))
+    local inp = input(4)
+    for _, extra in ipairs({ {}, { "--compare", "sequential,spechop:k=2" } }) do
+      local cmd = "cd " .. H.quote(d) .. " && " .. H.quote(H.bin) .. " run " .. H.quote(H.root .. "/examples/multihop_sim.lua")
+        .. " --input " .. H.quote(inp) .. " --clock virtual --out -"
+      for _, a in ipairs(extra) do cmd = cmd .. " " .. H.quote(a) end
+      local st, out, err = H.sh(cmd)
+      assert.equals(0, st, err)
+      assert.is_nil(H.read(d .. "/-"))
+      local n = 0
+      for line in out:gmatch("[^\n]+") do
+        if #extra == 0 or line:sub(1, 1) == "{" then
+          local r = cjson.decode(line)
+          assert.is_string(r.id)
+          assert.is_table(r.stats)
+          n = n + 1
+        end
+      end
+      assert.equals(#extra > 0 and 8 or 4, n)
+      if #extra == 0 then assert.matches("4 queries %(0 failed%)", err) end
+    end
+    local st, _, err = H.specula({ "run", H.root .. "/examples/multihop_sim.lua", "--query", "x", "--out", "-",
+      "--retry-failed" })
+    assert.equals(2, st)
+    assert.matches("--retry-failed needs --out FILE", err, 1, true)
+  end)
+end)
