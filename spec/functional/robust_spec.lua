@@ -207,3 +207,25 @@ describe("--out -", function()
     assert.matches("--retry-failed needs --out FILE", err, 1, true)
   end)
 end)
+
+describe("specula-testserver --help", function()
+  it("documents every endpoint the server routes, and the README names each one", function()
+    local st, out, err = H.sh(H.quote(H.server_bin) .. " --help")
+    assert.equals(0, st, err)
+    assert.matches("usage: specula-testserver", out, 1, true)
+    -- the routes, as ts_dispatch() matches them
+    local src = assert(H.read(H.root .. "/spec/support/testserver.c"))
+    local body = src:match("static int ts_dispatch%(.-\n}\n")
+    assert.is_string(body)
+    local routes = {}
+    for r in body:gmatch('ts_eq%(p, "(/[^"]*)"%)') do routes[#routes + 1] = r end
+    for r in body:gmatch('ts_prefix%(p, "(/[^"]*)"') do routes[#routes + 1] = r:gsub("/$", "") end
+    assert.is_true(#routes >= 15, #routes .. " routes")
+    local readme = assert(H.read(H.root .. "/README.md"))
+    for _, r in ipairs(routes) do
+      assert.matches("\n  " .. r, out, 1, true)
+      assert.matches("`" .. r, readme, 1, true)
+    end
+    for _, flag in ipairs({ "--port N", "--host ADDR", "--files DIR" }) do assert.matches(flag, out, 1, true) end
+  end)
+end)

@@ -5,7 +5,8 @@
  *   specula-testserver [--port N] [--host 127.0.0.1] [--files DIR]
  *
  * After binding it prints "PORT <n> PID <pid>\n" on stdout and serves until
- * SIGTERM/SIGINT.  The modes are selected by path; see ts_dispatch().
+ * SIGTERM/SIGINT.  The modes are selected by path; see ts_dispatch(), and
+ * TS_HELP (--help) for what each path does.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -1834,6 +1835,56 @@ static void ts_usage(FILE *f) {
   fprintf(f, "usage: specula-testserver [--port N] [--host ADDR] [--files DIR]\n");
 }
 
+/* --help: the flags and every endpoint ts_dispatch() routes (a spec checks
+   that each route appears here). */
+static const char TS_HELP[] =
+  "\n"
+  "A loopback HTTP/1.1 server with scripted (mis)behaviour, for specula's tests\n"
+  "and benchmarks. It binds ADDR:N (default 127.0.0.1, port 0 = any free port),\n"
+  "prints \"PORT <n> PID <pid>\" on stdout and serves until SIGTERM or SIGINT.\n"
+  "\n"
+  "  --port N      port to listen on (0: pick a free one)\n"
+  "  --host ADDR   address to bind (default 127.0.0.1)\n"
+  "  --files DIR   directory served by /file (without it /file answers 404)\n"
+  "\n"
+  "Endpoints (any method; query parameters in [brackets] are optional):\n"
+  "  /hello                  200 \"hello\" (text/plain)\n"
+  "  /delay/MS               200 \"ok\" after MS milliseconds\n"
+  "  /hold[?ms=MS]           200 \"held\" after MS milliseconds (default 100)\n"
+  "  /status/CODE            status CODE (200-599) with a JSON error body;\n"
+  "                          [retry_after=V] Retry-After, [retry_after_ms=V]\n"
+  "                          retry-after-ms, [should_retry=true|false]\n"
+  "                          x-should-retry, [body=TEXT] the body instead,\n"
+  "                          [ctype=TYPE] its Content-Type\n"
+  "  /flaky/KEY/N/CODE       the first N requests for KEY get /status/CODE (same\n"
+  "                          parameters), later ones 200 {\"ok\":true,\"attempt\":A}\n"
+  "  /sse[?n=N&interval=MS&data=TEXT]\n"
+  "                          text/event-stream, chunked: N events (default 3)\n"
+  "                          \"data: TEXT I\" (default TEXT \"event\"), MS apart (10)\n"
+  "  /drip[?bytes=N&interval=MS]\n"
+  "                          Content-Length N (20), then one byte every MS (100)\n"
+  "  /big/N[?chunked=1]      N bytes of 'a', with Content-Length or chunked\n"
+  "  /reset[?after=N]        announces 1000000 bytes, sends N (0), then resets\n"
+  "                          the connection (RST)\n"
+  "  /stall                  headers (Content-Length 100), then silence until\n"
+  "                          the client goes away\n"
+  "  /badchunk               a chunked body with an invalid chunk size\n"
+  "  /truncated              Content-Length 100, 40 bytes of JSON, then close\n"
+  "  /invalid_utf8           200 JSON whose string holds bytes that are not UTF-8\n"
+  "  /echo[/ANY][?status=S]  the request as JSON: method, path, query (raw),\n"
+  "                          headers, body; with status S (default 200)\n"
+  "  /file?path=NAME         the file DIR/NAME (no absolute path, no ..) as a\n"
+  "                          chunked body: [split=N] the first N bytes, a pause,\n"
+  "                          the rest; or [chunk=N] N-byte pieces with pauses;\n"
+  "                          [pause=MS] between pieces (5); [status=S];\n"
+  "                          [ctype=TYPE] (default text/event-stream);\n"
+  "                          [cut=N] only N bytes, then close mid-body\n"
+  "  /stats                  JSON counters: accepted, open, closed, stall_open,\n"
+  "                          requests\n"
+  "  anything else           404 \"not found\"\n"
+  "Malformed parameters answer 400; a request head above 64 KB 431, a body above\n"
+  "64 MB 413.\n";
+
 static void ts_free_state(ts_server *s) {
   for (size_t i = 0; i < TS_FLAKY_BUCKETS; i++) {
     while (s->flaky[i]) {
@@ -1859,6 +1910,7 @@ int main(int argc, char **argv) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       ts_usage(stdout);
+      fputs(TS_HELP, stdout);
       return 0;
     }
     if (i + 1 >= argc) {
