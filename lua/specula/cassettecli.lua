@@ -21,8 +21,28 @@ usage: specula cassette ls DIR                 the files, their exchanges and an
 
 local usage, fail = lab.command("specula cassette", usage_text)
 
+-- What a call the recording cancelled asked for: a lone start line has
+-- no request, only its key ("GET url\nbody", "MCP server method\nparams",
+-- "SPEC tool\nargs").
+local function what_key(r)
+  local head, rest = tostring(r.key):match("^([^\n]*)\n?(.*)$")
+  if r.kind == "mcp" then
+    local server, method = head:match("^MCP (%S+) (%S+)")
+    local p = json.decode(rest)
+    local name = type(p) == "table" and type(p.name) == "string" and p.name
+    if server then return format("mcp %s %s%s", server, method, name and (" " .. name) or "") end
+  elseif r.kind == "spec" then
+    local tool = head:match("^SPEC (.*)$")
+    if tool then return format("speculator %s %s", tool, rest) end
+  elseif r.kind == "http" then
+    return head
+  end
+  return (tostring(r.key):gsub("\n", " "))
+end
+
 -- What the exchange asked for, one line.
 local function what(r)
+  if r.req == nil and r.kind ~= "job" then return what_key(r) end
   local q = r.req or {}
   if r.kind == "http" then return format("%s %s", tostring(q.method), tostring(q.url)) end
   if r.kind == "mcp" then
@@ -98,8 +118,10 @@ function M.main(args)
           for k, v in pairs(r) do if k ~= "file" and k ~= "line" then c[k] = v end end
           io.stdout:write(secrets.scrub_json(json.encode(c)), "\n")
         else
-          secrets.write(io.stdout, format("%-5s #%d\t%s\t%s\t%.1f ms\tquery %s hop %s thread %s%s%s\n", r.kind, r.n, what(r),
-            outcome(r), tonumber(r.ms) or 0, tostring(m.query or "-"), tostring(m.hop or "-"), tostring(m.thread or "-"),
+          -- a call cancelled before it answered has no latency
+          local ms = tonumber(r.ms) and format("%.1f ms", r.ms) or "- ms"
+          secrets.write(io.stdout, format("%-5s #%d\t%s\t%s\t%s\tquery %s hop %s thread %s%s%s\n", r.kind, r.n, what(r),
+            outcome(r), ms, tostring(m.query or "-"), tostring(m.hop or "-"), tostring(m.thread or "-"),
             m.job and (" " .. tostring(m.job)) or "", m.speculative and " speculative" or ""))
         end
       end

@@ -451,7 +451,7 @@ function M.main(agent, o, queries, script)
   local failed = 0
   for ci in ipairs(configs) do failed = failed + rows[ci].failed end
   if failed > 0 then require("specula.cli").set_exit(3) end
-  if interrupted then runner.interrupted(ndone, ntotal) end
+  if interrupted then runner.interrupted(ndone, ntotal, o.out) end
 end
 
 return M

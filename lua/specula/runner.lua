@@ -474,14 +474,18 @@ function M.main(agent, args, script)
   if cst and not o.quiet then require("specula.secrets").stderr(cassette.summary(cst), "\n") end
   if not acc then for _, r in ipairs(results) do strip(r) end end
   if agg.failed > 0 then require("specula.cli").set_exit(3) end
-  if interrupted then M.interrupted(#results, #pending) end
+  if interrupted then M.interrupted(#results, #pending, o.out) end
 end
 
--- The end of a run stopped by a signal: say so, exit 128 + signal.
-function M.interrupted(done, total)
+-- The end of a run stopped by a signal: say so and how to go on, exit
+-- 128 + signal. out: the --out file, nil when the records went to stdout.
+function M.interrupted(done, total, out)
   local sig = C.sp_host_signal(core.ctx)
-  require("specula.secrets").stderr(format("specula: %s: %d of %d queries finished and written; the rest did not run "
-    .. "(run the same command with --out to resume)\n", sig == 15 and "terminated" or "interrupted", done, total))
+  local next_step = out
+    and format("run the same command again to resume: the queries already in %s are skipped", out)
+    or "the records went to stdout, so nothing can be resumed: run with --out FILE, which a second run resumes"
+  require("specula.secrets").stderr(format("specula: %s: %d of %d queries finished and written; the rest did not run (%s)\n",
+    sig == 15 and "terminated" or "interrupted", done, total, next_step))
   C.sp_ctx_set_exit(core.ctx, 128 + sig)
 end
 

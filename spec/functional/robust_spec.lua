@@ -229,3 +229,58 @@ describe("specula-testserver --help", function()
     for _, flag in ipairs({ "--port N", "--host ADDR", "--files DIR" }) do assert.matches(flag, out, 1, true) end
   end)
 end)
+
+describe("messages that name the right thing", function()
+  it("cassette show names the request of a call the recording cancelled (no 'nil nil')", function()
+    local st, out, err = H.specula({ "cassette", "show", H.root .. "/examples/cassette/tape" })
+    assert.equals(0, st, err)
+    local cancelled = 0
+    for line in out:gmatch("[^\n]+") do
+      assert.not_matches("nil", line)
+      if line:find("\tcancelled\t", 1, true) then
+        cancelled = cancelled + 1
+        -- the tape's cancelled calls are the MCP tool's speculator
+        assert.matches('^spec  #%d+\tspeculator slow {"ms":600,"tag":"city %d:%d+"}\tcancelled\t%- ms\tquery c%d', line)
+      end
+    end
+    assert.is_true(cancelled > 0)
+  end)
+
+  it("report --query ID on a --compare trace names the processes it holds for that id", function()
+    local out, trace = tmp("cmp.jsonl"), tmp("cmp.json")
+    local st, _, err = H.specula({ "run", H.root .. "/examples/multihop_sim.lua", "--input", input(8), "--clock",
+      "virtual", "--compare", "sequential,spechop:k=2", "--out", out, "--trace", trace, "--quiet" })
+    assert.equals(0, st, err)
+    local st2, _, err2 = H.specula({ "report", out, "--trace", trace, "--query", "q7", "-o", tmp("r.html") })
+    assert.equals(1, st2)
+    assert.matches("--query 'q7': no such query in trace '" .. trace .. "'; this trace holds it once per "
+      .. "configuration: give --query 'q7 (sequential)' or 'q7 (spechop:k=2)'", err2, 1, true)
+    local st3, _, err3 = H.specula({ "report", out, "--trace", trace, "--query", "q7 (sequential)", "-o", tmp("r.html") })
+    assert.equals(0, st3, err3)
+    local st4, _, err4 = H.specula({ "report", out, "--trace", trace, "--query", "nope", "-o", tmp("r.html") })
+    assert.equals(1, st4)
+    assert.matches("no such query in trace '" .. trace .. "'\n", err4 .. "\n", 1, true)
+  end)
+
+  it("the SIGINT message says how to resume with --out, and that stdout cannot be resumed", function()
+    local inp = input(40)
+    for _, with_out in ipairs({ true, false }) do
+      local out, errf = tmp("sig.jsonl"), tmp("sig.err")
+      local args = H.quote(H.bin) .. " run " .. H.quote(H.root .. "/spec/functional/scripts/integrity.lua")
+        .. " --input " .. H.quote(inp) .. " --concurrency 2"
+      args = args .. (with_out and (" --out " .. H.quote(out) .. " >/dev/null") or (" >" .. H.quote(out)))
+      local _, so = H.sh("INTEGRITY_TARGET_MS=40 " .. args .. " 2>" .. H.quote(errf) .. " & pid=$!; while [ ! -s "
+        .. H.quote(out) .. " ]; do sleep 0.05; done; kill -INT $pid; wait $pid; echo $?")
+      local err = H.read(errf) or ""
+      assert.equals("130", so:match("%d+"), err)
+      if with_out then
+        assert.matches("(run the same command again to resume: the queries already in " .. out .. " are skipped)",
+          err, 1, true)
+      else
+        assert.matches("(the records went to stdout, so nothing can be resumed: run with --out FILE, which a "
+          .. "second run resumes)", err, 1, true)
+      end
+      assert.not_matches("with --out to resume", err, 1, true)
+    end
+  end)
+end)

@@ -205,7 +205,18 @@ local function timeline_section(configs, records, o)
       for _, p in pairs(procs) do
         if p.id == o.query and (not chosen or p.pid < chosen.pid) then chosen = p end
       end
-      if not chosen then fail("--query '" .. o.query .. "': no such query in trace '" .. o.trace .. "'") end
+      if not chosen then
+        -- a --compare trace names each process "ID (CONFIG)": say which exist
+        local near = {}
+        for _, p in pairs(procs) do
+          local id = tostring(p.id)
+          if id:sub(1, #o.query + 2) == o.query .. " (" then near[#near + 1] = "'" .. id .. "'" end
+        end
+        table.sort(near)
+        fail("--query '" .. o.query .. "': no such query in trace '" .. o.trace .. "'"
+          .. (#near > 0 and ("; this trace holds it once per configuration: give --query " .. table.concat(near, " or "))
+            or ""))
+      end
     else
       for _, p in pairs(procs) do
         if #p.spans > 0 and (not chosen or p.score > chosen.score or (p.score == chosen.score and p.pid < chosen.pid)) then
