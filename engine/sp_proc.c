@@ -1,9 +1,11 @@
 #include "sp_proc.h"
 #include "sp_http.h"
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SP_PROC_ERRKEEP 4096          /* stderr bytes kept for messages */
 #define SP_PROC_PREFIX 256            /* start of a dropped oversized line kept */
@@ -128,6 +130,26 @@ static void terminate(sp_proc *p, double grace_ms) {
     uv_timer_start(&p->kill_timer, on_kill_timer, grace_ms > 0 ? (uint64_t)grace_ms : 1, 0);
 }
 
+static void take_stdout(sp_proc *p, const char *s, size_t n);
+static void keep_stderr(sp_proc *p, const char *s, size_t n);
+
+/* Read what a pipe holds now (it is non-blocking), at most `cap` bytes, into
+   stdout's buffer or stderr's tail. */
+static void drain_pipe(sp_proc *p, uv_pipe_t *pipe, int is_out, size_t cap) {
+  uv_os_fd_t fd;
+  if (uv_is_closing((uv_handle_t *)pipe) || uv_fileno((uv_handle_t *)pipe, &fd) != 0) return;
+  char buf[16384];
+  size_t got = 0;
+  while (got < cap) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (is_out) take_stdout(p, buf, (size_t)n);
+    else keep_stderr(p, buf, (size_t)n);
+    got += (size_t)n;
+  }
+}
+
 static void on_child_exit(uv_process_t *h, int64_t status, int sig) {
   sp_proc *p = h->data;
   p->exited = 1;
@@ -137,13 +159,18 @@ static void on_child_exit(uv_process_t *h, int64_t status, int sig) {
   uv_timer_stop(&p->kill_timer);
   close_handle(p, (uv_handle_t *)&p->kill_timer);
   close_stdin(p);
-  /* A grandchild may hold the pipes open: once the child is gone and we are
-     closing, nobody reads them any more. */
-  if (p->closing) {
-    close_handle(p, (uv_handle_t *)&p->out);
-    close_handle(p, (uv_handle_t *)&p->err);
-    p->out_eof = p->err_eof = 1;
+  /* The server is gone, whoever else holds its pipes: a child of its own
+     that inherited stdout would keep them open for as long as it lives,
+     and the crash would go unnoticed until then. What the server wrote
+     before it exited is in the pipes now: take it (its last answers, the
+     stderr lines that say why it died), then stop reading. */
+  if (!p->closing) {
+    drain_pipe(p, &p->out, 1, p->max_line + 65536);
+    drain_pipe(p, &p->err, 0, SP_PROC_ERRKEEP * 4);
   }
+  close_handle(p, (uv_handle_t *)&p->out);
+  close_handle(p, (uv_handle_t *)&p->err);
+  p->out_eof = p->err_eof = 1;
   wake(p);
 }
 
@@ -214,22 +241,25 @@ static void on_out(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   if (nread != 0) wake(p);
 }
 
+/* Keep the last SP_PROC_ERRKEEP bytes of stderr. */
+static void keep_stderr(sp_proc *p, const char *s, size_t n) {
+  if (n >= SP_PROC_ERRKEEP) {
+    s += n - SP_PROC_ERRKEEP;
+    n = SP_PROC_ERRKEEP;
+  }
+  if (p->err_len + n > SP_PROC_ERRKEEP) {
+    size_t drop = p->err_len + n - SP_PROC_ERRKEEP;
+    memmove(p->errkeep, p->errkeep + drop, p->err_len - drop);
+    p->err_len -= drop;
+  }
+  memcpy(p->errkeep + p->err_len, s, n);
+  p->err_len += n;
+}
+
 static void on_err(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   sp_proc *p = st->data;
   if (nread > 0) {
-    size_t n = (size_t)nread;
-    const char *s = buf->base;
-    if (n >= SP_PROC_ERRKEEP) {
-      s += n - SP_PROC_ERRKEEP;
-      n = SP_PROC_ERRKEEP;
-    }
-    if (p->err_len + n > SP_PROC_ERRKEEP) {
-      size_t drop = p->err_len + n - SP_PROC_ERRKEEP;
-      memmove(p->errkeep, p->errkeep + drop, p->err_len - drop);
-      p->err_len -= drop;
-    }
-    memcpy(p->errkeep + p->err_len, s, n);
-    p->err_len += n;
+    keep_stderr(p, buf->base, (size_t)nread);
   } else if (nread < 0) {
     p->err_eof = 1;
     close_handle(p, (uv_handle_t *)&p->err);

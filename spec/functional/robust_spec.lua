@@ -284,3 +284,33 @@ describe("messages that name the right thing", function()
     end
   end)
 end)
+
+describe("an MCP server over stdio that dies while a child of its own holds its stdout", function()
+  it("fails the call when the server exits (its status and last stderr lines), not when the child does", function()
+    local server = H.root .. "/spec/support/mcp_testserver.js"
+    local pidfile = tmp("orphan.pid")
+    finally(function()
+      local pid = (H.read(pidfile) or ""):match("%d+")
+      if pid then os.execute("kill " .. pid .. " 2>/dev/null") end
+    end)
+    local st, out, err = H.run_lua([[
+local specula = require "specula"
+local c = assert(specula.mcp.connect{ command = { "node", ]] .. string.format("%q", server) .. [[ }, name = "dies" })
+-- the orphan sleeps 30 s holding the pipes; the call would wait for its
+-- 15 s timeout if only the pipes' end told that the server died
+local r, err = c:call("crash", { orphan_s = 30, pidfile = ]] .. string.format("%q", pidfile) .. [[ },
+  { timeout_ms = 15000 })
+local again = assert(c:call("echo", { text = "restarted" }))
+c:close()
+print(specula.json.encode({ err = err, again = again.content[1].text, procs = specula.settle().procs }))
+]])
+    assert.equals(0, st, err)
+    local r = H.last_json(out)
+    assert.matches("mcp server 'dies'", r.err, 1, true)
+    assert.matches("exited with status 3", r.err, 1, true)
+    assert.matches("boom: crashing on purpose", r.err, 1, true)
+    assert.not_matches("no response within", r.err, 1, true)
+    assert.equals("echo: restarted", r.again)
+    assert.equals(0, r.procs)
+  end)
+end)

@@ -36,7 +36,10 @@
 //   slow {ms, tag}         readOnlyHint   -> answers after ms unless cancelled first
 //   write {path, text}     destructiveHint-> appends to an in-memory journal
 //   fail {}                (none)         -> isError result
-//   crash {}               (none)         -> writes to stderr, exits with status 3
+//   crash {orphan_s}       (none)         -> writes to stderr, exits with status 3; with orphan_s, first
+//                                            starts `sleep orphan_s` holding its stdout and stderr (a child
+//                                            that outlives it; its pid is on stderr as "orphan pid N" and,
+//                                            with pidfile, in that file)
 //   garbage {}             (none)         -> a non-JSON line, then the answer
 //   unknown_id {}          (none)         -> a response with an unknown id, then the answer
 //   big {bytes}            (none)         -> an answer of about `bytes` bytes
@@ -184,6 +187,13 @@ function handle(msg, out) {
     case 'write': log.journal.push(a.path + ':' + a.text); return reply(text('wrote ' + a.path));
     case 'fail': return reply({ content: [{ type: 'text', text: 'no such thing' }], isError: true });
     case 'crash':
+      if (a.orphan_s) {
+        const child = require('child_process').spawn('sleep', [String(a.orphan_s)],
+          { stdio: ['ignore', 'inherit', 'inherit'], detached: true });
+        child.unref();
+        process.stderr.write('orphan pid ' + child.pid + '\n');
+        if (a.pidfile) require('fs').writeFileSync(a.pidfile, String(child.pid));
+      }
       process.stderr.write('testserver: about to crash\nboom: crashing on purpose\n');
       setTimeout(() => process.exit(3), 20);
       return;
