@@ -1,4 +1,5 @@
 #include "sp_ctx.h"
+#include "sp_host.h"
 #include "sp_http.h"
 #include "sp_proc.h"
 #include "sp_sched.h"
@@ -99,6 +100,9 @@ int sp_ctx_shutdown(sp_ctx *ctx) {
   uv_idle_stop(&ctx->ready_idle);
   uv_close((uv_handle_t *)&ctx->ready_idle, NULL);
   uv_close((uv_handle_t *)&ctx->reap_prep, NULL);
+  uv_run(&ctx->loop, UV_RUN_DEFAULT);
+  /* the children are reaped: signals may take their default action again */
+  sp_host_close_signals(ctx);
   uv_run(&ctx->loop, UV_RUN_DEFAULT);
   int stray = 0;
   uv_walk(&ctx->loop, close_any, &stray);

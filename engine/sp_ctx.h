@@ -64,7 +64,8 @@ struct sp_ctx {
   int next_window_id;      /* last window id handed out */
   uv_signal_t sig_int;     /* SIGINT watcher of a run (sp_host_trap_signals) */
   uv_signal_t sig_term;    /* SIGTERM watcher of a run */
-  int sig_armed;           /* the watchers are started (closed when sp_host_run ends) */
+  int sig_armed;           /* the watchers are started (closed at shutdown, once the children are reaped) */
+  int sig_run;             /* a run trapped them: its first signal stops it gracefully */
   int sig_caught;          /* first SIGINT/SIGTERM received while armed, 0 if none */
   struct sp_proc *procs;   /* live child processes (sp_proc.c), for shutdown */
   struct sp_rpc_post *rpc_posts; /* cancel notifications still being POSTed */

@@ -1,5 +1,6 @@
 #include "sp_host.h"
 #include "sp_jsonenc.h"
+#include "sp_proc.h"
 #include "sp_sched.h"
 #include "sp_window.h"
 #include <signal.h>
@@ -137,13 +138,17 @@ int sp_host_path_kind(const char *path) {
 }
 
 /* A signal while a run is armed: remember it and cancel every window, so the
-   run stops waiting and writes what finished. A second signal ends the
-   process the ordinary way (the default action). */
+   run stops waiting and writes what finished. A second signal, or any
+   signal outside a run (a plain program, or the shutdown waiting for a
+   child's grace period), ends the process the ordinary way (the default
+   action), once its children are killed and reaped: left alone they would
+   outlive it, or stay as zombies where nothing reaps orphans. */
 static void on_signal(uv_signal_t *h, int signum) {
   sp_ctx *ctx = h->data;
-  if (ctx->sig_caught) {
+  if (ctx->sig_caught || !ctx->sig_run || ctx->stopping) {
     uv_signal_stop(&ctx->sig_int);
     uv_signal_stop(&ctx->sig_term);
+    sp_proc_reap_now(ctx);
     signal(signum, SIG_DFL);
     raise(signum);
     return;
@@ -154,7 +159,7 @@ static void on_signal(uv_signal_t *h, int signum) {
   sp_window_cancel_all(ctx);
 }
 
-void sp_host_trap_signals(sp_ctx *ctx) {
+void sp_host_watch_signals(sp_ctx *ctx) {
   if (ctx->sig_armed) return;
   uv_signal_init(&ctx->loop, &ctx->sig_int);
   uv_signal_init(&ctx->loop, &ctx->sig_term);
@@ -167,13 +172,19 @@ void sp_host_trap_signals(sp_ctx *ctx) {
   ctx->sig_armed = 1;
 }
 
+void sp_host_trap_signals(sp_ctx *ctx) {
+  sp_host_watch_signals(ctx);
+  ctx->sig_run = 1;
+}
+
 int sp_host_signal(sp_ctx *ctx) { return ctx->sig_caught; }
 
-static void close_signals(sp_ctx *ctx) {
+void sp_host_close_signals(sp_ctx *ctx) {
   if (!ctx->sig_armed) return;
   uv_close((uv_handle_t *)&ctx->sig_int, NULL);
   uv_close((uv_handle_t *)&ctx->sig_term, NULL);
   ctx->sig_armed = 0;
+  ctx->sig_run = 0;
 }
 
 static int traceback(lua_State *L) {
@@ -236,7 +247,9 @@ static int run_main(sp_ctx *ctx, int argc, char **argv) {
 
 int sp_host_run(sp_ctx *ctx, int argc, char **argv) {
   int rc = run_main(ctx, argc, argv);
-  close_signals(ctx);
+  /* the run is over: a signal from here on (the shutdown waits for the
+     children) ends the process, its children reaped first */
+  ctx->sig_run = 0;
   /* an interrupted run that otherwise succeeded still says so (128 + signal) */
   if (ctx->sig_caught && rc == 0) rc = 128 + ctx->sig_caught;
   return rc;

@@ -9,5 +9,10 @@ int sp_host_init(sp_ctx *ctx, const char *argv0, char *err, size_t errlen);
 /* Call specula.cli.main(args) and run the loop until the main task ends.
    Returns the process exit status. */
 int sp_host_run(sp_ctx *ctx, int argc, char **argv);
+/* Watch SIGINT/SIGTERM so that a signal kills and reaps the children
+   before the process dies (started with the first child process). */
+void sp_host_watch_signals(sp_ctx *ctx);
+/* Stop watching (shutdown, once the children are reaped). */
+void sp_host_close_signals(sp_ctx *ctx);
 
 #endif

@@ -1,10 +1,12 @@
 #include "sp_proc.h"
 #include "sp_http.h"
+#include "sp_host.h"
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define SP_PROC_ERRKEEP 4096          /* stderr bytes kept for messages */
@@ -330,6 +332,8 @@ sp_proc *sp_proc_spawn(sp_ctx *ctx, const sp_proc_opts *o, char *err, size_t err
     return NULL;
   }
   p->spawned = 1;
+  /* a signal that ends the process takes the children with it, reaped */
+  sp_host_watch_signals(ctx);
   p->refs = 1;   /* Lua's */
   p->counted = 1;
   ctx->counts.procs++;
@@ -652,5 +656,21 @@ void sp_proc_shutdown(sp_ctx *ctx) {
       /* the loop runs until the child is reaped (SIGKILL after a grace) */
       terminate(p, SP_PROC_SHUTDOWN_GRACE);
     }
+  }
+}
+
+/* The process dies now (a second signal): no loop will run to reap the
+   children, so kill them and wait for each here. Left alone they would
+   outlive it, or stay as zombies where nothing reaps orphans. */
+void sp_proc_reap_now(sp_ctx *ctx) {
+  for (sp_proc *p = ctx->procs; p; p = p->next) {
+    if (!p->spawned || p->exited) continue;
+    pid_t pid = (pid_t)p->proc.pid;
+    if (pid <= 0) continue;
+    kill(pid, SIGKILL);
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    p->exited = 1;
   }
 }

@@ -17,5 +17,6 @@
 #include "sp_timer.h"
 
 void sp_proc_shutdown(sp_ctx *ctx);   /* kill and close every process, free pending cancel posts */
+void sp_proc_reap_now(sp_ctx *ctx);   /* SIGKILL every live child and wait for it (the process is about to die) */
 
 #endif

@@ -314,3 +314,63 @@ print(specula.json.encode({ err = err, again = again.content[1].text, procs = sp
     assert.equals(0, r.procs)
   end)
 end)
+
+describe("a second signal", function()
+  it("kills and reaps the run's MCP server before the process ends (no orphan, no zombie)", function()
+    local server = H.root .. "/spec/support/mcp_testserver.js"
+    local pidfile, agent = tmp("server.pid"), tmp("mcp_slow.lua")
+    local f = assert(io.open(agent, "w"))
+    -- a server that ignores SIGTERM and the end of its stdin: only a
+    -- kill ends it, so an orphan would stay
+    f:write([[
+local specula = require "specula"
+local c = assert(specula.mcp.connect{ command = { "node", ]] .. string.format("%q", server) .. [[ }, name = "slow",
+  env = { MCP_TS_STUBBORN = "1" } })
+local pf = assert(io.open(]] .. string.format("%q", pidfile) .. [[, "w"))
+pf:write(c.pid) pf:close()
+return specula.agent {
+  init = function(q) return { q = q } end,
+  step = function(s) if s.done then return { final = s.done } end
+    return { segment = "s", action = { tool = "slow", args = { ms = 30000, tag = s.q } } } end,
+  update = function(s, step, obs) return { q = s.q, done = "x" } end,
+  tools = specula.tools.mcp(c, { include = { "slow" } }),
+}
+]])
+    f:close()
+    local spid
+    finally(function() if spid then os.execute("kill -9 " .. spid .. " 2>/dev/null") end end)
+    local _, so = H.sh("(" .. H.quote(H.bin) .. " run " .. H.quote(agent) .. " --input " .. H.quote(input(3))
+      .. " --quiet >/dev/null 2>&1 & pid=$!; while [ ! -s " .. H.quote(pidfile) .. " ]; do sleep 0.05; done; "
+      .. "sleep 0.5; kill -TERM $pid; sleep 0.2; kill -TERM $pid; wait $pid; echo status $?; "
+      .. "s=$(cat " .. H.quote(pidfile) .. "); if [ -e /proc/$s ]; then echo left $(awk '/^State/ {print $2}' /proc/$s/status); "
+      .. "else echo gone; fi)")
+    spid = (H.read(pidfile) or ""):match("%d+")
+    assert.matches("status 143", so, 1, true)
+    assert.matches("gone", so, 1, true)
+  end)
+end)
+
+describe("a signal to a plain program that started an MCP server", function()
+  it("kills and reaps the server before the process dies", function()
+    local server = H.root .. "/spec/support/mcp_testserver.js"
+    local pidfile, prog = tmp("server.pid"), tmp("plain_mcp.lua")
+    local f = assert(io.open(prog, "w"))
+    f:write([[
+local specula = require "specula"
+local c = assert(specula.mcp.connect{ command = { "node", ]] .. string.format("%q", server) .. [[ }, name = "s",
+  env = { MCP_TS_STUBBORN = "1" } })
+local pf = assert(io.open(]] .. string.format("%q", pidfile) .. [[, "w"))
+pf:write(c.pid) pf:close()
+specula.sleep(30000)
+]])
+    f:close()
+    local spid
+    finally(function() if spid then os.execute("kill -9 " .. spid .. " 2>/dev/null") end end)
+    local _, so = H.sh("(" .. H.quote(H.bin) .. " run " .. H.quote(prog) .. " >/dev/null 2>&1 & pid=$!; while [ ! -s "
+      .. H.quote(pidfile) .. " ]; do sleep 0.05; done; kill -TERM $pid; wait $pid; echo status $?; "
+      .. "s=$(cat " .. H.quote(pidfile) .. "); if [ -e /proc/$s ]; then echo left; else echo gone; fi)")
+    spid = (H.read(pidfile) or ""):match("%d+")
+    assert.matches("status 143", so, 1, true)
+    assert.matches("gone", so, 1, true)
+  end)
+end)

@@ -271,7 +271,13 @@ if (!flag('--http')) {
       dispatch(msg, out);
     }
   });
-  process.stdin.on('end', () => process.exit(0));
+  // MCP_TS_STUBBORN=1: a server that outlives its client (ignores SIGTERM and
+  // the end of its stdin); only SIGKILL ends it
+  if (process.env.MCP_TS_STUBBORN === '1') {
+    process.on('SIGTERM', () => {});
+    setInterval(() => {}, 1 << 30);   // alive with nothing left to read
+  }
+  else process.stdin.on('end', () => process.exit(0));
   process.stderr.write('testserver: ready on stdio\n');
 } else {
   const SID = 'sess-' + process.pid;
