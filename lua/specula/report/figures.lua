@@ -8,7 +8,8 @@ local svg = require "specula.svg"
 local common = require "specula.report.common"
 local rstats = require "specula.report.stats"
 
-local format, floor, ceil, max, min, sqrt = string.format, math.floor, math.ceil, math.max, math.min, math.sqrt
+local format, floor, ceil, max, min, sqrt, abs = string.format, math.floor, math.ceil, math.max, math.min, math.sqrt,
+  math.abs
 local sort = table.sort
 local tostring, ipairs = tostring, ipairs
 local num = svg.num
@@ -262,6 +263,35 @@ local function collect_stages(records)
   return data
 end
 
+-- A label's width in px at the figures' annotation size (11.5 px; digits
+-- and letters average under 0.6 em), for placing text clear of marks.
+local function text_width(s)
+  local chars = 0
+  for _ in s:gmatch("[^\128-\191]") do chars = chars + 1 end
+  return chars * 7
+end
+M.text_width = text_width
+
+-- The x domain of a stage histogram: the data's own range (0.5th to 99.5th
+-- percentile, the mean inside), not [0, max]: stage times cluster (a tool
+-- answering in 590-610 ms), and from 0 they would fill one or two bars at
+-- the right edge. From 0 only when the data comes near it anyway.
+local function histogram_domain(xs, mean)
+  local lo = min(metrics.percentile(xs, 0.5), mean)
+  local hi = max(metrics.percentile(xs, 99.5), mean)
+  if hi - lo < 1e-9 then
+    local pad = max(abs(hi) * 0.05, 0.5)
+    lo, hi = lo - pad, hi + pad
+  end
+  if lo > 0 and lo < (hi - lo) * 0.25 then lo = 0 end
+  local xlo, xhi = svg.nice_domain(lo, hi, 6)
+  local smallest = xs[1]
+  for i = 2, #xs do if xs[i] < smallest then smallest = xs[i] end end
+  if xlo < 0 and smallest >= 0 then xlo = 0 end
+  return xlo, xhi
+end
+M.histogram_domain = histogram_domain
+
 local function histogram_panel(c, x0, y0, w, h, st, xs)
   local L, R, Tp, B = x0 + 56, x0 + w - 12, y0 + 40, y0 + h - 44
   c:text(x0 + 56, y0 + 18, format("%s — %s", st.name, st.what), { class = "panel-title" })
@@ -272,17 +302,14 @@ local function histogram_panel(c, x0, y0, w, h, st, xs)
   end
   local mean = metrics.mean(xs)
   local sigma = sd(xs, mean)
-  local p995 = metrics.percentile(xs, 99.5)
-  local xmax = max(p995, mean)
-  if xmax <= 0 then xmax = 1 end
-  local xlo, xhi = svg.nice_domain(0, xmax, 6)
+  local xlo, xhi = histogram_domain(xs, mean)
   local nb = max(10, min(40, ceil(sqrt(n))))
   local bw = (xhi - xlo) / nb
-  local counts, over = {}, 0
+  local counts, over, under = {}, 0, 0
   for i = 1, nb do counts[i] = 0 end
   for _, v in ipairs(xs) do
     local i = floor((v - xlo) / bw) + 1
-    if i < 1 then i = 1 end
+    if i < 1 then i = 1; if v < xlo then under = under + 1 end end
     if i > nb then i = nb; if v > xhi then over = over + 1 end end
     counts[i] = counts[i] + 1
   end
@@ -301,14 +328,24 @@ local function histogram_panel(c, x0, y0, w, h, st, xs)
           tip = format("%s–%s ms: %d hops", fms(a), fms(b), counts[i]) })
     end
   end
-  c:line(x(mean), Tp - 4, x(mean), B, { stroke = "#222", stroke_width = 1.4, stroke_dasharray = "5 4",
+  local xm = x(mean)
+  c:line(xm, Tp - 4, xm, B, { stroke = "#222", stroke_width = 1.4, stroke_dasharray = "5 4",
     tip = "mean " .. fms(mean) .. " ms" })
   local lines = { format("μ = %s ms", fms(mean)), format("σ = %s ms", fms(sigma)), format("n = %d", n) }
+  if under > 0 then lines[#lines + 1] = format("%d below %s ms (first bin)", under, fms(xlo)) end
   if over > 0 then lines[#lines + 1] = format("%d above %s ms (last bin)", over, fms(xhi)) end
-  for i, s in ipairs(lines) do
-    c:text(R - 4, Tp + 6 + 15 * (i - 1), s, { class = "annot stat", text_anchor = "end" })
+  -- the labels go on the side away from the mean line, on a backdrop that
+  -- keeps them readable over the bars
+  local wmax = 0
+  for _, s2 in ipairs(lines) do wmax = max(wmax, text_width(s2)) end
+  local left = xm >= (L + R) / 2
+  local bx = left and (L + 4) or (R - 4 - wmax - 4)
+  c:rect(bx, Tp - 6, wmax + 8, 15 * #lines + 4, { fill = "#fff", fill_opacity = 0.8, class = "stat-box" })
+  for i, s2 in ipairs(lines) do
+    c:text(left and (bx + 4) or (R - 4), Tp + 6 + 15 * (i - 1), s2,
+      { class = "annot stat", text_anchor = left and "start" or "end" })
   end
-  return { mean = mean, sd = sigma, n = n }
+  return { mean = mean, sd = sigma, n = n, lo = xlo, hi = xhi }
 end
 
 local function fig_stages(records)
