@@ -380,8 +380,23 @@ function M.main(agent, o, queries, script)
   -- first sequential configuration, when there is one.
   local tallies, agree_base = {}, nil
   for ci, c in ipairs(configs) do if c.mode == "sequential" and not agree_base then agree_base = ci end end
+  -- A predictor that learns across queries starts every configuration
+  -- from what it knew before the first: otherwise a configuration's
+  -- results would depend on the ones listed before it. (specula.predict's
+  -- predictors can be saved and restored; another predictor that learns
+  -- carries its learning from one configuration into the next.)
+  local P = agent.predict
+  local function copy(v)
+    if type(v) ~= "table" then return v end
+    local t = {}
+    for k, x in pairs(v) do t[k] = copy(x) end
+    return t
+  end
+  local learned0 = type(P) == "table" and type(P.state) == "function" and type(P.restore) == "function"
+    and copy(P:state()) or nil
   for ci, c in ipairs(configs) do
     if interrupted then break end
+    if learned0 and ci > 1 then P:restore(copy(learned0)) end
     local oc = {}
     for k, v in pairs(o) do oc[k] = v end
     oc.mode = c.mode

@@ -128,6 +128,8 @@ function M.build(spec, agent_tools, script_dir)
         d, rate, burst = decision_of(v, "class " .. cls), 0, 0
       end
       if C.sp_policy_class(p, cls, d, rate, burst) < 0 then error("policy: cannot add class " .. cls, 0) end
+      -- a rate is one bucket for the whole run: the queries in flight share it
+      if type(rate) == "number" and rate > 0 then obj.rate_class = cls end
     end
     local mapped = {}
     for tool, cls in pairs(spec.tools or {}) do

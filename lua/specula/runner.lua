@@ -141,7 +141,6 @@ local function finish_window(run, w, q, index)
     if qmt then run.kept[qmt] = nil end
     if list then rec.candidates = json.array(list) end
   end
-  if run.learn and rec.trajectory and not rec.error then run.learn(rec.trajectory) end
   if o.trace and run.trace_out then
     tracewriter.events(w, index + (run.trace_pid or 0), q, run.trace_out, run.trace_config)
   end
@@ -241,6 +240,28 @@ run_batch = function(run, queries, emit, progress)
   local t0 = sched.real_now()   -- the progress line's rate is real queries per second
   local sum_wall, sum_std = 0, 0
   local conc = math.min(o.concurrency or D.concurrency, math.max(n, 1))
+  -- State the queries share makes a query's result depend on which
+  -- others ran before or beside it: a predictor that learns across queries
+  -- (it learns each trajectory in input order, below, so a query only ever
+  -- sees what the queries before it taught), --k auto's live estimates, a
+  -- policy class with a rate (one bucket for the run). Under the virtual
+  -- clock results must not depend on --concurrency, so such a run takes
+  -- its queries one at a time in input order, as --concurrency 1 does (it
+  -- costs little: nothing waits in real time, and each query is timed
+  -- from its own start).
+  local shared = run.learn and "the agent's predictor learns across queries"
+    or run.kauto and "--k auto estimates alpha and beta over the whole run"
+    or run.policy.rate_class and ("the policy's class '" .. tostring(run.policy.rate_class)
+      .. "' has a rate, shared by the whole run")
+  if shared and conc > 1 and sched.clock() == "virtual" then
+    if not run.serial_noted and not o.quiet then
+      run.serial_noted = true
+      io.stderr:write("specula: note: ", shared, ", so under the virtual clock the queries run one at a time in "
+        .. "input order (--concurrency changes no result)\n")
+    end
+    conc = 1
+  end
+  local learn = run.learn
   local group = ffi.gc(C.sp_wgroup_new(core.ctx), C.sp_wgroup_free)
   local active_w, active_i = {}, {}   -- window id -> window, query index
   local me = sched.current("specula.run")
@@ -260,9 +281,11 @@ run_batch = function(run, queries, emit, progress)
     done = done + 1
     if rec and rec._agg then sum_wall, sum_std = sum_wall + rec._agg.wall, sum_std + rec._agg.std end
     while results[next_emit] do
+      local r = results[next_emit]
+      if learn and r.trajectory and not r.error then learn(r.trajectory) end
       -- what emit returns stands for the record from then on (--compare
       -- keeps a slim copy and lets the record go)
-      results[next_emit] = emit(results[next_emit], next_emit) or results[next_emit]
+      results[next_emit] = emit(r, next_emit) or r
       next_emit = next_emit + 1
     end
     if progress and rec then progress(done, n, t0, sum_wall, sum_std) end

@@ -374,3 +374,76 @@ specula.sleep(30000)
     assert.matches("gone", so, 1, true)
   end)
 end)
+
+describe("under the virtual clock --concurrency changes no result", function()
+  -- the records of `specula run SCRIPT --input IN --clock virtual ARGS --concurrency C`, as text
+  local function records(script, inp, c, args)
+    local out = tmp("conc.jsonl")
+    local a = { "run", script, "--input", inp, "--clock", "virtual", "--concurrency", tostring(c), "--out", out }
+    for _, x in ipairs(args or {}) do a[#a + 1] = x end
+    local st, _, err = H.specula(a)
+    assert.equals(0, st, err)
+    local text = H.read(out)
+    assert.equals(40, #H.jsonl(text))
+    return text, err
+  end
+
+  local RATE_AGENT = [[
+local specula = require "specula"
+local a = specula.sim.multihop { hops = 4, p = 0.7, seg = { "lognormal", 10, 0.3 }, spec = { "lognormal", 5, 0.3 },
+  target = { "lognormal", 60, 0.3 } }
+a.policy = { classes = { limited = { decision = "full", rate = 20, burst = 1 } }, tools = { search = "limited" } }
+return a
+]]
+
+  local cases = {
+    { "a predictor that learns across queries (examples/paste_research.lua)", H.root .. "/examples/paste_research.lua",
+      {}, "the agent's predictor learns across queries" },
+    { "--k auto (live estimates over the run)", H.root .. "/examples/multihop_sim.lua", { "--k", "auto" },
+      "--k auto estimates alpha and beta over the whole run" },
+    { "a policy class with a rate (one bucket for the run)", "RATE", { "--k", "inf" },
+      "the policy's class 'limited' has a rate" },
+    { "a plain agent", H.root .. "/examples/multihop_sim.lua", { "--k", "3" }, nil },
+  }
+  for _, c in ipairs(cases) do
+    it(c[1] .. ": the same records at 1, 7 and 40 queries in flight", function()
+      local script = c[2]
+      if script == "RATE" then
+        script = tmp("rate_agent.lua")
+        local f = assert(io.open(script, "w"))
+        f:write(RATE_AGENT)
+        f:close()
+      end
+      local inp = input(40)
+      local one = records(script, inp, 1, c[3])
+      for _, n in ipairs({ 7, 40 }) do
+        local text, err = records(script, inp, n, c[3])
+        assert.equals(one, text, "--concurrency " .. n)
+        if c[4] then
+          assert.matches("note: " .. c[4], err, 1, true)
+          assert.matches("the queries run one at a time in input order (--concurrency changes no result)", err, 1, true)
+        else
+          assert.not_matches("note:", err, 1, true)
+        end
+      end
+    end)
+  end
+
+  it("--compare: a configuration's results do not depend on the configurations before it", function()
+    local inp = input(40)
+    local both, alone = tmp("both.jsonl"), tmp("alone.jsonl")
+    local agent = H.root .. "/examples/paste_research.lua"
+    local st, _, err = H.specula({ "run", agent, "--input", inp, "--clock", "virtual", "--compare",
+      "sequential,spechop:k=2", "--out", both, "--quiet" })
+    assert.equals(0, st, err)
+    st, _, err = H.specula({ "run", agent, "--input", inp, "--clock", "virtual", "--compare", "spechop:k=2",
+      "--out", alone, "--quiet" })
+    assert.equals(0, st, err)
+    local from_both = {}
+    for line in H.read(both):gmatch("[^\n]+") do
+      if line:find('"config":"spechop:k=2"', 1, true) then from_both[#from_both + 1] = line end
+    end
+    assert.equals(40, #from_both)
+    assert.equals(table.concat(from_both, "\n") .. "\n", H.read(alone))
+  end)
+end)
