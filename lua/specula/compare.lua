@@ -344,7 +344,7 @@ function M.cli_main(args)
   if failed > 0 then require("specula.cli").set_exit(3) end
 end
 
-function M.main(agent, o, queries, script)
+function M.main(agent, o, src, script)
   local configs = M.parse(o.compare)
   -- before any configuration runs: one that cannot, says so now
   for _, c in ipairs(configs) do
@@ -374,7 +374,8 @@ function M.main(agent, o, queries, script)
   local tracewriter = o.trace and require("specula.tracewriter")
   local trace_f = o.trace and records.open_output(o.trace, "w", "--trace file")
   local trace_events, trace_entries = {}, {}
-  local all, interrupted, ndone, ntotal = {}, false, 0, #queries * #configs
+  local nq = src.n
+  local all, interrupted, ndone, ntotal = {}, false, 0, nq * #configs
   -- What the table needs of each record, kept out of the Lua heap once the
   -- record is written (specula.tally); agreement is computed against the
   -- first sequential configuration, when there is one.
@@ -406,40 +407,36 @@ function M.main(agent, o, queries, script)
     oc.predict = c.predict or o.predict
     oc.match = c.match or o.match
     oc.trigger = c.trigger or o.trigger
-    local missing = {}
-    local t = tally.new(#queries)
+    local t = tally.new(nq)
     tallies[ci] = t
-    for i, q in ipairs(queries) do
-      local prev = skip[c.name .. "\0" .. tostring(q.id)]
-      if prev then
-        t:add(i, prev, agree_base and agree_text(prev))
-      else
-        missing[#missing + 1] = { q = q, i = i }
-      end
-    end
+    -- the queries this configuration still has to run, read from the input
+    -- as it runs them; those already in --out go straight to the tally
+    local function prev_of(q) return skip[c.name .. "\0" .. tostring(q.id)] end
+    local list = src:stream(next(skip) ~= nil and prev_of or nil, function(q)
+      local prev = prev_of(q)
+      t:add(q.index, prev, agree_base and agree_text(prev))
+    end)
     require("specula.cassette").rewind()   -- a replayed cassette starts over for each config
     local run = runner.make_run(agent, oc, script)
     -- written, then dropped (below): engine-written JSON, unless traced
     run.raw_stages = not o.trace
     if o.trace then
-      run.trace_out, run.trace_pid, run.trace_config = trace_events, (ci - 1) * #queries, c.name
+      run.trace_out, run.trace_pid, run.trace_config = trace_events, (ci - 1) * nq, c.name
     end
-    local list = {}
-    for j, t in ipairs(missing) do list[j] = t.q end
     local show = o.progress or (not o.quiet and o.out ~= nil and runner.isatty(2))
     if show then require("specula.secrets").stderr(format("%s:\n", c.name)) end
     -- Once written, a record goes: the tally keeps what the table needs
     -- (emit's `true` stands for it in run_all's list).
     local write = records.record_writer(out, c.name, what, o.out, agree_base ~= nil)
-    local emit = require("specula.shard").tag(function(rec, j)
-      t:add(missing[j].i, rec, write(rec, j))
+    local emit = function(rec, j, q)
+      t:add(q.index, rec, write(rec, j))
       if trace_f then trace_entries[#trace_entries + 1] = tracewriter.entry(rec, oc, c.name) end
       return true
-    end, list)
-    local got, stopped = runner.run_all(run, list, emit, runner.progress_line(show))
+    end
+    local _, stopped, got = runner.run_all(run, list, emit, runner.progress_line(show), false)
     -- a signal stopped the run: this configuration has only what finished
     if stopped then interrupted = true end
-    ndone = ndone + #got + (#queries - #list)
+    ndone = ndone + got + (nq - list.n)
   end
   -- the slim records, built once every configuration has run (none for a
   -- configuration a signal kept from starting)

@@ -155,40 +155,52 @@ end
 
 local WIKI2_TYPES = { compositional = true, inference = true, bridge_comparison = true }
 
+-- An incremental detector: d:add(object) for each object, in any order,
+-- then d:result() -> format, note | nil, err (as detect). A streamed input
+-- is detected this way without keeping its objects.
+local Detector = {}
+Detector.__index = Detector
+
+function M.detector()
+  return setmetatable({ musique = false, wiki2 = false, hotpot = false, multi = false, query = false }, Detector)
+end
+
+function Detector:add(o)
+  if not is_object(o) then return end
+  self.first_keys = self.first_keys or sorted_keys(o)
+  if o.question_decomposition ~= nil then self.musique = true end
+  if o.evidences ~= nil or WIKI2_TYPES[o.type] then self.wiki2 = true end
+  if o.level ~= nil or o.type == "bridge" then self.hotpot = true end
+  if o._id ~= nil and o.question ~= nil and o.supporting_facts ~= nil then self.multi = true end
+  if o.query ~= nil then self.query = true end
+end
+
+function Detector:result()
+  if self.musique then return "musique" end
+  if self.wiki2 then return "2wiki" end
+  if self.hotpot then return "hotpotqa" end
+  if self.multi then
+    return "hotpotqa", "format is ambiguous between hotpotqa and 2wiki " ..
+           "(no evidences, level or distinctive type); read as hotpotqa " ..
+           "(pass format = \"2wiki\" to override)"
+  end
+  if self.query then return "jsonl" end
+  local keys = self.first_keys and concat(self.first_keys, ", ") or "(no JSON objects)"
+  return nil, "unrecognised record shape (keys found: " .. keys ..
+              "); tried formats: musique (question_decomposition), " ..
+              "2wiki (_id, question, supporting_facts, evidences), " ..
+              "hotpotqa (_id, question, supporting_facts, level), jsonl (id, query)"
+end
+
 --- Detect the format of a list of decoded objects (see the header).
 -- Returns format, note (a warning text or nil); or nil, err.
 function M.detect(objects)
   if type(objects) ~= "table" then
     error("specula.datasets.detect: expected a list of objects", 2)
   end
-  local has = { musique = false, wiki2 = false, hotpot = false, multi = false, query = false }
-  local first_keys
-  for _, o in ipairs(objects) do
-    if is_object(o) then
-      first_keys = first_keys or sorted_keys(o)
-      if o.question_decomposition ~= nil then has.musique = true end
-      if o.evidences ~= nil or WIKI2_TYPES[o.type] then has.wiki2 = true end
-      if o.level ~= nil or o.type == "bridge" then has.hotpot = true end
-      if o._id ~= nil and o.question ~= nil and o.supporting_facts ~= nil then
-        has.multi = true
-      end
-      if o.query ~= nil then has.query = true end
-    end
-  end
-  if has.musique then return "musique" end
-  if has.wiki2 then return "2wiki" end
-  if has.hotpot then return "hotpotqa" end
-  if has.multi then
-    return "hotpotqa", "format is ambiguous between hotpotqa and 2wiki " ..
-           "(no evidences, level or distinctive type); read as hotpotqa " ..
-           "(pass format = \"2wiki\" to override)"
-  end
-  if has.query then return "jsonl" end
-  local keys = first_keys and concat(first_keys, ", ") or "(no JSON objects)"
-  return nil, "unrecognised record shape (keys found: " .. keys ..
-              "); tried formats: musique (question_decomposition), " ..
-              "2wiki (_id, question, supporting_facts, evidences), " ..
-              "hotpotqa (_id, question, supporting_facts, level), jsonl (id, query)"
+  local d = M.detector()
+  for _, o in ipairs(objects) do d:add(o) end
+  return d:result()
 end
 
 ----------------------------------------------------------------------------
@@ -323,6 +335,13 @@ end
 ----------------------------------------------------------------------------
 -- entry points
 ----------------------------------------------------------------------------
+
+--- The record builder of a format: build(object, where) -> record | nil,
+-- warning (the object must be a JSON object: see M.is_object).
+function M.builder(fmt) return BUILD[fmt] end
+M.is_object = is_object
+M.decode = decode
+M.objects_of = objects_of
 
 local function check_opts(fname, opts)
   if opts ~= nil and type(opts) ~= "table" then

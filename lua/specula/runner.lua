@@ -196,9 +196,14 @@ local function fns_release(fns)
 end
 
 -- Run every query of `queries` with `run` at the given concurrency; call
--- emit(rec, i) in input order. Returns the list of records (where emit
--- returned a value, that value in the record's place). One driver
--- task runs the whole batch: windows report to a group as they finish.
+-- emit(rec, i, q) in input order (i: the query's place in `queries`).
+-- `queries` is a list, or a stream { n =, next() } (specula.inputs) that
+-- is read as slots free up, so a large input is never held whole. Returns
+-- the list of records (where emit returned a value, that value in the
+-- record's place), whether a signal stopped the run, and how many records
+-- were emitted; with keep = false the list stays empty and each record
+-- goes once emitted (a large batch keeps none). One driver task runs the
+-- whole batch: windows report to a group as they finish.
 local run_batch
 
 -- A task with no parent, started from the loop (not from inside the
@@ -220,22 +225,24 @@ local function check_cassette()
 end
 M.check_cassette = check_cassette
 
-local function run_all(run, queries, emit, progress)
+local function run_all(run, queries, emit, progress, keep)
   run.fns = fns_acquire(run)
   local cassette = require "specula.cassette"
   local prev_hook = cassette.on_fail
-  local ok, res, stopped = pcall(run_batch, run, queries, emit, progress)
+  local ok, res, stopped, count = pcall(run_batch, run, queries, emit, progress, keep ~= false)
   cassette.on_fail = prev_hook
   fns_release(run.fns)
   run.fns = nil
   if not ok then error(res, 0) end
-  return res, stopped
+  return res, stopped, count
 end
 
-run_batch = function(run, queries, emit, progress)
+run_batch = function(run, queries, emit, progress, keep)
   local o = run.o
-  local n = #queries
-  local results, next_emit = {}, 1
+  local stream = queries.next and queries or nil
+  local n = stream and stream.n or #queries
+  -- qs: the queries started and not yet emitted, by index
+  local qs, results, next_emit, emitted = {}, {}, 1, 0
   local done, started, next_i = 0, 0, 1
   local t0 = sched.real_now()   -- the progress line's rate is real queries per second
   local sum_wall, sum_std = 0, 0
@@ -281,12 +288,15 @@ run_batch = function(run, queries, emit, progress)
     done = done + 1
     if rec and rec._agg then sum_wall, sum_std = sum_wall + rec._agg.wall, sum_std + rec._agg.std end
     while results[next_emit] do
-      local r = results[next_emit]
+      local r, q = results[next_emit], qs[next_emit]
       if learn and r.trajectory and not r.error then learn(r.trajectory) end
+      if q.shard then r.shard = q.shard end
       -- what emit returns stands for the record from then on (--compare
-      -- keeps a slim copy and lets the record go)
-      results[next_emit] = emit(r, next_emit) or r
-      next_emit = next_emit + 1
+      -- keeps a slim copy and lets the record go); without keep, nothing
+      local e = emit(r, next_emit, q)
+      results[next_emit] = keep and (e or r) or nil
+      qs[next_emit] = nil
+      next_emit, emitted = next_emit + 1, emitted + 1
     end
     if progress and rec then progress(done, n, t0, sum_wall, sum_std) end
   end
@@ -297,7 +307,9 @@ run_batch = function(run, queries, emit, progress)
     while not interrupted and started - done < conc and next_i <= n do
       local i = next_i
       next_i, started = i + 1, started + 1
-      local q = queries[i]
+      local q
+      if stream then q = stream.next() else q = queries[i] end
+      qs[i] = q
       local w, err = new_window(run, q, i)
       if not w then
         record(i, { id = q.id, query = q.query, error = err })
@@ -323,8 +335,9 @@ run_batch = function(run, queries, emit, progress)
       active_w[id], active_i[id] = nil, nil
       check_cassette()
       local cancelled = C.sp_window_status(fw) == C.SP_WIN_CANCELLED
-      local ok, rec = pcall(finish_window, run, aw, queries[ai], ai)
-      if not ok then rec = { id = queries[ai].id, query = queries[ai].query, error = tostring(rec) } end
+      local q = qs[ai]
+      local ok, rec = pcall(finish_window, run, aw, q, ai)
+      if not ok then rec = { id = q.id, query = q.query, error = tostring(rec) } end
       if cancelled and cctx ~= nil and C.sp_host_signal(cctx) ~= 0 then
         interrupted = true
         rec = nil
@@ -332,19 +345,27 @@ run_batch = function(run, queries, emit, progress)
       record(ai, rec)
     end
   end
+  if stream and stream.finish then stream.finish() end
   if interrupted then
     -- write what finished behind a gap, in input order; return no holes
+    local late = {}
+    for i in pairs(results) do if i >= next_emit then late[#late + 1] = i end end
+    table.sort(late)
+    for _, i in ipairs(late) do
+      local r, q = results[i], qs[i]
+      if q.shard then r.shard = q.shard end
+      results[i] = keep and (emit(r, i, q) or r) or nil
+      emitted = emitted + 1
+    end
     local kept = {}
-    for i = 1, n do
-      local r = results[i]
-      if r then
-        if i >= next_emit then r = emit(r, i) or r end
-        kept[#kept + 1] = r
+    if keep then
+      for i = 1, math.max(next_emit - 1, late[#late] or 0) do
+        if results[i] then kept[#kept + 1] = results[i] end
       end
     end
-    return kept, true
+    return kept, true, emitted
   end
-  return results, false
+  return results, false, emitted
 end
 M.run_all = run_all
 
@@ -440,12 +461,12 @@ function M.main(agent, args, script)
   if o.predict == "on" and agent.predict == nil then
     runopts.usage_error("--predict on: " .. runopts.NO_PREDICTOR)
   end
-  local queries, warnings = runopts.load_queries(o)
+  local src, warnings = runopts.load_queries(o)
   for _, w in ipairs(warnings) do require("specula.secrets").stderr("specula: warning: " .. w .. "\n") end
   -- Ctrl-C / SIGTERM: stop, write what finished, exit 128 + signal.
   if core.ctx ~= nil then C.sp_host_trap_signals(core.ctx) end
   if o.compare then
-    require("specula.compare").main(agent, o, queries, script)
+    require("specula.compare").main(agent, o, src, script)
     local cst = cassette.close()
     if cst and cst.failed then write_failed(cst.failed.what, cst.failed.err) end
     if cst and not o.quiet then require("specula.secrets").stderr(cassette.summary(cst), "\n") end
@@ -453,12 +474,10 @@ function M.main(agent, args, script)
   end
   local skip, nprev = {}, 0
   if o.out then skip, nprev = records.done_ids(o.out, o.retry_failed) end
-  local pending = {}
-  for _, q in ipairs(queries) do
-    if not skip[tostring(q.id)] then pending[#pending + 1] = q end
-  end
+  -- the queries to run, read from the input as the run takes them
+  local pending = src:stream(next(skip) ~= nil and function(q) return skip[tostring(q.id)] end or nil)
   if nprev > 0 and not o.quiet then
-    require("specula.secrets").stderr(format("specula: resuming: %d results already in %s, %d queries to run\n", nprev, o.out, #pending))
+    require("specula.secrets").stderr(format("specula: resuming: %d results already in %s, %d queries to run\n", nprev, o.out, pending.n))
   end
   local run = make_run(agent, o, script)
   -- records are written and their stage times read again only by --trace
@@ -474,13 +493,14 @@ function M.main(agent, args, script)
   -- Without --trace a written record goes: its counters are folded into
   -- the aggregate as it is written (a large batch keeps no records).
   local acc = not o.trace and aggregate.new_agg() or nil
-  local emit = require("specula.shard").tag(acc and function(rec, i)
+  local emit = acc and function(rec, i)
     write(rec, i)
     aggregate.add_record(acc, rec, true)
     return true
-  end or write, pending)
+  end or write
   local show = o.progress or (not o.quiet and o.out ~= nil and isatty(2))
-  local results, interrupted = run_all(run, pending, emit, progress_line(show))
+  -- without --trace no record is kept once written
+  local results, interrupted, emitted = run_all(run, pending, emit, progress_line(show), not acc)
   if o.out then
     local ok, err = out:close()
     if not ok then write_failed(what, err) end
@@ -497,7 +517,7 @@ function M.main(agent, args, script)
   if cst and not o.quiet then require("specula.secrets").stderr(cassette.summary(cst), "\n") end
   if not acc then for _, r in ipairs(results) do strip(r) end end
   if agg.failed > 0 then require("specula.cli").set_exit(3) end
-  if interrupted then M.interrupted(#results, #pending, o.out) end
+  if interrupted then M.interrupted(emitted, pending.n, o.out) end
 end
 
 -- The end of a run stopped by a signal: say so and how to go on, exit

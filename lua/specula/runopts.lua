@@ -221,14 +221,12 @@ function M.from_api(opts)
   return o, queries
 end
 
--- The queries of a command line (--query or --input, then --shard): a list
--- of { id, query, record, gold, max_hops } and the input's warnings.
+-- The queries of a command line (--query or --input, then --shard): a
+-- source (specula.inputs: a JSONL input is read as the run needs it, not
+-- held whole) and the input's warnings.
 function M.load_queries(o)
   if o.query and o.input then usage_error("give --query or --input, not both") end
-  local list, warnings = {}, {}
-  if o.query then
-    list[1] = { id = "q1", query = o.query, record = { id = "q1", query = o.query } }
-  elseif o.input then
+  if o.input then
     -- an input that cannot be read is a mistake in the command line (status 2)
     local f, err = io.open(o.input, "rb")
     if f and C.sp_host_path_kind(o.input) == 2 then f:close() f, err = nil, "Is a directory" end
@@ -239,27 +237,18 @@ function M.load_queries(o)
       sched.plain_error("specula run: cannot read --input file '" .. o.input .. "': " .. err)
     end
     f:close()
-    local datasets = require "specula.datasets"
-    local recs, w = datasets.load(o.input, { format = o.format or "auto" })
-    if not recs then sched.plain_error("specula run: " .. tostring(w)) end
-    warnings = w or {}
-    for _, r in ipairs(recs) do
-      list[#list + 1] = { id = r.id, query = r.query, record = r.record or r, gold = r.gold, max_hops = r.max_hops }
-    end
-  else
+  elseif not o.query then
     usage_error("give --query TEXT or --input FILE")
   end
   if o.shard_count and o.shard ~= "auto" then usage_error("--shard-count goes with --shard auto") end
-  if o.shard then
-    local shard = require "specula.shard"
-    if o.shard == "auto" then
-      local si, sn = shard.resolve_auto(os.getenv, o.shard_count)
-      if not si then usage_error("--shard auto: " .. sn) end
-      o.shard = { si, sn }
-    end
-    list = shard.select(list, o.shard[1], o.shard[2], o.seed)
+  if o.shard == "auto" then
+    local si, sn = require("specula.shard").resolve_auto(os.getenv, o.shard_count)
+    if not si then usage_error("--shard auto: " .. sn) end
+    o.shard = { si, sn }
   end
-  return list, warnings
+  local src, err = require("specula.inputs").open(o)
+  if not src then sched.plain_error("specula run: " .. tostring(err)) end
+  return src, src.warnings
 end
 
 return M

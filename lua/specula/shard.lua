@@ -89,33 +89,7 @@ function M.resolve_auto(getenv, count_flag)
     .. "JOB_COMPLETION_INDEX (Kubernetes Indexed Job) is set"
 end
 
---- The queries of shard i/n: those at 0-based positions p with p % n == i.
--- Each kept query gets q.shard (the record field described above).
-function M.select(list, index, count, seed)
-  local kept, total = {}, #list
-  for p = 0, total - 1 do
-    if p % count == index then
-      local q = list[p + 1]
-      q.shard = { index = index, count = count, of = total, pos = p, seed = seed or 0 }
-      kept[#kept + 1] = q
-    end
-  end
-  return kept
-end
-
---- Wrap a record sink so each record carries its query's shard field.
--- Returns emit itself when no query was cut from a shard.
-function M.tag(emit, queries)
-  local meta, any = {}, false
-  for _, q in ipairs(queries) do
-    if q.shard then meta[tostring(q.id)] = q.shard any = true end
-  end
-  if not any then return emit end
-  return function(rec, i)
-    local m = meta[tostring(rec.id)]
-    if m then rec.shard = m end
-    return emit(rec, i)
-  end
-end
+-- The selection itself (position p % n == i, and each record's shard
+-- field) is specula.inputs': it reads the input as the run goes.
 
 return M

@@ -447,3 +447,124 @@ return a
     assert.equals(table.concat(from_both, "\n") .. "\n", H.read(alone))
   end)
 end)
+
+describe("a JSONL input read as the run goes", function()
+  local AGENT = H.root .. "/examples/multihop_sim.lua"
+
+  local function write(name, lines)
+    local p = tmp(name)
+    local f = assert(io.open(p, "w"))
+    f:write(table.concat(lines, "\n"), "\n")
+    f:close()
+    return p
+  end
+
+  local function run(args)
+    local out = tmp("out.jsonl")
+    local a = { "run", AGENT, "--clock", "virtual", "--out", out }
+    for _, x in ipairs(args) do a[#a + 1] = x end
+    local st, _, err = H.specula(a)
+    return st, H.read(out) or "", err, out
+  end
+
+  -- 12 queries among a blank line, a malformed line, a record without a
+  -- query and a duplicate id
+  local lines = {}
+  for i = 1, 12 do
+    lines[#lines + 1] = cjson.encode({ id = "s" .. i, query = "streamed question " .. i, answer = "a" .. i })
+    if i == 3 then lines[#lines + 1] = "" end
+    if i == 5 then lines[#lines + 1] = "{not json" end
+    if i == 7 then lines[#lines + 1] = cjson.encode({ id = "noq" }) end
+    if i == 9 then lines[#lines + 1] = cjson.encode({ id = "s2", query = "the same id again" }) end
+  end
+
+  it("warns as before the run (FILE:LINE, the first line of a duplicate id) and gives the records of the same input read whole", function()
+    local jsonl = write("in.jsonl", lines)
+    -- the same objects as one JSON array: read whole, as before
+    local objs = {}
+    for _, l in ipairs(lines) do
+      local ok, v = pcall(cjson.decode, l)
+      if ok and type(v) == "table" then objs[#objs + 1] = l end
+    end
+    local array = write("in.json", { "[" .. table.concat(objs, ",\n") .. "]" })
+    for _, shard in ipairs({ {}, { "--shard", "1/3" } }) do
+      local a = { "--input", jsonl }
+      local b = { "--input", array }
+      for _, x in ipairs(shard) do a[#a + 1] = x b[#b + 1] = x end
+      local st, text, err = run(a)
+      assert.equals(0, st, err)
+      assert.matches(jsonl .. ":7: malformed JSON", err, 1, true)
+      assert.matches(jsonl .. ":10: missing field 'query'; record skipped", err, 1, true)
+      assert.matches(jsonl .. ":13: duplicate id 's2' (first at " .. jsonl .. ":2)", err, 1, true)
+      local st2, text2, err2 = run(b)
+      assert.equals(0, st2, err2)
+      assert.is_true(text2 == text, "the streamed input's records differ from the whole one's")
+      local recs = H.jsonl(text)
+      assert.equals(#shard > 0 and 4 or 13, #recs)
+      if #shard > 0 then
+        for j, r in ipairs(recs) do
+          assert.same({ index = 1, count = 3, of = 13, pos = 1 + 3 * (j - 1), seed = 0 }, r.shard)
+        end
+      end
+    end
+  end)
+
+  it("resumes: the count of queries to run, and the records, are those of a run in one go", function()
+    -- (no duplicate id here: how a resume treats one is not this spec's matter)
+    local nodup = {}
+    for _, l in ipairs(lines) do if not l:find("the same id again", 1, true) then nodup[#nodup + 1] = l end end
+    local jsonl = write("in.jsonl", nodup)
+    local st, whole, err = run({ "--input", jsonl })
+    assert.equals(0, st, err)
+    -- an --out holding the first 4 records
+    local out = tmp("part.jsonl")
+    local head = {}
+    for line in whole:gmatch("[^\n]+") do if #head < 4 then head[#head + 1] = line end end
+    local f = assert(io.open(out, "w"))
+    f:write(table.concat(head, "\n"), "\n")
+    f:close()
+    local st2, _, err2 = H.specula({ "run", AGENT, "--clock", "virtual", "--input", jsonl, "--out", out })
+    assert.equals(0, st2, err2)
+    assert.matches("resuming: 4 results already in " .. out .. ", 8 queries to run", err2, 1, true)
+    assert.is_true(whole == H.read(out), "the resumed file differs from the run in one go")
+  end)
+
+  it("detects a dataset format from every line (2WikiMultihopQA objects one per line)", function()
+    local wl = {}
+    for i = 1, 5 do
+      wl[i] = cjson.encode({ _id = "w" .. i, question = "wiki question " .. i, answer = "x",
+        supporting_facts = { { "A", 0 }, { "B", 1 } }, type = i == 5 and "compositional" or "comparison" })
+    end
+    local st, text, err = run({ "--input", write("wiki.jsonl", wl) })
+    assert.equals(0, st, err)
+    local recs = H.jsonl(text)
+    assert.equals(5, #recs)
+    assert.equals("w1", recs[1].id)
+    assert.equals("wiki question 1", recs[1].query)
+  end)
+
+  it("stops with a message naming the file when the input changes under the run", function()
+    local big = {}
+    for i = 1, 2000 do big[i] = cjson.encode({ id = "g" .. i, query = "q " .. i }) end
+    local p = write("big.jsonl", big)
+    -- the run cuts its own input after its first query (through --set: a
+    -- script that truncates the file in init)
+    local agent = tmp("cutter.lua")
+    local f = assert(io.open(agent, "w"))
+    f:write([[
+local specula = require "specula"
+local a = specula.sim.multihop { hops = 2, p = 1, seg = 1, spec = 1, target = 1 }
+local init = a.init
+a.init = function(q, ctx)
+  if ctx.id == "g1" then local h = io.open(ctx.set.path, "w") h:write(ctx.set.keep, "\n") h:close() end
+  return init(q, ctx)
+end
+return a
+]])
+    f:close()
+    local st, _, err = H.specula({ "run", agent, "--clock", "virtual", "--input", p, "--out", tmp("o.jsonl"),
+      "--concurrency", "2", "--set", "path=" .. p, "--set", "keep=" .. big[1] })
+    assert.equals(1, st, err)
+    assert.matches("the --input file '" .. p .. "' changed while the run read it", err, 1, true)
+  end)
+end)

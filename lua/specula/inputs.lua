@@ -1,0 +1,304 @@
+-- specula.inputs: the queries of `specula run`, read as the run needs them.
+--
+-- A JSONL --input (a regular file, one object a line) is never held in
+-- memory: a first pass reads it line by line for what needs the whole
+-- input before the run starts (the format, when detected; the warnings:
+-- malformed lines, records without an id or a query, duplicate ids with
+-- the line of their first occurrence; the number of queries, which a shard
+-- needs for its positions and its records' `shard.of`, and the progress
+-- line for its total), keeping only a fingerprint per id. The run then
+-- reads the file again, a query at a time, as slots free up: peak memory
+-- no longer grows with the input's size. Inputs that are not line-shaped
+-- (a JSON array or a single object, HotpotQA-style files) or that cannot be
+-- read twice (a pipe) are read whole, as before.
+--
+--   local src = inputs.open(o)      -- o: the run options (query, input, format, shard, seed)
+--   src.total                       -- queries in the whole input
+--   src.n                           -- queries of this process (its shard)
+--   src.warnings                    -- the input's warnings, in line order
+--   src:count(skip)                 -- of src.n, those whose id is not in skip (resume)
+--   src:stream(skip, keep)          -- { n =, next = fn } for runner.run_all
+--
+-- Each query is { id, query, record, gold, max_hops, index, shard }: index
+-- is its position among this process's queries (1-based), shard the
+-- record field of a sharded run.
+local core = require "specula.core"
+local datasets = require "specula.datasets"
+local ffi = core.ffi
+local C = core.C
+
+local type, tostring, format = type, tostring, string.format
+local band, bxor, rshift = bit.band, bit.bxor, bit.rshift
+
+local M = {}
+
+-- ---- duplicate ids ----------------------------------------------------------------------
+-- A set of 64-bit fingerprints (the first 8 bytes of the SHA-256 of the id,
+-- its type included: 1 and "1" are different ids, as in specula.datasets),
+-- open addressing in C arrays: 12 bytes a slot, at most half full, each
+-- with the line where the id was first seen.
+
+local FP = ffi.new("unsigned char[32]")
+local FP32 = ffi.cast("uint32_t *", FP)
+
+local IdSet = {}
+IdSet.__index = IdSet
+
+local function idset(cap)
+  cap = cap or 1024
+  return setmetatable({ cap = cap, n = 0, a = ffi.new("uint32_t[?]", cap), b = ffi.new("uint32_t[?]", cap),
+                        line = ffi.new("uint32_t[?]", cap) }, IdSet)
+end
+
+-- Insert fingerprint (x, y); returns the line of an earlier equal one, or nil.
+local function put(s, x, y, line)
+  local mask = s.cap - 1
+  local i = band(bxor(x, rshift(y, 7)), mask)
+  local a, b = s.a, s.b
+  while true do
+    local ai, bi = a[i], b[i]
+    if ai == 0 and bi == 0 then
+      a[i], b[i], s.line[i] = x, y, line
+      s.n = s.n + 1
+      return nil
+    end
+    if ai == x and bi == y then return s.line[i] end
+    i = band(i + 1, mask)
+  end
+end
+
+function IdSet:grow()
+  local old = { a = self.a, b = self.b, line = self.line, cap = self.cap }
+  self.cap = self.cap * 2
+  self.a, self.b = ffi.new("uint32_t[?]", self.cap), ffi.new("uint32_t[?]", self.cap)
+  self.line, self.n = ffi.new("uint32_t[?]", self.cap), 0
+  for i = 0, old.cap - 1 do
+    if old.a[i] ~= 0 or old.b[i] ~= 0 then put(self, old.a[i], old.b[i], old.line[i]) end
+  end
+end
+
+-- The line where key was seen before, or nil (and key is now in the set).
+function IdSet:add(key, line)
+  if (self.n + 1) * 2 > self.cap then self:grow() end
+  C.sp_crypto_sha256(key, #key, FP)
+  local x, y = FP32[0], FP32[1]
+  if x == 0 and y == 0 then x = 1 end   -- (0, 0) marks an empty slot
+  return put(self, x, y, line)
+end
+M.idset = idset
+
+-- ---- reading a JSONL file line by line --------------------------------------------------
+
+-- Each line of the file: f(text, lineno) for every line that is not blank.
+local function each_line(path, f)
+  local h, err = io.open(path, "rb")
+  if not h then return nil, err end
+  local ln = 0
+  for line in h:lines() do
+    ln = ln + 1
+    if ln == 1 and line:sub(1, 3) == "\239\187\191" then line = line:sub(4) end   -- UTF-8 BOM
+    if line:find("%S") and f(line, ln) == false then break end
+  end
+  h:close()
+  return true
+end
+
+-- Whether the file is line-shaped JSON: its first non-blank line is one
+-- JSON value and the file does not start with '[' (an array is read whole,
+-- as is a pretty-printed object whose first line alone is not JSON).
+local function jsonl_shaped(path)
+  local ok, verdict = nil, false
+  each_line(path, function(line)
+    local first = line:match("^%s*(.)")
+    verdict = first ~= "[" and datasets.decode(line) ~= nil
+    ok = true
+    return false
+  end)
+  return ok and verdict
+end
+
+-- The first pass with format fmt: warnings, the number of records, and
+-- duplicate ids; each object also goes to detector d when given. Returns
+-- count, warnings.
+local function survey(path, fmt, d)
+  local build, is_object, decode = datasets.builder(fmt), datasets.is_object, datasets.decode
+  local warnings, count, ids = {}, 0, idset()
+  each_line(path, function(line, ln)
+    local where = path .. ":" .. ln
+    local v, err = decode(line)
+    if d and v ~= nil then d:add(v) end
+    if v == nil then
+      warnings[#warnings + 1] = where .. ": malformed JSON (" .. tostring(err) .. "); line skipped"
+    elseif not is_object(v) then
+      warnings[#warnings + 1] = where .. ": not a JSON object; record skipped"
+    else
+      local rec, problem = build(v, where)
+      if rec then
+        count = count + 1
+        local first = ids:add(type(rec.id) .. ":" .. tostring(rec.id), ln)
+        if first then
+          warnings[#warnings + 1] = where .. ": duplicate id '" .. tostring(rec.id) .. "' (first at "
+            .. path .. ":" .. first .. ")"
+        end
+      else
+        warnings[#warnings + 1] = problem
+      end
+    end
+  end)
+  return count, warnings
+end
+
+-- ---- sources ----------------------------------------------------------------------------
+
+local Source = {}
+Source.__index = Source
+
+-- The shard field of the query at 0-based position p, or nil when p is not
+-- this process's.
+local function shard_of(self, p)
+  local sh = self.shard
+  if not sh then return true end
+  if p % sh[2] ~= sh[1] then return nil end
+  return { index = sh[1], count = sh[2], of = self.total, pos = p, seed = self.seed or 0 }
+end
+
+local function entry(r, index, shard)
+  return { id = r.id, query = r.query, record = r.record or r, gold = r.gold, max_hops = r.max_hops,
+           index = index, shard = shard ~= true and shard or nil }
+end
+
+-- Every query of this process, in input order: f(q) for each; f returning
+-- false stops.
+function Source:each(f)
+  if self.list then
+    local index = 0
+    for p = 0, #self.list - 1 do
+      local sh = shard_of(self, p)
+      if sh then
+        index = index + 1
+        if f(entry(self.list[p + 1], index, sh)) == false then return end
+      end
+    end
+    return
+  end
+  local build, is_object, decode = datasets.builder(self.fmt), datasets.is_object, datasets.decode
+  local path, p, index = self.path, 0, 0
+  local ok, err = each_line(path, function(line, ln)
+    local v = decode(line)
+    if v == nil or not is_object(v) then return end
+    local rec = build(v, path .. ":" .. ln)
+    if not rec then return end
+    if p >= self.total then
+      require("specula.sched").plain_error(format("specula run: the --input file '%s' changed while the run "
+        .. "read it (it has more queries than the %d it had at the start)", path, self.total))
+    end
+    local sh = shard_of(self, p)
+    p = p + 1
+    if sh then
+      index = index + 1
+      return f(entry(rec, index, sh))
+    end
+  end)
+  if not ok then
+    require("specula.sched").plain_error(format("specula run: cannot read the --input file '%s' again: %s", path,
+      tostring(err)))
+  end
+end
+
+-- Of this process's queries, those drop(q) keeps (nil: all of them).
+function Source:count(drop)
+  if not drop then return self.n end
+  local n = 0
+  self:each(function(q) if not drop(q) then n = n + 1 end end)
+  return n
+end
+
+-- A stream for runner.run_all: { n, next() -> q | nil }, reading the input
+-- as the run asks for queries (a coroutine keeps the reader's place).
+-- drop(q) -> true leaves a query out (resume: its record is in --out), and
+-- then on_drop(q) is called as the stream passes it.
+function Source:stream(drop, on_drop)
+  local n = self:count(drop)
+  local ended = false
+  local co = coroutine.wrap(function()
+    self:each(function(q)
+      if drop and drop(q) then
+        if on_drop then on_drop(q) end
+        return
+      end
+      coroutine.yield(q)
+    end)
+    ended = true
+    return nil
+  end)
+  local given = 0
+  return { n = n, next = function()
+    if given >= n then return nil end
+    local q = co()
+    if q == nil then
+      require("specula.sched").plain_error(format("specula run: the --input file '%s' changed while the run "
+        .. "read it (it ended after %d of its %d queries)", tostring(self.path), given, n))
+    end
+    given = given + 1
+    return q
+  end, finish = function()
+    -- the queries after the last one run (dropped ones still reach on_drop)
+    if on_drop then while not ended do co() end end
+  end }
+end
+
+-- The queries of a command line: --query, or --input (streamed when it is
+-- a JSONL regular file), then --shard (o.shard = { i, n } resolved).
+-- Returns a source; raises the same errors as before (unreadable input,
+-- unrecognised format).
+function M.open(o)
+  local self = setmetatable({ shard = o.shard, seed = o.seed }, Source)
+  if o.query then
+    self.list = { { id = "q1", query = o.query, record = { id = "q1", query = o.query } } }
+    self.warnings = {}
+  else
+    local path, fmt = o.input, o.format or "auto"
+    if C.sp_host_path_kind(path) == 1 and jsonl_shaped(path) then
+      local count, warnings
+      if fmt == "auto" then
+        -- detection needs every object; the survey as specula's own JSONL
+        -- goes with it (the common case), again for another format
+        local d = datasets.detector()
+        count, warnings = survey(path, "jsonl", d)
+        local detected, note = d:result()
+        if not detected then
+          if count == 0 and #warnings == 0 then
+            self.fmt, self.path, self.total, self.warnings = "jsonl", path, 0, {}
+          else
+            return nil, "specula.datasets: " .. path .. ": " .. note
+          end
+        else
+          if detected ~= "jsonl" then count, warnings = survey(path, detected) end
+          if note then table.insert(warnings, 1, path .. ": " .. note) end
+          fmt = detected
+        end
+      else
+        count, warnings = survey(path, fmt)
+      end
+      self.fmt, self.path = self.fmt or fmt, path
+      self.total = self.total or count
+      self.warnings = self.warnings or warnings
+      -- the survey's id set is garbage now: free it before the run grows
+      collectgarbage()
+    else
+      local recs, w = datasets.load(path, { format = fmt })
+      if not recs then return nil, w end
+      self.list, self.warnings, self.path = recs, w or {}, path
+    end
+  end
+  if self.list then self.total = #self.list end
+  if self.shard then
+    local i, n = self.shard[1], self.shard[2]
+    self.n = self.total > i and math.floor((self.total - 1 - i) / n) + 1 or 0
+  else
+    self.n = self.total
+  end
+  return self
+end
+
+return M
