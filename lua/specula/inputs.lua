@@ -27,16 +27,17 @@ local datasets = require "specula.datasets"
 local ffi = core.ffi
 local C = core.C
 
-local type, tostring, format = type, tostring, string.format
-local band, bxor, rshift = bit.band, bit.bxor, bit.rshift
+local type, tostring, format, next, ipairs = type, tostring, string.format, next, ipairs
 
 local M = {}
 
 -- ---- duplicate ids ----------------------------------------------------------------------
 -- A set of 64-bit fingerprints (the first 8 bytes of the SHA-256 of the id,
--- its type included: 1 and "1" are different ids, as in specula.datasets),
--- open addressing in C arrays: 12 bytes a slot, at most half full, each
--- with the line where the id was first seen.
+-- its type included: 1 and "1" are different ids, as in specula.datasets):
+-- open addressing in two C arrays sized once for the file's line count, 8
+-- bytes a slot at most 70 % full. A fingerprint seen again is checked
+-- against the ids themselves afterwards (survey), so it never reports a
+-- duplicate that is not one.
 
 local FP = ffi.new("unsigned char[32]")
 local FP32 = ffi.cast("uint32_t *", FP)
@@ -44,46 +45,28 @@ local FP32 = ffi.cast("uint32_t *", FP)
 local IdSet = {}
 IdSet.__index = IdSet
 
-local function idset(cap)
-  cap = cap or 1024
-  return setmetatable({ cap = cap, n = 0, a = ffi.new("uint32_t[?]", cap), b = ffi.new("uint32_t[?]", cap),
-                        line = ffi.new("uint32_t[?]", cap) }, IdSet)
+local function idset(lines)
+  local cap = math.max(16, math.ceil(lines / 0.7))
+  return setmetatable({ cap = cap, a = ffi.new("uint32_t[?]", cap), b = ffi.new("uint32_t[?]", cap) }, IdSet)
 end
 
--- Insert fingerprint (x, y); returns the line of an earlier equal one, or nil.
-local function put(s, x, y, line)
-  local mask = s.cap - 1
-  local i = band(bxor(x, rshift(y, 7)), mask)
-  local a, b = s.a, s.b
-  while true do
-    local ai, bi = a[i], b[i]
-    if ai == 0 and bi == 0 then
-      a[i], b[i], s.line[i] = x, y, line
-      s.n = s.n + 1
-      return nil
-    end
-    if ai == x and bi == y then return s.line[i] end
-    i = band(i + 1, mask)
-  end
-end
-
-function IdSet:grow()
-  local old = { a = self.a, b = self.b, line = self.line, cap = self.cap }
-  self.cap = self.cap * 2
-  self.a, self.b = ffi.new("uint32_t[?]", self.cap), ffi.new("uint32_t[?]", self.cap)
-  self.line, self.n = ffi.new("uint32_t[?]", self.cap), 0
-  for i = 0, old.cap - 1 do
-    if old.a[i] ~= 0 or old.b[i] ~= 0 then put(self, old.a[i], old.b[i], old.line[i]) end
-  end
-end
-
--- The line where key was seen before, or nil (and key is now in the set).
-function IdSet:add(key, line)
-  if (self.n + 1) * 2 > self.cap then self:grow() end
+-- True when key's fingerprint was in the set (key is in it now).
+function IdSet:add(key)
   C.sp_crypto_sha256(key, #key, FP)
   local x, y = FP32[0], FP32[1]
   if x == 0 and y == 0 then x = 1 end   -- (0, 0) marks an empty slot
-  return put(self, x, y, line)
+  local cap, a, b = self.cap, self.a, self.b
+  local i = x % cap
+  while true do
+    local ai, bi = a[i], b[i]
+    if ai == 0 and bi == 0 then
+      a[i], b[i] = x, y
+      return false
+    end
+    if ai == x and bi == y then return true end
+    i = i + 1
+    if i == cap then i = 0 end
+  end
 end
 M.idset = idset
 
@@ -117,12 +100,30 @@ local function jsonl_shaped(path)
   return ok and verdict
 end
 
+-- Lines in the file (newlines, plus a last line without one): sizes the
+-- survey's id set.
+local function count_lines(path)
+  local h = io.open(path, "rb")
+  if not h then return 0 end
+  local n, last = 0, ""
+  while true do
+    local block = h:read(65536)
+    if not block then break end
+    local _, k = block:gsub("\n", "")
+    n, last = n + k, block
+  end
+  h:close()
+  if last ~= "" and last:sub(-1) ~= "\n" then n = n + 1 end
+  return n
+end
+
 -- The first pass with format fmt: warnings, the number of records, and
 -- duplicate ids; each object also goes to detector d when given. Returns
 -- count, warnings.
 local function survey(path, fmt, d)
   local build, is_object, decode = datasets.builder(fmt), datasets.is_object, datasets.decode
-  local warnings, count, ids = {}, 0, idset()
+  local warnings, count, ids = {}, 0, idset(count_lines(path))
+  local dups = {}   -- key -> true for ids whose fingerprint came again
   each_line(path, function(line, ln)
     local where = path .. ":" .. ln
     local v, err = decode(line)
@@ -135,16 +136,38 @@ local function survey(path, fmt, d)
       local rec, problem = build(v, where)
       if rec then
         count = count + 1
-        local first = ids:add(type(rec.id) .. ":" .. tostring(rec.id), ln)
-        if first then
-          warnings[#warnings + 1] = where .. ": duplicate id '" .. tostring(rec.id) .. "' (first at "
-            .. path .. ":" .. first .. ")"
+        local key = type(rec.id) .. ":" .. tostring(rec.id)
+        if ids:add(key) then
+          -- the line of its first occurrence is looked up below
+          dups[key] = true
+          warnings[#warnings + 1] = { key = key, id = rec.id, where = where, ln = ln }
         end
       else
         warnings[#warnings + 1] = problem
       end
     end
   end)
+  if next(dups) ~= nil then
+    -- where each repeated id first appeared (exactly: the ids themselves)
+    local first = {}
+    each_line(path, function(line, ln)
+      local v = decode(line)
+      if v == nil or not is_object(v) then return end
+      local rec = build(v, path .. ":" .. ln)
+      if not rec then return end
+      local key = type(rec.id) .. ":" .. tostring(rec.id)
+      if dups[key] and not first[key] then first[key] = ln end
+    end)
+    local kept = {}
+    for _, w in ipairs(warnings) do
+      if type(w) ~= "table" then kept[#kept + 1] = w
+      elseif first[w.key] and first[w.key] < w.ln then
+        kept[#kept + 1] = w.where .. ": duplicate id '" .. tostring(w.id) .. "' (first at " .. path .. ":"
+          .. first[w.key] .. ")"
+      end
+    end
+    warnings = kept
+  end
   return count, warnings
 end
 
