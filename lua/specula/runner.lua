@@ -263,7 +263,7 @@ run_batch = function(run, queries, emit, progress, keep)
   if shared and conc > 1 and sched.clock() == "virtual" then
     if not run.serial_noted and not o.quiet then
       run.serial_noted = true
-      io.stderr:write("specula: note: ", shared, ", so under the virtual clock the queries run one at a time in "
+      require("specula.secrets").stderr("specula: note: ", shared, ", so under the virtual clock the queries run one at a time in "
         .. "input order (--concurrency changes no result)\n")
     end
     conc = 1
