@@ -364,7 +364,8 @@ function M.run(agent, opts)
   agg.policy_counts = policylib.counts(run.policy)
   if cst then
     agg.cassette = { served = cst.served, missed = cst.missed, missed_committed = cst.missed_committed,
-                     live = cst.live, recorded = cst.recorded }
+                     live = cst.live, recorded = cst.recorded, held = cst.held, again = cst.again,
+                     missed_cancelled = cst.missed_cancelled }
   end
   for _, r in ipairs(results) do strip(r) end
   return results, agg

@@ -181,6 +181,11 @@ end
 -- Wait for the next wake-up of the running task.
 M.yield = co_yield
 
+-- Called (when set) as the running task is about to wait in sleep() or on
+-- other tasks: a cassette being recorded notes when each window job first
+-- waits (specula/cassette.lua).
+M.on_wait = false
+
 local Task = {}
 Task.__index = Task
 M.Task = Task
@@ -230,7 +235,10 @@ function Task:wait()
   local me = current("task:wait")
   if me == self.ptr then error("task:wait: a task cannot wait for itself", 2) end
   while C.sp_task_state(self.ptr) < DONE do
-    if C.sp_task_wait(me, self.ptr) == 0 then co_yield() end
+    if C.sp_task_wait(me, self.ptr) == 0 then
+      if M.on_wait then M.on_wait() end
+      co_yield()
+    end
     C.sp_task_unwait(me)
   end
   return outcome(self)
@@ -263,6 +271,7 @@ function M.wait_any(tasks)
       if C.sp_task_state(tasks[i].ptr) >= DONE then return tasks[i], i end
     end
     for i = 1, #tasks do C.sp_task_wait(me, tasks[i].ptr) end
+    if M.on_wait then M.on_wait() end
     co_yield()
     C.sp_task_unwait(me)
   end
@@ -285,6 +294,7 @@ function M.sleep(ms)
   local me = current("specula.sleep")
   local err, errlen = core.errbuf()
   if C.sp_sleep(me, ms, err, errlen) ~= 0 then error("specula.sleep: " .. ffi.string(err), 2) end
+  if M.on_wait then M.on_wait() end
   co_yield()
 end
 

@@ -34,7 +34,7 @@ usage: specula verifiers CASSETTE_DIR|RESULTS.jsonl [--verifier NAME_OR_FILE]...
   --pairs        print the candidates as JSONL (id, tool, candidate, observation,
                  exact) instead of the table: a labels file to fill in
   RESULTS.jsonl  a results file written with specula run --keep-candidates
-  --agent SCRIPT with --input: replay the cassette with the agent (virtual clock, --miss error)
+  --agent SCRIPT with --input: replay the cassette with the agent at --k (virtual clock, --miss error)
                  once as recorded and once per verifier swapped into every tool, and count
                  the queries whose answer changes (those that leave the tape: not replayable)
   --json         one JSON object instead of the table
@@ -321,14 +321,33 @@ function M.read_labels(path, known)
   return labels, n
 end
 
+-- The model's time per hop on the committed path as the tape's job lines
+-- show it (each step job's length, whatever the step spent it on: a model
+-- call, a local model's sleep, CPU), or nil without job lines.
+local function seg_of_stages(stages)
+  local segs = {}
+  for _, q in ipairs(stages) do
+    for _, h in ipairs(q.hops) do segs[#segs + 1] = h.t_seg end
+  end
+  return mean(segs)
+end
+M.seg_of_stages = seg_of_stages
+
+-- A cassette's pairs and stages as analyse_pairs takes them. Beta's model
+-- time comes from the job lines; a format-1 tape (none) falls back to the
+-- model calls' latencies.
+local function tape_source(recs)
+  local prs, unpaired, http_seg = M.pairs_of(recs)
+  local stages, unusable = M.stages_of(recs)
+  return { pairs = prs, unpaired = unpaired, seg_ms = seg_of_stages(stages) or http_seg, stages = stages,
+           unusable = unusable }
+end
+
 -- Judge every pair with each verifier. opts: { k (math.huge = inf),
 -- labels = {id -> bool} or nil }. Returns the lab's result table (what
 -- --json prints, plus the rows the table shows) | nil, err.
 function M.analyse(recs, vs, opts)
-  local prs, unpaired, seg_ms = M.pairs_of(recs)
-  local stages, unusable = M.stages_of(recs)
-  return M.analyse_pairs({ pairs = prs, unpaired = unpaired, seg_ms = seg_ms, stages = stages, unusable = unusable },
-    vs, opts)
+  return M.analyse_pairs(tape_source(recs), vs, opts)
 end
 
 -- The same on pairs and stages from any source: src = { pairs, unpaired,
@@ -499,7 +518,8 @@ function M.table_lines(res, src)
   add("answers?: queries where a wrong guess would be committed; the tape cannot tell their answers")
   if res.agent then
     add("")
-    add("replayed with %s (virtual clock, the verifier in every tool), answers against the recorded ones:", res.agent)
+    add("replayed with %s at k %s (virtual clock, the verifier in every tool), answers against the recorded ones:",
+      res.agent, res.k == math.huge and "inf" or tostring(res.k))
     add("%-24s %8s %8s %15s", "verifier", "same", "changed", "not replayable")
     for _, r in ipairs(res.rows) do
       local x = r.replayed
@@ -510,7 +530,8 @@ function M.table_lines(res, src)
 end
 
 -- Replays the cassette `dir` with the agent script `script` over the
--- queries of `input` (virtual clock, misses fail the call): once with the
+-- queries of `input` at the lab's k (virtual clock, misses fail the call;
+-- a tape recorded at another k is served as well): once with the
 -- agent's own verifiers (the recorded answers: a replay of the same run has
 -- them) and once per verifier of vs, set as the agent's and every tool's
 -- verifier. Adds to each row of res.rows `replayed = { same, changed,
@@ -541,7 +562,7 @@ function M.agent_replay(res, vs, dir, script, input)
   end
   local function run_all()
     cassette.rewind()
-    local okr, recs = pcall(runner.run, agent, { queries = queries, clock = "virtual" })
+    local okr, recs = pcall(runner.run, agent, { queries = queries, clock = "virtual", k = res.k })
     if not okr then return nil, tostring(recs) end
     local by = {}
     for _, r in ipairs(recs) do by[tostring(r.id)] = r end
@@ -698,9 +719,7 @@ function M.load_source(src)
   end
   local recs, lerr = lab.cassette(src)
   if not recs then return nil, lerr end
-  local prs, unpaired, seg_ms = M.pairs_of(recs)
-  local stages, unusable = M.stages_of(recs)
-  return { pairs = prs, unpaired = unpaired, seg_ms = seg_ms, stages = stages, unusable = unusable }
+  return tape_source(recs)
 end
 
 function M.main(args)
