@@ -6,14 +6,15 @@
 -- A cassette is a directory of files cassette-NNNN.jsonl (one per recording
 -- process, created exclusively, so shards may record into one directory).
 -- Each line is one JSON object, written and flushed whole: a header line
--- { "specula_cassette": 2, ... } and then one exchange per line:
+-- { "specula_cassette": 3, ... } and then one exchange per line:
 --   { kind = "http"|"mcp"|"spec", key, n, at, off, ms, req, res | err, events, meta }
 -- key: the canonical request (no headers, secret query parameters removed,
 -- JSON bodies in canonical form, then scrubbed); meta: which query, hop,
--- window thread (the tid traces show) and job asked; n: the occurrence of
--- the key within that (query, thread, job), so repeated identical requests
--- get their own answers in order, whatever other queries and threads do
--- meanwhile; off: ms from the window's launch of that job to the request.
+-- window thread (the tid traces show), job and path (below) asked; n: the
+-- occurrence of the key within that (query, path, job), so repeated
+-- identical requests get their own answers in order, whatever other queries
+-- and threads do meanwhile; off: ms from the window's launch of that job to
+-- the request.
 -- Each window job that ends adds { kind = "job", key, n, first, ms, meta }:
 -- when its code first waited (an exchange, a sleep, a task) and its time
 -- from launch to result as the window saw it, so a replay reproduces the
