@@ -921,10 +921,33 @@ local function digest(s)
   crypto = crypto or require "specula.crypto"
   return crypto.sha256_hex(s):sub(1, 16)
 end
+-- A value as text that is the same in every run: canonical JSON, or for
+-- what JSON cannot hold (a function, a cycle) its data with the rest named
+-- by type, never by address.
+local function stable(v, depth, seen)
+  local t = type(v)
+  if t == "string" then return format("%q", v) end
+  if t == "number" or t == "boolean" or v == nil then return tostring(v) end
+  if t ~= "table" or depth > 32 or seen[v] then return "<" .. t .. ">" end
+  seen[v] = true
+  local keys = {}
+  for k in pairs(v) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  local parts = {}
+  for i, k in ipairs(keys) do parts[i] = stable(k, depth + 1, seen) .. "=" .. stable(v[k], depth + 1, seen) end
+  seen[v] = nil
+  return "{" .. concat(parts, ",") .. "}"
+end
+local function path_text(v)
+  local ok, c = pcall(json.canonical, v)
+  if ok then return c end
+  return stable(v, 0, {})
+end
+
 local function state_path(s)
   if type(s) == "table" then return paths[s] or "?" end
   if s == nil then return "?" end
-  return "v" .. digest(canon(s))
+  return "v" .. digest(path_text(s))
 end
 -- Per adapter function: the path of the state its job works from (advance:
 -- the state it makes, from its parent's and the observation it takes).
@@ -935,7 +958,7 @@ local PATHS = {
     if cands ~= nil then
       if idx == 0 then obs = cands else obs = cands[idx] end
     end
-    return digest(state_path(state) .. "\n" .. canon(obs))
+    return digest(state_path(state) .. "\n" .. path_text(obs))
   end,
   call = node_path, warmup = node_path, speculate = node_path, verify = node_path,
   pfcall = function() return "predicted" end,
