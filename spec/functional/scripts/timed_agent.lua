@@ -10,7 +10,8 @@
 -- MCP server must not need it); CAS_BLIND=1: the model's request leaves out
 -- the last observation, so the threads of a hop (on a guess, on the real
 -- result) ask the very same request; CAS_PREDICT=1: a predictor; CAS_VERIFY=
--- any: a verifier that accepts every guess. See cassette_replay_spec.lua.
+-- any: a verifier that accepts every guess; CAS_SCALE: every latency times
+-- this (default 1). See cassette_replay_spec.lua.
 local specula = require "specula"
 local sim = specula.sim
 
@@ -26,9 +27,10 @@ if TIMING == "mcp" or TIMING == "mix" then
     here .. "/../../support/mcp_testserver.js" }, name = "ts" })
 end
 
--- ms for this query, hop and kind: uniform in [lo, hi], keyed
+-- ms for this query, hop and kind: uniform in [lo, hi] times CAS_SCALE, keyed
+local SCALE = tonumber(os.getenv("CAS_SCALE") or "") or 1
 local function ms_of(ctx, kind, lo, hi, hop)
-  return math.floor(lo + (hi - lo) * sim.draw(ctx, kind, 0, hop) + 0.5)
+  return math.floor(SCALE * (lo + (hi - lo) * sim.draw(ctx, kind, 0, hop)) + 0.5)
 end
 
 local function http_wait(ms, tag)
