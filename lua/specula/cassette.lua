@@ -15,8 +15,9 @@
 -- identical requests get their own answers in order, whatever other queries
 -- and threads do meanwhile; off: ms from the window's launch of that job to
 -- the request.
--- Each window job that ends adds { kind = "job", key, n, first, ms, meta }:
--- when its code first waited (an exchange, a sleep, a task) and its time
+-- Each window job that ends adds { kind = "job", key, n, first, sleeps, ms,
+-- meta }: when its code first waited (an exchange, a sleep, a task), when
+-- each of its sleeps was to end, and its time
 -- from launch to result as the window saw it, so a replay reproduces the
 -- engine time around the exchanges (queueing, parsing) as well as the
 -- exchanges themselves. A process killed mid-write leaves at most one cut
@@ -78,9 +79,9 @@ local function current_job()
 end
 
 -- Coroutines in one of the cassette's own waits (a replayed exchange, a
--- job held), which are not the job's: see on_wait (set below).
+-- job held), which are not the job's: see on_wait and on_sleep (set below).
 local quiet = setmetatable({}, { __mode = "k" })
-local on_wait
+local on_wait, on_sleep
 
 -- The query context of the job running in each coroutine (weak: worker
 -- coroutines come and go), so a request knows which query and hop asked;
@@ -276,6 +277,7 @@ function M.open(o)
                           clock = sched.clock() }), "\n")
     f:flush()
   end
+  sched.on_sleep = on_sleep
   M.state = st
   return true
 end
@@ -288,8 +290,8 @@ function M.close()
     M.flush_timings()
     st.file:close()
     st.file = nil
-    sched.on_wait = false
   end
+  sched.on_wait, sched.on_sleep = false, false
   M.state = nil
   return st
 end
@@ -587,6 +589,34 @@ function on_wait()
   if co and quiet[co] then return end
   local J = current_job()
   if J and not J.first then J.first = sched.now() - J.born end
+end
+
+-- A sleep of a window job's own code (not of a task it spawned): while
+-- recording, when it was to end (ms from the job's launch, the job line's
+-- `sleeps`); while replaying, it ends when it was to end in the recording,
+-- so a late wake-up of the replay's clock is not added to the recording's.
+-- Returns the length to sleep.
+function on_sleep(ms)
+  local co = co_running()
+  if co == nil or quiet[co] then return ms end
+  local J = current_job()
+  if not J or J.co ~= co then return ms end
+  local now = sched.now()
+  local k = (J.nsleep or 0) + 1
+  J.nsleep = k
+  local st = M.state
+  if st and st.file then
+    local l = J.sleeps
+    if not l then l = {}; J.sleeps = l end
+    l[k] = now + ms - J.born
+  end
+  local rec = J.rec
+  local e = rec and type(rec.sleeps) == "table" and tonumber(rec.sleeps[k])
+  if e then
+    local d = J.born + e - now
+    return d > 0 and d or 0
+  end
+  return ms
 end
 
 -- A served exchange leaves when it left in the recording: off ms after its
@@ -974,8 +1004,9 @@ local function pack(...) return { n = select("#", ...), ... } end
 -- code at that time, so the code reaches its first wait when it did (what
 -- it set off before, such as predictions, happens when it did, and a job
 -- that never waited does not wait in the replay either); from there its
--- own sleeps run as they ran, its exchanges leave at their recorded
--- offsets from the job's launch and answer their recorded latency later,
+-- own sleeps end when they ended (sleeps: when each was to end), its
+-- exchanges leave at their recorded offsets from the job's launch and
+-- answer their recorded latency later,
 -- and its result is held until the recorded length has passed. So the
 -- time the agent spends itself before its first wait is not spent twice,
 -- and what it spends later is inside the recorded length.
@@ -988,7 +1019,7 @@ local function wrap_job(name, f, how, pathf)
     local qmt = ...
     local qctx = type(qmt) == "table" and rawget(qmt, "__index")
     local J = { born = BORN[0], thread = THREAD[0], name = name,
-                query = type(qctx) == "table" and qctx.id or nil }
+                query = type(qctx) == "table" and qctx.id or nil, co = co_running() }
     if st.bypath then J.path = pathf(...) end
     jobs[id] = J
     local hop, what = how(...)
@@ -997,6 +1028,7 @@ local function wrap_job(name, f, how, pathf)
     local key = "JOB " .. name .. "\n" .. what
     local rec, n = take(st, scope, qscope, key, nil, true)
     if rec and type(rec.ms) == "number" then
+      J.rec = rec
       sleep_until(J.born + (type(rec.first) == "number" and rec.first or rec.ms))
     else
       rec = nil
@@ -1013,7 +1045,8 @@ local function wrap_job(name, f, how, pathf)
       local later = st.later
       if not later then later = {}; st.later = later end
       later[#later + 1] = { kind = "job", key = key, n = n, at = J.born - st.t0,
-                            ms = sched.now() - J.born, first = J.first, failed = not r[1] or nil, meta = meta }
+                            ms = sched.now() - J.born, first = J.first, failed = not r[1] or nil, meta = meta,
+                            sleeps = J.sleeps and json.array(J.sleeps) or nil }
     end
     if not r[1] then error(r[2], 0) end
     return unpack(r, 2, r.n)

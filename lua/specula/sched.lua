@@ -185,6 +185,10 @@ M.yield = co_yield
 -- other tasks: a cassette being recorded notes when each window job first
 -- waits (specula/cassette.lua).
 M.on_wait = false
+-- Called (when set) with a sleep's length before it starts, returns the
+-- length to sleep: a cassette notes when each sleep of a window job was to
+-- end, and a replay ends it then (specula/cassette.lua).
+M.on_sleep = false
 
 local Task = {}
 Task.__index = Task
@@ -292,6 +296,7 @@ end
 function M.sleep(ms)
   if type(ms) ~= "number" then error("specula.sleep: expected milliseconds, got " .. type(ms), 2) end
   local me = current("specula.sleep")
+  if M.on_sleep then ms = M.on_sleep(ms) end
   local err, errlen = core.errbuf()
   if C.sp_sleep(me, ms, err, errlen) ~= 0 then error("specula.sleep: " .. ffi.string(err), 2) end
   if M.on_wait then M.on_wait() end
