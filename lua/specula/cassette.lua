@@ -82,6 +82,8 @@ end
 -- job held), which are not the job's: see on_wait and on_sleep (set below).
 local quiet = setmetatable({}, { __mode = "k" })
 local on_wait, on_sleep
+-- how late the replay's waits wake, on average (see sleep_until)
+local late = 0
 
 -- The query context of the job running in each coroutine (weak: worker
 -- coroutines come and go), so a request knows which query and hop asked;
@@ -278,6 +280,7 @@ function M.open(o)
     f:flush()
   end
   sched.on_sleep = on_sleep
+  late = 0
   M.state = st
   return true
 end
@@ -572,13 +575,27 @@ end
 -- Below a nanosecond (the clock's grain) a wait is float noise: a yield for
 -- it would let the loop run, out of the recorded order, what the job set off.
 local GRAIN_MS = 1e-6
+-- On the real clock a wait wakes late on a loaded machine, and the
+-- recorded latencies hold the recording's own lateness already: a replay
+-- that paid its own on top would run slow. The running mean of how late
+-- the replay's waits woke (at most LATE_MAX ms; always 0 on the virtual
+-- clock) is taken off its deadlines.
+local LATE_MAX = 2
+local function real_clock() return C.sp_clock_virtual(core.ctx) == 0 end
 local function sleep_until(t)
-  local d = t - sched.now()
+  local now = sched.now()
+  local real = real_clock()
+  local d = t - now - (real and late or 0)
   if d > GRAIN_MS then
     local co = co_running()
     quiet[co] = true
     sched.sleep(d)
     quiet[co] = nil
+    if real then
+      local l = sched.now() - now - d
+      if l > LATE_MAX then l = LATE_MAX elseif l < 0 then l = 0 end
+      late = late + (l - late) / 16
+    end
   end
 end
 
@@ -613,7 +630,7 @@ function on_sleep(ms)
   local rec = J.rec
   local e = rec and type(rec.sleeps) == "table" and tonumber(rec.sleeps[k])
   if e then
-    local d = J.born + e - now
+    local d = J.born + e - now - (real_clock() and late or 0)
     return d > 0 and d or 0
   end
   return ms
