@@ -299,6 +299,26 @@ function M.close()
   return st
 end
 
+-- A query ended (err: its record's error, if any). A miss made on a thread
+-- that was speculative when it asked and whose error ended the query (the
+-- thread was promoted: a lossy verifier committed its guess) was on the
+-- committed path after all.
+function M.query_done(id, err)
+  local st = M.state
+  if not st or not st.replay then return end
+  local q = tostring(id)
+  local l = st.pending_misses[q]
+  st.pending_misses[q] = nil
+  if not l or type(err) ~= "string" then return end
+  for _, d in ipairs(l) do
+    -- (a failed call redone once its thread is verified was counted then)
+    if not l.committed[d] and err:find(d, 1, true) then
+      st.missed_committed = st.missed_committed + 1
+      return
+    end
+  end
+end
+
 -- Start the occurrence counts over, so the next run of the same queries
 -- (the next --compare config) is served the recording from its start. Only
 -- for a pure replay: while recording, occurrences must stay distinct.
@@ -306,6 +326,7 @@ function M.rewind()
   local st = M.state
   if st and st.replay and not st.file then
     st.counts = {}
+    st.pending_misses = {}
     for _, r in ipairs(st.entries) do r.used = nil end
   end
 end
@@ -520,7 +541,8 @@ local function on_miss(st, kind, what, n, held, meta, cancelled)
   st.missed = st.missed + 1
   -- a miss on a discarded speculative thread does not change the result;
   -- one on the committed path does
-  if kind ~= "spec" and not meta.speculative then st.missed_committed = st.missed_committed + 1 end
+  local committed = kind ~= "spec" and not meta.speculative
+  if committed then st.missed_committed = st.missed_committed + 1 end
   local detail
   if cancelled then
     st.missed_cancelled = st.missed_cancelled + 1
@@ -531,6 +553,14 @@ local function on_miss(st, kind, what, n, held, meta, cancelled)
       what, st.replay, n, held)
   end
   if #st.miss_list < 20 then st.miss_list[#st.miss_list + 1] = what end
+  -- a miss on a thread that is speculative now counts as committed if its
+  -- error becomes the query's (its thread was promoted): see query_done
+  if kind ~= "spec" and meta.query ~= nil and st.miss ~= "live" then
+    local q = tostring(meta.query)
+    local l = st.pending_misses[q]
+    if not l then l = { committed = {} }; st.pending_misses[q] = l end
+    if committed then l.committed[detail] = true else l[#l + 1] = detail end
+  end
   if st.miss == "live" then
     st.live = st.live + 1
     return "live"
@@ -908,7 +938,8 @@ function M.speculator(S, tool, is_cands, cands)
         if r.value == json.null then return nil end
         return r.value
       end
-      local go, err = on_miss(st, "spec", "speculator of '" .. tostring(tool) .. "' " .. ac, n, held, meta, rec ~= nil)
+      local go, err = on_miss(st, "spec", "speculator of '" .. tostring(tool) .. "' " .. ac, n, held, meta,
+        rec ~= nil)
       if not go then error(err, 0) end
     end
     write_start("spec", key, n, meta)

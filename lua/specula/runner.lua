@@ -133,6 +133,8 @@ end
 local function finish_window(run, w, q, index)
   local o = run.o
   local rec = collect(w, q, run)
+  local cassette = package.loaded["specula.cassette"]
+  if cassette and cassette.state then cassette.query_done(q.id, rec.error) end
   if run.kept then
     -- the query's pairs go into its record and leave the run
     local qmt = run.kept_q[q]

@@ -321,26 +321,31 @@ function M.read_labels(path, known)
   return labels, n
 end
 
--- The model's time per hop on the committed path as the tape's job lines
--- show it (each step job's length, whatever the step spent it on: a model
--- call, a local model's sleep, CPU), or nil without job lines.
-local function seg_of_stages(stages)
-  local segs = {}
+-- The model's time and the target's per hop on the committed path as the
+-- tape's job lines show them (each step job's length, whatever the step
+-- spent it on: a model call, a local model's sleep, CPU; each target
+-- call's), or nil without job lines.
+local function times_of_stages(stages)
+  local segs, tgts = {}, {}
   for _, q in ipairs(stages) do
-    for _, h in ipairs(q.hops) do segs[#segs + 1] = h.t_seg end
+    for _, h in ipairs(q.hops) do
+      segs[#segs + 1] = h.t_seg
+      tgts[#tgts + 1] = h.t_target
+    end
   end
-  return mean(segs)
+  return mean(segs), mean(tgts)
 end
-M.seg_of_stages = seg_of_stages
 
--- A cassette's pairs and stages as analyse_pairs takes them. Beta's model
--- time comes from the job lines; a format-1 tape (none) falls back to the
--- model calls' latencies.
+-- A cassette's pairs and stages as analyse_pairs takes them. Beta is the
+-- committed hops' mean step time over their mean target time, from the job
+-- lines, as a run estimates it; a format-1 tape (none) falls back to the
+-- model calls' latencies over the paired target calls'.
 local function tape_source(recs)
   local prs, unpaired, http_seg = M.pairs_of(recs)
   local stages, unusable = M.stages_of(recs)
-  return { pairs = prs, unpaired = unpaired, seg_ms = seg_of_stages(stages) or http_seg, stages = stages,
-           unusable = unusable }
+  local seg, tgt = times_of_stages(stages)
+  return { pairs = prs, unpaired = unpaired, seg_ms = seg or http_seg, target_ms = seg and tgt or nil,
+           stages = stages, unusable = unusable }
 end
 
 -- Judge every pair with each verifier. opts: { k (math.huge = inf),
@@ -351,7 +356,8 @@ function M.analyse(recs, vs, opts)
 end
 
 -- The same on pairs and stages from any source: src = { pairs, unpaired,
--- seg_ms, stages, unusable, cut (results files: pairs skipped as cut) }.
+-- seg_ms, target_ms (beta's target time; default: the pairs'), stages,
+-- unusable, cut (results files: pairs skipped as cut) }.
 function M.analyse_pairs(src, vs, opts)
   local prs, unpaired, seg_ms = src.pairs, src.unpaired, src.seg_ms
   if #prs == 0 then return nil, "no speculator call paired with its target's observation" end
@@ -361,7 +367,8 @@ function M.analyse_pairs(src, vs, opts)
   for _, p in ipairs(prs) do sms[#sms + 1] = p.spec_ms; tms[#tms + 1] = p.target_ms end
   local t_target = mean(tms)
   local alpha = t_target > 0 and mean(sms) / t_target or 0
-  local beta = (t_target > 0 and seg_ms) and seg_ms / t_target or nil
+  local beta_target = src.target_ms or t_target
+  local beta = (beta_target > 0 and seg_ms) and seg_ms / beta_target or nil
   local stages, unusable = src.stages, src.unusable
   local m = 1
   for _, p in ipairs(prs) do if #p.cands > m then m = #p.cands end end

@@ -299,7 +299,10 @@ describe("a replayed cassette", function()
     local st, out, err = H.specula({ "verifiers", t.dir, "--verifier", "exact", "--json" })
     assert.are.equal(0, st, err)
     local r = cjson.decode(out)
-    assert.is_true(math.abs(r.beta - beta) <= 0.1 * beta, string.format("lab beta %s, run %.3f", tostring(r.beta), beta))
+    -- the run's estimate from its stage times; the lab's from the job lines
+    -- (a job's length, not the window's view of it: a hair shorter)
+    assert.is_true(math.abs(r.beta - beta) <= 0.02 * beta, string.format("lab beta %s, run %.4f", tostring(r.beta),
+      beta))
     -- --agent replays at the lab's k, here not the recorded one
     for _, k in ipairs({ "1", "2", "inf" }) do
       st, out, err = H.specula({ "verifiers", t.dir, "--verifier", "exact", "--k", k, "--agent", AGENT, "--input", input,
