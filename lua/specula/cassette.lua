@@ -6,19 +6,28 @@
 -- A cassette is a directory of files cassette-NNNN.jsonl (one per recording
 -- process, created exclusively, so shards may record into one directory).
 -- Each line is one JSON object, written and flushed whole: a header line
--- { "specula_cassette": 2, ... } and then one exchange per line:
+-- { "specula_cassette": 3, ... } and then one exchange per line:
 --   { kind = "http"|"mcp"|"spec", key, n, at, off, ms, req, res | err, events, meta }
 -- key: the canonical request (no headers, secret query parameters removed,
 -- JSON bodies in canonical form, then scrubbed); meta: which query, hop,
--- window thread (the tid traces show) and job asked; n: the occurrence of
--- the key within that (query, thread, job), so repeated identical requests
--- get their own answers in order, whatever other queries and threads do
--- meanwhile; off: ms from the window's launch of that job to the request.
--- Each window job that ends adds { kind = "job", key, n, ms, meta }: its
--- time from launch to result as the window saw it, so a replay reproduces
--- the engine time around the exchanges (queueing, parsing) as well as the
+-- window thread (the tid traces show), job and path (below) asked; n: the
+-- occurrence of the key within that (query, path, job), so repeated
+-- identical requests get their own answers in order, whatever other queries
+-- and threads do meanwhile; off: ms from the window's launch of that job to
+-- the request.
+-- Each window job that ends adds { kind = "job", key, n, first, sleeps, ms,
+-- meta }: when its code first waited (an exchange, a sleep, a task), when
+-- each of its sleeps was to end, and its time
+-- from launch to result as the window saw it, so a replay reproduces the
+-- engine time around the exchanges (queueing, parsing) as well as the
 -- exchanges themselves. A process killed mid-write leaves at most one cut
 -- last line, which the loader drops with a warning.
+--
+-- Format 3 names a job by what it works on rather than by the window
+-- thread that ran it: meta.path digests the observations its state was
+-- built from, so the same job of another schedule (another k, m, mode,
+-- policy, verifier or predictor) finds its recording. Format 2 tapes are
+-- matched by thread as they were recorded.
 local json = require "specula.json"
 local sched = require "specula.sched"
 local core = require "specula.core"
@@ -30,9 +39,10 @@ local select, unpack, rawget, xpcall, tonumber = select, unpack, rawget, xpcall,
 local co_running = coroutine.running
 
 local M = {}
-M.VERSION = 2
--- versions this specula reads (1: no job lines, n counted per request)
-local READS = { [1] = true, [2] = true }
+M.VERSION = 3
+-- versions this specula reads (1: no job lines, n counted per request; 2:
+-- occurrences counted per window thread)
+local READS = { [1] = true, [2] = true, [3] = true }
 M.MISS = { error = true, live = true, skip = true }
 
 -- The open cassette of this process (nil: none). Checked on every request.
@@ -68,6 +78,13 @@ local function current_job()
   return nil
 end
 
+-- Coroutines in one of the cassette's own waits (a replayed exchange, a
+-- job held), which are not the job's: see on_wait and on_sleep (set below).
+local quiet = setmetatable({}, { __mode = "k" })
+local on_wait, on_sleep
+-- how late the replay's waits wake, on average (see sleep_until)
+local late = 0
+
 -- The query context of the job running in each coroutine (weak: worker
 -- coroutines come and go), so a request knows which query and hop asked;
 -- also kept on the job, for the tasks its code spawns.
@@ -96,6 +113,7 @@ local function meta_now(J)
     if m.query == nil then m.query = J.query end
     m.thread = J.thread
     m.job = J.name
+    m.path = J.path
   end
   if core.ctx ~= nil then
     local t = C.sp_task_current(core.ctx)
@@ -104,13 +122,18 @@ local function meta_now(J)
   return m
 end
 
--- Where an occurrence is counted: per (query, window thread, job) when a
--- query asked, else per run. qscope: the query alone, for a replay whose
--- threads differ from the recording's (another policy).
-local function scopes(meta)
+-- Where an occurrence is counted: per (query, job) when a query asked,
+-- else per run; a job is named by its path (format 3: what its state was
+-- built from, the same in any schedule) or, on a format-2 tape or with
+-- bypath false, by its window thread. qscope: the query alone, where a
+-- request finds the query's other answers to it.
+local function scopes(meta, bypath)
   local q = meta and meta.query
   if q == nil then return "", "" end
   local qs = "q=" .. tostring(q)
+  if meta.path ~= nil and bypath ~= false then
+    return qs .. " p=" .. tostring(meta.path) .. " j=" .. tostring(meta.job or ""), qs
+  end
   return qs .. " t=" .. tostring(meta.thread or "") .. " j=" .. tostring(meta.job or ""), qs
 end
 
@@ -335,10 +358,16 @@ function M.open(o)
   local miss = o.miss or "error"
   if not M.MISS[miss] then return nil, "--miss must be error, live or skip" end
   local st = { miss = miss, counts = {}, served = 0, missed = 0, missed_committed = 0, live = 0, recorded = 0,
-               miss_list = {}, t0 = sched.now() }
+               held = 0, again = 0, missed_cancelled = 0, pending_misses = {}, miss_list = {},
+               t0 = sched.now(), bypath = true }
   if o.replay then
     local recs, files, warnings = M.load(o.replay)
     if not recs then return nil, files end
+    -- a tape written before format 3 names jobs by window thread only
+    st.bypath = false
+    for _, f in ipairs(files) do
+      if f.header and (tonumber(f.header.specula_cassette) or 0) >= 3 then st.bypath = true end
+    end
     for _, w in ipairs(warnings) do secrets.stderr("specula: warning: cassette ", w, "\n") end
     -- exact: scope + key -> { [n] = entry }; loose: query + key -> entries
     -- in the order they were asked; keys: every key on the tape
@@ -370,6 +399,7 @@ function M.open(o)
     if not f then return nil, format("cannot create a file in the cassette directory '%s': %s", o.record, tostring(ferr)) end
     st.file = f
     st.record = o.record
+    sched.on_wait = on_wait
     st.size = 0
     local header = json.encode({ specula_cassette = M.VERSION, created = os.date("!%Y-%m-%dT%H:%M:%SZ"),
                                  clock = sched.clock() })
@@ -382,6 +412,8 @@ function M.open(o)
     end
     st.size = #header + 1
   end
+  sched.on_sleep = on_sleep
+  late = 0
   M.state = st
   return true
 end
@@ -399,6 +431,7 @@ function M.close()
     st.file = nil
     if not ok then M.write_failed(st, err) end
   end
+  sched.on_wait, sched.on_sleep = false, false
   M.state = nil
   return st
 end
@@ -424,6 +457,26 @@ function M.failed()
   return M.state and M.state.failed
 end
 
+-- A query ended (err: its record's error, if any). A miss made on a thread
+-- that was speculative when it asked and whose error ended the query (the
+-- thread was promoted: a lossy verifier committed its guess) was on the
+-- committed path after all.
+function M.query_done(id, err)
+  local st = M.state
+  if not st or not st.replay then return end
+  local q = tostring(id)
+  local l = st.pending_misses[q]
+  st.pending_misses[q] = nil
+  if not l or type(err) ~= "string" then return end
+  for _, d in ipairs(l) do
+    -- (a failed call redone once its thread is verified was counted then)
+    if not l.committed[d] and err:find(d, 1, true) then
+      st.missed_committed = st.missed_committed + 1
+      return
+    end
+  end
+end
+
 -- Start the occurrence counts over, so the next run of the same queries
 -- (the next --compare config) is served the recording from its start. Only
 -- for a pure replay: while recording, occurrences must stay distinct.
@@ -431,6 +484,7 @@ function M.rewind()
   local st = M.state
   if st and st.replay and not st.record then
     st.counts = {}
+    st.pending_misses = {}
     for _, r in ipairs(st.entries) do r.used = nil end
   end
 end
@@ -439,8 +493,15 @@ end
 function M.summary(st)
   local parts = {}
   if st.replay then
-    parts[#parts + 1] = format("%d served from %s, %d not in it (%d on the committed path; --miss %s)", st.served,
-      st.replay, st.missed, st.missed_committed, st.miss)
+    parts[#parts + 1] = format("%d served from %s%s, %d not in it (%d on the committed path%s; --miss %s)",
+      st.served, st.replay, st.again > 0 and format(" (%d of them an answer served before)", st.again) or "",
+      st.missed, st.missed_committed,
+      st.missed_cancelled > 0 and format("; %d cancelled in the recording before an answer", st.missed_cancelled)
+        or "", st.miss)
+    if st.held > 0 then
+      parts[#parts + 1] = format("%d speculator call%s the recording cancelled left unanswered until moot", st.held,
+        st.held == 1 and "" or "s")
+    end
     if st.live > 0 then parts[#parts + 1] = format("%d made live", st.live) end
   end
   if st.record then parts[#parts + 1] = format("%d recorded to %s", st.recorded, st.path) end
@@ -582,13 +643,21 @@ local function occurrence(st, key)
 end
 
 -- The next occurrence n of key asked in scope (see scopes) and, when
--- replaying, the entry that answers it: that occurrence of the same
--- (query, thread, job) when the tape has it, else the first entry of the
--- query not served yet, an answered one before a call the recording
--- cancelled (the replay's threads differ: another policy). So concurrent
--- queries and threads each get their own recorded answers, in record and
--- replay alike. Returns entry | nil, n, how many entries the query has.
-local function take(st, scope, qscope, key, extra)
+-- replaying, the entry that answers it:
+--  1. that occurrence in the same scope (the same job of the same path, or
+--     of the same thread on a format-2 tape), when the recording answered it;
+--  2. else an answer to the same request in the same query not served yet,
+--     in the order they were asked (the replay's schedule differs from the
+--     recording's: another k, m, mode, policy, verifier or predictor);
+--  3. else one served already (this schedule asks more often than the
+--     recording did; the world answers the same request the same way);
+--  4. else the recording's unanswered start of it (its call was cancelled
+--     first: a discarded thread, a speculator its target beat), or nil.
+-- Job lines (jobs = true) take only step 1 on a format-3 tape: a job's
+-- length is that job's, not another path's.
+-- Returns entry | nil, n, how many entries of it the query has, and
+-- "again" when the entry was served before.
+local function take(st, scope, qscope, key, extra, jobs)
   local n = occurrence(st, scope .. "\n" .. key)
   if not st.replay then return nil, n, 0 end
   -- a key that held a secret was stored scrubbed (scrubbing every key up
@@ -599,36 +668,59 @@ local function take(st, scope, qscope, key, extra)
   end
   local x = st.exact[scope .. "\n" .. key]
   local e = x and x[n]
-  if e and not e.used then
+  if e and not e.start then
+    local again = e.used and "again" or nil
     e.used = true
-    return e, n, 1
+    return e, n, 1, again
   end
+  if jobs and st.bypath then return nil, n, 0 end
   local list = st.loose[qscope .. "\n" .. key]
-  if not list then return nil, n, 0 end
-  local pick
+  if not list then return e, n, e and 1 or 0 end
+  local served
   for i = 1, #list do
     local r = list[i]
-    if not r.used then
-      if not r.start then pick = r break end
-      pick = pick or r
+    if not r.start then
+      if not r.used then
+        r.used = true
+        return r, n, #list
+      end
+      served = served or r
     end
   end
-  if pick then pick.used = true end
-  return pick, n, #list
+  if served then return served, n, #list, "again" end
+  return e or list[1], n, #list
 end
 
 -- What a miss does. Returns "live" to make the real call, or nil, err.
-local function on_miss(st, kind, what, n, held, meta)
+-- cancelled: the recording asked it (held times in this query) and never
+-- got an answer.
+local function on_miss(st, kind, what, n, held, meta, cancelled)
   -- what names the request (a URL, a speculator's arguments): it goes to
   -- errors and to the end-of-run summary on stderr
   what = scrub(what)
   st.missed = st.missed + 1
   -- a miss on a discarded speculative thread does not change the result;
   -- one on the committed path does
-  if kind ~= "spec" and not meta.speculative then st.missed_committed = st.missed_committed + 1 end
-  local detail = format("ECASSETTE: %s: not in the cassette %s (occurrence %d of this request; it holds %d)",
-    what, st.replay, n, held)
+  local committed = kind ~= "spec" and not meta.speculative
+  if committed then st.missed_committed = st.missed_committed + 1 end
+  local detail
+  if cancelled then
+    st.missed_cancelled = st.missed_cancelled + 1
+    detail = format("ECASSETTE: %s: not in the cassette %s (the recording asked it %d time%s in this query and "
+      .. "cancelled it before any answer)", what, st.replay, held, held == 1 and "" or "s")
+  else
+    detail = format("ECASSETTE: %s: not in the cassette %s (occurrence %d of this request; it holds %d)",
+      what, st.replay, n, held)
+  end
   if #st.miss_list < 20 then st.miss_list[#st.miss_list + 1] = what end
+  -- a miss on a thread that is speculative now counts as committed if its
+  -- error becomes the query's (its thread was promoted): see query_done
+  if kind ~= "spec" and meta.query ~= nil and st.miss ~= "live" then
+    local q = tostring(meta.query)
+    local l = st.pending_misses[q]
+    if not l then l = { committed = {} }; st.pending_misses[q] = l end
+    if committed then l.committed[detail] = true else l[#l + 1] = detail end
+  end
   if st.miss == "live" then
     st.live = st.live + 1
     return "live"
@@ -642,11 +734,25 @@ local function on_miss(st, kind, what, n, held, meta)
   return nil, detail
 end
 
--- A call that started but never answered in the recording (its task was
--- cancelled: a discarded speculative thread, a speculator the target beat)
--- never answers in the replay either; it waits until it is cancelled again.
+-- A speculator call the recording cancelled before it answered (its
+-- target beat it, or its thread was discarded) and never answered
+-- anywhere in the query stays unanswered in the replay: its target's
+-- result makes it moot (a late guess, as recorded) or its thread goes,
+-- whichever comes first; both always come. (A failed speculation instead
+-- would turn a recorded "late" into an "error".)
 M.NEVER_MS = 1e7
-local function never() sched.sleep(M.NEVER_MS) end
+local function never()
+  local co = co_running()
+  quiet[co] = true
+  sched.sleep(M.NEVER_MS)
+  quiet[co] = nil
+end
+
+-- Served: count it (again: an answer served before, asked once more).
+local function count_served(st, again)
+  st.served = st.served + 1
+  if again then st.again = st.again + 1 end
+end
 
 -- The start of an exchange, written before the call is made.
 local function write_start(kind, key, n, meta, extra)
@@ -659,9 +765,65 @@ end
 -- Below a nanosecond (the clock's grain) a wait is float noise: a yield for
 -- it would let the loop run, out of the recorded order, what the job set off.
 local GRAIN_MS = 1e-6
+-- On the real clock a wait wakes late on a loaded machine, and the
+-- recorded latencies hold the recording's own lateness already: a replay
+-- that paid its own on top would run slow. The running mean of how late
+-- the replay's waits woke (at most LATE_MAX ms; always 0 on the virtual
+-- clock) is taken off its deadlines.
+local LATE_MAX = 2
+local function real_clock() return C.sp_clock_virtual(core.ctx) == 0 end
 local function sleep_until(t)
-  local d = t - sched.now()
-  if d > GRAIN_MS then sched.sleep(d) end
+  local now = sched.now()
+  local real = real_clock()
+  local d = t - now - (real and late or 0)
+  if d > GRAIN_MS then
+    local co = co_running()
+    quiet[co] = true
+    sched.sleep(d)
+    quiet[co] = nil
+    if real then
+      local l = sched.now() - now - d
+      if l > LATE_MAX then l = LATE_MAX elseif l < 0 then l = 0 end
+      late = late + (l - late) / 16
+    end
+  end
+end
+
+-- While recording: when a window job first waits (a sleep, a wait on a
+-- task; its exchanges note it themselves), for its job line's `first`.
+function on_wait()
+  local co = co_running()
+  if co and quiet[co] then return end
+  local J = current_job()
+  if J and not J.first then J.first = sched.now() - J.born end
+end
+
+-- A sleep of a window job's own code (not of a task it spawned): while
+-- recording, when it was to end (ms from the job's launch, the job line's
+-- `sleeps`); while replaying, it ends when it was to end in the recording,
+-- so a late wake-up of the replay's clock is not added to the recording's.
+-- Returns the length to sleep.
+function on_sleep(ms)
+  local co = co_running()
+  if co == nil or quiet[co] then return ms end
+  local J = current_job()
+  if not J or J.co ~= co then return ms end
+  local now = sched.now()
+  local k = (J.nsleep or 0) + 1
+  J.nsleep = k
+  local st = M.state
+  if st and st.file then
+    local l = J.sleeps
+    if not l then l = {}; J.sleeps = l end
+    l[k] = now + ms - J.born
+  end
+  local rec = J.rec
+  local e = rec and type(rec.sleeps) == "table" and tonumber(rec.sleeps[k])
+  if e then
+    local d = J.born + e - now - (real_clock() and late or 0)
+    return d > 0 and d or 0
+  end
+  return ms
 end
 
 -- A served exchange leaves when it left in the recording: off ms after its
@@ -785,16 +947,15 @@ function M.http(opts, method, live)
   local key = method:upper() .. " " .. url .. "\n" .. body
   local J = current_job()
   local meta = meta_now(J)
-  local scope, qscope = scopes(meta)
-  local rec, n, held = take(st, scope, qscope, key, extra)
+  local scope, qscope = scopes(meta, st.bypath)
+  local rec, n, held, again = take(st, scope, qscope, key, extra)
   if st.replay then
-    if rec and rec.kind == "http" then
-      st.served = st.served + 1
-      if rec.start then never() return nil, "ECASSETTE: " .. method:upper() .. ": cancelled in the recording" end
+    if rec and rec.kind == "http" and not rec.start then
+      count_served(st, again)
       return serve_http(st, rec, depart(J, rec))
     end
     local what = method:upper() .. " " .. scrub(url, extra)
-    local go, err = on_miss(st, "http", what, n, held, meta)
+    local go, err = on_miss(st, "http", what, n, held, meta, rec ~= nil)
     if not go then return nil, err end
   end
   local lopts = setmetatable({}, { __index = opts })
@@ -855,18 +1016,17 @@ function M.mcp(client, method, params, opts, live)
   local key = "MCP " .. tostring(client.name) .. " " .. method .. "\n" .. pc
   local J = current_job()
   local meta = meta_now(J)
-  local scope, qscope = scopes(meta)
-  local rec, n, held = take(st, scope, qscope, key, extra)
+  local scope, qscope = scopes(meta, st.bypath)
+  local rec, n, held, again = take(st, scope, qscope, key, extra)
   local what = format("MCP %s %s", tostring(client.name), tostring(opts and opts.what or method))
   if st.replay then
-    if rec and rec.kind == "mcp" then
-      st.served = st.served + 1
-      if rec.start then never() return nil, what .. ": cancelled in the recording" end
+    if rec and rec.kind == "mcp" and not rec.start then
+      count_served(st, again)
       sleep_until(depart(J, rec) + (rec.ms or 0))
       if rec.err then return nil, rec.err end
       return rec.res
     end
-    local go, err = on_miss(st, "mcp", what, n, held, meta)
+    local go, err = on_miss(st, "mcp", what, n, held, meta, rec ~= nil)
     if not go then return nil, err end
     if client.offline then return nil, what .. ": the server was not started (replaying offline)" end
   end
@@ -917,12 +1077,16 @@ function M.speculator(S, tool, is_cands, cands)
     local key = "SPEC " .. tostring(tool) .. "\n" .. ac
     local J = current_job()
     local meta = meta_now(J)
-    local scope, qscope = scopes(meta)
-    local rec, n, held = take(st, scope, qscope, key)
+    local scope, qscope = scopes(meta, st.bypath)
+    local rec, n, held, again = take(st, scope, qscope, key)
     if st.replay then
-      if rec and rec.kind == "spec" then
-        st.served = st.served + 1
-        if rec.start then never() error("speculator cancelled in the recording", 0) end
+      if rec and rec.kind == "spec" and rec.start and st.miss ~= "live" then
+        st.held = st.held + 1
+        never()
+        error("speculator cancelled in the recording", 0)
+      end
+      if rec and rec.kind == "spec" and not rec.start then
+        count_served(st, again)
         sleep_until(depart(J, rec) + (rec.ms or 0))
         if rec.err then error(rec.err, 0) end
         local r = rec.res or {}
@@ -934,7 +1098,8 @@ function M.speculator(S, tool, is_cands, cands)
         if r.value == json.null then return nil end
         return r.value
       end
-      local go, err = on_miss(st, "spec", "speculator of '" .. tostring(tool) .. "' " .. ac, n, held, meta)
+      local go, err = on_miss(st, "spec", "speculator of '" .. tostring(tool) .. "' " .. ac, n, held, meta,
+        rec ~= nil)
       if not go then error(err, 0) end
     end
     write_start("spec", key, n, meta)
@@ -984,17 +1149,76 @@ local JOBS = {
 }
 local JOB_NAMES = { "start", "advance", "call", "warmup", "speculate", "verify", "pfcall" }
 
+-- The path of a state: a digest of the observations it was built from, in
+-- order (the query's initial state is "0"), so a job finds its recording
+-- whichever thread of whichever schedule runs it. Table states carry it
+-- here (weak keys: it goes with the state); a plain value is its own.
+local paths = setmetatable({}, { __mode = "k" })
+local crypto
+local function digest(s)
+  crypto = crypto or require "specula.crypto"
+  return crypto.sha256_hex(s):sub(1, 16)
+end
+-- A value as text that is the same in every run: canonical JSON, or for
+-- what JSON cannot hold (a function, a cycle) its data with the rest named
+-- by type, never by address.
+local function stable(v, depth, seen)
+  local t = type(v)
+  if t == "string" then return format("%q", v) end
+  if t == "number" or t == "boolean" or v == nil then return tostring(v) end
+  if t ~= "table" or depth > 32 or seen[v] then return "<" .. t .. ">" end
+  seen[v] = true
+  local keys = {}
+  for k in pairs(v) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  local parts = {}
+  for i, k in ipairs(keys) do parts[i] = stable(k, depth + 1, seen) .. "=" .. stable(v[k], depth + 1, seen) end
+  seen[v] = nil
+  return "{" .. concat(parts, ",") .. "}"
+end
+local function path_text(v)
+  local ok, c = pcall(json.canonical, v)
+  if ok then return c end
+  return stable(v, 0, {})
+end
+
+local function state_path(s)
+  if type(s) == "table" then return paths[s] or "?" end
+  if s == nil then return "?" end
+  return "v" .. digest(path_text(s))
+end
+-- Per adapter function: the path of the state its job works from (advance:
+-- the state it makes, from its parent's and the observation it takes).
+local function node_path(_, ctx) return state_path(type(ctx) == "table" and ctx.state or nil) end
+local PATHS = {
+  start = function() return "0" end,
+  advance = function(_, state, _, obs, cands, idx)
+    if cands ~= nil then
+      if idx == 0 then obs = cands else obs = cands[idx] end
+    end
+    return digest(state_path(state) .. "\n" .. path_text(obs))
+  end,
+  call = node_path, warmup = node_path, speculate = node_path, verify = node_path,
+  pfcall = function() return "predicted" end,
+}
+
 local function pack(...) return { n = select("#", ...), ... } end
 
 -- A window job's time is the engine's as much as the exchanges': a job
 -- waits in the queue behind others, builds its requests, parses what
 -- comes back. The tape holds, per job, its length from launch to result
--- (ms) and when its first exchange left (first). A replay runs the job's
--- code at the time its first exchange left in the recording (so what the
--- code sets off before it, such as predictions, happens when it did), its
--- exchanges at their recorded offsets, and holds its result until the
--- recorded length has passed.
-local function wrap_job(name, f, how)
+-- (ms) and when its code first waited (first: its first exchange, sleep or
+-- wait on a task; none if it never waited). A replay starts the job's
+-- code at that time, so the code reaches its first wait when it did (what
+-- it set off before, such as predictions, happens when it did, and a job
+-- that never waited does not wait in the replay either); from there its
+-- own sleeps end when they ended (sleeps: when each was to end), its
+-- exchanges leave at their recorded offsets from the job's launch and
+-- answer their recorded latency later,
+-- and its result is held until the recorded length has passed. So the
+-- time the agent spends itself before its first wait is not spent twice,
+-- and what it spends later is inside the recorded length.
+local function wrap_job(name, f, how, pathf)
   return function(...)
     local st = M.state
     local t = st and core.ctx ~= nil and C.sp_task_current(core.ctx) or nil
@@ -1003,27 +1227,34 @@ local function wrap_job(name, f, how)
     local qmt = ...
     local qctx = type(qmt) == "table" and rawget(qmt, "__index")
     local J = { born = BORN[0], thread = THREAD[0], name = name,
-                query = type(qctx) == "table" and qctx.id or nil }
+                query = type(qctx) == "table" and qctx.id or nil, co = co_running() }
+    if st.bypath then J.path = pathf(...) end
     jobs[id] = J
     local hop, what = how(...)
-    local meta = { query = J.query, hop = hop, thread = J.thread, job = name }
-    local scope, qscope = scopes(meta)
+    local meta = { query = J.query, hop = hop, thread = J.thread, job = name, path = J.path }
+    local scope, qscope = scopes(meta, st.bypath)
     local key = "JOB " .. name .. "\n" .. what
-    local rec, n = take(st, scope, qscope, key)
+    local rec, n = take(st, scope, qscope, key, nil, true)
     if rec and type(rec.ms) == "number" then
+      J.rec = rec
       sleep_until(J.born + (type(rec.first) == "number" and rec.first or rec.ms))
     else
       rec = nil
     end
     local r = pack(xpcall(f, sched.job_error, ...))
     if rec then sleep_until(J.born + rec.ms) end
+    -- the state a step job made carries its path to the jobs that work on it
+    if J.path and r[1] and (name == "start" or name == "advance") and type(r[2]) == "table" then
+      paths[r[2]] = J.path
+    end
     if st.file then
       -- written with the next line: writing it now would add to the job
       -- after its time was taken
       local later = st.later
       if not later then later = {}; st.later = later end
-      later[#later + 1] = { kind = "job", key = key, n = n, at = J.born - st.t0, ms = sched.now() - J.born,
-                            first = J.first, failed = not r[1] or nil, meta = meta }
+      later[#later + 1] = { kind = "job", key = key, n = n, at = J.born - st.t0,
+                            ms = sched.now() - J.born, first = J.first, failed = not r[1] or nil, meta = meta,
+                            sleeps = J.sleeps and json.array(J.sleeps) or nil }
     end
     if not r[1] then error(r[2], 0) end
     return unpack(r, 2, r.n)
@@ -1036,7 +1267,7 @@ end
 function M.wrap_adapter(A)
   local W = setmetatable({}, { __index = A })
   for _, name in ipairs(JOB_NAMES) do
-    if A[name] then W[name] = wrap_job(name, A[name], JOBS[name]) end
+    if A[name] then W[name] = wrap_job(name, A[name], JOBS[name], PATHS[name]) end
   end
   return W
 end

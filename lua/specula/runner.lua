@@ -133,6 +133,8 @@ end
 local function finish_window(run, w, q, index)
   local o = run.o
   local rec = collect(w, q, run)
+  local cassette = package.loaded["specula.cassette"]
+  if cassette and cassette.state then cassette.query_done(q.id, rec.error) end
   if run.kept then
     -- the query's pairs go into its record and leave the run
     local qmt = run.kept_q[q]
@@ -439,7 +441,8 @@ function M.run(agent, opts)
   agg.policy_counts = policylib.counts(run.policy)
   if cst then
     agg.cassette = { served = cst.served, missed = cst.missed, missed_committed = cst.missed_committed,
-                     live = cst.live, recorded = cst.recorded }
+                     live = cst.live, recorded = cst.recorded, held = cst.held, again = cst.again,
+                     missed_cancelled = cst.missed_cancelled }
   end
   for _, r in ipairs(results) do strip(r) end
   return results, agg

@@ -181,6 +181,15 @@ end
 -- Wait for the next wake-up of the running task.
 M.yield = co_yield
 
+-- Called (when set) as the running task is about to wait in sleep() or on
+-- other tasks: a cassette being recorded notes when each window job first
+-- waits (specula/cassette.lua).
+M.on_wait = false
+-- Called (when set) with a sleep's length before it starts, returns the
+-- length to sleep: a cassette notes when each sleep of a window job was to
+-- end, and a replay ends it then (specula/cassette.lua).
+M.on_sleep = false
+
 local Task = {}
 Task.__index = Task
 M.Task = Task
@@ -230,7 +239,10 @@ function Task:wait()
   local me = current("task:wait")
   if me == self.ptr then error("task:wait: a task cannot wait for itself", 2) end
   while C.sp_task_state(self.ptr) < DONE do
-    if C.sp_task_wait(me, self.ptr) == 0 then co_yield() end
+    if C.sp_task_wait(me, self.ptr) == 0 then
+      if M.on_wait then M.on_wait() end
+      co_yield()
+    end
     C.sp_task_unwait(me)
   end
   return outcome(self)
@@ -263,6 +275,7 @@ function M.wait_any(tasks)
       if C.sp_task_state(tasks[i].ptr) >= DONE then return tasks[i], i end
     end
     for i = 1, #tasks do C.sp_task_wait(me, tasks[i].ptr) end
+    if M.on_wait then M.on_wait() end
     co_yield()
     C.sp_task_unwait(me)
   end
@@ -283,8 +296,10 @@ end
 function M.sleep(ms)
   if type(ms) ~= "number" then error("specula.sleep: expected milliseconds, got " .. type(ms), 2) end
   local me = current("specula.sleep")
+  if M.on_sleep then ms = M.on_sleep(ms) end
   local err, errlen = core.errbuf()
   if C.sp_sleep(me, ms, err, errlen) ~= 0 then error("specula.sleep: " .. ffi.string(err), 2) end
+  if M.on_wait then M.on_wait() end
   co_yield()
 end
 

@@ -34,7 +34,7 @@ usage: specula verifiers CASSETTE_DIR|RESULTS.jsonl [--verifier NAME_OR_FILE]...
   --pairs        print the candidates as JSONL (id, tool, candidate, observation,
                  exact) instead of the table: a labels file to fill in
   RESULTS.jsonl  a results file written with specula run --keep-candidates
-  --agent SCRIPT with --input: replay the cassette with the agent (virtual clock, --miss error)
+  --agent SCRIPT with --input: replay the cassette with the agent at --k (virtual clock, --miss error)
                  once as recorded and once per verifier swapped into every tool, and count
                  the queries whose answer changes (those that leave the tape: not replayable)
   --json         one JSON object instead of the table
@@ -321,18 +321,43 @@ function M.read_labels(path, known)
   return labels, n
 end
 
+-- The model's time and the target's per hop on the committed path as the
+-- tape's job lines show them (each step job's length, whatever the step
+-- spent it on: a model call, a local model's sleep, CPU; each target
+-- call's), or nil without job lines.
+local function times_of_stages(stages)
+  local segs, tgts = {}, {}
+  for _, q in ipairs(stages) do
+    for _, h in ipairs(q.hops) do
+      segs[#segs + 1] = h.t_seg
+      tgts[#tgts + 1] = h.t_target
+    end
+  end
+  return mean(segs), mean(tgts)
+end
+
+-- A cassette's pairs and stages as analyse_pairs takes them. Beta is the
+-- committed hops' mean step time over their mean target time, from the job
+-- lines, as a run estimates it; a format-1 tape (none) falls back to the
+-- model calls' latencies over the paired target calls'.
+local function tape_source(recs)
+  local prs, unpaired, http_seg = M.pairs_of(recs)
+  local stages, unusable = M.stages_of(recs)
+  local seg, tgt = times_of_stages(stages)
+  return { pairs = prs, unpaired = unpaired, seg_ms = seg or http_seg, target_ms = seg and tgt or nil,
+           stages = stages, unusable = unusable }
+end
+
 -- Judge every pair with each verifier. opts: { k (math.huge = inf),
 -- labels = {id -> bool} or nil }. Returns the lab's result table (what
 -- --json prints, plus the rows the table shows) | nil, err.
 function M.analyse(recs, vs, opts)
-  local prs, unpaired, seg_ms = M.pairs_of(recs)
-  local stages, unusable = M.stages_of(recs)
-  return M.analyse_pairs({ pairs = prs, unpaired = unpaired, seg_ms = seg_ms, stages = stages, unusable = unusable },
-    vs, opts)
+  return M.analyse_pairs(tape_source(recs), vs, opts)
 end
 
 -- The same on pairs and stages from any source: src = { pairs, unpaired,
--- seg_ms, stages, unusable, cut (results files: pairs skipped as cut) }.
+-- seg_ms, target_ms (beta's target time; default: the pairs'), stages,
+-- unusable, cut (results files: pairs skipped as cut) }.
 function M.analyse_pairs(src, vs, opts)
   local prs, unpaired, seg_ms = src.pairs, src.unpaired, src.seg_ms
   if #prs == 0 then return nil, "no speculator call paired with its target's observation" end
@@ -342,7 +367,8 @@ function M.analyse_pairs(src, vs, opts)
   for _, p in ipairs(prs) do sms[#sms + 1] = p.spec_ms; tms[#tms + 1] = p.target_ms end
   local t_target = mean(tms)
   local alpha = t_target > 0 and mean(sms) / t_target or 0
-  local beta = (t_target > 0 and seg_ms) and seg_ms / t_target or nil
+  local beta_target = src.target_ms or t_target
+  local beta = (beta_target > 0 and seg_ms) and seg_ms / beta_target or nil
   local stages, unusable = src.stages, src.unusable
   local m = 1
   for _, p in ipairs(prs) do if #p.cands > m then m = #p.cands end end
@@ -499,7 +525,8 @@ function M.table_lines(res, src)
   add("answers?: queries where a wrong guess would be committed; the tape cannot tell their answers")
   if res.agent then
     add("")
-    add("replayed with %s (virtual clock, the verifier in every tool), answers against the recorded ones:", res.agent)
+    add("replayed with %s at k %s (virtual clock, the verifier in every tool), answers against the recorded ones:",
+      res.agent, res.k == math.huge and "inf" or tostring(res.k))
     add("%-24s %8s %8s %15s", "verifier", "same", "changed", "not replayable")
     for _, r in ipairs(res.rows) do
       local x = r.replayed
@@ -510,7 +537,8 @@ function M.table_lines(res, src)
 end
 
 -- Replays the cassette `dir` with the agent script `script` over the
--- queries of `input` (virtual clock, misses fail the call): once with the
+-- queries of `input` at the lab's k (virtual clock, misses fail the call;
+-- a tape recorded at another k is served as well): once with the
 -- agent's own verifiers (the recorded answers: a replay of the same run has
 -- them) and once per verifier of vs, set as the agent's and every tool's
 -- verifier. Adds to each row of res.rows `replayed = { same, changed,
@@ -541,7 +569,7 @@ function M.agent_replay(res, vs, dir, script, input)
   end
   local function run_all()
     cassette.rewind()
-    local okr, recs = pcall(runner.run, agent, { queries = queries, clock = "virtual" })
+    local okr, recs = pcall(runner.run, agent, { queries = queries, clock = "virtual", k = res.k })
     if not okr then return nil, tostring(recs) end
     local by = {}
     for _, r in ipairs(recs) do by[tostring(r.id)] = r end
@@ -698,9 +726,7 @@ function M.load_source(src)
   end
   local recs, lerr = lab.cassette(src)
   if not recs then return nil, lerr end
-  local prs, unpaired, seg_ms = M.pairs_of(recs)
-  local stages, unusable = M.stages_of(recs)
-  return { pairs = prs, unpaired = unpaired, seg_ms = seg_ms, stages = stages, unusable = unusable }
+  return tape_source(recs)
 end
 
 function M.main(args)
