@@ -165,12 +165,23 @@ static int sp_jsonenc_table(sp_jsonenc *e, lua_State *L, int idx, int depth) {
     lua_pop(L, 1);
   }
   if (mt == 4) {
-    /* text that is canonical JSON already: copied as it is (json.raw) */
-    lua_rawgeti(L, idx, 1);
-    size_t n = 0;
-    const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &n) : NULL;
-    int rc = s ? sp_jsonenc_put(e, s, n) : sp_jsonenc_fail(e, "a raw JSON value without its text");
-    lua_pop(L, 1);
+    /* text that is canonical JSON already: copied as it is (json.raw), its
+       pieces one after another (a record's provenance: the run's text around
+       the query's digest, never joined into one string) */
+    int rc = 0;
+    for (int i = 1;; i++) {
+      lua_rawgeti(L, idx, i);
+      size_t n = 0;
+      const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &n) : NULL;
+      if (!s) {
+        lua_pop(L, 1);
+        if (i == 1) rc = sp_jsonenc_fail(e, "a raw JSON value without its text");
+        break;
+      }
+      rc = sp_jsonenc_put(e, s, n);
+      lua_pop(L, 1);
+      if (rc != 0) break;
+    }
     return rc;
   }
   e->path[depth] = self;

@@ -28,6 +28,7 @@ static void usage(FILE *f) {
     "                             the --compare table (with paired differences) from results files\n"
     "  merge SHARD.jsonl... -o ALL.jsonl [--input FILE] [--summary FILE]\n"
     "                             check that shards partition the input and write their union\n"
+    "  repair RESULTS.jsonl       keep a damaged results file's complete records, drop the rest\n"
     "  report RESULTS.jsonl -o report.html\n"
     "                             self-contained HTML report with SVG figures\n"
     "  cassette ls|show|stats DIR\n"
@@ -74,7 +75,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "replay")) return sp_replay_main(argc - 1, argv + 1);
   if (strcmp(cmd, "run") && strcmp(cmd, "report") && strcmp(cmd, "bench") && strcmp(cmd, "compare") &&
       strcmp(cmd, "merge") && strcmp(cmd, "cassette") && strcmp(cmd, "verifiers") &&
-      strcmp(cmd, "predictors")) {
+      strcmp(cmd, "predictors") && strcmp(cmd, "repair")) {
     fprintf(stderr, "specula: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

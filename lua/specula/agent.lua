@@ -134,12 +134,15 @@ end
 require("specula.nojit")(copy_args)   -- a pairs() walk that decides a call's args
 
 -- Build the adapter the window calls. opts: debug (check update purity),
--- verify (default verifier when the agent has none).
+-- verify (default verifier when the agent has none), verify_all (the
+-- verifier of every tool, over the agent's own).
 function M.adapter(agent, opts)
   opts = opts or {}
   local tools = agent.tools
   local step_fn, update_fn, init_fn = agent.step, agent.update, agent.init
   local agent_verify = agent.verify or opts.verify or require("specula.verify").exact
+  -- a verifier for every tool, whatever the agent says (--compare verifier=...)
+  local verify_all = opts.verify_all
   local agent_spec = agent.speculate
   local decide = opts.decide        -- Lua policy function (may only lower the C decision)
   local on_policy_error = opts.on_policy_error or function() end
@@ -443,7 +446,7 @@ function M.adapter(agent, opts)
   end
 
   local function judge(ctx, cands, obs, nk, raw)
-    local V = tools[ctx.action.tool].verify or agent_verify
+    local V = verify_all or tools[ctx.action.tool].verify or agent_verify
     if raw then
       local ok, reason = V(cands, obs, ctx)
       if ok then return -1, reason or "accepted" end

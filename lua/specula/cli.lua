@@ -27,6 +27,8 @@ function M.add_script_dir(script)
   if dir == "" then dir = "/" end
   if dir:find("[;?]") then return end
   local entry = dir .. "/?.lua;" .. dir .. "/?/init.lua"
+  -- the modules found there go into the records' provenance
+  require("specula.provenance").track_dir(dir, entry)
   if (";" .. package.path .. ";"):find(";" .. entry .. ";", 1, true) then return end
   package.path = package.path .. ";" .. entry
 end
@@ -139,6 +141,8 @@ function M.main(argv)
     return spawn_main(function() return require("specula.compare").cli_main(rest) end)
   elseif cmd == "merge" then
     return spawn_main(function() return require("specula.merge").main(rest) end)
+  elseif cmd == "repair" then
+    return spawn_main(function() return require("specula.repair").main(rest) end)
   elseif cmd == "predictors" then
     return spawn_main(function() return require("specula.predictorlab").main(rest) end)
   elseif cmd == "verifiers" then

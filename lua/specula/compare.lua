@@ -12,6 +12,8 @@ local records = require "specula.records"
 local optslib = require "specula.opts"
 local stats = require "specula.stats"
 local tally = require "specula.tally"
+local provenance = require "specula.provenance"
+local C = require("specula.core").C
 
 local format, concat = string.format, table.concat
 local D = optslib.DEFAULTS
@@ -20,33 +22,74 @@ local CI = format("%g%%", 100 * D.bootstrap_level)
 
 local M = {}
 
--- "spechop:k=3:m=2" -> { name = "spechop:k=3:m=2", mode = "spechop", k = 3, m = 2 }
-function M.parse(list)
+-- The keys of a --compare item, each checked as its command-line option
+-- is (runopts.parse_flag); loaded files (policy, verifier, predictor) are
+-- checked before any configuration runs (M.main).
+M.KEYS = { "mode", "k", "m", "eps", "spec_launch", "predict", "match", "trigger", "ev_cost_ms", "policy",
+           "verifier", "predictor", "label" }
+local KEYSET = {}
+for _, k in ipairs(M.KEYS) do KEYSET[k] = true end
+
+-- "spechop:k=3:m=2:label=fast" -> { name = "fast", item = "spechop:k=3:m=2:label=fast", mode = "spechop",
+-- k = 3, m = 2 }. An item's mode is its first part when that is a mode
+-- name, else its mode= key, else default_mode (--mode). A part without '='
+-- continues the value before it (verifier=jaccard:0.7).
+function M.parse(list, default_mode)
+  local function bad(msg) runopts.usage_error("--compare: " .. msg) end
   if type(list) ~= "string" or list == "" then
-    sched.plain_error("specula run: --compare expects a list like \"sequential,spechop:k=3,spechop:k=inf\"")
+    bad("expects a list like \"sequential,spechop:k=3,spechop:k=inf:policy=forbid.lua\"")
   end
   local out, seen = {}, {}
   for item in list:gmatch("[^,]+") do
     item = item:gsub("^%s+", ""):gsub("%s+$", "")
     local parts = {}
     for p in item:gmatch("[^:]+") do parts[#parts + 1] = p end
-    local c = { name = item, mode = parts[1] }
-    if not runopts.MODES[c.mode] then
-      sched.plain_error("specula run: --compare: unknown mode '" .. tostring(c.mode) .. "' in '" .. item
-        .. "' (use sequential, window or spechop)")
+    local c = { item = item }
+    local first = 1
+    if parts[1] and not parts[1]:find("=", 1, true) then
+      if not runopts.MODES[parts[1]] then
+        bad("unknown mode '" .. tostring(parts[1]) .. "' in '" .. item .. "' (use sequential, window or spechop)")
+      end
+      c.mode, first = parts[1], 2
     end
-    for i = 2, #parts do
-      local k, v = parts[i]:match("^(%w[%w_]*)=(.+)$")
-      if not k then sched.plain_error("specula run: --compare: bad option '" .. parts[i] .. "' in '" .. item .. "'") end
-      if k == "k" then c.k = runopts.parse_k(v)
-      elseif k == "m" then c.m = runopts.parse_opt("m", v)
-      elseif k == "predict" or k == "match" or k == "trigger" then
-        c[k] = runopts.parse_flag(k, v, "--compare '" .. item .. "'")
-      elseif k == "eps" then c.eps = runopts.parse_opt("eps", v)
-      else sched.plain_error("specula run: --compare: unknown option '" .. k .. "' in '" .. item .. "'") end
+    local kv, last = {}, nil
+    for i = first, #parts do
+      local k, v = parts[i]:match("^%s*([%a_][%w_]*)%s*=(.*)$")
+      if k then
+        if not KEYSET[k] then
+          bad("unknown key '" .. k .. "' in '" .. item .. "' (keys: " .. table.concat(M.KEYS, ", ") .. ")")
+        end
+        if kv[k] then bad("'" .. item .. "' gives " .. k .. " twice") end
+        kv[k] = v
+        last = k
+      elseif last then
+        kv[last] = kv[last] .. ":" .. parts[i]
+      else
+        bad("bad part '" .. parts[i] .. "' in '" .. item .. "' (expected KEY=VALUE)")
+      end
     end
-    if seen[item] then sched.plain_error("specula run: --compare lists '" .. item .. "' twice") end
-    seen[item] = true
+    local where = "--compare '" .. item .. "'"
+    for _, k in ipairs(M.KEYS) do
+      local v = kv[k]
+      if v ~= nil then
+        if v == "" then bad("'" .. item .. "': " .. k .. "= needs a value") end
+        if k == "mode" then
+          if c.mode and c.mode ~= v then bad("'" .. item .. "' names two modes") end
+          if not runopts.MODES[v] then bad("unknown mode '" .. v .. "' in '" .. item .. "'") end
+          c.mode = v
+        elseif k == "k" then c.k = runopts.parse_k(v)
+        elseif k == "m" or k == "eps" then c[k] = runopts.parse_opt(k, v)
+        elseif k == "label" then c.label = v
+        elseif k == "policy" or k == "verifier" or k == "predictor" then c[k] = v
+        else c[k] = runopts.parse_flag(k:gsub("_", "-"), v, where) end
+      end
+    end
+    c.mode = c.mode or default_mode or "spechop"
+    c.name = c.label or item
+    if seen[c.name] then
+      bad("lists '" .. c.name .. "' twice" .. (c.label and " (a label names one row)" or ""))
+    end
+    seen[c.name] = true
     out[#out + 1] = c
   end
   return out
@@ -244,6 +287,16 @@ function M.table_text(configs, rows)
     lines[#lines + 1] = " ratio = Σ this / Σ baseline over the pairs; calls = model + target + speculator + predicted + warm-up;"
     lines[#lines + 1] = " sign p = exact two-sided binomial test on the signs of the nonzero differences)"
   end
+  -- where the rows came from: one line per distinct run
+  local runs = {}
+  for _, c in ipairs(configs) do
+    if c.prov then runs[#runs + 1] = { prov = c.prov, name = c.name } end
+  end
+  local plines = provenance.lines(runs, configs.unproven or 0)
+  if #plines > 0 then
+    lines[#lines + 1] = ""
+    for _, l in ipairs(plines) do lines[#lines + 1] = l end
+  end
   return concat(lines, "\n")
 end
 
@@ -251,29 +304,60 @@ end
 -- `config` and, after the first, `paired`), keys sorted so that equal
 -- tables give byte-identical files.
 function M.summary_json(configs, rows)
-  for ci, c in ipairs(configs) do rows[ci].config = c.name end
+  for ci, c in ipairs(configs) do
+    rows[ci].config = c.name
+    if c.run then rows[ci].run = c.run end
+  end
   return require("specula.secrets").scrub_json(json.canonical(rows), nil, { canonical = true }) .. "\n"
 end
 
--- Records grouped by configuration (specula.merge.config_of), in the order
--- each first appears: configs = { {name =, mode =}, ... }, all[i] = records.
--- A record that names no configuration (a failed query of a plain run has no
--- stats) joins the one before it.
+-- Records grouped by run: records that carry provenance by its run digest
+-- and their configuration name (one row per distinct run, never two runs
+-- in one row), the others by their configuration name
+-- (specula.merge.config_of), in the order
+-- each first appears: configs = { {name =, mode =, run =, prov =}, ... },
+-- all[i] = records. Two runs with one name are told apart by the first
+-- field where they differ ("spechop:k=inf [policy forbid.lua 1a2b3c4d5e6f]").
+-- A record that names no configuration and carries no provenance joins the
+-- one before it.
 function M.group(recs)
   local config_of = require("specula.merge").config_of
   local configs, all, at, last = {}, {}, {}, nil
+  local unproven = 0
   for _, r in ipairs(recs) do
-    local name = config_of(r) or last or "(unknown)"
+    local p = type(r.provenance) == "table" and type(r.provenance.run) == "string" and r.provenance or nil
+    local name = config_of(r) or (not p and last) or "(unknown)"
     last = name
-    local i = at[name]
+    local key = p and ("run\0" .. p.run .. "\0" .. name) or ("name\0" .. name)
+    if not p then unproven = unproven + 1 end
+    local i = at[key]
     if not i then
       i = #configs + 1
-      at[name] = i
-      configs[i] = { name = name, mode = name:match("^%s*([%a_]+)") }
+      at[key] = i
+      local st = type(r.stats) == "table" and r.stats or {}
+      local mode = p and type(p.config) == "table" and p.config.mode or (type(st.mode) == "string" and st.mode)
+        or name:match("^%s*([%a_]+)")
+      configs[i] = { name = name, mode = mode, run = p and p.run or nil, prov = p }
       all[i] = {}
     end
     all[i][#all[i] + 1] = r
   end
+  -- names shared by several runs (or by a run and records without provenance)
+  local by_name = {}
+  for i, c in ipairs(configs) do
+    local l = by_name[c.name]
+    if not l then l = {} by_name[c.name] = l end
+    l[#l + 1] = i
+  end
+  for _, l in pairs(by_name) do
+    if #l > 1 then
+      local provs = {}
+      for j, i in ipairs(l) do provs[j] = configs[i].prov end
+      local tags = provenance.distinguish(provs, #l)
+      for j, i in ipairs(l) do configs[i].name = configs[i].name .. " [" .. tags[j] .. "]" end
+    end
+  end
+  configs.unproven = unproven
   return configs, all
 end
 
@@ -282,9 +366,12 @@ usage: specula compare RESULTS.jsonl [MORE.jsonl ...] [--baseline NAME] [--summa
 
 Prints the table of `specula run --compare` from results files that already
 exist (a --compare run's --out, the union written by `specula merge`, or the
-files of separate runs): one row per configuration, then the paired
-differences of every configuration against the baseline. Exits 3 when
-some records carry an error (as the run that wrote them did).
+files of separate runs): one row per distinct run (the records' provenance;
+two runs that share a name are told apart by the first field where they
+differ), queries paired by id across files, then the paired differences of
+every row against the baseline, and one line per run saying what it ran.
+The same file twice, or one run's query in two files, is an error. Exits 3
+when some records carry an error (as the run that wrote them did).
 
 options:
   --baseline NAME       the configuration the others are paired with (default: the first)
@@ -303,8 +390,44 @@ function M.cli_main(args)
   if o.help then io.stdout:write(cli_usage) return end
   if #files == 0 then return usage("no results file given") end
   local merge = require "specula.merge"
+  -- the same file twice would count every query twice
+  local seen_file = {}
+  for _, path in ipairs(files) do
+    local d = C.sp_host_path_kind(path) == 1 and provenance.file_digest(path)
+    if d then
+      if seen_file[d] then
+        C.sp_ctx_set_exit(require("specula.core").ctx, 2)
+        sched.plain_error(format("specula compare: '%s' and '%s' are the same file (the same bytes): every query "
+          .. "would count twice; give each results file once", seen_file[d], path))
+      end
+      seen_file[d] = path
+    end
+  end
   local recs, skipped = {}, 0
+  local first_of = {}   -- run .. id -> the entry that has it
   for _, e in ipairs(merge.read_records(files, "specula compare")) do
+    local p = e.rec.provenance
+    if type(p) == "table" then
+      local ok, why = provenance.check(p)
+      if not ok then
+        sched.plain_error(format("specula compare: %s:%d: %s", e.file, e.line, why))
+      end
+      -- one run's query id in two files: the same run given twice, or one
+      -- run's configuration on two inputs (one row cannot pair those)
+      local key = p.run .. "\0" .. tostring(e.rec.id)
+      local prev = first_of[key]
+      if prev and prev.file ~= e.file then
+        if prev.rec.provenance.query == p.query then
+          sched.plain_error(format("specula compare: %s:%d and %s:%d hold the same query '%s' of the same run "
+            .. "(run %s): the files repeat one run; give its records once", prev.file, prev.line, e.file, e.line,
+            tostring(e.rec.id), p.run:sub(1, 12)))
+        end
+        sched.plain_error(format("specula compare: %s:%d and %s:%d are the same run (run %s) on two inputs: query "
+          .. "'%s' is another question in each (provenance.query differs); compare runs of one input",
+          prev.file, prev.line, e.file, e.line, p.run:sub(1, 12), tostring(e.rec.id)))
+      end
+      first_of[key] = first_of[key] or e
+    end
     -- a results record has its stats, or the error that took them
     if e.rec.stats == nil and e.rec.error == nil then
       skipped = skipped + 1
@@ -344,26 +467,70 @@ function M.cli_main(args)
   if failed > 0 then require("specula.cli").set_exit(3) end
 end
 
+-- The options of configuration c: the command line's, with the item's keys.
+local function options_of(o, c)
+  local oc = {}
+  for k, v in pairs(o) do oc[k] = v end
+  oc.mode = c.mode
+  oc.k = c.k or (c.mode == "sequential" and 1 or o.k)
+  for _, k in ipairs({ "m", "eps", "spec_launch", "predict", "match", "trigger", "ev_cost_ms", "policy", "verifier",
+                       "predictor" }) do
+    if c[k] ~= nil then oc[k] = c[k] end
+  end
+  return oc
+end
+
 function M.main(agent, o, src, script)
-  local configs = M.parse(o.compare)
+  local configs = M.parse(o.compare, o.mode)
   -- before any configuration runs: one that cannot, says so now
-  for _, c in ipairs(configs) do
-    if c.predict == "on" and agent.predict == nil then
-      runopts.usage_error("--compare '" .. c.name .. "': predict=on, but " .. runopts.NO_PREDICTOR)
+  local opts = {}
+  for ci, c in ipairs(configs) do
+    local oc = options_of(o, c)
+    runopts.load_knobs(oc, script, "--compare '" .. c.item .. "'")
+    local has_predictor = agent.predict ~= nil
+    if oc.predictor == "off" then
+      has_predictor = false
+    elseif type(oc.predictor) == "table" then
+      has_predictor = true
     end
+    if oc.predict == "on" and not has_predictor then
+      runopts.usage_error("--compare '" .. c.item .. "': predict=on, but " .. runopts.NO_PREDICTOR)
+    end
+    opts[ci] = oc
+  end
+  -- every configuration's provenance, fixed before the first query runs: a
+  -- resumed --out is checked against them, and two items that are the same
+  -- configuration would be one run twice
+  local base = runner.prov_base(o, src, script)
+  local runs, by_run, by_name = {}, {}, {}
+  for ci, c in ipairs(configs) do
+    local run = runner.make_run(agent, opts[ci], script)
+    runner.prov_of(base, agent, opts[ci], run)
+    local same = by_run[run.prov.run]
+    if same then
+      runopts.usage_error(format("--compare: '%s' and '%s' are the same configuration (their provenance is equal): "
+        .. "list it once", configs[same].item, c.item))
+    end
+    by_run[run.prov.run], by_name[c.name] = ci, ci
+    runs[ci] = run
   end
   local skip = {}
   if o.out then
+    local names = {}
+    for ci, c in ipairs(configs) do names[ci] = c.name end
     -- repairs a cut-off last line (and drops failed records with --retry-failed)
-    records.done_ids(o.out, o.retry_failed)
-    local f = records.path_kind(o.out) == 1 and io.open(o.out, "r")
-    if f then
-      for line in f:lines() do
-        local r = json.decode(line)
-        if type(r) == "table" and r.id ~= nil and r.config then skip[r.config .. "\0" .. tostring(r.id)] = r end
-      end
-      f:close()
-    end
+    skip = require("specula.resume").read(o.out, { retry_failed = o.retry_failed, src = src,
+      shard = o.shard, prov_of = function(r)
+        if r.config == nil then
+          return nil, "the record is from a run without --compare; this is a --compare run: give a new --out file"
+        end
+        local ci = by_name[r.config]
+        if not ci then
+          return nil, format("the record's configuration '%s' is not in this --compare list (%s): add it to the "
+            .. "list to resume the file, or give a new --out file", tostring(r.config), concat(names, ", "))
+        end
+        return runs[ci].prov
+      end })
   end
   local out, what = io.stdout, "stdout"
   if o.out then out, what = records.open_output(o.out, "a", "--out file"), format("--out file '%s'", o.out) end
@@ -398,26 +565,20 @@ function M.main(agent, o, src, script)
   for ci, c in ipairs(configs) do
     if interrupted then break end
     if learned0 and ci > 1 then P:restore(copy(learned0)) end
-    local oc = {}
-    for k, v in pairs(o) do oc[k] = v end
-    oc.mode = c.mode
-    oc.k = c.k or (c.mode == "sequential" and 1 or o.k)
-    oc.m = c.m or o.m
-    oc.eps = c.eps or o.eps
-    oc.predict = c.predict or o.predict
-    oc.match = c.match or o.match
-    oc.trigger = c.trigger or o.trigger
+    local oc = opts[ci]
     local t = tally.new(nq)
     tallies[ci] = t
     -- the queries this configuration still has to run, read from the input
-    -- as it runs them; those already in --out go straight to the tally
-    local function prev_of(q) return skip[c.name .. "\0" .. tostring(q.id)] end
-    local list = src:stream(next(skip) ~= nil and prev_of or nil, function(q)
+    -- as it runs them; those already in --out (by position) go straight to
+    -- the tally
+    local done = skip[c.name] or {}
+    local function prev_of(q) return done[q.index] end
+    local list = src:stream(next(done) ~= nil and prev_of or nil, function(q)
       local prev = prev_of(q)
       t:add(q.index, prev, agree_base and agree_text(prev))
     end)
     require("specula.cassette").rewind()   -- a replayed cassette starts over for each config
-    local run = runner.make_run(agent, oc, script)
+    local run = runs[ci]
     -- written, then dropped (below): engine-written JSON, unless traced
     run.raw_stages = not o.trace
     if o.trace then
@@ -428,11 +589,11 @@ function M.main(agent, o, src, script)
     -- Once written, a record goes: the tally keeps what the table needs
     -- (emit's `true` stands for it in run_all's list).
     local write = records.record_writer(out, c.name, what, o.out, agree_base ~= nil)
-    local emit = function(rec, j, q)
+    local emit = runner.with_prov(function(rec, j, q)
       t:add(q.index, rec, write(rec, j))
       if trace_f then trace_entries[#trace_entries + 1] = tracewriter.entry(rec, oc, c.name) end
       return true
-    end
+    end, run)
     local _, stopped, got = runner.run_all(run, list, emit, runner.progress_line(show), false)
     -- a signal stopped the run: this configuration has only what finished
     if stopped then interrupted = true end
@@ -449,6 +610,7 @@ function M.main(agent, o, src, script)
   -- agreement pairs queries by position: not meaningful on a partial run
   local rows = M.rows(configs, all, interrupted,
     agree_base and not interrupted and tally.agree_keys(tallies, agree_base, all) or nil)
+  for ci, c in ipairs(configs) do c.run, c.prov = runs[ci].prov.run, runs[ci].prov.t end
   local ok, err = require("specula.secrets").write(io.stdout, M.table_text(configs, rows), "\n")
   if ok then ok, err = io.stdout:flush() end
   if not ok then records.write_failed("stdout", err) end

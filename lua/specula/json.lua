@@ -67,11 +67,12 @@ M.array_mt = array_mt
 M.object_mt = object_mt
 
 -- Text that is already canonical JSON (e.g. a part of a record written by
--- the engine), emitted verbatim by encode and canonical: { text } under
--- raw_mt. The caller vouches for the text; nothing checks it.
+-- the engine), emitted verbatim by encode and canonical: { text, ... } under
+-- raw_mt, its pieces one after another (never joined into one string). The
+-- caller vouches for the text; nothing checks it.
 local raw_mt = { __name = "specula.json.raw" }
 M.raw_mt = raw_mt
-function M.raw(text) return setmetatable({ text }, raw_mt) end
+function M.raw(...) return setmetatable({ ... }, raw_mt) end
 
 function M.array(t) return setmetatable(t or {}, array_mt) end
 function M.object(t) return setmetatable(t or {}, object_mt) end
@@ -461,7 +462,12 @@ local function emit_table(t, buf, bn, depth, sorted, stack)
     eerr("nesting deeper than " .. MAX_DEPTH)
   end
   local mt = getmetatable(t)
-  if mt == raw_mt then bn = bn + 1; buf[bn] = rawget(t, 1); return bn end
+  if mt == raw_mt then
+    if type(rawget(t, 1)) ~= "string" then eerr("a raw JSON value without its text") end
+    local i = 1
+    while type(rawget(t, i)) == "string" do bn = bn + 1; buf[bn] = rawget(t, i); i = i + 1 end
+    return bn
+  end
   stack[depth] = t
   local keys = keypool[depth]
   if not keys then keys = {}; keypool[depth] = keys end

@@ -14,6 +14,7 @@
 local json = require "specula.json"
 local sched = require "specula.sched"
 local lab = require "specula.lab"
+local stderr = require("specula.secrets").stderr   -- what goes out is scrubbed
 
 local format, concat, sort = string.format, table.concat, table.sort
 local type, tostring, tonumber, ipairs, pairs = type, tostring, tonumber, ipairs, pairs
@@ -84,8 +85,9 @@ function M.read_records(files, who)
         local ok, r = pcall(json.decode, text)
         if not ok or type(r) ~= "table" then
           f:close()
-          sched.plain_error(format("%s: %s:%d: not a JSON object (an interrupted run? resume it with the same --out)",
-            who, path, n))
+          sched.plain_error(format("%s: %s:%d: not a JSON object: the file is damaged (a run cut off mid-write?). "
+            .. "`specula repair %s` keeps its complete records and drops the rest; then resume the run with the "
+            .. "same --out to run what is missing", who, path, n, path))
         end
         if r.id == nil or r.id == json.null then
           f:close()
@@ -122,9 +124,66 @@ local function settings(r)
   return json.canonical({ mode = st.mode, k_config = st.k_config, m = st.m, spec_launch = st.spec_launch })
 end
 
+-- The provenance of the shards (specula.provenance): every record carries
+-- one or none does; all share the version, agent and input (with --input,
+-- that file's digest); every record of a configuration is of one run.
+local function input_sha(p) return type(p.input) == "table" and p.input.sha256 or nil end
+
+local function check_provenance(entries, input_digest, input_path)
+  local prov = require "specula.provenance"
+  local ref, ref_e, none_e = nil, nil, nil
+  local runs = {}
+  for _, e in ipairs(entries) do
+    local p = e.rec.provenance
+    if p == nil then
+      none_e = none_e or e
+      if ref then
+        fail(format("%s carries provenance and %s does not (written by an older specula): these files are not "
+          .. "from one sweep", where(ref_e), where(e)))
+      end
+    else
+      if none_e then
+        fail(format("%s carries no provenance (written by an older specula) and %s does: these files are not from "
+          .. "one sweep", where(none_e), where(e)))
+      end
+      local ok, why = prov.check(p)
+      if not ok then fail(where(e) .. ": " .. why) end
+      if not ref then
+        ref, ref_e = p, e
+        if input_digest and input_sha(p) ~= input_digest then
+          fail(format("%s was written from another input than --input %s: provenance.input.sha256 is %s there, %s "
+            .. "for %s", where(e), input_path, prov.show(p.input.sha256), prov.show(input_digest), input_path))
+        end
+      elseif p.run ~= ref.run or input_sha(p) ~= input_sha(ref) then
+        -- the parts every shard of a sweep shares, whatever its configuration
+        local field, a, b = prov.diff(ref, p, { "version", "agent", "input" })
+        if field then
+          fail(format("%s and %s are not from the same sweep: %s is %s in the first, %s in the second", where(ref_e),
+            where(e), field, prov.show(a), prov.show(b)))
+        end
+      end
+      local name = M.config_of(e.rec) or "?"
+      local r = runs[name]
+      if not r then
+        runs[name] = { p = p, e = e }
+      elseif r.p.run ~= p.run then
+        local field, a, b = prov.diff(r.p, p)
+        fail(format("configuration '%s' ran differently in %s and %s: %s is %s in the first, %s in the second", name,
+          where(r.e), where(e), field or "provenance.run", prov.show(a), prov.show(b)))
+      end
+    end
+  end
+  if none_e then
+    stderr("specula merge: warning: the records carry no provenance (written by an older specula): "
+      .. "that the shards ran the same agent on the same input cannot be checked\n")
+  end
+end
+
 --- Check the shards and return the merged entries in output order, the
 -- configuration names in order, and the shard count and query count.
-function M.merge(entries, input)
+-- input_digest: the SHA-256 of --input's bytes (checked against the
+-- records' provenance).
+function M.merge(entries, input, input_digest, input_path)
   local WHO = "specula merge"
   local ref, ref_e = nil, nil           -- the first shard field seen
   local pos_of_id
@@ -200,6 +259,8 @@ function M.merge(entries, input)
     local rank = (e.shard_index or 0)
     if c.rank == nil or rank < c.rank then c.rank, c.first = rank, e end
   end
+  -- the shards' structure holds: now that they ran the same thing
+  check_provenance(entries, input_digest, input_path)
   local total = input and #input or (ref and ref.of) or 0
   local count = ref and ref.count or 1
   local ids = {}
@@ -251,7 +312,8 @@ function M.main(args)
     input = recs
   end
   local entries = M.read_records(o.files, "specula merge")
-  local merged, names, count, total = M.merge(entries, input)
+  local digest = o.input and require("specula.provenance").file_digest(o.input)
+  local merged, names, count, total = M.merge(entries, input, digest, o.input)
   local lines = {}
   local secrets = require "specula.secrets"
   local scrubbing = secrets.count() > 0
@@ -264,7 +326,7 @@ function M.main(args)
     local configs, all = compare.group(recs)
     M.write_file(o.summary, compare.summary_json(configs, compare.rows(configs, all)), "specula merge")
   end
-  require("specula.secrets").stderr(format("specula merge: wrote %s: %d records, %d configuration%s x %d queries, from %d file%s (%d shard%s)\n",
+  stderr(format("specula merge: wrote %s: %d records, %d configuration%s x %d queries, from %d file%s (%d shard%s)\n",
     o.out, #merged, #names, #names == 1 and "" or "s", total, #o.files, #o.files == 1 and "" or "s", count,
     count == 1 and "" or "s"))
 end

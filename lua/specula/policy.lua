@@ -81,8 +81,11 @@ end
 -- Build a C policy for an agent's tools. Returns an object:
 -- { ptr = sp_policy*, decide = fn|nil, name = string }.
 function M.build(spec, agent_tools, script_dir)
-  local name = "inline"
-  if type(spec) == "string" then spec, name = M.read(spec, script_dir) end
+  local name, file = "inline", nil
+  if type(spec) == "string" then
+    spec, name = M.read(spec, script_dir)
+    file = name
+  end
   -- a policy that depends on the agent's tools (specula.policy.mcp)
   local sources
   if type(spec) == "table" and type(spec.resolve) == "function" then
@@ -93,7 +96,9 @@ function M.build(spec, agent_tools, script_dir)
   if p == nil then error("policy: out of memory", 0) end
   p = ffi.gc(p, C.sp_policy_free)
   if core.ctx ~= nil then C.sp_policy_set_clock(p, core.ctx) end
-  local obj = { ptr = p, name = name, script_errors = 0, first_error = nil, sources = sources }
+  -- file and spec: what the run's provenance describes (specula.provenance.policy)
+  local obj = { ptr = p, name = name, script_errors = 0, first_error = nil, sources = sources, file = file,
+                spec = spec }
   -- Called by the adapter when the script raised or gave a non-decision.
   function obj.on_error(tool, msg)
     obj.script_errors = obj.script_errors + 1

@@ -82,9 +82,13 @@ local Ngram = {}
 Ngram.__index = Ngram
 Ngram.__call = function(self, history, ctx) return self:predict(history, ctx) end
 
+-- Built-in predictors name themselves (and their options) in the records'
+-- provenance (specula.provenance).
+local tag = require("specula.provenance").tag
+
 local function new_ngram(opts, n, what)
   opts = check_opts(opts, what)
-  return setmetatable({
+  local self = setmetatable({
     n = n,
     top = opts.top or 3,
     rules = opts.rules or {},
@@ -94,6 +98,9 @@ local function new_ngram(opts, n, what)
     counts = {},                        -- context -> { next_key -> count }
     observed = 0,
   }, Ngram)
+  self.tag_options = { n = n, top = self.top, rules = self.rules, copy_args = self.copy_args,
+                       discount = self.discount, min_count = self.min_count }
+  return tag(self, what:match("[%w_]+$"), self.tag_options)
 end
 
 -- The pattern predictor of the PASTE article: P(next tool, shape | previous
@@ -185,6 +192,11 @@ function Ngram:restore(st)
   end
   self.counts = st.counts
   self.observed = tonumber(st.observed) or 0
+  -- what it starts from is part of what it is
+  if self.tag_options then
+    local ok, text = pcall(json.canonical, st)
+    self.tag_options.restored = ok and require("specula.provenance").sha256_hex(text) or "?"
+  end
   return true
 end
 
@@ -300,7 +312,9 @@ function M.draft(opts)
     while #out > self.top do out[#out] = nil end
     return out
   end
-  return setmetatable(self, { __call = function(s, h, c) return s:predict(h, c) end })
+  return tag(setmetatable(self, { __call = function(s, h, c) return s:predict(h, c) end }), "draft",
+    { samples = samples, top = self.top, temperature = opts.temperature or 0.7, max_tokens = opts.max_tokens or 96,
+      prompt = opts.prompt or DRAFT_PROMPT, tools = tool_names })
 end
 
 return M

@@ -1,7 +1,6 @@
 -- specula.records: a query's result record, read from its finished window,
--- and the files records go to: one JSON line each, flushed at once; the
--- --out file resumed (ids already done), and the checked writes of --trace
--- and --summary.
+-- and the files records go to: one JSON line each, flushed at once, and the
+-- checked writes of --trace and --summary (a resumed --out: specula.resume).
 local core = require "specula.core"
 local ffi, C = core.ffi, core.C
 local sched = require "specula.sched"
@@ -203,57 +202,6 @@ local function write_whole(f, path, what, list)
 end
 M.write_whole = write_whole
 
--- Ids already present in an output file (for resuming). A run killed in
--- the middle of a write leaves a last line without its newline: that line is
--- cut off so the appended results start on a line of their own. With
--- retry_failed, records that carry an error are dropped from the file (so it
--- ends with one record per id) and their queries run again. Only a regular
--- file is read (a device such as /dev/full never ends).
-local function done_ids(path, retry_failed)
-  local ids = {}
-  local kind = C.sp_host_path_kind(path)
-  if kind == 2 then write_failed(format("--out file '%s'", path), "Is a directory") end
-  if kind ~= 1 then return ids, 0, 0 end
-  local f, err = io.open(path, "rb")
-  if not f then write_failed(format("--out file '%s'", path), os_reason(path, err)) end
-  local text, rerr = f:read("*a")
-  f:close()
-  if not text then write_failed(format("--out file '%s'", path), "cannot read it to resume: " .. tostring(rerr)) end
-  local rewrite, dropped = false, 0
-  if #text > 0 and text:sub(-1) ~= "\n" then
-    text = text:match("^(.*\n)") or ""
-    rewrite = true
-    secrets.stderr("specula: resuming: dropped an incomplete last line of " .. path .. "\n")
-  end
-  local n, keep = 0, {}
-  for line in text:gmatch("[^\n]+") do
-    local r = json.decode(line)
-    if retry_failed and type(r) == "table" and r.error ~= nil then
-      dropped, rewrite = dropped + 1, true
-    else
-      keep[#keep + 1] = line
-      if type(r) == "table" and r.id ~= nil then
-        ids[tostring(r.id)] = r.config and r or true
-        n = n + 1
-      end
-    end
-  end
-  if rewrite then
-    -- a new file renamed over the old one: a crash here loses nothing
-    local tmp = path .. ".specula-tmp"
-    local w = open_output(tmp, "wb", "--out file")
-    keep[#keep + 1] = ""
-    write_whole(w, tmp, "--out file", { table.concat(keep, "\n") })
-    local ok, rerr2 = os.rename(tmp, path)
-    if not ok then os.remove(tmp) write_failed(format("--out file '%s'", path), rerr2) end
-  end
-  if dropped > 0 then
-    secrets.stderr(format("specula: resuming: removed %d failed record%s from %s to run again\n",
-      dropped, dropped == 1 and "" or "s", path))
-  end
-  return ids, n, dropped
-end
-M.done_ids = done_ids
 
 -- A record without the run's sums (what callers of specula.run get).
 function M.strip(rec)
@@ -265,7 +213,7 @@ end
 -- NaN, a function, a cycle, too deep) turns the record into an error record
 -- naming the query, the field and the reason, so the run goes on; the
 -- record is changed in place, so the run's tallies count it as failed.
-local KEPT = { "id", "query", "gold", "config", "stats" }
+local KEPT = { "id", "query", "gold", "config", "stats", "shard", "provenance" }
 local function clear(t)
   for k in next, t do t[k] = nil end
 end
@@ -280,7 +228,8 @@ local function record_line(rec)
   local idtext = json.utf8_clean(tostring(rec.id))
   local msg = format("the record of query '%s' cannot be written as JSON: %s: %s", idtext, where, why)
   secrets.stderr("specula: " .. msg .. "\n")
-  local keep = { id = rec.id, query = rec.query, gold = rec.gold, config = rec.config, stats = rec.stats }
+  local keep = { id = rec.id, query = rec.query, gold = rec.gold, config = rec.config, stats = rec.stats,
+                 shard = rec.shard, provenance = rec.provenance }
   clear(rec)
   for _, k in ipairs(KEPT) do
     local v = keep[k]

@@ -137,9 +137,19 @@ function M.main(args)
     g.color = PALETTE[(i - 1) % #PALETTE + 1]
     g.stats = rstats.summarize(g, o)
   end
+  -- where the records came from: one line per distinct run
+  local secrets = require "specula.secrets"
+  local prov = require "specula.provenance"
+  local runs, none = prov.runs(records, function(r) return r.config or (type(r.stats) == "table" and r.stats.mode) end)
+  for _, g in ipairs(configs) do
+    for _, e in ipairs(runs) do
+      if g.prov and g.prov.run == e.run then e.name = g.label end
+    end
+  end
+  o.provenance = prov.lines(runs, none)
+  for _, l in ipairs(o.provenance) do secrets.stderr("specula report: " .. l .. "\n") end
   -- the page quotes ids, configurations and warnings from the files: no
   -- secret known to this process goes out in it (HTML-escaped or not)
-  local secrets = require "specula.secrets"
   local html = secrets.scrub(render(o, configs, records, warnings, rstats.pooled(records)))
   local f, err = io.open(o.out, "w")
   if not f then fail("cannot write '" .. o.out .. "': " .. open_reason(o.out, err)) end

@@ -14,6 +14,7 @@ local runopts = require "specula.runopts"
 local records = require "specula.records"
 local aggregate = require "specula.aggregate"
 local tracewriter = require "specula.tracewriter"
+local provlib = require "specula.provenance"
 local ffi = core.ffi
 local C = core.C
 
@@ -37,6 +38,8 @@ local function make_run(agent, o, script)
   local okp, pol = pcall(policylib.build, pspec, agent.tools, script_dir)
   if not okp then sched.plain_error((tostring(pol):gsub("^specula: ", ""))) end
   local P = agent.predict
+  -- --predictor / a --compare item's predictor= (runopts.load_knobs)
+  if o.predictor == "off" then P = nil elseif type(o.predictor) == "table" then P = o.predictor.value end
   local pf, learn, match, similar = nil, nil, nil, nil
   -- asked for by name and impossible: saying nothing would look like a run
   -- with action speculation that never hit
@@ -73,6 +76,7 @@ local function make_run(agent, o, script)
   -- entry -> that metatable (weak: a window freed unread leaves nothing)
   local kept = o.keep_candidates and setmetatable({}, { __mode = "k" }) or nil
   local adapter = agentlib.adapter(agent, { debug = o.debug, decide = pol.decide, predict = predict_fn, kept = kept,
+    verify_all = type(o.verifier) == "table" and o.verifier.value or nil,
     on_policy_error = pol.on_error,
     time_update = not o.light,
     predict_async = type(P) == "table" and P.async or false,
@@ -85,6 +89,32 @@ local function make_run(agent, o, script)
            learn = learn, match = match, kept = kept, kept_q = kept and setmetatable({}, { __mode = "k" }) }
 end
 M.make_run = make_run
+
+-- The provenance of a CLI run's records (specula.provenance): the parts
+-- shared by every configuration of the command (version, agent, input),
+-- fixed once before the first query runs.
+local version = ffi.string(C.sp_version())
+function M.prov_base(o, src, script)
+  return { version = version, agent = provlib.agent(script), input = provlib.input(o, src) }
+end
+
+-- The provenance of one configuration (run = make_run's): built once; each
+-- record splices its query digest into its text.
+function M.prov_of(base, agent, o, run)
+  local config = provlib.config(agent, o, run, D, sched.clock())
+  run.prov = provlib.build(base.version, base.agent, base.input, config)
+  return run.prov
+end
+
+-- A record sink that gives each record its provenance (q: the record's
+-- query, as run_all hands it to emit).
+function M.with_prov(emit, run)
+  local built, raw, qd = run.prov, provlib.raw, provlib.query
+  return function(rec, i, q)
+    rec.provenance = raw(built, qd(q))
+    return emit(rec, i, q)
+  end
+end
 
 local cfg = ffi.new("sp_window_cfg")
 
@@ -110,6 +140,9 @@ local function new_window(run, q, index)
   local w = C.sp_window_new(core.ctx, cfg, err, errlen)
   if w == nil then return nil, ffi.string(err) end
   w = ffi.gc(w, C.sp_window_free)
+  -- the query's digest for its record's provenance, before the agent sees
+  -- (and perhaps changes) its record
+  if run.prov and not q.digest then provlib.query(q) end
   local qctx = { id = q.id, query = q.query, record = q.record, set = o.set, seed = o.seed,
                  index = index, max_hops = q.max_hops, mode = o.mode }
   -- the window hands the adapter the metatable of the query's step ctx
@@ -475,14 +508,30 @@ function M.main(agent, args, script)
     if cst and not o.quiet then require("specula.secrets").stderr(cassette.summary(cst), "\n") end
     return
   end
+  runopts.load_knobs(o, script)
+  local run = make_run(agent, o, script)
+  -- every record says where it came from; a resumed --out must come from here
+  local base = M.prov_base(o, src, script)
+  M.prov_of(base, agent, o, run)
   local skip, nprev = {}, 0
-  if o.out then skip, nprev = records.done_ids(o.out, o.retry_failed) end
-  -- the queries to run, read from the input as the run takes them
-  local pending = src:stream(next(skip) ~= nil and function(q) return skip[tostring(q.id)] end or nil)
+  if o.out then
+    local done
+    done, nprev = require("specula.resume").read(o.out, { retry_failed = o.retry_failed, src = src,
+      shard = o.shard, prov_of = function(r)
+        if r.config ~= nil then
+          return nil, format("the record is from a --compare run (configuration '%s'); this run is not: resume it "
+            .. "with the same --compare list, or give a new --out file", tostring(r.config))
+        end
+        return run.prov
+      end })
+    skip = done[true] or {}
+  end
+  -- the queries to run, read from the input as the run takes them (those
+  -- whose record is in --out left out, by their position)
+  local pending = src:stream(next(skip) ~= nil and function(q) return skip[q.index] end or nil)
   if nprev > 0 and not o.quiet then
     require("specula.secrets").stderr(format("specula: resuming: %d results already in %s, %d queries to run\n", nprev, o.out, pending.n))
   end
-  local run = make_run(agent, o, script)
   -- records are written and their stage times read again only by --trace
   run.raw_stages = not o.trace
   local out, what = io.stdout, "stdout"
@@ -496,11 +545,11 @@ function M.main(agent, args, script)
   -- Without --trace a written record goes: its counters are folded into
   -- the aggregate as it is written (a large batch keeps no records).
   local acc = not o.trace and aggregate.new_agg() or nil
-  local emit = acc and function(rec, i)
+  local emit = M.with_prov(acc and function(rec, i)
     write(rec, i)
     aggregate.add_record(acc, rec, true)
     return true
-  end or write
+  end or write, run)
   local show = o.progress or (not o.quiet and o.out ~= nil and isatty(2))
   -- without --trace no record is kept once written
   local results, interrupted, emitted = run_all(run, pending, emit, progress_line(show), not acc)

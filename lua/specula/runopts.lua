@@ -6,7 +6,8 @@ local optslib = require "specula.opts"
 local argv = require "specula.argv"
 local C = core.C
 
-local type, tostring, tonumber, ipairs, error = type, tostring, tonumber, ipairs, error
+local type, tostring, tonumber, ipairs, error, pcall, getmetatable = type, tostring, tonumber, ipairs, error, pcall,
+  getmetatable
 
 local M = {}
 
@@ -32,6 +33,11 @@ usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
   --trace FILE          Chrome trace-event JSON (Perfetto, chrome://tracing)
   --set key=value       a value for ctx.set (repeatable)
   --policy FILE         eligibility policy (overrides the agent's)
+  --verifier V          the verifier of every tool, over the agent's: exact, normalized, spechop,
+                        name_only, jaccard, jaccard:T, or a Lua file returning
+                        function(predicted, actual, ctx) -> ok, reason
+  --predictor P         the action predictor, over the agent's: pattern, ngram, ngram:N, off, or a
+                        Lua file returning a predictor (a function or a callable table)
   --max-hops N          fail a trajectory longer than N hops (default {max_hops})
   --spec-timeout MS     a speculator slower than this counts as failed
   --clock real|virtual  virtual: time jumps to the next deadline when nothing can run, so a
@@ -42,7 +48,7 @@ usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
   --shard i/n|auto      run only queries whose index is i modulo n; auto: i and n from a Slurm
                         job array or a Kubernetes Indexed Job (see README, "Sharding")
   --shard-count N       with --shard auto under Kubernetes: the Job's completions
-  --compare LIST        run every query under each config, e.g. "sequential,spechop:k=3:m=2"
+  --compare LIST        run every query under each configuration of LIST (see below)
   --summary FILE        with --compare: also write the table as JSON
   --predict on|off      action speculation with the agent's predictor (default on if it has one;
                         on without one is an error)
@@ -63,6 +69,18 @@ usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
   --progress / --quiet  force the progress line on / silence the summary
   --secret-env NAME     the value of $NAME is a secret: no record, trace, cassette, summary or
                         message shows it, in any encoding (repeatable; any command takes it)
+
+--compare LIST: configurations separated by ',', each [MODE][:KEY=VALUE]... where MODE is
+spechop, window or sequential (default: --mode) and KEY, for that configuration only, is
+  mode=MODE  k=N|inf|auto  m=N  eps=E  spec_launch=eager|slot  predict=on|off
+  match=exact|name_only|similar  trigger=start|tool_name|both  ev_cost_ms=MS
+  policy=FILE  verifier=NAME|FILE  predictor=NAME|FILE|off  (as --verifier, --predictor)
+  label=TEXT  the row's name in the table and the records' "config" (default: the item)
+Every other option applies to every configuration. A value may hold ':' (verifier=jaccard:0.7)
+but not ','. Example:
+  --compare "sequential,spechop:k=inf:policy=forbid.lua,spechop:k=inf:policy=early.lua:label=early"
+Every record carries its provenance (version, digests of the agent, its modules, the input and
+the query, the whole configuration); resuming --out checks it and refuses records of another run.
 ]]
 
 local function usage_error(msg)
@@ -111,7 +129,7 @@ local FLAGS = {
   ["--query"] = "query", ["--input"] = "input", ["--out"] = "out", ["--trace"] = "trace",
   ["--format"] = { "format", convert = one_of({ auto = true, jsonl = true, hotpotqa = true, ["2wiki"] = true,
     musique = true }, "--format must be auto, jsonl, hotpotqa, 2wiki or musique") },
-  ["--policy"] = "policy", ["--shard-count"] = "shard_count", ["--compare"] = "compare", ["--summary"] = "summary",
+  ["--policy"] = "policy", ["--verifier"] = "verifier", ["--predictor"] = "predictor", ["--shard-count"] = "shard_count", ["--compare"] = "compare", ["--summary"] = "summary",
   ["--record"] = "record", ["--replay-io"] = "replay_io",
   ["--mode"] = { "mode", convert = one_of(M.MODES, "--mode must be spechop, window or sequential") },
   ["--k"] = { "k", convert = k_of },
@@ -168,6 +186,112 @@ function M.parse_flag(name, raw, where)
   local v, err = convert(raw, {})
   if v == nil then usage_error((where and (where .. ": ") or "") .. err) end
   return v
+end
+
+-- ---- verifiers and predictors named on the command line ---------------------
+
+local function file_kind(p) return C.sp_host_path_kind(p) end
+
+-- A user's Lua file by path: as given, else beside the script.
+local function find_file(path, script_dir)
+  if file_kind(path) == 1 then return path end
+  if script_dir and path:sub(1, 1) ~= "/" and file_kind(script_dir .. "/" .. path) == 1 then
+    return script_dir .. "/" .. path
+  end
+  return nil
+end
+
+local function load_chunk(path, what)
+  local chunk, err = loadfile(path)
+  if not chunk then return nil, "cannot load " .. what .. " file '" .. path .. "': " .. tostring(err) end
+  local ok, v = pcall(chunk)
+  if not ok then return nil, what .. " file '" .. path .. "' raised: " .. tostring(v) end
+  return v
+end
+
+M.VERIFIERS = "exact, normalized, spechop, name_only, jaccard, jaccard:T"
+M.PREDICTORS = "pattern, ngram, ngram:N, off"
+
+--- A verifier by name or file: { value = fn, desc = its provenance } |
+-- nil, err.
+function M.load_verifier(spec, script_dir)
+  local prov = require "specula.provenance"
+  local verify = require "specula.verify"
+  local builtin = { exact = verify.exact, normalized = verify.normalized, spechop = verify.spechop,
+                    name_only = verify.name_only }
+  local fn = builtin[spec]
+  if spec == "jaccard" then fn = verify.jaccard(0.6) end
+  local t = spec:match("^jaccard:(.+)$")
+  if t then
+    local v = tonumber(t)
+    if not v or v < 0 or v > 1 then return nil, "jaccard threshold must be a number in [0, 1], got '" .. t .. "'" end
+    fn = verify.jaccard(v)
+  end
+  if fn then return { value = fn, desc = prov.describe(fn), spec = spec } end
+  local path = find_file(spec, script_dir)
+  if not path then
+    return nil, "unknown verifier '" .. spec .. "' (not one of " .. M.VERIFIERS .. ", nor a file)"
+  end
+  local v, err = load_chunk(path, "verifier")
+  if v == nil and err then return nil, err end
+  local mt = type(v) == "table" and getmetatable(v)
+  if type(v) ~= "function" and not (mt and mt.__call) then
+    return nil, "verifier file '" .. path .. "' must return a function(predicted, actual, ctx), got " .. type(v)
+  end
+  return { value = v, desc = prov.file(path), spec = spec }
+end
+
+--- A predictor by name or file: { value = predictor, desc = its
+-- provenance } | "off" | nil, err.
+function M.load_predictor(spec, script_dir)
+  if spec == "off" then return "off" end
+  local prov = require "specula.provenance"
+  local predict = require "specula.predict"
+  local p
+  if spec == "pattern" then p = predict.pattern {}
+  elseif spec == "ngram" then p = predict.ngram {}
+  else
+    local n = spec:match("^ngram:(%d+)$")
+    if n then
+      if tonumber(n) < 2 then return nil, "ngram:N needs N >= 2" end
+      p = predict.ngram { n = tonumber(n) }
+    end
+  end
+  if p then return { value = p, desc = prov.describe(p), spec = spec } end
+  local path = find_file(spec, script_dir)
+  if not path then
+    return nil, "unknown predictor '" .. spec .. "' (not one of " .. M.PREDICTORS .. ", nor a file)"
+  end
+  local v, err = load_chunk(path, "predictor")
+  if v == nil and err then return nil, err end
+  local mt = type(v) == "table" and getmetatable(v)
+  if type(v) ~= "function" and not (mt and mt.__call) then
+    return nil, "predictor file '" .. path .. "' must return a function(history, ctx) or a callable table, got "
+      .. type(v)
+  end
+  return { value = v, desc = prov.file(path), spec = spec }
+end
+
+--- Load o.verifier and o.predictor when they are still names (the command
+-- line's, or a --compare item's), or end with a usage error naming `where`;
+-- for a --compare item (`where` given), check its policy file exists too.
+function M.load_knobs(o, script, where)
+  local dir = script and (script:match("^(.*)/[^/]*$") or ".")
+  if type(o.verifier) == "string" then
+    local v, err = M.load_verifier(o.verifier, dir)
+    if not v then usage_error((where and (where .. ": ") or "--verifier: ") .. err) end
+    o.verifier = v
+  end
+  if type(o.predictor) == "string" then
+    local v, err = M.load_predictor(o.predictor, dir)
+    if not v then usage_error((where and (where .. ": ") or "--predictor: ") .. err) end
+    o.predictor = v
+  end
+  if where and type(o.policy) == "string" then
+    local ok, perr = require("specula.policy").resolve(o.policy, dir)
+    if not ok then usage_error((where and (where .. ": ") or "--policy: ") .. perr) end
+  end
+  return o
 end
 
 function M.parse_args(args)

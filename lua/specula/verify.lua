@@ -32,6 +32,10 @@ local to_set = text.set
 
 local M = {}
 
+-- Built-in verifiers name themselves (and their options) in the records'
+-- provenance (specula.provenance).
+local tag = require("specula.provenance").tag
+
 M.text_of = text_of
 
 local json
@@ -243,7 +247,7 @@ function M.spechop_with(opts)
   end
   local cov_s, jac_s = show_thr(cov_t), show_thr(jac_t)
 
-  return function(predicted, actual)
+  return tag(function(predicted, actual)
     local p = normalize(text_of(predicted))
     local a = normalize(text_of(actual))
 
@@ -299,10 +303,12 @@ function M.spechop_with(opts)
     end
     return false, "reject: coverage " .. show(coverage, cov_t) .. " < " .. cov_s ..
                   ", jaccard " .. show(jac, jac_t) .. " < " .. jac_s
-  end
+  end, "spechop", { coverage = cov_t, jaccard = jac_t, short = short, refusals = opts.refusals, stopwords = opts.stopwords })
 end
 
-M.spechop = M.spechop_with()
+M.spechop = tag(M.spechop_with(), "spechop")
+tag(M.exact, "exact")
+tag(M.normalized, "normalized")
 
 ----------------------------------------------------------------------------
 -- Jaccard
@@ -314,7 +320,7 @@ M.spechop = M.spechop_with()
 function M.jaccard(threshold)
   check_ratio("jaccard", "threshold", threshold)
   local ts = show_thr(threshold)
-  return function(predicted, actual)
+  return tag(function(predicted, actual)
     local pt = normalize(text_of(predicted))
     local at = normalize(text_of(actual))
     local ps, pn = content_set(pt)
@@ -330,7 +336,7 @@ function M.jaccard(threshold)
       return true, "accept: jaccard " .. show(jac, threshold) .. " >= " .. ts
     end
     return false, "reject: jaccard " .. show(jac, threshold) .. " < " .. ts
-  end
+  end, "jaccard", { threshold = threshold })
 end
 
 ----------------------------------------------------------------------------
@@ -357,6 +363,7 @@ function M.name_only(predicted, actual)
   end
   return false, "reject: tool '" .. clip(p) .. "' ~= '" .. clip(a) .. "'"
 end
+tag(M.name_only, "name_only")
 
 ----------------------------------------------------------------------------
 -- cosine over embeddings
@@ -426,7 +433,7 @@ function M.cosine(embedder, threshold)
     error("specula.verify.cosine: threshold must be a number in [-1,1]", 2)
   end
   local ts = show_thr(threshold)
-  return function(predicted, actual)
+  return tag(function(predicted, actual)
     local p, a = text_of(predicted), text_of(actual)
     if p == a then return true, "accept: identical text" end
     local vecs, err = embed(embedder, { p, a })
@@ -437,7 +444,7 @@ function M.cosine(embedder, threshold)
       return true, "accept: cosine " .. show(c, threshold) .. " >= " .. ts
     end
     return false, "reject: cosine " .. show(c, threshold) .. " < " .. ts
-  end
+  end, "cosine", { threshold = threshold })
 end
 
 ----------------------------------------------------------------------------
@@ -521,7 +528,7 @@ function M.llm_judge(client, prompt, opts)
     end
   end
   local max_tokens = opts.max_tokens or 8
-  return function(predicted, actual, ctx)
+  return tag(function(predicted, actual, ctx)
     local vars = { predicted = text_of(predicted), actual = text_of(actual),
                    question = question_of(ctx) }
     local okr, content = pcall(tpl.render, tpl, vars)
@@ -546,7 +553,7 @@ function M.llm_judge(client, prompt, opts)
     if v == true then return true, "accept: judge said yes" end
     if v == false then return false, "reject: judge said no" end
     return false, "reject: judge verdict unclear: '" .. clip(reply) .. "'"
-  end
+  end, "llm_judge", { prompt = prompt or M.JUDGE_PROMPT, max_tokens = max_tokens, model = opts.model, system = opts.system })
 end
 
 ----------------------------------------------------------------------------
@@ -569,7 +576,7 @@ end
 function M.all(list)
   check_list("all", list)
   local n = #list
-  return function(predicted, actual, ctx)
+  return tag(function(predicted, actual, ctx)
     local reasons = {}
     for i = 1, n do
       local ok, reason = list[i](predicted, actual, ctx)
@@ -579,7 +586,7 @@ function M.all(list)
       end
     end
     return true, "accept: all (" .. concat(reasons, "; ") .. ")"
-  end
+  end, "all", { verifiers = list })
 end
 
 --- Accept when some verifier accepts; stops at the first acceptance.
@@ -587,7 +594,7 @@ end
 function M.any(list)
   check_list("any", list)
   local n = #list
-  return function(predicted, actual, ctx)
+  return tag(function(predicted, actual, ctx)
     local reasons = {}
     for i = 1, n do
       local ok, reason = list[i](predicted, actual, ctx)
@@ -597,7 +604,7 @@ function M.any(list)
       end
     end
     return false, "reject: none (" .. concat(reasons, "; ") .. ")"
-  end
+  end, "any", { verifiers = list })
 end
 
 return M

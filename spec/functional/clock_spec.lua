@@ -287,6 +287,7 @@ describe("records written by the CLI", function()
     for l in cli:gmatch("[^\n]+") do
       i = i + 1
       l = l:gsub('^(%{"answer":"[^"]*",)"gold":%{%},', "%1")   -- the input loader's empty gold
+      l = l:gsub('"provenance":%b{},', "", 1)   -- what the CLI adds: where the record came from
       if l ~= api_lines[i] then
         local at = 1
         while l:sub(at, at) == (api_lines[i] or ""):sub(at, at) do at = at + 1 end

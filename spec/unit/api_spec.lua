@@ -53,7 +53,7 @@ describe("require 'specula'", function()
                       opts = true, boot = true, merge = true, shard = true, nojit = true,
                       cassettecli = true, verifierlab = true, predictorlab = true, runopts = true,
                       records = true, aggregate = true, tracewriter = true, argv = true, lab = true,
-                      jsonenc = true, tally = true, inputs = true }
+                      jsonenc = true, tally = true, inputs = true, resume = true, repair = true }
     local n = 0
     not_api.convtraces = true   -- `specula predictors`' conversation reader
     for key, where in pairs(seen) do

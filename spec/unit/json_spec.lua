@@ -498,6 +498,20 @@ describe("specula.json", function()
     assert.is_nil(json.find_bad(v))
   end)
 
+  it("writes a json.raw value of several pieces as their concatenation, in both encoders", function()
+    local v = { p = json.raw('{"a":1,"q":"', "0f1e", '","z":2}'), b = true }
+    local want = '{"b":true,"p":{"a":1,"q":"0f1e","z":2}}'
+    assert.equal(want, json.canonical_lua(v))
+    assert.equal(want, json.canonical(v))
+    -- a raw value without text is an error in both
+    local ok1, e1 = pcall(json.canonical_lua, { x = json.raw() })
+    local ok2, e2 = pcall(json.canonical, { x = json.raw() })
+    assert.is_false(ok1)
+    assert.is_false(ok2)
+    assert.matches("raw JSON value without its text", e1, 1, true)
+    assert.matches("raw JSON value without its text", e2, 1, true)
+  end)
+
   c_encoder("write_line writes the canonical text and a newline to a file, or says why not", function()
     local path = os.tmpname()
     local f = assert(io.open(path, "wb"))

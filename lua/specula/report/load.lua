@@ -113,9 +113,13 @@ end
 local function group_records(records, o)
   local groups, order = {}, {}
   local function add(key, label, mode, kstr, r)
+    -- two runs never share a group (specula.provenance): same label, other run
+    local p = T(r.provenance)
+    local run = p and S(p.run)
+    if run then key = key .. "\0" .. run end
     local g = groups[key]
     if not g then
-      g = { key = key, label = label, mode = mode, kstr = kstr, recs = {}, first = r._seq }
+      g = { key = key, label = label, mode = mode, kstr = kstr, recs = {}, first = r._seq, prov = run and p or nil }
       groups[key] = g
       order[#order + 1] = g
     end
@@ -134,7 +138,12 @@ local function group_records(records, o)
     for _, r in ipairs(records) do
       if S(r.config) then
         local c = r.config
-        add("config:" .. c, c, c:match("^%s*([%a_][%w_%-]*)"), config_k(c), r)
+        -- a labelled configuration (--compare "...:label=fast") names no
+        -- mode or k: its provenance and stats do
+        local pc = T(r.provenance) and T(r.provenance.config)
+        local mode = (pc and S(pc.mode)) or S(r.stats.mode) or c:match("^%s*([%a_][%w_%-]*)")
+        local kc = config_k(c) or (pc and pc.k ~= nil and tostring(pc.k)) or nil
+        add("config:" .. c, c, mode, kc, r)
       else
         local mode = S(r.mode) or S(r.stats.mode)
         -- the configured k (k_config) keeps an auto run together
@@ -162,6 +171,21 @@ local function group_records(records, o)
   for _, g in ipairs(order) do
     g.kx = k_position(g.mode, g.kstr, g.recs)
     if g.kx == nil then g.kx = "?" end
+  end
+  -- runs that share a label are told apart by the first field where they differ
+  local by_label = {}
+  for _, g in ipairs(order) do
+    local l = by_label[g.label]
+    if not l then l = {} by_label[g.label] = l end
+    l[#l + 1] = g
+  end
+  for _, l in pairs(by_label) do
+    if #l > 1 then
+      local provs = {}
+      for i, g in ipairs(l) do provs[i] = g.prov end
+      local tags = require("specula.provenance").distinguish(provs, #l)
+      for i, g in ipairs(l) do g.label = g.label .. " [" .. tags[i] .. "]" end
+    end
   end
   local function rank(kx)
     if N(kx) then return kx, 0 end

@@ -273,6 +273,12 @@ local function render(o, configs, records, warnings, pooled, figs)
     end
     add("</ul></details>")
   end
+  if o.provenance and #o.provenance > 0 then
+    -- one line per distinct run the records came from (specula.provenance)
+    add('<details class="warnings" id="provenance" open><summary>Provenance</summary><ul>')
+    for _, l in ipairs(o.provenance) do add("<li><code>" .. esc(l) .. "</code></li>") end
+    add("</ul></details>")
+  end
   add("</section>")
   add('<section id="fig-k"><h2>2. Relative latency against k</h2><figure>')
   add(fig_k)

@@ -1,6 +1,7 @@
 -- An agent for the integrity specs: the query id picks a value that cannot
 -- be written as JSON ("obs_<kind>": the first observation, "ans_<kind>": the
--- final answer); "fail_*" ids raise while --set fail=1; --set log=PATH
+-- final answer); "fail_*" ids raise while --set fail=1 (or INTEGRITY_FAIL=1 in
+-- the environment: a failure that is not part of the run's options); --set log=PATH
 -- appends the id of every query that starts (to see how far a run got).
 local specula = require "specula"
 local a = specula.sim.multihop { hops = 2, p = 1, seg = 1, spec = 1, target = tonumber(os.getenv("INTEGRITY_TARGET_MS")) or 2 }
@@ -27,7 +28,8 @@ a.init = function(q, ctx)
     f:write(ctx.id, "\n")
     f:close()
   end
-  if ctx.set.fail == 1 and tostring(ctx.id):match("^fail_") then error("planned failure of " .. ctx.id) end
+  local fail = ctx.set.fail == 1 or os.getenv("INTEGRITY_FAIL") == "1"
+  if fail and tostring(ctx.id):match("^fail_") then error("planned failure of " .. ctx.id) end
   return init(q, ctx)
 end
 a.tools.search.call = function(args, ctx)

@@ -1,0 +1,121 @@
+-- specula.repair: `specula repair RESULTS.jsonl [-o OUT.jsonl]` — keep the
+-- complete records of a damaged results file and drop the rest, so a resume
+-- (`specula run ... --out FILE`) can run what is missing. A record is a line
+-- that is a JSON object with an id; every other line (cut off, not JSON,
+-- blank, without an id) is dropped and named. The file is rewritten as a new
+-- file renamed over the old one (a crash leaves one or the other whole).
+local core = require "specula.core"
+local sched = require "specula.sched"
+local json = require "specula.json"
+local lab = require "specula.lab"
+local stderr = require("specula.secrets").stderr   -- what goes out is scrubbed
+local C = core.C
+
+local format, concat, tostring, type = string.format, table.concat, tostring, type
+
+local M = {}
+
+local usage_text = [[
+usage: specula repair RESULTS.jsonl [-o OUT.jsonl]
+
+Keeps the complete records of a results file written by `specula run --out`
+(each line that is a JSON object with an id, unchanged and in order) and
+drops the rest: a line cut off or damaged, one that is not JSON or has no
+id, blank lines. Each dropped line is named (FILE:LINE: why). The file is
+replaced (a new file renamed over it) unless -o names another; then
+`specula run ... --out RESULTS.jsonl` resumes it and runs what is missing.
+Records of another run are not its business: resume refuses those.
+
+options:
+  -o, --out FILE        write the kept records here instead of replacing RESULTS.jsonl
+  -h, --help            this text
+]]
+
+local function fail(msg)
+  C.sp_ctx_set_exit(core.ctx, 1)
+  sched.plain_error("specula repair: " .. msg)
+end
+
+local function parse(args)
+  local argv = require "specula.argv"
+  local o, err = argv.parse(args, { ["-o"] = "out", ["--out"] = "out", ["-h"] = argv.HELP, ["--help"] = argv.HELP },
+    { positional = "files" })
+  if not o then lab.usage_error(err) end
+  if not o.help then
+    if #o.files == 0 then lab.usage_error("no results file given") end
+    if #o.files > 1 then lab.usage_error("one results file at a time (got " .. #o.files .. ")") end
+  end
+  return o
+end
+
+--- The complete records of `text`, the dropped lines ({ line =, why = })
+-- and the number of blank lines (removed too).
+function M.split(text)
+  local keep, dropped, blank, ln, pos, n = {}, {}, 0, 0, 1, #text
+  while pos <= n do
+    local nl = text:find("\n", pos, true)
+    local line = text:sub(pos, (nl or (n + 1)) - 1)
+    ln = ln + 1
+    pos = (nl or n) + 1
+    local why
+    if not line:find("%S") then
+      why = false   -- removed, not worth a line
+    else
+      local ok, r = pcall(json.decode, line)
+      if not ok or r == nil then why = nl and "not JSON" or "cut off (the last line, without its newline)"
+      elseif type(r) ~= "table" or r[1] ~= nil then why = "not a JSON object"
+      elseif r.id == nil or r.id == json.null then why = "no id"
+      end
+    end
+    if why then dropped[#dropped + 1] = { line = ln, why = why }
+    elseif why == nil then keep[#keep + 1] = line
+    else blank = blank + 1 end
+  end
+  return keep, dropped, blank
+end
+
+function M.main(args)
+  local o = lab.parse_args("specula repair", usage_text, parse, args)
+  if not o then return end
+  local path = o.files[1]
+  local kind = C.sp_host_path_kind(path)
+  if kind == 0 then fail(format("'%s': no such file", path)) end
+  if kind ~= 1 then fail(format("'%s' is not a regular file", path)) end
+  local f, err = io.open(path, "rb")
+  if not f then fail(format("cannot read '%s': %s", path, tostring(err))) end
+  local text = f:read("*a")
+  f:close()
+  if not text then fail(format("cannot read '%s'", path)) end
+  local keep, dropped, blank = M.split(text)
+  local dest = o.out or path
+  if #dropped == 0 and blank == 0 and dest == path then
+    stderr(format("specula repair: %s: %d records, nothing to repair\n", path, #keep))
+    return
+  end
+  -- a new file renamed over the old one, every step checked
+  local tmp = dest .. ".specula-tmp"
+  local w, werr = io.open(tmp, "wb")
+  if not w then fail(format("cannot write '%s': %s", tmp, tostring(werr))) end
+  local ok, rerr = w:write(#keep > 0 and (concat(keep, "\n") .. "\n") or "")
+  if ok then ok, rerr = w:flush() end
+  local cok, cerr = w:close()
+  if ok and not cok then ok, rerr = false, cerr end
+  if ok then ok, rerr = os.rename(tmp, dest) end
+  if not ok then
+    os.remove(tmp)
+    fail(format("cannot write '%s': %s (%s is unchanged)", dest, tostring(rerr), path))
+  end
+  for i, d in ipairs(dropped) do
+    if i > 20 then
+      stderr(format("specula repair: ... and %d more lines\n", #dropped - 20))
+      break
+    end
+    stderr(format("specula repair: %s:%d: %s; dropped\n", path, d.line, d.why))
+  end
+  stderr(format("specula repair: %s: kept %d record%s, dropped %d line%s%s%s\n", dest, #keep,
+    #keep == 1 and "" or "s", #dropped, #dropped == 1 and "" or "s",
+    blank > 0 and format(" and %d blank line%s", blank, blank == 1 and "" or "s") or "",
+    dest ~= path and (" (from " .. path .. ")") or ""))
+end
+
+return M
