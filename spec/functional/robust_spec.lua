@@ -498,7 +498,9 @@ describe("a JSONL input read as the run goes", function()
       assert.matches(jsonl .. ":13: duplicate id 's2' (first at " .. jsonl .. ":2)", err, 1, true)
       local st2, text2, err2 = run(b)
       assert.equals(0, st2, err2)
-      assert.is_true(text2 == text, "the streamed input's records differ from the whole one's")
+      -- (each record's provenance names its input file: the two files differ)
+      local function same_input(t) return (t:gsub('"input":%b{},', "")) end
+      assert.is_true(same_input(text2) == same_input(text), "the streamed input's records differ from the whole one's")
       local recs = H.jsonl(text)
       assert.equals(#shard > 0 and 4 or 13, #recs)
       if #shard > 0 then
