@@ -74,12 +74,9 @@ typedef struct sp_buf {
   size_t len;   /* bytes used */
   size_t cap;   /* bytes allocated */
 } sp_buf;
-sp_buf *sp_buf_new(void);
-void sp_buf_delete(sp_buf *b);
 
 /* ---- context, clock, counters ----------------------------------------- */
 double sp_now_ms(void);                          /* monotonic milliseconds, real time */
-uint64_t sp_now_ns(void);                        /* monotonic nanoseconds, real time */
 /* The engine's clock: real, or virtual (advanced by the scheduler to the
    next deadline whenever nothing is runnable). Every time the engine
    reports is on this clock. NULL ctx: real time. */
@@ -104,7 +101,6 @@ void sp_ctx_counts(sp_ctx *ctx, sp_counts *out);
 const char *sp_version(void);
 void sp_ctx_set_main(sp_ctx *ctx, sp_task *t);   /* the task whose end ends the program */
 void sp_ctx_set_exit(sp_ctx *ctx, int code);     /* exit status if the main task succeeds */
-int sp_ctx_stopping(sp_ctx *ctx);                /* 1 while shutting down */
 /* Graceful stop of a run (sp_host.c): once armed, SIGINT/SIGTERM cancel every
    window and are remembered instead of ending the process; a second one ends it. */
 void sp_host_trap_signals(sp_ctx *ctx);
@@ -122,7 +118,6 @@ sp_task *sp_task_new(sp_ctx *ctx, sp_task *parent);
 int sp_task_id(const sp_task *t);
 int sp_task_state(const sp_task *t);
 sp_task *sp_task_current(sp_ctx *ctx);            /* the task being resumed, or NULL */
-int sp_task_is_current_co(sp_ctx *ctx, int id);   /* 1 if id is the running task */
 void sp_task_release(sp_task *t);                 /* drop Lua's reference */
 /* Cancel t and its descendants: every pending operation's cleanup runs now. */
 void sp_task_cancel(sp_task *t);
@@ -313,7 +308,6 @@ void sp_policy_budget(sp_policy *p, double max_inflight, double max_wasted_cost)
 /* The policy has a script (a function or `decide`): every launch must then
    carry the script's decision for that very call; one without is forbid. */
 void sp_policy_set_scripted(sp_policy *p, int scripted);
-int sp_policy_scripted(const sp_policy *p);
 /* Rate limits run on ctx's clock (virtual or real); NULL: real time. */
 void sp_policy_set_clock(sp_policy *p, const sp_ctx *ctx);
 int sp_policy_tool_index(const sp_policy *p, const char *tool, size_t len);
@@ -321,8 +315,6 @@ int sp_policy_ntools(const sp_policy *p);
 int sp_policy_nclasses(const sp_policy *p);
 const char *sp_policy_tool_name(const sp_policy *p, int i);
 const char *sp_policy_class_name(const sp_policy *p, int i);
-int sp_policy_tool_class(const sp_policy *p, int tool);   /* class index of a tool */
-int sp_policy_class_decision(const sp_policy *p, int cls);
 double sp_policy_tool_cost(const sp_policy *p, int tool);
 /* The gate: the one choke point every early launch passes. tool < 0 is an
    unknown tool; trigger is SP_TRIG_*; hint is the script's decision for this
@@ -357,7 +349,6 @@ typedef struct sp_prefetch_stats {
 sp_prefetch *sp_prefetch_new(int match, int trigger, double ev_cost_ms, double ev_latency_ms,
                              int max_per_step);
 void sp_prefetch_free(sp_prefetch *pf);
-void sp_prefetch_stats_get(const sp_prefetch *pf, sp_prefetch_stats *out);
 /* The EV gate: fire when conf * E[saved] > (1 - conf) * cost * ev_cost_ms. */
 int sp_prefetch_ev(sp_prefetch *pf, int tool, double conf, double cost);
 void sp_prefetch_observe(sp_prefetch *pf, int tool, double target_ms, double seg_ms);

@@ -16,18 +16,6 @@
 
 const char *sp_version(void) { return SPECULA_VERSION; }
 
-sp_buf *sp_buf_new(void) {
-  sp_buf *b = malloc(sizeof *b);
-  if (b) sp_buf_init(b);
-  return b;
-}
-
-void sp_buf_delete(sp_buf *b) {
-  if (!b) return;
-  sp_buf_free(b);
-  free(b);
-}
-
 void sp_ctx_set_main(sp_ctx *ctx, sp_task *t) {
   if (!ctx || !t || ctx->main_task) return;
   t->refs++;
@@ -37,8 +25,6 @@ void sp_ctx_set_main(sp_ctx *ctx, sp_task *t) {
 void sp_ctx_set_exit(sp_ctx *ctx, int code) {
   if (ctx) ctx->exit_code = code;
 }
-
-int sp_ctx_stopping(sp_ctx *ctx) { return ctx ? ctx->stopping : 1; }
 
 int sp_ctx_init(sp_ctx *ctx) {
   memset(ctx, 0, sizeof *ctx);

@@ -117,7 +117,6 @@ void sp_policy_set_scripted(sp_policy *p, int scripted) {
   if (p) p->scripted = scripted != 0;
 }
 
-int sp_policy_scripted(const sp_policy *p) { return p ? p->scripted : 0; }
 
 void sp_policy_set_clock(sp_policy *p, const sp_ctx *ctx) {
   if (!p) return;
@@ -140,12 +139,6 @@ const char *sp_policy_tool_name(const sp_policy *p, int i) {
 }
 const char *sp_policy_class_name(const sp_policy *p, int i) {
   return p && i >= 0 && i < p->nclasses ? p->classes[i].name : "";
-}
-int sp_policy_tool_class(const sp_policy *p, int tool) {
-  return p && tool >= 0 && tool < p->ntools ? p->tools[tool].cls : 0;
-}
-int sp_policy_class_decision(const sp_policy *p, int cls) {
-  return p && cls >= 0 && cls < p->nclasses ? p->classes[cls].decision : SP_FORBID;
 }
 double sp_policy_tool_cost(const sp_policy *p, int tool) {
   return p && tool >= 0 && tool < p->ntools ? p->tools[tool].cost : 0;

@@ -22,18 +22,6 @@ void sp_prefetch_free(sp_prefetch *pf) {
   free(pf);
 }
 
-void sp_prefetch_stats_get(const sp_prefetch *pf, sp_prefetch_stats *out) {
-  if (pf) *out = pf->st;
-  else memset(out, 0, sizeof *out);
-}
-
-void sp_prefetch_accumulate(sp_prefetch *pf, const sp_prefetch_stats *q) {
-  if (!pf) return;
-  double *a = (double *)&pf->st;
-  const double *b = (const double *)q;
-  for (size_t i = 0; i < sizeof pf->st / sizeof(double); i++) a[i] += b[i];
-}
-
 static sp_welford *tool_stats(sp_prefetch *pf, int tool) {
   if (tool < 0) return NULL;
   if (tool >= pf->ntool) {

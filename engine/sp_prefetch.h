@@ -20,10 +20,6 @@ struct sp_prefetch {
   sp_welford seg;          /* model step latency, live */
   sp_welford *tool;        /* target latency per policy tool index */
   int ntool;               /* entries in tool */
-  sp_prefetch_stats st;    /* run totals */
 };
-
-/* Add a query's counters to the run's. */
-void sp_prefetch_accumulate(sp_prefetch *pf, const sp_prefetch_stats *q);
 
 #endif

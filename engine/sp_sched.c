@@ -40,7 +40,6 @@ static void task_unref(sp_task *t);
 static void task_reap_later(sp_task *t);
 
 double sp_now_ms(void) { return (double)uv_hrtime() / 1e6; }
-uint64_t sp_now_ns(void) { return uv_hrtime(); }
 
 double sp_clock_ms(const sp_ctx *ctx) {
   return ctx ? (double)sp_timers_now(ctx) / 1e6 : sp_now_ms();
@@ -601,9 +600,6 @@ void sp_job_start(sp_task *t) {
 int sp_task_id(const sp_task *t) { return t ? t->id : 0; }
 int sp_task_state(const sp_task *t) { return t ? t->state : SP_TASK_CANCELLED; }
 sp_task *sp_task_current(sp_ctx *ctx) { return ctx ? ctx->running : NULL; }
-int sp_task_is_current_co(sp_ctx *ctx, int id) {
-  return ctx && ctx->running && ctx->running->id == id;
-}
 int sp_task_speculative(const sp_task *t) { return t ? t->speculative : 0; }
 const char *sp_task_error(const sp_task *t) { return t && t->error ? t->error : ""; }
 

@@ -37,28 +37,6 @@ void sp_vals_dead(sp_ctx *ctx, int slot) {
   v->dead[v->ndead++] = slot;
 }
 
-int sp_vals_store(sp_ctx *ctx, lua_State *L, int idx) {
-  if (lua_isnil(L, idx)) return SP_NOVAL;
-  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
-  int slot = sp_vals_new(ctx);
-  if (slot == SP_NOVAL) return SP_NOVAL;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->vals_ref);
-  lua_pushvalue(L, idx);
-  lua_rawseti(L, -2, slot);
-  lua_pop(L, 1);
-  return slot;
-}
-
-void sp_vals_push(sp_ctx *ctx, lua_State *L, int slot) {
-  if (slot <= 0) {
-    lua_pushnil(L);
-    return;
-  }
-  lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->vals_ref);
-  lua_rawgeti(L, -1, slot);
-  lua_remove(L, -2);
-}
-
 void sp_vals_sweep(sp_ctx *ctx) {
   sp_vals *v = &ctx->vals;
   lua_State *L = ctx->L;

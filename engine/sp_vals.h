@@ -29,8 +29,6 @@ static inline void sp_vals_release(sp_ctx *ctx, int slot) {
   else sp_vals_dead(ctx, slot);
 }
 /* Loop context only (they use the Lua state). */
-int sp_vals_store(sp_ctx *ctx, lua_State *L, int idx);  /* a new slot holding the value at idx */
-void sp_vals_push(sp_ctx *ctx, lua_State *L, int slot); /* push its value (nil for none) */
 void sp_vals_sweep(sp_ctx *ctx);                        /* clear released slots for reuse */
 /* Hand up to max released slots to a caller that clears them in Lua right
    away (the Lua dispatcher); they are free for reuse from here on. */

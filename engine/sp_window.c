@@ -927,12 +927,6 @@ static void on_verify(sp_task *t, const sp_jobres *res, int status, void *ud) {
 
 /* ---- end of a window ---------------------------------------------------- */
 
-static void account_pf(sp_window *w) {
-  if (w->pf_accounted || !w->cfg.prefetch) return;
-  w->pf_accounted = 1;
-  sp_prefetch_accumulate(w->cfg.prefetch, &w->st.pf);
-}
-
 static void wake_waiter(sp_window *w) {
   if (w->group) {
     sp_win_group_done(w);
@@ -960,7 +954,6 @@ static void finish(sp_window *w) {
   w->head = NULL;
   retire(w, h);
   w->st.k_last = current_k(w);
-  account_pf(w);
   wake_waiter(w);
 }
 
@@ -985,7 +978,6 @@ static void fail(sp_window *w, const char *msg) {
     w->head = NULL;
     discard(w, h);
   }
-  account_pf(w);
   wake_waiter(w);
 }
 

@@ -117,7 +117,6 @@ struct sp_window {
   char *error;             /* why it failed */
   int fn_start, fn_advance, fn_call, fn_warmup, fn_spec, fn_verify; /* adapter functions (slots) */
   int fn_pfcall;           /* adapter function running a predicted call (slot) */
-  int pf_accounted;        /* prediction counters added to the run's */
   int qctx_ref;            /* value slot of { __index = the query's ctx }, the step ctx metatable */
   sp_node *head;           /* the verified node */
   int live;                /* live nodes plus speculator reservations */

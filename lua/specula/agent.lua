@@ -17,7 +17,6 @@ local plain = sched.plain_error
 local M = {}
 
 local CANDS_MT = { __name = "specula.candidates" }
-M.CANDS_MT = CANDS_MT
 
 -- Several candidate observations from one speculator call:
 -- specula.candidates{ {value = o1, confidence = 0.6}, {value = o2, confidence = 0.3} }
@@ -103,7 +102,6 @@ end
 local core = require "specula.core"
 local DECISION = { forbid = tonumber(core.C.SP_FORBID), warmup = tonumber(core.C.SP_WARMUP),
                    full = tonumber(core.C.SP_FULL) }
-M.DECISION = DECISION
 -- The script raised or returned a non-decision: the C gate counts it and
 -- forbids (fail closed).
 local HINT_ERROR = tonumber(core.C.SP_HINT_ERROR)

@@ -140,7 +140,6 @@ end
 -- ---- files -------------------------------------------------------------------------------
 
 local function file_name(dir, i) return format("%s/cassette-%04d.jsonl", dir, i) end
-M.file_name = file_name
 
 -- ---- checking a tape line -------------------------------------------------------------------
 -- A tape is read back by code that trusts its types (a status compared

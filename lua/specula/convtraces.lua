@@ -48,7 +48,6 @@ local function line_format(v)
   end
   return nil
 end
-M.line_format = line_format
 
 -- A tool result's content as text: a string, or the text parts of a list of
 -- content parts/blocks joined; anything else as its JSON.

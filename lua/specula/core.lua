@@ -46,7 +46,6 @@ M.SPEC_CODES = SPEC_CODES
 -- across a yield: callers copy the message out at once).
 local ERRLEN = 512
 local errbuf = ffi.new("char[?]", ERRLEN)
-M.ERRLEN = ERRLEN
 function M.errbuf()
   errbuf[0] = 0
   return errbuf, ERRLEN

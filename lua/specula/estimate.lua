@@ -11,7 +11,6 @@ local M = {}
 
 -- hop record "spec" names -> SP_SPEC_* codes
 local OUTCOME = core.SPEC_CODES
-M.OUTCOME = OUTCOME
 
 function M.new() return ffi.new("sp_est") end
 

@@ -28,9 +28,6 @@ local type, pairs, tostring, error = type, pairs, tostring, error
 local M = {}
 
 local DECISION = { forbid = C.SP_FORBID, warmup = C.SP_WARMUP, full = C.SP_FULL }
-local NAMES = { [tonumber(C.SP_FORBID)] = "forbid", [tonumber(C.SP_WARMUP)] = "warmup",
-                [tonumber(C.SP_FULL)] = "full" }
-M.NAMES = NAMES
 -- the class of MCP resource reads (full: see M.build)
 local RESOURCE_CLASS = "mcp-resource"
 M.RESOURCE_CLASS = RESOURCE_CLASS

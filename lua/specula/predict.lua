@@ -46,7 +46,6 @@ local function action_key(a)
   if a == nil then return START end
   return tostring(a.tool) .. "|" .. shape(a.args)
 end
-M.action_key = action_key
 
 local function split_key(k)
   local tool = k:match("^(.-)|")
@@ -232,7 +231,6 @@ Calls so far (oldest first):
 {history}
 
 Next call:]]
-M.DRAFT_PROMPT = DRAFT_PROMPT
 
 local function history_text(history)
   if #history == 0 then return "(none)" end

@@ -241,7 +241,6 @@ local function record_line(rec)
   rec.error = msg
   return json.canonical(rec)
 end
-M.record_line = record_line
 
 -- A record sink for run_all: one JSON line per finished query, flushed at
 -- once so a killed run loses at most the line in flight (resume repairs it).

@@ -311,7 +311,6 @@ local function total_calls(s)
   if not (m and t and sp) then return nil end
   return m + t + sp + (numeric(c.predicted) or 0) + (numeric(c.warmup) or 0)
 end
-M.total_calls = total_calls
 
 -- The measures compared query by query, read from a record's stats.
 M.MEASURES = {

@@ -157,7 +157,6 @@ local function attr_string(attrs)
   end
   return concat(parts)
 end
-M.attr_string = attr_string
 
 --- A new canvas of w x h user units. It scales to its container's width.
 function M.canvas(w, h, opts)

@@ -27,7 +27,6 @@ local M = {}
 local FIELDS = { "wall_ms", "standard_ms", "wasted_calls", "wasted_cost" }
 local CALLS = { "model", "target", "speculator", "predicted", "warmup" }
 local NF = #FIELDS + #CALLS + 1   -- + cancelled.total
-M.NF = NF
 
 local Tally = {}
 Tally.__index = Tally

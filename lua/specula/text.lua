@@ -399,6 +399,5 @@ function M.of(v)
   return canonical(v)
 end
 
-M.encode_utf8 = encode
 
 return M

@@ -348,16 +348,11 @@ local function tape_source(recs)
            stages = stages, unusable = unusable }
 end
 
--- Judge every pair with each verifier. opts: { k (math.huge = inf),
--- labels = {id -> bool} or nil }. Returns the lab's result table (what
--- --json prints, plus the rows the table shows) | nil, err.
-function M.analyse(recs, vs, opts)
-  return M.analyse_pairs(tape_source(recs), vs, opts)
-end
-
--- The same on pairs and stages from any source: src = { pairs, unpaired,
--- seg_ms, target_ms (beta's target time; default: the pairs'), stages,
--- unusable, cut (results files: pairs skipped as cut) }.
+-- Judge every pair with each verifier: src = { pairs, unpaired, seg_ms,
+-- target_ms (beta's target time; default: the pairs'), stages, unusable,
+-- cut (results files: pairs skipped as cut) }; opts: { k (math.huge =
+-- inf), labels = {id -> bool} or nil }. Returns the lab's result table
+-- (what --json prints, plus the rows the table shows) | nil, err.
 function M.analyse_pairs(src, vs, opts)
   local prs, unpaired, seg_ms = src.pairs, src.unpaired, src.seg_ms
   if #prs == 0 then return nil, "no speculator call paired with its target's observation" end

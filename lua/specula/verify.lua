@@ -499,7 +499,6 @@ local function verdict(reply)
   end
   return nil
 end
-M.parse_verdict = verdict
 
 --- LLM-as-judge verifier. client: an object with
 -- client:chat{messages =, max_tokens =, temperature = 0} -> {content =} or

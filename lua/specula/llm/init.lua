@@ -35,7 +35,6 @@ local PRESETS = {
   openai = { provider = "openai" },
   anthropic = { provider = "anthropic" },
 }
-M.PRESETS = PRESETS
 
 function M.client(spec)
   local opts = {}

@@ -479,7 +479,6 @@ function M.tool_message(call, content)
 end
 
 -- internal pieces, exposed for tests and other clients
-M._parse_completion = parse_completion
 M.Client = Client
 -- for the fuzz harness (spec/fuzz/fuzz_llm.c): stream assembly alone
 M._parse_stream = parse_stream

@@ -304,7 +304,6 @@ end
 local function err_code(err)
   return type(err) == "string" and err:match("^(E[%u%d_]+):") or nil
 end
-M.error_code = err_code
 
 -- Backoff for the n-th retry (n >= 1).
 function Policy:backoff(n)
@@ -378,5 +377,4 @@ function M.attempts_text(n)
   return "after " .. n .. (n == 1 and " attempt" or " attempts")
 end
 
-M.Policy = Policy
 return M
