@@ -141,36 +141,81 @@ int sp_sleep(sp_task *t, double ms, char *err, size_t errlen);
    integer slot; C counts references per slot, so the window can keep,
    share and drop values without touching the Lua state. A window call (a
    "job") is run by the Lua dispatcher in sched.lua: it takes the next job
-   with sp_job_next, reads its function and arguments from sp_job_call,
-   calls it and hands the results back with sp_job_done, all without a
-   coroutine switch unless the call waits on the loop. */
-enum { SP_VAL_NIL = 0, SP_VAL_SLOT = 1, SP_VAL_NUM = 2, SP_VAL_BOOL = 3, SP_VAL_STR = 4,
-       SP_VAL_SPEC = 5 };
-typedef struct sp_val {
-  int kind;            /* SP_VAL_*; SPEC: the job's speculative flag when it runs */
-  union {
-    int slot;          /* value-store slot (SLOT) */
-    int len;           /* byte length (STR) */
-  };
-  union {
-    double num;        /* number; 0/1 for a boolean */
-    const char *str;   /* bytes of a string (STR) */
-  };
-} sp_val;
+   with sp_job_next, reads its arguments from sp_job_call, calls the job's
+   function and hands the results back with sp_job_done, all without a
+   coroutine switch unless the call waits on the loop.
+
+   The job protocol: every kind of job is named here, with the arguments
+   the window gives it and the results it returns; the window
+   (sp_window.c) and the agent adapter (lua/specula/agent.lua, one function
+   per kind) read and write them by these names only. */
+/* What a job runs. */
+enum { SP_JOB_START = 0,       /* init() and the first step */
+       SP_JOB_ADVANCE = 1,     /* update() from a parent's state, then step() */
+       SP_JOB_CALL = 2,        /* the target tool of a step's action */
+       SP_JOB_WARMUP = 3,      /* that tool's warm-up hook (its call was deferred) */
+       SP_JOB_SPECULATE = 4,   /* the speculator of a step's action */
+       SP_JOB_VERIFY = 5,      /* the verifier: the head's candidates against its observation */
+       SP_JOB_PFCALL = 6,      /* a predicted call started early (action speculation) */
+       SP_JOB_KINDS = 7 };
+/* What a step decided (sp_jobres.step_kind). */
+enum { SP_STEP_ACTION = 1, SP_STEP_FINAL = 2 };
+/* Confidences a speculator's result carries (sp_jobres.conf); candidates
+   past these count as confidence 0. */
+enum { SP_JOB_MAXCONF = 10 };
+/* A job's arguments. Slots are value-store slots, 0 for nil; the job holds
+   a reference to each until it ends, except fn and qctx, which the window
+   holds. A field is set for the kinds its comment names, 0 otherwise. */
 typedef struct sp_jobcall {
-  sp_val args[9];      /* the function (a slot), then its arguments */
-  int nargs;           /* entries used in args */
-  int keep;            /* bit i set: result i goes to the value store whatever its type */
-  int owned;           /* bit i set: args[i] holds a reference the job drops when it ends */
+  int kind;            /* SP_JOB_* */
+  int fn;              /* slot: the adapter's function for this kind */
+  int qctx;            /* slot: the query's step ctx metatable, { __index = the query ctx } */
+  int state;           /* ADVANCE: slot of the state update() starts from */
+  int step;            /* ADVANCE: slot of the step taken from that state */
+  int obs;             /* ADVANCE from a verified state, VERIFY: slot of the real observation */
+  int cands;           /* ADVANCE from a guess, VERIFY: slot of the speculator's candidates */
+  int rank;            /* ADVANCE from a guess: its 1-based rank in cands, 0 when cands is one plain value */
+  int hop;             /* ADVANCE: the hop of the state it builds; PFCALL: the predicting step's hop */
+  int actx;            /* CALL, WARMUP, SPECULATE, VERIFY: slot of the ctx of the step whose action it serves */
+  int m;               /* SPECULATE: candidates wanted */
+  double timeout_ms;   /* SPECULATE: the speculator's time limit, 0 = none */
+  int nkids;           /* VERIFY: candidates with a thread of their own (ranks 1 .. nkids) */
+  int raw;             /* VERIFY: cands is one plain value */
+  int args;            /* PFCALL: slot of the predicted arguments */
+  const char *tool;    /* PFCALL: the predicted tool (a copy the job owns, NUL-terminated) */
+  int tool_len;        /* PFCALL: its length */
 } sp_jobcall;
+/* A job's results. Slots are fresh value-store slots the dispatcher makes
+   (0: none); they are released once the job has ended, after the window
+   took what it keeps. Strings stay the caller's: valid until sp_job_done
+   returns (NULL: none). A field is read for the kinds its comment names. */
 typedef struct sp_jobres {
-  sp_val v[12];        /* the call's results (or the error message in v[0]) */
+  int state;           /* START, ADVANCE: slot of the new state */
+  int step;            /* START, ADVANCE: slot of the step, {segment, action} or {final} */
+  int actx;            /* START, ADVANCE: slot of the ctx the step's tool, speculator and verifier calls share */
+  int value;           /* CALL, PFCALL: slot of the observation; SPECULATE: of the candidates (a list, or one plain value) */
+  int step_kind;       /* START, ADVANCE: SP_STEP_* */
+  int hint;            /* START, ADVANCE: the policy script's decision for the action (SP_HINT_NONE: none) */
+  int can_spec;        /* START, ADVANCE: the action's tool has a speculator */
+  int match;           /* START, ADVANCE, lossy matching: 1-based index of the prediction the action matches, 0 none */
+  double t_update;     /* START, ADVANCE: ms that update() (START: init()) took */
+  int ncands;          /* SPECULATE: candidates in value (cut to m later), -1 when value is one plain value */
+  int accepted;        /* VERIFY: 1-based rank of the accepted candidate, 0 none, -1 the plain value */
+  double conf[10];     /* SPECULATE: confidences of the first SP_JOB_MAXCONF candidates, in their order */
+  const char *tool;    /* START, ADVANCE: the action's tool */
+  int tool_len;
+  const char *key;     /* START, ADVANCE with action speculation: the canonical JSON of the action's args */
+  int key_len;
+  const char *reason;  /* VERIFY: the verifier's reason */
+  int reason_len;
+  const char *error;   /* a failed job: its message */
+  int error_len;
 } sp_jobres;
 int sp_vals_new(sp_ctx *ctx);                    /* a fresh slot (one reference); Lua fills it */
 void sp_vals_unref(sp_ctx *ctx, int slot);       /* drop one reference to a slot */
 sp_task *sp_job_next(sp_ctx *ctx);               /* the next job to run here, or NULL: park */
-const sp_jobcall *sp_job_call(const sp_task *t); /* its function and arguments */
-/* The job ended: ok with results, or not ok with the message in res->v[0].
+const sp_jobcall *sp_job_call(const sp_task *t); /* its kind and arguments */
+/* The job ended: ok with results, or not ok with the message in res->error.
    Result slots are released after the window has taken what it keeps.
    Returns how many released slots it wrote to dead (at most maxdead):
    Lua clears them in sched.vals at once (they are reused from then on),

@@ -206,10 +206,7 @@ static sp_task *task_alloc(sp_ctx *ctx, sp_task *parent) {
   if (t) {
     ctx->task_pool = t->reap_next;
     ctx->ntask_pool--;
-    memset(t, 0, offsetof(sp_task, call));
-    t->call.nargs = 0;
-    t->call.keep = 0;
-    t->call.owned = 0;
+    memset(t, 0, offsetof(sp_task, call));   /* call: cleared when it ended (job_args_free) */
   } else {
     t = calloc(1, sizeof *t);
     if (!t) return NULL;
@@ -276,10 +273,12 @@ sp_task *sp_task_new(sp_ctx *ctx, sp_task *parent) {
 /* Parked dispatcher coroutines kept for reuse; beyond this they are released. */
 #define SP_POOL_MAX 4096
 
-sp_task *sp_job_new(sp_ctx *ctx, sp_task_hook hook, void *ud) {
+sp_task *sp_job_new(sp_ctx *ctx, int kind, sp_task_hook hook, void *ud) {
   if (ctx->stopping) return NULL;
   sp_task *t = task_alloc(ctx, NULL);
   if (!t) return NULL;
+  memset(&t->call, 0, sizeof t->call);
+  t->call.kind = kind;
   t->job = 1;
   t->hook = hook;
   t->hook_ud = ud;
@@ -296,27 +295,18 @@ int sp_task_job(const sp_task *t, double *born_ms, int *thread) {
   return t->job_id;
 }
 
-void sp_job_str(sp_task *t, const char *str) {
-  sp_val *a = sp_job_next_arg(t);
-  if (!a) return;
-  char *d = strdup(str ? str : "");
-  if (!d) return;
-  a->kind = SP_VAL_STR;
-  a->str = d;
-  a->len = (int)strlen(d);
-}
-
-
-/* Release a job's arguments (it ended, or was cancelled while queued). */
+/* Release a job's arguments (it ended, or was cancelled while queued):
+   the slots it holds a reference to and its string. */
 static void job_args_free(sp_task *t) {
-  for (int i = 0; i < t->call.nargs; i++) {
-    sp_val *a = &t->call.args[i];
-    if (a->kind == SP_VAL_SLOT && (t->call.owned & (1 << i))) sp_vals_release(t->ctx, a->slot);
-    else if (a->kind == SP_VAL_STR) free((char *)a->str);
-    a->kind = SP_VAL_NIL;
+  sp_jobcall *c = &t->call;
+  int *held[] = {&c->state, &c->step, &c->obs, &c->cands, &c->actx, &c->args};
+  for (size_t i = 0; i < sizeof held / sizeof held[0]; i++) {
+    sp_vals_release(t->ctx, *held[i]);
+    *held[i] = SP_NOVAL;
   }
-  t->call.nargs = 0;
-  t->call.owned = 0;
+  free((char *)c->tool);
+  c->tool = NULL;
+  c->tool_len = 0;
 }
 
 const sp_jobcall *sp_job_call(const sp_task *t) { return t ? &t->call : NULL; }
@@ -378,10 +368,14 @@ static void disp_park(sp_ctx *ctx, lua_State *co, int ref) {
   anchor_drop(ctx, ref);
 }
 
+/* The result slots the dispatcher made, once the window took its own
+   references to what it keeps. */
 static void release_results(sp_ctx *ctx, const sp_jobres *res) {
   if (!res) return;
-  for (int i = 0; i < SP_JOB_MAXRES; i++)
-    if (res->v[i].kind == SP_VAL_SLOT) sp_vals_release(ctx, res->v[i].slot);
+  sp_vals_release(ctx, res->state);
+  sp_vals_release(ctx, res->step);
+  sp_vals_release(ctx, res->actx);
+  sp_vals_release(ctx, res->value);
 }
 
 /* A job ended: run its hook (unless it was cancelled), then end the task
@@ -444,9 +438,13 @@ int sp_job_defer(sp_task *t, double ms) {
   return 0;
 }
 
+/* The result strings a deferral keeps: copies, since the dispatcher's
+   bytes are only valid until sp_job_done returns. */
+#define SP_RES_STRINGS(r) {&(r)->tool, &(r)->key, &(r)->reason, &(r)->error}
+
 static void defer_free(sp_deferop *d) {
-  for (int i = 0; i < SP_JOB_MAXRES; i++)
-    if (d->res.v[i].kind == SP_VAL_STR) free((char *)d->res.v[i].str);
+  const char **strs[] = SP_RES_STRINGS(&d->res);
+  for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) free((char *)*strs[i]);
   free(d);
 }
 
@@ -480,19 +478,23 @@ static int job_defer_results(sp_ctx *ctx, sp_task *t, int ok, const sp_jobres *r
   d->dl.fire = defer_fired;
   d->dl.idx = -1;
   if (ok && res) {
-    for (int i = 0; i < SP_JOB_MAXRES; i++) {
-      sp_val v = res->v[i];
-      if (v.kind == SP_VAL_STR) {
-        char *c = malloc((size_t)v.len + 1);
-        if (!c) {
-          defer_free(d);
-          return -1;
-        }
-        if (v.len) memcpy(c, v.str, (size_t)v.len);
-        c[v.len] = '\0';
-        v.str = c;
+    d->res = *res;
+    const char **strs[] = SP_RES_STRINGS(&d->res);
+    const char *from[] = {res->tool, res->key, res->reason, res->error};
+    const int lens[] = {res->tool_len, res->key_len, res->reason_len, res->error_len};
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) *strs[i] = NULL;
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
+      const char *s = from[i];
+      if (!s) continue;
+      size_t len = lens[i] > 0 ? (size_t)lens[i] : 0;
+      char *c = malloc(len + 1);
+      if (!c) {
+        defer_free(d);
+        return -1;
       }
-      d->res.v[i] = v;
+      if (len) memcpy(c, s, len);
+      c[len] = '\0';
+      *strs[i] = c;
     }
   }
   double whole = t->defer_ms > 1e12 ? 1e12 : t->defer_ms;
@@ -526,8 +528,7 @@ int sp_job_done(sp_ctx *ctx, sp_task *t, int ok, const sp_jobres *res, int *dead
   if (!ctx || !t) return 0;
   ctx->running = NULL;
   if (!ok) {
-    const sp_val *m = res ? &res->v[0] : NULL;
-    if (m && m->kind == SP_VAL_STR && m->str) sp_task_set_error(t, m->str, m->len);
+    if (res && res->error) sp_task_set_error(t, res->error, res->error_len > 0 ? (size_t)res->error_len : 0);
     else sp_task_set_error(t, "job failed", 10);
   }
   if (t->defer_ms > 0 && t->state == SP_TASK_RUNNING && job_defer_results(ctx, t, ok, res) == 0)

@@ -40,9 +40,6 @@ typedef void (*sp_task_hook)(sp_task *t, const sp_jobres *res, int status, void 
 
 typedef struct sp_waitop sp_waitop;
 
-#define SP_JOB_MAXARGS 9    /* entries of sp_jobcall.args (sp_api.h) */
-#define SP_JOB_MAXRES 12    /* entries of sp_jobres.v (sp_api.h) */
-
 struct sp_task {
   sp_runnable run;          /* ready-queue entry: resume this task */
   sp_ctx *ctx;              /* owning context */
@@ -79,61 +76,12 @@ void sp_sched_init(sp_ctx *ctx);
 void sp_sched_enqueue(sp_ctx *ctx, sp_runnable *r);
 void sp_sched_wake(sp_task *t);                     /* resume t at the next turn */
 void sp_sched_unqueue(sp_ctx *ctx, sp_runnable *r);  /* take a C runnable off the queue */
-/* Create a job: a Lua call the dispatcher runs (sched.lua) without a
-   coroutine switch unless it waits. Add the function and its arguments with
-   sp_job_* (the first argument is the function), then sp_job_start. */
-sp_task *sp_job_new(sp_ctx *ctx, sp_task_hook hook, void *ud);
-void sp_job_str(sp_task *t, const char *s);         /* a string (copied) */
+/* Create a job of a kind (SP_JOB_*): a Lua call the dispatcher runs
+   (sched.lua) without a coroutine switch unless it waits. The caller fills
+   its arguments in t->call by name (the slots with a reference the job
+   takes: sp_vals_ref), then queues it with sp_job_start. */
+sp_task *sp_job_new(sp_ctx *ctx, int kind, sp_task_hook hook, void *ud);
 void sp_job_start(sp_task *t);                      /* queue it */
-
-/* The argument setters are inline: a window adds a dozen per hop. */
-static inline sp_val *sp_job_next_arg(sp_task *t) {
-  if (t->call.nargs >= SP_JOB_MAXARGS) return NULL;
-  sp_val *a = &t->call.args[t->call.nargs++];
-  a->kind = SP_VAL_NIL;
-  return a;
-}
-
-/* A stored value (the job holds a reference until it ends). */
-static inline void sp_job_val(sp_task *t, int slot) {
-  sp_val *a = sp_job_next_arg(t);
-  if (!a || slot <= 0) return;   /* no value: nil */
-  a->kind = SP_VAL_SLOT;
-  a->slot = slot;
-  t->call.owned |= 1 << (t->call.nargs - 1);
-  sp_vals_retain(t->ctx, slot);
-}
-
-/* A stored value the caller keeps alive longer than the job. */
-static inline void sp_job_held(sp_task *t, int slot) {
-  sp_val *a = sp_job_next_arg(t);
-  if (!a || slot <= 0) return;
-  a->kind = SP_VAL_SLOT;
-  a->slot = slot;
-}
-
-static inline void sp_job_num(sp_task *t, double v) {
-  sp_val *a = sp_job_next_arg(t);
-  if (a) { a->kind = SP_VAL_NUM; a->num = v; }
-}
-
-static inline void sp_job_bool(sp_task *t, int v) {
-  sp_val *a = sp_job_next_arg(t);
-  if (a) { a->kind = SP_VAL_BOOL; a->num = v ? 1 : 0; }
-}
-
-static inline void sp_job_nil(sp_task *t) { (void)sp_job_next_arg(t); }
-
-/* The job's speculative flag, read when it runs (a promotion clears it). */
-static inline void sp_job_spec(sp_task *t) {
-  sp_val *a = sp_job_next_arg(t);
-  if (a) a->kind = SP_VAL_SPEC;
-}
-
-/* Result i (0-based) goes to the value store whatever its type. */
-static inline void sp_job_keep(sp_task *t, int i) {
-  if (i >= 0 && i < SP_JOB_MAXRES) t->call.keep |= 1 << i;
-}
 
 void sp_op_link(sp_task *t, sp_op *op, sp_op_cancel_fn cancel);
 void sp_op_unlink(sp_op *op);

@@ -28,6 +28,12 @@ static inline void sp_vals_release(sp_ctx *ctx, int slot) {
   if (v->ndead < v->capdead) v->dead[v->ndead++] = slot;
   else sp_vals_dead(ctx, slot);
 }
+/* Another reference to slot, for a holder that keeps it: returns slot. */
+static inline int sp_vals_ref(sp_ctx *ctx, int slot) {
+  sp_vals_retain(ctx, slot);
+  return slot;
+}
+
 /* Loop context only (they use the Lua state). */
 void sp_vals_sweep(sp_ctx *ctx);                        /* clear released slots for reuse */
 /* Hand up to max released slots to a caller that clears them in Lua right

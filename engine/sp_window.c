@@ -83,35 +83,6 @@ static char *reason_dup(const char *prefix, const char *msg) {
   return s;
 }
 
-/* Results of a job (sp_jobres): scalars, and values the window keeps. */
-static double res_num(const sp_jobres *r, int i) {
-  const sp_val *v = &r->v[i];
-  return v->kind == SP_VAL_NUM || v->kind == SP_VAL_BOOL ? v->num : 0;
-}
-
-static int res_isnum(const sp_jobres *r, int i) { return r->v[i].kind == SP_VAL_NUM; }
-
-static int res_bool(const sp_jobres *r, int i) {
-  const sp_val *v = &r->v[i];
-  if (v->kind == SP_VAL_NIL) return 0;
-  return v->kind == SP_VAL_BOOL ? v->num != 0 : 1;
-}
-
-static const char *res_str(const sp_jobres *r, int i, size_t *len) {
-  const sp_val *v = &r->v[i];
-  if (v->kind != SP_VAL_STR || !v->str) return NULL;
-  if (len) *len = v->len;
-  return v->str;
-}
-
-/* A value result the window keeps: its slot, retained (0 for nil). */
-int sp_win_res_keep(sp_window *w, const sp_jobres *r, int i) {
-  const sp_val *v = &r->v[i];
-  if (v->kind != SP_VAL_SLOT) return SP_NOVAL;
-  sp_vals_retain(w->ctx, v->slot);
-  return v->slot;
-}
-
 void sp_win_tev(sp_window *w, const char *name, char ph, sp_node *n, double start_ms,
                 double end_ms, int flag, const char *detail) {
   if (!w->cfg.trace) return;
@@ -337,52 +308,40 @@ static void retire(sp_window *w, sp_node *n) {
 
 /* ---- jobs --------------------------------------------------------------- */
 
-/* A job of node n: the adapter function fn with the query ctx first; the
-   caller adds the other arguments and starts it. */
-sp_task *sp_win_job(sp_window *w, sp_node *n, int fn, sp_task_hook hook, void *ud) {
-  sp_task *t = sp_job_new(w->ctx, hook, ud);
+/* A job of node n running the adapter's function for `kind`; the caller
+   fills its arguments (t->call) and starts it. */
+sp_task *sp_win_job(sp_window *w, sp_node *n, int kind, sp_task_hook hook, void *ud) {
+  sp_task *t = sp_job_new(w->ctx, kind, hook, ud);
   if (!t) return NULL;
   t->speculative = is_speculative(w, n);
   t->window_node = n;
   t->job_thread = n ? n->tid : 0;
   /* the adapter and the query ctx outlive every job of the window (it
-     cancels them before it goes) */
-  sp_job_held(t, fn);
-  sp_job_held(t, w->qctx_ref);
+     cancels them before it goes): the job holds no reference of its own */
+  t->call.fn = w->fn[kind];
+  t->call.qctx = w->qctx_ref;
   return t;
 }
 
-static sp_task *job(sp_window *w, sp_node *n, int fn, sp_task_hook hook) {
-  return sp_win_job(w, n, fn, hook, n);
-}
-
-/* start/advance return (state, kind, step, tool, hint, t_update, t_seg,
-   can_spec, key, match, ctx): the state, step and ctx are kept as values. */
-static void keep_advance(sp_task *t) {
-  sp_job_keep(t, 0);
-  sp_job_keep(t, 2);
-  sp_job_keep(t, 10);
+static sp_task *job(sp_window *w, sp_node *n, int kind, sp_task_hook hook) {
+  return sp_win_job(w, n, kind, hook, n);
 }
 
 /* update(state, step, observation) then step(): from a parent's state with
    either the real observation (obs_ref) or candidate `rank` of cands_ref. */
 static int start_advance(sp_window *w, sp_node *n, sp_node *from, int use_obs) {
-  sp_task *t = job(w, n, w->fn_advance, on_advance);
+  sp_task *t = job(w, n, SP_JOB_ADVANCE, on_advance);
   if (!t) return -1;
-  sp_job_val(t, from->state_ref);
-  sp_job_val(t, from->step_ref);
+  sp_jobcall *c = &t->call;
+  c->state = keep(w, from->state_ref);
+  c->step = keep(w, from->step_ref);
   if (use_obs) {
-    sp_job_val(t, from->obs_ref);
-    sp_job_nil(t);
-    sp_job_num(t, 0);
+    c->obs = keep(w, from->obs_ref);
   } else {
-    sp_job_nil(t);
-    sp_job_val(t, from->cands_ref);
-    sp_job_num(t, from->cands_raw ? 0 : n->rank + 1);
+    c->cands = keep(w, from->cands_ref);
+    c->rank = from->cands_raw ? 0 : n->rank + 1;
   }
-  sp_job_num(t, n->hop);
-  sp_job_spec(t);
-  keep_advance(t);
+  c->hop = n->hop;
   n->j_adv = t;
   n->t_adv0 = now_ms(w);
   w->st.model_calls++;
@@ -391,16 +350,14 @@ static int start_advance(sp_window *w, sp_node *n, sp_node *from, int use_obs) {
 }
 
 static void start_target(sp_window *w, sp_node *n) {
-  sp_task *t = job(w, n, w->fn_call, on_target);
+  sp_task *t = job(w, n, SP_JOB_CALL, on_target);
   if (!t) {
     fail_nojob(w, "starting a tool call");
     return;
   }
   /* the adapter sets ctx.speculative from the job's flag when it runs
      (a promotion while it is queued clears the flag) */
-  sp_job_val(t, n->actx_ref);
-  sp_job_spec(t);
-  sp_job_keep(t, 0);   /* the observation */
+  t->call.actx = keep(w, n->actx_ref);
   n->j_target = t;
   n->tg = TG_RUNNING;
   n->tg_spec = is_speculative(w, n);
@@ -418,28 +375,25 @@ static void start_target(sp_window *w, sp_node *n) {
    same call, as a warm-up), so no decision path skips the choke point. */
 static void start_warmup(sp_window *w, sp_node *n) {
   if (sp_win_gate(w, n->tool, SP_TRIG_WARMUP, n->hint) < SP_WARMUP) return;
-  sp_task *t = job(w, n, w->fn_warmup, on_warmup);
+  sp_task *t = job(w, n, SP_JOB_WARMUP, on_warmup);
   if (!t) return;
-  sp_job_val(t, n->actx_ref);
-  sp_job_spec(t);
+  t->call.actx = keep(w, n->actx_ref);
   n->j_warm = t;
   w->st.warmup_calls++;
   sp_job_start(t);
 }
 
 static void start_spec(sp_window *w, sp_node *n) {
-  sp_task *t = job(w, n, w->fn_spec, on_spec);
+  sp_task *t = job(w, n, SP_JOB_SPECULATE, on_spec);
   if (!t) {
     /* returning with the node unchanged would make try_extend pick it
        again forever */
     fail_nojob(w, "starting a speculator");
     return;
   }
-  sp_job_val(t, n->actx_ref);
-  sp_job_spec(t);
-  sp_job_num(t, w->cfg.m);
-  sp_job_num(t, w->cfg.spec_timeout_ms);
-  sp_job_keep(t, 0);   /* the candidates */
+  t->call.actx = keep(w, n->actx_ref);
+  t->call.m = w->cfg.m;
+  t->call.timeout_ms = w->cfg.spec_timeout_ms;
   n->j_spec = t;
   n->spc = SPC_RUNNING;
   n->t_spec0 = now_ms(w);
@@ -484,22 +438,19 @@ static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud) {
     if (n == w->head) fail(w, n->err);
     return;
   }
-  /* results: state, kind, step, tool, hint, t_update, t_seg, can_spec,
-     key (canonical args, with action speculation), lossy match index, ctx */
-  n->can_spec = res_bool(res, 7);
-  n->actx_ref = sp_win_res_keep(w, res, 10);
+  n->can_spec = res->can_spec != 0;
+  n->actx_ref = keep(w, res->actx);
   /* update() is timed inside Lua; the step gets the rest of the job's time,
      queueing included, so stage times add up to what the loop saw. */
-  n->t_update = res_num(res, 5);
+  n->t_update = res->t_update;
   n->t_seg = (end - n->t_adv0) - n->t_update;
-  if (n->t_seg < 0) n->t_seg = res_num(res, 6);
-  int kind = (int)res_num(res, 1);
-  size_t len = 0;
-  const char *tool = res_str(res, 3, &len);
-  n->tool = tool ? sp_policy_tool_index(w->cfg.policy, tool, len) : -1;
-  n->hint = res_isnum(res, 4) ? (int)res_num(res, 4) : SP_HINT_NONE;
-  n->step_ref = sp_win_res_keep(w, res, 2);
-  n->state_ref = sp_win_res_keep(w, res, 0);
+  if (n->t_seg < 0) n->t_seg = 0;
+  int final = res->step_kind == SP_STEP_FINAL;
+  const char *tool = res->tool;   /* NUL-terminated: the bytes of a Lua string */
+  n->tool = tool ? sp_policy_tool_index(w->cfg.policy, tool, (size_t)res->tool_len) : -1;
+  n->hint = res->hint;
+  n->step_ref = keep(w, res->step);
+  n->state_ref = keep(w, res->state);
   sp_win_tev(w, "model", 'X', n, end - n->t_seg, end, 0, "");
   /* The hop record of the head's predecessor waits for this update time. */
   if (n == w->head && last_rec(w) && last_rec(w)->update_pending) {
@@ -510,12 +461,11 @@ static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud) {
   int served = 0;
   if (w->cfg.prefetch) {
     /* the strings live until the hook returns (Lua holds them) */
-    const char *pkey = res_str(res, 8, NULL);
-    served = sp_win_pf_settle(w, n, kind == KIND_FINAL ? NULL : tool, kind == KIND_FINAL ? NULL : (pkey ? pkey : ""),
-                       (int)res_num(res, 9));
+    const char *pkey = res->key;
+    served = sp_win_pf_settle(w, n, final ? NULL : tool, final ? NULL : (pkey ? pkey : ""), res->match);
   }
   if (w->cfg.prefetch) sp_prefetch_observe(w->cfg.prefetch, -1, -1, n->t_seg);
-  if (kind == KIND_FINAL) {
+  if (final) {
     n->phase = PH_FINAL;
     if (n == w->head) finish(w);
     return;
@@ -540,7 +490,7 @@ static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud) {
   }
   /* The speculator goes first: when both return at once (cached or local
      tools) its guess must be in before the target's result is verified. */
-  if (w->fn_spec != SP_NOVAL && n->can_spec) {
+  if (w->fn[SP_JOB_SPECULATE] != SP_NOVAL && n->can_spec) {
     if (!eager(w)) ext_add(w, n);
     else if (current_k(w) != 1) start_spec(w, n);   /* k = 1 could never use a guess */
   }
@@ -550,7 +500,7 @@ static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud) {
 }
 
 /* The target result of a node is in (from its own call or a promoted
-   prediction); res holds the observation first when ok. */
+   prediction); res holds the observation when ok. */
 void sp_win_target_done(sp_window *w, sp_node *n, int ok, const sp_jobres *res, const char *err) {
   double end = now_ms(w);
   n->t_target = end - n->t_target0;
@@ -562,7 +512,7 @@ void sp_win_target_done(sp_window *w, sp_node *n, int ok, const sp_jobres *res, 
     if (n == w->head) fail(w, n->tg_err);
     return;
   }
-  if (res) n->obs_ref = sp_win_res_keep(w, res, 0);
+  if (res) n->obs_ref = keep(w, res->value);
   n->tg = TG_DONE;
   if (n == w->head) verify_head(w);
 }
@@ -592,8 +542,7 @@ static void on_spec(sp_task *t, const sp_jobres *res, int status, void *ud) {
   if (status != SP_TASK_DONE) {
     n->spec_err = reason_dup("speculator failed: ", sp_task_error(t));
   } else {
-    /* results: cands, n, conf_1 .. conf_n */
-    ncands = (int)res_num(res, 1);
+    ncands = res->ncands;
     n->cands_raw = ncands == -1;
     if (n->cands_raw) ncands = 1;
     if (ncands > w->cfg.m) ncands = w->cfg.m;
@@ -616,10 +565,10 @@ static void on_spec(sp_task *t, const sp_jobres *res, int status, void *ud) {
     return;
   }
   for (int i = 0; i < ncands; i++) {
-    double c = 2 + i < SP_JOB_MAXRES ? res_num(res, 2 + i) : 0;
+    double c = i < SP_JOB_MAXCONF ? res->conf[i] : 0;
     n->confs[i] = c >= 0 && c <= 1 ? c : 0;
   }
-  n->cands_ref = sp_win_res_keep(w, res, 0);
+  n->cands_ref = keep(w, res->value);
   n->ncands = ncands;
   n->spc = SPC_DONE;
   if (!n->spec_slot) {
@@ -647,7 +596,7 @@ static void on_spec(sp_task *t, const sp_jobres *res, int status, void *ud) {
    or a node with candidates not yet materialised. Higher path confidence
    first, then shallower, then older. */
 static void try_extend(sp_window *w) {
-  if (w->status != SP_WIN_RUNNING || w->fn_spec == SP_NOVAL) return;
+  if (w->status != SP_WIN_RUNNING || w->fn[SP_JOB_SPECULATE] == SP_NOVAL) return;
   while (has_room(w)) {
     sp_node *best = NULL;
     double best_p = -1;
@@ -880,18 +829,18 @@ static void verify_head(sp_window *w) {
     advance_from_real(w, outcome, reason, 0);
     return;
   }
-  sp_task *t = job(w, h, w->fn_verify, on_verify);
+  sp_task *t = job(w, h, SP_JOB_VERIFY, on_verify);
   if (!t) {
     fail_nojob(w, "starting the verifier");
     return;
   }
   /* the children are the candidates of ranks 0 .. nkids-1, in order */
-  sp_job_val(t, h->actx_ref);
-  sp_job_spec(t);
-  sp_job_val(t, h->cands_ref);
-  sp_job_val(t, h->obs_ref);
-  sp_job_num(t, h->nkids);
-  sp_job_bool(t, h->cands_raw);
+  sp_jobcall *c = &t->call;
+  c->actx = keep(w, h->actx_ref);
+  c->cands = keep(w, h->cands_ref);
+  c->obs = keep(w, h->obs_ref);
+  c->nkids = h->nkids;
+  c->raw = h->cands_raw;
   h->j_verify = t;
   h->t_verify0 = now_ms(w);
   sp_job_start(t);
@@ -911,10 +860,8 @@ static void on_verify(sp_task *t, const sp_jobres *res, int status, void *ud) {
     advance_from_real(w, SP_SPEC_REJECTED, reason, dt);
     return;
   }
-  /* results: accepted rank (1-based, 0 = none), reason */
-  int idx = (int)res_num(res, 0);
-  const char *reason = res_str(res, 1, NULL);
-  const char *why = reason ? reason : "";   /* alive until the hook returns */
+  int idx = res->accepted;
+  const char *why = res->reason ? res->reason : "";   /* alive until the hook returns */
   sp_win_tev(w, "verify", 'X', h, h->t_verify0, end, idx > 0, why);
   sp_node *child = NULL;
   /* idx: 1-based rank of the accepted candidate, 0 = none, -1 = the single
@@ -1013,8 +960,7 @@ sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_
   w->t0 = (double)w->t0_ns / 1e6;
   w->cfg = *cfg;
   if (w->cfg.mode == SP_MODE_SEQUENTIAL) w->cfg.k = 1;
-  w->fn_start = w->fn_advance = w->fn_call = w->fn_warmup = w->fn_spec = w->fn_verify = none;
-  w->fn_pfcall = none;
+  for (int i = 0; i < SP_JOB_KINDS; i++) w->fn[i] = none;
   w->qctx_ref = w->answer_ref = none;
   w->kick.run = kick_run;
   ctx->counts.windows++;
@@ -1065,19 +1011,17 @@ int sp_window_set_fns(sp_window *w, const sp_window_fns *f, char *err, size_t er
     snprintf(err, errlen, "window: the agent adapter lacks a required function");
     return -1;
   }
-  sp_ctx *ctx = w->ctx;
   const int *src[] = {&f->start, &f->advance, &f->call, &f->warmup, &f->verify, &f->speculate, &f->pfcall,
                       &f->qctx};
-  int *dst[] = {&w->fn_start, &w->fn_advance, &w->fn_call, &w->fn_warmup, &w->fn_verify, &w->fn_spec,
-                &w->fn_pfcall, &w->qctx_ref};
+  int *dst[] = {&w->fn[SP_JOB_START], &w->fn[SP_JOB_ADVANCE], &w->fn[SP_JOB_CALL], &w->fn[SP_JOB_WARMUP],
+                &w->fn[SP_JOB_VERIFY], &w->fn[SP_JOB_SPECULATE], &w->fn[SP_JOB_PFCALL], &w->qctx_ref};
   for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
     unref(w, dst[i]);
-    *dst[i] = *src[i];
-    sp_vals_retain(ctx, *dst[i]);
+    *dst[i] = keep(w, *src[i]);
   }
-  if (w->cfg.mode == SP_MODE_SEQUENTIAL) unref(w, &w->fn_spec);
-  if (!w->cfg.prefetch) unref(w, &w->fn_pfcall);
-  if (w->fn_pfcall == SP_NOVAL) w->cfg.prefetch = NULL;
+  if (w->cfg.mode == SP_MODE_SEQUENTIAL) unref(w, &w->fn[SP_JOB_SPECULATE]);
+  if (!w->cfg.prefetch) unref(w, &w->fn[SP_JOB_PFCALL]);
+  if (w->fn[SP_JOB_PFCALL] == SP_NOVAL) w->cfg.prefetch = NULL;
   return 0;
 }
 
@@ -1085,7 +1029,7 @@ int sp_window_set_fns(sp_window *w, const sp_window_fns *f, char *err, size_t er
 static void do_start(sp_window *w) {
   w->t0_ns = w->ctx->hook_clock ? w->ctx->hook_now : sp_timers_now(w->ctx);
   w->t0 = (double)w->t0_ns / 1e6;
-  if (w->fn_start == SP_NOVAL || w->qctx_ref == SP_NOVAL) {
+  if (w->fn[SP_JOB_START] == SP_NOVAL || w->qctx_ref == SP_NOVAL) {
     fail(w, "window started without its agent (sp_window_set_fns was not called)");
     return;
   }
@@ -1097,7 +1041,7 @@ static void do_start(sp_window *w) {
   w->head = n;
   note_live(w, +1);
   w->round = 1;
-  sp_task *t = job(w, n, w->fn_start, on_advance);
+  sp_task *t = job(w, n, SP_JOB_START, on_advance);
   if (!t) {
     fail(w, "out of memory");
     return;
@@ -1109,13 +1053,7 @@ static void do_start(sp_window *w) {
 }
 
 static void release_all(sp_window *w) {
-  unref(w, &w->fn_start);
-  unref(w, &w->fn_advance);
-  unref(w, &w->fn_call);
-  unref(w, &w->fn_warmup);
-  unref(w, &w->fn_spec);
-  unref(w, &w->fn_verify);
-  unref(w, &w->fn_pfcall);
+  for (int i = 0; i < SP_JOB_KINDS; i++) unref(w, &w->fn[i]);
   unref(w, &w->qctx_ref);
   unref(w, &w->answer_ref);
   for (int i = 0; i < w->nhops; i++) {

@@ -12,12 +12,11 @@
  *   - sp_sched_run_c runs the C callbacks at the head of the ready queue
  *     (the window's start and free kicks);
  *   - sp_job_next takes the next job (set ctx->budget first: the dispatcher's
- *     per-drain allowance); sp_job_call shows its function slot and
- *     arguments, which tell the kind (start, advance, call, speculate,
- *     verify, warmup) and the node's values;
- *   - sp_job_done ends it with results laid out as the adapter returns them
- *     (lua/specula/agent.lua), values as fresh slots; a job the window
- *     cancelled meanwhile is ended the same way, its hook does not run.
+ *     per-drain allowance); sp_job_call shows its kind (SP_JOB_*) and its
+ *     named arguments (sp_jobcall), the node's values among them;
+ *   - sp_job_done ends it with the named results of its kind (sp_jobres),
+ *     values as fresh slots; a job the window cancelled meanwhile is ended
+ *     the same way, its hook does not run.
  * Jobs may be held and ended in any order, as the loop would end them.
  * sp_window_free then frees the window at once (no Lua state to sweep).
  * Action speculation (spec/c/test_window_pf.c) needs one more piece: the

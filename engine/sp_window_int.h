@@ -15,7 +15,6 @@
 enum { PH_ADVANCING, PH_ACTED, PH_FINAL, PH_DEAD };           /* node phase */
 enum { TG_NONE, TG_DEFERRED, TG_RUNNING, TG_DONE, TG_FAILED };   /* target call */
 enum { SPC_NONE, SPC_RUNNING, SPC_DONE, SPC_FAILED };            /* speculator */
-enum { KIND_ACTION = 1, KIND_FINAL = 2 };                        /* step result */
 
 typedef struct sp_node sp_node;
 
@@ -115,8 +114,7 @@ struct sp_window {
   sp_window_cfg cfg;       /* configuration (copied) */
   int status;              /* SP_WIN_* */
   char *error;             /* why it failed */
-  int fn_start, fn_advance, fn_call, fn_warmup, fn_spec, fn_verify; /* adapter functions (slots) */
-  int fn_pfcall;           /* adapter function running a predicted call (slot) */
+  int fn[SP_JOB_KINDS];    /* the adapter's function per job kind (slots; SP_NOVAL: none) */
   int qctx_ref;            /* value slot of { __index = the query's ctx }, the step ctx metatable */
   sp_node *head;           /* the verified node */
   int live;                /* live nodes plus speculator reservations */
@@ -169,6 +167,9 @@ static inline char *dupstr(const char *s) {
   return d;
 }
 
+/* A reference of the window's (or of a job it fills) to a stored value. */
+static inline int keep(sp_window *w, int slot) { return sp_vals_ref(w->ctx, slot); }
+
 /* Drop the window's reference to a stored value (no Lua state needed). */
 static inline void unref(sp_window *w, int *slot) {
   sp_vals_release(w->ctx, *slot);
@@ -211,9 +212,8 @@ static inline void risk_useful(sp_window *w, sp_risk *r) {
 /* ---- window internals the action-speculation file calls (sp_window.c) ---- */
 void sp_win_tev(sp_window *w, const char *name, char ph, sp_node *n, double start_ms, double end_ms, int flag,
                 const char *detail);                                  /* a trace event */
-int sp_win_res_keep(sp_window *w, const sp_jobres *r, int i);         /* keep a result value (slot) */
 int sp_win_gate(sp_window *w, int tool, int trigger, int hint);       /* the one way to the gate */
-sp_task *sp_win_job(sp_window *w, sp_node *n, int fn, sp_task_hook hook, void *ud); /* a job of node n */
+sp_task *sp_win_job(sp_window *w, sp_node *n, int kind, sp_task_hook hook, void *ud); /* a job of node n */
 void sp_win_target_done(sp_window *w, sp_node *n, int ok, const sp_jobres *res, const char *err);
 
 /* ---- action speculation (sp_window_pf.c) ----------------------------------- */

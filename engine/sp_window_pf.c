@@ -74,7 +74,7 @@ static void on_pfent(sp_task *t, const sp_jobres *res, int status, void *ud) {
     inflight_add(w, -1);
   }
   if (status == SP_TASK_DONE) {
-    e->obs_ref = sp_win_res_keep(w, res, 0);
+    e->obs_ref = keep(w, res->value);
     e->state = PF_DONE;
   } else {
     e->state = PF_FAILED;
@@ -96,13 +96,18 @@ static void pf_fire(sp_window *w, sp_node *n, sp_pfent *e, double conf, int trig
     q->gated_policy++;
     return;
   }
-  sp_task *t = sp_win_job(w, n, w->fn_pfcall, on_pfent, e);
-  if (!t) return;
+  char *tool = dupstr(e->name);
+  sp_task *t = tool ? sp_win_job(w, n, SP_JOB_PFCALL, on_pfent, e) : NULL;
+  if (!t) {
+    free(tool);
+    return;
+  }
   t->speculative = 1;
-  sp_job_str(t, e->name);
-  sp_job_val(t, e->args_ref);
-  sp_job_num(t, n->hop);
-  sp_job_keep(t, 0);   /* the observation */
+  sp_jobcall *c = &t->call;
+  c->tool = tool;
+  c->tool_len = (int)strlen(tool);
+  c->args = keep(w, e->args_ref);
+  c->hop = n->hop;
   e->job = t;
   e->state = PF_RUNNING;
   e->t0 = now_ms(w);

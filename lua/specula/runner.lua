@@ -213,8 +213,9 @@ M.isatty = isatty
 local FN_FIELDS = { "start", "advance", "call", "warmup", "verify", "speculate", "pfcall" }
 local function fns_acquire(run)
   local fns = ffi.new("sp_window_fns")
+  local jobs = agentlib.jobs(run.adapter)
   for _, f in ipairs(FN_FIELDS) do
-    local fn = run.adapter[f]
+    local fn = jobs[f]
     if fn ~= nil then
       local slot = C.sp_vals_new(core.ctx)
       sched.vals[slot] = fn

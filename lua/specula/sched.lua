@@ -64,82 +64,37 @@ end
 
 -- The job dispatcher. Window calls (update + step, tool, speculator,
 -- verifier) are jobs: C queues them, and this loop takes them one after
--- another in a single coroutine, calls the adapter function, and hands the
--- results back with sp_job_done, which runs the window's reaction in C.
--- No coroutine switch per call, so the JIT can compile the loop with the
--- agent's functions in it. A call that waits on the loop (HTTP, sleep)
--- yields this coroutine: C then keeps it for that job and starts another
--- dispatcher for the rest; when the job is done there, this loop goes on
--- taking jobs until none is left, then parks (yields) until C needs it.
-local V_NIL, V_SLOT, V_NUM, V_BOOL, V_STR, V_SPEC =
-  C.SP_VAL_NIL, C.SP_VAL_SLOT, C.SP_VAL_NUM, C.SP_VAL_BOOL, C.SP_VAL_STR, C.SP_VAL_SPEC
-local job_next, job_call, job_done, vals_new, task_spec =
-  C.sp_job_next, C.sp_job_call, C.sp_job_done, C.sp_vals_new, C.sp_task_speculative
-local ffi_string = ffi.string
-local band, lshift = bit.band, bit.lshift
-local RES = ffi.new("sp_jobres")   -- one buffer: sp_job_done copies what it keeps
+-- another in a single coroutine, calls the job's function (one per kind,
+-- lua/specula/agent.lua) and hands the results back with sp_job_done,
+-- which runs the window's reaction in C. No coroutine switch per call, so
+-- the JIT can compile the loop with the agent's functions in it. A call
+-- that waits on the loop (HTTP, sleep) yields this coroutine: C then keeps
+-- it for that job and starts another dispatcher for the rest; when the job
+-- is done there, this loop goes on taking jobs until none is left, then
+-- parks (yields) until C needs it.
+local job_next, job_call, job_done = C.sp_job_next, C.sp_job_call, C.sp_job_done
+-- One result struct: a job's function fills it (by name) just before it
+-- returns, and sp_job_done copies what the window keeps.
+local RES = ffi.new("sp_jobres")
 local MAXDEAD = 256
 local DEAD = ffi.new("int[?]", MAXDEAD)
 
 -- Report a job's end; clear the value slots it released (C reuses them).
-local function done(t, ok)
+-- The result slots and strings are cleared for the next job: C has taken
+-- what it keeps, and a job fills only the fields of its kind. keep: the
+-- Lua string RES points into, referenced until C has read it.
+local function done(t, ok, keep)
   local n = job_done(ctx, t, ok, RES, DEAD, MAXDEAD)
+  RES.state, RES.step, RES.actx, RES.value = 0, 0, 0, 0
+  RES.tool, RES.key, RES.reason, RES.error = nil, nil, nil, nil
   for i = 0, n - 1 do VALS[DEAD[i]] = nil end
+  return keep
 end
 
-local function arg(c, i, t)
-  if i >= c.nargs then return nil end
-  local a = c.args[i]
-  local k = a.kind
-  if k == V_SLOT then return VALS[a.slot]
-  elseif k == V_NUM then return a.num
-  elseif k == V_BOOL then return a.num ~= 0
-  elseif k == V_SPEC then return task_spec(t) ~= 0
-  elseif k == V_STR then return ffi_string(a.str, a.len) end
-  return nil
-end
-
--- Result i: a scalar C reads directly, or a value-store slot (always for
--- the results the job's keep mask names).
-local function put(i, v, keep)
-  local e = RES.v[i]
-  if v == nil then
-    e.kind = V_NIL
-    return
-  end
-  if band(keep, lshift(1, i)) == 0 then
-    local tv = type(v)
-    if tv == "number" then
-      e.kind = V_NUM; e.num = v
-      return
-    elseif tv == "boolean" then
-      e.kind = V_BOOL; e.num = v and 1 or 0
-      return
-    elseif tv == "string" then
-      e.kind = V_STR; e.str = v; e.len = #v
-      return
-    end
-  end
-  local slot = vals_new(ctx)
-  VALS[slot] = v
-  e.kind = V_SLOT; e.slot = slot
-end
-
--- RES points into Lua strings (results, the error message): they stay
--- referenced from this frame until C has read them, so done() is not a
--- tail call.
-local function finish(t, keep, ok, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11)
-  if not ok then
-    local msg = tostring(r0)
-    put(0, msg, 0)
-    for i = 1, 11 do RES.v[i].kind = V_NIL end
-    done(t, 0)
-    return
-  end
-  put(0, r0, keep); put(1, r1, keep); put(2, r2, keep); put(3, r3, keep)
-  put(4, r4, keep); put(5, r5, keep); put(6, r6, keep); put(7, r7, keep)
-  put(8, r8, keep); put(9, r9, keep); put(10, r10, keep); put(11, r11, keep)
-  done(t, 1)
+local function fail(t, e)
+  local msg = tostring(e)
+  RES.error, RES.error_len = msg, #msg
+  done(t, 0, msg)
 end
 
 local function dispatcher()
@@ -149,9 +104,8 @@ local function dispatcher()
       co_yield()
     else
       local c = job_call(t)
-      local fn = VALS[c.args[0].slot]
-      finish(t, c.keep, xpcall(fn, job_error, arg(c, 1, t), arg(c, 2, t), arg(c, 3, t), arg(c, 4, t),
-        arg(c, 5, t), arg(c, 6, t), arg(c, 7, t), arg(c, 8, t)))
+      local ok, r = xpcall(VALS[c.fn], job_error, c, t, RES)
+      if ok then done(t, 1, r) else fail(t, r) end
     end
   end
 end

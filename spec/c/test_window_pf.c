@@ -14,9 +14,8 @@ static int find_pf(harness *h, const char *tool, int hop) {
   for (int i = 0; i < h->npend; i++) {
     sp_task *t = h->pend[i];
     if (sp_task_state(t) == SP_TASK_CANCELLED || job_kind(h, t) != J_PFCALL) continue;
-    const sp_val *name = &sp_job_call(t)->args[2];
-    if (name->kind != SP_VAL_STR || (size_t)name->len != strlen(tool) || memcmp(name->str, tool, strlen(tool)) != 0)
-      continue;
+    const sp_jobcall *c = sp_job_call(t);
+    if (!c->tool || (size_t)c->tool_len != strlen(tool) || memcmp(c->tool, tool, strlen(tool)) != 0) continue;
     if (hop < 0 || job_label(h, t).hop == hop) return i;
   }
   return -1;
@@ -416,8 +415,7 @@ static void test_pf_lossy(void) {
     for (int i = 0; i < 2; i++) {
       sp_hop_info hi;
       sp_window_hop(w, i, &hi);
-      sp_val ov = {.kind = SP_VAL_SLOT, .slot = hi.obs_ref};
-      label ol = get_label(&h, &ov);
+      label ol = get_label(&h, hi.obs_ref);
       CHECK(hi.promoted && ol.kind == V_OBS && ol.hop == i && ol.ok == right,
             "hop %d: the observation is the predicted call's result", i);
     }

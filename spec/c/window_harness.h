@@ -51,9 +51,12 @@ typedef struct label {
   int ok;                /* built only from real observations and right guesses */
 } label;
 
-/* Job kinds, told apart by the function slot in args[0]. */
-enum { J_START, J_ADVANCE, J_CALL, J_WARMUP, J_VERIFY, J_SPEC, J_PFCALL, J_N };
-static const char *const JOB_NAMES[J_N] = {"start", "advance", "call", "warmup", "verify", "speculate", "pfcall"};
+/* Job kinds (the protocol's, sp_api.h). */
+enum { J_START = SP_JOB_START, J_ADVANCE = SP_JOB_ADVANCE, J_CALL = SP_JOB_CALL, J_WARMUP = SP_JOB_WARMUP,
+       J_SPEC = SP_JOB_SPECULATE, J_VERIFY = SP_JOB_VERIFY, J_PFCALL = SP_JOB_PFCALL, J_N = SP_JOB_KINDS };
+static const char *const JOB_NAMES[J_N] = {
+    [J_START] = "start", [J_ADVANCE] = "advance", [J_CALL] = "call", [J_WARMUP] = "warmup",
+    [J_SPEC] = "speculate", [J_VERIFY] = "verify", [J_PFCALL] = "pfcall"};
 
 typedef struct harness {
   sp_ctx ctx;            /* engine context, no Lua state */
@@ -89,9 +92,9 @@ static inline void set_label(harness *h, int slot, int kind, int hop, int ok) {
   h->lab[slot] = (label){kind, hop, ok};
 }
 
-static inline label get_label(harness *h, const sp_val *v) {
-  if (v->kind != SP_VAL_SLOT || v->slot <= 0 || v->slot >= h->caplab) return (label){0, -1, 0};
-  return h->lab[v->slot];
+static inline label get_label(harness *h, int slot) {
+  if (slot <= 0 || slot >= h->caplab) return (label){0, -1, 0};
+  return h->lab[slot];
 }
 
 static inline int new_val(harness *h, int kind, int hop, int ok) {
@@ -101,14 +104,8 @@ static inline int new_val(harness *h, int kind, int hop, int ok) {
   return slot;
 }
 
-static inline void res_slot(sp_jobres *r, int i, int slot) { r->v[i].kind = SP_VAL_SLOT; r->v[i].slot = slot; }
-static inline void res_num(sp_jobres *r, int i, double x) { r->v[i].kind = SP_VAL_NUM; r->v[i].num = x; }
-static inline void res_bool(sp_jobres *r, int i, int b) { r->v[i].kind = SP_VAL_BOOL; r->v[i].num = b != 0; }
-static inline void res_str(sp_jobres *r, int i, const char *s) {
-  r->v[i].kind = SP_VAL_STR;
-  r->v[i].str = s;
-  r->v[i].len = (int)strlen(s);
-}
+/* A string result: bytes and length, as the dispatcher hands them over. */
+#define RES_STR(field, s) (field = (s), field##_len = (int)strlen(field))
 
 static inline void harness_init(harness *h, const world *wd) {
   memset(h, 0, sizeof *h);
@@ -175,11 +172,11 @@ static inline sp_window_stats stats_of(const sp_window *w) {
   return st;
 }
 
+/* A job's kind, -1 when its function slot is not the adapter's for it. */
 static inline int job_kind(harness *h, sp_task *t) {
   const sp_jobcall *c = sp_job_call(t);
-  for (int i = 0; i < J_N; i++)
-    if (c->args[0].kind == SP_VAL_SLOT && c->args[0].slot == h->fn[i]) return i;
-  return -1;
+  if (c->kind < 0 || c->kind >= J_N || c->fn != h->fn[c->kind] || c->qctx != h->qctx) return -1;
+  return c->kind;
 }
 
 /* The state a job acts for: its node's (advance: the parent's, plus one;
@@ -189,11 +186,11 @@ static inline label job_label(harness *h, sp_task *t) {
   int k = job_kind(h, t);
   if (k == J_START) return (label){V_STATE, 0, 1};
   if (k == J_ADVANCE) {
-    label l = get_label(h, &c->args[2]);
+    label l = get_label(h, c->state);
     return (label){V_STATE, l.hop + 1, l.ok};
   }
-  if (k == J_PFCALL) return get_label(h, &c->args[3]);
-  return get_label(h, &c->args[2]);
+  if (k == J_PFCALL) return get_label(h, c->args);
+  return get_label(h, c->actx);
 }
 
 /* The state a start or advance job builds: its hop, and whether it is on
@@ -201,18 +198,18 @@ static inline label job_label(harness *h, sp_task *t) {
 static inline label step_state(harness *h, sp_task *t) {
   const sp_jobcall *c = sp_job_call(t);
   if (job_kind(h, t) == J_START) return (label){V_STATE, 0, 1};
-  label st = get_label(h, &c->args[2]);
-  label obs = get_label(h, &c->args[4]);
-  label cands = get_label(h, &c->args[5]);
+  label st = get_label(h, c->state);
+  label obs = get_label(h, c->obs);
+  label cands = get_label(h, c->cands);
   int good;
   if (obs.kind == V_OBS) {
     good = st.ok && obs.ok && obs.hop == st.hop;
   } else {
-    /* rank argument: 1-based, 0 for a plain single value */
-    int rank = c->args[6].num > 0 ? (int)c->args[6].num - 1 : 0;
+    /* the rank: 1-based, 0 for a plain single value */
+    int rank = c->rank > 0 ? c->rank - 1 : 0;
     good = st.ok && cands.ok && st.hop >= 0 && st.hop < MAXH && rank == h->wd.right[st.hop];
   }
-  return (label){V_STATE, (int)c->args[7].num, good};
+  return (label){V_STATE, c->hop, good};
 }
 
 /* The canonical args the step of a state decides (off the true path the
@@ -271,19 +268,19 @@ static inline void stream_name(harness *h, sp_task *t, const char *name) {
 /* The step of the state at `hop`: an action (search) or the final answer. */
 static inline void fill_step(harness *h, sp_jobres *r, int state, int hop, int ok) {
   int final = hop >= h->wd.nhops;
-  res_slot(r, 0, state);
-  res_num(r, 1, final ? KIND_FINAL : KIND_ACTION);
-  res_slot(r, 2, new_val(h, V_STEP, hop, ok));
-  if (!final) res_str(r, 3, "search");
-  res_num(r, 5, 1.0);                                 /* t_update, ms */
-  res_num(r, 6, 0.0);
-  res_bool(r, 7, !h->wd.no_spec);
-  if (!final) res_str(r, 8, decided_key(h->key, sizeof h->key, hop, ok));
+  r->state = state;
+  r->step_kind = final ? SP_STEP_FINAL : SP_STEP_ACTION;
+  r->step = new_val(h, V_STEP, hop, ok);
+  if (!final) RES_STR(r->tool, "search");
+  r->t_update = 1.0;                                  /* ms */
+  r->hint = SP_HINT_NONE;
+  r->can_spec = !h->wd.no_spec;
+  if (!final) RES_STR(r->key, decided_key(h->key, sizeof h->key, hop, ok));
   int midx = 0;   /* name-only match: the first prediction of the same tool, 1-based */
   for (int i = 0; h->wd.match_name && !final && !midx && i < h->wd.npred; i++)
     if (strcmp(h->wd.pred[i].tool, "search") == 0) midx = i + 1;
-  res_num(r, 9, midx);
-  res_slot(r, 10, new_val(h, V_ACTX, hop, ok));
+  r->match = midx;
+  r->actx = new_val(h, V_ACTX, hop, ok);
 }
 
 /* End pending job i with what the fake agent returns for it. */
@@ -312,9 +309,9 @@ static inline void complete(harness *h, int i) {
     fill_step(h, &r, new_val(h, V_STATE, 0, 1), 0, 1);
     break;
   case J_ADVANCE: {
-    label st = get_label(h, &c->args[2]);
-    label obs = get_label(h, &c->args[4]);
-    label cands = get_label(h, &c->args[5]);
+    label st = get_label(h, c->state);
+    label obs = get_label(h, c->obs);
+    label cands = get_label(h, c->cands);
     label s = step_state(h, t);
     if (st.kind != V_STATE || s.hop != st.hop + 1) h->bad_args++;
     if (obs.kind != V_OBS && (cands.kind != V_CANDS || cands.hop != st.hop)) h->bad_args++;
@@ -324,52 +321,52 @@ static inline void complete(harness *h, int i) {
   case J_PFCALL: {
     /* (qctx, tool, args, hop): the predicted call's result is labelled
        like the real call's when its args are the decided ones */
-    label a = get_label(h, &c->args[3]);
-    if (c->args[2].kind != SP_VAL_STR || a.kind != V_ARGS || (int)c->args[4].num != a.hop) h->bad_args++;
-    res_slot(&r, 0, new_val(h, V_OBS, a.hop, a.ok));
+    label a = get_label(h, c->args);
+    if (!c->tool || c->tool_len != (int)strlen(c->tool) || a.kind != V_ARGS || c->hop != a.hop) h->bad_args++;
+    r.value = new_val(h, V_OBS, a.hop, a.ok);
     break;
   }
   case J_CALL: {
-    label a = get_label(h, &c->args[2]);
+    label a = get_label(h, c->actx);
     if (a.kind != V_ACTX) h->bad_args++;
-    res_slot(&r, 0, new_val(h, V_OBS, a.hop, a.ok));
+    r.value = new_val(h, V_OBS, a.hop, a.ok);
     break;
   }
   case J_WARMUP:
     break;
   case J_SPEC: {
-    label a = get_label(h, &c->args[2]);
+    label a = get_label(h, c->actx);
     if (a.kind != V_ACTX) h->bad_args++;
-    int m = (int)c->args[4].num;
+    int m = c->m;
     if (a.hop >= 0 && a.hop < MAXH && h->wd.spec_fails[a.hop]) {
       ok = 0;
       snprintf(msg, sizeof msg, "speculator down at hop %d", a.hop);
-      res_str(&r, 0, msg);
+      RES_STR(r.error, msg);
       break;
     }
     int n = a.hop >= 0 && a.hop < MAXH && h->wd.ncands[a.hop] ? h->wd.ncands[a.hop] : m;
-    res_slot(&r, 0, new_val(h, V_CANDS, a.hop, a.ok));
-    res_num(&r, 1, n);
-    for (int j = 0; j < n && 2 + j < SP_JOB_MAXRES; j++) res_num(&r, 2 + j, 0.9 - 0.1 * j);
+    r.value = new_val(h, V_CANDS, a.hop, a.ok);
+    r.ncands = n;
+    for (int j = 0; j < n && j < SP_JOB_MAXCONF; j++) r.conf[j] = 0.9 - 0.1 * j;
     break;
   }
   case J_VERIFY: {
-    label a = get_label(h, &c->args[2]);
-    label obs = get_label(h, &c->args[5]);
+    label a = get_label(h, c->actx);
+    label obs = get_label(h, c->obs);
     /* only the head is verified, against its real observation */
     if (!a.ok || !obs.ok || obs.hop != a.hop) h->verify_wrong++;
     if (a.hop >= 0 && a.hop < MAXH && h->wd.verify_fails[a.hop]) {
       ok = 0;
-      res_str(&r, 0, "verifier crashed");
+      RES_STR(r.error, "verifier crashed");
       break;
     }
-    int nkids = (int)c->args[6].num;
-    int raw = c->args[7].kind == SP_VAL_BOOL && c->args[7].num != 0;
+    int nkids = c->nkids;
+    int raw = c->raw != 0;
     int right = a.hop >= 0 && a.hop < MAXH ? h->wd.right[a.hop] : -1;
     int idx = right >= 0 && right < nkids ? right + 1 : 0;
     if (raw) idx = right == 0 ? -1 : 0;
-    res_num(&r, 0, idx);
-    res_str(&r, 1, idx ? "same observation" : "different observation");
+    r.accepted = idx;
+    RES_STR(r.reason, idx ? "same observation" : "different observation");
     break;
   }
   default:
@@ -458,14 +455,12 @@ static inline void check_trajectory(harness *h, sp_window *w, int nhops) {
   for (int i = 0; i < sp_window_nhops(w); i++) {
     sp_hop_info hi;
     sp_window_hop(w, i, &hi);
-    sp_val sv = {.kind = SP_VAL_SLOT, .slot = hi.step_ref}, ov = {.kind = SP_VAL_SLOT, .slot = hi.obs_ref};
-    label sl = get_label(h, &sv), ol = get_label(h, &ov);
+    label sl = get_label(h, hi.step_ref), ol = get_label(h, hi.obs_ref);
     CHECK(sl.kind == V_STEP && sl.hop == i && sl.ok, "hop %d: its step is the true one", i);
     CHECK(ol.kind == V_OBS && ol.hop == i && ol.ok, "hop %d: its observation is the real one", i);
     if (hi.spec == SP_SPEC_ACCEPTED) CHECK(hi.rank == h->wd.right[i], "hop %d accepted rank %d", i, hi.rank);
   }
-  sp_val av = {.kind = SP_VAL_SLOT, .slot = sp_window_answer_ref(w)};
-  label al = get_label(h, &av);
+  label al = get_label(h, sp_window_answer_ref(w));
   CHECK(al.kind == V_STEP && al.hop == nhops && al.ok, "the answer is the true final step");
   CHECK(h->unmarked_wrong == 0, "%d wrong-path jobs ran unmarked", h->unmarked_wrong);
   CHECK(h->verify_wrong == 0, "%d verifications off the true path", h->verify_wrong);
