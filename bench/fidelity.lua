@@ -42,8 +42,8 @@ for _, s in ipairs(SETTINGS) do
       for i = 1, Q do qs[i] = { id = name:sub(1, 3) .. i, query = "fidelity " .. i } end
       local recs, agg = specula.run(agent, { queries = qs, k = k, spec_launch = launch, concurrency = Q,
         clock = CLOCK, start_jitter_ms = CLOCK == "real" and TARGET or nil })
-      -- the event-level model: the discrete-event schedule of the same draws
-      -- (the replay simulation of the recorded stages, same k and launch)
+      -- the event level: the recorded stages replayed on the window
+      -- (`specula replay`, same k and launch, its own event order at ties)
       local path = os.tmpname()
       local f = assert(io.open(path, "w"))
       for _, r in ipairs(recs) do f:write(json.encode({ id = r.id, stages = r.stages, stats = r.stats }), "\n") end

@@ -414,6 +414,9 @@ int sp_window_tool_name(sp_ctx *ctx, const char *name, size_t len);
 /* ---- the speculation window (engine/sp_window.c) ------------------------ */
 typedef struct sp_kauto sp_kauto;      /* live k chooser shared by a run */
 enum { SP_MODE_SEQUENTIAL = 0, SP_MODE_WINDOW = 1, SP_MODE_SPECHOP = 2 };
+/* k's two sentinels, everywhere k is an int: chosen by the live estimator
+   (sp_kauto), and no bound on the threads. */
+enum { SP_K_AUTO = 0, SP_K_UNBOUNDED = -1 };
 /* Eager (default): a thread's speculator starts with its target call and k
    bounds live threads only; a result waiting for a slot is held. Slot: the
    speculator starts only when a thread slot is free (Alg. 2, read literally). */
@@ -601,9 +604,11 @@ void sp_boot_paired(int n, int iters, int32_t state, const double *diffs, const 
    in draw order, 0 when Σ den <= 0 (the RelLat column of --compare). */
 void sp_boot_ratio(int n, int iters, int32_t state, const double *num, const double *den, double *out);
 
-/* ---- replay: the event-level simulation of the window (sp_replay.c) ---- *
- * `specula replay` and the report's timeline run the same simulation, so a
- * drawn timeline always ends at the replayed latency. Times in ms. */
+/* ---- replay: the window on recorded stage times (sp_replay.c, sp_playback.c)
+ * `specula replay`, the report's timeline and the labs run the speculation
+ * window itself on the virtual clock with a run's recorded stage times, so
+ * a drawn timeline always ends at the replayed latency, and both are what
+ * the engine does. Times in ms. */
 typedef struct sp_replay_query sp_replay_query; /* one query's recorded stages (sp_replay.h) */
 typedef struct sp_replay_set sp_replay_set;     /* queries loaded from one input (sp_replay.h) */
 /* When a thread's speculator starts (as the engine's SP_LAUNCH_*). */

@@ -13,6 +13,7 @@
 
 #include "sp_buf.h"
 #include "sp_json.h"
+#include "sp_playback.h"
 
 #define SP_REPLAY_MAX_MS 1e12        /* stage times above this are corrupt, not slow */
 #define SP_REPLAY_MAX_M 4096         /* candidates per hop we are willing to model */
@@ -500,453 +501,55 @@ int sp_replay_load_file(const char *path, sp_replay_set **out, char *err, size_t
 }
 
 /* ======================================================================
- * The discrete-event simulation
- *
- * Only the true path is recorded, so the simulation keeps one node per hop
- * index: the live true-path nodes form a chain head..tip. Wrong-path
- * children (a rejected guess, or the wrong siblings when m > 1) are inert:
- * they hold a slot until the next verification discards them, which is all
- * they can do to the true path.
+ * Replaying: the window itself on the recorded stage times (sp_playback.c)
  * ====================================================================== */
 
-/* Event kinds; the order is also the tie-break at equal times (a step that
-   ends, or a speculator that returns, at the very instant the target result
-   arrives counts as having happened first). */
-enum { SP_EV_STEP_END, SP_EV_SPEC_RET, SP_EV_TARGET_RET, SP_EV_VERIFY_END };
-
-/* Speculator call state of a node. */
-enum { SIM_SPEC_IDLE, SIM_SPEC_PENDING, SIM_SPEC_BACK, SIM_SPEC_CANCELLED };
-
-/* What the timeline recorder keeps per node, beside the schedule's own state. */
-typedef struct sp_replay_tl_node {
-  int lane;          /* lane the node runs on */
-  double t_start;    /* its step started */
-  double t_step;     /* its step ended (its target call started) */
-  double t_spec;     /* its speculator call started */
-  double t_verify;   /* its verification started */
-  double t_head;     /* it became the verified node; INFINITY before */
-} sp_replay_tl_node;
-
-/* An inert wrong-path child: drawn as its first step, until it is discarded. */
-typedef struct sp_replay_tl_wrong {
-  int lane;          /* its lane */
-  size_t parent;     /* the hop whose speculator made it */
-  double t0;         /* its step started */
-  double seg;        /* the step time it is drawn with (the true path's next step) */
-} sp_replay_tl_wrong;
-
-/* The timeline recorder attached to a simulation (sp_replay_timeline). It
-   only observes: the schedule runs the same with or without it. */
-typedef struct sp_replay_rec {
-  sp_replay_span *spans;       /* caller's span array */
-  size_t max_spans;            /* its capacity */
-  size_t n_spans;              /* spans produced (may exceed max_spans) */
-  sp_replay_mark *marks;       /* caller's mark array */
-  size_t max_marks;            /* its capacity */
-  size_t n_marks;              /* marks produced (may exceed max_marks) */
-  sp_replay_tl_node *node;     /* per node 0..N */
-  sp_buf wrong;                /* sp_replay_tl_wrong entries not yet discarded */
-  int lanes;                   /* lanes handed out */
-  int oom;                     /* an allocation failed */
-} sp_replay_rec;
-
-typedef struct sp_replay_ev {
-  double t;       /* when it happens */
-  uint64_t seq;   /* scheduling order, the last tie-break */
-  int kind;       /* SP_EV_* */
-  size_t hop;     /* the node (hop index) it belongs to */
-  unsigned gen;   /* the node's generation when scheduled */
-} sp_replay_ev;
-
-typedef struct sp_replay_node {
-  unsigned gen;               /* bumped when the node leaves, so its events go stale */
-  unsigned char alive;        /* in the window */
-  unsigned char step_done;    /* its step (model segment) has ended */
-  unsigned char target_back;  /* its target result has returned */
-  unsigned char spec;         /* SIM_SPEC_* */
-  unsigned char has_child;    /* its true-path child (node hop + 1) exists */
-  unsigned char reserved;     /* slot launch: its pending speculator holds a slot */
-  size_t wrong;               /* inert wrong-path children holding slots */
-  size_t made;                /* candidates turned into children so far (rank order) */
-  size_t held;                /* candidates back but waiting for a free slot */
-} sp_replay_node;
-
-typedef struct sp_replay_sim {
-  const sp_replay_query *q;   /* the recorded stages */
-  int window;                 /* bounded-window mode: at most k nodes per round */
-  int eager;                  /* a speculator starts at its node's step end, not at a free slot */
-  size_t k;                   /* slot limit; SIZE_MAX = unbounded */
-  size_t m;                   /* candidates per speculator return, at most */
-  sp_replay_node *node;       /* nodes by hop index, 0..N (N = the final step) */
-  size_t head;                /* the verified node */
-  size_t tip;                 /* the deepest live true-path node */
-  size_t live;                /* slots in use: nodes, wrong children, reservations */
-  size_t round;               /* nodes created in the current round (window mode) */
-  sp_replay_ev *ev;           /* binary min-heap of pending events */
-  size_t n_ev;                /* events in the heap */
-  size_t cap_ev;              /* heap capacity */
-  uint64_t seq;               /* next event sequence number */
-  int done;                   /* the final answer has been released */
-  int oom;                    /* an allocation failed: the result is NaN */
-  double wall;                /* release time of the final answer */
-  sp_replay_rec *rec;         /* timeline recorder, or NULL (sp_replay_run) */
-} sp_replay_sim;
-
-static int ev_before(const sp_replay_ev *a, const sp_replay_ev *b) {
-  if (a->t != b->t) return a->t < b->t;
-  if (a->kind != b->kind) return a->kind < b->kind;
-  return a->seq < b->seq;
+/* The window mode a replay runs: SP_MODE_*, -1 if unknown (NULL: spechop). */
+static int mode_code(const char *mode) {
+  if (!mode || strcmp(mode, "spechop") == 0) return SP_MODE_SPECHOP;
+  if (strcmp(mode, "window") == 0) return SP_MODE_WINDOW;
+  if (strcmp(mode, "sequential") == 0) return SP_MODE_SEQUENTIAL;
+  return -1;
 }
 
-static void schedule(sp_replay_sim *s, double t, int kind, size_t hop) {
-  if (s->n_ev == s->cap_ev) {
-    size_t cap = s->cap_ev ? s->cap_ev * 2 : 64;
-    sp_replay_ev *p = realloc(s->ev, cap * sizeof *p);
-    if (!p) { s->oom = 1; return; }
-    s->ev = p;
-    s->cap_ev = cap;
-  }
-  sp_replay_ev e = {t, s->seq++, kind, hop, s->node[hop].gen};
-  size_t i = s->n_ev++;
-  while (i > 0) {  /* sift up */
-    size_t parent = (i - 1) / 2;
-    if (!ev_before(&e, &s->ev[parent])) break;
-    s->ev[i] = s->ev[parent];
-    i = parent;
-  }
-  s->ev[i] = e;
-}
-
-static sp_replay_ev pop(sp_replay_sim *s) {
-  sp_replay_ev top = s->ev[0];
-  sp_replay_ev last = s->ev[--s->n_ev];
-  size_t i = 0, n = s->n_ev;
-  for (;;) {  /* sift down */
-    size_t c = 2 * i + 1;
-    if (c >= n) break;
-    if (c + 1 < n && ev_before(&s->ev[c + 1], &s->ev[c])) c++;
-    if (!ev_before(&s->ev[c], &last)) break;
-    s->ev[i] = s->ev[c];
-    i = c;
-  }
-  if (n) s->ev[i] = last;
-  return top;
-}
-
-static double seg_of(const sp_replay_sim *s, size_t hop) {
-  return hop < s->q->n_hops ? s->q->hops[hop].t_seg : s->q->final_seg;
-}
-
-/* ---- timeline hooks: each is called only when s->rec is set ---------- */
-
-static void tl_span(sp_replay_rec *r, int lane, int kind, size_t hop, int spec, double t0, double t1) {
-  if (!(t1 > t0)) return;  /* an instant call draws nothing */
-  if (r->n_spans < r->max_spans) {
-    sp_replay_span sp = {lane, kind, (int)hop, spec, t0, t1};
-    r->spans[r->n_spans] = sp;
-  }
-  r->n_spans++;
-}
-
-/* A span of a true-path node, in its lane: speculative when it started
-   before the node was the verified one. */
-static void tl_node_span(sp_replay_rec *r, int kind, size_t hop, double t0, double t1) {
-  const sp_replay_tl_node *n = &r->node[hop];
-  tl_span(r, n->lane, kind, hop, !(n->t_head <= t0), t0, t1);
-}
-
-static void tl_mark(sp_replay_rec *r, int lane, int kind, size_t hop, double t) {
-  if (r->n_marks < r->max_marks) {
-    sp_replay_mark mk = {lane, kind, (int)hop, t};
-    r->marks[r->n_marks] = mk;
-  }
-  r->n_marks++;
-}
-
-/* Node hop entered the window at t_start on lane (-1: a new lane). */
-static void tl_enter(sp_replay_rec *r, size_t hop, int lane, double t_start, double t_head) {
-  sp_replay_tl_node *n = &r->node[hop];
-  n->lane = lane >= 0 ? lane : r->lanes++;
-  n->t_start = t_start;
-  n->t_step = n->t_spec = n->t_verify = t_start;
-  n->t_head = t_head;
-}
-
-static void tl_wrong_child(sp_replay_sim *s, size_t parent, double t0) {
-  sp_replay_rec *r = s->rec;
-  sp_replay_tl_wrong w = {r->lanes++, parent, t0, seg_of(s, parent + 1)};
-  if (sp_buf_append(&r->wrong, &w, sizeof w) != 0) r->oom = 1;
-}
-
-/* The verification of parent discarded its wrong-path children at now: the
-   first is marked with the verdict (rollback), the others as cancelled. */
-static void tl_discard(sp_replay_rec *r, size_t parent, double now, int verdict) {
-  size_t n = r->wrong.len / sizeof(sp_replay_tl_wrong), kept = 0;
-  for (size_t i = 0; i < n; i++) {
-    sp_replay_tl_wrong w;  /* copied out: the buffer's bytes carry no alignment promise */
-    memcpy(&w, r->wrong.data + i * sizeof w, sizeof w);
-    if (w.parent != parent) {
-      memcpy(r->wrong.data + kept++ * sizeof w, &w, sizeof w);
-      continue;
-    }
-    double end = w.t0 + w.seg < now ? w.t0 + w.seg : now;
-    tl_span(r, w.lane, SP_REPLAY_TL_MODEL, parent + 1, 1, w.t0, end);
-    tl_mark(r, w.lane, verdict, parent, now);
-    verdict = SP_REPLAY_TL_CANCEL;
-  }
-  r->wrong.len = kept * sizeof(sp_replay_tl_wrong);
-}
-
-/* A node for hop enters the window; its step starts at t. The caller accounts its slot. */
-static void node_start(sp_replay_sim *s, size_t hop, double t) {
-  sp_replay_node *n = &s->node[hop];
-  unsigned gen = n->gen;
-  memset(n, 0, sizeof *n);
-  n->gen = gen;
-  n->alive = 1;
-  schedule(s, t + seg_of(s, hop), SP_EV_STEP_END, hop);
-}
-
-static void node_leave(sp_replay_sim *s, size_t hop) {
-  s->node[hop].alive = 0;
-  s->node[hop].gen++;
-}
-
-static void resolve(sp_replay_sim *s, double now, int commit);
-
-static void materialize(sp_replay_sim *s, size_t i, double now);
-
-/* The head's target result is back (or it just became head with the result
-   already back): verify against the speculative child, if there is one. */
-static void begin_verify(sp_replay_sim *s, double now) {
-  sp_replay_node *n = &s->node[s->head];
-  if (n->spec == SIM_SPEC_PENDING) {  /* late: the guess is useless now */
-    n->spec = SIM_SPEC_CANCELLED;
-    if (n->reserved) s->live--;
-    n->reserved = 0;
-    if (s->rec) {
-      tl_node_span(s->rec, SP_REPLAY_TL_SPEC, s->head, s->rec->node[s->head].t_spec, now);
-      tl_mark(s->rec, s->rec->node[s->head].lane, SP_REPLAY_TL_CANCEL, s->head, now);
-    }
-  }
-  /* held candidates take the slots free now, before the verdict (as the
-     window does); what still finds none is as late */
-  if (n->held) materialize(s, s->head, now);
-  n->held = 0;
-  if (n->has_child || n->wrong) {
-    if (s->rec) s->rec->node[s->head].t_verify = now;
-    schedule(s, now + s->q->hops[s->head].t_verify, SP_EV_VERIFY_END, s->head);
-  } else
-    resolve(s, now, 0);  /* nothing to verify: continue from the real observation */
-}
-
-/* Commit the head's child, or roll back to the verified state. In window
-   mode a rollback (or reaching a head with no child) starts a new round. */
-static void resolve(sp_replay_sim *s, double now, int commit) {
-  size_t h = s->head;
-  if (commit) {
-    s->live -= 1 + s->node[h].wrong;  /* the old head and its wrong siblings leave */
-    node_leave(s, h);
-    s->head = h + 1;
-    if (s->rec) {
-      s->rec->node[h + 1].t_head = now;
-      tl_mark(s->rec, s->rec->node[h + 1].lane, SP_REPLAY_TL_COMMIT, h, now);
-      tl_discard(s->rec, h, now, SP_REPLAY_TL_CANCEL);
-    }
-    sp_replay_node *n = &s->node[s->head];
-    if (s->head == s->q->n_hops) {
-      if (n->step_done) { s->done = 1; s->wall = now; }
-    } else if (n->target_back) {
-      begin_verify(s, now);
-    }
-    return;
-  }
-  for (size_t i = h; i <= s->tip; i++)
-    if (s->node[i].alive) node_leave(s, i);
-  s->head = s->tip = h + 1;
-  s->live = 1;
-  s->round = 1;
-  node_start(s, h + 1, now + s->q->hops[h].t_update);
-  if (s->rec) {
-    /* the verified thread goes on from the real result, on its own lane */
-    tl_discard(s->rec, h, now, SP_REPLAY_TL_ROLLBACK);
-    tl_enter(s->rec, h + 1, s->rec->node[h].lane, now + s->q->hops[h].t_update, now);
-  }
-}
-
-/* Turn node i's held candidates into children, best rank first, while
-   slots (and, in window mode, the round's budget) allow. The recorded rank
-   of the accepted candidate becomes the true-path child; the others are
-   inert wrong-path children. */
-static void materialize(sp_replay_sim *s, size_t i, double now) {
-  sp_replay_node *n = &s->node[i];
-  const sp_replay_hop *hop = &s->q->hops[i];
-  while (n->held > 0 && s->live < s->k && !(s->window && s->round >= s->k)) {
-    size_t r = n->made++;
-    n->held--;
-    s->live++;
-    s->round++;
-    if (hop->spec == SP_SPEC_ACCEPTED && (size_t)hop->rank == r) {
-      n->has_child = 1;
-      s->tip = i + 1;
-      node_start(s, i + 1, now + hop->t_update);
-      if (s->rec) tl_enter(s->rec, i + 1, -1, now + hop->t_update, INFINITY);
-    } else {
-      n->wrong++;
-      if (s->rec) tl_wrong_child(s, i, now + hop->t_update);
-    }
-  }
-}
-
-/* Starts node i's speculator call (its return is scheduled when known; an
-   unknown t_spec never returns and, in slot launch, holds its slot). */
-static void spec_start(sp_replay_sim *s, size_t i, double now, int reserve) {
-  sp_replay_node *n = &s->node[i];
-  const sp_replay_hop *hop = &s->q->hops[i];
-  n->spec = SIM_SPEC_PENDING;
-  if (s->rec) s->rec->node[i].t_spec = now;
-  if (reserve) {
-    n->reserved = 1;
-    s->live++;
-    s->round++;
-  }
-  if (hop->t_spec >= 0) schedule(s, now + hop->t_spec, SP_EV_SPEC_RET, i);
-}
-
-/* Slot launch: extend the frontier by one speculator call if a slot (and,
-   in window mode, the round's budget) allows. The true-path nodes form a
-   chain in which every node but the tip already has a child, so the tip is
-   the only (and the shallowest) frontier node; wrong-path nodes never
-   extend. Both launches: held candidates take the slots that are free,
-   shallowest node first. */
-static void try_extend(sp_replay_sim *s, double now) {
-  if (s->done) return;
-  for (size_t i = s->head; i <= s->tip && i < s->q->n_hops; i++)
-    if (s->node[i].alive && s->node[i].held) materialize(s, i, now);
-  if (s->eager || s->live >= s->k || (s->window && s->round >= s->k)) return;
-  size_t i = s->tip;
-  sp_replay_node *n = &s->node[i];
-  if (i >= s->q->n_hops || !n->alive || !n->step_done || n->spec != SIM_SPEC_IDLE || n->has_child ||
-      n->wrong)
-    return;
-  if (s->q->hops[i].spec == SP_SPEC_NONE) return;
-  spec_start(s, i, now, 1);
-}
-
-static void spec_ret(sp_replay_sim *s, size_t i, double now) {
-  sp_replay_node *n = &s->node[i];
-  const sp_replay_hop *hop = &s->q->hops[i];
-  n->spec = SIM_SPEC_BACK;
-  if (s->rec) tl_node_span(s->rec, SP_REPLAY_TL_SPEC, i, s->rec->node[i].t_spec, now);
-  size_t nc = s->m;
-  if (hop->ncands > 0 && (size_t)hop->ncands < nc) nc = (size_t)hop->ncands;
-  n->held = nc;
-  if (n->reserved) {
-    /* the reservation becomes the first child (its slot is counted) */
-    n->reserved = 0;
-    s->live--;
-    s->round--;
-  }
-  materialize(s, i, now);
-}
-
-static void dispatch(sp_replay_sim *s, const sp_replay_ev *e) {
-  sp_replay_node *n = &s->node[e->hop];
-  if (!n->alive || n->gen != e->gen) return;  /* the node was discarded meanwhile */
-  switch (e->kind) {
-  case SP_EV_STEP_END:
-    n->step_done = 1;
-    if (s->rec) {
-      sp_replay_tl_node *tn = &s->rec->node[e->hop];
-      tl_node_span(s->rec, SP_REPLAY_TL_MODEL, e->hop, tn->t_start, e->t);
-      tn->t_step = e->t;
-    }
-    if (e->hop == s->q->n_hops) {  /* the final step: released once it is verified */
-      if (e->hop == s->head) { s->done = 1; s->wall = e->t; }
-    } else {
-      schedule(s, e->t + s->q->hops[e->hop].t_target, SP_EV_TARGET_RET, e->hop);
-      /* eager launch: the speculator starts with the target call (a k of 1
-         could never use its guess, so none starts) */
-      if (s->eager && s->k > 1 && s->q->hops[e->hop].spec != SP_SPEC_NONE)
-        spec_start(s, e->hop, e->t, 0);
-    }
-    break;
-  case SP_EV_SPEC_RET:
-    if (n->spec == SIM_SPEC_PENDING) spec_ret(s, e->hop, e->t);
-    break;
-  case SP_EV_TARGET_RET:
-    n->target_back = 1;
-    if (s->rec) {
-      sp_replay_tl_node *tn = &s->rec->node[e->hop];
-      tl_node_span(s->rec, SP_REPLAY_TL_TARGET, e->hop, tn->t_step, e->t);
-    }
-    if (e->hop == s->head) begin_verify(s, e->t);
-    break;
-  case SP_EV_VERIFY_END:
-    if (e->hop == s->head && s->rec) {
-      tl_node_span(s->rec, SP_REPLAY_TL_VERIFY, e->hop, s->rec->node[e->hop].t_verify, e->t);
-    }
-    if (e->hop == s->head) resolve(s, e->t, n->has_child);
-    break;
-  }
-}
-
-/* sp_replay_run, with a timeline recorder when rec is not NULL: the one
-   code path behind both the replayed numbers and the drawn timeline. */
-static double simulate(const sp_replay_query *q, const char *mode, int k, int launch,
-                                 sp_replay_rec *rec, double *wall_out, double *standard_out) {
-  if (wall_out) *wall_out = NAN;
-  if (standard_out) *standard_out = NAN;
-  if (!q || (q->n_hops && !q->hops) || k == 0) return NAN;
-  int window = 0;
-  if (!mode || strcmp(mode, "spechop") == 0) window = 0;
-  else if (strcmp(mode, "window") == 0) window = 1;
-  else if (strcmp(mode, "sequential") == 0) k = 1;
-  else return NAN;
-
-  /* Accumulated in the order a sequential run's clock advances, so that a
-     k = 1 replay reproduces it bit for bit. */
+/* The hops back to back, accumulated in the order a sequential run's clock
+   advances, so that a k = 1 replay reproduces it bit for bit. */
+static double standard_of(const sp_replay_query *q) {
   double standard = 0;
   for (size_t i = 0; i < q->n_hops; i++) {
     standard += q->hops[i].t_seg;
     standard += q->hops[i].t_target;
     standard += q->hops[i].t_update;
   }
-  standard += q->final_seg;
+  return standard + q->final_seg;
+}
 
-  sp_replay_sim s;
-  memset(&s, 0, sizeof s);
-  s.q = q;
-  s.window = window;
+/* sp_replay_run on playback p (NULL: one made for this call), with a
+   timeline when tl is not NULL: the one path behind the replayed numbers
+   and the drawn timeline. */
+static double replay_on(sp_playback *p, const sp_replay_query *q, const char *mode, int k, int launch,
+                        sp_playback_tl *tl, double *wall_out, double *standard_out) {
+  if (wall_out) *wall_out = NAN;
+  if (standard_out) *standard_out = NAN;
+  int mc = mode_code(mode);
+  if (!q || (q->n_hops && !q->hops) || k == 0 || mc < 0) return NAN;
   if (launch == SP_REPLAY_LAUNCH_RECORDED) launch = q->launch;
-  s.eager = !window && launch == SP_REPLAY_EAGER;
-  s.k = k < 0 ? SIZE_MAX : (size_t)k;
-  s.m = q->m >= 1 ? (size_t)q->m : 1;
-  s.node = calloc(q->n_hops + 1, sizeof *s.node);
-  if (!s.node) return NAN;
-  s.rec = rec;
-  s.live = s.round = 1;
-  node_start(&s, 0, 0.0);
-  if (rec) tl_enter(rec, 0, -1, 0.0, 0.0);
-  while (!s.done && !s.oom && s.n_ev > 0) {
-    sp_replay_ev e = pop(&s);
-    dispatch(&s, &e);
-    if (!s.done) try_extend(&s, e.t);
-  }
-  int ok = s.done && !s.oom && !(rec && rec->oom);
-  if (ok && rec) tl_mark(rec, rec->node[q->n_hops].lane, SP_REPLAY_TL_ANSWER, q->n_hops, s.wall);
-  free(s.node);
-  free(s.ev);
-  if (!ok) return NAN;
-  if (wall_out) *wall_out = s.wall;
+  sp_playback *own = p ? NULL : sp_playback_new();
+  if (!p && !(p = own)) return NAN;
+  double wall;
+  int rc = sp_playback_run(p, q, mc, k < 0 ? SP_K_UNBOUNDED : k, launch, tl, &wall);
+  sp_playback_free(own);
+  if (rc != 0) return NAN;
+  double standard = standard_of(q);
+  if (wall_out) *wall_out = wall;
   if (standard_out) *standard_out = standard;
-  if (standard > 0) return s.wall / standard;
-  return s.wall > 0 ? INFINITY : 1.0;
+  if (standard > 0) return wall / standard;
+  return wall > 0 ? INFINITY : 1.0;
 }
 
 double sp_replay_run(const sp_replay_query *q, const char *mode, int k, int launch, double *wall_out,
                      double *standard_out) {
-  return simulate(q, mode, k, launch, NULL, wall_out, standard_out);
+  return replay_on(NULL, q, mode, k, launch, NULL, wall_out, standard_out);
 }
 
 size_t sp_replay_set_count(const sp_replay_set *s) { return s ? s->n : 0; }
@@ -967,36 +570,31 @@ int sp_replay_timeline(const sp_replay_query *q, const char *mode, int k, int la
   info->wall = info->standard = NAN;
   if (!q) return set_why(err, errlen, "no query");
   if ((!spans && max_spans) || (!marks && max_marks)) return set_why(err, errlen, "no array for the timeline");
-  if (mode && strcmp(mode, "spechop") != 0 && strcmp(mode, "window") != 0 && strcmp(mode, "sequential") != 0)
+  if (mode_code(mode) < 0)
     return set_why(err, errlen, "mode must be spechop, window or sequential, got '%.32s'", mode);
   if (k == 0) k = q->k;
   if (k == 0) return set_why(err, errlen, "the recorded k is unknown: give k");
-  int seq = mode && strcmp(mode, "sequential") == 0;
+  int seq = mode_code(mode) == SP_MODE_SEQUENTIAL;
   if (launch == SP_REPLAY_LAUNCH_RECORDED) launch = q->launch;
-  info->k = seq ? 1 : k < 0 ? -1 : k;
+  info->k = seq ? 1 : k < 0 ? SP_K_UNBOUNDED : k;
   info->m = q->m >= 1 ? q->m : 1;
-  /* as simulate: the bounded window always launches in slot */
-  info->launch = mode && strcmp(mode, "window") == 0 ? SP_REPLAY_SLOT : launch == SP_REPLAY_EAGER ? SP_REPLAY_EAGER
-                                                                                                 : SP_REPLAY_SLOT;
-  sp_replay_rec rec;
-  memset(&rec, 0, sizeof rec);
-  rec.spans = spans;
-  rec.max_spans = max_spans;
-  rec.marks = marks;
-  rec.max_marks = max_marks;
-  sp_buf_init(&rec.wrong);
-  rec.node = calloc(q->n_hops + 1, sizeof *rec.node);
-  if (!rec.node) return set_why(err, errlen, "out of memory");
-  double r = simulate(q, mode, k, launch, &rec, &info->wall, &info->standard);
-  free(rec.node);
-  sp_buf_free(&rec.wrong);
+  /* the bounded window always launches in slot */
+  info->launch = mode_code(mode) == SP_MODE_WINDOW ? SP_REPLAY_SLOT
+               : launch == SP_REPLAY_EAGER ? SP_REPLAY_EAGER : SP_REPLAY_SLOT;
+  sp_playback_tl tl;
+  memset(&tl, 0, sizeof tl);
+  tl.spans = spans;
+  tl.max_spans = max_spans;
+  tl.marks = marks;
+  tl.max_marks = max_marks;
+  double r = replay_on(NULL, q, mode, k, launch, &tl, &info->wall, &info->standard);
   if (isnan(r)) return set_why(err, errlen, "the replay failed (out of memory)");
-  info->n_spans = rec.n_spans;
-  info->n_marks = rec.n_marks;
-  info->lanes = rec.lanes;
-  if (rec.n_spans > max_spans || rec.n_marks > max_marks)
+  info->n_spans = tl.n_spans;
+  info->n_marks = tl.n_marks;
+  info->lanes = tl.lanes;
+  if (tl.n_spans > max_spans || tl.n_marks > max_marks)
     return set_why(err, errlen, "the timeline has %zu spans and %zu marks; the arrays hold %zu and %zu",
-                         rec.n_spans, rec.n_marks, max_spans, max_marks);
+                   tl.n_spans, tl.n_marks, max_spans, max_marks);
   return 0;
 }
 
@@ -1029,7 +627,11 @@ double sp_replay_model(double p, double alpha, double beta, double cv, int k, co
       !isfinite(alpha) || !isfinite(beta) || !isfinite(cv))
     return NAN;
   sp_replay_hop *hops = calloc((size_t)n_hops, sizeof *hops);
-  if (!hops) return NAN;
+  sp_playback *pb = hops ? sp_playback_new() : NULL;
+  if (!pb) {
+    free(hops);
+    return NAN;
+  }
   uint64_t st = seed ^ 0x5bd1e995ull;
   double wall = 0, std = 0;
   for (int qi = 0; qi < n_queries; qi++) {
@@ -1051,14 +653,16 @@ double sp_replay_model(double p, double alpha, double beta, double cv, int k, co
     q.has_spec = 1;
     q.final_seg = draw(&st, beta, cv);
     double w = 0, sd = 0;
-    if (isnan(sp_replay_run(&q, mode, k, q.launch, &w, &sd))) {
+    if (isnan(replay_on(pb, &q, mode, k, q.launch, NULL, &w, &sd))) {
       free(hops);
+      sp_playback_free(pb);
       return NAN;
     }
     wall += w;
     std += sd;
   }
   free(hops);
+  sp_playback_free(pb);
   return std > 0 ? wall / std : NAN;
 }
 
@@ -1344,12 +948,13 @@ int sp_replay_main(int argc, char **argv) {
     printf("\n       k   rel_lat      mean        wall_ms    standard_ms\n");
   }
   int rc = 0;
+  sp_playback *pb = sp_playback_new();
   for (size_t i = 0; i < nk; i++) {
     double wall_sum = 0, std_sum = 0, mean = 0;
     size_t n_mean = 0, n_bad = 0;
     for (size_t j = 0; j < set->n; j++) {
       double w, st;
-      double r = sp_replay_run(&set->queries[j], mode, ks[i], launch, &w, &st);
+      double r = pb ? replay_on(pb, &set->queries[j], mode, ks[i], launch, NULL, &w, &st) : NAN;
       if (isnan(r)) { n_bad++; continue; }
       wall_sum += w;
       std_sum += st;
@@ -1388,6 +993,7 @@ int sp_replay_main(int argc, char **argv) {
     printf("\nrel_lat = sum wall / sum standard; mean = mean per-query RelLat%s\n",
            recorded ? "; * = the recorded k" : "");
   }
+  sp_playback_free(pb);
   sp_replay_set_free(set);
   return rc;
 }

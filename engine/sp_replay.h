@@ -1,11 +1,12 @@
 /*
  * sp_replay: reads the per-hop stage records the engine writes (in a Chrome
- * trace or in a results JSONL file) and re-schedules them with a
- * discrete-event simulation of the speculation window, so one recorded run
- * answers "what would k = 1, 2, ..., inf have given?" (`specula replay`).
+ * trace or in a results JSONL file) and re-schedules them on the
+ * speculation window itself (sp_playback.c), so one recorded run answers
+ * "what would k = 1, 2, ..., inf have given?" (`specula replay`).
  *
- * Times are milliseconds. Only committed (true-path) hops are recorded; the
- * simulation therefore models wrong-path nodes as inert slot holders.
+ * Times are milliseconds. Only committed (true-path) hops are recorded; a
+ * thread opened on a wrong guess therefore holds its slot, inert, until the
+ * window discards it.
  */
 #ifndef SP_REPLAY_H
 #define SP_REPLAY_H

@@ -299,8 +299,8 @@ int sp_theory_main(int argc, char **argv) {
   double rel_k = sp_theory_rel_lat_k(a.p, a.alpha, a.beta, k);
   double k_det = sp_theory_k_det(a.alpha, a.beta);
   double starve = sp_theory_p_starve(k, a.alpha, a.beta, a.nu);
-  /* the event-level model: the engine's schedule (the replay simulation)
-     on synthetic draws at these p, alpha, beta, CV nu, 200 x 30 hops */
+  /* the event level: the window itself (as `specula replay` runs it) on
+     synthetic draws at these p, alpha, beta, CV nu, 200 x 30 hops */
   double event = sp_replay_model(a.p, a.alpha, a.beta, a.nu, isinf(k) ? -1 : (int)k, "spechop", a.launch, 30,
                                  200, 1);
   const char *launch = a.launch == SP_REPLAY_SLOT ? "slot" : "eager";

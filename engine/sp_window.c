@@ -111,9 +111,12 @@ static int current_k(sp_window *w) {
   return w->cfg.k;
 }
 
+/* A thread slot is free: fewer than k live threads (and, in window mode,
+   fewer than k made in this round); an unbounded k bounds neither. */
 static int has_room(sp_window *w) {
   int k = current_k(w);
-  if (k >= 0 && w->live >= k) return 0;
+  if (k == SP_K_UNBOUNDED) return 1;
+  if (w->live >= k) return 0;
   if (w->cfg.mode == SP_MODE_WINDOW && w->round >= k) return 0;
   return 1;
 }

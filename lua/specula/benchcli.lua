@@ -5,7 +5,7 @@ local sched = require "specula.sched"
 
 local M = {}
 
-M.ORDER = { "core", "scale", "http", "fidelity", "paste", "sweep" }
+M.ORDER = { "core", "scale", "http", "fidelity", "paste", "sweep", "replay" }
 
 function M.main(args)
   local root = core.host.root

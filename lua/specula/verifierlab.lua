@@ -4,7 +4,7 @@
 -- each verifier: acceptance rate, false accepts against
 -- `exact` (and false accepts and rejects against a human-labelled file),
 -- the RelLat the theory predicts from the resulting p with the cassette's
--- own alpha and beta, the RelLat the replay simulation predicts from the
+-- own alpha and beta, the RelLat `specula replay` predicts from the
 -- recorded stage times with the verifier's verdicts, and how many queries'
 -- answers the tape cannot vouch for once a wrong guess is committed.
 local ffi = require "ffi"
@@ -158,7 +158,7 @@ function M.pairs_of(recs)
   return pairs_, unpaired, mean(segs)
 end
 
--- The committed path of each query as the replay simulation reads it, from
+-- The committed path of each query as `specula replay` reads it, from
 -- the tape's job lines (format 2): for each hop, the target call started
 -- last (a discarded thread's call starts before the rollback that replaces
 -- it); the step, speculator and verifier jobs of that hop on the thread that
@@ -223,8 +223,8 @@ end
 -- Sum of the replayed wall and standard times of `stages` with a verifier's
 -- verdicts: verdict(query, hop) -> "accepted" | "rejected" | nil (no pair:
 -- the recorded speculator failed or never answered) and the rank and
--- candidate count. k: -1 unbounded. Runs the event-level simulation of
--- `specula replay` (sp_replay_timeline, counting spans only). Returns
+-- candidate count. k: -1 unbounded. Replays them as `specula replay` does,
+-- on the window itself (sp_replay_timeline, counting spans only). Returns
 -- RelLat, wall, standard | nil, err.
 local replay_err_len = 256
 function M.replay(stages, verdict, k, m)

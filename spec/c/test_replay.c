@@ -1,9 +1,11 @@
-/* test_replay: the stage-record reader and the discrete-event re-scheduler,
-   against hand-derived schedules and against the theory. Standalone; exits
-   non-zero on any failure. */
+/* test_replay: the stage-record reader and the replay (the window run on
+   recorded stage times), against hand-derived schedules, the independent
+   event model (event_model.h) and the theory. Standalone; exits non-zero on
+   any failure. */
 #define _POSIX_C_SOURCE 200809L
 #include "sp_replay.h"
 #include "sp_theory.h"
+#include "event_model.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -635,8 +637,63 @@ static void test_timeline_random(tcount *t) {
   check(t, bad_overlap == 0, "timeline: no lane runs two steps at once");
 }
 
+
+/* The window (sp_replay_run drives it) against the independent event model
+   (event_model.h) on random queries, exactly: every mode, k, launch and m,
+   stage times on a coarse grid (so that events tie often: the order at one
+   instant decides) or drawn freely, all outcomes, unknown speculator times,
+   verify and update times. The wall must be the same double. */
+static void test_window_equals_model(tcount *t) {
+  static const int ks[] = {1, 2, 3, 4, -1};
+  static const char *const modes[] = {"spechop", "window", "sequential"};
+  uint64_t rs = 2024;
+  int runs = 0, differ = 0;
+  for (int rep = 0; rep < 600; rep++) {
+    int grid = rep % 2 == 0;
+    size_t n = (size_t)(rng_next(&rs) % 12);
+    sp_replay_query q = make_query(n, 0, 0, 0, 0);
+    q.m = 1 + (int)(rng_next(&rs) % 3);
+#define T(scale) (grid ? (double)(rng_next(&rs) % 5) * (scale) : rng_unit(&rs) * 3 * (scale))
+    for (size_t i = 0; i < n; i++) {
+      sp_replay_hop *h = &q.hops[i];
+      h->t_seg = T(0.5);
+      h->t_target = T(1.0);
+      h->t_spec = T(0.5);
+      h->t_update = rep % 3 == 0 ? T(0.1) : 0;
+      h->t_verify = rep % 4 == 0 ? T(0.1) : 0;
+      int o = (int)(rng_next(&rs) % 10);
+      h->spec = o < 5 ? SP_SPEC_ACCEPTED : o < 7 ? SP_SPEC_REJECTED : o < 8 ? SP_SPEC_LATE
+              : o < 9 ? SP_SPEC_ERROR : SP_SPEC_NONE;
+      h->rank = h->spec == SP_SPEC_ACCEPTED ? (int)(rng_next(&rs) % (uint64_t)q.m) : 0;
+      h->ncands = (int)(rng_next(&rs) % (uint64_t)(q.m + 1));
+      if (h->spec == SP_SPEC_NONE || (h->spec != SP_SPEC_ACCEPTED && rng_next(&rs) % 6 == 0)) h->t_spec = -1;
+    }
+    q.final_seg = T(0.5);
+#undef T
+    for (size_t mi = 0; mi < 3; mi++) {
+      for (int launch = 0; launch <= 1; launch++) {
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+          double w = NAN;
+          sp_replay_run(&q, modes[mi], ks[ki], launch, &w, NULL);
+          double want = em_wall(&q, modes[mi], ks[ki], launch);
+          runs++;
+          if (!(w == want)) {
+            if (differ++ < 5)
+              fprintf(stderr, "  rep %d %s k=%d launch %d m %d: window %.17g, model %.17g\n", rep, modes[mi],
+                      ks[ki], launch, q.m, w, want);
+          }
+        }
+      }
+    }
+    free(q.hops);
+  }
+  check(t, runs == 600 * 30, "window vs model: every combination ran");
+  check(t, differ == 0, "window vs model: the same release time in every run");
+}
+
 int main(void) {
   tcount t = {0, 0};
+  test_window_equals_model(&t);
   test_eager_and_model(&t);
   test_hand_cases(&t);
   test_theory_agreement(&t);

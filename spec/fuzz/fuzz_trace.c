@@ -1,8 +1,8 @@
-/* libFuzzer target for the stage-record reader and the re-scheduler:
-   whatever loads must replay without crashing, and k = 1 must reproduce the
-   sequential run exactly. Build:
-   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iengine spec/fuzz/fuzz_trace.c \
-     engine/sp_replay.c engine/sp_json.c engine/sp_buf.c -lm
+/* libFuzzer target for the stage-record reader and the replay (the window
+   run on the recorded stage times): whatever loads must replay without
+   crashing, and k = 1 must reproduce the sequential run exactly. Build: the
+   `fuzzers` target (CC=clang cmake -DSPECULA_FUZZ=ON; the replay links the
+   whole engine).
    Run: ./fuzz_trace WORKDIR spec/fuzz/corpus/trace (new inputs go to WORKDIR). */
 #include <math.h>
 #include <stddef.h>

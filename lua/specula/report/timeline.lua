@@ -1,8 +1,8 @@
 -- specula.report.timeline: figure 4 of `specula report`, the timeline of
 -- one query's speculation window. From a Chrome trace (--trace) it draws the
--- recorded events; without one it draws the record's stage times replayed by
--- the event-level simulation of `specula replay` (sp_replay_timeline), the
--- same code that computes the replayed latency, so the two cannot disagree.
+-- recorded events; without one it draws the record's stage times replayed on
+-- the window as `specula replay` runs it (sp_replay_timeline), the same code
+-- that computes the replayed latency, so the two cannot disagree.
 
 local ffi = require "ffi"
 local json, svg = require "specula.json", require "specula.svg"
@@ -38,7 +38,7 @@ local function replay_settings(rec)
   return mode, kc
 end
 
--- Replays one record's stage times with the simulation of `specula replay`
+-- Replays one record's stage times as `specula replay` does
 -- (m, k and spec_launch from its stats, as replay takes them) and returns
 -- its timeline { spans, marks, lanes, wall, mode, k, m, launch }, or nil and
 -- why it cannot be replayed.
