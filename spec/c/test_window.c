@@ -225,6 +225,21 @@ static void test_k_bound(void) {
   }
 }
 
+/* The bounded window with an unbounded k has no bound: it speculates as
+   the continuous schedule does (it used to refuse every slot). */
+static void test_window_unbounded(void) {
+  harness h;
+  world wd = world_all(4, 0);
+  sp_window *w = begin(&h, &wd, SP_MODE_WINDOW, -1, 1, SP_LAUNCH_SLOT);
+  run_all(&h, w, -1, 0);
+  check_trajectory(&h, w, 4);
+  sp_window_stats st = stats_of(w);
+  CHECK(st.spec_calls == 4 && st.commits == 4, "window mode, k unbounded: speculators %d, commits %d", st.spec_calls,
+        st.commits);
+  CHECK(st.max_threads >= 2, "more than one live thread (%d)", st.max_threads);
+  finish_and_free(&h, w);
+}
+
 /* Random worlds and completion orders: the committed trajectory is always
    the sequential one, outcomes add up, nothing leaks. */
 static void test_random_orders(void) {
@@ -374,6 +389,7 @@ int main(void) {
   test_candidates();
   test_raw_candidate();
   test_k_bound();
+  test_window_unbounded();
   test_random_orders();
   test_deferred_gate();
   test_cancel_on_free();
