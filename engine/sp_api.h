@@ -30,10 +30,16 @@ typedef struct sp_task sp_task;        /* a coroutine scheduled by the loop */
 typedef struct sp_http_req sp_http_req;/* one HTTP transfer */
 typedef struct sp_sse sp_sse;          /* an incremental SSE parser */
 typedef struct sp_window sp_window;    /* the speculation window of one query */
+/* k, the active threads, has one meaning everywhere: an int k >= 1 is a
+   bound, SP_K_AUTO lets the live estimator choose it (sp_kauto; a
+   recording made so has no one fixed k), SP_K_UNBOUNDED is no bound. As a
+   double (option values, the theory's functions) unbounded is INFINITY and
+   auto 0. */
+enum { SP_K_AUTO = 0, SP_K_UNBOUNDED = -1 };
 typedef struct sp_policy sp_policy;    /* an eligibility policy */
 typedef struct sp_prefetch sp_prefetch;/* the action-speculation cache of one query */
 
-/* ---- how a hop's speculation ended (engine/sp_theory.c) ----------------- *
+/* ---- how a hop's speculation ended (engine/sp_est.c) -------------------- *
  * The one list of outcomes: the window records them (sp_hop_info.spec), the
  * estimator below counts them, `specula replay` reads them back, and Lua
  * builds its name table from sp_spec_name at load. */
@@ -45,7 +51,7 @@ const char *sp_spec_name(int outcome);
 /* The outcome named by the len bytes at name, -1 if none is. */
 int sp_spec_code(const char *name, size_t len);
 
-/* ---- the estimator of p, alpha, beta (engine/sp_theory.c) -------------- *
+/* ---- the estimator of p, alpha, beta (engine/sp_est.c) ----------------- *
  * One definition, used by the runner, the report, --compare and replay:
  *   p_hat     = accepted / (accepted + rejected + failed) over hops whose
  *               speculation was judged or failed (late and unspeculated
@@ -84,6 +90,10 @@ double sp_clock_ms(const sp_ctx *ctx);
 int sp_clock_virtual(const sp_ctx *ctx);
 /* Switch clocks; refused (-1, message in err) while timers or transfers are pending. */
 int sp_clock_set_virtual(sp_ctx *ctx, int on, char *err, size_t errlen);
+/* The clock itself (engine/sp_timer.c: real or virtual time, and the
+   deadlines on it), for a unit that needs the time and nothing else. */
+typedef struct sp_timers sp_clock;
+const sp_clock *sp_ctx_clock(const sp_ctx *ctx);
 typedef struct sp_counts {
   int tasks;          /* live tasks (not yet reaped) */
   int ready;          /* tasks queued to resume */
@@ -353,8 +363,9 @@ void sp_policy_budget(sp_policy *p, double max_inflight, double max_wasted_cost)
 /* The policy has a script (a function or `decide`): every launch must then
    carry the script's decision for that very call; one without is forbid. */
 void sp_policy_set_scripted(sp_policy *p, int scripted);
-/* Rate limits run on ctx's clock (virtual or real); NULL: real time. */
-void sp_policy_set_clock(sp_policy *p, const sp_ctx *ctx);
+/* Rate limits run on this clock (sp_ctx_clock: virtual or real); NULL:
+   real time. */
+void sp_policy_set_clock(sp_policy *p, const sp_clock *clock);
 int sp_policy_tool_index(const sp_policy *p, const char *tool, size_t len);
 int sp_policy_ntools(const sp_policy *p);
 int sp_policy_nclasses(const sp_policy *p);
@@ -414,9 +425,6 @@ int sp_window_tool_name(sp_ctx *ctx, const char *name, size_t len);
 /* ---- the speculation window (engine/sp_window.c) ------------------------ */
 typedef struct sp_kauto sp_kauto;      /* live k chooser shared by a run */
 enum { SP_MODE_SEQUENTIAL = 0, SP_MODE_WINDOW = 1, SP_MODE_SPECHOP = 2 };
-/* k's two sentinels, everywhere k is an int: chosen by the live estimator
-   (sp_kauto), and no bound on the threads. */
-enum { SP_K_AUTO = 0, SP_K_UNBOUNDED = -1 };
 /* Eager (default): a thread's speculator starts with its target call and k
    bounds live threads only; a result waiting for a slot is held. Slot: the
    speculator starts only when a thread slot is free (Alg. 2, read literally). */
@@ -424,7 +432,7 @@ enum { SP_LAUNCH_EAGER = 0, SP_LAUNCH_SLOT = 1 };
 enum { SP_WIN_NEW = 0, SP_WIN_RUNNING = 1, SP_WIN_DONE = 2, SP_WIN_FAILED = 3, SP_WIN_CANCELLED = 4 };
 typedef struct sp_window_cfg {
   int mode;                  /* SP_MODE_* */
-  int k;                     /* active threads: >= 1, -1 = unbounded, 0 = auto */
+  int k;                     /* active threads: >= 1, SP_K_UNBOUNDED, or SP_K_AUTO (with kauto) */
   int m;                     /* candidates per hop kept from the speculator (>= 1) */
   int max_hops;              /* a trajectory longer than this fails */
   int debug;                 /* check that update() leaves its input alone */
@@ -581,14 +589,15 @@ double sp_rand_keyed(uint64_t seed, const char *qid, size_t qid_len, int hop,
 /* Corollary 1: oracle relative latency 1 - p(1-alpha)/(1+beta). */
 double sp_theory_rel_lat_star(double p, double alpha, double beta);
 /* Corollary 3: bounded-window relative latency with mu_k = (1-p^k)/(1-p);
-   k = 1 gives 1, unbounded k gives RelLat*. k in [0, 1) is NaN. */
+   k = 1 gives 1, unbounded k (INFINITY, or SP_K_UNBOUNDED) gives RelLat*.
+   k in [0, 1) is NaN. */
 double sp_theory_rel_lat_k(double p, double alpha, double beta, double k);
 /* Deterministic thread count (1+beta)/(alpha+beta) (Theorem 4, k_det). */
 double sp_theory_k_det(double alpha, double beta);
 /* Theorem 4: upper bound on the starvation probability with k threads. */
 double sp_theory_p_starve(double k, double alpha, double beta, double nu);
 /* Corollary 5: threads needed for P_starve <= eps, at least 1;
-   -1 when unbounded (alpha + beta = 0), 0 on invalid input. */
+   SP_K_UNBOUNDED when no finite k does (alpha + beta = 0), 0 on invalid input. */
 int sp_theory_k_eps(double alpha, double beta, double nu, double eps);
 
 /* ---- paired bootstrap (engine/sp_boot.c, used by specula.stats) --------- */
@@ -611,8 +620,12 @@ void sp_boot_ratio(int n, int iters, int32_t state, const double *num, const dou
  * the engine does. Times in ms. */
 typedef struct sp_replay_query sp_replay_query; /* one query's recorded stages (sp_replay.h) */
 typedef struct sp_replay_set sp_replay_set;     /* queries loaded from one input (sp_replay.h) */
-/* When a thread's speculator starts (as the engine's SP_LAUNCH_*). */
+/* When a thread's speculator starts (as the engine's SP_LAUNCH_*), or as
+   the recording says. */
 enum { SP_REPLAY_EAGER = 0, SP_REPLAY_SLOT = 1, SP_REPLAY_LAUNCH_RECORDED = -1 };
+/* The k a recording ran with, as a k to replay at (beside >= 1 and
+   SP_K_UNBOUNDED; SP_K_AUTO cannot be replayed). */
+enum { SP_REPLAY_K_RECORDED = -2 };
 /* Span kinds of a replayed timeline. */
 enum { SP_REPLAY_TL_MODEL = 0, SP_REPLAY_TL_TARGET = 1, SP_REPLAY_TL_SPEC = 2, SP_REPLAY_TL_VERIFY = 3 };
 /* Mark kinds: a guess committed, speculative work rolled back, a call or
@@ -638,7 +651,7 @@ typedef struct sp_replay_tl_info {
   int lanes;         /* lanes used */
   double wall;       /* replayed latency: when the answer is released */
   double standard;   /* the hops back to back, as sp_replay_run */
-  int k;             /* the k replayed, -1 = unbounded */
+  int k;             /* the k replayed (>= 1 or SP_K_UNBOUNDED) */
   int m;             /* candidates per speculator return */
   int launch;        /* the launch replayed: SP_REPLAY_EAGER or SP_REPLAY_SLOT */
 } sp_replay_tl_info;
@@ -650,8 +663,9 @@ void sp_replay_set_free(sp_replay_set *s);
 size_t sp_replay_set_count(const sp_replay_set *s);
 /* The i-th query, or NULL past the end; owned by the set. */
 const sp_replay_query *sp_replay_set_query(const sp_replay_set *s, size_t i);
-/* Replays q as sp_replay_run does (mode NULL = "spechop"; k < 0 unbounded,
-   k = 0 the recorded k; launch as there) and writes its timeline: at most
+/* Replays q as sp_replay_run does (mode NULL = "spechop"; k >= 1,
+   SP_K_UNBOUNDED or SP_REPLAY_K_RECORDED; launch as there) and writes its
+   timeline: at most
    max_spans spans and max_marks marks. 0 on success; -1 with a message in
    err on bad arguments, or when an array is too small (info then holds the
    counts needed, so the caller can retry with room for them). */
@@ -698,7 +712,7 @@ int sp_crypto_pubkey(const char *pem, size_t pemlen, char *out, size_t outcap, c
 /* ---- shared options (sp_opt.c) ------------------------------------------ */
 /* The domain of a numeric option several entry points share: p, alpha, beta,
    nu, eps, k, m, seed, concurrency (name without dashes). parse reads text
-   (k also takes inf -> INFINITY and auto -> 0); check tests a number. Both
+   (k also takes inf -> INFINITY and auto -> SP_K_AUTO); check tests a number. Both
    return 0, or -1 with "--NAME must be ..., got ..." in err. */
 int sp_opt_parse(const char *name, const char *text, double *out, char *err, size_t errlen);
 int sp_opt_check(const char *name, double v, char *err, size_t errlen);

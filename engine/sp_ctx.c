@@ -26,11 +26,15 @@ void sp_ctx_set_exit(sp_ctx *ctx, int code) {
   if (ctx) ctx->exit_code = code;
 }
 
+/* A deadline armed on the virtual clock: the scheduler advances virtual
+   time, so it must keep the loop turning. */
+static void wake_loop(void *ctx) { sp_sched_poke(ctx); }
+
 int sp_ctx_init(sp_ctx *ctx) {
   memset(ctx, 0, sizeof *ctx);
   if (uv_loop_init(&ctx->loop) != 0) return -1;
   ctx->loop.data = ctx;
-  sp_timers_init(&ctx->timers);
+  sp_timers_init(&ctx->timers, &ctx->loop, wake_loop, ctx);
   ctx->co_table_ref = LUA_NOREF;
   ctx->worker_body_ref = LUA_NOREF;
   ctx->vals_ref = LUA_NOREF;
@@ -82,7 +86,7 @@ int sp_ctx_shutdown(sp_ctx *ctx) {
     sp_http_free_all(ctx->http);
     ctx->http = NULL;
   }
-  sp_timers_close(ctx);
+  sp_timers_close(&ctx->timers);
   uv_idle_stop(&ctx->ready_idle);
   uv_close((uv_handle_t *)&ctx->ready_idle, NULL);
   uv_close((uv_handle_t *)&ctx->reap_prep, NULL);

@@ -58,10 +58,7 @@ struct sp_ctx {
   sp_task *main_task;      /* the program's main task (one reference held) */
   int main_done;           /* the main task finished */
   int exit_code;           /* process exit status decided by the main task */
-  void *window_list;       /* live windows (sp_window*), for shutdown */
-  struct sp_node *node_pool; /* freed window nodes kept for reuse (sp_window.c) */
-  int nnode_pool;          /* entries in node_pool */
-  int next_window_id;      /* last window id handed out */
+  struct sp_windows *windows; /* the window unit's own state (sp_window.c), NULL before the first window */
   uv_signal_t sig_int;     /* SIGINT watcher of a run (sp_host_trap_signals) */
   uv_signal_t sig_term;    /* SIGTERM watcher of a run */
   int sig_armed;           /* the watchers are started (closed at shutdown, once the children are reaped) */

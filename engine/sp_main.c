@@ -2,8 +2,7 @@
    replay) run in C; everything else goes to lua/specula/cli.lua. */
 #include "sp_ctx.h"
 #include "sp_host.h"
-#include "sp_replay.h"
-#include "sp_theory.h"
+#include "sp_cmd.h"
 #include <curl/curl.h>
 #include <errno.h>
 #include <signal.h>

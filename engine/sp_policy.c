@@ -1,8 +1,8 @@
 #include "sp_policy.h"
+#include "sp_timer.h"
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
-#include "sp_ctx.h"
 
 typedef struct sp_pclass {
   char *name;              /* class name, e.g. "read" */
@@ -30,7 +30,7 @@ struct sp_policy {
   double max_wasted;       /* per-query wasted cost, < 0 = none */
   sp_gate_counts unknown[SP_TRIG_N]; /* decisions for tools not in the table, per trigger */
   int scripted;            /* a script decides too: a launch without its decision is forbid */
-  const sp_ctx *clock;     /* whose clock the rate limits run on (NULL: real time) */
+  const sp_clock *clock;   /* the clock the rate limits run on (NULL: real time) */
 };
 
 sp_policy *sp_policy_new(void) {
@@ -118,10 +118,10 @@ void sp_policy_set_scripted(sp_policy *p, int scripted) {
 }
 
 
-void sp_policy_set_clock(sp_policy *p, const sp_ctx *ctx) {
+void sp_policy_set_clock(sp_policy *p, const sp_clock *clock) {
   if (!p) return;
-  p->clock = ctx;
-  uint64_t now = ctx ? sp_timers_now(ctx) : uv_hrtime();
+  p->clock = clock;
+  uint64_t now = clock ? sp_timers_now(clock) : uv_hrtime();
   for (int i = 0; i < p->nclasses; i++) p->classes[i].last_ns = now;
 }
 

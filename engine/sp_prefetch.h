@@ -4,7 +4,7 @@
  * The per-query cache — entries keyed by (tool, canonical args), promotion
  * on a match, orphans cancelled at the step boundary — lives with the
  * window's threads in sp_window_pf.c; every launch goes through the
- * eligibility gate of sp_window.c (sp_win_gate).
+ * eligibility gate of the window (sp_win_gate, sp_window_int.h).
  */
 #ifndef SP_PREFETCH_H
 #define SP_PREFETCH_H

@@ -508,7 +508,7 @@ static void send_cancel(sp_rpc *c) {
 
 static void rpc_disarm(sp_rpc *c) {
   if (c->dl_armed) {
-    sp_timers_remove(c->ctx, &c->dl);
+    sp_timers_remove(&c->ctx->timers, &c->dl);
     c->dl_armed = 0;
   }
 }
@@ -550,7 +550,7 @@ sp_rpc *sp_rpc_new(sp_ctx *ctx, sp_task *t, double timeout_ms) {
   }
   if (timeout_ms > 0) {
     double ms = timeout_ms > 1e12 ? 1e12 : timeout_ms;
-    if (sp_timers_add(ctx, &c->dl, sp_timers_now(ctx) + (uint64_t)(ms * 1e6)) == 0) c->dl_armed = 1;
+    if (sp_timers_add(&ctx->timers, &c->dl, sp_timers_now(&ctx->timers) + (uint64_t)(ms * 1e6)) == 0) c->dl_armed = 1;
   }
   return c;
 }

@@ -30,7 +30,7 @@ struct sp_replay_query {
   char *id;            /* query id (NUL-terminated) */
   char *mode;          /* recorded mode ("spechop", ...), or NULL if unknown */
   char *config;        /* the --compare configuration it ran under ("config"), NULL if none */
-  int k;               /* recorded k: >= 1, -1 = inf, 0 = unknown */
+  int k;               /* recorded k: >= 1, SP_K_UNBOUNDED, or SP_K_AUTO (auto or not recorded: no one fixed k) */
   int m;               /* speculator candidates per hop, >= 1 */
   int launch;          /* recorded SP_REPLAY_EAGER / SLOT; slot when not recorded (older files) */
   int has_spec;        /* some hop made a speculator call (else nothing can be re-speculated) */
@@ -43,7 +43,7 @@ struct sp_replay_set {
   sp_replay_query *queries; /* loaded queries */
   size_t n;                 /* number of queries */
   char *mode;               /* mode shared by every query, NULL if unknown/mixed */
-  int k;                    /* k shared by every query (as in sp_replay_query), 0 if unknown/mixed */
+  int k;                    /* k shared by every query (as in sp_replay_query), SP_K_AUTO if none or mixed */
   char *warnings;           /* skipped lines/records, newline-terminated; NULL if none */
   size_t n_warnings;        /* number of warnings (some may be elided from the text) */
 };
@@ -52,27 +52,35 @@ struct sp_replay_set {
    messages name the path. */
 int sp_replay_load_file(const char *path, sp_replay_set **out, char *err, size_t errlen);
 
-/* Replays one query under mode "spechop" (continuous, Algorithm 1), "window"
-   (bounded window, Theorem 2) or "sequential" (k = 1); NULL = "spechop".
-   k < 0 means unbounded. launch: SP_REPLAY_EAGER or SP_REPLAY_SLOT (spechop
+/* Replays one query on the window under mode "spechop" (continuous,
+   Algorithm 1), "window" (bounded window, Theorem 2) or "sequential"
+   (k = 1); NULL = "spechop". k: >= 1, SP_K_UNBOUNDED, or
+   SP_REPLAY_K_RECORDED. launch: SP_REPLAY_EAGER or SP_REPLAY_SLOT (spechop
    only; window mode is always slot), or SP_REPLAY_LAUNCH_RECORDED. Returns
    RelLat = wall / standard, where standard is the hops run back to back:
    sum(t_seg + t_target + t_update) + final_seg. wall_out/standard_out may be
-   NULL. NaN for an unknown mode or k == 0. This is the event-level model the
-   window is checked against (bench fidelity, the virtual-clock specs). */
+   NULL. NaN for an unknown mode or a k that is none of those (SP_K_AUTO:
+   an auto run has no one k to replay at). */
 double sp_replay_run(const sp_replay_query *q, const char *mode, int k, int launch, double *wall_out,
                      double *standard_out);
 
 /* The event-level model at (p, alpha, beta): n_queries synthetic queries of
    n_hops hops (stage times with means beta, alpha and 1 for the target,
    lognormal with coefficient of variation cv, 0 = fixed; each guess right
-   with probability p) run through the replay schedule above. Returns
+   with probability p) replayed as above (k: >= 1 or SP_K_UNBOUNDED). Returns
    sum wall / sum standard; NaN on invalid input. Deterministic in seed. */
 double sp_replay_model(double p, double alpha, double beta, double cv, int k, const char *mode, int launch,
                        int n_hops, int n_queries, uint64_t seed);
 
-/* `specula replay FILE [--k LIST] [--mode M] [--json]`; argv[0] is the
-   subcommand name. Returns the exit status: 0 ok, 2 bad arguments or input. */
-int sp_replay_main(int argc, char **argv);
+/* sp_replay_run on playback p (sp_playback.h), which a caller replaying
+   many queries keeps for all of them. */
+typedef struct sp_playback sp_playback;
+double sp_replay_run_on(sp_playback *p, const sp_replay_query *q, const char *mode, int k, int launch,
+                        double *wall_out, double *standard_out);
+
+/* Keep the queries of set recorded under configuration name (the records
+   of a --compare run hold several); the k and mode they share are found
+   again. Returns how many are kept, -1 when memory ran out. */
+long sp_replay_set_keep_config(sp_replay_set *set, const char *name);
 
 #endif

@@ -42,10 +42,12 @@ static void task_reap_later(sp_task *t);
 double sp_now_ms(void) { return (double)uv_hrtime() / 1e6; }
 
 double sp_clock_ms(const sp_ctx *ctx) {
-  return ctx ? (double)sp_timers_now(ctx) / 1e6 : sp_now_ms();
+  return ctx ? (double)sp_timers_now(&ctx->timers) / 1e6 : sp_now_ms();
 }
 
 int sp_clock_virtual(const sp_ctx *ctx) { return ctx && ctx->timers.virt; }
+
+const sp_clock *sp_ctx_clock(const sp_ctx *ctx) { return ctx ? &ctx->timers : NULL; }
 
 int sp_clock_set_virtual(sp_ctx *ctx, int on, char *err, size_t errlen) {
   if (!ctx) return -1;
@@ -158,7 +160,7 @@ void sp_sched_drain(sp_ctx *ctx) {
        for signals and shutdown). */
     if (!ctx->timers.virt || ctx->ready_head || ctx->budget <= 0 || ctx->stopping) break;
     if (ctx->reap) sp_sched_reap(ctx);
-    if (sp_timers_advance(ctx) == 0) break;
+    if (sp_timers_advance(&ctx->timers) == 0) break;
   }
   sp_sched_reap(ctx);
   sp_vals_sweep(ctx);
@@ -284,7 +286,7 @@ sp_task *sp_job_new(sp_ctx *ctx, int kind, sp_task_hook hook, void *ud) {
   t->hook_ud = ud;
   t->job_id = t->id;
   /* the instant the window launched it, as the window times its stages */
-  t->job_born_ns = ctx->hook_clock ? ctx->hook_now : sp_timers_now(ctx);
+  t->job_born_ns = ctx->hook_clock ? ctx->hook_now : sp_timers_now(&ctx->timers);
   return t;
 }
 
@@ -393,7 +395,7 @@ static void job_finish(sp_ctx *ctx, sp_task *t, int status, const sp_jobres *res
     sp_task_hook hook = t->hook;
     t->hook = NULL;
     t->state = status;
-    ctx->hook_now = sp_timers_now(ctx);
+    ctx->hook_now = sp_timers_now(&ctx->timers);
     ctx->hook_clock = 1;
     hook(t, status == SP_TASK_DONE ? res : NULL, status, t->hook_ud);
     ctx->hook_clock = 0;
@@ -459,7 +461,7 @@ static void defer_cancel(sp_op *op) {
   sp_deferop *d = (sp_deferop *)op;
   if (d->dl.idx >= 0) {
     d->ctx->counts.timers--;
-    sp_timers_remove(d->ctx, &d->dl);
+    sp_timers_remove(&d->ctx->timers, &d->dl);
   }
   release_results(d->ctx, &d->res);
   d->job->deferred = NULL;
@@ -498,7 +500,7 @@ static int job_defer_results(sp_ctx *ctx, sp_task *t, int ok, const sp_jobres *r
     }
   }
   double whole = t->defer_ms > 1e12 ? 1e12 : t->defer_ms;
-  if (sp_timers_add(ctx, &d->dl, sp_timers_now(ctx) + (uint64_t)(whole * 1e6)) != 0) {
+  if (sp_timers_add(&ctx->timers, &d->dl, sp_timers_now(&ctx->timers) + (uint64_t)(whole * 1e6)) != 0) {
     defer_free(d);
     return -1;
   }
@@ -892,7 +894,7 @@ static void sleep_fired(sp_deadline *d) {
 static void sleep_cancel(sp_op *op) {
   sp_sleepop *s = (sp_sleepop *)op;
   s->ctx->counts.timers--;
-  sp_timers_remove(s->ctx, &s->dl);
+  sp_timers_remove(&s->ctx->timers, &s->dl);
   free(s);
 }
 
@@ -915,7 +917,7 @@ int sp_sleep(sp_task *t, double ms, char *err, size_t errlen) {
   s->dl.fire = sleep_fired;
   s->dl.idx = -1;
   double whole = ms > 1e12 ? 1e12 : ms;
-  if (sp_timers_add(ctx, &s->dl, sp_timers_now(ctx) + (uint64_t)(whole * 1e6)) != 0) {
+  if (sp_timers_add(&ctx->timers, &s->dl, sp_timers_now(&ctx->timers) + (uint64_t)(whole * 1e6)) != 0) {
     free(s);
     snprintf(err, errlen, "sleep: cannot arm the timer");
     return -1;

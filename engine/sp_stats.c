@@ -64,7 +64,7 @@ int sp_kauto_k(sp_kauto *a) {
   sp_kauto_estimates(a, &alpha, &beta, &nu);
   if (alpha + beta <= 0) return a->k_max;
   int k = sp_theory_k_eps(alpha, beta, nu, a->eps);
-  if (k < 0) k = a->k_max; /* unbounded */
+  if (k == SP_K_UNBOUNDED) k = a->k_max;
   if (k < a->k_min) k = a->k_min;
   if (k > a->k_max) k = a->k_max;
   return k;

@@ -1,14 +1,16 @@
 #include "sp_timer.h"
-#include "sp_ctx.h"
-#include "sp_sched.h"
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
-void sp_timers_init(sp_timers *t) {
+void sp_timers_init(sp_timers *t, uv_loop_t *loop, void (*wake)(void *ud), void *wake_ud) {
   memset(t, 0, sizeof *t);
+  t->loop = loop;
+  t->wake = wake;
+  t->wake_ud = wake_ud;
   t->fd = -1;
 }
 
@@ -50,8 +52,7 @@ static void down(sp_timers *t, int i, sp_heapent e) {
 static void on_timerfd(uv_poll_t *h, int status, int events);
 
 /* Point the timerfd at the earliest deadline (or disarm it). */
-static void rearm(sp_ctx *ctx) {
-  sp_timers *t = &ctx->timers;
+static void rearm(sp_timers *t) {
   if (t->virt) return;   /* the scheduler advances virtual time itself */
   uint64_t due = t->n ? t->heap[0].due : 0;
   if (due == t->armed) return;
@@ -70,8 +71,9 @@ static void rearm(sp_ctx *ctx) {
 }
 
 static void on_timerfd(uv_poll_t *h, int status, int events) {
-  sp_ctx *ctx = h->loop->data;
-  sp_timers *t = &ctx->timers;
+  (void)status;
+  (void)events;
+  sp_timers *t = (sp_timers *)((char *)h - offsetof(sp_timers, poll));
   uint64_t expirations;
   while (read(t->fd, &expirations, sizeof expirations) > 0) {
   }
@@ -79,18 +81,17 @@ static void on_timerfd(uv_poll_t *h, int status, int events) {
   uint64_t now = uv_hrtime();
   while (t->n && t->heap[0].due <= now) {
     sp_deadline *d = t->heap[0].d;
-    sp_timers_remove(ctx, d);
+    sp_timers_remove(t, d);
     d->fire(d);
   }
-  rearm(ctx);
+  rearm(t);
 }
 
-static int ensure(sp_ctx *ctx) {
-  sp_timers *t = &ctx->timers;
+static int ensure(sp_timers *t) {
   if (t->fd >= 0) return 0;
   t->fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (t->fd < 0) return -1;
-  if (uv_poll_init(&ctx->loop, &t->poll, t->fd) != 0) {
+  if (uv_poll_init(t->loop, &t->poll, t->fd) != 0) {
     close(t->fd);
     t->fd = -1;
     return -1;
@@ -99,27 +100,23 @@ static int ensure(sp_ctx *ctx) {
   return 0;
 }
 
-uint64_t sp_timers_now(const sp_ctx *ctx) {
-  return ctx->timers.virt ? ctx->timers.vnow : uv_hrtime();
-}
+uint64_t sp_timers_now(const sp_timers *t) { return t->virt ? t->vnow : uv_hrtime(); }
 
-int sp_timers_advance(sp_ctx *ctx) {
-  sp_timers *t = &ctx->timers;
+int sp_timers_advance(sp_timers *t) {
   if (!t->virt || t->n == 0) return 0;
   if (t->heap[0].due > t->vnow) t->vnow = t->heap[0].due;
   int fired = 0;
   while (t->n && t->heap[0].due <= t->vnow) {
     sp_deadline *d = t->heap[0].d;
-    sp_timers_remove(ctx, d);
+    sp_timers_remove(t, d);
     d->fire(d);
     fired++;
   }
   return fired;
 }
 
-int sp_timers_add(sp_ctx *ctx, sp_deadline *d, uint64_t due) {
-  sp_timers *t = &ctx->timers;
-  if (!t->virt && ensure(ctx) != 0) return -1;
+int sp_timers_add(sp_timers *t, sp_deadline *d, uint64_t due) {
+  if (!t->virt && ensure(t) != 0) return -1;
   if (t->n == t->cap) {
     int cap = t->cap ? t->cap * 2 : 64;
     sp_heapent *p = realloc(t->heap, (size_t)cap * sizeof *p);
@@ -131,15 +128,14 @@ int sp_timers_add(sp_ctx *ctx, sp_deadline *d, uint64_t due) {
   d->seq = t->seq++;
   sp_heapent e = { d->due, d->seq, d };
   up(t, t->n++, e);
-  rearm(ctx);
-  /* virtual: the ready-queue handle keeps the loop turning until the
+  rearm(t);
+  /* virtual: whoever advances the clock keeps the loop turning until the
      deadline is reached */
-  if (t->virt) sp_sched_poke(ctx);
+  if (t->virt && t->wake) t->wake(t->wake_ud);
   return 0;
 }
 
-void sp_timers_remove(sp_ctx *ctx, sp_deadline *d) {
-  sp_timers *t = &ctx->timers;
+void sp_timers_remove(sp_timers *t, sp_deadline *d) {
   int i = d->idx;
   if (i < 0 || i >= t->n || t->heap[i].d != d) return;
   d->idx = -1;
@@ -150,17 +146,16 @@ void sp_timers_remove(sp_ctx *ctx, sp_deadline *d) {
     if (i > 0 && before(&last, &t->heap[(i - 1) / 2])) up(t, i, last);
     else down(t, i, last);
   }
-  rearm(ctx);
+  rearm(t);
 }
 
 static void fd_closed(uv_handle_t *h) {
-  sp_ctx *ctx = h->loop->data;
-  if (ctx->timers.fd >= 0) close(ctx->timers.fd);
-  ctx->timers.fd = -1;
+  sp_timers *t = (sp_timers *)((char *)h - offsetof(sp_timers, poll));
+  if (t->fd >= 0) close(t->fd);
+  t->fd = -1;
 }
 
-void sp_timers_close(sp_ctx *ctx) {
-  sp_timers *t = &ctx->timers;
+void sp_timers_close(sp_timers *t) {
   free(t->heap);
   t->heap = NULL;
   t->n = t->cap = 0;

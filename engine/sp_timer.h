@@ -9,13 +9,17 @@
  * scheduler advances it to the earliest deadline and fires every deadline due
  * then, in (due, arming order) order, so a run is deterministic and takes
  * no real waiting. Real I/O is refused under the virtual clock.
+ *
+ * The unit needs a loop to poll its timerfd on and a wake hook: whoever
+ * advances virtual time (the scheduler) is told when a deadline is armed on
+ * the virtual clock, so the loop keeps turning until it is reached. It
+ * knows nothing else of the engine.
  */
 #ifndef SP_TIMER_H
 #define SP_TIMER_H
 #include <stdint.h>
 #include <uv.h>
 
-typedef struct sp_ctx sp_ctx;
 typedef struct sp_deadline sp_deadline;
 
 struct sp_deadline {
@@ -34,6 +38,9 @@ typedef struct sp_heapent {
 } sp_heapent;
 
 typedef struct sp_timers {
+  uv_loop_t *loop;                       /* the loop the timerfd is polled on */
+  void (*wake)(void *ud);                /* a deadline was armed on the virtual clock */
+  void *wake_ud;                         /* its argument */
   int fd;                                /* timerfd, -1 before first use */
   uv_poll_t poll;                        /* watches fd */
   int polling;                           /* poll handle initialised */
@@ -45,13 +52,13 @@ typedef struct sp_timers {
   uint64_t seq;                          /* next arming number */
 } sp_timers;
 
-void sp_timers_init(sp_timers *t);
-int sp_timers_add(sp_ctx *ctx, sp_deadline *d, uint64_t due);  /* 0 ok, -1 no memory */
-void sp_timers_remove(sp_ctx *ctx, sp_deadline *d);
-void sp_timers_close(sp_ctx *ctx);                              /* shutdown */
-uint64_t sp_timers_now(const sp_ctx *ctx);                      /* ns on the engine clock */
+void sp_timers_init(sp_timers *t, uv_loop_t *loop, void (*wake)(void *ud), void *wake_ud);
+int sp_timers_add(sp_timers *t, sp_deadline *d, uint64_t due);  /* 0 ok, -1 no memory */
+void sp_timers_remove(sp_timers *t, sp_deadline *d);
+void sp_timers_close(sp_timers *t);                              /* shutdown */
+uint64_t sp_timers_now(const sp_timers *t);                      /* ns on the engine clock */
 /* Virtual clock only: jump to the earliest deadline and fire all that are
    due then. Returns how many fired (0: none pending). */
-int sp_timers_advance(sp_ctx *ctx);
+int sp_timers_advance(sp_timers *t);
 
 #endif

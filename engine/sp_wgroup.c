@@ -41,7 +41,7 @@ sp_wgroup *sp_wgroup_new(sp_ctx *ctx) {
 /* Windows still reporting to the group are detached (they finish alone). */
 void sp_wgroup_free(sp_wgroup *g) {
   if (!g) return;
-  for (sp_window *w = g->ctx->window_list; w; w = w->next_w)
+  for (sp_window *w = g->ctx->windows ? g->ctx->windows->live : NULL; w; w = w->next_w)
     if (w->group == g) w->group = NULL;
   if (g->waiter) sp_op_unlink(&g->wait_op);
   free(g);

@@ -38,7 +38,7 @@
  */
 #include "sp_window_int.h"
 #include "sp_stats.h"
-#include "sp_theory.h"
+#include "sp_est.h"
 #include "sp_vals.h"
 #include "sp_buf.h"
 #include "sp_json.h"
@@ -83,31 +83,10 @@ static char *reason_dup(const char *prefix, const char *msg) {
   return s;
 }
 
-void sp_win_tev(sp_window *w, const char *name, char ph, sp_node *n, double start_ms,
-                double end_ms, int flag, const char *detail) {
-  if (!w->cfg.trace) return;
-  if (w->ntev == w->captev) {
-    int cap = w->captev ? w->captev * 2 : 64;
-    sp_tev_rec *p = realloc(w->tev, (size_t)cap * sizeof *p);
-    if (!p) return;
-    w->tev = p;
-    w->captev = cap;
-  }
-  sp_tev_rec *r = &w->tev[w->ntev++];
-  r->detail = detail && *detail ? dupstr(detail) : NULL;
-  r->ev.name = name;
-  r->ev.ph = ph;
-  r->ev.tid = n ? n->tid : 0;
-  r->ev.hop = n ? n->hop : -1;
-  r->ev.ts_us = start_ms * 1000.0;   /* window times count from its start */
-  r->ev.dur_us = ph == 'X' ? (end_ms - start_ms) * 1000.0 : 0;
-  r->ev.flag = flag;
-  r->ev.detail = r->detail ? r->detail : "";
-}
 
 static int current_k(sp_window *w) {
   if (w->cfg.mode == SP_MODE_SEQUENTIAL) return 1;
-  if (w->cfg.k == 0) return sp_kauto_k(w->cfg.kauto);
+  if (w->cfg.k == SP_K_AUTO) return sp_kauto_k(w->cfg.kauto);
   return w->cfg.k;
 }
 
@@ -139,17 +118,6 @@ static void spec_unreserve(sp_window *w, sp_node *n) {
   note_live(w, -1);
 }
 
-/* The window's one way to the gate: every launch from an unverified state
-   or a prediction comes through here with its trigger and the script's
-   decision for that very call; counted per query and trigger. */
-_Static_assert(SP_TRIG_N == 4 && SP_FULL == 2, "sp_window_stats.gate is [SP_TRIG_N][3]");
-int sp_win_gate(sp_window *w, int tool, int trigger, int hint) {
-  int why = 0;
-  int d = sp_policy_gate(w->cfg.policy, tool, trigger, hint, w->inflight,
-                         w->st.wasted_cost + w->at_risk, &why);
-  w->st.gate[trigger][d]++;
-  return d;
-}
 
 /* ---- nodes -------------------------------------------------------------- */
 
@@ -158,31 +126,38 @@ int sp_win_gate(sp_window *w, int tool, int trigger, int hint) {
 #define NODE_POOL_MAX 4096
 
 static sp_node *node_alloc(sp_ctx *ctx) {
-  sp_node *n = ctx->node_pool;
+  sp_windows *ws = ctx->windows;
+  sp_node *n = ws->node_pool;
   if (!n) return calloc(1, sizeof *n);
-  ctx->node_pool = n->parent;
-  ctx->nnode_pool--;
+  ws->node_pool = n->parent;
+  ws->nnode_pool--;
   memset(n, 0, sizeof *n);
   return n;
 }
 
 static void node_release(sp_ctx *ctx, sp_node *n) {
-  if (ctx->nnode_pool >= NODE_POOL_MAX || ctx->stopping) {
+  sp_windows *ws = ctx->windows;
+  if (ws->nnode_pool >= NODE_POOL_MAX || ctx->stopping) {
     free(n);
     return;
   }
-  n->parent = ctx->node_pool;   /* the pool's link */
-  ctx->node_pool = n;
-  ctx->nnode_pool++;
+  n->parent = ws->node_pool;   /* the pool's link */
+  ws->node_pool = n;
+  ws->nnode_pool++;
 }
 
 void sp_window_pool_free(sp_ctx *ctx) {
-  while (ctx->node_pool) {
-    sp_node *n = ctx->node_pool;
-    ctx->node_pool = n->parent;
+  sp_windows *ws = ctx->windows;
+  if (!ws) return;
+  while (ws->node_pool) {
+    sp_node *n = ws->node_pool;
+    ws->node_pool = n->parent;
     free(n);
   }
-  ctx->nnode_pool = 0;
+  ws->nnode_pool = 0;
+  if (ws->live) return;   /* a window not freed yet still unlinks itself from the list */
+  free(ws);
+  ctx->windows = NULL;
 }
 
 static sp_node *node_new(sp_window *w, int hop, sp_node *parent, int rank, double conf) {
@@ -311,20 +286,6 @@ static void retire(sp_window *w, sp_node *n) {
 
 /* ---- jobs --------------------------------------------------------------- */
 
-/* A job of node n running the adapter's function for `kind`; the caller
-   fills its arguments (t->call) and starts it. */
-sp_task *sp_win_job(sp_window *w, sp_node *n, int kind, sp_task_hook hook, void *ud) {
-  sp_task *t = sp_job_new(w->ctx, kind, hook, ud);
-  if (!t) return NULL;
-  t->speculative = is_speculative(w, n);
-  t->window_node = n;
-  t->job_thread = n ? n->tid : 0;
-  /* the adapter and the query ctx outlive every job of the window (it
-     cancels them before it goes): the job holds no reference of its own */
-  t->call.fn = w->fn[kind];
-  t->call.qctx = w->qctx_ref;
-  return t;
-}
 
 static sp_task *job(sp_window *w, sp_node *n, int kind, sp_task_hook hook) {
   return sp_win_job(w, n, kind, hook, n);
@@ -504,7 +465,7 @@ static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud) {
 
 /* The target result of a node is in (from its own call or a promoted
    prediction); res holds the observation when ok. */
-void sp_win_target_done(sp_window *w, sp_node *n, int ok, const sp_jobres *res, const char *err) {
+static void target_done(sp_window *w, sp_node *n, int ok, const sp_jobres *res, const char *err) {
   double end = now_ms(w);
   n->t_target = end - n->t_target0;
   if (n->tg_spec) inflight_add(w, -1);
@@ -524,7 +485,7 @@ static void on_target(sp_task *t, const sp_jobres *res, int status, void *ud) {
   sp_node *n = ud;
   sp_window *w = n->w;
   n->j_target = NULL;
-  sp_win_target_done(w, n, status == SP_TASK_DONE, res, sp_task_error(t));
+  target_done(w, n, status == SP_TASK_DONE, res, sp_task_error(t));
 }
 
 static void on_warmup(sp_task *t, const sp_jobres *res, int status, void *ud) {
@@ -944,12 +905,16 @@ sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_
     snprintf(err, errlen, "window: unknown mode %d", cfg->mode);
     return NULL;
   }
-  if (cfg->k < -1 || (cfg->k == 0 && !cfg->kauto)) {
-    snprintf(err, errlen, "window: k must be >= 1, unbounded (-1) or auto (0, with an estimator)");
+  if (cfg->k < SP_K_UNBOUNDED || (cfg->k == SP_K_AUTO && !cfg->kauto)) {
+    snprintf(err, errlen, "window: k must be >= 1, unbounded (SP_K_UNBOUNDED) or auto (SP_K_AUTO, with an estimator)");
     return NULL;
   }
   if (cfg->m < 1) {
     snprintf(err, errlen, "window: m must be >= 1");
+    return NULL;
+  }
+  if (!ctx->windows && !(ctx->windows = calloc(1, sizeof *ctx->windows))) {
+    snprintf(err, errlen, "window: out of memory");
     return NULL;
   }
   sp_window *w = calloc(1, sizeof *w);
@@ -959,20 +924,22 @@ sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_
   }
   static const int none = SP_NOVAL;
   w->ctx = ctx;
-  w->t0_ns = sp_timers_now(ctx);   /* do_start restarts it; a window failing before that has a sane wall time */
+  w->t0_ns = sp_timers_now(&ctx->timers);   /* do_start restarts it; a window failing before that has a sane wall time */
   w->t0 = (double)w->t0_ns / 1e6;
   w->cfg = *cfg;
   if (w->cfg.mode == SP_MODE_SEQUENTIAL) w->cfg.k = 1;
   for (int i = 0; i < SP_JOB_KINDS; i++) w->fn[i] = none;
   w->qctx_ref = w->answer_ref = none;
   w->kick.run = kick_run;
+  w->target_done = target_done;
   ctx->counts.windows++;
-  w->id = ++ctx->next_window_id;
+  sp_windows *ws = ctx->windows;
+  w->id = ++ws->next_id;
   /* live windows list */
-  sp_window *head = ctx->window_list;
+  sp_window *head = ws->live;
   w->next_w = head;
   if (head) head->prev = w;
-  ctx->window_list = w;
+  ws->live = w;
   return w;
 }
 
@@ -1030,7 +997,7 @@ int sp_window_set_fns(sp_window *w, const sp_window_fns *f, char *err, size_t er
 
 /* Start in loop context: run init + the first step. */
 static void do_start(sp_window *w) {
-  w->t0_ns = w->ctx->hook_clock ? w->ctx->hook_now : sp_timers_now(w->ctx);
+  w->t0_ns = w->ctx->hook_clock ? w->ctx->hook_now : sp_timers_now(&w->ctx->timers);
   w->t0 = (double)w->t0_ns / 1e6;
   if (w->fn[SP_JOB_START] == SP_NOVAL || w->qctx_ref == SP_NOVAL) {
     fail(w, "window started without its agent (sp_window_set_fns was not called)");
@@ -1071,7 +1038,7 @@ static void window_destroy(sp_window *w) {
   sp_ctx *ctx = w->ctx;
   release_all(w);
   if (w->prev) w->prev->next_w = w->next_w;
-  else ctx->window_list = w->next_w;
+  else ctx->windows->live = w->next_w;
   if (w->next_w) w->next_w->prev = w->prev;
   for (int i = 0; i < w->ntev; i++) free(w->tev[i].detail);
   free(w->tev);
@@ -1215,5 +1182,5 @@ int sp_window_tev(const sp_window *w, int i, sp_tev *out) {
 double sp_window_t0_us(const sp_window *w) { return w ? w->t0 * 1000.0 : 0; }
 
 void sp_window_cancel_all(sp_ctx *ctx) {
-  for (sp_window *w = ctx->window_list; w; w = w->next_w) sp_window_cancel(w);
+  for (sp_window *w = ctx->windows ? ctx->windows->live : NULL; w; w = w->next_w) sp_window_cancel(w);
 }

@@ -138,6 +138,10 @@ struct sp_window {
   sp_window *gnext;        /* link in the group's finished list */
   sp_op wait_op;           /* links waiter's cancellation to us */
   sp_runnable kick;        /* deferred work that needs the Lua state */
+  /* the target result of thread n is in (its own call or a promoted
+     prediction; res holds the observation when ok): the window's reaction,
+     handed to the action speculation it calls, which calls nothing of it */
+  void (*target_done)(sp_window *w, sp_node *n, int ok, const sp_jobres *res, const char *err);
   int kick_action;         /* KICK_* */
   sp_tev_rec *tev;         /* trace events */
   int ntev, captev;        /* used / allocated */
@@ -147,6 +151,15 @@ struct sp_window {
 
 enum { KICK_NONE, KICK_START, KICK_FREE };   /* deferred work of a window (kick_action) */
 
+/* What the window unit keeps per engine context (sp_ctx.windows), made
+   with the first window and freed at shutdown (sp_window_pool_free). */
+typedef struct sp_windows {
+  sp_window *live;         /* live windows, for shutdown */
+  sp_node *node_pool;      /* freed node structs kept for reuse (linked by parent) */
+  int nnode_pool;          /* entries in node_pool */
+  int next_id;             /* last window id handed out */
+} sp_windows;
+
 /* ---- small helpers, shared ------------------------------------------------ */
 
 /* A hook reacts at one instant: the scheduler reads the clock once per
@@ -155,7 +168,7 @@ static inline double now_ms(sp_window *w) {
   /* ms since the window started, from integer ns: a duration comes out the
      same whatever the absolute time (under the virtual clock, however far
      other queries have moved it) */
-  uint64_t ns = w->ctx->hook_clock ? w->ctx->hook_now : sp_timers_now(w->ctx);
+  uint64_t ns = w->ctx->hook_clock ? w->ctx->hook_now : sp_timers_now(&w->ctx->timers);
   return (double)(int64_t)(ns - w->t0_ns) / 1e6;
 }
 
@@ -209,12 +222,57 @@ static inline void risk_useful(sp_window *w, sp_risk *r) {
   r->cost = 0;
 }
 
-/* ---- window internals the action-speculation file calls (sp_window.c) ---- */
-void sp_win_tev(sp_window *w, const char *name, char ph, sp_node *n, double start_ms, double end_ms, int flag,
-                const char *detail);                                  /* a trace event */
-int sp_win_gate(sp_window *w, int tool, int trigger, int hint);       /* the one way to the gate */
-sp_task *sp_win_job(sp_window *w, sp_node *n, int kind, sp_task_hook hook, void *ud); /* a job of node n */
-void sp_win_target_done(sp_window *w, sp_node *n, int ok, const sp_jobres *res, const char *err);
+/* ---- what the window and its action speculation both use ------------------ */
+
+/* A trace event (when cfg.trace). */
+static inline void sp_win_tev(sp_window *w, const char *name, char ph, sp_node *n, double start_ms,
+                              double end_ms, int flag, const char *detail) {
+  if (!w->cfg.trace) return;
+  if (w->ntev == w->captev) {
+    int cap = w->captev ? w->captev * 2 : 64;
+    sp_tev_rec *p = realloc(w->tev, (size_t)cap * sizeof *p);
+    if (!p) return;
+    w->tev = p;
+    w->captev = cap;
+  }
+  sp_tev_rec *r = &w->tev[w->ntev++];
+  r->detail = detail && *detail ? dupstr(detail) : NULL;
+  r->ev.name = name;
+  r->ev.ph = ph;
+  r->ev.tid = n ? n->tid : 0;
+  r->ev.hop = n ? n->hop : -1;
+  r->ev.ts_us = start_ms * 1000.0;   /* window times count from its start */
+  r->ev.dur_us = ph == 'X' ? (end_ms - start_ms) * 1000.0 : 0;
+  r->ev.flag = flag;
+  r->ev.detail = r->detail ? r->detail : "";
+}
+
+/* The window's one way to the gate: every launch from an unverified state
+   or a prediction comes through here with its trigger and the script's
+   decision for that very call; counted per query and trigger. */
+_Static_assert(SP_TRIG_N == 4 && SP_FULL == 2, "sp_window_stats.gate is [SP_TRIG_N][3]");
+static inline int sp_win_gate(sp_window *w, int tool, int trigger, int hint) {
+  int why = 0;
+  int d = sp_policy_gate(w->cfg.policy, tool, trigger, hint, w->inflight,
+                         w->st.wasted_cost + w->at_risk, &why);
+  w->st.gate[trigger][d]++;
+  return d;
+}
+
+/* A job of node n running the adapter's function for `kind`; the caller
+   fills its arguments (t->call) and starts it. */
+static inline sp_task *sp_win_job(sp_window *w, sp_node *n, int kind, sp_task_hook hook, void *ud) {
+  sp_task *t = sp_job_new(w->ctx, kind, hook, ud);
+  if (!t) return NULL;
+  t->speculative = is_speculative(w, n);
+  t->window_node = n;
+  t->job_thread = n ? n->tid : 0;
+  /* the adapter and the query ctx outlive every job of the window (it
+     cancels them before it goes): the job holds no reference of its own */
+  t->call.fn = w->fn[kind];
+  t->call.qctx = w->qctx_ref;
+  return t;
+}
 
 /* ---- action speculation (sp_window_pf.c) ----------------------------------- */
 /* The step chose (tool, key): promote a matching prediction, drop the

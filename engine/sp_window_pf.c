@@ -66,7 +66,7 @@ static void on_pfent(sp_task *t, const sp_jobres *res, int status, void *ud) {
   if (e->state == PF_PROMOTED) {
     /* the thread's target call */
     n->j_target = NULL;
-    sp_win_target_done(w, n, status == SP_TASK_DONE, res, sp_task_error(t));
+    w->target_done(w, n, status == SP_TASK_DONE, res, sp_task_error(t));
     return;
   }
   if (e->counted) {

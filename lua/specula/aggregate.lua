@@ -5,6 +5,7 @@ local core = require "specula.core"
 local policylib = require "specula.policy"
 local ffi = core.ffi
 local C = core.C
+local K_UNBOUNDED = tonumber(C.SP_K_UNBOUNDED)
 
 local tonumber, pairs, ipairs, format = tonumber, pairs, ipairs, string.format
 
@@ -14,7 +15,7 @@ local M = {}
 local function theory(p, a, b, k)
   if p == nil or a == nil or b == nil then return nil, nil end
   local star = C.sp_theory_rel_lat_star(p, a, b)
-  local kk = k < 0 and -1 or k
+  local kk = k < 0 and K_UNBOUNDED or k
   local rk = C.sp_theory_rel_lat_k(p, a, b, kk)
   if star ~= star then star = nil end
   if rk ~= rk then rk = nil end
@@ -117,7 +118,7 @@ function M.finish(a, k)
     a.p_hat, a.alpha_hat, a.beta_hat = est_get(a.est)
     a.est = nil   -- cdata: not part of what callers print or encode
   end
-  a.rel_lat_star, a.rel_lat_k = theory(a.p_hat, a.alpha_hat, a.beta_hat, k or -1)
+  a.rel_lat_star, a.rel_lat_k = theory(a.p_hat, a.alpha_hat, a.beta_hat, k or K_UNBOUNDED)
   if a.prefetch then a.prefetch.hit_rate = a.prefetch.fired > 0 and a.prefetch.promoted / a.prefetch.fired or nil end
   return a
 end

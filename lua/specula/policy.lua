@@ -92,7 +92,7 @@ function M.build(spec, agent_tools, script_dir)
   local p = C.sp_policy_new()
   if p == nil then error("policy: out of memory", 0) end
   p = ffi.gc(p, C.sp_policy_free)
-  if core.ctx ~= nil then C.sp_policy_set_clock(p, core.ctx) end
+  if core.ctx ~= nil then C.sp_policy_set_clock(p, C.sp_ctx_clock(core.ctx)) end
   -- file and spec: what the run's provenance describes (specula.provenance.policy)
   local obj = { ptr = p, name = name, script_errors = 0, first_error = nil, sources = sources, file = file,
                 spec = spec }

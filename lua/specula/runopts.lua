@@ -98,11 +98,12 @@ local function parse_opt(name, text)
 end
 M.parse_opt = parse_opt
 
--- The window's encoding of k: -1 unbounded, 0 auto, else the count (or
--- nil and the message).
+-- The window's encoding of k (sp_api.h): SP_K_UNBOUNDED, SP_K_AUTO, else
+-- the count (or nil and the message).
+local K_UNBOUNDED = tonumber(C.SP_K_UNBOUNDED)
 local function k_of(v)
   local k, err = optslib.parse("k", v)
-  if k == math.huge then return -1 end
+  if k == math.huge then return K_UNBOUNDED end
   return k, err
 end
 
@@ -335,7 +336,7 @@ function M.from_api(opts)
   for _, name in ipairs({ "k", "m", "eps", "seed", "concurrency" }) do
     o[name] = optslib.check("specula.run", name, o[name], 3)
   end
-  if o.k == math.huge then o.k = -1 end
+  if o.k == math.huge then o.k = K_UNBOUNDED end
   if not M.MODES[o.mode] then error("specula.run: unknown mode '" .. tostring(o.mode) .. "'", 3) end
   local queries = {}
   for i, q in ipairs(opts.queries or {}) do

@@ -223,7 +223,7 @@ end
 -- Sum of the replayed wall and standard times of `stages` with a verifier's
 -- verdicts: verdict(query, hop) -> "accepted" | "rejected" | nil (no pair:
 -- the recorded speculator failed or never answered) and the rank and
--- candidate count. k: -1 unbounded. Replays them as `specula replay` does,
+-- candidate count. k: SP_K_UNBOUNDED or >= 1. Replays them as `specula replay` does,
 -- on the window itself (sp_replay_timeline, counting spans only). Returns
 -- RelLat, wall, standard | nil, err.
 local replay_err_len = 256
@@ -243,7 +243,7 @@ function M.replay(stages, verdict, k, m)
                   rank = spec == "accepted" and rank or json.null, ncands = ncands or json.null }
     end
     lines[i] = json.encode({ id = tostring(q.query), stages = { hops = json.array(hops), final_seg = q.final_seg },
-      stats = { k_config = k < 0 and "inf" or k, m = m, mode = "spechop", spec_launch = "eager" } })
+      stats = { k_config = k == C.SP_K_UNBOUNDED and "inf" or k, m = m, mode = "spechop", spec_launch = "eager" } })
   end
   local text = concat(lines, "\n") .. "\n"
   local err = ffi.new("char[?]", replay_err_len)
@@ -429,7 +429,7 @@ function M.analyse_pairs(src, vs, opts)
       replay_rl, replay_err = M.replay(stages, function(query, hop, thread)
         local t = verdicts[qh(query, hop) .. "\0" .. tostring(thread)]
         if t then return t[1], t[2], t[3] end
-      end, k == math.huge and -1 or k, m)
+      end, k == math.huge and tonumber(C.SP_K_UNBOUNDED) or k, m)
     else
       replay_err = src.cut and "no record of the results file carries its stages"
         or "the cassette has no job lines (format 1) or no complete query"

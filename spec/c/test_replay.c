@@ -6,6 +6,7 @@
 #include "sp_replay.h"
 #include "sp_theory.h"
 #include "event_model.h"
+#include "sp_cmd.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -156,7 +157,7 @@ static void test_hand_cases(tcount *t) {
   r = sp_replay_run(&q, "spechop", -1, SP_REPLAY_SLOT, &w, &st);
   check(t, r == 1.0 && w == 0.5 && st == 0.5, "zero hops");
   check(t, isnan(sp_replay_run(&q, "bogus", 2, SP_REPLAY_SLOT, NULL, NULL)), "unknown mode is NaN");
-  check(t, isnan(sp_replay_run(&q, "spechop", 0, SP_REPLAY_SLOT, NULL, NULL)), "k = 0 is NaN");
+  check(t, isnan(sp_replay_run(&q, "spechop", SP_K_AUTO, SP_REPLAY_SLOT, NULL, NULL)), "k auto is NaN");
   check(t, isnan(sp_replay_run(NULL, "spechop", 2, SP_REPLAY_SLOT, NULL, NULL)), "NULL query is NaN");
   free(q.hops);
 }
@@ -293,7 +294,7 @@ static void test_shapes(tcount *t) {
   check(t, rc == 0 && set, "JSONL shape loads");
   if (rc == 0) {
     check(t, set->n == 3, "JSONL: three usable lines");
-    check(t, strcmp(set->queries[0].id, "a") == 0 && set->queries[0].k == -1 &&
+    check(t, strcmp(set->queries[0].id, "a") == 0 && set->queries[0].k == SP_K_UNBOUNDED &&
                  strcmp(set->queries[0].mode, "window") == 0,
           "JSONL: line 1 with k inf and mode");
     check(t, strcmp(set->queries[1].id, "c") == 0 && set->queries[1].n_hops == 0, "JSONL: empty hops");
@@ -303,7 +304,7 @@ static void test_shapes(tcount *t) {
           "JSONL: missing stages warned with line");
     check(t, set->warnings && strstr(set->warnings, "input:5:") && strstr(set->warnings, "JSON"),
           "JSONL: malformed line warned with line");
-    check(t, set->k == 0 && set->mode == NULL, "JSONL: mixed k/mode is unknown");
+    check(t, set->k == SP_K_AUTO && set->mode == NULL, "JSONL: mixed k/mode is unknown");
     near(t, "JSONL a k=inf", wall_of(&set->queries[0], "spechop", -1), 1.15, 1e-9);
     sp_replay_set_free(set);
   } else {
@@ -536,16 +537,23 @@ static void test_timeline_hand(tcount *t) {
         "timeline: NULL query");
   check(t, sp_replay_timeline(&q, "bogus", 2, SP_REPLAY_SLOT, sp, 16, mk, 8, &info, err, sizeof err) == -1 &&
                strstr(err, "bogus") != NULL, "timeline: unknown mode");
-  check(t, sp_replay_timeline(&q, NULL, 0, SP_REPLAY_SLOT, sp, 16, mk, 8, &info, err, sizeof err) == -1 &&
-               strstr(err, "recorded k") != NULL, "timeline: k = 0 without a recorded k");
+  check(t, sp_replay_timeline(&q, NULL, SP_REPLAY_K_RECORDED, SP_REPLAY_SLOT, sp, 16, mk, 8, &info, err,
+                              sizeof err) == -1 && strstr(err, "recorded k") != NULL,
+        "timeline: the recorded k when none was recorded");
+  check(t, sp_replay_timeline(&q, NULL, SP_K_AUTO, SP_REPLAY_SLOT, sp, 16, mk, 8, &info, err, sizeof err) == -1,
+        "timeline: k auto cannot be replayed");
   q.k = 2;
   q.launch = SP_REPLAY_SLOT;
-  check(t, sp_replay_timeline(&q, NULL, 0, SP_REPLAY_LAUNCH_RECORDED, sp, 16, mk, 8, &info, NULL, 0) == 0 &&
-               info.k == 2 && info.m == 1 && info.launch == SP_REPLAY_SLOT,
-        "timeline: k = 0 takes the recorded k; the schedule is reported");
+  check(t, sp_replay_timeline(&q, NULL, SP_REPLAY_K_RECORDED, SP_REPLAY_LAUNCH_RECORDED, sp, 16, mk, 8, &info, NULL,
+                              0) == 0 && info.k == 2 && info.m == 1 && info.launch == SP_REPLAY_SLOT,
+        "timeline: the recorded k; the schedule is reported");
+  double rw = NAN, kw = NAN;
+  sp_replay_run(&q, "spechop", SP_REPLAY_K_RECORDED, SP_REPLAY_SLOT, &rw, NULL);
+  sp_replay_run(&q, "spechop", 2, SP_REPLAY_SLOT, &kw, NULL);
+  check(t, rw == kw, "run: the recorded k is replayed as that k");
   q.launch = SP_REPLAY_EAGER;
   check(t, sp_replay_timeline(&q, "spechop", -1, SP_REPLAY_LAUNCH_RECORDED, sp, 16, mk, 8, &info, NULL, 0) == 0 &&
-               info.k == -1 && info.launch == SP_REPLAY_EAGER, "timeline: the recorded launch");
+               info.k == SP_K_UNBOUNDED && info.launch == SP_REPLAY_EAGER, "timeline: the recorded launch");
   check(t, sp_replay_timeline(&q, "window", 3, SP_REPLAY_EAGER, sp, 16, mk, 8, &info, NULL, 0) == 0 &&
                info.k == 3 && info.launch == SP_REPLAY_SLOT, "timeline: the window launches in slot");
   free(q.hops);

@@ -42,28 +42,28 @@ static void run_world(int ties) {
   if (sp_clock_set_virtual(&ctx, 1, err, sizeof err) != 0) abort();
   memset(items, 0, sizeof items);
   nfired = 0;
-  uint64_t base = sp_timers_now(&ctx);
+  uint64_t base = sp_timers_now(&ctx.timers);
   for (int i = 0; i < N; i++) {
     items[i].id = i;
     items[i].dl.fire = on_fire;
     items[i].dl.idx = -1;
     items[i].due = base + 1 + next() % (uint64_t)ties;   /* few distinct dues: many ties */
-    CHECK(sp_timers_add(&ctx, &items[i].dl, items[i].due) == 0, "arm %d", i);
+    CHECK(sp_timers_add(&ctx.timers, &items[i].dl, items[i].due) == 0, "arm %d", i);
     /* remove an earlier one now and then, from anywhere in the heap */
     if (i % 3 == 2) {
       int j = (int)(next() % (uint32_t)(i + 1));
       if (!items[j].removed) {
-        sp_timers_remove(&ctx, &items[j].dl);
+        sp_timers_remove(&ctx.timers, &items[j].dl);
         items[j].removed = 1;
         CHECK(items[j].dl.idx == -1, "removed %d is unarmed", j);
       }
     }
   }
-  sp_timers_remove(&ctx, &items[0].dl);   /* twice is harmless */
+  sp_timers_remove(&ctx.timers, &items[0].dl);   /* twice is harmless */
   items[0].removed = 1;
-  sp_timers_remove(&ctx, &items[0].dl);
+  sp_timers_remove(&ctx.timers, &items[0].dl);
   int advances = 0;
-  while (sp_timers_advance(&ctx) > 0) advances++;
+  while (sp_timers_advance(&ctx.timers) > 0) advances++;
   int expected = 0;
   for (int i = 0; i < N; i++) {
     CHECK(items[i].fired == (items[i].removed ? 0 : 1), "item %d fired %d times (removed %d)", i, items[i].fired,

@@ -21,7 +21,7 @@ function M.rel_lat_star(p, a, b)
   return N(tonumber(c_rel_lat_star(p, a, b)))
 end
 
--- RelLat_k (Corollary 3); k = -1 is the unbounded window.
+-- RelLat_k (Corollary 3); k = SP_K_UNBOUNDED is the unbounded window.
 function M.rel_lat_k(p, a, b, k)
   if not (p and a and b) then return nil end
   return N(tonumber(c_rel_lat_k(p, a, b, k)))
@@ -82,7 +82,7 @@ local function summarize(g, o)
   s.p_hat, s.alpha_hat, s.beta_hat = ratios(recs)
   s.rel_lat_star = rel_lat_star(s.p_hat, s.alpha_hat, s.beta_hat)
   local kx = g.kx
-  local kk = N(kx) or (kx == "inf" and -1) or nil
+  local kk = N(kx) or (kx == "inf" and tonumber(C.SP_K_UNBOUNDED)) or nil
   if kk then s.rel_lat_k = rel_lat_k(s.p_hat, s.alpha_hat, s.beta_hat, kk) end
   local n = s.queries
   s.model_pq, s.target_pq, s.spec_pq = s.model / n, s.target / n, s.speculator / n

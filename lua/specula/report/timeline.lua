@@ -61,7 +61,8 @@ local function replayed(rec)
   local spans, marks, rc
   for _ = 1, 2 do
     spans, marks = ffi.new("sp_replay_span[?]", cap_s), ffi.new("sp_replay_mark[?]", cap_m)
-    rc = C.sp_replay_timeline(q, mode, 0, C.SP_REPLAY_LAUNCH_RECORDED, spans, cap_s, marks, cap_m, info, err, errlen)
+    rc = C.sp_replay_timeline(q, mode, C.SP_REPLAY_K_RECORDED, C.SP_REPLAY_LAUNCH_RECORDED, spans, cap_s, marks, cap_m,
+      info, err, errlen)
     if rc == 0 or (info.n_spans <= cap_s and info.n_marks <= cap_m) then break end
     cap_s, cap_m = tonumber(info.n_spans), tonumber(info.n_marks)
   end
@@ -71,7 +72,7 @@ local function replayed(rec)
     return nil, msg
   end
   local tl = { spans = {}, marks = {}, lanes = {}, wall = tonumber(info.wall), mode = mode,
-               k = info.k < 0 and "inf" or info.k, m = info.m,
+               k = info.k == C.SP_K_UNBOUNDED and "inf" or info.k, m = info.m,
                launch = info.launch == C.SP_REPLAY_EAGER and "eager" or "slot" }
   for i = 0, tonumber(info.n_spans) - 1 do
     local sp = spans[i]

@@ -1,0 +1,343 @@
+/* `specula replay`: a recorded run's stage times re-scheduled on the window
+   at other k values (sp_replay.c loads them, sp_playback.c runs them). */
+#include "sp_cmd.h"
+#include "sp_buf.h"
+#include "sp_est.h"
+#include "sp_playback.h"
+#include "sp_replay.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SP_REPLAY_MAX_K 1000000      /* largest finite k on the command line */
+
+/* ======================================================================
+ * `specula replay`
+ * ====================================================================== */
+
+#define SP_REPLAY_USAGE \
+  "usage: specula replay FILE [--k 1,2,3,inf] [--mode spechop|window|sequential] " \
+  "[--spec-launch eager|slot] [--config NAME] [--json]\n"
+
+static void usage(FILE *f) {
+  fputs(SP_REPLAY_USAGE
+        "  FILE        a trace (specula run --trace) or a results file (specula run --out)\n"
+        "  --k LIST    comma-separated thread counts, integers >= 1 or inf\n"
+        "              (default 1,2,3,4,8,inf plus the recorded k)\n"
+        "  --mode M    spechop (continuous, default), window (bounded) or sequential\n"
+        "  --spec-launch eager|slot\n"
+        "              when a thread's speculator starts (default: as recorded; files\n"
+        "              without the field were recorded with slot)\n"
+        "  --config NAME\n"
+        "              the configuration to replay from the records of a --compare run\n"
+        "              (required when the file holds several)\n"
+        "  --json      one JSON object per k\n",
+        f);
+}
+
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("specula replay: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  fputs(SP_REPLAY_USAGE, stderr);
+  return 2;
+}
+
+/* Sort key: finite k ascending, unbounded last. */
+static int k_cmp(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  unsigned ux = x == SP_K_UNBOUNDED ? UINT_MAX : (unsigned)x, uy = y == SP_K_UNBOUNDED ? UINT_MAX : (unsigned)y;
+  return ux < uy ? -1 : ux > uy;
+}
+
+/* Adds k to the list unless present; list has room for one more. */
+static void k_add(int *list, size_t *n, int k) {
+  for (size_t i = 0; i < *n; i++)
+    if (list[i] == k) return;
+  list[(*n)++] = k;
+}
+
+/* Parses "1,2,inf" into list (capacity cap - 1, leaving room for the
+   recorded k). 0 ok, -1 bad. */
+static int parse_klist(const char *s, int *list, size_t cap, size_t *n) {
+  *n = 0;
+  while (*s) {
+    size_t len = strcspn(s, ",");
+    char tok[32];
+    if (len == 0 || len >= sizeof tok || *n + 1 >= cap) return -1;
+    memcpy(tok, s, len);
+    tok[len] = '\0';
+    int k;
+    if (strcmp(tok, "inf") == 0 || strcmp(tok, "infinity") == 0) {
+      k = SP_K_UNBOUNDED;
+    } else {
+      char *end;
+      errno = 0;
+      long v = strtol(tok, &end, 10);
+      if (*end || end == tok || errno || v < 1 || v > SP_REPLAY_MAX_K) return -1;
+      k = (int)v;
+    }
+    k_add(list, n, k);
+    s += len;
+    if (*s == ',') {
+      s++;
+      if (!*s) return -1;
+    }
+  }
+  return *n ? 0 : -1;
+}
+
+static void fmt_k(char *out, size_t n, int k) {
+  if (k == SP_K_UNBOUNDED) snprintf(out, n, "inf");
+  else snprintf(out, n, "%d", k);
+}
+
+/* Estimates of the theory's inputs from the recorded hops. */
+typedef struct sp_replay_est {
+  size_t hops;      /* recorded hops in total */
+  size_t judged;    /* hops whose speculation was judged (accepted/rejected/error) */
+  double p;         /* accepted / judged; NaN when none was judged */
+  double alpha;     /* mean t_spec / mean t_target; NaN when unknown */
+  double beta;      /* mean t_seg / mean t_target; NaN when unknown */
+} sp_replay_est;
+
+static sp_replay_est estimate(const sp_replay_set *set) {
+  sp_replay_est e = {0, 0, NAN, NAN, NAN};
+  sp_est acc;
+  memset(&acc, 0, sizeof acc);
+  /* the engine's one estimator (sp_api.h) over the recorded outcomes */
+  for (size_t i = 0; i < set->n; i++) {
+    const sp_replay_query *q = &set->queries[i];
+    for (size_t j = 0; j < q->n_hops; j++) {
+      const sp_replay_hop *h = &q->hops[j];
+      sp_est_add(&acc, h->spec, h->t_seg, h->t_spec, h->t_target);
+    }
+  }
+  e.hops = (size_t)acc.hops;
+  e.judged = (size_t)acc.judged;
+  sp_est_get(&acc, &e.p, &e.alpha, &e.beta);
+  return e;
+}
+
+/* A JSON number, or null when it is not one. */
+static void json_num(const char *key, double v) {
+  if (isfinite(v)) printf("%s%.10g", key, v);
+  else printf("%snull", key);
+}
+
+static int same_config(const char *a, const char *b) {
+  return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+/* Keep the queries of configuration `name` (NULL: the file must hold only
+   one). 0, or -1 after saying why (naming the configurations it holds). */
+static int pick_config(const char *file, sp_replay_set *set, const char *name) {
+  size_t distinct = 0;
+  sp_buf names;
+  sp_buf_init(&names);
+  for (size_t i = 0; i < set->n; i++) {
+    const char *c = set->queries[i].config;
+    int seen = 0;
+    for (size_t j = 0; j < i && !seen; j++) seen = same_config(set->queries[j].config, c);
+    if (!seen) {
+      distinct++;
+      sp_buf_printf(&names, "%s%s", distinct > 1 ? ", " : "", c ? c : "(none)");
+    }
+  }
+  int rc = 0;
+  if (!name && distinct > 1) {
+    fprintf(stderr, "specula replay: %s holds the records of %zu configurations (%s): replay one at a "
+            "time with --config NAME\n", file, distinct, names.data ? names.data : "");
+    rc = -1;
+  } else if (name) {
+    long kept = sp_replay_set_keep_config(set, name);
+    if (kept == 0) {
+      fprintf(stderr, "specula replay: %s has no record of configuration '%s' (it holds: %s)\n", file, name,
+              names.data ? names.data : "");
+      rc = -1;
+    } else if (kept < 0) {
+      fprintf(stderr, "specula replay: out of memory\n");
+      rc = -1;
+    }
+  }
+  sp_buf_free(&names);
+  return rc;
+}
+
+int sp_replay_main(int argc, char **argv) {
+  const char *file = NULL, *mode = NULL, *klist = NULL, *launch_s = NULL, *config = NULL;
+  int json = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { usage(stdout); return 0; }
+    if (strcmp(a, "--json") == 0) { json = 1; continue; }
+    const char **dst = NULL;
+    const char *val = NULL;
+    if (strncmp(a, "--k", 3) == 0 && (a[3] == '\0' || a[3] == '=')) dst = &klist;
+    else if (strncmp(a, "--mode", 6) == 0 && (a[6] == '\0' || a[6] == '=')) dst = &mode;
+    else if (strncmp(a, "--spec-launch", 13) == 0 && (a[13] == '\0' || a[13] == '=')) dst = &launch_s;
+    else if (strncmp(a, "--config", 8) == 0 && (a[8] == '\0' || a[8] == '=')) dst = &config;
+    if (dst) {
+      const char *eq = strchr(a, '=');
+      if (eq) val = eq + 1;
+      else if (i + 1 < argc) val = argv[++i];
+      else return fail("%s needs a value", a);
+      *dst = val;
+      continue;
+    }
+    if (a[0] == '-' && a[1] != '\0') return fail("unknown option '%s'", a);
+    if (file) return fail("one FILE only (got '%s' and '%s')", file, a);
+    file = a;
+  }
+  if (!file) return fail("missing FILE (a trace or a results JSONL file)");
+  if (mode && strcmp(mode, "spechop") != 0 && strcmp(mode, "window") != 0 &&
+      strcmp(mode, "sequential") != 0)
+    return fail("--mode must be spechop, window or sequential, got '%s'", mode);
+  int launch = SP_REPLAY_LAUNCH_RECORDED;
+  if (launch_s) {
+    if (strcmp(launch_s, "eager") == 0) launch = SP_REPLAY_EAGER;
+    else if (strcmp(launch_s, "slot") == 0) launch = SP_REPLAY_SLOT;
+    else return fail("--spec-launch must be eager or slot, got '%s'", launch_s);
+  }
+  int ks[65];
+  size_t nk = 0;
+  if (klist && parse_klist(klist, ks, sizeof ks / sizeof ks[0], &nk) != 0)
+    return fail("--k takes up to 64 comma-separated values, each an integer in "
+                          "[1, %d] or inf; got '%s'", SP_REPLAY_MAX_K, klist);
+
+  char err[512];
+  sp_replay_set *set = NULL;
+  if (sp_replay_load_file(file, &set, err, sizeof err) != 0) {
+    fprintf(stderr, "specula replay: %s\n", err);
+    return 2;
+  }
+  if (set->warnings) {
+    for (const char *w = set->warnings; *w;) {
+      size_t len = strcspn(w, "\n");
+      fprintf(stderr, "specula replay: warning: %.*s\n", (int)len, w);
+      w += len + (w[len] == '\n');
+    }
+  }
+  /* The records of a --compare run hold several configurations: mixing
+     them would replay a sequential run's hops beside a speculative one's. */
+  if (pick_config(file, set, config) != 0) {
+    sp_replay_set_free(set);
+    return 2;
+  }
+  if (!mode) {
+    int rec_ok = set->mode && (strcmp(set->mode, "spechop") == 0 || strcmp(set->mode, "window") == 0);
+    mode = rec_ok ? set->mode : "spechop";
+  }
+  /* the recorded k, 0 when there is none to mark (auto, mixed, another mode) */
+  int recorded = set->k != SP_K_AUTO && set->mode && strcmp(set->mode, mode) == 0 ? set->k : 0;
+  if (strcmp(mode, "sequential") == 0) {
+    nk = 0;
+    ks[nk++] = 1;
+    if (recorded) recorded = 1;
+  } else if (!klist) {
+    static const int dflt[] = {1, 2, 3, 4, 8, SP_K_UNBOUNDED};
+    for (size_t i = 0; i < sizeof dflt / sizeof dflt[0]; i++) k_add(ks, &nk, dflt[i]);
+  }
+  if (recorded) k_add(ks, &nk, recorded);
+  qsort(ks, nk, sizeof ks[0], k_cmp);
+
+  /* Only recorded speculator stages can be re-scheduled: a sequential (or
+     k = 1) recording has none, and at another k it would just come back
+     unchanged. Refuse that; name partial gaps. */
+  size_t no_spec_q = 0, no_spec_hops = 0, all_hops = 0;
+  for (size_t j = 0; j < set->n; j++) {
+    const sp_replay_query *q = &set->queries[j];
+    if (!q->has_spec && q->n_hops > 0) no_spec_q++;
+    for (size_t h = 0; h < q->n_hops; h++) {
+      all_hops++;
+      if (q->hops[h].spec == SP_SPEC_NONE) no_spec_hops++;
+    }
+  }
+  int wants_spec = 0;
+  for (size_t i = 0; i < nk; i++)
+    if (ks[i] != 1) wants_spec = 1;
+  if (wants_spec && strcmp(mode, "sequential") != 0 && all_hops > 0 && no_spec_hops == all_hops) {
+    fprintf(stderr, "specula replay: %s has no speculator stages (recorded %s%s): there is nothing to "
+            "re-speculate at another k; record the run with --mode spechop or window and k > 1\n",
+            file, set->mode ? set->mode : "without speculation", set->k == 1 ? ", k = 1" : "");
+    sp_replay_set_free(set);
+    return 2;
+  }
+  if (wants_spec && no_spec_hops > 0 && !json)
+    fprintf(stderr, "specula replay: note: %zu of %zu hops (%zu of %zu queries entirely) had no speculator "
+            "stage and replay as recorded, unspeculated, at every k\n", no_spec_hops, all_hops, no_spec_q,
+            set->n);
+
+  sp_replay_est est = estimate(set);
+  if (!json) {
+    char rk[32] = "";
+    if (set->k != SP_K_AUTO) fmt_k(rk, sizeof rk, set->k);
+    printf("replay %s: %zu queries, %zu hops; mode %s", file, set->n, est.hops, mode);
+    if (set->mode || set->k != SP_K_AUTO)
+      printf(" (recorded: %s%s%s)", set->mode ? set->mode : "mode ?", set->k != SP_K_AUTO ? ", k = " : "", rk);
+    printf("\n");
+    if (!isnan(est.p) && !isnan(est.alpha) && !isnan(est.beta))
+      printf("estimated p = %.3f (%zu judged hops), alpha = %.3f, beta = %.3f\n"
+             "  (compare: specula theory --p %.3f --alpha %.3f --beta %.3f)\n",
+             est.p, est.judged, est.alpha, est.beta, est.p, est.alpha, est.beta);
+    printf("\n       k   rel_lat      mean        wall_ms    standard_ms\n");
+  }
+  int rc = 0;
+  sp_playback *pb = sp_playback_new();
+  for (size_t i = 0; i < nk; i++) {
+    double wall_sum = 0, std_sum = 0, mean = 0;
+    size_t n_mean = 0, n_bad = 0;
+    for (size_t j = 0; j < set->n; j++) {
+      double w, st;
+      double r = pb ? sp_replay_run_on(pb, &set->queries[j], mode, ks[i], launch, &w, &st) : NAN;
+      if (isnan(r)) { n_bad++; continue; }
+      wall_sum += w;
+      std_sum += st;
+      if (st > 0) { mean += r; n_mean++; }
+    }
+    if (n_bad) {
+      fprintf(stderr, "specula replay: %zu queries could not be replayed (out of memory)\n", n_bad);
+      rc = 2;
+    }
+    double rel = std_sum > 0 ? wall_sum / std_sum : NAN;
+    mean = n_mean ? mean / (double)n_mean : NAN;
+    char kt[32];
+    fmt_k(kt, sizeof kt, ks[i]);
+    int mark = recorded && ks[i] == recorded;
+    if (json) {
+      printf(ks[i] == SP_K_UNBOUNDED ? "{\"k\":\"%s\"" : "{\"k\":%s", kt);
+      printf(",\"mode\":\"%s\",\"queries\":%zu,\"hops\":%zu", mode, set->n, est.hops);
+      json_num(",\"rel_lat\":", rel);
+      json_num(",\"mean_rel_lat\":", mean);
+      printf(",\"wall_ms\":%.10g,\"standard_ms\":%.10g,\"recorded\":%s", wall_sum, std_sum,
+             mark ? "true" : "false");
+      int shown = launch != SP_REPLAY_LAUNCH_RECORDED ? launch
+                  : set->n ? set->queries[0].launch : SP_REPLAY_SLOT;
+      printf(",\"spec_launch\":\"%s\",\"unspeculated_hops\":%zu",
+             strcmp(mode, "spechop") != 0 || shown == SP_REPLAY_SLOT ? "slot" : "eager", no_spec_hops);
+      json_num(",\"p_hat\":", est.p);
+      json_num(",\"alpha_hat\":", est.alpha);
+      json_num(",\"beta_hat\":", est.beta);
+      printf("}\n");
+    } else {
+      printf("  %s %4s  %8.4f  %8.4f  %13.1f  %13.1f\n", mark ? "*" : " ", kt, rel, mean, wall_sum,
+             std_sum);
+    }
+  }
+  if (!json) {
+    printf("\nrel_lat = sum wall / sum standard; mean = mean per-query RelLat%s\n",
+           recorded ? "; * = the recorded k" : "");
+  }
+  sp_playback_free(pb);
+  sp_replay_set_free(set);
+  return rc;
+}
