@@ -310,12 +310,13 @@ local function step_with_predictions(A, state, ctx)
   return kind, s, tool, hint, can
 end
 
--- What a start or advance job returns: the step's ctx, the new state, the
--- time update() took (t_seg is measured by the window: the job's whole
--- time minus t_update), then what step_with_predictions returned.
+-- What a start or advance job returns: the new state first (a cassette
+-- keys the state's path by it), the step's ctx, the time update() took
+-- (t_seg is measured by the window: the job's whole time minus t_update),
+-- then what step_with_predictions returned.
 local function stepped(ctx, state, t_upd, kind, s, tool, hint, can, key, midx)
   if kind == STEP_ACTION then ctx.step, ctx.action = s, s.action end
-  return ctx, state, t_upd, kind, s, tool, hint, can, key, midx
+  return state, ctx, t_upd, kind, s, tool, hint, can, key, midx
 end
 
 -- SP_JOB_START: init() and the first step.
@@ -560,7 +561,7 @@ local function store(v)
   return slot
 end
 
-local function put_step(R, ctx, state, t_upd, kind, s, tool, hint, can, key, midx)
+local function put_step(R, state, ctx, t_upd, kind, s, tool, hint, can, key, midx)
   R.state = store(state)
   R.step = store(s)
   R.actx = store(ctx)
