@@ -438,7 +438,7 @@ int sp_playback_run(sp_playback *p, const sp_replay_query *q, int mode, int k, i
   p->oom = 0;
   if (grow((void **)&p->hop, &p->caphop, q->n_hops + 1, sizeof *p->hop) != 0) return -1;
   memset(p->hop, 0, (q->n_hops + 1) * sizeof *p->hop);
-  memset(p->hop_of, 0, p->caphop_of * sizeof *p->hop_of);
+  if (p->hop_of) memset(p->hop_of, 0, p->caphop_of * sizeof *p->hop_of);
   p->ctx.timers.vnow = 0;
   sp_window_cfg cfg;
   memset(&cfg, 0, sizeof cfg);
