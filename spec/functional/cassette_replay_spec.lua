@@ -323,12 +323,16 @@ describe("a replayed cassette", function()
     for _, clock in ipairs({ "virtual", "real" }) do
       local st, got, err = run("http", { "--k", "inf", "--replay-io", t.dir, "--clock", clock }, lossy)
       assert.are.equal(3, st, err)
-      local failed = 0
+      local failed, cancelled = 0, false
       for _, r in pairs(got) do
         if r.error then
           failed = failed + 1
+          cancelled = cancelled or r.error:find("cancelled it before any answer", 1, true) ~= nil
           assert.matches("ECASSETTE: GET http://127%.0%.0%.1:%d+/hold%?ms=%d+&tag=.-: not in the cassette", r.error)
-          assert.matches("cancelled it before any answer", r.error)
+          -- the recording cancelled that request before its answer, or (on a
+          -- slow machine: valgrind) discarded the thread before it asked
+          assert.is_truthy(r.error:find("cancelled it before any answer", 1, true)
+            or r.error:find("it holds 0)", 1, true), r.error)
           -- at once: no call waited out the 10,000,000 ms of a call that never answers
           assert.is_true(r.stats.wall_ms < 60000, r.stats.wall_ms)
         end
@@ -339,7 +343,7 @@ describe("a replayed cassette", function()
       -- tape lacks; the rest are misses on threads the replay discards
       assert.are.equal(failed, committed)
       assert.is_true(missed >= committed)
-      assert.matches("cancelled in the recording before an answer", err)
+      if cancelled then assert.matches("cancelled in the recording before an answer", err) end
     end
     local st, got, err = run("http", { "--k", "inf", "--replay-io", t.dir, "--clock", "virtual", "--miss", "skip" },
       lossy)
