@@ -71,10 +71,28 @@ local function short(name)
   return json.utf8_cut(name, 60) .. "..."
 end
 
+-- A conversation as a predictor reads it (what the model saw): a list of
+-- events, oldest first:
+--   { kind = "system"|"user"|"assistant", text = "..." }
+--   { kind = "call", tool = NAME, args = {...}, id = ID }
+--   { kind = "result", tool = NAME, text = "...", call = index of its call event }
+-- and its model turns: { at = N, step = i } where the first N events are what
+-- the model saw when the turn began and `step` the index of the call the
+-- turn made (nil: it answered in text). A turn's own text is not in the N
+-- events (it comes with the call); a second call of the same message sees
+-- the first.
+local function new_conv()
+  local c = { steps = {}, events = {}, turns = {} }
+  function c.event(e) c.events[#c.events + 1] = e return #c.events end
+  return c
+end
+
 -- Steps of one conversation; `warn(msg)` for what is odd in it. Returns
 -- nil and the reason when the line is not a conversation at all.
 local function openai_steps(msgs, warn)
-  local steps, by_id, pending = {}, {}, {}
+  local conv = new_conv()
+  local steps, by_id, pending = conv.steps, {}, {}
+  local turn_at, turn_calls
   local function add(name, raw, id)
     if type(name) ~= "string" or name == "" then
       warn("a tool call without a function name: skipped")
@@ -94,6 +112,12 @@ local function openai_steps(msgs, warn)
     steps[#steps + 1] = s
     if type(id) == "string" and id ~= "" then by_id[id] = s end
     pending[#pending + 1] = s
+    -- the message's first call sees what the turn began with, a later one
+    -- the calls before it too
+    local at = turn_calls == 0 and turn_at or #conv.events
+    s.event = conv.event({ kind = "call", tool = name, args = args, id = type(id) == "string" and id or nil })
+    conv.turns[#conv.turns + 1] = { at = at, step = #steps }
+    turn_calls = turn_calls + 1
   end
   local function result(id, content)
     local s = type(id) == "string" and by_id[id]
@@ -107,11 +131,15 @@ local function openai_steps(msgs, warn)
       else warn("a tool result with no call to answer: skipped") return end
     end
     s.observation = content_text(content)
+    conv.event({ kind = "result", tool = s.tool, text = s.observation, call = s.event })
   end
   for _, m in ipairs(msgs) do
     if type(m) ~= "table" then
       warn("a message that is not an object: skipped")
     elseif m.role == "assistant" then
+      turn_at, turn_calls = #conv.events, 0
+      local text = content_text(m.content)
+      if text ~= "" then conv.event({ kind = "assistant", text = text }) end
       if type(m.tool_calls) == "table" then
         for _, tc in ipairs(m.tool_calls) do
           local fn = type(tc) == "table" and tc["function"]
@@ -122,21 +150,32 @@ local function openai_steps(msgs, warn)
         warn("tool_calls is not a list: skipped")
       end
       if type(m.function_call) == "table" then add(m.function_call.name, m.function_call.arguments, nil) end
+      if turn_calls == 0 and text ~= "" then conv.turns[#conv.turns + 1] = { at = turn_at } end
     elseif m.role == "tool" or m.role == "function" then
       result(m.tool_call_id, m.content)
+    elseif m.role == "user" or m.role == "system" or m.role == "developer" then
+      local text = content_text(m.content)
+      if text ~= "" then conv.event({ kind = m.role == "user" and "user" or "system", text = text }) end
     end
   end
-  return steps
+  return steps, conv
 end
 
-local function anthropic_steps(msgs, warn)
-  local steps, by_id, pending = {}, {}, {}
+local function anthropic_steps(msgs, warn, system)
+  local conv = new_conv()
+  local steps, by_id, pending = conv.steps, {}, {}
+  if system ~= nil then
+    local text = content_text(system)
+    if text ~= "" then conv.event({ kind = "system", text = text }) end
+  end
   for _, m in ipairs(msgs) do
     if type(m) ~= "table" then
       warn("a message that is not an object: skipped")
     elseif type(m.content) == "table" then
+      local turn_at, calls, texts = #conv.events, 0, 0
+      local assistant = m.role ~= "user"
       for _, b in ipairs(m.content) do
-        if type(b) == "table" and b.type == "tool_use" and m.role ~= "user" then
+        if type(b) == "table" and b.type == "tool_use" and assistant then
           if type(b.name) ~= "string" or b.name == "" then
             warn("a tool_use block without a name: skipped")
           else
@@ -149,6 +188,11 @@ local function anthropic_steps(msgs, warn)
             steps[#steps + 1] = s
             pending[#pending + 1] = s
             if type(b.id) == "string" and b.id ~= "" then by_id[b.id] = s end
+            local at = calls == 0 and turn_at or #conv.events
+            s.event = conv.event({ kind = "call", tool = b.name, args = args,
+                                   id = type(b.id) == "string" and b.id or nil })
+            conv.turns[#conv.turns + 1] = { at = at, step = #steps }
+            calls = calls + 1
           end
         elseif type(b) == "table" and b.type == "tool_result" then
           local s = type(b.tool_use_id) == "string" and by_id[b.tool_use_id]
@@ -160,12 +204,23 @@ local function anthropic_steps(msgs, warn)
               b.tool_use_id == nil and "without tool_use_id" or "with an unknown tool_use_id", short(s.tool)))
             else warn("a tool_result with no call to answer: skipped") end
           end
-          if s then s.observation = content_text(b.content) end
+          if s then
+            s.observation = content_text(b.content)
+            conv.event({ kind = "result", tool = s.tool, text = s.observation, call = s.event })
+          end
+        elseif type(b) == "table" and b.type == "text" and type(b.text) == "string" and b.text ~= "" then
+          conv.event({ kind = assistant and "assistant" or "user", text = b.text })
+          if assistant then texts = texts + 1 end
         end
       end
+      if assistant and calls == 0 and texts > 0 then conv.turns[#conv.turns + 1] = { at = turn_at } end
+    elseif type(m.content) == "string" and m.content ~= "" then
+      local assistant = m.role == "assistant"
+      if assistant then conv.turns[#conv.turns + 1] = { at = #conv.events } end
+      conv.event({ kind = assistant and "assistant" or (m.role == "system" and "system" or "user"), text = m.content })
     end
   end
-  return steps
+  return steps, conv
 end
 
 -- The task a conversation starts with (what a draft model is told): its
@@ -202,6 +257,53 @@ local function results_steps(r)
   return steps
 end
 
+-- The events and turns of a history that kept only its calls (a results
+-- record, a cassette, an agent without context()): the query as the user's
+-- message, then each call and its result.
+function M.synthesize(query, steps)
+  local conv = new_conv()
+  if type(query) == "string" and query ~= "" then conv.event({ kind = "user", text = query }) end
+  for i, s in ipairs(steps) do
+    conv.turns[#conv.turns + 1] = { at = #conv.events, step = i }
+    local c = conv.event({ kind = "call", tool = s.tool, args = s.args })
+    if s.observation ~= nil then
+      local obs = s.observation
+      local text = type(obs) == "string" and obs or (json.encode(obs) or tostring(obs))
+      conv.event({ kind = "result", tool = s.tool, text = text, value = type(obs) == "table" and obs or nil, call = c })
+    end
+  end
+  return conv
+end
+
+-- A conversation's messages (OpenAI chat or Anthropic, told apart by what
+-- they hold) as events (above), for a predictor in a run: what an agent's
+-- context(state) returned.
+function M.events(msgs, system)
+  if type(msgs) ~= "table" then return nil, "expected a list of messages" end
+  local fmt = line_format(msgs) or "openai"
+  local _, conv = (fmt == "anthropic" and anthropic_steps or openai_steps)(msgs, function() end, system)
+  return conv.events
+end
+
+-- Declared tools of a conversation file or an agent, as { name = {
+-- description =, schema = } }: OpenAI's { type = "function", function =
+-- { name, description, parameters } }, Anthropic's { name, description,
+-- input_schema } and MCP's { name, description, inputSchema }.
+function M.tool_specs(list)
+  if type(list) ~= "table" then return nil end
+  local out, n = {}, 0
+  for _, t in ipairs(list) do
+    local d = type(t) == "table" and (type(t["function"]) == "table" and t["function"] or t)
+    if d and type(d.name) == "string" then
+      local schema = d.parameters or d.input_schema or d.inputSchema
+      out[d.name] = { description = type(d.description) == "string" and d.description or nil,
+                      schema = type(schema) == "table" and schema or nil }
+      n = n + 1
+    end
+  end
+  return n > 0 and out or nil
+end
+
 -- read(path, fmt, out, warn): appends the file's trajectories to `out`.
 -- fmt: "openai", "anthropic", "results" or nil (each line's own, the first
 -- line that shows one decides for the file). warn(msg) gets "path:line: ...".
@@ -222,9 +324,10 @@ function M.read(path, fmt, out, warn)
       else
         local lf = line_format(v)
         if not fmt and lf then fmt = lf end
-        local steps
+        local steps, conv
         if fmt == "results" then
           if type(v) == "table" then steps = results_steps(v) end
+          if steps then conv = M.synthesize(type(v) == "table" and v.query or nil, steps) end
           if not steps then skipped = skipped + 1 lwarn("not a results record with a trajectory: skipped") end
         elseif fmt == "openai" or fmt == "anthropic" then
           local msgs = messages_of(v)
@@ -232,7 +335,7 @@ function M.read(path, fmt, out, warn)
             skipped = skipped + 1
             lwarn("not a conversation (an object with messages, or a list of messages): skipped")
           else
-            steps = (fmt == "openai" and openai_steps or anthropic_steps)(msgs, lwarn)
+            steps, conv = (fmt == "openai" and openai_steps or anthropic_steps)(msgs, lwarn, v.system)
           end
         elseif lf == nil then
           -- undecided yet: a conversation without tool calls adds nothing
@@ -242,7 +345,8 @@ function M.read(path, fmt, out, warn)
         if steps and #steps > 0 then
           local id = type(v) == "table" and (type(v.id) == "string" or type(v.id) == "number") and v.id
             or format("%s:%d", path, ln)
-          out[#out + 1] = { id = id, steps = steps, query = first_user(v) }
+          out[#out + 1] = { id = id, steps = steps, query = first_user(v), events = conv.events, turns = conv.turns,
+                            tools = type(v) == "table" and M.tool_specs(v.tools) or nil }
           added = added + 1
         end
       end
