@@ -8,8 +8,9 @@
 --   anthropic: {"messages":[...]} or a bare array of messages whose content
 --              blocks are tool_use {id, name, input} and tool_result
 --              {tool_use_id, content}
--- Each conversation with at least one tool call is one trajectory { id,
--- steps = { {tool, args, observation} } } in the order the calls were made.
+-- Each conversation is one trajectory { id, steps = { {tool, args,
+-- observation} } (in the order the calls were made), events, turns, tools }
+-- (events and turns: below); the count returned is of those with a call.
 -- A line that cannot be used is skipped with a warning naming file:line; a
 -- call whose arguments are not a JSON object keeps them as its text.
 local json = require "specula.json"
@@ -342,12 +343,14 @@ function M.read(path, fmt, out, warn)
           steps = messages_of(v) and {} or nil
           if not steps then skipped = skipped + 1 lwarn("not a conversation or a results record: skipped") end
         end
-        if steps and #steps > 0 then
+        -- a conversation without calls still has model turns (answers in
+        -- text): a predictor is asked there too
+        if steps and (#steps > 0 or (conv and #conv.turns > 0)) then
           local id = type(v) == "table" and (type(v.id) == "string" or type(v.id) == "number") and v.id
             or format("%s:%d", path, ln)
           out[#out + 1] = { id = id, steps = steps, query = first_user(v), events = conv.events, turns = conv.turns,
                             tools = type(v) == "table" and M.tool_specs(v.tools) or nil }
-          added = added + 1
+          if #steps > 0 then added = added + 1 end
         end
       end
     end

@@ -12,6 +12,8 @@
 --       longer contexts
 --   predict.draft{ client = ..., samples = 3 }   a small model proposes the call;
 --       samples that agree count as high confidence
+--   predict.learned{ model = "model.json" }     learnt from conversations: which
+--       tool comes next and where each argument's value comes from (specula.learned)
 --
 -- Learned predictors learn only from committed transitions (the runner calls
 -- :observe after each query with its committed trajectory) and can be saved
@@ -216,6 +218,10 @@ function Ngram:load(path)
   if not st then return nil, "predictor load: " .. path .. ": " .. tostring(err) end
   return self:restore(st)
 end
+
+-- ---- learned ------------------------------------------------------------------
+
+function M.learned(opts) return require("specula.learned").new(opts) end
 
 -- ---- draft model ------------------------------------------------------------
 

@@ -13,6 +13,7 @@ local lab = require "specula.lab"
 local opts = require "specula.opts"
 local sse = require "specula.sse"
 local convtraces = require "specula.convtraces"
+local secrets = require "specula.secrets"
 local core = require "specula.core"
 local C, ffi = core.C, core.ffi
 
@@ -22,11 +23,21 @@ local M = {}
 
 local usage_text = [[
 usage: specula predictors CASSETTE_DIR|RESULTS.jsonl|CONVERSATIONS.jsonl... [--predictor P]... [options]
-  --predictor P      pattern, ngram, ngram:N (context of N-1 actions), draft (a model proposes
+  --predictor P      learned (specula.predict.learned), learned:MODEL.json (a saved model),
+                     pattern, ngram, ngram:N (context of N-1 actions), draft (a model proposes
                      the call: needs --draft-url or DRAFT_BASE_URL), or a Lua file returning a
                      predictor (a function(history, ctx) -> { {tool, args, confidence}, ... }, or
-                     a table with such a __call and optional observe_trajectory(actions))
-                     (repeatable; default: pattern, ngram)
+                     a table with such a __call and optional train(convs, opts) and
+                     observe_trajectory(actions, info)) (repeatable; default: learned, pattern, ngram)
+  --train FILE       conversations (or a results file, a cassette) each predictor learns before
+                     it is evaluated online on the sources (repeatable)
+  --folds N          grouped N-fold cross-validation over the sources: each fold is evaluated
+                     online by a predictor trained on the other folds; conversations of one
+                     group (task) are never on both sides
+  --group-by PAT     a Lua pattern whose first capture of a conversation id is its group
+                     (default: the id without a trailing -trialN: "task3-trial1" -> "task3")
+  --save-model FILE  after the run, save the first learned predictor's model (trained on --train
+                     and what it learnt online) to FILE
   --format F         openai, anthropic, results or cassette (default: a directory is a cassette,
                      a file's lines say which of the others they are)
   --cost TOOL=X      a tool's cost for the EV gate (repeatable); --cost X: every other tool's
@@ -37,6 +48,11 @@ usage: specula predictors CASSETTE_DIR|RESULTS.jsonl|CONVERSATIONS.jsonl... [--p
   --draft-model M    its model name (default DRAFT_MODEL, else "draft")
   --draft-samples N  draws per step (default 3)
   --json             one JSON object instead of the tables
+Hit rates count the model turns that made a call (top-1, top-3: tool and arguments equal; tool
+top-1: the first guess names the tool). Calibration: each predictor's first three candidates at
+every model turn, a turn answered in text included (a miss for every candidate, as in a run),
+by confidence bin against how often they were the call made; Brier score and expected
+calibration error (ECE) over them.
 ]]
 
 usage_text = opts.fill(usage_text)
@@ -56,6 +72,13 @@ local function lab_rules()
 end
 
 local function load_predictor(spec)
+  if spec == "learned" then return function() return predict.learned {} end end
+  local model = spec:match("^learned:(.+)$")
+  if model then
+    local ok, err = pcall(predict.learned, { model = model })
+    if not ok then return nil, tostring(err):gsub("^specula.predict.learned: ", "") end
+    return function() return predict.learned { model = model } end
+  end
   if spec == "pattern" then return function() return predict.pattern { top = 3, rules = lab_rules() } end end
   if spec == "ngram" then return function() return predict.ngram { top = 3, rules = lab_rules() } end end
   local n = spec:match("^ngram:(%d+)$")
@@ -64,7 +87,7 @@ local function load_predictor(spec)
     if n < 2 then return nil, "ngram:N needs N >= 2" end
     return function() return predict.ngram { n = n, top = 3, rules = lab_rules() } end
   end
-  local chunk, err = lab.lua_file(spec, "predictor", format("unknown predictor '%s' (not pattern, ngram, ngram:N, draft or a file)",
+  local chunk, err = lab.lua_file(spec, "predictor", format("unknown predictor '%s' (not learned, pattern, ngram, ngram:N, draft or a file)",
     spec))
   if not chunk then return nil, err end
   return function()
@@ -231,8 +254,53 @@ local function fire_named(acc, pf, cands, n, step, idx, cost_of, tm, fired)
 end
 
 
--- gate: { ev_cost_ms, ev_latency_ms, top, cost = { tool = x }, default_cost }
-function M.evaluate(make, trajs, gate)
+-- The turns of a trajectory: a conversation's own (its text answers too),
+-- else one per call, with the events a predictor reads (specula.convtraces).
+local function conversation_of(t)
+  if not t.events then
+    local c = convtraces.synthesize(t.query, t.steps)
+    t.events, t.turns = c.events, c.turns
+  end
+  return t
+end
+
+-- What a predictor learns from a whole trajectory: its calls (as before),
+-- and its conversation.
+local function learn_info(t)
+  local actions = {}
+  for i, s in ipairs(t.steps) do actions[i] = { tool = s.tool, args = s.args } end
+  return actions, { id = t.id, query = t.query, trajectory = t.steps,
+                    conversation = { id = t.id, events = t.events, turns = t.turns } }
+end
+
+-- Train a fresh predictor: train(convs, { group }) when it has one, else
+-- each trajectory in turn through observe_trajectory.
+local function train_predictor(P, trajs, group)
+  if type(P) ~= "table" then return end
+  for _, t in ipairs(trajs) do conversation_of(t) end
+  if type(P.train) == "function" then
+    local convs = {}
+    for i, t in ipairs(trajs) do convs[i] = { id = t.id, events = t.events, turns = t.turns } end
+    P:train(convs, { group = group })
+  elseif type(P.observe_trajectory) == "function" then
+    for _, t in ipairs(trajs) do P:observe_trajectory(learn_info(t)) end
+  end
+end
+
+local BINS = 10
+
+-- Counters of one evaluation, added up over folds.
+local function new_result()
+  return { steps = 0, top1 = 0, top3 = 0, tool_top1 = 0, turns = 0, timed_steps = 0, named_steps = 0,
+           per_tool = {}, cal = {},
+           start = { fired = 0, hits = 0, wasted = 0, wasted_cost = 0, saved_ms = 0 },
+           tool_name = { fired = 0, hits = 0, wasted = 0, wasted_cost = 0, saved_ms = 0 },
+           both = { fired = 0, hits = 0, wasted = 0, wasted_cost = 0, saved_ms = 0 } }
+end
+
+-- gate: { ev_cost_ms, ev_latency_ms, top, cost = { tool = x }, default_cost, group }
+-- train: trajectories the predictor learns first. acc: a result to add to.
+function M.evaluate(make, trajs, gate, train, acc)
   gate = gate or {}
   local D = opts.DEFAULTS
   local top = gate.top or D.predict_top
@@ -247,67 +315,137 @@ function M.evaluate(make, trajs, gate)
   local costs, default_cost = gate.cost or {}, gate.default_cost or 0
   local function cost_of(name) return costs[name] or default_cost end
   local P = make()
-  local steps, top1, top3, name1, timed, named = 0, 0, 0, 0, 0, 0
-  local start = { fired = 0, hits = 0, wasted = 0, wasted_cost = 0, saved_ms = 0 }
-  local by_name = { fired = 0, hits = 0, wasted = 0, wasted_cost = 0, saved_ms = 0 }
-  local both = { fired = 0, hits = 0, wasted = 0, wasted_cost = 0, saved_ms = 0 }
+  if train and #train > 0 then train_predictor(P, train, gate.group) end
+  local r = acc or new_result()
+  local start, by_name, both = r.start, r.tool_name, r.both
   for _, t in ipairs(trajs) do
-    local hist = {}
-    for _, s in ipairs(t.steps) do
-      steps = steps + 1
-      local list = P(hist, { id = t.id, query = t.query or t.id, hop = #hist }) or {}
+    conversation_of(t)
+    local done = 0
+    for _, turn in ipairs(t.turns) do
+      local s = turn.step and t.steps[turn.step]
+      local upto = s and turn.step - 1 or done
+      local hist = {}
+      for i = 1, upto do hist[i] = t.steps[i] end
+      local msgs = {}
+      for i = 1, turn.at do msgs[i] = t.events[i] end
+      r.turns = r.turns + 1
+      local list = P(hist, { id = t.id, query = t.query or t.id, hop = #hist, messages = msgs, tools = t.tools }) or {}
       if type(list) ~= "table" then error("a predictor returned " .. type(list) .. ", not a list", 0) end
-      for i = 1, math.min(3, #list) do
-        if same_action(list[i], s) then
-          if i == 1 then top1 = top1 + 1 end
-          top3 = top3 + 1
-          break
-        end
+      -- calibration: the first `top` candidates that name a tool
+      local cands = {}
+      for _, c in ipairs(list) do
+        if #cands >= top then break end
+        if type(c) == "table" and type(c.tool) == "string" then cands[#cands + 1] = c end
       end
-      if type(list[1]) == "table" and list[1].tool == s.tool then name1 = name1 + 1 end
-      local tm = s.timing
-      if tm then
-        timed = timed + 1
-        -- the candidates the engine considers: the first `top` that name a tool
-        local cands = {}
-        for _, c in ipairs(list) do
-          if #cands >= top then break end
-          if type(c) == "table" and type(c.tool) == "string" then cands[#cands + 1] = c end
-        end
-        fire(start, pf, cands, conf_num, s, idx, cost_of, math.min(tm.tool_ms, tm.step_ms))
-        -- tool_name: a streamed name fires the candidates of that name;
-        -- both: what the gate kept back at the start gets that second chance
-        local fired_both = {}
-        fire(both, pf, cands, conf_num, s, idx, cost_of, math.min(tm.tool_ms, tm.step_ms), fired_both)
-        local seen = {}
-        if #tm.names > 0 then named = named + 1 end
-        for _, n in ipairs(tm.names) do
-          if not seen[n.name] then
-            seen[n.name] = true
-            fire_named(by_name, pf, cands, n, s, idx, cost_of, tm, nil)
-            fire_named(both, pf, cands, n, s, idx, cost_of, tm, fired_both)
+      local hit_given = false
+      for _, c in ipairs(cands) do
+        local conf = math.min(1, math.max(0, conf_num(c)))
+        local hit = s ~= nil and not hit_given and same_action(c, s)
+        if hit then hit_given = true end
+        r.cal[#r.cal + 1] = { conf, hit and 1 or 0 }
+      end
+      if s then
+        done = turn.step
+        r.steps = r.steps + 1
+        local pt = r.per_tool[s.tool]
+        if not pt then pt = { steps = 0, top1 = 0, top3 = 0, tool_top1 = 0 }; r.per_tool[s.tool] = pt end
+        pt.steps = pt.steps + 1
+        for i = 1, math.min(3, #list) do
+          if same_action(list[i], s) then
+            if i == 1 then r.top1 = r.top1 + 1; pt.top1 = pt.top1 + 1 end
+            r.top3 = r.top3 + 1
+            pt.top3 = pt.top3 + 1
+            break
           end
         end
-        -- what the gate learns after the step: its model time, the call's latency
-        C.sp_prefetch_observe(pf, -1, -1, tm.step_ms)
-        C.sp_prefetch_observe(pf, idx(s.tool), tm.tool_ms, -1)
+        if type(list[1]) == "table" and list[1].tool == s.tool then
+          r.tool_top1 = r.tool_top1 + 1
+          pt.tool_top1 = pt.tool_top1 + 1
+        end
+        local tm = s.timing
+        if tm then
+          r.timed_steps = r.timed_steps + 1
+          fire(start, pf, cands, conf_num, s, idx, cost_of, math.min(tm.tool_ms, tm.step_ms))
+          -- tool_name: a streamed name fires the candidates of that name;
+          -- both: what the gate kept back at the start gets that second chance
+          local fired_both = {}
+          fire(both, pf, cands, conf_num, s, idx, cost_of, math.min(tm.tool_ms, tm.step_ms), fired_both)
+          local seen = {}
+          if #tm.names > 0 then r.named_steps = r.named_steps + 1 end
+          for _, n in ipairs(tm.names) do
+            if not seen[n.name] then
+              seen[n.name] = true
+              fire_named(by_name, pf, cands, n, s, idx, cost_of, tm, nil)
+              fire_named(both, pf, cands, n, s, idx, cost_of, tm, fired_both)
+            end
+          end
+          -- what the gate learns after the step: its model time, the call's latency
+          C.sp_prefetch_observe(pf, -1, -1, tm.step_ms)
+          C.sp_prefetch_observe(pf, idx(s.tool), tm.tool_ms, -1)
+        end
       end
-      hist[#hist + 1] = s
     end
-    if type(P) == "table" and P.observe_trajectory then
-      local actions = {}
-      for i, s in ipairs(t.steps) do actions[i] = { tool = s.tool, args = s.args } end
-      P:observe_trajectory(actions)
+    if type(P) == "table" and P.observe_trajectory then P:observe_trajectory(learn_info(t)) end
+  end
+  return r, P
+end
+
+-- Rates, the calibration table and the EV figures of a result.
+local function finish(r)
+  local steps = r.steps
+  r.top1_rate = steps > 0 and r.top1 / steps or 0
+  r.top3_rate = steps > 0 and r.top3 / steps or 0
+  r.tool_top1_rate = steps > 0 and r.tool_top1 / steps or 0
+  for _, pt in pairs(r.per_tool) do
+    pt.top1_rate, pt.top3_rate, pt.tool_top1_rate = pt.top1 / pt.steps, pt.top3 / pt.steps, pt.tool_top1 / pt.steps
+  end
+  local bins = {}
+  for b = 1, BINS do bins[b] = { lo = (b - 1) / BINS, hi = b / BINS, n = 0, conf = 0, hits = 0 } end
+  local brier = 0
+  for _, p in ipairs(r.cal) do
+    local b = bins[math.min(BINS, math.floor(p[1] * BINS) + 1)]
+    b.n, b.conf, b.hits = b.n + 1, b.conf + p[1], b.hits + p[2]
+    brier = brier + (p[1] - p[2]) ^ 2
+  end
+  local n, ece, out = #r.cal, 0, {}
+  for _, b in ipairs(bins) do
+    if b.n > 0 then
+      local e = { lo = b.lo, hi = b.hi, candidates = b.n, confidence = b.conf / b.n, hit_rate = b.hits / b.n }
+      ece = ece + b.n / n * math.abs(e.confidence - e.hit_rate)
+      out[#out + 1] = e
     end
   end
-  local r = { steps = steps, top1 = top1, top3 = top3, tool_top1 = name1,
-              top1_rate = steps > 0 and top1 / steps or 0, top3_rate = steps > 0 and top3 / steps or 0,
-              tool_top1_rate = steps > 0 and name1 / steps or 0, timed_steps = timed, named_steps = named }
-  if timed > 0 then
-    r.start = start
-    if named > 0 then r.tool_name, r.both = by_name, both end
-  end
+  r.calibration = { candidates = n, brier = n > 0 and brier / n or nil, ece = n > 0 and ece or nil,
+                    bins = json.array(out) }
+  r.cal = nil
+  if r.timed_steps == 0 then r.start, r.tool_name, r.both = nil, nil, nil
+  elseif r.named_steps == 0 then r.tool_name, r.both = nil, nil end
   return r
+end
+
+-- The default group of a conversation id: the id without a trailing
+-- "-trialN" (tau-bench's task ids: "task3-trial1" -> "task3").
+local function group_fn(pat)
+  pat = pat or "^(.-)[-_.]trial[-_]?%d+$"
+  return function(id)
+    id = tostring(id)
+    return id:match(pat) or id
+  end
+end
+M.group_fn = group_fn
+
+-- Grouped folds over trajectories: { {test = {...}, train = {...}} }.
+function M.folds(trajs, k, group)
+  local idxs = require("specula.learned").group_folds(trajs, k, group)
+  local out = {}
+  for f = 1, k do
+    local test, intest = {}, {}
+    for _, i in ipairs(idxs[f]) do test[#test + 1] = trajs[i]; intest[i] = true end
+    local train = {}
+    for i, t in ipairs(trajs) do if not intest[i] then train[#train + 1] = t end end
+    out[f] = { test = test, train = train }
+  end
+  return out
 end
 
 -- The draft predictor asks a model: none is on tape for the lab's prompts
@@ -370,12 +508,49 @@ local function read_source(s, fmt, trajs)
     return from_cassette(s, trajs)
   end
   if kind ~= 1 then return nil, format("'%s': --format %s needs a file", s, fmt) end
-  local ok, err = convtraces.read(s, fmt, trajs, function(msg) require("specula.secrets").stderr("specula: warning: ", msg, "\n") end)
+  local ok, err = convtraces.read(s, fmt, trajs, function(msg) secrets.stderr("specula: warning: ", msg, "\n") end)
   if not ok then return nil, err end
   return true
 end
 
 local function fmt_ms(v) return v and format("%.1f", v) or "-" end
+
+local function write_tables(o, rows, ntraj, nsteps, nturns, how)
+  -- every line leaves through the secrets boundary
+  local out = { write = function(_, ...) secrets.write(io.stdout, ...) end }
+  out:write(format("%d committed tool calls in %d trajectories, %d model turns (%s)\n", nsteps, ntraj, nturns, how))
+  out:write(format("%-20s %8s %8s %12s %8s %8s\n", "predictor", "top-1", "top-3", "tool top-1", "Brier", "ECE"))
+  local function num(v) return v and format("%.4f", v) or "-" end
+  for _, r in ipairs(rows) do
+    out:write(format("%-20s %8.3f %8.3f %12.3f %8s %8s\n", r.predictor, r.top1_rate, r.top3_rate, r.tool_top1_rate,
+      num(r.calibration.brier), num(r.calibration.ece)))
+  end
+  out:write("\ncalibration: first 3 candidates at every model turn, by confidence\n")
+  out:write(format("%-20s %-11s %10s %11s %9s\n", "predictor", "confidence", "candidates", "mean conf", "hit rate"))
+  for _, r in ipairs(rows) do
+    for _, b in ipairs(r.calibration.bins) do
+      out:write(format("%-20s [%.1f, %.1f%s %10d %11.3f %9.3f\n", r.predictor, b.lo, b.hi, b.hi >= 1 and "]" or ")",
+        b.candidates, b.confidence, b.hit_rate))
+    end
+  end
+  for _, r in ipairs(rows) do
+    out:write(format("\nper tool (%s)\n", r.predictor))
+    out:write(format("%-32s %7s %8s %8s %12s\n", "tool", "calls", "top-1", "top-3", "tool top-1"))
+    local names = {}
+    for name in pairs(r.per_tool) do names[#names + 1] = name end
+    table.sort(names, function(a, b)
+      local x, y = r.per_tool[a].steps, r.per_tool[b].steps
+      if x ~= y then return x > y end
+      return a < b
+    end)
+    for _, name in ipairs(names) do
+      local pt = r.per_tool[name]
+      local shown = #name <= 32 and name or (json.utf8_cut(name, 29) .. "...")
+      out:write(format("%-32s %7d %8.3f %8.3f %12.3f\n", shown, pt.steps, pt.top1_rate, pt.top3_rate,
+        pt.tool_top1_rate))
+    end
+  end
+end
 
 function M.main(args)
   -- --help ends the parse: what follows it is not checked
@@ -389,17 +564,33 @@ function M.main(args)
     ["--ev-cost-ms"] = { "ev_cost_ms", convert = num_opt("--ev-cost-ms", 0) },
     ["--ev-latency-ms"] = { "ev_latency_ms", convert = num_opt("--ev-latency-ms", 0) },
     ["--draft-url"] = "draft_url", ["--draft-model"] = "draft_model",
-    ["--draft-samples"] = { "draft_samples", convert = num_opt("--draft-samples", 1) } },
-    { positional = "sources", option = "^%-%-", into = { predictors = {}, cost = {} } })
+    ["--draft-samples"] = { "draft_samples", convert = num_opt("--draft-samples", 1) },
+    ["--train"] = { "train", list = true },
+    ["--folds"] = { "folds", convert = function(v)
+      local n = tonumber(v)
+      if not n or n ~= math.floor(n) or n < 2 then return nil, "--folds must be a whole number >= 2, got '" .. v .. "'" end
+      return n end },
+    ["--group-by"] = { "group_by", convert = function(v)
+      local ok, err = pcall(string.match, "", v)
+      if not ok then return nil, "--group-by: not a Lua pattern: " .. tostring(err) end
+      if not v:find("%(") then return nil, "--group-by: the pattern needs a capture (the group)" end
+      return v end },
+    ["--save-model"] = "save_model" },
+    { positional = "sources", option = "^%-%-", into = { predictors = {}, cost = {}, train = {} } })
   if not o then return usage(perr) end
   if o.help then io.stdout:write(usage_text) return end
   local sources, names = o.sources, o.predictors
   if #sources == 0 then return usage("a cassette directory, a results file or a conversations file is needed") end
-  if #names == 0 then names = { "pattern", "ngram" } end
+  if #names == 0 then names = { "learned", "pattern", "ngram" } end
   local trajs = {}
   for _, s in ipairs(sources) do
     local ok, err = read_source(s, o.format, trajs)
     if not ok then return fail(err) end
+  end
+  local train = {}
+  for _, s in ipairs(o.train) do
+    local ok, err = read_source(s, nil, train)
+    if not ok then return fail("--train " .. err) end
   end
   local makers, draft_errors = {}, { asked = 0, failed = 0 }
   for _, n in ipairs(names) do
@@ -409,53 +600,107 @@ function M.main(args)
     if not mk then return usage(err) end
     makers[#makers + 1] = { name = n, make = mk }
   end
-  local nsteps = 0
-  for _, t in ipairs(trajs) do nsteps = nsteps + #t.steps end
+  local nsteps, ntraj = 0, 0
+  for _, t in ipairs(trajs) do
+    nsteps = nsteps + #t.steps
+    if #t.steps > 0 then ntraj = ntraj + 1 end
+  end
   if nsteps == 0 then return fail("no committed tool call in " .. table.concat(sources, ", ")) end
+  local group = group_fn(o.group_by)
   local gate = { ev_cost_ms = o.ev_cost_ms or opts.DEFAULTS.ev_cost_ms, ev_latency_ms = o.ev_latency_ms,
-                 cost = o.cost, default_cost = o.default_cost }
-  local rows = {}
+                 cost = o.cost, default_cost = o.default_cost, group = group }
+  local folds
+  if o.folds then
+    local ngroups, seen = 0, {}
+    for _, t in ipairs(trajs) do
+      local g = group(t.id)
+      if not seen[g] then seen[g] = true; ngroups = ngroups + 1 end
+    end
+    if ngroups < o.folds then
+      return fail(format("--folds %d: the sources hold %d groups (tasks) only", o.folds, ngroups))
+    end
+    folds = M.folds(trajs, o.folds, group)
+  end
+  local rows, saved = {}, nil
   for _, m in ipairs(makers) do
-    local ok, r = pcall(M.evaluate, m.make, trajs, gate)
+    local ok, r, P
+    if folds then
+      r = new_result()
+      for _, f in ipairs(folds) do
+        local tr = {}
+        for _, t in ipairs(f.train) do tr[#tr + 1] = t end
+        for _, t in ipairs(train) do tr[#tr + 1] = t end
+        ok, r, P = pcall(M.evaluate, m.make, f.test, gate, tr, r)
+        if not ok then break end
+      end
+    else
+      ok, r, P = pcall(M.evaluate, m.make, trajs, gate, train)
+    end
     if not ok then return fail(m.name .. ": " .. tostring(r)) end
+    r = finish(r)
     r.predictor = m.name
     rows[#rows + 1] = r
+    if o.save_model and not saved and type(P) == "table" and getmetatable(P) == getmetatable(predict.learned {}) then
+      saved = P
+    end
   end
   if draft_errors.failed > 0 then
     local msg = format("draft: %d of %d model requests failed (last: %s)", draft_errors.failed, draft_errors.asked,
       draft_errors.last)
     if draft_errors.failed == draft_errors.asked then return fail(msg) end
-    require("specula.secrets").stderr("specula: warning: ", msg, "\n")
+    secrets.stderr("specula: warning: ", msg, "\n")
   end
-  local timed, named = rows[1].timed_steps, rows[1].named_steps
+  if o.save_model then
+    if not saved then return fail("--save-model: no learned predictor in this run") end
+    local ok, err = saved:save(o.save_model)
+    if not ok then return fail(err) end
+  end
+  local timed, named, nturns = rows[1].timed_steps, rows[1].named_steps, rows[1].turns
+  local fold_info
+  if folds then
+    fold_info = {}
+    for i, f in ipairs(folds) do
+      local ids = {}
+      for j, t in ipairs(f.test) do ids[j] = t.id end
+      fold_info[i] = { test = json.array(ids), train_trajectories = #f.train + #train }
+    end
+  end
   if o.json then
-    io.stdout:write(require("specula.secrets").scrub_json(json.encode({ trajectories = #trajs, steps = nsteps,
-      timed_steps = timed, named_steps = named, ev_cost_ms = gate.ev_cost_ms, predictors = json.array(rows) })), "\n")
+    io.stdout:write(secrets.scrub_json(json.encode({ trajectories = ntraj, conversations = #trajs, steps = nsteps,
+      turns = nturns, timed_steps = timed, named_steps = named, ev_cost_ms = gate.ev_cost_ms,
+      train_trajectories = #train, folds = fold_info and json.array(fold_info) or nil,
+      predictors = json.array(rows) })), "\n")
     return
   end
-  require("specula.secrets").write(io.stdout, format("%d committed tool calls in %d trajectories (online: each predictor learns a "
-    .. "trajectory after predicting it)\n", nsteps, #trajs))
-  require("specula.secrets").write(io.stdout, format("%-20s %8s %8s %12s\n", "predictor", "top-1", "top-3", "tool top-1"))
-  for _, r in ipairs(rows) do
-    require("specula.secrets").write(io.stdout, format("%-20s %8.3f %8.3f %12.3f\n", r.predictor, r.top1_rate, r.top3_rate, r.tool_top1_rate))
+  local how
+  if folds then
+    how = format("grouped %d-fold cross-validation: each fold predicted online by a predictor trained on the "
+      .. "other folds%s; no group on both sides", #folds, #train > 0 and format(" and %d --train trajectories", #train)
+      or "")
+  elseif #train > 0 then
+    how = format("trained on %d --train trajectories, then online: each predictor learns a trajectory after "
+      .. "predicting it", #train)
+  else
+    how = "online: each predictor learns a trajectory after predicting it"
   end
+  write_tables(o, rows, ntraj, nsteps, nturns, how)
   if timed == 0 then
-    require("specula.secrets").write(io.stdout, "fired, wasted and saved: unavailable (no recorded latencies in these sources: a cassette "
+    secrets.write(io.stdout, "\nfired, wasted and saved: unavailable (no recorded latencies in these sources: a cassette "
       .. "or a results file has them, conversations do not)\n")
     return
   end
-  require("specula.secrets").write(io.stdout, format("\nEV gate at ev_cost_ms %g over the %d of %d calls with recorded latencies "
+  secrets.write(io.stdout, format("\nEV gate at ev_cost_ms %g over the %d of %d calls with recorded latencies "
     .. "(%d with a streamed tool name)\n", gate.ev_cost_ms, timed, nsteps, named))
-  require("specula.secrets").write(io.stdout, format("%-20s %-10s %7s %7s %7s %12s %10s\n", "predictor", "trigger", "fired", "hits", "wasted",
+  secrets.write(io.stdout, format("%-20s %-10s %7s %7s %7s %12s %10s\n", "predictor", "trigger", "fired", "hits", "wasted",
     "wasted cost", "saved ms"))
   for _, r in ipairs(rows) do
     for _, tr in ipairs({ { "start", r.start }, { "tool_name", r.tool_name }, { "both", r.both } }) do
       local a = tr[2]
       if a then
-        require("specula.secrets").write(io.stdout, format("%-20s %-10s %7d %7d %7d %12.3f %10s\n", r.predictor, tr[1], a.fired, a.hits, a.wasted,
+        secrets.write(io.stdout, format("%-20s %-10s %7d %7d %7d %12.3f %10s\n", r.predictor, tr[1], a.fired, a.hits, a.wasted,
           a.wasted_cost, fmt_ms(a.saved_ms)))
       else
-        require("specula.secrets").write(io.stdout, format("%-20s %-10s %7s %7s %7s %12s %10s\n", r.predictor, tr[1], "-", "-", "-", "-", "-"))
+        secrets.write(io.stdout, format("%-20s %-10s %7s %7s %7s %12s %10s\n", r.predictor, tr[1], "-", "-", "-", "-", "-"))
       end
     end
   end
