@@ -67,6 +67,7 @@ function M.agent(def)
     error("specula.agent: predict must be a function or a predictor (specula.predict.*)", 2)
   end
   check_fn(def, "speculate", false)
+  check_fn(def, "context", false)
   if def.name ~= nil and type(def.name) ~= "string" then error("specula.agent: name must be a string", 2) end
   local tools = def.tools
   if tools == nil then tools = {} def.tools = tools end
@@ -90,6 +91,15 @@ function M.agent(def)
       error("specula.agent: tool '" .. name .. "' needs a call function (or an HTTP spec)", 2)
     end
     for _, f in ipairs({ "speculate", "verify", "warmup" }) do check_fn(t, f, false, "tools." .. name) end
+    -- the declared input, as a model is shown it (predictors read it)
+    for _, f in ipairs({ "schema", "input_schema" }) do
+      if t[f] ~= nil and type(t[f]) ~= "table" then
+        error("specula.agent: tools." .. name .. "." .. f .. " must be a JSON Schema table, got " .. type(t[f]), 2)
+      end
+    end
+    if t.description ~= nil and type(t.description) ~= "string" then
+      error("specula.agent: tools." .. name .. ".description must be a string", 2)
+    end
     if t.cost ~= nil and (type(t.cost) ~= "number" or t.cost < 0) then
       error("specula.agent: tools." .. name .. ".cost must be a non-negative number", 2)
     end
@@ -187,11 +197,46 @@ local function script_decision(A, name, args, ctx)
   return HINT_ERROR
 end
 
+-- The conversation of a state as events (specula.convtraces): the
+-- agent's context(state) when it has one (a failure is warned about once,
+-- and the calls stand in), else the query and the calls so far. Returns
+-- events, turns.
+local convtraces = require "specula.convtraces"
+local function messages_of(A, state, query)
+  if A.context_fn then
+    local ok, msgs = pcall(A.context_fn, state)
+    local events, turns
+    if ok and type(msgs) == "table" then events, turns = convtraces.events(msgs) end
+    if events then return events, turns end
+    if not A.ctx_warned then
+      A.ctx_warned = true
+      secrets.stderr("specula: warning: agent context(state) " .. (ok and ("returned " .. type(msgs)
+        .. ", not a list of messages") or ("failed: " .. tostring(msgs))) .. "; predictors read the calls only\n")
+    end
+  end
+  local c = convtraces.synthesize(type(query) == "string" and query or nil, A.hist_of[state] or {})
+  return c.events, c.turns
+end
+
+-- The predictor's ctx: the step's, with `messages` (read on first use) and
+-- `tools` (the tools' declared inputs).
+local function predictor_ctx(A, state, ctx)
+  return setmetatable({}, { __index = function(t, k)
+    if k == "messages" then
+      local m = messages_of(A, state, ctx.query)
+      rawset(t, "messages", m)
+      return m
+    end
+    if k == "tools" then return A.tool_specs end
+    return ctx[k]
+  end })
+end
+
 -- Ask the predictor for the next action and hand the candidates to the
 -- window, which gates and fires them while the model thinks.
 local function predict(A, state, ctx)
   local tools, decide = A.tools, A.decide
-  local ok, preds = pcall(A.predictor, A.hist_of[state] or {}, ctx)
+  local ok, preds = pcall(A.predictor, A.hist_of[state] or {}, predictor_ctx(A, state, ctx))
   if not ok or type(preds) ~= "table" then
     if not A.warned then
       A.warned = true
@@ -210,8 +255,10 @@ local function predict(A, state, ctx)
       if okc then okc, key = pcall(json.canonical, args) end
       local conf = tonumber(p.confidence) or 0
       if conf ~= conf then conf = 0 end
+      local tconf = tonumber(p.tool_confidence) or -1
+      if tconf ~= tconf then tconf = -1 end
       if okc then
-        local e = { tool = p.tool, args = args, key = key, confidence = conf }
+        local e = { tool = p.tool, args = args, key = key, confidence = conf, tool_confidence = tconf }
         if decide then e.hint = script_decision(A, p.tool, args, pctx) end
         list[#list + 1] = e
       end
@@ -225,7 +272,8 @@ local function predict(A, state, ctx)
     local e = list[i]
     local slot = C.sp_vals_new(cctx)
     VALS[slot] = e.args
-    if C.sp_window_predict(cctx, e.tool, #e.tool, e.key, #e.key, e.confidence, e.hint or HINT_NONE, slot) == 0 then
+    if C.sp_window_predict(cctx, e.tool, #e.tool, e.key, #e.key, e.confidence, e.tool_confidence,
+        e.hint or HINT_NONE, slot) == 0 then
       break
     end
   end
@@ -304,6 +352,7 @@ local function step_with_predictions(A, state, ctx)
     ctx.on_tool_name = no_tool_name
   end
   local kind, s, tool, hint, can = do_step(A, state, ctx)
+  if predictor and kind == STEP_FINAL then A.final_state_of[s] = state end
   if predictor and kind == STEP_ACTION then
     return kind, s, tool, hint, can, json.canonical(s.action.args), lossy_match(A, list, s.action)
   end
@@ -535,8 +584,33 @@ function M.adapter(agent, opts)
     step_where = where(agent.step), update_where = where(agent.update),
     kept = opts.kept,
     warned = false,
+    -- what a predictor reads beside the history: the conversation (the
+    -- agent's context(state)) and the tools' declared inputs
+    context_fn = agent.context, ctx_warned = false, tool_specs = {},
+    -- final step -> the state it was decided from (the committed
+    -- conversation a learning predictor is handed)
+    final_state_of = setmetatable({}, { __mode = "k" }),
   }
+  for name, t in pairs(A.tools) do
+    local schema = t.schema or t.input_schema or (type(t.mcp) == "table" and t.mcp.inputSchema) or nil
+    local desc = t.description or (type(t.mcp) == "table" and t.mcp.description) or nil
+    A.tool_specs[name] = { schema = type(schema) == "table" and schema or nil,
+                           description = type(desc) == "string" and desc or nil }
+  end
   for name, f in pairs(KINDS) do A[name] = function(...) return f(A, ...) end end
+  -- The committed conversation a final step closed, for a predictor that
+  -- learns after each query: { id, events, turns } (the final answer the
+  -- last turn), or nil.
+  function A.conversation(final_step, q)
+    local state = A.final_state_of[final_step]
+    if state == nil then return nil end
+    local events, turns = messages_of(A, state, q and q.query)
+    if not events then return nil end
+    local t2 = {}
+    for i, t in ipairs(turns or {}) do t2[i] = t end
+    t2[#t2 + 1] = { at = #events }
+    return { id = q and q.id, events = events, turns = t2 }
+  end
   -- with a cassette open, each job is timed for the tape (or by it)
   if cassette.state then return cassette.wrap_adapter(A) end
   return A

@@ -283,7 +283,7 @@ function M.events(msgs, system)
   if type(msgs) ~= "table" then return nil, "expected a list of messages" end
   local fmt = line_format(msgs) or "openai"
   local _, conv = (fmt == "anthropic" and anthropic_steps or openai_steps)(msgs, function() end, system)
-  return conv.events
+  return conv.events, conv.turns
 end
 
 -- Declared tools of a conversation file or an agent, as { name = {

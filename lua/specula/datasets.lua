@@ -3,7 +3,7 @@
 --   datasets.load(path, opts)        -> records, warnings | nil, err
 --   datasets.parse(text, opts)       -> records, warnings | nil, err
 --   datasets.detect(objects)         -> format | nil, err
---   datasets.FORMATS                 -> { "musique", "2wiki", "hotpotqa", "jsonl" }
+--   datasets.FORMATS                 -> { "musique", "2wiki", "hotpotqa", "jsonl", "conversations" }
 --
 -- A record is
 --   { id =, query =, gold = { answer, alias, ... }, max_hops =, source = }
@@ -20,6 +20,10 @@
 --              level; max_hops = distinct titles + 2.
 --   "jsonl"    specula's own records: id, query; optional gold (string or
 --              list), answer, answer_aliases / aliases, answers, max_hops.
+--   "conversations" recorded agent conversations: id, messages (OpenAI chat
+--              or Anthropic); the query is the first user message's text,
+--              and the record keeps every field (specula.agents.conversation
+--              replays them).
 --
 -- Files may be a JSON array of objects, a single JSON object, or JSONL (one
 -- object per line; blank lines are skipped).
@@ -36,6 +40,7 @@
 --      signals above                                          -> hotpotqa,
 --      with a warning (both give the same records, only `source` differs)
 --   5. any object with `query`                                -> jsonl
+--   6. objects with a `messages` list (and no `query`)        -> conversations
 -- Otherwise the load fails with the keys found and the formats tried.
 --
 -- Problems with single records never raise: a malformed JSONL line, a line
@@ -50,9 +55,9 @@ local concat, sort = table.concat, table.sort
 
 local M = {}
 
-M.FORMATS = { "musique", "2wiki", "hotpotqa", "jsonl" }
+M.FORMATS = { "musique", "2wiki", "hotpotqa", "jsonl", "conversations" }
 local VALID_FORMAT = { auto = true, musique = true, ["2wiki"] = true,
-                       hotpotqa = true, jsonl = true }
+                       hotpotqa = true, jsonl = true, conversations = true }
 
 local json
 local function decode(s)
@@ -173,6 +178,7 @@ function Detector:add(o)
   if o.level ~= nil or o.type == "bridge" then self.hotpot = true end
   if o._id ~= nil and o.question ~= nil and o.supporting_facts ~= nil then self.multi = true end
   if o.query ~= nil then self.query = true end
+  if type(o.messages) == "table" then self.messages = true end
 end
 
 function Detector:result()
@@ -185,11 +191,12 @@ function Detector:result()
            "(pass format = \"2wiki\" to override)"
   end
   if self.query then return "jsonl" end
+  if self.messages then return "conversations" end
   local keys = self.first_keys and concat(self.first_keys, ", ") or "(no JSON objects)"
   return nil, "unrecognised record shape (keys found: " .. keys ..
               "); tried formats: musique (question_decomposition), " ..
               "2wiki (_id, question, supporting_facts, evidences), " ..
-              "hotpotqa (_id, question, supporting_facts, level), jsonl (id, query)"
+              "hotpotqa (_id, question, supporting_facts, level), jsonl (id, query), conversations (id, messages)"
 end
 
 --- Detect the format of a list of decoded objects (see the header).
@@ -332,6 +339,33 @@ function BUILD.jsonl(o, where)
   return rec
 end
 
+-- A recorded conversation: the query is the first user message's text.
+local function first_user_text(msgs)
+  for _, m in ipairs(msgs) do
+    if type(m) == "table" and m.role == "user" then
+      local c = m.content
+      if type(c) == "string" and c ~= "" then return c end
+      if type(c) == "table" then
+        for _, b in ipairs(c) do
+          if type(b) == "table" and b.type == "text" and type(b.text) == "string" and b.text ~= "" then return b.text end
+        end
+      end
+    end
+  end
+  return nil
+end
+
+BUILD.conversations = function(o, where)
+  local id = id_field(o.id)
+  if id == nil then return nil, missing(where, "id") end
+  if type(o.messages) ~= "table" then return nil, missing(where, "messages") end
+  local rec = { id = id, query = first_user_text(o.messages) or "", source = "conversations" }
+  for k, v in pairs(o) do
+    if not OWN_RESERVED[k] and not is_null(v) then rec[k] = v end
+  end
+  return rec
+end
+
 ----------------------------------------------------------------------------
 -- entry points
 ----------------------------------------------------------------------------
@@ -351,7 +385,7 @@ local function check_opts(fname, opts)
   local fmt = opts.format or "auto"
   if not VALID_FORMAT[fmt] then
     error("specula.datasets." .. fname .. ": unknown format '" .. tostring(fmt) ..
-          "' (expected auto, hotpotqa, 2wiki, musique or jsonl)", 3)
+          "' (expected auto, hotpotqa, 2wiki, musique, jsonl or conversations)", 3)
   end
   if opts.limit ~= nil and (type(opts.limit) ~= "number" or opts.limit < 0) then
     error("specula.datasets." .. fname .. ": limit must be a non-negative number", 3)

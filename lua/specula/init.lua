@@ -22,7 +22,7 @@ local lazy = {
   predict = "specula.predict", metrics = "specula.metrics", datasets = "specula.datasets",
   llm = "specula.llm", policy = "specula.policy", text = "specula.text",
   theory = "specula.theory", estimate = "specula.estimate", mcp = "specula.mcp", cassette = "specula.cassette",
-  stats = "specula.stats", provenance = "specula.provenance",
+  stats = "specula.stats", provenance = "specula.provenance", agents = "specula.agents",
   crypto = "specula.crypto", secrets = "specula.secrets", mcpauth = "specula.mcpauth",
 }
 

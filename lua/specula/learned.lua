@@ -256,17 +256,22 @@ end
 
 local function scan_text(kind, tool, text, ch, order)
   local toks = tokens(text)
+  -- each token's shapes once; a span's are its tokens' joined
+  local fs, cs = {}, {}
+  for i = 1, #toks do fs[i], cs[i] = fine_shape(toks[i]), coarse_shape(toks[i]) end
+  local prefix = kind .. SEP .. tool .. SEP
+  local function put(key, span)
+    local l = ch[key]
+    if not l then l = {}; ch[key] = l; order[#order + 1] = key end
+    l[#l + 1] = span
+  end
   for i = 1, #toks do
     for n = 1, MAX_SPAN do
       if i + n - 1 > #toks then break end
-      local span = n == 1 and toks[i] or concat(toks, " ", i, i + n - 1)
-      local f, c = span_shapes(toks, i, n)
-      for _, sh in ipairs({ "f" .. f, "c" .. c }) do
-        local key = kind .. SEP .. tool .. SEP .. sh
-        local l = ch[key]
-        if not l then l = {}; ch[key] = l; order[#order + 1] = key end
-        l[#l + 1] = span
-      end
+      local j = i + n - 1
+      local span = n == 1 and toks[i] or concat(toks, " ", i, j)
+      put(prefix .. "f" .. (n == 1 and fs[i] or concat(fs, " ", i, j)), span)
+      put(prefix .. "c" .. (n == 1 and cs[i] or concat(cs, " ", i, j)), span)
     end
   end
 end
@@ -338,6 +343,20 @@ local function new_view(events, n)
   end
   v.calls, v.toks, v.last = calls, toks, last
   return v
+end
+
+-- The last thing the model did (its text or a call): what came after it is
+-- new to it.
+local function last_act(view)
+  local act = view.act
+  if act then return act end
+  act = 0
+  for i = view.n, 1, -1 do
+    local k = view.events[i].kind
+    if k == "assistant" or k == "call" then act = i break end
+  end
+  view.act = act
+  return act
 end
 
 -- A channel's distinct values at this view, newest event first, each with
@@ -429,7 +448,7 @@ local function apply_xf(xf, v)
   local ks = xf:match("^pick:(.*)$")
   if ks then
     local list = {}
-    for k in ks:gmatch("[^,]+") do list[#list + 1] = k end
+    for k in ks:gmatch("[^\30]+") do list[#list + 1] = k end
     return pick(v, list)
   end
   return nil
@@ -549,7 +568,7 @@ local function discover(view, tool, arg, value)
         if is_array(value) then probe = value[1] end
         if type(probe) == "table" and not is_array(probe) then
           local ks = keys_of(probe)
-          local xf = "pick:" .. concat(ks, ",")
+          local xf = "pick:" .. concat(ks, "\30")
           for _, t in ipairs(event_sources(e).tabs) do
             local p = pick(t.value, ks)
             if p ~= nil and vkey(p) == vk then want(t.key, xf) end
@@ -584,7 +603,7 @@ local DEFAULTS = {
   rate = 0.1,           -- its learning rate (decays with 1/sqrt(t))
   l2 = 1e-4,            -- and its weight decay
   online_epochs = 2,    -- passes over one conversation learnt online
-  folds = 5,            -- held-out folds for the calibration fit
+  folds = 3,            -- held-out folds for the calibration fit
   min_hits = 2,         -- an argument source is used once it gave the right value this often
   max_sources = 64,     -- sources kept per tool and argument
   consider = 64,        -- the best of them offering values at a turn
@@ -639,6 +658,7 @@ local function tool_features(view)
   local lc2 = nc > 1 and events[calls[nc - 1]].tool or "^"
   add("c1=" .. tostring(lc1))
   add("c2=" .. tostring(lc2) .. " " .. tostring(lc1))
+  add("c1t=" .. tostring(lc1) .. " " .. sub(t1, 1, 1))
   local seen = {}
   for _, i in ipairs(calls) do
     local tl = tostring(events[i].tool)
@@ -739,14 +759,15 @@ local function learn_args(self, view, tool, args, items)
   local a = arg_entry(self, tool)
   a.n = a.n + 1
   if type(args) ~= "table" then return end
-  local ks = keys_of(args)
-  local kss = concat(ks, ",")
+  local ks = {}
+  for _, k in ipairs(keys_of(args)) do if type(k) == "string" then ks[#ks + 1] = k end end
+  local kss = concat(ks, SEP)
   a.keysets[kss] = (a.keysets[kss] or 0) + 1
   -- which arguments of a call share a value (a call rarely repeats one)
   a.eq = a.eq or {}
   for i = 1, #ks do
     for j = i + 1, #ks do
-      local pk = tostring(ks[i]) .. "," .. tostring(ks[j])
+      local pk = ks[i] .. SEP .. ks[j]
       if vkey(args[ks[i]]) == vkey(args[ks[j]]) then a.eq[pk] = (a.eq[pk] or 0) + 1 end
     end
   end
@@ -910,12 +931,7 @@ value_features = function(self, view, tool, arg, c)
   if c.sel then add("sel=" .. c.sel, 1) end
   if c.pool then add("pool", 1) end
   if c.ev > 0 then
-    local act = 0
-    for i = view.n, 1, -1 do
-      local kk = view.events[i].kind
-      if kk == "assistant" or kk == "call" then act = i break end
-    end
-    if c.ev > act then add("new", 1) end
+    if c.ev > last_act(view) then add("new", 1) end
     add("rec=" .. bucket(view.n - c.ev), 1)
     local last = view.last
     if c.ev == last.user then add("src=lu", 1)
@@ -923,6 +939,15 @@ value_features = function(self, view, tool, arg, c)
     elseif c.ev == last.result then add("src=lr", 1) end
   end
   if used_set(view, tool, arg)[c.k] then add("used", 1) end
+  -- said in the latest message, whatever source gave it
+  local last = view.last
+  for _, w in ipairs({ { "in_lu", last.user }, { "in_la", last.assistant }, { "in_lr", last.result } }) do
+    local i = w[2]
+    if i and i ~= c.ev then
+      local ix = event_sources(view.events[i]).ix
+      if ix[c.k] then add(w[1], 1) end
+    end
+  end
   return f
 end
 
@@ -992,30 +1017,36 @@ end
 
 -- The key sets a tool is called with, { {keys, p} }: learnt, else the
 -- schema's required properties.
+local ks_cache = setmetatable({}, { __mode = "k" })
 local function keysets(self, tool, schema)
   local a = self.args[tool]
-  local out = {}
   if a and a.n > 0 then
+    local c = ks_cache[a]
+    if c and c.n == a.n then return c.out end
+    local out = {}
+    local names = keys_of(a.keysets)
     local total = 0
-    for _, ks in ipairs(keys_of(a.keysets)) do total = total + a.keysets[ks] end
-    for _, ks in ipairs(keys_of(a.keysets)) do
+    for _, ks in ipairs(names) do total = total + a.keysets[ks] end
+    for _, ks in ipairs(names) do
       local p = a.keysets[ks] / max(total, a.n)
       if p >= 0.05 then
         local list = {}
-        for k in ks:gmatch("[^,]+") do list[#list + 1] = k end
+        for k in ks:gmatch("[^\31]+") do list[#list + 1] = k end
         out[#out + 1] = { keys = list, p = p, s = ks }
       end
     end
     sort(out, function(x, y) if x.p ~= y.p then return x.p > y.p end return x.s < y.s end)
     while #out > 2 do out[#out] = nil end
+    ks_cache[a] = { n = a.n, out = out }
+    return out
   elseif schema then
     local req = type(schema.required) == "table" and schema.required or {}
     local list = {}
     for _, k in ipairs(req) do if type(k) == "string" then list[#list + 1] = k end end
     sort(list)
-    out[1] = { keys = list, p = 0.5, s = concat(list, ",") }
+    return { { keys = list, p = 0.5, s = concat(list, SEP) } }
   end
-  return out
+  return {}
 end
 
 -- Complete calls of one tool: { {args, p}, ... } best first (at most `n`).
@@ -1024,35 +1055,46 @@ local function tool_calls(self, view, tool, n, ctx_tools)
   local props = schema and type(schema.properties) == "table" and schema.properties or {}
   local out = {}
   for _, ks in ipairs(keysets(self, tool, schema)) do
-    -- a beam holds one value per key so far, in key order
-    local beams = { { vals = {}, p = ks.p, ev = 0 } }
+    -- a beam holds one value (and its key) per argument so far, in order
+    local beams = { { vals = {}, keys = {}, p = ks.p, ev = 0 } }
+    local a = self.args[tool]
+    local eq = a and a.n >= 3 and a.eq or nil
     for ki, k in ipairs(ks.keys) do
       local vals = arg_values(self, view, tool, k, props[k])
       local nxt = {}
-      local a = self.args[tool]
+      -- pairs of arguments that never shared a value in training
+      local apart
+      if eq then
+        for kj = 1, ki - 1 do
+          local k1, k2 = ks.keys[kj], k
+          if k1 > k2 then k1, k2 = k2, k1 end
+          if not eq[k1 .. SEP .. k2] then apart = apart or {}; apart[#apart + 1] = kj end
+        end
+      end
       for _, b in ipairs(beams) do
         local taken = 0
         for j = 1, #vals do
           if taken >= self.values_per_arg then break end
-          -- two arguments that never shared a value in training do not now
+          local vj = vals[j]
           local clash = false
-          if a and a.eq and a.n >= 3 then
-            for kj = 1, ki - 1 do
-              local k1, k2 = ks.keys[kj], k
-              if k1 > k2 then k1, k2 = k2, k1 end
-              if not a.eq[k1 .. "," .. k2] and vkey(b.vals[kj]) == vals[j].k then clash = true break end
+          if apart then
+            for _, kj in ipairs(apart) do
+              if b.keys[kj] == vj.k then clash = true break end
             end
           end
           if not clash then
             taken = taken + 1
-            local vs = { unpack(b.vals, 1, ki - 1) }
-            vs[ki] = vals[j].v
-            nxt[#nxt + 1] = { vals = vs, p = b.p * vals[j].p, ev = max(b.ev, vals[j].ev) }
+            local vs, kk = {}, {}
+            for q = 1, ki - 1 do vs[q], kk[q] = b.vals[q], b.keys[q] end
+            vs[ki], kk[ki] = vj.v, vj.k
+            nxt[#nxt + 1] = { vals = vs, keys = kk, p = b.p * vj.p, ev = max(b.ev, vj.ev) }
           end
         end
       end
-      sort(nxt, function(x, y) return x.p > y.p end)
-      while #nxt > n do nxt[#nxt] = nil end
+      if #nxt > n then
+        sort(nxt, function(x, y) return x.p > y.p end)
+        for q = #nxt, n + 1, -1 do nxt[q] = nil end
+      end
       beams = nxt
       if #beams == 0 then break end
     end
@@ -1126,14 +1168,7 @@ local function said(view)
   local ev, last = view.events, view.last
   local u = last.user and ev[last.user].text or ""
   local a = last.assistant and ev[last.assistant].text or ""
-  s = { u = stems(u, nil, 200), a = stems(a, nil, 400), al = stems(tail_words(a, 16)) }
-  -- the last thing the model did: what came after it is new to it
-  local act = 0
-  for i = view.n, 1, -1 do
-    local k = ev[i].kind
-    if k == "assistant" or k == "call" then act = i break end
-  end
-  s.act = act
+  s = { u = stems(u, nil, 200), a = stems(a, nil, 400), al = stems(tail_words(a, 16)), act = last_act(view) }
   view.said = s
   return s
 end

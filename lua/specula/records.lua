@@ -205,7 +205,7 @@ M.write_whole = write_whole
 
 -- A record without the run's sums (what callers of specula.run get).
 function M.strip(rec)
-  rec._agg = nil
+  rec._agg, rec._conv = nil, nil
   return rec
 end
 

@@ -60,10 +60,14 @@ local function make_run(agent, o, script)
     pf = ffi.gc(C.sp_prefetch_new(MATCH[match], TRIGGER[o.trigger or "both"], o.ev_cost_ms or D.ev_cost_ms,
       o.ev_latency_ms or 0, o.predict_top or D.predict_top), C.sp_prefetch_free)
     if type(P) == "table" and P.observe_trajectory then
-      learn = function(traj)
+      -- the calls, and what a predictor that reads conversations needs:
+      -- the query, the trajectory and, from the agent's context(), the
+      -- committed conversation (taken from the window by finish_window)
+      learn = function(traj, q, conv)
         local actions = {}
         for i, h in ipairs(traj) do actions[i] = h.action end
-        P:observe_trajectory(actions)
+        P:observe_trajectory(actions, { id = q and q.id, query = q and q.query, trajectory = traj,
+                                        conversation = conv })
       end
     elseif type(P) == "table" and P.observe then
       learn = function(traj)
@@ -175,6 +179,11 @@ local function finish_window(run, w, q, index)
     local list = qmt and run.kept[qmt]
     if qmt then run.kept[qmt] = nil end
     if list then rec.candidates = json.array(list) end
+  end
+  -- a predictor that learns after each query reads the committed
+  -- conversation: taken now, while the window still holds the final step
+  if run.learn and run.adapter.conversation and rec.trajectory and not rec.error then
+    rec._conv = run.adapter.conversation(sched.vals[C.sp_window_answer_ref(w)], q)
   end
   if o.trace and run.trace_out then
     tracewriter.events(w, index + (run.trace_pid or 0), q, run.trace_out, run.trace_config)
@@ -325,7 +334,8 @@ run_batch = function(run, queries, emit, progress, keep)
     if rec and rec._agg then sum_wall, sum_std = sum_wall + rec._agg.wall, sum_std + rec._agg.std end
     while results[next_emit] do
       local r, q = results[next_emit], qs[next_emit]
-      if learn and r.trajectory and not r.error then learn(r.trajectory) end
+      if learn and r.trajectory and not r.error then learn(r.trajectory, q, r._conv) end
+      r._conv = nil
       if q.shard then r.shard = q.shard end
       -- what emit returns stands for the record from then on (--compare
       -- keeps a slim copy and lets the record go); without keep, nothing

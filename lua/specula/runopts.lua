@@ -129,7 +129,7 @@ local one_of = argv.one_of
 local FLAGS = {
   ["--query"] = "query", ["--input"] = "input", ["--out"] = "out", ["--trace"] = "trace",
   ["--format"] = { "format", convert = one_of({ auto = true, jsonl = true, hotpotqa = true, ["2wiki"] = true,
-    musique = true }, "--format must be auto, jsonl, hotpotqa, 2wiki or musique") },
+    musique = true, conversations = true }, "--format must be auto, jsonl, hotpotqa, 2wiki, musique or conversations") },
   ["--policy"] = "policy", ["--verifier"] = "verifier", ["--predictor"] = "predictor", ["--shard-count"] = "shard_count", ["--compare"] = "compare", ["--summary"] = "summary",
   ["--record"] = "record", ["--replay-io"] = "replay_io",
   ["--mode"] = { "mode", convert = one_of(M.MODES, "--mode must be spechop, window or sequential") },

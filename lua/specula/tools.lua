@@ -441,7 +441,9 @@ end
 --   -> { name = tool table, ... } for specula.agent. Each call runs
 --   tools/call; the observation is structuredContent when present, else the
 --   text content joined with newlines; isError becomes a tool error. Each
---   tool table keeps the server's description in .mcp (annotations included).
+--   tool table keeps the server's description in .mcp (annotations included),
+--   its inputSchema as .schema and its description as .description (what
+--   predictors read).
 function M.mcp(client, opts)
   if type(client) ~= "table" or type(client.list_tools) ~= "function" then
     error("specula.tools.mcp: expected an MCP client (specula.mcp.connect)", 2)
@@ -485,6 +487,8 @@ function M.mcp(client, opts)
         return text
       end
       out[name] = { call = call, mcp = d, annotations = d.annotations,
+                    schema = type(d.inputSchema) == "table" and d.inputSchema or nil,
+                    description = type(d.description) == "string" and d.description or nil,
                     warmup = opts.warmup and opts.warmup[name] or nil,
                     speculate = opts.speculate and opts.speculate[name] or nil }
     end

@@ -128,7 +128,7 @@ describe("shared options", function()
     local input = H.tmpfile("opt_q2.jsonl", '{"id":"a","query":"q"}\n')
     for _, c in ipairs({ { { "--summary", H.tmpfile("opt_sum.json") }, "--summary goes with --compare" },
                          { { "--retry-failed" }, "--retry-failed goes with --out" },
-                         { { "--format", "csv" }, "--format must be auto, jsonl, hotpotqa, 2wiki or musique" },
+                         { { "--format", "csv" }, "--format must be auto, jsonl, hotpotqa, 2wiki, musique or conversations" },
                          -- asked for by name, and the agent has no predictor to honour it
                          { { "--predict", "on" }, "--predict on: the agent has no predictor" },
                          { { "--compare", "sequential,spechop:predict=on" },

@@ -1,0 +1,405 @@
+-- specula.agents: ready-made agents.
+--
+--   agents.conversation{ file =, latency =, speculate =, reply_tool =, predict =, policy = }
+--
+-- A trace-driven agent: it replays recorded conversations (OpenAI chat or
+-- Anthropic messages, one a line, as specula.convtraces reads them). Its
+-- model turns are the recorded assistant turns and its tools return the
+-- recorded results, so action speculation (a predictor firing the next call
+-- while the "model" thinks) and SpecHop (threads running ahead on guessed
+-- results) run over real behaviour, under the virtual clock, with a latency
+-- model:
+--
+--   model turn   base_ms + per_token_ms x output tokens (+ per_input_token_ms x
+--                context tokens), tokens = characters / chars_per_token; the
+--                output is the turn's text, tool name and arguments. A streamed
+--                tool name is announced (ctx.on_tool_name) after the text and
+--                base time, as a streaming API would.
+--   tool call    latency.tools[name] or latency.tools.default_ms: a number
+--                (ms) or a law of specula.sim ({ "lognormal", mean, cv }, ...),
+--                drawn per query and hop, so every configuration sees the
+--                same times.
+--   user answer  a text turn followed by more of the conversation is the
+--                action `reply_tool` (default "reply", args { text }): it
+--                sends the text and observes the user's next message(s),
+--                after latency.user_ms (default 0: the user's time is not the
+--                agent's). The last text turn is the final answer.
+--
+-- A call at hop h returns the result recorded for that hop when (tool,
+-- args) match the recording (so a promoted prediction is the recorded
+-- result: the run stays lossless); any other call (a wrong prediction)
+-- gets the latest earlier result of the same call, else a text saying the
+-- recording has none. Every call made early (from an unverified state, or
+-- predicted) is counted per tool in agent.early (the policy must keep
+-- writes out of it).
+--
+-- Queries: `specula run ... --input CONVERSATIONS.jsonl` (the records carry
+-- their messages), or any input whose ids name conversations of `file`.
+-- agent.context(state) gives the messages the model saw at the state's
+-- turn: predictors read them (ctx.messages).
+local json = require "specula.json"
+local sched = require "specula.sched"
+
+local type, ipairs, pairs, tostring, tonumber, error, format, concat, ceil =
+  type, ipairs, pairs, tostring, tonumber, error, string.format, table.concat, math.ceil
+
+local M = {}
+
+local DEFAULT_LATENCY = {
+  model = { base_ms = 500, per_token_ms = 12, per_input_token_ms = 0, chars_per_token = 4 },
+  tools = { default_ms = 300 },
+  user_ms = 0,
+}
+M.DEFAULT_LATENCY = DEFAULT_LATENCY
+
+local function text_of(c)
+  if type(c) == "string" then return c end
+  if type(c) == "table" then
+    local parts = {}
+    for _, p in ipairs(c) do
+      if type(p) == "table" and type(p.text) == "string" then parts[#parts + 1] = p.text
+      elseif type(p) == "string" then parts[#parts + 1] = p end
+    end
+    return concat(parts, "\n")
+  end
+  return ""
+end
+
+-- Anthropic messages as OpenAI chat messages (one reading below).
+local function from_anthropic(msgs)
+  local out = {}
+  for _, m in ipairs(msgs) do
+    if type(m) == "table" and type(m.content) == "table" then
+      local texts, calls = {}, {}
+      for _, b in ipairs(m.content) do
+        if type(b) == "table" then
+          if b.type == "text" and type(b.text) == "string" then texts[#texts + 1] = b.text
+          elseif b.type == "tool_use" and m.role == "assistant" then
+            calls[#calls + 1] = { id = b.id, ["function"] = { name = b.name, arguments = b.input } }
+          elseif b.type == "tool_result" then
+            out[#out + 1] = { role = "tool", tool_call_id = b.tool_use_id, content = text_of(b.content) }
+          end
+        end
+      end
+      if m.role == "assistant" then
+        out[#out + 1] = { role = "assistant", content = concat(texts, "\n"), tool_calls = #calls > 0 and calls or nil }
+      elseif #texts > 0 then
+        out[#out + 1] = { role = m.role, content = concat(texts, "\n") }
+      end
+    elseif type(m) == "table" then
+      out[#out + 1] = m
+    end
+  end
+  return out
+end
+
+local function is_anthropic(msgs)
+  for _, m in ipairs(msgs) do
+    if type(m) == "table" and type(m.content) == "table" then
+      for _, b in ipairs(m.content) do
+        if type(b) == "table" and (b.type == "tool_use" or b.type == "tool_result") then return true end
+      end
+    end
+  end
+  return false
+end
+
+-- ---- the latency model ---------------------------------------------------------
+
+local function check_latency(lat)
+  lat = lat or {}
+  if type(lat) ~= "table" then error("specula.agents.conversation: latency must be a table", 3) end
+  local model = {}
+  for k, v in pairs(DEFAULT_LATENCY.model) do model[k] = v end
+  if lat.model ~= nil then
+    if type(lat.model) ~= "table" then error("specula.agents.conversation: latency.model must be a table", 3) end
+    for k, v in pairs(lat.model) do
+      if DEFAULT_LATENCY.model[k] == nil then
+        error("specula.agents.conversation: latency.model." .. tostring(k) .. " is not a setting (base_ms, "
+          .. "per_token_ms, per_input_token_ms, chars_per_token)", 3)
+      end
+      if type(v) ~= "number" or v < 0 or v ~= v or v == math.huge then
+        error("specula.agents.conversation: latency.model." .. k .. " must be a number >= 0", 3)
+      end
+      model[k] = v
+    end
+  end
+  if model.chars_per_token <= 0 then error("specula.agents.conversation: latency.model.chars_per_token must be > 0", 3) end
+  local sim = require "specula.sim"
+  local tools = {}
+  local tl = lat.tools or {}
+  if type(tl) ~= "table" then error("specula.agents.conversation: latency.tools must be a table", 3) end
+  for k, v in pairs(tl) do
+    if type(k) ~= "string" then error("specula.agents.conversation: latency.tools keys must be tool names", 3) end
+    local ok, f = pcall(sim.law, v, "latency.tools." .. k)
+    if not ok then error("specula.agents.conversation: " .. tostring(f):gsub("^specula.sim: ", ""), 3) end
+    tools[k] = f
+  end
+  if not tools.default_ms then tools.default_ms = sim.law(DEFAULT_LATENCY.tools.default_ms, "default_ms") end
+  local user = lat.user_ms or DEFAULT_LATENCY.user_ms
+  local okl, uf = pcall(sim.law, user, "latency.user_ms")
+  if not okl then error("specula.agents.conversation: " .. tostring(uf):gsub("^specula.sim: ", ""), 3) end
+  return { model = model, tools = tools, user = uf }
+end
+
+local function tokens(chars, m) return ceil(chars / m.chars_per_token) end
+
+-- ---- a conversation as steps -----------------------------------------------------
+
+-- The steps of one conversation: { tool, args, key, obs, model_ms, name_ms,
+-- upto } (upto: the messages the model saw), the last one { final, ... }.
+local function steps_of(msgs, lat, reply_tool)
+  if is_anthropic(msgs) then msgs = from_anthropic(msgs) end
+  local m = lat.model
+  local steps = {}
+  local ctx_chars = 0
+  local function results_after(i, id, j)
+    -- the tool message answering call `id` (else the j-th tool message after i)
+    local nth = 0
+    for k = i + 1, #msgs do
+      local r = msgs[k]
+      if type(r) == "table" then
+        if r.role == "assistant" then break end
+        if r.role == "tool" or r.role == "function" then
+          nth = nth + 1
+          if (id ~= nil and r.tool_call_id == id) or (id == nil and nth == j) then return text_of(r.content) end
+        end
+      end
+    end
+    if id ~= nil then return results_after(i, nil, j) end
+    return nil
+  end
+  local last_assistant = 0
+  for i, msg in ipairs(msgs) do
+    if type(msg) == "table" and msg.role == "assistant" then last_assistant = i end
+  end
+  for i, msg in ipairs(msgs) do
+    if type(msg) == "table" then
+      if msg.role == "assistant" then
+        local text = text_of(msg.content)
+        local calls = type(msg.tool_calls) == "table" and msg.tool_calls or {}
+        local out_chars = #text
+        for _, tc in ipairs(calls) do
+          local fn = type(tc) == "table" and tc["function"] or {}
+          local a = fn.arguments
+          out_chars = out_chars + #tostring(fn.name or "") + (type(a) == "string" and #a or #(json.encode(a or {}) or ""))
+        end
+        local model_ms = m.base_ms + m.per_token_ms * tokens(out_chars, m) + m.per_input_token_ms * tokens(ctx_chars, m)
+        local name_ms = m.base_ms + m.per_token_ms * tokens(#text, m) + m.per_input_token_ms * tokens(ctx_chars, m)
+        local made = 0
+        for j, tc in ipairs(calls) do
+          local fn = type(tc) == "table" and tc["function"]
+          if type(fn) == "table" and type(fn.name) == "string" and fn.name ~= "" then
+            local args = fn.arguments
+            if type(args) == "string" then
+              local v = args ~= "" and json.decode(args) or {}
+              args = type(v) == "table" and v or { _text = args }
+            elseif type(args) ~= "table" then
+              args = {}
+            end
+            made = made + 1
+            steps[#steps + 1] = { tool = fn.name, args = args, key = json.canonical(args),
+                                  obs = results_after(i, type(tc.id) == "string" and tc.id or nil, j) or "",
+                                  model_ms = made == 1 and model_ms or 0, name_ms = made == 1 and name_ms or 0,
+                                  upto = i - 1 }
+          end
+        end
+        if made == 0 then
+          if i < last_assistant then
+            -- a text turn the conversation goes on after: the user answers
+            local said = {}
+            for k = i + 1, #msgs do
+              local r = msgs[k]
+              if type(r) == "table" then
+                if r.role == "assistant" then break end
+                if r.role == "user" then said[#said + 1] = text_of(r.content) end
+              end
+            end
+            local args = { text = text }
+            steps[#steps + 1] = { tool = reply_tool, args = args, key = json.canonical(args), obs = concat(said, "\n"),
+                                  model_ms = model_ms, name_ms = name_ms, upto = i - 1, reply = true }
+          else
+            steps[#steps + 1] = { final = text, model_ms = model_ms, upto = i - 1 }
+          end
+        end
+      end
+      local c = msg.content
+      ctx_chars = ctx_chars + (type(c) == "string" and #c or #text_of(c))
+    end
+  end
+  if not steps[#steps] or steps[#steps].final == nil then
+    steps[#steps + 1] = { final = "", model_ms = 0, upto = #msgs }
+  end
+  return { msgs = msgs, steps = steps }
+end
+
+-- ---- the agent ---------------------------------------------------------------------
+
+function M.conversation(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then error("specula.agents.conversation: expected a table of options", 2) end
+  local lat = check_latency(opts.latency)
+  local reply_tool = opts.reply_tool or "reply"
+  if type(reply_tool) ~= "string" or reply_tool == "" then
+    error("specula.agents.conversation: reply_tool must be a tool name", 2)
+  end
+  local sim = require "specula.sim"
+  local by_id = {}
+  if opts.file ~= nil then
+    if type(opts.file) ~= "string" then error("specula.agents.conversation: file must be a path", 2) end
+    local f, err = io.open(opts.file, "r")
+    if not f then error("specula.agents.conversation: cannot read " .. tostring(err), 2) end
+    local ln = 0
+    for line in f:lines() do
+      ln = ln + 1
+      if line:find("%S") then
+        local v = json.decode(line)
+        local msgs = type(v) == "table" and (type(v.messages) == "table" and v.messages or (v[1] ~= nil and v)) or nil
+        if msgs then
+          local id = type(v.id) == "string" and v.id or type(v.id) == "number" and tostring(v.id)
+            or (opts.file .. ":" .. ln)
+          by_id[id] = msgs
+        end
+      end
+    end
+    f:close()
+  end
+  local spec = opts.speculate
+  if spec ~= nil and spec ~= "cache" and type(spec) ~= "table" then
+    error("specula.agents.conversation: speculate must be \"cache\" or { p =, ms = }", 2)
+  end
+  local spec_law
+  if type(spec) == "table" then
+    if type(spec.p) ~= "number" or spec.p < 0 or spec.p > 1 then
+      error("specula.agents.conversation: speculate.p must be in [0, 1]", 2)
+    end
+    spec_law = sim.law(spec.ms or 50, "speculate.ms")
+  end
+
+  -- conversations, parsed once per query id (the input record's messages,
+  -- else `file`'s)
+  local convs = setmetatable({}, { __mode = "k" })
+  local by_key = {}
+  local function conv_of(ctx)
+    local rec = ctx.record
+    local msgs = type(rec) == "table" and type(rec.messages) == "table" and rec.messages or by_id[tostring(ctx.id)]
+    if not msgs then
+      error(format("conversation agent: no recorded conversation for query '%s' (give --input a conversations file, "
+        .. "or file = a file holding this id)", tostring(ctx.id)), 0)
+    end
+    local c = convs[msgs]
+    if not c then
+      c = steps_of(msgs, lat, reply_tool)
+      convs[msgs] = c
+      by_key[tostring(ctx.id)] = c
+    end
+    return c
+  end
+
+  local early = {}
+  local agent = { name = "conversation", early = early }
+
+  local function tool_call(name)
+    local law = lat.tools[name] or lat.tools.default_ms
+    return function(args, ctx)
+      if ctx.speculative or ctx.predicted then early[name] = (early[name] or 0) + 1 end
+      local c = conv_of(ctx)
+      local hop = ctx.hop or 0
+      if name == reply_tool then sim.wait(lat.user, ctx, "user", hop)
+      else sim.wait(law, ctx, "tool:" .. name, hop) end
+      local key = json.canonical(args)
+      local st = c.steps[hop + 1]
+      if st and st.tool == name and st.key == key then return st.obs end
+      for i = hop, 1, -1 do
+        local s = c.steps[i]
+        if s.tool == name and s.key == key then return s.obs end
+      end
+      return "(no recorded result for " .. name .. " with these arguments)"
+    end
+  end
+
+  -- Tools: every tool the conversations call (from `file`, and as the
+  -- records bring new ones), and the reply tool.
+  local tools = {}
+  local function add_tool(name)
+    if tools[name] then return end
+    local t = { call = tool_call(name) }
+    if name ~= reply_tool and spec ~= nil then
+      t.speculate = function(args, ctx)
+        local c = conv_of(ctx)
+        local hop = ctx.hop or 0
+        local st = c.steps[hop + 1]
+        local key = json.canonical(args)
+        if spec == "cache" then
+          -- a cache: the result of the same call earlier in the conversation
+          for i = hop, 1, -1 do
+            local s = c.steps[i]
+            if s.tool == name and s.key == key then return s.obs end
+          end
+          return nil
+        end
+        sim.wait(spec_law, ctx, "spec:" .. name, hop)
+        if st and st.tool == name and st.key == key and sim.draw(ctx, "spec_ok:" .. name, 0, hop) < spec.p then
+          return st.obs
+        end
+        return "(a wrong guess)"
+      end
+    end
+    tools[name] = t
+  end
+  add_tool(reply_tool)
+  for _, msgs in pairs(by_id) do
+    for _, s in ipairs(steps_of(msgs, lat, reply_tool).steps) do
+      if s.tool then add_tool(s.tool) end
+    end
+  end
+  for _, name in ipairs(opts.tools or {}) do add_tool(name) end
+
+  agent.init = function(query, ctx)
+    local c = conv_of(ctx)
+    -- the tools of a conversation that came with its record
+    for _, s in ipairs(c.steps) do
+      if s.tool and not tools[s.tool] then
+        error(format("conversation agent: query '%s' calls '%s', a tool this agent was not built with (give its "
+          .. "conversations as file =, or list it in tools = {...})", tostring(ctx.id), s.tool), 0)
+      end
+    end
+    return { id = tostring(ctx.id), i = 1 }
+  end
+  agent.step = function(state, ctx)
+    local c = conv_of(ctx)
+    local st = c.steps[state.i]
+    if st.final ~= nil then
+      if st.model_ms > 0 then sched.sleep(st.model_ms) end
+      return { final = st.final }
+    end
+    -- the name streams after the text, then the arguments
+    if st.model_ms > 0 then
+      local first = math.min(st.name_ms, st.model_ms)
+      if first > 0 then sched.sleep(first) end
+      if not st.reply and ctx.on_tool_name then ctx.on_tool_name(st.tool) end
+      if st.model_ms > first then sched.sleep(st.model_ms - first) end
+    end
+    return { segment = "", action = { tool = st.tool, args = json.decode(st.key) } }
+  end
+  agent.update = function(state, step, obs, ctx)
+    return { id = state.id, i = state.i + 1 }
+  end
+  agent.context = function(state)
+    local c = by_key[state.id]
+    if not c then return nil end
+    local st = c.steps[state.i]
+    local n = st and st.upto or #c.msgs
+    local out = {}
+    for i = 1, n do out[i] = c.msgs[i] end
+    return out
+  end
+  agent.tools = tools
+  agent.verify = require("specula.verify").exact
+  agent.predict = opts.predict
+  agent.policy = opts.policy
+  agent.match = opts.match
+  return require("specula.agent").agent(agent)
+end
+
+return M
