@@ -1206,7 +1206,9 @@ local function class_features(self, view, tool, calls, spec)
     add("fillp", best)
     -- a call not made yet in this conversation, and one that uses what
     -- came after the model last acted
-    local fresh, new = false, false
+    -- as likely as the best call not made yet in this conversation is, and
+    -- the best that uses what came after the model last acted
+    local fresh, new = 0, 0
     for _, c in ipairs(calls) do
       local k = canonical(c.args)
       local made = false
@@ -1214,11 +1216,11 @@ local function class_features(self, view, tool, calls, spec)
         local e = view.events[i]
         if e.tool == tool and type(e.args) == "table" and canonical(e.args) == k then made = true break end
       end
-      if not made then fresh = true end
-      if not made and c.ev > sd.act then new = true end
+      if not made and c.p > fresh then fresh = c.p end
+      if not made and c.ev > sd.act and c.p > new then new = c.p end
     end
-    add("fresh", fresh and 1 or 0)
-    add("new", new and 1 or 0)
+    add("fresh", fresh)
+    add("new", new)
   end
   local nc = #view.calls
   if nc > 0 and view.events[view.calls[nc]].tool == tool then add("repeat", 1) end
