@@ -253,3 +253,182 @@ describe("specula predictors: what would fire, waste and save", function()
     assert.is_nil(p.tool_name)
   end)
 end)
+
+-- Conversations of a made-up workshop: the user names a part, the agent
+-- finds it, checks each bin the result lists (one after another), and
+-- orders the amount the user said. Ids "taskN-trialM": trials of one task
+-- share the part.
+local function workshop(n_tasks, trials, seed)
+  local s = seed
+  local function r(n) s = (s * 1103515245 + 12345) % 2147483648 return s % n + 1 end
+  local lines = {}
+  for t = 1, n_tasks do
+    local part = string.format("WX-%04d", r(9999))
+    for k = 1, trials do
+      local qty = r(30)
+      local bins = {}
+      for j = 1, 1 + r(2) do bins[j] = "bin" .. r(500) end
+      local m = {
+        { role = "user", content = "I need part " .. part .. ", " .. qty .. " pieces." },
+        { role = "assistant", content = cjson.null, tool_calls = { { id = "f", type = "function",
+          ["function"] = { name = "find_part", arguments = cjson.encode({ part = part }) } } } },
+        { role = "tool", tool_call_id = "f", content = cjson.encode({ part = part, bins = bins }) },
+      }
+      for j, b in ipairs(bins) do
+        m[#m + 1] = { role = "assistant", content = cjson.null, tool_calls = { { id = "b" .. j, type = "function",
+          ["function"] = { name = "check_bin", arguments = cjson.encode({ bin = b }) } } } }
+        m[#m + 1] = { role = "tool", tool_call_id = "b" .. j, content = "empty" }
+      end
+      m[#m + 1] = { role = "assistant", content = cjson.null, tool_calls = { { id = "o", type = "function",
+        ["function"] = { name = "order", arguments = cjson.encode({ part = part, qty = qty }) } } } }
+      m[#m + 1] = { role = "tool", tool_call_id = "o", content = "ordered" }
+      m[#m + 1] = { role = "assistant", content = "Ordered." }
+      lines[#lines + 1] = cjson.encode({ id = "task" .. t .. "-trial" .. k, messages = m })
+    end
+  end
+  return table.concat(lines, "\n") .. "\n"
+end
+
+describe("specula predictors: learned, --train, --folds, calibration", function()
+  it("trains on --train, then predicts online: hit rates, per tool, a calibration table and Brier score", function()
+    local train = H.tmpfile("ws-train.jsonl", workshop(12, 2, 3))
+    local test = H.tmpfile("ws-test.jsonl", workshop(5, 2, 77))
+    local st, out, err = H.specula({ "predictors", test, "--train", train, "--predictor", "learned",
+      "--predictor", "pattern", "--json" })
+    assert.are.equal(0, st, err)
+    local r = cjson.decode(out)
+    assert.are.equal(24, r.train_trajectories)
+    local l, p = r.predictors[1], r.predictors[2]
+    assert.are.equal("learned", l.predictor)
+    assert.are.equal(r.steps, l.steps)
+    assert.is_true(l.top1_rate >= 0.9, "learned top-1 " .. l.top1_rate)
+    assert.is_true(l.top3_rate >= l.top1_rate and l.tool_top1_rate >= l.top1_rate)
+    assert.is_true(p.top1_rate < l.top1_rate)
+    -- per tool
+    assert.are.equal(10, l.per_tool.find_part.steps)
+    assert.are.equal(10, l.per_tool.order.steps)
+    -- calibration over every model turn (the final answers in text too)
+    assert.are.equal(r.steps + 10, r.turns)
+    local c = l.calibration
+    local n = 0
+    for _, b in ipairs(c.bins) do
+      n = n + b.candidates
+      assert.is_true(b.confidence >= b.lo and b.confidence <= b.hi)
+    end
+    assert.are.equal(c.candidates, n)
+    assert.is_true(c.brier >= 0 and c.brier < 0.1, "Brier " .. c.brier)
+    assert.is_true(c.ece >= 0 and c.ece < 0.15, "ECE " .. c.ece)
+    -- the tables
+    st, out = H.specula({ "predictors", test, "--train", train, "--predictor", "learned" })
+    assert.are.equal(0, st)
+    assert.matches("trained on 24 %-%-train trajectories", out)
+    assert.matches("calibration: first 3 candidates at every model turn", out)
+    assert.matches("per tool %(learned%)", out)
+    assert.matches("\ncheck_bin%s+%d+%s", out)
+  end)
+
+  it("computes the Brier score and calibration error of the candidates it is given", function()
+    -- open(id=7) at 0.9 at each of the 13 model turns; right at the 4 second calls
+    local st, out, err = H.specula({ "predictors", FIX .. "/openai.jsonl", "--predictor", open7(), "--json" })
+    assert.are.equal(0, st, err)
+    local c = cjson.decode(out).predictors[1].calibration
+    -- open7 says 1: (4 x 0 + 9 x 1) / 13
+    assert.are.equal(13, c.candidates)
+    assert.is_true(math.abs(c.brier - 9 / 13) < 1e-9, c.brier)
+    assert.is_true(math.abs(c.ece - 9 / 13) < 1e-9, c.ece)
+    assert.are.equal(1, #c.bins)
+    assert.is_true(math.abs(c.bins[1].hit_rate - 4 / 13) < 1e-9)
+  end)
+
+  it("--folds never puts a task on both sides, and every conversation is predicted once", function()
+    local data = H.tmpfile("ws-folds.jsonl", workshop(9, 3, 5))
+    local log = H.tmpfile("leak.log")
+    os.remove(log)
+    local spy = H.tmpfile("spy.lua", [[
+local log = assert(io.open(os.getenv("LEAK_LOG"), "a"))
+log:write("new\n") log:flush()
+local P = {}
+function P:train(convs) for _, c in ipairs(convs) do log:write("train ", c.id, "\n") end log:flush() end
+function P:observe_trajectory(actions, info) log:write("learn ", tostring(info.id), "\n") log:flush() end
+return setmetatable(P, { __call = function(self, hist, ctx) log:write("ask ", tostring(ctx.id), "\n") log:flush()
+  return {} end })
+]])
+    local st, out, err = H.specula({ "predictors", data, "--folds", "3", "--predictor", spy, "--json" },
+      { LEAK_LOG = log })
+    assert.are.equal(0, st, err)
+    local r = cjson.decode(out)
+    local function task(id) return id:match("^(task%d+)%-") end
+    -- the folds the lab reports: tasks apart
+    local fold_of = {}
+    for f, fold in ipairs(r.folds) do
+      for _, id in ipairs(fold.test) do
+        assert.is_true(fold_of[task(id)] == nil or fold_of[task(id)] == f, task(id) .. " in two folds")
+        fold_of[task(id)] = f
+      end
+      assert.are.equal(27 - #fold.test, fold.train_trajectories)
+    end
+    -- what each fold's predictor was trained on and asked about
+    local folds, cur = {}, nil
+    for line in io.lines(log) do
+      if line == "new" then cur = { train = {}, ask = {} }; folds[#folds + 1] = cur
+      else
+        local what, id = line:match("^(%a+) (.*)$")
+        if what == "train" then cur.train[task(id)] = true end
+        if what == "ask" then cur.ask[id] = true end
+      end
+    end
+    assert.are.equal(3, #folds)
+    local asked = {}
+    for _, f in ipairs(folds) do
+      for id in pairs(f.ask) do
+        assert.is_nil(f.train[task(id)], id .. " asked by a predictor trained on its task")
+        assert.is_nil(asked[id], id .. " predicted twice")
+        asked[id] = true
+      end
+    end
+    local n = 0
+    for _ in pairs(asked) do n = n + 1 end
+    assert.are.equal(27, n)
+    -- the learned predictor under the same folds
+    st, out = H.specula({ "predictors", data, "--folds", "3", "--predictor", "learned", "--json" })
+    assert.are.equal(0, st)
+    assert.is_true(cjson.decode(out).predictors[1].top1_rate > 0.5)
+  end)
+
+  it("saves the learned model and reads it back as learned:FILE", function()
+    local train = H.tmpfile("ws-train2.jsonl", workshop(8, 2, 9))
+    local test = H.tmpfile("ws-test2.jsonl", workshop(3, 2, 19))
+    local model = H.tmpfile("model.json")
+    local st, out, err = H.specula({ "predictors", test, "--train", train, "--predictor", "learned", "--save-model",
+      model, "--json" })
+    assert.are.equal(0, st, err)
+    local m = cjson.decode(H.read(model))
+    assert.are.equal("specula-learned-predictor", m.format)
+    assert.are.equal(16, m.provenance.offline.conversations)
+    assert.are.equal(6, m.provenance.online.conversations)
+    st, out, err = H.specula({ "predictors", test, "--predictor", "learned:" .. model, "--json" })
+    assert.are.equal(0, st, err)
+    assert.is_true(cjson.decode(out).predictors[1].top1_rate >= 0.9)
+    st, out, err = H.specula({ "predictors", test, "--predictor", "learned:" .. H.tmpfile("nothing.json") })
+    assert.are.equal(2, st)
+    assert.matches("learned predictor load", err)
+    st, out, err = H.specula({ "predictors", test, "--predictor", "pattern", "--save-model", model })
+    assert.are.equal(1, st)
+    assert.matches("no learned predictor in this run", err)
+  end)
+
+  it("says what is wrong with --folds and --group-by", function()
+    local st, _, err = H.specula({ "predictors", FIX .. "/openai.jsonl", "--folds", "1" })
+    assert.are.equal(2, st)
+    assert.matches("%-%-folds must be a whole number >= 2", err)
+    st, _, err = H.specula({ "predictors", FIX .. "/openai.jsonl", "--folds", "9" })
+    assert.are.equal(1, st)
+    assert.matches("hold 5 groups", err)
+    st, _, err = H.specula({ "predictors", FIX .. "/openai.jsonl", "--folds", "2", "--group-by", "task" })
+    assert.are.equal(2, st)
+    assert.matches("needs a capture", err)
+    st, _, err = H.specula({ "predictors", FIX .. "/openai.jsonl", "--train", H.tmpfile("absent.jsonl") })
+    assert.are.equal(1, st)
+    assert.matches("%-%-train", err)
+  end)
+end)
