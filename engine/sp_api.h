@@ -412,11 +412,14 @@ void sp_prefetch_observe(sp_prefetch *pf, int tool, double target_ms, double seg
    one prediction of the step's next call, best first. tool/key: the tool
    name and the canonical JSON of args; hint: the policy script's decision
    for this exact call (SP_HINT_NONE when the policy has no script);
-   args_slot: value-store slot of the args (the window takes that
-   reference, also when it refuses). Returns 1 if kept, 0 if not (no
-   action speculation here, or the step's max_per_step reached). */
+   tool_confidence: the predictor's confidence that the call uses this
+   tool, whatever its args (<= 0: unknown; a streamed name then gives the
+   odds among the tool's candidates alone); args_slot: value-store slot of
+   the args (the window takes that reference, also when it refuses).
+   Returns 1 if kept, 0 if not (no action speculation here, or the step's
+   max_per_step reached). */
 int sp_window_predict(sp_ctx *ctx, const char *tool, size_t tool_len, const char *key, size_t key_len,
-                      double confidence, int hint, int args_slot);
+                      double confidence, double tool_confidence, int hint, int args_slot);
 /* The step has handed over its predictions: fire what the trigger allows. */
 int sp_window_predicted(sp_ctx *ctx);
 /* Called from inside a running step when a streamed tool name is known. */

@@ -34,6 +34,7 @@ typedef struct sp_pfent {
   char *name;              /* tool name */
   char *key;               /* canonical JSON of the predicted args */
   double conf;             /* predictor's confidence */
+  double tool_conf;        /* its confidence in the tool whatever the args, <= 0 unknown */
   int args_ref;            /* value slot of the predicted args */
   int state;               /* PF_* */
   int fresh;               /* not yet offered to the step-start trigger */

@@ -138,13 +138,19 @@ void sp_win_pf_kick(sp_ctx *ctx, sp_runnable *r) {
      one per parallel tool call); fire the held candidates of each name at
      their odds given that name: conf / the confidence of every candidate of
      the name, fired at the start or not (a guess kept back beside a likelier
-     one already running stays unlikely). */
+     one already running stays unlikely) — or / the predictor's confidence
+     in the tool itself when it says more: its candidates need not be all
+     the calls of that tool it deems possible. */
   for (size_t off = 0; n->pf_names && off < n->pf_names_len;) {
     const char *name = n->pf_names + off;
     off += strlen(name) + 1;
-    double sum = 0;
+    double sum = 0, tool = 0;
     for (int i = 0; i < n->npf; i++)
-      if (strcmp(n->pf[i].name, name) == 0) sum += n->pf[i].conf;
+      if (strcmp(n->pf[i].name, name) == 0) {
+        sum += n->pf[i].conf;
+        if (n->pf[i].tool_conf > tool) tool = n->pf[i].tool_conf;
+      }
+    if (tool > sum) sum = tool;
     for (int i = 0; i < n->npf; i++) {
       sp_pfent *e = &n->pf[i];
       if (e->state == PF_HELD && strcmp(e->name, name) == 0)
@@ -260,7 +266,7 @@ int sp_win_pf_settle(sp_window *w, sp_node *n, const char *tool, const char *key
 
 /* FFI: one prediction of the running step's next call. */
 int sp_window_predict(sp_ctx *ctx, const char *tool, size_t tool_len, const char *key, size_t key_len,
-                      double confidence, int hint, int args_slot) {
+                      double confidence, double tool_confidence, int hint, int args_slot) {
   sp_task *t = ctx ? ctx->running : NULL;
   sp_node *n = t ? t->window_node : NULL;
   sp_prefetch *pf = n ? n->w->cfg.prefetch : NULL;
@@ -291,6 +297,7 @@ int sp_window_predict(sp_ctx *ctx, const char *tool, size_t tool_len, const char
   e->key = k;
   e->tool = sp_policy_tool_index(w->cfg.policy, name, tool_len);
   e->conf = confidence == confidence ? confidence : 0;
+  e->tool_conf = tool_confidence == tool_confidence && tool_confidence <= 1 ? tool_confidence : 0;
   /* the script's decision for this very prediction; none given is
      SP_HINT_NONE, which a scripted policy's gate treats as forbid */
   e->hint = hint;

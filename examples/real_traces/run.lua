@@ -1,7 +1,7 @@
 -- examples/real_traces/run.lua — action speculation and SpecHop on real
 -- agent conversations, in the engine, under the virtual clock.
 --
---   specula run examples/real_traces/run.lua [--folds N] [--limit N] [--json FILE]
+--   specula run examples/real_traces/run.lua [--folds N] [--limit N] [--read-cost X] [--json FILE]
 --
 -- The conversations ($REAL_TRACES, default the development set in
 -- ../shared/traces) are split into N groups of tasks (default 5; the trials
@@ -31,6 +31,7 @@ for i = 1, #arg do
   if arg[i] == "--folds" then FOLDS = tonumber(arg[i + 1]) end
   if arg[i] == "--limit" then LIMIT = tonumber(arg[i + 1]) end
   if arg[i] == "--json" then JSON_OUT = arg[i + 1] end
+  if arg[i] == "--read-cost" then setup.READ_COST = assert(tonumber(arg[i + 1]), "--read-cost needs a number") end
 end
 
 local path = setup.traces
@@ -104,7 +105,7 @@ end
 os.remove(model_file)
 
 print(string.format("%d conversations of %s, grouped %d-fold (a predictor trained on the other folds, then online); "
-  .. "virtual clock", totals[1].queries, path:match("[^/]*$"), FOLDS))
+  .. "virtual clock; read cost %g", totals[1].queries, path:match("[^/]*$"), FOLDS, setup.READ_COST))
 print(string.format("%-20s %10s %7s %8s %7s %9s %7s %9s %7s %7s %6s", "configuration", "wall (s)", "RelLat",
   "vs seq", "fired", "promoted", "wasted", "w. cost", "early R", "early W", "same"))
 local seq_wall = totals[1].wall
@@ -127,6 +128,7 @@ if JSON_OUT then
     out[i] = t
   end
   local fh = assert(io.open(JSON_OUT, "w"))
-  fh:write(json.encode({ traces = path, folds = FOLDS, latency = setup.LATENCY, configs = json.array(out) }), "\n")
+  fh:write(json.encode({ traces = path, folds = FOLDS, latency = setup.LATENCY, read_cost = setup.READ_COST,
+    configs = json.array(out) }), "\n")
   fh:close()
 end

@@ -48,13 +48,16 @@ function M.tool_ms(name)
   return VERB_MS[verb] or WRITE_MS
 end
 
--- A read costs 0.05 (a unit is worth --ev-cost-ms, 1000 ms by default, so
--- a guess fires when confidence x time saved > (1 - confidence) x 50 ms); a
--- computation costs nothing.
+-- What a call costs when its result is thrown away: a lookup or a search
+-- M.READ_COST ($REAL_TRACES_READ_COST, default 0.05: a unit is worth
+-- --ev-cost-ms, 1000 ms by default, so a guess fires when confidence x
+-- time saved > (1 - confidence) x 50 ms), a computation a tenth of it. The
+-- EV gate trades hits for waste on it.
+M.READ_COST = tonumber(os.getenv("REAL_TRACES_READ_COST") or "") or 0.05
 function M.tool_cost(name)
   local verb = (name:match("^(%a+)") or ""):lower()
-  if verb == "calculate" or verb == "think" then return 0 end
-  return 0.05
+  if verb == "calculate" or verb == "think" then return M.READ_COST / 10 end
+  return M.READ_COST
 end
 
 -- The tool names of a conversations file (the agent's tools).

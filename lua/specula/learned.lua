@@ -1317,7 +1317,8 @@ local function rank(self, view, ctx_tools)
     if name ~= TEXT then
       if probs[ci] > best_p then best_tool, best_p = name, probs[ci] end
       for _, c in ipairs(calls[name] or {}) do
-        out[#out + 1] = { tool = name, args = c.args, score = probs[ci] * c.p, key = canonical(c.args) }
+        out[#out + 1] = { tool = name, args = c.args, score = probs[ci] * c.p, key = canonical(c.args),
+                          ptool = probs[ci] }
       end
     end
   end
@@ -1336,7 +1337,8 @@ local function rank(self, view, ctx_tools)
       table.insert(out, 1, c)
     else
       local pc = partial_call(self, view, best_tool, ctx_tools)
-      table.insert(out, 1, { tool = best_tool, args = pc.args, score = 0, key = canonical(pc.args), partial = true })
+      table.insert(out, 1, { tool = best_tool, args = pc.args, score = 0, key = canonical(pc.args), partial = true,
+                             ptool = best_p })
     end
   end
   return out, best_tool
@@ -1602,7 +1604,10 @@ function Learned:predict(history, ctx)
   local out = {}
   for i = 1, min(self.top, #ranked) do
     local c = ranked[i]
-    out[i] = { tool = c.tool, args = deep_copy(c.args), confidence = calibrate(self.cal, c.score), score = c.score }
+    local conf = calibrate(self.cal, c.score)
+    -- P(tool): what a streamed tool name says about this call's odds
+    out[i] = { tool = c.tool, args = deep_copy(c.args), confidence = conf, score = c.score,
+               tool_confidence = max(conf, c.ptool or 0) }
   end
   return out
 end

@@ -238,16 +238,20 @@ end
 
 -- A tool name streamed at `at` ms into the step: the candidates of that
 -- name fire (those `fired` does not hold yet) at their odds given the name,
--- their confidence over that of every candidate of the name
--- (sp_win_pf_kick).
+-- their confidence over that of every candidate of the name, or over the
+-- predictor's tool_confidence when that is more (sp_win_pf_kick).
 local function fire_named(acc, pf, cands, n, step, idx, cost_of, tm, fired)
-  local of, sum = {}, 0
+  local of, sum, tool = {}, 0, 0
   for _, c in ipairs(cands) do
     if c.tool == n.name then
       sum = sum + conf_num(c)
+      -- the predictor's confidence in the tool itself, when it says more
+      local t = tonumber(c.tool_confidence)
+      if t and t == t and t <= 1 and t > tool then tool = t end
       if not (fired and fired[c]) then of[#of + 1] = c end
     end
   end
+  if tool > sum then sum = tool end
   local left = math.max(0, tm.step_ms - n.at)
   fire(acc, pf, of, function(c) return sum > 0 and conf_num(c) / sum or conf_num(c) end, step, idx, cost_of,
     math.min(tm.tool_ms, left), fired)

@@ -40,7 +40,7 @@ static sp_gate_counts tool_counts(harness *h, const char *tool, int trigger) {
   return c;
 }
 
-static const wpred RIGHT = {"search", 1, 0.9, SP_HINT_NONE};   /* the call the step decides */
+static const wpred RIGHT = {"search", 1, 0.9, SP_HINT_NONE, 0};   /* the call the step decides */
 
 /* A fresh harness with action speculation and a started window: the start
    job is taken (its predictions made) but not ended. ev_cost_ms 0: every
@@ -124,8 +124,8 @@ static void test_pf_promote_exact(void) {
 static void test_pf_mismatch(void) {
   harness h;
   world wd = world_all(2, 0);
-  wd.pred[wd.npred++] = (wpred){"search", 0, 0.9, SP_HINT_NONE};   /* same tool, other args */
-  wd.pred[wd.npred++] = (wpred){"fetch", 1, 0.6, SP_HINT_NONE};    /* the same args, another tool */
+  wd.pred[wd.npred++] = (wpred){"search", 0, 0.9, SP_HINT_NONE, 0};   /* same tool, other args */
+  wd.pred[wd.npred++] = (wpred){"fetch", 1, 0.6, SP_HINT_NONE, 0};    /* the same args, another tool */
   wd.pred_final = 1;
   sp_window *w = begin_pf(&h, &wd, SP_TRIGGER_START, SP_MODE_SEQUENTIAL, 1, 1);
   int s = find_pf(&h, "search", 0);
@@ -229,10 +229,10 @@ static void test_pf_policy(void) {
 static void test_pf_scripted(void) {
   harness h;
   world wd = world_all(2, 0);
-  wd.pred[wd.npred++] = (wpred){"search", 1, 0.9, SP_HINT_ERROR};  /* the script raised */
-  wd.pred[wd.npred++] = (wpred){"search", 0, 0.8, SP_HINT_NONE};   /* nobody asked it */
-  wd.pred[wd.npred++] = (wpred){"fetch", 0, 0.6, SP_FULL};         /* it allows this one */
-  wd.pred[wd.npred++] = (wpred){"search", 1, 0.5, SP_WARMUP};      /* below the class's full */
+  wd.pred[wd.npred++] = (wpred){"search", 1, 0.9, SP_HINT_ERROR, 0};  /* the script raised */
+  wd.pred[wd.npred++] = (wpred){"search", 0, 0.8, SP_HINT_NONE, 0};   /* nobody asked it */
+  wd.pred[wd.npred++] = (wpred){"fetch", 0, 0.6, SP_FULL, 0};         /* it allows this one */
+  wd.pred[wd.npred++] = (wpred){"search", 1, 0.5, SP_WARMUP, 0};      /* below the class's full */
   harness_init(&h, &wd);
   sp_policy_set_scripted(h.policy, 1);
   sp_window *w = run_pf(&h, SP_TRIGGER_START, 0, SP_MODE_SEQUENTIAL, 1, 0);
@@ -324,8 +324,8 @@ static void test_pf_ev(void) {
      needs conf > 0.91, fetch (cost 0.5) conf > 0.83 */
   harness h;
   world wd = world_all(2, 0);
-  wd.pred[wd.npred++] = (wpred){"search", 1, 0.95, SP_HINT_NONE};
-  wd.pred[wd.npred++] = (wpred){"fetch", 0, 0.5, SP_HINT_NONE};
+  wd.pred[wd.npred++] = (wpred){"search", 1, 0.95, SP_HINT_NONE, 0};
+  wd.pred[wd.npred++] = (wpred){"fetch", 0, 0.5, SP_HINT_NONE, 0};
   harness_init(&h, &wd);
   sp_window *w = run_pf(&h, SP_TRIGGER_START, 100, SP_MODE_SEQUENTIAL, 1, 0);
   sp_window_stats st = stats_of(w);
@@ -341,7 +341,7 @@ static void test_pf_ev(void) {
   /* both triggers: at start no candidate pays; the streamed name leaves
      search alone among its tool's candidates (odds 1): it fires and is
      promoted, fetch stays held */
-  w = run_named(&h, (wpred){"search", 1, 0.5, SP_HINT_NONE}, (wpred){"fetch", 0, 0.3, SP_HINT_NONE});
+  w = run_named(&h, (wpred){"search", 1, 0.5, SP_HINT_NONE, 0}, (wpred){"fetch", 0, 0.3, SP_HINT_NONE, 0});
   st = stats_of(w);
   CHECK(st.pf.gated_ev == 4 && gate_sum(&st, SP_TRIG_PRED_START) == 0, "nothing pays at start (%g kept back)",
         st.pf.gated_ev);
@@ -354,13 +354,29 @@ static void test_pf_ev(void) {
      the start; the name then says nothing new about the unlikely one (its
      odds given the name stay 0.05 / (0.95 + 0.05)), so it stays held and
      nothing is wasted */
-  w = run_named(&h, (wpred){"search", 1, 0.95, SP_HINT_NONE}, (wpred){"search", 2, 0.05, SP_HINT_NONE});
+  w = run_named(&h, (wpred){"search", 1, 0.95, SP_HINT_NONE, 0}, (wpred){"search", 2, 0.05, SP_HINT_NONE, 0});
   st = stats_of(w);
   CHECK(st.pf.fired == 2 && st.pf.promoted == 2 && st.pf.wasted == 0 && st.pf.held == 2,
         "the likely guess fired at start (%g, promoted %g), the unlikely one never did (wasted %g, held %g)",
         st.pf.fired, st.pf.promoted, st.pf.wasted, st.pf.held);
   CHECK(gate_sum(&st, SP_TRIG_PRED_NAME) == 0, "the name fired nothing (%g)", gate_sum(&st, SP_TRIG_PRED_NAME));
   check_settled(w);
+  finish_and_free(&h, w);
+
+  /* the predictor says how sure it is of the tool itself (0.9): search
+     alone among its candidates is still only 0.5 / 0.9 = 0.56 likely once
+     the name streams, short of the 0.91 its cost needs: held, not fired */
+  w = run_named(&h, (wpred){"search", 1, 0.5, SP_HINT_NONE, 0.9}, (wpred){"fetch", 0, 0.3, SP_HINT_NONE, 0.3});
+  st = stats_of(w);
+  CHECK(st.pf.fired == 0 && gate_sum(&st, SP_TRIG_PRED_NAME) == 0 && st.pf.held == 4,
+        "the name fired nothing (%g fired, %g held)", st.pf.fired, st.pf.held);
+  finish_and_free(&h, w);
+  /* 0.88 does not pay at the start; sure of the tool (0.9), the name makes
+     it 0.88 / 0.9 = 0.98: fired there */
+  w = run_named(&h, (wpred){"search", 1, 0.88, SP_HINT_NONE, 0.9}, (wpred){"fetch", 0, 0.02, SP_HINT_NONE, 0.02});
+  st = stats_of(w);
+  CHECK(st.pf.fired == 2 && st.pf.promoted == 2, "fired %g, promoted %g", st.pf.fired, st.pf.promoted);
+  CHECK(st.gate[SP_TRIG_PRED_NAME][SP_FULL] == 2, "at the name (%g)", st.gate[SP_TRIG_PRED_NAME][SP_FULL]);
   finish_and_free(&h, w);
 }
 
@@ -370,8 +386,8 @@ static void test_pf_ev(void) {
 static void test_pf_budget(void) {
   harness h;
   world wd = world_all(2, 0);
-  wd.pred[wd.npred++] = (wpred){"search", 0, 0.9, SP_HINT_NONE};   /* cost 1, always wasted */
-  wd.pred[wd.npred++] = (wpred){"fetch", 0, 0.8, SP_HINT_NONE};    /* cost 0.5 */
+  wd.pred[wd.npred++] = (wpred){"search", 0, 0.9, SP_HINT_NONE, 0};   /* cost 1, always wasted */
+  wd.pred[wd.npred++] = (wpred){"fetch", 0, 0.8, SP_HINT_NONE, 0};    /* cost 0.5 */
   harness_init(&h, &wd);
   sp_policy_budget(h.policy, 1, -1);
   sp_window *w = run_pf(&h, SP_TRIGGER_START, 0, SP_MODE_SEQUENTIAL, 1, 0);
@@ -401,7 +417,7 @@ static void test_pf_lossy(void) {
   for (int right = 0; right <= 1; right++) {
     harness h;
     world wd = world_all(2, 0);
-    wd.pred[wd.npred++] = (wpred){"search", right, 0.9, SP_HINT_NONE};
+    wd.pred[wd.npred++] = (wpred){"search", right, 0.9, SP_HINT_NONE, 0};
     wd.match_name = 1;
     harness_init(&h, &wd);
     harness_prefetch(&h, SP_MATCH_NAME_ONLY, SP_TRIGGER_START, 0, 10);
@@ -429,7 +445,7 @@ static void test_pf_free_midflight(void) {
   harness h;
   world wd = world_all(4, 0);
   wd.pred[wd.npred++] = RIGHT;
-  wd.pred[wd.npred++] = (wpred){"fetch", 0, 0.5, SP_HINT_NONE};
+  wd.pred[wd.npred++] = (wpred){"fetch", 0, 0.5, SP_HINT_NONE, 0};
   sp_window *w = begin_pf(&h, &wd, SP_TRIGGER_START, SP_MODE_SPECHOP, -1, 1);
   run_one(&h, J_START, 0, 2);                 /* head: search promoted, fetch cancelled */
   run_one(&h, J_SPEC, 0, 1);                  /* T(1) predicts both */
@@ -460,7 +476,7 @@ static void test_pf_random(void) {
     }
     wd.npred = 1 + NEXT() % 3;
     for (int i = 0; i < wd.npred; i++)
-      wd.pred[i] = (wpred){tools[NEXT() % 4 == 0], NEXT() % 2, 0.9 - 0.2 * i, SP_HINT_NONE};
+      wd.pred[i] = (wpred){tools[NEXT() % 4 == 0], NEXT() % 2, 0.9 - 0.2 * i, SP_HINT_NONE, 0};
     wd.stream_name = NEXT() % 2;
     wd.pred_final = NEXT() % 2;
 #undef NEXT

@@ -26,6 +26,7 @@ typedef struct wpred {
   int right;             /* its args are the ones the step will decide (under its own tool) */
   double conf;           /* its confidence */
   int hint;              /* the script's decision for it (SP_HINT_NONE: no script) */
+  double tool_conf;      /* its confidence in the tool whatever the args (0: unknown) */
 } wpred;
 
 typedef struct world {
@@ -232,7 +233,8 @@ static inline void predict_step(harness *h, sp_task *t) {
     int same = strcmp(p->tool, "search") == 0 && p->right;
     const char *k = p->right ? decided_key(key, sizeof key, s.hop, s.ok) : "{\"q\":\"elsewhere\"}";
     int slot = new_val(h, V_ARGS, s.hop, same && s.ok);
-    h->predictions += sp_window_predict(&h->ctx, p->tool, strlen(p->tool), k, strlen(k), p->conf, p->hint, slot);
+    h->predictions += sp_window_predict(&h->ctx, p->tool, strlen(p->tool), k, strlen(k), p->conf, p->tool_conf, p->hint,
+                                      slot);
   }
   sp_window_predicted(&h->ctx);
 }

@@ -237,6 +237,25 @@ describe("specula predictors: what would fire, waste and save", function()
     assert.matches("\n%S+oracle.lua%s+start%s+24%s+12%s+12%s+0.000%s+[%d.]+\n", out)
   end)
 
+  it("reads a predictor's tool_confidence: a streamed name makes a guess only as likely as that says", function()
+    local function guess(tool_conf)
+      return H.tmpfile("guess" .. tostring(tool_conf) .. ".lua", "local json = require 'specula.json'\nlocal W = "
+        .. "json.decode([==[" .. cjson.encode(want) .. "]==])\nreturn function(h, ctx)\n  local a = W[ctx.id .. '/' "
+        .. ".. ctx.hop]\n  return { { tool = a.tool, args = a.args, confidence = 0.5, tool_confidence = "
+        .. tostring(tool_conf) .. " } }\nend\n")
+    end
+    -- alone among its tool's candidates the guess is sure once the name
+    -- streams, unless the predictor says the tool itself was 0.9 likely
+    local fired = {}
+    for _, tc in ipairs({ 0, 0.9 }) do
+      local st, out, err = H.specula({ "predictors", TAPE, "--predictor", guess(tc), "--cost", "10", "--ev-cost-ms",
+        "1", "--json" })
+      assert.are.equal(0, st, err)
+      fired[#fired + 1] = cjson.decode(out).predictors[1].tool_name.fired
+    end
+    assert.is_true(fired[2] < fired[1], fired[1] .. " then " .. fired[2])
+  end)
+
   it("reads the stage times of a results file: start only, no stream", function()
     local rec = { id = "q1", answer = "x", trajectory = {
       { action = { tool = "search", args = { q = "a" } }, observation = "1" },
