@@ -39,12 +39,16 @@ void sp_prefetch_observe(sp_prefetch *pf, int tool, double target_ms, double seg
   if (!pf) return;
   sp_welford *w = tool_stats(pf, tool);
   if (w && target_ms >= 0) sp_welford_add(w, target_ms);
+  if (tool >= 0 && target_ms >= 0) sp_welford_add(&pf->all, target_ms);
   if (seg_ms >= 0) sp_welford_add(&pf->seg, seg_ms);
 }
 
 /* A hit hides at most the shorter of the tool's latency and the model's
-   step (the call cannot start before the step does). With no data yet the
-   gate is open: the first observations have to come from somewhere. */
+   step (the call cannot start before the step does). A tool not seen yet
+   is taken at the mean latency of the tools seen (a tool that is predicted
+   but never called would otherwise pass the gate at any odds, forever);
+   with no data at all the gate is open: the first observations have to
+   come from somewhere. */
 int sp_prefetch_ev(sp_prefetch *pf, int tool, double conf, double cost) {
   if (!pf) return 0;
   double saved;
@@ -52,8 +56,12 @@ int sp_prefetch_ev(sp_prefetch *pf, int tool, double conf, double cost) {
     saved = pf->ev_latency_ms;
   } else {
     sp_welford *w = tool_stats(pf, tool);
-    if (!w || w->n < 1 || pf->seg.n < 1) return 1;
-    saved = w->mean < pf->seg.mean ? w->mean : pf->seg.mean;
+    double tool_ms;
+    if (w && w->n >= 1) tool_ms = w->mean;
+    else if (pf->all.n >= 1) tool_ms = pf->all.mean;
+    else return 1;
+    if (pf->seg.n < 1) return 1;
+    saved = tool_ms < pf->seg.mean ? tool_ms : pf->seg.mean;
   }
   if (conf < 0) conf = 0;
   if (conf > 1) conf = 1;

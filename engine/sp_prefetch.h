@@ -18,6 +18,7 @@ struct sp_prefetch {
   double ev_latency_ms;    /* fixed saved-latency estimate, <= 0 = live */
   int max_per_step;        /* predictions considered per step */
   sp_welford seg;          /* model step latency, live */
+  sp_welford all;          /* target latency of every tool, live */
   sp_welford *tool;        /* target latency per policy tool index */
   int ntool;               /* entries in tool */
 };

@@ -19,14 +19,20 @@
 --     (number <-> text, case, a projection of some keys of an object or of
 --     each item of a list). Sources are learnt per tool and argument name
 --     and pooled per argument name across tools (a new tool with a known
---     argument borrows them).
+--     argument borrows them); a declared schema's types filter values and
+--     its enums are candidates. A conditional logit ranks each argument's
+--     candidate values (precision of the best source and the next, sources
+--     agreeing, recency, new since the model last acted, used already,
+--     said in the latest message), learnt on what the model would have
+--     offered before it learnt each call.
 --
 -- Complete calls are ranked by P(tool) x P(arguments | tool), and that score
 -- is mapped to a probability of being exactly the next call by an isotonic
 -- fit on held-out predictions: folds of the training conversations (grouped
 -- by `group(id)`), then every online prediction as it is judged. The EV gate
 -- fires on that confidence, and a text turn (where no call comes) counts as
--- a miss for every candidate, as it is in a run.
+-- a miss for every candidate, as it is in a run. Each candidate also says
+-- P(tool) (tool_confidence): what a streamed tool name tells about it.
 --
 -- Nothing here knows a tool, an argument or a domain. The model is a JSON
 -- file (format, version, provenance: what it was trained on, by digest).
