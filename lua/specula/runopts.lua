@@ -22,7 +22,7 @@ M.usage_text = optslib.fill [[
 usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
   --query TEXT          run one query
   --input FILE          JSONL {"id", "query", ...} per line (or a HotpotQA/2Wiki/MuSiQue file)
-  --format NAME         input format: auto (default), jsonl, hotpotqa, 2wiki, musique
+  --format NAME         input format: auto (default), jsonl, hotpotqa, 2wiki, musique, conversations
   --mode MODE           spechop (default), window, sequential
   --k N|inf|auto        active threads (default {k})
   --m N                 candidates kept per speculator call (default {m})
