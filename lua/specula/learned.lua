@@ -1731,6 +1731,9 @@ local function restore(self, st, where)
   return true
 end
 
+-- The model from a state() table (it keeps the tables: give it a copy).
+function Learned:restore(st) return restore(self, st, "learned predictor state") end
+
 function Learned:save(path)
   local ok, text = pcall(canonical, self:state())
   if not ok then return nil, "learned predictor save: " .. tostring(text) end

@@ -207,6 +207,11 @@ describe("predict.learned", function()
     P:learn(test[7]); Q:learn(test[7])
     local ctx = { messages = slice(test[8].events, 3) }
     assert.same(P:predict({}, ctx), Q:predict({}, ctx))
+    -- state() / restore() (what --compare uses to start each configuration alike)
+    local S = predict.learned {}
+    assert.is_true(S:restore(json.decode(json.encode(P:state()))))
+    assert.same(P:predict({}, ctx), S:predict({}, ctx))
+    assert.is_nil((S:restore({ format = "x" })))
     -- the digest says what it was trained on
     local R = predict.learned {}
     R:train(train)
