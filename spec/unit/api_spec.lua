@@ -56,6 +56,7 @@ describe("require 'specula'", function()
                       jsonenc = true, tally = true, inputs = true, resume = true, repair = true }
     local n = 0
     not_api.convtraces = true   -- `specula predictors`' conversation reader
+    not_api.learned = true      -- the module behind specula.predict.learned
     for key, where in pairs(seen) do
       local top, sub = key:match("^([^.]+)%.?(.*)$")
       if not not_api[top] then
