@@ -124,7 +124,9 @@ local function check_latency(lat)
       model[k] = v
     end
   end
-  if model.chars_per_token <= 0 then error("specula.agents.conversation: latency.model.chars_per_token must be > 0", 3) end
+  if model.chars_per_token <= 0 then
+    error("specula.agents.conversation: latency.model.chars_per_token must be > 0", 3)
+  end
   local sim = require "specula.sim"
   local tools = {}
   local tl = lat.tools or {}
@@ -182,7 +184,8 @@ local function steps_of(msgs, lat, reply_tool)
         for _, tc in ipairs(calls) do
           local fn = type(tc) == "table" and tc["function"] or {}
           local a = fn.arguments
-          out_chars = out_chars + #tostring(fn.name or "") + (type(a) == "string" and #a or #(json.encode(a or {}) or ""))
+          local atext = type(a) == "string" and a or (json.encode(a or {}) or "")
+          out_chars = out_chars + #tostring(fn.name or "") + #atext
         end
         local model_ms = m.base_ms + m.per_token_ms * tokens(out_chars, m) + m.per_input_token_ms * tokens(ctx_chars, m)
         local name_ms = m.base_ms + m.per_token_ms * tokens(#text, m) + m.per_input_token_ms * tokens(ctx_chars, m)

@@ -136,15 +136,6 @@ local function coarse_shape(s)
   return concat(cls) .. ":" .. (n <= 16 and tostring(n) or "L")
 end
 
-local function span_shapes(toks, i, n)
-  local f, c = {}, {}
-  for j = i, i + n - 1 do
-    f[#f + 1] = fine_shape(toks[j])
-    c[#c + 1] = coarse_shape(toks[j])
-  end
-  return concat(f, " "), concat(c, " ")
-end
-
 -- Tokens of a text: whitespace-separated, with the punctuation around them
 -- cut off (an id keeps its inner '_', '-', '.', '@', '/', ':').
 local MAX_TOKENS = 1500
@@ -1305,7 +1296,8 @@ local function turn_input(self, view, ctx_tools)
     names[#names + 1] = tool
     local c = tool_calls(self, view, tool, self.top, ctx_tools)
     calls[tool] = c
-    cf[tool] = class_features(self, view, tool, c, ctx_tools and ctx_tools[tool] or (self.schemas and self.schemas[tool]))
+    local spec = ctx_tools and ctx_tools[tool] or (self.schemas and self.schemas[tool])
+    cf[tool] = class_features(self, view, tool, c, spec)
   end
   return x, names, cf, calls
 end
