@@ -1774,17 +1774,25 @@ function M.new(opts)
     local ok, err = self:load(opts.model)
     if not ok then error("specula.predict.learned: " .. err, 2) end
   end
+  -- what the records' provenance says of it: its options, the model file
+  -- and the training files by digest
+  local prov = require "specula.provenance"
+  local desc = {}
+  for k in pairs(DEFAULTS) do if opts[k] ~= nil then desc[k] = opts[k] end end
+  if opts.model ~= nil then desc.model = prov.file(opts.model) end
   if opts.train ~= nil then
     local files = type(opts.train) == "string" and { opts.train } or opts.train
     if type(files) ~= "table" then error("specula.predict.learned: train must be a file or a list of files", 2) end
     local convs = {}
-    for _, f in ipairs(files) do
+    desc.train = {}
+    for i, f in ipairs(files) do
       local ok, err = require("specula.convtraces").read(f, nil, convs, function() end)
       if not ok then error("specula.predict.learned: train: " .. tostring(err), 2) end
+      desc.train[i] = prov.file(f)
     end
     self:train(convs, { group = opts.group })
   end
-  return self
+  return prov.tag(self, "learned", desc)
 end
 
 M.TEXT = TEXT

@@ -36,8 +36,9 @@ usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
   --verifier V          the verifier of every tool, over the agent's: exact, normalized, spechop,
                         name_only, jaccard, jaccard:T, or a Lua file returning
                         function(predicted, actual, ctx) -> ok, reason
-  --predictor P         the action predictor, over the agent's: pattern, ngram, ngram:N, off, or a
-                        Lua file returning a predictor (a function or a callable table)
+  --predictor P         the action predictor, over the agent's: pattern, ngram, ngram:N, learned,
+                        learned:MODEL.json, off, or a Lua file returning a predictor (a function
+                        or a callable table)
   --max-hops N          fail a trajectory longer than N hops (default {max_hops})
   --spec-timeout MS     a speculator slower than this counts as failed
   --clock real|virtual  virtual: time jumps to the next deadline when nothing can run, so a
@@ -211,7 +212,7 @@ local function load_chunk(path, what)
 end
 
 M.VERIFIERS = "exact, normalized, spechop, name_only, jaccard, jaccard:T"
-M.PREDICTORS = "pattern, ngram, ngram:N, off"
+M.PREDICTORS = "pattern, ngram, ngram:N, learned, learned:MODEL.json, off"
 
 --- A verifier by name or file: { value = fn, desc = its provenance } |
 -- nil, err.
@@ -251,6 +252,13 @@ function M.load_predictor(spec, script_dir)
   local p
   if spec == "pattern" then p = predict.pattern {}
   elseif spec == "ngram" then p = predict.ngram {}
+  elseif spec == "learned" then p = predict.learned {}
+  elseif spec:match("^learned:") then
+    local path = find_file(spec:sub(9), script_dir)
+    if not path then return nil, "learned: no model file '" .. spec:sub(9) .. "'" end
+    local ok, v = pcall(predict.learned, { model = path })
+    if not ok then return nil, (tostring(v):gsub("^specula.predict.learned: ", "")) end
+    p = v
   else
     local n = spec:match("^ngram:(%d+)$")
     if n then

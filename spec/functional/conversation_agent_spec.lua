@@ -102,6 +102,17 @@ describe("conversation agent: input and options", function()
     -- the call: 100 + 10 x ceil((6 + 8) / 4) = 140 (name and arguments); the lookup 50; the answer
     -- (16 characters) 100 + 10 x 4 = 140
     assert.equals(330, rec.stats.wall_ms)
+    -- with the learned predictor named on the command line: the same answer, and the records say so
+    local out2 = H.tmpfile()
+    st, _, err = H.specula({ "run", script, "--input", f, "--clock", "virtual", "--mode", "sequential",
+      "--predictor", "learned", "--out", out2, "--quiet" })
+    assert.equals(0, st, err)
+    local rec2 = H.jsonl(H.read(out2))[1]
+    assert.same(rec.trajectory, rec2.trajectory)
+    assert.equals("learned", rec2.provenance.config.predictor)
+    st, _, err = H.specula({ "run", script, "--input", f, "--clock", "virtual", "--predictor", "learned:absent.json" })
+    assert.equals(2, st)
+    assert.matches("no model file 'absent.json'", err)
   end)
 
   it("says what is wrong with its options and its input", function()
