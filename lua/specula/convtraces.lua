@@ -83,8 +83,16 @@ end
 -- events (it comes with the call); a second call of the same message sees
 -- the first.
 local function new_conv()
-  local c = { steps = {}, events = {}, turns = {} }
-  function c.event(e) c.events[#c.events + 1] = e return #c.events end
+  -- the count of events is kept in c.n, not read as #c.events: LuaJIT
+  -- 2.1's compiled readers below were seen to get a stale length of a table
+  -- this closure had just appended to
+  local c = { steps = {}, events = {}, turns = {}, n = 0 }
+  function c.event(e)
+    local n = c.n + 1
+    c.events[n] = e
+    c.n = n
+    return n
+  end
   return c
 end
 
@@ -93,8 +101,9 @@ end
 local function openai_steps(msgs, warn)
   local conv = new_conv()
   local steps, by_id, pending = conv.steps, {}, {}
-  local turn_at, turn_calls
-  local function add(name, raw, id)
+  -- the assistant message being read is a table handed to add(), not
+  -- locals shared as upvalues (see new_conv)
+  local function add(turn, name, raw, id)
     if type(name) ~= "string" or name == "" then
       warn("a tool call without a function name: skipped")
       return
@@ -115,10 +124,10 @@ local function openai_steps(msgs, warn)
     pending[#pending + 1] = s
     -- the message's first call sees what the turn began with, a later one
     -- the calls before it too
-    local at = turn_calls == 0 and turn_at or #conv.events
+    local at = turn.calls == 0 and turn.at or conv.n
     s.event = conv.event({ kind = "call", tool = name, args = args, id = type(id) == "string" and id or nil })
     conv.turns[#conv.turns + 1] = { at = at, step = #steps }
-    turn_calls = turn_calls + 1
+    turn.calls = turn.calls + 1
   end
   local function result(id, content)
     local s = type(id) == "string" and by_id[id]
@@ -138,20 +147,20 @@ local function openai_steps(msgs, warn)
     if type(m) ~= "table" then
       warn("a message that is not an object: skipped")
     elseif m.role == "assistant" then
-      turn_at, turn_calls = #conv.events, 0
+      local turn = { at = conv.n, calls = 0 }
       local text = content_text(m.content)
       if text ~= "" then conv.event({ kind = "assistant", text = text }) end
       if type(m.tool_calls) == "table" then
         for _, tc in ipairs(m.tool_calls) do
           local fn = type(tc) == "table" and tc["function"]
           if type(fn) ~= "table" then warn("a tool call without a function: skipped")
-          else add(fn.name, fn.arguments, tc.id) end
+          else add(turn, fn.name, fn.arguments, tc.id) end
         end
       elseif m.tool_calls ~= nil and m.tool_calls ~= json.null then
         warn("tool_calls is not a list: skipped")
       end
-      if type(m.function_call) == "table" then add(m.function_call.name, m.function_call.arguments, nil) end
-      if turn_calls == 0 and text ~= "" then conv.turns[#conv.turns + 1] = { at = turn_at } end
+      if type(m.function_call) == "table" then add(turn, m.function_call.name, m.function_call.arguments, nil) end
+      if turn.calls == 0 and text ~= "" then conv.turns[#conv.turns + 1] = { at = turn.at } end
     elseif m.role == "tool" or m.role == "function" then
       result(m.tool_call_id, m.content)
     elseif m.role == "user" or m.role == "system" or m.role == "developer" then
@@ -173,7 +182,7 @@ local function anthropic_steps(msgs, warn, system)
     if type(m) ~= "table" then
       warn("a message that is not an object: skipped")
     elseif type(m.content) == "table" then
-      local turn_at, calls, texts = #conv.events, 0, 0
+      local turn_at, calls, texts = conv.n, 0, 0
       local assistant = m.role ~= "user"
       for _, b in ipairs(m.content) do
         if type(b) == "table" and b.type == "tool_use" and assistant then
@@ -189,7 +198,7 @@ local function anthropic_steps(msgs, warn, system)
             steps[#steps + 1] = s
             pending[#pending + 1] = s
             if type(b.id) == "string" and b.id ~= "" then by_id[b.id] = s end
-            local at = calls == 0 and turn_at or #conv.events
+            local at = calls == 0 and turn_at or conv.n
             s.event = conv.event({ kind = "call", tool = b.name, args = args,
                                    id = type(b.id) == "string" and b.id or nil })
             conv.turns[#conv.turns + 1] = { at = at, step = #steps }
@@ -217,7 +226,7 @@ local function anthropic_steps(msgs, warn, system)
       if assistant and calls == 0 and texts > 0 then conv.turns[#conv.turns + 1] = { at = turn_at } end
     elseif type(m.content) == "string" and m.content ~= "" then
       local assistant = m.role == "assistant"
-      if assistant then conv.turns[#conv.turns + 1] = { at = #conv.events } end
+      if assistant then conv.turns[#conv.turns + 1] = { at = conv.n } end
       conv.event({ kind = assistant and "assistant" or (m.role == "system" and "system" or "user"), text = m.content })
     end
   end
@@ -265,7 +274,7 @@ function M.synthesize(query, steps)
   local conv = new_conv()
   if type(query) == "string" and query ~= "" then conv.event({ kind = "user", text = query }) end
   for i, s in ipairs(steps) do
-    conv.turns[#conv.turns + 1] = { at = #conv.events, step = i }
+    conv.turns[#conv.turns + 1] = { at = conv.n, step = i }
     local c = conv.event({ kind = "call", tool = s.tool, args = s.args })
     if s.observation ~= nil then
       local obs = s.observation

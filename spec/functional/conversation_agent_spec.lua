@@ -24,6 +24,14 @@ describe("conversation agent", function()
     assert.equals(seq.wall, seq.standard)
   end)
 
+  it("repeats: a second process gives the same figures, the learned predictor's included", function()
+    local dir = H.tmpdir() .. "/conv_agent2"
+    os.execute("mkdir -p " .. H.quote(dir))
+    local st, out, err = H.specula({ "run", SCRIPTS .. "conversation_agent.lua", dir })
+    assert.equals(0, st, err)
+    assert.same(r.configs, H.last_json(out).configs)
+  end)
+
   it("keeps every answer and trajectory of the sequential run, in every configuration", function()
     for name, c in pairs(r.configs) do
       assert.equals(0, c.failed, name .. ": " .. tostring(c.error))
