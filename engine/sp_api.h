@@ -11,7 +11,7 @@
  * So the cdef Lua loads is the very text the engine is compiled against;
  * no copy can drift.
  *
- * Rules of the boundary (DESIGN §2):
+ * Rules of the boundary (docs/architecture.md#the-boundary-between-c-and-lua):
  * - Every function here is synchronous and pull-style: it starts work or
  *   reads state and returns at once. Errors come back as a status and a
  *   message written into a caller buffer (err, errlen), never as a crash.

@@ -1,4 +1,4 @@
--- policies/default.lua — the PASTE taxonomy (DESIGN §5): tools map to classes,
+-- policies/default.lua — the PASTE taxonomy (docs/agents.md#classes-and-the-shipped-policies): tools map to classes,
 -- classes to speculative decisions. An agent tool may declare its own class
 -- (`class = "read"`); this policy honours that declaration
 -- (trust_tool_classes). A tool with no class is "unknown": forbid.

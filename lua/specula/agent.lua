@@ -1,4 +1,4 @@
--- specula.agent: the agent protocol (DESIGN §3) and the adapter the C window
+-- specula.agent: the agent protocol (docs/agents.md#the-agent-protocol) and the adapter the C window
 -- calls. A script returns specula.agent{ init, step, update, tools, verify,
 -- predict, policy }; the window (engine/sp_window.c) runs its functions in
 -- job coroutines through the adapter below, which validates what the script

@@ -30,7 +30,7 @@ local function round(x, d)
 end
 
 -- p_hat, alpha_hat, beta_hat of an estimator (sp_est: the engine's one
--- definition, README "Estimates"); nil where undefined.
+-- definition, docs/cli.md#estimates); nil where undefined.
 local est_get = require("specula.estimate").get
 
 -- The run's aggregate counters, before the derived figures (M.of).
@@ -56,8 +56,8 @@ local function agg_add(a, st, failed)
   C.sp_est_merge(a.est, st.est)
 end
 
--- The query's gate decisions per trigger (DESIGN §5: "zero forbidden
--- launches" is a number): { target = { full =, warmup =, forbid = }, ... }.
+-- The query's gate decisions per trigger ("zero forbidden launches" is a
+-- number: docs/agents.md#counting): { target = { full =, warmup =, forbid = }, ... }.
 local function gate_stats(st)
   local g = {}
   for _, tr in ipairs(policylib.TRIGGERS) do

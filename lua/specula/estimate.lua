@@ -1,5 +1,5 @@
 -- specula.estimate: the one estimator of p, alpha, beta (sp_est in
--- engine/sp_api.h, README "Estimates"), for records read back from files:
+-- engine/sp_api.h, docs/cli.md#estimates), for records read back from files:
 -- the report and --compare use it; the runner reads the window's own sp_est;
 -- `specula replay` calls the same C functions.
 local core = require "specula.core"

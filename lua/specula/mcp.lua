@@ -4,7 +4,7 @@
 --   local c, err = specula.mcp.connect{ command = { "node", "server.js" }, env = {...}, cwd = ...,
 --                                       name = "fs", max_restarts = 3, timeout_ms = 60000 }
 --   local c, err = specula.mcp.connect{ url = "http://127.0.0.1:3000/mcp", headers = {...},
---                                       auth = { ... } }   -- OAuth: specula.mcpauth, README "Authorization"
+--                                       auth = { ... } }   -- OAuth: specula.mcpauth, docs/mcp.md#authorization-oauth-21
 --   c:list_tools()                      -> { {name, description, inputSchema, ...}, ... } | nil, err
 --   c:call(name, args, { timeout_ms, on_progress }) -> { content, structuredContent, isError } | nil, err
 --   c:list_resources(), c:list_resource_templates() -> every page | nil, err

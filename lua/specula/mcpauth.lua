@@ -1,7 +1,7 @@
 -- specula.mcpauth: OAuth 2.1 for MCP servers behind authorization (MCP
 -- authorization spec 2025-06-18 / 2025-11-25, and 2025-03-26 servers).
 -- specula.mcp uses it for connect{ url = ..., auth = { ... } }; the options
--- are documented in README.md (MCP, Authorization).
+-- are documented in docs/mcp.md#authorization-oauth-21.
 --
 -- What happens on a 401 from the server:
 --   1. protected resource metadata (RFC 9728): the resource_metadata URL of

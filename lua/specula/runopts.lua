@@ -47,7 +47,7 @@ usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
   --spec-launch WHEN    eager (default: a speculator starts with its target call, k bounds
                         threads) or slot (it starts when a thread slot is free; Alg. 2 as written)
   --shard i/n|auto      run only queries whose index is i modulo n; auto: i and n from a Slurm
-                        job array or a Kubernetes Indexed Job (see README, "Sharding")
+                        job array or a Kubernetes Indexed Job (docs/experiments.md)
   --shard-count N       with --shard auto under Kubernetes: the Job's completions
   --compare LIST        run every query under each configuration of LIST (see below)
   --summary FILE        with --compare: also write the table as JSON

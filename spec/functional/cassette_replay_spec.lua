@@ -156,7 +156,7 @@ describe("a replayed cassette", function()
     end)
   end
 
-  -- the issue's example: specula run examples/multihop_sim.lua --query
+  -- a simulated run recorded and replayed: specula run examples/multihop_sim.lua --query
   -- "question 1" --k inf --record C, then --replay-io C
   local sim_tape
   local function sim(args)

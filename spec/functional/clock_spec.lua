@@ -1,4 +1,4 @@
--- The eager schedule, the virtual clock and exact replay (issue 12 §1-§3).
+-- The eager schedule, the virtual clock and exact replay (docs/architecture.md#the-clocks, docs/cli.md#clocks-and-schedules).
 local H = require "support.helpers"
 local cjson = require "cjson"
 local SCRIPTS = H.root .. "/spec/functional/scripts/"

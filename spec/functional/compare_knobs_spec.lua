@@ -48,7 +48,7 @@ local function recs_by_config(path)
 end
 
 describe("--compare items take every knob", function()
-  it("policy=FILE: forbid.lua against early.lua, as the issue asks", function()
+  it("policy=FILE: forbid.lua against early.lua, the example of docs/experiments.md", function()
     local out = setup_dir() .. "/pol.jsonl"
     os.remove(out)
     local st, tbl, err = run_in({ "--input", "q.jsonl", "--clock", "virtual", "--quiet", "--out", "pol.jsonl",

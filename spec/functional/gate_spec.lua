@@ -1,4 +1,4 @@
--- The one gate (issue 11 §1): every early launch — target calls of
+-- The one gate (docs/architecture.md#the-one-gate): every early launch — target calls of
 -- speculative threads, warm-ups, predictions fired at step start or on a
 -- streamed tool name — passes the C gate with the script's decision for that
 -- exact call, whatever form the policy takes.

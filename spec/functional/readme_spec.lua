@@ -277,6 +277,7 @@ describe("README", function()
       local d = checkout()
       local log = d .. "/calls.log"
       stub(d, "apt-get", log)
+      stub(d, "npm", log)
       stub(d, "cmake", log)
       if with_sudo then stub(d, "sudo", log, 'PATH="' .. d .. '/stubs" "$@" || exit 1\n') end
       local st, out, err = H.sh("cd " .. H.quote(d) .. " && PATH=" .. H.quote(d .. "/stubs")
@@ -290,11 +291,53 @@ describe("README", function()
       assert.matches("./build/specula run examples/multihop_sim.lua$", line)
     end)
 
+    -- What the test command needs is what CI installs (.ci/run): the same
+    -- Debian packages for the build and the specs (CI adds its own tools:
+    -- valgrind, clang, chromium, Slurm, ...), Node.js and npm for the MCP
+    -- specs, and the same pinned npm packages.
+    it("installs what the test command needs: CI's packages, Node.js, npm and the pinned npm packages", function()
+      local ci = assert(H.read(H.root .. "/.ci/run"), "no .ci/run")
+      local ci_pkgs = {}
+      for p in assert(ci:match('PKGS="([^"]*)"'), "no PKGS in .ci/run"):gmatch("%S+") do ci_pkgs[p] = true end
+      local apt = assert(line:match("apt%-get install %-y ([^&]+)&&"), "no apt-get install")
+      local mine = {}
+      for p in apt:gmatch("%S+") do
+        mine[p] = true
+        assert.is_true(ci_pkgs[p] or p == "nodejs" or p == "npm", p .. " is not a package .ci/run installs")
+      end
+      for _, p in ipairs({ "build-essential", "cmake", "pkg-config", "luajit", "libluajit-5.1-dev", "libuv1-dev",
+                           "libcurl4-openssl-dev", "libssl-dev", "lua-cjson", "lua-busted", "nodejs", "npm" }) do
+        assert.is_true(mine[p], "the quick start does not install " .. p)
+      end
+      -- the npm packages: .ci/run's list, with its versions, into the cache the specs read
+      local function npm_pkgs(text)
+        local list = {}
+        for v in text:gmatch("(@modelcontextprotocol/[%w%-]+@[%w.%-]+)") do list[#list + 1] = v end
+        table.sort(list)
+        return list
+      end
+      -- .ci/run's npm command: from "npm install" to the first line without a trailing backslash
+      local at = assert(ci:find("\nnpm install ", 1, true), "no npm install in .ci/run")
+      local cmd = {}
+      for l in ci:sub(at + 1):gmatch("[^\n]+") do
+        cmd[#cmd + 1] = l
+        if not l:match("\\%s*$") then break end
+      end
+      local ci_npm = npm_pkgs(table.concat(cmd, "\n"))
+      assert.is_true(#ci_npm >= 4, #ci_npm .. " npm packages in .ci/run")
+      local npm = assert(line:match("&& (npm install [^&]+)&&"), "the quick start runs no npm install")
+      assert.same(ci_npm, npm_pkgs(npm))
+      assert.matches("%-%-prefix ~/%.cache/specula%-npm ", npm)
+    end)
+
     it("works as root on a machine without sudo #slow", function()
       local st, out, err, calls = quick_start(false)
       assert.equals(0, st, err)
       assert.is_nil(calls:find("sudo", 1, true), calls)
-      assert.matches("^apt%-get update\napt%-get install %-y build%-essential .*lua%-busted\n", calls)
+      assert.matches("^apt%-get update\napt%-get install %-y build%-essential .*lua%-busted nodejs npm\n", calls)
+      -- npm as the user (no sudo), into the cache the specs read
+      assert.matches("\nnpm install %-%-no%-audit %-%-no%-fund %-%-prefix " .. (os.getenv("HOME") or ""):gsub("%p", "%%%0")
+        .. "/%.cache/specula%-npm @modelcontextprotocol/", calls)
       assert.matches("\ncmake %-S %. %-B build\ncmake %-%-build build %-j\n$", calls)
       -- the example's table: every configuration gives the sequential answers
       for _, cfg in ipairs({ "sequential", "spechop k=2", "spechop k=3", "spechop k=inf", "spechop k=auto" }) do
@@ -308,6 +351,8 @@ describe("README", function()
       local st, out, err, calls = quick_start(true)
       assert.equals(0, st, err)
       assert.matches("^sudo apt%-get update\napt%-get update\nsudo apt%-get install %-y ", calls)
+      assert.is_nil(calls:find("sudo npm", 1, true), calls)
+      assert.matches("\nnpm install ", calls)
       assert.matches("spechop k=3", out, 1, true)
     end)
   end)

@@ -209,7 +209,7 @@ describe("--out -", function()
 end)
 
 describe("specula-testserver --help", function()
-  it("documents every endpoint the server routes, and the README names each one", function()
+  it("documents every endpoint the server routes, and spec/README.md names each one", function()
     local st, out, err = H.sh(H.quote(H.server_bin) .. " --help")
     assert.equals(0, st, err)
     assert.matches("usage: specula-testserver", out, 1, true)
@@ -221,7 +221,7 @@ describe("specula-testserver --help", function()
     for r in body:gmatch('ts_eq%(p, "(/[^"]*)"%)') do routes[#routes + 1] = r end
     for r in body:gmatch('ts_prefix%(p, "(/[^"]*)"') do routes[#routes + 1] = r:gsub("/$", "") end
     assert.is_true(#routes >= 15, #routes .. " routes")
-    local readme = assert(H.read(H.root .. "/README.md"))
+    local readme = assert(H.read(H.root .. "/spec/README.md"))
     for _, r in ipairs(routes) do
       assert.matches("\n  " .. r, out, 1, true)
       assert.matches("`" .. r, readme, 1, true)

@@ -1,5 +1,5 @@
--- Secrets never leave the process: one spec per way they used to (issue 20,
--- section 2), each through the real binary against the loopback test
+-- Secrets never leave the process (docs/agents.md#secrets): one spec per way
+-- they used to, each through the real binary against the loopback test
 -- server (/echo, /reflect) and the MCP test server, each output read back
 -- by spec/support/leakcheck.lua, whose decoders owe nothing to the
 -- scrubber.

@@ -34,9 +34,19 @@ describe("require 'specula'", function()
     assert.matches("^%d+%.%d+%.%d+$", specula.version)
   end)
 
-  it("resolves every specula.X and specula.X.Y the README, examples and modules mention", function()
+  it("resolves every specula.X and specula.X.Y the README, docs, examples and modules mention", function()
     local seen = {}
     local files = { "README.md" }
+    local docs = io.popen("ls " .. H.quote(H.root .. "/docs"))
+    local ndocs = 0
+    for name in docs:lines() do
+      if name:match("%.md$") then
+        files[#files + 1] = "docs/" .. name
+        ndocs = ndocs + 1
+      end
+    end
+    docs:close()
+    assert.is_true(ndocs >= 6, "found only " .. ndocs .. " pages in docs/")
     for _, dir in ipairs({ "examples", "lua/specula", "lua/specula/llm", "policies", "bench" }) do
       local p = io.popen("ls " .. H.quote(H.root .. "/" .. dir))
       for name in p:lines() do

@@ -1,4 +1,4 @@
--- The virtual clock against the real one (issue 12 §2): the same keyed draws
+-- The virtual clock against the real one (docs/cli.md#clocks-and-schedules): the same keyed draws
 -- run under both clocks must commit the same hops, verdicts, rollbacks and
 -- answers; the virtual run's RelLat must equal the event-level model (the
 -- replay simulation of its own stage records) within 0.001.

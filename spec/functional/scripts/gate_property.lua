@@ -1,4 +1,4 @@
--- The one gate, as a property (issue 11 §1). For every policy form (per-tool
+-- The one gate, as a property (docs/architecture.md#the-one-gate). For every policy form (per-tool
 -- table, class table, class table + decide, function, path) × trigger
 -- (predictions fired at step start, predictions fired on a streamed tool
 -- name; target calls and warm-ups of speculative threads happen in every
