@@ -85,6 +85,7 @@ describe("a replayed cassette", function()
 
   for _, shape in ipairs(SHAPES) do
     it("reproduces the recorded RelLat within 0.002 under the virtual clock: " .. shape.name, function()
+      if not H.need_node(pending) then return end   -- the recording's MCP tool
       local t = tape(shape)
       local got, rel2 = run(shape, { "--replay-io", t.dir, "--clock", "virtual" }, { CAS_NODE = "/nonexistent/node" })
       assert.is_true(math.abs(rel2 - t.rel) <= 0.002,
@@ -99,6 +100,7 @@ describe("a replayed cassette", function()
     end)
 
     it("reproduces the recorded RelLat within 0.002 on the real clock #timing: " .. shape.name, function()
+      if not H.need_node(pending) then return end   -- the recording's MCP tool
       local t = tape(shape)
       -- a real-clock replay cannot undo a stall the machine adds (a shared CI
       -- host): up to three replays, every one with the same results, and the

@@ -36,6 +36,7 @@ end
 
 describe("an agent over an MCP server", function()
   it("with trusted annotations: reads run early, writes never, results identical, discarded reads cancelled on the wire", function()
+    if not H.need_node(pending) then return end
     local r = compare({ MCP_TRUST = "1" })
     assert.are.equal(r.n, r.same)
     assert.are.equal(0, r.early_writes)
@@ -54,6 +55,7 @@ describe("an agent over an MCP server", function()
   end)
 
   it("without trust every tool is forbid by default; an override is named as the source", function()
+    if not H.need_node(pending) then return end
     local r = compare({ MCP_TRUST = "0", MCP_OVERRIDE = "slow=full" })
     assert.are.equal(r.n, r.same)
     assert.are.equal("default", r.write_source)
@@ -68,6 +70,7 @@ describe("an agent over an MCP server", function()
   end)
 
   it("runs from the CLI: the main chunk connects before it returns the agent", function()
+    if not H.need_node(pending) then return end
     local st, out, err = H.specula({ "run", AGENT, "--query", "cli", "--k", "inf" }, { MCP_TRUST = "1" })
     assert.are.equal(0, st, out .. err)
     assert.matches("slow done: cli%-0", out)

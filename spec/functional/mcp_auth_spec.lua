@@ -40,6 +40,7 @@ local function server_log(c) return assert(c:call("log")).structuredContent end
 
 describe("MCP authorization: authorization code with PKCE", function()
   it("runs the script's authorize hook, registers dynamically, caches the token per server", function()
+    if not H.need_node(pending) then return end
     local r = with_server({ "--oauth" }, LOG .. [[
 local seen = {}
 local function authorize(url, info)
@@ -99,6 +100,7 @@ print(json.encode({ e = e, e2 = e2, p = seen.url_params, info = seen.info, statu
   end)
 
   it("runs headless by default and asks for the challenge's scope, else every scope of the resource", function()
+    if not H.need_node(pending) then return end
     local r1 = with_server({ "--oauth", "--challenge-scope", "mcp:read", "--scopes", "mcp:read mcp:write" }, LOG .. [[
 local c = assert(specula.mcp.connect{ url = URL, auth = {} })
 local log = server_log(c)
@@ -124,6 +126,7 @@ print(json.encode({ scopes = log.auth.scopes }))
   end)
 
   it("drives a login page through the hook, and headless says it needs one", function()
+    if not H.need_node(pending) then return end
     local r = with_server({ "--oauth", "--login" }, LOG .. [[
 local c0, err0 = specula.mcp.connect{ url = URL, name = "headless", auth = { cache = false } }
 -- the hook plays the user: the login page, a sign-in, the way back
@@ -156,6 +159,7 @@ print(json.encode({ err0 = err0, steps = steps, e = e, logins = log.auth.logins,
   end)
 
   it("registers with the method the server supports and authenticates with it", function()
+    if not H.need_node(pending) then return end
     for _, m in ipairs({ "client_secret_basic", "client_secret_post" }) do
       local r = with_server({ "--oauth", "--auth-methods", m }, LOG .. [[
 local c = assert(specula.mcp.connect{ url = URL, auth = {} })
@@ -169,6 +173,7 @@ print(json.encode({ methods = log.auth.methods, info = c:auth_info() }))
   end)
 
   it("uses a pre-registered client when the server offers no registration", function()
+    if not H.need_node(pending) then return end
     local r = with_server({ "--oauth", "--no-dcr", "--client", "pre-reg:s3cret-pre-registered",
                             "--auth-methods", "client_secret_basic" }, LOG .. [[
 local c = assert(specula.mcp.connect{ url = URL, auth = { client_id = "pre-reg", client_secret = "s3cret-pre-registered" } })
@@ -184,6 +189,7 @@ print(json.encode({ auth = log.auth, info = c:auth_info(), nerr = nerr }))
   end)
 
   it("refreshes the token before it expires and when the server rejects it, one refresh for many callers", function()
+    if not H.need_node(pending) then return end
     local r = with_server({ "--oauth", "--token-ttl", "2" }, LOG .. [[
 local c = assert(specula.mcp.connect{ url = URL, auth = {} })
 assert(c:call("echo", { text = "1" }))
@@ -215,6 +221,7 @@ print(json.encode({ before = before, after_expiry = after_expiry, texts = texts,
   end)
 
   it("keeps tokens in the script's store between clients, and refreshes a stored token", function()
+    if not H.need_node(pending) then return end
     local r = with_server({ "--oauth" }, LOG .. [[
 local saved, loads = {}, 0
 local store = { load = function(key) loads = loads + 1 return saved[key] end,
@@ -249,6 +256,7 @@ print(json.encode({ keys = keys, loads = loads, e = e, authorize = log.auth.auth
   end)
 
   it("steps up to the scopes held plus the ones a 403 asks for, and gives up on a scope never granted", function()
+    if not H.need_node(pending) then return end
     local r = with_server({ "--oauth", "--scopes", "mcp:read" }, LOG .. [[
 local c = assert(specula.mcp.connect{ url = URL, auth = {} })
 local a = assert(c:call("admin")).content[1].text
@@ -297,6 +305,7 @@ end
   end)
 
   it("authenticates with a JWT assertion (ES256 and RS256), a secret (basic and post)", function()
+    if not H.need_node(pending) then return end
     local r = with_server({ "--oauth", "--jwt-client", "jwt-es:" .. keys.ES256.pub, "--jwt-client", "jwt-rs:" .. keys.RS256.pub,
                             "--client", "cc-client:cc-secret-value" }, LOG .. [[
 local function pem(p) local f = assert(io.open(p)) local s = f:read("*a") f:close() return s end
@@ -384,6 +393,7 @@ end)
 
 describe("MCP authorization: refusals", function()
   it("refuses a resource that is not this server, before any authorization request", function()
+    if not H.need_node(pending) then return end
     local r = with_server({ "--oauth", "--prm-resource", "https://evil.example.com/mcp" }, [[
 local c, err = specula.mcp.connect{ url = URL, auth = {} }
 local log = specula.json.decode(assert(specula.http.request{ url = BASE .. "/.well-known/oauth-protected-resource/mcp" }).body)
@@ -395,6 +405,7 @@ print(json.encode({ c = c ~= nil, err = err }))
   end)
 
   it("refuses without PKCE S256, on a denial, on a forged state, and says why", function()
+    if not H.need_node(pending) then return end
     local r1 = with_server({ "--oauth", "--no-pkce" }, [[
 local c, err = specula.mcp.connect{ url = URL, auth = {} }
 print(json.encode({ err = err }))
@@ -420,6 +431,7 @@ print(json.encode({ err = err, err4 = err4, err5 = err5 }))
   end)
 
   it("ends with a clear error when the authorization server is unreachable or answers garbage", function()
+    if not H.need_node(pending) then return end
     local r = with_server({ "--oauth" }, [[
 local c, err = specula.mcp.connect{ url = URL, name = "far", auth = { authorization_server = "http://127.0.0.1:1/as" } }
 print(json.encode({ err = err }))
@@ -445,6 +457,7 @@ print(json.encode({ err = err, asked = asked }))
   end)
 
   it("says what to do when a server wants authorization and the client has none", function()
+    if not H.need_node(pending) then return end
     local r = with_server({ "--oauth" }, [[
 local c, err = specula.mcp.connect{ url = URL, name = "locked" }
 print(json.encode({ err = err }))
@@ -488,6 +501,7 @@ return specula.agent {
 
 describe("MCP authorization: secrecy", function()
   it("keeps every credential out of --record, --trace, --out, stdout and stderr", function()
+    if not H.need_node(pending) then return end
     local dir = H.tmpdir() .. "/secrecy"
     os.execute("rm -rf " .. H.quote(dir) .. " && mkdir -p " .. H.quote(dir))
     local tlog = dir .. "/issued.jsonl"

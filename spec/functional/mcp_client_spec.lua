@@ -28,6 +28,7 @@ end
 
 describe("specula.mcp over stdio", function()
   it("negotiates, lists every page of tools as described, calls, pings, reports progress and refuses server requests", function()
+    if not H.need_node(pending) then return end
     local r = run([[
 local c = assert(specula.mcp.connect{ command = { "node", SERVER }, name = "t" })
 local tools = assert(c:list_tools())
@@ -66,6 +67,7 @@ print(json.encode({ ntools = #tools, version = c.protocol_version, ping = true,
   end)
 
   it("survives a garbage line, a stray id and an oversized message, and restarts a crashed server (bounded)", function()
+    if not H.need_node(pending) then return end
     local r, err = run([[
 local c = assert(specula.mcp.connect{ command = { "node", SERVER }, name = "faulty", max_restarts = 1,
                                       max_message_bytes = 4000 })
@@ -101,6 +103,7 @@ print(json.encode({ g = g.content[1].text, u = u.content[1].text, berr = berr, b
   end)
 
   it("sends notifications/cancelled at once when the waiting task is cancelled or times out", function()
+    if not H.need_node(pending) then return end
     local r = run([[
 local c = assert(specula.mcp.connect{ command = { "node", SERVER } })
 local t = specula.spawn(function() return c:call("slow", { ms = 30000 }) end)
@@ -124,6 +127,7 @@ print(json.encode({ cancels = cancels, total = specula.counts().rpc_cancels, ter
   end)
 
   it("kills and reaps the child when the program ends without closing, and reports a missing program", function()
+    if not H.need_node(pending) then return end
     local st, out = H.run_lua(PRELUDE .. [[
 local c = assert(specula.mcp.connect{ command = { "node", SERVER } })
 print("PID " .. c.pid)
@@ -140,6 +144,7 @@ print(json.encode({ bad = bad == nil, err = err }))
   end)
 
   it("refuses calls and new servers under the virtual clock, naming the call", function()
+    if not H.need_node(pending) then return end
     local r = run([[
 local c = assert(specula.mcp.connect{ command = { "node", SERVER }, name = "vt" })
 assert(c:call("echo", { text = "hi" }))          -- the real clock: fine
@@ -167,6 +172,7 @@ end)
 
 describe("specula.mcp over Streamable HTTP", function()
   it("initializes a session, calls with SSE responses, resumes a dropped stream, cancels on the wire, deletes the session", function()
+    if not H.need_node(pending) then return end
     local srv = http_server()
     local ok, r = pcall(run, [[
 local url = ]] .. string.format("%q", srv.url) .. [[

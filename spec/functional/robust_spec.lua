@@ -287,6 +287,7 @@ end)
 
 describe("an MCP server over stdio that dies while a child of its own holds its stdout", function()
   it("fails the call when the server exits (its status and last stderr lines), not when the child does", function()
+    if not H.need_node(pending) then return end
     local server = H.root .. "/spec/support/mcp_testserver.js"
     local pidfile = tmp("orphan.pid")
     finally(function()
@@ -317,6 +318,7 @@ end)
 
 describe("a second signal", function()
   it("kills and reaps the run's MCP server before the process ends (no orphan, no zombie)", function()
+    if not H.need_node(pending) then return end
     local server = H.root .. "/spec/support/mcp_testserver.js"
     local pidfile, agent = tmp("server.pid"), tmp("mcp_slow.lua")
     local f = assert(io.open(agent, "w"))
@@ -352,6 +354,7 @@ end)
 
 describe("a signal to a plain program that started an MCP server", function()
   it("kills and reaps the server before the process dies", function()
+    if not H.need_node(pending) then return end
     local server = H.root .. "/spec/support/mcp_testserver.js"
     local pidfile, prog = tmp("server.pid"), tmp("plain_mcp.lua")
     local f = assert(io.open(prog, "w"))

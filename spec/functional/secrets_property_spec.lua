@@ -337,6 +337,7 @@ describe("secrets property", function()
   teardown(function() if server then server.stop() end end)
 
   it("no output holds a random secret in any encoding an echo gives it #slow", function()
+    if not H.need_node(pending) then return end
     local t0 = os.time()
     local dir = H.tmpdir() .. "/secprop"
     os.execute("rm -rf " .. H.quote(dir) .. " && mkdir -p " .. H.quote(dir))

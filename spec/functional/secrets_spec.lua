@@ -170,6 +170,7 @@ return specula.agent {
   end)
 
   it("an MCP result that is JSON text holding a secret: not in the mcp and obs lines", function()
+    if not H.need_node(pending) then return end
     local secret = 'mcp"tok\\en-777'
     for _, as in ipairs({ "json", "jsona", "text" }) do
       local dir, out = tmp("cas"), tmp("out.jsonl")
@@ -201,6 +202,7 @@ return specula.agent {
   end)
 
   it("an MCP server that prints an environment secret on stderr as it dies: not in the record's error", function()
+    if not H.need_node(pending) then return end
     local secret = "db-pässword-2024"
     local out = tmp("out.jsonl")
     local st, so, se = run(([[

@@ -13,10 +13,7 @@ local CONFIGS = "sequential,spechop:k=2,spechop:k=3,spechop:k=inf"
 local QUERIES, TASKS = 40, 4
 local WAIT_S = 150
 
-local function in_ci()
-  local ci = os.getenv("CI")
-  return ci ~= nil and ci ~= "" and ci ~= "false" and ci ~= "0"
-end
+local in_ci = H.in_ci
 
 local function is_root()
   local _, uid = H.sh("id -u")

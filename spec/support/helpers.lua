@@ -129,6 +129,46 @@ function H.json()
   return require("cjson")
 end
 
+-- ---- what a spec needs from the machine ----------------------------------
+-- A spec that needs something the machine lacks is pending, with a message
+-- saying what and how to install it; in CI (CI set, as .ci/run sets it) it
+-- fails instead, so nothing is skipped there by accident.
+function H.in_ci()
+  local ci = os.getenv("CI")
+  return ci ~= nil and ci ~= "" and ci ~= "false" and ci ~= "0"
+end
+
+-- Pending (busted's pending, which the spec passes in: helpers run outside
+-- its environment) with why, or an error in CI. Returns false, for
+-- `if not H.require_or_pend(pending, why) then return end`.
+function H.require_or_pend(pend, why)
+  if H.in_ci() then error(why, 2) end
+  pend(why)
+  return false
+end
+
+-- Node.js runs the MCP test server (spec/support/mcp_testserver.js) and the
+-- npm servers: nil when `node` is on PATH, else why not.
+local node_why
+function H.node_missing()
+  if node_why == nil then
+    node_why = H.sh("command -v node") == 0 and false
+      or "Node.js is not installed (no `node` on PATH): this spec starts an MCP server; install it with "
+        .. "`apt-get install nodejs npm` (the README's quick start does)"
+  end
+  return node_why or nil
+end
+
+-- Inside an it(): true when Node.js is there; else pending (an error in
+-- CI) and false: `if not H.need_node(pending) then return end`.
+function H.need_node(pend)
+  local why = H.node_missing()
+  if not why then return true end
+  if H.in_ci() then error(why, 2) end
+  pend(why)
+  return false
+end
+
 -- Decode a JSONL string into a list of tables.
 -- The last line of a program's output that is a JSON object, decoded (the
 -- scripts under spec/functional/scripts print their counts that way).
