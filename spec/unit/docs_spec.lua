@@ -113,7 +113,7 @@ end
 -- §1"), which a reader of the repository cannot open.
 local function check_citations(file, text)
   local bad = {}
-  for cited, anchor in text:gmatch("([%w_./-]*%.md)#?([%w_-]*)") do
+  for cited, anchor in text:gmatch("([%w_./-]*[%w_-]%.md)#?([%w_-]*)") do
     -- beside the citing file (a link), else from the root (a path in a comment)
     local found
     for _, c in ipairs({ normalize(dirname(file) .. "/" .. cited) or "", normalize(cited) or "" }) do
@@ -236,7 +236,8 @@ describe("the documentation", function()
   it("is the only documentation the sources cite: no file cites a document the repository lacks", function()
     local bad, n = {}, 0
     for _, f in ipairs(text_files()) do
-      if f ~= "spec/unit/docs_spec.lua" then   -- it holds the patterns it looks for
+      -- the docs' own specs hold the patterns and the pages' names as data
+      if f ~= "spec/unit/docs_spec.lua" and f ~= "spec/functional/docs_spec.lua" then
         n = n + 1
         for _, b in ipairs(check_citations(f, assert(H.read(ROOT .. "/" .. f), f))) do bad[#bad + 1] = b end
       end
