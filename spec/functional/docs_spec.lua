@@ -1,9 +1,9 @@
 -- docs/ against the binary: every command `specula --help` lists is in the
 -- command list of docs/cli.md; every option a command's --help lists is
 -- named on the page that documents that command; and every option the
--- docs name is one that a command, a benchmark or the outside tool a page
--- shows (cmake, sbatch, squeue) takes. (Links, citations and paths are
--- checked in spec/unit/docs_spec.lua.)
+-- docs name is one that a command, a benchmark, an example script or the
+-- outside tool a page shows (cmake, sbatch, squeue) takes. (Links,
+-- citations and paths are checked in spec/unit/docs_spec.lua.)
 local H = require "support.helpers"
 
 local function read_doc(name)
@@ -83,6 +83,12 @@ describe("docs/ and the binary", function()
     p:close()
     for o in bench:gmatch('arg%[i%] == "(%-%-[%w%-]+)"') do known[o] = true end
     assert.is_true(known["--seconds"] and known["--queries"], "the benchmarks' options were not found")
+    -- the example scripts' own options (specula run examples/X/run.lua --option ...)
+    p = assert(io.popen("find " .. H.quote(H.root .. "/examples") .. " -name '*.lua' -exec cat {} +"))
+    local examples = p:read("*a")
+    p:close()
+    for o in examples:gmatch('arg%[i%] == "(%-%-[%w%-]+)"') do known[o] = true end
+    assert.is_true(known["--read-cost"], "the examples' options were not found")
     local unknown = {}
     local pages = { "cli.md", "agents.md", "experiments.md", "cassettes.md", "mcp.md", "architecture.md" }
     for _, page in ipairs(pages) do

@@ -152,9 +152,13 @@ end
 local node_why
 function H.node_missing()
   if node_why == nil then
-    node_why = H.sh("command -v node") == 0 and false
-      or "Node.js is not installed (no `node` on PATH): this spec starts an MCP server; install it with "
+    -- (not `x and false or y`: that is always y)
+    if H.sh("command -v node") == 0 then
+      node_why = false
+    else
+      node_why = "Node.js is not installed (no `node` on PATH): this spec starts an MCP server; install it with "
         .. "`apt-get install nodejs npm` (the README's quick start does)"
+    end
   end
   return node_why or nil
 end
