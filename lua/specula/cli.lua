@@ -119,6 +119,7 @@ function M.secret_env(args)
 end
 
 function M.main(argv)
+  require("specula.secrets").guard_stdio()
   local cmd = argv[1]
   local rest = {}
   for i = 2, #argv do rest[#rest + 1] = argv[i] end

@@ -871,4 +871,27 @@ end
 
 function M.stderr(...) return M.write(io.stderr, ...) end
 
+-- print and io.write scrubbed: an agent script's own output leaves the
+-- process too (a script that prints a response holding a key). Installed
+-- once by the command line; io.stdout:write and io.stderr:write called
+-- directly stay raw.
+local guarded = false
+function M.guard_stdio()
+  if guarded then return end
+  guarded = true
+  local raw_tostring = tostring
+  local stdout_write = io.stdout.write
+  _G.print = function(...)
+    local n = select("#", ...)
+    local parts = { ... }
+    for i = 1, n do parts[i] = raw_tostring(parts[i]) end
+    local s = concat(parts, "\t", 1, n) .. "\n"
+    stdout_write(io.stdout, #values == 0 and s or scrub(s))
+  end
+  io.write = function(...)
+    if #values == 0 then return io.output():write(...) end
+    return M.write(io.output(), ...)
+  end
+end
+
 return M

@@ -275,6 +275,28 @@ return specula.agent {
     assert.equals("x [redacted] y", cjson.decode(so).answer)
   end)
 
+  it("a script's own print and io.write: the secret it prints is not on stdout, in any encoding", function()
+    local secret = "printed-secret-9431"
+    local st, so, se = run([[
+local specula = require "specula"
+local v = os.getenv("MY_TOKEN")
+print("plain", v, 42)
+io.write("json ", specula.json.encode({ v = v }), "\n")
+print("b64 " .. specula.crypto.b64(v))
+return specula.agent {
+  init = function(q) return q end,
+  step = function(s) print("in a step: " .. v) return { final = "done" } end,
+  update = function(s) return s end,
+}
+]], { "--query", "hello" }, { MY_TOKEN = secret })
+    assert.equals(0, st, se)
+    clean(so .. se, secret, "stdout and stderr")
+    -- what is not secret still prints as print would
+    assert.truthy(so:find("plain\t[redacted]\t42\n", 1, true), so)
+    assert.truthy(so:find("in a step: [redacted]", 1, true), so)
+    assert.truthy(so:find('json {"v":"[redacted]"}', 1, true), so)
+  end)
+
   it("does not over-reach: a base URL from the environment stays readable in errors, short values stay", function()
     local out = tmp("out.jsonl")
     local st, _, se = run(ONE_TOOL:format([[specula.tools.http { url = "{env.SEARCH_BASE}/status/503?q={q}",
