@@ -10,6 +10,7 @@
 
 /* Work done per idle callback before I/O gets a turn. */
 #define SP_DRAIN_BUDGET 20000
+#define SP_DRAIN_REAL_NS 20000000ull  /* 20 ms: the longest a virtual drain keeps the loop from signals */
 
 struct sp_waitop {
   sp_op op;                 /* linked to the waiting task */
@@ -150,15 +151,21 @@ void sp_sched_drain(sp_ctx *ctx) {
   /* the dispatcher counts the jobs it takes against the same budget */
   ctx->budget = SP_DRAIN_BUDGET;
   sp_runnable *r;
+  uint64_t t0 = ctx->timers.virt ? uv_hrtime() : 0;
+  unsigned advances = 0;
   for (;;) {
     while (ctx->budget-- > 0 && (r = dequeue(ctx)) != NULL) {
       if (ctx->reap) sp_sched_reap(ctx);
       r->run(ctx, r);
     }
     /* Virtual clock: nothing is runnable at this instant, so time moves to
-       the next deadline (the loop still gets a turn every budget's worth,
-       for signals and shutdown). */
+       the next deadline. The loop still gets a turn every budget's worth
+       and every SP_DRAIN_REAL_NS of real time (checked every 8 instants),
+       for signals and shutdown: an agent slow in real time (CPU, a blocking
+       call) never advances the virtual clock, and a SIGTERM must not wait
+       for the whole run. */
     if (!ctx->timers.virt || ctx->ready_head || ctx->budget <= 0 || ctx->stopping) break;
+    if ((++advances & 7) == 0 && uv_hrtime() - t0 > SP_DRAIN_REAL_NS) break;
     if (ctx->reap) sp_sched_reap(ctx);
     if (sp_timers_advance(&ctx->timers) == 0) break;
   }

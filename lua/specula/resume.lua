@@ -66,9 +66,10 @@ end
 -- once more, one at a time, to match the records); prov_of(r) -> this
 -- run's provenance for the record (M.build's table) or nil and why
 -- (--compare: by r.config); shard ({ i, n } or nil).
--- Returns done, n, dropped: done[config or true][q.index] = the record (a
--- --compare run, for its table) or true; n records kept; dropped failed
--- records removed (retry_failed). Memory grows with the file, not with the
+-- Returns done, n, dropped, learnt: done[config or true][q.index] = the
+-- record (a --compare run, for its table) or true; n records kept; dropped
+-- failed records removed (retry_failed); learnt the input positions of the
+-- kept records a learning predictor learnt from (no error, a trajectory). Memory grows with the file, not with the
 -- input.
 function M.read(path, opts)
   local done, n, dropped = {}, 0, 0
@@ -151,7 +152,8 @@ function M.read(path, opts)
       local ip = type(p.input) == "table" and p.input or {}
       local e = { ln = ln, line = line, id = id, key = id .. "\0" .. tostring(p.query), cfg = cfg,
                   query = r.query, input = ip.sha256, input_file = ip.file,
-                  rec = r.config ~= nil and r or nil, failed = opts.retry_failed and r.error ~= nil }
+                  rec = r.config ~= nil and r or nil, failed = opts.retry_failed and r.error ~= nil,
+                  learnt = r.error == nil and type(r.trajectory) == "table" }
       entries[#entries + 1] = e
       want_id[id] = true
       if not e.failed then
@@ -217,13 +219,14 @@ function M.read(path, opts)
         #lines == 1 and "" or "s", concat(lines, ", "), k, k == 1 and "" or "s"))
     end
   end
-  local keep = {}
+  local keep, learnt = {}, {}
   for _, e in ipairs(entries) do
     if e.failed then
       dropped, rewrite = dropped + 1, true
     else
       keep[#keep + 1] = e.line
       n = n + 1
+      if e.learnt and e.cfg == true then learnt[#learnt + 1] = e.index end
     end
   end
   if rewrite then
@@ -239,7 +242,7 @@ function M.read(path, opts)
     stderr(format("specula: resuming: removed %d failed record%s from %s to run again\n",
       dropped, dropped == 1 and "" or "s", path))
   end
-  return done, n, dropped
+  return done, n, dropped, learnt
 end
 
 return M

@@ -90,7 +90,7 @@ local function make_run(agent, o, script)
     kauto = ffi.gc(C.sp_kauto_new(o.eps or D.eps, D.kauto_min, D.kauto_max, D.kauto_default), C.sp_kauto_free)
   end
   return { agent = agent, adapter = adapter, policy = pol, kauto = kauto, o = o, pf = pf,
-           learn = learn, match = match, kept = kept, kept_q = kept and setmetatable({}, { __mode = "k" }) }
+           learn = learn, predictor = learn and P or nil, learnt = learn and {} or nil, match = match, kept = kept, kept_q = kept and setmetatable({}, { __mode = "k" }) }
 end
 M.make_run = make_run
 
@@ -334,7 +334,10 @@ run_batch = function(run, queries, emit, progress, keep)
     if rec and rec._agg then sum_wall, sum_std = sum_wall + rec._agg.wall, sum_std + rec._agg.std end
     while results[next_emit] do
       local r, q = results[next_emit], qs[next_emit]
-      if learn and r.trajectory and not r.error then learn(r.trajectory, q, r._conv) end
+      if learn and r.trajectory and not r.error then
+        learn(r.trajectory, q, r._conv)
+        run.learnt[#run.learnt + 1] = q.index   -- what FILE.predictor covers (specula.predstate)
+      end
       r._conv = nil
       if q.shard then r.shard = q.shard end
       -- what emit returns stands for the record from then on (--compare
@@ -525,9 +528,12 @@ function M.main(agent, args, script)
   local base = M.prov_base(o, src, script)
   M.prov_of(base, agent, o, run)
   local skip, nprev = {}, 0
+  -- a predictor that learns across queries is kept beside --out
+  local predstate = require "specula.predstate"
+  local pstate = o.out and run.learn and (o.out .. ".predictor") or nil
   if o.out then
-    local done
-    done, nprev = require("specula.resume").read(o.out, { retry_failed = o.retry_failed, src = src,
+    local done, learnt, _
+    done, nprev, _, learnt = require("specula.resume").read(o.out, { retry_failed = o.retry_failed, src = src,
       shard = o.shard, prov_of = function(r)
         if r.config ~= nil then
           return nil, format("the record is from a --compare run (configuration '%s'); this run is not: resume it "
@@ -536,6 +542,21 @@ function M.main(agent, args, script)
         return run.prov
       end })
     skip = done[true] or {}
+    if pstate and nprev > 0 then
+      local ok, why = false, "a predictor without state() and restore()"
+      if predstate.keepable(run.predictor) then
+        ok, why = predstate.restore(run.predictor, pstate, run.prov.run, learnt)
+      end
+      if ok then
+        for i, p in ipairs(learnt) do run.learnt[i] = p end
+        if not o.quiet then
+          require("specula.secrets").stderr(format("specula: resuming: the predictor's state after the %d queries "
+            .. "it learnt from restored from %s\n", #learnt, pstate))
+        end
+      else
+        predstate.warn(why)
+      end
+    end
   end
   -- the queries to run, read from the input as the run takes them (those
   -- whose record is in --out left out, by their position)
@@ -567,6 +588,13 @@ function M.main(agent, args, script)
   if o.out then
     local ok, err = out:close()
     if not ok then write_failed(what, err) end
+  end
+  if pstate and predstate.keepable(run.predictor) then
+    local ok, err = predstate.save(run.predictor, pstate, run.prov.run, run.learnt)
+    if not ok then
+      require("specula.secrets").stderr(format("specula: warning: cannot write %s (%s): a resume of %s will "
+        .. "start its predictor afresh\n", pstate, tostring(err), o.out))
+    end
   end
   local agg = acc and aggregate.finish(acc, o.k) or aggregate.of(results, o.k)
   if trace_f then
