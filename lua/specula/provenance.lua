@@ -5,6 +5,7 @@
 --   version  the specula that wrote it
 --   agent    { script = file name, sha256 = its digest, modules = { name = digest } }:
 --            the modules beside the script that it loaded (`require "helper"`)
+--            and the files it ran with dofile ("dofile:PATH")
 --   input    { file = name (null for --query), format, sha256 }: the input
 --            file's bytes, or the --query text's record
 --   config   every option that changes what a run does: mode, k, m,
@@ -29,7 +30,7 @@ local json = require "specula.json"
 
 local type, tostring, pairs, ipairs, next, getmetatable, setmetatable, pcall =
   type, tostring, pairs, ipairs, next, getmetatable, setmetatable, pcall
-local format, byte, concat, sort = string.format, string.byte, table.concat, table.sort
+local format, byte, sub, concat, sort = string.format, string.byte, string.sub, table.concat, table.sort
 
 local M = {}
 
@@ -197,12 +198,37 @@ local function note_module(name)
   end
 end
 
+-- Called for every file `dofile` runs: a script that includes a file that
+-- way depends on it as on a module. Named "dofile:PATH", PATH as the script
+-- gave it (relative to the script's directory when it lies there).
+local function note_dofile(path)
+  if type(path) ~= "string" then return end
+  local dir = track.dir
+  local shown = path
+  if dir and sub(path, 1, #dir + 1) == dir .. "/" then shown = sub(path, #dir + 2) end
+  local name = "dofile:" .. shown
+  if track.loaded[name] then return end
+  track.loaded[name] = path
+  track.order[#track.order + 1] = name
+  if track.frozen and not track.warned[name] then
+    track.warned[name] = true
+    require("specula.secrets").stderr(format("specula: warning: '%s' was run by dofile after the run started: "
+      .. "its digest is not in the records' provenance (run it at the top of the script)\n", path))
+  end
+end
+
 --- Follow the modules a script loads from its directory `dir` (entry:
--- its package.path entries). The Lua file searcher is wrapped once.
+-- its package.path entries) and the files it runs with dofile. The Lua file
+-- searcher and dofile are wrapped once.
 function M.track_dir(dir, entry)
   track.dir, track.entry = dir, entry
   if track.wrapped then return end
   track.wrapped = true
+  local raw_dofile = dofile
+  _G.dofile = function(path)
+    note_dofile(path)
+    return raw_dofile(path)
+  end
   local loaders = package.loaders or package.searchers
   local lua_searcher = loaders[2]
   loaders[2] = function(name, ...)

@@ -350,6 +350,33 @@ describe("resume checks provenance", function()
     assert.matches("provenance.agent.modules.helper", err, 1, true)
   end)
 
+  it("a file the script runs with dofile is part of the agent: its digest is in the records, a change refused",
+    function()
+    local dir = H.tmpdir() .. "/res_dofile"
+    os.execute("mkdir -p " .. H.quote(dir))
+    local function write(path, text) local f = assert(io.open(path, "w")) f:write(text) f:close() end
+    write(dir .. "/params.lua", "return { hops = 2 }\n")
+    write(dir .. "/agent.lua", [[
+local specula = require "specula"
+local dir = (debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$")) or "."
+local params = dofile(dir .. "/params.lua")
+return specula.sim.multihop { hops = params.hops, p = 0.5, seg = 1, spec = 1, target = 3,
+  policy = { search = "full" } }
+]])
+    local out = H.tmpfile("res_dofile.jsonl")
+    os.remove(out)
+    local args = { "run", dir .. "/agent.lua", "--input", q, "--out", out, "--clock", "virtual", "--quiet" }
+    local st, _, err = H.specula(args)
+    assert.equals(0, st, err)
+    local p = cjson.decode(lines_of(out)[1]).provenance
+    assert.same({ ["dofile:params.lua"] = sha256sum_file(dir .. "/params.lua") }, p.agent.modules)
+    -- the included file changes: the file is another run's
+    write(dir .. "/params.lua", "return { hops = 2 } -- changed\n")
+    st, _, err = H.specula(args)
+    assert.equals(2, st, err)
+    assert.matches("provenance.agent.modules.dofile:params.lua", err, 1, true)
+  end)
+
   it("duplicate ids give the same records whether or not the run was interrupted", function()
     local ids = { "d1", "d2", "d3", "dup", "d4", "d5", "d6", "dup", "d7", "d8", "d9", "d10", "d11" }
     local t = {}
