@@ -514,12 +514,13 @@ function M.main(agent, o, src, script)
     by_run[run.prov.run], by_name[c.name] = ci, ci
     runs[ci] = run
   end
-  local skip = {}
+  local skip, learnt = {}, {}
   if o.out then
     local names = {}
     for ci, c in ipairs(configs) do names[ci] = c.name end
+    local _
     -- repairs a cut-off last line (and drops failed records with --retry-failed)
-    skip = require("specula.resume").read(o.out, { retry_failed = o.retry_failed, src = src,
+    skip, _, _, learnt = require("specula.resume").read(o.out, { retry_failed = o.retry_failed, src = src,
       shard = o.shard, prov_of = function(r)
         if r.config == nil then
           return nil, "the record is from a run without --compare; this is a --compare run: give a new --out file"
@@ -560,12 +561,30 @@ function M.main(agent, o, src, script)
     for k, x in pairs(v) do t[k] = copy(x) end
     return t
   end
-  local learned0 = type(P) == "table" and type(P.state) == "function" and type(P.restore) == "function"
-    and copy(P:state()) or nil
+  local predstate = require "specula.predstate"
+  local learned0 = predstate.keepable(P) and copy(P:state()) or nil
+  -- each configuration's predictor after its queries, kept beside --out
+  -- for a resume (specula.predstate); what the file held stays for the
+  -- configurations this run does not reach
+  local pstate = o.out and runs[1].learn and (o.out .. ".predictor") or nil
+  local pentries, pruns, pwhy = {}, nil, nil
+  if pstate and learned0 then
+    pruns, pwhy = predstate.read(pstate)
+    for k, e in pairs(pruns or {}) do
+      local ok, text = pcall(json.canonical, e)
+      if ok then pentries[k] = text end
+    end
+  end
   for ci, c in ipairs(configs) do
     if interrupted then break end
     if learned0 and ci > 1 then P:restore(copy(learned0)) end
     local oc = opts[ci]
+    if pstate and next(skip[c.name] or {}) ~= nil then
+      local positions = learnt[c.name] or {}
+      local ok, why = false, "a predictor without state() and restore()"
+      if learned0 then ok, why = predstate.restore(P, pstate, pruns, pwhy, runs[ci].prov.run, positions) end
+      predstate.resumed(runs[ci], ok, why, positions, pstate, o.quiet, c.name)
+    end
     local t = tally.new(nq)
     tallies[ci] = t
     -- the queries this configuration still has to run, read from the input
@@ -595,6 +614,18 @@ function M.main(agent, o, src, script)
       return true
     end, run)
     local _, stopped, got = runner.run_all(run, list, emit, runner.progress_line(show), false)
+    if pstate and learned0 then
+      local entry, err = predstate.entry(P, run.learnt)
+      local ok = false
+      if entry then
+        pentries[run.prov.run] = entry
+        ok, err = predstate.save(pstate, pentries)
+      end
+      if not ok then
+        require("specula.secrets").stderr(format("specula: warning: cannot write %s (%s): a resume of %s will "
+          .. "start its predictor afresh\n", pstate, tostring(err), o.out))
+      end
+    end
     -- a signal stopped the run: this configuration has only what finished
     if stopped then interrupted = true end
     ndone = ndone + got + (nq - list.n)

@@ -68,8 +68,9 @@ end
 -- (--compare: by r.config); shard ({ i, n } or nil).
 -- Returns done, n, dropped, learnt: done[config or true][q.index] = the
 -- record (a --compare run, for its table) or true; n records kept; dropped
--- failed records removed (retry_failed); learnt the input positions of the
--- kept records a learning predictor learnt from (no error, a trajectory). Memory grows with the file, not with the
+-- failed records removed (retry_failed); learnt[config or true] the input
+-- positions of the kept records a learning predictor learnt from (no error,
+-- a trajectory). Memory grows with the file, not with the
 -- input.
 function M.read(path, opts)
   local done, n, dropped = {}, 0, 0
@@ -226,7 +227,11 @@ function M.read(path, opts)
     else
       keep[#keep + 1] = e.line
       n = n + 1
-      if e.learnt and e.cfg == true then learnt[#learnt + 1] = e.index end
+      if e.learnt then
+        local l = learnt[e.cfg]
+        if not l then l = {} learnt[e.cfg] = l end
+        l[#l + 1] = e.index
+      end
     end
   end
   if rewrite then

@@ -545,17 +545,10 @@ function M.main(agent, args, script)
     if pstate and nprev > 0 then
       local ok, why = false, "a predictor without state() and restore()"
       if predstate.keepable(run.predictor) then
-        ok, why = predstate.restore(run.predictor, pstate, run.prov.run, learnt)
+        local runs, rwhy = predstate.read(pstate)
+        ok, why = predstate.restore(run.predictor, pstate, runs, rwhy, run.prov.run, learnt[true] or {})
       end
-      if ok then
-        for i, p in ipairs(learnt) do run.learnt[i] = p end
-        if not o.quiet then
-          require("specula.secrets").stderr(format("specula: resuming: the predictor's state after the %d queries "
-            .. "it learnt from restored from %s\n", #learnt, pstate))
-        end
-      else
-        predstate.warn(why)
-      end
+      predstate.resumed(run, ok, why, learnt[true] or {}, pstate, o.quiet)
     end
   end
   -- the queries to run, read from the input as the run takes them (those
@@ -590,7 +583,9 @@ function M.main(agent, args, script)
     if not ok then write_failed(what, err) end
   end
   if pstate and predstate.keepable(run.predictor) then
-    local ok, err = predstate.save(run.predictor, pstate, run.prov.run, run.learnt)
+    local entry, err = predstate.entry(run.predictor, run.learnt)
+    local ok = false
+    if entry then ok, err = predstate.save(pstate, { [run.prov.run] = entry }) end
     if not ok then
       require("specula.secrets").stderr(format("specula: warning: cannot write %s (%s): a resume of %s will "
         .. "start its predictor afresh\n", pstate, tostring(err), o.out))

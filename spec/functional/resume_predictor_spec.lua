@@ -52,9 +52,9 @@ end
 
 -- Run and send SIGTERM once `lines` records are written; returns the
 -- status the run exited with.
-local function stopped(script, inp, out, lines)
+local function stopped(script, inp, out, lines, extra)
   local errf = out .. ".stderr"
-  local _, so = H.sh(cmd(script, inp, out) .. " --quiet 2>" .. H.quote(errf) .. " & pid=$!; while [ \"$(cat "
+  local _, so = H.sh(cmd(script, inp, out) .. (extra or "") .. " --quiet >/dev/null 2>" .. H.quote(errf) .. " & pid=$!; while [ \"$(cat "
     .. H.quote(out) .. " 2>/dev/null | wc -l)\" -lt " .. lines .. " ]; do sleep 0.02; done; kill -TERM $pid; "
     .. "wait $pid; echo $?")
   local se = H.read(errf) or ""
@@ -114,6 +114,26 @@ describe("resuming a run whose predictor learns across queries #timing", functio
       b[r.id] = true
     end
     assert.is_true(differ > 0, "a cold predictor changed nothing: this spec no longer shows the need")
+  end)
+
+  it("--compare: each configuration's state is kept; a run stopped in the second resumes byte for byte", function()
+    local list = " --compare spechop:k=1,spechop:k=2"
+    local wholec = tmp("wholec.jsonl")
+    local st, _, err = H.sh(cmd(script, inp, wholec) .. list .. " --quiet")
+    assert.equals(0, st, err)
+    local out = tmp("cmp.jsonl")
+    -- 14 records of the first configuration, then some of the second
+    local st1, err1 = stopped(script, inp, out, 17, list)
+    assert.equals(143, st1, err1)
+    local n = lines_of(out)
+    assert.is_true(n >= 17 and n < 28, "records before the signal: " .. n)
+    local st2, _, err2 = H.sh(cmd(script, inp, out) .. list)
+    assert.equals(0, st2, err2)
+    assert.matches("the predictor's state after the " .. (n - 14) .. " queries it learnt from (configuration "
+      .. "'spechop:k=2') restored", err2, 1, true)
+    assert.not_matches("warning", err2, 1, true)
+    -- the table of the resumed run is printed after the records: compare the records
+    assert.equals(H.read(wholec), H.read(out))
   end)
 
   it("a state written by another run or for other records is refused with a warning, not used", function()
