@@ -34,7 +34,7 @@ Records of another run are not its business: resume refuses those.]],
 function M.check(o)
   if #o.files == 0 then return "no results file given" end
   if #o.files > 1 then return "one results file at a time (got " .. #o.files .. ")" end
-  if o.out == "-" then return "-o -: the kept records replace a file; give -o OUT.jsonl" end
+  if o.out == "-" then return "-o -: repair writes a file (RESULTS.jsonl replaced, or -o OUT.jsonl)" end
 end
 
 local function fail(msg)
