@@ -539,7 +539,7 @@ function M.agent_replay(res, vs, dir, script, input)
   if not ok then return nil, cerr end
   local chunk, lerr = loadfile(script)
   if not chunk then cassette.close() return nil, "cannot load --agent script: " .. tostring(lerr) end
-  require("specula.cli").add_script_dir(script)   -- its modules beside it, as `specula run` finds them
+  require("specula.cmd.run").add_script_dir(script)   -- its modules beside it, as `specula run` finds them
   local okc, agent = pcall(chunk)
   if not okc or type(agent) ~= "table" or not agent.__specula_agent then
     cassette.close()
