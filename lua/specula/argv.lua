@@ -7,7 +7,7 @@
 --     ["--verifier"] = { "verifiers", list = true },  -- repeatable: o.verifiers = { ... }
 --     ["--json"] = { "json", flag = true },           -- no value: o.json = true
 --     ["--help"] = { "help", flag = true, stop = true },  -- ends the parse at once
---   }, { positional = "files", option = "^%-", equals = true, first = 1, into = o })
+--   }, { positional = "files", option = "^%-", equals = true, into = o })
 --
 -- On a mistake it returns nil and the message the command prints before its
 -- usage text: "--x needs a value", "unknown option '--y'", the converter's own
@@ -16,7 +16,6 @@
 --   without it such an argument is an unknown option.
 -- opts.option: the pattern of what counts as an option (default "^%-").
 -- opts.equals: --name=value is read as --name value.
--- opts.first: the index of the first argument to read (default 1).
 -- opts.into: the table to fill, holding the defaults (default {}).
 local type, tostring, error, ipairs, pairs = type, tostring, error, ipairs, pairs
 
@@ -36,7 +35,7 @@ function M.parse(args, flags, opts)
   local o = opts.into or {}
   local positional, option = opts.positional, opts.option or "^%-"
   if positional and o[positional] == nil then o[positional] = {} end
-  local i = opts.first or 1
+  local i = 1
   while i <= #args do
     local a = tostring(args[i])
     local inline
@@ -84,9 +83,6 @@ function M.parse(args, flags, opts)
   end
   return o
 end
-
--- The usual --help / -h entry: a flag setting o.help.
-M.HELP = { "help", flag = true }
 
 -- ---- a command's options as one table ------------------------------------
 --
