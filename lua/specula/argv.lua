@@ -196,10 +196,11 @@ function M.parse_command(cmd, args)
                                 into = into })
 end
 
--- A converter that accepts only the keys of `set`: the value, or nil and msg.
-function M.one_of(set, msg)
+-- A converter that accepts only the keys of `set`: the value, or nil and msg
+-- (with `got`, msg .. ", got 'VALUE'").
+function M.one_of(set, msg, got)
   return function(v)
-    if set[v] == nil then return nil, msg end
+    if set[v] == nil then return nil, got and (msg .. ", got '" .. tostring(v) .. "'") or msg end
     return v
   end
 end

@@ -1,7 +1,10 @@
 -- specula replay: a recorded run's stage times re-scheduled on the window at
 -- other k values. C loads the file, replays and prints (sp_replay_print).
 local core = require "specula.core"
+local argv = require "specula.argv"
 local ffi, C = core.ffi, core.C
+
+local LAUNCH = { eager = C.SP_REPLAY_EAGER, slot = C.SP_REPLAY_SLOT }
 
 local MAX_K = 1000000   -- the largest finite k on the command line
 
@@ -29,13 +32,6 @@ local function klist(s)
   return list
 end
 
-local function one_of(set, what)
-  return function(v)
-    if set[v] == nil then return nil, what .. ", got '" .. v .. "'" end
-    return v
-  end
-end
-
 local M = {
   name = "replay",
   synopsis = "FILE [--k 1,2,3,inf] [--mode spechop|window|sequential] [--spec-launch eager|slot] [--config NAME] [--json]",
@@ -46,12 +42,12 @@ local M = {
     { "--k", key = "k", arg = "LIST", convert = klist, shown = "1,2,3,4,8,inf plus the recorded k",
       help = "comma-separated thread counts, integers >= 1 or inf" },
     { "--mode", key = "mode", arg = "M", shown = "as recorded, else spechop",
-      convert = one_of({ spechop = true, window = true, sequential = true },
-        "--mode must be spechop, window or sequential"),
+      convert = argv.one_of({ spechop = true, window = true, sequential = true },
+        "--mode must be spechop, window or sequential", true),
       help = "spechop (continuous), window (bounded) or sequential" },
     { "--spec-launch", key = "launch", arg = "eager|slot", default = C.SP_REPLAY_LAUNCH_RECORDED,
       shown = "as recorded; files without the field were recorded with slot",
-      convert = one_of({ eager = C.SP_REPLAY_EAGER, slot = C.SP_REPLAY_SLOT }, "--spec-launch must be eager or slot"),
+      convert = argv.one_of(LAUNCH, "--spec-launch must be eager or slot", true),
       help = "when a thread's speculator starts" },
     { "--config", key = "config", arg = "NAME", shown = "the only one",
       help = "the configuration to replay from the records of a --compare run\n(required when the file holds several)" },
@@ -69,8 +65,7 @@ function M.main(o)
   local ks = o.k and ffi.new("int[?]", #o.k, o.k)
   a.file, a.mode, a.config = o.args[1], o.mode, o.config
   a.ks, a.nk = ks, o.k and #o.k or 0
-  a.launch = type(o.launch) == "string" and (o.launch == "eager" and C.SP_REPLAY_EAGER or C.SP_REPLAY_SLOT)
-    or o.launch
+  a.launch = LAUNCH[o.launch] or o.launch   -- a name, or the default: as recorded
   a.json = o.json and 1 or 0
   io.stdout:flush()
   local rc = C.sp_replay_print(a)

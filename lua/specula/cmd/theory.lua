@@ -4,15 +4,12 @@
 -- as `specula run` checks k, eps); C computes and prints (sp_theory_print).
 local core = require "specula.core"
 local optslib = require "specula.opts"
+local argv = require "specula.argv"
 local ffi, C = core.ffi, core.C
 local D = optslib.DEFAULTS
 
 local function shared(name) return function(v) return optslib.parse(name, v) end end
-local function launch_of(v)
-  if v == "eager" then return C.SP_REPLAY_EAGER end
-  if v == "slot" then return C.SP_REPLAY_SLOT end
-  return nil, "--spec-launch must be eager or slot"
-end
+local LAUNCH = { eager = C.SP_REPLAY_EAGER, slot = C.SP_REPLAY_SLOT }
 
 local M = {
   name = "theory",
@@ -31,8 +28,8 @@ local M = {
     { "--nu", key = "nu", arg = "V", default = D.nu, convert = shared("nu"),
       help = "coefficient of variation bound, V >= 0" },
     { "--eps", key = "eps", arg = "E", default = D.eps, convert = shared("eps"), help = "starvation target, 0 < E < 1" },
-    { "--spec-launch", key = "launch", arg = "eager|slot", default = C.SP_REPLAY_EAGER, shown = "eager, as specula run",
-      convert = launch_of, help = "the schedule of the event model row" },
+    { "--spec-launch", key = "launch", arg = "eager|slot", default = "eager", shown = "eager, as specula run",
+      convert = argv.one_of(LAUNCH, "--spec-launch must be eager or slot"), help = "the schedule of the event model row" },
     { "--json", key = "json", flag = true, help = "print one JSON object" },
   },
 }
@@ -50,7 +47,7 @@ function M.main(o)
   a.p, a.alpha, a.beta, a.nu, a.eps = o.p, o.alpha, o.beta, o.nu, o.eps
   -- k 0 is auto: k*_eps, as without --k
   a.k, a.have_k = o.k or 0, (o.k and o.k ~= 0) and 1 or 0
-  a.json, a.launch = o.json and 1 or 0, o.launch
+  a.json, a.launch = o.json and 1 or 0, LAUNCH[o.launch]
   io.stdout:flush()
   return C.sp_theory_print(a)
 end
