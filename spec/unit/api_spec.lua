@@ -60,7 +60,7 @@ describe("require 'specula'", function()
     -- trace file (README), the module names in require strings, the
     -- Lua-side namespaces of the host
     local not_api = { queries = true, host = true, core = true, sched = true, cli = true,
-                      report = true, svg = true, agent = true, opts = true, boot = true, nojit = true,
+                      report = true, agent = true, opts = true, boot = true, nojit = true,
                       argv = true, lab = true, jsonenc = true, cmd = true }
     local n = 0
     not_api.convtraces = true   -- `specula predictors`' conversation reader

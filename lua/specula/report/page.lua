@@ -3,7 +3,7 @@
 -- figures (inline CSS and SVG; no scripts, no network references).
 
 local pstats = require "specula.stats"
-local svg = require "specula.svg"
+local svg = require "specula.report.svg"
 local common = require "specula.report.common"
 
 local format = string.format
