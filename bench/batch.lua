@@ -4,7 +4,7 @@
 -- size, the wall time, queries and committed hops per second, and the
 -- process's peak RSS (VmHWM, sampled from /proc while it runs), so the cost
 -- of a growing input shows: the input is read as the run goes
--- (specula.inputs), so the peak should stay flat.
+-- (specula.run.inputs), so the peak should stay flat.
 --   specula bench batch [--sizes 10000,100000,1000000] [--hops H]
 local B = dofile(require("specula.core").host.root .. "/bench/lib.lua")
 local json = require("specula.json")

@@ -676,6 +676,36 @@ int sp_replay_timeline(const sp_replay_query *q, const char *mode, int k, int la
                        size_t max_spans, sp_replay_mark *marks, size_t max_marks, sp_replay_tl_info *info,
                        char *err, size_t errlen);
 
+/* ---- the commands computed in C (engine/sp_cmd_theory.c, sp_cmd_replay.c)
+ * Their command lines are read and checked in Lua (lua/specula/cmd/theory.lua,
+ * replay.lua, from option tables like every command's); these compute and
+ * print on stdout, and return the exit status (0, or 2 for an input that
+ * cannot be used, after a message on stderr). */
+typedef struct sp_theory_args {
+  double p;      /* speculation success probability */
+  double alpha;  /* relative speculator latency */
+  double beta;   /* decoding-to-tool latency ratio */
+  double k;      /* threads to evaluate (>= 1, INFINITY = unbounded); with have_k 0, k*_eps */
+  double nu;     /* coefficient of variation bound */
+  double eps;    /* target starvation probability */
+  int have_k;    /* --k given as a count (else k = k*_eps) */
+  int json;      /* one JSON object instead of the table */
+  int launch;    /* the event model's schedule: SP_REPLAY_EAGER or SP_REPLAY_SLOT */
+} sp_theory_args;
+int sp_theory_print(const sp_theory_args *a);
+/* The most k values one replay takes. */
+enum { SP_REPLAY_MAX_KS = 64 };
+typedef struct sp_replay_args {
+  const char *file;    /* a trace or a results file */
+  const char *mode;    /* "spechop", "window", "sequential", or NULL: as recorded */
+  const char *config;  /* the configuration of a --compare run's records, or NULL */
+  const int *ks;       /* nk values (>= 1 or SP_K_UNBOUNDED); nk 0: the default list */
+  size_t nk;
+  int launch;          /* SP_REPLAY_EAGER, SP_REPLAY_SLOT or SP_REPLAY_LAUNCH_RECORDED */
+  int json;            /* one JSON object per k */
+} sp_replay_args;
+int sp_replay_print(const sp_replay_args *a);
+
 /* ---- digests, random bytes, signatures (engine/sp_crypto.c: OpenSSL libcrypto) *
  * Never hand-written: every primitive is libcrypto's. Used for provenance
  * digests (SHA-256 of scripts, queries, configurations) and MCP

@@ -1,56 +1,18 @@
 /* `specula replay`: a recorded run's stage times re-scheduled on the window
-   at other k values (sp_replay.c loads them, sp_playback.c runs them). */
-#include "sp_cmd.h"
+   at other k values (sp_replay.c loads them, sp_playback.c runs them). The
+   command line is read and checked in Lua (lua/specula/cmd/replay.lua);
+   this loads the file and prints the table. */
+#include "sp_api.h"
 #include "sp_buf.h"
 #include "sp_est.h"
 #include "sp_playback.h"
 #include "sp_replay.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define SP_REPLAY_MAX_K 1000000      /* largest finite k on the command line */
-
-/* ======================================================================
- * `specula replay`
- * ====================================================================== */
-
-#define SP_REPLAY_USAGE \
-  "usage: specula replay FILE [--k 1,2,3,inf] [--mode spechop|window|sequential] " \
-  "[--spec-launch eager|slot] [--config NAME] [--json]\n"
-
-static void usage(FILE *f) {
-  fputs(SP_REPLAY_USAGE
-        "  FILE        a trace (specula run --trace) or a results file (specula run --out)\n"
-        "  --k LIST    comma-separated thread counts, integers >= 1 or inf\n"
-        "              (default 1,2,3,4,8,inf plus the recorded k)\n"
-        "  --mode M    spechop (continuous, default), window (bounded) or sequential\n"
-        "  --spec-launch eager|slot\n"
-        "              when a thread's speculator starts (default: as recorded; files\n"
-        "              without the field were recorded with slot)\n"
-        "  --config NAME\n"
-        "              the configuration to replay from the records of a --compare run\n"
-        "              (required when the file holds several)\n"
-        "  --json      one JSON object per k\n",
-        f);
-}
-
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("specula replay: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  fputs(SP_REPLAY_USAGE, stderr);
-  return 2;
-}
 
 /* Sort key: finite k ascending, unbounded last. */
 static int k_cmp(const void *a, const void *b) {
@@ -64,36 +26,6 @@ static void k_add(int *list, size_t *n, int k) {
   for (size_t i = 0; i < *n; i++)
     if (list[i] == k) return;
   list[(*n)++] = k;
-}
-
-/* Parses "1,2,inf" into list (capacity cap - 1, leaving room for the
-   recorded k). 0 ok, -1 bad. */
-static int parse_klist(const char *s, int *list, size_t cap, size_t *n) {
-  *n = 0;
-  while (*s) {
-    size_t len = strcspn(s, ",");
-    char tok[32];
-    if (len == 0 || len >= sizeof tok || *n + 1 >= cap) return -1;
-    memcpy(tok, s, len);
-    tok[len] = '\0';
-    int k;
-    if (strcmp(tok, "inf") == 0 || strcmp(tok, "infinity") == 0) {
-      k = SP_K_UNBOUNDED;
-    } else {
-      char *end;
-      errno = 0;
-      long v = strtol(tok, &end, 10);
-      if (*end || end == tok || errno || v < 1 || v > SP_REPLAY_MAX_K) return -1;
-      k = (int)v;
-    }
-    k_add(list, n, k);
-    s += len;
-    if (*s == ',') {
-      s++;
-      if (!*s) return -1;
-    }
-  }
-  return *n ? 0 : -1;
 }
 
 static void fmt_k(char *out, size_t n, int k) {
@@ -173,47 +105,13 @@ static int pick_config(const char *file, sp_replay_set *set, const char *name) {
   return rc;
 }
 
-int sp_replay_main(int argc, char **argv) {
-  const char *file = NULL, *mode = NULL, *klist = NULL, *launch_s = NULL, *config = NULL;
-  int json = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { usage(stdout); return 0; }
-    if (strcmp(a, "--json") == 0) { json = 1; continue; }
-    const char **dst = NULL;
-    const char *val = NULL;
-    if (strncmp(a, "--k", 3) == 0 && (a[3] == '\0' || a[3] == '=')) dst = &klist;
-    else if (strncmp(a, "--mode", 6) == 0 && (a[6] == '\0' || a[6] == '=')) dst = &mode;
-    else if (strncmp(a, "--spec-launch", 13) == 0 && (a[13] == '\0' || a[13] == '=')) dst = &launch_s;
-    else if (strncmp(a, "--config", 8) == 0 && (a[8] == '\0' || a[8] == '=')) dst = &config;
-    if (dst) {
-      const char *eq = strchr(a, '=');
-      if (eq) val = eq + 1;
-      else if (i + 1 < argc) val = argv[++i];
-      else return fail("%s needs a value", a);
-      *dst = val;
-      continue;
-    }
-    if (a[0] == '-' && a[1] != '\0') return fail("unknown option '%s'", a);
-    if (file) return fail("one FILE only (got '%s' and '%s')", file, a);
-    file = a;
-  }
-  if (!file) return fail("missing FILE (a trace or a results JSONL file)");
-  if (mode && strcmp(mode, "spechop") != 0 && strcmp(mode, "window") != 0 &&
-      strcmp(mode, "sequential") != 0)
-    return fail("--mode must be spechop, window or sequential, got '%s'", mode);
-  int launch = SP_REPLAY_LAUNCH_RECORDED;
-  if (launch_s) {
-    if (strcmp(launch_s, "eager") == 0) launch = SP_REPLAY_EAGER;
-    else if (strcmp(launch_s, "slot") == 0) launch = SP_REPLAY_SLOT;
-    else return fail("--spec-launch must be eager or slot, got '%s'", launch_s);
-  }
-  int ks[65];
+int sp_replay_print(const sp_replay_args *args) {
+  const char *file = args->file, *mode = args->mode, *config = args->config;
+  int json = args->json, launch = args->launch;
+  int ks[SP_REPLAY_MAX_KS + 1];
   size_t nk = 0;
-  if (klist && parse_klist(klist, ks, sizeof ks / sizeof ks[0], &nk) != 0)
-    return fail("--k takes up to 64 comma-separated values, each an integer in "
-                          "[1, %d] or inf; got '%s'", SP_REPLAY_MAX_K, klist);
-
+  if (!file || args->nk > SP_REPLAY_MAX_KS || (args->nk && !args->ks)) return 2;
+  for (size_t i = 0; i < args->nk; i++) k_add(ks, &nk, args->ks[i]);
   char err[512];
   sp_replay_set *set = NULL;
   if (sp_replay_load_file(file, &set, err, sizeof err) != 0) {
@@ -243,7 +141,7 @@ int sp_replay_main(int argc, char **argv) {
     nk = 0;
     ks[nk++] = 1;
     if (recorded) recorded = 1;
-  } else if (!klist) {
+  } else if (!args->nk) {
     static const int dflt[] = {1, 2, 3, 4, 8, SP_K_UNBOUNDED};
     for (size_t i = 0; i < sizeof dflt / sizeof dflt[0]; i++) k_add(ks, &nk, dflt[i]);
   }

@@ -197,7 +197,7 @@ static int run_main(sp_ctx *ctx, int argc, char **argv) {
   lua_State *L = ctx->L;
   lua_pushcfunction(L, traceback);
   lua_getglobal(L, "require");
-  lua_pushstring(L, "specula.cli");
+  lua_pushstring(L, "specula.cmd");
   if (lua_pcall(L, 1, 1, 1) != 0) {
     fprintf(stderr, "specula: %s\n", lua_tostring(L, -1));
     lua_settop(L, 0);
@@ -209,7 +209,7 @@ static int run_main(sp_ctx *ctx, int argc, char **argv) {
     lua_pushstring(L, argv[i]);
     lua_rawseti(L, -2, i + 1);
   }
-  /* cli.main only spawns the main task (or returns an exit status for
+  /* cmd.main only spawns the main task (or returns an exit status for
      commands that need no loop); nothing waits inside this call. */
   if (lua_pcall(L, 1, 1, 1) != 0) {
     fprintf(stderr, "specula: %s\n", lua_tostring(L, -1));

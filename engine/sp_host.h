@@ -6,7 +6,7 @@
 /* Create the Lua state, point package.path at specula's Lua tree and load
    the scheduler's trampoline. 0 ok, -1 with a message in err. */
 int sp_host_init(sp_ctx *ctx, const char *argv0, char *err, size_t errlen);
-/* Call specula.cli.main(args) and run the loop until the main task ends.
+/* Call specula.cmd.main(args) (the command table) and run the loop until the main task ends.
    Returns the process exit status. */
 int sp_host_run(sp_ctx *ctx, int argc, char **argv);
 /* Watch SIGINT/SIGTERM so that a signal kills and reaps the children

@@ -1071,7 +1071,7 @@ int sp_window_hop(const sp_window *w, int i, sp_hop_info *out) {
   return 0;
 }
 
-/* round(x, 4) of lua/specula/aggregate.lua, the same operations in the
+/* round(x, 4) of lua/specula/run/aggregate.lua, the same operations in the
    same order, so the number printed is the same. */
 static double sp_window_round4(double x) { return floor(x * 10000.0 + 0.5) / 10000.0; }
 

@@ -43,7 +43,7 @@ setmetatable(M, { __index = function(t, k)
 end })
 
 -- Run an agent over queries from a script: records, aggregate.
-function M.run(agent, opts) return require("specula.runner").run(agent, opts) end
+function M.run(agent, opts) return require("specula.run.runner").run(agent, opts) end
 
 -- Live-object counters of the engine (tasks, timers, transfers, ...), so
 -- tests and users can see that nothing was left open.

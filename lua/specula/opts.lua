@@ -3,7 +3,7 @@
 -- specula.theory all check k, m, eps, seed, concurrency, p, alpha, beta and
 -- nu through the same C function, so none accepts what another rejects.
 -- The defaults of every option live in the same C file; DEFAULTS is their
--- Lua copy, and fill() writes them into a usage text.
+-- Lua copy, which the commands' option tables (lua/specula/cmd/) show.
 local core = require "specula.core"
 local ffi, C = core.ffi, core.C
 
@@ -27,16 +27,6 @@ do
   end
 end
 M.DEFAULTS = DEFAULTS
-
--- A usage text with every "{name}" replaced by that option's default
--- ("(default {k})" -> "(default 3)"); a name without a default is an error.
-function M.fill(text)
-  return (text:gsub("{([%w_]+)}", function(name)
-    local v = DEFAULTS[name]
-    if v == nil then error("specula.opts.fill: no default named '" .. name .. "'", 3) end
-    return format("%.14g", v)
-  end))
-end
 
 -- Text of an option (as given on a command line) -> number, or nil and
 -- "--NAME must be ..., got 'TEXT'". k: inf -> math.huge, auto -> 0.

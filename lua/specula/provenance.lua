@@ -287,7 +287,7 @@ local function scrubbed(v)
   return walk(v)
 end
 
---- The configuration of a run (specula.runner's make_run): every option
+--- The configuration of a run (specula.run.runner's make_run): every option
 -- that changes what it does, each as it applies (defaults filled in; k and m
 -- as the mode uses them, as the records' stats say).
 function M.config(agent, o, run, D, clock)
@@ -334,7 +334,7 @@ end
 -- ---- the input and its queries ----------------------------------------------
 
 --- The input part: { file, format, sha256 } of --input FILE (its bytes), or
--- of a --query (its one record; src: specula.inputs' source).
+-- of a --query (its one record; src: specula.run.inputs' source).
 function M.input(o, src)
   if o.input then
     return { file = basename(o.input), format = o.format or "auto", sha256 = file_digest(o.input) or json.null }

@@ -6,7 +6,7 @@
 #include "sp_replay.h"
 #include "sp_theory.h"
 #include "event_model.h"
-#include "sp_cmd.h"
+#include "sp_api.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -409,27 +409,22 @@ static void test_files_and_cli(tcount *t) {
   check(t, sp_replay_load_file("/tmp", &set, err, sizeof err) == -1 && strstr(err, "/tmp"),
         "a directory is an error");
 
-  /* The command: output goes to stdout, errors to stderr. */
-  char *ok1[] = {"replay", path, "--k", "1,2,3,inf", NULL};
-  check(t, sp_replay_main(4, ok1) == 0, "replay table");
-  char *ok2[] = {"replay", path, "--mode=window", "--json", NULL};
-  check(t, sp_replay_main(4, ok2) == 0, "replay --json");
-  char *ok3[] = {"replay", "--mode", "sequential", path, NULL};
-  check(t, sp_replay_main(4, ok3) == 0, "replay sequential");
-  char *bad1[] = {"replay", NULL};
-  check(t, sp_replay_main(1, bad1) == 2, "replay without FILE");
-  char *bad2[] = {"replay", path, "--k", "0", NULL};
-  check(t, sp_replay_main(4, bad2) == 2, "replay --k 0");
-  char *bad3[] = {"replay", path, "--k", "1,,2", NULL};
-  check(t, sp_replay_main(4, bad3) == 2, "replay --k 1,,2");
-  char *bad4[] = {"replay", path, "--mode", "turbo", NULL};
-  check(t, sp_replay_main(4, bad4) == 2, "replay --mode turbo");
-  char *bad5[] = {"replay", "/nonexistent/x.json", NULL};
-  check(t, sp_replay_main(2, bad5) == 2, "replay missing file");
-  char *bad6[] = {"replay", path, "--frobnicate", NULL};
-  check(t, sp_replay_main(3, bad6) == 2, "replay unknown option");
-  char *bad7[] = {"replay", path, "--k", NULL};
-  check(t, sp_replay_main(3, bad7) == 2, "replay --k without value");
+  /* The command's computation (its argv is read in Lua: cmd/replay.lua, and
+     checked by spec/functional/commands_spec.lua): output goes to stdout,
+     errors to stderr. */
+  int ks[] = {1, 2, 3, SP_K_UNBOUNDED};
+  sp_replay_args a1 = {path, NULL, NULL, ks, 4, SP_REPLAY_LAUNCH_RECORDED, 0};
+  check(t, sp_replay_print(&a1) == 0, "replay table");
+  sp_replay_args a2 = {path, "window", NULL, NULL, 0, SP_REPLAY_LAUNCH_RECORDED, 1};
+  check(t, sp_replay_print(&a2) == 0, "replay --json");
+  sp_replay_args a3 = {path, "sequential", NULL, NULL, 0, SP_REPLAY_SLOT, 0};
+  check(t, sp_replay_print(&a3) == 0, "replay sequential");
+  sp_replay_args b1 = {"/nonexistent/x.json", NULL, NULL, NULL, 0, SP_REPLAY_LAUNCH_RECORDED, 0};
+  check(t, sp_replay_print(&b1) == 2, "replay missing file");
+  sp_replay_args b2 = {path, NULL, "no-such-config", NULL, 0, SP_REPLAY_LAUNCH_RECORDED, 0};
+  check(t, sp_replay_print(&b2) == 2, "replay --config absent");
+  sp_replay_args b3 = {NULL, NULL, NULL, NULL, 0, SP_REPLAY_LAUNCH_RECORDED, 0};
+  check(t, sp_replay_print(&b3) == 2, "replay without FILE");
   unlink(path);
 }
 

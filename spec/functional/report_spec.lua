@@ -162,8 +162,8 @@ local function report(args)
   return H.specula(a)
 end
 
-describe("specula.svg", function()
-  local svg = require "specula.svg"
+describe("specula.report.svg", function()
+  local svg = require "specula.report.svg"
 
   it("escapes text and attributes, and drops control characters", function()
     assert.equals("a &lt;b&gt; &amp; &quot;c&quot; &#39;d&#39;", svg.escape("a <b> & \"c\" 'd'"))

@@ -47,7 +47,8 @@ describe("require 'specula'", function()
     end
     docs:close()
     assert.is_true(ndocs >= 6, "found only " .. ndocs .. " pages in docs/")
-    for _, dir in ipairs({ "examples", "lua/specula", "lua/specula/llm", "policies", "bench" }) do
+    for _, dir in ipairs({ "examples", "lua/specula", "lua/specula/llm", "lua/specula/cmd", "lua/specula/run",
+                           "lua/specula/lab", "lua/specula/report", "policies", "bench" }) do
       local p = io.popen("ls " .. H.quote(H.root .. "/" .. dir))
       for name in p:lines() do
         if name:match("%.lua$") then files[#files + 1] = dir .. "/" .. name end
@@ -58,12 +59,9 @@ describe("require 'specula'", function()
     -- names that are not fields of the module: the "specula" object of a
     -- trace file (README), the module names in require strings, the
     -- Lua-side namespaces of the host
-    local not_api = { queries = true, host = true, core = true, sched = true, runner = true, cli = true,
-                      benchcli = true, compare = true, report = true, svg = true, agent = true,
-                      opts = true, boot = true, merge = true, shard = true, nojit = true,
-                      cassettecli = true, verifierlab = true, predictorlab = true, runopts = true,
-                      records = true, aggregate = true, tracewriter = true, argv = true, lab = true,
-                      jsonenc = true, tally = true, inputs = true, resume = true, repair = true }
+    local not_api = { queries = true, host = true, core = true, sched = true, cli = true,
+                      report = true, agent = true, opts = true, boot = true, nojit = true,
+                      argv = true, lab = true, jsonenc = true, cmd = true }
     local n = 0
     not_api.convtraces = true   -- `specula predictors`' conversation reader
     not_api.learned = true      -- the module behind specula.predict.learned

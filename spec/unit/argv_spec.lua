@@ -50,8 +50,8 @@ describe("specula.argv", function()
     assert.same({ "-x" }, o.files)
   end)
 
-  it("starts at `first`, fills `into`, and stops at a stop flag", function()
-    local o = assert(argv.parse({ "cmd", "dir", "--json" }, FLAGS, { first = 3, into = { out = "d" } }))
+  it("fills `into`, and stops at a stop flag", function()
+    local o = assert(argv.parse({ "--json" }, FLAGS, { into = { out = "d" } }))
     assert.same({ out = "d", json = true }, o)
     local stop = { ["--help"] = { "help", flag = true, stop = true } }
     o = assert(argv.parse({ "--help", "--zz" }, stop))
@@ -62,5 +62,69 @@ describe("specula.argv", function()
     local f = argv.one_of({ a = true }, "must be a")
     assert.equals("a", f("a"))
     assert.same({ nil, "must be a" }, { f("b") })
+  end)
+
+  describe("a command's option table", function()
+    local function cmd()
+      return {
+        name = "demo", synopsis = "FILE [options]", about = "Does a demo.", positional = "files",
+        options = {
+          { "--out", "-o", key = "out", arg = "FILE", default = "out.txt", help = "where to write" },
+          { "--n", key = "n", arg = "N", default = 3, convert = function(v)
+              return tonumber(v) or nil, "--n must be a number"
+            end, help = "how many\nof them" },
+          { "--tag", key = "tags", arg = "T", list = true, default = {}, shown = "no tag", help = "a tag (repeatable)" },
+          { "--p", key = "p", arg = "P", required = true, help = "a probability" },
+          { "--json", key = "json", flag = true, help = "JSON out" },
+        },
+        epilog = "The end.",
+      }
+    end
+
+    it("parses with defaults, options before and after positionals, --name=value and a lone '-'", function()
+      local o = assert(argv.parse_command(cmd(), { "--n=5", "a", "-", "--tag", "x", "--tag", "y", "-o", "f" }))
+      assert.equals(5, o.n)
+      assert.equals("f", o.out)
+      assert.same({ "x", "y" }, o.tags)
+      assert.same({ "a", "-" }, o.files)
+      o = assert(argv.parse_command(cmd(), {}))
+      assert.equals(3, o.n)
+      assert.equals("out.txt", o.out)
+      assert.same({}, o.tags)
+      assert.is_nil(o.json)
+      local _, err = argv.parse_command(cmd(), { "--n", "x" })
+      assert.equals("--n must be a number", err)
+      _, err = argv.parse_command(cmd(), { "--frob" })
+      assert.equals("unknown option '--frob'", err)
+    end)
+
+    it("gives each parse its own copy of a table default", function()
+      local c = cmd()
+      local a = assert(argv.parse_command(c, { "--tag", "x" }))
+      local b = assert(argv.parse_command(c, {}))
+      assert.same({ "x" }, a.tags)
+      assert.same({}, b.tags)
+      assert.same({}, c.options[3].default)
+    end)
+
+    it("answers --help and -h wherever they stand, the rest unread", function()
+      for _, h in ipairs({ "--help", "-h" }) do
+        local o = assert(argv.parse_command(cmd(), { "a", h, "--frob" }))
+        assert.is_true(o.help)
+      end
+    end)
+
+    it("writes the usage text from the table: every option with its default", function()
+      local u = argv.usage(cmd())
+      assert.matches("^usage: specula demo FILE %[options%]\n\nDoes a demo%.\n\noptions:\n", u)
+      assert.matches("\n  %-o, %-%-out FILE +where to write %(default: out%.txt%)\n", u)
+      assert.matches("\n  %-%-n N +how many\n +of them %(default: 3%)\n", u)
+      assert.matches("\n  %-%-tag T +a tag %(repeatable%) %(default: no tag%)\n", u)
+      assert.matches("\n  %-%-p P +a probability %(required%)\n", u)
+      assert.matches("\n  %-%-json +JSON out %(default: off%)\n", u)
+      assert.matches("\n  %-h, %-%-help +print this text and exit\n", u)
+      assert.matches("\n  %-%-secret%-env NAME +.-%(default: none%)\n", u)
+      assert.matches("\n\nThe end%.\n$", u)
+    end)
   end)
 end)

@@ -33,12 +33,6 @@ describe("option defaults", function()
     assert.is_true(C.sp_opt_default_at(-1, v) == nil)
   end)
 
-  it("fill usage texts, and a misspelt name is an error", function()
-    assert.equals("(default 3) (default 0.05) (default 1000)", opts.fill("(default {k}) (default {eps}) (default {ev_cost_ms})"))
-    assert.equals('{"id", "query"}', opts.fill('{"id", "query"}'))
-    assert.has_error(function() opts.fill("(default {kk})") end)
-  end)
-
   it("lie inside each option's domain", function()
     for _, name in ipairs({ "k", "m", "eps", "seed", "concurrency", "nu" }) do
       assert.equals(opts.DEFAULTS[name], opts.check("spec", name, opts.DEFAULTS[name]))
@@ -50,20 +44,20 @@ describe("option defaults", function()
     local status, out = H.sh(H.quote(H.bin) .. " run " .. H.quote(H.root .. "/examples/multihop_sim.lua") .. " --help")
     assert.equals(0, status)
     for _, line in ipairs({
-      "active threads (default " .. D.k .. ")",
-      "candidates kept per speculator call (default " .. D.m .. ")",
-      "starvation risk for --k auto (default " .. D.eps .. ")",
-      "queries in flight at once (default " .. D.concurrency .. ")",
-      "fail a trajectory longer than N hops (default " .. D.max_hops .. ")",
-      "for the EV gate (default " .. D.ev_cost_ms .. ")",
-      "predictions considered per step (default " .. D.predict_top .. ")",
+      "active threads (default: " .. D.k .. ")",
+      "candidates kept per speculator call (default: " .. D.m .. ")",
+      "starvation risk for --k auto (default: " .. D.eps .. ")",
+      "queries in flight at once (default: " .. D.concurrency .. ")",
+      "fail a trajectory longer than N hops (default: " .. D.max_hops .. ")",
+      "for the EV gate (default: " .. D.ev_cost_ms .. ")",
+      "predictions considered per step (default: " .. D.predict_top .. ")",
     }) do
       assert.is_truthy(out:find(line, 1, true), "missing: " .. line)
     end
     assert.is_falsy(out:find("{", 1, true) and out:find("{[%w_]+}"), "an unfilled name in:\n" .. out)
     status, out = H.sh(H.quote(H.bin) .. " theory --help")
     assert.equals(0, status)
-    assert.is_truthy(out:find("bound, V >= 0 (default " .. D.nu .. ")", 1, true), out)
-    assert.is_truthy(out:find("0 < E < 1 (default " .. D.eps .. ")", 1, true), out)
+    assert.is_truthy(out:find("bound, V >= 0 (default: " .. D.nu .. ")", 1, true), out)
+    assert.is_truthy(out:find("0 < E < 1 (default: " .. D.eps .. ")", 1, true), out)
   end)
 end)

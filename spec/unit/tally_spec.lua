@@ -1,8 +1,8 @@
--- Unit tests for specula.tally: what `--compare` keeps of written records.
+-- Unit tests for specula.run.tally: what `--compare` keeps of written records.
 -- The table computed from the tally's slim records and agreement keys must
 -- be the table computed from the full records.
-local tally = require("specula.tally")
-local compare = require("specula.compare")
+local tally = require("specula.run.tally")
+local compare = require("specula.run.compare")
 local metrics = require("specula.metrics")
 
 -- A configuration's records: stats with every number the table reads, a
@@ -34,7 +34,7 @@ local function records(rng, n, config, differ, ids)
   return out
 end
 
-describe("specula.tally", function()
+describe("specula.run.tally", function()
   it("gives the same --compare table as the full records, agreement included", function()
     local rng = metrics.prng(7)
     local configs = { { name = "spechop:k=2", mode = "spechop" }, { name = "sequential", mode = "sequential" },
@@ -80,7 +80,7 @@ describe("specula.tally", function()
     local t2 = tally.new(1)
     t2:add(1, { id = 2, stats = { wall_ms = 1, calls = "?" } })
     assert.same({ id = 2, stats = { wall_ms = 1, calls = {}, cancelled = {} } }, t2:records()[1])
-    assert.has_error(function() t2:add(2, { id = 3 }) end, "specula.tally: position out of range")
+    assert.has_error(function() t2:add(2, { id = 3 }) end, "specula.run.tally: position out of range")
   end)
 
   it("keys agree exactly when the agreement texts are equal", function()

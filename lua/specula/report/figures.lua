@@ -4,7 +4,7 @@
 -- the markers they (and the timeline) draw.
 
 local metrics = require "specula.metrics"
-local svg = require "specula.svg"
+local svg = require "specula.report.svg"
 local common = require "specula.report.common"
 local rstats = require "specula.report.stats"
 

@@ -3,7 +3,7 @@
 -- figures (inline CSS and SVG; no scripts, no network references).
 
 local pstats = require "specula.stats"
-local svg = require "specula.svg"
+local svg = require "specula.report.svg"
 local common = require "specula.report.common"
 
 local format = string.format
@@ -128,7 +128,7 @@ local function paired_table(configs, o)
 end
 
 -- The verifier lab on a cassette (`--cassette`): one row per verifier, the
--- numbers of `specula verifiers` (res: specula.verifierlab.analyse_pairs).
+-- numbers of `specula verifiers` (res: specula.lab.verifiers.analyse_pairs).
 local function verifiers_table(res)
   local h = {}
   local labelled = res.labelled

@@ -5,7 +5,7 @@
 -- that computes the replayed latency, so the two cannot disagree.
 
 local ffi = require "ffi"
-local json, svg = require "specula.json", require "specula.svg"
+local json, svg = require "specula.json", require "specula.report.svg"
 local core = require "specula.core"
 local common, load = require "specula.report.common", require "specula.report.load"
 local figures = require "specula.report.figures"

@@ -46,7 +46,7 @@ local agent = specula.agent {
 
 local qs = {}
 for i = 1, 200 do qs[i] = "q" .. i end
-local aggregate = require "specula.aggregate"
+local aggregate = require "specula.run.aggregate"
 local out = { email_early = 0, lookup_early = 0, forbid_predicted_start = 0, forbid_predicted_name = 0,
               query_errors = 0, script_errors = 0, gate = { predicted_start = { forbid = 0 } } }
 local summary = {}

@@ -1,12 +1,12 @@
--- specula.records: a query's result record, read from its finished window,
+-- specula.run.records: a query's result record, read from its finished window,
 -- and the files records go to: one JSON line each, flushed at once, and the
--- checked writes of --trace and --summary (a resumed --out: specula.resume).
+-- checked writes of --trace and --summary (a resumed --out: specula.run.resume).
 local core = require "specula.core"
 local ffi, C = core.ffi, core.C
 local sched = require "specula.sched"
 local json = require "specula.json"
 local secrets = require "specula.secrets"
-local agg = require "specula.aggregate"
+local agg = require "specula.run.aggregate"
 local D = require("specula.opts").DEFAULTS
 
 local type, tostring, tonumber, ipairs, format = type, tostring, tonumber, ipairs, string.format
@@ -175,8 +175,18 @@ local function os_reason(path, err)
   return err
 end
 
--- Open an output file (`what`: "--out file" ...), or end the run saying why.
+-- "-" as an output file is stdout: written and flushed, never closed.
+local STDOUT = {
+  write = function(_, ...) return io.stdout:write(...) end,
+  flush = function() return io.stdout:flush() end,
+  close = function() return true end,
+}
+M.STDOUT = STDOUT
+
+-- Open an output file (`what`: "--out file" ...), or end the run saying why;
+-- "-" is stdout.
 local function open_output(path, mode, what)
+  if path == "-" then return STDOUT end
   local f, err = io.open(path, mode)
   if not f then write_failed(format("%s '%s'", what, path), os_reason(path, err)) end
   return f
@@ -196,7 +206,7 @@ local function write_whole(f, path, what, list)
   if ok and not cok then ok, err = false, cerr end
   if not ok then
     local note
-    if C.sp_host_path_kind(path) == 1 and os.remove(path) then note = " (the incomplete file was removed)" end
+    if f ~= STDOUT and C.sp_host_path_kind(path) == 1 and os.remove(path) then note = " (the incomplete file was removed)" end
     write_failed(format("%s '%s'", what, path), err, note)
   end
 end

@@ -1,9 +1,9 @@
--- specula.merge: `specula merge SHARD.jsonl... -o ALL.jsonl [--input FILE]
+-- specula.cmd.merge: `specula merge SHARD.jsonl... -o ALL.jsonl [--input FILE]
 -- [--summary S.json]` — the union of the results files of a sharded sweep.
 --
 -- It checks that the shards partition the input: every record agrees on the
 -- shard count, the input's query count and the seed (the `shard` field each
--- record of `specula run --shard` carries, see specula.shard); no query id
+-- record of `specula run --shard` carries, see specula.run.shard); no query id
 -- appears twice for a configuration; none is missing; every configuration
 -- was run with the same settings (stats.mode, k_config, m, spec_launch). With
 -- --input the ids are also checked against the input's, position by
@@ -13,36 +13,48 @@
 -- `report` and `replay` read it like a single machine's results file.
 local json = require "specula.json"
 local sched = require "specula.sched"
-local lab = require "specula.lab"
 local stderr = require("specula.secrets").stderr   -- what goes out is scrubbed
 
 local format, concat, sort = string.format, table.concat, table.sort
 local type, tostring, tonumber, ipairs, pairs = type, tostring, tonumber, ipairs, pairs
 
-local M = {}
-
-local usage_text = [[
-usage: specula merge SHARD.jsonl [MORE.jsonl ...] -o ALL.jsonl [options]
-
+local M = {
+  name = "merge",
+  synopsis = "SHARD.jsonl [MORE.jsonl ...] -o ALL.jsonl [options]",
+  summary = "check that shards partition the input and write their union",
+  about = [[
 Checks that the results files of `specula run --shard i/n` (or --shard auto)
-partition the input and writes their union, in input order.
+partition the input and writes their union, in input order.]],
+  positional = "files",
+  options = {
+    { "--out", "-o", key = "out", arg = "FILE", required = true,
+      help = "the merged results file to write; - is stdout" },
+    { "--input", key = "input", arg = "FILE", help = "the queries the shards were cut from: check the ids against it" },
+    { "--format", key = "format", arg = "NAME", default = "auto",
+      help = "format of --input: auto, jsonl, hotpotqa, 2wiki, musique" },
+    { "--summary", key = "summary", arg = "FILE",
+      help = "also write the comparison table of the union as JSON\n(as `specula compare ALL.jsonl --summary FILE`); - is stdout" },
+  },
+}
 
-options:
-  -o, --out FILE        the merged results file to write (required)
-  --input FILE          the queries the shards were cut from: check the ids against it
-  --format NAME         format of --input: auto (default), jsonl, hotpotqa, 2wiki, musique
-  --summary FILE        also write the comparison table of the union as JSON
-                        (as `specula compare ALL.jsonl --summary FILE`)
-  -h, --help            this text
-]]
+function M.check(o)
+  if #o.files == 0 then return "no shard results file given" end
+  if not o.out then return "-o ALL.jsonl is required" end
+  if o.out == "-" and o.summary == "-" then return "-o - and --summary - cannot both be stdout" end
+end
 
 local function fail(msg) sched.plain_error("specula merge: " .. msg) end
 
-local usage_error = lab.usage_error
 
 --- Write text to path, checking the open, the write and the close (a full
 -- disk shows at the flush); raises an error naming the file. `who` prefixes it.
 function M.write_file(path, text, who)
+  if path == "-" then   -- stdout
+    local ok, werr = io.stdout:write(text)
+    if ok then ok, werr = io.stdout:flush() end
+    if not ok then sched.plain_error(who .. ": writing stdout failed: " .. tostring(werr)) end
+    return
+  end
   local f, err = io.open(path, "w")
   if not f then sched.plain_error(who .. ": cannot write '" .. path .. "': " .. tostring(err)) end
   local ok, werr = f:write(text)
@@ -102,20 +114,6 @@ function M.read_records(files, who)
 end
 
 local function where(e) return e.file .. ":" .. e.line end
-
-local function parse_args(args)
-  local argv = require "specula.argv"
-  local o, err = argv.parse(args, {
-    ["-o"] = "out", ["--out"] = "out", ["--input"] = "input", ["--format"] = "format", ["--summary"] = "summary",
-    ["-h"] = argv.HELP, ["--help"] = argv.HELP,
-  }, { positional = "files" })
-  if not o then usage_error(err) end
-  if not o.help then
-    if #o.files == 0 then usage_error("no shard results file given") end
-    if not o.out then usage_error("-o ALL.jsonl is required") end
-  end
-  return o
-end
 
 -- The settings a configuration's records must share across shards.
 local function settings(r)
@@ -301,13 +299,11 @@ function M.merge(entries, input, input_digest, input_path)
   return out, names, count, total
 end
 
-function M.main(args)
-  local o = lab.parse_args("specula merge", usage_text, parse_args, args)
-  if not o then return end
+function M.main(o)
   local input
   if o.input then
     local datasets = require "specula.datasets"
-    local recs, w = datasets.load(o.input, { format = o.format or "auto" })
+    local recs, w = datasets.load(o.input, { format = o.format })
     if not recs then fail(tostring(w)) end
     input = recs
   end
@@ -320,7 +316,7 @@ function M.main(args)
   for i, e in ipairs(merged) do lines[i] = scrubbing and secrets.scrub_json(e.text) or e.text end
   M.write_file(o.out, #lines > 0 and (concat(lines, "\n") .. "\n") or "", "specula merge")
   if o.summary then
-    local compare = require "specula.compare"
+    local compare = require "specula.run.compare"
     local recs = {}
     for i, e in ipairs(merged) do recs[i] = e.rec end
     local configs, all = compare.group(recs)

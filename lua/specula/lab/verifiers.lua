@@ -12,7 +12,6 @@ local json = require "specula.json"
 local verify = require "specula.verify"
 local theory = require "specula.theory"
 local optslib = require "specula.opts"
-local argv = require "specula.argv"
 local lab = require "specula.lab"
 local core = require "specula.core"
 local C = core.C
@@ -22,25 +21,10 @@ local concat = table.concat
 
 local M = {}
 
-local usage_text = [[
-usage: specula verifiers CASSETTE_DIR|RESULTS.jsonl [--verifier NAME_OR_FILE]... [--k K] [--labels FILE] [--pairs]
-                        [--agent SCRIPT --input QUERIES.jsonl] [--json]
-  --verifier V   exact, normalized, spechop, name_only, jaccard or jaccard:T (threshold T),
-                 or a Lua file returning function(predicted, actual, ctx) -> ok, reason
-                 (repeatable; default: exact, normalized, spechop, jaccard)
-  --k K          threads for the predicted RelLat (default inf)
-  --labels FILE  JSONL, one line per candidate: {"id": ID, "equivalent": true|false};
-                 adds false accepts and false rejects against these labels
-  --pairs        print the candidates as JSONL (id, tool, candidate, observation,
-                 exact) instead of the table: a labels file to fill in
-  RESULTS.jsonl  a results file written with specula run --keep-candidates
-  --agent SCRIPT with --input: replay the cassette with the agent at --k (virtual clock, --miss error)
-                 once as recorded and once per verifier swapped into every tool, and count
-                 the queries whose answer changes (those that leave the tape: not replayable)
-  --json         one JSON object instead of the table
-]]
-
-local usage, fail = lab.command("specula verifiers", usage_text)
+-- usage(msg): a usage mistake of `specula verifiers` (its command line:
+-- specula.cmd.verifiers); fail(msg): the command fails (status 1).
+local function usage(msg) require("specula.cmd").usage_error(require("specula.cmd.verifiers"), msg) end
+local fail = lab.failer("specula verifiers")
 
 -- Candidate and observation text in --pairs is cut to this many bytes.
 local SHOW_BYTES = 240
@@ -541,7 +525,7 @@ end
 -- asked for a request the tape lacks does). Returns true | nil, err.
 function M.agent_replay(res, vs, dir, script, input)
   local cassette = require "specula.cassette"
-  local runner = require "specula.runner"
+  local runner = require "specula.run.runner"
   local datasets = require "specula.datasets"
   if C.sp_host_path_kind(script) ~= 1 then return nil, format("--agent '%s': no such file", script) end
   local qs, qerr = datasets.load(input, { format = "auto" })
@@ -555,7 +539,7 @@ function M.agent_replay(res, vs, dir, script, input)
   if not ok then return nil, cerr end
   local chunk, lerr = loadfile(script)
   if not chunk then cassette.close() return nil, "cannot load --agent script: " .. tostring(lerr) end
-  require("specula.cli").add_script_dir(script)   -- its modules beside it, as `specula run` finds them
+  require("specula.cmd.run").add_script_dir(script)   -- its modules beside it, as `specula run` finds them
   local okc, agent = pcall(chunk)
   if not okc or type(agent) ~= "table" or not agent.__specula_agent then
     cassette.close()
@@ -724,19 +708,9 @@ function M.load_source(src)
   return tape_source(recs)
 end
 
-function M.main(args)
-  local src = args[1]
-  if src == "--help" or src == "-h" then io.stdout:write(usage_text) return end
-  if not src or src:sub(1, 2) == "--" then return usage("a cassette directory or a results file is needed") end
-  local o, err = argv.parse(args, {
-    ["--verifier"] = { "verifiers", list = true },
-    ["--k"] = { "k", convert = parse_k },
-    ["--labels"] = "labels",
-    ["--pairs"] = { "pairs", flag = true },
-    ["--agent"] = "agent", ["--input"] = "input",
-    ["--json"] = { "json", flag = true },
-  }, { first = 2, into = { k = math.huge, verifiers = {} } })
-  if not o then return usage(err) end
+-- o: the options of `specula verifiers` (specula.cmd.verifiers).
+function M.main(o)
+  local src = o.sources[1]
   local vs, verr = M.load_verifiers(#o.verifiers > 0 and o.verifiers or M.DEFAULT)
   if not vs then return usage(verr) end
   if (o.agent ~= nil) ~= (o.input ~= nil) then return usage("--agent and --input go together") end

@@ -1,4 +1,4 @@
--- specula.resume: `specula run --out FILE` on a file that already holds
+-- specula.run.resume: `specula run --out FILE` on a file that already holds
 -- records. Every record must come from this run: its provenance (version,
 -- agent, input, configuration; specula.provenance) equal to this run's (for
 -- --compare, that of its configuration), from this shard, answering one of
@@ -14,7 +14,7 @@
 local core = require "specula.core"
 local sched = require "specula.sched"
 local json = require "specula.json"
-local records = require "specula.records"
+local records = require "specula.run.records"
 local prov = require "specula.provenance"
 local stderr = require("specula.secrets").stderr   -- what goes out is scrubbed
 local C = core.C
@@ -50,7 +50,7 @@ local FLAG = { mode = "--mode", k = "--k", m = "--m", spec_launch = "--spec-laun
                ev_cost_ms = "--ev-cost-ms", ev_latency_ms = "--ev-latency-ms", predict_top = "--predict-top",
                max_hops = "--max-hops", spec_timeout = "--spec-timeout" }
 
--- The keys a --compare item sets for itself (specula.compare.KEYS).
+-- The keys a --compare item sets for itself (specula.run.compare.KEYS).
 local ITEM_KEY = { mode = true, k = true, m = true, eps = true, spec_launch = true, predict = true, match = true,
                    trigger = true, ev_cost_ms = true }
 
@@ -62,7 +62,7 @@ local function text_of(v)
 end
 
 --- Check the records of `path` against this run and return what is done.
--- opts: retry_failed; src (specula.inputs' source: its queries are read
+-- opts: retry_failed; src (specula.run.inputs' source: its queries are read
 -- once more, one at a time, to match the records); prov_of(r) -> this
 -- run's provenance for the record (M.build's table) or nil and why
 -- (--compare: by r.config); shard ({ i, n } or nil).

@@ -1,23 +1,40 @@
--- specula.benchcli: `specula bench [NAME...] [-- ARGS]` runs bench/NAME.lua
--- (all of them when no name is given) and prints their tables.
+-- specula bench: `specula bench [NAME...] [-- ARGS]` runs bench/NAME.lua
+-- (all of the default set when no name is given) and prints their tables.
 local core = require "specula.core"
 local sched = require "specula.sched"
 
-local M = {}
+local M = {
+  name = "bench",
+  synopsis = "[NAME...] [-- ARGS]",
+  summary = "run the benchmarks under bench/",
+  about = [[
+Runs bench/NAME.lua for each NAME (default: core, scale, http, fidelity,
+paste, sweep, replay; also soak, batch) and prints their tables. From the
+first option after the names on (or after --), the arguments go to the
+benchmarks themselves (`specula bench soak --seconds 150`).]],
+  options = {},
+}
 
 M.ORDER = { "core", "scale", "http", "fidelity", "paste", "sweep", "replay" }
 
-function M.main(args)
-  local root = core.host.root
+-- Names first; from the first option on, everything goes to the benches,
+-- but --help or -h there (before --) is this command's.
+function M.parse(args)
   local names, pass = {}, {}
   local rest = false
-  -- names first; from the first option on, everything goes to the benches
   for _, a in ipairs(args) do
     if rest then pass[#pass + 1] = a
     elseif a == "--" then rest = true
+    elseif a == "--help" or a == "-h" then return { help = true }
     elseif a:sub(1, 1) == "-" then rest = true; pass[#pass + 1] = a
     else names[#names + 1] = a end
   end
+  return { names = names, pass = pass }
+end
+
+function M.main(o)
+  local root = core.host.root
+  local names, pass = o.names, o.pass
   if #names == 0 then names = M.ORDER end
   for _, name in ipairs(names) do
     local path = root .. "/bench/" .. name .. ".lua"

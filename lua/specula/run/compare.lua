@@ -1,4 +1,4 @@
--- specula.compare: `specula run AGENT --input Q --compare "sequential,spechop:k=3,..."`
+-- specula.run.compare: `specula run AGENT --input Q --compare "sequential,spechop:k=3,..."`
 -- runs every query under every configuration and prints one table row per
 -- configuration. On the simulated backend the keyed draws make the
 -- comparison exact (every configuration sees the same latencies and
@@ -6,12 +6,12 @@
 local sched = require "specula.sched"
 local json = require "specula.json"
 local metrics = require "specula.metrics"
-local runner = require "specula.runner"
-local runopts = require "specula.runopts"
-local records = require "specula.records"
+local runner = require "specula.run.runner"
+local runopts = require "specula.run.opts"
+local records = require "specula.run.records"
 local optslib = require "specula.opts"
 local stats = require "specula.stats"
-local tally = require "specula.tally"
+local tally = require "specula.run.tally"
 local provenance = require "specula.provenance"
 local C = require("specula.core").C
 
@@ -314,14 +314,14 @@ end
 -- Records grouped by run: records that carry provenance by its run digest
 -- and their configuration name (one row per distinct run, never two runs
 -- in one row), the others by their configuration name
--- (specula.merge.config_of), in the order
+-- (specula.cmd.merge.config_of), in the order
 -- each first appears: configs = { {name =, mode =, run =, prov =}, ... },
 -- all[i] = records. Two runs with one name are told apart by the first
 -- field where they differ ("spechop:k=inf [policy forbid.lua 1a2b3c4d5e6f]").
 -- A record that names no configuration and carries no provenance joins the
 -- one before it.
 function M.group(recs)
-  local config_of = require("specula.merge").config_of
+  local config_of = require("specula.cmd.merge").config_of
   local configs, all, at, last = {}, {}, {}, nil
   local unproven = 0
   for _, r in ipairs(recs) do
@@ -361,35 +361,11 @@ function M.group(recs)
   return configs, all
 end
 
-local cli_usage = [[
-usage: specula compare RESULTS.jsonl [MORE.jsonl ...] [--baseline NAME] [--summary FILE]
-
-Prints the table of `specula run --compare` from results files that already
-exist (a --compare run's --out, the union written by `specula merge`, or the
-files of separate runs): one row per distinct run (the records' provenance;
-two runs that share a name are told apart by the first field where they
-differ), queries paired by id across files, then the paired differences of
-every row against the baseline, and one line per run saying what it ran.
-The same file twice, or one run's query in two files, is an error. Exits 3
-when some records carry an error (as the run that wrote them did).
-
-options:
-  --baseline NAME       the configuration the others are paired with (default: the first)
-  --summary FILE        also write the table as JSON
-  -h, --help            this text
-]]
-
--- `specula compare FILES...`
-function M.cli_main(args)
-  local usage = require("specula.lab").command("specula compare", cli_usage)
-  local argv = require "specula.argv"
-  local o, err = argv.parse(args, { ["--baseline"] = "baseline", ["--summary"] = "summary",
-    ["-h"] = argv.HELP, ["--help"] = argv.HELP }, { positional = "files" })
-  if not o then return usage(err) end
+-- `specula compare FILES...` (its command line: specula.cmd.compare); usage
+-- mistakes found reading the files go through usage(msg).
+function M.cli_main(o, usage)
   local files, baseline, summary = o.files, o.baseline, o.summary
-  if o.help then io.stdout:write(cli_usage) return end
-  if #files == 0 then return usage("no results file given") end
-  local merge = require "specula.merge"
+  local merge = require "specula.cmd.merge"
   -- the same file twice would count every query twice
   local seen_file = {}
   for _, path in ipairs(files) do
@@ -520,7 +496,7 @@ function M.main(agent, o, src, script)
     for ci, c in ipairs(configs) do names[ci] = c.name end
     local _
     -- repairs a cut-off last line (and drops failed records with --retry-failed)
-    skip, _, _, learnt = require("specula.resume").read(o.out, { retry_failed = o.retry_failed, src = src,
+    skip, _, _, learnt = require("specula.run.resume").read(o.out, { retry_failed = o.retry_failed, src = src,
       shard = o.shard, prov_of = function(r)
         if r.config == nil then
           return nil, "the record is from a run without --compare; this is a --compare run: give a new --out file"
@@ -539,13 +515,13 @@ function M.main(agent, o, src, script)
   local summary_f = o.summary and records.open_output(o.summary, "w", "--summary file")
   -- --trace: one file for every configuration (a process per query and
   -- configuration), the stage times of each record taken as it is written
-  local tracewriter = o.trace and require("specula.tracewriter")
+  local tracewriter = o.trace and require("specula.run.tracewriter")
   local trace_f = o.trace and records.open_output(o.trace, "w", "--trace file")
   local trace_events, trace_entries = {}, {}
   local nq = src.n
   local all, interrupted, ndone, ntotal = {}, false, 0, nq * #configs
   -- What the table needs of each record, kept out of the Lua heap once the
-  -- record is written (specula.tally); agreement is computed against the
+  -- record is written (specula.run.tally); agreement is computed against the
   -- first sequential configuration, when there is one.
   local tallies, agree_base = {}, nil
   for ci, c in ipairs(configs) do if c.mode == "sequential" and not agree_base then agree_base = ci end end
@@ -561,10 +537,10 @@ function M.main(agent, o, src, script)
     for k, x in pairs(v) do t[k] = copy(x) end
     return t
   end
-  local predstate = require "specula.predstate"
+  local predstate = require "specula.run.predstate"
   local learned0 = predstate.keepable(P) and copy(P:state()) or nil
   -- each configuration's predictor after its queries, kept beside --out
-  -- for a resume (specula.predstate); what the file held stays for the
+  -- for a resume (specula.run.predstate); what the file held stays for the
   -- configurations this run does not reach
   local pstate = o.out and runs[1].learn and (o.out .. ".predictor") or nil
   local pentries, pruns, pwhy = {}, nil, nil

@@ -1,4 +1,4 @@
--- specula.aggregate: the figures of a run, summed over its records (or, in a
+-- specula.run.aggregate: the figures of a run, summed over its records (or, in a
 -- light run, over the counters its windows add as they finish), and the
 -- summary `specula run` prints at the end.
 local core = require "specula.core"

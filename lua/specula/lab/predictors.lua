@@ -8,7 +8,6 @@
 -- trigger, what that wasted and what it saved.
 local json = require "specula.json"
 local predict = require "specula.predict"
-local argv = require "specula.argv"
 local lab = require "specula.lab"
 local opts = require "specula.opts"
 local sse = require "specula.sse"
@@ -21,42 +20,11 @@ local format = string.format
 
 local M = {}
 
-local usage_text = [[
-usage: specula predictors CASSETTE_DIR|RESULTS.jsonl|CONVERSATIONS.jsonl... [--predictor P]... [options]
-  --predictor P      learned (specula.predict.learned), learned:MODEL.json (a saved model),
-                     pattern, ngram, ngram:N (context of N-1 actions), draft (a model proposes
-                     the call: needs --draft-url or DRAFT_BASE_URL), or a Lua file returning a
-                     predictor (a function(history, ctx) -> { {tool, args, confidence}, ... }, or
-                     a table with such a __call and optional train(convs, opts) and
-                     observe_trajectory(actions, info)) (repeatable; default: learned, pattern, ngram)
-  --train FILE       conversations (or a results file, a cassette) each predictor learns before
-                     it is evaluated online on the sources (repeatable)
-  --folds N          grouped N-fold cross-validation over the sources: each fold is evaluated
-                     online by a predictor trained on the other folds; conversations of one
-                     group (task) are never on both sides
-  --group-by PAT     a Lua pattern whose first capture of a conversation id is its group
-                     (default: the id without a trailing -trialN: "task3-trial1" -> "task3")
-  --save-model FILE  after the run, save the first learned predictor's model (trained on --train
-                     and what it learnt online) to FILE
-  --format F         openai, anthropic, results or cassette (default: a directory is a cassette,
-                     a file's lines say which of the others they are)
-  --cost TOOL=X      a tool's cost for the EV gate (repeatable); --cost X: every other tool's
-                     (default 0, as a tool without a cost in a policy)
-  --ev-cost-ms MS    latency one unit of tool cost is worth (default {ev_cost_ms})
-  --ev-latency-ms MS fixed estimate of the latency a hit saves (default: learnt from the recording)
-  --draft-url URL    the draft model's chat completions endpoint (key: DRAFT_API_KEY)
-  --draft-model M    its model name (default DRAFT_MODEL, else "draft")
-  --draft-samples N  draws per step (default 3)
-  --json             one JSON object instead of the tables
-Hit rates count the model turns that made a call (top-1, top-3: tool and arguments equal; tool
-top-1: the first guess names the tool). Calibration: each predictor's first three candidates at
-every model turn, a turn answered in text included (a miss for every candidate, as in a run),
-by confidence bin against how often they were the call made; Brier score and expected
-calibration error (ECE) over them.
-]]
+-- usage(msg): a usage mistake of `specula predictors` (its command line:
+-- specula.cmd.predictors); fail(msg): the command fails (status 1).
+local function usage(msg) require("specula.cmd").usage_error(require("specula.cmd.predictors"), msg) end
+local fail = lab.failer("specula predictors")
 
-usage_text = opts.fill(usage_text)
-local usage, fail = lab.command("specula predictors", usage_text)
 
 -- Argument rules for the built-in predictors, which know no agent: the
 -- previous call's arguments when it was the same tool, else an empty
@@ -556,35 +524,11 @@ local function write_tables(o, rows, ntraj, nsteps, nturns, how)
   end
 end
 
-function M.main(args)
-  -- --help ends the parse: what follows it is not checked
-  local help = { "help", flag = true, stop = true }
-  local o, perr = argv.parse(args, { ["--predictor"] = { "predictors", list = true },
-    ["--json"] = { "json", flag = true }, ["--help"] = help, ["-h"] = help,
-    ["--format"] = { "format", convert = function(v)
-      if v == "openai" or v == "anthropic" or v == "results" or v == "cassette" then return v end
-      return nil, "--format must be openai, anthropic, results or cassette, got '" .. v .. "'" end },
-    ["--cost"] = { "cost", convert = add_cost },
-    ["--ev-cost-ms"] = { "ev_cost_ms", convert = num_opt("--ev-cost-ms", 0) },
-    ["--ev-latency-ms"] = { "ev_latency_ms", convert = num_opt("--ev-latency-ms", 0) },
-    ["--draft-url"] = "draft_url", ["--draft-model"] = "draft_model",
-    ["--draft-samples"] = { "draft_samples", convert = num_opt("--draft-samples", 1) },
-    ["--train"] = { "train", list = true },
-    ["--folds"] = { "folds", convert = function(v)
-      local n = tonumber(v)
-      if not n or n ~= math.floor(n) or n < 2 then return nil, "--folds must be a whole number >= 2, got '" .. v .. "'" end
-      return n end },
-    ["--group-by"] = { "group_by", convert = function(v)
-      local ok, err = pcall(string.match, "", v)
-      if not ok then return nil, "--group-by: not a Lua pattern: " .. tostring(err) end
-      if not v:find("%(") then return nil, "--group-by: the pattern needs a capture (the group)" end
-      return v end },
-    ["--save-model"] = "save_model" },
-    { positional = "sources", option = "^%-%-", into = { predictors = {}, cost = {}, train = {} } })
-  if not o then return usage(perr) end
-  if o.help then io.stdout:write(usage_text) return end
+M.num_opt, M.add_cost = num_opt, add_cost
+
+-- o: the options of `specula predictors` (specula.cmd.predictors).
+function M.main(o)
   local sources, names = o.sources, o.predictors
-  if #sources == 0 then return usage("a cassette directory, a results file or a conversations file is needed") end
   if #names == 0 then names = { "learned", "pattern", "ngram" } end
   local trajs = {}
   for _, s in ipairs(sources) do

@@ -1,4 +1,4 @@
--- specula.repair: `specula repair RESULTS.jsonl [-o OUT.jsonl]` — keep the
+-- specula.cmd.repair: `specula repair RESULTS.jsonl [-o OUT.jsonl]` — keep the
 -- complete records of a damaged results file and drop the rest, so a resume
 -- (`specula run ... --out FILE`) can run what is missing. A record is a line
 -- that is a JSON object with an id; every other line (cut off, not JSON,
@@ -7,45 +7,39 @@
 local core = require "specula.core"
 local sched = require "specula.sched"
 local json = require "specula.json"
-local lab = require "specula.lab"
 local stderr = require("specula.secrets").stderr   -- what goes out is scrubbed
 local C = core.C
 
 local format, concat, tostring, type = string.format, table.concat, tostring, type
 
-local M = {}
-
-local usage_text = [[
-usage: specula repair RESULTS.jsonl [-o OUT.jsonl]
-
+local M = {
+  name = "repair",
+  synopsis = "RESULTS.jsonl [-o OUT.jsonl]",
+  summary = "keep a damaged results file's complete records, drop the rest",
+  about = [[
 Keeps the complete records of a results file written by `specula run --out`
 (each line that is a JSON object with an id, unchanged and in order) and
 drops the rest: a line cut off or damaged, one that is not JSON or has no
 id, blank lines. Each dropped line is named (FILE:LINE: why). The file is
 replaced (a new file renamed over it) unless -o names another; then
 `specula run ... --out RESULTS.jsonl` resumes it and runs what is missing.
-Records of another run are not its business: resume refuses those.
+Records of another run are not its business: resume refuses those.]],
+  positional = "files",
+  options = {
+    { "--out", "-o", key = "out", arg = "FILE", shown = "RESULTS.jsonl itself",
+      help = "write the kept records here instead of replacing RESULTS.jsonl" },
+  },
+}
 
-options:
-  -o, --out FILE        write the kept records here instead of replacing RESULTS.jsonl
-  -h, --help            this text
-]]
+function M.check(o)
+  if #o.files == 0 then return "no results file given" end
+  if #o.files > 1 then return "one results file at a time (got " .. #o.files .. ")" end
+  if o.out == "-" then return "-o -: repair writes a file (RESULTS.jsonl replaced, or -o OUT.jsonl)" end
+end
 
 local function fail(msg)
   C.sp_ctx_set_exit(core.ctx, 1)
   sched.plain_error("specula repair: " .. msg)
-end
-
-local function parse(args)
-  local argv = require "specula.argv"
-  local o, err = argv.parse(args, { ["-o"] = "out", ["--out"] = "out", ["-h"] = argv.HELP, ["--help"] = argv.HELP },
-    { positional = "files" })
-  if not o then lab.usage_error(err) end
-  if not o.help then
-    if #o.files == 0 then lab.usage_error("no results file given") end
-    if #o.files > 1 then lab.usage_error("one results file at a time (got " .. #o.files .. ")") end
-  end
-  return o
 end
 
 --- The complete records of `text`, the dropped lines ({ line =, why = })
@@ -74,9 +68,7 @@ function M.split(text)
   return keep, dropped, blank
 end
 
-function M.main(args)
-  local o = lab.parse_args("specula repair", usage_text, parse, args)
-  if not o then return end
+function M.main(o)
   local path = o.files[1]
   local kind = C.sp_host_path_kind(path)
   if kind == 0 then fail(format("'%s': no such file", path)) end

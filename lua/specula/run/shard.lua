@@ -1,4 +1,4 @@
--- specula.shard: one machine's part of a sweep (`specula run --shard`).
+-- specula.run.shard: one machine's part of a sweep (`specula run --shard`).
 --
 -- A shard i/n runs the queries whose 0-based position in the input is i
 -- modulo n. `--shard auto` takes i and n from the scheduler that started the
@@ -90,6 +90,6 @@ function M.resolve_auto(getenv, count_flag)
 end
 
 -- The selection itself (position p % n == i, and each record's shard
--- field) is specula.inputs': it reads the input as the run goes.
+-- field) is specula.run.inputs': it reads the input as the run goes.
 
 return M

@@ -1,4 +1,4 @@
--- specula.runopts: the command line of `specula run` (its usage text, its
+-- specula.run.opts: the command line of `specula run` (its usage text, its
 -- options, the queries it names) and the names of the engine's run settings.
 local core = require "specula.core"
 local sched = require "specula.sched"
@@ -17,60 +17,13 @@ M.MATCH = { exact = C.SP_MATCH_EXACT, name_only = C.SP_MATCH_NAME_ONLY, similar 
 M.TRIGGER = { start = C.SP_TRIGGER_START, tool_name = C.SP_TRIGGER_TOOL_NAME,
               both = C.SP_TRIGGER_START + C.SP_TRIGGER_TOOL_NAME }
 
--- {name}: that option's default (specula.opts.fill).
-M.usage_text = optslib.fill [[
-usage: specula run AGENT.lua [--query TEXT | --input FILE] [options]
-  --query TEXT          run one query
-  --input FILE          JSONL {"id", "query", ...} per line (or a HotpotQA/2Wiki/MuSiQue file)
-  --format NAME         input format: auto (default), jsonl, hotpotqa, 2wiki, musique, conversations
-  --mode MODE           spechop (default), window, sequential
-  --k N|inf|auto        active threads (default {k})
-  --m N                 candidates kept per speculator call (default {m})
-  --eps E               starvation risk for --k auto (default {eps})
-  --seed N              seed of the simulated backend's keyed draws (default {seed})
-  --concurrency N       queries in flight at once (default {concurrency})
-  --out FILE            write results here (JSONL); ids already in FILE are skipped; - is stdout
-  --trace FILE          Chrome trace-event JSON (Perfetto, chrome://tracing)
-  --set key=value       a value for ctx.set (repeatable)
-  --policy FILE         eligibility policy (overrides the agent's)
-  --verifier V          the verifier of every tool, over the agent's: exact, normalized, spechop,
-                        name_only, jaccard, jaccard:T, or a Lua file returning
-                        function(predicted, actual, ctx) -> ok, reason
-  --predictor P         the action predictor, over the agent's: pattern, ngram, ngram:N, learned,
-                        learned:MODEL.json, off, or a Lua file returning a predictor (a function
-                        or a callable table)
-  --max-hops N          fail a trajectory longer than N hops (default {max_hops})
-  --spec-timeout MS     a speculator slower than this counts as failed
-  --clock real|virtual  virtual: time jumps to the next deadline when nothing can run, so a
-                        simulated run takes no real waiting; every reported time is virtual ms;
-                        real I/O (HTTP, MCP) is an error
-  --spec-launch WHEN    eager (default: a speculator starts with its target call, k bounds
-                        threads) or slot (it starts when a thread slot is free; Alg. 2 as written)
-  --shard i/n|auto      run only queries whose index is i modulo n; auto: i and n from a Slurm
-                        job array or a Kubernetes Indexed Job (docs/experiments.md)
-  --shard-count N       with --shard auto under Kubernetes: the Job's completions
-  --compare LIST        run every query under each configuration of LIST (see below)
-  --summary FILE        with --compare: also write the table as JSON
-  --predict on|off      action speculation with the agent's predictor (default on if it has one;
-                        on without one is an error)
-  --match MODE          exact (default, lossless), name_only or similar (both lossy)
-  --trigger WHEN        start, tool_name or both (default): when predictions fire
-  --ev-cost-ms MS       latency one unit of tool cost is worth, for the EV gate (default {ev_cost_ms})
-  --ev-latency-ms MS    fixed estimate of latency saved per hit (default: live)
-  --predict-top N       predictions considered per step (default {predict_top})
-  --debug               check that update() never mutates its input
-  --retry-failed        when resuming --out, run again the queries whose records carry an error
-  --keep-candidates     each record carries the (speculated candidate, observation) pairs the
-                        verifier judged (field "candidates", for `specula verifiers RESULTS`)
-  --record DIR          write every model, HTTP, MCP and speculator exchange to the cassette DIR
-  --replay-io DIR       serve those exchanges from the cassette DIR with their recorded timing
-  --miss MODE           a request the cassette lacks: error (default), live (real clock only;
-                        with --record it is added) or skip (a failed speculation; never on the
-                        committed path)
-  --progress / --quiet  force the progress line on / silence the summary
-  --secret-env NAME     the value of $NAME is a secret: no record, trace, cassette, summary or
-                        message shows it, in any encoding (repeatable; any command takes it)
-
+M.SYNOPSIS = "SCRIPT.lua [--query TEXT | --input FILE] [options]"
+M.ABOUT = [[
+Runs the agent a script returns over queries (records, summary), or the
+script itself when it returns nothing (a plain Lua program, its main chunk
+inside the main task). Options may stand before or after the script; the
+arguments after it reach the script too (`...`).]]
+M.EPILOG = [[
 --compare LIST: configurations separated by ',', each [MODE][:KEY=VALUE]... where MODE is
 spechop, window or sequential (default: --mode) and KEY, for that configuration only, is
   mode=MODE  k=N|inf|auto  m=N  eps=E  spec_launch=eager|slot  predict=on|off
@@ -81,8 +34,7 @@ Every other option applies to every configuration. A value may hold ':' (verifie
 but not ','. Example:
   --compare "sequential,spechop:k=inf:policy=forbid.lua,spechop:k=inf:policy=early.lua:label=early"
 Every record carries its provenance (version, digests of the agent, its modules, the input and
-the query, the whole configuration); resuming --out checks it and refuses records of another run.
-]]
+the query, the whole configuration); resuming --out checks it and refuses records of another run.]]
 
 local function usage_error(msg)
   C.sp_ctx_set_exit(core.ctx, 2)
@@ -127,52 +79,115 @@ local function num(flag, lo)
 end
 local one_of = argv.one_of
 
-local FLAGS = {
-  ["--query"] = "query", ["--input"] = "input", ["--out"] = "out", ["--trace"] = "trace",
-  ["--format"] = { "format", convert = one_of({ auto = true, jsonl = true, hotpotqa = true, ["2wiki"] = true,
-    musique = true, conversations = true }, "--format must be auto, jsonl, hotpotqa, 2wiki, musique or conversations") },
-  ["--policy"] = "policy", ["--verifier"] = "verifier", ["--predictor"] = "predictor", ["--shard-count"] = "shard_count", ["--compare"] = "compare", ["--summary"] = "summary",
-  ["--record"] = "record", ["--replay-io"] = "replay_io",
-  ["--mode"] = { "mode", convert = one_of(M.MODES, "--mode must be spechop, window or sequential") },
-  ["--k"] = { "k", convert = k_of },
-  ["--m"] = { "m", convert = opt("m") },
-  ["--eps"] = { "eps", convert = opt("eps") },
-  ["--seed"] = { "seed", convert = opt("seed") },
-  ["--concurrency"] = { "concurrency", convert = opt("concurrency") },
-  ["--set"] = { nil, convert = function(kv, o)
-    local k, v = kv:match("^([^=]+)=(.*)$")
-    if not k then return nil, "--set expects key=value, got '" .. kv .. "'" end
-    o.set[k] = tonumber(v) or (v == "true" and true) or (v == "false" and false) or v
-    return true
-  end },
-  ["--max-hops"] = { "max_hops", convert = num("--max-hops", 1) },
-  ["--spec-timeout"] = { "spec_timeout", convert = num("--spec-timeout", 0) },
-  ["--clock"] = { "clock", convert = one_of({ real = true, virtual = true }, "--clock must be real or virtual") },
-  ["--spec-launch"] = { "spec_launch", convert = one_of(M.LAUNCH, "--spec-launch must be eager or slot") },
-  ["--shard"] = { "shard", convert = function(s)
-    if s == "auto" then return "auto" end   -- resolved from the scheduler's environment (specula.shard)
-    local si, sn = s:match("^(%d+)/(%d+)$")
-    si, sn = tonumber(si), tonumber(sn)
-    if not si or sn < 1 or si >= sn then return nil, "--shard expects i/n with 0 <= i < n, or auto, got '" .. s .. "'" end
-    return { si, sn }
-  end },
-  ["--predict"] = { "predict", convert = one_of({ on = true, off = true }, "--predict must be on or off") },
-  ["--match"] = { "match", convert = one_of(M.MATCH, "--match must be exact, name_only or similar") },
-  ["--trigger"] = { "trigger", convert = one_of(M.TRIGGER, "--trigger must be start, tool_name or both") },
-  ["--ev-cost-ms"] = { "ev_cost_ms", convert = num("--ev-cost-ms", 0) },
-  ["--ev-latency-ms"] = { "ev_latency_ms", convert = num("--ev-latency-ms", 0) },
-  ["--predict-top"] = { "predict_top", convert = num("--predict-top", 1) },
-  ["--miss"] = { "miss", convert = function(v)
-    return one_of(require("specula.cassette").MISS, "--miss must be error, live or skip")(v)
-  end },
-  ["--debug"] = { "debug", flag = true },
-  ["--retry-failed"] = { "retry_failed", flag = true },
-  ["--keep-candidates"] = { "keep_candidates", flag = true },
-  ["--progress"] = { "progress", flag = true },
-  ["--quiet"] = { "quiet", flag = true },
-  ["--help"] = argv.HELP,
-  ["-h"] = argv.HELP,
+local D = optslib.DEFAULTS
+local function set_kv(kv, o)
+  local k, v = kv:match("^([^=]+)=(.*)$")
+  if not k then return nil, "--set expects key=value, got '" .. kv .. "'" end
+  o.set[k] = tonumber(v) or (v == "true" and true) or (v == "false" and false) or v
+  return true
+end
+local function shard_of(s)
+  if s == "auto" then return "auto" end   -- resolved from the scheduler's environment (specula.run.shard)
+  local si, sn = s:match("^(%d+)/(%d+)$")
+  si, sn = tonumber(si), tonumber(sn)
+  if not si or sn < 1 or si >= sn then return nil, "--shard expects i/n with 0 <= i < n, or auto, got '" .. s .. "'" end
+  return { si, sn }
+end
+
+-- The options of `specula run`, one entry each (specula.argv): the parser,
+-- the defaults and the usage text come from this list.
+M.OPTIONS = {
+  { "--query", key = "query", arg = "TEXT", help = "run one query" },
+  { "--input", key = "input", arg = "FILE",
+    help = 'JSONL {"id", "query", ...} per line (or a HotpotQA/2Wiki/MuSiQue file)' },
+  { "--format", key = "format", arg = "NAME", shown = "auto",
+    convert = one_of({ auto = true, jsonl = true, hotpotqa = true, ["2wiki"] = true, musique = true,
+      conversations = true }, "--format must be auto, jsonl, hotpotqa, 2wiki, musique or conversations"),
+    help = "input format: auto, jsonl, hotpotqa, 2wiki, musique, conversations" },
+  { "--mode", key = "mode", arg = "MODE", default = "spechop",
+    convert = one_of(M.MODES, "--mode must be spechop, window or sequential"),
+    help = "spechop, window, sequential" },
+  { "--k", key = "k", arg = "N|inf|auto", default = D.k, convert = k_of, help = "active threads" },
+  { "--m", key = "m", arg = "N", default = D.m, convert = opt("m"), help = "candidates kept per speculator call" },
+  { "--eps", key = "eps", arg = "E", default = D.eps, convert = opt("eps"), help = "starvation risk for --k auto" },
+  { "--seed", key = "seed", arg = "N", default = D.seed, convert = opt("seed"),
+    help = "seed of the simulated backend's keyed draws" },
+  { "--concurrency", key = "concurrency", arg = "N", default = D.concurrency, convert = opt("concurrency"),
+    help = "queries in flight at once" },
+  { "--out", key = "out", arg = "FILE", shown = "stdout",
+    help = "write results here (JSONL); ids already in FILE are skipped; - is stdout" },
+  { "--trace", key = "trace", arg = "FILE", help = "Chrome trace-event JSON (Perfetto, chrome://tracing); - is stdout" },
+  { "--set", arg = "key=value", convert = set_kv, default = nil, shown = "none",
+    help = "a value for ctx.set (repeatable)" },
+  { "--policy", key = "policy", arg = "FILE", shown = "the agent's",
+    help = "eligibility policy (overrides the agent's)" },
+  { "--verifier", key = "verifier", arg = "V", shown = "the agent's",
+    help = "the verifier of every tool, over the agent's: exact, normalized, spechop,\n"
+      .. "name_only, jaccard, jaccard:T, or a Lua file returning\nfunction(predicted, actual, ctx) -> ok, reason" },
+  { "--predictor", key = "predictor", arg = "P", shown = "the agent's",
+    help = "the action predictor, over the agent's: pattern, ngram, ngram:N, learned,\n"
+      .. "learned:MODEL.json, off, or a Lua file returning a predictor (a function\nor a callable table)" },
+  { "--max-hops", key = "max_hops", arg = "N", default = D.max_hops, convert = num("--max-hops", 1),
+    help = "fail a trajectory longer than N hops" },
+  { "--spec-timeout", key = "spec_timeout", arg = "MS", convert = num("--spec-timeout", 0),
+    help = "a speculator slower than this counts as failed" },
+  { "--clock", key = "clock", arg = "real|virtual", shown = "real",
+    convert = one_of({ real = true, virtual = true }, "--clock must be real or virtual"),
+    help = "virtual: time jumps to the next deadline when nothing can run, so a\n"
+      .. "simulated run takes no real waiting; every reported time is virtual ms;\nreal I/O (HTTP, MCP) is an error" },
+  { "--spec-launch", key = "spec_launch", arg = "WHEN", shown = "eager",
+    convert = one_of(M.LAUNCH, "--spec-launch must be eager or slot"),
+    help = "eager (a speculator starts with its target call, k bounds threads)\n"
+      .. "or slot (it starts when a thread slot is free; Alg. 2 as written)" },
+  { "--shard", key = "shard", arg = "i/n|auto", convert = shard_of,
+    help = "run only queries whose index is i modulo n; auto: i and n from a Slurm\n"
+      .. "job array or a Kubernetes Indexed Job (docs/experiments.md)" },
+  { "--shard-count", key = "shard_count", arg = "N", help = "with --shard auto under Kubernetes: the Job's completions" },
+  { "--compare", key = "compare", arg = "LIST", help = "run every query under each configuration of LIST (see below)" },
+  { "--summary", key = "summary", arg = "FILE", help = "with --compare: also write the table as JSON; - is stdout" },
+  { "--predict", key = "predict", arg = "on|off", shown = "on if the agent has a predictor",
+    convert = one_of({ on = true, off = true }, "--predict must be on or off"),
+    help = "action speculation with the agent's predictor (on without one is an error)" },
+  { "--match", key = "match", arg = "MODE", shown = "exact",
+    convert = one_of(M.MATCH, "--match must be exact, name_only or similar"),
+    help = "exact (lossless), name_only or similar (both lossy)" },
+  { "--trigger", key = "trigger", arg = "WHEN", shown = "both",
+    convert = one_of(M.TRIGGER, "--trigger must be start, tool_name or both"),
+    help = "start, tool_name or both: when predictions fire" },
+  { "--ev-cost-ms", key = "ev_cost_ms", arg = "MS", shown = D.ev_cost_ms, convert = num("--ev-cost-ms", 0),
+    help = "latency one unit of tool cost is worth, for the EV gate" },
+  { "--ev-latency-ms", key = "ev_latency_ms", arg = "MS", shown = "live", convert = num("--ev-latency-ms", 0),
+    help = "fixed estimate of latency saved per hit" },
+  { "--predict-top", key = "predict_top", arg = "N", shown = D.predict_top, convert = num("--predict-top", 1),
+    help = "predictions considered per step" },
+  { "--debug", key = "debug", flag = true, help = "check that update() never mutates its input" },
+  { "--retry-failed", key = "retry_failed", flag = true,
+    help = "when resuming --out, run again the queries whose records carry an error" },
+  { "--keep-candidates", key = "keep_candidates", flag = true,
+    help = "each record carries the (speculated candidate, observation) pairs the\n"
+      .. "verifier judged (field \"candidates\", for `specula verifiers RESULTS`)" },
+  { "--record", key = "record", arg = "DIR",
+    help = "write every model, HTTP, MCP and speculator exchange to the cassette DIR" },
+  { "--replay-io", key = "replay_io", arg = "DIR",
+    help = "serve those exchanges from the cassette DIR with their recorded timing" },
+  { "--miss", key = "miss", arg = "MODE", shown = "error", convert = function(v)
+      return one_of(require("specula.cassette").MISS, "--miss must be error, live or skip")(v)
+    end,
+    help = "a request the cassette lacks: error, live (real clock only; with\n"
+      .. "--record it is added) or skip (a failed speculation; never on the\ncommitted path)" },
+  { "--progress", key = "progress", flag = true, shown = "on at a terminal", help = "force the progress line on" },
+  { "--quiet", key = "quiet", flag = true, help = "silence the summary" },
 }
+local FLAGS = argv.compile({ options = M.OPTIONS })
+
+-- The usage text, from the table (specula.argv.usage).
+setmetatable(M, { __index = function(t, k)
+  if k == "usage_text" then
+    local text = argv.usage(require("specula.cmd.run"))
+    rawset(t, k, text)
+    return text
+  end
+end })
 
 -- Why "predict on" cannot be honoured (one text for the CLI, --compare
 -- items and specula.run).
@@ -304,7 +319,6 @@ function M.load_knobs(o, script, where)
 end
 
 function M.parse_args(args)
-  local D = optslib.DEFAULTS
   local o, err = argv.parse(args, FLAGS, { equals = true, into = {
     mode = "spechop", k = D.k, m = D.m, eps = D.eps, seed = D.seed, concurrency = D.concurrency, set = {},
     max_hops = D.max_hops } })
@@ -320,6 +334,11 @@ function M.parse_args(args)
   if o.retry_failed and not o.out then
     usage_error("--retry-failed goes with --out (the file whose failed records run again)")
   end
+  -- `-` is stdout where stdout is free: not beside the records nor the table
+  if o.trace == "-" and not o.out then
+    usage_error("--trace -: the records go to stdout; give --out FILE to have the trace there")
+  end
+  if o.summary == "-" then usage_error("--summary -: stdout holds the comparison table; give --summary FILE") end
   return o
 end
 
@@ -327,7 +346,6 @@ end
 -- defaults, the shared domains checked), and opts.queries as query entries.
 -- Errors are raised at specula.run's caller.
 function M.from_api(opts)
-  local D = optslib.DEFAULTS
   local o = { mode = opts.mode or "spechop", k = opts.k or D.k, m = opts.m or D.m, eps = opts.eps or D.eps,
               seed = opts.seed or D.seed, concurrency = opts.concurrency or D.concurrency, set = opts.set or {},
               max_hops = opts.max_hops or D.max_hops, policy = opts.policy, debug = opts.debug,
@@ -355,7 +373,7 @@ function M.from_api(opts)
 end
 
 -- The queries of a command line (--query or --input, then --shard): a
--- source (specula.inputs: a JSONL input is read as the run needs it, not
+-- source (specula.run.inputs: a JSONL input is read as the run needs it, not
 -- held whole) and the input's warnings.
 function M.load_queries(o)
   if o.query and o.input then usage_error("give --query or --input, not both") end
@@ -375,11 +393,11 @@ function M.load_queries(o)
   end
   if o.shard_count and o.shard ~= "auto" then usage_error("--shard-count goes with --shard auto") end
   if o.shard == "auto" then
-    local si, sn = require("specula.shard").resolve_auto(os.getenv, o.shard_count)
+    local si, sn = require("specula.run.shard").resolve_auto(os.getenv, o.shard_count)
     if not si then usage_error("--shard auto: " .. sn) end
     o.shard = { si, sn }
   end
-  local src, err = require("specula.inputs").open(o)
+  local src, err = require("specula.run.inputs").open(o)
   if not src then sched.plain_error("specula run: " .. tostring(err)) end
   return src, src.warnings
 end

@@ -1,4 +1,4 @@
--- specula.predstate: the state of a predictor that learns across queries,
+-- specula.run.predstate: the state of a predictor that learns across queries,
 -- kept beside a run's --out file (FILE.predictor), so that a resumed run
 -- predicts the rest as the uninterrupted run would have.
 --

@@ -1,4 +1,4 @@
--- specula.inputs: the queries of `specula run`, read as the run needs them.
+-- specula.run.inputs: the queries of `specula run`, read as the run needs them.
 --
 -- A JSONL --input (a regular file, one object a line) is never held in
 -- memory: a first pass reads it line by line for what needs the whole

@@ -1,19 +1,19 @@
--- specula.runner: `specula run AGENT.lua [options]` — runs an agent over
+-- specula.run.runner: `specula run AGENT.lua [options]` — runs an agent over
 -- queries, one speculation window (engine/sp_window.c) per query, many
 -- queries concurrently on the one loop, and writes one JSON result per query.
--- Its parts: specula.runopts (the command line), specula.records (records
--- and output files), specula.aggregate (the run's figures and summary),
--- specula.tracewriter (--trace); this module is the run loop.
+-- Its parts: specula.run.opts (the command line), specula.run.records (records
+-- and output files), specula.run.aggregate (the run's figures and summary),
+-- specula.run.tracewriter (--trace); this module is the run loop.
 local core = require "specula.core"
 local sched = require "specula.sched"
 local json = require "specula.json"
 local agentlib = require "specula.agent"
 local policylib = require "specula.policy"
 local optslib = require "specula.opts"
-local runopts = require "specula.runopts"
-local records = require "specula.records"
-local aggregate = require "specula.aggregate"
-local tracewriter = require "specula.tracewriter"
+local runopts = require "specula.run.opts"
+local records = require "specula.run.records"
+local aggregate = require "specula.run.aggregate"
+local tracewriter = require "specula.run.tracewriter"
 local provlib = require "specula.provenance"
 local ffi = core.ffi
 local C = core.C
@@ -242,7 +242,7 @@ end
 
 -- Run every query of `queries` with `run` at the given concurrency; call
 -- emit(rec, i, q) in input order (i: the query's place in `queries`).
--- `queries` is a list, or a stream { n =, next() } (specula.inputs) that
+-- `queries` is a list, or a stream { n =, next() } (specula.run.inputs) that
 -- is read as slots free up, so a large input is never held whole. Returns
 -- the list of records (where emit returned a value, that value in the
 -- record's place), whether a signal stopped the run, and how many records
@@ -336,7 +336,7 @@ run_batch = function(run, queries, emit, progress, keep)
       local r, q = results[next_emit], qs[next_emit]
       if learn and r.trajectory and not r.error then
         learn(r.trajectory, q, r._conv)
-        run.learnt[#run.learnt + 1] = q.index   -- what FILE.predictor covers (specula.predstate)
+        run.learnt[#run.learnt + 1] = q.index   -- what FILE.predictor covers (specula.run.predstate)
       end
       r._conv = nil
       if q.shard then r.shard = q.shard end
@@ -516,7 +516,7 @@ function M.main(agent, args, script)
   -- Ctrl-C / SIGTERM: stop, write what finished, exit 128 + signal.
   if core.ctx ~= nil then C.sp_host_trap_signals(core.ctx) end
   if o.compare then
-    require("specula.compare").main(agent, o, src, script)
+    require("specula.run.compare").main(agent, o, src, script)
     local cst = cassette.close()
     if cst and cst.failed then write_failed(cst.failed.what, cst.failed.err) end
     if cst and not o.quiet then require("specula.secrets").stderr(cassette.summary(cst), "\n") end
@@ -529,11 +529,11 @@ function M.main(agent, args, script)
   M.prov_of(base, agent, o, run)
   local skip, nprev = {}, 0
   -- a predictor that learns across queries is kept beside --out
-  local predstate = require "specula.predstate"
+  local predstate = require "specula.run.predstate"
   local pstate = o.out and run.learn and (o.out .. ".predictor") or nil
   if o.out then
     local done, learnt, _
-    done, nprev, _, learnt = require("specula.resume").read(o.out, { retry_failed = o.retry_failed, src = src,
+    done, nprev, _, learnt = require("specula.run.resume").read(o.out, { retry_failed = o.retry_failed, src = src,
       shard = o.shard, prov_of = function(r)
         if r.config ~= nil then
           return nil, format("the record is from a --compare run (configuration '%s'); this run is not: resume it "

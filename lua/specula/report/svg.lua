@@ -1,4 +1,4 @@
--- specula.svg: a small builder for inline SVG figures (used by specula.report).
+-- specula.report.svg: a small builder for inline SVG figures (used by specula.report).
 --
 --   svg.escape(s)                  -> s with & < > " ' escaped and control
 --                                     characters (other than tab/newline) dropped
@@ -223,7 +223,7 @@ end
 
 function Canvas:close()
   local tag = self.stack[#self.stack]
-  if not tag then error("specula.svg: close() without open()", 2) end
+  if not tag then error("specula.report.svg: close() without open()", 2) end
   self.stack[#self.stack] = nil
   self:push("</" .. tag .. ">")
 end

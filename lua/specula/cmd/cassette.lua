@@ -3,23 +3,38 @@
 local cassette = require "specula.cassette"
 local json = require "specula.json"
 local secrets = require "specula.secrets"
-local argv = require "specula.argv"
 local lab = require "specula.lab"
 
 local format, concat = string.format, table.concat
 
-local M = {}
+local M = {
+  name = "cassette",
+  synopsis = "ls|show|stats DIR [options]",
+  summary = "the exchanges a run recorded with --record DIR",
+  about = [[
+  ls DIR       the files, their exchanges and any cut-off line
+  show DIR     one line per exchange (JSONL with --json); with --kind job,
+               the window jobs' recorded lengths
+  stats DIR    counts, errors and latency by kind (job: the window jobs'
+               lengths, launch to result)]],
+  options = {
+    { "--kind", key = "kind", arg = "K", shown = "every kind but job", help = "show: only exchanges of this kind" },
+    { "--query", key = "query", arg = "ID", shown = "every query", help = "show: only this query's exchanges" },
+    { "--json", key = "json", flag = true, help = "JSON instead of the table (show: JSONL)" },
+  },
+}
 
-local usage_text = [[
-usage: specula cassette ls DIR                 the files, their exchanges and any cut-off line
-       specula cassette show DIR [--kind K] [--query ID] [--json]
-                                               one line per exchange (JSONL with --json); with
-                                               --kind job, the window jobs' recorded lengths
-       specula cassette stats DIR [--json]     counts, errors and latency by kind (job: the
-                                               window jobs' lengths, launch to result)
-]]
+local fail = lab.failer("specula cassette")
 
-local usage, fail = lab.command("specula cassette", usage_text)
+function M.check(o)
+  local sub, dir = o.args[1], o.args[2]
+  if sub ~= "ls" and sub ~= "show" and sub ~= "stats" then
+    return sub and ("unknown subcommand '" .. tostring(sub) .. "'") or "a subcommand is needed"
+  end
+  if not dir then return sub .. " needs a cassette directory" end
+  if o.args[3] then return "unknown option '" .. o.args[3] .. "'" end
+  if sub ~= "show" and (o.kind or o.query) then return "unknown option '--" .. (o.kind and "kind" or "query") .. "'" end
+end
 
 -- What a call the recording cancelled asked for: a lone start line has
 -- no request, only its key ("GET url\nbody", "MCP server method\nparams",
@@ -83,17 +98,8 @@ local function pct(sorted, p)
   return sorted[i]
 end
 
-function M.main(args)
-  local sub, dir = args[1], args[2]
-  if sub == "--help" or sub == "-h" then io.stdout:write(usage_text) return end
-  if sub ~= "ls" and sub ~= "show" and sub ~= "stats" then
-    return usage(sub and ("unknown subcommand '" .. tostring(sub) .. "'") or "a subcommand is needed")
-  end
-  if not dir then return usage(sub .. " needs a cassette directory") end
-  local flags = { ["--json"] = { "json", flag = true } }
-  if sub == "show" then flags["--kind"], flags["--query"] = "kind", "query" end
-  local o, err = argv.parse(args, flags, { first = 3 })
-  if not o then return usage(err) end
+function M.main(o)
+  local sub, dir = o.args[1], o.args[2]
   local recs, files = lab.cassette(dir)
   if not recs then return fail(files) end
   -- the answers (and lone start lines: cancelled calls), then the job lines

@@ -1,4 +1,4 @@
--- specula.tally: what `--compare` keeps of a configuration's records once
+-- specula.run.tally: what `--compare` keeps of a configuration's records once
 -- they are written: the numbers of the table and the paired differences,
 -- the id, answer, gold and error, and the agreement text. A sweep holds
 -- every record of every configuration until its table is printed; as Lua
@@ -33,7 +33,7 @@ Tally.__index = Tally
 
 function M.new(n)
   if type(n) ~= "number" or n < 0 or n ~= math.floor(n) then
-    error("specula.tally.new: expected a count >= 0", 2)
+    error("specula.run.tally.new: expected a count >= 0", 2)
   end
   local cap = n > 0 and n or 1
   local self = setmetatable({
@@ -56,7 +56,7 @@ end
 
 -- Keep what the table needs of record `rec` at position i (1-based).
 function Tally:add(i, rec, text)
-  if type(i) ~= "number" or i < 1 or i > self.n then error("specula.tally: position out of range", 2) end
+  if type(i) ~= "number" or i < 1 or i > self.n then error("specula.run.tally: position out of range", 2) end
   local z = i - 1
   self.id[i], self.config[i], self.answer[i], self.gold[i], self.err[i] =
     rec.id, rec.config, rec.answer, rec.gold, rec.error

@@ -1,0 +1,130 @@
+-- specula.cmd: the command table. engine/sp_main.c hands every command line
+-- here (only --version is answered in C); each command is one module of
+-- lua/specula/cmd/ exporting its option table and main, and its usage text
+-- is generated from that table (specula.argv.usage). Adding a command is
+-- one line below and one module.
+local core = require "specula.core"
+local sched = require "specula.sched"
+local argv = require "specula.argv"
+local C = core.C
+
+local M = {}
+
+-- In the order `specula --help` lists them.
+M.COMMANDS = { "run", "theory", "replay", "compare", "merge", "repair", "report", "cassette", "verifiers",
+               "predictors", "bench" }
+
+local function module_of(name) return require("specula.cmd." .. name) end
+
+-- The top-level usage: each command's synopsis and summary, from its module.
+function M.usage()
+  local out = { "usage: specula <command> [options]\n\ncommands:\n" }
+  for _, name in ipairs(M.COMMANDS) do
+    local cmd = module_of(name)
+    out[#out + 1] = "  " .. name .. " " .. cmd.synopsis .. "\n"
+    out[#out + 1] = "      " .. cmd.summary .. "\n"
+  end
+  out[#out + 1] = "  --version, --help\n\n"
+    .. "Every command answers --help (its options, each with its default) and takes\n"
+    .. "--secret-env NAME (repeatable): the value of $NAME never shows in any output\n"
+    .. "(records, traces, cassettes, reports, messages).\n"
+  return table.concat(out)
+end
+
+-- --secret-env NAME (any command, anywhere on the line, repeatable): the
+-- value of $NAME is a secret (specula.secrets): no output of the process
+-- shows it. Taken out of the arguments before the command sees them.
+-- Returns the other arguments, or nil and a message.
+function M.secret_env(args)
+  local out, i = {}, 1
+  while i <= #args do
+    local a = args[i]
+    local name = a:match("^%-%-secret%-env=(.*)$")
+    if a == "--secret-env" then
+      name = args[i + 1]
+      i = i + 1
+      if name == nil then return nil, "--secret-env needs the name of an environment variable" end
+    end
+    if name then
+      if not name:match("^[%a_][%w_]*$") then
+        return nil, "--secret-env: '" .. name .. "' is not the name of an environment variable"
+      end
+      local v = os.getenv(name)
+      if v ~= nil and not require("specula.secrets").declare(v, "$" .. name) then
+        io.stderr:write("specula: warning: --secret-env " .. name .. ": the value is shorter than "
+          .. require("specula.secrets").MIN_BYTES .. " bytes and cannot be told from ordinary text; it is not scrubbed\n")
+      end
+    else
+      out[#out + 1] = a
+    end
+    i = i + 1
+  end
+  return out
+end
+
+-- A usage mistake: "specula NAME: msg" and the command's usage text (or
+-- its first line, for commands that say so: cmd.short_usage) on stderr,
+-- exit status 2.
+function M.usage_error(cmd, msg)
+  C.sp_ctx_set_exit(core.ctx, 2)
+  local text = argv.usage(cmd)
+  if cmd.short_usage then text = text:match("^[^\n]*\n") end
+  require("specula.secrets").stderr("specula ", cmd.name, ": ", msg, "\n", text)
+end
+
+-- Parse a command's arguments by its table and run it: --help prints the
+-- usage text; a mistake is a usage error; cmd.check(o) (optional) returns
+-- a message for a combination the table cannot say. main(o) runs inside the
+-- main task; a number it returns is the exit status.
+local function run_command(cmd, args)
+  local o
+  if cmd.parse then
+    local err
+    o, err = cmd.parse(args)
+    if not o then return M.usage_error(cmd, err) end
+  else
+    local err
+    o, err = argv.parse_command(cmd, args)
+    if not o then return M.usage_error(cmd, err) end
+  end
+  if o.help then io.stdout:write(argv.usage(cmd)) return end
+  if cmd.check then
+    local msg = cmd.check(o)
+    if msg then return M.usage_error(cmd, msg) end
+  end
+  local rc = cmd.main(o)
+  if type(rc) == "number" then C.sp_ctx_set_exit(core.ctx, rc) end
+end
+
+function M.main(args)
+  require("specula.secrets").guard_stdio()
+  local name = args[1]
+  if name == nil then
+    io.stderr:write(M.usage())
+    return 2
+  end
+  if name == "--help" or name == "-h" or name == "help" then
+    io.stdout:write(M.usage())
+    return 0
+  end
+  local known = false
+  for _, n in ipairs(M.COMMANDS) do known = known or n == name end
+  if not known then
+    require("specula.secrets").stderr("specula: unknown command '" .. tostring(name) .. "'\n\n", M.usage())
+    return 2
+  end
+  local rest = {}
+  for i = 2, #args do rest[#rest + 1] = args[i] end
+  local serr
+  rest, serr = M.secret_env(rest)
+  if not rest then
+    io.stderr:write("specula: " .. serr .. "\n")
+    return 2
+  end
+  local cmd = module_of(name)
+  local t = sched.spawn(run_command, cmd, rest)
+  C.sp_ctx_set_main(core.ctx, t.ptr)
+  return -1
+end
+
+return M

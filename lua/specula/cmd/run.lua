@@ -1,0 +1,126 @@
+-- specula run: an agent over queries, or a plain Lua program. Its options
+-- (specula.run.opts.OPTIONS) may stand before the script as after it; every
+-- argument after the script also reaches the script itself (`...`, arg).
+local core = require "specula.core"
+local sched = require "specula.sched"
+local argv = require "specula.argv"
+local C = core.C
+local format = string.format
+
+local runopts = require "specula.run.opts"
+
+local M = {
+  name = "run",
+  synopsis = runopts.SYNOPSIS,
+  summary = "run an agent over queries, or a plain Lua program",
+  about = runopts.ABOUT,
+  options = runopts.OPTIONS,
+  epilog = runopts.EPILOG,
+}
+
+local function file_exists(path)
+  local f = io.open(path, "r")
+  if f then f:close() return true end
+  return false
+end
+
+local function is_agent(v)
+  return type(v) == "table" and (v.__specula_agent or (type(v.step) == "function" and type(v.init) == "function"))
+end
+
+-- An agent may be split into modules beside it: `require "helpers"` finds
+-- DIR/helpers.lua from any working directory. Searched last, so no file
+-- beside a script can stand in for specula's or the system's modules; a
+-- directory whose name holds package.path's ';' or '?' is not added, nor
+-- one already there.
+function M.add_script_dir(script)
+  local dir = script:match("^(.*)/[^/]*$") or "."
+  if dir == "" then dir = "/" end
+  if dir:find("[;?]") then return end
+  local entry = dir .. "/?.lua;" .. dir .. "/?/init.lua"
+  -- the modules found there go into the records' provenance
+  require("specula.provenance").track_dir(dir, entry)
+  if (";" .. package.path .. ";"):find(";" .. entry .. ";", 1, true) then return end
+  package.path = package.path .. ";" .. entry
+end
+
+-- Run a script: its main chunk runs inside the main task, so it may call
+-- async functions at top level. If it returns an agent, run the agent.
+local function run_script(script, args)
+  if not file_exists(script) then
+    sched.plain_error("cannot open script '" .. script .. "': no such file or not readable")
+  end
+  local chunk, err = loadfile(script)
+  if not chunk then sched.plain_error("cannot load script: " .. tostring(err)) end
+  M.add_script_dir(script)
+  -- --record / --replay-io open before the main chunk runs: it may connect
+  -- to an MCP server at top level
+  local okc, cerr, why = require("specula.cassette").from_args(args)
+  if not okc then
+    C.sp_ctx_set_exit(core.ctx, why == "write" and 1 or 2)
+    sched.plain_error("specula run: " .. tostring(cerr))
+  end
+  _G.arg = { [0] = script }
+  for i = 1, #args do _G.arg[i] = args[i] end
+  local result = chunk(unpack(args))
+  if is_agent(result) then
+    local runner = require "specula.run.runner"
+    return runner.main(result, args, script)
+  end
+  -- a plain program that recorded: a tape that lost exchanges is a failure
+  local cf = require("specula.cassette").failed()
+  if cf then
+    C.sp_ctx_set_exit(core.ctx, 1)
+    sched.plain_error("specula run: cannot write " .. cf.what .. ": " .. cf.err)
+  end
+  if result ~= nil then
+    -- anything else is a mistake that would otherwise pass silently
+    local what = type(result)
+    if what == "table" then
+      what = "a table that is not an agent (it has no step and init functions: build it with specula.agent{...})"
+    elseif what == "string" or what == "number" or what == "boolean" then
+      local shown = tostring(result)
+      if #shown > 60 then shown = require("specula.json").utf8_cut(shown, 60) .. "..." end
+      shown = require("specula.json").utf8_clean(shown)
+      if what == "string" then shown = '"' .. shown .. '"' end
+      what = format("a %s (%s), not an agent", what, shown)
+    else
+      what = "a " .. what .. ", not an agent"
+    end
+    sched.plain_error(format("script '%s' returned %s; return an agent (specula.agent{...}) or nothing",
+      script, what))
+  end
+end
+
+-- The options before the script (their values too: the table says which
+-- take one), the script, and the arguments after it; nil and a message on
+-- a mistake. `--help` before the script stops there.
+function M.parse(args)
+  local flags = argv.compile(M)
+  local pre, i = {}, 1
+  while i <= #args do
+    local a = args[i]
+    if not a:find("^%-.") then break end
+    local name, inline = a:match("^(%-%-%a[%w%-]*)=(.*)$")
+    local d = flags[name or a]
+    if d == nil then return nil, "unknown option '" .. a .. "'" end
+    if d.stop then return { help = true } end
+    pre[#pre + 1] = a
+    if not d.flag and not inline then
+      if args[i + 1] == nil then return nil, a .. " needs a value" end
+      pre[#pre + 1] = args[i + 1]
+      i = i + 1
+    end
+    i = i + 1
+  end
+  local script = args[i]
+  if script == nil then return nil, "no script given (specula run SCRIPT.lua [options])" end
+  local rest = {}
+  for j = 1, #pre do rest[#rest + 1] = pre[j] end
+  for j = i + 1, #args do rest[#rest + 1] = args[j] end
+  return { script = script, args = rest }
+end
+
+function M.main(o) return run_script(o.script, o.args) end
+
+return M
