@@ -15,9 +15,9 @@
 -- identical requests get their own answers in order, whatever other queries
 -- and threads do meanwhile; off: ms from the window's launch of that job to
 -- the request.
--- Each window job that ends adds { kind = "job", key, n, first, sleeps, ms,
--- meta }: when its code first waited (an exchange, a sleep, a task), when
--- each of its sleeps was to end, and its time
+-- Each window job that ends adds { kind = "job", key, n, code, first,
+-- sleeps, ms, meta }: when its code began and when it first waited (an
+-- exchange, a sleep, a task), when each of its sleeps was to end, and its time
 -- from launch to result as the window saw it, so a replay reproduces the
 -- engine time around the exchanges (queueing, parsing) as well as the
 -- exchanges themselves. A process killed mid-write leaves at most one cut
@@ -202,7 +202,7 @@ local function bad_bytes(v, path)
   return format("field %s is %s, expected a string or {\"hex\": \"...\"}", path, shown(v))
 end
 
-local COMMON = { { "n", NUM }, { "at", O_NUM }, { "off", O_NUM }, { "ms", O_NUM }, { "first", O_NUM },
+local COMMON = { { "n", NUM }, { "at", O_NUM }, { "off", O_NUM }, { "ms", O_NUM }, { "first", O_NUM }, { "code", O_NUM },
                  { "end_ms", O_NUM }, { "start", O_BOOL }, { "err", O_STR }, { "stream", O_BOOL },
                  { "failed", O_BOOL }, { "closed", O_BOOL }, { "meta", O_OBJ }, { "req", O_OBJ } }
 local META = { { "query", O_ID }, { "hop", O_NUM }, { "thread", O_NUM }, { "job", O_STR }, { "task", O_NUM },
@@ -1206,17 +1206,19 @@ local function pack(...) return { n = select("#", ...), ... } end
 -- A window job's time is the engine's as much as the exchanges': a job
 -- waits in the queue behind others, builds its requests, parses what
 -- comes back. The tape holds, per job, its length from launch to result
--- (ms) and when its code first waited (first: its first exchange, sleep or
--- wait on a task; none if it never waited). A replay starts the job's
--- code at that time, so the code reaches its first wait when it did (what
--- it set off before, such as predictions, happens when it did, and a job
--- that never waited does not wait in the replay either); from there its
--- own sleeps end when they ended (sleeps: when each was to end), its
--- exchanges leave at their recorded offsets from the job's launch and
--- answer their recorded latency later,
--- and its result is held until the recorded length has passed. So the
--- time the agent spends itself before its first wait is not spent twice,
--- and what it spends later is inside the recorded length.
+-- (ms), when its code began (code: after the job's wait in the queue) and
+-- when it first waited (first: its first exchange, sleep or wait on a
+-- task; none if it never waited). A replay starts the job's code when it
+-- began, so what the code sets off before its first wait (predictions)
+-- happens when it did, and time the code spends computing (CPU) is spent
+-- again in its place, not after the recorded time; from there its own
+-- sleeps end when they ended (sleeps: when each was to end), its exchanges
+-- leave at their recorded offsets from the job's launch and answer their
+-- recorded latency later, and its result is held until the recorded length
+-- has passed. So the time the agent spends itself is inside the recorded
+-- length, never added to it. (A tape without code, written before it was
+-- kept, starts the code at first, or at the end for a job that never
+-- waited.)
 local function wrap_job(name, f, how, pathf)
   return function(...)
     local st = M.state
@@ -1236,10 +1238,12 @@ local function wrap_job(name, f, how, pathf)
     local rec, n = take(st, scope, qscope, key, nil, true)
     if rec and type(rec.ms) == "number" then
       J.rec = rec
-      sleep_until(J.born + (type(rec.first) == "number" and rec.first or rec.ms))
+      sleep_until(J.born + (type(rec.code) == "number" and rec.code
+                            or type(rec.first) == "number" and rec.first or rec.ms))
     else
       rec = nil
     end
+    J.code = sched.now() - J.born
     local r = pack(xpcall(f, sched.job_error, ...))
     if rec then sleep_until(J.born + rec.ms) end
     -- the state a step job made carries its path to the jobs that work on it
@@ -1252,7 +1256,8 @@ local function wrap_job(name, f, how, pathf)
       local later = st.later
       if not later then later = {}; st.later = later end
       later[#later + 1] = { kind = "job", key = key, n = n, at = J.born - st.t0,
-                            ms = sched.now() - J.born, first = J.first, failed = not r[1] or nil, meta = meta,
+                            ms = sched.now() - J.born, code = J.code, first = J.first, failed = not r[1] or nil,
+                            meta = meta,
                             sleeps = J.sleeps and json.array(J.sleeps) or nil }
     end
     if not r[1] then error(r[2], 0) end

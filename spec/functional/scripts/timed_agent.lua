@@ -2,8 +2,9 @@
 -- model step, the tool and the speculator wait in specula.sleep, as a local
 -- model stub or the simulated examples do), "http" (each waits on the test
 -- server's /hold), "mcp" (each waits on the MCP test server's slow tool over
--- stdio) or "mix" (the model a sleep then an HTTP call, the tool a sleep,
--- the speculator over MCP). Answers come from the arguments alone, so every
+-- stdio), "mix" (the model a sleep then an HTTP call, the tool a sleep,
+-- the speculator over MCP) or "cpu" (the model computes for its time, holding
+-- the CPU; the tool and the speculator sleep). Answers come from the arguments alone, so every
 -- timing gives the same trajectories; the latencies (keyed per query and hop,
 -- as specula.sim draws them) and the speculator's hits too.
 -- CAS_BASE: the test server; CAS_NODE: node (a replay that cannot start the
@@ -51,8 +52,12 @@ local WAIT = {
   mcp = { model = mcp_wait, tool = mcp_wait, spec = mcp_wait },
   mix = { model = function(ms, tag) specula.sleep(ms - math.floor(ms / 2)) http_wait(math.floor(ms / 2), tag) end,
           tool = function(ms) specula.sleep(ms) end, spec = mcp_wait },
+  -- the model computes in the process (a local model): it holds the CPU,
+  -- and the loop, for its time; the tool and the speculator are remote
+  cpu = { model = function(ms) local t = os.clock() + ms / 1000 while os.clock() < t do end end,
+          tool = function(ms) specula.sleep(ms) end, spec = function(ms) specula.sleep(ms) end },
 }
-local W = assert(WAIT[TIMING], "CAS_TIMING must be sleep, http, mcp or mix")
+local W = assert(WAIT[TIMING], "CAS_TIMING must be sleep, http, mcp, mix or cpu")
 if TIMING == "sleep" then
   for k, f in pairs(W) do W[k] = function(ms) f(ms) end end
 end
