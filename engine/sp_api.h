@@ -578,11 +578,6 @@ int sp_sse_finish(sp_sse *p);
 /* Message of the last error, "" if none. */
 const char *sp_sse_error(const sp_sse *p);
 
-/* ---- JSON (engine/sp_json.c; the canonical form is specified in sp_json.h) */
-/* Appends the canonical form of text to out. 0 ok; -1 error (message in err,
-   out left as it was). */
-int sp_json_canonical(const char *text, size_t len, sp_buf *out, char *err, size_t errlen);
-
 /* ---- keyed randomness (simulated backend) ----------------------------- */
 /* A uniform draw in [0,1) that depends only on its key, never on call order. */
 double sp_rand_keyed(uint64_t seed, const char *qid, size_t qid_len, int hop,

@@ -52,8 +52,11 @@ const sp_json *sp_json_at(const sp_json *v, size_t i);
 const char *sp_json_key_at(const sp_json *v, size_t i, size_t *len); /* object key i */
 /* Object lookup by NUL-terminated key; the last occurrence wins; NULL if absent. */
 const sp_json *sp_json_get(const sp_json *v, const char *key);
-/* sp_json_canonical(text, len, out, err, errlen), the canonical form above,
-   is declared in sp_api.h (Lua calls it too). */
+/* Appends the canonical form above of text to out. 0 ok; -1 error (message
+   in err, out left as it was). The definition of canonical JSON the
+   encoders are checked against (spec/c/test_json.c, the fuzzers, and
+   spec/unit/json_spec.lua through the FFI); no run path calls it. */
+int sp_json_canonical(const char *text, size_t len, sp_buf *out, char *err, size_t errlen);
 
 /* The pieces of the canonical form, for other encoders (sp_jsonenc.c):
  * a number as described above, and a string literal with its quotes (the
