@@ -265,6 +265,10 @@ const char *sp_http_headers(const sp_http_req *r, size_t *len);   /* raw header 
 const char *sp_http_body(const sp_http_req *r, size_t *len);      /* buffered body bytes */
 void sp_http_consume(sp_http_req *r, size_t n);                   /* drop n buffered bytes */
 const char *sp_http_error(const sp_http_req *r);                  /* "ECODE: message" */
+/* `verbose` lines not yet taken (credential headers and parameters already
+   hidden by name), and forgetting them; Lua writes them scrubbed. */
+const char *sp_http_debug(const sp_http_req *r, size_t *len);
+void sp_http_debug_clear(sp_http_req *r);
 /* Register t to be resumed at the next event of r: 1 = something is already
    available (do not yield), 0 = yield now. */
 int sp_http_wait(sp_http_req *r, sp_task *t);

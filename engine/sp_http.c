@@ -52,6 +52,7 @@ struct sp_http_req {
   uv_timer_t *idle_timer;  /* idle watchdog, freed in its close callback */
   sp_buf headers;          /* raw header block of the final response */
   sp_buf body;             /* unread body bytes */
+  sp_buf debug;            /* `verbose` lines not yet taken (sp_http_debug) */
   struct curl_slist *hdrs; /* request headers */
   char method[16];         /* for messages */
   char *where;             /* "METHOD url-without-query", for messages */
@@ -228,47 +229,50 @@ static int secret_name(const char *p, size_t n) {
 
 /* One line for `verbose`: a credential-looking header keeps its name only;
    in a request line or libcurl's own text (a redirect names the new URL),
-   credential-looking query parameters keep their names only. */
-static void debug_line(FILE *out, char mark, const char *p, size_t n) {
+   credential-looking query parameters keep their names only. Appended to
+   the request's debug buffer: Lua takes the lines and writes them through
+   the secrets scrubber, which knows every declared secret (a value in a
+   header or a path that no name gives away). */
+static void debug_line(sp_buf *out, char mark, const char *p, size_t n) {
   const char *colon = memchr(p, ':', n);
   const char *sp = memchr(p, ' ', n);
   if (mark != '*' && colon && (!sp || colon < sp)) {
     if (secret_name(p, (size_t)(colon - p))) {
-      fprintf(out, "%c %.*s: [redacted]\n", mark, (int)(colon - p), p);
+      sp_buf_printf(out, "%c %.*s: [redacted]\n", mark, (int)(colon - p), p);
       return;
     }
-    fprintf(out, "%c %.*s\n", mark, (int)n, p);
+    sp_buf_printf(out, "%c %.*s\n", mark, (int)n, p);
     return;
   }
   const char *q = memchr(p, '?', n);
   if (!q) {
-    fprintf(out, "%c %.*s\n", mark, (int)n, p);
+    sp_buf_printf(out, "%c %.*s\n", mark, (int)n, p);
     return;
   }
   /* the request line "METHOD /path?a=1&b=2 HTTP/1.1" */
   const char *end = p + n;
   const char *qend = memchr(q, ' ', (size_t)(end - q));
   if (!qend) qend = end;
-  fprintf(out, "%c %.*s", mark, (int)(q - p + 1), p);
+  sp_buf_printf(out, "%c %.*s", mark, (int)(q - p + 1), p);
   const char *a = q + 1;
   while (a < qend) {
     const char *amp = memchr(a, '&', (size_t)(qend - a));
     const char *e = amp ? amp : qend;
     const char *eq = memchr(a, '=', (size_t)(e - a));
-    if (eq && secret_name(a, (size_t)(eq - a))) fprintf(out, "%.*s=[redacted]", (int)(eq - a), a);
-    else fprintf(out, "%.*s", (int)(e - a), a);
-    if (amp) fputc('&', out);
+    if (eq && secret_name(a, (size_t)(eq - a))) sp_buf_printf(out, "%.*s=[redacted]", (int)(eq - a), a);
+    else sp_buf_append(out, a, (size_t)(e - a));
+    if (amp) sp_buf_putc(out, '&');
     a = amp ? amp + 1 : qend;
   }
-  fprintf(out, "%.*s\n", (int)(end - qend), qend);
+  sp_buf_printf(out, "%.*s\n", (int)(end - qend), qend);
 }
 
-/* `verbose`: libcurl's protocol chatter on stderr without credentials
-   (CURLOPT_VERBOSE alone would print Authorization and x-api-key values).
-   Bodies are not printed. Writes to stderr only; no libcurl call. */
+/* `verbose`: libcurl's protocol chatter without credentials (CURLOPT_VERBOSE
+   alone would print Authorization and x-api-key values), kept for Lua to
+   write on stderr. Bodies are not kept. No libcurl call. */
 static int on_debug(CURL *e, curl_infotype type, char *data, size_t size, void *ud) {
   (void)e;
-  (void)ud;
+  sp_http_req *r = ud;
   char mark;
   switch (type) {
   case CURLINFO_TEXT: mark = '*'; break;
@@ -282,7 +286,7 @@ static int on_debug(CURL *e, curl_infotype type, char *data, size_t size, void *
     const char *le = nl ? nl : end;
     size_t n = (size_t)(le - p);
     if (n > 0 && p[n - 1] == '\r') n--;
-    if (n > 0) debug_line(stderr, mark, p, n);
+    if (n > 0) debug_line(&r->debug, mark, p, n);
     p = nl ? nl + 1 : end;
   }
   return 0;
@@ -604,6 +608,7 @@ static sp_http_req *start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *
   r->idle_ms = o->idle_timeout_ms > 0 ? o->idle_timeout_ms : 0;
   sp_buf_init(&r->headers);
   sp_buf_init(&r->body);
+  sp_buf_init(&r->debug);
   CURL *e = curl_easy_init();
   if (!e) {
     snprintf(err, errlen, "ENOMEM: http.request: curl_easy_init failed");
@@ -627,6 +632,7 @@ static sp_http_req *start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *
   curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
   if (o->verbose) {
     curl_easy_setopt(e, CURLOPT_DEBUGFUNCTION, on_debug);
+    curl_easy_setopt(e, CURLOPT_DEBUGDATA, r);
     curl_easy_setopt(e, CURLOPT_VERBOSE, 1L);
   }
   if (o->path_as_is) curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
@@ -737,6 +743,13 @@ void sp_http_consume(sp_http_req *r, size_t n) {
   }
 }
 
+const char *sp_http_debug(const sp_http_req *r, size_t *len) {
+  *len = r->debug.len;
+  return r->debug.data ? r->debug.data : "";
+}
+
+void sp_http_debug_clear(sp_http_req *r) { sp_buf_reset(&r->debug); }
+
 const char *sp_http_error(const sp_http_req *r) { return r && r->error ? r->error : ""; }
 
 int sp_http_wait(sp_http_req *r, sp_task *t) {
@@ -772,6 +785,7 @@ void sp_http_free(sp_http_req *r) {
   if (r->counted) r->http->ctx->counts.requests--;
   sp_buf_free(&r->headers);
   sp_buf_free(&r->body);
+  sp_buf_free(&r->debug);
   free(r->where);
   free(r->error);
   free(r);

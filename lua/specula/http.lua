@@ -94,9 +94,23 @@ local function header_block(h)
   return concat(lines, "\n")
 end
 
+-- The `verbose` lines the core kept for r, written on stderr through the
+-- scrubber (every declared secret, in any encoding, not only the values of
+-- credential-named headers and parameters, which the core hides itself).
+local dlenp = ffi.new("size_t[1]")
+local function flush_debug(r)
+  local p = C.sp_http_debug(r, dlenp)
+  local n = tonumber(dlenp[0])
+  if n > 0 then
+    secrets.stderr(ffi.string(p, n))
+    C.sp_http_debug_clear(r)
+  end
+end
+
 -- Block the running task until r has news (or is finished).
 local function wait(r, me)
   if C.sp_http_wait(r, me) == 0 then co_yield() end
+  flush_debug(r)
 end
 
 local Response = {}
@@ -153,6 +167,7 @@ function Response:close()
   local r = self._r
   if r ~= nil then
     self._r = nil
+    flush_debug(r)
     ffi.gc(r, nil)
     C.sp_http_free(r)
   end
@@ -217,6 +232,7 @@ function M.request(opts)
     else
       e = err_of(r)
     end
+    flush_debug(r)
     ffi.gc(r, nil)
     C.sp_http_free(r)
     keep = nil
@@ -228,6 +244,7 @@ function M.request(opts)
   -- caller sees the same events however late it noticed the failure.
   if C.sp_http_state(r) >= ERROR and C.sp_http_status(r) == 0 then
     local e = err_of(r)
+    flush_debug(r)
     ffi.gc(r, nil)
     C.sp_http_free(r)
     return nil, e

@@ -45,6 +45,24 @@ describe("specula.http", function()
     assert.is_nil(out:find("VerboseSecret", 1, true))
   end)
 
+  it("verbose hides every declared secret, wherever it sits: a plain header, the path, a streamed response", function()
+    local secret = "declared-Secret-0042"
+    local out, err = run([[
+      specula.secrets.declare("]] .. secret .. [[")
+      local r = assert(http.request{ url = BASE .. "/echo/]] .. secret .. [[?q=]] .. secret .. [[", verbose = true,
+        headers = { ["X-Note"] = "]] .. secret .. [[", ["X-Plain"] = "visible" } })
+      local s = assert(http.request{ url = BASE .. "/echo?v=]] .. secret .. [[", verbose = true, stream = true })
+      s:read_all()
+      print(r.status, s.status)
+    ]])
+    assert.matches("200\t200", out, 1, true)
+    assert.matches("> GET /echo/[redacted]?q=[redacted] HTTP/1.1", err, 1, true)
+    assert.matches("> X-Note: [redacted]", err, 1, true)
+    assert.matches("> X-Plain: visible", err, 1, true)
+    assert.matches("> GET /echo?v=[redacted] HTTP/1.1", err, 1, true)
+    assert.is_nil(err:find(secret, 1, true), err)
+  end)
+
   it("returns error statuses as responses, not errors", function()
     local out = run([[
       local r = assert(http.request{ url = BASE .. "/status/429?retry_after=2" })
