@@ -862,35 +862,41 @@ function M.scrub_chunks(list, extra)
 end
 
 --- f:write of the pieces, scrubbed as one text.
+-- The files' own write (guard_stdio wraps the shared method).
+local file_write = io.stdout.write
+
 function M.write(f, ...)
-  if #values == 0 then return f:write(...) end
+  if #values == 0 then return file_write(f, ...) end
   local parts = { ... }
   for i = 1, select("#", ...) do parts[i] = tostring(parts[i]) end
-  return f:write(scrub(concat(parts)))
+  return file_write(f, scrub(concat(parts)))
 end
 
 function M.stderr(...) return M.write(io.stderr, ...) end
 
--- print and io.write scrubbed: an agent script's own output leaves the
--- process too (a script that prints a response holding a key). Installed
--- once by the command line; io.stdout:write and io.stderr:write called
--- directly stay raw.
+-- print, io.write and writes to io.stdout and io.stderr scrubbed: an agent
+-- script's own output leaves the process too (a script that prints a
+-- response holding a key). Installed once by the command line; files a
+-- script opens itself are its own business.
 local guarded = false
 function M.guard_stdio()
   if guarded then return end
   guarded = true
   local raw_tostring = tostring
-  local stdout_write = io.stdout.write
+  local out, err = io.stdout, io.stderr
   _G.print = function(...)
     local n = select("#", ...)
     local parts = { ... }
     for i = 1, n do parts[i] = raw_tostring(parts[i]) end
     local s = concat(parts, "\t", 1, n) .. "\n"
-    stdout_write(io.stdout, #values == 0 and s or scrub(s))
+    file_write(out, #values == 0 and s or scrub(s))
   end
-  io.write = function(...)
-    if #values == 0 then return io.output():write(...) end
-    return M.write(io.output(), ...)
+  io.write = function(...) return M.write(io.output(), ...) end
+  -- f:write on the standard streams (every file shares the method table)
+  local methods = getmetatable(out).__index
+  methods.write = function(f, ...)
+    if #values == 0 or (f ~= out and f ~= err) then return file_write(f, ...) end
+    return M.write(f, ...)
   end
 end
 

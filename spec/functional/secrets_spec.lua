@@ -275,22 +275,32 @@ return specula.agent {
     assert.equals("x [redacted] y", cjson.decode(so).answer)
   end)
 
-  it("a script's own print and io.write: the secret it prints is not on stdout, in any encoding", function()
+  it("a script's own print, io.write and writes to stdout and stderr: no secret, in any encoding", function()
     local secret = "printed-secret-9431"
+    local own = tmp("own.txt")
     local st, so, se = run([[
 local specula = require "specula"
 local v = os.getenv("MY_TOKEN")
 print("plain", v, 42)
 io.write("json ", specula.json.encode({ v = v }), "\n")
 print("b64 " .. specula.crypto.b64(v))
+io.stdout:write("direct ", v, "\n")
+io.stderr:write("to stderr ", v, "\n")
+local f = assert(io.open(os.getenv("OWN_FILE"), "w"))
+f:write("own file ", v, "\n")
+f:close()
 return specula.agent {
   init = function(q) return q end,
   step = function(s) print("in a step: " .. v) return { final = "done" } end,
   update = function(s) return s end,
 }
-]], { "--query", "hello" }, { MY_TOKEN = secret })
+]], { "--query", "hello" }, { MY_TOKEN = secret, OWN_FILE = own })
     assert.equals(0, st, se)
     clean(so .. se, secret, "stdout and stderr")
+    assert.truthy(so:find("direct [redacted]\n", 1, true), so)
+    assert.truthy(se:find("to stderr [redacted]\n", 1, true), se)
+    -- a file the script opens itself is its own: written as it wrote it
+    assert.equals("own file " .. secret .. "\n", H.read(own))
     -- what is not secret still prints as print would
     assert.truthy(so:find("plain\t[redacted]\t42\n", 1, true), so)
     assert.truthy(so:find("in a step: [redacted]", 1, true), so)
