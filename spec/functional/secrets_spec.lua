@@ -307,6 +307,49 @@ return specula.agent {
     assert.truthy(so:find('json {"v":"[redacted]"}', 1, true), so)
   end)
 
+  it("a resume that knows a secret the first run did not scrubs the records already in --out", function()
+    local secret = "late-declared-5150"
+    local out = tmp("resume.jsonl")
+    local inp = tmp("in.jsonl")
+    local f = assert(io.open(inp, "w"))
+    for i = 1, 3 do f:write(cjson.encode({ id = "q" .. i, query = "q" .. i }), "\n") end
+    f:close()
+    local code = [[
+local specula = require "specula"
+local v = os.getenv("MY_VALUE")
+return specula.agent {
+  init = function(q) return q end,
+  step = function(s) return { final = s .. " " .. v } end,
+  update = function(s) return s end,
+}
+]]
+    -- the first run writes two records with the value in the clear (not a secret to it)
+    local first = tmp("first.jsonl")
+    local g = assert(io.open(first, "w"))
+    g:write(cjson.encode({ id = "q1", query = "q1" }), "\n", cjson.encode({ id = "q2", query = "q2" }), "\n")
+    g:close()
+    local script = tmp("agent.lua")
+    local w = assert(io.open(script, "w"))
+    w:write(code)
+    w:close()
+    local st, _, se = H.specula({ "run", script, "--input", first, "--out", out }, { MY_VALUE = secret })
+    assert.equals(0, st, se)
+    assert.truthy(H.read(out):find(secret, 1, true))
+    -- the input grows by a query; the resume declares the value a secret
+    st, _, se = H.specula({ "run", script, "--input", inp, "--out", out, "--secret-env", "MY_VALUE" },
+      { MY_VALUE = secret })
+    assert.equals(0, st, se)
+    assert.matches("specula: resuming: 2 records in " .. out .. " held a secret this run knows: scrubbed", se, 1,
+      true)
+    clean(H.read(out), secret, "the resumed --out file")
+    local n = 0
+    for line in H.read(out):gmatch("[^\n]+") do
+      n = n + 1
+      assert.matches(" %[redacted%]$", cjson.decode(line).answer)
+    end
+    assert.equals(3, n)
+  end)
+
   it("does not over-reach: a base URL from the environment stays readable in errors, short values stay", function()
     local out = tmp("out.jsonl")
     local st, _, se = run(ONE_TOOL:format([[specula.tools.http { url = "{env.SEARCH_BASE}/status/503?q={q}",

@@ -23,6 +23,8 @@ local type, tostring, ipairs, pairs, format, concat = type, tostring, ipairs, pa
 
 local M = {}
 
+local CANONICAL = { canonical = true }   -- secrets.scrub_json: a line stays canonical JSON
+
 local function refuse(msg)
   C.sp_ctx_set_exit(core.ctx, 2)
   sched.plain_error("specula run: " .. msg)
@@ -220,11 +222,19 @@ function M.read(path, opts)
         #lines == 1 and "" or "s", concat(lines, ", "), k, k == 1 and "" or "s"))
     end
   end
-  local keep, learnt = {}, {}
+  -- a secret this run knows (say a new --secret-env) that the run which
+  -- wrote a record did not: the kept record is scrubbed now, in the file
+  local secrets = require "specula.secrets"
+  local scrub = secrets.count() > 0 and secrets.scrub_json or nil
+  local keep, learnt, scrubbed = {}, {}, 0
   for _, e in ipairs(entries) do
     if e.failed then
       dropped, rewrite = dropped + 1, true
     else
+      if scrub then
+        local clean = scrub(e.line, nil, CANONICAL)
+        if clean ~= e.line then e.line, rewrite, scrubbed = clean, true, scrubbed + 1 end
+      end
       keep[#keep + 1] = e.line
       n = n + 1
       if e.learnt then
@@ -246,6 +256,10 @@ function M.read(path, opts)
   if dropped > 0 then
     stderr(format("specula: resuming: removed %d failed record%s from %s to run again\n",
       dropped, dropped == 1 and "" or "s", path))
+  end
+  if scrubbed > 0 then
+    stderr(format("specula: resuming: %d record%s in %s held a secret this run knows: scrubbed\n", scrubbed,
+      scrubbed == 1 and "" or "s", path))
   end
   return done, n, dropped, learnt
 end
