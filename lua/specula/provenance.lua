@@ -220,8 +220,9 @@ end
 --- Follow the modules a script loads from its directory `dir` (entry:
 -- its package.path entries) and the files it runs with dofile. The Lua file
 -- searcher and dofile are wrapped once.
-function M.track_dir(dir, entry)
+function M.track_dir(dir, entry, script)
   track.dir, track.entry = dir, entry
+  track.script = script or track.script
   if track.wrapped then return end
   track.wrapped = true
   local raw_dofile = dofile
@@ -238,10 +239,17 @@ function M.track_dir(dir, entry)
   end
 end
 
---- The agent part: { script = name, sha256, modules = { name = digest } }.
--- Fixes the list of modules: one loaded later is warned about.
-function M.agent(script)
-  track.frozen = true
+--- The agent part: { script = name, sha256, modules = { name = digest } }
+-- (script: by default the one `specula run` started). Fixes the list of
+-- modules (one loaded later is warned about), unless keep_open (specula.run
+-- called from a program: it may load more and run again).
+function M.agent(script, keep_open)
+  if not keep_open then track.frozen = true end
+  script = script or track.script
+  if script == nil then
+    -- specula.run from a script specula did not start (plain luajit)
+    return { script = json.null, sha256 = json.null, modules = json.object({}) }
+  end
   local mods = {}
   for _, name in ipairs(track.order) do
     mods[name] = file_digest(track.loaded[name]) or json.null

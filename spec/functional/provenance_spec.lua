@@ -377,6 +377,28 @@ return specula.sim.multihop { hops = params.hops, p = 0.5, seg = 1, spec = 1, ta
     assert.matches("provenance.agent.modules.dofile:params.lua", err, 1, true)
   end)
 
+  it("specula.run called from a script gives its records the same provenance as the command line", function()
+    local dir = H.tmpdir() .. "/prov_api"
+    os.execute("mkdir -p " .. H.quote(dir))
+    local function write(path, text) local f = assert(io.open(path, "w")) f:write(text) f:close() end
+    write(dir .. "/later.lua", "return 1\n")
+    write(dir .. "/prog.lua", [[
+local specula = require "specula"
+local a = specula.sim.multihop { hops = 2, p = 0.5, seg = 1, spec = 1, target = 3, policy = { search = "full" } }
+local qs = { "q one", { id = "x", query = "q two" } }
+local r2 = specula.run(a, { queries = qs, k = 2, clock = "virtual" })
+require "later"   -- loaded after a run: a program may go on (no warning)
+local r3 = specula.run(a, { queries = qs, k = 3, clock = "virtual" })
+local p, p3 = r2[1].provenance, r3[1].provenance
+print(p.agent.script, p.input.format, p.config.k, p3.config.k, #p.query, r2[2].provenance.query ~= p.query,
+  p.run == r2[2].provenance.run, p.run ~= p3.run, p.version ~= nil, p3.agent.modules.later ~= nil)
+]])
+    local st, out, err = H.specula({ "run", dir .. "/prog.lua" })
+    assert.equals(0, st, err)
+    assert.equals("prog.lua\tapi\t2\t3\t64\ttrue\ttrue\ttrue\ttrue\ttrue\n", out)
+    assert.not_matches("warning", err, 1, true)
+  end)
+
   it("duplicate ids give the same records whether or not the run was interrupted", function()
     local ids = { "d1", "d2", "d3", "dup", "d4", "d5", "d6", "dup", "d7", "d8", "d9", "d10", "d11" }
     local t = {}

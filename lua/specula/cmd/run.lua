@@ -39,7 +39,7 @@ function M.add_script_dir(script)
   if dir:find("[;?]") then return end
   local entry = dir .. "/?.lua;" .. dir .. "/?/init.lua"
   -- the modules found there go into the records' provenance
-  require("specula.provenance").track_dir(dir, entry)
+  require("specula.provenance").track_dir(dir, entry, script)
   if (";" .. package.path .. ";"):find(";" .. entry .. ";", 1, true) then return end
   package.path = package.path .. ";" .. entry
 end

@@ -474,7 +474,20 @@ function M.run(agent, opts)
     error(run, 0)
   end
   if o.light then run.acc = new_agg() end
-  local results = run_all(run, queries, function() end, nil)
+  -- the records say where they came from, as the command line's do: the
+  -- script (opts.script, else the one `specula run` started), the queries
+  -- (format "api": the digest of their records as given), the configuration
+  -- (not a light record: it keeps only the answer and the counters)
+  local qrecs = {}
+  for i, q in ipairs(queries) do qrecs[i] = q.record or { id = q.id, query = q.query } end
+  local okq, qtext = pcall(json.canonical, json.array(qrecs))
+  M.prov_of({ version = version, agent = provlib.agent(opts.script, true),
+              input = { file = json.null, format = "api", sha256 = provlib.sha256_hex(okq and qtext or "") } },
+            agent, o, run)
+  local built, raw, qd = run.prov, provlib.raw, provlib.query
+  local results = run_all(run, queries, not o.light and function(rec, _, q)
+    rec.provenance = json.decode(json.canonical(raw(built, qd(q))))
+  end or function() end, nil)
   if sched.clock() ~= prev_clock then sched.set_clock(prev_clock) end
   local cst = own_cassette and cassette.close()
   if cst and cst.failed then write_failed(cst.failed.what, cst.failed.err) end
