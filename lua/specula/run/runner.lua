@@ -484,9 +484,12 @@ function M.run(agent, opts)
   M.prov_of({ version = version, agent = provlib.agent(opts.script, true),
               input = { file = json.null, format = "api", sha256 = provlib.sha256_hex(okq and qtext or "") } },
             agent, o, run)
-  local built, raw, qd = run.prov, provlib.raw, provlib.query
+  -- (the parts every record shares are one table each: read them, do not
+  -- change them)
+  local t, qd = run.prov.t, provlib.query
   local results = run_all(run, queries, not o.light and function(rec, _, q)
-    rec.provenance = json.decode(json.canonical(raw(built, qd(q))))
+    rec.provenance = { version = t.version, agent = t.agent, input = t.input, config = t.config, run = t.run,
+                       query = qd(q) }
   end or function() end, nil)
   if sched.clock() ~= prev_clock then sched.set_clock(prev_clock) end
   local cst = own_cassette and cassette.close()
