@@ -117,6 +117,23 @@ describe("sharded sweeps", function()
     assert.is_truthy(H.read(dir .. "/report.html"))
   end)
 
+  it("says when a shard's results cannot equal one machine's: state the queries share (a learning predictor)",
+    function()
+    local paste = H.root .. "/examples/paste_research.lua"
+    for _, extra in ipairs({ {}, { "--compare", "sequential,spechop:k=2" } }) do
+      local args = { "run", paste, "--input", q, "--clock", "virtual", "--shard", "1/3" }
+      for _, a in ipairs(extra) do args[#args + 1] = a end
+      local st, _, err = H.specula(args)
+      assert.equals(0, st, err)
+      assert.matches("specula: note: the agent's predictor learns across queries, and a shard runs one query in 3: "
+        .. "its results (times, not answers) differ from those of one machine running the whole input", err, 1, true)
+    end
+    -- an agent whose queries share nothing: no note
+    local st, _, err = H.specula({ "run", EX, "--input", q, "--clock", "virtual", "--shard", "1/3" })
+    assert.equals(0, st, err)
+    assert.not_matches("note:", err, 1, true)
+  end)
+
   it("refuses shards that do not partition the input, naming what is wrong", function()
     local f = {}
     for i = 0, 3 do

@@ -490,6 +490,7 @@ function M.main(agent, o, src, script)
     by_run[run.prov.run], by_name[c.name] = ci, ci
     runs[ci] = run
   end
+  runner.note_shard(runs[1], o)
   local skip, learnt = {}, {}
   if o.out then
     local names = {}

@@ -249,6 +249,27 @@ end
 -- were emitted; with keep = false the list stays empty and each record
 -- goes once emitted (a large batch keeps none). One driver task runs the
 -- whole batch: windows report to a group as they finish.
+-- A sharded run whose queries share state: each shard has its own, so the
+-- merged results differ from one machine's; said once on stderr.
+function M.note_shard(run, o)
+  local shared = o.shard and M.shared_state(run)
+  if shared and not o.quiet then
+    require("specula.secrets").stderr(format("specula: note: %s, and a shard runs one query in %d: its "
+      .. "results (times, not answers) differ from those of one machine running the whole input\n", shared,
+      o.shard[2]))
+  end
+end
+
+-- What the queries of a run share, which makes a query's result depend on
+-- the others (nil if nothing): said in the notes of the virtual clock's
+-- serial order and of --shard.
+function M.shared_state(run)
+  return run.learn and "the agent's predictor learns across queries"
+    or run.kauto and "--k auto estimates alpha and beta over the whole run"
+    or run.policy.rate_class and ("the policy's class '" .. tostring(run.policy.rate_class)
+      .. "' has a rate, shared by the whole run")
+end
+
 local run_batch
 
 -- A task with no parent, started from the loop (not from inside the
@@ -301,10 +322,7 @@ run_batch = function(run, queries, emit, progress, keep)
   -- its queries one at a time in input order, as --concurrency 1 does (it
   -- costs little: nothing waits in real time, and each query is timed
   -- from its own start).
-  local shared = run.learn and "the agent's predictor learns across queries"
-    or run.kauto and "--k auto estimates alpha and beta over the whole run"
-    or run.policy.rate_class and ("the policy's class '" .. tostring(run.policy.rate_class)
-      .. "' has a rate, shared by the whole run")
+  local shared = M.shared_state(run)
   if shared and conc > 1 and sched.clock() == "virtual" then
     if not run.serial_noted and not o.quiet then
       run.serial_noted = true
@@ -543,6 +561,7 @@ function M.main(agent, args, script)
   -- every record says where it came from; a resumed --out must come from here
   local base = M.prov_base(o, src, script)
   M.prov_of(base, agent, o, run)
+  M.note_shard(run, o)
   local skip, nprev = {}, 0
   -- a predictor that learns across queries is kept beside --out
   local predstate = require "specula.run.predstate"
