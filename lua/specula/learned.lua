@@ -1729,6 +1729,8 @@ function Learned:restore(st) return restore(self, st, "learned predictor state")
 function Learned:save(path)
   local ok, text = pcall(canonical, self:state())
   if not ok then return nil, "learned predictor save: " .. tostring(text) end
+  -- a model keeps argument values it saw: no known secret goes to disk
+  text = require("specula.secrets").scrub_json(text, nil, { canonical = true })
   local tmp = path .. ".tmp"
   local f, err = io.open(tmp, "w")
   if not f then return nil, "learned predictor save: " .. tostring(err) end

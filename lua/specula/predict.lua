@@ -204,8 +204,11 @@ end
 function Ngram:save(path)
   local f, err = io.open(path, "w")
   if not f then return nil, "predictor save: " .. tostring(err) end
-  f:write(json.canonical(self:state()), "\n")
-  f:close()
+  -- the counts are keyed by calls and their arguments: no known secret goes to disk
+  local okw, werr = f:write(require("specula.secrets").scrub_json(json.canonical(self:state()), nil,
+    { canonical = true }), "\n")
+  local okc, cerr = f:close()
+  if not okw or not okc then return nil, "predictor save: " .. path .. ": " .. tostring(werr or cerr) end
   return true
 end
 

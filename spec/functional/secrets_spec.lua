@@ -350,6 +350,41 @@ return specula.agent {
     assert.equals(3, n)
   end)
 
+  it("a learning predictor's state beside --out and its saved model hold no secret it learnt", function()
+    local secret = "learnt-secret-31337"
+    local out, model = tmp("pred.jsonl"), tmp("model.json")
+    local inp = tmp("pin.jsonl")
+    local f = assert(io.open(inp, "w"))
+    for i = 1, 4 do f:write(cjson.encode({ id = "q" .. i, query = "q" .. i }), "\n") end
+    f:close()
+    local st, _, se = run([[
+local specula = require "specula"
+local v = os.getenv("MY_TOKEN")
+local P = specula.predict.learned {}
+local n = 0
+return specula.agent {
+  tools = { t = { call = function(args) return "ok" end } },
+  predict = P,
+  policy = { t = "full" },
+  init = function(q) return { n = 0 } end,
+  step = function(s)
+    if s.n < 2 then return { segment = "call", action = { tool = "t", args = { key = v, n = s.n } } } end
+    n = n + 1
+    if n == 4 then assert(P:save(os.getenv("MODEL"))) end
+    return { final = "done" }
+  end,
+  update = function(s) return { n = s.n + 1 } end,
+}
+]], { "--input", inp, "--out", out, "--clock", "virtual", "--quiet" }, { MY_TOKEN = secret, MODEL = model })
+    assert.equals(0, st, se)
+    local state = H.read(out .. ".predictor")
+    assert.truthy(state and state:find("[redacted]", 1, true), state)
+    clean(state, secret, "the predictor's state beside --out")
+    local saved = H.read(model)
+    assert.truthy(saved and saved:find("[redacted]", 1, true), saved)
+    clean(saved, secret, "the predictor's saved model")
+  end)
+
   it("does not over-reach: a base URL from the environment stays readable in errors, short values stay", function()
     local out = tmp("out.jsonl")
     local st, _, se = run(ONE_TOOL:format([[specula.tools.http { url = "{env.SEARCH_BASE}/status/503?q={q}",

@@ -8,8 +8,10 @@
 -- from the configured model instead. The run writes the predictor's
 -- state() when it ends (normally or on a signal; a --compare run after
 -- each configuration) with what it covers: the run's provenance digest and
--- the input positions of the records it learnt, by digest. A resume restores it only when both match the records the file
--- holds; otherwise it says the predictions of the rest may differ.
+-- the input positions of the records it learnt, by digest. A resume
+-- restores it only when both match the records the file holds; otherwise
+-- it says the predictions of the rest may differ. The file is scrubbed of
+-- every known secret, as every output is (a model learns argument values).
 local json = require "specula.json"
 local crypto = require "specula.crypto"
 local stderr = require("specula.secrets").stderr
@@ -45,7 +47,7 @@ function M.entry(P, positions)
   local d, n = digest(positions)
   local ok, text = pcall(json.canonical, { learnt = d, n = n, state = P:state() })
   if not ok then return nil, "cannot encode the predictor's state: " .. tostring(text) end
-  return text
+  return require("specula.secrets").scrub_json(text, nil, { canonical = true })
 end
 
 --- The entries of the file at path: a table by run digest, or nil and why.
