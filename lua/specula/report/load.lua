@@ -254,7 +254,11 @@ local function load_trace(path)
       end
     end
   end
-  return procs
+  -- the runs it says it holds (a trace written before it said so, or by
+  -- another program: nil)
+  local sp = T(doc.specula)
+  local runs = sp and T(sp.runs) or nil
+  return procs, runs
 end
 M.trace = load_trace
 

@@ -200,7 +200,23 @@ end
 local function timeline_section(configs, records, o)
   local tl, caption
   if o.trace then
-    local procs = load.trace(o.trace)
+    local procs, truns = load.trace(o.trace)
+    -- the trace must come from a run whose records are here: otherwise its
+    -- timeline would stand beside another run's figures
+    if truns and #truns > 0 then
+      local mine, first = {}, nil
+      for _, r in ipairs(records) do
+        local p = type(r.provenance) == "table" and r.provenance.run
+        if type(p) == "string" then mine[p] = true first = first or p end
+      end
+      local shared = false
+      for _, d in ipairs(truns) do if mine[d] then shared = true end end
+      if first and not shared then
+        fail(string.format("trace '%s' was written by another run than the records: provenance.run %s there, %s "
+          .. "in the records; give the trace the same `specula run` wrote with them", o.trace,
+          tostring(truns[1]):sub(1, 12), first:sub(1, 12)))
+      end
+    end
     local chosen
     if o.query then
       for _, p in pairs(procs) do

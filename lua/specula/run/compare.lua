@@ -614,7 +614,11 @@ function M.main(agent, o, src, script)
     local ok, err = out:close()
     if not ok then records.write_failed(what, err) end
   end
-  if trace_f then tracewriter.write(trace_f, o.trace, trace_events, trace_entries) end
+  if trace_f then
+    local digests = {}
+    for ci = 1, #configs do digests[ci] = runs[ci].prov.run end
+    tracewriter.write(trace_f, o.trace, trace_events, trace_entries, digests)
+  end
   -- agreement pairs queries by position: not meaningful on a partial run
   local rows = M.rows(configs, all, interrupted,
     agree_base and not interrupted and tally.agree_keys(tallies, agree_base, all) or nil)

@@ -630,7 +630,7 @@ function M.main(agent, args, script)
   if trace_f then
     local entries = {}
     for _, r in ipairs(results) do entries[#entries + 1] = tracewriter.entry(r, o) end
-    tracewriter.write(trace_f, o.trace, run.trace_out, entries)
+    tracewriter.write(trace_f, o.trace, run.trace_out, entries, { run.prov.run })
   end
   if not o.quiet then require("specula.secrets").stderr(aggregate.summary_text(agg, run), "\n") end
   local cst = cassette.close()

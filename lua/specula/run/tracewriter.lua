@@ -63,9 +63,11 @@ function M.entry(r, o, config)
 end
 
 -- Write the trace file f (opened at `path` before the run, so a path that
--- cannot be written fails early): the events gathered in `events` and the
--- queries' entries (M.entry).
-function M.write(f, path, events, entries)
+-- cannot be written fails early): the events gathered in `events`, the
+-- queries' entries (M.entry) and the provenance.run digests of the runs it
+-- holds (one per --compare configuration), which `specula report --trace`
+-- checks against the records it is given.
+function M.write(f, path, events, entries, runs)
   if secrets.count() > 0 then
     -- each event and entry is one JSON object: scrubbed on its own, so
     -- the file stays valid JSON
@@ -75,7 +77,8 @@ function M.write(f, path, events, entries)
     events, entries = ev, en
   end
   local parts = { '{"displayTimeUnit":"ms","traceEvents":[\n', table.concat(events, ",\n"),
-                  '\n],"specula":{"version":1,"queries":[\n', table.concat(entries, ",\n"), "\n]}}\n" }
+                  '\n],"specula":{"version":1,"runs":', json.encode(json.array(runs or {})), ',"queries":[\n',
+                  table.concat(entries, ",\n"), "\n]}}\n" }
   records.write_whole(f, path, "--trace file", parts)
 end
 
