@@ -1208,10 +1208,11 @@ local function pack(...) return { n = select("#", ...), ... } end
 -- comes back. The tape holds, per job, its length from launch to result
 -- (ms), when its code began (code: after the job's wait in the queue) and
 -- when it first waited (first: its first exchange, sleep or wait on a
--- task; none if it never waited). A replay starts the job's code when it
--- began, so what the code sets off before its first wait (predictions)
--- happens when it did, and time the code spends computing (CPU) is spent
--- again in its place, not after the recorded time; from there its own
+-- task; none if it never waited). A replay on the real clock starts the
+-- job's code when it began, so time the code spends computing (CPU) is
+-- spent again in its place, not after the recorded time; on the virtual
+-- clock (computing takes no time) when it first waited, or at its end if it
+-- never waited (code_start); from there its own
 -- sleeps end when they ended (sleeps: when each was to end), its exchanges
 -- leave at their recorded offsets from the job's launch and answer their
 -- recorded latency later, and its result is held until the recorded length
@@ -1219,6 +1220,21 @@ local function pack(...) return { n = select("#", ...), ... } end
 -- length, never added to it. (A tape without code, written before it was
 -- kept, starts the code at first, or at the end for a job that never
 -- waited.)
+-- When a replayed job's code starts (ms from its launch). On the real clock
+-- when it began in the recording: the code computes again, so a
+-- computation before its first wait must take its place, not come after
+-- it. On the virtual clock computing takes no time: the code starts when it
+-- first waited (what it set off just before happens then), and a job that
+-- never waited runs at its end (measured closer to the recording, under
+-- valgrind's slow code too, than starting it when it began). A tape
+-- without code: the same on both clocks.
+local function code_start(rec)
+  local code = rec.code
+  if type(code) == "number" and sched.clock() ~= "virtual" then return code end
+  if type(rec.first) == "number" then return rec.first end
+  return rec.ms
+end
+
 local function wrap_job(name, f, how, pathf)
   return function(...)
     local st = M.state
@@ -1238,8 +1254,7 @@ local function wrap_job(name, f, how, pathf)
     local rec, n = take(st, scope, qscope, key, nil, true)
     if rec and type(rec.ms) == "number" then
       J.rec = rec
-      sleep_until(J.born + (type(rec.code) == "number" and rec.code
-                            or type(rec.first) == "number" and rec.first or rec.ms))
+      sleep_until(J.born + code_start(rec))
     else
       rec = nil
     end
