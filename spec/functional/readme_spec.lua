@@ -355,3 +355,21 @@ describe("README", function()
     end)
   end)
 end)
+
+describe("README's test command", function()
+  -- CI must run exactly the command the README gives (one place to read
+  -- what "the tests pass" means)
+  it("is one ctest line that .ci/run runs verbatim, on every core", function()
+    local readme = assert(H.read(H.root .. "/README.md"))
+    local sec = assert(readme:match("Run all tests.-```sh\n(.-)\n```"), "no test command in README.md")
+    assert.is_nil(sec:find("\n"), "more than one line: " .. sec)
+    assert.matches("^ctest %-%-test%-dir build ", sec)
+    assert.matches('-j"$(nproc)"', sec, 1, true)
+    local ci = assert(H.read(H.root .. "/.ci/run"), "no .ci/run")
+    local found
+    for l in ci:gmatch("[^\n]+") do
+      if l == sec or l:sub(1, #sec + 1) == sec .. " " then found = l end
+    end
+    assert.is_string(found, ".ci/run does not run the README's test command: " .. sec)
+  end)
+end)

@@ -158,6 +158,8 @@ struct ts_conn {
   size_t fsplit;        /* /file split offset */
   size_t fstep;         /* /file piece size */
   int fcut;             /* /file?cut=N: close (FIN) after flen bytes, body unfinished */
+  char gate[48];        /* gate=KEY of /file or /reflect: the rest waits for /release ("" none) */
+  uint64_t hold;        /* ms a gated rest waits for its /release before it goes anyway */
   char chdr[24];        /* chunk-size line for the last /big chunk */
 };
 
@@ -1307,6 +1309,25 @@ static int ts_load_file(ts_server *s, ts_str name, char **data, size_t *len) {
 }
 
 static void ts_on_file(uv_timer_t *t);
+static void ts_on_gate_timeout(uv_timer_t *t);
+
+/* gate=KEY[&hold=MS] of /file and /reflect: after the first piece the rest
+   waits for /release?gate=KEY (or hold ms, 10 s by default) instead of the
+   pause, so a client that reads the first piece before it releases the
+   rest sees the pieces apart however slow it runs. */
+static int ts_set_gate(ts_conn *c, const ts_req *r) {
+  const ts_str *gate = ts_param(r, "gate");
+  c->gate[0] = '\0';
+  if (ts_param_u64(r, "hold", 10000, &c->hold))
+    return -1;
+  if (!gate)
+    return 0;
+  if (gate->n == 0 || gate->n >= sizeof c->gate)
+    return -1;
+  memcpy(c->gate, gate->p, gate->n);
+  c->gate[gate->n] = '\0';
+  return 0;
+}
 
 /* Send the next /file piece as one chunk; returns 1 if more are scheduled. */
 static int ts_file_step(ts_conn *c) {
@@ -1336,11 +1357,22 @@ static int ts_file_step(ts_conn *c) {
   }
   ts_flush(c);
   ts_buf_trim(&c->obuf);
+  if (c->gate[0])
+    return ts_arm(c, ts_on_gate_timeout, c->hold); /* parked until /release */
   return ts_arm(c, ts_on_file, c->interval);
 }
 
 static void ts_on_file(uv_timer_t *t) {
   ts_conn *c = t->data;
+  if (!ts_file_step(c))
+    ts_response_done(c);
+}
+
+/* Nobody released a gated response in time: it goes on, so a client that
+   never asks for /release fails its checks instead of hanging. */
+static void ts_on_gate_timeout(uv_timer_t *t) {
+  ts_conn *c = t->data;
+  c->gate[0] = '\0';
   if (!ts_file_step(c))
     ts_response_done(c);
 }
@@ -1379,6 +1411,10 @@ static int ts_h_file(ts_conn *c, const ts_req *r) {
   c->fstep = step > len ? (len ? len : 1) : (size_t)step;
   c->fmode = split ? TS_F_SPLIT : chunk ? TS_F_CHUNK : TS_F_WHOLE;
   c->interval = pause;
+  if (ts_set_gate(c, r) != 0) {
+    ts_text(c, 400, "bad gate or hold");
+    return 0;
+  }
   c->mode = TS_M_FILE;
   ts_status_line(c, (int)status);
   ts_buf_adds(&c->obuf, "Cache-Control: no-cache\r\n");
@@ -1506,14 +1542,15 @@ static int ts_encode(ts_buf *b, const char *enc, const unsigned char *v, size_t 
 }
 
 /* /reflect?h=NAME&enc=E[&pre=N][&pad=0][&wrap=text|json|sse][&bin=1]
-   [&split=K&pause=MS][&status=S]: the value of request header NAME (the
+   [&split=K&pause=MS[&gate=KEY]][&status=S]: the value of request header NAME (the
    body without h) echoed back, encoded as E (raw, pct, pctl, plus, json,
    jsona, jsonu, html, htmlx, htmln, b64, b64url, hex, HEX; see ts_encode),
    inside "got <...> ok" (wrap=text, the default), a JSON object
    {"echo": ...} (json), or an OpenAI-style SSE stream whose content
    holds it (sse). bin=1 puts two bytes that are not UTF-8 in front. With
    split=K the body goes in two chunks cut K bytes into the encoded value,
-   pause ms apart (a secret cut across two chunks of a stream). */
+   pause ms apart (a secret cut across two chunks of a stream); with
+   gate=KEY as well, the second waits for /release?gate=KEY (ts_set_gate). */
 static int ts_h_reflect(ts_conn *c, const ts_req *r) {
   const ts_str *h = ts_param(r, "h"), *enc = ts_param(r, "enc"), *wrap = ts_param(r, "wrap");
   const ts_str *split = ts_param(r, "split"), *bin = ts_param(r, "bin");
@@ -1594,6 +1631,10 @@ static int ts_h_reflect(ts_conn *c, const ts_req *r) {
   c->fstep = 0;
   c->fmode = TS_F_SPLIT;
   c->interval = pause;
+  if (ts_set_gate(c, r) != 0) {
+    ts_text(c, 400, "bad gate or hold");
+    return 0;
+  }
   c->mode = TS_M_FILE;
   ts_status_line(c, (int)status);
   ts_buf_adds(&c->obuf, "Cache-Control: no-cache\r\n");
@@ -1603,6 +1644,28 @@ static int ts_h_reflect(ts_conn *c, const ts_req *r) {
     return 0;
   }
   return ts_file_step(c);
+}
+
+/* /release[?gate=KEY]: every gated /file or /reflect response (of that
+   key; without one, of any key) parked after its first piece sends the
+   rest; answers with how many were released. */
+static int ts_h_release(ts_conn *c, const ts_req *r) {
+  const ts_str *key = ts_param(r, "gate");
+  unsigned n = 0;
+  for (ts_conn *o = c->srv->conns; o; o = o->next) {
+    if (o == c || !o->gate[0] || o->mode != TS_M_FILE || !o->fphase ||
+        (key && (strlen(o->gate) != key->n || memcmp(o->gate, key->p, key->n) != 0)))
+      continue;
+    o->gate[0] = '\0';
+    uv_timer_stop(&o->timer);
+    n++;
+    if (!ts_file_step(o))
+      ts_response_done(o);
+  }
+  char msg[32];
+  snprintf(msg, sizeof msg, "released %u", n);
+  ts_text(c, 200, msg);
+  return 0;
 }
 
 /* Route one request.  Returns 1 if the response continues asynchronously. */
@@ -1680,6 +1743,8 @@ static int ts_dispatch(ts_conn *c, const ts_req *r) {
     return ts_h_file(c, r);
   if (ts_eq(p, "/reflect"))
     return ts_h_reflect(c, r);
+  if (ts_eq(p, "/release"))
+    return ts_h_release(c, r);
   if (ts_eq(p, "/stats"))
     return ts_h_stats(c);
   ts_text(c, 404, "not found");
@@ -1878,7 +1943,9 @@ static const char TS_HELP[] =
   "                          the rest; or [chunk=N] N-byte pieces with pauses;\n"
   "                          [pause=MS] between pieces (5); [status=S];\n"
   "                          [ctype=TYPE] (default text/event-stream);\n"
-  "                          [cut=N] only N bytes, then close mid-body\n"
+  "                          [cut=N] only N bytes, then close mid-body;\n"
+  "                          [gate=KEY[&hold=MS]] after the first piece the rest\n"
+  "                          waits for /release?gate=KEY (at most MS, 10000)\n"
   "  /reflect?h=NAME&enc=E   the value of request header NAME (without h: the\n"
   "                          body) echoed back encoded as E: raw, pct, pctl,\n"
   "                          plus, json, jsona, jsonu, html, htmlx, htmln, b64,\n"
@@ -1887,7 +1954,9 @@ static const char TS_HELP[] =
   "                          inside \"got <...> ok\", {\"echo\": ...} or an\n"
   "                          OpenAI-style stream; [bin=1] two non-UTF-8 bytes\n"
   "                          first; [split=K&pause=MS] two chunks cut K bytes\n"
-  "                          into the value; [status=S]\n"
+  "                          into the value; [gate=KEY] as for /file; [status=S]\n"
+  "  /release[?gate=KEY]     sends the rest of every gated /file or /reflect\n"
+  "                          response of that key (or of any key)\n"
   "  /stats                  JSON counters: accepted, open, closed, stall_open,\n"
   "                          requests\n"
   "  anything else           404 \"not found\"\n"

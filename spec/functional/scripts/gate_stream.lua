@@ -3,16 +3,26 @@
 -- so the streamed-name trigger sees send_email first. The policy (a function,
 -- or a per-tool table: arg[3]) forbids send_email; the predictor proposes it
 -- with confidence 0.99. Prints one JSON line of counts.
+-- The server holds each stream after the tool names (gate=QUERY ID) until
+-- the early lookup they trigger asks /release?gate=QUERY ID: the names
+-- arrive apart from the rest however slow the machine is (a pause alone
+-- raced the clock under valgrind); a stream nobody releases goes on after
+-- the server's hold (10 s), and the counts below then fall short.
 -- usage: specula run gate_stream.lua BASE_URL FIXTURE function|table
 local specula = require "specula"
 local json = specula.json
 local BASE, FIXTURE, FORM = arg[1], arg[2], arg[3] or "function"
 
-local client = specula.llm.anthropic.new {
-  api_key = "sk-test-not-a-secret", model = "claude-test",
-  messages_url = BASE .. "/file?path=" .. FIXTURE .. "&split=" .. arg[4] .. "&pause=40",
-  retry = { base_ms = 1, max_retries = 0 },
-}
+-- one client per query: each query's stream has its own gate
+local clients = {}
+local function client(id)
+  clients[id] = clients[id] or specula.llm.anthropic.new {
+    api_key = "sk-test-not-a-secret", model = "claude-test",
+    messages_url = BASE .. "/file?path=" .. FIXTURE .. "&split=" .. arg[4] .. "&gate=" .. id,
+    retry = { base_ms = 1, max_retries = 0 },
+  }
+  return clients[id]
+end
 
 local early = { send_email = 0, lookup = 0 }
 local policies = {
@@ -24,7 +34,10 @@ local agent = specula.agent {
   policy = policies[FORM],
   tools = {
     lookup = function(args, ctx)
-      if ctx.predicted then early.lookup = early.lookup + 1 end
+      if ctx.predicted then
+        early.lookup = early.lookup + 1
+        assert(specula.http.request { url = BASE .. "/release?gate=" .. ctx.id })
+      end
       return "page " .. tostring(args.q)
     end,
     send_email = function(args, ctx)
@@ -39,7 +52,7 @@ local agent = specula.agent {
   init = function(q) return { h = 0 } end,
   step = function(s, ctx)
     if s.h >= 3 then return { final = "done" } end
-    local r = assert(client:chat { messages = { { role = "user", content = "hop " .. s.h } },
+    local r = assert(client(ctx.id):chat { messages = { { role = "user", content = "hop " .. s.h } },
                                    on_tool_name = ctx.on_tool_name })
     -- the block the model acts on is the last one
     local call = r.tool_calls[#r.tool_calls]
