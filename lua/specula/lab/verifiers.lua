@@ -611,6 +611,12 @@ function M.read_results(path)
         f:close()
         return nil, format("%s:%d: not a JSON object (a results file has one record per line)", path, lineno)
       end
+      -- an edited provenance is refused, as by every reader of records
+      local okp, perr = require("specula.provenance").check_record(r, path, lineno)
+      if not okp then
+        f:close()
+        return nil, perr, "provenance"
+      end
       recs[#recs + 1] = r
     end
   end
@@ -698,7 +704,8 @@ end
 function M.load_source(src)
   if C.sp_host_path_kind(src) == 1 then
     -- a file is taken for a results file: one that is not says so too
-    local recs, err = M.read_results(src)
+    local recs, err, what = M.read_results(src)
+    if not recs and what == "provenance" then return nil, err end
     if not recs then return nil, M.file_message(src) .. " (" .. err .. ")" end
     if not M.has_candidates(recs) then return nil, M.file_message(src) end
     return M.from_results(recs)

@@ -112,8 +112,8 @@ function M.read(path, opts)
           .. "program), so this run cannot tell whether it came from the same agent, input and options. Give a "
           .. "new --out file, or finish this one with the specula that wrote it", where))
       end
-      local ok, why = prov.check(p)
-      if not ok then refuse(format("%s: %s; give a new --out file", where, why)) end
+      local ok, why = prov.check_record(r, path, ln)
+      if not ok then refuse(format("%s; give a new --out file", why)) end
       local mine, merr = opts.prov_of(r)
       if not mine then refuse(format("%s: %s", where, merr)) end
       mine_input = mine.t.input
