@@ -50,7 +50,11 @@ function M.secret_env(args)
         return nil, "--secret-env: '" .. name .. "' is not the name of an environment variable"
       end
       local v = os.getenv(name)
-      if v ~= nil and not require("specula.secrets").declare(v, "$" .. name) then
+      if v == nil then
+        -- nothing to protect: say so, or the user believes a value is hidden
+        io.stderr:write("specula: warning: --secret-env " .. name .. ": the variable is not set; no value is "
+          .. "scrubbed for it\n")
+      elseif not require("specula.secrets").declare(v, "$" .. name) then
         io.stderr:write("specula: warning: --secret-env " .. name .. ": the value is shorter than "
           .. require("specula.secrets").MIN_BYTES .. " bytes and cannot be told from ordinary text; it is not scrubbed\n")
       end
