@@ -579,9 +579,11 @@ function M.agent_replay(res, vs, dir, script, input)
 end
 
 -- Parse --k: the number of threads, or math.huge for inf | nil, err.
+-- The text is read as every --k is (specula.opts: digits, inf or
+-- infinity; not "Inf" or "1e999", which tonumber would take for inf).
 local function parse_k(v)
-  local ok, k = pcall(optslib.check, "specula verifiers", "k", v == "inf" and math.huge or tonumber(v), 1)
-  if not ok or k == 0 then return nil, "--k must be an integer >= 1 or inf, got '" .. tostring(v) .. "'" end
+  local k = type(v) == "string" and optslib.parse("k", v) or nil
+  if not k or k == 0 then return nil, "--k must be an integer >= 1 or inf, got '" .. tostring(v) .. "'" end
   return k
 end
 M.parse_k = parse_k
