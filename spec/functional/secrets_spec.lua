@@ -385,7 +385,7 @@ return specula.agent {
     clean(saved, secret, "the predictor's saved model")
   end)
 
-  it("--secret-env NAME of a variable that is not set says so on stderr", function()
+  it("--secret-env NAME of a variable that is not set says so on stderr (an error with --strict-secrets)", function()
     local st, _, se = H.specula({ "theory", "--p", "0.5", "--alpha", "0.2", "--beta", "0.1", "--secret-env",
       "SPECULA_SURELY_UNSET_VAR" })
     assert.equals(0, st, se)
@@ -395,6 +395,20 @@ return specula.agent {
       { MY_SET = "a-value-long-enough" })
     assert.equals(0, st, se)
     assert.is_nil(se:find("--secret-env", 1, true), se)
+    -- --strict-secrets: an unset or too short one is a usage error
+    local so
+    st, so, se = H.specula({ "theory", "--p", "0.5", "--alpha", "0.2", "--beta", "0.1", "--secret-env",
+      "SPECULA_SURELY_UNSET_VAR", "--strict-secrets" })
+    assert.equals(2, st, se)
+    assert.equals("", so)
+    assert.truthy(se:find("--secret-env SPECULA_SURELY_UNSET_VAR: the variable is not set", 1, true), se)
+    st, _, se = H.specula({ "report", "--strict-secrets", "--secret-env", "MY_SHORT", "/nonexistent.jsonl" },
+      { MY_SHORT = "abc" })
+    assert.equals(2, st, se)
+    assert.truthy(se:find("--secret-env MY_SHORT: the value is shorter than 6 bytes", 1, true), se)
+    st, _, se = H.specula({ "theory", "--strict-secrets", "--p", "0.5", "--alpha", "0.2", "--beta", "0.1",
+      "--secret-env", "MY_SET" }, { MY_SET = "a-value-long-enough" })
+    assert.equals(0, st, se)
   end)
 
   it("a secret re-encoded as UTF-16 (little- and big-endian) reaches no record or trace", function()
