@@ -202,12 +202,16 @@ describe("exit statuses as docs/cli.md documents them", function()
     })
   end)
 
-  it("no command, or an unknown one, is a usage error; --help and --version are 0", function()
+  it("no command, an unknown one or a bad --secret-env is a usage error; --help and --version are 0", function()
     check({
       { "no command", 2, {} },
       { "an unknown command", 2, { "frobnicate" } },
       { "--help", 0, { "--help" } },
       { "--version", 0, { "--version" } },
+      { "--secret-env without a NAME", 2, { "theory", "--p", "0.5", "--alpha", "0.2", "--beta", "0.1",
+        "--secret-env" } },
+      { "--strict-secrets with an unset --secret-env", 2, { "theory", "--p", "0.5", "--alpha", "0.2", "--beta",
+        "0.1", "--strict-secrets", "--secret-env", "SPECULA_ES_SURELY_UNSET" } },
     })
   end)
 end)
