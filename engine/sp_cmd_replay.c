@@ -115,8 +115,10 @@ int sp_replay_print(const sp_replay_args *args) {
   char err[512];
   sp_replay_set *set = NULL;
   if (sp_replay_load_file(file, &set, err, sizeof err) != 0) {
+    /* a file that cannot be read or is not a trace: a failure, not a usage
+       mistake (docs/cli.md, exit statuses) */
     fprintf(stderr, "specula replay: %s\n", err);
-    return 2;
+    return 1;
   }
   if (set->warnings) {
     for (const char *w = set->warnings; *w;) {

@@ -102,13 +102,16 @@ end
 -- "off" for a flag, or "none"); required: the usage text says "(required)"
 -- instead (the command's check() enforces it); help: one line or several.
 -- A command: { name =, synopsis =, about =, options =, positional =, epilog = }.
--- Every command takes --help and -h (added here) and --secret-env NAME
--- (taken out of the arguments before the command sees them: specula.cmd).
+-- Every command takes --help and -h (added here), --secret-env NAME and
+-- --strict-secrets (taken out of the arguments before the command sees
+-- them: specula.cmd).
 
 M.GLOBAL = {
   { "--help", "-h", flag = true, key = "help", stop = true, help = "print this text and exit" },
   { "--secret-env", arg = "NAME", help = "the value of $NAME is a secret: no output of the process shows it\n"
     .. "(repeatable; every command takes it)" },
+  { "--strict-secrets", flag = true, help = "a --secret-env NAME that is not set (or too short to scrub) is a\n"
+    .. "usage error instead of a warning" },
 }
 
 local function each_option(cmd, fn)

@@ -208,11 +208,31 @@ local COMMON = { { "n", NUM }, { "at", O_NUM }, { "off", O_NUM }, { "ms", O_NUM 
 local META = { { "query", O_ID }, { "hop", O_NUM }, { "thread", O_NUM }, { "job", O_STR }, { "task", O_NUM },
                { "speculative", O_BOOL }, { "predicted", O_BOOL }, { "phase", O_STR } }
 
+-- The times a line carries (ms): beyond 1e12 ms (31 years) a time is no
+-- recording's (an edited or damaged tape); the clock would cut it to 1e12
+-- ms without a word, so the line is refused instead.
+local MAX_MS = 1e12
+local TIMES = { "at", "off", "ms", "first", "code", "end_ms" }
+local function bad_time(t, path)
+  if type(t) ~= "number" then return nil end
+  if t ~= t or t > MAX_MS or t < -MAX_MS then
+    local text = format("%.15g", t)
+    if tonumber(text) ~= t then text = format("%.17g", t) end
+    return format("field %s is %s ms, not a time a recording holds (at most 1e12 ms): the tape was edited or "
+      .. "damaged", path, t ~= t and "NaN" or text)
+  end
+  return nil
+end
+
 -- nil, or why an exchange line cannot be used.
 local function check_line(v)
   local e
   for _, f in ipairs(COMMON) do
     e = bad(v[f[1]], f[1], f[2])
+    if e then return e end
+  end
+  for _, k in ipairs(TIMES) do
+    e = bad_time(v[k], k)
     if e then return e end
   end
   if v.n < 1 or v.n ~= math.floor(v.n) then return "field n is " .. shown(v.n) .. ", expected a count from 1" end
@@ -230,7 +250,7 @@ local function check_line(v)
     if res == nil and v.err == nil then return "an answered http exchange needs res or err" end
     if res ~= nil then
       e = bad(res, "res", OBJ) or bad(res.status, "res.status", NUM) or bad(res.headers, "res.headers", O_OBJ)
-        or bad_bytes(res.body, "res.body") or bad(res.ms, "res.ms", O_NUM)
+        or bad_bytes(res.body, "res.body") or bad(res.ms, "res.ms", O_NUM) or bad_time(res.ms, "res.ms")
       if e then return e end
       for k, h in pairs(res.headers or {}) do
         if type(h) ~= "string" then return bad(h, "res.headers." .. tostring(k), STR) end
@@ -240,7 +260,7 @@ local function check_line(v)
     if e then return e end
     for i, ev in ipairs(v.events or {}) do
       local p = format("events[%d]", i - 1)
-      e = bad(ev, p, ARR) or bad(ev[1], p .. "[0]", NUM) or bad_bytes(ev[2], p .. "[1]")
+      e = bad(ev, p, ARR) or bad(ev[1], p .. "[0]", NUM) or bad_time(ev[1], p .. "[0]") or bad_bytes(ev[2], p .. "[1]")
       if e then return e end
     end
   elseif kind == "mcp" then

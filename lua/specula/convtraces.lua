@@ -332,6 +332,15 @@ function M.read(path, fmt, out, warn)
         skipped = skipped + 1
         lwarn("not JSON (" .. tostring(derr) .. "): skipped")
       else
+        -- a results record: an edited provenance is refused, as by every
+        -- reader of records (conversations carry none)
+        if type(v) == "table" and v.provenance ~= nil then
+          local okp, perr = require("specula.provenance").check_record(v, path, ln)
+          if not okp then
+            f:close()
+            return nil, perr
+          end
+        end
         local lf = line_format(v)
         if not fmt and lf then fmt = lf end
         local steps, conv

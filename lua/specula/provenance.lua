@@ -480,6 +480,20 @@ function M.check(p)
   return true
 end
 
+--- The one check every command that reads records makes of a record read
+-- from FILE at LINE (report, compare, merge, resume, the labs): true when it
+-- carries no provenance (an older specula wrote it) or a whole one; nil and
+-- "FILE:LINE: why" when its provenance was edited (or is not an object).
+-- One function so that no reader accepts what another refuses.
+function M.check_record(rec, file, line)
+  if type(rec) ~= "table" then return true end
+  local p = rec.provenance
+  if p == nil then return true end
+  local ok, why = M.check(p)
+  if ok then return true end
+  return nil, format("%s:%s: %s", tostring(file), tostring(line), why)
+end
+
 local function short(d) return type(d) == "string" and d:sub(1, 12) or "?" end
 
 local function what_of(v)

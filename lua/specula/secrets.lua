@@ -25,7 +25,9 @@
 --       (JSON text inside a JSON string inside a percent-encoded URL);
 --       inside Base64 (standard and URL-safe, padded or not, at each of the
 --       three alignments, inside a longer run); as hex (either case); and
---       the head or tail of one that an excerpt cut ("abc..." / "...xyz").
+--       the head or tail of one that an excerpt cut ("abc..." / "...xyz",
+--       or with the ellipsis "…" however escaped); and all of it for the
+--       value's UTF-16 text (little- and big-endian) too.
 --       With nothing declared and no extra it returns s at once.
 --   secrets.scrub_message(s [, extra]) -> scrub, then also what looks like a
 --       credential although nobody declared it (Bearer and Basic values,
@@ -291,9 +293,31 @@ function read(s, i, L)
   return out
 end
 
+-- The marks an excerpt is cut with: "..." and the ellipsis "…" (UTF-8, as
+-- an HTML reference or a JSON escape): the head before one, or the tail
+-- after one, of a secret goes whatever the writer cut it with.
+local CUT_MARKS = { "...", "\226\128\166", "&hellip;", "&#8230;", "&#x2026;", "\\u2026" }
+local CUT_FIRST = { [46] = true, [226] = true, [38] = true, [92] = true }
+-- The length of the cut mark at s[p], or nil.
+local function cut_mark_at(s, p)
+  local b = byte(s, p)
+  if not b or not CUT_FIRST[b] then return nil end
+  for q = 1, #CUT_MARKS do
+    local m = CUT_MARKS[q]
+    if sub(s, p, p + #m - 1) == m then return #m end
+  end
+  return nil
+end
+local function has_cut_mark(s)
+  for q = 1, #CUT_MARKS do
+    if find(s, CUT_MARKS[q], 1, true) then return true end
+  end
+  return false
+end
+
 -- Where the bytes k[off..] end if read from s[i..] through DEPTH layers
 -- (the last end of a full match), or nil. With heads: the end of a head
--- of at least 4 bytes that is followed by "..." (an excerpt cut it).
+-- of at least 4 bytes that is followed by a cut mark (an excerpt cut it).
 local function match_at(s, i, k, off, heads)
   local n = #k
   -- bytes that start no escape read as themselves at every layer: walk
@@ -304,7 +328,7 @@ local function match_at(s, i, k, off, heads)
     if b == nil then return nil end
     if STARTER[b] then break end
     if b ~= byte(k, o) then
-      if heads and o - off >= 4 and b == 46 and sub(s, p, p + 2) == "..." then return p end
+      if heads and o - off >= 4 and cut_mark_at(s, p) then return p end
       return nil
     end
     p, o = p + 1, o + 1
@@ -317,7 +341,7 @@ local function match_at(s, i, k, off, heads)
     if byte(alts[q]) == kb then any = true break end
   end
   if not any then
-    if heads and o - off >= 4 and sub(s, p, p + 2) == "..." then return p end
+    if heads and o - off >= 4 and cut_mark_at(s, p) then return p end
     return nil
   end
   local W = n + 2
@@ -349,7 +373,7 @@ local function match_at(s, i, k, off, heads)
             end
           end
         end
-        if heads and o - off >= 4 and b == 46 and sub(s, p, p + 2) == "..." then
+        if heads and o - off >= 4 and cut_mark_at(s, p) then
           if not head or p > head then head = p end
         end
       end
@@ -402,8 +426,43 @@ end
 
 local function hex(s) return (gsub(s, ".", function(c) return format("%02x", byte(c)) end)) end
 
+-- The UTF-16 bytes (little- or big-endian) of UTF-8 text, or nil when it
+-- is not valid UTF-8: a secret that a tool or a file re-encoded so.
+local function utf16(s, big)
+  local out, i, n = {}, 1, #s
+  local function unit(u)
+    local hi, lo = rshift(u, 8), band(u, 0xFF)
+    out[#out + 1] = big and char(hi, lo) or char(lo, hi)
+  end
+  while i <= n do
+    local c = byte(s, i)
+    local cp, len
+    if c < 0x80 then cp, len = c, 1
+    elseif c >= 0xC2 and c < 0xE0 then cp, len = band(c, 0x1F), 2
+    elseif c >= 0xE0 and c < 0xF0 then cp, len = band(c, 0x0F), 3
+    elseif c >= 0xF0 and c < 0xF5 then cp, len = band(c, 0x07), 4
+    else return nil end
+    for q = i + 1, i + len - 1 do
+      local d = byte(s, q)
+      if not d or band(d, 0xC0) ~= 0x80 then return nil end
+      cp = bor(lshift(cp, 6), band(d, 0x3F))
+    end
+    if cp >= 0x10000 then
+      cp = cp - 0x10000
+      unit(0xD800 + rshift(cp, 10))
+      unit(0xDC00 + band(cp, 0x3FF))
+    else
+      unit(cp)
+    end
+    i = i + len
+  end
+  return concat(out)
+end
+M.utf16 = utf16
+
 -- The needles of a list of values: each value's expansions raw (with every
--- form), inside Base64, and as hex.
+-- form), inside Base64, and as hex; and the same of their UTF-16 text
+-- (little- and big-endian).
 local function compile(values)
   local list, seen = {}, {}
   local function add(text, kind)
@@ -414,7 +473,17 @@ local function compile(values)
     end
   end
   for _, v in ipairs(values) do
-    for _, e in ipairs(expand(v, {})) do
+    local forms = expand(v, {})
+    for q = 1, #forms do
+      local f = forms[q]
+      if #f >= MIN then
+        for _, big in ipairs({ false, true }) do
+          local u = utf16(f, big)
+          if u then forms[#forms + 1] = u end
+        end
+      end
+    end
+    for _, e in ipairs(forms) do
       if #e >= MIN then
         add(e, "raw")
         local cores = {}
@@ -599,7 +668,7 @@ local function find_spans(s, list)
   local spans = {}
   local spos = starter_positions(s)
   local starters = spos ~= nil
-  local dots = find(s, "...", 1, true) ~= nil
+  local dots = has_cut_mark(s)
   memo = {}
   local ls, by_first
   for _, nd in ipairs(list) do
@@ -667,14 +736,17 @@ local function find_spans(s, list)
       end
       if heads then
         -- "...tail": the end of a secret whose head an excerpt cut off
-        local p = find(s, "...", 1, true)
-        while p do
-          local at = p + 3
-          for off = 2, #text - 3 do
-            local e = match_at(s, at, text, off)
-            if e then spans[#spans + 1] = { at, e - 1 } break end
+        for q = 1, #CUT_MARKS do
+          local mark = CUT_MARKS[q]
+          local p = find(s, mark, 1, true)
+          while p do
+            local at = p + #mark
+            for off = 2, #text - 3 do
+              local e = match_at(s, at, text, off)
+              if e then spans[#spans + 1] = { at, e - 1 } break end
+            end
+            p = find(s, mark, p + 1, true)
           end
-          p = find(s, "...", p + 1, true)
         end
       end
     end

@@ -62,8 +62,10 @@ describe("docs/ and the binary", function()
       local page = options(read_doc(c[3]))
       local missing = {}
       for o in pairs(options(help(c))) do
-        -- --help and --secret-env: every command takes them (docs/cli.md says so once)
-        if not page[o] and o ~= "--help" and o ~= "--secret-env" then missing[#missing + 1] = o end
+        -- --help, --secret-env and --strict-secrets: every command takes them (docs/cli.md says so once)
+        if not page[o] and o ~= "--help" and o ~= "--secret-env" and o ~= "--strict-secrets" then
+          missing[#missing + 1] = o
+        end
       end
       table.sort(missing)
       assert.same({}, missing)

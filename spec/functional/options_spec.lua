@@ -183,3 +183,44 @@ describe("shared options", function()
     assert.matches('predict_on\tspecula: predict = "on", but the agent has no predictor', out, 1, true)
   end)
 end)
+
+describe("--k's spelling of unbounded", function()
+  local TAPE = H.root .. "/examples/cassette/tape"
+  local function ks(v)
+    local theory = { "theory", "--p", "0.5", "--alpha", "0.2", "--beta", "0.1", "--k", v, "--json" }
+    local script = H.tmpfile("kspell_agent.lua", AGENT)
+    return {
+      theory = { theory },
+      run = { { "run", script, "--query", "x", "--clock", "virtual", "--quiet", "--k", v } },
+      compare_item = { { "run", script, "--query", "x", "--clock", "virtual", "--quiet", "--compare", "spechop:k=" .. v } },
+      verifiers = { { "verifiers", TAPE, "--k", v, "--json" } },
+      replay = { { "replay", "/nonexistent/trace.json", "--k", v } },
+    }
+  end
+
+  it("is inf or infinity in every command (docs/cli.md): the same as inf", function()
+    for _, v in ipairs({ "inf", "infinity" }) do
+      for who, cmds in pairs(ks(v)) do
+        local st, out, err = H.specula(cmds[1])
+        if who == "replay" then
+          -- past the option: the missing trace is what stops it
+          assert.is_nil(err:find("--k", 1, true), who .. " " .. v .. ": " .. err)
+        else
+          assert.equals(0, st, who .. " " .. v .. ": " .. err)
+        end
+        if who == "theory" then assert.matches('"k":"inf"', out:gsub("%s", ""), 1, true) end
+        if who == "verifiers" then assert.matches('"k":"inf"', out, 1, true) end
+      end
+    end
+  end)
+
+  it("refuses any other spelling with a usage error naming it", function()
+    for _, v in ipairs({ "Inf", "INF", "Infinity", "1e999" }) do
+      for who, cmds in pairs(ks(v)) do
+        local st, _, err = H.specula(cmds[1])
+        assert.equals(2, st, who .. " " .. v .. ": " .. err)
+        assert.matches("'" .. v .. "'", err, 1, true)
+      end
+    end
+  end)
+end)

@@ -308,6 +308,25 @@ describe("resume checks provenance", function()
     assert.matches("provenance.query", err, 1, true)
   end)
 
+  it("a query with the same text whose input record's other fields differ: the refusal says what differs", function()
+    local inp = H.tmpfile("res_same_text_in.jsonl", '{"id":"q1","query":"question 1"}\n'
+      .. '{"id":"q2","query":"question 2","topic":"a"}\n')
+    local out = H.tmpfile("res_same_text.jsonl")
+    os.remove(out)
+    assert.equals(0, (run({ "--input", inp, "--out", out })))
+    -- the same file, q2's other field changed (the text is not)
+    H.tmpfile("res_same_text_in.jsonl", '{"id":"q1","query":"question 1"}\n'
+      .. '{"id":"q2","query":"question 2","topic":"b"}\n')
+    local st, _, err = run({ "--input", inp, "--out", out })
+    assert.equals(2, st, err)
+    assert.matches(out .. ":2: provenance.query differs", err, 1, true)
+    assert.matches('with the same text, "question 2", but the other fields of its input record differ', err, 1, true)
+    -- never the same text on both sides as if that were the difference
+    assert.is_nil(err:find('as "question 2", this input reads it as "question 2"', 1, true), err)
+    local r = cjson.decode(lines_of(out)[2])
+    assert.matches(r.provenance.query:sub(1, 12) .. " there", err, 1, true)
+  end)
+
   it("refuses a file written with --k 3 when resumed with --k 2, naming config.k", function()
     local out = H.tmpfile("res_k.jsonl")
     os.remove(out)

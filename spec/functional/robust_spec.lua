@@ -175,6 +175,39 @@ describe("a tape whose fields have the wrong JSON types", function()
     assert.are_not.equal(0, st)
     assert.matches(d .. "/cassette-0001.jsonl:2: http exchange: field events[1][0] is a string", err, 1, true)
   end)
+
+  it("a time no recording holds (a job of 1e300 ms) is refused naming the tape's FILE:LINE, not cut to 1e12", function()
+    local EX = H.root .. "/examples/cassette"
+    local d = tmp("absurd")
+    os.execute("mkdir -p " .. H.quote(d))
+    local lines, at = {}, nil
+    for l in H.read(EX .. "/tape/cassette-0001.jsonl"):gmatch("[^\n]+") do
+      lines[#lines + 1] = l
+      if not at and l:find('"kind":"job"', 1, true) then
+        local n
+        lines[#lines], n = l:gsub('"ms":[%d%.]+', '"ms":1e300', 1)
+        assert.equals(1, n)
+        at = #lines
+      end
+    end
+    assert.truthy(at, "the example tape has a job line")
+    local f = assert(io.open(d .. "/cassette-0001.jsonl", "w"))
+    f:write(table.concat(lines, "\n"), "\n")
+    f:close()
+    local where = string.format("%s/cassette-0001.jsonl:%d: job exchange: field ms is 1e+300 ms", d, at)
+    local st, _, err = H.specula({ "run", EX .. "/agent.lua", "--input", EX .. "/queries.jsonl", "--replay-io", d,
+      "--clock", "virtual", "--out", tmp("absurd.jsonl") },
+      { OPENAI_API_KEY = "any", SEARCH_KEY = "any", CAS_NODE = "/nonexistent/node", SPECULA_SOURCE_DIR = H.root })
+    assert.equals(2, st, err)
+    assert.matches(where, err, 1, true)
+    for _, cmd in ipairs({ { "cassette", "show", d }, { "verifiers", d } }) do
+      local st2, _, err2 = H.specula(cmd)
+      assert.equals(1, st2, err2)
+      assert.matches(where, err2, 1, true)
+    end
+    -- 1e12 ms itself is still a time
+    assert.is_nil(require("specula.cassette").check_line({ kind = "job", key = "k", n = 1, ms = 1e12 }))
+  end)
 end)
 
 describe("--out -", function()

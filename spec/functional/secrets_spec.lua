@@ -434,6 +434,99 @@ return specula.agent {
     clean(saved, secret, "the predictor's saved model")
   end)
 
+  it("--secret-env NAME of a variable that is not set says so on stderr (an error with --strict-secrets)", function()
+    local st, _, se = H.specula({ "theory", "--p", "0.5", "--alpha", "0.2", "--beta", "0.1", "--secret-env",
+      "SPECULA_SURELY_UNSET_VAR" })
+    assert.equals(0, st, se)
+    assert.truthy(se:find("--secret-env SPECULA_SURELY_UNSET_VAR: the variable is not set", 1, true), se)
+    -- a set one says nothing
+    st, _, se = H.specula({ "theory", "--p", "0.5", "--alpha", "0.2", "--beta", "0.1", "--secret-env", "MY_SET" },
+      { MY_SET = "a-value-long-enough" })
+    assert.equals(0, st, se)
+    assert.is_nil(se:find("--secret-env", 1, true), se)
+    -- --strict-secrets: an unset or too short one is a usage error
+    local so
+    st, so, se = H.specula({ "theory", "--p", "0.5", "--alpha", "0.2", "--beta", "0.1", "--secret-env",
+      "SPECULA_SURELY_UNSET_VAR", "--strict-secrets" })
+    assert.equals(2, st, se)
+    assert.equals("", so)
+    assert.truthy(se:find("--secret-env SPECULA_SURELY_UNSET_VAR: the variable is not set", 1, true), se)
+    st, _, se = H.specula({ "report", "--strict-secrets", "--secret-env", "MY_SHORT", "/nonexistent.jsonl" },
+      { MY_SHORT = "abc" })
+    assert.equals(2, st, se)
+    assert.truthy(se:find("--secret-env MY_SHORT: the value is shorter than 6 bytes", 1, true), se)
+    st, _, se = H.specula({ "theory", "--strict-secrets", "--p", "0.5", "--alpha", "0.2", "--beta", "0.1",
+      "--secret-env", "MY_SET" }, { MY_SET = "a-value-long-enough" })
+    assert.equals(0, st, se)
+  end)
+
+  it("a secret re-encoded as UTF-16 (little- and big-endian) reaches no record or trace", function()
+    -- ASCII: the UTF-16 of other letters is not UTF-8, so no record holds it
+    -- (the unit spec covers them, in hex and Base64)
+    local secret = "utf16-secret-Value-88"
+    local out, trace = tmp("out16.jsonl"), tmp("trace16.json")
+    local st, so, se = run([[
+local specula = require "specula"
+local v = os.getenv("MY_VALUE")
+-- UTF-16 of v, by code points (v is UTF-8)
+local function u16(s, big)
+  local t = {}
+  for ch in s:gmatch("[%z\1-\127\194-\244][\128-\191]*") do
+    local cp = ch:byte(1)
+    if #ch == 2 then cp = (cp - 0xC0) * 64 + ch:byte(2) - 0x80 end
+    local hi, lo = math.floor(cp / 256), cp % 256
+    t[#t + 1] = big and string.char(hi, lo) or string.char(lo, hi)
+  end
+  return table.concat(t)
+end
+print("le " .. u16(v) .. " be " .. u16(v, true))
+return specula.agent {
+  init = function(q) return q end,
+  step = function(s) return { final = "le " .. u16(v) .. " be " .. u16(v, true) } end,
+  update = function(s) return s end,
+}
+]], { "--query", "hello", "--out", out, "--trace", trace, "--secret-env", "MY_VALUE" }, { MY_VALUE = secret })
+    assert.equals(0, st, se)
+    assert.truthy(L.utf16(secret), "the check encodes UTF-16 itself")
+    local text = H.read(out)
+    assert.truthy(text:find("[redacted]", 1, true), text)
+    clean(text, secret, "the records")
+    clean(H.read(trace), secret, "the trace")
+    clean(so .. se, secret, "stdout and stderr")
+  end)
+
+  it("a report caption cut inside a secret (with an ellipsis) shows none of its head", function()
+    local secret = "caption-secret-ABCDEFGHIJ-0123"
+    local q = tmp("capq.jsonl")
+    local f = assert(io.open(q, "w"))
+    f:write('{"id":"c1","query":"one"}\n{"id":"c2","query":"two"}\n')
+    f:close()
+    local out = tmp("cap.jsonl")
+    local st, _, se = H.specula({ "run", H.root .. "/examples/multihop_sim.lua", "--clock", "virtual", "--quiet",
+      "--input", q, "--out", out })
+    assert.equals(0, st, se)
+    -- a configuration named with the secret: the report cuts its label
+    -- (at 18, 26 and 28 bytes) inside the secret, with "…"
+    local lines = {}
+    for l in H.read(out):gmatch("[^\n]+") do
+      local r = cjson.decode(l)
+      r.config = "k3 " .. secret
+      lines[#lines + 1] = cjson.encode(r)
+    end
+    local edited = tmp("cap_named.jsonl")
+    f = assert(io.open(edited, "w"))
+    f:write(table.concat(lines, "\n") .. "\n")
+    f:close()
+    local html = tmp("cap.html")
+    st, _, se = H.specula({ "report", edited, "-o", html, "--secret-env", "CAP_SECRET" }, { CAP_SECRET = secret })
+    assert.equals(0, st, se)
+    local page = H.read(html)
+    clean(page, secret, "the report")
+    -- no head of the secret before the cut mark: 4 bytes or more of it
+    assert.is_nil(page:find("k3 " .. secret:sub(1, 4), 1, true), "a cut head of the secret is on the page")
+    assert.truthy(page:find("k3 [redacted]\226\128\166", 1, true), "the cut label is not shown redacted")
+  end)
+
   it("does not over-reach: a base URL from the environment stays readable in errors, short values stay", function()
     local out = tmp("out.jsonl")
     local st, _, se = run(ONE_TOOL:format([[specula.tools.http { url = "{env.SEARCH_BASE}/status/503?q={q}",

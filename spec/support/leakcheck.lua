@@ -10,7 +10,8 @@
 --       and its one-step decodings, the bytes of every Base64 run
 --       (standard and URL-safe, at each of the four character offsets) and
 --       of every hex run (both nibble alignments).
---   L.find(views, secret) -> the index of a view holding secret, or nil
+--   L.find(views, secret) -> the index of a view holding secret (as UTF-8,
+--       UTF-16LE or UTF-16BE text), or nil
 --   L.tape_views(text) -> views of a cassette file: each line's views plus,
 --       for a streamed exchange, the views of its chunks joined
 local cjson = require "cjson"
@@ -161,9 +162,43 @@ function L.views(text)
   return list
 end
 
+-- The UTF-16 bytes of UTF-8 text (big: big-endian), by code points read
+-- with a pattern here (not the scrubber's decoder); nil if not UTF-8.
+function L.utf16(s, big)
+  local out = {}
+  local function unit(u)
+    local hi, lo = math.floor(u / 256), u % 256
+    out[#out + 1] = big and char(hi, lo) or char(lo, hi)
+  end
+  local i, n = 1, #s
+  while i <= n do
+    local ch = s:match("^[\1-\127]", i) or s:match("^[\194-\223][\128-\191]", i)
+      or s:match("^[\224-\239][\128-\191][\128-\191]", i)
+      or s:match("^[\240-\244][\128-\191][\128-\191][\128-\191]", i)
+      or (byte(s, i) == 0 and "\0")
+    if not ch then return nil end
+    local b1, len = byte(ch), #ch
+    local cp = len == 1 and b1 or (b1 % (2 ^ (7 - len)))
+    for q = 2, len do cp = cp * 64 + (byte(ch, q) - 0x80) end
+    if cp >= 0x10000 then
+      unit(0xD800 + math.floor((cp - 0x10000) / 1024))
+      unit(0xDC00 + (cp - 0x10000) % 1024)
+    else
+      unit(cp)
+    end
+    i = i + len
+  end
+  return concat(out)
+end
+
+-- The secret's forms searched in each view: its UTF-8 text and its UTF-16
+-- text, little- and big-endian.
 function L.find(views, secret)
+  local forms = { secret, L.utf16(secret, false), L.utf16(secret, true) }
   for i, v in ipairs(views) do
-    if v:find(secret, 1, true) then return i end
+    for _, f in ipairs(forms) do
+      if v:find(f, 1, true) then return i end
+    end
   end
   return nil
 end

@@ -173,6 +173,61 @@ describe("secrets.scrub", function()
     end
   end)
 
+  it("redacts the head or tail of a secret cut with an ellipsis, whatever its spelling", function()
+    local common = require "specula.report.common"
+    for n = 8, #SECRET + 4 do   -- the report's captions: n bytes and "…"
+      local cap = common.truncate("run " .. SECRET, n)
+      if cap:find("\226\128\166", 1, true) and n - 1 - 4 >= 4 then
+        assert_clean(scrub(cap, { SECRET }), SECRET)
+      end
+    end
+    for _, mark in ipairs({ "\226\128\166", "&hellip;", "&#8230;", "&#x2026;", "\\u2026" }) do
+      for k = 4, #SECRET - 1 do
+        local head = scrub("cut " .. SECRET:sub(1, k) .. mark .. " rest", { SECRET })
+        assert.equals("cut [redacted]" .. mark .. " rest", head)
+      end
+      for k = 4, #SECRET - 4 do
+        assert_clean(scrub("tail " .. mark .. SECRET:sub(k) .. " rest", { SECRET }), SECRET)
+      end
+    end
+    -- a mark after ordinary text is left alone
+    assert.equals("and so on\226\128\166", scrub("and so on\226\128\166", { SECRET }))
+  end)
+
+  it("redacts a secret's UTF-16 text (LE and BE), raw, \\u-escaped, in Base64 and as hex", function()
+    local K = "h\195\169llo-w\195\182rld-\240\159\148\145-key"   -- 2-, 3- and 4-byte sequences
+    -- by hand: the code points, then their UTF-16 units
+    local cps = { 0x68, 0xE9, 0x6C, 0x6C, 0x6F, 0x2D, 0x77, 0xF6, 0x72, 0x6C, 0x64, 0x2D, 0x1F511, 0x2D, 0x6B, 0x65,
+                  0x79 }
+    local function u16(big)
+      local t = {}
+      local function unit(u)
+        local hi, lo = math.floor(u / 256), u % 256
+        t[#t + 1] = big and string.char(hi, lo) or string.char(lo, hi)
+      end
+      for _, cp in ipairs(cps) do
+        if cp >= 0x10000 then
+          unit(0xD800 + math.floor((cp - 0x10000) / 1024))
+          unit(0xDC00 + (cp - 0x10000) % 1024)
+        else unit(cp) end
+      end
+      return table.concat(t)
+    end
+    for _, big in ipairs({ false, true }) do
+      local u = u16(big)
+      assert.equals(u, secrets.utf16(K, big))
+      local hex = u:gsub(".", function(c) return string.format("%02X", c:byte()) end)
+      local esc = u:gsub(".", function(c) return string.format("\\u%04x", c:byte()) end)
+      for _, text in ipairs({ "raw " .. u .. " end", "hex " .. hex .. " end", "hex " .. hex:lower() .. " end",
+                              "b64 " .. b64(u) .. " end", "b64 " .. b64("x" .. u, true, true) .. " end",
+                              "json " .. esc .. " end" }) do
+        local out = scrub(text, { K })
+        assert.is_truthy(out:find("[redacted]", 1, true), text)
+        assert.is_nil(out:find(u:sub(1, 8), 1, true), out)
+      end
+    end
+  end)
+
   it("finds a secret cut across stream chunks at every point, and keeps the chunks' order and times", function()
     local body = 'data: {"t":"' .. SECRET .. '"}\n\ndata: [DONE]\n\n'
     local at = body:find(SECRET, 1, true)

@@ -32,6 +32,20 @@ function M.parse(args)
   return { names = names, pass = pass }
 end
 
+-- A NAME that names no benchmark is a usage mistake (status 2), found
+-- before any benchmark starts.
+function M.check(o)
+  for _, name in ipairs(o.names or {}) do
+    local f = io.open(core.host.root .. "/bench/" .. name .. ".lua", "r")
+    if not f then
+      return "no benchmark '" .. name .. "' (bench/" .. name .. ".lua does not exist; the default set: "
+        .. table.concat(M.ORDER, ", ") .. ")"
+    end
+    f:close()
+  end
+  return nil
+end
+
 function M.main(o)
   local root = core.host.root
   local names, pass = o.names, o.pass

@@ -33,10 +33,16 @@ end
 
 -- --secret-env NAME (any command, anywhere on the line, repeatable): the
 -- value of $NAME is a secret (specula.secrets): no output of the process
--- shows it. Taken out of the arguments before the command sees them.
+-- shows it. Taken out of the arguments before the command sees them, with
+-- --strict-secrets (a NAME that protects nothing is then an error).
 -- Returns the other arguments, or nil and a message.
 function M.secret_env(args)
   local out, i = {}, 1
+  -- --strict-secrets (anywhere): a NAME that protects nothing is an error
+  local strict = false
+  for _, a in ipairs(args) do
+    if a == "--strict-secrets" then strict = true end
+  end
   while i <= #args do
     local a = args[i]
     local name = a:match("^%-%-secret%-env=(.*)$")
@@ -50,11 +56,17 @@ function M.secret_env(args)
         return nil, "--secret-env: '" .. name .. "' is not the name of an environment variable"
       end
       local v = os.getenv(name)
-      if v ~= nil and not require("specula.secrets").declare(v, "$" .. name) then
-        io.stderr:write("specula: warning: --secret-env " .. name .. ": the value is shorter than "
-          .. require("specula.secrets").MIN_BYTES .. " bytes and cannot be told from ordinary text; it is not scrubbed\n")
+      local why
+      if v == nil then
+        -- nothing to protect: say so, or the user believes a value is hidden
+        why = "--secret-env " .. name .. ": the variable is not set; no value is scrubbed for it"
+      elseif not require("specula.secrets").declare(v, "$" .. name) then
+        why = "--secret-env " .. name .. ": the value is shorter than " .. require("specula.secrets").MIN_BYTES
+          .. " bytes and cannot be told from ordinary text; it is not scrubbed"
       end
-    else
+      if why and strict then return nil, why .. " (--strict-secrets)" end
+      if why then io.stderr:write("specula: warning: " .. why .. "\n") end
+    elseif a ~= "--strict-secrets" then   -- that one was read above
       out[#out + 1] = a
     end
     i = i + 1

@@ -105,6 +105,12 @@ function M.read_records(files, who)
           f:close()
           sched.plain_error(format("%s: %s:%d: the record has no id", who, path, n))
         end
+        -- the check every reader of records makes (specula.provenance)
+        local okp, perr = require("specula.provenance").check_record(r, path, n)
+        if not okp then
+          f:close()
+          sched.plain_error(who .. ": " .. perr)
+        end
         out[#out + 1] = { file = path, line = n, text = text, rec = r }
       end
     end
@@ -144,8 +150,8 @@ local function check_provenance(entries, input_digest, input_path)
         fail(format("%s carries no provenance (written by an older specula) and %s does: these files are not from "
           .. "one sweep", where(none_e), where(e)))
       end
-      local ok, why = prov.check(p)
-      if not ok then fail(where(e) .. ": " .. why) end
+      local ok, why = prov.check_record(e.rec, e.file, e.line)
+      if not ok then fail(why) end
       if not ref then
         ref, ref_e = p, e
         if input_digest and input_sha(p) ~= input_digest then

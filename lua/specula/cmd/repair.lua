@@ -43,8 +43,11 @@ local function fail(msg)
 end
 
 --- The complete records of `text`, the dropped lines ({ line =, why = })
--- and the number of blank lines (removed too).
-function M.split(text)
+-- and the number of blank lines (removed too). With `path`, a complete
+-- record whose provenance was edited stops it: nil and "FILE:LINE: why"
+-- (the check every reader of records makes; repair mends cut lines, it
+-- does not pass on edited ones).
+function M.split(text, path)
   local keep, dropped, blank, ln, pos, n = {}, {}, 0, 0, 1, #text
   while pos <= n do
     local nl = text:find("\n", pos, true)
@@ -59,6 +62,9 @@ function M.split(text)
       if not ok or r == nil then why = nl and "not JSON" or "cut off (the last line, without its newline)"
       elseif type(r) ~= "table" or r[1] ~= nil then why = "not a JSON object"
       elseif r.id == nil or r.id == json.null then why = "no id"
+      elseif path then
+        local okp, perr = require("specula.provenance").check_record(r, path, ln)
+        if not okp then return nil, perr end
       end
     end
     if why then dropped[#dropped + 1] = { line = ln, why = why }
@@ -78,7 +84,8 @@ function M.main(o)
   local text = f:read("*a")
   f:close()
   if not text then fail(format("cannot read '%s'", path)) end
-  local keep, dropped, blank = M.split(text)
+  local keep, dropped, blank = M.split(text, path)
+  if not keep then fail(dropped) end
   local dest = o.out or path
   if #dropped == 0 and blank == 0 and dest == path then
     stderr(format("specula repair: %s: %d records, nothing to repair\n", path, #keep))

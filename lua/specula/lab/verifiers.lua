@@ -579,9 +579,11 @@ function M.agent_replay(res, vs, dir, script, input)
 end
 
 -- Parse --k: the number of threads, or math.huge for inf | nil, err.
+-- The text is read as every --k is (specula.opts: digits, inf or
+-- infinity; not "Inf" or "1e999", which tonumber would take for inf).
 local function parse_k(v)
-  local ok, k = pcall(optslib.check, "specula verifiers", "k", v == "inf" and math.huge or tonumber(v), 1)
-  if not ok or k == 0 then return nil, "--k must be an integer >= 1 or inf, got '" .. tostring(v) .. "'" end
+  local k = type(v) == "string" and optslib.parse("k", v) or nil
+  if not k or k == 0 then return nil, "--k must be an integer >= 1 or inf, got '" .. tostring(v) .. "'" end
   return k
 end
 M.parse_k = parse_k
@@ -610,6 +612,12 @@ function M.read_results(path)
       if not ok or type(r) ~= "table" or r[1] ~= nil then
         f:close()
         return nil, format("%s:%d: not a JSON object (a results file has one record per line)", path, lineno)
+      end
+      -- an edited provenance is refused, as by every reader of records
+      local okp, perr = require("specula.provenance").check_record(r, path, lineno)
+      if not okp then
+        f:close()
+        return nil, perr, "provenance"
       end
       recs[#recs + 1] = r
     end
@@ -698,7 +706,8 @@ end
 function M.load_source(src)
   if C.sp_host_path_kind(src) == 1 then
     -- a file is taken for a results file: one that is not says so too
-    local recs, err = M.read_results(src)
+    local recs, err, what = M.read_results(src)
+    if not recs and what == "provenance" then return nil, err end
     if not recs then return nil, M.file_message(src) .. " (" .. err .. ")" end
     if not M.has_candidates(recs) then return nil, M.file_message(src) end
     return M.from_results(recs)

@@ -55,6 +55,12 @@ local function load_file(path, seq, warnings)
         warn(w)
         warnings[#warnings + 1] = w
       else
+        -- an edited provenance is refused, as by every reader of records
+        local ok, why = require("specula.provenance").check_record(r, path, lineno)
+        if not ok then
+          f:close()
+          fail(why)
+        end
         seq = seq + 1
         r._file, r._line, r._seq = path, lineno, seq
         recs[#recs + 1] = r

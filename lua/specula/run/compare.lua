@@ -384,15 +384,15 @@ function M.cli_main(o, usage)
   for _, e in ipairs(merge.read_records(files, "specula compare")) do
     local p = e.rec.provenance
     if type(p) == "table" then
-      local ok, why = provenance.check(p)
-      if not ok then
-        sched.plain_error(format("specula compare: %s:%d: %s", e.file, e.line, why))
-      end
+      local ok, why = provenance.check_record(e.rec, e.file, e.line)
+      if not ok then sched.plain_error("specula compare: " .. why) end
       -- one run's query id in two files: the same run given twice, or one
       -- run's configuration on two inputs (one row cannot pair those)
       local key = p.run .. "\0" .. tostring(e.rec.id)
       local prev = first_of[key]
       if prev and prev.file ~= e.file then
+        -- the files given are not a comparison: a usage error (docs/cli.md)
+        C.sp_ctx_set_exit(require("specula.core").ctx, 2)
         if prev.rec.provenance.query == p.query then
           sched.plain_error(format("specula compare: %s:%d and %s:%d hold the same query '%s' of the same run "
             .. "(run %s): the files repeat one run; give its records once", prev.file, prev.line, e.file, e.line,

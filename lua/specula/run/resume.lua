@@ -112,8 +112,8 @@ function M.read(path, opts)
           .. "program), so this run cannot tell whether it came from the same agent, input and options. Give a "
           .. "new --out file, or finish this one with the specula that wrote it", where))
       end
-      local ok, why = prov.check(p)
-      if not ok then refuse(format("%s: %s; give a new --out file", where, why)) end
+      local ok, why = prov.check_record(r, path, ln)
+      if not ok then refuse(format("%s; give a new --out file", why)) end
       local mine, merr = opts.prov_of(r)
       if not mine then refuse(format("%s: %s", where, merr)) end
       mine_input = mine.t.input
@@ -171,13 +171,14 @@ function M.read(path, opts)
   -- 2. one pass over this run's queries: each takes the first record of
   -- its (id, digest) not yet taken, per configuration. Only queries whose
   -- id the file holds are digested.
-  local seen_id, seen_key, occurrences = {}, {}, {}
+  local seen_id, seen_key, occurrences, seen_digest = {}, {}, {}, {}
   if #entries > 0 then
     opts.src:each(function(q)
       local id = tostring(q.id)
       if not want_id[id] then return end
-      if seen_id[id] == nil then seen_id[id] = q.query or false end
-      local key = id .. "\0" .. prov.query(q)
+      local digest = prov.query(q)
+      if seen_id[id] == nil then seen_id[id], seen_digest[id] = q.query or false, digest end
+      local key = id .. "\0" .. digest
       seen_key[key] = true
       occurrences[key] = (occurrences[key] or 0) + 1
       for cfg, byk in pairs(need) do
@@ -209,8 +210,18 @@ function M.read(path, opts)
           e.id, shard and format(" (shard %d/%d)", shard[1], shard[2]) or "", from, HINT.input))
       end
       if not seen_key[e.key] then
+        local here = seen_id[e.id] or nil
+        if e.query == here then
+          -- the same text: the digest covers the input line's other fields
+          local there_d = e.key:match("%z(.*)$")
+          refuse(format("%s: provenance.query differs: the record answers query '%s' with the same text, %s, but "
+            .. "the other fields of its input record differ (provenance.query, the digest of the whole record, is "
+            .. "%s there, %s here)%s; %s", where, e.id, text_of(here), tostring(there_d):sub(1, 12),
+            tostring(seen_digest[e.id]):sub(1, 12),
+            from, HINT.input))
+        end
         refuse(format("%s: provenance.query differs: the record answers query '%s' as %s, this input reads it as "
-          .. "%s%s; %s", where, e.id, text_of(e.query), text_of(seen_id[e.id] or nil), from, HINT.input))
+          .. "%s%s; %s", where, e.id, text_of(e.query), text_of(here), from, HINT.input))
       end
       local lines = {}
       for _, o in ipairs(entries) do
