@@ -10,8 +10,10 @@
 --   system:    subtype "turn_duration" with durationMs: the time Claude Code
 --              itself counts for the prompt's turn, which leaves out waits for
 --              the person to approve a tool call (see sessions.lua)
--- Sidechain lines (a subagent's own conversation, inside the Task call that
--- ran it) and meta lines are left out: their time is inside that call.
+-- Sidechain lines in a main transcript (a subagent's own conversation,
+-- inside the Task call that ran it) and meta lines are left out: their time
+-- is inside that call. A subagent's own file (all sidechain) is read as a
+-- session of its own.
 local M = { name = "claude-code",
   expects = 'a Claude Code transcript line: {"type": "user"|"assistant"|..., "timestamp": ISO, "message": {...}}' }
 
@@ -26,8 +28,12 @@ function M.detect(v)
 end
 
 -- Calls ev(e) for each event of the line (t: ms since the epoch, from iso).
-function M.events(v, ev, iso)
-  if v.isSidechain == true or v.isMeta == true then return end
+function M.events(v, ev, iso, st)
+  if v.isMeta == true then return end
+  -- a subagent's own file (<session>/subagents/agent-*.jsonl) is sidechain
+  -- throughout: its first message says which lines are the session's
+  if (v.type == "user" or v.type == "assistant") and st.sidechain == nil then st.sidechain = v.isSidechain == true end
+  if (v.isSidechain == true) ~= (st.sidechain == true) then return end
   local t = type(v.timestamp) == "string" and iso(v.timestamp) or nil
   local m = v.message
   if v.type == "system" and v.subtype == "turn_duration" and type(v.durationMs) == "number" then

@@ -210,7 +210,8 @@ local function builder(path, fmt, opts)
       open_prompt(t, e.text)
     elseif e.kind == "text" or e.kind == "call" then
       if not prompt then open_prompt(t, nil) end   -- a resumed session: the first event starts it
-      if not turn or (#turn.calls > 0 and turn_answered()) then new_turn() end
+      -- text after calls is a later reply; a call after answered calls too
+      if not turn or (#turn.calls > 0 and (e.kind == "text" or turn_answered())) then new_turn() end
       if e.kind == "text" then
         turn.texts[#turn.texts + 1] = e.text
         if #turn.calls == 0 then turn.text_t = t end
@@ -221,6 +222,9 @@ local function builder(path, fmt, opts)
         turn.calls[#turn.calls + 1] = c
         prompt.calls[#prompt.calls + 1] = c
         by_id[c.id] = c
+        -- the model waits from its decision at least (a call without a
+        -- result ends nothing later)
+        if t > since then since = t end
       end
       if t > prompt.last_t then prompt.last_t = t end
     elseif e.kind == "result" then
@@ -274,6 +278,7 @@ function M.read(path, opts, warn)
   local f, err = io.open(path, "r")
   if not f then return nil, "EIO: cannot read " .. tostring(err) end
   local reader, b
+  local state = {}   -- the reader's own, for the file
   local ln = 0
   local iso = M.iso_ms
   for line in f:lines() do
@@ -297,7 +302,7 @@ function M.read(path, opts, warn)
           b = builder(path, reader.name, opts)
         end
         if type(v) == "table" then
-          local ok, e = pcall(reader.events, v, b.event, iso)
+          local ok, e = pcall(reader.events, v, b.event, iso, state)
           if not ok then warn(format("%s:%d: %s: skipped", path, ln, tostring(e))) end
         end
       end

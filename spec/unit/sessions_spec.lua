@@ -1,0 +1,140 @@
+-- Unit tests for specula.convtraces.sessions: the readers of Claude Code
+-- transcripts and Codex CLI rollouts, on hand-written fixtures whose times
+-- are worked out below, and on the real sessions in spec/fixtures/timed_traces.
+local sessions = require("specula.convtraces.sessions")
+
+local ROOT = (os.getenv("SPECULA_SOURCE_DIR") or ".") .. "/spec/fixtures/"
+
+local function near(a, b, eps) return math.abs(a - b) <= (eps or 0.5) end
+
+-- The agent's time a sequential replay takes: each turn's model time and
+-- its calls' times, back to back (what agents.conversation sleeps).
+local function replay_ms(s)
+  local ms = 0
+  for _, m in ipairs(s.msgs) do
+    local t = m.specula_times
+    if t then
+      ms = ms + t.model_ms
+      for _, x in ipairs(t.tool_ms) do ms = ms + x end
+    end
+  end
+  return ms
+end
+
+describe("convtraces.sessions", function()
+  it("reads ISO times to the millisecond, with offsets", function()
+    assert.equals(0, sessions.iso_ms("1970-01-01T00:00:00Z"))
+    assert.equals(1772445600123, sessions.iso_ms("2026-03-02T10:00:00.123Z"))
+    assert.equals(sessions.iso_ms("2026-03-02T10:00:00Z"), sessions.iso_ms("2026-03-02T12:00:00+02:00"))
+    assert.is_nil(sessions.iso_ms("yesterday"))
+  end)
+
+  describe("a Claude Code transcript", function()
+    local s = assert(sessions.read(ROOT .. "sessions/claude_code.jsonl"))
+    it("is told by its content and keeps the session's id", function()
+      assert.equals("claude-code", s.format)
+      assert.equals(2, s.prompts)
+    end)
+    it("keeps parallel calls of one reply in one turn, sidechain lines out", function()
+      -- Read and Grep share msg_1; the sidechain Glob is the subagent's
+      assert.equals(3, #s.calls)
+      local first = s.msgs[2]
+      assert.equals("assistant", first.role)
+      assert.equals(2, #first.tool_calls)
+      -- in the order of their results: Grep (3.6 s) before Read (4.0 s)
+      assert.equals("Grep", first.tool_calls[1]["function"].name)
+      assert.equals(3000, first.specula_times.model_ms)     -- prompt 0 s -> first call 3 s
+      assert.same({ 600, 400 }, first.specula_times.tool_ms) -- from the decision at 3.0 s to 3.6, then 4.0
+    end)
+    it("takes the person's approval wait out of a call by the turn's active time", function()
+      -- wall of prompt 1: 69.05 s; Claude Code counts 11.05 s active: the
+      -- 57.999 s left go to the longest call (git push, 60 s recorded)
+      local push = s.calls[3]
+      assert.equals("Bash", push.tool)
+      assert.equals(60000, push.recorded_ms)
+      assert.is_true(near(push.wait_ms, 58000))
+      assert.is_true(near(push.tool_ms, 2000))
+      assert.is_true(near(s.approval_ms, 58000))
+    end)
+    it("leaves the person's own time out and the replay matches the recorded time", function()
+      assert.equals(231000, s.user_ms)                 -- 10:01:09 -> 10:05:00
+      -- recorded: 11.05 s active + the second prompt's 4 s
+      assert.is_true(near(s.recorded_ms, 15050))
+      -- replay: 3 + 1 (parallel) + 3 + 2 + 2 + 4 s
+      assert.is_true(near(replay_ms(s), 15000))
+      assert.is_true(math.abs(replay_ms(s) - s.recorded_ms) / s.recorded_ms < 0.02)
+    end)
+  end)
+
+  describe("a Codex CLI rollout", function()
+    local s = assert(sessions.read(ROOT .. "sessions/codex.jsonl"))
+    it("is told by its content; the prompt is the user_message event", function()
+      assert.equals("codex", s.format)
+      assert.equals("fx-codex-0001", s.id)
+      assert.equals(1, s.prompts)
+      assert.equals("List the files and fix the test.", s.msgs[1].content)
+    end)
+    it("times parallel calls and takes the approval wait out by the command's own duration", function()
+      assert.equals(4, #s.calls)
+      local c2 = s.calls[2]
+      assert.equals(10390, c2.recorded_ms)   -- 04.520 -> 14.910
+      assert.equals(10090, c2.wait_ms)       -- beyond the 0.3 s it ran
+      assert.equals(300, c2.tool_ms)
+      assert.equals(0, s.calls[1].wait_ms)   -- 0.21 s recorded, 0.2 s run: no wait
+      local t1 = s.msgs[2].specula_times
+      assert.equals(3500, t1.model_ms)        -- 01.000 -> 04.500
+      assert.same({ 210, 110 }, t1.tool_ms)   -- c1 ends 04.710, c2 at 04.820 without its wait
+    end)
+    it("counts a call without a result as untimed, taking no time", function()
+      assert.equals(1, s.untimed)
+      assert.is_true(s.calls[4].untimed)
+      assert.equals(0, s.calls[4].tool_ms)
+    end)
+    it("replays to the recorded agent time", function()
+      -- 3.5 + 0.32 + 5.09 + 0.5 + 4.5 + 0 + 5.0 s
+      assert.equals(18910, replay_ms(s))
+      assert.equals(18910, s.recorded_ms)  -- 29 s wall less the 10.09 s wait
+    end)
+  end)
+
+  it("names the line and what each reader expected for a file none reads", function()
+    local s, err = sessions.read(ROOT .. "sessions/unknown.jsonl")
+    assert.is_nil(s)
+    assert.matches("^EFORMAT: .*unknown%.jsonl:1: no reader knows this line", err)
+    assert.matches("claude%-code: a Claude Code transcript line", err)
+    assert.matches("codex: a Codex CLI rollout line", err)
+    local _, err2 = sessions.read(ROOT .. "sessions/nothing-here.jsonl")
+    assert.matches("^EIO:", err2)
+  end)
+
+  describe("the real sessions", function()
+    local files = {
+      { "claude_code/SublyFi__privacy-x402__claude-session.jsonl", "claude-code", 32, 0 },
+      { "claude_code/bastion-agentique__bastion__claude-session.jsonl", "claude-code", 5, 0 },
+      { "codex/CryptoSodi__Battle-Cities__codex-session.jsonl", "codex", 13, 5 },
+      { "codex/Shyaar__beam_v1__codex-session.jsonl", "codex", 22, 5 },
+      { "codex/SublyFi__privacy-x402__codex-session.jsonl", "codex", 5, 0 },
+      { "codex/anmol0b__Trezo-Ai__codex-session.jsonl", "codex", 6, 3 },
+      { "codex/kunalcode12__Empire-of-bits-vorld__codex-session.jsonl", "codex", 20, 1 },
+    }
+    for _, f in ipairs(files) do
+      it(f[1] .. ": all calls, the untimed ones, and the replay within 2 % of the recorded time", function()
+        local s = assert(sessions.read(ROOT .. "timed_traces/" .. f[1]))
+        assert.equals(f[2], s.format)
+        assert.equals(f[3], #s.calls)
+        assert.equals(f[4], s.untimed)
+        assert.is_true(s.recorded_ms > 0)
+        assert.is_true(math.abs(replay_ms(s) - s.recorded_ms) / s.recorded_ms < 0.02,
+          string.format("replay %.1f s, recorded %.1f s", replay_ms(s) / 1000, s.recorded_ms / 1000))
+      end)
+    end
+    it("bastion: the 44-minute push is the person's approval, not the agent's", function()
+      local s = assert(sessions.read(ROOT .. "timed_traces/claude_code/bastion-agentique__bastion__claude-session.jsonl"))
+      local longest = 0
+      for _, c in ipairs(s.calls) do longest = math.max(longest, c.recorded_ms) end
+      assert.is_true(longest > 2600000)           -- recorded: over 43 minutes
+      for _, c in ipairs(s.calls) do assert.is_true(c.tool_ms < 60000) end
+      assert.equals(381589, s.recorded_ms)        -- Claude Code's own turn_duration
+    end)
+  end)
+end)
