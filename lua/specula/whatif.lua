@@ -73,8 +73,12 @@ end
 function M.read_logs(paths, opts, warn)
   local list, failed = {}, {}
   for _, p in ipairs(paths) do
-    local s, err = sessions.read(p, opts, warn)
-    if s then list[#list + 1] = s else failed[#failed + 1] = { path = p, error = err } end
+    local got, err = sessions.read_all(p, opts, warn)
+    if got then
+      for _, s in ipairs(got) do list[#list + 1] = s end
+    else
+      failed[#failed + 1] = { path = p, error = err }
+    end
   end
   table.sort(list, function(a, b) return (a.t0 or 0) < (b.t0 or 0) end)
   -- ids stay apart (two logs of one session id, say)

@@ -97,12 +97,41 @@ describe("convtraces.sessions", function()
     end)
   end)
 
+  describe("OpenTelemetry GenAI spans (OTLP JSON)", function()
+    local list = assert(sessions.read_all(ROOT .. "sessions/otel.jsonl"))
+    it("one session a conversation id, else a trace; spans put in time order", function()
+      assert.equals(2, #list)
+      assert.equals("conv-otel-1", list[1].id)
+      assert.equals("otel", list[1].format)
+      assert.equals("Weather in Paris and Lyon?", list[1].msgs[1].content)
+      assert.equals("6c9f00089914921ae37ac744924ad71d", list[2].id)
+    end)
+    it("times the model turns by chat spans and the calls by execute_tool spans, parallel kept", function()
+      local s = list[1]
+      assert.equals(2, #s.calls)
+      local t = s.msgs[2].specula_times
+      assert.is_true(near(t.model_ms, 2050, 0.01))       -- agent start 0 -> first call 2.05 s
+      assert.is_true(near(t.tool_ms[1], 500, 0.01))      -- Paris: 2.05 -> 2.55
+      assert.is_true(near(t.tool_ms[2], 510, 0.01))      -- Lyon ends 3.06
+      assert.is_true(near(s.msgs[5].specula_times.model_ms, 2940, 0.01))   -- 3.06 -> the answer at 6.0
+      assert.is_true(near(replay_ms(s), 6000, 0.01))
+      assert.is_true(near(s.recorded_ms, 6000, 0.01))
+      assert.same({ city = "Lyon" }, s.calls[2].args)
+    end)
+    it("without an agent span, the first model call starts the agent's time", function()
+      local s = list[2]
+      assert.is_true(near(replay_ms(s), 2500, 0.01))   -- 1 s model, 0.5 s search, 1 s answer
+      assert.is_true(near(s.recorded_ms, 2500, 0.01))
+    end)
+  end)
+
   it("names the line and what each reader expected for a file none reads", function()
     local s, err = sessions.read(ROOT .. "sessions/unknown.jsonl")
     assert.is_nil(s)
     assert.matches("^EFORMAT: .*unknown%.jsonl:1: no reader knows this line", err)
     assert.matches("claude%-code: a Claude Code transcript line", err)
     assert.matches("codex: a Codex CLI rollout line", err)
+    assert.matches("otel: an OTLP JSON trace export line", err)
     local _, err2 = sessions.read(ROOT .. "sessions/nothing-here.jsonl")
     assert.matches("^EIO:", err2)
   end)

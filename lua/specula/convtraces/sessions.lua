@@ -43,7 +43,8 @@ local M = {}
 M.CAP_MS = 600000
 M.APPROVAL_GAP_MS = 2000
 
-M.READERS = { require "specula.convtraces.claude_code", require "specula.convtraces.codex" }
+M.READERS = { require "specula.convtraces.claude_code", require "specula.convtraces.codex",
+               require "specula.convtraces.otel" }
 
 -- Milliseconds since the epoch of an ISO 8601 time (UTC, Z or +hh:mm).
 local function days_from_civil(y, m, d)
@@ -91,6 +92,7 @@ local function builder(path, fmt, opts)
   local by_id = {}
 
   local function open_prompt(t, text)
+    s.t0 = s.t0 or t
     prompt = { t0 = t, last_t = t, turns = {}, calls = {} }
     since, turn = t, nil
     s.prompts = s.prompts + 1
@@ -204,6 +206,7 @@ local function builder(path, fmt, opts)
     local t = e.t
     if e.kind == "meta" then
       s.id = s.id or e.id
+      s.t0 = s.t0 or t
     elseif e.kind == "prompt" then
       close_prompt()
       if last_agent and t > last_agent then s.user_ms = s.user_ms + (t - last_agent) end
@@ -269,16 +272,27 @@ function M.detect(v)
   return nil
 end
 
--- read(path, opts, warn): the session of one log file, or nil and
+-- read_all(path, opts, warn): the sessions of one log file (one, but for
+-- formats that hold several: OTel spans), or nil and
 -- "EFORMAT: path:line: ..." naming what each reader expected. opts:
 -- approval_cap_ms. warn(msg) gets "path:line: ..." for lines skipped.
-function M.read(path, opts, warn)
+function M.read_all(path, opts, warn)
   opts = opts or {}
   warn = warn or function() end
   local f, err = io.open(path, "r")
   if not f then return nil, "EIO: cannot read " .. tostring(err) end
-  local reader, b
+  local reader
   local state = {}   -- the reader's own, for the file
+  local builders, order = {}, {}
+  local function ev_for(key)
+    local b = builders[key]
+    if not b then
+      b = builder(path, reader.name, opts)
+      builders[key] = b
+      order[#order + 1] = key
+    end
+    return b.event
+  end
   local ln = 0
   local iso = M.iso_ms
   for line in f:lines() do
@@ -299,10 +313,9 @@ function M.read(path, opts, warn)
             f:close()
             return nil, format("EFORMAT: %s:%d: no reader knows this line; expected %s", path, ln, expected())
           end
-          b = builder(path, reader.name, opts)
         end
         if type(v) == "table" then
-          local ok, e = pcall(reader.events, v, b.event, iso, state)
+          local ok, e = pcall(reader.events, v, ev_for(""), iso, state)
           if not ok then warn(format("%s:%d: %s: skipped", path, ln, tostring(e))) end
         end
       end
@@ -310,9 +323,31 @@ function M.read(path, opts, warn)
   end
   f:close()
   if not reader then return nil, format("EFORMAT: %s: empty; expected %s", path, expected()) end
-  local s = b.finish()
-  s.id = s.id or path:match("([^/]+)%.jsonl?$") or path
-  return s
+  if reader.finish then
+    local ok, e = pcall(reader.finish, state, ev_for)
+    if not ok then return nil, format("EFORMAT: %s: %s", path, tostring(e)) end
+  end
+  local out = {}
+  local base = path:match("([^/]+)%.jsonl?$") or path
+  for _, key in ipairs(order) do
+    local s = builders[key].finish()
+    -- a format that keeps sessions apart names them; one that did not see
+    -- any event leaves an empty session out
+    if s.prompts > 0 or #s.calls > 0 then
+      s.id = s.id or (key ~= "" and key) or base
+      out[#out + 1] = s
+    end
+  end
+  if #out == 0 then return nil, format("EFORMAT: %s: read as %s, but it holds no session (no prompt, no call)", path,
+    reader.name) end
+  return out
+end
+
+-- read(path, opts, warn): the first session of one log file (read_all).
+function M.read(path, opts, warn)
+  local list, err = M.read_all(path, opts, warn)
+  if not list then return nil, err end
+  return list[1]
 end
 
 return M
