@@ -5,6 +5,8 @@
 --   Claude Code   Read, Grep, Glob, LS, WebFetch, WebSearch, ToolSearch,
 --                 TodoRead: read-only; Edit, Write, MultiEdit, NotebookEdit,
 --                 Task and the rest: wait; Bash: by shell_readonly.lua
+--   OpenHands     execute_bash: by shell_readonly.lua; str_replace_editor
+--                 when it only views; think: read-only; the rest: wait
 --   Codex CLI     exec_command / shell / shell_command / local_shell: by
 --                 shell_readonly.lua (args.cmd or args.command: a string, or
 --                 a list); apply_patch
@@ -16,9 +18,9 @@ local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
 local rules = dofile(here .. "/shell_readonly.lua")
 
 local READ = { Read = true, Grep = true, Glob = true, LS = true, WebFetch = true, WebSearch = true,
-               ToolSearch = true, TodoRead = true, view_image = true }
+               ToolSearch = true, TodoRead = true, view_image = true, think = true }
 local SHELL = { Bash = "command", exec_command = "cmd", shell = "command", shell_command = "command",
-                local_shell = "command" }
+                local_shell = "command", execute_bash = "command" }
 
 local function words_of(cmd)
   local w = {}
@@ -75,6 +77,10 @@ return {
   name = "whatif: read-only tools and shell commands run early, the rest waits",
   read_only = function(tool, args)
     if READ[tool] then return true end
+    -- OpenHands' editor reads when it only views (a read action has no command)
+    if tool == "str_replace_editor" or tool == "read" then
+      return type(args) == "table" and (args.command == nil or args.command == "view")
+    end
     local field = SHELL[tool]
     if field then return shell_read_only(type(args) == "table" and args[field] or nil) end
     return false

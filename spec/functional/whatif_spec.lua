@@ -99,6 +99,20 @@ describe("specula whatif", function()
     assert.are.equal(1, untimed)
   end)
 
+  it("on OTel GenAI spans and an OpenHands event stream: replay within 2 %, bounds, no early write", function()
+    local st, s, _, err = summary_of({ FIX .. "/otel.jsonl" })
+    assert.are.equal(0, st, err)
+    assert.are.equal(2, s.sessions)   -- a conversation and a trace
+    local c = check_rows(s)
+    assert.is_true(math.abs(c.sequential.agent_ms - 8500) < 1)
+    st, s, _, err = summary_of({ FIX .. "/openhands.jsonl" })
+    assert.are.equal(0, st, err)
+    c = check_rows(s)
+    assert.is_true(math.abs(c.sequential.agent_ms - 13700) < 1)   -- the 30 s confirmation left out
+    -- the editor's view runs early for a perfect predictor; pytest waits
+    assert.are.equal(1, c["perfect-predictor"].hit)
+  end)
+
   it("on the real sessions of each format: replay within 2 %, bounds, no early write", function()
     for _, dir in ipairs({ "claude_code", "codex" }) do
       local p = io.popen("ls " .. REAL .. "/" .. dir .. "/*.jsonl")

@@ -1,7 +1,9 @@
 -- specula.convtraces.sessions: an agent's own timed session logs (Claude
--- Code transcripts, Codex CLI rollouts) as timed conversations, for
--- `specula whatif`. One file is one session; its format is told by its
--- content (the first line a reader recognises), and it is read line by line.
+-- Code transcripts, Codex CLI rollouts, OpenTelemetry GenAI spans,
+-- OpenHands event streams) as timed conversations, for `specula whatif`. A
+-- file's format is told by its content (the first line a reader
+-- recognises), and it is read line by line; a file is one session but for
+-- OTel exports (one a conversation or trace).
 --
 -- Each reader (convtraces/<format>.lua) turns a line into events:
 --   prompt {t, text}             the person's message: the agent's time starts
@@ -9,6 +11,8 @@
 --   call {t, id, tool, args}     a tool call the model decided
 --   result {t, id, content}      its result
 --   exec {id, exec_ms}           how long the call itself ran (Codex)
+--   approval {t, ms}             a person's approval of the latest call still
+--                                waiting took ms (OpenHands confirmation mode)
 --   end {t, active_ms}           a prompt's turn ended (Claude Code: the
 --                                time it counts as active)
 -- and this module makes times of them:
@@ -20,7 +24,8 @@
 --   user time    from the agent's last event of a prompt to the next prompt:
 --                not the agent's
 --   approval     a person's wait inside a call's recorded time, not the
---                agent's: Claude Code's turn_duration (active time) against
+--                agent's: approval events (OpenHands) where the log has them;
+--                Claude Code's turn_duration (active time) against
 --                the turn's wall time says how much (given to the longest
 --                calls first); Codex's exec_command_end duration against the
 --                call's recorded time (beyond APPROVAL_GAP_MS); without
@@ -44,7 +49,7 @@ M.CAP_MS = 600000
 M.APPROVAL_GAP_MS = 2000
 
 M.READERS = { require "specula.convtraces.claude_code", require "specula.convtraces.codex",
-               require "specula.convtraces.otel" }
+               require "specula.convtraces.otel", require "specula.convtraces.openhands" }
 
 -- Milliseconds since the epoch of an ISO 8601 time (UTC, Z or +hh:mm).
 local function days_from_civil(y, m, d)
@@ -136,7 +141,9 @@ local function builder(path, fmt, opts)
     else
       for _, c in ipairs(calls) do
         if c.recorded_ms then
-          if c.exec_ms then
+          if c.approval_ms then
+            c.wait_ms = math.min(c.recorded_ms, c.approval_ms)
+          elseif c.exec_ms then
             local extra = c.recorded_ms - c.exec_ms
             if extra > M.APPROVAL_GAP_MS then c.wait_ms = extra end
           elseif c.recorded_ms > cap then
@@ -240,6 +247,14 @@ local function builder(path, fmt, opts)
         c.obs = content_text(e.content)
         if t > since then since = t end
         if prompt and t > prompt.last_t then prompt.last_t = t end
+      end
+    elseif e.kind == "approval" then
+      -- a person's approval, timed by the log: the latest call still waiting
+      if prompt then
+        for i = #prompt.calls, 1, -1 do
+          local c = prompt.calls[i]
+          if not c.t_result then c.approval_ms = (c.approval_ms or 0) + e.ms break end
+        end
       end
     elseif e.kind == "exec" then
       local c = type(e.id) == "string" and by_id[e.id]
