@@ -112,6 +112,12 @@ local function is_anthropic(msgs)
   return false
 end
 
+-- A conversation's messages as OpenAI chat messages (Anthropic's converted).
+function M.openai_messages(msgs)
+  if is_anthropic(msgs) then return from_anthropic(msgs) end
+  return msgs
+end
+
 -- ---- the latency model ---------------------------------------------------------
 
 local function check_latency(lat)

@@ -286,14 +286,18 @@ local function num(x, f) return x and format(f or "%.3f", x) or "-" end
 function M.text(res)
   local out = {}
   local function p(...) out[#out + 1] = format(...) end
-  local n_calls, untimed, user, appr, model, toolt = 0, 0, 0, 0, 0, 0
+  local n_calls, untimed, user, appr, model, toolt, assumed = 0, 0, 0, 0, 0, 0, 0
   for _, s in ipairs(res.list) do
+    if s.assumed then assumed = assumed + 1 end
     n_calls, untimed = n_calls + #s.calls, untimed + s.untimed
     user, appr, model, toolt = user + s.user_ms, appr + s.approval_ms, model + s.model_ms, s.tool_ms + toolt
   end
   p("%d sessions (%d failed), %d tool calls (%d untimed); agent's time %s s: model %s s, tools %s s; "
     .. "left out: the person's %s s, approval waits %s s\n", res.sessions, #res.failed, n_calls, untimed,
     secs(model + toolt), secs(model), secs(toolt), secs(user), secs(appr))
+  if assumed > 0 then
+    p("times assumed, not recorded, for %d sessions (the conversations format: docs/whatif.md)\n", assumed)
+  end
   p("%-20s %10s %7s %7s %6s %5s %7s %7s %7s\n", "configuration", "agent (s)", "RelLat", "share", "fired", "hit",
     "wasted", "early R", "early W")
   for _, t in ipairs(res.configs) do
@@ -328,7 +332,7 @@ function M.record(s, res, keep)
   end
   local walls = {}
   for _, t in ipairs(res.configs) do walls[t.name] = t.by_session[s.id] or json.null end
-  return { id = s.id, format = s.format, source_sha256 = crypto.sha256_hex(s.path), source = keep and s.path or nil,
+  return { id = s.id, format = s.format, assumed = s.assumed or nil, source_sha256 = crypto.sha256_hex(s.path), source = keep and s.path or nil,
            recorded_ms = s.recorded_ms, model_ms = s.model_ms, tool_ms = s.tool_ms, user_ms = s.user_ms,
            approval_ms = s.approval_ms, prompts = s.prompts, turns = s.turns, calls = json.array(calls),
            agent_ms = walls, messages = keep and s.msgs or nil }
@@ -348,7 +352,9 @@ function M.summary(res)
   end
   local failed = {}
   for i, f in ipairs(res.failed) do failed[i] = f.error end
-  return { sessions = res.sessions, failed = json.array(failed), sequential_ms = res.sequential_ms,
+  local assumed = 0
+  for _, s in ipairs(res.list) do if s.assumed then assumed = assumed + 1 end end
+  return { sessions = res.sessions, assumed = assumed, failed = json.array(failed), sequential_ms = res.sequential_ms,
            bound_ms = res.best_ms, configs = json.array(configs), tools = json.array(tools) }
 end
 

@@ -113,6 +113,17 @@ describe("specula whatif", function()
     assert.are.equal(1, c["perfect-predictor"].hit)
   end)
 
+  it("on the conversations format: times assumed from the latency model, said so", function()
+    local st, s, out, err = summary_of({ H.root .. "/spec/fixtures/conversations/openai.jsonl" })
+    assert.are.equal(0, st, err)
+    assert.is_true(s.sessions > 0)
+    assert.are.equal(s.sessions, s.assumed)
+    assert.is_not_nil(out:find("times assumed, not recorded", 1, true))
+    local c = check_rows(s)
+    assert.is_true(math.abs(c.sequential.agent_ms - c.recorded.agent_ms) < 1)
+    assert.is_not_nil(err:find("openai.jsonl:3: not JSON", 1, true))
+  end)
+
   it("on the real sessions of each format: replay within 2 %, bounds, no early write", function()
     for _, dir in ipairs({ "claude_code", "codex" }) do
       local p = io.popen("ls " .. REAL .. "/" .. dir .. "/*.jsonl")

@@ -3,7 +3,8 @@
 -- OpenHands event streams) as timed conversations, for `specula whatif`. A
 -- file's format is told by its content (the first line a reader
 -- recognises), and it is read line by line; a file is one session but for
--- OTel exports (one a conversation or trace).
+-- OTel exports (one a conversation or trace) and the conversations format
+-- (one a line, its times assumed: convtraces/conversations.lua).
 --
 -- Each reader (convtraces/<format>.lua) turns a line into events:
 --   prompt {t, text}             the person's message: the agent's time starts
@@ -49,7 +50,8 @@ M.CAP_MS = 600000
 M.APPROVAL_GAP_MS = 2000
 
 M.READERS = { require "specula.convtraces.claude_code", require "specula.convtraces.codex",
-               require "specula.convtraces.otel", require "specula.convtraces.openhands" }
+               require "specula.convtraces.otel", require "specula.convtraces.openhands",
+               require "specula.convtraces.conversations" }
 
 -- Milliseconds since the epoch of an ISO 8601 time (UTC, Z or +hh:mm).
 local function days_from_civil(y, m, d)
@@ -298,7 +300,7 @@ function M.read_all(path, opts, warn)
   if not f then return nil, "EIO: cannot read " .. tostring(err) end
   local reader
   local state = {}   -- the reader's own, for the file
-  local builders, order = {}, {}
+  local builders, order, whole = {}, {}, {}
   local function ev_for(key)
     local b = builders[key]
     if not b then
@@ -329,7 +331,12 @@ function M.read_all(path, opts, warn)
             return nil, format("EFORMAT: %s:%d: no reader knows this line; expected %s", path, ln, expected())
           end
         end
-        if type(v) == "table" then
+        if type(v) == "table" and reader.session then
+          -- a format of whole sessions, one a line
+          local ok, sess = pcall(reader.session, v, path, ln)
+          if ok and sess then whole[#whole + 1] = sess
+          else warn(format("%s:%d: %s: skipped", path, ln, ok and "not " .. reader.expects or tostring(sess))) end
+        elseif type(v) == "table" then
           local ok, e = pcall(reader.events, v, ev_for(""), iso, state)
           if not ok then warn(format("%s:%d: %s: skipped", path, ln, tostring(e))) end
         end
@@ -342,7 +349,7 @@ function M.read_all(path, opts, warn)
     local ok, e = pcall(reader.finish, state, ev_for)
     if not ok then return nil, format("EFORMAT: %s: %s", path, tostring(e)) end
   end
-  local out = {}
+  local out = whole
   local base = path:match("([^/]+)%.jsonl?$") or path
   for _, key in ipairs(order) do
     local s = builders[key].finish()
