@@ -423,6 +423,16 @@ function M.conversation(opts)
     return out
   end
   agent.tools = tools
+  -- agent.recorded(id, hop): the recorded step the query takes at hop (0
+  -- first) as { tool, args } (nil at its final answer, or before the query
+  -- started): what a perfect predictor proposes (the bound rows of
+  -- `specula whatif` and examples/real_traces)
+  agent.recorded = function(id, hop)
+    local c = by_key[tostring(id)]
+    local st = c and c.steps[(hop or 0) + 1]
+    if not st or not st.tool then return nil end
+    return { tool = st.tool, args = json.decode(st.key), tool_ms = st.tool_ms, model_ms = st.model_ms }
+  end
   agent.verify = require("specula.verify").exact
   agent.predict = opts.predict
   agent.policy = opts.policy

@@ -96,11 +96,11 @@ function M.read_logs(paths, opts, warn)
   return list, failed
 end
 
--- A predictor that proposes the recorded call (the bound).
-local function oracle(by_id)
+-- A predictor that proposes the recorded call (the bound), as the agent
+-- replays it (box.agent: the agent, set once built).
+local function oracle(box)
   return function(_, ctx)
-    local s = by_id[tostring(ctx.id)]
-    local st = s and s.steps[(ctx.hop or 0) + 1]
+    local st = box.agent and box.agent.recorded(ctx.id, ctx.hop)
     if not st then return {} end
     return { { tool = st.tool, args = st.args, confidence = 1 } }
   end
@@ -133,12 +133,13 @@ local function run_config(name, list, ctx)
   local t = { name = name, wall = 0, standard = 0, fired = 0, hit = 0, wasted = 0, early_reads = 0,
               early_writes = 0, failed = 0, sessions = 0, saved_ms = 0, by_session = {}, tool_hits = {} }
   local predict, speculate, mode = nil, nil, "sequential"
+  local box = {}
   if name == "predictor" or name == "both" then
     local P, err = learned(ctx.train, ctx.read_opts)
     if not P then return nil, err end
     predict = P
   elseif name == "perfect-predictor" or name == "perfect-both" then
-    predict = oracle(ctx.by_id)
+    predict = oracle(box)
   end
   if name == "spechop" or name == "both" then
     speculate, mode = { p = ctx.spec_p, ms = ctx.spec_ms }, "spechop"
@@ -154,16 +155,16 @@ local function run_config(name, list, ctx)
       if policy.read_only(tool, args) then t.early_reads = t.early_reads + 1
       else t.early_writes = t.early_writes + 1 end
       -- a predicted call equal to the recorded one at its hop: a hit
-      local s = c.predicted and ctx.by_id[tostring(c.id)]
-      local st = s and s.steps[(c.hop or 0) + 1]
-      if st and st.tool == tool and json.canonical(args) == st.key then
+      local st = c.predicted and box.agent.recorded(c.id, c.hop)
+      if st and st.tool == tool and json.canonical(args) == json.canonical(st.args) then
         local h = t.tool_hits[tool] or { hits = 0, hidden = 0 }
         h.hits = h.hits + 1
-        h.hidden = h.hidden + math.min(st.tool_ms, st.model_ms)
+        h.hidden = h.hidden + math.min(st.tool_ms or 0, st.model_ms or 0)
         t.tool_hits[tool] = h
       end
     end,
   }
+  box.agent = agent
   local queries = {}
   for i, s in ipairs(list) do queries[i] = { id = s.id, query = s.query or "", messages = s.msgs } end
   local o = { queries = queries, clock = "virtual", concurrency = 1, mode = mode, k = M.K,
@@ -193,25 +194,17 @@ function M.compute(o, warn)
   local list, failed = M.read_logs(o.logs, read_opts, warn)
   local policy, perr = M.load_policy(o.policy)
   if not policy then return nil, perr end
-  -- the steps each session's agent takes (for the bounds and the hits)
+  -- the tools the sessions call (each in the policy's one class: its
+  -- read_only decides per call)
   local by_id, tools, classes, per_tool = {}, {}, {}, {}
   for _, s in ipairs(list) do
-    local steps = {}
+    by_id[s.id] = s
     for _, m in ipairs(s.msgs) do
-      if m.role == "assistant" and m.tool_calls then
-        for j, tc in ipairs(m.tool_calls) do
-          local fn = tc["function"]
-          steps[#steps + 1] = { tool = fn.name, args = fn.arguments, key = json.canonical(fn.arguments),
-                                tool_ms = m.specula_times.tool_ms[j] or 0,
-                                model_ms = j == 1 and m.specula_times.model_ms or 0 }
-          if not classes[fn.name] then classes[fn.name] = "any"; tools[#tools + 1] = fn.name end
-        end
-      elseif m.role == "assistant" then
-        steps[#steps + 1] = { tool = "reply", args = {}, key = "", tool_ms = 0, model_ms = m.specula_times.model_ms }
+      for _, tc in ipairs(m.role == "assistant" and m.tool_calls or {}) do
+        local name = tc["function"].name
+        if not classes[name] then classes[name] = "any"; tools[#tools + 1] = name end
       end
     end
-    s.steps = steps
-    by_id[s.id] = s
     for _, c in ipairs(s.calls) do
       local p = per_tool[c.tool] or { tool = c.tool, calls = 0, time = 0, times = {}, untimed = 0 }
       p.calls, p.time = p.calls + 1, p.time + c.tool_ms

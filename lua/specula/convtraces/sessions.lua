@@ -77,6 +77,16 @@ function M.iso_ms(s)
   return ms
 end
 
+-- Each text kept (a result, a prompt, the model's text) is cut to this many
+-- bytes: what a predictor reads of it; memory grows with the calls of a log,
+-- not with the bytes of their results.
+M.MAX_TEXT = 4096
+
+local function cut(text, max)
+  if #text <= max then return text end
+  return json.utf8_cut(text, max)
+end
+
 local function content_text(c)
   if type(c) == "string" then return c end
   if c == nil or c == json.null then return "" end
@@ -93,6 +103,7 @@ end
 -- The builder: events in, a session out (see above).
 local function builder(path, fmt, opts)
   local cap = opts.approval_cap_ms or M.CAP_MS
+  local max_text = opts.max_text or M.MAX_TEXT
   local s = { path = path, format = fmt, msgs = {}, calls = {}, recorded_ms = 0, model_ms = 0, tool_ms = 0,
               user_ms = 0, approval_ms = 0, prompts = 0, turns = 0, untimed = 0 }
   local prompt, turn, since, last_agent
@@ -103,7 +114,7 @@ local function builder(path, fmt, opts)
     prompt = { t0 = t, last_t = t, turns = {}, calls = {} }
     since, turn = t, nil
     s.prompts = s.prompts + 1
-    if text then s.msgs[#s.msgs + 1] = { role = "user", content = text } end
+    if text then s.msgs[#s.msgs + 1] = { role = "user", content = cut(text, max_text) } end
   end
 
   local function new_turn()
@@ -225,7 +236,7 @@ local function builder(path, fmt, opts)
       -- text after calls is a later reply; a call after answered calls too
       if not turn or (#turn.calls > 0 and (e.kind == "text" or turn_answered())) then new_turn() end
       if e.kind == "text" then
-        turn.texts[#turn.texts + 1] = e.text
+        turn.texts[#turn.texts + 1] = cut(e.text, max_text)
         if #turn.calls == 0 then turn.text_t = t end
       else
         if #turn.calls == 0 then turn.t_first = t end
@@ -246,7 +257,7 @@ local function builder(path, fmt, opts)
       end
       if c and not c.t_result then
         c.t_result = t
-        c.obs = content_text(e.content)
+        c.obs = cut(content_text(e.content), max_text)
         if t > since then since = t end
         if prompt and t > prompt.last_t then prompt.last_t = t end
       end
