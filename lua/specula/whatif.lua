@@ -273,7 +273,11 @@ function M.compute(o, warn)
 end
 
 local function secs(ms) return ms and format("%.1f", ms / 1000) or "-" end
-local function num(x, f) return x and format(f or "%.3f", x) or "-" end
+local function num(x, f)
+  if not x then return "-" end
+  local t = format(f or "%.3f", x)
+  return (t:gsub("^%-(0%.0*)$", "%1"))   -- no "-0.00" for a rounding's sign
+end
 
 -- The tables as text.
 function M.text(res)
