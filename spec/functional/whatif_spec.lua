@@ -137,6 +137,20 @@ describe("specula whatif", function()
     end
   end)
 
+  it("--train: the predictor learns the logs first; a file it cannot learn from is named", function()
+    local log = REAL .. "/claude_code/SublyFi__privacy-x402__claude-session.jsonl"
+    local st, s, _, err = summary_of({ log, "--compare", "predictor" })
+    assert.are.equal(0, st, err)
+    local cold = by_name(s).predictor.fired
+    st, s, _, err = summary_of({ log, "--compare", "predictor", "--train", log })
+    assert.are.equal(0, st, err)
+    assert.is_true(by_name(s).predictor.fired > cold)
+    local bad = H.tmpfile("notes.txt", "hello\n")
+    st, s, _, err = summary_of({ log, "--compare", "predictor", "--train", bad })
+    assert.are.equal(1, st)
+    assert.is_not_nil(err:find("--train: " .. bad, 1, true), err)
+  end)
+
   it("--policy replaces the default; a bad one is named", function()
     local none = H.tmpfile("none.lua", "return { read_only = function() return false end }")
     local st, s = summary_of({ FIX .. "/claude_code.jsonl", "--policy", none, "--compare", "sequential,perfect-predictor" })
