@@ -15,6 +15,8 @@
 --   SpecHop (k=3)        threads run ahead on guessed results (a simulated
 --                        speculator: the recorded result with p = 0.6, 50 ms)
 --   both
+-- and the bounds: a perfect predictor (the recorded call, confidence 1), a
+-- perfect speculator (always right, at no cost) and both perfect.
 -- It prints, per configuration: wall time, RelLat (the engine's: wall over
 -- the same hops back to back) and wall against sequential, predicted calls
 -- fired and promoted (hits), wasted speculative calls and their cost, calls
@@ -48,6 +50,11 @@ local CONFIGS = {
   { name = "action speculation", opts = { mode = "sequential" } },
   { name = "SpecHop (k=3)", opts = { mode = "spechop", k = 3, predict = "off" } },
   { name = "both (k=3)", opts = { mode = "spechop", k = 3 } },
+  -- the bounds: a predictor that proposes the recorded call (confidence 1),
+  -- a speculator always right at no cost, both
+  { name = "perfect predictor", opts = { mode = "sequential" }, oracle = true },
+  { name = "perfect spec. (k=3)", opts = { mode = "spechop", k = 3, predict = "off" }, spec = { p = 1, ms = 0 } },
+  { name = "both perfect (k=3)", opts = { mode = "spechop", k = 3 }, oracle = true, spec = { p = 1, ms = 0 } },
 }
 local totals = {}
 for i, c in ipairs(CONFIGS) do
@@ -69,8 +76,13 @@ for f = 1, FOLDS do
   P:train(train, { group = group })
   assert(P:save(model_file))
   for ci, c in ipairs(CONFIGS) do
-    local agent = setup.make_agent { predict = specula.predict.learned { model = model_file },
-                                     speculate = { p = 0.6, ms = 50 } }
+    local box = {}
+    local predict = c.oracle and function(_, ctx)
+      local st = box.agent.recorded(ctx.id, ctx.hop)
+      return st and { { tool = st.tool, args = st.args, confidence = 1 } } or {}
+    end or specula.predict.learned { model = model_file }
+    local agent = setup.make_agent { predict = predict, speculate = c.spec or { p = 0.6, ms = 50 } }
+    box.agent = agent
     local o = {}
     for k, v in pairs(c.opts) do o[k] = v end
     o.queries, o.clock, o.concurrency = test, "virtual", 8

@@ -19,6 +19,11 @@
 --                (ms) or a law of specula.sim ({ "lognormal", mean, cv }, ...),
 --                drawn per query and hop, so every configuration sees the
 --                same times.
+--   timed logs   an assistant message with specula_times = { model_ms,
+--                tool_ms = { per call } } (what specula.convtraces.sessions
+--                makes of an agent's own logs) takes those times instead: the
+--                turn's model time, and each recorded call its own (a call
+--                that differs from the recording: the tool's law above)
 --   user answer  a text turn followed by more of the conversation is the
 --                action `reply_tool` (default "reply", args { text }): it
 --                sends the text and observes the user's next message(s),
@@ -32,6 +37,9 @@
 -- recording has none. Every call made early (from an unverified state, or
 -- predicted) is counted per tool in agent.early (the policy must keep
 -- writes out of it).
+--
+-- opts.on_early(name, args, ctx), when given, sees each such call (what
+-- was run early, per call: `specula whatif` classifies it).
 --
 -- Queries: `specula run ... --input CONVERSATIONS.jsonl` (the records carry
 -- their messages), or any input whose ids name conversations of `file`.
@@ -102,6 +110,12 @@ local function is_anthropic(msgs)
     end
   end
   return false
+end
+
+-- A conversation's messages as OpenAI chat messages (Anthropic's converted).
+function M.openai_messages(msgs)
+  if is_anthropic(msgs) then return from_anthropic(msgs) end
+  return msgs
 end
 
 -- ---- the latency model ---------------------------------------------------------
@@ -189,6 +203,11 @@ local function steps_of(msgs, lat, reply_tool)
         end
         local model_ms = m.base_ms + m.per_token_ms * tokens(out_chars, m) + m.per_input_token_ms * tokens(ctx_chars, m)
         local name_ms = m.base_ms + m.per_token_ms * tokens(#text, m) + m.per_input_token_ms * tokens(ctx_chars, m)
+        -- a timed log's own times (specula.convtraces.sessions) instead of
+        -- the model: the turn's time to its decision, each call's time; the
+        -- name is known only with the decision
+        local times = type(msg.specula_times) == "table" and msg.specula_times or nil
+        if times and type(times.model_ms) == "number" then model_ms, name_ms = times.model_ms, times.model_ms end
         local made = 0
         for j, tc in ipairs(calls) do
           local fn = type(tc) == "table" and tc["function"]
@@ -204,7 +223,8 @@ local function steps_of(msgs, lat, reply_tool)
             steps[#steps + 1] = { tool = fn.name, args = args, key = json.canonical(args),
                                   obs = results_after(i, type(tc.id) == "string" and tc.id or nil, j) or "",
                                   model_ms = made == 1 and model_ms or 0, name_ms = made == 1 and name_ms or 0,
-                                  upto = i - 1 }
+                                  upto = i - 1,
+                                  tool_ms = times and type(times.tool_ms) == "table" and tonumber(times.tool_ms[j]) or nil }
           end
         end
         if made == 0 then
@@ -305,13 +325,18 @@ function M.conversation(opts)
   local function tool_call(name)
     local law = lat.tools[name] or lat.tools.default_ms
     return function(args, ctx)
-      if ctx.speculative or ctx.predicted then early[name] = (early[name] or 0) + 1 end
+      if ctx.speculative or ctx.predicted then
+        early[name] = (early[name] or 0) + 1
+        if opts.on_early then opts.on_early(name, args, ctx) end
+      end
       local c = conv_of(ctx)
       local hop = ctx.hop or 0
-      if name == reply_tool then sim.wait(lat.user, ctx, "user", hop)
-      else sim.wait(law, ctx, "tool:" .. name, hop) end
       local key = json.canonical(args)
       local st = c.steps[hop + 1]
+      if name == reply_tool then sim.wait(lat.user, ctx, "user", hop)
+      elseif st and st.tool_ms and st.tool == name and st.key == key then
+        if st.tool_ms > 0 then sched.sleep(st.tool_ms) end   -- the recorded call: its recorded time
+      else sim.wait(law, ctx, "tool:" .. name, hop) end
       if st and st.tool == name and st.key == key then return st.obs end
       for i = hop, 1, -1 do
         local s = c.steps[i]
@@ -398,6 +423,16 @@ function M.conversation(opts)
     return out
   end
   agent.tools = tools
+  -- agent.recorded(id, hop): the recorded step the query takes at hop (0
+  -- first) as { tool, args } (nil at its final answer, or before the query
+  -- started): what a perfect predictor proposes (the bound rows of
+  -- `specula whatif` and examples/real_traces)
+  agent.recorded = function(id, hop)
+    local c = by_key[tostring(id)]
+    local st = c and c.steps[(hop or 0) + 1]
+    if not st or not st.tool then return nil end
+    return { tool = st.tool, args = json.decode(st.key), tool_ms = st.tool_ms, model_ms = st.model_ms }
+  end
   agent.verify = require("specula.verify").exact
   agent.predict = opts.predict
   agent.policy = opts.policy

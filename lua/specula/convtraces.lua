@@ -295,6 +295,17 @@ function M.events(msgs, system)
   return conv.events, conv.turns
 end
 
+-- One conversation of OpenAI chat messages (or Anthropic, told apart by
+-- what they hold) as a trajectory a predictor trains on: { id, steps,
+-- events, turns } (as read() makes them); nil when it has no model turn.
+function M.conversation(id, msgs)
+  if type(msgs) ~= "table" then return nil end
+  local fmt = line_format(msgs) or "openai"
+  local steps, conv = (fmt == "anthropic" and anthropic_steps or openai_steps)(msgs, function() end)
+  if #conv.turns == 0 then return nil end
+  return { id = id, steps = steps, events = conv.events, turns = conv.turns, query = first_user({ messages = msgs }) }
+end
+
 -- Declared tools of a conversation file or an agent, as { name = {
 -- description =, schema = } }: OpenAI's { type = "function", function =
 -- { name, description, parameters } }, Anthropic's { name, description,

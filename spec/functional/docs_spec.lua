@@ -29,6 +29,7 @@ local COMMANDS = {
   { "cassette", { "cassette", "--help" }, "cassettes.md" },
   { "verifiers", { "verifiers", "--help" }, "cassettes.md" },
   { "predictors", { "predictors", "--help" }, "cassettes.md" },
+  { "whatif", { "whatif", "--help" }, "whatif.md" },
 }
 
 local helps = {}
@@ -92,7 +93,8 @@ describe("docs/ and the binary", function()
     for o in examples:gmatch('arg%[i%] == "(%-%-[%w%-]+)"') do known[o] = true end
     assert.is_true(known["--read-cost"], "the examples' options were not found")
     local unknown = {}
-    local pages = { "cli.md", "agents.md", "experiments.md", "cassettes.md", "mcp.md", "architecture.md" }
+    local pages = { "cli.md", "agents.md", "experiments.md", "cassettes.md", "mcp.md", "architecture.md",
+                    "whatif.md" }
     for _, page in ipairs(pages) do
       for o in pairs(options(read_doc(page))) do
         if not known[o] then unknown[#unknown + 1] = page .. ": " .. o end

@@ -65,6 +65,7 @@ describe("require 'specula'", function()
     local n = 0
     not_api.convtraces = true   -- `specula predictors`' conversation reader
     not_api.learned = true      -- the module behind specula.predict.learned
+    not_api.whatif = true       -- the module behind `specula whatif`
     for key, where in pairs(seen) do
       local top, sub = key:match("^([^.]+)%.?(.*)$")
       if not not_api[top] then

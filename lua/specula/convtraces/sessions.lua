@@ -1,0 +1,386 @@
+-- specula.convtraces.sessions: an agent's own timed session logs (Claude
+-- Code transcripts, Codex CLI rollouts, OpenTelemetry GenAI spans,
+-- OpenHands event streams) as timed conversations, for `specula whatif`. A
+-- file's format is told by its content (the first line a reader
+-- recognises), and it is read line by line; a file is one session but for
+-- OTel exports (one a conversation or trace) and the conversations format
+-- (one a line, its times assumed: convtraces/conversations.lua).
+--
+-- Each reader (convtraces/<format>.lua) turns a line into events:
+--   prompt {t, text}             the person's message: the agent's time starts
+--   text {t, text}               the model's text
+--   call {t, id, tool, args}     a tool call the model decided
+--   result {t, id, content}      its result
+--   exec {id, exec_ms}           how long the call itself ran (Codex)
+--   approval {t, ms}             a person's approval of the latest call still
+--                                waiting took ms (OpenHands confirmation mode)
+--   end {t, active_ms}           a prompt's turn ended (Claude Code: the
+--                                time it counts as active)
+-- and this module makes times of them:
+--   model turn   from what the model waited for (the prompt, or the last
+--                result of the calls before) to the first call it decided
+--                (or its text, for a turn without calls)
+--   tool call    from the call to its result; calls of one turn run in
+--                parallel: the turn's tool phase lasts until its last result
+--   user time    from the agent's last event of a prompt to the next prompt:
+--                not the agent's
+--   approval     a person's wait inside a call's recorded time, not the
+--                agent's: approval events (OpenHands) where the log has them;
+--                Claude Code's turn_duration (active time) against
+--                the turn's wall time says how much (given to the longest
+--                calls first); Codex's exec_command_end duration against the
+--                call's recorded time (beyond APPROVAL_GAP_MS); without
+--                either, a call's time beyond `approval_cap_ms` (default
+--                CAP_MS)
+-- A call without a result is "untimed": it is assumed to take no time.
+--
+-- A session: { id, format, path, msgs (OpenAI chat messages; each assistant
+-- message carries specula_times = { model_ms, tool_ms = { per call } }, its
+-- calls in the order of their results), calls = { {tool, args, recorded_ms,
+-- wait_ms, tool_ms, untimed} }, recorded_ms (the agent's time as the log
+-- counts it), model_ms, tool_ms (tool phases), user_ms, approval_ms,
+-- prompts, turns, untimed }.
+local json = require "specula.json"
+
+local type, ipairs, tostring, format, floor = type, ipairs, tostring, string.format, math.floor
+
+local M = {}
+
+M.CAP_MS = 600000
+M.APPROVAL_GAP_MS = 2000
+
+M.READERS = { require "specula.convtraces.claude_code", require "specula.convtraces.codex",
+               require "specula.convtraces.otel", require "specula.convtraces.openhands",
+               require "specula.convtraces.conversations" }
+
+-- Milliseconds since the epoch of an ISO 8601 time (UTC, Z or +hh:mm).
+local function days_from_civil(y, m, d)
+  y = m <= 2 and y - 1 or y
+  local era = floor(y / 400)
+  local yoe = y - era * 400
+  local doy = floor((153 * (m + (m > 2 and -3 or 9)) + 2) / 5) + d - 1
+  local doe = yoe * 365 + floor(yoe / 4) - floor(yoe / 100) + doy
+  return era * 146097 + doe - 719468
+end
+function M.iso_ms(s)
+  local y, mo, d, h, mi, sec, rest = s:match("^(%d%d%d%d)%-(%d%d)%-(%d%d)[T ](%d%d):(%d%d):(%d%d%.?%d*)(.*)$")
+  if not y then return nil end
+  local ms = ((days_from_civil(tonumber(y), tonumber(mo), tonumber(d)) * 24 + tonumber(h)) * 60 + tonumber(mi)) * 60000
+    + tonumber(sec) * 1000
+  local sign, oh, om = rest:match("^([+-])(%d%d):?(%d%d)$")
+  if sign then
+    local off = (tonumber(oh) * 60 + tonumber(om)) * 60000
+    ms = sign == "+" and ms - off or ms + off
+  elseif rest ~= "Z" and rest ~= "" then
+    return nil
+  end
+  return ms
+end
+
+-- Each text kept (a result, a prompt, the model's text) is cut to this many
+-- bytes: what a predictor reads of it; memory grows with the calls of a log,
+-- not with the bytes of their results.
+M.MAX_TEXT = 4096
+
+local function cut(text, max)
+  if #text <= max then return text end
+  return json.utf8_cut(text, max)
+end
+
+local function content_text(c)
+  if type(c) == "string" then return c end
+  if c == nil or c == json.null then return "" end
+  if type(c) == "table" and c[1] ~= nil then
+    local parts = {}
+    for _, p in ipairs(c) do
+      if type(p) == "table" and type(p.text) == "string" then parts[#parts + 1] = p.text end
+    end
+    if #parts > 0 then return table.concat(parts, "\n") end
+  end
+  return json.encode(c) or ""
+end
+
+-- The builder: events in, a session out (see above).
+local function builder(path, fmt, opts)
+  local cap = opts.approval_cap_ms or M.CAP_MS
+  local max_text = opts.max_text or M.MAX_TEXT
+  local s = { path = path, format = fmt, msgs = {}, calls = {}, recorded_ms = 0, model_ms = 0, tool_ms = 0,
+              user_ms = 0, approval_ms = 0, prompts = 0, turns = 0, untimed = 0 }
+  local prompt, turn, since, last_agent
+  local by_id = {}
+
+  local function open_prompt(t, text)
+    s.t0 = s.t0 or t
+    prompt = { t0 = t, last_t = t, turns = {}, calls = {} }
+    since, turn = t, nil
+    s.prompts = s.prompts + 1
+    if text then s.msgs[#s.msgs + 1] = { role = "user", content = cut(text, max_text) } end
+  end
+
+  local function new_turn()
+    turn = { since = since, calls = {}, texts = {} }
+    prompt.turns[#prompt.turns + 1] = turn
+  end
+
+  -- a turn is over once one of its calls has its result
+  local function turn_answered()
+    for _, c in ipairs(turn.calls) do if c.t_result then return true end end
+    return false
+  end
+
+  local function close_prompt()
+    if not prompt then return end
+    local p = prompt
+    prompt = nil
+    -- the person's waits inside calls
+    local calls = p.calls
+    for _, c in ipairs(calls) do
+      c.recorded_ms = c.t_result and math.max(0, c.t_result - c.t_call) or nil
+      c.wait_ms = 0
+    end
+    local wall = p.last_t - p.t0
+    if p.active_ms then
+      local w = (p.end_t or p.last_t) - p.t0 - p.active_ms
+      if w > 0 then
+        local order = {}
+        for _, c in ipairs(calls) do if c.recorded_ms then order[#order + 1] = c end end
+        table.sort(order, function(a, b) return a.recorded_ms > b.recorded_ms end)
+        for _, c in ipairs(order) do
+          if w <= 0 then break end
+          c.wait_ms = math.min(w, c.recorded_ms)
+          w = w - c.wait_ms
+        end
+      end
+    else
+      for _, c in ipairs(calls) do
+        if c.recorded_ms then
+          if c.approval_ms then
+            c.wait_ms = math.min(c.recorded_ms, c.approval_ms)
+          elseif c.exec_ms then
+            local extra = c.recorded_ms - c.exec_ms
+            if extra > M.APPROVAL_GAP_MS then c.wait_ms = extra end
+          elseif c.recorded_ms > cap then
+            c.wait_ms = c.recorded_ms - cap
+          end
+        end
+      end
+    end
+    for _, c in ipairs(calls) do
+      c.tool_ms = c.recorded_ms and c.recorded_ms - c.wait_ms or 0
+      if not c.recorded_ms then s.untimed = s.untimed + 1 end
+      s.calls[#s.calls + 1] = { tool = c.tool, args = c.args, recorded_ms = c.recorded_ms, wait_ms = c.wait_ms,
+                                tool_ms = c.tool_ms, untimed = c.recorded_ms == nil or nil }
+    end
+    -- what the person's waits took from the prompt's wall time: what they
+    -- shortened each turn's tool phase by (a wait beside a longer parallel
+    -- call took nothing)
+    local waits = 0
+    for _, tu in ipairs(p.turns) do
+      local raw, eff = tu.t_first or 0, tu.t_first or 0
+      for _, c in ipairs(tu.calls) do
+        if c.t_result and c.t_result > raw then raw = c.t_result end
+        if c.t_call + c.tool_ms > eff then eff = c.t_call + c.tool_ms end
+      end
+      waits = waits + math.max(0, raw - eff)
+    end
+    s.approval_ms = s.approval_ms + (p.active_ms and math.max(0, (p.end_t or p.last_t) - p.t0 - p.active_ms) or waits)
+    -- the log's own count of the agent's time: Claude Code's active time,
+    -- else the prompt's wall time without the person's waits
+    s.recorded_ms = s.recorded_ms + (p.active_ms or (wall - waits))
+    -- the turns as messages with their times
+    local msgs = s.msgs
+    for _, tu in ipairs(p.turns) do
+      s.turns = s.turns + 1
+      local text = table.concat(tu.texts, "\n")
+      if #tu.calls == 0 then
+        local ms = math.max(0, (tu.text_t or tu.since) - tu.since)
+        s.model_ms = s.model_ms + ms
+        msgs[#msgs + 1] = { role = "assistant", content = text, specula_times = { model_ms = ms, tool_ms = {} } }
+      else
+        local model = math.max(0, tu.t_first - tu.since)
+        for _, c in ipairs(tu.calls) do c.t_eff = c.t_call + c.tool_ms end
+        local order = {}
+        for i, c in ipairs(tu.calls) do order[i] = c end
+        table.sort(order, function(a, b) return a.t_eff < b.t_eff end)
+        local tc, tms, prev = {}, {}, tu.t_first
+        for i, c in ipairs(order) do
+          local inc = math.max(0, c.t_eff - prev)
+          prev = math.max(prev, c.t_eff)
+          tms[i] = inc
+          s.tool_ms = s.tool_ms + inc
+          tc[i] = { id = c.id, type = "function", ["function"] = { name = c.tool, arguments = c.args } }
+        end
+        s.model_ms = s.model_ms + model
+        msgs[#msgs + 1] = { role = "assistant", content = text, tool_calls = tc,
+                            specula_times = { model_ms = model, tool_ms = tms } }
+        for _, c in ipairs(order) do
+          msgs[#msgs + 1] = { role = "tool", tool_call_id = c.id, content = c.obs or "" }
+        end
+      end
+    end
+    last_agent = p.last_t
+  end
+
+  local b = {}
+  function b.event(e)
+    local t = e.t
+    if e.kind == "meta" then
+      s.id = s.id or e.id
+      s.t0 = s.t0 or t
+    elseif e.kind == "prompt" then
+      close_prompt()
+      if last_agent and t > last_agent then s.user_ms = s.user_ms + (t - last_agent) end
+      open_prompt(t, e.text)
+    elseif e.kind == "text" or e.kind == "call" then
+      if not prompt then open_prompt(t, nil) end   -- a resumed session: the first event starts it
+      -- text after calls is a later reply; a call after answered calls too
+      if not turn or (#turn.calls > 0 and (e.kind == "text" or turn_answered())) then new_turn() end
+      if e.kind == "text" then
+        turn.texts[#turn.texts + 1] = cut(e.text, max_text)
+        if #turn.calls == 0 then turn.text_t = t end
+      else
+        if #turn.calls == 0 then turn.t_first = t end
+        local c = { id = type(e.id) == "string" and e.id or ("call" .. (#s.calls + #prompt.calls + 1)),
+                    tool = e.tool, args = e.args, t_call = t }
+        turn.calls[#turn.calls + 1] = c
+        prompt.calls[#prompt.calls + 1] = c
+        by_id[c.id] = c
+        -- the model waits from its decision at least (a call without a
+        -- result ends nothing later)
+        if t > since then since = t end
+      end
+      if t > prompt.last_t then prompt.last_t = t end
+    elseif e.kind == "result" then
+      local c = type(e.id) == "string" and by_id[e.id]
+      if not c and prompt then
+        for _, pc in ipairs(prompt.calls) do if not pc.t_result then c = pc break end end
+      end
+      if c and not c.t_result then
+        c.t_result = t
+        c.obs = cut(content_text(e.content), max_text)
+        if t > since then since = t end
+        if prompt and t > prompt.last_t then prompt.last_t = t end
+      end
+    elseif e.kind == "approval" then
+      -- a person's approval, timed by the log: the latest call still waiting
+      if prompt then
+        for i = #prompt.calls, 1, -1 do
+          local c = prompt.calls[i]
+          if not c.t_result then c.approval_ms = (c.approval_ms or 0) + e.ms break end
+        end
+      end
+    elseif e.kind == "exec" then
+      local c = type(e.id) == "string" and by_id[e.id]
+      if c then c.exec_ms = e.exec_ms end
+    elseif e.kind == "end" then
+      if prompt then
+        prompt.end_t = t
+        if e.active_ms then prompt.active_ms = (prompt.active_ms or 0) + e.active_ms end
+      end
+    end
+  end
+  function b.finish()
+    close_prompt()
+    return s
+  end
+  return b
+end
+
+local function expected()
+  local out = {}
+  for _, r in ipairs(M.READERS) do out[#out + 1] = r.name .. ": " .. r.expects end
+  return table.concat(out, "; ")
+end
+
+-- The reader of a decoded line, or nil.
+function M.detect(v)
+  for _, r in ipairs(M.READERS) do
+    if r.detect(v) then return r end
+  end
+  return nil
+end
+
+-- read_all(path, opts, warn): the sessions of one log file (one, but for
+-- formats that hold several: OTel spans), or nil and
+-- "EFORMAT: path:line: ..." naming what each reader expected. opts:
+-- approval_cap_ms. warn(msg) gets "path:line: ..." for lines skipped.
+function M.read_all(path, opts, warn)
+  opts = opts or {}
+  warn = warn or function() end
+  local f, err = io.open(path, "r")
+  if not f then return nil, "EIO: cannot read " .. tostring(err) end
+  local reader
+  local state = {}   -- the reader's own, for the file
+  local builders, order, whole = {}, {}, {}
+  local function ev_for(key)
+    local b = builders[key]
+    if not b then
+      b = builder(path, reader.name, opts)
+      builders[key] = b
+      order[#order + 1] = key
+    end
+    return b.event
+  end
+  local ln = 0
+  local iso = M.iso_ms
+  for line in f:lines() do
+    ln = ln + 1
+    if line:find("%S") then
+      local v, derr = json.decode(line)
+      if v == nil then
+        if not reader then
+          f:close()
+          return nil, format("EFORMAT: %s:%d: not JSON (%s); expected one JSON object a line, %s", path, ln,
+            tostring(derr), expected())
+        end
+        warn(format("%s:%d: not JSON (%s): skipped", path, ln, tostring(derr)))
+      else
+        if not reader then
+          reader = M.detect(v)
+          if not reader then
+            f:close()
+            return nil, format("EFORMAT: %s:%d: no reader knows this line; expected %s", path, ln, expected())
+          end
+        end
+        if type(v) == "table" and reader.session then
+          -- a format of whole sessions, one a line
+          local ok, sess = pcall(reader.session, v, path, ln)
+          if ok and sess then whole[#whole + 1] = sess
+          else warn(format("%s:%d: %s: skipped", path, ln, ok and "not " .. reader.expects or tostring(sess))) end
+        elseif type(v) == "table" then
+          local ok, e = pcall(reader.events, v, ev_for(""), iso, state)
+          if not ok then warn(format("%s:%d: %s: skipped", path, ln, tostring(e))) end
+        end
+      end
+    end
+  end
+  f:close()
+  if not reader then return nil, format("EFORMAT: %s: empty; expected %s", path, expected()) end
+  if reader.finish then
+    local ok, e = pcall(reader.finish, state, ev_for)
+    if not ok then return nil, format("EFORMAT: %s: %s", path, tostring(e)) end
+  end
+  local out = whole
+  local base = path:match("([^/]+)%.jsonl?$") or path
+  for _, key in ipairs(order) do
+    local s = builders[key].finish()
+    -- a format that keeps sessions apart names them; one that did not see
+    -- any event leaves an empty session out
+    if s.prompts > 0 or #s.calls > 0 then
+      s.id = s.id or (key ~= "" and key) or base
+      out[#out + 1] = s
+    end
+  end
+  if #out == 0 then return nil, format("EFORMAT: %s: read as %s, but it holds no session (no prompt, no call)", path,
+    reader.name) end
+  return out
+end
+
+-- read(path, opts, warn): the first session of one log file (read_all).
+function M.read(path, opts, warn)
+  local list, err = M.read_all(path, opts, warn)
+  if not list then return nil, err end
+  return list[1]
+end
+
+return M

@@ -1,0 +1,390 @@
+-- specula.whatif: what speculation would have saved on an agent's own timed
+-- logs (`specula whatif`). The logs (specula.convtraces.sessions) become
+-- timed conversations; each runs as a conversation agent
+-- (specula.agents.conversation) on the virtual clock with the log's own
+-- times, in time order, in each configuration:
+--   recorded            the agent's time as the log counts it (no run)
+--   sequential          the replay: every turn and call back to back
+--   predictor           action speculation: the learned predictor (online
+--                       over the sessions in time order, after --train)
+--   spechop             SpecHop (k = 3) with a speculator giving the recorded
+--                       result with probability SPEC_P after SPEC_MS
+--   both                the two
+--   perfect-predictor   the bounds: a predictor proposing the recorded call
+--   perfect-speculator  (confidence 1), a speculator that is always right
+--   perfect-both        at no cost, and both
+-- The policy (policies/whatif.lua, or --policy) says which calls may run
+-- before the model decided them; every call run early is classified by it
+-- (early writes must stay 0).
+local json = require "specula.json"
+local secrets = require "specula.secrets"
+local sessions = require "specula.convtraces.sessions"
+
+local type, ipairs, pairs, tostring, format, floor = type, ipairs, pairs, tostring, string.format, math.floor
+
+local M = {}
+
+M.SPEC_P, M.SPEC_MS, M.K = 0.6, 50, 3
+
+M.CONFIGS = { "recorded", "sequential", "predictor", "spechop", "both",
+              "perfect-predictor", "perfect-speculator", "perfect-both" }
+local KNOWN = {}
+for _, n in ipairs(M.CONFIGS) do KNOWN[n] = true end
+
+-- "a,b" -> a list of configurations, or nil and a message.
+function M.config_list(s)
+  local out, seen = {}, {}
+  for name in (s .. ","):gmatch("([^,]*),") do
+    name = name:match("^%s*(.-)%s*$")
+    if not KNOWN[name] then
+      return nil, "--compare: unknown configuration '" .. name .. "' (" .. table.concat(M.CONFIGS, ", ") .. ")"
+    end
+    if not seen[name] then seen[name] = true; out[#out + 1] = name end
+  end
+  return out
+end
+
+-- The policy: a Lua file returning { read_only = function(tool, args) ->
+-- boolean }. nil and a message when it is not one.
+function M.load_policy(path)
+  local p = path
+  if not p then
+    p = require("specula.policy").resolve("whatif.lua")
+    if not p then return nil, "the default policy policies/whatif.lua is not installed" end
+  end
+  local chunk, err = loadfile(p)
+  if not chunk then return nil, "--policy: cannot load " .. tostring(err) end
+  local ok, v = pcall(chunk)
+  if not ok then return nil, "--policy: " .. p .. ": " .. tostring(v) end
+  if type(v) ~= "table" or type(v.read_only) ~= "function" then
+    return nil, "--policy: " .. p .. ": expected a table with read_only = function(tool, args) -> boolean"
+  end
+  return v
+end
+
+local function median(list)
+  if #list == 0 then return nil end
+  table.sort(list)
+  local n = #list
+  return n % 2 == 1 and list[(n + 1) / 2] or (list[n / 2] + list[n / 2 + 1]) / 2
+end
+
+-- The sessions of the logs, in time order; failures apart ({ path, error }).
+function M.read_logs(paths, opts, warn)
+  local list, failed = {}, {}
+  for _, p in ipairs(paths) do
+    local got, err = sessions.read_all(p, opts, warn)
+    if got then
+      for _, s in ipairs(got) do list[#list + 1] = s end
+    else
+      failed[#failed + 1] = { path = p, error = err }
+    end
+  end
+  table.sort(list, function(a, b) return (a.t0 or 0) < (b.t0 or 0) end)
+  -- ids stay apart (two logs of one session id, say)
+  local seen = {}
+  for _, s in ipairs(list) do
+    local id = tostring(s.id)
+    if seen[id] then
+      local n = 2
+      while seen[id .. "#" .. n] do n = n + 1 end
+      id = id .. "#" .. n
+    end
+    seen[id] = true
+    s.id = id
+  end
+  return list, failed
+end
+
+-- A predictor that proposes the recorded call (the bound), as the agent
+-- replays it (box.agent: the agent, set once built).
+local function oracle(box)
+  return function(_, ctx)
+    local st = box.agent and box.agent.recorded(ctx.id, ctx.hop)
+    if not st then return {} end
+    return { { tool = st.tool, args = st.args, confidence = 1 } }
+  end
+end
+
+-- The learned predictor, trained on --train files (sessions logs or
+-- conversations files).
+local function learned(train, opts)
+  local P = require("specula.predict").learned {}
+  if #train > 0 then
+    local convs = {}
+    for _, f in ipairs(train) do
+      local s = sessions.read(f, opts)
+      if s then
+        local c = require("specula.convtraces").conversation(s.id, s.msgs)
+        if c then convs[#convs + 1] = c end
+      else
+        local ok, err = require("specula.convtraces").read(f, nil, convs, function() end)
+        if not ok then return nil, "--train: " .. tostring(err) end
+      end
+    end
+    P:train(convs)
+  end
+  return P
+end
+
+-- Run every session in one configuration. Returns the totals.
+local function run_config(name, list, ctx)
+  local specula = require "specula"
+  local t = { name = name, wall = 0, standard = 0, fired = 0, hit = 0, wasted = 0, early_reads = 0,
+              early_writes = 0, failed = 0, sessions = 0, saved_ms = 0, by_session = {}, tool_hits = {} }
+  local predict, speculate, mode = nil, nil, "sequential"
+  local box = {}
+  if name == "predictor" or name == "both" then
+    local P, err = learned(ctx.train, ctx.read_opts)
+    if not P then return nil, err end
+    predict = P
+  elseif name == "perfect-predictor" or name == "perfect-both" then
+    predict = oracle(box)
+  end
+  if name == "spechop" or name == "both" then
+    speculate, mode = { p = ctx.spec_p, ms = ctx.spec_ms }, "spechop"
+  elseif name == "perfect-speculator" or name == "perfect-both" then
+    speculate, mode = { p = 1, ms = 0 }, "spechop"
+  end
+  local policy = ctx.policy
+  local agent = specula.agents.conversation {
+    latency = ctx.latency, tools = ctx.tools, predict = predict, speculate = speculate,
+    policy = { classes = { any = "full" }, tools = ctx.classes,
+               decide = function(tool, args) return policy.read_only(tool, args) and "full" or "forbid" end },
+    on_early = function(tool, args, c)
+      if policy.read_only(tool, args) then t.early_reads = t.early_reads + 1
+      else t.early_writes = t.early_writes + 1 end
+      -- a predicted call equal to the recorded one at its hop: a hit
+      local st = c.predicted and box.agent.recorded(c.id, c.hop)
+      if st and st.tool == tool and json.canonical(args) == json.canonical(st.args) then
+        local h = t.tool_hits[tool] or { hits = 0, hidden = 0 }
+        h.hits = h.hits + 1
+        h.hidden = h.hidden + math.min(st.tool_ms or 0, st.model_ms or 0)
+        t.tool_hits[tool] = h
+      end
+    end,
+  }
+  box.agent = agent
+  local queries = {}
+  for i, s in ipairs(list) do queries[i] = { id = s.id, query = s.query or "", messages = s.msgs } end
+  local o = { queries = queries, clock = "virtual", concurrency = 1, mode = mode, k = M.K,
+              predict = (not predict) and "off" or nil }
+  local records, agg = specula.run(agent, o)
+  for _, r in ipairs(records) do
+    if r.error then
+      t.failed = t.failed + 1
+      ctx.warn(format("%s: session %s failed: %s", name, tostring(r.id), tostring(r.error)))
+    else
+      t.sessions = t.sessions + 1
+      t.wall, t.standard = t.wall + r.stats.wall_ms, t.standard + r.stats.standard_ms
+      t.by_session[tostring(r.id)] = r.stats.wall_ms
+    end
+  end
+  local pf = agg.prefetch
+  if pf then t.fired, t.hit, t.saved_ms = pf.fired, pf.promoted, pf.saved_ms end
+  t.wasted = agg.wasted_calls or 0
+  return t
+end
+
+-- The work of `specula whatif` (o: the parsed options). Returns the
+-- result: { sessions, failed, configs = { totals }, tools = { rows } }.
+function M.compute(o, warn)
+  warn = warn or function(m) secrets.stderr("specula whatif: warning: ", m, "\n") end
+  local read_opts = { approval_cap_ms = o.approval_cap_ms }
+  local list, failed = M.read_logs(o.logs, read_opts, warn)
+  local policy, perr = M.load_policy(o.policy)
+  if not policy then return nil, perr end
+  -- the tools the sessions call (each in the policy's one class: its
+  -- read_only decides per call)
+  local by_id, tools, classes, per_tool = {}, {}, {}, {}
+  for _, s in ipairs(list) do
+    by_id[s.id] = s
+    for _, m in ipairs(s.msgs) do
+      for _, tc in ipairs(m.role == "assistant" and m.tool_calls or {}) do
+        local name = tc["function"].name
+        if not classes[name] then classes[name] = "any"; tools[#tools + 1] = name end
+      end
+    end
+    for _, c in ipairs(s.calls) do
+      local p = per_tool[c.tool] or { tool = c.tool, calls = 0, time = 0, times = {}, untimed = 0 }
+      p.calls, p.time = p.calls + 1, p.time + c.tool_ms
+      if c.untimed then p.untimed = p.untimed + 1 else p.times[#p.times + 1] = c.tool_ms end
+      per_tool[c.tool] = p
+    end
+  end
+  -- a call that differs from the recording takes its tool's median time
+  local all, lat_tools = {}, {}
+  for name, p in pairs(per_tool) do
+    local m = median(p.times)
+    if m then lat_tools[name] = m end
+    for _, x in ipairs(p.times) do all[#all + 1] = x end
+  end
+  lat_tools.default_ms = median(all) or 0
+  local ctx = { by_id = by_id, tools = tools, classes = classes, policy = policy, warn = warn,
+                latency = { tools = lat_tools, user_ms = 0 }, train = o.train or {}, read_opts = read_opts,
+                spec_p = o.spec_p or M.SPEC_P, spec_ms = o.spec_ms or M.SPEC_MS }
+  local res = { sessions = #list, failed = failed, configs = {}, tools = {}, list = list }
+  local recorded = 0
+  for _, s in ipairs(list) do recorded = recorded + s.recorded_ms end
+  local want = o.compare or M.CONFIGS
+  local byname = {}
+  for _, name in ipairs(want) do
+    local t
+    if name == "recorded" then
+      t = { name = name, wall = recorded, sessions = #list, failed = 0, by_session = {} }
+      for _, s in ipairs(list) do t.by_session[s.id] = s.recorded_ms end
+    elseif #list > 0 then
+      local err
+      t, err = run_config(name, list, ctx)
+      if not t then return nil, err end
+    else
+      t = { name = name, wall = 0, sessions = 0, failed = 0, by_session = {} }
+    end
+    res.configs[#res.configs + 1] = t
+    byname[name] = t
+  end
+  -- the possible saving: sequential against both perfect (each computed
+  -- when asked for or needed)
+  local seq = byname.sequential or (#list > 0 and run_config("sequential", list, ctx)) or nil
+  local best = byname["perfect-both"] or (#list > 0 and run_config("perfect-both", list, ctx)) or nil
+  res.sequential_ms = seq and seq.wall or 0
+  res.best_ms = best and best.wall or 0
+  local possible = res.sequential_ms - res.best_ms
+  for _, t in ipairs(res.configs) do
+    t.rel_lat = res.sequential_ms > 0 and t.wall / res.sequential_ms or nil
+    t.share = possible > 0 and (res.sequential_ms - t.wall) / possible or nil
+  end
+  -- per tool, with the predictor's hits
+  local pred = byname.predictor
+  local wait = 0
+  for _, p in pairs(per_tool) do wait = wait + p.time end
+  for name, p in pairs(per_tool) do
+    local h = pred and pred.tool_hits[name]
+    res.tools[#res.tools + 1] = { tool = name, calls = p.calls, untimed = p.untimed, time_ms = p.time,
+      share = wait > 0 and p.time / wait or 0, hits = h and h.hits or 0,
+      hit_rate = pred and (h and h.hits or 0) / p.calls or nil, hidden_ms = h and h.hidden or 0,
+      read_only = nil }
+  end
+  table.sort(res.tools, function(a, b)
+    if a.time_ms ~= b.time_ms then return a.time_ms > b.time_ms end
+    return a.tool < b.tool
+  end)
+  return res
+end
+
+local function secs(ms) return ms and format("%.1f", ms / 1000) or "-" end
+local function num(x, f)
+  if not x then return "-" end
+  local t = format(f or "%.3f", x)
+  return (t:gsub("^%-(0%.0*)$", "%1"))   -- no "-0.00" for a rounding's sign
+end
+
+-- The tables as text.
+function M.text(res)
+  local out = {}
+  local function p(...) out[#out + 1] = format(...) end
+  local n_calls, untimed, user, appr, model, toolt, assumed = 0, 0, 0, 0, 0, 0, 0
+  for _, s in ipairs(res.list) do
+    if s.assumed then assumed = assumed + 1 end
+    n_calls, untimed = n_calls + #s.calls, untimed + s.untimed
+    user, appr, model, toolt = user + s.user_ms, appr + s.approval_ms, model + s.model_ms, s.tool_ms + toolt
+  end
+  p("%d sessions (%d failed), %d tool calls (%d untimed); agent's time %s s: model %s s, tools %s s; "
+    .. "left out: the person's %s s, approval waits %s s\n", res.sessions, #res.failed, n_calls, untimed,
+    secs(model + toolt), secs(model), secs(toolt), secs(user), secs(appr))
+  if assumed > 0 then
+    p("times assumed, not recorded, for %d sessions (the conversations format: docs/whatif.md)\n", assumed)
+  end
+  p("%-20s %10s %7s %7s %6s %5s %7s %7s %7s\n", "configuration", "agent (s)", "RelLat", "share", "fired", "hit",
+    "wasted", "early R", "early W")
+  for _, t in ipairs(res.configs) do
+    local run = t.name ~= "recorded"
+    p("%-20s %10s %7s %7s %6s %5s %7s %7s %7s\n", t.name, secs(t.wall), num(t.rel_lat), num(t.share, "%.2f"),
+      run and tostring(t.fired or 0) or "-", run and tostring(t.hit or 0) or "-", run and tostring(t.wasted or 0) or "-",
+      run and tostring(t.early_reads or 0) or "-", run and tostring(t.early_writes or 0) or "-")
+  end
+  p("%-24s %6s %9s %7s %8s %10s\n", "tool", "calls", "time (s)", "share", "hit rate", "hidden (s)")
+  for _, r in ipairs(res.tools) do
+    p("%-24s %6d %9s %7.2f %8s %10s\n", #r.tool > 24 and r.tool:sub(1, 21) .. "..." or r.tool, r.calls,
+      secs(r.time_ms), r.share, num(r.hit_rate, "%.2f"), secs(r.hidden_ms))
+  end
+  for _, f in ipairs(res.failed) do p("failed: %s\n", f.error) end
+  p("(RelLat: agent time over the sequential replay's; share: of the saving the bound (perfect-both)\n"
+    .. " reaches; fired/hit: predicted calls started early / used; wasted: speculative calls thrown away;\n"
+    .. " early R/W: calls run before the model decided them, read-only / not by the policy; hidden: the\n"
+    .. " most the predictor's hits on the tool could hide, each up to its turn's model time)\n")
+  return table.concat(out)
+end
+
+-- A record a session leaves in --out: digests and tool names, contents
+-- only with keep_content.
+function M.record(s, res, keep)
+  local crypto = require "specula.crypto"
+  local calls = {}
+  for i, c in ipairs(s.calls) do
+    local args = json.canonical(c.args)
+    calls[i] = { tool = c.tool, args_sha256 = crypto.sha256_hex(args), args = keep and c.args or nil,
+                 recorded_ms = c.recorded_ms or json.null, tool_ms = c.tool_ms, wait_ms = c.wait_ms,
+                 untimed = c.untimed or nil }
+  end
+  local walls = {}
+  for _, t in ipairs(res.configs) do walls[t.name] = t.by_session[s.id] or json.null end
+  return { id = s.id, format = s.format, assumed = s.assumed or nil, source_sha256 = crypto.sha256_hex(s.path), source = keep and s.path or nil,
+           recorded_ms = s.recorded_ms, model_ms = s.model_ms, tool_ms = s.tool_ms, user_ms = s.user_ms,
+           approval_ms = s.approval_ms, prompts = s.prompts, turns = s.turns, calls = json.array(calls),
+           agent_ms = walls, messages = keep and s.msgs or nil }
+end
+
+function M.summary(res)
+  local configs = {}
+  for i, t in ipairs(res.configs) do
+    configs[i] = { name = t.name, agent_ms = t.wall, rel_lat = t.rel_lat or json.null, share = t.share or json.null,
+                   fired = t.fired, hit = t.hit, wasted = t.wasted, early_reads = t.early_reads,
+                   early_writes = t.early_writes, sessions = t.sessions, failed = t.failed }
+  end
+  local tools = {}
+  for i, r in ipairs(res.tools) do
+    tools[i] = { tool = r.tool, calls = r.calls, untimed = r.untimed, time_ms = r.time_ms, share = r.share,
+                 hit_rate = r.hit_rate or json.null, hidden_ms = r.hidden_ms }
+  end
+  local failed = {}
+  for i, f in ipairs(res.failed) do failed[i] = f.error end
+  local assumed = 0
+  for _, s in ipairs(res.list) do if s.assumed then assumed = assumed + 1 end end
+  return { sessions = res.sessions, assumed = assumed, failed = json.array(failed), sequential_ms = res.sequential_ms,
+           bound_ms = res.best_ms, configs = json.array(configs), tools = json.array(tools) }
+end
+
+local function write_file(path, text)
+  local f, err = io.open(path, "w")
+  if not f then return nil, "EIO: cannot write " .. tostring(err) end
+  local ok, werr = f:write(text)
+  local cok, cerr = f:close()
+  if not ok or not cok then return nil, "EIO: " .. path .. ": " .. tostring(werr or cerr) end
+  return true
+end
+
+function M.main(o)
+  local res, err = M.compute(o)
+  if not res then
+    secrets.stderr("specula whatif: ", tostring(err), "\n")
+    return 1
+  end
+  io.stdout:write(secrets.scrub_message(M.text(res)))
+  if o.out then
+    local lines = {}
+    for i, s in ipairs(res.list) do
+      lines[i] = secrets.scrub_json(json.encode(M.record(s, res, o.keep_content)))
+    end
+    local ok, werr = write_file(o.out, table.concat(lines, "\n") .. (#lines > 0 and "\n" or ""))
+    if not ok then secrets.stderr("specula whatif: --out: ", werr, "\n") return 1 end
+  end
+  if o.summary then
+    local ok, werr = write_file(o.summary, secrets.scrub_json(json.encode(M.summary(res))) .. "\n")
+    if not ok then secrets.stderr("specula whatif: --summary: ", werr, "\n") return 1 end
+  end
+  if res.sessions == 0 then return 1 end
+  return 0
+end
+
+return M

@@ -1,0 +1,222 @@
+-- Unit tests for specula.convtraces.sessions: the readers of Claude Code
+-- transcripts and Codex CLI rollouts, on hand-written fixtures whose times
+-- are worked out below, and on the real sessions in spec/fixtures/timed_traces.
+local sessions = require("specula.convtraces.sessions")
+
+local ROOT = (os.getenv("SPECULA_SOURCE_DIR") or ".") .. "/spec/fixtures/"
+
+local function near(a, b, eps) return math.abs(a - b) <= (eps or 0.5) end
+
+-- The agent's time a sequential replay takes: each turn's model time and
+-- its calls' times, back to back (what agents.conversation sleeps).
+local function replay_ms(s)
+  local ms = 0
+  for _, m in ipairs(s.msgs) do
+    local t = m.specula_times
+    if t then
+      ms = ms + t.model_ms
+      for _, x in ipairs(t.tool_ms) do ms = ms + x end
+    end
+  end
+  return ms
+end
+
+describe("convtraces.sessions", function()
+  it("reads ISO times to the millisecond, with offsets", function()
+    assert.equals(0, sessions.iso_ms("1970-01-01T00:00:00Z"))
+    assert.equals(1772445600123, sessions.iso_ms("2026-03-02T10:00:00.123Z"))
+    assert.equals(sessions.iso_ms("2026-03-02T10:00:00Z"), sessions.iso_ms("2026-03-02T12:00:00+02:00"))
+    assert.is_nil(sessions.iso_ms("yesterday"))
+  end)
+
+  describe("a Claude Code transcript", function()
+    local s = assert(sessions.read(ROOT .. "sessions/claude_code.jsonl"))
+    it("is told by its content and keeps the session's id", function()
+      assert.equals("claude-code", s.format)
+      assert.equals(2, s.prompts)
+    end)
+    it("keeps parallel calls of one reply in one turn, sidechain lines out", function()
+      -- Read and Grep share msg_1; the sidechain Glob is the subagent's
+      assert.equals(3, #s.calls)
+      local first = s.msgs[2]
+      assert.equals("assistant", first.role)
+      assert.equals(2, #first.tool_calls)
+      -- in the order of their results: Grep (3.6 s) before Read (4.0 s)
+      assert.equals("Grep", first.tool_calls[1]["function"].name)
+      assert.equals(3000, first.specula_times.model_ms)     -- prompt 0 s -> first call 3 s
+      assert.same({ 600, 400 }, first.specula_times.tool_ms) -- from the decision at 3.0 s to 3.6, then 4.0
+    end)
+    it("takes the person's approval wait out of a call by the turn's active time", function()
+      -- wall of prompt 1: 69.05 s; Claude Code counts 11.05 s active: the
+      -- 57.999 s left go to the longest call (git push, 60 s recorded)
+      local push = s.calls[3]
+      assert.equals("Bash", push.tool)
+      assert.equals(60000, push.recorded_ms)
+      assert.is_true(near(push.wait_ms, 58000))
+      assert.is_true(near(push.tool_ms, 2000))
+      assert.is_true(near(s.approval_ms, 58000))
+    end)
+    it("leaves the person's own time out and the replay matches the recorded time", function()
+      assert.equals(231000, s.user_ms)                 -- 10:01:09 -> 10:05:00
+      -- recorded: 11.05 s active + the second prompt's 4 s
+      assert.is_true(near(s.recorded_ms, 15050))
+      -- replay: 3 + 1 (parallel) + 3 + 2 + 2 + 4 s
+      assert.is_true(near(replay_ms(s), 15000))
+      assert.is_true(math.abs(replay_ms(s) - s.recorded_ms) / s.recorded_ms < 0.02)
+    end)
+  end)
+
+  describe("a Codex CLI rollout", function()
+    local s = assert(sessions.read(ROOT .. "sessions/codex.jsonl"))
+    it("is told by its content; the prompt is the user_message event", function()
+      assert.equals("codex", s.format)
+      assert.equals("fx-codex-0001", s.id)
+      assert.equals(1, s.prompts)
+      assert.equals("List the files and fix the test.", s.msgs[1].content)
+    end)
+    it("times parallel calls and takes the approval wait out by the command's own duration", function()
+      assert.equals(4, #s.calls)
+      local c2 = s.calls[2]
+      assert.equals(10390, c2.recorded_ms)   -- 04.520 -> 14.910
+      assert.equals(10090, c2.wait_ms)       -- beyond the 0.3 s it ran
+      assert.equals(300, c2.tool_ms)
+      assert.equals(0, s.calls[1].wait_ms)   -- 0.21 s recorded, 0.2 s run: no wait
+      local t1 = s.msgs[2].specula_times
+      assert.equals(3500, t1.model_ms)        -- 01.000 -> 04.500
+      assert.same({ 210, 110 }, t1.tool_ms)   -- c1 ends 04.710, c2 at 04.820 without its wait
+    end)
+    it("counts a call without a result as untimed, taking no time", function()
+      assert.equals(1, s.untimed)
+      assert.is_true(s.calls[4].untimed)
+      assert.equals(0, s.calls[4].tool_ms)
+    end)
+    it("replays to the recorded agent time", function()
+      -- 3.5 + 0.32 + 5.09 + 0.5 + 4.5 + 0 + 5.0 s
+      assert.equals(18910, replay_ms(s))
+      assert.equals(18910, s.recorded_ms)  -- 29 s wall less the 10.09 s wait
+    end)
+  end)
+
+  describe("OpenTelemetry GenAI spans (OTLP JSON)", function()
+    local list = assert(sessions.read_all(ROOT .. "sessions/otel.jsonl"))
+    it("one session a conversation id, else a trace; spans put in time order", function()
+      assert.equals(2, #list)
+      assert.equals("conv-otel-1", list[1].id)
+      assert.equals("otel", list[1].format)
+      assert.equals("Weather in Paris and Lyon?", list[1].msgs[1].content)
+      assert.equals("6c9f00089914921ae37ac744924ad71d", list[2].id)
+    end)
+    it("times the model turns by chat spans and the calls by execute_tool spans, parallel kept", function()
+      local s = list[1]
+      assert.equals(2, #s.calls)
+      local t = s.msgs[2].specula_times
+      assert.is_true(near(t.model_ms, 2050, 0.01))       -- agent start 0 -> first call 2.05 s
+      assert.is_true(near(t.tool_ms[1], 500, 0.01))      -- Paris: 2.05 -> 2.55
+      assert.is_true(near(t.tool_ms[2], 510, 0.01))      -- Lyon ends 3.06
+      assert.is_true(near(s.msgs[5].specula_times.model_ms, 2940, 0.01))   -- 3.06 -> the answer at 6.0
+      assert.is_true(near(replay_ms(s), 6000, 0.01))
+      assert.is_true(near(s.recorded_ms, 6000, 0.01))
+      assert.same({ city = "Lyon" }, s.calls[2].args)
+    end)
+    it("without an agent span, the first model call starts the agent's time", function()
+      local s = list[2]
+      assert.is_true(near(replay_ms(s), 2500, 0.01))   -- 1 s model, 0.5 s search, 1 s answer
+      assert.is_true(near(s.recorded_ms, 2500, 0.01))
+    end)
+  end)
+
+  describe("an OpenHands event stream", function()
+    local s = assert(sessions.read(ROOT .. "sessions/openhands.jsonl"))
+    it("reads the person's message, the agent's actions by function name, results by cause", function()
+      assert.equals("openhands", s.format)
+      assert.equals(1, s.prompts)
+      assert.equals(2, #s.calls)
+      assert.equals("execute_bash", s.calls[1].tool)
+      assert.equals("str_replace_editor", s.calls[2].tool)
+    end)
+    it("takes the confirmation wait out of the call by the agent_state_changed events", function()
+      assert.equals(32500, s.calls[1].recorded_ms)   -- 4.0 -> 36.5
+      assert.equals(30000, s.calls[1].wait_ms)       -- awaiting 4.0 -> confirmed 34.0
+      assert.equals(2500, s.calls[1].tool_ms)
+      -- 3 (model) + 2.5 + 3 + 0.2 + 5 (to finish)
+      assert.is_true(near(replay_ms(s), 13700, 0.01))
+      assert.is_true(near(s.recorded_ms, 13700, 0.01))
+      assert.is_true(near(s.approval_ms, 30000, 0.01))
+    end)
+  end)
+
+  it("keeps each text cut to MAX_TEXT bytes: memory grows with the calls, not their results", function()
+    local path = os.tmpname()
+    local f = assert(io.open(path, "w"))
+    local big = string.rep("x", sessions.MAX_TEXT * 3)
+    f:write('{"type":"user","sessionId":"s","uuid":"a","timestamp":"2026-03-02T10:00:00Z","message":{"role":"user","content":"go"}}\n')
+    f:write('{"type":"assistant","sessionId":"s","uuid":"b","timestamp":"2026-03-02T10:00:01Z","message":{"id":"m","role":"assistant","content":[{"type":"tool_use","id":"t","name":"Read","input":{}}]}}\n')
+    f:write('{"type":"user","sessionId":"s","uuid":"c","timestamp":"2026-03-02T10:00:02Z","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"' .. big .. '"}]}}\n')
+    f:close()
+    local s = assert(sessions.read(path))
+    os.remove(path)
+    assert.equals(sessions.MAX_TEXT, #s.msgs[3].content)
+    assert.equals(1000, s.calls[1].tool_ms)
+  end)
+
+  it("without approval evidence, a call's time beyond the cap is the person's", function()
+    -- the Claude Code fixture without its turn_duration line: the 60 s push
+    -- keeps 20 s under a 20 s cap (the first prompt's turns otherwise as before)
+    local src = assert(io.open(ROOT .. "sessions/claude_code.jsonl")):read("*a")
+    local path = os.tmpname()
+    local f = assert(io.open(path, "w"))
+    f:write((src:gsub('[^\n]*"turn_duration"[^\n]*\n', "")))
+    f:close()
+    local s = assert(sessions.read(path, { approval_cap_ms = 20000 }))
+    local d = assert(sessions.read(path))   -- the default cap, 600 s: nothing taken out
+    os.remove(path)
+    assert.equals(40000, s.calls[3].wait_ms)
+    assert.equals(20000, s.calls[3].tool_ms)
+    assert.equals(0, d.calls[3].wait_ms)
+    assert.is_true(near(s.recorded_ms, 69000 - 40000 + 4000))
+    assert.is_true(math.abs(replay_ms(s) - s.recorded_ms) < 1)
+  end)
+
+  it("names the line and what each reader expected for a file none reads", function()
+    local s, err = sessions.read(ROOT .. "sessions/unknown.jsonl")
+    assert.is_nil(s)
+    assert.matches("^EFORMAT: .*unknown%.jsonl:1: no reader knows this line", err)
+    assert.matches("claude%-code: a Claude Code transcript line", err)
+    assert.matches("codex: a Codex CLI rollout line", err)
+    assert.matches("otel: an OTLP JSON trace export line", err)
+    assert.matches("openhands: an OpenHands event line", err)
+    local _, err2 = sessions.read(ROOT .. "sessions/nothing-here.jsonl")
+    assert.matches("^EIO:", err2)
+  end)
+
+  describe("the real sessions", function()
+    local files = {
+      { "claude_code/SublyFi__privacy-x402__claude-session.jsonl", "claude-code", 32, 0 },
+      { "claude_code/bastion-agentique__bastion__claude-session.jsonl", "claude-code", 5, 0 },
+      { "codex/CryptoSodi__Battle-Cities__codex-session.jsonl", "codex", 13, 5 },
+      { "codex/Shyaar__beam_v1__codex-session.jsonl", "codex", 22, 5 },
+      { "codex/SublyFi__privacy-x402__codex-session.jsonl", "codex", 5, 0 },
+      { "codex/anmol0b__Trezo-Ai__codex-session.jsonl", "codex", 6, 3 },
+      { "codex/kunalcode12__Empire-of-bits-vorld__codex-session.jsonl", "codex", 20, 1 },
+    }
+    for _, f in ipairs(files) do
+      it(f[1] .. ": all calls, the untimed ones, and the replay within 2 % of the recorded time", function()
+        local s = assert(sessions.read(ROOT .. "timed_traces/" .. f[1]))
+        assert.equals(f[2], s.format)
+        assert.equals(f[3], #s.calls)
+        assert.equals(f[4], s.untimed)
+        assert.is_true(s.recorded_ms > 0)
+        assert.is_true(math.abs(replay_ms(s) - s.recorded_ms) / s.recorded_ms < 0.02,
+          string.format("replay %.1f s, recorded %.1f s", replay_ms(s) / 1000, s.recorded_ms / 1000))
+      end)
+    end
+    it("bastion: the 44-minute push is the person's approval, not the agent's", function()
+      local s = assert(sessions.read(ROOT .. "timed_traces/claude_code/bastion-agentique__bastion__claude-session.jsonl"))
+      local longest = 0
+      for _, c in ipairs(s.calls) do longest = math.max(longest, c.recorded_ms) end
+      assert.is_true(longest > 2600000)           -- recorded: over 43 minutes
+      for _, c in ipairs(s.calls) do assert.is_true(c.tool_ms < 60000) end
+      assert.equals(381589, s.recorded_ms)        -- Claude Code's own turn_duration
+    end)
+  end)
+end)
