@@ -328,6 +328,9 @@ function M.parse_args(args)
   if o.summary and not o.compare then usage_error("--summary goes with --compare (it writes the comparison table)") end
   -- `--out -` is stdout, as without --out (records only; the summary is on stderr)
   if o.out == "-" then
+    if o.compare then
+      usage_error("--compare --out -: stdout holds the comparison table; give --out FILE to keep the records")
+    end
     if o.retry_failed then usage_error("--retry-failed needs --out FILE: stdout (--out -) cannot be resumed") end
     o.out = nil
   end
@@ -335,6 +338,9 @@ function M.parse_args(args)
     usage_error("--retry-failed goes with --out (the file whose failed records run again)")
   end
   -- `-` is stdout where stdout is free: not beside the records nor the table
+  if o.trace == "-" and o.compare then
+    usage_error("--trace -: stdout holds the comparison table; give --trace FILE")
+  end
   if o.trace == "-" and not o.out then
     usage_error("--trace -: the records go to stdout; give --out FILE to have the trace there")
   end
