@@ -231,10 +231,10 @@ end
 
 local function f(x, d) if x == nil then return "-" end return format("%." .. (d or 1) .. "f", x) end
 
--- The name column: as wide as the longest name, from 22 to NAME_MAX bytes;
+-- The name column: as wide as the longest name, from 22 to NAME_MAX (60) bytes;
 -- a longer name is shown by a key ("[2] spechop:k=inf:verifier=jacc")
 -- spelled out under the table, so the columns after it stay aligned.
-local NAME_MIN, NAME_MAX = 22, 40
+local NAME_MIN, NAME_MAX = 22, 60
 M.NAME_MAX = NAME_MAX
 local function name_column(configs)
   local w, shown, keys = NAME_MIN, {}, {}
