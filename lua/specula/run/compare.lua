@@ -583,6 +583,8 @@ function M.main(agent, o, src, script)
   local out, what
   if o.out then
     out, what = records.open_output(o.out, "a", "--out file"), format("--out file '%s'", o.out)
+  elseif o.records_stdout then
+    out, what = io.stdout, "stdout"   -- --out -: asked for on stdout, before the table
   elseif not o.quiet then
     require("specula.secrets").stderr("specula: --compare without --out: the records are not kept (stdout holds "
       .. "the table; give --out FILE to keep them)\n")

@@ -328,9 +328,8 @@ function M.parse_args(args)
   if o.summary and not o.compare then usage_error("--summary goes with --compare (it writes the comparison table)") end
   -- `--out -` is stdout, as without --out (records only; the summary is on stderr)
   if o.out == "-" then
-    if o.compare then
-      usage_error("--compare --out -: stdout holds the comparison table; give --out FILE to keep the records")
-    end
+    -- asked for: a --compare run's records on stdout, before the table
+    if o.compare then o.records_stdout = true end
     if o.retry_failed then usage_error("--retry-failed needs --out FILE: stdout (--out -) cannot be resumed") end
     o.out = nil
   end
