@@ -114,6 +114,8 @@ describe("a failed query is never a data point", function()
     assert.is_true(close(b.rel_lat, e.rel_lat), b.rel_lat .. " vs " .. e.rel_lat)
     assert.is_true(close(b.mean, e.mean))
     assert.is_true(b.rel_lat_lo <= b.rel_lat and b.rel_lat <= b.rel_lat_hi)
+    -- agreement with sequential too: over the 2 that answered (they agree), not 2 of 8
+    assert.equals(1, b.agreement)
     assert.same({ baseline = "sequential", comparable = false, failed = 6, matched = 8, n = 2 }, b.paired)
     local k2 = by["spechop:k=2"].paired
     assert.is_true(k2.comparable)
@@ -176,6 +178,43 @@ describe("a failed query is never a data point", function()
     assert.matches("p̂ = accepted / (accepted + rejected + failed) over the committed hops whose", doc:gsub("\n", " "),
       1, true)
     assert.matches("p̂ = accepted / (accepted + rejected + failed) over the committed hops whose", html, 1, true)
+  end)
+
+  it("the report page fits a 1280 px window: no table is clipped", function()
+    if H.sh("command -v chromium") ~= 0 then
+      return pending("chromium is not installed (apt-get install chromium)")
+    end
+    local f = fixture()
+    -- five configurations, one with a long name, as a sweep has
+    local out = H.tmpfile("fq_wide.jsonl")
+    os.remove(out)
+    local st, _, err = H.specula({ "run", EX, "--input", input(8), "--clock", "virtual", "--out", out, "--compare",
+      "sequential,spechop:k=2,spechop:k=3,spechop:k=inf:verifier=jaccard:0.5:spec_launch=slot,window:k=2" })
+    assert.equals(0, st, err)
+    local html_path = H.tmpfile("fq_wide.html")
+    st, _, err = H.specula({ "report", out, f.out, "-o", html_path })
+    assert.equals(0, st, err)
+    -- a copy of the page with a script that writes what it measured into the DOM
+    local probe = H.tmpfile("fq_probe.html", (H.read(html_path):gsub("</body>", "<script>"
+      .. "var r = [];document.querySelectorAll('.table-wrap').forEach(function (w) {"
+      .. "r.push(w.scrollWidth - w.clientWidth); });"
+      .. "r.push(document.documentElement.scrollWidth - document.documentElement.clientWidth);"
+      .. "var p = document.createElement('pre'); p.id = 'probe'; p.textContent = 'overflow:' + r.join(',');"
+      .. "document.body.appendChild(p);</script></body>")))
+    local profile = H.tmpdir() .. "/fq-chromium-" .. tostring(math.random(1e9))
+    local cst, dom, cerr = H.sh("chromium --headless --no-sandbox --disable-gpu --disable-background-networking "
+      .. "--disable-component-update --no-first-run --user-data-dir=" .. H.quote(profile)
+      .. " --window-size=1280,2000 --dump-dom " .. H.quote("file://" .. probe))
+    os.execute("rm -rf " .. H.quote(profile))
+    assert.equals(0, cst, cerr)
+    local list = dom:match('<pre id="probe">overflow:([^<]*)</pre>')
+    assert.is_not_nil(list, "no measurement in the DOM")
+    local n = 0
+    for v in list:gmatch("%-?%d+") do
+      n = n + 1
+      assert.is_true(tonumber(v) <= 0, "overflow " .. list .. " (table-wraps, then the page)")
+    end
+    assert.is_true(n >= 3, "measured: " .. list)
   end)
 
   it("a RelLat axis never runs below 0, even for an interval that reaches 0", function()

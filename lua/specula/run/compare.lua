@@ -174,7 +174,8 @@ function M.summarise(recs, baseline, cache)
       f1 = f1 + metrics.f1(ans, gold)
     end
     local b = bmap and bmap[tostring(r.id)]
-    if b then
+    -- agreement too is over the queries that answered, in both
+    if b and not r.error and not b.error then
       nagree = nagree + 1
       if agree_text(r, cache) == agree_text(b, cache) then
         agree = agree + 1
