@@ -115,7 +115,7 @@ M.OPTIONS = {
   { "--concurrency", key = "concurrency", arg = "N", default = D.concurrency, convert = opt("concurrency"),
     help = "queries in flight at once" },
   { "--out", key = "out", arg = "FILE", shown = "stdout",
-    help = "write results here (JSONL); ids already in FILE are skipped; - is stdout" },
+    help = "write results here (JSONL); ids already in FILE are skipped; - is stdout (--compare without --out keeps none)" },
   { "--trace", key = "trace", arg = "FILE", help = "Chrome trace-event JSON (Perfetto, chrome://tracing); - is stdout" },
   { "--set", arg = "key=value", convert = set_kv, default = nil, shown = "none",
     help = "a value for ctx.set (repeatable)" },
