@@ -1,4 +1,4 @@
--- A failed query is never a data point (issue 27): one configuration of a
+-- A failed query is never a data point: one configuration of a
 -- --compare run fails 6 of its 8 queries, and every surface — the table,
 -- --summary, `specula compare` and `specula report` — counts them, takes its
 -- figures over the queries that succeeded, pairs only queries that succeeded
