@@ -17,6 +17,7 @@
 
 local metrics = require "specula.metrics"
 local D = require("specula.opts").DEFAULTS
+local json_null = require("specula.json").null
 
 local type, error, tostring, tonumber, ipairs, floor, exp, log, min, huge = type, error, tostring, tonumber, ipairs, math.floor, math.exp, math.log, math.min, math.huge
 
@@ -319,18 +320,35 @@ M.MEASURES = {
   { key = "calls", get = total_calls, digits = 2 },
 }
 
+-- The least share of a configuration's queries (matched with the baseline
+-- by id) whose two records both succeeded for the paired differences to be
+-- shown: the queries that fail are not a random sample (the hard ones, the
+-- ones a tape misses), so with more than a fifth of them gone the survivors
+-- compare two different sets of questions (docs/cli.md#failed-queries).
+M.MIN_PAIRED_SHARE = 0.8
+
+local function failed(r) return r.error ~= nil and r.error ~= json_null end
+
 --- Paired differences of a configuration's records against the baseline's:
 -- queries matched by id, taken in id order; a measure pairs the queries
--- whose two records both carry it (failed queries without stats drop out).
--- Returns { n = queries paired on wall time, wall_ms = M.paired(...),
--- wasted_cost = ..., calls = ... }.
+-- whose two records both succeeded and both carry it (a query that failed
+-- in either configuration is never a data point).
+-- Returns { n = queries paired on wall time, matched = queries of recs the
+-- baseline also ran, failed = those of them that failed in either,
+-- comparable = n >= MIN_PAIRED_SHARE * matched, and, when comparable,
+-- wall_ms = M.paired(...), wasted_cost = ..., calls = ... }.
 function M.paired_records(recs, base, opts)
   local bmap = M.id_map(base)
   local cols = {}
   for _, m in ipairs(M.MEASURES) do cols[m.key] = { {}, {} } end
+  local matched, nfailed = 0, 0
   for _, r in ipairs(M.by_id(recs)) do
     local b = bmap[tostring(r.id)]
-    if type(r.stats) == "table" and b and type(b.stats) == "table" then
+    if b then
+      matched = matched + 1
+      if failed(r) or failed(b) then nfailed = nfailed + 1 end
+    end
+    if type(r.stats) == "table" and b and type(b.stats) == "table" and not failed(r) and not failed(b) then
       for _, m in ipairs(M.MEASURES) do
         local x, y = m.get(b.stats), m.get(r.stats)
         if x and y then
@@ -340,11 +358,12 @@ function M.paired_records(recs, base, opts)
       end
     end
   end
-  local out = {}
+  local out = { n = #cols.wall_ms[1], matched = matched, failed = nfailed }
+  out.comparable = matched > 0 and out.n >= M.MIN_PAIRED_SHARE * matched
+  if not out.comparable then return out end
   for _, m in ipairs(M.MEASURES) do
     out[m.key] = M.paired(cols[m.key][1], cols[m.key][2], opts)
   end
-  out.n = out.wall_ms.n
   return out
 end
 

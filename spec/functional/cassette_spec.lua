@@ -549,7 +549,7 @@ describe("examples/cassette", function()
     assert.is_table(answers)
     -- one replay under several configurations (each starts the tape over)
     local st, out, err = H.specula({ "run", EX .. "/agent.lua", "--input", EX .. "/queries.jsonl", "--replay-io",
-      EX .. "/tape", "--clock", "virtual", "--compare", "sequential,spechop:k=inf,spechop:k=2" },
+      EX .. "/tape", "--clock", "virtual", "--compare", "sequential,spechop:k=inf,spechop:k=2", "--out", "-" },
       { OPENAI_API_KEY = "any", SEARCH_KEY = "any", CAS_NODE = "/nonexistent/node", SPECULA_SOURCE_DIR = H.root })
     assert.are.equal(0, st, err)
     local n = 0

@@ -138,7 +138,7 @@ describe("README", function()
       local rows, order = {}, {}
       for l in text:sub(at):gmatch("[^\n]+") do
         if l:match("^%(") then break end
-        local name, n, rel, lo, hi = l:match("^(.-)%s%s+(%d+)%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+(%d%.%d+) %[(%d%.%d+), (%d%.%d+)%]")
+        local name, n, rel, lo, hi = l:match("^(.-)%s%s+(%d+)%s+%d+!?%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+(%d%.%d+) %[(%d%.%d+), (%d%.%d+)%]")
         if name then
           local em, f1, agree = l:match("%s(%S+)%s+(%S+)%s+(%S+)%%$")
           rows[name] = { n = tonumber(n), rel = tonumber(rel), lo = tonumber(lo), hi = tonumber(hi),
@@ -163,7 +163,7 @@ describe("README", function()
       end
       assert.equals(4, shown)
       -- the excerpt has the rows the script prints, in its order
-      local _, order = rows_after(sec, "configuration              n")
+      local _, order = rows_after(sec, "configuration           n ok failed")
       assert.same(CONFIGS, order)
     end)
 

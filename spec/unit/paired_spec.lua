@@ -177,3 +177,40 @@ describe("specula.stats.paired", function()
     end
   end)
 end)
+
+describe("specula.stats.paired_records with failed queries", function()
+  local function rec(id, wall, err)
+    return { id = id, error = err, stats = { wall_ms = wall, standard_ms = wall, wasted_cost = 0,
+      calls = { model = 1, target = 1, speculator = 0 } } }
+  end
+  local function run(n, failing, wall)
+    local t = {}
+    for i = 1, n do t[i] = rec("q" .. i, wall + i, failing[i] and "boom" or nil) end
+    return t
+  end
+
+  it("pairs only queries that succeeded in both, and counts the others", function()
+    local base = run(10, { [10] = true }, 100)
+    local other = run(10, { [1] = true }, 50)
+    local p = stats.paired_records(other, base)
+    assert.equals(10, p.matched)
+    assert.equals(2, p.failed)
+    assert.equals(8, p.n)
+    assert.is_true(p.comparable)
+    assert.equals(8, p.wall_ms.n)
+    -- the failed queries' times are not in the sums: (Σ 52..59) / (Σ 102..109)
+    near(444 / 844, p.wall_ms.ratio, 1e-12, "ratio")
+  end)
+
+  it("is not comparable below MIN_PAIRED_SHARE of the queries, and gives no measures then", function()
+    assert.equals(0.8, stats.MIN_PAIRED_SHARE)
+    local base = run(10, {}, 100)
+    local p = stats.paired_records(run(10, { true, true, true }, 50), base)
+    assert.equals(7, p.n)
+    assert.is_false(p.comparable)
+    assert.is_nil(p.wall_ms)
+    assert.is_nil(p.calls)
+    -- exactly 80 %: comparable
+    assert.is_true(stats.paired_records(run(10, { true, true }, 50), base).comparable)
+  end)
+end)

@@ -11,8 +11,12 @@ files of separate runs): one row per distinct run (the records' provenance;
 two runs that share a name are told apart by the first field where they
 differ), queries paired by id across files, then the paired differences of
 every row against the baseline, and one line per run saying what it ran.
-The same file twice, or one run's query in two files, is an error. Exits 3
-when some records carry an error (as the run that wrote them did).]],
+The same file twice, or one run's query in two files, is an error. A
+failed query (its record carries an error) is counted (n ok, failed) and
+left out of every figure; a comparison with fewer than 80% of its queries
+answered in both is not comparable. Exits 3 when some records carry an
+error (as the run that wrote them did), saying on stderr how many failed
+where.]],
   positional = "files",
   options = {
     { "--baseline", key = "baseline", arg = "NAME", shown = "the first",

@@ -111,7 +111,8 @@ local function fig_rel_lat_k(configs, pooled)
   if star then lo, hi = min(lo, star), max(hi, star) end
   for _, pt in ipairs(curve) do lo, hi = min(lo, pt[2]), max(hi, pt[2]) end
   local pad = max(0.02, (hi - lo) * 0.08)
-  local ylo, yhi = svg.nice_domain(lo - pad, hi + pad, 6)
+  -- a ratio is never below 0: the axis does not run there
+  local ylo, yhi = svg.nice_domain(max(0, lo - pad), hi + pad, 6)
   local y = svg.linear(ylo, yhi, B, Tp)
   c:text(L, 24, "RelLat against k", { class = "panel-title" })
   -- x ticks
@@ -165,8 +166,8 @@ local function fig_rel_lat_k(configs, pooled)
       seen[key] = (seen[key] or 0) + 1
       local off = (seen[key] - (at[key] + 1) / 2) * 12
       local px = xpos(g.kx) + off
-      local tip = format("%s: RelLat %.3f, %s CI [%s, %s], %d queries", g.label, s.rel_lat, CI,
-        fnum(s.ci_lo), fnum(s.ci_hi), s.queries)
+      local tip = format("%s: RelLat %.3f, %s CI [%s, %s], %d queries%s", g.label, s.rel_lat, CI,
+        fnum(s.ci_lo), fnum(s.ci_hi), s.ok, s.failed > 0 and format(" (%d more failed)", s.failed) or "")
       c:open("g", { class = "point", tip = tip })
       if s.ci_lo then
         c:line(px, y(s.ci_lo), px, y(s.ci_hi), { stroke = g.color, stroke_width = 1.6 })
@@ -177,6 +178,11 @@ local function fig_rel_lat_k(configs, pooled)
       c:close()
       if at[key] == 1 then
         c:text(px + 8, y(s.rel_lat) - 6, format("%.3f", s.rel_lat), { class = "annot", fill = g.color })
+      end
+      if s.failed > 0 then
+        -- over the queries that succeeded only: the point says so
+        c:text(px + 8, y(s.rel_lat) + 14, format("! %d of %d failed", s.failed, s.queries),
+          { class = "annot", fill = "#C0002A" })
       end
     end
   end
@@ -389,7 +395,7 @@ local function fig_rel_lat_dist(configs, pooled)
   end
   if pooled.rel_lat_star then lo = min(lo, pooled.rel_lat_star) end
   local pad = max(0.02, (hi - lo) * 0.04)
-  local xlo, xhi = svg.nice_domain(lo - pad, hi + pad, 8)
+  local xlo, xhi = svg.nice_domain(max(0, lo - pad), hi + pad, 8)
   local x = svg.linear(xlo, xhi, L, R)
   c:axis_bottom(x, B, { ticks = 10, grid = { Tp - 8, B }, label = "RelLat of the query (wall / standard)" })
   c:line(x(1), Tp - 8, x(1), B, { stroke = "#777", stroke_width = 1.5, tip = "standard: RelLat = 1" })
@@ -403,7 +409,12 @@ local function fig_rel_lat_dist(configs, pooled)
   for i, g in ipairs(configs) do
     local cy = Tp + (i - 0.5) * row_h
     local xs = g.stats.rel_lats
-    c:text(L - 12, cy + 4, truncate(g.label, 26), { class = "lane-label", text_anchor = "end", tip = g.label })
+    c:text(L - 12, cy + (g.stats.failed > 0 and -2 or 4), truncate(g.label, 26),
+      { class = "lane-label", text_anchor = "end", tip = g.label })
+    if g.stats.failed > 0 then
+      c:text(L - 12, cy + 12, format("! %d of %d failed", g.stats.failed, g.stats.queries),
+        { class = "annot", text_anchor = "end", fill = "#C0002A" })
+    end
     if i > 1 then c:line(L, Tp + (i - 1) * row_h, R, Tp + (i - 1) * row_h, { stroke = "#eee" }) end
     if #xs > 0 then
       local q = function(p) return metrics.percentile(xs, p) end

@@ -99,6 +99,18 @@ function M.main(o)
     if o.out ~= "-" and C.sp_host_path_kind(o.out) == 1 and os.remove(o.out) then note = " (the incomplete file was removed)" end
     fail("cannot write '" .. o.out .. "': " .. tostring(werr) .. note)
   end
+  -- failed queries: the page counts them and leaves them out of its figures; say so here too
+  local nfailed, parts = 0, {}
+  for _, g in ipairs(configs) do
+    if g.stats.failed > 0 then
+      nfailed = nfailed + g.stats.failed
+      parts[#parts + 1] = format("%s: %d of %d", g.label, g.stats.failed, g.stats.queries)
+    end
+  end
+  if nfailed > 0 then
+    secrets.stderr(format("specula report: %d quer%s failed (%s); the page counts only the queries that succeeded\n",
+      nfailed, nfailed == 1 and "y" or "ies", table.concat(parts, "; ")))
+  end
   secrets.stderr(format("specula report: wrote %s (%d queries, %d configuration%s%s)\n", o.out, #records, #configs,
     #configs == 1 and "" or "s", #warnings > 0 and format(", %d lines skipped", #warnings) or ""))
 end

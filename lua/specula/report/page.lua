@@ -41,10 +41,13 @@ end
 local function summary_table(configs)
   local h = {}
   h[#h + 1] = '<div class="table-wrap"><table class="summary" id="summary-table">'
-  h[#h + 1] = "<caption>Per configuration. Wall times in ms; RelLat = Σ wall / Σ standard with its bootstrap " .. CI .. " CI; "
+  h[#h + 1] = "<caption>Per configuration. Every figure but Queries, OK and Failed is over the queries that "
+    .. "succeeded (a failed query is not a data point; <span class=\"flag\">!</span> marks a configuration with "
+    .. "failures). Wall times in ms; RelLat = Σ wall / Σ standard with its bootstrap " .. CI .. " CI; "
     .. "p̂, α̂, β̂ pooled over the configuration's hops; RelLat* (Corollary 1) at those values.</caption>"
   h[#h + 1] = "<thead><tr>"
-    .. '<th scope="col" class="txt">Configuration</th><th scope="col">Queries</th><th scope="col">Failed</th>'
+    .. '<th scope="col" class="txt">Configuration</th><th scope="col">Queries</th><th scope="col">OK</th>'
+    .. '<th scope="col">Failed</th>'
     .. '<th scope="col">Mean wall (ms)</th><th scope="col">p50</th><th scope="col">p95</th><th scope="col">p99</th>'
     .. '<th scope="col">RelLat</th><th scope="col">' .. CI .. ' CI</th>'
     .. '<th scope="col">p̂</th><th scope="col">α̂</th><th scope="col">β̂</th><th scope="col">RelLat*</th>'
@@ -54,10 +57,12 @@ local function summary_table(configs)
   for _, g in ipairs(configs) do
     local s = g.stats
     local row = {}
-    row[#row + 1] = format('<tr class="config" data-config="%s">', esc(g.label))
-    row[#row + 1] = format('<th scope="row" class="txt" data-key="config"><span class="swatch" style="background:%s"></span>%s</th>',
-      g.color, esc(g.label))
+    row[#row + 1] = format('<tr class="config%s" data-config="%s">', s.failed > 0 and " failing" or "", esc(g.label))
+    row[#row + 1] = format('<th scope="row" class="txt" data-key="config"><span class="swatch" style="background:%s"></span>%s%s</th>',
+      g.color, (esc(g.label):gsub("[:,=]", "%0<wbr>")), s.failed > 0 and format(' <span class="flag" title="%d of %d queries failed">!</span>',
+        s.failed, s.queries) or "")
     row[#row + 1] = td("queries", s.queries, tostring(s.queries))
+    row[#row + 1] = td("ok", s.ok, tostring(s.ok))
     row[#row + 1] = td("failed", s.failed, tostring(s.failed), s.failed > 0 and "num bad" or "num")
     row[#row + 1] = td("mean_wall", s.mean_wall, fnum(s.mean_wall, 1))
     row[#row + 1] = td("p50_wall", s.p50, fnum(s.p50, 1))
@@ -76,7 +81,19 @@ local function summary_table(configs)
       format("%.1f · %.1f · %.1f", s.model_pq, s.target_pq, s.spec_pq))
     end_row(h, row)
   end
-  return end_table(h)
+  h[#h + 1] = "</tbody></table></div>"
+  -- a configuration with failures says so in words under the table
+  local notes = {}
+  for _, g in ipairs(configs) do
+    local s = g.stats
+    if s.failed > 0 then
+      notes[#notes + 1] = format('<li data-config="%s"><span class="flag">!</span> <strong>%s</strong>: %d of %d '
+        .. "queries failed; its row is over the %d that succeeded.</li>", esc(g.label), esc(g.label), s.failed,
+        s.queries, s.ok)
+    end
+  end
+  if #notes > 0 then h[#h + 1] = '<ul class="failures" id="failures">' .. concat(notes) .. "</ul>" end
+  return concat(h, "\n")
 end
 
 -- Paired differences of every configuration against the first row's
@@ -87,7 +104,10 @@ local function paired_table(configs, o)
   local h = {}
   h[#h + 1] = '<div class="table-wrap"><table class="summary" id="paired-table">'
   h[#h + 1] = "<caption>Paired differences against <strong>" .. esc(base.label) .. "</strong>, query by query "
-    .. "(this configuration minus the baseline; queries matched by id). Mean and median with a paired bootstrap "
+    .. "(this configuration minus the baseline; queries matched by id; a query that failed in either is left out, "
+    .. format("and with fewer than %d%% of the queries left the configuration is not comparable). ",
+      math.floor(100 * pstats.MIN_PAIRED_SHARE + 0.5))
+    .. "Mean and median with a paired bootstrap "
     .. format("%s CI (%d resamples of queries, seed %s); ratio = Σ this / Σ baseline with its paired CI; ", CI, o.iterations,
       tostring(o.seed))
     .. "sign p = exact two-sided binomial test on the signs of the nonzero differences; calls = model + target + "
@@ -103,7 +123,13 @@ local function paired_table(configs, o)
   for i = 2, #configs do
     local g = configs[i]
     local p = pstats.paired_records(g.recs, base.recs, { iterations = o.iterations, seed = o.seed })
-    for _, m in ipairs(pstats.MEASURES) do
+    if not p.comparable then
+      h[#h + 1] = format('<tr class="paired not-comparable" data-config="%s"><th scope="row" class="txt">%s</th>'
+        .. '<td class="txt">–</td>%s<td class="txt bad" colspan="8">not comparable: %d of %d queries succeeded in '
+        .. "both (fewer than %d%%)</td></tr>", esc(g.label), esc(g.label), td("n", p.n, tostring(p.n)), p.n,
+        p.matched, math.floor(100 * pstats.MIN_PAIRED_SHARE + 0.5))
+    end
+    for _, m in ipairs(p.comparable and pstats.MEASURES or {}) do
       local r = p[m.key]
       local d = m.digits
       local row = {}
@@ -174,7 +200,7 @@ local CSS = [[
 * { box-sizing: border-box; }
 body { margin: 0; color: var(--ink); background: #fff;
   font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
-main { max-width: 1180px; margin: 0 auto; padding: 28px 24px 60px; }
+main { max-width: 1240px; margin: 0 auto; padding: 28px 16px 60px; }
 header { border-bottom: 3px solid var(--accent); margin-bottom: 18px; padding-bottom: 10px; }
 h1 { font-size: 26px; margin: 0 0 4px; letter-spacing: -0.01em; }
 h2 { font-size: 19px; margin: 34px 0 8px; padding-bottom: 4px; border-bottom: 1px solid var(--rule); }
@@ -182,9 +208,11 @@ h2 { font-size: 19px; margin: 34px 0 8px; padding-bottom: 4px; border-bottom: 1p
 nav ol { margin: 6px 0 0; padding-left: 20px; columns: 2; font-size: 14px; }
 nav a, .meta a { color: var(--accent); text-decoration: none; }
 .table-wrap { overflow-x: auto; }
-table.summary { border-collapse: collapse; width: 100%; font-size: 12.5px; font-variant-numeric: tabular-nums; }
+table.summary { border-collapse: collapse; width: 100%; font-size: 12px; font-variant-numeric: tabular-nums; }
 table.summary caption { caption-side: bottom; text-align: left; color: var(--muted); padding-top: 6px; font-size: 12.5px; }
-table.summary th, table.summary td { padding: 5px 6px; border-bottom: 1px solid var(--rule); white-space: nowrap; }
+table.summary th, table.summary td { padding: 4px 5px; border-bottom: 1px solid var(--rule); white-space: nowrap; }
+/* a long configuration name wraps: the table fits a 1280 px window */
+table.summary tbody th.txt { white-space: normal; overflow-wrap: anywhere; min-width: 9em; max-width: 15em; }
 table.summary thead th { background: var(--band); font-weight: 600; text-align: right; border-bottom: 2px solid #b9c1cf;
   white-space: normal; vertical-align: bottom; line-height: 1.25; }
 table.summary tbody tr:nth-child(even) { background: #fbfcfd; }
@@ -193,6 +221,9 @@ table.summary td.num { text-align: right; }
 table.summary td.strong { font-weight: 700; }
 table.summary td.ci { color: var(--muted); }
 table.summary td.bad { color: #C0002A; font-weight: 600; }
+table.summary tr.failing th { color: #C0002A; }
+.flag { color: #C0002A; font-weight: 700; }
+ul.failures { margin: 6px 0 0; padding-left: 0; list-style: none; font-size: 13px; color: #7a0019; }
 .swatch { display: inline-block; width: 11px; height: 11px; border-radius: 50%; margin-right: 7px; vertical-align: -1px; }
 figure { margin: 10px 0 0; }
 figure svg { width: 100%; height: auto; display: block; }
@@ -220,11 +251,15 @@ local function methods_note(pooled, iterations)
       .. "the hops back to back, <code>init + Σ (t_seg + t_target + t_update) + final segment</code>, "
       .. "from the stage times the loop measured (queueing included).</dd>",
     "<dt>RelLat</dt><dd>Relative latency of a configuration: <code>Σ wall / Σ standard</code> over its "
-      .. "queries (1 = no gain; lower is faster). Failed queries count with the time they took. "
+      .. "queries that succeeded (1 = no gain; lower is faster). A failed query is counted (Failed) and left out "
+      .. "of every figure: its time is how long it took to fail. "
       .. format("The %s CI resamples queries with replacement (%d resamples, percentile method, fixed seed) ", CI, iterations)
       .. "and recomputes the ratio of sums.</dd>",
-    "<dt>p̂, α̂, β̂</dt><dd>p̂ = accepted / (accepted + rejected) speculations; α̂ = mean t_spec / mean t_target; "
-      .. "β̂ = mean t_seg / mean t_target, each pooled over the hops of a configuration (the figure's theory lines "
+    "<dt>p̂, α̂, β̂</dt><dd>p̂ = accepted / (accepted + rejected + failed) over the committed hops whose "
+      .. "speculation was judged or failed (a speculator that raised, timed out or returned nothing counts as a miss; "
+      .. "late and unspeculated hops carry no evidence and are left out); α̂ = mean t_spec over hops whose speculator "
+      .. "returned / mean t_target; β̂ = mean t_seg / mean t_target, each pooled over the hops of a configuration's "
+      .. "queries that succeeded (the figure's theory lines "
       .. "pool all configurations" .. (pooled.p_hat and format(": p̂ = %.3f, α̂ = %.3f, β̂ = %.3f", pooled.p_hat,
         pooled.alpha_hat or 0, pooled.beta_hat or 0) or "") .. ").</dd>",
     "<dt>RelLat* and RelLat_k</dt><dd>RelLat* = 1 − p(1 − α)/(1 + β) is the unbounded-thread limit (Corollary 1); "

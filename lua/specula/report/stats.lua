@@ -47,16 +47,24 @@ end
 local function ratios(recs) return estimate.of_records(recs) end
 M.sd = sd
 
+local function failed(r) return r.error ~= nil and r.error ~= json.null end
+M.failed = failed
+
 local function summarize(g, o)
-  local s = { queries = #g.recs, failed = 0, sum_wall = 0, sum_std = 0, commits = 0, rollbacks = 0,
+  local s = { queries = #g.recs, ok = 0, failed = 0, sum_wall = 0, sum_std = 0, commits = 0, rollbacks = 0,
               model = 0, target = 0, speculator = 0, cancelled = 0 }
   local walls, pairs_, rl = {}, {}, {}
   -- in id order: the bootstrap resamples by position, so a merged shard file
-  -- and a single machine's file give the same intervals
-  local recs = pstats.by_id(g.recs)
+  -- and a single machine's file give the same intervals; a failed query is
+  -- counted and left out of every figure (its wall time is how long it took
+  -- to fail, not to answer)
+  local recs = {}
+  for _, r in ipairs(pstats.by_id(g.recs)) do
+    if failed(r) then s.failed = s.failed + 1 else recs[#recs + 1] = r end
+  end
+  s.ok = #recs
   for i, r in ipairs(recs) do
     local st = r.stats
-    if r.error ~= nil and r.error ~= json.null then s.failed = s.failed + 1 end
     walls[i] = st.wall_ms
     pairs_[i] = { st.wall_ms, st.standard_ms }
     s.sum_wall, s.sum_std = s.sum_wall + st.wall_ms, s.sum_std + st.standard_ms
@@ -71,10 +79,12 @@ local function summarize(g, o)
     s.cancelled = s.cancelled + (N(c) or (T(c) and N(c.total)) or 0)
   end
   s.walls, s.rel_lats = walls, rl
-  s.mean_wall = metrics.mean(walls)
-  s.p50 = metrics.percentile(walls, 50)
-  s.p95 = metrics.percentile(walls, 95)
-  s.p99 = metrics.percentile(walls, 99)
+  if #walls > 0 then
+    s.mean_wall = metrics.mean(walls)
+    s.p50 = metrics.percentile(walls, 50)
+    s.p95 = metrics.percentile(walls, 95)
+    s.p99 = metrics.percentile(walls, 99)
+  end
   if s.sum_std > 0 then
     s.rel_lat = s.sum_wall / s.sum_std
     s.ci_lo, s.ci_hi = metrics.bootstrap_ci(pairs_, ratio_of_sums, { iterations = o.iterations, seed = o.seed })
@@ -84,7 +94,7 @@ local function summarize(g, o)
   local kx = g.kx
   local kk = N(kx) or (kx == "inf" and tonumber(C.SP_K_UNBOUNDED)) or nil
   if kk then s.rel_lat_k = rel_lat_k(s.p_hat, s.alpha_hat, s.beta_hat, kk) end
-  local n = s.queries
+  local n = math.max(s.ok, 1)
   s.model_pq, s.target_pq, s.spec_pq = s.model / n, s.target / n, s.speculator / n
   return s
 end
@@ -93,6 +103,9 @@ M.summarize = summarize
 -- p̂, α̂, β̂ and RelLat* pooled over every record (the figures' theory lines).
 function M.pooled(records)
   local pooled = {}
+  local ok = {}
+  for _, r in ipairs(records) do if not failed(r) then ok[#ok + 1] = r end end
+  records = ok
   pooled.p_hat, pooled.alpha_hat, pooled.beta_hat = ratios(records)
   pooled.rel_lat_star = rel_lat_star(pooled.p_hat, pooled.alpha_hat, pooled.beta_hat)
   return pooled

@@ -139,7 +139,9 @@ function M.summarise(recs, baseline, cache)
   local malformed = 0
   for _, r in ipairs(recs) do
     if r.error then failed = failed + 1 end
-    local s = r.stats
+    -- a failed query is never a data point: its wall time is how long it
+    -- took to fail, not how long the configuration takes to answer
+    local s = not r.error and r.stats or nil
     if s ~= nil then
       local bad = type(s) ~= "table"
       if bad then s = {} end
@@ -172,7 +174,8 @@ function M.summarise(recs, baseline, cache)
       f1 = f1 + metrics.f1(ans, gold)
     end
     local b = bmap and bmap[tostring(r.id)]
-    if b then
+    -- agreement too is over the queries that answered, in both
+    if b and not r.error and not b.error then
       nagree = nagree + 1
       if agree_text(r, cache) == agree_text(b, cache) then
         agree = agree + 1
@@ -180,7 +183,8 @@ function M.summarise(recs, baseline, cache)
     end
   end
   local n = #recs
-  local row = { queries = n, failed = failed }
+  local ok = n - failed
+  local row = { queries = n, ok = ok, failed = failed }
   if #walls > 0 then
     row.mean = metrics.mean(walls)
     row.p50 = metrics.percentile(walls, 50)
@@ -188,9 +192,9 @@ function M.summarise(recs, baseline, cache)
     row.p99 = metrics.percentile(walls, 99)
     row.rel_lat_lo, row.rel_lat_hi, row.rel_lat = stats.ratio_ci(walls, stds)
   end
-  row.model_per_q = calls.model / math.max(n, 1)
-  row.target_per_q = calls.target / math.max(n, 1)
-  row.spec_per_q = calls.speculator / math.max(n, 1)
+  row.model_per_q = calls.model / math.max(ok, 1)
+  row.target_per_q = calls.target / math.max(ok, 1)
+  row.spec_per_q = calls.speculator / math.max(ok, 1)
   row.cancelled = cancelled
   row.wasted_calls = wasted_calls
   row.wasted_cost = wasted_cost
@@ -228,24 +232,65 @@ end
 
 local function f(x, d) if x == nil then return "-" end return format("%." .. (d or 1) .. "f", x) end
 
+-- The name column: as wide as the longest name, from 22 to NAME_MAX (60) bytes;
+-- a longer name is shown by a key ("[2] spechop:k=inf:verifier=jacc")
+-- spelled out under the table, so the columns after it stay aligned.
+local NAME_MIN, NAME_MAX = 22, 60
+M.NAME_MAX = NAME_MAX
+local function name_column(configs)
+  local w, shown, keys = NAME_MIN, {}, {}
+  for _, c in ipairs(configs) do w = math.max(w, math.min(#c.name, NAME_MAX)) end
+  for i, c in ipairs(configs) do
+    if #c.name <= NAME_MAX then
+      shown[i] = c.name
+    else
+      keys[#keys + 1] = i
+      local tag = format("[%d] ", #keys)
+      shown[i] = tag .. c.name:sub(1, NAME_MAX - #tag)
+      keys[#keys] = format("%s= %s", tag, c.name)
+    end
+  end
+  return w, shown, keys
+end
+
+-- How a comparison with too few pairs says so (the table and stderr).
+local function not_comparable(p)
+  return format("not comparable: %d of %d queries succeeded in both (fewer than %d%%)", p.n, p.matched,
+    math.floor(100 * stats.MIN_PAIRED_SHARE + 0.5))
+end
+M.not_comparable = not_comparable
+
 function M.table_text(configs, rows)
   local lines = {}
-  local head = format("%-22s %5s %8s %8s %8s %8s  %-22s %6s %6s %6s %7s %7s %9s %6s %6s %7s",
-    "configuration", "n", "mean", "p50", "p95", "p99", "RelLat [" .. CI .. " CI]", "M/q", "T/q", "S/q",
+  local W, shown, keys = name_column(configs)
+  local NAME = "%-" .. W .. "s"
+  local head = format(NAME .. " %5s %6s %8s %8s %8s %8s  %-22s %6s %6s %6s %7s %7s %9s %6s %6s %7s",
+    "configuration", "n ok", "failed", "mean", "p50", "p95", "p99", "RelLat [" .. CI .. " CI]", "M/q", "T/q", "S/q",
     "cancel", "wasted", "cost", "EM", "F1", "agree")
   lines[1] = head
   lines[2] = string.rep("-", #head)
-  for i, c in ipairs(configs) do
+  for i in ipairs(configs) do
     local r = rows[i]
     local rl = r.rel_lat and format("%.3f [%.3f, %.3f]", r.rel_lat, r.rel_lat_lo, r.rel_lat_hi) or "-"
-    lines[#lines + 1] = format("%-22s %5d %8s %8s %8s %8s  %-22s %6s %6s %6s %7d %7d %9s %6s %6s %7s",
-      c.name, r.queries, f(r.mean), f(r.p50), f(r.p95), f(r.p99), rl, f(r.model_per_q, 2), f(r.target_per_q, 2),
+    -- "!": some queries failed; the row's figures are over the others
+    lines[#lines + 1] = format(NAME .. " %5d %6s %8s %8s %8s %8s  %-22s %6s %6s %6s %7d %7d %9s %6s %6s %7s",
+      shown[i], r.ok or (r.queries - r.failed), r.failed > 0 and (r.failed .. "!") or "0", f(r.mean), f(r.p50),
+      f(r.p95), f(r.p99), rl, f(r.model_per_q, 2), f(r.target_per_q, 2),
       f(r.spec_per_q, 2), r.cancelled, r.wasted_calls, f(r.wasted_cost, 4), r.em and f(100 * r.em) or "-",
       r.f1 and f(100 * r.f1) or "-", r.agreement and format("%.1f%%", 100 * r.agreement) or "-")
   end
   lines[#lines + 1] = "(latencies in ms per query; RelLat = Σ wall / Σ standard with a bootstrap " .. CI
     .. " CI over queries;"
-  lines[#lines + 1] = " M/T/S = model, target and speculator calls per query; agree = trajectory and answer equal to sequential)"
+  lines[#lines + 1] = " M/T/S = model, target and speculator calls per query; agree = trajectory and answer equal to sequential;"
+  lines[#lines + 1] = " every figure but n ok and failed is over the queries that succeeded: a failed query is not a data point)"
+  for _, k in ipairs(keys) do lines[#lines + 1] = k end
+  for i, c in ipairs(configs) do
+    local r = rows[i]
+    if r.failed > 0 then
+      lines[#lines + 1] = format("! %s: %d of %d queries failed; its row is over the %d that succeeded", c.name,
+        r.failed, r.queries, r.queries - r.failed)
+    end
+  end
   for i, c in ipairs(configs) do
     local m = rows[i].malformed
     if m then
@@ -257,12 +302,15 @@ function M.table_text(configs, rows)
     lines[#lines + 1] = ""
     lines[#lines + 1] = format("paired differences against %s (this configuration minus the baseline, query by query):", configs[1].name)
     -- "Δ" is two bytes: the header's widths are one more so the columns line up
-    local ph = format("%-22s %-11s %5s  %-31s %-31s %-24s %-13s %9s", "configuration", "measure", "n",
+    local ph = format(NAME .. " %-11s %5s  %-31s %-31s %-24s %-13s %9s", "configuration", "measure", "n",
       "mean Δ [" .. CI .. " CI]", "median Δ [" .. CI .. " CI]", "ratio [" .. CI .. " CI]", "+/-/=", "sign p")
     lines[#lines + 1] = ph
     lines[#lines + 1] = string.rep("-", #ph - 2)
     for i = 2, #configs do
       local p = rows[i].paired
+      if p and p.comparable == false then
+        lines[#lines + 1] = format(NAME .. " %-11s %5d  %s", shown[i], "-", p.n, not_comparable(p))
+      end
       for j, m in ipairs(M.PAIRED) do
         local r = p and p[m.key]
         if r then
@@ -276,13 +324,15 @@ function M.table_text(configs, rows)
             ratio = format("%.3f [%s, %s]", r.ratio, r.ratio_lo and format("%.3f", r.ratio_lo) or "inf",
               r.ratio_hi and format("%.3f", r.ratio_hi) or "inf")
           end
-          lines[#lines + 1] = format("%-22s %-11s %5d  %-30s %-30s %-24s %-13s %9s", j == 1 and configs[i].name or "",
+          lines[#lines + 1] = format(NAME .. " %-11s %5d  %-30s %-30s %-24s %-13s %9s", j == 1 and shown[i] or "",
             m.key, r.n, ci(r.mean, r.mean_lo, r.mean_hi), ci(r.median, r.median_lo, r.median_hi), ratio,
             format("%d/%d/%d", r.pos, r.neg, r.zero), format("%.3g", r.sign_p))
         end
       end
     end
-    lines[#lines + 1] = format("(pairs = queries both ran, matched by id; CI: paired bootstrap, %d resamples of queries, seed %d;",
+    lines[#lines + 1] = format("(pairs = queries both ran and both answered, matched by id (a query that failed in either "
+      .. "is left out; under %d%% of them left: not comparable);", math.floor(100 * stats.MIN_PAIRED_SHARE + 0.5))
+    lines[#lines + 1] = format(" CI: paired bootstrap, %d resamples of queries, seed %d;",
       D.bootstrap_iterations, D.bootstrap_seed)
     lines[#lines + 1] = " ratio = Σ this / Σ baseline over the pairs; calls = model + target + speculator + predicted + warm-up;"
     lines[#lines + 1] = " sign p = exact two-sided binomial test on the signs of the nonzero differences)"
@@ -438,9 +488,29 @@ function M.cli_main(o, usage)
   require("specula.secrets").write(io.stdout, M.table_text(configs, rows), "\n")
   if summary then merge.write_file(summary, M.summary_json(configs, rows), "specula compare") end
   -- failed records: the status `run --compare` gave when it wrote them
-  local failed = 0
-  for ci in ipairs(configs) do failed = failed + rows[ci].failed end
-  if failed > 0 then require("specula.cli").set_exit(3) end
+  M.failures(configs, rows, "specula compare")
+end
+
+-- Some queries failed: status 3, and stderr says which configurations and
+-- which comparisons that left without enough pairs (docs/cli.md#exit-statuses).
+function M.failures(configs, rows, who)
+  local failed, parts = 0, {}
+  for ci, c in ipairs(configs) do
+    local r = rows[ci]
+    failed = failed + r.failed
+    if r.failed > 0 then parts[#parts + 1] = format("%s: %d of %d", c.name, r.failed, r.queries) end
+  end
+  if failed == 0 then return end
+  local msg = format("%s: exit 3: %d quer%s failed (%s); the table counts only the queries that succeeded\n", who,
+    failed, failed == 1 and "y" or "ies", concat(parts, "; "))
+  for ci = 2, #configs do
+    local p = rows[ci].paired
+    if p and p.comparable == false then
+      msg = msg .. format("%s: %s against %s: %s\n", who, configs[ci].name, configs[1].name, not_comparable(p))
+    end
+  end
+  require("specula.secrets").stderr(msg)
+  require("specula.cli").set_exit(3)
 end
 
 -- The options of configuration c: the command line's, with the item's keys.
@@ -510,8 +580,16 @@ function M.main(agent, o, src, script)
         return runs[ci].prov
       end })
   end
-  local out, what = io.stdout, "stdout"
-  if o.out then out, what = records.open_output(o.out, "a", "--out file"), format("--out file '%s'", o.out) end
+  -- stdout holds the table alone: the records are kept only in --out
+  local out, what
+  if o.out then
+    out, what = records.open_output(o.out, "a", "--out file"), format("--out file '%s'", o.out)
+  elseif o.records_stdout then
+    out, what = io.stdout, "stdout"   -- --out -: asked for on stdout, before the table
+  elseif not o.quiet then
+    require("specula.secrets").stderr("specula: --compare without --out: the records are not kept (stdout holds "
+      .. "the table; give --out FILE to keep them)\n")
+  end
   -- opened now, so a path that cannot be written fails before the run
   local summary_f = o.summary and records.open_output(o.summary, "w", "--summary file")
   -- --trace: one file for every configuration (a process per query and
@@ -584,7 +662,10 @@ function M.main(agent, o, src, script)
     if show then require("specula.secrets").stderr(format("%s:\n", c.name)) end
     -- Once written, a record goes: the tally keeps what the table needs
     -- (emit's `true` stands for it in run_all's list).
-    local write = records.record_writer(out, c.name, what, o.out, agree_base ~= nil)
+    local write = out and records.record_writer(out, c.name, what, o.out, agree_base ~= nil) or function(rec)
+      rec.config = c.name
+      return agree_base and agree_text(rec) or nil
+    end
     local emit = runner.with_prov(function(rec, j, q)
       t:add(q.index, rec, write(rec, j))
       if trace_f then trace_entries[#trace_entries + 1] = tracewriter.entry(rec, oc, c.name) end
@@ -634,9 +715,7 @@ function M.main(agent, o, src, script)
     end
     records.write_whole(summary_f, o.summary, "--summary file", { text })
   end
-  local failed = 0
-  for ci in ipairs(configs) do failed = failed + rows[ci].failed end
-  if failed > 0 then require("specula.cli").set_exit(3) end
+  M.failures(configs, rows, "specula")
   if interrupted then runner.interrupted(ndone, ntotal, o.out) end
 end
 

@@ -115,7 +115,7 @@ M.OPTIONS = {
   { "--concurrency", key = "concurrency", arg = "N", default = D.concurrency, convert = opt("concurrency"),
     help = "queries in flight at once" },
   { "--out", key = "out", arg = "FILE", shown = "stdout",
-    help = "write results here (JSONL); ids already in FILE are skipped; - is stdout" },
+    help = "write results here (JSONL); ids already in FILE are skipped; - is stdout (--compare without --out keeps none)" },
   { "--trace", key = "trace", arg = "FILE", help = "Chrome trace-event JSON (Perfetto, chrome://tracing); - is stdout" },
   { "--set", arg = "key=value", convert = set_kv, default = nil, shown = "none",
     help = "a value for ctx.set (repeatable)" },
@@ -328,6 +328,8 @@ function M.parse_args(args)
   if o.summary and not o.compare then usage_error("--summary goes with --compare (it writes the comparison table)") end
   -- `--out -` is stdout, as without --out (records only; the summary is on stderr)
   if o.out == "-" then
+    -- asked for: a --compare run's records on stdout, before the table
+    if o.compare then o.records_stdout = true end
     if o.retry_failed then usage_error("--retry-failed needs --out FILE: stdout (--out -) cannot be resumed") end
     o.out = nil
   end
@@ -335,6 +337,9 @@ function M.parse_args(args)
     usage_error("--retry-failed goes with --out (the file whose failed records run again)")
   end
   -- `-` is stdout where stdout is free: not beside the records nor the table
+  if o.trace == "-" and o.compare then
+    usage_error("--trace -: stdout holds the comparison table; give --trace FILE")
+  end
   if o.trace == "-" and not o.out then
     usage_error("--trace -: the records go to stdout; give --out FILE to have the trace there")
   end

@@ -1,0 +1,279 @@
+-- A failed query is never a data point: one configuration of a
+-- --compare run fails 6 of its 8 queries, and every surface — the table,
+-- --summary, `specula compare` and `specula report` — counts them, takes its
+-- figures over the queries that succeeded, pairs only queries that succeeded
+-- in both, says "not comparable" when too few pairs remain, and exits 3
+-- saying why.
+local H = require "support.helpers"
+local cjson = require "cjson"
+local EX = H.root .. "/examples/multihop_sim.lua"
+
+-- The simulated agent, whose search tool raises for q1..q6 the second time
+-- a query starts: the configurations of --compare run one after another in
+-- list order, so the second configuration (and only it) fails those six.
+local AGENT = [[
+local specula = require "specula"
+local a = specula.sim.multihop { hops = 3, p = 0.6, seg = { "lognormal", 10, 0.3 },
+  spec = { "lognormal", 5, 0.3 }, target = { "lognormal", 60, 0.4 } }
+local seen, FAIL = {}, { q1 = true, q2 = true, q3 = true, q4 = true, q5 = true, q6 = true }
+local init = a.init
+a.init = function(q, ctx)
+  seen[ctx.id] = (seen[ctx.id] or 0) + 1
+  return init(q, ctx)
+end
+local call = a.tools.search.call
+a.tools.search.call = function(args, ctx)
+  if FAIL[ctx.id] and seen[ctx.id] == 2 then error("search backend down for " .. ctx.id) end
+  return call(args, ctx)
+end
+return a
+]]
+
+local function input(n)
+  local t = {}
+  for i = 1, n do t[i] = cjson.encode({ id = "q" .. i, query = "question " .. i }) end
+  return H.tmpfile("fq_in.jsonl", table.concat(t, "\n") .. "\n")
+end
+
+local COMPARE = "sequential,spechop:k=inf:verifier=jaccard:0.5:label=broken,spechop:k=2"
+
+-- One run for the file: its records, table, summary and stderr.
+local fx
+local function fixture()
+  if fx then return fx end
+  local agent = H.tmpfile("fq_agent.lua", AGENT)
+  local out, sum = H.tmpfile("fq_out.jsonl"), H.tmpfile("fq_sum.json")
+  os.remove(out)
+  local st, tbl, err = H.specula({ "run", agent, "--input", input(8), "--clock", "virtual", "--compare", COMPARE,
+    "--out", out, "--summary", sum })
+  fx = { agent = agent, out = out, st = st, tbl = tbl, err = err, sum = cjson.decode(H.read(sum)),
+         recs = H.jsonl(H.read(out)) }
+  return fx
+end
+
+-- Σ wall / Σ standard and the walls of a configuration's records that succeeded.
+local function ok_figures(recs, config)
+  local w, s, n, failed = 0, 0, 0, 0
+  for _, r in ipairs(recs) do
+    if r.config == config then
+      if r.error ~= nil then failed = failed + 1
+      else w, s, n = w + r.stats.wall_ms, s + r.stats.standard_ms, n + 1 end
+    end
+  end
+  return { rel_lat = w / s, mean = w / n, ok = n, failed = failed }
+end
+
+local function close(a, b) return math.abs(a - b) <= 1e-9 * math.max(1, math.abs(b)) end
+
+-- The table's row of a configuration: n ok, failed, RelLat.
+local function table_row(tbl, name)
+  for l in tbl:gmatch("[^\n]+") do
+    local nok, failed, rel = l:match("^" .. name:gsub("%p", "%%%0") .. "%s+(%d+)%s+(%d+!?)%s+[%d.]+%s+[%d.]+%s+"
+      .. "[%d.]+%s+[%d.]+%s+(%d%.%d+) %[")
+    if nok then return { ok = tonumber(nok), failed = failed, rel_lat = tonumber(rel) } end
+  end
+end
+
+describe("a failed query is never a data point", function()
+  it("run --compare: the table counts n ok and failed, flags the configuration, and pairs only what both answered", function()
+    local f = fixture()
+    assert.equals(3, f.st, f.err)
+    -- the records: the second configuration failed 6 queries, the others none
+    local broken = ok_figures(f.recs, "broken")
+    assert.equals(2, broken.ok)
+    assert.equals(6, broken.failed)
+    assert.equals(0, ok_figures(f.recs, "sequential").failed)
+    assert.matches("configuration%s+n ok failed%s+mean", f.tbl)
+    local row = table_row(f.tbl, "broken")
+    assert.is_not_nil(row, f.tbl)
+    assert.equals(2, row.ok)
+    assert.equals("6!", row.failed)
+    assert.equals(string.format("%.3f", broken.rel_lat), string.format("%.3f", row.rel_lat))
+    local seq = table_row(f.tbl, "sequential")
+    assert.same({ ok = 8, failed = "0", rel_lat = 1 }, seq)
+    assert.matches("! broken: 6 of 8 queries failed; its row is over the 2 that succeeded", f.tbl, 1, true)
+    -- the paired block: no numbers for broken, the full 8 pairs for k=2
+    assert.matches("\nbroken%s+%-%s+2  not comparable: 2 of 8 queries succeeded in both %(fewer than 80%%%)", f.tbl)
+    assert.is_nil(f.tbl:find("\nbroken%s+wall_ms"), "broken has paired numbers:\n" .. f.tbl)
+    assert.matches("\nspechop:k=2%s+wall_ms%s+8%s", f.tbl)
+    -- stderr says why the status is 3
+    assert.matches("specula: exit 3: 6 queries failed (broken: 6 of 8); the table counts only the queries that "
+      .. "succeeded", f.err, 1, true)
+    assert.matches("specula: broken against sequential: not comparable: 2 of 8 queries succeeded in both", f.err, 1, true)
+  end)
+
+  it("--summary: ok, failed, figures over the queries that succeeded, paired n and comparable", function()
+    local f = fixture()
+    local by = {}
+    for _, r in ipairs(f.sum) do by[r.config] = r end
+    local b = by.broken
+    assert.equals(8, b.queries)
+    assert.equals(2, b.ok)
+    assert.equals(6, b.failed)
+    local e = ok_figures(f.recs, "broken")
+    assert.is_true(close(b.rel_lat, e.rel_lat), b.rel_lat .. " vs " .. e.rel_lat)
+    assert.is_true(close(b.mean, e.mean))
+    assert.is_true(b.rel_lat_lo <= b.rel_lat and b.rel_lat <= b.rel_lat_hi)
+    -- agreement with sequential too: over the 2 that answered (they agree), not 2 of 8
+    assert.equals(1, b.agreement)
+    assert.same({ baseline = "sequential", comparable = false, failed = 6, matched = 8, n = 2 }, b.paired)
+    local k2 = by["spechop:k=2"].paired
+    assert.is_true(k2.comparable)
+    assert.equals(8, k2.n)
+    assert.equals(8, k2.wall_ms.n)
+  end)
+
+  it("specula compare: the same table, exit 3 and why on stderr", function()
+    local f = fixture()
+    local sum = H.tmpfile("fq_csum.json")
+    local st, tbl, err = H.specula({ "compare", f.out, "--summary", sum })
+    assert.equals(3, st, err)
+    assert.equals(f.tbl, tbl)
+    assert.matches("specula compare: exit 3: 6 queries failed (broken: 6 of 8)", err, 1, true)
+    assert.matches("specula compare: broken against sequential: not comparable: 2 of 8", err, 1, true)
+    local rows = cjson.decode(H.read(sum))
+    assert.equals(2, rows[2].ok)
+    assert.equals(6, rows[2].failed)
+    assert.is_false(rows[2].paired.comparable)
+    -- with broken as the baseline, every other configuration is not comparable
+    local st2, tbl2 = H.specula({ "compare", f.out, "--baseline", "broken" })
+    assert.equals(3, st2)
+    assert.matches("\nsequential%s+%-%s+2  not comparable", tbl2)
+  end)
+
+  it("specula report: OK and Failed, figures over the queries that succeeded, not comparable, axes from 0", function()
+    local f = fixture()
+    local html_path = H.tmpfile("fq_report.html")
+    local st, _, err = H.specula({ "report", f.out, "-o", html_path })
+    assert.equals(0, st, err)
+    assert.matches("specula report: 6 queries failed (broken: 6 of 8); the page counts only the queries that "
+      .. "succeeded", err, 1, true)
+    local html = H.read(html_path)
+    local body = html:match('<tr class="config failing" data%-config="broken">(.-)</tr>')
+    assert.is_not_nil(body, "the broken row is not flagged")
+    assert.matches('class="flag"', body, 1, true)
+    local cell = {}
+    for key, val in body:gmatch('data%-key="([^"]+)" data%-value="([^"]*)"') do cell[key] = val end
+    assert.equals("8", cell.queries)
+    assert.equals("2", cell.ok)
+    assert.equals("6", cell.failed)
+    local e = ok_figures(f.recs, "broken")
+    assert.is_true(close(tonumber(cell.rel_lat), e.rel_lat), cell.rel_lat .. " vs " .. e.rel_lat)
+    assert.is_true(close(tonumber(cell.mean_wall), e.mean))
+    assert.matches("broken</strong>: 6 of 8 queries failed; its row is over the 2 that succeeded", html, 1, true)
+    assert.matches('<tr class="paired not%-comparable" data%-config="broken">.-not comparable: 2 of 8 queries '
+      .. "succeeded in both", html)
+    assert.is_nil(html:find('<tr class="paired" data-config="broken"', 1, true))
+    -- the RelLat axes start at 0 or above
+    for _, id in ipairs({ "fig-k-svg", "fig-queries-svg" }) do
+      local svg = html:match('<svg[^>]-id="' .. id:gsub("%-", "%%-") .. '".-</svg>')
+      assert.is_not_nil(svg, id)
+      for v in svg:gmatch('class="tick%-label"[^>]*>([^<]*)<') do
+        local x = tonumber(v)
+        if x then assert.is_true(x >= 0, id .. " has a tick at " .. v) end
+      end
+    end
+    -- the methods note defines p̂ as docs/cli.md does
+    local doc = H.read(H.root .. "/docs/cli.md")
+    assert.matches("p̂ = accepted / (accepted + rejected + failed) over the committed hops whose", doc:gsub("\n", " "),
+      1, true)
+    assert.matches("p̂ = accepted / (accepted + rejected + failed) over the committed hops whose", html, 1, true)
+  end)
+
+  it("the report page fits a 1280 px window: no table is clipped", function()
+    if H.sh("command -v chromium") ~= 0 then
+      return pending("chromium is not installed (apt-get install chromium)")
+    end
+    local f = fixture()
+    -- five configurations, one with a long name, as a sweep has
+    local out = H.tmpfile("fq_wide.jsonl")
+    os.remove(out)
+    local st, _, err = H.specula({ "run", EX, "--input", input(8), "--clock", "virtual", "--out", out, "--compare",
+      "sequential,spechop:k=2,spechop:k=3,spechop:k=inf:verifier=jaccard:0.5:spec_launch=slot,window:k=2" })
+    assert.equals(0, st, err)
+    local html_path = H.tmpfile("fq_wide.html")
+    st, _, err = H.specula({ "report", out, f.out, "-o", html_path })
+    assert.equals(0, st, err)
+    -- a copy of the page with a script that writes what it measured into the DOM
+    local probe = H.tmpfile("fq_probe.html", (H.read(html_path):gsub("</body>", "<script>"
+      .. "var r = [];document.querySelectorAll('.table-wrap').forEach(function (w) {"
+      .. "r.push(w.scrollWidth - w.clientWidth); });"
+      .. "r.push(document.documentElement.scrollWidth - document.documentElement.clientWidth);"
+      .. "var p = document.createElement('pre'); p.id = 'probe'; p.textContent = 'overflow:' + r.join(',');"
+      .. "document.body.appendChild(p);</script></body>")))
+    local profile = H.tmpdir() .. "/fq-chromium-" .. tostring(math.random(1e9))
+    local cst, dom, cerr = H.sh("chromium --headless --no-sandbox --disable-gpu --disable-background-networking "
+      .. "--disable-component-update --no-first-run --user-data-dir=" .. H.quote(profile)
+      .. " --window-size=1280,2000 --dump-dom " .. H.quote("file://" .. probe))
+    os.execute("rm -rf " .. H.quote(profile))
+    assert.equals(0, cst, cerr)
+    local list = dom:match('<pre id="probe">overflow:([^<]*)</pre>')
+    assert.is_not_nil(list, "no measurement in the DOM")
+    local n = 0
+    for v in list:gmatch("%-?%d+") do
+      n = n + 1
+      assert.is_true(tonumber(v) <= 0, "overflow " .. list .. " (table-wraps, then the page)")
+    end
+    assert.is_true(n >= 3, "measured: " .. list)
+  end)
+
+  it("a RelLat axis never runs below 0, even for an interval that reaches 0", function()
+    local figures = require "specula.report.figures"
+    local s = { rel_lat = 2.55, ci_lo = 0, ci_hi = 5.899, rel_lats = { 0.01, 5.1 }, queries = 8, ok = 8, failed = 0,
+                model_pq = 2, target_pq = 1, spec_pq = 1 }
+    local configs = { { kx = 1, label = "a", color = "#000", stats = s } }
+    for _, svg in ipairs({ figures.rel_lat_k(configs, {}), figures.rel_lat_dist(configs, {}) }) do
+      local n = 0
+      for v in svg:gmatch('class="tick%-label"[^>]*>([^<]*)<') do
+        local x = tonumber(v)
+        if x then
+          n = n + 1
+          assert.is_true(x >= 0, "a tick at " .. v)
+        end
+      end
+      assert.is_true(n > 0)
+    end
+  end)
+
+  it("--compare without --out: stdout holds the table only, stderr says the records are not kept", function()
+    local st, out, err = H.specula({ "run", EX, "--input", input(8), "--clock", "virtual", "--compare",
+      "sequential,spechop:k=2" })
+    assert.equals(0, st, err)
+    assert.matches("^configuration", out)
+    assert.is_nil(out:find("\n{", 1, true), "a record on stdout")
+    assert.matches("the records are not kept", err, 1, true)
+    -- --out - asks for them there: the records, then the table
+    local st2, out2, err2 = H.specula({ "run", EX, "--input", input(2), "--clock", "virtual", "--compare",
+      "sequential", "--out", "-" })
+    assert.equals(0, st2, err2)
+    assert.matches('^{"', out2)
+    assert.matches("\nconfiguration%s+n ok", out2)
+    -- without --compare, the records are on stdout as before
+    local st3, out3 = H.specula({ "run", EX, "--input", input(2), "--clock", "virtual", "--quiet" })
+    assert.equals(0, st3)
+    assert.equals(2, #H.jsonl(out3))
+  end)
+
+  it("long --compare labels keep the columns aligned, with a key under the table", function()
+    local long = string.rep("a-very-long-configuration-label-", 2) .. "end"
+    local st, out, err = H.specula({ "run", EX, "--input", input(3), "--clock", "virtual", "--compare",
+      "sequential,spechop:k=2:label=" .. long })
+    assert.equals(0, st, err)
+    local lines = {}
+    for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
+    -- the header and both rows: "RelLat" and the RelLat value start in one column
+    local col = lines[1]:find("RelLat [", 1, true)
+    assert.is_not_nil(col)
+    local rows = 0
+    for _, l in ipairs(lines) do
+      local at = l:find("%d%.%d%d%d %[")
+      if at and not l:find("^%(") and at < 120 then
+        rows = rows + 1
+        assert.equals(col, at, l)
+      end
+    end
+    assert.equals(2, rows)
+    assert.matches("\n[1] " .. long:sub(1, 56), out, 1, true)
+    assert.matches("\n[1] = " .. long .. "\n", out, 1, true)
+  end)
+end)
