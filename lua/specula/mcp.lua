@@ -33,7 +33,7 @@ local C = core.C
 local type, tostring, tonumber, pairs, ipairs, setmetatable, error, pcall, select =
   type, tostring, tonumber, pairs, ipairs, setmetatable, error, pcall, select
 local format, concat = string.format, table.concat
-local co_yield = coroutine.yield
+local co_yield = require("specula.sched").yield   -- the raw yield (sched guards the global one)
 local encode, decode, JNULL = json.encode, json.decode, json.null
 local secrets = require "specula.secrets"
 local scrub = secrets.scrub
