@@ -14,12 +14,22 @@ local function misbehave(q)
 end
 return specula.agent {
   name = "misbehave",
-  init = function(q) return { q = q, hop = 0 } end,
+  init = function(q)
+    if how == "init" and q == bad then error(setmetatable({}, { __tostring = function() return nil end })) end
+    return { q = q, hop = 0 }
+  end,
   step = function(s)
     if s.hop == 1 then misbehave(s.q) end
     if s.hop == 2 then return { final = s.q .. ":" .. s.last } end
-    return { segment = "s", action = { tool = "look", args = { n = s.hop } } }
+    return { segment = "s", action = { tool = "look", args = { n = s.hop, q = s.q } } }
   end,
-  update = function(s, step, obs) return { q = s.q, hop = s.hop + 1, last = obs } end,
-  tools = { look = { call = function(args) specula.sleep(5) return "seen" .. args.n end } },
+  update = function(s, step, obs)
+    if how == "update" and s.q == bad then error() end
+    return { q = s.q, hop = s.hop + 1, last = obs }
+  end,
+  tools = { look = { call = function(args)
+    specula.sleep(5)
+    if how == "tool" and args.q == bad then error({ tool = "broke" }) end
+    return "seen" .. args.n
+  end } },
 }
