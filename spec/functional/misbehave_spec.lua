@@ -79,6 +79,26 @@ describe("a query whose own code fails", function()
   end
 end)
 
+describe("a speculator or verifier that fails", function()
+  local cases = {
+    { how = "speculate", line = 36, says = "speculator failed: ", what = "nil" },
+    { how = "verify", line = 40, says = "verifier error: ", what = "table: " },
+  }
+  for _, c in ipairs(cases) do
+    it("(" .. c.how .. ") loses only that speculation, named by script and line in the hop; every record is written", function()
+      local st, byid, se, n = run({ MISBEHAVE = c.how })
+      assert.equals(0, st, se)
+      others_ok(byid, n)
+      assert.equals("b:seen1", byid.q2.answer)
+      local reason = byid.q2.stages.hops[1].reason:match("^[^\n]*")
+      assert.matches(c.says .. "[^\n]*" .. AGENT_SHORT:gsub("%p", "%%%0") .. c.line .. ": " .. c.what:gsub("%p", "%%%0"),
+        reason)
+      -- the other queries' speculations were accepted
+      assert.equals("accepted", byid.q1.stages.hops[1].spec)
+    end)
+  end
+end)
+
 describe("a predictor that fails", function()
   local cases = {
     { fail = "observe", what = "observe_trajectory", line = 10, says = "table: " },

@@ -31,5 +31,13 @@ return specula.agent {
     specula.sleep(5)
     if how == "tool" and args.q == bad then error({ tool = "broke" }) end
     return "seen" .. args.n
+  end,
+  speculate = function(args)
+    if how == "speculate" and args.q == bad then error(nil) end
+    return "seen" .. args.n
+  end,
+  verify = function(pred, actual, ctx)
+    if how == "verify" and ctx.action.args.q == bad then error({}) end
+    return pred == actual
   end } },
 }
