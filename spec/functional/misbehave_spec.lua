@@ -99,6 +99,34 @@ describe("a speculator or verifier that fails", function()
   end
 end)
 
+describe("a policy whose decide fails", function()
+  local POLICY = DIR .. "policy.lua"
+  local cases = {
+    { how = "", line = 11, says = "a table error object (its __tostring failed)" },
+    { how = "yield", line = 10, says = "coroutine.yield() called directly in a specula task" },
+  }
+  for _, c in ipairs(cases) do
+    it("(" .. (c.how == "" and "raising a table" or c.how) .. ") forbids that call with one warning naming "
+      .. "the script and line; every record is written", function()
+      local st, byid, se, n = run({ POLICY_FAIL = c.how }, { "--policy", POLICY })
+      assert.equals(0, st, se)
+      others_ok(byid, n)
+      assert.equals("b:seen1", byid.q2.answer)
+      local _, count = se:gsub("warning: policy ", "")
+      assert.equals(1, count, se)
+      assert.matches("raised: [^\n]*misbehave/policy.lua:" .. c.line .. ": " .. c.says:gsub("%p", "%%%0")
+        .. "[^\n]*counted as forbid", se)
+    end)
+  end
+
+  it("a policy file that raises nil is refused before any query, naming the file and line", function()
+    local st, _, se, n = run({ POLICY_FAIL = "load" }, { "--policy", POLICY })
+    assert.equals(1, st, se)
+    assert.equals(0, n)
+    assert.matches("policy.lua raised: [^\n]*misbehave/policy.lua:5: nil", se)
+  end)
+end)
+
 describe("a predictor that fails", function()
   local cases = {
     { fail = "observe", what = "observe_trajectory", line = 10, says = "table: " },

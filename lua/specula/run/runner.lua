@@ -36,7 +36,7 @@ local function make_run(agent, o, script)
   -- a policy that cannot be loaded is the user's file: its message, not
   -- the engine's stack
   local okp, pol = pcall(policylib.build, pspec, agent.tools, script_dir)
-  if not okp then sched.plain_error((tostring(pol):gsub("^specula: ", ""))) end
+  if not okp then sched.plain_error((sched.errstr(pol):gsub("^specula: ", ""))) end
   local P = agent.predict
   -- --predictor / a --compare item's predictor= (runopts.load_knobs)
   if o.predictor == "off" then P = nil elseif type(o.predictor) == "table" then P = o.predictor.value end
