@@ -200,3 +200,40 @@ describe("a predictor that fails", function()
     assert.equals(1, count, se)
   end)
 end)
+
+describe("an MCP hook that fails", function()
+  it("(a table whose __tostring raises, a bare yield) answers the server with an error naming the script and "
+    .. "line; the client goes on", function()
+    if not H.need_node(pending) then return end
+    local MH = require "support.mcp_helpers"
+    local script = tmp("hooks.lua")
+    local f = assert(io.open(script, "w"))
+    f:write(string.format([[
+local specula = require "specula"
+local json = specula.json
+local c = assert(specula.mcp.connect{ command = { "node", %q }, name = "hooks",
+  on_elicitation = function(params)
+    if params.message == "yield" then coroutine.yield() end
+    error(setmetatable({}, { __tostring = function() error("no") end }))
+  end })
+local out = {}
+for _, m in ipairs({ "raise", "yield" }) do
+  out[m] = assert(c:call("ask", { method = "elicitation/create", params = { message = m,
+    requestedSchema = { type = "object", properties = { name = { type = "string" } } } } })).structuredContent
+end
+out.echo = assert(c:call("echo", { text = "still here" })).content[1].text
+c:close()
+print(json.encode(out))
+]], MH.SERVER))
+    f:close()
+    local st, so, se = H.specula({ "run", script })
+    assert.equals(0, st, se)
+    local r = H.last_json(so)
+    local base = script:match("[^/]+$"):gsub("%p", "%%%0")
+    assert.matches("raised: [^\n]*" .. base .. ":6: a table error object %(its __tostring failed%)", r.raise.error.message)
+    assert.matches("raised: [^\n]*" .. base .. ":5: coroutine%.yield%(%) called directly in a specula task",
+      r.yield.error.message)
+    assert.equals("echo: still here", r.echo)
+    assert.not_matches("error in error handling", se)
+  end)
+end)
