@@ -148,6 +148,18 @@ describe("a predictor that fails", function()
     end)
   end
 
+  it("under --compare is disabled in each configuration it fails in, with a warning each; every record is written",
+    function()
+    local out = tmp("out.jsonl")
+    local st, _, se = run({ PRED_FAIL = "observe" }, { "--predictor", PRED, "--compare", "spechop:k=2,spechop:k=3" }, out)
+    assert.equals(0, st, se)
+    local recs = H.jsonl(H.read(out))
+    assert.equals(8, #recs)
+    for _, r in ipairs(recs) do assert.equals(r.query .. ":seen1", r.answer) end
+    local _, count = se:gsub("warning: the predictor's observe_trajectory failed: [^\n]*misbehave/predictor.lua:10: ", "")
+    assert.equals(2, count, se)
+  end)
+
   it("in state() loses only its saved state, with a warning naming the script and line", function()
     local out = tmp("out.jsonl")
     local st, byid, se, n = run({ PRED_FAIL = "state" }, { "--predictor", PRED }, out)
