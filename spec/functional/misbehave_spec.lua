@@ -160,6 +160,14 @@ describe("a predictor that fails", function()
     assert.equals(2, count, se)
   end)
 
+  it("file that raises as it loads is a usage error naming the file and line, before any query", function()
+    local st, _, se, n = run({}, { "--predictor", DIR .. "predictor_load.lua" })
+    assert.equals(2, st, se)
+    assert.equals(0, n)
+    assert.matches("predictor file '[^\n]*predictor_load.lua' raised: [^\n]*misbehave/predictor_load.lua:3: a table "
+      .. "error object %(its __tostring failed%)", se)
+  end)
+
   it("in state() loses only its saved state, with a warning naming the script and line", function()
     local out = tmp("out.jsonl")
     local st, byid, se, n = run({ PRED_FAIL = "state" }, { "--predictor", PRED }, out)
