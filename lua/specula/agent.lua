@@ -189,7 +189,7 @@ end
 -- gets a decision or HINT_ERROR (forbid): a policy error never ends the
 -- query and never opens the gate.
 local function script_decision(A, name, args, ctx)
-  local ok, d = pcall(A.decide, name, args, ctx)
+  local ok, d = sched.protect(false, A.decide, name, args, ctx)
   local h = ok and DECISION[d]
   if h then return h end
   A.on_policy_error(name, ok and ("returned " .. (type(d) == "string" and ("'" .. d .. "'") or type(d))
@@ -204,7 +204,7 @@ end
 local convtraces = require "specula.convtraces"
 local function messages_of(A, state, query)
   if A.context_fn then
-    local ok, msgs = pcall(A.context_fn, state)
+    local ok, msgs = sched.protect(false, A.context_fn, state)
     local events, turns
     if ok and type(msgs) == "table" then events, turns = convtraces.events(msgs) end
     if events then return events, turns end
@@ -236,11 +236,11 @@ end
 -- window, which gates and fires them while the model thinks.
 local function predict(A, state, ctx)
   local tools, decide = A.tools, A.decide
-  local ok, preds = pcall(A.predictor, A.hist_of[state] or {}, predictor_ctx(A, state, ctx))
+  local ok, preds = sched.protect(false, A.predictor, A.hist_of[state] or {}, predictor_ctx(A, state, ctx))
   if not ok or type(preds) ~= "table" then
     if not A.warned then
       A.warned = true
-      secrets.stderr("specula: warning: predictor failed (" .. tostring(preds) .. "); no action speculation for this step\n")
+      secrets.stderr("specula: warning: predictor failed (" .. sched.errstr(preds) .. "); no action speculation for this step\n")
     end
     return nil
   end

@@ -7,7 +7,7 @@ local cassette = require "specula.cassette"
 local ffi = core.ffi
 local C = core.C
 
-local co_yield = coroutine.yield
+local co_yield = require("specula.sched").yield   -- the raw yield (sched guards the global one)
 local type, tostring, pairs, ipairs, concat = type, tostring, pairs, ipairs, table.concat
 local lower, gmatch, find = string.lower, string.gmatch, string.find
 

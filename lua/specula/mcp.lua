@@ -33,7 +33,7 @@ local C = core.C
 local type, tostring, tonumber, pairs, ipairs, setmetatable, error, pcall, select =
   type, tostring, tonumber, pairs, ipairs, setmetatable, error, pcall, select
 local format, concat = string.format, table.concat
-local co_yield = coroutine.yield
+local co_yield = require("specula.sched").yield   -- the raw yield (sched guards the global one)
 local encode, decode, JNULL = json.encode, json.decode, json.null
 local secrets = require "specula.secrets"
 local scrub = secrets.scrub
@@ -288,11 +288,13 @@ function Client:_server_request(id, method, params)
     if method == "roots/list" and type(hook) == "table" then
       result, why = roots_result(hook)
     else
-      local ok, r, e2 = pcall(hook, params, { server = self.name, method = method })
-      if not ok then why = "raised: " .. tostring(r)
+      -- the hook is the user's code: whatever it raises (or a bare yield),
+      -- the server gets an error reply naming the script and line
+      local ok, r, e2 = sched.protect(false, hook, params, { server = self.name, method = method })
+      if not ok then why = "raised: " .. r
       elseif r == nil or r == false then
         -- a refusal (the user said no, the model failed): the hook's reason
-        why, code = e2 ~= nil and tostring(e2) or "declined", -1
+        why, code = e2 ~= nil and sched.errstr(e2) or "declined", -1
       elseif method == "sampling/createMessage" then result, why = sampling_result(r)
       elseif method == "elicitation/create" then result, why = elicitation_result(r, params)
       else result, why = roots_result(r) end

@@ -67,8 +67,9 @@ function M.read(path, script_dir)
   if not p then error(err, 0) end
   local chunk, lerr = loadfile(p)
   if not chunk then error("policy: cannot load " .. p .. ": " .. tostring(lerr), 0) end
-  local ok, spec = pcall(chunk)
-  if not ok then error("policy: " .. p .. " raised: " .. tostring(spec), 0) end
+  -- the file is the user's code: whatever it raises, the message names where
+  local ok, spec = require("specula.sched").protect(false, chunk)
+  if not ok then error("policy: " .. p .. " raised: " .. spec, 0) end
   if type(spec) ~= "table" and type(spec) ~= "function" then
     error("policy: " .. p .. " must return a table or a function", 0)
   end
@@ -100,7 +101,7 @@ function M.build(spec, agent_tools, script_dir)
   function obj.on_error(tool, msg)
     obj.script_errors = obj.script_errors + 1
     if not obj.first_error then
-      obj.first_error = "policy " .. name .. ": for tool '" .. tostring(tool) .. "' " .. tostring(msg)
+      obj.first_error = "policy " .. name .. ": for tool '" .. tostring(tool) .. "' " .. require("specula.sched").errstr(msg)
       require("specula.secrets").stderr("specula: warning: " .. obj.first_error .. " (counted as forbid)\n")
     end
   end

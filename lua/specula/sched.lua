@@ -24,11 +24,51 @@ M.vals = VALS
 
 local function pack(...) return { n = select("#", ...), ... } end
 
+local ENGINE_SRC = "/lua/specula/"
+
+-- Any error object as a string, without ever raising: a table whose
+-- __tostring raises (or returns no string) would otherwise turn the error
+-- into "error in error handling" and lose where it came from.
+local function errstr(e)
+  if type(e) == "string" then return e end
+  local ok, s = pcall(tostring, e)
+  if ok and type(s) == "string" then return s end
+  return "a " .. type(e) .. " error object (its __tostring failed)"
+end
+M.errstr = errstr
+
+-- FILE:LINE of the innermost frame of the user's code (not the engine's,
+-- not C) from level on, or nil. Called in an error handler, it names the
+-- place that raised.
+local function where(level)
+  for l = level + 1, level + 40 do
+    local info = debug.getinfo(l, "Sl")
+    if not info then return nil end
+    if info.what ~= "C" and info.currentline and info.currentline > 0
+       and not info.source:find(ENGINE_SRC, 1, true) then
+      return info.short_src .. ":" .. info.currentline
+    end
+  end
+end
+M.where = where
+
+-- The message of an error: a string as raised; any other object (nil, a
+-- number, a table) prefixed with the place that raised it, so the message
+-- alone still says where. level: the handler's caller's level.
+local function message(e, level)
+  if type(e) == "string" then return e end
+  local loc = where(level + 1)
+  local s = e == nil and "nil (error raised without a message)" or errstr(e)
+  if type(e) == "number" and loc and s:find(loc, 1, true) == 1 then return s end
+  return loc and (loc .. ": " .. s) or s
+end
+
 -- Errors keep their traceback; a "plain" error (usage mistakes reported by
--- the runtime itself) is shown without one.
+-- the runtime itself) is shown without one. Never raises (a handler that
+-- raises ends as "error in error handling").
 local function on_error(e)
-  if type(e) == "table" and e.plain then return e.message end
-  return traceback(tostring(e), 2)
+  if type(e) == "table" and rawget(e, "plain") then return errstr(rawget(e, "message")) end
+  return traceback(message(e, 2), 2)
 end
 M.on_error = on_error
 
@@ -38,10 +78,9 @@ local function plain_error(message) error({ plain = true, message = message }, 0
 -- message and the frames of the agent's own files. The engine's frames
 -- (lua/specula/, C) say nothing to the user and would fill every query's
 -- error record; a tool error raised inside the engine is its message alone.
-local ENGINE_SRC = "/lua/specula/"
 local function job_error(e)
-  if type(e) == "table" and e.plain then return e.message end
-  local msg = tostring(e)
+  if type(e) == "table" and rawget(e, "plain") then return errstr(rawget(e, "message")) end
+  local msg = message(e, 2)
   local keep = {}
   for line in traceback("", 2):gmatch("[^\n]+") do
     if line:find("^%s") and not line:find(ENGINE_SRC, 1, true) and not line:find("[C]", 1, true)
@@ -54,6 +93,17 @@ local function job_error(e)
 end
 M.job_error = job_error
 M.plain_error = plain_error
+
+-- A call into the user's code (a predictor's method, a policy's decide, a
+-- hook) that must not end more than what it belongs to: true and its
+-- results, or false and the message naming the script and line (the
+-- user's frames of the traceback with it when trace is true).
+local function first_line(m) return (m:match("^[^\n]*")) end
+function M.protect(trace, fn, ...)
+  local r = pack(xpcall(fn, job_error, ...))
+  if not r[1] and not trace then r[2] = first_line(r[2]) end
+  return unpack(r, 1, r.n)
+end
 
 local function set_error(t, msg)
   -- a failed task's message may reach stderr (the main task's, printed by
@@ -134,6 +184,20 @@ end
 
 -- Wait for the next wake-up of the running task.
 M.yield = co_yield
+
+-- coroutine.yield called by the user's code in a task (not in a coroutine
+-- of its own) would hand control to the loop with nothing armed to resume
+-- it: the task, and the run waiting on it, would never end. It fails
+-- instead, naming the caller, and ends only that task's work (a query's
+-- error record). The engine's own waits use sched.yield (the raw one);
+-- yields in the user's own coroutines pass through unchanged.
+coroutine.yield = function(...)
+  if M.in_task() then
+    error("coroutine.yield() called directly in a specula task: wait with specula.sleep, specula.http, "
+      .. "task:wait or specula.wait_any/wait_all (a bare yield would leave the task waiting for nothing)", 2)
+  end
+  return co_yield(...)
+end
 
 -- Called (when set) as the running task is about to wait in sleep() or on
 -- other tasks: a cassette being recorded notes when each window job first

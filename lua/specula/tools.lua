@@ -338,11 +338,9 @@ function M.http(spec)
       return v
     end
     -- the result function sees the response, so its errors may quote it
-    local ok, out = pcall(result, { status = res.status, headers = res.headers, body = res.body }, args, ctx)
-    if not ok then
-      if type(out) == "string" then out = scrub(out, secrets) end
-      error(out, 0)
-    end
+    local ok, out = require("specula.sched").protect(true, result,
+      { status = res.status, headers = res.headers, body = res.body }, args, ctx)
+    if not ok then error(scrub(out, secrets), 0) end
     return out
   end
 

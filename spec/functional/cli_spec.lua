@@ -99,13 +99,30 @@ describe("specula binary", function()
   end)
 
   it("detects a main task that can never be woken", function()
+    -- the engine's raw yield with nothing armed (a bare coroutine.yield
+    -- is refused before it gets there: below)
     local st, _, err = H.run_lua([[
       local specula = require "specula"
-      local t = specula.spawn(function() coroutine.yield() end)
+      local t = specula.spawn(function() require("specula.sched").yield() end)
       t:wait()
     ]])
     assert.equals(1, st)
     assert.matches("can never happen", err, 1, true)
+  end)
+
+  it("fails a task that calls coroutine.yield itself, naming the line; the script goes on", function()
+    local st, out, err = H.run_lua([[
+      local specula = require "specula"
+      local t = specula.spawn(function()
+        coroutine.yield()
+      end)
+      print(select(2, t:wait()))
+      -- a coroutine of the script's own still yields to its resumer
+      print(coroutine.wrap(function() coroutine.yield("own coroutine") end)())
+    ]])
+    assert.equals(0, st, err)
+    assert.matches(":3: coroutine%.yield%(%) called directly in a specula task", out)
+    assert.matches("own coroutine", out, 1, true)
   end)
 
   it("theory reproduces the paper's worked examples", function()

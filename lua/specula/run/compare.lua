@@ -617,7 +617,14 @@ function M.main(agent, o, src, script)
     return t
   end
   local predstate = require "specula.run.predstate"
-  local learned0 = predstate.keepable(P) and copy(P:state()) or nil
+  -- state() and restore() are the user's code: a failure disables the
+  -- predictor (of every configuration, or of the one restored), not the run
+  local function pdisable(run, what, msg) if run.pdisable then run.pdisable(what, msg) end end
+  local learned0 = nil
+  if predstate.keepable(P) then
+    local oks, st = sched.protect(false, P.state, P)
+    if oks then learned0 = copy(st) else for _, r in ipairs(runs) do pdisable(r, "state", st) end end
+  end
   -- each configuration's predictor after its queries, kept beside --out
   -- for a resume (specula.run.predstate); what the file held stays for the
   -- configurations this run does not reach
@@ -632,13 +639,20 @@ function M.main(agent, o, src, script)
   end
   for ci, c in ipairs(configs) do
     if interrupted then break end
-    if learned0 and ci > 1 then P:restore(copy(learned0)) end
+    if learned0 and ci > 1 then
+      local okr, rerr = sched.protect(false, P.restore, P, copy(learned0))
+      if not okr then pdisable(runs[ci], "restore", rerr) end
+    end
     local oc = opts[ci]
     if pstate and next(skip[c.name] or {}) ~= nil then
       local positions = learnt[c.name] or {}
       local ok, why = false, "a predictor without state() and restore()"
-      if learned0 then ok, why = predstate.restore(P, pstate, pruns, pwhy, runs[ci].prov.run, positions) end
-      predstate.resumed(runs[ci], ok, why, positions, pstate, o.quiet, c.name)
+      local raised
+      if learned0 then ok, why, raised = predstate.restore(P, pstate, pruns, pwhy, runs[ci].prov.run, positions) end
+      if raised then pdisable(runs[ci], "restore", why) end
+      if not (runs[ci].pdisabled and runs[ci].pdisabled()) then
+        predstate.resumed(runs[ci], ok, why, positions, pstate, o.quiet, c.name)
+      end
     end
     local t = tally.new(nq)
     tallies[ci] = t
@@ -672,7 +686,7 @@ function M.main(agent, o, src, script)
       return true
     end, run)
     local _, stopped, got = runner.run_all(run, list, emit, runner.progress_line(show), false)
-    if pstate and learned0 then
+    if pstate and learned0 and not (run.pdisabled and run.pdisabled()) then
       local entry, err = predstate.entry(P, run.learnt)
       local ok = false
       if entry then

@@ -221,8 +221,9 @@ end
 local function load_chunk(path, what)
   local chunk, err = loadfile(path)
   if not chunk then return nil, "cannot load " .. what .. " file '" .. path .. "': " .. tostring(err) end
-  local ok, v = pcall(chunk)
-  if not ok then return nil, what .. " file '" .. path .. "' raised: " .. tostring(v) end
+  -- the file is the user's code: whatever it raises, the message names where
+  local ok, v = require("specula.sched").protect(false, chunk)
+  if not ok then return nil, what .. " file '" .. path .. "' raised: " .. v end
   return v
 end
 

@@ -45,7 +45,10 @@ end
 -- predictor's state tables go on changing), and what it covers.
 function M.entry(P, positions)
   local d, n = digest(positions)
-  local ok, text = pcall(json.canonical, { learnt = d, n = n, state = P:state() })
+  -- state() is the user's code: its failure is a state not kept, not the run's end
+  local oks, st = require("specula.sched").protect(false, P.state, P)
+  if not oks then return nil, "the predictor's state() failed: " .. st end
+  local ok, text = pcall(json.canonical, { learnt = d, n = n, state = st })
   if not ok then return nil, "cannot encode the predictor's state: " .. tostring(text) end
   return require("specula.secrets").scrub_json(text, nil, { canonical = true })
 end
@@ -65,7 +68,8 @@ end
 
 --- Restore P from the entries read (or nil and why) when the one of this
 -- run (run_digest) covers exactly the learnt records of the file being
--- resumed (positions). Returns true, or false and why (for the warning).
+-- resumed (positions). Returns true, or false and why (for the warning),
+-- and true third when restore() raised (the predictor is then unusable).
 function M.restore(P, path, runs, why, run_digest, positions)
   if not runs then return false, why end
   local e = runs[run_digest]
@@ -78,8 +82,12 @@ function M.restore(P, path, runs, why, run_digest, positions)
     return false, format("%s covers %s learnt queries, the file holds %d others (a run stopped while queries "
       .. "finished out of order)", path, tostring(e.n), n)
   end
-  local ok, err = P:restore(e.state)
-  if not ok then return false, format("%s: %s", path, tostring(err)) end
+  -- a restore that raises (a state well formed but wrong for this
+  -- predictor) may have left it half restored: the third result says so,
+  -- and the caller disables the predictor rather than run it so
+  local okc, ok, err = require("specula.sched").protect(false, P.restore, P, e.state)
+  if not okc then return false, format("%s: the predictor's restore() failed: %s", path, ok), true end
+  if not ok then return false, format("%s: %s", path, require("specula.sched").errstr(err)) end
   return true
 end
 

@@ -36,11 +36,12 @@ local function make_run(agent, o, script)
   -- a policy that cannot be loaded is the user's file: its message, not
   -- the engine's stack
   local okp, pol = pcall(policylib.build, pspec, agent.tools, script_dir)
-  if not okp then sched.plain_error((tostring(pol):gsub("^specula: ", ""))) end
+  if not okp then sched.plain_error((sched.errstr(pol):gsub("^specula: ", ""))) end
   local P = agent.predict
   -- --predictor / a --compare item's predictor= (runopts.load_knobs)
   if o.predictor == "off" then P = nil elseif type(o.predictor) == "table" then P = o.predictor.value end
   local pf, learn, match, similar = nil, nil, nil, nil
+  local predict_fn, pdisable, pdisabled = nil, nil, nil
   -- asked for by name and impossible: saying nothing would look like a run
   -- with action speculation that never hit
   if P == nil and o.predict == "on" then
@@ -59,6 +60,24 @@ local function make_run(agent, o, script)
     end
     pf = ffi.gc(C.sp_prefetch_new(MATCH[match], TRIGGER[o.trigger or "both"], o.ev_cost_ms or D.ev_cost_ms,
       o.ev_latency_ms or 0, o.predict_top or D.predict_top), C.sp_prefetch_free)
+    -- The predictor is the user's code: a method of it that raises
+    -- (predicting, learning, a restored state that is well formed but
+    -- wrong) disables it for the rest of the run, with one warning naming
+    -- the script and line; the queries go on without action speculation.
+    local off = false
+    local function disable(what, msg)
+      if off then return end
+      off = true
+      require("specula.secrets").stderr("specula: warning: the predictor's " .. what .. " failed: " .. msg
+        .. "; the predictor is disabled for the rest of the run\n")
+    end
+    pdisable = disable
+    local function call(what, fn, ...)
+      if off then return false end
+      local r = { sched.protect(false, fn, ...) }
+      if not r[1] then disable(what, r[2]) return false end
+      return unpack(r, 1, table.maxn(r))
+    end
     if type(P) == "table" and P.observe_trajectory then
       -- the calls, and what a predictor that reads conversations needs:
       -- the query, the trajectory and, from the agent's context(), the
@@ -66,16 +85,24 @@ local function make_run(agent, o, script)
       learn = function(traj, q, conv)
         local actions = {}
         for i, h in ipairs(traj) do actions[i] = h.action end
-        P:observe_trajectory(actions, { id = q and q.id, query = q and q.query, trajectory = traj,
-                                        conversation = conv })
+        call("observe_trajectory", P.observe_trajectory, P, actions, { id = q and q.id, query = q and q.query,
+          trajectory = traj, conversation = conv })
       end
     elseif type(P) == "table" and P.observe then
       learn = function(traj)
-        for i = 2, #traj do P:observe(traj[i - 1].action, traj[i].action) end
+        call("observe", function()
+          for i = 2, #traj do P:observe(traj[i - 1].action, traj[i].action) end
+        end)
       end
     end
+    -- a disabled predictor predicts nothing (an empty list: no warning per step)
+    predict_fn = function(h, ctx)
+      local ok, preds = call("prediction", P, h, ctx)
+      if not ok then return {} end
+      return preds
+    end
+    pdisabled = function() return off end
   end
-  local predict_fn = P and pf and function(h, ctx) return P(h, ctx) end or nil
   -- --keep-candidates: query ctx metatable -> its judged pairs, and query
   -- entry -> that metatable (weak: a window freed unread leaves nothing)
   local kept = o.keep_candidates and setmetatable({}, { __mode = "k" }) or nil
@@ -90,7 +117,7 @@ local function make_run(agent, o, script)
     kauto = ffi.gc(C.sp_kauto_new(o.eps or D.eps, D.kauto_min, D.kauto_max, D.kauto_default), C.sp_kauto_free)
   end
   return { agent = agent, adapter = adapter, policy = pol, kauto = kauto, o = o, pf = pf,
-           learn = learn, predictor = learn and P or nil, learnt = learn and {} or nil, match = match, kept = kept, kept_q = kept and setmetatable({}, { __mode = "k" }) }
+           learn = learn, predictor = learn and P or nil, pdisable = pdisable, pdisabled = pdisabled, learnt = learn and {} or nil, match = match, kept = kept, kept_q = kept and setmetatable({}, { __mode = "k" }) }
 end
 M.make_run = make_run
 
@@ -404,7 +431,7 @@ run_batch = function(run, queries, emit, progress, keep)
       local cancelled = C.sp_window_status(fw) == C.SP_WIN_CANCELLED
       local q = qs[ai]
       local ok, rec = pcall(finish_window, run, aw, q, ai)
-      if not ok then rec = { id = q.id, query = q.query, error = tostring(rec) } end
+      if not ok then rec = { id = q.id, query = q.query, error = sched.errstr(rec) } end
       if cancelled and cctx ~= nil and C.sp_host_signal(cctx) ~= 0 then
         interrupted = true
         rec = nil
@@ -581,9 +608,11 @@ function M.main(agent, args, script)
       local ok, why = false, "a predictor without state() and restore()"
       if predstate.keepable(run.predictor) then
         local runs, rwhy = predstate.read(pstate)
-        ok, why = predstate.restore(run.predictor, pstate, runs, rwhy, run.prov.run, learnt[true] or {})
+        local raised
+        ok, why, raised = predstate.restore(run.predictor, pstate, runs, rwhy, run.prov.run, learnt[true] or {})
+        if raised then run.pdisable("restore", why) end
       end
-      predstate.resumed(run, ok, why, learnt[true] or {}, pstate, o.quiet)
+      if not run.pdisabled() then predstate.resumed(run, ok, why, learnt[true] or {}, pstate, o.quiet) end
     end
   end
   -- the queries to run, read from the input as the run takes them (those
@@ -617,7 +646,9 @@ function M.main(agent, args, script)
     local ok, err = out:close()
     if not ok then write_failed(what, err) end
   end
-  if pstate and predstate.keepable(run.predictor) then
+  -- a predictor disabled by its failure keeps no state: a resume would
+  -- run it again where this run did not
+  if pstate and predstate.keepable(run.predictor) and not run.pdisabled() then
     local entry, err = predstate.entry(run.predictor, run.learnt)
     local ok = false
     if entry then ok, err = predstate.save(pstate, { [run.prov.run] = entry }) end
