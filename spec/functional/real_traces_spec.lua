@@ -5,6 +5,7 @@ local H = require "support.helpers"
 
 local DATA = "examples/real_traces/data/"
 local FILE = DATA .. "tau-airline-gpt4o-dev.jsonl"
+local SOURCE = "examples/real_traces/data/SOURCE.md"
 
 describe("examples/real_traces", function()
   it("ships the development set with its source and MIT licence notice", function()
@@ -18,9 +19,9 @@ describe("examples/real_traces", function()
     local lic = assert(H.read(H.root .. "/" .. DATA .. "LICENSE"), "no " .. DATA .. "LICENSE")
     assert.matches("MIT License", lic, 1, true)
     assert.matches("Copyright (c) 2024 Sierra", lic, 1, true)
-    local src = assert(H.read(H.root .. "/" .. DATA .. "SOURCE.md"), "no " .. DATA .. "SOURCE.md")
+    local src = assert(H.read(H.root .. "/" .. SOURCE), "no " .. SOURCE)
     assert.matches("sierra-research/tau-bench", src, 1, true)
-    -- the digest SOURCE.md gives is the file's
+    -- the digest the source notice gives is the file's
     local st, sum = H.sh("sha256sum " .. H.quote(H.root .. "/" .. FILE))
     assert.equals(0, st)
     assert.matches(sum:match("^(%x+)"), src, 1, true)
