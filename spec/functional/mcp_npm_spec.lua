@@ -1,23 +1,17 @@
--- Real MCP servers and the official conformance suite, from npm. .ci/run
--- installs the pinned packages into $SPECULA_NPM_CACHE (default
+-- Real MCP servers and the official conformance suite, from npm. .ci/deps
+-- installs the pinned packages and Node 22 into $SPECULA_NPM_CACHE (default
 -- ~/.cache/specula-npm). Without them these specs fail in CI (CI=true) and
 -- are pending elsewhere, with the command that installs them.
 local H = require "support.helpers"
 local MH = require "support.mcp_helpers"
 local cjson = require "cjson"
 
-local CACHE = os.getenv("SPECULA_NPM_CACHE") or (os.getenv("HOME") .. "/.cache/specula-npm")
+local deps = require "support.deps"
+local CACHE = deps.cache()
 local NM = CACHE .. "/node_modules/@modelcontextprotocol/"
-local INSTALL = "npm install --prefix " .. CACHE .. " @modelcontextprotocol/server-filesystem@2026.8.31"
-  .. " @modelcontextprotocol/server-memory@2026.8.31 @modelcontextprotocol/server-everything@2026.8.31"
-  .. " @modelcontextprotocol/conformance@0.1.13"
-local NEEDED = { "server-filesystem/dist/index.js", "server-memory/dist/index.js", "conformance/dist/index.js" }
 
-local missing = H.node_missing()
-for _, f in ipairs(NEEDED) do
-  if missing then break end
-  if not H.read(NM .. f) then missing = "npm packages missing (" .. NM .. f .. "); install them with: " .. INSTALL end
-end
+-- node >= 20 and the pinned packages (.ci/deps installs both), or why not
+local missing = deps.npm()
 
 local last_json = H.last_json
 

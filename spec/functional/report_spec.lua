@@ -380,7 +380,8 @@ describe("specula report", function()
     return { width = w, height = h, idat = idat }
   end
 
-  local has_chromium = H.sh("command -v chromium") == 0
+  local chromium_missing = require("support.deps").chromium()
+  local has_chromium = not chromium_missing
   local has_timeout = H.sh("command -v timeout") == 0
 
   -- Run headless Chromium on a local file with a fresh profile, no network
@@ -438,6 +439,6 @@ describe("specula report", function()
         string.format("screenshot looks blank: %d bytes of image data, blank page %d", p.idat, b.idat))
     end)
   else
-    pending("renders in headless Chromium (chromium is not installed: apt-get install chromium)")
+    pending("renders in headless Chromium (" .. chromium_missing .. ")")
   end
 end)

@@ -20,23 +20,16 @@ local function is_root()
   return uid:match("^0%s*$") ~= nil
 end
 
--- what is missing to run a cluster here, or nil
-local function missing()
-  for _, c in ipairs({ "sbatch", "squeue", "scontrol", "slurmctld", "slurmd", "munged" }) do
-    if H.sh("command -v " .. c) ~= 0 then return "'" .. c .. "' is not installed" end
-  end
-  if not is_root() and H.sh("sudo -n true") ~= 0 then
-    return "starting the daemons needs root or password-less sudo"
-  end
-  return nil
-end
+-- what is missing to run a cluster here, or nil (the CTest test deps/slurm
+-- asks the same)
+local missing = require("support.deps").slurm
 
 local function sudo() return is_root() and "" or "sudo -n " end
 
 describe("a sweep on a single-node Slurm cluster #slow", function()
   local why = missing()
   if why then
-    local msg = "no Slurm here (" .. why .. "): apt-get install slurm-wlm munge, then .ci/slurm-up"
+    local msg = why
     if in_ci() then
       it("runs examples/cluster on Slurm", function() error(msg) end)
     else

@@ -148,18 +148,12 @@ function H.require_or_pend(pend, why)
 end
 
 -- Node.js runs the MCP test server (spec/support/mcp_testserver.js) and the
--- npm servers: nil when `node` is on PATH, else why not.
+-- npm servers: nil when `node` is there (spec/support/deps.lua: the node
+-- .ci/deps pins, first on PATH), else why not.
+local deps = require "support.deps"
 local node_why
 function H.node_missing()
-  if node_why == nil then
-    -- (not `x and false or y`: that is always y)
-    if H.sh("command -v node") == 0 then
-      node_why = false
-    else
-      node_why = "Node.js is not installed (no `node` on PATH): this spec starts an MCP server; install it with "
-        .. "`apt-get install nodejs npm` (the README's quick start does)"
-    end
-  end
+  if node_why == nil then node_why = deps.node() or false end
   return node_why or nil
 end
 

@@ -126,5 +126,10 @@ describe("specula.argv", function()
       assert.matches("\n  %-%-secret%-env NAME +.-%(default: none%)\n", u)
       assert.matches("\n\nThe end%.\n$", u)
     end)
+
+    it("gives a usage mistake one line after the message: the synopsis and where the options are", function()
+      assert.equals("usage: specula demo FILE [options]; `specula demo --help` lists every option\n",
+        argv.usage_hint(cmd()))
+    end)
   end)
 end)

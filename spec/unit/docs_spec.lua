@@ -181,7 +181,7 @@ describe("the docs' checks", function()
   end)
 
   it("report a link to a missing file or heading, and pass good ones", function()
-    local bad = check_links("docs/x.md", "[a](cli.md) [b](cli.md#nope) [c](nope.md) [d](../README.md#quick-start-fresh-debian-12)"
+    local bad = check_links("docs/x.md", "[a](cli.md) [b](cli.md#nope) [c](nope.md) [d](../README.md#quick-start-debian-12)"
       .. " [e](https://example.org/x.md) `[f](gone.md)`")
     assert.equals(2, #bad, table.concat(bad, "\n"))
     assert.matches("no heading for the anchor of cli.md#nope", bad[1], 1, true)

@@ -74,13 +74,14 @@ function M.secret_env(args)
   return out
 end
 
--- A usage mistake: "specula NAME: msg" and the command's usage text (or
--- its first line, for commands that say so: cmd.short_usage) on stderr,
--- exit status 2.
+-- A usage mistake: "specula NAME: msg" and one line, the synopsis and a
+-- pointer to --help (or, for commands that say so, cmd.short_usage, the
+-- synopsis line alone, as their C parsers printed it), on stderr, exit
+-- status 2.
 function M.usage_error(cmd, msg)
   C.sp_ctx_set_exit(core.ctx, 2)
-  local text = argv.usage(cmd)
-  if cmd.short_usage then text = text:match("^[^\n]*\n") end
+  local text = argv.usage_hint(cmd)
+  if cmd.short_usage then text = argv.usage(cmd):match("^[^\n]*\n") end
   require("specula.secrets").stderr("specula ", cmd.name, ": ", msg, "\n", text)
 end
 

@@ -38,7 +38,8 @@ the query, the whole configuration); resuming --out checks it and refuses record
 
 local function usage_error(msg)
   C.sp_ctx_set_exit(core.ctx, 2)
-  sched.plain_error("specula run: " .. msg .. "\n" .. M.usage_text)
+  -- (plain_error ends the line itself)
+  sched.plain_error("specula run: " .. msg .. "\n" .. argv.usage_hint(require("specula.cmd.run")):gsub("\n$", ""))
 end
 M.usage_error = usage_error
 

