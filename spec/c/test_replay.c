@@ -420,7 +420,7 @@ static void test_files_and_cli(tcount *t) {
   sp_replay_args a3 = {path, "sequential", NULL, NULL, 0, SP_REPLAY_SLOT, 0};
   check(t, sp_replay_print(&a3) == 0, "replay sequential");
   sp_replay_args b1 = {"/nonexistent/x.json", NULL, NULL, NULL, 0, SP_REPLAY_LAUNCH_RECORDED, 0};
-  check(t, sp_replay_print(&b1) == 2, "replay missing file");
+  check(t, sp_replay_print(&b1) == 1, "replay missing file: a failure (1), not a usage error");
   sp_replay_args b2 = {path, NULL, "no-such-config", NULL, 0, SP_REPLAY_LAUNCH_RECORDED, 0};
   check(t, sp_replay_print(&b2) == 2, "replay --config absent");
   sp_replay_args b3 = {NULL, NULL, NULL, NULL, 0, SP_REPLAY_LAUNCH_RECORDED, 0};
