@@ -580,6 +580,9 @@ function M.main(agent, args, script, compare)
   -- Ctrl-C / SIGTERM: stop, write what finished, exit 128 + signal.
   if core.ctx ~= nil then C.sp_host_trap_signals(core.ctx) end
   if o.compare then
+    if type(compare) ~= "function" then
+      error("specula.run.runner.main: --compare needs its driver (specula.run.compare.main) as 4th argument", 2)
+    end
     compare(agent, o, src, script)
     local cst = cassette.close()
     if cst and cst.failed then write_failed(cst.failed.what, cst.failed.err) end
