@@ -52,6 +52,7 @@ pcall(ffi.cdef, "int mkdir(const char *path, unsigned int mode);")
 pcall(ffi.cdef, "char *strerror(int errnum);")
 
 local secrets = require "specula.secrets"
+local stream = require "specula.stream"
 -- Everything on tape is scrubbed (specula.secrets): every declared secret
 -- in every form, the request's own credential headers (extra), and what
 -- looks like a credential.
@@ -864,7 +865,7 @@ local Replayed = {}
 Replayed.__index = function(t, k)
   local v = Replayed[k]
   if v ~= nil then return v end
-  return require("specula.http").Response[k]   -- chunks(), read_all() work on read()
+  return stream[k]   -- chunks(), read_all() work on read()
 end
 
 -- Next chunk at its recorded offset from the request's start.
@@ -917,7 +918,7 @@ local Recording = {}
 Recording.__index = function(t, k)
   local v = Recording[k]
   if v ~= nil then return v end
-  return require("specula.http").Response[k]
+  return stream[k]
 end
 
 function Recording:read()

@@ -4,6 +4,7 @@
 local core = require "specula.core"
 local sched = require "specula.sched"
 local cassette = require "specula.cassette"
+local stream = require "specula.stream"
 local ffi = core.ffi
 local C = core.C
 
@@ -140,27 +141,11 @@ function Response:read()
   end
 end
 
--- Iterator over body chunks; raises the transfer's error if it fails.
-function Response:chunks()
-  return function()
-    local s, err = self:read()
-    if s == nil and err then error(err, 2) end
-    return s
-  end
-end
-
--- The rest of the body as one string, or nil, err.
-function Response:read_all()
-  local parts = {}
-  while true do
-    local s, err = self:read()
-    if s == nil then
-      if err then return nil, err end
-      return concat(parts)
-    end
-    parts[#parts + 1] = s
-  end
-end
+-- chunks() (an iterator over body chunks, raising the transfer's error) and
+-- read_all() (the rest of the body, or nil, err), shared with the cassette's
+-- recorded and replayed responses.
+Response.chunks = stream.chunks
+Response.read_all = stream.read_all
 
 -- Stop the transfer now (the connection is closed) and free it.
 function Response:close()

@@ -84,8 +84,8 @@ Ngram.__index = Ngram
 Ngram.__call = function(self, history, ctx) return self:predict(history, ctx) end
 
 -- Built-in predictors name themselves (and their options) in the records'
--- provenance (specula.provenance).
-local tag = require("specula.provenance").tag
+-- provenance (specula.tags, read by specula.provenance).
+local tag = require("specula.tags").tag
 
 local function new_ngram(opts, n, what)
   opts = check_opts(opts, what)

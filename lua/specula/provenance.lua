@@ -67,16 +67,11 @@ M.basename = basename
 -- ---- describing what a run uses --------------------------------------------
 
 -- Built-in verifiers and predictors tag themselves (verify.jaccard(0.6),
--- predict.pattern{...}): value -> { name, options }. Weak keys: a tag never
--- keeps a value alive.
-local tags = setmetatable({}, { __mode = "k" })
+-- predict.pattern{...}) through specula.tags: value -> { name, options }.
+local tags = require("specula.tags").of
 
---- Tag a built-in value with its name and options (data; functions in them
--- are described by where they are defined). Returns the value.
-function M.tag(v, name, options)
-  tags[v] = { name = name, options = options }
-  return v
-end
+--- Tag a built-in value with its name and options (specula.tags.tag).
+M.tag = require("specula.tags").tag
 
 -- Where a Lua function is defined, as "file.lua:LINE", and that file's
 -- digest (nil for a function not loaded from a file).
@@ -237,6 +232,24 @@ function M.track_dir(dir, entry, script)
     if type(r) == "function" then note_module(name) end
     return r
   end
+end
+
+-- An agent may be split into modules beside it: `require "helpers"` finds
+-- DIR/helpers.lua from any working directory. Searched last, so no file
+-- beside a script can stand in for specula's or the system's modules; a
+-- directory whose name holds package.path's ';' or '?' is not added, nor
+-- one already there. (Here, below the commands that run scripts —
+-- specula.cmd.run, specula.lab.verifiers, specula.cli — since the entry
+-- and the following of its modules go together.)
+function M.add_script_dir(script)
+  local dir = script:match("^(.*)/[^/]*$") or "."
+  if dir == "" then dir = "/" end
+  if dir:find("[;?]") then return end
+  local entry = dir .. "/?.lua;" .. dir .. "/?/init.lua"
+  -- the modules found there go into the records' provenance
+  M.track_dir(dir, entry, script)
+  if (";" .. package.path .. ";"):find(";" .. entry .. ";", 1, true) then return end
+  package.path = package.path .. ";" .. entry
 end
 
 --- The agent part: { script = name, sha256, modules = { name = digest } }

@@ -409,8 +409,9 @@ end
 --- A simulated tool (specula.sim.tool): latency law and result function.
 function M.sim(opts)
   if type(opts) ~= "table" then error("specula.tools.sim: expected an options table", 2) end
-  local sim = require "specula.sim"
-  return copy_hooks({ call = sim.tool(opts) }, opts)
+  -- specula.simlaw, not specula.sim: sim builds agents, and agent compiles tools
+  local simlaw = require "specula.simlaw"
+  return copy_hooks({ call = simlaw.tool(opts) }, opts)
 end
 
 --- The call function of a declarative tool spec (an HTTP spec with url =,

@@ -33,8 +33,8 @@ local to_set = text.set
 local M = {}
 
 -- Built-in verifiers name themselves (and their options) in the records'
--- provenance (specula.provenance).
-local tag = require("specula.provenance").tag
+-- provenance (specula.tags, read by specula.provenance).
+local tag = require("specula.tags").tag
 
 M.text_of = text_of
 

@@ -31,7 +31,7 @@ function M.check(o)
 end
 
 function M.main(o)
-  return require("specula.run.compare").cli_main(o, function(msg) require("specula.cmd").usage_error(M, msg) end)
+  return require("specula.run.compare").cli_main(o)
 end
 
 return M

@@ -88,7 +88,8 @@ end
 -- Parse a command's arguments by its table and run it: --help prints the
 -- usage text; a mistake is a usage error; cmd.check(o) (optional) returns
 -- a message for a combination the table cannot say. main(o) runs inside the
--- main task; a number it returns is the exit status.
+-- main task; a number it returns is the exit status, nil and a message a
+-- usage mistake (so that run/ and lab/ return it and never print usage).
 local function run_command(cmd, args)
   local o
   if cmd.parse then
@@ -105,7 +106,8 @@ local function run_command(cmd, args)
     local msg = cmd.check(o)
     if msg then return M.usage_error(cmd, msg) end
   end
-  local rc = cmd.main(o)
+  local rc, umsg = cmd.main(o)
+  if umsg ~= nil then return M.usage_error(cmd, umsg) end
   if type(rc) == "number" then C.sp_ctx_set_exit(core.ctx, rc) end
 end
 

@@ -12,6 +12,7 @@
 -- the order of the sweep and queries in input order, so `specula compare`,
 -- `report` and `replay` read it like a single machine's results file.
 local json = require "specula.json"
+local resultfiles = require "specula.run.resultfiles"
 local sched = require "specula.sched"
 local stderr = require("specula.secrets").stderr   -- what goes out is scrubbed
 
@@ -46,78 +47,10 @@ end
 local function fail(msg) sched.plain_error("specula merge: " .. msg) end
 
 
---- Write text to path, checking the open, the write and the close (a full
--- disk shows at the flush); raises an error naming the file. `who` prefixes it.
-function M.write_file(path, text, who)
-  if path == "-" then   -- stdout
-    local ok, werr = io.stdout:write(text)
-    if ok then ok, werr = io.stdout:flush() end
-    if not ok then sched.plain_error(who .. ": writing stdout failed: " .. tostring(werr)) end
-    return
-  end
-  local f, err = io.open(path, "w")
-  if not f then sched.plain_error(who .. ": cannot write '" .. path .. "': " .. tostring(err)) end
-  local ok, werr = f:write(text)
-  if ok then ok, werr = f:flush() end
-  local cok, cerr = f:close()
-  if not ok or not cok then
-    sched.plain_error(who .. ": writing '" .. path .. "' failed: " .. tostring(werr or cerr))
-  end
-end
-
---- The configuration a record belongs to: its `config` (set by --compare),
--- else a name made from its stats ("sequential", "spechop:k=3", "window:k=inf:m=2").
-function M.config_of(r)
-  if type(r.config) == "string" then return r.config end
-  local st = type(r.stats) == "table" and r.stats or nil
-  if not st or type(st.mode) ~= "string" then return nil end
-  if st.mode == "sequential" then return "sequential" end
-  local name = st.mode .. ":k=" .. tostring(st.k_config or st.k)
-  if st.m and st.m ~= 1 then name = name .. ":m=" .. tostring(st.m) end
-  return name
-end
-
---- Read results files: a list of { file =, line =, text =, rec = } (blank
--- lines skipped). A line that is not a record with an id is an error naming
--- FILE:LINE, with `who` as prefix.
-function M.read_records(files, who)
-  local out = {}
-  for _, path in ipairs(files) do
-    local f, err = io.open(path, "r")
-    if not f then sched.plain_error(who .. ": cannot open '" .. path .. "': " .. tostring(err)) end
-    local _, rerr = f:read(0)   -- a directory opens but cannot be read
-    if rerr then
-      f:close()
-      sched.plain_error(who .. ": cannot read '" .. path .. "': " .. tostring(rerr))
-    end
-    local n = 0
-    for text in f:lines() do
-      n = n + 1
-      if text:find("%S") then
-        local ok, r = pcall(json.decode, text)
-        if not ok or type(r) ~= "table" then
-          f:close()
-          sched.plain_error(format("%s: %s:%d: not a JSON object: the file is damaged (a run cut off mid-write?). "
-            .. "`specula repair %s` keeps its complete records and drops the rest; then resume the run with the "
-            .. "same --out to run what is missing", who, path, n, path))
-        end
-        if r.id == nil or r.id == json.null then
-          f:close()
-          sched.plain_error(format("%s: %s:%d: the record has no id", who, path, n))
-        end
-        -- the check every reader of records makes (specula.provenance)
-        local okp, perr = require("specula.provenance").check_record(r, path, n)
-        if not okp then
-          f:close()
-          sched.plain_error(who .. ": " .. perr)
-        end
-        out[#out + 1] = { file = path, line = n, text = text, rec = r }
-      end
-    end
-    f:close()
-  end
-  return out
-end
+-- The results files' reading and checked writing, and a record's
+-- configuration name, live in specula.run.resultfiles (specula compare uses
+-- them too); here as they always were.
+M.write_file, M.config_of, M.read_records = resultfiles.write_file, resultfiles.config_of, resultfiles.read_records
 
 local function where(e) return e.file .. ":" .. e.line end
 

@@ -10,7 +10,7 @@ local format = string.format
 local runopts = require "specula.run.opts"
 
 local M = {
-  name = "run",
+  name = runopts.COMMAND.name,
   synopsis = runopts.SYNOPSIS,
   summary = "run an agent over queries, or a plain Lua program",
   about = runopts.ABOUT,
@@ -28,21 +28,10 @@ local function is_agent(v)
   return type(v) == "table" and (v.__specula_agent or (type(v.step) == "function" and type(v.init) == "function"))
 end
 
--- An agent may be split into modules beside it: `require "helpers"` finds
--- DIR/helpers.lua from any working directory. Searched last, so no file
--- beside a script can stand in for specula's or the system's modules; a
--- directory whose name holds package.path's ';' or '?' is not added, nor
--- one already there.
-function M.add_script_dir(script)
-  local dir = script:match("^(.*)/[^/]*$") or "."
-  if dir == "" then dir = "/" end
-  if dir:find("[;?]") then return end
-  local entry = dir .. "/?.lua;" .. dir .. "/?/init.lua"
-  -- the modules found there go into the records' provenance
-  require("specula.provenance").track_dir(dir, entry, script)
-  if (";" .. package.path .. ";"):find(";" .. entry .. ";", 1, true) then return end
-  package.path = package.path .. ";" .. entry
-end
+-- An agent's directory on package.path, its modules followed into the
+-- records' provenance (specula.provenance.add_script_dir; `specula
+-- verifiers --agent` adds it too).
+M.add_script_dir = require("specula.provenance").add_script_dir
 
 -- Run a script: its main chunk runs inside the main task, so it may call
 -- async functions at top level. If it returns an agent, run the agent.
@@ -65,7 +54,8 @@ local function run_script(script, args)
   local result = chunk(unpack(args))
   if is_agent(result) then
     local runner = require "specula.run.runner"
-    return runner.main(result, args, script)
+    return runner.main(result, args, script,
+      function(...) return require("specula.run.compare").main(...) end)
   end
   -- a plain program that recorded: a tape that lost exchanges is a failure
   local cf = require("specula.cassette").failed()

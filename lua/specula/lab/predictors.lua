@@ -20,9 +20,11 @@ local format = string.format
 
 local M = {}
 
--- usage(msg): a usage mistake of `specula predictors` (its command line:
--- specula.cmd.predictors); fail(msg): the command fails (status 1).
-local function usage(msg) require("specula.cmd").usage_error(require("specula.cmd.predictors"), msg) end
+-- usage(msg): a usage mistake of `specula predictors`, returned from M.main as
+-- nil, msg for specula.cmd to print with the command's synopsis (the
+-- command line is specula.cmd.predictors's); fail(msg): the command fails
+-- (status 1).
+local function usage(msg) return nil, msg end
 local fail = lab.failer("specula predictors")
 
 
@@ -526,7 +528,8 @@ end
 
 M.num_opt, M.add_cost = num_opt, add_cost
 
--- o: the options of `specula predictors` (specula.cmd.predictors).
+-- o: the options of `specula predictors` (specula.cmd.predictors). Returns nil, msg
+-- for a usage mistake (nothing printed), else nothing.
 function M.main(o)
   local sources, names = o.sources, o.predictors
   if #names == 0 then names = { "learned", "pattern", "ngram" } end

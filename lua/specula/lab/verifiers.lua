@@ -21,9 +21,11 @@ local concat = table.concat
 
 local M = {}
 
--- usage(msg): a usage mistake of `specula verifiers` (its command line:
--- specula.cmd.verifiers); fail(msg): the command fails (status 1).
-local function usage(msg) require("specula.cmd").usage_error(require("specula.cmd.verifiers"), msg) end
+-- usage(msg): a usage mistake of `specula verifiers`, returned from M.main as
+-- nil, msg for specula.cmd to print with the command's synopsis (the
+-- command line is specula.cmd.verifiers's); fail(msg): the command fails
+-- (status 1).
+local function usage(msg) return nil, msg end
 local fail = lab.failer("specula verifiers")
 
 -- Candidate and observation text in --pairs is cut to this many bytes.
@@ -539,7 +541,7 @@ function M.agent_replay(res, vs, dir, script, input)
   if not ok then return nil, cerr end
   local chunk, lerr = loadfile(script)
   if not chunk then cassette.close() return nil, "cannot load --agent script: " .. tostring(lerr) end
-  require("specula.cmd.run").add_script_dir(script)   -- its modules beside it, as `specula run` finds them
+  require("specula.provenance").add_script_dir(script)   -- its modules beside it, as `specula run` finds them
   local okc, agent = pcall(chunk)
   if not okc or type(agent) ~= "table" or not agent.__specula_agent then
     cassette.close()
@@ -717,7 +719,8 @@ function M.load_source(src)
   return tape_source(recs)
 end
 
--- o: the options of `specula verifiers` (specula.cmd.verifiers).
+-- o: the options of `specula verifiers` (specula.cmd.verifiers). Returns nil, msg
+-- for a usage mistake (nothing printed), else nothing.
 function M.main(o)
   local src = o.sources[1]
   local vs, verr = M.load_verifiers(#o.verifiers > 0 and o.verifiers or M.DEFAULT)

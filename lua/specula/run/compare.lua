@@ -364,14 +364,14 @@ end
 -- Records grouped by run: records that carry provenance by its run digest
 -- and their configuration name (one row per distinct run, never two runs
 -- in one row), the others by their configuration name
--- (specula.cmd.merge.config_of), in the order
+-- (specula.run.resultfiles.config_of), in the order
 -- each first appears: configs = { {name =, mode =, run =, prov =}, ... },
 -- all[i] = records. Two runs with one name are told apart by the first
 -- field where they differ ("spechop:k=inf [policy forbid.lua 1a2b3c4d5e6f]").
 -- A record that names no configuration and carries no provenance joins the
 -- one before it.
 function M.group(recs)
-  local config_of = require("specula.cmd.merge").config_of
+  local config_of = require("specula.run.resultfiles").config_of
   local configs, all, at, last = {}, {}, {}, nil
   local unproven = 0
   for _, r in ipairs(recs) do
@@ -411,11 +411,12 @@ function M.group(recs)
   return configs, all
 end
 
--- `specula compare FILES...` (its command line: specula.cmd.compare); usage
--- mistakes found reading the files go through usage(msg).
-function M.cli_main(o, usage)
+-- `specula compare FILES...` (its command line: specula.cmd.compare); a
+-- usage mistake found reading the files is returned as nil, msg (specula.cmd
+-- prints it with the command's synopsis).
+function M.cli_main(o)
   local files, baseline, summary = o.files, o.baseline, o.summary
-  local merge = require "specula.cmd.merge"
+  local resultfiles = require "specula.run.resultfiles"
   -- the same file twice would count every query twice
   local seen_file = {}
   for _, path in ipairs(files) do
@@ -431,7 +432,7 @@ function M.cli_main(o, usage)
   end
   local recs, skipped = {}, 0
   local first_of = {}   -- run .. id -> the entry that has it
-  for _, e in ipairs(merge.read_records(files, "specula compare")) do
+  for _, e in ipairs(resultfiles.read_records(files, "specula compare")) do
     local p = e.rec.provenance
     if type(p) == "table" then
       local ok, why = provenance.check_record(e.rec, e.file, e.line)
@@ -479,14 +480,14 @@ function M.cli_main(o, usage)
     if not at then
       local names = {}
       for ci, c in ipairs(configs) do names[ci] = c.name end
-      return usage("--baseline '" .. baseline .. "' is not a configuration of these files (" .. concat(names, ", ") .. ")")
+      return nil, ("--baseline '" .. baseline .. "' is not a configuration of these files (" .. concat(names, ", ") .. ")")
     end
     table.insert(configs, 1, table.remove(configs, at))
     table.insert(all, 1, table.remove(all, at))
   end
   local rows = M.rows(configs, all)
   require("specula.secrets").write(io.stdout, M.table_text(configs, rows), "\n")
-  if summary then merge.write_file(summary, M.summary_json(configs, rows), "specula compare") end
+  if summary then resultfiles.write_file(summary, M.summary_json(configs, rows), "specula compare") end
   -- failed records: the status `run --compare` gave when it wrote them
   M.failures(configs, rows, "specula compare")
 end
@@ -510,7 +511,7 @@ function M.failures(configs, rows, who)
     end
   end
   require("specula.secrets").stderr(msg)
-  require("specula.cli").set_exit(3)
+  C.sp_ctx_set_exit(require("specula.core").ctx, 3)
 end
 
 -- The options of configuration c: the command line's, with the item's keys.

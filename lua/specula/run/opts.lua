@@ -39,7 +39,7 @@ the query, the whole configuration); resuming --out checks it and refuses record
 local function usage_error(msg)
   C.sp_ctx_set_exit(core.ctx, 2)
   -- (plain_error ends the line itself)
-  sched.plain_error("specula run: " .. msg .. "\n" .. argv.usage_hint(require("specula.cmd.run")):gsub("\n$", ""))
+  sched.plain_error("specula run: " .. msg .. "\n" .. argv.usage_hint(M.COMMAND):gsub("\n$", ""))
 end
 M.usage_error = usage_error
 
@@ -181,10 +181,15 @@ M.OPTIONS = {
 }
 local FLAGS = argv.compile({ options = M.OPTIONS })
 
+-- What specula.argv prints of `specula run` (its usage and the hint after a
+-- mistake): the fields of the command's table, which specula.cmd.run takes
+-- from here, so that this module need not require the command above it.
+M.COMMAND = { name = "run", synopsis = M.SYNOPSIS, about = M.ABOUT, options = M.OPTIONS, epilog = M.EPILOG }
+
 -- The usage text, from the table (specula.argv.usage).
 setmetatable(M, { __index = function(t, k)
   if k == "usage_text" then
-    local text = argv.usage(require("specula.cmd.run"))
+    local text = argv.usage(M.COMMAND)
     rawset(t, k, text)
     return text
   end

@@ -556,7 +556,10 @@ function M.run(agent, opts)
   return results, agg
 end
 
-function M.main(agent, args, script)
+-- `specula run` with an agent. compare(agent, o, src, script) runs
+-- --compare (specula.run.compare.main, given by specula.cmd.run: compare
+-- sits above the runner, whose pieces it uses).
+function M.main(agent, args, script, compare)
   local o = runopts.parse_args(args)
   if o.help then io.stdout:write(runopts.usage_text) return end
   if o.clock then
@@ -577,7 +580,10 @@ function M.main(agent, args, script)
   -- Ctrl-C / SIGTERM: stop, write what finished, exit 128 + signal.
   if core.ctx ~= nil then C.sp_host_trap_signals(core.ctx) end
   if o.compare then
-    require("specula.run.compare").main(agent, o, src, script)
+    if type(compare) ~= "function" then
+      error("specula.run.runner.main: --compare needs its driver (specula.run.compare.main) as 4th argument", 2)
+    end
+    compare(agent, o, src, script)
     local cst = cassette.close()
     if cst and cst.failed then write_failed(cst.failed.what, cst.failed.err) end
     if cst and not o.quiet then require("specula.secrets").stderr(cassette.summary(cst), "\n") end
@@ -668,7 +674,7 @@ function M.main(agent, args, script)
   if cst and cst.failed then write_failed(cst.failed.what, cst.failed.err) end
   if cst and not o.quiet then require("specula.secrets").stderr(cassette.summary(cst), "\n") end
   if not acc then for _, r in ipairs(results) do strip(r) end end
-  if agg.failed > 0 then require("specula.cli").set_exit(3) end
+  if agg.failed > 0 then C.sp_ctx_set_exit(core.ctx, 3) end
   if interrupted then M.interrupted(emitted, pending.n, o.out) end
 end
 
