@@ -228,12 +228,14 @@ describe("cassettes", function()
     if not H.need_node(pending) then return end
     server = server or H.server { files = files }
     local sbase = server.base
-    -- a plain script: --clock is an agent runner option, so it sets its own
+    -- a plain script: --clock is an agent runner option, so it sets its own.
+    -- 150 ms between the pieces: at 20 ms a loaded machine under valgrind
+    -- read them as one, and the recording had nothing to replay piecewise
     local code = [[
 local specula = require "specula"
 if os.getenv("VCLOCK") then assert(specula.set_clock("virtual")) end
 local c = specula.llm.openai.new { api_key = os.getenv("OPENAI_API_KEY"), model = "m", retry = { max_retries = 0 },
-  chat_url = os.getenv("CAS_BASE") .. "/file?path=plan.sse&chunk=90&pause=20" }
+  chat_url = os.getenv("CAS_BASE") .. "/file?path=plan.sse&chunk=90&pause=150" }
 local t0 = specula.now()
 local at
 local r = assert(c:chat { messages = { { role = "user", content = "x" } }, on_tool_name = function() at = at or specula.now() - t0 end })
