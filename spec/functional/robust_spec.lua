@@ -205,8 +205,8 @@ describe("a tape whose fields have the wrong JSON types", function()
       assert.equals(1, st2, err2)
       assert.matches(where, err2, 1, true)
     end
-    -- 1e12 ms itself is still a time
-    assert.is_nil(require("specula.cassette").check_line({ kind = "job", key = "k", n = 1, ms = 1e12 }))
+    -- (1e12 ms itself is still a time: spec/unit/cassette_check_spec.lua,
+    -- in-process, where the core library may be loaded)
   end)
 end)
 
