@@ -1,0 +1,132 @@
+-- bench/userpath.lua — the user's path, whole process: `specula run AGENT
+-- --input FILE --out FILE` on a chain agent whose model step, tool and
+-- speculator each wait once (bench/userpath_agent.lua; `sleep`:
+-- specula.sleep(0), `http`: a GET to the loopback test server), beside the
+-- asyncio reference (bench/ref/spechop_ref.py --concurrency --out, every
+-- call an asyncio.sleep(0)) running the same schedule, the two processes in
+-- alternation. Prints µs per committed hop (process start to exit, records
+-- on disk), the paired ratio and each process's peak RSS.
+--   specula bench userpath [--quick] [--queries Q] [--hops 1,20,80]
+--     [--k 1,4,inf,seq] [--concurrency 16,2000] [--runs R] [--wait sleep|http] [--no-ref]
+local B = dofile(require("specula.core").host.root .. "/bench/lib.lua")
+local specula = require("specula")
+local json = specula.json
+
+local Q, RUNS, REF, WAIT = 2000, 3, true, "sleep"
+local HOPS, KS, CONCS = { 1, 20, 80 }, { "1", "4", "inf", "seq" }, { 16, 2000 }
+local function list(s)
+  local t = {}
+  for x in (s or ""):gmatch("[^,]+") do t[#t + 1] = x end
+  return t
+end
+local i = 1
+while i <= #arg do
+  local a, v = arg[i], arg[i + 1]
+  if a == "--quick" then
+    HOPS, KS, CONCS, RUNS, Q = { 20 }, { "inf", "seq" }, { 16, 2000 }, 2, 2000
+    i = i + 1
+  elseif a == "--no-ref" then REF = false; i = i + 1
+  elseif a == "--queries" then Q = tonumber(v); i = i + 2
+  elseif a == "--runs" then RUNS = tonumber(v); i = i + 2
+  elseif a == "--wait" then WAIT = v; i = i + 2
+  elseif a == "--hops" then HOPS = {}; for _, x in ipairs(list(v)) do HOPS[#HOPS + 1] = tonumber(x) end; i = i + 2
+  elseif a == "--k" then KS = list(v); i = i + 2
+  elseif a == "--concurrency" then CONCS = {}; for _, x in ipairs(list(v)) do CONCS[#CONCS + 1] = tonumber(x) end; i = i + 2
+  else error("bench userpath: unknown option " .. tostring(a)) end
+end
+assert(Q and Q >= 1 and RUNS and RUNS >= 1, "bench userpath: --queries and --runs need a number >= 1")
+assert(WAIT == "sleep" or WAIT == "http", "bench userpath: --wait must be sleep or http")
+
+local self = B.self_bin() or (B.root .. "/build/specula")
+local dir = os.tmpname()
+os.remove(dir)
+assert(os.execute("mkdir -p " .. dir) == 0)
+local input = dir .. "/q.jsonl"
+local f = assert(io.open(input, "w"))
+for n = 1, Q do f:write('{"id":"q', n, '","query":"question ', n, '"}\n') end
+f:close()
+
+local url, stop_server = "", nil
+if WAIT == "http" then url, stop_server = B.server() end
+
+-- Runs CMD under /usr/bin/time; returns wall seconds (ours, finer than
+-- time's) and peak RSS in MB.
+local function timed(cmd)
+  local tf = dir .. "/time"
+  local t0 = specula.real_now()
+  local ok = os.execute(string.format("/usr/bin/time -f %%M -o %s %s", tf, cmd))
+  local dt = (specula.real_now() - t0) / 1000
+  local h = io.open(tf)
+  local kb = h and tonumber((h:read("*a") or ""):match("(%d+)%s*$")) or 0
+  if h then h:close() end
+  return (ok == 0 or ok == true) and dt or nil, kb / 1024
+end
+
+-- Every record present and answered like the sequential run.
+local function check(out, hops)
+  local n = 0
+  for line in io.lines(out) do
+    local r = json.decode(line)
+    if not r or r.answer ~= "done " .. hops then return false end
+    n = n + 1
+  end
+  return n == Q
+end
+
+local function ours(k, conc, hops)
+  local out = dir .. "/ours.jsonl"
+  os.remove(out)
+  local mode = k == "seq" and "--mode sequential" or ("--k " .. k)
+  local cmd = string.format("env BENCH_HOPS=%d BENCH_WAIT=%s BENCH_URL=%s %s run %s/bench/userpath_agent.lua "
+    .. "--input %s --out %s %s --concurrency %d --max-hops %d --quiet >/dev/null 2>&1",
+    hops, WAIT, url, self, B.root, input, out, mode, conc, hops + 2)
+  local dt, mb = timed(cmd)
+  assert(dt and check(out, hops), "bench userpath: specula run failed or its records are wrong: " .. cmd)
+  return dt * 1e6 / (Q * hops), mb
+end
+
+local function ref(k, conc, hops)
+  local out = dir .. "/ref.jsonl"
+  local mode = k == "seq" and "--k 1 --sequential" or ("--k " .. k)
+  local cmd = string.format("python3 %s/bench/ref/spechop_ref.py --queries %d --hops %d %s --concurrency %d --out %s --json >/dev/null 2>&1",
+    B.root, Q, hops, mode, conc, out)
+  local dt, mb = timed(cmd)
+  assert(dt and check(out, hops), "bench userpath: the reference failed: " .. cmd)
+  return dt * 1e6 / (Q * hops), mb
+end
+
+local function median(xs)
+  local c = {}
+  for j = 1, #xs do c[j] = xs[j] end
+  table.sort(c)
+  return c[math.floor((#c + 1) / 2)]
+end
+
+print("machine: " .. B.machine())
+print(string.format("%d queries, records to --out, wait kind %s (specula: model, tool, speculator each wait once a hop;", Q, WAIT))
+print(" reference: asyncio.sleep(0) in every call); whole process timed, start to exit; specula then the")
+print(string.format(" reference, %d times in alternation per row; medians, and the median of the paired ratios", RUNS))
+print(string.format("%-5s %6s %5s %12s %10s %12s %10s %8s", "k", "conc", "hops", "specula us/h", "peak MB",
+  REF and "asyncio us/h" or "", REF and "peak MB" or "", REF and "ratio" or ""))
+for _, hops in ipairs(HOPS) do
+  for _, conc in ipairs(CONCS) do
+    for _, k in ipairs(KS) do
+      local us, mb, pus, pmb, ratio = {}, {}, {}, {}, {}
+      for r = 1, RUNS do
+        us[r], mb[r] = ours(k, conc, hops)
+        if REF then
+          pus[r], pmb[r] = ref(k, conc, hops)
+          ratio[r] = pus[r] / us[r]
+        end
+      end
+      print(string.format("%-5s %6d %5d %12.2f %10.1f %12s %10s %8s", k, conc, hops, median(us), median(mb),
+        REF and string.format("%.2f", median(pus)) or "", REF and string.format("%.1f", median(pmb)) or "",
+        REF and string.format("%.2fx", median(ratio)) or ""))
+      io.stdout:flush()
+    end
+  end
+end
+print("(us/h: the process's wall time / committed hops (queries x hops), start-up and file writing included;")
+print(" peak MB: max RSS from /usr/bin/time; seq = --mode sequential / the reference's --sequential)")
+if stop_server then stop_server() end
+os.execute("rm -rf " .. dir)
