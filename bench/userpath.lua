@@ -7,7 +7,7 @@
 -- alternation. Prints µs per committed hop (process start to exit, records
 -- on disk), the paired ratio and each process's peak RSS.
 --   specula bench userpath [--quick] [--queries Q] [--hops 1,20,80]
---     [--k 1,4,inf,seq] [--concurrency 16,2000] [--runs R] [--wait sleep|http] [--no-ref]
+--     [--k 1,4,inf,seq] [--concurrency 16,2000] [--runs R] [--wait sleep|http|none] [--no-ref]
 local B = dofile(require("specula.core").host.root .. "/bench/lib.lua")
 local specula = require("specula")
 local json = specula.json
@@ -19,23 +19,32 @@ local function list(s)
   for x in (s or ""):gmatch("[^,]+") do t[#t + 1] = x end
   return t
 end
-local i = 1
-while i <= #arg do
-  local a, v = arg[i], arg[i + 1]
-  if a == "--quick" then
-    HOPS, KS, CONCS, RUNS, Q = { 20 }, { "inf", "seq" }, { 16, 2000 }, 2, 2000
-    i = i + 1
-  elseif a == "--no-ref" then REF = false; i = i + 1
-  elseif a == "--queries" then Q = tonumber(v); i = i + 2
-  elseif a == "--runs" then RUNS = tonumber(v); i = i + 2
-  elseif a == "--wait" then WAIT = v; i = i + 2
-  elseif a == "--hops" then HOPS = {}; for _, x in ipairs(list(v)) do HOPS[#HOPS + 1] = tonumber(x) end; i = i + 2
-  elseif a == "--k" then KS = list(v); i = i + 2
-  elseif a == "--concurrency" then CONCS = {}; for _, x in ipairs(list(v)) do CONCS[#CONCS + 1] = tonumber(x) end; i = i + 2
-  else error("bench userpath: unknown option " .. tostring(a)) end
+local function nums(s)
+  local t = {}
+  for _, x in ipairs(list(s)) do t[#t + 1] = tonumber(x) end
+  return t
+end
+for i = 1, #arg do
+  if arg[i] == "--quick" then HOPS, KS, CONCS, RUNS = { 20 }, { "inf", "seq" }, { 16, 2000 }, 2 end
+  if arg[i] == "--no-ref" then REF = false end
+end
+-- the explicit choices win over --quick's, in any order
+for i = 1, #arg do
+  if arg[i] == "--queries" then Q = tonumber(arg[i + 1]) end
+  if arg[i] == "--runs" then RUNS = tonumber(arg[i + 1]) end
+  if arg[i] == "--wait" then WAIT = arg[i + 1] end
+  if arg[i] == "--hops" then HOPS = nums(arg[i + 1]) end
+  if arg[i] == "--k" then KS = list(arg[i + 1]) end
+  if arg[i] == "--concurrency" then CONCS = nums(arg[i + 1]) end
 end
 assert(Q and Q >= 1 and RUNS and RUNS >= 1, "bench userpath: --queries and --runs need a number >= 1")
-assert(WAIT == "sleep" or WAIT == "http", "bench userpath: --wait must be sleep or http")
+assert(#HOPS > 0 and #CONCS > 0 and #KS > 0, "bench userpath: --hops, --k and --concurrency need a list (1,20)")
+for _, h in ipairs(HOPS) do assert(h >= 1, "bench userpath: --hops must be >= 1") end
+for _, c in ipairs(CONCS) do assert(c >= 1, "bench userpath: --concurrency must be >= 1") end
+for _, k in ipairs(KS) do
+  assert(k == "inf" or k == "seq" or (tonumber(k) or 0) >= 1, "bench userpath: --k takes integers >= 1, inf or seq, got " .. k)
+end
+assert(WAIT == "none" or WAIT == "sleep" or WAIT == "http", "bench userpath: --wait must be none, sleep or http")
 
 local self = B.self_bin() or (B.root .. "/build/specula")
 local dir = os.tmpname()
@@ -50,16 +59,16 @@ local url, stop_server = "", nil
 if WAIT == "http" then url, stop_server = B.server() end
 
 -- Runs CMD under /usr/bin/time; returns wall seconds (ours, finer than
--- time's) and peak RSS in MB.
+-- time's), CPU seconds (user + system) and peak RSS in MB.
 local function timed(cmd)
   local tf = dir .. "/time"
   local t0 = specula.real_now()
-  local ok = os.execute(string.format("/usr/bin/time -f %%M -o %s %s", tf, cmd))
+  local ok = os.execute(string.format("/usr/bin/time -f '%%U %%S %%M' -o %s %s", tf, cmd))
   local dt = (specula.real_now() - t0) / 1000
   local h = io.open(tf)
-  local kb = h and tonumber((h:read("*a") or ""):match("(%d+)%s*$")) or 0
+  local u, sy, kb = (h and h:read("*a") or ""):match("([%d.]+) ([%d.]+) (%d+)%s*$")
   if h then h:close() end
-  return (ok == 0 or ok == true) and dt or nil, kb / 1024
+  return (ok == 0 or ok == true) and dt or nil, (tonumber(u) or 0) + (tonumber(sy) or 0), (tonumber(kb) or 0) / 1024
 end
 
 -- Every record present and answered like the sequential run.
@@ -80,9 +89,9 @@ local function ours(k, conc, hops)
   local cmd = string.format("env BENCH_HOPS=%d BENCH_WAIT=%s BENCH_URL=%s %s run %s/bench/userpath_agent.lua "
     .. "--input %s --out %s %s --concurrency %d --max-hops %d --quiet >/dev/null 2>&1",
     hops, WAIT, url, self, B.root, input, out, mode, conc, hops + 2)
-  local dt, mb = timed(cmd)
+  local dt, cpu, mb = timed(cmd)
   assert(dt and check(out, hops), "bench userpath: specula run failed or its records are wrong: " .. cmd)
-  return dt * 1e6 / (Q * hops), mb
+  return dt * 1e6 / (Q * hops), cpu * 1e6 / (Q * hops), mb
 end
 
 local function ref(k, conc, hops)
@@ -90,9 +99,9 @@ local function ref(k, conc, hops)
   local mode = k == "seq" and "--k 1 --sequential" or ("--k " .. k)
   local cmd = string.format("python3 %s/bench/ref/spechop_ref.py --queries %d --hops %d %s --concurrency %d --out %s --json >/dev/null 2>&1",
     B.root, Q, hops, mode, conc, out)
-  local dt, mb = timed(cmd)
+  local dt, cpu, mb = timed(cmd)
   assert(dt and check(out, hops), "bench userpath: the reference failed: " .. cmd)
-  return dt * 1e6 / (Q * hops), mb
+  return dt * 1e6 / (Q * hops), cpu * 1e6 / (Q * hops), mb
 end
 
 local function median(xs)
@@ -106,27 +115,31 @@ print("machine: " .. B.machine())
 print(string.format("%d queries, records to --out, wait kind %s (specula: model, tool, speculator each wait once a hop;", Q, WAIT))
 print(" reference: asyncio.sleep(0) in every call); whole process timed, start to exit; specula then the")
 print(string.format(" reference, %d times in alternation per row; medians, and the median of the paired ratios", RUNS))
-print(string.format("%-5s %6s %5s %12s %10s %12s %10s %8s", "k", "conc", "hops", "specula us/h", "peak MB",
-  REF and "asyncio us/h" or "", REF and "peak MB" or "", REF and "ratio" or ""))
+print(string.format("%-18s | %-25s | %-25s | %s", "", "specula us/hop", "asyncio us/hop", "ratio"))
+print(string.format("%-5s %6s %5s | %8s %8s %7s | %8s %8s %7s | %7s %7s", "k", "conc", "hops",
+  "wall", "cpu", "peak MB", "wall", "cpu", "peak MB", "wall", "cpu"))
+local function f2(x) return x and string.format("%.2f", x) or "-" end
 for _, hops in ipairs(HOPS) do
   for _, conc in ipairs(CONCS) do
     for _, k in ipairs(KS) do
-      local us, mb, pus, pmb, ratio = {}, {}, {}, {}, {}
+      local us, cpu, mb, pus, pcpu, pmb, rw, rc = {}, {}, {}, {}, {}, {}, {}, {}
       for r = 1, RUNS do
-        us[r], mb[r] = ours(k, conc, hops)
+        us[r], cpu[r], mb[r] = ours(k, conc, hops)
         if REF then
-          pus[r], pmb[r] = ref(k, conc, hops)
-          ratio[r] = pus[r] / us[r]
+          pus[r], pcpu[r], pmb[r] = ref(k, conc, hops)
+          rw[r], rc[r] = pus[r] / us[r], pcpu[r] / cpu[r]
         end
       end
-      print(string.format("%-5s %6d %5d %12.2f %10.1f %12s %10s %8s", k, conc, hops, median(us), median(mb),
-        REF and string.format("%.2f", median(pus)) or "", REF and string.format("%.1f", median(pmb)) or "",
-        REF and string.format("%.2fx", median(ratio)) or ""))
+      print(string.format("%-5s %6d %5d | %8.2f %8.2f %7.1f | %8s %8s %7s | %7s %7s", k, conc, hops,
+        median(us), median(cpu), median(mb), f2(REF and median(pus)), f2(REF and median(pcpu)),
+        REF and string.format("%.1f", median(pmb)) or "-",
+        REF and string.format("%.2fx", median(rw)) or "-", REF and string.format("%.2fx", median(rc)) or "-"))
       io.stdout:flush()
     end
   end
 end
-print("(us/h: the process's wall time / committed hops (queries x hops), start-up and file writing included;")
-print(" peak MB: max RSS from /usr/bin/time; seq = --mode sequential / the reference's --sequential)")
+print("(wall: the process's wall time / committed hops (queries x hops), start-up and file writing included;")
+print(" cpu: its user + system time / hops; peak MB: max RSS (/usr/bin/time); ratio: median of the paired")
+print(" ratios; seq = --mode sequential / the reference's --sequential)")
 if stop_server then stop_server() end
 os.execute("rm -rf " .. dir)

@@ -1,24 +1,26 @@
 -- The agent of bench/userpath.lua: the trivial chain agent of bench/core.lua
 -- whose model step, tool call and speculator each wait once, as a user's
 -- agent does (BENCH_WAIT: `sleep` = specula.sleep(0); `http` = a GET to
--- BENCH_URL, the loopback test server). BENCH_HOPS hops a query.
+-- BENCH_URL, the loopback test server; `none` = no wait). BENCH_HOPS hops a query.
 local specula = require "specula"
 local N = tonumber(os.getenv("BENCH_HOPS") or "") or 20
 local KIND = os.getenv("BENCH_WAIT") or "sleep"
 local URL = os.getenv("BENCH_URL")
 
 local wait
-if KIND == "sleep" then
+if KIND == "none" then
+  wait = function() end   -- no wait at all: what the waits cost is the difference
+elseif KIND == "sleep" then
   local sleep = specula.sleep
   wait = function() sleep(0) end
 elseif KIND == "http" then
   assert(URL, "bench/userpath_agent.lua: BENCH_WAIT=http needs BENCH_URL")
   wait = function()
-    local r, err = specula.http.get(URL .. "/x")
-    assert(r, err)
+    local r, err = specula.http.request { url = URL .. "/hello" }
+    assert(r and r.status == 200, err or (r and r.status))
   end
 else
-  error("bench/userpath_agent.lua: BENCH_WAIT must be sleep or http, got " .. KIND)
+  error("bench/userpath_agent.lua: BENCH_WAIT must be none, sleep or http, got " .. KIND)
 end
 
 return specula.agent {
