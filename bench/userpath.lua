@@ -1,13 +1,14 @@
 -- bench/userpath.lua — the user's path, whole process: `specula run AGENT
 -- --input FILE --out FILE` on a chain agent whose model step, tool and
 -- speculator each wait once (bench/userpath_agent.lua; `sleep`:
--- specula.sleep(0), `http`: a GET to the loopback test server), beside the
+-- specula.sleep(0), `http`: a GET to the loopback test server, `mcp`: a
+-- tools/call to the stdio MCP test server under node), beside the
 -- asyncio reference (bench/ref/spechop_ref.py --concurrency --out, every
 -- call an asyncio.sleep(0)) running the same schedule, the two processes in
 -- alternation. Prints µs per committed hop (process start to exit, records
 -- on disk), the paired ratio and each process's peak RSS.
 --   specula bench userpath [--quick] [--queries Q] [--hops 1,20,80]
---     [--k 1,4,inf,seq] [--concurrency 16,2000] [--runs R] [--wait sleep|http|none] [--no-ref]
+--     [--k 1,4,inf,seq] [--concurrency 16,2000] [--runs R] [--wait sleep|http|mcp|none] [--no-ref]
 local B = dofile(require("specula.core").host.root .. "/bench/lib.lua")
 local specula = require("specula")
 local json = specula.json
@@ -44,7 +45,7 @@ for _, c in ipairs(CONCS) do assert(c >= 1, "bench userpath: --concurrency must 
 for _, k in ipairs(KS) do
   assert(k == "inf" or k == "seq" or (tonumber(k) or 0) >= 1, "bench userpath: --k takes integers >= 1, inf or seq, got " .. k)
 end
-assert(WAIT == "none" or WAIT == "sleep" or WAIT == "http", "bench userpath: --wait must be none, sleep or http")
+assert(WAIT == "none" or WAIT == "sleep" or WAIT == "http" or WAIT == "mcp", "bench userpath: --wait must be none, sleep, http or mcp")
 
 local self = B.self_bin() or (B.root .. "/build/specula")
 local dir = os.tmpname()
@@ -86,9 +87,9 @@ local function ours(k, conc, hops)
   local out = dir .. "/ours.jsonl"
   os.remove(out)
   local mode = k == "seq" and "--mode sequential" or ("--k " .. k)
-  local cmd = string.format("env BENCH_HOPS=%d BENCH_WAIT=%s BENCH_URL=%s %s run %s/bench/userpath_agent.lua "
+  local cmd = string.format("env BENCH_HOPS=%d BENCH_WAIT=%s BENCH_URL=%s BENCH_MCP=%s/spec/support/mcp_testserver.js %s run %s/bench/userpath_agent.lua "
     .. "--input %s --out %s %s --concurrency %d --max-hops %d --quiet >/dev/null 2>&1",
-    hops, WAIT, url, self, B.root, input, out, mode, conc, hops + 2)
+    hops, WAIT, url, B.root, self, B.root, input, out, mode, conc, hops + 2)
   local dt, cpu, mb = timed(cmd)
   assert(dt and check(out, hops), "bench userpath: specula run failed or its records are wrong: " .. cmd)
   return dt * 1e6 / (Q * hops), cpu * 1e6 / (Q * hops), mb

@@ -1,7 +1,8 @@
 -- The agent of bench/userpath.lua: the trivial chain agent of bench/core.lua
 -- whose model step, tool call and speculator each wait once, as a user's
 -- agent does (BENCH_WAIT: `sleep` = specula.sleep(0); `http` = a GET to
--- BENCH_URL, the loopback test server; `none` = no wait). BENCH_HOPS hops a query.
+-- BENCH_URL, the loopback test server; `mcp` = a tools/call of `echo` on
+-- the stdio MCP test server BENCH_MCP under node; `none` = no wait). BENCH_HOPS hops a query.
 local specula = require "specula"
 local N = tonumber(os.getenv("BENCH_HOPS") or "") or 20
 local KIND = os.getenv("BENCH_WAIT") or "sleep"
@@ -19,8 +20,17 @@ elseif KIND == "http" then
     local r, err = specula.http.request { url = URL .. "/hello" }
     assert(r and r.status == 200, err or (r and r.status))
   end
+elseif KIND == "mcp" then
+  -- one stdio MCP server (node BENCH_MCP, the specs' test server) for the
+  -- whole run, as an agent holding an MCP client does
+  local server = assert(os.getenv("BENCH_MCP"), "bench/userpath_agent.lua: BENCH_WAIT=mcp needs BENCH_MCP")
+  local client = assert(specula.mcp.connect { command = { "node", server }, name = "bench" })
+  wait = function()
+    local r = assert(client:call("echo", { text = "x" }))
+    assert(r.content and r.content[1].text == "echo: x", "bench/userpath_agent.lua: a wrong MCP answer")
+  end
 else
-  error("bench/userpath_agent.lua: BENCH_WAIT must be none, sleep or http, got " .. KIND)
+  error("bench/userpath_agent.lua: BENCH_WAIT must be none, sleep, http or mcp, got " .. KIND)
 end
 
 return specula.agent {

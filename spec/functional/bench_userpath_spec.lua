@@ -22,6 +22,21 @@ describe("bench userpath", function()
     end
   end)
 
+  -- the agent's other wait paths: each record is checked by the bench itself
+  -- (an answer per query), so a row means every call waited and answered
+  local function waits(kind)
+    local st, out, err = H.specula({ "bench", "userpath", "--queries", "4", "--hops", "2",
+      "--k", "inf", "--concurrency", "2", "--runs", "1", "--wait", kind, "--no-ref" })
+    assert.equals(0, st, err)
+    assert.matches("wait kind " .. kind, out, 1, true)
+    assert.matches("\ninf%s+2%s+2 |", out)
+  end
+  it("runs the agent waiting on the loopback HTTP server", function() waits("http") end)
+  it("runs the agent waiting on a stdio MCP server", function()
+    if not H.need_node(pending) then return end
+    waits("mcp")
+  end)
+
   it("refuses a k it cannot run, naming the option", function()
     local st, out, err = H.specula({ "bench", "userpath", "--queries", "2", "--k", "0", "--runs", "1" })
     assert.is_not.equals(0, st)
