@@ -120,27 +120,31 @@ print(string.format("%-18s | %-25s | %-25s | %s", "", "specula us/hop", "asyncio
 print(string.format("%-5s %6s %5s | %8s %8s %7s | %8s %8s %7s | %7s %7s", "k", "conc", "hops",
   "wall", "cpu", "peak MB", "wall", "cpu", "peak MB", "wall", "cpu"))
 local function f2(x) return x and string.format("%.2f", x) or "-" end
-for _, hops in ipairs(HOPS) do
-  for _, conc in ipairs(CONCS) do
-    for _, k in ipairs(KS) do
-      local us, cpu, mb, pus, pcpu, pmb, rw, rc = {}, {}, {}, {}, {}, {}, {}, {}
-      for r = 1, RUNS do
-        us[r], cpu[r], mb[r] = ours(k, conc, hops)
-        if REF then
-          pus[r], pcpu[r], pmb[r] = ref(k, conc, hops)
-          rw[r], rc[r] = pus[r] / us[r], pcpu[r] / cpu[r]
+-- the test server and the temporary files go even when a run fails
+local ok, err = pcall(function()
+  for _, hops in ipairs(HOPS) do
+    for _, conc in ipairs(CONCS) do
+      for _, k in ipairs(KS) do
+        local us, cpu, mb, pus, pcpu, pmb, rw, rc = {}, {}, {}, {}, {}, {}, {}, {}
+        for r = 1, RUNS do
+          us[r], cpu[r], mb[r] = ours(k, conc, hops)
+          if REF then
+            pus[r], pcpu[r], pmb[r] = ref(k, conc, hops)
+            rw[r], rc[r] = pus[r] / us[r], pcpu[r] / cpu[r]
+          end
         end
+        print(string.format("%-5s %6d %5d | %8.2f %8.2f %7.1f | %8s %8s %7s | %7s %7s", k, conc, hops,
+          median(us), median(cpu), median(mb), f2(REF and median(pus)), f2(REF and median(pcpu)),
+          REF and string.format("%.1f", median(pmb)) or "-",
+          REF and string.format("%.2fx", median(rw)) or "-", REF and string.format("%.2fx", median(rc)) or "-"))
+        io.stdout:flush()
       end
-      print(string.format("%-5s %6d %5d | %8.2f %8.2f %7.1f | %8s %8s %7s | %7s %7s", k, conc, hops,
-        median(us), median(cpu), median(mb), f2(REF and median(pus)), f2(REF and median(pcpu)),
-        REF and string.format("%.1f", median(pmb)) or "-",
-        REF and string.format("%.2fx", median(rw)) or "-", REF and string.format("%.2fx", median(rc)) or "-"))
-      io.stdout:flush()
     end
   end
-end
+end)
 print("(wall: the process's wall time / committed hops (queries x hops), start-up and file writing included;")
 print(" cpu: its user + system time / hops; peak MB: max RSS (/usr/bin/time); ratio: median of the paired")
 print(" ratios; seq = --mode sequential / the reference's --sequential)")
 if stop_server then stop_server() end
 os.execute("rm -rf " .. dir)
+if not ok then error(err, 0) end
