@@ -11,6 +11,13 @@ specula's benchmark runs the identical agent in Lua on the C engine.
 Standard library only (Python 3.11).
 
     python3 bench/ref/spechop_ref.py --queries 100 --hops 100 --k 4 [--p 1] [--seed 1] [--json]
+        [--concurrency C] [--sequential] [--out FILE]
+
+--concurrency bounds the queries in flight (default: all at once), as
+`specula run --concurrency` does; --sequential runs each query without
+speculation (`--mode sequential`); --out writes one JSON record per query
+(id, answer, hops, wall_ms) as it finishes, as `specula run --out` does
+(bench/userpath.lua times the whole process of both).
 """
 
 import argparse
@@ -264,12 +271,29 @@ async def run_sequential(agent, query):
         state = await agent.update(state, step, obs)
 
 
-async def run_all(agent, queries, k):
-    windows = [Window(agent, f"q{i}", q, k) for i, q in enumerate(queries)]
+async def run_all(agent, queries, k, concurrency=None, sequential=False, out=None):
+    """Every query, at most `concurrency` in flight; a record per query to `out`."""
+    n = len(queries)
+    answers, digests = [None] * n, [0] * n
+    limit = asyncio.Semaphore(concurrency or n)
+
+    async def one(i, q):
+        async with limit:
+            t = time.perf_counter()
+            if sequential:
+                answers[i], digests[i] = await run_sequential(agent, q)
+            else:
+                w = Window(agent, f"q{i}", q, k)
+                answers[i] = await w.run()
+                digests[i] = w.digest
+            if out is not None:
+                out.write(json.dumps({"id": f"q{i}", "answer": answers[i], "hops": agent.hops,
+                                      "wall_ms": (time.perf_counter() - t) * 1e3}) + "\n")
+
     t0 = time.perf_counter()
-    answers = await asyncio.gather(*(w.run() for w in windows))
+    await asyncio.gather(*(one(i, q) for i, q in enumerate(queries)))
     wall = time.perf_counter() - t0
-    return answers, [w.digest for w in windows], wall
+    return answers, digests, wall
 
 
 def parse_k(text):
@@ -292,14 +316,22 @@ def main(argv=None):
     ap.add_argument("--p", type=float, default=1.0, help="speculation success probability (default 1)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--concurrency", type=int, default=None, help="queries in flight (default: all)")
+    ap.add_argument("--sequential", action="store_true", help="no speculation (specula's --mode sequential)")
+    ap.add_argument("--out", default=None, help="write one JSON record per query to this file")
     args = ap.parse_args(argv)
     if args.queries < 1 or args.hops < 0 or not 0 <= args.p <= 1:
         ap.error("need --queries >= 1, --hops >= 0 and 0 <= --p <= 1")
+    if args.concurrency is not None and args.concurrency < 1:
+        ap.error("need --concurrency >= 1")
 
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     agent = ChainAgent(args.hops, args.p, args.seed)
     queries = [f"query {i}" for i in range(args.queries)]
-    answers, digests, wall = asyncio.run(run_all(agent, queries, args.k))
+    out = open(args.out, "w") if args.out else None
+    answers, digests, wall = asyncio.run(run_all(agent, queries, args.k, args.concurrency, args.sequential, out))
+    if out is not None:
+        out.close()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     # Lossless check, after the measurement so it does not move the peak.

@@ -1,0 +1,79 @@
+-- specula bench userpath (issue 33): the user's path through the CLI beside
+-- the asyncio reference; and the reference's --concurrency, --sequential
+-- and --out, which that benchmark relies on. Only the shape and the
+-- records are checked: speed figures are never asserted (shared hosts).
+local H = require "support.helpers"
+
+describe("bench userpath", function()
+  it("prints a row per (k, concurrency, hops) with both processes' figures and the ratios", function()
+    local st, out, err = H.specula({ "bench", "userpath", "--queries", "6", "--hops", "2",
+      "--k", "inf,seq", "--concurrency", "3", "--runs", "1" })
+    assert.equals(0, st, err)
+    assert.matches("machine: ", out, 1, true)
+    for _, k in ipairs({ "inf", "seq" }) do
+      local row = out:match("\n(" .. k .. "%s+3%s+2 |[^\n]*)")
+      assert.is_truthy(row, "no row for k = " .. k .. " in:\n" .. out)
+      local nums = {}
+      for x in row:gmatch("[%d.]+") do nums[#nums + 1] = tonumber(x) end
+      -- conc, hops, then wall, cpu, peak MB of each process, then two ratios
+      assert.equals(10, #nums, row)
+      for i = 3, 10 do assert.is_true(nums[i] > 0, row) end
+      assert.matches("x%s+[%d.]+x%s*$", row)
+    end
+  end)
+
+  -- the agent's other wait paths: each record is checked by the bench itself
+  -- (an answer per query), so a row means every call waited and answered
+  local function waits(kind)
+    local st, out, err = H.specula({ "bench", "userpath", "--queries", "4", "--hops", "2",
+      "--k", "inf", "--concurrency", "2", "--runs", "1", "--wait", kind, "--no-ref" })
+    assert.equals(0, st, err)
+    assert.matches("wait kind " .. kind, out, 1, true)
+    assert.matches("\ninf%s+2%s+2 |", out)
+  end
+  it("runs the agent waiting on the loopback HTTP server", function() waits("http") end)
+  it("runs the agent waiting on a stdio MCP server", function()
+    if not H.need_node(pending) then return end
+    waits("mcp")
+  end)
+
+  it("refuses a k it cannot run, naming the option", function()
+    local st, out, err = H.specula({ "bench", "userpath", "--queries", "2", "--k", "0", "--runs", "1" })
+    assert.is_not.equals(0, st)
+    assert.matches("--k takes integers >= 1, inf or seq, got 0", out .. err, 1, true)
+  end)
+end)
+
+describe("bench/ref/spechop_ref.py", function()
+  local function ref(extra)
+    local dir = H.tmpdir()
+    local out = dir .. "/ref.jsonl"
+    local st, so, se = H.sh("python3 " .. H.quote(H.root .. "/bench/ref/spechop_ref.py")
+      .. " --queries 5 --hops 3 --json --out " .. H.quote(out) .. " " .. extra)
+    return st, so, se, H.read(out)
+  end
+
+  it("writes one record per query to --out, sequential or speculative, at a bounded concurrency", function()
+    for _, extra in ipairs({ "--k 1 --sequential --concurrency 2", "--k inf --concurrency 2", "--k 4" }) do
+      local st, so, se, text = ref(extra)
+      assert.equals(0, st, se)
+      local res = H.json().decode(so:match("{.*}"))
+      assert.equals(5, res.queries)
+      local ids = {}
+      for line in (text or ""):gmatch("[^\n]+") do
+        local r = H.json().decode(line)
+        assert.equals("done 3", r.answer, extra)
+        assert.equals(3, r.hops)
+        ids[#ids + 1] = r.id
+      end
+      table.sort(ids)
+      assert.same({ "q0", "q1", "q2", "q3", "q4" }, ids, extra)
+    end
+  end)
+
+  it("refuses a concurrency below 1", function()
+    local st, _, se = ref("--k 2 --concurrency 0")
+    assert.equals(2, st)
+    assert.matches("--concurrency >= 1", se, 1, true)
+  end)
+end)
