@@ -4,7 +4,10 @@
 -- records are checked: speed figures are never asserted (shared hosts).
 local H = require "support.helpers"
 
-describe("bench userpath", function()
+-- #slow: the bench starts `specula` by its own path, which under the valgrind
+-- pass is valgrind's launcher, not the binary (a benchmark under valgrind
+-- measures nothing); the main and sanitizer passes run it
+describe("bench userpath #slow", function()
   it("prints a row per (k, concurrency, hops) with both processes' figures and the ratios", function()
     local st, out, err = H.specula({ "bench", "userpath", "--queries", "6", "--hops", "2",
       "--k", "inf,seq", "--concurrency", "3", "--runs", "1" })
