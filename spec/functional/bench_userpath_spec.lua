@@ -1,4 +1,4 @@
--- specula bench userpath (issue 33): the user's path through the CLI beside
+-- specula bench userpath: the user's path through the CLI beside
 -- the asyncio reference; and the reference's --concurrency, --sequential
 -- and --out, which that benchmark relies on. Only the shape and the
 -- records are checked: speed figures are never asserted (shared hosts).
