@@ -217,24 +217,6 @@ describe("a failed query is never a data point", function()
     assert.is_true(n >= 3, "measured: " .. list)
   end)
 
-  it("a RelLat axis never runs below 0, even for an interval that reaches 0", function()
-    local figures = require "specula.report.figures"
-    local s = { rel_lat = 2.55, ci_lo = 0, ci_hi = 5.899, rel_lats = { 0.01, 5.1 }, queries = 8, ok = 8, failed = 0,
-                model_pq = 2, target_pq = 1, spec_pq = 1 }
-    local configs = { { kx = 1, label = "a", color = "#000", stats = s } }
-    for _, svg in ipairs({ figures.rel_lat_k(configs, {}), figures.rel_lat_dist(configs, {}) }) do
-      local n = 0
-      for v in svg:gmatch('class="tick%-label"[^>]*>([^<]*)<') do
-        local x = tonumber(v)
-        if x then
-          n = n + 1
-          assert.is_true(x >= 0, "a tick at " .. v)
-        end
-      end
-      assert.is_true(n > 0)
-    end
-  end)
-
   it("--compare without --out: stdout holds the table only, stderr says the records are not kept", function()
     local st, out, err = H.specula({ "run", EX, "--input", input(8), "--clock", "virtual", "--compare",
       "sequential,spechop:k=2" })
