@@ -248,5 +248,11 @@ describe("specula whatif", function()
     rst, _, rerr = H.specula({ "report", fpath, res, "-o", page })
     assert.are_not.equal(0, rst)
     assert.is_not_nil(rerr:find("is a whatif summary but", 1, true))
+    -- a summary that is not well formed: named, with what is missing
+    local bad = H.tmpfile("whatif-report-bad.json",
+      '{"configs":[{"name":"x"}],"tools":[],"sequential_ms":1,"bound_ms":1,"sessions":1}')
+    rst, _, rerr = H.specula({ "report", bad, "-o", page })
+    assert.are.equal(1, rst)
+    assert.is_not_nil(rerr:find("whatif-report-bad.json': a whatif summary, but configs[1] needs a name and agent_ms", 1, true))
   end)
 end)

@@ -158,7 +158,7 @@ local function section(i, path, s)
     add("</ul>")
   end
   add("<figure>" .. stacked(s, "whatif-" .. i .. "-wait") .. "<figcaption>Each bar: the agent's time in that "
-    .. "configuration, the model's turns and the tool time still waited; the light part is what speculation hid of "
+    .. "configuration, the model's turns and the rest, the tool time still waited (with a speculator's own time); the light part is what speculation hid of "
     .. "the sequential replay. The dashed line is the bound (perfect-both).</figcaption></figure>")
   add("<figure>" .. shares(s, "whatif-" .. i .. "-share") .. "</figure>")
   add(configs_table(s))
