@@ -337,8 +337,16 @@ end
 
 function M.summary(res)
   local configs = {}
+  local model_of = {}
+  for _, s in ipairs(res.list) do model_of[tostring(s.id)] = s.model_ms or 0 end
   for i, t in ipairs(res.configs) do
-    configs[i] = { name = t.name, agent_ms = t.wall, rel_lat = t.rel_lat or json.null, share = t.share or json.null,
+    -- where the wait goes: the model's turns (speculation does not shorten
+    -- them), the tool time still waited, and what speculation hid of the replay
+    local model = 0
+    for id in pairs(t.by_session) do model = model + (model_of[tostring(id)] or 0) end
+    configs[i] = { name = t.name, agent_ms = t.wall, model_ms = model, tool_ms = math.max(0, t.wall - model),
+                   hidden_ms = t.name ~= "recorded" and math.max(0, res.sequential_ms - t.wall) or 0,
+                   rel_lat = t.rel_lat or json.null, share = t.share or json.null,
                    fired = t.fired, hit = t.hit, wasted = t.wasted, early_reads = t.early_reads,
                    early_writes = t.early_writes, sessions = t.sessions, failed = t.failed }
   end

@@ -55,6 +55,11 @@ describe("specula whatif", function()
                          "--approval-cap", "--spec-p", "--spec-ms" }) do
       assert.is_not_nil(out:find(o, 1, true), o)
     end
+    -- the first paragraph names every format the readers take
+    local about = out:match("\n\n(.-)\n\n")
+    for _, f in ipairs({ "Claude Code", "Codex", "OpenTelemetry GenAI", "OpenHands", "conversations format" }) do
+      assert.is_not_nil(about:gsub("%s+", " "):find(f, 1, true), f)
+    end
   end)
 
   it("needs a log, and names a file no reader reads: line and what each expected; failed apart", function()
@@ -184,5 +189,70 @@ describe("specula whatif", function()
     text = io.open(out):read("*a")
     assert.is_not_nil(text:find("git push", 1, true))
     assert.is_nil(text:find(secret, 1, true))
+  end)
+
+  it("report draws where the wait goes: the bars' numbers per configuration, the per-tool rows, failures apart", function()
+    local p = io.popen("ls " .. REAL .. "/claude_code/*.jsonl")
+    local logs = {}
+    for l in p:lines() do logs[#logs + 1] = l end
+    p:close()
+    local st, s, _, err = summary_of(logs)
+    assert.are.equal(0, st, err)
+    local spath = H.tmpfile("whatif-report-summary.json", cjson.encode(s))
+    local page = H.tmpfile("whatif-report.html", "")
+    local rst, _, rerr = H.specula({ "report", spath, "-o", page })
+    assert.are.equal(0, rst, rerr)
+    local html = io.open(page):read("*a")
+    assert.are.equal(8, #s.configs)
+    for _, c in ipairs(s.configs) do
+      -- model + tools waited is the agent's time; the hidden part is the replay's rest
+      assert.is_true(math.abs(c.model_ms + c.tool_ms - c.agent_ms) <= 1, c.name)
+      local bar = html:match('<g class="wait%-bar"[^>]-data%-config="' .. c.name:gsub("%-", "%%-") .. '"[^>]*>')
+      assert.is_not_nil(bar, c.name)
+      for _, k in ipairs({ "agent_ms", "model_ms", "tool_ms", "hidden_ms" }) do
+        local attr = "data-" .. k:gsub("_", "-") .. '="' .. string.format("%d", c[k]) .. '"'
+        assert.is_not_nil(bar:find(attr, 1, true), c.name .. " " .. attr .. " in " .. bar)
+      end
+      assert.is_not_nil(html:find(("%.1f + %.1f = %.1f s"):format(c.model_ms / 1000, c.tool_ms / 1000,
+        c.agent_ms / 1000), 1, true), c.name)
+    end
+    local by = by_name(s)
+    assert.is_true(by["perfect-both"].hidden_ms > 0)
+    assert.are.equal(0, by.sequential.hidden_ms)
+    for _, t in ipairs(s.tools) do
+      local row = html:match('<tr data%-tool="' .. t.tool .. '">(.-)</tr>')
+      assert.is_not_nil(row, t.tool)
+      assert.is_not_nil(row:find(('<td class="num">%d</td>'):format(t.calls), 1, true), t.tool)
+      assert.is_not_nil(row:find(('<td class="num">%.1f</td>'):format(t.time_ms / 1000), 1, true), t.tool)
+    end
+    assert.is_not_nil(html:find("0 failed or unreadable", 1, true))
+    -- a failed session: counted apart, its message shown, not drawn
+    local fs
+    st, fs = summary_of({ FIX .. "/unknown.jsonl", FIX .. "/codex.jsonl", "--compare", "recorded,sequential" })
+    assert.are.equal(0, st)
+    local fpath = H.tmpfile("whatif-report-failed.json", cjson.encode(fs))
+    rst, _, rerr = H.specula({ "report", fpath, "-o", page })
+    assert.are.equal(0, rst, rerr)
+    assert.is_not_nil(rerr:find("1 session failed or unreadable", 1, true))
+    html = io.open(page):read("*a")
+    assert.is_not_nil(html:find("1 sessions read; <span class=\"flag\">1 failed or unreadable, counted apart", 1, true))
+    assert.is_not_nil(html:find("unknown.jsonl:1: no reader knows this line", 1, true))
+    local bars = 0
+    for _ in html:gmatch('class="wait%-bar"') do bars = bars + 1 end
+    assert.are.equal(2, bars)
+    for sessions in html:gmatch('<td class="num">(%d+)</td><td class="num">%d+</td></tr>') do
+      assert.are.equal("1", sessions)
+    end
+    -- mixed with a results file: an error naming both
+    local res = H.tmpfile("whatif-report-results.jsonl", '{"id":"q","stats":{"wall_ms":1,"standard_ms":1}}\n')
+    rst, _, rerr = H.specula({ "report", fpath, res, "-o", page })
+    assert.are_not.equal(0, rst)
+    assert.is_not_nil(rerr:find("is a whatif summary but", 1, true))
+    -- a summary that is not well formed: named, with what is missing
+    local bad = H.tmpfile("whatif-report-bad.json",
+      '{"configs":[{"name":"x"}],"tools":[],"sequential_ms":1,"bound_ms":1,"sessions":1}')
+    rst, _, rerr = H.specula({ "report", bad, "-o", page })
+    assert.are.equal(1, rst)
+    assert.is_not_nil(rerr:find("whatif-report-bad.json': a whatif summary, but configs[1] needs a name and agent_ms", 1, true))
   end)
 end)

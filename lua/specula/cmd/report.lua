@@ -11,7 +11,9 @@ local M = {
   summary = "self-contained HTML report with SVG figures",
   about = [[
 Writes one self-contained HTML report (inline CSS and SVG) of one or more
-results files written by `specula run --out`.]],
+results files written by `specula run --out`, or of summaries written by
+`specula whatif --summary` (told by their content; the two are not mixed):
+where the agent's wait goes, per configuration and per tool.]],
   positional = "files",
   options = {
     { "--out", "-o", key = "out", arg = "FILE", default = "report.html", help = "the HTML file to write; - is stdout" },

@@ -1,5 +1,5 @@
--- specula whatif: an agent's own timed logs in (Claude Code transcripts,
--- Codex CLI rollouts), what speculation would have saved on them and the
+-- specula whatif: an agent's own timed logs in (Claude Code, Codex CLI,
+-- OTel GenAI, OpenHands, conversations), what speculation would have saved on them and the
 -- bound out (the work: specula.whatif).
 local function W() return require "specula.whatif" end
 
@@ -20,13 +20,15 @@ local M = {
   summary = "what speculation would have saved on an agent's own timed logs, and the bound",
   positional = "logs",
   about = [[
-Each LOG is one session an agent wrote (a Claude Code transcript, a Codex CLI
-rollout; told by its content). Its sessions run, in time order, as conversation
-agents on the virtual clock with the log's own times, in each configuration:
-recorded (the log's count), sequential (the replay), predictor (action
-speculation, the learned predictor online), spechop (k = 3, a speculator
-right with probability --spec-p), both, and the bounds perfect-predictor,
-perfect-speculator, perfect-both. See docs/whatif.md.]],
+Each LOG is what an agent wrote: a Claude Code transcript, a Codex CLI
+rollout, OpenTelemetry GenAI spans (OTLP JSON), an OpenHands event stream or
+specula's conversations format (told by its content). Its sessions run, in
+time order, as conversation agents on the virtual clock with the log's own
+times, in each configuration: recorded (the log's count), sequential (the
+replay), predictor (action speculation, the learned predictor online),
+spechop (k = 3, a speculator right with probability --spec-p), both, and the
+bounds perfect-predictor, perfect-speculator, perfect-both. `specula report`
+draws a --summary file. See docs/whatif.md.]],
   options = {
     { "--train", key = "train", arg = "FILE", list = true, default = {},
       help = "logs or conversations files the predictor learns before the run (repeatable)" },
@@ -39,7 +41,8 @@ perfect-speculator, perfect-both. See docs/whatif.md.]],
         .. "both, perfect-predictor, perfect-speculator, perfect-both" },
     { "--out", key = "out", arg = "FILE",
       help = "one JSON record per session: times, tool names, digests of the arguments" },
-    { "--summary", key = "summary", arg = "FILE", help = "the tables as one JSON object" },
+    { "--summary", key = "summary", arg = "FILE",
+      help = "the tables as one JSON object (`specula report FILE` draws it)" },
     { "--keep-content", key = "keep_content", flag = true,
       help = "--out keeps the calls' arguments and the messages (scrubbed of secrets)" },
     { "--approval-cap", key = "approval_cap_ms", arg = "S", shown = "600",
@@ -57,7 +60,7 @@ perfect-speculator, perfect-both. See docs/whatif.md.]],
 }
 
 function M.check(o)
-  if #o.logs == 0 then return "at least one LOG is needed (a Claude Code transcript, a Codex CLI rollout)" end
+  if #o.logs == 0 then return "at least one LOG is needed (a Claude Code transcript, a Codex CLI rollout, OTel GenAI spans, an OpenHands event stream, a conversations file)" end
 end
 
 function M.main(o) return W().main(o) end

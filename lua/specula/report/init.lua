@@ -57,7 +57,58 @@ local function verifier_lab(o)
 end
 
 -- o: the options of `specula report` (specula.cmd.report).
+-- The whatif summaries among the files (specula.report.whatif): all of
+-- them, or none (the page is one or the other); the command ends saying
+-- which file is which when they are mixed.
+local function whatif_summaries(o)
+  local W = require "specula.report.whatif"
+  local list, other = {}, nil
+  for _, path in ipairs(o.files) do
+    local f = io.open(path, "r")
+    local text
+    if f then
+      local head = f:read(1)
+      text = head == "{" and (head .. (f:read("*a") or "")) or nil
+      f:close()
+    end
+    local s, why = nil, nil
+    -- a results file is JSON lines: one record holding a stats object is not a summary
+    if text and not text:find("\n%s*{") then s, why = W.parse(text) end
+    if why then fail(format("'%s': a whatif summary, but %s", path, why)) end
+    if s then list[#list + 1] = { path = path, summary = s } else other = other or path end
+  end
+  if #list == 0 then return nil end
+  if other then fail(format("'%s' is a whatif summary but '%s' is not: give them to separate reports", list[1].path, other)) end
+  return list
+end
+
+-- write html to o.out (- is stdout), or the command ends saying why
+local function write_page(o, html)
+  local f, err
+  if o.out == "-" then f = require("specula.run.records").STDOUT
+  else f, err = io.open(o.out, "w") end
+  if not f then fail("cannot write '" .. o.out .. "': " .. open_reason(o.out, err)) end
+  local ok, werr = f:write(html)
+  if ok then ok, werr = f:flush() end
+  local cok, cerr = f:close()
+  if ok and not cok then ok, werr = false, cerr end
+  if not ok then fail("cannot write '" .. o.out .. "': " .. tostring(werr)) end
+end
+
 function M.main(o)
+  local wl = whatif_summaries(o)
+  if wl then
+    local secrets = require "specula.secrets"
+    write_page(o, secrets.scrub(require("specula.report.whatif").render(o, wl)))
+    local nf = 0
+    for _, e in ipairs(wl) do nf = nf + #e.summary.failed end
+    if nf > 0 then
+      secrets.stderr(format("specula report: %d session%s failed or unreadable; the page counts them apart\n",
+        nf, nf == 1 and "" or "s"))
+    end
+    secrets.stderr(format("specula report: wrote %s (%d whatif summar%s)\n", o.out, #wl, #wl == 1 and "y" or "ies"))
+    return
+  end
   if o.cassette then o.vlab = verifier_lab(o) end
   local records, warnings, seq = {}, {}, 0
   for _, path in ipairs(o.files) do

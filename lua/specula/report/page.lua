@@ -356,5 +356,6 @@ local function render(o, configs, records, warnings, pooled, figs)
   return concat(h, "\n") .. "\n"
 end
 M.render = render
+M.CSS = CSS   -- the whatif page (specula.report.whatif) shares the look
 
 return M
