@@ -178,6 +178,19 @@ describe("MCP with real servers from npm #slow", function()
     assert.are.equal("0", missed, err)
     assert.is_string(rec)
     assert.are.equal(rec, got)
+    -- another query's search is not on the tape: the miss names the
+    -- recorded search nearest to it and the argument that differs, scrubbed
+    local _, err2 = go({ "--replay-io", "cas", "--query", "q4" }, "miss.jsonl")
+    local r = H.jsonl(H.read(work .. "/miss.jsonl") or "")[1] or {}
+    assert.matches("it holds 0%); the nearest recorded mcp request: MCP filesystem tools/call, which differs at "
+      .. "arguments%.pattern: recorded q3_1%.txt, asked q4_1%.txt", tostring(r.error), err2)
+    local cmd = "cd " .. H.quote(work) .. " && SECRET_NOTE=q3_1.txt SPECULA_NPM_CACHE=" .. H.quote(CACHE) .. " "
+      .. H.quote(H.bin) .. " run " .. H.quote(H.root .. "/examples/mcp_files.lua")
+      .. " --query q4 --k inf --replay-io cas --out secret.jsonl --secret-env SECRET_NOTE"
+    H.sh(cmd)
+    local text = H.read(work .. "/secret.jsonl") or ""
+    assert.matches("recorded %[redacted%], asked q4_1%.txt", text)
+    assert.is_nil(text:find("q3_1.txt", 1, true))
   end)
 
   it("runs an agent over server-memory: reads early, writes never, answers identical", function()
