@@ -1,5 +1,5 @@
 -- Specs for specula.cassette's nearest recorded request: what a replay miss
--- names when the tape never saw the request (issue 27).
+-- names when the tape never saw the request.
 local cassette = require("specula.cassette")
 
 local function st(keys)
