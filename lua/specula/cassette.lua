@@ -758,7 +758,9 @@ local function nearest(st, key)
   for k in pairs(st.keys or {}) do
     if key_kind(k) == kind and k ~= key then
       local h, b = k:match("^([^\n]*)\n?(.*)$")
-      local rec = json.decode(b)
+      -- bodies are decoded only under the same head (a tape's model calls
+      -- are long; another head ranks after every same-head one anyway)
+      local rec = h == head and json.decode(b) or nil
       local path, count
       if asked ~= nil and rec ~= nil then path, count = first_diff(rec, asked, "")
       elseif b ~= body then path, count = "(the whole body)", 1 end
