@@ -19,6 +19,10 @@
 -- Node 22 there is used when present (Debian 12's own node is 18). Each read also waits
 -- MCP_FILES_LATENCY ms (default 60: a remote file store) so that tool
 -- latency is comparable to a model step, as it is with real research tools.
+-- The notes go to ./specula-mcp-files (MCP_FILES_DIR overrides it; the
+-- demo removes it at its end): the same directory each run, so a run
+-- recorded with --record DIR replays with --replay-io DIR from the same
+-- working directory.
 local specula = require "specula"
 local sim = specula.sim
 local json = specula.json
@@ -34,9 +38,10 @@ if not io.open(server_js, "r") then
   return
 end
 
--- The notes: query qN has a chain of 3..6 files.
-local dir = os.getenv("MCP_FILES_DIR") or (os.tmpname() .. "-notes")
-os.remove(dir)
+-- The notes: query qN has a chain of 3..6 files, in a fixed directory so
+-- that a recording (--record) replays (--replay-io): the path is in every
+-- request. An absolute path: the server resolves what it is given.
+local dir = os.getenv("MCP_FILES_DIR") or ((os.getenv("PWD") or ".") .. "/specula-mcp-files")
 local mk = os.execute("mkdir -p '" .. dir .. "'")
 assert(mk == 0 or mk == true, "mcp_files: cannot create " .. dir)
 local corpus = {}   -- file name -> content (what the draft model has seen)

@@ -711,10 +711,88 @@ local function take(st, scope, qscope, key, extra, jobs)
   return e or list[1], n, #list
 end
 
+-- The kind of a key, from its head ("MCP ...", "SPEC ...", "OBS ...",
+-- "JOB ...", else an HTTP method and URL).
+local function key_kind(key)
+  local w = key:match("^(%u+) ")
+  if w == "MCP" then return "mcp" elseif w == "SPEC" then return "spec" elseif w == "OBS" then return "obs"
+  elseif w == "JOB" then return "job" end
+  return "http"
+end
+
+-- The first place two decoded JSON values differ: a dotted path ("" for
+-- the whole value), or nil when they are equal; and how many leaves differ
+-- at the top level (to rank candidates).
+local function first_diff(a, b, path)
+  if type(a) == "table" and type(b) == "table" then
+    local ks, seen = {}, {}
+    for k in pairs(a) do if not seen[k] then seen[k] = true; ks[#ks + 1] = k end end
+    for k in pairs(b) do if not seen[k] then seen[k] = true; ks[#ks + 1] = k end end
+    table.sort(ks, function(x, y) return tostring(x) < tostring(y) end)
+    local first, count = nil, 0
+    for _, k in ipairs(ks) do
+      local p = path == "" and tostring(k) or (path .. "." .. tostring(k))
+      local d = first_diff(a[k], b[k], p)
+      if d then first = first or d; count = count + 1 end
+    end
+    return first, count
+  end
+  if a == b then return nil, 0 end
+  return path == "" and "(the whole body)" or path, 1
+end
+
+local function brief(v)
+  local s = v == nil and "(absent)" or (type(v) == "table" and json.encode(v) or tostring(v))
+  if #s > 60 then s = s:sub(1, 57) .. "..." end
+  return s
+end
+
+-- A request the tape does not hold at all: the nearest one of its kind
+-- on the tape (the same head first, then the fewest differing fields) and
+-- where it differs, or nil when the tape has none of that kind.
+local function nearest(st, key)
+  local kind = key_kind(key)
+  local head, body = key:match("^([^\n]*)\n?(.*)$")
+  local asked = json.decode(body)
+  local best, bscore, bpath, bwas, bnow
+  for k in pairs(st.keys or {}) do
+    if key_kind(k) == kind and k ~= key then
+      local h, b = k:match("^([^\n]*)\n?(.*)$")
+      -- bodies are decoded only under the same head (a tape's model calls
+      -- are long; another head ranks after every same-head one anyway)
+      local rec = h == head and json.decode(b) or nil
+      local path, count
+      if asked ~= nil and rec ~= nil then path, count = first_diff(rec, asked, "")
+      elseif b ~= body then path, count = "(the whole body)", 1 end
+      local score = (h == head and 0 or 1000) + (count or 0)
+      if not best or score < bscore or (score == bscore and k < best) then
+        best, bscore, bpath = k, score, path
+        if h ~= head then bpath = nil end
+        local function at(v)
+          if not bpath or bpath == "(the whole body)" then return v end
+          for part in bpath:gmatch("[^.]+") do
+            if type(v) ~= "table" then return nil end
+            v = v[part] ~= nil and v[part] or v[tonumber(part) or part]
+          end
+          return v
+        end
+        bwas, bnow = at(rec ~= nil and rec or b), at(asked ~= nil and asked or body)
+      end
+    end
+  end
+  if not best then return nil end
+  local bh = best:match("^[^\n]*")
+  if bh ~= head then return format("the nearest recorded %s request: %s (another request)", kind, bh) end
+  if not bpath then return format("the nearest recorded %s request: %s", kind, bh) end
+  return format("the nearest recorded %s request: %s, which differs at %s: recorded %s, asked %s", kind, bh,
+    bpath, brief(bwas), brief(bnow))
+end
+M.nearest = nearest
+
 -- What a miss does. Returns "live" to make the real call, or nil, err.
 -- cancelled: the recording asked it (held times in this query) and never
 -- got an answer.
-local function on_miss(st, kind, what, n, held, meta, cancelled)
+local function on_miss(st, kind, what, n, held, meta, cancelled, key)
   -- what names the request (a URL, a speculator's arguments): it goes to
   -- errors and to the end-of-run summary on stderr
   what = scrub(what)
@@ -731,6 +809,9 @@ local function on_miss(st, kind, what, n, held, meta, cancelled)
   else
     detail = format("ECASSETTE: %s: not in the cassette %s (occurrence %d of this request; it holds %d)",
       what, st.replay, n, held)
+    -- a request the tape never saw: what it did see, and how it differs
+    local near = held == 0 and key and nearest(st, key)
+    if near then detail = detail .. "; " .. scrub(near) end
   end
   if #st.miss_list < 20 then st.miss_list[#st.miss_list + 1] = what end
   -- a miss on a thread that is speculative now counts as committed if its
@@ -975,7 +1056,7 @@ function M.http(opts, method, live)
       return serve_http(st, rec, depart(J, rec))
     end
     local what = method:upper() .. " " .. scrub(url, extra)
-    local go, err = on_miss(st, "http", what, n, held, meta, rec ~= nil)
+    local go, err = on_miss(st, "http", what, n, held, meta, rec ~= nil, key)
     if not go then return nil, err end
   end
   local lopts = setmetatable({}, { __index = opts })
@@ -1046,7 +1127,7 @@ function M.mcp(client, method, params, opts, live)
       if rec.err then return nil, rec.err end
       return rec.res
     end
-    local go, err = on_miss(st, "mcp", what, n, held, meta, rec ~= nil)
+    local go, err = on_miss(st, "mcp", what, n, held, meta, rec ~= nil, key)
     if not go then return nil, err end
     if client.offline then return nil, what .. ": the server was not started (replaying offline)" end
   end
@@ -1119,7 +1200,7 @@ function M.speculator(S, tool, is_cands, cands)
         return r.value
       end
       local go, err = on_miss(st, "spec", "speculator of '" .. tostring(tool) .. "' " .. ac, n, held, meta,
-        rec ~= nil)
+        rec ~= nil, key)
       if not go then error(err, 0) end
     end
     write_start("spec", key, n, meta)

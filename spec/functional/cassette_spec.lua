@@ -357,6 +357,22 @@ print("clock after", specula.clock())
     assert.are_not.equal(threads[1], threads[2])
   end)
 
+  it("cassette show prints each recorded MCP call with its arguments, a secret among them redacted", function()
+    if not H.need_node(pending) then return end
+    local st, out = H.specula({ "cassette", "show", rec_dir, "--kind", "mcp", "--query", "q1" })
+    assert.are.equal(0, st)
+    local tag = out:match('mcp ts tools/call slow {"ms":40,"tag":"(q1:%d+)"}\tok')
+    assert.is_not_nil(tag, out)
+    -- the same line with the argument made a secret (with its key: a
+    -- secret needs 6 bytes at least)
+    local secret = '"tag":"' .. tag
+    st, out = H.specula({ "cassette", "show", rec_dir, "--kind", "mcp", "--query", "q1", "--secret-env", "CAS_TAG" },
+      { CAS_TAG = secret })
+    assert.are.equal(0, st)
+    assert.matches('mcp ts tools/call slow {"ms":40,%[redacted%]"}\tok', out)
+    assert.is_nil(out:find(secret, 1, true))
+  end)
+
   it("refuses a cassette directory it cannot create or read, naming it", function()
     if not H.need_node(pending) then return end
     local notdir = H.tmpfile("plainfile", "x")
@@ -564,6 +580,18 @@ describe("examples/cassette", function()
     end
     assert.are.equal(18, n)
     assert.matches("%(0 on the committed path", err)
+    -- cassette show: each MCP call with its arguments, scrubbed; an
+    -- unknown --kind is a usage error naming the kinds, not an empty list
+    st, out = H.specula({ "cassette", "show", EX .. "/tape", "--kind", "mcp", "--secret-env", "CAS_TAG" },
+      { CAS_TAG = "city 2:16" })
+    assert.are.equal(0, st)
+    assert.matches('mcp ts tools/call slow {"ms":600,"tag":"city 1:16"}\tok', out)
+    assert.matches('mcp ts tools/call slow {"ms":600,"tag":"%[redacted%]"}\tok', out)
+    assert.is_nil(out:find("city 2:16", 1, true))
+    local _, err2
+    st, _, err2 = H.specula({ "cassette", "show", EX .. "/tape", "--kind", "htp" })
+    assert.are.equal(2, st)
+    assert.matches("unknown kind 'htp' %(the kinds: http, mcp, spec, obs, job%)", err2)
     st, out = H.specula({ "verifiers", EX .. "/tape" })
     assert.are.equal(0, st)
     -- the table in the README is what the lab prints for the tape

@@ -153,6 +153,46 @@ describe("MCP with real servers from npm #slow", function()
     assert.is_true(r.rel_lat_vs_sequential < 1)
   end)
 
+  it("records examples/mcp_files.lua and replays it offline with 0 misses and the same answer", function()
+    if not guard() then return end
+    local work = H.tmpdir() .. "/mcp-files-replay"
+    os.execute("rm -rf " .. H.quote(work) .. " && mkdir -p " .. H.quote(work))
+    -- from a working directory of its own: the notes go to ./specula-mcp-files
+    local function go(extra, out)
+      local cmd = { "cd", H.quote(work), "&&", "SPECULA_NPM_CACHE=" .. H.quote(CACHE), H.quote(H.bin), "run",
+        H.quote(H.root .. "/examples/mcp_files.lua"), "--query", "q3", "--k", "inf", "--out", out }
+      for _, a in ipairs(extra) do cmd[#cmd + 1] = H.quote(a) end
+      local st, so, se = H.sh(table.concat(cmd, " "))
+      return st, so .. se, (H.jsonl(H.read(work .. "/" .. out) or "")[1] or {}).answer
+    end
+    local st, err, rec = go({ "--record", "cas" }, "rec.jsonl")
+    assert.are.equal(0, st, err)
+    assert.matches("cassette: %d+ recorded to", err)
+    assert.is_not_nil(H.read(work .. "/specula-mcp-files/q3_1.txt"), "the notes are not in ./specula-mcp-files")
+    local got
+    st, err, got = go({ "--replay-io", "cas" }, "rep.jsonl")
+    assert.are.equal(0, st, err)
+    local served, missed = err:match("cassette: (%d+) served from .-, (%d+) not in it")
+    assert.is_not_nil(served, err)
+    assert.is_true(tonumber(served) > 0, err)
+    assert.are.equal("0", missed, err)
+    assert.is_string(rec)
+    assert.are.equal(rec, got)
+    -- another query's search is not on the tape: the miss names the
+    -- recorded search nearest to it and the argument that differs, scrubbed
+    local _, err2 = go({ "--replay-io", "cas", "--query", "q4" }, "miss.jsonl")
+    local r = H.jsonl(H.read(work .. "/miss.jsonl") or "")[1] or {}
+    assert.matches("it holds 0%); the nearest recorded mcp request: MCP filesystem tools/call, which differs at "
+      .. "arguments%.pattern: recorded q3_1%.txt, asked q4_1%.txt", tostring(r.error), err2)
+    local cmd = "cd " .. H.quote(work) .. " && SECRET_NOTE=q3_1.txt SPECULA_NPM_CACHE=" .. H.quote(CACHE) .. " "
+      .. H.quote(H.bin) .. " run " .. H.quote(H.root .. "/examples/mcp_files.lua")
+      .. " --query q4 --k inf --replay-io cas --out secret.jsonl --secret-env SECRET_NOTE"
+    H.sh(cmd)
+    local text = H.read(work .. "/secret.jsonl") or ""
+    assert.matches("recorded %[redacted%], asked q4_1%.txt", text)
+    assert.is_nil(text:find("q3_1.txt", 1, true))
+  end)
+
   it("runs an agent over server-memory: reads early, writes never, answers identical", function()
     if not guard() then return end
     local st, out, err = H.specula({ "run", H.root .. "/spec/mcp/memory_agent.lua" },

@@ -18,13 +18,17 @@ local M = {
   stats DIR    counts, errors and latency by kind (job: the window jobs'
                lengths, launch to result)]],
   options = {
-    { "--kind", key = "kind", arg = "K", shown = "every kind but job", help = "show: only exchanges of this kind" },
+    { "--kind", key = "kind", arg = "K", shown = "every kind but job", help = "show: only exchanges of this kind (http, mcp, spec, obs or job)" },
     { "--query", key = "query", arg = "ID", shown = "every query", help = "show: only this query's exchanges" },
     { "--json", key = "json", flag = true, help = "JSON instead of the table (show: JSONL)" },
   },
 }
 
 local fail = lab.failer("specula cassette")
+
+-- the kinds a cassette line can have (specula.cassette): any other --kind
+-- would silently show nothing
+local KINDS = { "http", "mcp", "spec", "obs", "job" }
 
 function M.check(o)
   local sub, dir = o.args[1], o.args[2]
@@ -34,6 +38,13 @@ function M.check(o)
   if not dir then return sub .. " needs a cassette directory" end
   if o.args[3] then return "unknown option '" .. o.args[3] .. "'" end
   if sub ~= "show" and (o.kind or o.query) then return "unknown option '--" .. (o.kind and "kind" or "query") .. "'" end
+  if o.kind then
+    local known = false
+    for _, k in ipairs(KINDS) do known = known or k == o.kind end
+    if not known then
+      return format("--kind: unknown kind '%s' (the kinds: %s)", tostring(o.kind), concat(KINDS, ", "))
+    end
+  end
 end
 
 -- What a call the recording cancelled asked for: a lone start line has
@@ -45,7 +56,12 @@ local function what_key(r)
     local server, method = head:match("^MCP (%S+) (%S+)")
     local p = json.decode(rest)
     local name = type(p) == "table" and type(p.name) == "string" and p.name
-    if server then return format("mcp %s %s%s", server, method, name and (" " .. name) or "") end
+    local args = type(p) == "table" and p.arguments
+    local ok, a = true, nil
+    if args ~= nil then ok, a = pcall(json.canonical, args) end
+    if server then
+      return format("mcp %s %s%s%s", server, method, name and (" " .. name) or "", args ~= nil and (" " .. (ok and a or "?")) or "")
+    end
   elseif r.kind == "spec" then
     local tool = head:match("^SPEC (.*)$")
     if tool then return format("speculator %s %s", tool, rest) end
@@ -64,8 +80,20 @@ local function what(r)
     local p = q.params
     local name = type(p) == "table" and p.name
     local cursor = type(p) == "table" and p.cursor
-    return format("mcp %s %s%s%s", tostring(q.server), tostring(q.method), name and (" " .. tostring(name)) or "",
-      cursor and (" cursor " .. tostring(cursor)) or "")
+    -- the call's arguments (tools/call, prompts/get) or, for another
+    -- method, whatever else it sent (a resource's uri): what told two
+    -- calls of one tool apart
+    local rest = type(p) == "table" and p.arguments
+    if rest == nil and type(p) == "table" then
+      local other = {}
+      for k, v in pairs(p) do
+        if k ~= "name" and k ~= "cursor" then other[k], rest = v, other end
+      end
+    end
+    local ok, a = true, nil
+    if rest ~= nil then ok, a = pcall(json.canonical, rest) end
+    return format("mcp %s %s%s%s%s", tostring(q.server), tostring(q.method), name and (" " .. tostring(name)) or "",
+      cursor and (" cursor " .. tostring(cursor)) or "", rest ~= nil and (" " .. (ok and a or "?")) or "")
   end
   if r.kind == "spec" then
     local ok, a = pcall(json.canonical, q.args)
