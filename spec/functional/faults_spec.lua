@@ -80,13 +80,15 @@ describe("fault injection", function()
     assert.matches("HTTP 503", recs[2].error)
   end)
 
-  it("holds 5,000 concurrent connections #slow #timing", function()
+  -- not #timing: a wall-time ceiling is a benchmark's figure, not a test's
+  -- (bench/); this case checks that none fails and nothing is left open,
+  -- and runs under the sanitizers with the rest
+  it("holds 5,000 concurrent connections #slow", function()
     local st, out, err = H.specula({ "run", SCRIPTS .. "many_connections.lua", server.base, "5000" })
     assert.equals(0, st, err)
     local r = last_json(out)
     assert.equals(0, r.failed)
     assert.is_true(r.peak_open >= 5000)
-    assert.is_true(r.wall_ms < 20000, "5,000 delayed requests took " .. r.wall_ms .. " ms")
     assert.same({ transfers = 0, timers = 0, tasks = 1, polls = 0 }, { transfers = r.left.transfers,
       timers = r.left.timers, tasks = r.left.tasks, polls = r.left.polls })
   end)
