@@ -65,14 +65,19 @@ end
 
 -- Errors keep their traceback; a "plain" error (usage mistakes reported by
 -- the runtime itself) is shown without one. Never raises (a handler that
--- raises ends as "error in error handling").
-local function on_error(e)
+-- raises ends as "error in error handling"). up: frames between it and
+-- the error (a handler that calls it: 1).
+local function on_error(e, up)
   if type(e) == "table" and rawget(e, "plain") then return errstr(rawget(e, "message")) end
-  return traceback(message(e, 2), 2)
+  local level = 2 + (tonumber(up) or 0)
+  return traceback(message(e, level), level)
 end
 M.on_error = on_error
 
-local function plain_error(message) error({ plain = true, message = message }, 0) end
+-- A plain error may carry the exit status it means (2: a usage mistake);
+-- the command dispatcher (specula.cmd) sets it, nothing else does. Without
+-- one, a failed command exits 1.
+local function plain_error(message, status) error({ plain = true, message = message, status = status }, 0) end
 
 -- An error in a window job (the agent's code, a tool, a speculator): its
 -- message and the frames of the agent's own files. The engine's frames

@@ -212,3 +212,27 @@ describe("the engine's C files", function()
   end)
 end)
 
+
+-- The exit status is decided in one place: the command dispatcher sets it
+-- from what a command returned or the status a plain error carries;
+-- specula.cli.set_exit is a plain program's own choice (a script API).
+describe("the exit status", function()
+  it("is set only by the command dispatcher (and a script's specula.cli.set_exit)", function()
+    local allowed = { ["specula/cmd/init.lua"] = true, ["specula/cli.lua"] = true }
+    local p = assert(io.popen("cd " .. H.root .. "/lua && find specula -name '*.lua' | sort"))
+    local found, n = {}, 0
+    for file in p:lines() do
+      n = n + 1
+      local lineno = 0
+      for line in io.lines(H.root .. "/lua/" .. file) do
+        lineno = lineno + 1
+        if line:find("sp_ctx_set_exit", 1, true) and not line:match("^%s*%-%-") and not allowed[file] then
+          found[#found + 1] = file .. ":" .. lineno
+        end
+      end
+    end
+    p:close()
+    assert.is_true(n > 50, "read only " .. n .. " files")
+    assert.same({}, found)
+  end)
+end)

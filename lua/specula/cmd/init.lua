@@ -76,13 +76,26 @@ end
 
 -- A usage mistake: "specula NAME: msg" and one line, the synopsis and a
 -- pointer to --help (or, for commands that say so, cmd.short_usage, the
--- synopsis line alone, as their C parsers printed it), on stderr, exit
--- status 2.
+-- synopsis line alone, as their C parsers printed it), on stderr; returns
+-- the exit status, 2.
 function M.usage_error(cmd, msg)
-  C.sp_ctx_set_exit(core.ctx, 2)
   local text = argv.usage_hint(cmd)
   if cmd.short_usage then text = argv.usage(cmd):match("^[^\n]*\n") end
   require("specula.secrets").stderr("specula ", cmd.name, ": ", msg, "\n", text)
+  return 2
+end
+
+-- The one place the exit status is set: from what a command returned (a
+-- number), or from the status a plain error carries (sched.plain_error(msg,
+-- status)), taken where it was raised; any other error keeps its traceback
+-- and the process exits 1.
+local function set_status(rc) if type(rc) == "number" then C.sp_ctx_set_exit(core.ctx, rc) end end
+local function decide(e)
+  if type(e) == "table" and rawget(e, "plain") then
+    set_status(rawget(e, "status"))
+    return e
+  end
+  return { plain = true, message = sched.on_error(e, 1) }
 end
 
 -- Parse a command's arguments by its table and run it: --help prints the
@@ -95,20 +108,21 @@ local function run_command(cmd, args)
   if cmd.parse then
     local err
     o, err = cmd.parse(args)
-    if not o then return M.usage_error(cmd, err) end
+    if not o then return set_status(M.usage_error(cmd, err)) end
   else
     local err
     o, err = argv.parse_command(cmd, args)
-    if not o then return M.usage_error(cmd, err) end
+    if not o then return set_status(M.usage_error(cmd, err)) end
   end
   if o.help then io.stdout:write(argv.usage(cmd)) return end
   if cmd.check then
     local msg = cmd.check(o)
-    if msg then return M.usage_error(cmd, msg) end
+    if msg then return set_status(M.usage_error(cmd, msg)) end
   end
-  local rc, umsg = cmd.main(o)
-  if umsg ~= nil then return M.usage_error(cmd, umsg) end
-  if type(rc) == "number" then C.sp_ctx_set_exit(core.ctx, rc) end
+  local ok, rc, umsg = xpcall(cmd.main, decide, o)
+  if not ok then error(rc, 0) end
+  if umsg ~= nil then return set_status(M.usage_error(cmd, umsg)) end
+  set_status(rc)
 end
 
 function M.main(args)

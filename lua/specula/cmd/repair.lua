@@ -37,10 +37,7 @@ function M.check(o)
   if o.out == "-" then return "-o -: repair writes a file (RESULTS.jsonl replaced, or -o OUT.jsonl)" end
 end
 
-local function fail(msg)
-  C.sp_ctx_set_exit(core.ctx, 1)
-  sched.plain_error("specula repair: " .. msg)
-end
+local function fail(msg) sched.plain_error("specula repair: " .. msg, 1) end
 
 --- The complete records of `text`, the dropped lines ({ line =, why = })
 -- and the number of blank lines (removed too). With `path`, a complete

@@ -45,10 +45,7 @@ local function run_script(script, args)
   -- --record / --replay-io open before the main chunk runs: it may connect
   -- to an MCP server at top level
   local okc, cerr, why = require("specula.cassette").from_args(args)
-  if not okc then
-    C.sp_ctx_set_exit(core.ctx, why == "write" and 1 or 2)
-    sched.plain_error("specula run: " .. tostring(cerr))
-  end
+  if not okc then sched.plain_error("specula run: " .. tostring(cerr), why == "write" and 1 or 2) end
   _G.arg = { [0] = script }
   for i = 1, #args do _G.arg[i] = args[i] end
   local result = chunk(unpack(args))
@@ -59,10 +56,7 @@ local function run_script(script, args)
   end
   -- a plain program that recorded: a tape that lost exchanges is a failure
   local cf = require("specula.cassette").failed()
-  if cf then
-    C.sp_ctx_set_exit(core.ctx, 1)
-    sched.plain_error("specula run: cannot write " .. cf.what .. ": " .. cf.err)
-  end
+  if cf then sched.plain_error("specula run: cannot write " .. cf.what .. ": " .. cf.err, 1) end
   if result ~= nil then
     -- anything else is a mistake that would otherwise pass silently
     local what = type(result)

@@ -10,12 +10,12 @@ local tostring, ipairs = tostring, ipairs
 
 local M = {}
 
--- fail(msg): "PROG: msg" on stderr, exit status 1; it returns nothing, so
--- a main() ends with `return fail(...)`. (Usage mistakes: specula.cmd.)
+-- fail(msg): "PROG: msg" on stderr; it returns the exit status, 1, so a
+-- main() ends with `return fail(...)`. (Usage mistakes: specula.cmd.)
 function M.failer(prog)
   return function(msg)
-    C.sp_ctx_set_exit(core.ctx, 1)
     require("specula.secrets").stderr(prog, ": ", msg, "\n")
+    return 1
   end
 end
 

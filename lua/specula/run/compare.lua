@@ -423,9 +423,8 @@ function M.cli_main(o)
     local d = C.sp_host_path_kind(path) == 1 and provenance.file_digest(path)
     if d then
       if seen_file[d] then
-        C.sp_ctx_set_exit(require("specula.core").ctx, 2)
         sched.plain_error(format("specula compare: '%s' and '%s' are the same file (the same bytes): every query "
-          .. "would count twice; give each results file once", seen_file[d], path))
+          .. "would count twice; give each results file once", seen_file[d], path), 2)
       end
       seen_file[d] = path
     end
@@ -443,15 +442,14 @@ function M.cli_main(o)
       local prev = first_of[key]
       if prev and prev.file ~= e.file then
         -- the files given are not a comparison: a usage error (docs/cli.md)
-        C.sp_ctx_set_exit(require("specula.core").ctx, 2)
         if prev.rec.provenance.query == p.query then
           sched.plain_error(format("specula compare: %s:%d and %s:%d hold the same query '%s' of the same run "
             .. "(run %s): the files repeat one run; give its records once", prev.file, prev.line, e.file, e.line,
-            tostring(e.rec.id), p.run:sub(1, 12)))
+            tostring(e.rec.id), p.run:sub(1, 12)), 2)
         end
         sched.plain_error(format("specula compare: %s:%d and %s:%d are the same run (run %s) on two inputs: query "
           .. "'%s' is another question in each (provenance.query differs); compare runs of one input",
-          prev.file, prev.line, e.file, e.line, p.run:sub(1, 12), tostring(e.rec.id)))
+          prev.file, prev.line, e.file, e.line, p.run:sub(1, 12), tostring(e.rec.id)), 2)
       end
       first_of[key] = first_of[key] or e
     end
@@ -489,11 +487,12 @@ function M.cli_main(o)
   require("specula.secrets").write(io.stdout, M.table_text(configs, rows), "\n")
   if summary then resultfiles.write_file(summary, M.summary_json(configs, rows), "specula compare") end
   -- failed records: the status `run --compare` gave when it wrote them
-  M.failures(configs, rows, "specula compare")
+  return M.failures(configs, rows, "specula compare")
 end
 
--- Some queries failed: status 3, and stderr says which configurations and
--- which comparisons that left without enough pairs (docs/cli.md#exit-statuses).
+-- Some queries failed: stderr says which configurations and which
+-- comparisons that left without enough pairs, and it returns the exit
+-- status, 3 (docs/cli.md#exit-statuses); nil when none failed.
 function M.failures(configs, rows, who)
   local failed, parts = 0, {}
   for ci, c in ipairs(configs) do
@@ -511,7 +510,7 @@ function M.failures(configs, rows, who)
     end
   end
   require("specula.secrets").stderr(msg)
-  C.sp_ctx_set_exit(require("specula.core").ctx, 3)
+  return 3
 end
 
 -- The options of configuration c: the command line's, with the item's keys.
@@ -730,8 +729,9 @@ function M.main(agent, o, src, script)
     end
     records.write_whole(summary_f, o.summary, "--summary file", { text })
   end
-  M.failures(configs, rows, "specula")
-  if interrupted then runner.interrupted(ndone, ntotal, o.out) end
+  local status = M.failures(configs, rows, "specula")
+  if interrupted then return runner.interrupted(ndone, ntotal, o.out) end
+  return status
 end
 
 return M

@@ -37,9 +37,8 @@ Every record carries its provenance (version, digests of the agent, its modules,
 the query, the whole configuration); resuming --out checks it and refuses records of another run.]]
 
 local function usage_error(msg)
-  C.sp_ctx_set_exit(core.ctx, 2)
   -- (plain_error ends the line itself)
-  sched.plain_error("specula run: " .. msg .. "\n" .. argv.usage_hint(M.COMMAND):gsub("\n$", ""))
+  sched.plain_error("specula run: " .. msg .. "\n" .. (argv.usage_hint(M.COMMAND):gsub("\n$", "")), 2)
 end
 M.usage_error = usage_error
 
@@ -396,8 +395,7 @@ function M.load_queries(o)
     if not f then
       err = tostring(err)
       if err:sub(1, #o.input + 2) == o.input .. ": " then err = err:sub(#o.input + 3) end
-      C.sp_ctx_set_exit(core.ctx, 2)
-      sched.plain_error("specula run: cannot read --input file '" .. o.input .. "': " .. err)
+      sched.plain_error("specula run: cannot read --input file '" .. o.input .. "': " .. err, 2)
     end
     f:close()
   elseif not o.query then

@@ -160,8 +160,7 @@ pcall(ffi.cdef, "int truncate(const char *path, int64_t length);")
 -- A failed write ends the run (status 1): going on would lose results
 -- silently. `what` names the file, err is the OS error.
 local function write_failed(what, err, note)
-  C.sp_ctx_set_exit(core.ctx, 1)
-  sched.plain_error(format("specula run: cannot write %s: %s%s", what, tostring(err), note or ""))
+  sched.plain_error(format("specula run: cannot write %s: %s%s", what, tostring(err), note or ""), 1)
 end
 M.write_failed = write_failed
 

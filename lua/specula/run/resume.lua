@@ -26,8 +26,7 @@ local M = {}
 local CANONICAL = { canonical = true }   -- secrets.scrub_json: a line stays canonical JSON
 
 local function refuse(msg)
-  C.sp_ctx_set_exit(core.ctx, 2)
-  sched.plain_error("specula run: " .. msg)
+  sched.plain_error("specula run: " .. msg, 2)
 end
 
 local function shown(v)

@@ -569,7 +569,7 @@ function M.main(agent, args, script, compare)
   local cassette = require "specula.cassette"
   if (o.record or o.replay_io) and not cassette.state then
     local ok, cerr, why = cassette.open({ record = o.record, replay = o.replay_io, miss = o.miss })
-    if not ok and why == "write" then C.sp_ctx_set_exit(core.ctx, 1) sched.plain_error("specula run: " .. cerr) end
+    if not ok and why == "write" then sched.plain_error("specula run: " .. cerr, 1) end
     if not ok then runopts.usage_error(cerr) end
   end
   if o.predict == "on" and agent.predict == nil then
@@ -583,11 +583,11 @@ function M.main(agent, args, script, compare)
     if type(compare) ~= "function" then
       error("specula.run.runner.main: --compare needs its driver (specula.run.compare.main) as 4th argument", 2)
     end
-    compare(agent, o, src, script)
+    local status = compare(agent, o, src, script)
     local cst = cassette.close()
     if cst and cst.failed then write_failed(cst.failed.what, cst.failed.err) end
     if cst and not o.quiet then require("specula.secrets").stderr(cassette.summary(cst), "\n") end
-    return
+    return status
   end
   runopts.load_knobs(o, script)
   local run = make_run(agent, o, script)
@@ -674,12 +674,14 @@ function M.main(agent, args, script, compare)
   if cst and cst.failed then write_failed(cst.failed.what, cst.failed.err) end
   if cst and not o.quiet then require("specula.secrets").stderr(cassette.summary(cst), "\n") end
   if not acc then for _, r in ipairs(results) do strip(r) end end
-  if agg.failed > 0 then C.sp_ctx_set_exit(core.ctx, 3) end
-  if interrupted then M.interrupted(emitted, pending.n, o.out) end
+  -- the exit status (specula.cmd sets it): a signal's, else 3 when a query failed
+  if interrupted then return M.interrupted(emitted, pending.n, o.out) end
+  if agg.failed > 0 then return 3 end
 end
 
--- The end of a run stopped by a signal: say so and how to go on, exit
--- 128 + signal. out: the --out file, nil when the records went to stdout.
+-- The end of a run stopped by a signal: say so and how to go on; returns
+-- the exit status, 128 + signal. out: the --out file, nil when the records
+-- went to stdout.
 function M.interrupted(done, total, out)
   local sig = C.sp_host_signal(core.ctx)
   local next_step = out
@@ -687,7 +689,7 @@ function M.interrupted(done, total, out)
     or "the records went to stdout, so nothing can be resumed: run with --out FILE, which a second run resumes"
   require("specula.secrets").stderr(format("specula: %s: %d of %d queries finished and written; the rest did not run (%s)\n",
     sig == 15 and "terminated" or "interrupted", done, total, next_step))
-  C.sp_ctx_set_exit(core.ctx, 128 + sig)
+  return 128 + sig
 end
 
 return M
