@@ -78,6 +78,10 @@ M.on_error = on_error
 -- the command dispatcher (specula.cmd) sets it, nothing else does. Without
 -- one, a failed command exits 1.
 local function plain_error(message, status) error({ plain = true, message = message, status = status }, 0) end
+-- A usage mistake found below the commands (a bad `specula run` option in
+-- specula.run.opts): status 2, and the dispatcher adds the command's usage
+-- hint; the module that found it prints nothing.
+local function usage_error(message) error({ plain = true, message = message, status = 2, usage = true }, 0) end
 
 -- An error in a window job (the agent's code, a tool, a speculator): its
 -- message and the frames of the agent's own files. The engine's frames
@@ -98,6 +102,7 @@ local function job_error(e)
 end
 M.job_error = job_error
 M.plain_error = plain_error
+M.usage_error = usage_error
 
 -- A call into the user's code (a predictor's method, a policy's decide, a
 -- hook) that must not end more than what it belongs to: true and its

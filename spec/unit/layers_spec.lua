@@ -168,9 +168,9 @@ describe("the pieces moved down to break the circles", function()
 
   it("leave `specula run --help` as the command's table prints it", function()
     local argv, cmdrun, runopts = require("specula.argv"), require("specula.cmd.run"), require("specula.run.opts")
-    assert.equals(argv.usage(cmdrun), runopts.usage_text)
+    assert.equals(argv.usage(cmdrun), argv.usage(runopts.COMMAND))
     assert.equals(argv.usage_hint(cmdrun), argv.usage_hint(runopts.COMMAND))
-    assert.matches("^usage: specula run SCRIPT%.lua", runopts.usage_text)
+    assert.matches("^usage: specula run SCRIPT%.lua", argv.usage(cmdrun))
   end)
 end)
 
@@ -233,6 +233,26 @@ describe("the exit status", function()
     end
     p:close()
     assert.is_true(n > 50, "read only " .. n .. " files")
+    assert.same({}, found)
+  end)
+end)
+
+describe("the floors below the commands", function()
+  it("never print usage: run/, lab/ and report/ name no usage text or hint", function()
+    local found = {}
+    for _, dir in ipairs({ "run", "lab", "report" }) do
+      local p = assert(io.popen("cd " .. H.root .. "/lua/specula && find " .. dir .. " -name '*.lua' | sort"))
+      for file in p:lines() do
+        local lineno = 0
+        for line in io.lines(H.root .. "/lua/specula/" .. file) do
+          lineno = lineno + 1
+          if not line:match("^%s*%-%-") and (line:find("usage_hint", 1, true) or line:find("argv.usage(", 1, true)) then
+            found[#found + 1] = file .. ":" .. lineno
+          end
+        end
+      end
+      p:close()
+    end
     assert.same({}, found)
   end)
 end)

@@ -90,19 +90,26 @@ end
 -- status)), taken where it was raised; any other error keeps its traceback
 -- and the process exits 1.
 local function set_status(rc) if type(rc) == "number" then C.sp_ctx_set_exit(core.ctx, rc) end end
-local function decide(e)
-  if type(e) == "table" and rawget(e, "plain") then
-    set_status(rawget(e, "status"))
-    return e
+local function decider(cmd)
+  return function(e)
+    if type(e) == "table" and rawget(e, "plain") then
+      set_status(rawget(e, "status"))
+      if rawget(e, "usage") then   -- sched.usage_error: the hint is the command's to print
+        return { plain = true, message = tostring(rawget(e, "message")) .. "\n" .. (argv.usage_hint(cmd):gsub("\n$", "")) }
+      end
+      return e
+    end
+    return { plain = true, message = sched.on_error(e, 1) }
   end
-  return { plain = true, message = sched.on_error(e, 1) }
 end
 
 -- Parse a command's arguments by its table and run it: --help prints the
 -- usage text; a mistake is a usage error; cmd.check(o) (optional) returns
 -- a message for a combination the table cannot say. main(o) runs inside the
 -- main task; a number it returns is the exit status, nil and a message a
--- usage mistake (so that run/ and lab/ return it and never print usage).
+-- usage mistake (so that run/ and lab/ return it and never print usage);
+-- "help" as a third value asks for the usage text (`specula run AGENT
+-- --help`: an option only the runner reads).
 local function run_command(cmd, args)
   local o
   if cmd.parse then
@@ -119,9 +126,10 @@ local function run_command(cmd, args)
     local msg = cmd.check(o)
     if msg then return set_status(M.usage_error(cmd, msg)) end
   end
-  local ok, rc, umsg = xpcall(cmd.main, decide, o)
+  local ok, rc, umsg, help = xpcall(cmd.main, decider(cmd), o)
   if not ok then error(rc, 0) end
   if umsg ~= nil then return set_status(M.usage_error(cmd, umsg)) end
+  if help == "help" then io.stdout:write(argv.usage(cmd)) return end
   set_status(rc)
 end
 

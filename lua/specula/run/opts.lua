@@ -36,10 +36,7 @@ but not ','. Example:
 Every record carries its provenance (version, digests of the agent, its modules, the input and
 the query, the whole configuration); resuming --out checks it and refuses records of another run.]]
 
-local function usage_error(msg)
-  -- (plain_error ends the line itself)
-  sched.plain_error("specula run: " .. msg .. "\n" .. (argv.usage_hint(M.COMMAND):gsub("\n$", "")), 2)
-end
+local function usage_error(msg) sched.usage_error("specula run: " .. msg) end
 M.usage_error = usage_error
 
 -- Shared numeric options (k, m, eps, seed, concurrency, ...): their domains
@@ -184,15 +181,6 @@ local FLAGS = argv.compile({ options = M.OPTIONS })
 -- mistake): the fields of the command's table, which specula.cmd.run takes
 -- from here, so that this module need not require the command above it.
 M.COMMAND = { name = "run", synopsis = M.SYNOPSIS, about = M.ABOUT, options = M.OPTIONS, epilog = M.EPILOG }
-
--- The usage text, from the table (specula.argv.usage).
-setmetatable(M, { __index = function(t, k)
-  if k == "usage_text" then
-    local text = argv.usage(M.COMMAND)
-    rawset(t, k, text)
-    return text
-  end
-end })
 
 -- Why "predict on" cannot be honoured (one text for the CLI, --compare
 -- items and specula.run).

@@ -561,7 +561,7 @@ end
 -- sits above the runner, whose pieces it uses).
 function M.main(agent, args, script, compare)
   local o = runopts.parse_args(args)
-  if o.help then io.stdout:write(runopts.usage_text) return end
+  if o.help then return nil, nil, "help" end   -- specula.cmd prints the usage
   if o.clock then
     local ok, cerr = sched.set_clock(o.clock)
     if not ok then sched.plain_error("specula run: --clock " .. o.clock .. ": " .. cerr) end
