@@ -591,7 +591,7 @@ describe("examples/cassette", function()
     local _, err2
     st, _, err2 = H.specula({ "cassette", "show", EX .. "/tape", "--kind", "htp" })
     assert.are.equal(2, st)
-    assert.matches("unknown kind 'htp' %(the kinds: http, mcp, spec, obs, job%)", err2)
+    assert.matches("unknown kind 'htp' %(the kinds: http, mcp, spec, obs, job, commit%)", err2)
     st, out = H.specula({ "verifiers", EX .. "/tape" })
     assert.are.equal(0, st)
     -- the table in the README is what the lab prints for the tape
