@@ -48,6 +48,16 @@ function M.check(o)
   end
 end
 
+-- An HTTP request's body on one line: scrubbed first (a secret the cut
+-- would split goes whole), white space folded, cut at BODY_MAX bytes.
+local BODY_MAX = 160
+local function body_text(body)
+  if type(body) ~= "string" or body == "" then return "" end
+  local b = secrets.scrub_message(body):gsub("%s+", " ")
+  if #b > BODY_MAX then b = json.utf8_cut(b, BODY_MAX - 3) .. "..." end
+  return " " .. b
+end
+
 -- What a call the recording cancelled asked for: a lone start line has
 -- no request, only its key ("GET url\nbody", "MCP server method\nparams",
 -- "SPEC tool\nargs").
@@ -67,7 +77,7 @@ local function what_key(r)
     local tool = head:match("^SPEC (.*)$")
     if tool then return format("speculator %s %s", tool, rest) end
   elseif r.kind == "http" then
-    return head
+    return head .. body_text(rest)
   end
   return (tostring(r.key):gsub("\n", " "))
 end
@@ -84,7 +94,7 @@ local function what(r)
   end
   if r.req == nil and r.kind ~= "job" then return what_key(r) end
   local q = r.req or {}
-  if r.kind == "http" then return format("%s %s", tostring(q.method), tostring(q.url)) end
+  if r.kind == "http" then return format("%s %s%s", tostring(q.method), tostring(q.url), body_text(q.body)) end
   if r.kind == "mcp" then
     local p = q.params
     local name = type(p) == "table" and p.name
