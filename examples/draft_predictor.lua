@@ -29,12 +29,15 @@ else
   -- the prompt and the sample's index, so runs repeat).
   local ORDER = { web_search = "arxiv_search", arxiv_search = "fetch_url", fetch_url = "extract_text",
                   extract_text = "summarize", summarize = "synthesize" }
-  local sample = 0
+  -- samples are counted per prompt: a count over every call would make a
+  -- prompt's draws depend on what other queries and threads asked first
+  local samples = {}
   client = {
     chat = function(self, req)
-      sample = sample + 1
       specula.sleep(8) -- a small model is fast, not free
       local prompt = req.messages[#req.messages].content
+      local sample = (samples[prompt] or 0) + 1
+      samples[prompt] = sample
       local last_tool, last_args = prompt:match("\n%d+%. (%S+) (%b{}) %-> [^\n]*\n\nNext call:")
       local r = sim.draw({ id = prompt, seed = 0 }, "draft", sample % 3)
       if not last_tool then
@@ -57,5 +60,6 @@ end
 
 local names = {}
 for name in pairs(agent.tools) do names[#names + 1] = name end
+table.sort(names)   -- (pairs' order changes from run to run, and the prompt with it)
 agent.predict = specula.predict.draft { client = client, tools = names, samples = 3, top = 2 }
 return agent

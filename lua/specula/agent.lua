@@ -407,7 +407,12 @@ end
 -- SP_JOB_PFCALL: a predicted call started early (always speculative).
 local function pfcall(A, qmt, tool, args, hop)
   local ctx = setmetatable({ hop = hop, speculative = true, predicted = true }, qmt)
-  if cassette.state then cassette.bind(ctx) end
+  if cassette.state then
+    cassette.bind(ctx)
+    -- its observation goes on tape too: one that serves its step's target
+    -- is a committed call
+    return cassette.observe(tool, args, A.tools[tool].call, ctx)
+  end
   return A.tools[tool].call(args, ctx)
 end
 

@@ -28,6 +28,14 @@
 -- built from, so the same job of another schedule (another k, m, mode,
 -- policy, verifier or predictor) finds its recording. Format 2 tapes are
 -- matched by thread as they were recorded.
+--
+-- Format 4 adds, when a query ends, { kind = "commit", key, n, meta =
+-- { query }, index, text, paths, calls, failed }: the paths of the states
+-- its committed trajectory went through (hop 0 first, the final state
+-- last) and the action taken at each, so a reader tells the calls the run
+-- committed (a call made from a speculative state whose guess was later
+-- accepted included) from those of discarded threads; and `obs` lines for
+-- predicted calls too (one that served its step's target is committed).
 local json = require "specula.json"
 local sched = require "specula.sched"
 local core = require "specula.core"
@@ -39,10 +47,10 @@ local select, unpack, rawget, xpcall, tonumber = select, unpack, rawget, xpcall,
 local co_running = coroutine.running
 
 local M = {}
-M.VERSION = 3
+M.VERSION = 4
 -- versions this specula reads (1: no job lines, n counted per request; 2:
--- occurrences counted per window thread)
-local READS = { [1] = true, [2] = true, [3] = true }
+-- occurrences counted per window thread; 3: no commit lines)
+local READS = { [1] = true, [2] = true, [3] = true, [4] = true }
 M.MISS = { error = true, live = true, skip = true }
 
 -- The open cassette of this process (nil: none). Checked on every request.
@@ -63,6 +71,9 @@ local function scrub(s, extra) return secrets.scrub_message(s, extra) end
 -- ctx }. Weak values: a cancelled job's coroutine is dropped, and its
 -- record with it.
 local jobs = setmetatable({}, { __mode = "v" })
+-- While recording: each final step (weak: it goes with its window) -> the
+-- path of the state it was decided from, for the query's commit line.
+local finals = setmetatable({}, { __mode = "k" })
 local BORN, THREAD = ffi.new("double[1]"), ffi.new("int[1]")
 
 -- The window job the running task works for (the job itself or a task its
@@ -245,6 +256,21 @@ local function check_line(v)
   end
   local kind = v.kind
   if kind == "job" then return bad(v.ms, "ms", NUM) end
+  if kind == "commit" then
+    e = bad(v.paths, "paths", O_ARR) or bad(v.calls, "calls", O_ARR) or bad(v.index, "index", O_NUM)
+      or bad(v.text, "text", O_STR)
+    if e then return e end
+    for i, p in ipairs(v.paths or {}) do
+      e = bad(p, format("paths[%d]", i - 1), STR)
+      if e then return e end
+    end
+    for i, c in ipairs(v.calls or {}) do
+      local p = format("calls[%d]", i - 1)
+      e = bad(c, p, OBJ) or bad(c.tool, p .. ".tool", STR)
+      if e then return e end
+    end
+    return nil
+  end
   if v.start or (kind ~= "http" and kind ~= "mcp" and kind ~= "spec" and kind ~= "obs") then return nil end
   local res = v.res
   if kind == "http" then
@@ -322,7 +348,7 @@ function M.load(dir)
           end
         elseif v.specula_cassette then
           if not READS[v.specula_cassette] then
-            return nil, format("cassette %s:%d: format version %s, this specula reads 1 and %d", path, ln,
+            return nil, format("cassette %s:%d: format version %s, this specula reads 1 to %d", path, ln,
               tostring(v.specula_cassette), M.VERSION)
           end
           info.header = v
@@ -379,7 +405,7 @@ function M.open(o)
   if not M.MISS[miss] then return nil, "--miss must be error, live or skip" end
   local st = { miss = miss, counts = {}, served = 0, missed = 0, missed_committed = 0, live = 0, recorded = 0,
                held = 0, again = 0, missed_cancelled = 0, pending_misses = {}, miss_list = {},
-               t0 = sched.now(), bypath = true }
+               t0 = sched.now(), bypath = true, trees = {} }
   if o.replay then
     local recs, files, warnings = M.load(o.replay)
     if not recs then return nil, files end
@@ -477,13 +503,19 @@ function M.failed()
   return M.state and M.state.failed
 end
 
--- A query ended (err: its record's error, if any). A miss made on a thread
+local write_commit   -- (below, after write)
+
+-- A query ended (err: its record's error, if any; final: its final step;
+-- index: its place in the input; text: the query). While recording, its
+-- commit line goes on tape. A miss made on a thread
 -- that was speculative when it asked and whose error ended the query (the
 -- thread was promoted: a lossy verifier committed its guess) was on the
 -- committed path after all.
-function M.query_done(id, err)
+function M.query_done(id, err, final, index, text)
   local st = M.state
-  if not st or not st.replay then return end
+  if not st then return end
+  if st.file then write_commit(st, id, err, final, index, text) end
+  if not st.replay then return end
   local q = tostring(id)
   local l = st.pending_misses[q]
   st.pending_misses[q] = nil
@@ -612,6 +644,46 @@ local function write(rec, extra, timing)
   if not rec.start and not timing then st.recorded = st.recorded + 1 end
 end
 
+-- The commit line of a query that ended (see the head of this file):
+-- the committed states' paths, root first, from the final state up
+-- through the parents the step jobs noted (note_state), and the action
+-- taken at each. A query that failed committed nothing (as its record
+-- says); one whose final state is not known (a cycle of plain-value
+-- states) gets no paths, and a reader falls back on the calls made from
+-- verified states.
+function write_commit(st, id, err, final, index, text)
+  local q = tostring(id)
+  local tree = st.trees[q]
+  st.trees[q] = nil
+  -- (counted as occurrences are: a --compare run commits a query per configuration)
+  local ck = "COMMIT\n" .. q
+  st.counts[ck] = (st.counts[ck] or 0) + 1
+  local rec = { kind = "commit", key = "COMMIT " .. q, n = st.counts[ck],
+                at = sched.now() - st.t0, meta = { query = id }, index = tonumber(index),
+                text = type(text) == "string" and text or nil }
+  local p = final ~= nil and finals[final] or nil
+  if err ~= nil then
+    rec.failed = true
+  elseif p and tree then
+    local chain, seen = {}, {}
+    while p and not seen[p] and tree[p] do
+      seen[p] = true
+      chain[#chain + 1] = p
+      p = tree[p].parent
+    end
+    if p == nil then
+      local paths, calls = {}, {}
+      for i = #chain, 1, -1 do paths[#paths + 1] = chain[i] end
+      for i = 1, #paths - 1 do
+        local node = tree[paths[i]]
+        calls[i] = { tool = tostring(node.tool), args = node.args }
+      end
+      rec.paths, rec.calls = json.array(paths), json.array(calls)
+    end
+  end
+  write(rec, nil, true)
+end
+
 -- Write the job lines waiting for the next line.
 function M.flush_timings()
   local st = M.state
@@ -716,7 +788,7 @@ end
 local function key_kind(key)
   local w = key:match("^(%u+) ")
   if w == "MCP" then return "mcp" elseif w == "SPEC" then return "spec" elseif w == "OBS" then return "obs"
-  elseif w == "JOB" then return "job" end
+  elseif w == "JOB" then return "job" elseif w == "COMMIT" then return "commit" end
   return "http"
 end
 
@@ -1337,6 +1409,19 @@ local function code_start(rec)
   return rec.ms
 end
 
+-- While recording: a step job made state (from parent, for an advance)
+-- and decided step s there; the query's tree keeps, per state path, its
+-- parent's path and the action taken, and a final step its state's path.
+local function note_state(st, query, state, advance, parent, s)
+  local q = tostring(query)
+  local tree = st.trees[q]
+  if not tree then tree = {}; st.trees[q] = tree end
+  local p = state_path(state)
+  local a = type(s) == "table" and type(s.action) == "table" and s.action or nil
+  tree[p] = { parent = advance and state_path(parent) or nil, tool = a and a.tool, args = a and a.args }
+  if type(s) == "table" and s.final ~= nil then finals[s] = p end
+end
+
 local function wrap_job(name, f, how, pathf)
   return function(...)
     local st = M.state
@@ -1347,7 +1432,9 @@ local function wrap_job(name, f, how, pathf)
     local qctx = type(qmt) == "table" and rawget(qmt, "__index")
     local J = { born = BORN[0], thread = THREAD[0], name = name,
                 query = type(qctx) == "table" and qctx.id or nil, co = co_running() }
-    if st.bypath then J.path = pathf(...) end
+    -- (a recording keeps paths for its commit lines even while it
+    -- replays a tape that has none)
+    if st.bypath or st.file then J.path = pathf(...) end
     jobs[id] = J
     local hop, what = how(...)
     local meta = { query = J.query, hop = hop, thread = J.thread, job = name, path = J.path }
@@ -1366,6 +1453,9 @@ local function wrap_job(name, f, how, pathf)
     -- the state a step job made carries its path to the jobs that work on it
     if J.path and r[1] and (name == "start" or name == "advance") and type(r[2]) == "table" then
       paths[r[2]] = J.path
+    end
+    if st.file and J.path and r[1] and J.query ~= nil and (name == "start" or name == "advance") then
+      note_state(st, J.query, r[2], name == "advance", (select(2, ...)), r[6])
     end
     if st.file then
       -- written with the next line: writing it now would add to the job

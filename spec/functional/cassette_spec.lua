@@ -591,7 +591,7 @@ describe("examples/cassette", function()
     local _, err2
     st, _, err2 = H.specula({ "cassette", "show", EX .. "/tape", "--kind", "htp" })
     assert.are.equal(2, st)
-    assert.matches("unknown kind 'htp' %(the kinds: http, mcp, spec, obs, job%)", err2)
+    assert.matches("unknown kind 'htp' %(the kinds: http, mcp, spec, obs, job, commit%)", err2)
     st, out = H.specula({ "verifiers", EX .. "/tape" })
     assert.are.equal(0, st)
     -- the table in the README is what the lab prints for the tape
@@ -603,5 +603,35 @@ describe("examples/cassette", function()
     assert.are.equal(0, st)
     assert.matches("\nngram%s+tool_name", out)
     assert.is_not_nil(readme:find(out, 1, true), out)
+  end)
+
+  it("cassette show prints an HTTP request's body, scrubbed before it is cut", function()
+    local st, out = H.specula({ "cassette", "show", EX .. "/tape", "--kind", "http", "--query", "c1" })
+    assert.are.equal(0, st)
+    assert.matches('\nhttp  #1\tPOST http://127%.0%.0%.1:%d+/file%?path=plan%.sse&chunk=90&pause=150 {"messages":%[{"content":'
+      .. '"city 1","role":"user"}%],"model":"gpt%-test","stream":true,"stream_options":{"include_usage":true}}\t',
+      "\n" .. out)
+    -- a long body is cut at 160 bytes; a secret across the cut goes whole
+    -- (scrubbed first), as does one in a call the recording cancelled
+    local secret = "SECRETVALUE-1234567890abcdef"
+    local body = '{"prompt":"' .. string.rep("a", 140) .. secret .. string.rep("b", 100) .. '"}'
+    local dir = H.tmpdir() .. "/bodies"
+    os.execute("mkdir -p " .. H.quote(dir))
+    H.tmpfile("bodies/cassette-0001.jsonl", table.concat({
+      cjson.encode({ specula_cassette = 4, clock = "real" }),
+      cjson.encode({ kind = "http", key = "POST http://127.0.0.1:9/gen\n" .. body, n = 1, ms = 3,
+        meta = { query = "q1" }, req = { method = "POST", url = "http://127.0.0.1:9/gen", body = body },
+        res = { status = 200, body = "ok" } }),
+      cjson.encode({ kind = "http", key = 'POST http://127.0.0.1:9/ask\n{"q":"' .. secret .. '"}', n = 1,
+        start = true, meta = { query = "q1" } }) }, "\n") .. "\n")
+    st, out = H.specula({ "cassette", "show", dir })
+    assert.are.equal(0, st)
+    assert.is_not_nil(out:find(" " .. body:sub(1, 157) .. "...\t200\t", 1, true), out)
+    st, out = H.specula({ "cassette", "show", dir, "--secret-env", "CAS_SECRET" }, { CAS_SECRET = secret })
+    assert.are.equal(0, st)
+    local cut = (body:sub(1, 151) .. "[redacted]" .. body:sub(152 + #secret)):sub(1, 157)
+    assert.is_not_nil(out:find("POST http://127.0.0.1:9/gen " .. cut .. "...\t200\t", 1, true), out)
+    assert.is_not_nil(out:find('POST http://127.0.0.1:9/ask {"q":"[redacted]"}\tcancelled\t', 1, true), out)
+    assert.is_nil(out:find("SECRE", 1, true), out)
   end)
 end)

@@ -459,3 +459,151 @@ return setmetatable(P, { __call = function(self, hist, ctx) log:write("ask ", to
     assert.matches("%-%-train", err)
   end)
 end)
+
+-- A tape and the records of the same run: the predictor lab reads the same
+-- committed calls from both (examples/multihop_sim.lua: 8 queries of 3-6
+-- hops, its speculator right 45 % of the time, k = inf, so calls are made
+-- from speculative states whose guesses are accepted or rejected later).
+describe("specula predictors: a tape counts the calls its run committed", function()
+  local SIM = H.root .. "/examples/multihop_sim.lua"
+  local n = 0
+  local function input()
+    local l = {}
+    for i = 1, 8 do l[i] = cjson.encode({ id = "q" .. i, query = "question " .. i }) end
+    return H.tmpfile("sim_in.jsonl", table.concat(l, "\n") .. "\n")
+  end
+  -- record one run; returns the tape, the results file and its records
+  local function record(agent, extra, status)
+    n = n + 1
+    local dir, out = H.tmpdir() .. "/simtape" .. n, H.tmpdir() .. "/simout" .. n .. ".jsonl"
+    local a = { "run", agent, "--input", input(), "--k", "inf", "--record", dir, "--out", out }
+    for _, x in ipairs(extra or {}) do a[#a + 1] = x end
+    local st, _, err = H.specula(a)
+    assert.are.equal(status or 0, st, err)
+    return dir, out, H.jsonl(H.read(out))
+  end
+  -- beside the built-in predictors, the sim's own rule: the next search
+  -- names the query, the hop and the last observation (at hop 0 the lab
+  -- knows the query's id, not its text: a miss), so its top-1 says whether
+  -- the lab has the same calls with the same observations in the same order
+  local rule = H.tmpfile("sim_rule.lua", [[
+return function(h, ctx)
+  local prev = h[#h] and h[#h].observation or ctx.query
+  return { { tool = "search", args = { q = tostring(ctx.id) .. "/" .. #h .. "/" .. tostring(prev) }, confidence = 1 } }
+end
+]])
+  local function lab(src)
+    local st, out, err = H.specula({ "predictors", src, "--json", "--predictor", "learned", "--predictor", "pattern",
+      "--predictor", "ngram", "--predictor", rule })
+    assert.are.equal(0, st, err)
+    local r = cjson.decode(out)
+    local p = r.predictors[4]
+    assert.is_true(p.top1 > 0 and p.top1 < r.steps, cjson.encode(p))
+    return r
+  end
+  -- the lab's figures from tape and records are the same; returns them
+  local function same(dir, out)
+    local a, b = lab(dir), lab(out)
+    assert.are.same({ b.steps, b.trajectories, b.turns }, { a.steps, a.trajectories, a.turns })
+    assert.are.equal(#b.predictors, #a.predictors)
+    for i, p in ipairs(b.predictors) do
+      local q = a.predictors[i]
+      assert.are.same({ p.predictor, p.top1, p.top3, p.tool_top1, p.top1_rate },
+        { q.predictor, q.top1, q.top3, q.tool_top1, q.top1_rate })
+    end
+    return a
+  end
+  local function tape_lines(dir) return H.jsonl(H.read(dir .. "/cassette-0001.jsonl")) end
+  local function verdicts(recs)
+    local c = { accepted = 0, rejected = 0 }
+    for _, r in ipairs(recs) do
+      for v in H.verdicts(r):gmatch("[^,]+") do c[v] = (c[v] or 0) + 1 end
+    end
+    return c
+  end
+
+  it("counts every committed call, whatever state it ran from, on tapes and on records alike", function()
+    local dir, out, recs = record(SIM)
+    local calls = 0
+    for _, r in ipairs(recs) do
+      assert.is_nil(r.error)
+      calls = calls + #r.trajectory
+    end
+    local v = verdicts(recs)
+    assert.is_true(v.accepted > 0 and v.rejected > 0, cjson.encode(v))
+    -- the tape holds calls made from speculative states: committed ones
+    -- (an accepted guess) and discarded ones (a rejected guess)
+    local verified, spec = 0, 0
+    for _, l in ipairs(tape_lines(dir)) do
+      if l.kind == "obs" then
+        if l.meta.speculative then spec = spec + 1 else verified = verified + 1 end
+      end
+    end
+    assert.is_true(verified < calls and verified + spec > calls, verified .. " " .. spec .. " " .. calls)
+    local r = same(dir, out)
+    assert.are.equal(calls, r.steps)
+    assert.are.equal(8, r.trajectories)
+    -- a tape written before commit lines (format 3) does not say which
+    -- speculative calls were committed: it gives those from verified states
+    local old = H.tmpdir() .. "/simtape_old" .. n
+    os.execute("mkdir -p " .. H.quote(old))
+    local lines = {}
+    for _, l in ipairs(tape_lines(dir)) do
+      if l.specula_cassette then l.specula_cassette = 3 end
+      if l.kind ~= "commit" then lines[#lines + 1] = cjson.encode(l) end
+    end
+    H.tmpfile("simtape_old" .. n .. "/cassette-0001.jsonl", table.concat(lines, "\n") .. "\n")
+    assert.are.equal(verified, lab(old).steps)
+    -- what each query committed, shown
+    local st, shown = H.specula({ "cassette", "show", dir, "--kind", "commit", "--query", "q1" })
+    assert.are.equal(0, st)
+    assert.matches("^commit #1\tcommit %d calls: search, search, search[^\n]*\tok\t", shown)
+  end)
+
+  it("counts a predicted call that served its step, and a failed query not at all", function()
+    -- an oracle for the sim's next call at even hops: those steps' targets
+    -- are served by the predicted call (no call of their own)
+    local oracle = H.tmpfile("sim_oracle.lua", [[
+return function(h, ctx)
+  if ctx.hop % 2 == 1 then return {} end
+  local prev = h[#h] and h[#h].observation or ctx.query
+  return { { tool = "search", args = { q = tostring(ctx.id) .. "/" .. ctx.hop .. "/" .. prev }, confidence = 1 } }
+end
+]])
+    -- the sim, whose query q3 fails at its second call
+    local agent = H.tmpfile("sim_failing.lua", [[
+local specula = require "specula"
+local a = specula.sim.multihop { hops = { 3, 6 }, p = 0.45, seg = { "lognormal", 15, 0.3 },
+  spec = { "lognormal", 16, 0.3 }, target = { "lognormal", 100, 0.4 } }
+local call = a.tools.search.call
+a.tools.search.call = function(args, ctx)
+  if ctx.id == "q3" and ctx.hop >= 1 then error("no such page", 0) end
+  return call(args, ctx)
+end
+return a
+]])
+    local dir, out, recs = record(agent, { "--predictor", oracle }, 3)   -- 3: a query failed
+    local calls, failed = 0, 0
+    for _, r in ipairs(recs) do
+      if r.error then failed = failed + 1 else calls = calls + #r.trajectory end
+    end
+    assert.are.equal(1, failed)
+    local committed, own, predicted = {}, 0, 0
+    local lines = tape_lines(dir)
+    for _, l in ipairs(lines) do
+      if l.kind == "commit" then
+        for _, p in ipairs(l.paths or {}) do committed[l.meta.query .. " " .. p] = true end
+      end
+    end
+    for _, l in ipairs(lines) do
+      if l.kind == "obs" and l.meta.predicted then predicted = predicted + 1 end
+      if l.kind == "obs" and not l.meta.predicted and committed[l.meta.query .. " " .. l.meta.path] then
+        own = own + 1
+      end
+    end
+    assert.is_true(predicted > 0 and own < calls, predicted .. " " .. own .. " " .. calls)
+    local r = same(dir, out)
+    assert.are.equal(calls, r.steps)
+    assert.are.equal(7, r.trajectories)
+  end)
+end)

@@ -14,11 +14,12 @@ local M = {
   about = [[
   ls DIR       the files, their exchanges and any cut-off line
   show DIR     one line per exchange (JSONL with --json); with --kind job,
-               the window jobs' recorded lengths
+               the window jobs' recorded lengths; with --kind commit, what
+               each query committed
   stats DIR    counts, errors and latency by kind (job: the window jobs'
                lengths, launch to result)]],
   options = {
-    { "--kind", key = "kind", arg = "K", shown = "every kind but job", help = "show: only exchanges of this kind (http, mcp, spec, obs or job)" },
+    { "--kind", key = "kind", arg = "K", shown = "every kind but job", help = "show: only exchanges of this kind (http, mcp, spec, obs, job or commit)" },
     { "--query", key = "query", arg = "ID", shown = "every query", help = "show: only this query's exchanges" },
     { "--json", key = "json", flag = true, help = "JSON instead of the table (show: JSONL)" },
   },
@@ -28,7 +29,7 @@ local fail = lab.failer("specula cassette")
 
 -- the kinds a cassette line can have (specula.cassette): any other --kind
 -- would silently show nothing
-local KINDS = { "http", "mcp", "spec", "obs", "job" }
+local KINDS = { "http", "mcp", "spec", "obs", "job", "commit" }
 
 function M.check(o)
   local sub, dir = o.args[1], o.args[2]
@@ -45,6 +46,16 @@ function M.check(o)
       return format("--kind: unknown kind '%s' (the kinds: %s)", tostring(o.kind), concat(KINDS, ", "))
     end
   end
+end
+
+-- An HTTP request's body on one line: scrubbed first (a secret the cut
+-- would split goes whole), white space folded, cut at BODY_MAX bytes.
+local BODY_MAX = 160
+local function body_text(body)
+  if type(body) ~= "string" or body == "" then return "" end
+  local b = secrets.scrub_message(body):gsub("%s+", " ")
+  if #b > BODY_MAX then b = json.utf8_cut(b, BODY_MAX - 3) .. "..." end
+  return " " .. b
 end
 
 -- What a call the recording cancelled asked for: a lone start line has
@@ -66,16 +77,24 @@ local function what_key(r)
     local tool = head:match("^SPEC (.*)$")
     if tool then return format("speculator %s %s", tool, rest) end
   elseif r.kind == "http" then
-    return head
+    return head .. body_text(rest)
   end
   return (tostring(r.key):gsub("\n", " "))
 end
 
 -- What the exchange asked for, one line.
 local function what(r)
+  if r.kind == "commit" then
+    local calls = {}
+    for i, c in ipairs(type(r.calls) == "table" and r.calls or {}) do calls[i] = tostring(c.tool) end
+    if r.failed then return "commit: the query failed" end
+    if r.paths == nil then return "commit: path not known" end
+    return format("commit %d call%s%s%s", #calls, #calls == 1 and "" or "s", #calls > 0 and ": " or "",
+      concat(calls, ", "))
+  end
   if r.req == nil and r.kind ~= "job" then return what_key(r) end
   local q = r.req or {}
-  if r.kind == "http" then return format("%s %s", tostring(q.method), tostring(q.url)) end
+  if r.kind == "http" then return format("%s %s%s", tostring(q.method), tostring(q.url), body_text(q.body)) end
   if r.kind == "mcp" then
     local p = q.params
     local name = type(p) == "table" and p.name
@@ -105,7 +124,7 @@ M.what = what
 
 local function outcome(r)
   if r.start then return "cancelled" end
-  if r.kind == "job" then return r.failed and "failed" or "ok" end
+  if r.kind == "job" or r.kind == "commit" then return r.failed and "failed" or "ok" end
   if r.err then return "error: " .. tostring(r.err):gsub("%s+", " "):sub(1, 80) end
   if r.kind == "http" then
     local s = r.res and tostring(r.res.status) or "?"
@@ -130,11 +149,14 @@ function M.main(o)
   local sub, dir = o.args[1], o.args[2]
   local recs, files = lab.cassette(dir)
   if not recs then return fail(files) end
-  -- the answers (and lone start lines: cancelled calls), then the job lines
+  -- the answers (and lone start lines: cancelled calls), then the job
+  -- lines; commit lines (what each query committed) are no exchanges
   local ex, timings = {}, 0
   for _, r in ipairs(cassette.entries(recs)) do
     if r.kind == "job" then timings = timings + 1 end
-    if r.kind ~= "job" or sub == "stats" or o.kind == "job" then ex[#ex + 1] = r end
+    if r.kind == "commit" then
+      if o.kind == "commit" then ex[#ex + 1] = r end
+    elseif r.kind ~= "job" or sub == "stats" or o.kind == "job" then ex[#ex + 1] = r end
   end
   if sub == "ls" then
     for _, f in ipairs(files) do

@@ -120,13 +120,54 @@ local function stream_names(rec, out)
 end
 
 -- Committed trajectories of a cassette: per query, the target calls' `obs`
--- lines by hop; with format-2 job lines, each step's timing: the step job's
--- length (the model's time), the call's latency, and the streamed tool names.
+-- lines by hop; with job lines (format 2 on), each step's timing: the step
+-- job's length (the model's time), the call's latency, and the streamed
+-- tool names.
+-- Which calls were committed: a format-4 file says it per query (its commit
+-- line: the paths of the committed states and the action taken at each),
+-- so a call made from a speculative state whose guess was accepted counts
+-- and one of a discarded thread does not; a predicted call counts where it
+-- served a committed step (no call of its own ran from that state). A query
+-- that failed counts nothing, as its record does, and one without a commit
+-- line (the recording stopped first) has no record to count either. An
+-- older file does not say: only the calls made from verified states count
+-- there (a committed call made from a speculative state is left out).
 local function from_cassette(dir, out)
-  local recs, err = lab.cassette(dir)
-  if not recs then return nil, err end
-  local by, order, steps_ms, names = {}, {}, {}, {}
+  local recs, files = lab.cassette(dir)
+  if not recs then return nil, files end
+  local v4 = {}
+  for _, f in ipairs(files) do
+    if f.header and (tonumber(f.header.specula_cassette) or 0) >= 4 then v4[f.path] = true end
+  end
+  local by, order, steps_ms, names, commits = {}, {}, {}, {}, {}
   local function skey(m) return tostring(m.query) .. "\0" .. tostring(m.thread) .. "\0" .. tostring(m.hop) end
+  local function ckey(r) return r.file .. "\0" .. tostring(r.meta.query) end
+  local forder = {}
+  for i, f in ipairs(files) do forder[f.path] = i end
+  -- the commit lines first (each follows its query's calls on tape)
+  for _, r in ipairs(recs) do
+    if r.kind == "commit" and type(r.meta) == "table" and r.meta.query ~= nil and v4[r.file] then
+      local k = ckey(r)
+      if not commits[k] then
+        local c = { rec = r, at = {}, predicted = {} }
+        for i, p in ipairs(r.paths or {}) do c.at[p] = i - 1 end
+        commits[k] = c
+      end
+    end
+  end
+  local function step_of(r, m)
+    return { tool = r.req.tool, args = r.req.args, observation = r.res and r.res.value, _key = skey(m), _ms = r.ms }
+  end
+  local function query_of(id, c, r)
+    local q = by[id]
+    if not q then
+      q = { id = id, at = {}, forder = forder[r.file] or 0 }
+      if c then q.text, q.index = c.rec.text, c.rec.index end
+      by[id] = q
+      order[#order + 1] = q
+    end
+    return q
+  end
   for _, r in ipairs(recs) do
     local m = r.meta
     if type(m) == "table" and (m.job == "start" or m.job == "advance") and m.query ~= nil then
@@ -137,15 +178,57 @@ local function from_cassette(dir, out)
         stream_names(r, l)
       end
     end
-    if r.kind == "obs" and m and not m.speculative and m.query ~= nil and type(m.hop) == "number" and r.req then
-      local q = by[m.query]
-      if not q then q = { id = m.query, at = {} }; by[m.query] = q; order[#order + 1] = q end
-      if q.at[m.hop] == nil then
-        q.at[m.hop] = { tool = r.req.tool, args = r.req.args, observation = r.res and r.res.value,
-                        _key = skey(m), _ms = r.ms }
+    if r.kind == "obs" and type(m) == "table" and m.query ~= nil and r.req then
+      local c = v4[r.file] and commits[ckey(r)]
+      if c and c.rec.paths then
+        if m.predicted then
+          c.predicted[#c.predicted + 1] = r
+        else
+          local hop = c.at[m.path]
+          if hop ~= nil then
+            local q = query_of(m.query, c, r)
+            if q.at[hop] == nil then q.at[hop] = step_of(r, m) end
+          end
+        end
+      elseif (not v4[r.file] or (c and not c.rec.failed)) and not m.speculative and type(m.hop) == "number" then
+        local q = query_of(m.query, c, r)
+        if q.at[m.hop] == nil then q.at[m.hop] = step_of(r, m) end
       end
     end
   end
+  -- a committed step with no call from its state: its target was served by
+  -- a predicted call of the same action at that hop
+  for _, c in pairs(commits) do
+    local calls = c.rec.calls
+    if c.rec.paths and calls then
+      for i, call in ipairs(calls) do
+        local hop = i - 1
+        local q = by[c.rec.meta.query]
+        if not (q and q.at[hop] ~= nil) then
+          local ok, want = pcall(json.canonical, call.args)
+          for j, r in ipairs(c.predicted) do
+            local ok2, got = pcall(json.canonical, r.req.args)
+            if r.req.tool == call.tool and r.meta.hop == hop and ok and ok2 and got == want then
+              q = query_of(c.rec.meta.query, c, r)
+              q.at[hop] = step_of(r, r.meta)
+              table.remove(c.predicted, j)
+              break
+            end
+          end
+        end
+      end
+    end
+  end
+  -- in input order where the tape says it (as the run wrote its records),
+  -- else in tape order
+  local pos = {}
+  for i, q in ipairs(order) do pos[q] = i end
+  for i, q in ipairs(order) do q.rank = q.index or i end
+  table.sort(order, function(a, b)
+    if a.forder ~= b.forder then return a.forder < b.forder end
+    if a.rank ~= b.rank then return a.rank < b.rank end
+    return pos[a] < pos[b]
+  end)
   for _, q in ipairs(order) do
     local hops = {}
     for h in pairs(q.at) do hops[#hops + 1] = h end
@@ -162,7 +245,10 @@ local function from_cassette(dir, out)
       s._key, s._ms = nil, nil
       steps[i] = s
     end
-    out[#out + 1] = { id = q.id, steps = steps }
+    if #steps > 0 then
+      local conv = convtraces.synthesize(q.text, steps)
+      out[#out + 1] = { id = q.id, steps = steps, events = conv.events, turns = conv.turns }
+    end
   end
   return true
 end

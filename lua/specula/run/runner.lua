@@ -198,7 +198,10 @@ local function finish_window(run, w, q, index)
   local o = run.o
   local rec = collect(w, q, run)
   local cassette = package.loaded["specula.cassette"]
-  if cassette and cassette.state then cassette.query_done(q.id, rec.error) end
+  if cassette and cassette.state then
+    cassette.query_done(q.id, rec.error, rec.error == nil and sched.vals[C.sp_window_answer_ref(w)] or nil, index,
+      q.query)
+  end
   if run.kept then
     -- the query's pairs go into its record and leave the run
     local qmt = run.kept_q[q]
