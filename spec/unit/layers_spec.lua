@@ -26,7 +26,7 @@ local LAYERS = {
   { name = "library", "^specula%.",
     why = "agents, tools, predictors, verifiers, I/O, cassettes, provenance" },
   { name = "base", "^specula%.core$", "^specula%.sched$", "^specula%.nojit$", "^specula%.json$",
-    "^specula%.secrets$", "^specula%.argv$", "^specula%.crypto$", "^specula%.opts$", "^specula%.text$",
+    "^specula%.secrets$", "^specula%.argv$", "^specula%.crypto$", "^specula%.url$", "^specula%.opts$", "^specula%.text$",
     "^specula%.stream$", "^specula%.tags$",
     why = "the engine binding (core, sched) and data primitives: no agents, runs or records" },
 }
