@@ -705,7 +705,7 @@ typedef struct sp_replay_args {
 } sp_replay_args;
 int sp_replay_print(const sp_replay_args *a);
 
-/* ---- digests, random bytes, signatures (engine/sp_crypto.c: OpenSSL libcrypto) *
+/* ---- digests, random bytes, signatures, hex, Base64 (engine/sp_crypto.c: OpenSSL libcrypto) *
  * Never hand-written: every primitive is libcrypto's. Used for provenance
  * digests (SHA-256 of scripts, queries, configurations) and MCP
  * authorization (PKCE, JWT client assertions). Errors: -1 and a message in
@@ -740,6 +740,49 @@ int sp_crypto_keygen(const char *alg, char *out, size_t outcap, char *err, size_
 /* The public key of a PEM private key as PEM. Returns its length, -1 with err. */
 int sp_crypto_pubkey(const char *pem, size_t pemlen, char *out, size_t outcap, char *err,
                      size_t errlen);
+
+/* Encodings, libcrypto's too (no hand-written codec): each returns the
+   output's length, or -1 with a message in err ("hex: ...", "base64: ...")
+   for input no encoder wrote or an output buffer too small.
+   hex_encode: lowercase digits, NUL-terminated (outcap >= 2*len + 1).
+   hex_decode: digits of either case, an even number (outcap >= len/2).
+   b64_encode: RFC 4648 §4 with "=" padding, or with url §5 (URL-safe
+   alphabet, no padding), NUL-terminated (outcap >= 4*ceil(len/3) + 1).
+   b64_decode: either alphabet, padded or not (outcap >= 3*ceil(len/4)). */
+int sp_crypto_hex_encode(const void *data, size_t len, char *out, size_t outcap, char *err,
+                         size_t errlen);
+int sp_crypto_hex_decode(const char *text, size_t len, unsigned char *out, size_t outcap, char *err,
+                         size_t errlen);
+int sp_crypto_b64_encode(const void *data, size_t len, int url, char *out, size_t outcap, char *err,
+                         size_t errlen);
+int sp_crypto_b64_decode(const char *text, size_t len, unsigned char *out, size_t outcap, char *err,
+                         size_t errlen);
+
+/* ---- URLs (engine/sp_url.c: libcurl's URL API) --------------------------- *
+ * Percent-encoding and URL parsing; nothing here is hand-written. Errors:
+ * -1 and "url: ..." in err. */
+/* Percent-encodes len bytes at s as curl_easy_escape does (every byte but
+   the unreserved A-Z a-z 0-9 - . _ ~ as %XX, uppercase), except the bytes
+   listed in keep (NULL or "": none), which are copied as they are (a path's
+   "/", a URI template's reserved characters). NUL-terminated into out
+   (outcap >= 3*len + 1); returns its length. */
+int sp_url_escape(const char *s, size_t len, const char *keep, char *out, size_t outcap, char *err,
+                  size_t errlen);
+/* Decodes %XX (either case) as curl_easy_unescape does (a "%" not followed
+   by two hex digits stays as it is); form != 0 reads "+" as a space first
+   (application/x-www-form-urlencoded). outcap >= len + 1; returns the length. */
+int sp_url_unescape(const char *s, size_t len, int form, char *out, size_t outcap, char *err,
+                    size_t errlen);
+/* The parts of an absolute URL, as curl_url reads it (any scheme, the path
+   as written: no dot-segment removal): scheme, host, port, path, query,
+   each copied into out one after another; parts[2*i] is part i's offset,
+   parts[2*i + 1] its length, -1 when the URL has none (port, query; the
+   path is at least "/"). Userinfo and fragment are left out. 0 ok, -1 with
+   err for text curl does not take as an absolute URL. */
+enum { SP_URL_SCHEME = 0, SP_URL_HOST = 1, SP_URL_PORT = 2, SP_URL_PATH = 3, SP_URL_QUERY = 4,
+       SP_URL_NPARTS = 5 };
+int sp_url_parse(const char *url, size_t len, char *out, size_t outcap, long *parts, char *err,
+                 size_t errlen);
 
 /* ---- shared options (sp_opt.c) ------------------------------------------ */
 /* The domain of a numeric option several entry points share: p, alpha, beta,

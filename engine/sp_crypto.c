@@ -1,8 +1,9 @@
-/* sp_crypto: digests, random bytes and signatures, all from OpenSSL's
- * libcrypto (EVP interfaces). Declarations are in sp_api.h. */
+/* sp_crypto: digests, random bytes, signatures and the hex and Base64
+ * encodings, all from OpenSSL's libcrypto. Declarations are in sp_api.h. */
 #include "sp_crypto.h"
 
 #include <openssl/bio.h>
+#include <openssl/crypto.h>
 #include <openssl/ec.h>
 #include <openssl/ecdsa.h>
 #include <openssl/err.h>
@@ -11,6 +12,7 @@
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/rsa.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -292,4 +294,116 @@ int sp_crypto_pubkey(const char *pem, size_t pemlen, char *out, size_t outcap, c
   BIO_free(b);
   EVP_PKEY_free(k);
   return rc;
+}
+
+/* ---- encodings: hex and Base64, done by libcrypto ---------------------- */
+
+/* A plain message (no libcrypto reason: these fail on the caller's input). */
+static int bad(char *err, size_t errlen, const char *what) {
+  ERR_clear_error();
+  if (err && errlen) snprintf(err, errlen, "%s", what);
+  return -1;
+}
+
+int sp_crypto_hex_encode(const void *data, size_t len, char *out, size_t outcap, char *err,
+                         size_t errlen) {
+  size_t n = 0;
+  if (len > 0x3fffffff) return bad(err, errlen, "hex: input too long");
+  if (outcap < 2 * len + 1) return bad(err, errlen, "hex: output buffer too small");
+  if (len == 0) {
+    out[0] = 0;
+    return 0;
+  }
+  /* libcrypto writes uppercase digits; specula's digests are lowercase */
+  if (OPENSSL_buf2hexstr_ex(out, outcap, &n, data, len, '\0') != 1)
+    return fail(err, errlen, "hex");
+  for (size_t i = 0; i < 2 * len; i++) out[i] = (char)tolower((unsigned char)out[i]);
+  return (int)(2 * len);
+}
+
+int sp_crypto_hex_decode(const char *text, size_t len, unsigned char *out, size_t outcap, char *err,
+                         size_t errlen) {
+  size_t n = 0;
+  char *z;
+  int rc;
+  if (len % 2 != 0) return bad(err, errlen, "hex: an odd number of digits");
+  if (outcap < len / 2) return bad(err, errlen, "hex: output buffer too small");
+  for (size_t i = 0; i < len; i++) {
+    if (!isxdigit((unsigned char)text[i])) {
+      char m[64];
+      snprintf(m, sizeof m, "hex: not a hex digit at byte %zu", i);
+      return bad(err, errlen, m);
+    }
+  }
+  if (len == 0) return 0;
+  /* libcrypto reads a NUL-terminated string */
+  z = malloc(len + 1);
+  if (!z) return bad(err, errlen, "hex: out of memory");
+  memcpy(z, text, len);
+  z[len] = 0;
+  rc = OPENSSL_hexstr2buf_ex(out, outcap, &n, z, '\0') == 1 ? (int)n : fail(err, errlen, "hex");
+  free(z);
+  return rc;
+}
+
+static const char B64_STD[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+int sp_crypto_b64_encode(const void *data, size_t len, int url, char *out, size_t outcap, char *err,
+                         size_t errlen) {
+  const unsigned char *p = data;
+  size_t need = (len + 2) / 3 * 4, o = 0;
+  if (len > SIZE_MAX / 2 || outcap < need + 1 || need > 0x7fffffff)
+    return bad(err, errlen, "base64: output buffer too small");
+  /* EVP_EncodeBlock takes an int length: whole 3-byte groups at a time */
+  while (len > 0) {
+    int n = len > 0x30000000 ? 0x30000000 : (int)len;
+    o += (size_t)EVP_EncodeBlock((unsigned char *)out + o, p, n);
+    p += n;
+    len -= (size_t)n;
+  }
+  out[o] = 0;
+  if (url) { /* RFC 4648 §5: "-" and "_" for "+" and "/", no padding */
+    while (o > 0 && out[o - 1] == '=') out[--o] = 0;
+    for (size_t i = 0; i < o; i++) {
+      if (out[i] == '+') out[i] = '-';
+      else if (out[i] == '/') out[i] = '_';
+    }
+  }
+  return (int)o;
+}
+
+int sp_crypto_b64_decode(const char *text, size_t len, unsigned char *out, size_t outcap, char *err,
+                         size_t errlen) {
+  size_t n = len, padded, o = 0;
+  char *z;
+  /* padding is optional, so any run of "=" at the end is dropped */
+  while (n > 0 && text[n - 1] == '=') n--;
+  if (n % 4 == 1) return bad(err, errlen, "base64: a length no encoding has");
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)text[i];
+    if (!(c < 128 && (isalnum(c) || c == '+' || c == '/' || c == '-' || c == '_'))) {
+      char m[64];
+      snprintf(m, sizeof m, "base64: not a Base64 character at byte %zu", i);
+      return bad(err, errlen, m);
+    }
+  }
+  if (n == 0) return 0;
+  padded = (n + 3) / 4 * 4;
+  if (padded > 0x7fffffff) return bad(err, errlen, "base64: input too long");
+  if (outcap < padded / 4 * 3) return bad(err, errlen, "base64: output buffer too small");
+  /* libcrypto reads the standard alphabet, padded: rewrite the URL-safe
+     letters and pad (both alphabets may mix, as the hand decoders took) */
+  z = malloc(padded + 1);
+  if (!z) return bad(err, errlen, "base64: out of memory");
+  for (size_t i = 0; i < n; i++) z[i] = text[i] == '-' ? B64_STD[62] : text[i] == '_' ? B64_STD[63] : text[i];
+  memset(z + n, '=', padded - n);
+  z[padded] = 0;
+  {
+    int r = EVP_DecodeBlock(out, (const unsigned char *)z, (int)padded);
+    free(z);
+    if (r < 0) return fail(err, errlen, "base64");
+    o = (size_t)r;
+  }
+  /* EVP_DecodeBlock counts a zero byte for each "=" it read */
+  return (int)(o - (padded - n));
 }

@@ -59,7 +59,7 @@ struct sp_ctx {
   int main_done;           /* the main task finished */
   int exit_code;           /* process exit status decided by the main task */
   struct sp_windows *windows; /* the window unit's own state (sp_window.c), NULL before the first window */
-  uv_signal_t sig_int;     /* SIGINT watcher of a run (sp_host_trap_signals) */
+  uv_signal_t sig_int;     /* SIGINT watcher (sp_ctx_watch_signals) */
   uv_signal_t sig_term;    /* SIGTERM watcher of a run */
   int sig_armed;           /* the watchers are started (closed at shutdown, once the children are reaped) */
   int sig_run;             /* a run trapped them: its first signal stops it gracefully */
@@ -72,5 +72,11 @@ int sp_ctx_init(sp_ctx *ctx);
 /* Cancel everything, close every handle and run the loop until they are
    closed; returns the uv_loop_close() status (0 = clean). */
 int sp_ctx_shutdown(sp_ctx *ctx);
+/* Watch SIGINT/SIGTERM (once; started by the first child process and by a
+   run, sp_host_trap_signals): a signal during a trapped run cancels every
+   window, any other kills and reaps the children, then takes the default
+   action. close stops watching (shutdown, once the children are reaped). */
+void sp_ctx_watch_signals(sp_ctx *ctx);
+void sp_ctx_close_signals(sp_ctx *ctx);
 
 #endif

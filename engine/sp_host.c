@@ -1,9 +1,7 @@
 #include "sp_host.h"
 #include "sp_jsonenc.h"
-#include "sp_proc.h"
 #include "sp_sched.h"
 #include "sp_window.h"
-#include <signal.h>
 #include <lauxlib.h>
 #include <lualib.h>
 #include <limits.h>
@@ -137,55 +135,12 @@ int sp_host_path_kind(const char *path) {
   return 3;
 }
 
-/* A signal while a run is armed: remember it and cancel every window, so the
-   run stops waiting and writes what finished. A second signal, or any
-   signal outside a run (a plain program, or the shutdown waiting for a
-   child's grace period), ends the process the ordinary way (the default
-   action), once its children are killed and reaped: left alone they would
-   outlive it, or stay as zombies where nothing reaps orphans. */
-static void on_signal(uv_signal_t *h, int signum) {
-  sp_ctx *ctx = h->data;
-  if (ctx->sig_caught || !ctx->sig_run || ctx->stopping) {
-    uv_signal_stop(&ctx->sig_int);
-    uv_signal_stop(&ctx->sig_term);
-    sp_proc_reap_now(ctx);
-    signal(signum, SIG_DFL);
-    raise(signum);
-    return;
-  }
-  ctx->sig_caught = signum;
-  fprintf(stderr, "\nspecula: %s: stopping and writing what finished (send it again to quit at once)\n",
-          signum == SIGINT ? "interrupted" : "terminated");
-  sp_window_cancel_all(ctx);
-}
-
-void sp_host_watch_signals(sp_ctx *ctx) {
-  if (ctx->sig_armed) return;
-  uv_signal_init(&ctx->loop, &ctx->sig_int);
-  uv_signal_init(&ctx->loop, &ctx->sig_term);
-  ctx->sig_int.data = ctx->sig_term.data = ctx;
-  uv_signal_start(&ctx->sig_int, on_signal, SIGINT);
-  uv_signal_start(&ctx->sig_term, on_signal, SIGTERM);
-  /* watching for signals is no reason to keep the loop alive */
-  uv_unref((uv_handle_t *)&ctx->sig_int);
-  uv_unref((uv_handle_t *)&ctx->sig_term);
-  ctx->sig_armed = 1;
-}
-
 void sp_host_trap_signals(sp_ctx *ctx) {
-  sp_host_watch_signals(ctx);
+  sp_ctx_watch_signals(ctx);
   ctx->sig_run = 1;
 }
 
 int sp_host_signal(sp_ctx *ctx) { return ctx->sig_caught; }
-
-void sp_host_close_signals(sp_ctx *ctx) {
-  if (!ctx->sig_armed) return;
-  uv_close((uv_handle_t *)&ctx->sig_int, NULL);
-  uv_close((uv_handle_t *)&ctx->sig_term, NULL);
-  ctx->sig_armed = 0;
-  ctx->sig_run = 0;
-}
 
 static int traceback(lua_State *L) {
   const char *msg = lua_tostring(L, 1);

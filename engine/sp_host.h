@@ -9,10 +9,7 @@ int sp_host_init(sp_ctx *ctx, const char *argv0, char *err, size_t errlen);
 /* Call specula.cmd.main(args) (the command table) and run the loop until the main task ends.
    Returns the process exit status. */
 int sp_host_run(sp_ctx *ctx, int argc, char **argv);
-/* Watch SIGINT/SIGTERM so that a signal kills and reaps the children
-   before the process dies (started with the first child process). */
-void sp_host_watch_signals(sp_ctx *ctx);
-/* Stop watching (shutdown, once the children are reaped). */
-void sp_host_close_signals(sp_ctx *ctx);
+/* The signal watch itself is the context's (sp_ctx_watch_signals): the
+   first child process starts it too (sp_proc.c). */
 
 #endif

@@ -1,7 +1,7 @@
 /* JSON text of a Lua value in C (rules: lua/specula/json.lua, sp_json.h).
  * Errors are returned, never raised, so the state is cleaned up before Lua
- * sees them; the messages and their order follow json.lua's encoder (the
- * first failing part in emission order wins). */
+ * sees them; the messages and their order follow the Lua reference encoder
+ * (spec/support/json_ref.lua: the first failing part in emission order wins). */
 #include "sp_jsonenc.h"
 #include "sp_buf.h"
 #include "sp_json.h"

@@ -22,7 +22,8 @@
  */
 #ifndef SP_PLAYBACK_H
 #define SP_PLAYBACK_H
-#include "sp_replay.h"   /* the recorded stages (sp_replay_query), timeline types and launch codes */
+#include "sp_api.h"     /* timeline types (sp_replay_span, sp_replay_mark) and launch codes */
+#include "sp_stages.h"  /* the recorded stages (sp_replay_query) */
 
 typedef struct sp_playback sp_playback;
 

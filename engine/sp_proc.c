@@ -1,6 +1,5 @@
 #include "sp_proc.h"
 #include "sp_http.h"
-#include "sp_host.h"
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -333,7 +332,7 @@ sp_proc *sp_proc_spawn(sp_ctx *ctx, const sp_proc_opts *o, char *err, size_t err
   }
   p->spawned = 1;
   /* a signal that ends the process takes the children with it, reaped */
-  sp_host_watch_signals(ctx);
+  sp_ctx_watch_signals(ctx);
   p->refs = 1;   /* Lua's */
   p->counted = 1;
   ctx->counts.procs++;

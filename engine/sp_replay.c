@@ -15,6 +15,7 @@
 #include "sp_est.h"
 #include "sp_json.h"
 #include "sp_playback.h"
+#include "sp_rand.h"
 
 #define SP_REPLAY_MAX_MS 1e12        /* stage times above this are corrupt, not slow */
 #define SP_REPLAY_MAX_M 4096         /* candidates per hop we are willing to model */
@@ -624,14 +625,7 @@ int sp_replay_timeline(const sp_replay_query *q, const char *mode, int k, int la
  * through the same schedule
  * ====================================================================== */
 
-static uint64_t mix(uint64_t *s) {   /* splitmix64 */
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static double unif(uint64_t *s) { return ((double)(mix(s) >> 11) + 0.5) / 9007199254740992.0; }
+static double unif(uint64_t *s) { return ((double)(sp_rand_next(s) >> 11) + 0.5) / 9007199254740992.0; }
 
 /* A draw with the given mean and coefficient of variation (lognormal; cv 0: fixed). */
 static double draw(uint64_t *s, double mean, double cv) {

@@ -600,8 +600,10 @@ end
 -- ---- writing ------------------------------------------------------------------------------
 
 local utf8_clean = json.utf8_clean
-local function hex(s) return (s:gsub(".", function(c) return format("%02x", c:byte()) end)) end
-local function unhex(s) return (s:gsub("%x%x", function(h) return string.char(tonumber(h, 16)) end)) end
+-- specula.crypto's hex (libcrypto); a tape's { hex = } passed bad_bytes
+-- when it was read, so unhex does not fail on it
+local function hex(s) return require("specula.crypto").hex(s) end
+local function unhex(s) return (require("specula.crypto").unhex(s)) end
 
 -- A byte string as JSON can carry it: itself when it is valid UTF-8, else
 -- { hex = ... } (a stream chunk may end inside a character). Bytes that

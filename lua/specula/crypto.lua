@@ -1,7 +1,7 @@
 -- specula.crypto: SHA-256, HMAC, random bytes and JWS signatures from the
 -- engine (engine/sp_crypto.c, OpenSSL's libcrypto), plus the encodings that
--- go with them (hex, Base64, Base64url). Nothing here is a hand-written
--- primitive: the Lua side only moves bytes.
+-- go with them (hex, Base64, Base64url, also libcrypto's). Nothing here is
+-- a hand-written primitive: the Lua side only moves bytes.
 --
 --   crypto.sha256(s)            -> 32 raw bytes
 --   crypto.sha256_hex(s)        -> 64 lowercase hex digits
@@ -13,26 +13,65 @@
 --   crypto.verify(alg, pem, s, sig) -> true/false, or nil, err
 --   crypto.keygen(alg)          -> PEM private key, or nil, err
 --   crypto.pubkey(pem)          -> PEM public key, or nil, err
---   crypto.hex(s), crypto.b64(s), crypto.b64url(s), crypto.unb64(s)
+--   crypto.hex(s), crypto.b64(s), crypto.b64url(s)  -> text
+--   crypto.unhex(s), crypto.unb64(s)  -> bytes, or nil, "EINVAL: ..."
 local core = require "specula.core"
 
 local ffi = core.ffi
 local C = core.C
-local byte, char, format, concat = string.byte, string.char, string.format, table.concat
 local ffi_string, ffi_new = ffi.string, ffi.new
 
 local M = {}
 
 local out32 = ffi_new("unsigned char[32]")
 
+-- Output buffer for the encoders, reused while small enough to keep.
+local BUF_KEEP = 65536
+local buf, bufcap = ffi_new("uint8_t[?]", 1024), 1024
+local function outbuf(need)
+  if need <= bufcap then return buf end
+  local b = ffi_new("uint8_t[?]", need)
+  if need <= BUF_KEEP then buf, bufcap = b, need end
+  return b
+end
+
+-- Runs one of the engine's encoders over s: its output, or nil and
+-- "EINVAL: <what>" for input it refuses.
+local function codec(fn, s, need, ...)
+  local out = outbuf(need)
+  local err, errlen = core.errbuf()
+  local n
+  if select("#", ...) > 0 then
+    n = fn(s, #s, ..., out, need, err, errlen)
+  else
+    n = fn(s, #s, out, need, err, errlen)
+  end
+  if n < 0 then return nil, "EINVAL: " .. ffi_string(err) end
+  return ffi_string(out, n)
+end
+
+-- An encoder's output; it refuses only input past its size limits (GiBs).
+-- need(n): the output buffer for n input bytes.
+local function encoded(what, s, fn, need, ...)
+  if type(s) ~= "string" then error("crypto." .. what .. ": string expected, got " .. type(s), 3) end
+  local r, err = codec(fn, s, need(#s), ...)
+  if not r then error("crypto." .. what .. ": " .. err, 3) end
+  return r
+end
+
+local function hexlen(n) return 2 * n + 1 end  -- with the NUL
+
+-- Lowercase hex of s.
 local function hex(s)
-  return (s:gsub(".", function(c) return format("%02x", byte(c)) end))
+  return encoded("hex", s, C.sp_crypto_hex_encode, hexlen)
 end
 M.hex = hex
 
+-- The bytes of hex digits (either case, an even number); nil and
+-- "EINVAL: hex: ..." for anything else.
 function M.unhex(s)
-  if type(s) ~= "string" or #s % 2 ~= 0 or s:find("[^%x]") then return nil end
-  return (s:gsub("%x%x", function(h) return char(tonumber(h, 16)) end))
+  if type(s) ~= "string" then return nil, "EINVAL: hex: a string expected, got " .. type(s) end
+  return codec(C.sp_crypto_hex_decode, s, math.floor(#s / 2) + 1)
 end
 
 function M.sha256(s)
@@ -158,63 +197,24 @@ function M.pubkey(pem)
   return pem_call(C.sp_crypto_pubkey, pem, #pem)
 end
 
--- ---- Base64 (RFC 4648 §4 and §5) -----------------------------------------
-local STD = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-local URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-local ENC = { [STD] = {}, [URL] = {} }
-for alphabet, t in pairs(ENC) do
-  for i = 1, 64 do t[i - 1] = alphabet:sub(i, i) end
-end
-local DEC = {}
-for i = 1, 64 do
-  DEC[byte(STD, i)] = i - 1
-  DEC[byte(URL, i)] = i - 1
+-- ---- Base64 (RFC 4648 §4 and §5), libcrypto's ----------------------------------
+local function b64len(n) return math.ceil(n / 3) * 4 + 1 end  -- with the NUL
+
+-- Standard alphabet, "=" padded.
+function M.b64(s)
+  return encoded("b64", s, C.sp_crypto_b64_encode, b64len, 0)
 end
 
-local function b64(s, alphabet, pad)
-  local t, out = ENC[alphabet], {}
-  local n = #s
-  for i = 1, n - 2, 3 do
-    local a, b, c = byte(s, i, i + 2)
-    local v = a * 65536 + b * 256 + c
-    out[#out + 1] = t[math.floor(v / 262144)] .. t[math.floor(v / 4096) % 64]
-      .. t[math.floor(v / 64) % 64] .. t[v % 64]
-  end
-  local rest = n % 3
-  if rest == 1 then
-    local v = byte(s, n) * 65536
-    out[#out + 1] = t[math.floor(v / 262144)] .. t[math.floor(v / 4096) % 64] .. (pad and "==" or "")
-  elseif rest == 2 then
-    local a, b = byte(s, n - 1, n)
-    local v = a * 65536 + b * 256
-    out[#out + 1] = t[math.floor(v / 262144)] .. t[math.floor(v / 4096) % 64]
-      .. t[math.floor(v / 64) % 64] .. (pad and "=" or "")
-  end
-  return concat(out)
+-- URL-safe alphabet, no padding (JWS, PKCE).
+function M.b64url(s)
+  return encoded("b64url", s, C.sp_crypto_b64_encode, b64len, 1)
 end
 
-function M.b64(s) return b64(s, STD, true) end
-function M.b64url(s) return b64(s, URL, false) end
-
--- Decodes either alphabet, padded or not; nil for anything else.
+-- Decodes either alphabet, padded or not; nil and "EINVAL: base64: ..."
+-- for anything else.
 function M.unb64(s)
-  if type(s) ~= "string" then return nil end
-  s = s:gsub("=+$", "")
-  if #s % 4 == 1 then return nil end
-  local out, acc, bits = {}, 0, 0
-  for i = 1, #s do
-    local v = DEC[byte(s, i)]
-    if not v then return nil end
-    acc = acc * 64 + v
-    bits = bits + 6
-    if bits >= 8 then
-      bits = bits - 8
-      local d = 2 ^ bits
-      out[#out + 1] = char(math.floor(acc / d))
-      acc = acc % d
-    end
-  end
-  return concat(out)
+  if type(s) ~= "string" then return nil, "EINVAL: base64: a string expected, got " .. type(s) end
+  return codec(C.sp_crypto_b64_decode, s, math.ceil(#s / 4) * 3 + 1)
 end
 
 return M

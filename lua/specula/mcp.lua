@@ -36,6 +36,7 @@ local format, concat = string.format, table.concat
 local co_yield = require("specula.sched").yield   -- the raw yield (sched guards the global one)
 local encode, decode, JNULL = json.encode, json.decode, json.null
 local secrets = require "specula.secrets"
+local urlmod = require "specula.url"
 local scrub = secrets.scrub
 
 local M = {}
@@ -251,8 +252,9 @@ local function sampling_result(r)
   return out
 end
 
+-- every byte but the unreserved ones and "/" as %XX (libcurl's escape)
 local function file_uri(path)
-  return "file://" .. path:gsub("[^%w%-%._~/]", function(c) return format("%%%02X", c:byte()) end)
+  return "file://" .. urlmod.escape(path, "/")
 end
 
 -- A list of paths, file:// URIs or { uri =, name = }.

@@ -33,6 +33,7 @@
 local http = require "specula.http"
 local json = require "specula.json"
 local crypto = require "specula.crypto"
+local urlmod = require "specula.url"
 local secrets = require "specula.secrets"
 local sched = require "specula.sched"
 
@@ -57,22 +58,16 @@ local scrub = secrets.scrub
 
 local DEFAULT_PORT = { http = "80", https = "443" }
 
--- scheme, authority (host[:port], no userinfo, default port dropped), path,
--- query (nil when absent); nil for anything that is not an absolute URL.
+-- scheme, authority (host[:port], no userinfo, default port dropped), path
+-- (at least "/"), query (nil when absent), origin; nil for anything that
+-- libcurl's URL parser does not take as an absolute URL (specula.url).
 local function parse_url(u)
-  if type(u) ~= "string" then return nil end
-  local scheme, rest = u:match("^(%a[%w+.-]*)://(.*)$")
-  if not scheme then return nil end
-  rest = rest:gsub("#.*$", "")
-  local authority, tail = rest:match("^([^/?]*)(.*)$")
-  authority = lower(authority:gsub("^.*@", ""))
-  if authority == "" then return nil end
-  scheme = lower(scheme)
-  local host, port = authority:match("^(.*):(%d+)$")
-  if host and DEFAULT_PORT[scheme] == port then authority = host end
-  local path, query = tail:match("^([^?]*)%?(.*)$")
-  if not path then path = tail end
-  return { scheme = scheme, authority = authority, path = path, query = query,
+  local p = urlmod.parse(u)
+  if not p or p.host == "" then return nil end
+  local scheme = lower(p.scheme)
+  local authority = lower(p.host)
+  if p.port and DEFAULT_PORT[scheme] ~= p.port then authority = authority .. ":" .. p.port end
+  return { scheme = scheme, authority = authority, path = p.path, query = p.query,
            origin = scheme .. "://" .. authority }
 end
 M.parse_url = parse_url
@@ -98,13 +93,10 @@ local function covers(res, url)
 end
 M.covers = covers
 
-local function urlenc(s)
-  return (tostring(s):gsub("[^%w%-%._~]", function(c) return format("%%%02X", c:byte()) end))
-end
-
-local function urldec(s)
-  return (s:gsub("+", " "):gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
-end
+-- percent-encoding as forms and RFC 6749 §2.3.1 want it: all but the
+-- unreserved characters (libcurl's curl_easy_escape)
+local function urlenc(s) return urlmod.escape(tostring(s)) end
+local urldec = urlmod.form_decode
 
 -- application/x-www-form-urlencoded from a list of { name, value } (nil
 -- values left out), in order.

@@ -30,7 +30,7 @@ local json = require "specula.json"
 
 local type, tostring, pairs, ipairs, next, getmetatable, setmetatable, pcall =
   type, tostring, pairs, ipairs, next, getmetatable, setmetatable, pcall
-local format, byte, sub, concat, sort = string.format, string.byte, string.sub, table.concat, table.sort
+local format, sub, concat, sort = string.format, string.sub, table.concat, table.sort
 
 local M = {}
 
@@ -40,10 +40,9 @@ local function crypto()
   return crypto_mod
 end
 
-local HEX32 = string.rep("%02x", 32)
 -- SHA-256 of a string as 64 hex digits
 local function sha256_hex(s)
-  return format(HEX32, byte(crypto().sha256(s), 1, 32))
+  return crypto().sha256_hex(s)
 end
 M.sha256_hex = sha256_hex
 

@@ -69,49 +69,23 @@ M.MIN_BYTES = MIN
 local DEPTH = 3
 
 ----------------------------------------------------------------------------
--- Base64 (the scrubber's own: the crypto module needs the core library, and
--- this module must work wherever a message is written)
+-- Base64, hex and percent-decoding: specula.crypto's and specula.url's
+-- (libcrypto, libcurl), loaded at first use so that this module loads, and
+-- scrubs what was declared, before the engine binding does
 ----------------------------------------------------------------------------
 
-local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-local B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-
-local function b64encode(s, alphabet)
-  local out = {}
-  for i = 1, #s, 3 do
-    local a, b, c = byte(s, i, i + 2)
-    local n = bor(lshift(a, 16), lshift(b or 0, 8), c or 0)
-    local k = c and 4 or (b and 3 or 2)
-    for j = 1, 4 do
-      local v = band(rshift(n, 24 - 6 * j), 63) + 1
-      out[#out + 1] = j <= k and sub(alphabet, v, v) or "="
-    end
-  end
-  return concat(out)
+local crypto_mod, url_mod
+local function crypto()
+  crypto_mod = crypto_mod or require "specula.crypto"
+  return crypto_mod
 end
 
-local B64VAL = {}
-for i = 1, 64 do
-  B64VAL[byte(B64, i)] = i - 1
-  B64VAL[byte(B64URL, i)] = i - 1
-end
-
+-- A Basic credential's bytes, nil for "" or anything not Base64 (either
+-- alphabet, padded or not).
 local function b64decode(s)
-  s = gsub(s, "=+$", "")
-  if s == "" or find(s, "[^%w%+/_%-]") or #s % 4 == 1 then return nil end
-  local out, n, bits = {}, 0, 0
-  for i = 1, #s do
-    n = bor(lshift(n, 6), B64VAL[byte(s, i)])
-    bits = bits + 6
-    if bits >= 8 then
-      bits = bits - 8
-      out[#out + 1] = char(band(rshift(n, bits), 255))
-      n = band(n, lshift(1, bits) - 1)
-    end
-  end
-  return concat(out)
+  if find(s, "^=*$") then return nil end
+  return (crypto().unb64(s))
 end
-M._b64encode, M._b64decode = b64encode, b64decode
 
 ----------------------------------------------------------------------------
 -- reading text through layers of escaping
@@ -413,9 +387,9 @@ end
 -- header): for each alphabet and each of the three alignments, the
 -- characters that depend on k's bytes alone.
 local function b64_cores(k, into)
-  for _, alphabet in ipairs({ B64, B64URL }) do
+  for _, encode in ipairs({ crypto().b64, crypto().b64url }) do
     for pre = 0, 2 do
-      local enc = b64encode(rep("\0", pre) .. k .. "\0\0", alphabet)
+      local enc = encode(rep("\0", pre) .. k .. "\0\0")
       local from = ceil(8 * pre / 6) + 1
       local to = floor((8 * (pre + #k)) / 6)
       local core = sub(enc, from, to)
@@ -424,7 +398,6 @@ local function b64_cores(k, into)
   end
 end
 
-local function hex(s) return (gsub(s, ".", function(c) return format("%02x", byte(c)) end)) end
 
 -- The UTF-16 bytes (little- or big-endian) of UTF-8 text, or nil when it
 -- is not valid UTF-8: a secret that a tool or a file re-encoded so.
@@ -489,7 +462,7 @@ local function compile(values)
         local cores = {}
         b64_cores(e, cores)
         for _, c in ipairs(cores) do add(c, "b64") end
-        add(hex(e), "hex")
+        add(crypto().hex(e), "hex")
       end
     end
   end
@@ -541,7 +514,8 @@ end
 M.secret_param = secret_param
 
 local function unpct(s)
-  return (gsub(gsub(s, "%+", " "), "%%(%x%x)", function(h) return char(tonumber(h, 16)) end))
+  url_mod = url_mod or require "specula.url"
+  return url_mod.form_decode(s)
 end
 
 function M.declare_url(url)

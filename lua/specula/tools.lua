@@ -41,6 +41,7 @@
 local json = require "specula.json"
 local retry = require "specula.llm.retry"
 local secrets_mod = require "specula.secrets"
+local urlmod = require "specula.url"
 local scrub = secrets_mod.scrub_message
 
 local type, tostring, tonumber, pairs, ipairs, error, setmetatable, pcall =
@@ -76,8 +77,9 @@ local function compile(s)
   return parts
 end
 
+-- every byte but the unreserved ones as %XX (libcurl's curl_easy_escape)
 local function urlencode(s)
-  return (gsub(s, "[^%w%-%._~]", function(c) return format("%%%02X", c:byte()) end))
+  return urlmod.escape(s)
 end
 M.urlencode = urlencode
 
@@ -508,8 +510,10 @@ function M.is_mcp_resource(t) return RESOURCE_TOOLS[t] == true end
 -- RFC 6570 URI templates (levels 1-4 for string values; a list value or a
 -- composite is refused). expand(template, vars) -> uri | nil, err;
 -- variables(template) -> { names in order }.
-local UNRESERVED = "[^%w%-%._~]"
-local RESERVED_OK = "[^%w%-%._~:/%?#%[%]@!%$&'%(%)%*%+,;=%%]"
+-- What an operator leaves unencoded beside the unreserved characters
+-- (RFC 6570 §3.2.1): nothing, or the reserved set and "%" for "+" and "#".
+local UNRESERVED = nil
+local RESERVED_OK = ":/?#[]@!$&'()*+,;=%"
 local OPS = {
   [""] = { first = "", sep = ",", named = false, ifemp = "", allow = UNRESERVED },
   ["+"] = { first = "", sep = ",", named = false, ifemp = "", allow = RESERVED_OK },
@@ -564,7 +568,7 @@ function M.expand_uri(tpl, vars)
         if type(val) == "table" then error("the value of '" .. v.name .. "' must be a string or a number", 0) end
         val = tostring(val)
         if v.prefix then val = val:sub(1, v.prefix) end
-        local enc = gsub(val, o.allow, function(c) return format("%%%02X", c:byte()) end)
+        local enc = urlmod.escape(val, o.allow)
         if o.named then
           parts[#parts + 1] = v.name .. (val == "" and o.ifemp or ("=" .. enc))
         else

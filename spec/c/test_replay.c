@@ -7,6 +7,7 @@
 #include "sp_theory.h"
 #include "event_model.h"
 #include "sp_api.h"
+#include "sp_rand.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -36,13 +37,9 @@ static void near(tcount *t, const char *what, double got, double want, double to
   }
 }
 
-/* splitmix64: a tiny deterministic generator for the statistical checks. */
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+/* the engine's splitmix64 (sp_rand.h): a deterministic generator for the
+   statistical checks */
+#define rng_next sp_rand_next
 static double rng_unit(uint64_t *s) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
 
 /* A query of n hops with fixed stage times, every hop accepted. */
