@@ -55,12 +55,12 @@ end
 
 -- Record SCRIPT with ARGS, replay it (between(): after the recording, to
 -- stop what the replay must do without); returns the recorded answers.
--- discarded_ok: the agent's model calls run on speculative threads too, and
--- the replay's schedule (the virtual clock's) differs from the recording's
--- enough that a discarded thread asks a model request the recording
--- cancelled before its answer, or never asked: those misses, on threads
--- that are discarded, change no result and may happen; none on the
--- committed path.
+-- discarded_ok: the agent's model calls run on speculative threads too; a
+-- discarded thread asks again a model request the recording cancelled
+-- before its answer (there is none to serve), or, its schedule on the
+-- virtual clock being a little off the recording's, one the recording's
+-- thread never got to: those misses, on threads that are discarded, change
+-- no result and may happen; none on the committed path.
 local function record_replay(script, args, env, between, discarded_ok)
   n = n + 1
   local dir = H.tmpdir() .. "/extape" .. n
@@ -118,7 +118,7 @@ describe("examples record and replay with 0 misses", function()
 
   it("paste_research.lua: two queries, offline, with its predicted calls", function()
     local inp = input({ { id = "p1", query = "speculative tool calls" }, { id = "p2", query = "prompt caching" } })
-    record_replay(EX .. "/paste_research.lua", { "--input", inp })
+    assert.are.equal(2, #record_replay(EX .. "/paste_research.lua", { "--input", inp }))
   end)
 
   it("draft_predictor.lua: two queries with the offline draft model", function()
@@ -126,7 +126,7 @@ describe("examples record and replay with 0 misses", function()
     -- draft model, all Lua, ask nothing a tape serves; SpecHop adds the
     -- speculators' calls)
     local inp = input({ { id = "d1", query = "speculative tool calls" }, { id = "d2", query = "prompt caching" } })
-    record_replay(EX .. "/draft_predictor.lua", { "--input", inp })
+    assert.are.equal(2, #record_replay(EX .. "/draft_predictor.lua", { "--input", inp }))
   end)
 end)
 

@@ -16,7 +16,7 @@
 -- (secret, encoding, output) counted also shows "[redacted]" where the
 -- secret was, so no combination passes by never carrying it.
 --   outputs: records (--out), records on stdout, the tape's http, mcp, obs,
---   spec and job lines, the trace, stderr, the --summary of `specula
+--   spec, job and commit lines, the trace, stderr, the --summary of `specula
 --   compare`, its table on stdout, the `specula report` page.
 -- SPECULA_PROP_SEED picks other secrets (the seed in use is printed).
 local H = require "support.helpers"
@@ -446,6 +446,9 @@ describe("secrets property", function()
           for _, kind in ipairs({ "obs", "spec", "job" }) do
             check(s, e, "tape " .. kind, tapes[kind] and tapes[kind][id], nil, strict)
           end
+          -- a commit line (the query's text, its calls' arguments) carries
+          -- the secret only where the query committed a call with it
+          check(s, e, "tape commit", tapes.commit and tapes.commit[id], nil, false)
           check(s, e, "trace", tr[id], nil, strict)
           local mine = {}
           for _, l in ipairs(lines(se_d)) do
@@ -477,7 +480,7 @@ describe("secrets property", function()
     print(string.format("\nsecrets property (seed %d): %d (secret, encoding, output) combinations checked, %d secrets x "
       .. "%d encodings x %d outputs; by output: %s; %d not applicable (a secret that is not UTF-8 where JSON "
       .. "cannot carry it raw, or an encoding the checker cannot read back); %d s",
-      SEED, counted, #secrets, #ENCODINGS, 12, table.concat(names, ", "), #skipped, os.time() - t0))
+      SEED, counted, #secrets, #ENCODINGS, 13, table.concat(names, ", "), #skipped, os.time() - t0))
     assert.same({}, failures)
     assert.is_true(counted > 1000, counted)
   end)
