@@ -570,3 +570,16 @@ describe("specula.json", function()
     os.remove(path)
   end)
 end)
+
+describe("specula.json without its C encoder", function()
+  it("refuses to load and says where the encoder comes from", function()
+    local H = require "support.helpers"
+    local cmd = "cd " .. H.quote(H.root) .. " && SPECULA_CORE_LIB=/nonexistent/libspecula_core.so luajit -e "
+      .. H.quote('package.path = "./lua/?.lua;" .. package.path; require "specula.json"') .. " 2>&1"
+    local p = io.popen(cmd)
+    local out = p:read("*a")
+    p:close()
+    assert.matches("specula.json: cannot load the C encoder (engine/sp_jsonenc.c)", out, 1, true)
+    assert.matches("SPECULA_CORE_LIB", out, 1, true)
+  end)
+end)

@@ -284,7 +284,7 @@ local function record_writer(out, config, what, path, pick)
       if ok then res = #line + 1 end
     elseif write_line then ok, res, agree = write_line(out, rec, pick) end
     if ok == nil then
-      -- no C encoder, or the record cannot be encoded: the checked Lua path
+      -- the record cannot be encoded: the checked Lua path (says where)
       local line = record_line(rec)
       ok, res = out:write(line, "\n")
       if ok then ok, res = out:flush() end
