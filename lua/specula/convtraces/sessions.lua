@@ -35,8 +35,13 @@
 -- A call without a result is "untimed": it is assumed to take no time.
 --
 -- A session: { id, format, path, msgs (OpenAI chat messages; each assistant
--- message carries specula_times = { model_ms, tool_ms = { per call } }, its
--- calls in the order of their results), calls = { {tool, args, recorded_ms,
+-- message carries specula_times = { model_ms, tool_ms, call_ms, offset_ms },
+-- its calls in the order of their results: per call, tool_ms what it adds
+-- to the turn's tool phase when the calls run back to back (their sum is
+-- the phase), call_ms its own time (call to result, the person's wait
+-- out) and offset_ms how long after the turn's first call it was decided
+-- (the phase is the longest offset + own time: a parallel replay),
+-- calls = { {tool, args, recorded_ms,
 -- wait_ms, tool_ms, untimed} }, recorded_ms (the agent's time as the log
 -- counts it), model_ms, tool_ms (tool phases), user_ms, approval_ms,
 -- prompts, turns, untimed }.
@@ -202,17 +207,18 @@ local function builder(path, fmt, opts)
         local order = {}
         for i, c in ipairs(tu.calls) do order[i] = c end
         table.sort(order, function(a, b) return a.t_eff < b.t_eff end)
-        local tc, tms, prev = {}, {}, tu.t_first
+        local tc, tms, own, off, prev = {}, {}, {}, {}, tu.t_first
         for i, c in ipairs(order) do
           local inc = math.max(0, c.t_eff - prev)
           prev = math.max(prev, c.t_eff)
           tms[i] = inc
+          own[i], off[i] = c.tool_ms, math.max(0, c.t_call - tu.t_first)
           s.tool_ms = s.tool_ms + inc
           tc[i] = { id = c.id, type = "function", ["function"] = { name = c.tool, arguments = c.args } }
         end
         s.model_ms = s.model_ms + model
         msgs[#msgs + 1] = { role = "assistant", content = text, tool_calls = tc,
-                            specula_times = { model_ms = model, tool_ms = tms } }
+                            specula_times = { model_ms = model, tool_ms = tms, call_ms = own, offset_ms = off } }
         for _, c in ipairs(order) do
           msgs[#msgs + 1] = { role = "tool", tool_call_id = c.id, content = c.obs or "" }
         end
