@@ -127,7 +127,7 @@ local function learned(train, opts)
   if #train > 0 then
     local convs = {}
     for _, f in ipairs(train) do
-      local s = sessions.read(f, opts)
+      local s = sessions.read(f, { approval_cap_ms = opts.approval_cap_ms, keep_text = true })
       if s then
         local c = require("specula.convtraces").conversation(s.id, s.msgs)
         if c then convs[#convs + 1] = c end
@@ -226,7 +226,14 @@ end
 -- result: { sessions, failed, configs = { totals }, tools = { rows } }.
 function M.compute(o, warn)
   warn = warn or function(m) secrets.stderr("specula whatif: warning: ", m, "\n") end
-  local read_opts = { approval_cap_ms = o.approval_cap_ms }
+  -- the texts of the logs (results, prompts, the model's) are kept only for
+  -- what reads them: the learned predictor and --keep-content; else each is
+  -- its digest (what the replay compares), so memory per call stays small
+  local texts = o.keep_content or false
+  for _, name in ipairs(o.compare or M.CONFIGS) do
+    if name == "predictor" or name == "both" then texts = true end
+  end
+  local read_opts = { approval_cap_ms = o.approval_cap_ms, keep_text = texts }
   local list, failed = M.read_logs(o.logs, read_opts, warn)
   local policy, perr = M.load_policy(o.policy)
   if not policy then return nil, perr end

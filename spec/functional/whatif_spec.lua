@@ -117,6 +117,29 @@ describe("specula whatif", function()
     assert.is_true(math.abs(pp.agent_ms - 9900) < 1, pp.agent_ms)
   end)
 
+  it("without the predictor rows keeps digests, not texts: the same figures", function()
+    -- the replay compares results (a speculator's guess against the
+    -- recorded one): digests do; only the learned predictor reads texts
+    local logs = {}
+    local p = io.popen("ls " .. REAL .. "/codex/*.jsonl")
+    for l in p:lines() do logs[#logs + 1] = l end
+    p:close()
+    local function rows(compare)
+      local a = { "--compare", compare }
+      for _, l in ipairs(logs) do a[#a + 1] = l end
+      local st, s, _, err = summary_of(a)
+      assert.are.equal(0, st, err)
+      return by_name(s)
+    end
+    local small = rows("sequential,spechop,perfect-both")
+    local full = rows("sequential,spechop,perfect-both,predictor")
+    for _, name in ipairs({ "sequential", "spechop", "perfect-both" }) do
+      for _, k in ipairs({ "agent_ms", "fired", "hit", "wasted", "early_reads" }) do
+        assert.are.equal(full[name][k], small[name][k], name .. " " .. k)
+      end
+    end
+  end)
+
   it("on a Codex fixture: the approval wait stays out, untimed calls count", function()
     local st, s, _, err = summary_of({ FIX .. "/codex.jsonl", "--compare", "recorded,sequential,perfect-both" })
     assert.are.equal(0, st, err)

@@ -184,6 +184,35 @@ describe("convtraces.sessions", function()
     assert.equals(s.recorded_ms, replay_ms(s))
   end)
 
+  it("with keep_text = false keeps digests, not texts: the same times, results told apart", function()
+    for _, name in ipairs({ "claude_code.jsonl", "codex.jsonl", "otel.jsonl", "openhands.jsonl" }) do
+      local full = assert(sessions.read_all(ROOT .. "sessions/" .. name))
+      local small = assert(sessions.read_all(ROOT .. "sessions/" .. name, { keep_text = false }))
+      assert.equals(#full, #small, name)
+      for i, s in ipairs(small) do
+        local f = full[i]
+        assert.equals(f.recorded_ms, s.recorded_ms, name)
+        assert.equals(replay_ms(f), replay_ms(s), name)
+        assert.same(f.calls, s.calls, name)
+        assert.equals(#f.msgs, #s.msgs, name)
+        local digest_of = {}
+        for j, m in ipairs(s.msgs) do
+          local text = f.msgs[j].content
+          if type(m.content) == "string" and text ~= "" then
+            -- a digest, never the text; equal texts, equal digests
+            assert.matches("^sha256:%x+$", m.content, name)
+            assert.equals(7 + sessions.DIGEST_HEX, #m.content)
+            if digest_of[text] then assert.equals(digest_of[text], m.content) end
+            for other, d in pairs(digest_of) do
+              if other ~= text then assert.are_not.equal(d, m.content) end
+            end
+            digest_of[text] = m.content
+          end
+        end
+      end
+    end
+  end)
+
   it("keeps each text cut to MAX_TEXT bytes: memory grows with the calls, not their results", function()
     local path = os.tmpname()
     local f = assert(io.open(path, "w"))

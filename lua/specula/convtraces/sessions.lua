@@ -84,12 +84,24 @@ end
 
 -- Each text kept (a result, a prompt, the model's text) is cut to this many
 -- bytes: what a predictor reads of it; memory grows with the calls of a log,
--- not with the bytes of their results.
+-- not with the bytes of their results. With opts.keep_text = false a text
+-- is kept as its digest (DIGEST_HEX hex digits of its SHA-256): what a
+-- replay compares (a speculator's guess against the recorded result) without
+-- what a predictor reads; a call then keeps its times, tool, arguments and
+-- digests only.
 M.MAX_TEXT = 4096
+M.DIGEST_HEX = 16
+M.GC_BYTES = 8 * 1048576
 
 local function cut(text, max)
   if #text <= max then return text end
   return json.utf8_cut(text, max)
+end
+
+local sha256_hex
+local function digest(text)
+  sha256_hex = sha256_hex or require("specula.crypto").sha256_hex
+  return "sha256:" .. sha256_hex(text):sub(1, M.DIGEST_HEX)
 end
 
 local function content_text(c)
@@ -109,6 +121,11 @@ end
 local function builder(path, fmt, opts)
   local cap = opts.approval_cap_ms or M.CAP_MS
   local max_text = opts.max_text or M.MAX_TEXT
+  local keep_text = opts.keep_text ~= false
+  local function kept(text)
+    if keep_text then return cut(text, max_text) end
+    return digest(text)
+  end
   local s = { path = path, format = fmt, msgs = {}, calls = {}, recorded_ms = 0, model_ms = 0, tool_ms = 0,
               user_ms = 0, approval_ms = 0, prompts = 0, turns = 0, untimed = 0 }
   local prompt, turn, since, last_agent
@@ -119,7 +136,7 @@ local function builder(path, fmt, opts)
     prompt = { t0 = t, last_t = t, turns = {}, calls = {} }
     since, turn = t, nil
     s.prompts = s.prompts + 1
-    if text then s.msgs[#s.msgs + 1] = { role = "user", content = cut(text, max_text) } end
+    if text then s.msgs[#s.msgs + 1] = { role = "user", content = kept(text) } end
   end
 
   local function new_turn()
@@ -225,6 +242,9 @@ local function builder(path, fmt, opts)
       end
     end
     last_agent = p.last_t
+    -- the prompt's calls are in the session now: what the builder kept of
+    -- them goes (a late result changes nothing already counted)
+    by_id = {}
   end
 
   local b = {}
@@ -242,7 +262,7 @@ local function builder(path, fmt, opts)
       -- text after calls is a later reply; a call after answered calls too
       if not turn or (#turn.calls > 0 and (e.kind == "text" or turn_answered())) then new_turn() end
       if e.kind == "text" then
-        turn.texts[#turn.texts + 1] = cut(e.text, max_text)
+        turn.texts[#turn.texts + 1] = kept(e.text)
         if #turn.calls == 0 then turn.text_t = t end
       else
         if #turn.calls == 0 then turn.t_first = t end
@@ -263,7 +283,7 @@ local function builder(path, fmt, opts)
       end
       if c and not c.t_result then
         c.t_result = t
-        c.obs = cut(content_text(e.content), max_text)
+        c.obs = kept(content_text(e.content))
         if t > since then since = t end
         if prompt and t > prompt.last_t then prompt.last_t = t end
       end
@@ -309,14 +329,21 @@ end
 -- read_all(path, opts, warn): the sessions of one log file (one, but for
 -- formats that hold several: OTel spans), or nil and
 -- "EFORMAT: path:line: ..." naming what each reader expected. opts:
--- approval_cap_ms. warn(msg) gets "path:line: ..." for lines skipped.
+-- approval_cap_ms, keep_text (default true; false: digests). warn(msg)
+-- gets "path:line: ..." for lines skipped.
 function M.read_all(path, opts, warn)
   opts = opts or {}
   warn = warn or function() end
   local f, err = io.open(path, "r")
   if not f then return nil, "EIO: cannot read " .. tostring(err) end
   local reader
-  local state = {}   -- the reader's own, for the file
+  -- the reader's own, for the file; text(s): a text as the builder keeps
+  -- it (a reader that holds lines until the end of the file: OTel)
+  local keep_text, max_text = opts.keep_text ~= false, opts.max_text or M.MAX_TEXT
+  local state = { text = function(t)
+    if keep_text then return cut(t, max_text) end
+    return digest(t)
+  end }
   local builders, order, whole = {}, {}, {}
   local function ev_for(key)
     local b = builders[key]
@@ -329,8 +356,17 @@ function M.read_all(path, opts, warn)
   end
   local ln = 0
   local iso = M.iso_ms
+  local since_gc = 0
   for line in f:lines() do
     ln = ln + 1
+    -- a long line and what it decodes to are garbage once read: collect
+    -- as the bytes go by (every GC_BYTES), or the collector's pacing lets
+    -- that garbage grow with what is kept, and the peak with the log
+    since_gc = since_gc + #line
+    if since_gc > M.GC_BYTES then
+      since_gc = 0
+      collectgarbage()
+    end
     if line:find("%S") then
       local v, derr = json.decode(line)
       if v == nil then
