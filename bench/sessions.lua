@@ -64,6 +64,7 @@ local function mb(kb) return kb and string.format("%.1f", kb / 1024) or "?" end
 local path = os.tmpname()
 print(string.format("%7s  %6s  %-28s  %8s  %13s  %8s  %8s", "size", "calls", "kept", "MB/s", "Lua heap (MB)",
   "RSS (MB)", "peak"))
+local seen = {}   -- [keep] = { {calls, heap, peak} per size }
 for _, size in ipairs({ MB / 8, MB }) do
   local calls = write(path, size)
   -- digests only (what the replay needs), then the texts cut to 4 KB (what
@@ -84,6 +85,18 @@ for _, size in ipairs({ MB / 8, MB }) do
       keep and "texts (4 KB cut)" or "times, tools, args, digests", size / (ms / 1000), heap, mb(rss0), mb(peak),
       reset and "" or " (run's peak: no clear_refs)"))
     s = nil
+    seen[keep] = seen[keep] or {}
+    table.insert(seen[keep], { calls = calls, heap = heap * 1024, peak = peak })
   end
 end
 os.remove(path)
+-- what each more call costs, between the two sizes
+for _, keep in ipairs({ false, true }) do
+  local a, b = seen[keep][1], seen[keep][2]
+  local n = b.calls - a.calls
+  if n > 0 then
+    print(string.format("%-28s  %.2f KB of Lua heap and %s KB of peak RSS a call (%d calls more)",
+      keep and "texts (4 KB cut)" or "times, tools, args, digests", (b.heap - a.heap) / n,
+      (a.peak and b.peak) and string.format("%.2f", (b.peak - a.peak) / n) or "?", n))
+  end
+end
