@@ -213,6 +213,27 @@ describe("convtraces.sessions", function()
     end
   end)
 
+  it("gives a late result to its own call of a closed prompt, not to a call of the next", function()
+    local path = os.tmpname()
+    local f = assert(io.open(path, "w"))
+    local function line(t, typ, msg)
+      f:write(string.format('{"type":"%s","sessionId":"s","uuid":"u%s","timestamp":"2026-03-02T10:00:%02dZ","message":%s}\n',
+        typ, t, t, msg))
+    end
+    line(0, "user", '{"role":"user","content":"first"}')
+    line(1, "assistant", '{"id":"m1","role":"assistant","content":[{"type":"tool_use","id":"old","name":"Bash","input":{}}]}')
+    line(5, "user", '{"role":"user","content":"second"}')   -- the person moved on
+    line(6, "assistant", '{"id":"m2","role":"assistant","content":[{"type":"tool_use","id":"new","name":"Read","input":{}}]}')
+    line(8, "user", '{"role":"user","content":[{"type":"tool_result","tool_use_id":"old","content":"late"}]}')
+    line(9, "user", '{"role":"user","content":[{"type":"tool_result","tool_use_id":"new","content":"mine"}]}')
+    f:close()
+    local s = assert(sessions.read(path))
+    os.remove(path)
+    assert.equals(2, #s.calls)
+    assert.is_true(s.calls[1].untimed)         -- the old call's result came after its prompt
+    assert.equals(3000, s.calls[2].tool_ms)    -- 10:00:06 -> its own result at 10:00:09
+  end)
+
   it("keeps each text cut to MAX_TEXT bytes: memory grows with the calls, not their results", function()
     local path = os.tmpname()
     local f = assert(io.open(path, "w"))

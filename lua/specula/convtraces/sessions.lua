@@ -130,6 +130,7 @@ local function builder(path, fmt, opts)
               user_ms = 0, approval_ms = 0, prompts = 0, turns = 0, untimed = 0 }
   local prompt, turn, since, last_agent
   local by_id = {}
+  local closed = {}   -- ids of the calls of closed prompts: a late result is theirs
 
   local function open_prompt(t, text)
     s.t0 = s.t0 or t
@@ -193,6 +194,11 @@ local function builder(path, fmt, opts)
       s.calls[#s.calls + 1] = { tool = c.tool, args = c.args, recorded_ms = c.recorded_ms, wait_ms = c.wait_ms,
                                 tool_ms = c.tool_ms, untimed = c.recorded_ms == nil or nil }
     end
+    -- from here the builder's tables of a call are held by its turn alone,
+    -- let go once the turn is a message (so they do not all stay beside
+    -- the messages made of them)
+    for id in pairs(by_id) do closed[id] = true end
+    p.calls, calls, by_id = nil, nil, {}
     -- what the person's waits took from the prompt's wall time: what they
     -- shortened each turn's tool phase by (a wait beside a longer parallel
     -- call took nothing)
@@ -211,7 +217,10 @@ local function builder(path, fmt, opts)
     s.recorded_ms = s.recorded_ms + (p.active_ms or (wall - waits))
     -- the turns as messages with their times
     local msgs = s.msgs
-    for _, tu in ipairs(p.turns) do
+    local turns = p.turns
+    for ti = 1, #turns do
+      local tu = turns[ti]
+      turns[ti] = false
       s.turns = s.turns + 1
       local text = table.concat(tu.texts, "\n")
       if #tu.calls == 0 then
@@ -242,9 +251,6 @@ local function builder(path, fmt, opts)
       end
     end
     last_agent = p.last_t
-    -- the prompt's calls are in the session now: what the builder kept of
-    -- them goes (a late result changes nothing already counted)
-    by_id = {}
   end
 
   local b = {}
@@ -278,7 +284,7 @@ local function builder(path, fmt, opts)
       if t > prompt.last_t then prompt.last_t = t end
     elseif e.kind == "result" then
       local c = type(e.id) == "string" and by_id[e.id]
-      if not c and prompt then
+      if not c and prompt and not (type(e.id) == "string" and closed[e.id]) then
         for _, pc in ipairs(prompt.calls) do if not pc.t_result then c = pc break end end
       end
       if c and not c.t_result then
