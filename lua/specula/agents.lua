@@ -1,6 +1,6 @@
 -- specula.agents: ready-made agents.
 --
---   agents.conversation{ file =, latency =, speculate =, reply_tool =, predict =, policy = }
+--   agents.conversation{ file =, latency =, speculate =, reply_tool =, predict =, policy =, parallel = }
 --
 -- A trace-driven agent: it replays recorded conversations (OpenAI chat or
 -- Anthropic messages, one a line, as specula.convtraces reads them). Its
@@ -24,6 +24,12 @@
 --                makes of an agent's own logs) takes those times instead: the
 --                turn's model time, and each recorded call its own (a call
 --                that differs from the recording: the tool's law above)
+--   parallel     with parallel = true, a turn of several calls is one step
+--                of the group tool GROUP_TOOL: the calls side by side, each
+--                from its decision (specula_times' offset_ms and call_ms),
+--                the step until the last ends; the engine runs one action a
+--                step, so a call of the group a prediction started early
+--                counts as running since then (agent.members_used)
 --   user answer  a text turn followed by more of the conversation is the
 --                action `reply_tool` (default "reply", args { text }): it
 --                sends the text and observes the user's next message(s),
@@ -52,6 +58,9 @@ local type, ipairs, pairs, tostring, tonumber, error, format, concat, ceil =
   type, ipairs, pairs, tostring, tonumber, error, string.format, table.concat, math.ceil
 
 local M = {}
+
+-- The group tool of opts.parallel: a turn's calls as one step.
+M.GROUP_TOOL = "specula_parallel"
 
 local DEFAULT_LATENCY = {
   model = { base_ms = 500, per_token_ms = 12, per_input_token_ms = 0, chars_per_token = 4 },
@@ -164,7 +173,12 @@ local function tokens(chars, m) return ceil(chars / m.chars_per_token) end
 
 -- The steps of one conversation: { tool, args, key, obs, model_ms, name_ms,
 -- upto } (upto: the messages the model saw), the last one { final, ... }.
-local function steps_of(msgs, lat, reply_tool)
+-- With group_tool, a turn of several calls is one step of that tool (args
+-- { calls = [{tool, args}, ...] }, its observation the JSON list of their
+-- results) with members = { {tool, key, obs, tool_ms, offset_ms} }: they
+-- run in parallel, each offset_ms after the decision (a timed log's
+-- call_ms and offset_ms), the step lasting until the last ends.
+local function steps_of(msgs, lat, reply_tool, group_tool)
   if is_anthropic(msgs) then msgs = from_anthropic(msgs) end
   local m = lat.model
   local steps = {}
@@ -209,6 +223,7 @@ local function steps_of(msgs, lat, reply_tool)
         local times = type(msg.specula_times) == "table" and msg.specula_times or nil
         if times and type(times.model_ms) == "number" then model_ms, name_ms = times.model_ms, times.model_ms end
         local made = 0
+        local first = #steps + 1
         for j, tc in ipairs(calls) do
           local fn = type(tc) == "table" and tc["function"]
           if type(fn) == "table" and type(fn.name) == "string" and fn.name ~= "" then
@@ -224,8 +239,28 @@ local function steps_of(msgs, lat, reply_tool)
                                   obs = results_after(i, type(tc.id) == "string" and tc.id or nil, j) or "",
                                   model_ms = made == 1 and model_ms or 0, name_ms = made == 1 and name_ms or 0,
                                   upto = i - 1,
-                                  tool_ms = times and type(times.tool_ms) == "table" and tonumber(times.tool_ms[j]) or nil }
+                                  tool_ms = times and type(times.tool_ms) == "table" and tonumber(times.tool_ms[j]) or nil,
+                                  call_ms = times and type(times.call_ms) == "table" and tonumber(times.call_ms[j]) or nil,
+                                  offset_ms = times and type(times.offset_ms) == "table" and tonumber(times.offset_ms[j])
+                                    or 0 }
           end
+        end
+        if group_tool and made > 1 then
+          -- the turn's calls, one step: they run side by side
+          local members, list, obs, longest, timed = {}, {}, {}, 0, true
+          for k = first, #steps do
+            local st = steps[k]
+            members[#members + 1] = { tool = st.tool, key = st.key, obs = st.obs, tool_ms = st.call_ms,
+                                      offset_ms = st.call_ms and st.offset_ms or 0 }
+            list[#list + 1] = { tool = st.tool, args = st.args }
+            obs[#obs + 1] = st.obs
+            if st.call_ms then longest = math.max(longest, st.offset_ms + st.call_ms) else timed = false end
+          end
+          for k = #steps, first, -1 do steps[k] = nil end
+          local args = { calls = json.array(list) }
+          steps[first] = { tool = group_tool, args = args, key = json.canonical(args), obs = json.encode(json.array(obs)),
+                           model_ms = model_ms, name_ms = name_ms, upto = i - 1, members = members,
+                           tool_ms = timed and longest or nil }
         end
         if made == 0 then
           if i < last_assistant then
@@ -266,6 +301,10 @@ function M.conversation(opts)
   if type(reply_tool) ~= "string" or reply_tool == "" then
     error("specula.agents.conversation: reply_tool must be a tool name", 2)
   end
+  if opts.parallel ~= nil and type(opts.parallel) ~= "boolean" then
+    error("specula.agents.conversation: parallel must be a boolean", 2)
+  end
+  local group_tool = opts.parallel and M.GROUP_TOOL or nil
   local sim = require "specula.sim"
   local by_id = {}
   if opts.file ~= nil then
@@ -312,7 +351,8 @@ function M.conversation(opts)
     end
     local c = convs[msgs]
     if not c then
-      c = steps_of(msgs, lat, reply_tool)
+      c = steps_of(msgs, lat, reply_tool, group_tool)
+      c.early, c.used = {}, {}
       convs[msgs] = c
       by_key[tostring(ctx.id)] = c
     end
@@ -322,28 +362,100 @@ function M.conversation(opts)
   local early = {}
   local agent = { name = "conversation", early = early }
 
+  local function law_of(name) return lat.tools[name] or lat.tools.default_ms end
+
+  -- the recorded member (name, key) of a group step, if it is one
+  local function member_of(st, name, key)
+    for _, m in ipairs(st and st.members or {}) do
+      if m.tool == name and m.key == key then return m end
+    end
+    return nil
+  end
+
+  -- the result of (name, key) at hop: the recorded one, else the latest
+  -- earlier result of the same call
+  local function result_of(c, hop, name, key)
+    local st = c.steps[hop + 1]
+    if st and st.tool == name and st.key == key then return st.obs end
+    local m = member_of(st, name, key)
+    if m then return m.obs end
+    for i = hop, 1, -1 do
+      local s = c.steps[i]
+      if s.tool == name and s.key == key then return s.obs end
+      m = member_of(s, name, key)
+      if m then return m.obs end
+    end
+    return "(no recorded result for " .. name .. " with these arguments)"
+  end
+
+  local function count_early(name, args, ctx)
+    early[name] = (early[name] or 0) + 1
+    if opts.on_early then opts.on_early(name, args, ctx) end
+  end
+
   local function tool_call(name)
-    local law = lat.tools[name] or lat.tools.default_ms
+    local law = law_of(name)
     return function(args, ctx)
-      if ctx.speculative or ctx.predicted then
-        early[name] = (early[name] or 0) + 1
-        if opts.on_early then opts.on_early(name, args, ctx) end
-      end
+      if ctx.speculative or ctx.predicted then count_early(name, args, ctx) end
       local c = conv_of(ctx)
       local hop = ctx.hop or 0
       local key = json.canonical(args)
       local st = c.steps[hop + 1]
+      local m = ctx.predicted and member_of(st, name, key)
       if name == reply_tool then sim.wait(lat.user, ctx, "user", hop)
       elseif st and st.tool_ms and st.tool == name and st.key == key then
         if st.tool_ms > 0 then sched.sleep(st.tool_ms) end   -- the recorded call: its recorded time
+      elseif m and m.tool_ms then
+        -- a member of the hop's group started before the model decided it:
+        -- the group call counts it as running since (the latest start at a
+        -- hop is its committed thread's: a discarded one's comes before)
+        local starts = c.early[hop] or {}
+        c.early[hop] = starts
+        starts[m] = sched.now()
+        if m.tool_ms > 0 then sched.sleep(m.tool_ms) end
       else sim.wait(law, ctx, "tool:" .. name, hop) end
-      if st and st.tool == name and st.key == key then return st.obs end
-      for i = hop, 1, -1 do
-        local s = c.steps[i]
-        if s.tool == name and s.key == key then return s.obs end
-      end
-      return "(no recorded result for " .. name .. " with these arguments)"
+      return result_of(c, hop, name, key)
     end
+  end
+
+  -- The group tool: the calls of one turn side by side. A recorded member
+  -- takes its recorded time from the decision (its offset, then its own
+  -- time); one a prediction started already runs since then (the engine
+  -- runs one action a step: it ended that prediction when the step decided
+  -- the group, which matches none; its time is what a promotion would have
+  -- kept); any other call its tool's law. Every member run early is seen
+  -- by on_early, member by member.
+  local function group_call(args, ctx)
+    local c = conv_of(ctx)
+    local hop = ctx.hop or 0
+    local st = c.steps[hop + 1]
+    local recorded = st and st.members and st.tool == group_tool and st.key == json.canonical(args)
+    local calls = type(args.calls) == "table" and args.calls or {}
+    local now, starts = sched.now(), c.early[hop] or {}
+    local longest, used, saved, tasks, obs = 0, 0, 0, {}, {}
+    for j, call in ipairs(calls) do
+      local name = type(call) == "table" and type(call.tool) == "string" and call.tool or "?"
+      local margs = type(call) == "table" and type(call.args) == "table" and call.args or {}
+      if ctx.speculative then count_early(name, margs, ctx) end
+      local m = recorded and st.members[j]
+      if m and m.tool_ms then
+        local wait, t0 = m.offset_ms + m.tool_ms, starts[m]
+        if t0 then
+          wait = math.max(m.offset_ms, t0 + m.tool_ms - now)
+          used, saved = used + 1, saved + math.min(now - t0, m.tool_ms)
+        end
+        if wait > longest then longest = wait end
+        obs[j] = m.obs
+      else
+        tasks[#tasks + 1] = sched.spawn(sim.wait, law_of(name), ctx, "tool:" .. name .. ":" .. j, hop)
+        obs[j] = result_of(c, hop, name, json.canonical(margs))
+      end
+    end
+    -- the latest run of a hop is its committed thread's
+    c.used[hop] = { n = used, saved_ms = saved }
+    if longest > 0 then sched.sleep(longest) end
+    if #tasks > 0 then sched.wait_all(tasks) end
+    return json.encode(json.array(obs))
   end
 
   -- Tools: every tool the conversations call (from `file`, and as the
@@ -351,7 +463,7 @@ function M.conversation(opts)
   local tools = {}
   local function add_tool(name)
     if tools[name] then return end
-    local t = { call = tool_call(name) }
+    local t = { call = name == group_tool and group_call or tool_call(name) }
     if name ~= reply_tool and spec ~= nil then
       t.speculate = function(args, ctx)
         local c = conv_of(ctx)
@@ -367,8 +479,15 @@ function M.conversation(opts)
           return nil
         end
         sim.wait(spec_law, ctx, "spec:" .. name, hop)
-        if st and st.tool == name and st.key == key and sim.draw(ctx, "spec_ok:" .. name, 0, hop) < spec.p then
-          return st.obs
+        if st and st.tool == name and st.key == key then
+          -- a group's list is right when each of its results is, each
+          -- guessed with probability p
+          local right = true
+          for j, x in ipairs(st.members or { st }) do
+            local label = st.members and ("spec_ok:" .. x.tool .. ":" .. j) or ("spec_ok:" .. name)
+            if sim.draw(ctx, label, 0, hop) >= spec.p then right = false end
+          end
+          if right then return st.obs end
         end
         return "(a wrong guess)"
       end
@@ -376,9 +495,11 @@ function M.conversation(opts)
     tools[name] = t
   end
   add_tool(reply_tool)
+  if group_tool then add_tool(group_tool) end
   for _, msgs in pairs(by_id) do
-    for _, s in ipairs(steps_of(msgs, lat, reply_tool).steps) do
+    for _, s in ipairs(steps_of(msgs, lat, reply_tool, group_tool).steps) do
       if s.tool then add_tool(s.tool) end
+      for _, m in ipairs(s.members or {}) do add_tool(m.tool) end
     end
   end
   for _, name in ipairs(opts.tools or {}) do add_tool(name) end
@@ -387,9 +508,11 @@ function M.conversation(opts)
     local c = conv_of(ctx)
     -- the tools of a conversation that came with its record
     for _, s in ipairs(c.steps) do
-      if s.tool and not tools[s.tool] then
-        error(format("conversation agent: query '%s' calls '%s', a tool this agent was not built with (give its "
-          .. "conversations as file =, or list it in tools = {...})", tostring(ctx.id), s.tool), 0)
+      for _, x in ipairs(s.members or { s }) do
+        if x.tool and not tools[x.tool] then
+          error(format("conversation agent: query '%s' calls '%s', a tool this agent was not built with (give its "
+            .. "conversations as file =, or list it in tools = {...})", tostring(ctx.id), x.tool), 0)
+        end
       end
     end
     return { id = tostring(ctx.id), i = 1 }
@@ -397,6 +520,9 @@ function M.conversation(opts)
   agent.step = function(state, ctx)
     local c = conv_of(ctx)
     local st = c.steps[state.i]
+    -- this thread's predictions of the hop's group come after: the starts
+    -- of one that went before it (a discarded thread's) are not its own
+    if st.members then c.early[state.i - 1] = nil end
     if st.final ~= nil then
       if st.model_ms > 0 then sched.sleep(st.model_ms) end
       return { final = st.final }
@@ -405,7 +531,10 @@ function M.conversation(opts)
     if st.model_ms > 0 then
       local first = math.min(st.name_ms, st.model_ms)
       if first > 0 then sched.sleep(first) end
-      if not st.reply and ctx.on_tool_name then ctx.on_tool_name(st.tool) end
+      if not st.reply and ctx.on_tool_name then
+        -- a group's calls are named one by one, as a stream names them
+        for _, x in ipairs(st.members or { st }) do ctx.on_tool_name(x.tool) end
+      end
       if st.model_ms > first then sched.sleep(st.model_ms - first) end
     end
     return { segment = "", action = { tool = st.tool, args = json.decode(st.key) } }
@@ -427,11 +556,28 @@ function M.conversation(opts)
   -- first) as { tool, args } (nil at its final answer, or before the query
   -- started): what a perfect predictor proposes (the bound rows of
   -- `specula whatif` and examples/real_traces)
+  -- (a group step's also carries calls = { its members, the same way })
   agent.recorded = function(id, hop)
     local c = by_key[tostring(id)]
     local st = c and c.steps[(hop or 0) + 1]
     if not st or not st.tool then return nil end
-    return { tool = st.tool, args = json.decode(st.key), tool_ms = st.tool_ms, model_ms = st.model_ms }
+    local calls
+    if st.members then
+      calls = {}
+      for i, m in ipairs(st.members) do
+        calls[i] = { tool = m.tool, args = json.decode(m.key), tool_ms = m.tool_ms, model_ms = st.model_ms }
+      end
+    end
+    return { tool = st.tool, args = json.decode(st.key), tool_ms = st.tool_ms, model_ms = st.model_ms, calls = calls }
+  end
+  -- agent.members_used(id): the members of the query's groups that ran
+  -- from a prediction started before the model decided them (committed
+  -- path), and the time those starts saved
+  agent.members_used = function(id)
+    local c = by_key[tostring(id)]
+    local n, saved = 0, 0
+    for _, u in pairs(c and c.used or {}) do n, saved = n + u.n, saved + u.saved_ms end
+    return n, saved
   end
   agent.verify = require("specula.verify").exact
   agent.predict = opts.predict

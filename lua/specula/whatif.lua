@@ -97,13 +97,27 @@ function M.read_logs(paths, opts, warn)
 end
 
 -- A predictor that proposes the recorded call (the bound), as the agent
--- replays it (box.agent: the agent, set once built).
+-- replays it (box.agent: the agent, set once built); for a turn of
+-- parallel calls, each of them.
 local function oracle(box)
   return function(_, ctx)
     local st = box.agent and box.agent.recorded(ctx.id, ctx.hop)
     if not st then return {} end
-    return { { tool = st.tool, args = st.args, confidence = 1 } }
+    local out = {}
+    for i, c in ipairs(st.calls or { st }) do out[i] = { tool = c.tool, args = c.args, confidence = 1 } end
+    return out
   end
+end
+
+-- The recorded call (tool, args) is at its hop (st: agent.recorded's): the
+-- step's own, or a member of its group.
+local function recorded_call(st, tool, args)
+  if not st then return nil end
+  local key = json.canonical(args)
+  for _, c in ipairs(st.calls or { st }) do
+    if c.tool == tool and json.canonical(c.args) == key then return c end
+  end
+  return nil
 end
 
 -- The learned predictor, trained on --train files (sessions logs or
@@ -113,7 +127,7 @@ local function learned(train, opts)
   if #train > 0 then
     local convs = {}
     for _, f in ipairs(train) do
-      local s = sessions.read(f, opts)
+      local s = sessions.read(f, { approval_cap_ms = opts.approval_cap_ms, keep_text = true })
       if s then
         local c = require("specula.convtraces").conversation(s.id, s.msgs)
         if c then convs[#convs + 1] = c end
@@ -147,16 +161,26 @@ local function run_config(name, list, ctx)
     speculate, mode = { p = 1, ms = 0 }, "spechop"
   end
   local policy = ctx.policy
+  local group = specula.agents.GROUP_TOOL
+  local function read_only(tool, args)
+    if tool ~= group then return policy.read_only(tool, args) end
+    -- a turn's calls as one step (from a state not yet verified): only
+    -- when every one may run early; a prediction is judged call by call
+    for _, c in ipairs(type(args.calls) == "table" and args.calls or {}) do
+      if not policy.read_only(c.tool, c.args or {}) then return false end
+    end
+    return true
+  end
   local agent = specula.agents.conversation {
-    latency = ctx.latency, tools = ctx.tools, predict = predict, speculate = speculate,
+    latency = ctx.latency, tools = ctx.tools, predict = predict, speculate = speculate, parallel = true,
     policy = { classes = { any = "full" }, tools = ctx.classes,
-               decide = function(tool, args) return policy.read_only(tool, args) and "full" or "forbid" end },
+               decide = function(tool, args) return read_only(tool, args) and "full" or "forbid" end },
     on_early = function(tool, args, c)
       if policy.read_only(tool, args) then t.early_reads = t.early_reads + 1
       else t.early_writes = t.early_writes + 1 end
       -- a predicted call equal to the recorded one at its hop: a hit
-      local st = c.predicted and box.agent.recorded(c.id, c.hop)
-      if st and st.tool == tool and json.canonical(args) == json.canonical(st.args) then
+      local st = c.predicted and recorded_call(box.agent.recorded(c.id, c.hop), tool, args)
+      if st then
         local h = t.tool_hits[tool] or { hits = 0, hidden = 0 }
         h.hits = h.hits + 1
         h.hidden = h.hidden + math.min(st.tool_ms or 0, st.model_ms or 0)
@@ -168,7 +192,13 @@ local function run_config(name, list, ctx)
   local queries = {}
   for i, s in ipairs(list) do queries[i] = { id = s.id, query = s.query or "", messages = s.msgs } end
   local o = { queries = queries, clock = "virtual", concurrency = 1, mode = mode, k = M.K,
-              predict = (not predict) and "off" or nil }
+              predict = (not predict) and "off" or nil,
+              -- the bound fires every call of a parallel turn, each certain:
+              -- the gate's live estimate of a tool's saving (learnt from
+              -- the steps of that tool alone, not from the groups it ran
+              -- in) has nothing to weigh against it
+              predict_top = predict and name:match("^perfect") and math.max(3, ctx.widest) or nil,
+              ev_latency_ms = predict and name:match("^perfect") and 1 or nil }
   local records, agg = specula.run(agent, o)
   for _, r in ipairs(records) do
     if r.error then
@@ -183,6 +213,12 @@ local function run_config(name, list, ctx)
   local pf = agg.prefetch
   if pf then t.fired, t.hit, t.saved_ms = pf.fired, pf.promoted, pf.saved_ms end
   t.wasted = agg.wasted_calls or 0
+  -- calls of a parallel turn a prediction started: the engine saw them end
+  -- unused (the step's action was the group), the group ran on them
+  for _, r in ipairs(records) do
+    local n, saved = agent.members_used(r.id)
+    t.hit, t.saved_ms, t.wasted = t.hit + n, t.saved_ms + saved, math.max(0, t.wasted - n)
+  end
   return t
 end
 
@@ -190,16 +226,25 @@ end
 -- result: { sessions, failed, configs = { totals }, tools = { rows } }.
 function M.compute(o, warn)
   warn = warn or function(m) secrets.stderr("specula whatif: warning: ", m, "\n") end
-  local read_opts = { approval_cap_ms = o.approval_cap_ms }
+  -- the texts of the logs (results, prompts, the model's) are kept only for
+  -- what reads them: the learned predictor and --keep-content; else each is
+  -- its digest (what the replay compares), so memory per call stays small
+  local texts = o.keep_content or false
+  for _, name in ipairs(o.compare or M.CONFIGS) do
+    if name == "predictor" or name == "both" then texts = true end
+  end
+  local read_opts = { approval_cap_ms = o.approval_cap_ms, keep_text = texts }
   local list, failed = M.read_logs(o.logs, read_opts, warn)
   local policy, perr = M.load_policy(o.policy)
   if not policy then return nil, perr end
   -- the tools the sessions call (each in the policy's one class: its
   -- read_only decides per call)
-  local by_id, tools, classes, per_tool = {}, {}, {}, {}
+  local group = require("specula.agents").GROUP_TOOL
+  local by_id, tools, classes, per_tool, widest = {}, {}, { [group] = "any" }, {}, 0
   for _, s in ipairs(list) do
     by_id[s.id] = s
     for _, m in ipairs(s.msgs) do
+      if m.role == "assistant" and m.tool_calls and #m.tool_calls > widest then widest = #m.tool_calls end
       for _, tc in ipairs(m.role == "assistant" and m.tool_calls or {}) do
         local name = tc["function"].name
         if not classes[name] then classes[name] = "any"; tools[#tools + 1] = name end
@@ -220,7 +265,7 @@ function M.compute(o, warn)
     for _, x in ipairs(p.times) do all[#all + 1] = x end
   end
   lat_tools.default_ms = median(all) or 0
-  local ctx = { by_id = by_id, tools = tools, classes = classes, policy = policy, warn = warn,
+  local ctx = { by_id = by_id, tools = tools, classes = classes, policy = policy, warn = warn, widest = widest,
                 latency = { tools = lat_tools, user_ms = 0 }, train = o.train or {}, read_opts = read_opts,
                 spec_p = o.spec_p or M.SPEC_P, spec_ms = o.spec_ms or M.SPEC_MS }
   local res = { sessions = #list, failed = failed, configs = {}, tools = {}, list = list }

@@ -123,6 +123,37 @@ describe("conversation agent: input and options", function()
     assert.matches("no model file 'absent.json'", err)
   end)
 
+  it("with parallel = true, runs a turn's calls side by side: one step, the longest call", function()
+    local call = function(id, city)
+      return { id = id, type = "function", ["function"] = { name = "weather", arguments = cjson.encode({ city = city }) } }
+    end
+    local conv = { id = "w", messages = {
+      { role = "user", content = "weather in Paris, Lyon and Nice?" },
+      { role = "assistant", content = "", tool_calls = { call("a", "Paris"), call("b", "Lyon"), call("c", "Nice") } },
+      { role = "tool", tool_call_id = "a", content = "sun" }, { role = "tool", tool_call_id = "b", content = "rain" },
+      { role = "tool", tool_call_id = "c", content = "wind" },
+      { role = "assistant", content = "Sun, rain, wind." } } }
+    local f = H.tmpfile("par.jsonl", cjson.encode(conv) .. "\n")
+    local function wall(parallel)
+      local script = H.tmpfile("par_agent.lua", "local specula = require 'specula'\nreturn specula.agents.conversation{ "
+        .. "file = " .. string.format("%q", f) .. ", parallel = " .. tostring(parallel) .. ", latency = { model = { base_ms = 100, per_token_ms = 0 }, "
+        .. "tools = { default_ms = 300 } } }\n")
+      local out = H.tmpfile()
+      local st, _, err = H.specula({ "run", script, "--input", f, "--clock", "virtual", "--mode", "sequential",
+                                     "--out", out, "--quiet" })
+      assert.equals(0, st, err)
+      local rec = H.jsonl(H.read(out))[1]
+      assert.equals("Sun, rain, wind.", rec.answer)
+      return rec.stats.wall_ms, rec.stats.hops
+    end
+    local w, hops = wall(false)
+    assert.equals(3, hops)
+    assert.is_true(math.abs(w - (100 + 3 * 300 + 100)) < 1, w)
+    w, hops = wall(true)
+    assert.equals(1, hops)
+    assert.is_true(math.abs(w - (100 + 300 + 100)) < 1, w)
+  end)
+
   it("says what is wrong with its options and its input", function()
     local f = conv_file()
     local function try(opts)
@@ -139,6 +170,8 @@ describe("conversation agent: input and options", function()
     assert.matches("lognormal needs mean > 0", err)
     st, _, err = try("{ speculate = 'maybe' }")
     assert.matches("speculate must be", err)
+    st, _, err = try("{ parallel = 'yes' }")
+    assert.matches("parallel must be a boolean", err)
     -- a query whose conversation it does not have
     st, _, err = try("{ file = " .. string.format("%q", f) .. " }")
     assert.equals(0, st, err)

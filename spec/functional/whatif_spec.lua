@@ -82,16 +82,62 @@ describe("specula whatif", function()
     local c = check_rows(s)
     assert.is_true(math.abs(c.recorded.agent_ms - 15050) < 1)
     assert.is_true(math.abs(c.sequential.agent_ms - 15000) < 1)
-    -- a perfect predictor starts the first of the parallel Grep and Read
-    -- (read-only) while the model thinks (the second is replayed as a step
-    -- of its own, decided at once: docs/whatif.md); the git push waits
-    assert.are.equal(1, c["perfect-predictor"].hit)
-    assert.is_true(c["perfect-predictor"].agent_ms < c.sequential.agent_ms - 500)
+    -- a perfect predictor starts both parallel calls, Grep and Read
+    -- (read-only), while the model thinks: the turn waits only for the
+    -- Grep's decision 0.1 s after the Read's (15 - 0.9 s); the git push waits
+    assert.are.equal(2, c["perfect-predictor"].hit)
+    assert.is_true(math.abs(c["perfect-predictor"].agent_ms - 14100) < 1)
     for _, name in ipairs({ "recorded", "sequential", "predictor", "spechop", "both", "perfect-predictor",
                             "perfect-speculator", "perfect-both" }) do
       assert.is_not_nil(out:find("\n" .. name .. " ", 1, true), name)
     end
     assert.are.equal("Bash", s.tools[1].tool)   -- the longest, once the approval is out
+  end)
+
+  it("keeps a turn's parallel calls parallel: its wait the longest, every call a candidate, no write early", function()
+    -- spec/fixtures/sessions/claude_code_parallel.jsonl: the prompt at 0 s;
+    -- Read, Grep and Glob decided at 4.0, 4.1 and 4.2 s, answered at 6.1,
+    -- 4.6 and 5.2 s; then Read and Edit at 9.1 and 9.2 s, answered at 9.5
+    -- and 9.8 s; the answer at 11.8 s (Claude Code counts 11.8 s active)
+    local st, s, _, err = summary_of({ FIX .. "/claude_code_parallel.jsonl" })
+    assert.are.equal(0, st, err)
+    local c = check_rows(s)
+    -- the replay takes the longest call of each turn, not the sum (13.6 s)
+    assert.are.equal(11800, c.recorded.agent_ms)
+    assert.is_true(math.abs(c.sequential.agent_ms - 11800) < 1)
+    -- a perfect predictor fires all three calls of the first turn and the
+    -- Read of the second at the model's start; the Edit is a write: it
+    -- waits for the decision. 4 s + 0.2 s (the Glob is decided last) +
+    -- 3 s + 0.7 s (the Edit: decided at 0.1 s, runs 0.6 s) + 2 s
+    local pp = c["perfect-predictor"]
+    assert.are.equal(4, pp.fired)
+    assert.are.equal(4, pp.hit)
+    assert.are.equal(0, pp.wasted)
+    assert.are.equal(4, pp.early_reads)
+    assert.is_true(math.abs(pp.agent_ms - 9900) < 1, pp.agent_ms)
+  end)
+
+  it("without the predictor rows keeps digests, not texts: the same figures", function()
+    -- the replay compares results (a speculator's guess against the
+    -- recorded one): digests do; only the learned predictor reads texts
+    local logs = {}
+    local p = io.popen("ls " .. REAL .. "/codex/*.jsonl")
+    for l in p:lines() do logs[#logs + 1] = l end
+    p:close()
+    local function rows(compare)
+      local a = { "--compare", compare }
+      for _, l in ipairs(logs) do a[#a + 1] = l end
+      local st, s, _, err = summary_of(a)
+      assert.are.equal(0, st, err)
+      return by_name(s)
+    end
+    local small = rows("sequential,spechop,perfect-both")
+    local full = rows("sequential,spechop,perfect-both,predictor")
+    for _, name in ipairs({ "sequential", "spechop", "perfect-both" }) do
+      for _, k in ipairs({ "agent_ms", "fired", "hit", "wasted", "early_reads" }) do
+        assert.are.equal(full[name][k], small[name][k], name .. " " .. k)
+      end
+    end
   end)
 
   it("on a Codex fixture: the approval wait stays out, untimed calls count", function()

@@ -66,6 +66,21 @@ describe("convtraces.sessions", function()
     end)
   end)
 
+  describe("a Claude Code turn of three parallel calls", function()
+    local s = assert(sessions.read(ROOT .. "sessions/claude_code_parallel.jsonl"))
+    it("keeps each call's own time and when it was decided; the tool phase is the longest", function()
+      local t = s.msgs[2].specula_times
+      assert.equals(4000, t.model_ms)
+      -- in the order of their results: Grep (4.1 -> 4.6), Glob (4.2 -> 5.2), Read (4.0 -> 6.1)
+      assert.same({ 500, 1000, 2100 }, t.call_ms)
+      assert.same({ 100, 200, 0 }, t.offset_ms)
+      assert.same({ 600, 600, 900 }, t.tool_ms)   -- back to back from the decision: the same 2.1 s
+      -- 4 + 2.1 + 3 + 0.7 + 2 s: the longest of each turn, not the sum (13.6 s)
+      assert.equals(11800, replay_ms(s))
+      assert.equals(11800, s.recorded_ms)
+    end)
+  end)
+
   describe("a Codex CLI rollout", function()
     local s = assert(sessions.read(ROOT .. "sessions/codex.jsonl"))
     it("is told by its content; the prompt is the user_message event", function()
@@ -84,6 +99,9 @@ describe("convtraces.sessions", function()
       local t1 = s.msgs[2].specula_times
       assert.equals(3500, t1.model_ms)        -- 01.000 -> 04.500
       assert.same({ 210, 110 }, t1.tool_ms)   -- c1 ends 04.710, c2 at 04.820 without its wait
+      -- run in parallel: each its own time from its own decision
+      assert.same({ 210, 300 }, t1.call_ms)
+      assert.same({ 0, 20 }, t1.offset_ms)    -- c2 decided at 04.520
     end)
     it("counts a call without a result as untimed, taking no time", function()
       assert.equals(1, s.untimed)
@@ -143,6 +161,77 @@ describe("convtraces.sessions", function()
       assert.is_true(near(s.recorded_ms, 13700, 0.01))
       assert.is_true(near(s.approval_ms, 30000, 0.01))
     end)
+  end)
+
+  it("assumes the calls of one turn of the conversations format parallel: one call's time", function()
+    local path = os.tmpname()
+    local f = assert(io.open(path, "w"))
+    f:write('{"id":"c1","messages":[{"role":"user","content":"weather in Paris and Lyon?"},'
+      .. '{"role":"assistant","content":"","tool_calls":['
+      .. '{"id":"a","type":"function","function":{"name":"weather","arguments":"{\\"city\\":\\"Paris\\"}"}},'
+      .. '{"id":"b","type":"function","function":{"name":"weather","arguments":"{\\"city\\":\\"Lyon\\"}"}}]},'
+      .. '{"role":"tool","tool_call_id":"a","content":"sun"},{"role":"tool","tool_call_id":"b","content":"rain"},'
+      .. '{"role":"assistant","content":"Sun in Paris, rain in Lyon."}]}\n')
+    f:close()
+    local s = assert(sessions.read(path))
+    os.remove(path)
+    assert.equals(2, #s.calls)
+    assert.equals(300, s.tool_ms)
+    assert.equals(s.model_ms + 300, s.recorded_ms)
+    local t = s.msgs[2].specula_times
+    assert.same({ 300, 300 }, t.call_ms)
+    assert.same({ 300, 0 }, t.tool_ms)
+    assert.equals(s.recorded_ms, replay_ms(s))
+  end)
+
+  it("with keep_text = false keeps digests, not texts: the same times, results told apart", function()
+    for _, name in ipairs({ "claude_code.jsonl", "codex.jsonl", "otel.jsonl", "openhands.jsonl" }) do
+      local full = assert(sessions.read_all(ROOT .. "sessions/" .. name))
+      local small = assert(sessions.read_all(ROOT .. "sessions/" .. name, { keep_text = false }))
+      assert.equals(#full, #small, name)
+      for i, s in ipairs(small) do
+        local f = full[i]
+        assert.equals(f.recorded_ms, s.recorded_ms, name)
+        assert.equals(replay_ms(f), replay_ms(s), name)
+        assert.same(f.calls, s.calls, name)
+        assert.equals(#f.msgs, #s.msgs, name)
+        local digest_of = {}
+        for j, m in ipairs(s.msgs) do
+          local text = f.msgs[j].content
+          if type(m.content) == "string" and text ~= "" then
+            -- a digest, never the text; equal texts, equal digests
+            assert.matches("^sha256:%x+$", m.content, name)
+            assert.equals(7 + sessions.DIGEST_HEX, #m.content)
+            if digest_of[text] then assert.equals(digest_of[text], m.content) end
+            for other, d in pairs(digest_of) do
+              if other ~= text then assert.are_not.equal(d, m.content) end
+            end
+            digest_of[text] = m.content
+          end
+        end
+      end
+    end
+  end)
+
+  it("gives a late result to its own call of a closed prompt, not to a call of the next", function()
+    local path = os.tmpname()
+    local f = assert(io.open(path, "w"))
+    local function line(t, typ, msg)
+      f:write(string.format('{"type":"%s","sessionId":"s","uuid":"u%s","timestamp":"2026-03-02T10:00:%02dZ","message":%s}\n',
+        typ, t, t, msg))
+    end
+    line(0, "user", '{"role":"user","content":"first"}')
+    line(1, "assistant", '{"id":"m1","role":"assistant","content":[{"type":"tool_use","id":"old","name":"Bash","input":{}}]}')
+    line(5, "user", '{"role":"user","content":"second"}')   -- the person moved on
+    line(6, "assistant", '{"id":"m2","role":"assistant","content":[{"type":"tool_use","id":"new","name":"Read","input":{}}]}')
+    line(8, "user", '{"role":"user","content":[{"type":"tool_result","tool_use_id":"old","content":"late"}]}')
+    line(9, "user", '{"role":"user","content":[{"type":"tool_result","tool_use_id":"new","content":"mine"}]}')
+    f:close()
+    local s = assert(sessions.read(path))
+    os.remove(path)
+    assert.equals(2, #s.calls)
+    assert.is_true(s.calls[1].untimed)         -- the old call's result came after its prompt
+    assert.equals(3000, s.calls[2].tool_ms)    -- 10:00:06 -> its own result at 10:00:09
   end)
 
   it("keeps each text cut to MAX_TEXT bytes: memory grows with the calls, not their results", function()

@@ -5,8 +5,9 @@
 -- from the conversation agent's default latency model
 -- (specula.agents.DEFAULT_LATENCY): a model turn 500 ms + 12 ms per output
 -- token (4 characters a token: the turn's text, tool names and arguments),
--- a tool call 300 ms, the person's replies 0. Its recorded time is the same
--- sum: `recorded` and `sequential` agree by construction.
+-- a tool call 300 ms (the calls of one turn in parallel: the turn's tool
+-- phase is 300 ms however many), the person's replies 0. Its recorded time
+-- is the same sum: `recorded` and `sequential` agree by construction.
 local json = require "specula.json"
 
 local M = { name = "conversations",
@@ -40,7 +41,7 @@ function M.session(v, path, ln)
       if msg.role == "assistant" then
         s.turns = s.turns + 1
         local chars = type(msg.content) == "string" and #msg.content or 0
-        local tms = {}
+        local tms, own, off = {}, {}, {}
         local tcs = {}
         for _, tc in ipairs(type(msg.tool_calls) == "table" and msg.tool_calls or {}) do
           local fn = type(tc) == "table" and tc["function"] or {}
@@ -55,17 +56,18 @@ function M.session(v, path, ln)
             args = {}
           end
           chars = chars + #tostring(fn.name or "") + #(json.encode(args) or "")
-          tms[j] = lat.tools.default_ms
+          -- parallel: the first call makes the phase, the others add nothing
+          tms[j], own[j], off[j] = j == 1 and lat.tools.default_ms or 0, lat.tools.default_ms, 0
           tcs[j] = { id = tc.id, type = "function", ["function"] = { name = fn.name, arguments = args } }
           calls[#calls + 1] = { tool = tostring(fn.name), args = args, recorded_ms = lat.tools.default_ms, wait_ms = 0,
                                 tool_ms = lat.tools.default_ms }
-          s.tool_ms = s.tool_ms + lat.tools.default_ms
+          if j == 1 then s.tool_ms = s.tool_ms + lat.tools.default_ms end
           ::next::
         end
         local model = m.base_ms + m.per_token_ms * math.ceil(chars / m.chars_per_token)
         s.model_ms = s.model_ms + model
         c.tool_calls = #tcs > 0 and tcs or nil
-        c.specula_times = { model_ms = model, tool_ms = tms }
+        c.specula_times = { model_ms = model, tool_ms = tms, call_ms = own, offset_ms = off }
       elseif msg.role == "user" then
         s.prompts = s.prompts + 1
       end

@@ -11,9 +11,9 @@
 --                  gen_ai.tool.call.arguments, gen_ai.tool.call.result):
 --                  from its start to its end
 -- One session a conversation id (else a trace). Spans come in the order
--- they ended, so each session's spans are kept (their times and names,
--- not their payloads unless the attributes hold them) and put in time
--- order at the end of the file.
+-- they ended, so each session's spans are kept (their times, the tool's
+-- name, id and arguments; a result and a prompt as the builder keeps a
+-- text: cut, or a digest) and put in time order at the end of the file.
 local json = require "specula.json"
 
 local M = { name = "otel",
@@ -50,26 +50,6 @@ local function ns_ms(x)
   return n and n / 1e6 or nil
 end
 
--- Keeps the line's GenAI spans in st (per session); sessions.lua calls
--- M.finish at the end of the file.
-function M.events(v, _, _, st)
-  st.spans = st.spans or {}
-  for _, rs in ipairs(v.resourceSpans) do
-    for _, ss in ipairs(type(rs) == "table" and type(rs.scopeSpans) == "table" and rs.scopeSpans or {}) do
-      for _, sp in ipairs(type(ss) == "table" and type(ss.spans) == "table" and ss.spans or {}) do
-        local a = attrs(sp.attributes)
-        local op = a["gen_ai.operation.name"]
-        local t0, t1 = ns_ms(sp.startTimeUnixNano), ns_ms(sp.endTimeUnixNano)
-        if (op == "chat" or op == "execute_tool" or op == "invoke_agent" or op == "text_completion"
-            or op == "generate_content") and t0 and t1 then
-          local key = a["gen_ai.conversation.id"] or sp.traceId or ""
-          st.spans[#st.spans + 1] = { key = tostring(key), op = op, t0 = t0, t1 = t1, a = a, trace = sp.traceId }
-        end
-      end
-    end
-  end
-end
-
 -- The last user text of gen_ai.input.messages (a JSON string), if kept.
 local function prompt_text(a)
   local m = a["gen_ai.input.messages"]
@@ -85,6 +65,40 @@ local function prompt_text(a)
     end
   end
   return ""
+end
+
+-- What a span keeps of its attributes until the end of the file: what
+-- finish reads, the texts as the builder keeps them (st.text).
+local function kept_attrs(a, op, st)
+  local text = st.text or function(t) return t end
+  local k = { ["gen_ai.conversation.id"] = a["gen_ai.conversation.id"], ["gen_ai.tool.name"] = a["gen_ai.tool.name"],
+              ["gen_ai.tool.call.id"] = a["gen_ai.tool.call.id"],
+              ["gen_ai.tool.call.arguments"] = a["gen_ai.tool.call.arguments"] }
+  local r = a["gen_ai.tool.call.result"]
+  if r ~= nil then k["gen_ai.tool.call.result"] = text(type(r) == "string" and r or (json.encode(r) or "")) end
+  if op == "invoke_agent" then k.prompt = text(prompt_text(a)) end
+  return k
+end
+
+-- Keeps the line's GenAI spans in st (per session); sessions.lua calls
+-- M.finish at the end of the file.
+function M.events(v, _, _, st)
+  st.spans = st.spans or {}
+  for _, rs in ipairs(v.resourceSpans) do
+    for _, ss in ipairs(type(rs) == "table" and type(rs.scopeSpans) == "table" and rs.scopeSpans or {}) do
+      for _, sp in ipairs(type(ss) == "table" and type(ss.spans) == "table" and ss.spans or {}) do
+        local a = attrs(sp.attributes)
+        local op = a["gen_ai.operation.name"]
+        local t0, t1 = ns_ms(sp.startTimeUnixNano), ns_ms(sp.endTimeUnixNano)
+        if (op == "chat" or op == "execute_tool" or op == "invoke_agent" or op == "text_completion"
+            or op == "generate_content") and t0 and t1 then
+          local key = a["gen_ai.conversation.id"] or sp.traceId or ""
+          st.spans[#st.spans + 1] = { key = tostring(key), op = op, t0 = t0, t1 = t1, a = kept_attrs(a, op, st),
+                                      trace = sp.traceId }
+        end
+      end
+    end
+  end
 end
 
 -- ev_for(key) -> the event function of session `key`. A conversation id
@@ -110,7 +124,7 @@ function M.finish(st, ev_for)
     if not list then list = {}; by_key[s.key] = list; order[#order + 1] = s.key end
     local a = s.a
     if s.op == "invoke_agent" then
-      list[#list + 1] = { kind = "prompt", t = s.t0, text = prompt_text(a) }
+      list[#list + 1] = { kind = "prompt", t = s.t0, text = a.prompt or "" }
     elseif s.op == "execute_tool" then
       local args = a["gen_ai.tool.call.arguments"]
       if type(args) == "string" then args = json.decode(args) or { input = args } end

@@ -35,8 +35,13 @@
 -- A call without a result is "untimed": it is assumed to take no time.
 --
 -- A session: { id, format, path, msgs (OpenAI chat messages; each assistant
--- message carries specula_times = { model_ms, tool_ms = { per call } }, its
--- calls in the order of their results), calls = { {tool, args, recorded_ms,
+-- message carries specula_times = { model_ms, tool_ms, call_ms, offset_ms },
+-- its calls in the order of their results: per call, tool_ms what it adds
+-- to the turn's tool phase when the calls run back to back (their sum is
+-- the phase), call_ms its own time (call to result, the person's wait
+-- out) and offset_ms how long after the turn's first call it was decided
+-- (the phase is the longest offset + own time: a parallel replay),
+-- calls = { {tool, args, recorded_ms,
 -- wait_ms, tool_ms, untimed} }, recorded_ms (the agent's time as the log
 -- counts it), model_ms, tool_ms (tool phases), user_ms, approval_ms,
 -- prompts, turns, untimed }.
@@ -79,12 +84,24 @@ end
 
 -- Each text kept (a result, a prompt, the model's text) is cut to this many
 -- bytes: what a predictor reads of it; memory grows with the calls of a log,
--- not with the bytes of their results.
+-- not with the bytes of their results. With opts.keep_text = false a text
+-- is kept as its digest (DIGEST_HEX hex digits of its SHA-256): what a
+-- replay compares (a speculator's guess against the recorded result) without
+-- what a predictor reads; a call then keeps its times, tool, arguments and
+-- digests only.
 M.MAX_TEXT = 4096
+M.DIGEST_HEX = 16
+M.GC_BYTES = 8 * 1048576
 
 local function cut(text, max)
   if #text <= max then return text end
   return json.utf8_cut(text, max)
+end
+
+local sha256_hex
+local function digest(text)
+  sha256_hex = sha256_hex or require("specula.crypto").sha256_hex
+  return "sha256:" .. sha256_hex(text):sub(1, M.DIGEST_HEX)
 end
 
 local function content_text(c)
@@ -104,17 +121,23 @@ end
 local function builder(path, fmt, opts)
   local cap = opts.approval_cap_ms or M.CAP_MS
   local max_text = opts.max_text or M.MAX_TEXT
+  local keep_text = opts.keep_text ~= false
+  local function kept(text)
+    if keep_text then return cut(text, max_text) end
+    return digest(text)
+  end
   local s = { path = path, format = fmt, msgs = {}, calls = {}, recorded_ms = 0, model_ms = 0, tool_ms = 0,
               user_ms = 0, approval_ms = 0, prompts = 0, turns = 0, untimed = 0 }
   local prompt, turn, since, last_agent
   local by_id = {}
+  local closed = {}   -- ids of the calls of closed prompts: a late result is theirs
 
   local function open_prompt(t, text)
     s.t0 = s.t0 or t
     prompt = { t0 = t, last_t = t, turns = {}, calls = {} }
     since, turn = t, nil
     s.prompts = s.prompts + 1
-    if text then s.msgs[#s.msgs + 1] = { role = "user", content = cut(text, max_text) } end
+    if text then s.msgs[#s.msgs + 1] = { role = "user", content = kept(text) } end
   end
 
   local function new_turn()
@@ -171,6 +194,11 @@ local function builder(path, fmt, opts)
       s.calls[#s.calls + 1] = { tool = c.tool, args = c.args, recorded_ms = c.recorded_ms, wait_ms = c.wait_ms,
                                 tool_ms = c.tool_ms, untimed = c.recorded_ms == nil or nil }
     end
+    -- from here the builder's tables of a call are held by its turn alone,
+    -- let go once the turn is a message (so they do not all stay beside
+    -- the messages made of them)
+    for id in pairs(by_id) do closed[id] = true end
+    p.calls, calls, by_id = nil, nil, {}
     -- what the person's waits took from the prompt's wall time: what they
     -- shortened each turn's tool phase by (a wait beside a longer parallel
     -- call took nothing)
@@ -189,7 +217,10 @@ local function builder(path, fmt, opts)
     s.recorded_ms = s.recorded_ms + (p.active_ms or (wall - waits))
     -- the turns as messages with their times
     local msgs = s.msgs
-    for _, tu in ipairs(p.turns) do
+    local turns = p.turns
+    for ti = 1, #turns do
+      local tu = turns[ti]
+      turns[ti] = false
       s.turns = s.turns + 1
       local text = table.concat(tu.texts, "\n")
       if #tu.calls == 0 then
@@ -202,17 +233,18 @@ local function builder(path, fmt, opts)
         local order = {}
         for i, c in ipairs(tu.calls) do order[i] = c end
         table.sort(order, function(a, b) return a.t_eff < b.t_eff end)
-        local tc, tms, prev = {}, {}, tu.t_first
+        local tc, tms, own, off, prev = {}, {}, {}, {}, tu.t_first
         for i, c in ipairs(order) do
           local inc = math.max(0, c.t_eff - prev)
           prev = math.max(prev, c.t_eff)
           tms[i] = inc
+          own[i], off[i] = c.tool_ms, math.max(0, c.t_call - tu.t_first)
           s.tool_ms = s.tool_ms + inc
           tc[i] = { id = c.id, type = "function", ["function"] = { name = c.tool, arguments = c.args } }
         end
         s.model_ms = s.model_ms + model
         msgs[#msgs + 1] = { role = "assistant", content = text, tool_calls = tc,
-                            specula_times = { model_ms = model, tool_ms = tms } }
+                            specula_times = { model_ms = model, tool_ms = tms, call_ms = own, offset_ms = off } }
         for _, c in ipairs(order) do
           msgs[#msgs + 1] = { role = "tool", tool_call_id = c.id, content = c.obs or "" }
         end
@@ -236,7 +268,7 @@ local function builder(path, fmt, opts)
       -- text after calls is a later reply; a call after answered calls too
       if not turn or (#turn.calls > 0 and (e.kind == "text" or turn_answered())) then new_turn() end
       if e.kind == "text" then
-        turn.texts[#turn.texts + 1] = cut(e.text, max_text)
+        turn.texts[#turn.texts + 1] = kept(e.text)
         if #turn.calls == 0 then turn.text_t = t end
       else
         if #turn.calls == 0 then turn.t_first = t end
@@ -252,12 +284,12 @@ local function builder(path, fmt, opts)
       if t > prompt.last_t then prompt.last_t = t end
     elseif e.kind == "result" then
       local c = type(e.id) == "string" and by_id[e.id]
-      if not c and prompt then
+      if not c and prompt and not (type(e.id) == "string" and closed[e.id]) then
         for _, pc in ipairs(prompt.calls) do if not pc.t_result then c = pc break end end
       end
       if c and not c.t_result then
         c.t_result = t
-        c.obs = cut(content_text(e.content), max_text)
+        c.obs = kept(content_text(e.content))
         if t > since then since = t end
         if prompt and t > prompt.last_t then prompt.last_t = t end
       end
@@ -303,14 +335,21 @@ end
 -- read_all(path, opts, warn): the sessions of one log file (one, but for
 -- formats that hold several: OTel spans), or nil and
 -- "EFORMAT: path:line: ..." naming what each reader expected. opts:
--- approval_cap_ms. warn(msg) gets "path:line: ..." for lines skipped.
+-- approval_cap_ms, keep_text (default true; false: digests). warn(msg)
+-- gets "path:line: ..." for lines skipped.
 function M.read_all(path, opts, warn)
   opts = opts or {}
   warn = warn or function() end
   local f, err = io.open(path, "r")
   if not f then return nil, "EIO: cannot read " .. tostring(err) end
   local reader
-  local state = {}   -- the reader's own, for the file
+  -- the reader's own, for the file; text(s): a text as the builder keeps
+  -- it (a reader that holds lines until the end of the file: OTel)
+  local keep_text, max_text = opts.keep_text ~= false, opts.max_text or M.MAX_TEXT
+  local state = { text = function(t)
+    if keep_text then return cut(t, max_text) end
+    return digest(t)
+  end }
   local builders, order, whole = {}, {}, {}
   local function ev_for(key)
     local b = builders[key]
@@ -323,8 +362,17 @@ function M.read_all(path, opts, warn)
   end
   local ln = 0
   local iso = M.iso_ms
+  local since_gc = 0
   for line in f:lines() do
     ln = ln + 1
+    -- a long line and what it decodes to are garbage once read: collect
+    -- as the bytes go by (every GC_BYTES), or the collector's pacing lets
+    -- that garbage grow with what is kept, and the peak with the log
+    since_gc = since_gc + #line
+    if since_gc > M.GC_BYTES then
+      since_gc = 0
+      collectgarbage()
+    end
     if line:find("%S") then
       local v, derr = json.decode(line)
       if v == nil then
