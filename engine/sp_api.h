@@ -450,6 +450,7 @@ typedef struct sp_window_cfg {
   sp_kauto *kauto;           /* shared live estimator when k = 0 */
   sp_prefetch *prefetch;     /* action speculation cache, NULL = off */
   int drop_trajectory;       /* keep hop timings only, not the steps and observations */
+  int encode_trajectory;     /* each committed hop is handed to Lua to encode (sp_window_enc_next) */
 } sp_window_cfg;
 typedef struct sp_hop_info {
   int step_ref;              /* value-store slot of the step {segment, action} (0: none) */
@@ -532,6 +533,25 @@ int sp_window_hop(const sp_window *w, int i, sp_hop_info *out);
    is not finite, a verifier reason is not valid UTF-8, or memory ran out
    (the caller then builds the object in Lua, which cleans or reports it). */
 int sp_window_stages_json(const sp_window *w, char *out, int cap);
+/* The trajectory as text, hop by hop as hops commit (cfg.encode_trajectory):
+   a query in flight holds a few bytes per finished hop instead of its Lua
+   step and observation, which the collector would mark again and again.
+   Each commit queues the window; Lua pops windows (enc_next) after a job
+   and before reading a finished window, encodes the hops from
+   sp_window_enc_count on (their slots via sp_window_hop) and hands each
+   hop's JSON text back in order (sp_window_hop_text), which releases its
+   step and observation. A hop that cannot be encoded stops it
+   (sp_window_enc_stop): that hop and those after it keep their values
+   and are read as before. */
+int *sp_window_enc_pending(sp_ctx *ctx);          /* the count of windows queued; valid as long as ctx */
+sp_window *sp_window_enc_next(sp_ctx *ctx);       /* the oldest queued window, unqueued; NULL if none */
+int sp_window_enc_count(const sp_window *w);      /* hops encoded so far (hops 0 .. count-1) */
+int sp_window_hop_text(sp_window *w, int i, const char *text, int len); /* i must be the count; 0, or -1 */
+void sp_window_enc_stop(sp_window *w);
+/* The text of encoded hops i .. j-1, joined by commas, and its length in
+   *len; NULL when i .. j-1 are not all encoded. Valid until the window
+   changes or is freed. */
+const char *sp_window_traj_text(const sp_window *w, int i, int j, int *len);
 void sp_window_stats_get(const sp_window *w, sp_window_stats *out);
 void sp_window_cancel(sp_window *w);
 void sp_window_free(sp_window *w);               /* refs are released from the loop */

@@ -66,6 +66,10 @@ struct sp_ctx {
   int sig_caught;          /* first SIGINT/SIGTERM received while armed, 0 if none */
   struct sp_proc *procs;   /* live child processes (sp_proc.c), for shutdown */
   struct sp_rpc_post *rpc_posts; /* cancel notifications still being POSTed */
+  /* windows with committed hops whose step and observation Lua has not yet
+     encoded (sp_window_cfg.encode_trajectory), oldest first */
+  sp_window *enc_head, *enc_tail;
+  int enc_pending;         /* windows in that list: Lua reads it after each job */
 };
 
 int sp_ctx_init(sp_ctx *ctx);

@@ -614,6 +614,70 @@ static void complete_rec(sp_window *w, sp_hop_rec *r, double t_update) {
   w->std_acc += r->info.t_seg + r->info.t_target + r->info.t_update;
 }
 
+/* ---- the trajectory as text (cfg.encode_trajectory) --------------------- */
+
+static void enc_queue(sp_window *w) {
+  if (w->enc_queued || w->enc_stopped) return;
+  sp_ctx *ctx = w->ctx;
+  w->enc_queued = 1;
+  w->enc_next = NULL;
+  w->enc_prev = ctx->enc_tail;
+  if (ctx->enc_tail) ctx->enc_tail->enc_next = w;
+  else ctx->enc_head = w;
+  ctx->enc_tail = w;
+  ctx->enc_pending++;
+}
+
+static void enc_unqueue(sp_window *w) {
+  if (!w->enc_queued) return;
+  sp_ctx *ctx = w->ctx;
+  if (w->enc_prev) w->enc_prev->enc_next = w->enc_next;
+  else ctx->enc_head = w->enc_next;
+  if (w->enc_next) w->enc_next->enc_prev = w->enc_prev;
+  else ctx->enc_tail = w->enc_prev;
+  w->enc_prev = w->enc_next = NULL;
+  w->enc_queued = 0;
+  ctx->enc_pending--;
+}
+
+int *sp_window_enc_pending(sp_ctx *ctx) { return ctx ? &ctx->enc_pending : NULL; }
+
+sp_window *sp_window_enc_next(sp_ctx *ctx) {
+  sp_window *w = ctx ? ctx->enc_head : NULL;
+  if (w) enc_unqueue(w);
+  return w;
+}
+
+int sp_window_enc_count(const sp_window *w) { return w ? w->nenc : 0; }
+
+int sp_window_hop_text(sp_window *w, int i, const char *text, int len) {
+  if (!w || w->enc_stopped || i != w->nenc || i >= w->nhops || !text || len <= 0) return -1;
+  if ((i > 0 && sp_buf_putc(&w->traj, ',') != 0) || sp_buf_append(&w->traj, text, (size_t)len) != 0) {
+    sp_window_enc_stop(w);   /* out of memory: the hop keeps its values */
+    return -1;
+  }
+  sp_hop_rec *r = &w->hops[i];
+  r->enc_end = w->traj.len;
+  unref(w, &r->info.step_ref);
+  unref(w, &r->info.obs_ref);
+  w->nenc++;
+  return 0;
+}
+
+void sp_window_enc_stop(sp_window *w) {
+  if (!w) return;
+  w->enc_stopped = 1;
+  enc_unqueue(w);
+}
+
+const char *sp_window_traj_text(const sp_window *w, int i, int j, int *len) {
+  if (!w || i < 0 || j > w->nenc || i >= j || !len) return NULL;
+  size_t from = i == 0 ? 0 : w->hops[i - 1].enc_end + 1;   /* past the comma */
+  size_t to = w->hops[j - 1].enc_end;
+  *len = (int)(to - from);
+  return w->traj.data + from;
+}
+
 static sp_hop_rec *new_hop(sp_window *w, sp_node *h) {
   if (w->cfg.drop_trajectory) {
     sp_hop_rec *r = &w->scratch;
@@ -653,6 +717,7 @@ static sp_hop_rec *new_hop(sp_window *w, sp_node *h) {
   r->info.promoted = h->pf_promoted >= 0;
   r->info.reason = "";
   r->update_pending = 1;
+  if (w->cfg.encode_trajectory) enc_queue(w);
   return r;
 }
 
@@ -928,6 +993,8 @@ sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_
   w->t0 = (double)w->t0_ns / 1e6;
   w->cfg = *cfg;
   if (w->cfg.mode == SP_MODE_SEQUENTIAL) w->cfg.k = 1;
+  if (w->cfg.drop_trajectory) w->cfg.encode_trajectory = 0;   /* nothing is kept to encode */
+  sp_buf_init(&w->traj);
   for (int i = 0; i < SP_JOB_KINDS; i++) w->fn[i] = none;
   w->qctx_ref = w->answer_ref = none;
   w->kick.run = kick_run;
@@ -1036,6 +1103,8 @@ static void release_all(sp_window *w) {
 
 static void window_destroy(sp_window *w) {
   sp_ctx *ctx = w->ctx;
+  enc_unqueue(w);
+  sp_buf_free(&w->traj);
   release_all(w);
   if (w->prev) w->prev->next_w = w->next_w;
   else ctx->windows->live = w->next_w;
@@ -1161,6 +1230,7 @@ void sp_window_free(sp_window *w) {
     w->waiter = NULL;
   }
   w->freed = 1;
+  enc_unqueue(w);   /* nobody reads its trajectory any more */
   if (w->ctx->L == NULL || w->ctx->stopping) {
     /* No loop turn is coming (shutdown, or a host without Lua): free now.
        Releasing the hop records' slots is integer work, safe either way. */

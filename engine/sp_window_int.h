@@ -102,6 +102,7 @@ typedef struct sp_hop_rec {
   sp_hop_info info;        /* what Lua reads (refs and timings) */
   char *reason;            /* owned copy of info.reason */
   int update_pending;      /* t_update not known yet (new head still advancing) */
+  size_t enc_end;          /* encoded: where its text ends in the window's traj buffer */
 } sp_hop_rec;
 
 typedef struct sp_tev_rec {
@@ -148,6 +149,11 @@ struct sp_window {
   int ntev, captev;        /* used / allocated */
   int freed;               /* Lua released it: free once refs are gone */
   sp_window *prev, *next_w; /* live windows of the context */
+  sp_buf traj;             /* encoded hops' JSON, comma-separated (cfg.encode_trajectory) */
+  int nenc;                /* hops encoded: 0 .. nenc-1 */
+  int enc_stopped;         /* a hop could not be encoded: the rest keep their values */
+  int enc_queued;          /* in ctx's list of windows with hops to encode */
+  sp_window *enc_prev, *enc_next; /* links in that list */
 };
 
 enum { KICK_NONE, KICK_START, KICK_FREE };   /* deferred work of a window (kick_action) */

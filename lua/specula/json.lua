@@ -351,6 +351,11 @@ function M.write_line(f, value, pick) return cenc(value, true, f, pick) end
 M.bad_utf8 = bad_utf8
 M.MAX_DEPTH = MAX_DEPTH
 
+-- The C encoder itself, for callers that encode many small values in a
+-- loop: cenc(value, true) -> canonical text, or nil and "JSON: <why>"
+-- (never raises). nil without the C encoder.
+M.cenc = cenc
+
 -- Why value cannot be encoded, or nil when it can: the path of the first
 -- offending part (root .. ".field[2].x", array indexes from 0 as in JSON)
 -- and the reason. Same rules as the encoder; only called after it failed, so

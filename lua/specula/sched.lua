@@ -143,11 +143,17 @@ local DEAD = ffi.new("int[?]", MAXDEAD)
 -- The result slots and strings are cleared for the next job: C has taken
 -- what it keeps, and a job fills only the fields of its kind. keep: the
 -- Lua string RES points into, referenced until C has read it.
+-- Windows that encode their trajectory as hops commit (specula.run.records)
+-- queue after a commit: on_commits encodes what they queued right after the
+-- job, so a query in flight holds text, not its hops' Lua values.
+local ENCP = ctx ~= nil and C.sp_window_enc_pending(ctx) or nil
+M.on_commits = false
 local function done(t, ok, keep)
   local n = job_done(ctx, t, ok, RES, DEAD, MAXDEAD)
   RES.state, RES.step, RES.actx, RES.value = 0, 0, 0, 0
   RES.tool, RES.key, RES.reason, RES.error = nil, nil, nil, nil
   for i = 0, n - 1 do VALS[DEAD[i]] = nil end
+  if ENCP and ENCP[0] ~= 0 and M.on_commits then M.on_commits() end
   return keep
 end
 

@@ -41,6 +41,62 @@ local function stages_text(w)
   return ffi.string(stages_buf, n)
 end
 
+-- ---- the trajectory as text, hop by hop (sp_window_cfg.encode_trajectory) ----
+-- A CLI run that writes each record and keeps none (run.raw_stages, no
+-- learning predictor) has each committed hop encoded at once: the same
+-- canonical text the record would hold, so the line written is the same,
+-- and the hop's step and observation are released (a query in flight
+-- keeps bytes, not tables the collector marks on every cycle). A hop that
+-- cannot be encoded (a value JSON cannot hold, a step with a metatable)
+-- stops it for its window: that hop and the later ones stay values and
+-- the record is built and checked as before.
+local cenc = json.cenc
+M.encode_hops_ok = cenc ~= nil
+local enc_next, enc_count, hop_text, enc_stop = C.sp_window_enc_next, C.sp_window_enc_count,
+  C.sp_window_hop_text, C.sp_window_enc_stop
+local window_hop, window_nhops = C.sp_window_hop, C.sp_window_nhops
+local enc_info = ffi.new("sp_hop_info")
+local ENC_HOP = {}
+local ENC_WRAP = { { ENC_HOP } }
+-- In a record a hop is two levels down (record, trajectory): one nested
+-- close to the encoder's depth limit is checked at that depth (a text that
+-- deep is at least twice as many bytes long).
+local DEEP_TEXT = 500
+local NULL = json.null
+local getmetatable = getmetatable
+local function encode_hops()
+  local cctx = core.ctx
+  while true do
+    local w = enc_next(cctx)
+    if w == nil then return end
+    for i = enc_count(w), window_nhops(w) - 1 do
+      window_hop(w, i, enc_info)
+      local step, obs = registry[enc_info.step_ref], registry[enc_info.obs_ref]
+      local text
+      if type(step) == "table" and getmetatable(step) == nil then
+        if obs == nil then obs = NULL end
+        ENC_HOP.segment, ENC_HOP.action, ENC_HOP.observation = step.segment, step.action, obs
+        text = cenc(ENC_HOP, true)
+        if text and #text >= DEEP_TEXT and not cenc(ENC_WRAP, true) then text = nil end
+        ENC_HOP.segment, ENC_HOP.action, ENC_HOP.observation = nil, nil, nil
+      end
+      if not text then
+        enc_stop(w)
+        break
+      end
+      hop_text(w, i, text, #text)
+    end
+  end
+end
+M.encode_hops = encode_hops
+if cenc then sched.on_commits = encode_hops end
+
+local traj_len = ffi.new("int[1]")
+local function traj_text(w, i, j)
+  local p = C.sp_window_traj_text(w, i, j, traj_len)
+  return ffi.string(p, traj_len[0])
+end
+
 -- A finished window's answer, or its error, into rec.
 local function set_outcome(rec, w, status)
   if status == C.SP_WIN_DONE then
@@ -78,12 +134,26 @@ local function collect(w, q, run)
   end
   local stages = run.raw_stages and stages_text(w)
   if not stages then hops = {} end
-  for i = 0, n - 1 do
+  -- hops 0 .. ne-1 are text already (encode_hops)
+  local ne = 0
+  if n > 0 and run.encode_hops then
+    encode_hops()
+    ne = enc_count(w)
+    if ne == n then
+      traj = json.raw("[", traj_text(w, 0, n), "]")
+    else
+      for i = 0, ne - 1 do traj[i + 1] = json.raw(traj_text(w, i, i + 1)) end
+    end
+  end
+  -- (with every hop text and the stages from the engine, nothing to read)
+  for i = (stages and ne or 0), n - 1 do
     C.sp_window_hop(w, i, hop_info)
-    local step = registry[hop_info.step_ref]
-    local obs = registry[hop_info.obs_ref]
-    if obs == nil then obs = json.null end
-    traj[i + 1] = { segment = step.segment, action = step.action, observation = obs }
+    if i >= ne then
+      local step = registry[hop_info.step_ref]
+      local obs = registry[hop_info.obs_ref]
+      if obs == nil then obs = json.null end
+      traj[i + 1] = { segment = step.segment, action = step.action, observation = obs }
+    end
     if not stages then
       local h = { hop = i, t_seg = round(hop_info.t_seg, 4), t_target = round(hop_info.t_target, 4),
                   t_update = round(hop_info.t_update, 4), t_verify = round(hop_info.t_verify, 4),

@@ -167,6 +167,10 @@ local function new_window(run, q, index)
   cfg.kauto = run.kauto
   cfg.prefetch = run.pf
   cfg.drop_trajectory = (o.light and not run.learn) and 1 or 0
+  -- a run that writes each record and keeps none has its trajectory
+  -- encoded as hops commit (specula.run.records)
+  run.encode_hops = run.raw_stages and not run.learn and records.encode_hops_ok or false
+  cfg.encode_trajectory = run.encode_hops and 1 or 0
   local err, errlen = core.errbuf()
   local w = C.sp_window_new(core.ctx, cfg, err, errlen)
   if w == nil then return nil, ffi.string(err) end

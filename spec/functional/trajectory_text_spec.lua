@@ -1,0 +1,143 @@
+-- A CLI run that writes its records encodes each committed hop as it
+-- commits (specula.run.records encode_hops, sp_window_hop_text): a query in
+-- flight holds the text of its finished hops, not their Lua values, and the
+-- record written is the same, byte for byte.
+local H = require "support.helpers"
+
+local function queries(n)
+  local lines = {}
+  for i = 1, n do lines[i] = string.format('{"id":"q%d","query":"question %d"}', i, i) end
+  return H.tmpfile("traj_q.jsonl", table.concat(lines, "\n") .. "\n")
+end
+
+describe("a query's committed hops", function()
+  -- The agent notes every step table it returns in a weak table; at its
+  -- last step it collects garbage and answers with how many are still
+  -- alive. Held until the record is written, all 20 would be.
+  local agent = [[
+    local specula = require "specula"
+    local N = 20
+    local alive = setmetatable({}, { __mode = "k" })
+    return specula.agent {
+      name = "held",
+      init = function() return { hop = 0 } end,
+      step = function(state)
+        if state.hop >= N then
+          collectgarbage("collect")
+          collectgarbage("collect")
+          local n = 0
+          for _ in pairs(alive) do n = n + 1 end
+          return { final = "alive " .. n }
+        end
+        local s = { segment = "s" .. state.hop, action = { tool = "t", args = { i = state.hop } } }
+        alive[s] = true
+        return s
+      end,
+      update = function(state) return { hop = state.hop + 1 } end,
+      tools = { t = { call = function(args) return "o" .. args.i end,
+                      speculate = function(args) return "o" .. args.i end } },
+      policy = function() return "full" end,
+    }
+  ]]
+  for _, mode in ipairs({ { "--mode", "sequential" }, { "--k", "3" } }) do
+    it("are not held as Lua values until the record is written (" .. table.concat(mode, " ") .. ")", function()
+      local a = H.tmpfile("held_agent.lua", agent)
+      local out = H.tmpfile("held.jsonl")
+      os.remove(out)
+      local argv = { "run", a, "--input", queries(3), "--clock", "virtual", "--out", out, "--quiet",
+                     "--concurrency", "3" }
+      for _, x in ipairs(mode) do argv[#argv + 1] = x end
+      local st, _, err = H.specula(argv)
+      assert.equals(0, st, err)
+      local n = 0
+      for line in io.lines(out) do
+        local r = H.json().decode(line)
+        n = n + 1
+        assert.equals(20, #r.trajectory)
+        assert.equals("o19", r.trajectory[20].observation)
+        local alive = tonumber(r.answer:match("^alive (%d+)$"))
+        -- the hops in flight (the last one, a few speculative ones), not all 20
+        assert.is_true(alive ~= nil and alive <= 5, r.answer)
+      end
+      assert.equals(3, n)
+    end)
+  end
+end)
+
+describe("records with trajectories encoded as hops commit", function()
+  it("are the records built at the end, byte for byte, and fail the same way on values JSON cannot hold", function()
+    -- per query, a kind of hop: odd values, a hop nested to the encoder's
+    -- limit only once inside the record, a function, a step with a
+    -- metatable, bytes that are not UTF-8, an observation of nil
+    local a = H.tmpfile("odd_agent.lua", [[
+      local specula = require "specula"
+      local json = require "specula.json"
+      local N = 4
+      local function deep(d)
+        local v = {}
+        for _ = 2, d do v = { v } end
+        return v
+      end
+      local function odd(kind, hop)
+        if kind == 1 then
+          return { action = { tool = "t", args = { s = "\u{e9}\u{1F600}\"\\\n", x = 0.1, big = 1e300, neg = -0.0,
+                   n = 2^53, list = { 1, 2, json.null, "z" }, empty = {}, arr = json.array({}), obj = json.object({}) } },
+                   thought = "not recorded" }
+        elseif kind == 2 and hop == 2 then
+          return { segment = "s", action = { tool = "t", args = { d = 255 } } }
+        elseif kind == 3 and hop == 1 then
+          return { segment = "s", action = { tool = "t", args = { f = print } } }
+        elseif kind == 4 and hop == 2 then
+          return setmetatable({ action = { tool = "t", args = {} } }, { __index = { segment = "from __index" } })
+        elseif kind == 5 and hop == 3 then
+          return { segment = "s", action = { tool = "t", args = { bad = "x\255y" } } }
+        elseif kind == 6 then
+          return { segment = "s" .. hop, action = { tool = "t", args = { none = true } } }
+        end
+        return { segment = "s" .. hop, action = { tool = "t", args = { i = hop } } }
+      end
+      return specula.agent {
+        name = "odd",
+        init = function(q) return { hop = 0, kind = tonumber(q:match("%d+")) } end,
+        step = function(state)
+          if state.hop >= N then return { final = "done" } end
+          return odd(state.kind, state.hop)
+        end,
+        update = function(state) return { hop = state.hop + 1, kind = state.kind } end,
+        tools = { t = {
+          call = function(args)
+            if args.none then return nil end
+            if args.d then return deep(args.d) end
+            return { seen = args.i or 0, list = { "a", { b = true } } }
+          end,
+          speculate = function(args) return nil end,
+        } },
+        policy = function() return "full" end,
+      }
+    ]])
+    local input = queries(7)
+    local dir = H.tmpdir()
+    -- --trace keeps every record's values until it is written (the trace
+    -- reads them): the path the records were always built on
+    local outs, errs = {}, {}
+    for _, run in ipairs({ { "text" }, { "values", "--trace", dir .. "/trace.json" } }) do
+      local out = dir .. "/" .. run[1] .. ".jsonl"
+      local argv = { "run", a, "--input", input, "--clock", "virtual", "--k", "2", "--out", out, "--quiet",
+                     "--concurrency", "7" }
+      for i = 2, #run do argv[#argv + 1] = run[i] end
+      local st, _, err = H.specula(argv)
+      assert.equals(3, st, err)   -- some queries fail: exit 3
+      outs[#outs + 1], errs[#errs + 1] = H.read(out), err
+    end
+    assert.equals(outs[2], outs[1])
+    assert.equals(errs[2], errs[1])
+    local text = outs[1]
+    assert.is_falsy(text:find('"thought"', 1, true))
+    assert.matches('"big":1e+300', text, 1, true)
+    assert.matches('"observation":null', text, 1, true)
+    assert.matches('"segment":"from __index"', text, 1, true)
+    assert.matches("the record of query 'q2' cannot be written as JSON: %S*trajectory%[2%]", errs[1])
+    assert.matches("the record of query 'q3' cannot be written as JSON: %S*trajectory%[1%]%.action%.args%.f", errs[1])
+    assert.matches("the record of query 'q5' cannot be written as JSON: %S*trajectory%[3%]", errs[1])
+  end)
+end)
