@@ -1,5 +1,6 @@
--- specula.mcpauth: OAuth 2.1 for MCP servers behind authorization (MCP
--- authorization spec 2025-06-18 / 2025-11-25, and 2025-03-26 servers).
+-- specula.mcp.auth (to scripts: specula.mcpauth): OAuth 2.1 for MCP servers
+-- behind authorization (MCP authorization spec 2025-06-18 / 2025-11-25, and
+-- 2025-03-26 servers).
 -- specula.mcp uses it for connect{ url = ..., auth = { ... } }; the options
 -- are documented in docs/mcp.md#authorization-oauth-21.
 --
