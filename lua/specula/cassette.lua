@@ -436,6 +436,8 @@ function M.open(o)
   sched.on_sleep = on_sleep
   late = 0
   M.state = st
+  -- every HTTP request goes through the cassette from now on (M.http)
+  require("specula.http").set_wrapper(M.http)
   return true
 end
 
@@ -453,6 +455,7 @@ function M.close()
     if not ok then M.write_failed(st, err) end
   end
   sched.on_wait, sched.on_sleep = false, false
+  require("specula.http").set_wrapper(nil)
   M.state = nil
   return st
 end
@@ -1040,7 +1043,9 @@ function Recording:close()
   self._inner:close()
 end
 
--- specula.http.request through the cassette. live: the real request function.
+-- specula.http.request through the cassette: the wrapper specula.http
+-- calls while a cassette is open (M.open installs it). live: the request
+-- function, which with __live set makes the transfer.
 function M.http(opts, method, live)
   local st = M.state
   local url = M.clean_url(opts.url)
@@ -1061,7 +1066,7 @@ function M.http(opts, method, live)
     if not go then return nil, err end
   end
   local lopts = setmetatable({}, { __index = opts })
-  lopts.__cassette_live = true
+  lopts.__live = true
   write_start("http", key, n, meta, extra)
   local t0 = sched.now()
   if J and not J.first then J.first = t0 - J.born end

@@ -153,7 +153,7 @@ describe("the Lua modules", function()
   end)
 end)
 
-describe("the MCP package's transport seam (docs/architecture.md)", function()
+describe("the transport seams of MCP and HTTP (docs/architecture.md)", function()
   local g = mg.lua_graph(H.root .. "/lua")
   local SESSION = { "specula.mcp.client", "specula.mcp.transport", "specula.mcp.stdio", "specula.mcp.http" }
 
@@ -175,6 +175,14 @@ describe("the MCP package's transport seam (docs/architecture.md)", function()
     assert.is_truthy(g.edges["specula.mcp"]["specula.mcp.stdio"])
     assert.is_truthy(g.edges["specula.mcp"]["specula.mcp.http"])
     assert.is_truthy(g.edges["specula.cassette"]["specula.mcp.transport"])
+  end)
+
+  it("keeps specula.http apart from the cassette too: the cassette puts its wrapper in front of it", function()
+    assert.is_nil(g.edges["specula.http"]["specula.cassette"], "specula.http requires specula.cassette at "
+      .. mg.where(g, "specula.http", "specula.cassette"))
+    local code = mg.strip_lua_comments(assert(H.read(g.nodes["specula.http"])))
+    assert.is_nil(code:find("cassette", 1, true), "specula.http names the cassette")
+    assert.is_truthy(g.edges["specula.cassette"]["specula.http"])
   end)
 end)
 

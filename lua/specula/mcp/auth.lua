@@ -326,7 +326,7 @@ function Auth:_err(msg) return scrub(self.where .. ": authorization: " .. msg) e
 
 -- An HTTP exchange with the authorization side; never recorded.
 function Auth:_http(o)
-  o.__cassette_live = true
+  o.__live = true
   o.timeout_ms = o.timeout_ms or self.timeout_ms
   local res, err = http.request(o)
   if not res then return nil, scrub(err) end

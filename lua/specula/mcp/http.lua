@@ -73,7 +73,7 @@ end
 -- access token; a 401, or a 403 asking for more scope, runs the
 -- authorization (specula.mcp.auth) and sends the request again. o: method,
 -- body, stream, extra (headers), accept, timeout (a function giving the ms
--- left), live (bypass the cassette's HTTP recording). -> res (any status) |
+-- left), live (past any wrapper of specula.http: never recorded). -> res (any status) |
 -- nil, err
 function Http:_send(o)
   local http = require "specula.http"
@@ -89,7 +89,7 @@ function Http:_send(o)
     end
     local res, err = http.request { method = o.method, url = self.url, headers = h, body = o.body, stream = o.stream,
                                     timeout_ms = o.timeout and o.timeout() or self.timeout_ms,
-                                    __cassette_live = o.live }
+                                    __live = o.live }
     if not res then return nil, scrub(err) end
     if not self.auth or (res.status ~= 401 and res.status ~= 403) then return res end
     if res.close then res:close() end
