@@ -61,6 +61,7 @@ pcall(ffi.cdef, "char *strerror(int errnum);")
 
 local secrets = require "specula.secrets"
 local stream = require "specula.stream"
+local transport = require "specula.mcp.transport"
 -- Everything on tape is scrubbed (specula.secrets): every declared secret
 -- in every form, the request's own credential headers (extra), and what
 -- looks like a credential.
@@ -461,6 +462,8 @@ function M.open(o)
   sched.on_sleep = on_sleep
   late = 0
   M.state = st
+  -- every HTTP request goes through the cassette from now on (M.http)
+  require("specula.http").set_wrapper(M.http)
   return true
 end
 
@@ -478,6 +481,7 @@ function M.close()
     if not ok then M.write_failed(st, err) end
   end
   sched.on_wait, sched.on_sleep = false, false
+  require("specula.http").set_wrapper(nil)
   M.state = nil
   return st
 end
@@ -1113,7 +1117,9 @@ function Recording:close()
   self._inner:close()
 end
 
--- specula.http.request through the cassette. live: the real request function.
+-- specula.http.request through the cassette: the wrapper specula.http
+-- calls while a cassette is open (M.open installs it). live: the request
+-- function, which with __live set makes the transfer.
 function M.http(opts, method, live)
   local st = M.state
   local url = M.clean_url(opts.url)
@@ -1134,7 +1140,7 @@ function M.http(opts, method, live)
     if not go then return nil, err end
   end
   local lopts = setmetatable({}, { __index = opts })
-  lopts.__cassette_live = true
+  lopts.__live = true
   write_start("http", key, n, meta, extra)
   local t0 = sched.now()
   if J and not J.first then J.first = t0 - J.born end
@@ -1177,10 +1183,25 @@ function M.offline()
   return st ~= nil and st.replay ~= nil and st.miss ~= "live"
 end
 
--- An MCP request through the cassette. live(): the real request.
-function M.mcp(client, method, params, opts, live)
+-- The MCP transport wrapper (the interface: specula.mcp.transport), which
+-- specula.mcp puts around every live transport: while a cassette is open
+-- it takes each whole round trip (a request to the answer the session
+-- returns, an error included), records it around the live one or serves it
+-- from the tape; with none open it passes through. Everything else is the
+-- live transport's. offline: the replay needs no server (no live fallback),
+-- so the session starts none.
+local McpTape = {}
+
+function M.mcp_transport(inner, server, headers)
+  return transport.wrap(McpTape, { inner = inner, server = server, headers = headers,
+                                   offline = M.offline() or nil })
+end
+
+function McpTape:roundtrip(x, go)
   local st = M.state
-  local extra = secrets.header_values(client.headers)
+  if not st then return go() end
+  local method, params = x.method, x.params
+  local extra = secrets.header_values(self.headers)
   local kp = strip_meta(params) or json.object()
   if method == "initialize" and type(kp) == "table" then
     -- the client's own name and version are not part of what was asked
@@ -1188,12 +1209,12 @@ function M.mcp(client, method, params, opts, live)
   end
   local ok, pc = pcall(json.canonical, kp)
   if not ok then pc = tostring(params) end
-  local key = "MCP " .. tostring(client.name) .. " " .. method .. "\n" .. pc
+  local key = "MCP " .. tostring(self.server) .. " " .. method .. "\n" .. pc
   local J = current_job()
   local meta = meta_now(J)
   local scope, qscope = scopes(meta, st.bypath)
   local rec, n, held, again = take(st, scope, qscope, key, extra)
-  local what = format("MCP %s %s", tostring(client.name), tostring(opts and opts.what or method))
+  local what = format("MCP %s %s", tostring(self.server), tostring(x.what or method))
   if st.replay then
     if rec and rec.kind == "mcp" and not rec.start then
       count_served(st, again)
@@ -1201,17 +1222,17 @@ function M.mcp(client, method, params, opts, live)
       if rec.err then return nil, rec.err end
       return rec.res
     end
-    local go, err = on_miss(st, "mcp", what, n, held, meta, rec ~= nil, key)
-    if not go then return nil, err end
-    if client.offline then return nil, what .. ": the server was not started (replaying offline)" end
+    local go_live, err = on_miss(st, "mcp", what, n, held, meta, rec ~= nil, key)
+    if not go_live then return nil, err end
+    if self.offline then return nil, what .. ": the server was not started (replaying offline)" end
   end
   write_start("mcp", key, n, meta, extra)
   local t0 = sched.now()
   if J and not J.first then J.first = t0 - J.born end
-  local r, err = live()
+  local r, err = go()
   if st.file then
     write({ kind = "mcp", key = key, n = n, at = t0 - st.t0, off = J and t0 - J.born, ms = sched.now() - t0, meta = meta,
-            req = { server = client.name, method = method, params = strip_meta(params) },
+            req = { server = self.server, method = method, params = strip_meta(params) },
             res = r, err = (r == nil) and err or nil }, extra)
   end
   return r, err

@@ -3,7 +3,6 @@
 -- nil, "ECODE: METHOD url: detail" (the URL without its query string).
 local core = require "specula.core"
 local sched = require "specula.sched"
-local cassette = require "specula.cassette"
 local stream = require "specula.stream"
 local ffi = core.ffi
 local C = core.C
@@ -17,6 +16,22 @@ local HEADERS, DONE, ERROR = C.SP_HTTP_HEADERS, C.SP_HTTP_DONE, C.SP_HTTP_ERROR
 local M = {}
 
 local lenp = ffi.new("size_t[1]")
+
+-- What carries a request: the live transfer below (libcurl), or a wrapper
+-- put in front of it for a while (the cassette's recorder or replayer,
+-- installed by specula.cassette while one is open). A wrapper is
+-- function(opts, method, go) -> what request returns; go(opts) is
+-- request itself, and opts.__live = true there makes the transfer live.
+-- This module never knows what the wrapper is.
+local wrapper = nil
+
+-- Put w in front of the live transfer (nil: none); returns the one before.
+function M.set_wrapper(w)
+  if w ~= nil and type(w) ~= "function" then error("specula.http.set_wrapper: expected a function or nil", 2) end
+  local prev = wrapper
+  wrapper = w
+  return prev
+end
 
 local function parse_headers(r)
   local p = C.sp_http_headers(r, lenp)
@@ -177,11 +192,11 @@ function M.request(opts)
   local method = opts.method or (body and "POST" or "GET")
   if type(method) ~= "string" then error("specula.http.request: method must be a string", 2) end
   if find(url, "[@?]") then secrets.declare_url(url) end
-  -- recorded or replayed (--record / --replay-io): served before any real
-  -- I/O, so a replay runs under the virtual clock
-  if cassette.state and not opts.__cassette_live then
+  -- through the wrapper (a recording or replay: --record / --replay-io),
+  -- before any real I/O, so a replay runs under the virtual clock
+  if wrapper and not opts.__live then
     header_block(opts.headers)   -- the same checks as a real request
-    return cassette.http(opts, method, M.request)
+    return wrapper(opts, method, M.request)
   end
   local headers = header_block(opts.headers)
   local o = ffi.new("sp_http_opts")

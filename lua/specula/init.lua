@@ -23,7 +23,7 @@ local lazy = {
   llm = "specula.llm", policy = "specula.policy", text = "specula.text",
   theory = "specula.theory", estimate = "specula.estimate", mcp = "specula.mcp", cassette = "specula.cassette",
   stats = "specula.stats", provenance = "specula.provenance", agents = "specula.agents",
-  crypto = "specula.crypto", secrets = "specula.secrets", mcpauth = "specula.mcpauth", url = "specula.url",
+  crypto = "specula.crypto", secrets = "specula.secrets", mcpauth = "specula.mcp.auth", url = "specula.url",
 }
 
 setmetatable(M, { __index = function(t, k)

@@ -1,7 +1,7 @@
 -- specula.stream: the reading methods every response body stream shares,
 -- built on its read() (string | nil at the end | nil, err). A live response
 -- (specula.http) and a recorded or replayed one (specula.cassette) take them
--- from here, so the cassette need not require http, which requires it.
+-- from here, below both.
 local error, concat = error, table.concat
 
 local M = {}

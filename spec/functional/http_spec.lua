@@ -290,6 +290,26 @@ describe("specula.http", function()
     assert.not_matches("ss%-word", out)
   end)
 
+  it("carries requests through a wrapper put in front of it, and live again once it is taken away", function()
+    local out = run([[
+      local seen = {}
+      local prev = http.set_wrapper(function(opts, method, go)
+        seen[#seen + 1] = method
+        if opts.url:find("/hello", 1, true) then return { status = 299, headers = {}, body = "wrapped" } end
+        return go(setmetatable({ __live = true }, { __index = opts }))
+      end)
+      local a = assert(http.request{ url = BASE .. "/hello" })
+      local b = assert(http.request{ method = "POST", url = BASE .. "/echo", body = "x" })
+      local back = http.set_wrapper(prev)
+      local c = assert(http.request{ url = BASE .. "/hello" })
+      print(a.status, a.body, b.status, specula.json.decode(b.body).body, c.status, c.body,
+        table.concat(seen, ","), tostring(prev), type(back))
+      print(pcall(http.set_wrapper, 5))
+    ]])
+    assert.matches("299\twrapped\t200\tx\t200\thello\tGET,POST\tnil\tfunction", out, 1, true)
+    assert.matches("false\t[^\n]*specula.http.set_wrapper: expected a function or nil", out)
+  end)
+
   it("validates its options", function()
     local out = run([[
       print(pcall(http.request, "http://x"))

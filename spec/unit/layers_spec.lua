@@ -153,6 +153,39 @@ describe("the Lua modules", function()
   end)
 end)
 
+describe("the transport seams of MCP and HTTP (docs/architecture.md)", function()
+  local g = mg.lua_graph(H.root .. "/lua")
+  local SESSION = { "specula.mcp.client", "specula.mcp.transport", "specula.mcp.stdio", "specula.mcp.http" }
+
+  it("keeps the session and its transports apart from the cassette", function()
+    for _, m in ipairs(SESSION) do
+      assert.is_truthy(g.nodes[m], m .. " is not in the tree")
+      assert.is_nil(g.edges[m]["specula.cassette"], m .. " requires specula.cassette at "
+        .. mg.where(g, m, "specula.cassette"))
+    end
+    -- the session does not even name it: a recorder is one more wrapper
+    local code = mg.strip_lua_comments(assert(H.read(g.nodes["specula.mcp.client"])))
+    assert.is_nil(code:find("cassette", 1, true), "specula.mcp.client names the cassette")
+  end)
+
+  it("lets specula.mcp choose the transport: the session requires none of them", function()
+    for _, t in ipairs({ "specula.mcp", "specula.mcp.stdio", "specula.mcp.http" }) do
+      assert.is_nil(g.edges["specula.mcp.client"][t], "specula.mcp.client requires " .. t)
+    end
+    assert.is_truthy(g.edges["specula.mcp"]["specula.mcp.stdio"])
+    assert.is_truthy(g.edges["specula.mcp"]["specula.mcp.http"])
+    assert.is_truthy(g.edges["specula.cassette"]["specula.mcp.transport"])
+  end)
+
+  it("keeps specula.http apart from the cassette too: the cassette puts its wrapper in front of it", function()
+    assert.is_nil(g.edges["specula.http"]["specula.cassette"], "specula.http requires specula.cassette at "
+      .. mg.where(g, "specula.http", "specula.cassette"))
+    local code = mg.strip_lua_comments(assert(H.read(g.nodes["specula.http"])))
+    assert.is_nil(code:find("cassette", 1, true), "specula.http names the cassette")
+    assert.is_truthy(g.edges["specula.cassette"]["specula.http"])
+  end)
+end)
+
 describe("the pieces moved down to break the circles", function()
   it("are still reached by their old names, the very same values", function()
     assert.equals(require("specula.simlaw").tool, require("specula.sim").tool)

@@ -1,7 +1,7 @@
--- The pure parts of specula.mcpauth (challenge parsing, resource matching,
+-- The pure parts of specula.mcp.auth (challenge parsing, resource matching,
 -- metadata URLs) and of specula.mcp's answer to an elicitation (SEP-1034
 -- defaults), on the inputs real servers send.
-local A = require "specula.mcpauth"
+local A = require "specula.mcp.auth"
 local mcp = require "specula.mcp"
 local json = require "specula.json"
 

@@ -1,5 +1,6 @@
--- specula.mcpauth: OAuth 2.1 for MCP servers behind authorization (MCP
--- authorization spec 2025-06-18 / 2025-11-25, and 2025-03-26 servers).
+-- specula.mcp.auth (to scripts: specula.mcpauth): OAuth 2.1 for MCP servers
+-- behind authorization (MCP authorization spec 2025-06-18 / 2025-11-25, and
+-- 2025-03-26 servers).
 -- specula.mcp uses it for connect{ url = ..., auth = { ... } }; the options
 -- are documented in docs/mcp.md#authorization-oauth-21.
 --
@@ -317,7 +318,7 @@ function Auth:_err(msg) return scrub(self.where .. ": authorization: " .. msg) e
 
 -- An HTTP exchange with the authorization side; never recorded.
 function Auth:_http(o)
-  o.__cassette_live = true
+  o.__live = true
   o.timeout_ms = o.timeout_ms or self.timeout_ms
   local res, err = http.request(o)
   if not res then return nil, scrub(err) end
