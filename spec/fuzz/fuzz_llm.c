@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "sp_jsonenc.h"
+
 #ifndef SPECULA_SOURCE_DIR
 #define SPECULA_SOURCE_DIR "."
 #endif
@@ -32,6 +34,12 @@ static lua_State *harness_state(int *fn_ref) {
   L = luaL_newstate();
   luaL_openlibs(L);
   atexit(close_state);
+  /* specula.json takes its encoder from here, as the binary gives it */
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "preload");
+  lua_pushcfunction(L, luaopen_specula_jsonenc);
+  lua_setfield(L, -2, "specula.jsonenc");
+  lua_pop(L, 2);
   const char *boot =
     "local root = ...\n"
     "package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path\n"
