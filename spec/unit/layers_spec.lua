@@ -284,25 +284,32 @@ describe("the engine's C files", function()
 end)
 
 
+-- The code lines (not comments) of the Lua files under lua/specula/DIR
+-- that match(line) says true of, as FILE:LINE, and how many files were read.
+local function code_lines(dir, match)
+  local p = assert(io.popen("cd " .. H.root .. "/lua && find specula/" .. dir .. " -name '*.lua' | sort"))
+  local found, n = {}, 0
+  for file in p:lines() do
+    n = n + 1
+    local lineno = 0
+    for line in io.lines(H.root .. "/lua/" .. file) do
+      lineno = lineno + 1
+      if not line:match("^%s*%-%-") and match(line, file) then found[#found + 1] = file .. ":" .. lineno end
+    end
+  end
+  p:close()
+  return found, n
+end
+
 -- The exit status is decided in one place: the command dispatcher sets it
 -- from what a command returned or the status a plain error carries;
 -- specula.cli.set_exit is a plain program's own choice (a script API).
 describe("the exit status", function()
   it("is set only by the command dispatcher (and a script's specula.cli.set_exit)", function()
     local allowed = { ["specula/cmd/init.lua"] = true, ["specula/cli.lua"] = true }
-    local p = assert(io.popen("cd " .. H.root .. "/lua && find specula -name '*.lua' | sort"))
-    local found, n = {}, 0
-    for file in p:lines() do
-      n = n + 1
-      local lineno = 0
-      for line in io.lines(H.root .. "/lua/" .. file) do
-        lineno = lineno + 1
-        if line:find("sp_ctx_set_exit", 1, true) and not line:match("^%s*%-%-") and not allowed[file] then
-          found[#found + 1] = file .. ":" .. lineno
-        end
-      end
-    end
-    p:close()
+    local found, n = code_lines("", function(line, file)
+      return line:find("sp_ctx_set_exit", 1, true) and not allowed[file]
+    end)
     assert.is_true(n > 50, "read only " .. n .. " files")
     assert.same({}, found)
   end)
@@ -312,17 +319,11 @@ describe("the floors below the commands", function()
   it("never print usage: run/, lab/ and report/ name no usage text or hint", function()
     local found = {}
     for _, dir in ipairs({ "run", "lab", "report" }) do
-      local p = assert(io.popen("cd " .. H.root .. "/lua/specula && find " .. dir .. " -name '*.lua' | sort"))
-      for file in p:lines() do
-        local lineno = 0
-        for line in io.lines(H.root .. "/lua/specula/" .. file) do
-          lineno = lineno + 1
-          if not line:match("^%s*%-%-") and (line:find("usage_hint", 1, true) or line:find("argv.usage(", 1, true)) then
-            found[#found + 1] = file .. ":" .. lineno
-          end
-        end
-      end
-      p:close()
+      local here, n = code_lines(dir, function(line)
+        return line:find("usage_hint", 1, true) or line:find("argv.usage(", 1, true)
+      end)
+      assert.is_true(n > 0, "no Lua file under lua/specula/" .. dir)
+      for _, f in ipairs(here) do found[#found + 1] = f end
     end
     assert.same({}, found)
   end)
