@@ -6,7 +6,7 @@
 -- of a growing input shows: the input is read as the run goes
 -- (specula.run.inputs), so the peak should stay flat.
 --   specula bench batch [--sizes 10000,100000,1000000] [--hops H]
-local B = dofile(require("specula.core").host.root .. "/bench/lib.lua")
+local B = dofile(require("specula.internal.core").host.root .. "/bench/lib.lua")
 local json = require("specula.json")
 local specula = require("specula")
 

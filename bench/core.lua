@@ -5,7 +5,7 @@
 --   specula bench core [--queries Q] [--hops N] [--no-ref]
 local specula = require "specula"
 local json = specula.json
-local root = require("specula.core").host.root
+local root = require("specula.internal.core").host.root
 
 local Q, N, REF = 100, 100, true
 for i = 1, #arg do

@@ -6,7 +6,7 @@
 --   specula bench fidelity [--queries Q] [--hops N] [--clock virtual|real]
 local specula = require "specula"
 local json = specula.json
-local B = dofile(require("specula.core").host.root .. "/bench/lib.lua")
+local B = dofile(require("specula.internal.core").host.root .. "/bench/lib.lua")
 
 local Q, N, CLOCK = 100, 30, "virtual"
 for i = 1, #arg do
@@ -24,7 +24,7 @@ local SETTINGS = {
 local KS = { 1, 2, 3, 4, "inf" }
 local TARGET = 60   -- ms, the target tool's mean latency
 local self = B.self_bin() or (B.root .. "/build/specula")
-local C = require("specula.core").C
+local C = require("specula.internal.core").C
 
 print("machine: " .. B.machine())
 print(string.format("%d queries x %d hops, lognormal latencies (CV 0.3), target mean %d ms, %s clock", Q, N, TARGET,

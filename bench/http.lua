@@ -5,7 +5,7 @@
 --   specula bench http [--seconds S]
 local specula = require "specula"
 local json, http = specula.json, specula.http
-local B = dofile(require("specula.core").host.root .. "/bench/lib.lua")
+local B = dofile(require("specula.internal.core").host.root .. "/bench/lib.lua")
 
 local SECONDS = 2
 for i = 1, #arg do if arg[i] == "--seconds" then SECONDS = tonumber(arg[i + 1]) end end

@@ -1,5 +1,5 @@
 -- bench/lib.lua — small helpers shared by the benchmarks.
-local core = require "specula.core"
+local core = require "specula.internal.core"
 local L = {}
 
 L.root = core.host.root

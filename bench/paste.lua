@@ -6,7 +6,7 @@ local specula = require "specula"
 local N = tonumber(os.getenv("BENCH_QUERIES") or "") or 40
 for i = 1, #arg do if arg[i] == "--queries" then N = tonumber(arg[i + 1]) end end
 
-local root = require("specula.core").host.root
+local root = require("specula.internal.core").host.root
 local function load_agent() return assert(loadfile(root .. "/examples/paste_research.lua"))() end
 
 local qs = {}

@@ -5,7 +5,7 @@
 -- lognormal stage times), replayed at six k values in one process; the time
 -- includes starting the process and reading the file.
 --   specula bench replay [--queries N] [--hops H]
-local B = dofile(require("specula.core").host.root .. "/bench/lib.lua")
+local B = dofile(require("specula.internal.core").host.root .. "/bench/lib.lua")
 local json = require("specula.json")
 local specula = require("specula")
 

@@ -4,7 +4,7 @@
 --   specula bench scale [--queries Q] [--hops N] [--no-ref]
 local specula = require "specula"
 local json = specula.json
-local B = dofile(require("specula.core").host.root .. "/bench/lib.lua")
+local B = dofile(require("specula.internal.core").host.root .. "/bench/lib.lua")
 
 local Q, N, REF = 10000, 20, true
 for i = 1, #arg do
@@ -30,7 +30,7 @@ end
 
 local TRAJ = [[
 local specula = require "specula"
-local B = dofile(require("specula.core").host.root .. "/bench/lib.lua")
+local B = dofile(require("specula.internal.core").host.root .. "/bench/lib.lua")
 local Q, N = tonumber(arg[1]), tonumber(arg[2])
 local saved = os.getenv
 os.getenv = function(k) if k == "BENCH_HOPS" then return tostring(N) end return saved(k) end
@@ -50,7 +50,7 @@ print(specula.json.encode({ wall_s = wall / 1000, peak = B.peak_rss_bytes(), bas
 
 local SLEEP = [[
 local specula = require "specula"
-local B = dofile(require("specula.core").host.root .. "/bench/lib.lua")
+local B = dofile(require("specula.internal.core").host.root .. "/bench/lib.lua")
 local n = tonumber(arg[1])
 collectgarbage()
 local base = B.rss_bytes()

@@ -6,7 +6,7 @@
 --   specula bench soak [--seconds 150] [--every 5]
 local specula = require "specula"
 local json, sim = specula.json, specula.sim
-local B = dofile(require("specula.core").host.root .. "/bench/lib.lua")
+local B = dofile(require("specula.internal.core").host.root .. "/bench/lib.lua")
 
 local SECONDS, EVERY = 150, 5
 for i = 1, #arg do

@@ -5,7 +5,7 @@
 -- the last record on disk), with the queries split into one shard per core
 -- (--shard i/n: separate processes, as a cluster array job would run them).
 --   specula bench sweep [--queries N] [--hops H] [--procs P] [--concurrency C]
-local B = dofile(require("specula.core").host.root .. "/bench/lib.lua")
+local B = dofile(require("specula.internal.core").host.root .. "/bench/lib.lua")
 local json = require("specula.json")
 local specula = require("specula")
 
@@ -43,7 +43,7 @@ f:close()
 
 print("machine: " .. B.machine())
 print(string.format("%d queries x %d hops x 5 configurations (%s), virtual clock, full records, concurrency %s",
-  N, HOPS, CONFIGS, CONC and tostring(CONC) or ("the default (" .. require("specula.opts").DEFAULTS.concurrency .. ")")))
+  N, HOPS, CONFIGS, CONC and tostring(CONC) or ("the default (" .. require("specula.internal.domains").DEFAULTS.concurrency .. ")")))
 
 local function run(procs)
   local outs, cmds = {}, {}

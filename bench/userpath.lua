@@ -9,7 +9,7 @@
 -- on disk), the paired ratio and each process's peak RSS.
 --   specula bench userpath [--quick] [--queries Q] [--hops 1,20,80]
 --     [--k 1,4,inf,seq] [--concurrency 16,2000] [--runs R] [--wait sleep|http|mcp|none] [--no-ref]
-local B = dofile(require("specula.core").host.root .. "/bench/lib.lua")
+local B = dofile(require("specula.internal.core").host.root .. "/bench/lib.lua")
 local specula = require("specula")
 local json = specula.json
 

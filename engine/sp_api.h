@@ -157,7 +157,7 @@ int sp_sleep(sp_task *t, double ms, char *err, size_t errlen);
 
    The job protocol: every kind of job is named here, with the arguments
    the window gives it and the results it returns; the window
-   (sp_window.c) and the agent adapter (lua/specula/agent.lua, one function
+   (sp_window.c) and the agent adapter (lua/specula/internal/protocol.lua, one function
    per kind) read and write them by these names only. */
 /* What a job runs. */
 enum { SP_JOB_START = 0,       /* init() and the first step */
@@ -496,7 +496,7 @@ typedef struct sp_window_stats {
 } sp_window_stats;
 sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_t errlen);
 int sp_window_id(const sp_window *w);            /* a number naming the window (group results, traces) */
-/* The agent adapter's functions (lua/specula/agent.lua) and the step ctx
+/* The agent adapter's functions (lua/specula/internal/protocol.lua) and the step ctx
    metatable of the query, as value-store slots; SP_NOVAL (0) = none. */
 typedef struct sp_window_fns {
   int start;        /* init + first step */

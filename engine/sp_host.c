@@ -80,7 +80,7 @@ static const char *BOOT =
   "package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path\n"
   "package.loaded['specula.host'] = { ctx = ctx, root = root,\n"
   "  lua_dir = root .. '/lua', policies_dir = root .. '/policies', embedded = true }\n"
-  "local sched = require 'specula.sched'\n"
+  "local sched = require 'specula.internal.sched'\n"
   "return sched.co_table, sched.worker_body, sched.vals\n";
 
 int sp_host_init(sp_ctx *ctx, const char *argv0, char *err, size_t errlen) {
@@ -118,7 +118,7 @@ int sp_host_init(sp_ctx *ctx, const char *argv0, char *err, size_t errlen) {
     return -1;
   }
   if (!lua_istable(L, -1) || !lua_isfunction(L, -2) || !lua_istable(L, -3)) {
-    snprintf(err, errlen, "boot: specula.sched did not export co_table, worker_body and vals");
+    snprintf(err, errlen, "boot: specula.internal.sched did not export co_table, worker_body and vals");
     return -1;
   }
   ctx->vals_ref = luaL_ref(L, LUA_REGISTRYINDEX);

@@ -38,7 +38,7 @@ static const sp_opt_def sp_opt_defs[] = {
 /* The default of every option that has one, kept once: `specula run`,
    specula.run(), --compare, `specula theory`, `specula compare|report`, the
    k-auto estimator and the prefetcher all read it from here (Lua through
-   specula.opts.DEFAULTS), and the usage texts print it. */
+   specula.internal.domains.DEFAULTS), and the usage texts print it. */
 typedef struct sp_opt_default_def {
   const char *name;  /* option name, dashes as underscores (max_hops) */
   double value;      /* the value used when the option is not given */

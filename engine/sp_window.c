@@ -27,8 +27,8 @@
  * threads, then waits for it to resolve), sequential (k = 1, no speculator).
  *
  * Lua is reached only through jobs: calls this file queues and the Lua
- * dispatcher (lua/specula/sched.lua) runs; the agent adapter
- * (lua/specula/agent.lua) is what they call, and its functions arrive as
+ * dispatcher (lua/specula/internal/sched.lua) runs; the agent adapter
+ * (lua/specula/internal/protocol.lua) is what they call, and its functions arrive as
  * value slots (sp_window_set_fns). Action speculation lives in
  * sp_window_pf.c, window groups in sp_wgroup.c; what the three share is
  * sp_window_int.h. A job's hook runs here when

@@ -34,7 +34,7 @@ local cache = os.getenv("SPECULA_NPM_CACHE") or (os.getenv("HOME") .. "/.cache/s
 local server_js = cache .. "/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
 if not io.open(server_js, "r") then
   io.stderr:write("mcp_files: " .. server_js .. " is missing; install it with .ci/deps\n")
-  require("specula.cli").set_exit(1)   -- through the engine's shutdown, unlike os.exit
+  require("specula.script").set_exit(1)   -- through the engine's shutdown, unlike os.exit
   return
 end
 

@@ -44,7 +44,7 @@ if not require("specula.cassette").offline() then
   end
   if problem then
     io.stderr:write("notes-agent: ", problem, "\n")
-    require("specula.cli").set_exit(1)   -- through the engine's shutdown, unlike os.exit
+    require("specula.script").set_exit(1)   -- through the engine's shutdown, unlike os.exit
     return
   end
 end

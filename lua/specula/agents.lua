@@ -52,7 +52,7 @@
 -- agent.context(state) gives the messages the model saw at the state's
 -- turn: predictors read them (ctx.messages).
 local json = require "specula.json"
-local sched = require "specula.sched"
+local sched = require "specula.internal.sched"
 
 local type, ipairs, pairs, tostring, tonumber, error, format, concat, ceil =
   type, ipairs, pairs, tostring, tonumber, error, string.format, table.concat, math.ceil
@@ -583,7 +583,7 @@ function M.conversation(opts)
   agent.predict = opts.predict
   agent.policy = opts.policy
   agent.match = opts.match
-  return require("specula.agent").agent(agent)
+  return require("specula.internal.protocol").agent(agent)
 end
 
 return M

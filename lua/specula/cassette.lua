@@ -37,8 +37,8 @@
 -- accepted included) from those of discarded threads; and `obs` lines for
 -- predicted calls too (one that served its step's target is committed).
 local json = require "specula.json"
-local sched = require "specula.sched"
-local core = require "specula.core"
+local sched = require "specula.internal.sched"
+local core = require "specula.internal.core"
 local ffi = core.ffi
 local C = core.C
 
@@ -60,7 +60,7 @@ pcall(ffi.cdef, "int mkdir(const char *path, unsigned int mode);")
 pcall(ffi.cdef, "char *strerror(int errnum);")
 
 local secrets = require "specula.secrets"
-local stream = require "specula.stream"
+local stream = require "specula.internal.stream"
 local transport = require "specula.mcp.transport"
 -- Everything on tape is scrubbed (specula.secrets): every declared secret
 -- in every form, the request's own credential headers (extra), and what

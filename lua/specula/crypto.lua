@@ -15,7 +15,7 @@
 --   crypto.pubkey(pem)          -> PEM public key, or nil, err
 --   crypto.hex(s), crypto.b64(s), crypto.b64url(s)  -> text
 --   crypto.unhex(s), crypto.unb64(s)  -> bytes, or nil, "EINVAL: ..."
-local core = require "specula.core"
+local core = require "specula.internal.core"
 
 local ffi = core.ffi
 local C = core.C

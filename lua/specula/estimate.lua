@@ -2,7 +2,7 @@
 -- engine/sp_api.h, docs/cli.md#estimates), for records read back from files:
 -- the report and --compare use it; the runner reads the window's own sp_est;
 -- `specula replay` calls the same C functions.
-local core = require "specula.core"
+local core = require "specula.internal.core"
 local ffi, C = core.ffi, core.C
 
 local type, ipairs = type, ipairs

@@ -1,13 +1,13 @@
 -- specula.http: HTTP through the engine's libcurl multi. Looks synchronous;
 -- yields to the loop while the transfer runs. Errors are values:
 -- nil, "ECODE: METHOD url: detail" (the URL without its query string).
-local core = require "specula.core"
-local sched = require "specula.sched"
-local stream = require "specula.stream"
+local core = require "specula.internal.core"
+local sched = require "specula.internal.sched"
+local stream = require "specula.internal.stream"
 local ffi = core.ffi
 local C = core.C
 
-local co_yield = require("specula.sched").yield   -- the raw yield (sched guards the global one)
+local co_yield = require("specula.internal.sched").yield   -- the raw yield (sched guards the global one)
 local type, tostring, pairs, ipairs, concat = type, tostring, pairs, ipairs, table.concat
 local lower, gmatch, find = string.lower, string.gmatch, string.find
 

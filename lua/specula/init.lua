@@ -1,6 +1,10 @@
 -- specula: the public Lua API. Submodules load on first use.
-local core = require "specula.core"
-local sched = require "specula.sched"
+local core = require "specula.internal.core"
+local sched = require "specula.internal.sched"
+
+-- specula.script's name before it was renamed (it was specula.cli, which
+-- read like the command line's module): scripts written then still load.
+package.preload["specula.cli"] = package.preload["specula.cli"] or function() return require "specula.script" end
 
 local M = {
   version = core.ffi.string(core.C.sp_version()),
@@ -24,6 +28,7 @@ local lazy = {
   theory = "specula.theory", estimate = "specula.estimate", mcp = "specula.mcp", cassette = "specula.cassette",
   stats = "specula.stats", provenance = "specula.provenance", agents = "specula.agents",
   crypto = "specula.crypto", secrets = "specula.secrets", mcpauth = "specula.mcp.auth", url = "specula.url",
+  script = "specula.script",
 }
 
 setmetatable(M, { __index = function(t, k)
@@ -35,7 +40,7 @@ setmetatable(M, { __index = function(t, k)
   end
   local agent = rawget(t, "_agent")
   if not agent and (k == "agent" or k == "candidates") then
-    agent = require "specula.agent"
+    agent = require "specula.internal.protocol"
     rawset(t, "_agent", agent)
   end
   if agent and (k == "agent" or k == "candidates") then return agent[k] end

@@ -33,7 +33,7 @@ decoded, so a text that may contain an empty array goes through the pure-Lua
 decoder below. Both accept the same inputs: strict JSON, plus what cjson also
 takes (raw control characters inside strings, numbers like "1." or "-.5").
 
-find_bad's table walk runs with the JIT off: see specula/nojit.lua. ]]
+find_bad's table walk runs with the JIT off: see specula/internal/nojit.lua. ]]
 
 local cjson = require("cjson")
 local ffi = require("ffi")
@@ -444,7 +444,7 @@ local function find_bad(v, segs, depth, onpath)
   end
   return nil
 end
-require("specula.nojit")(find_bad)  -- a pairs() walk: see specula/nojit.lua
+require("specula.internal.nojit")(find_bad)  -- a pairs() walk: see specula/internal/nojit.lua
 
 function M.find_bad(value, root)
   local segs = { root or "" }

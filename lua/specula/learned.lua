@@ -37,7 +37,7 @@
 -- Nothing here knows a tool, an argument or a domain. The model is a JSON
 -- file (format, version, provenance: what it was trained on, by digest).
 local json = require "specula.json"
-local nojit = require "specula.nojit"
+local nojit = require "specula.internal.nojit"
 
 local type, pairs, ipairs, tostring, tonumber, error, setmetatable, pcall, unpack =
   type, pairs, ipairs, tostring, tonumber, error, setmetatable, pcall, unpack
@@ -57,7 +57,7 @@ local TEXT = "\0text"     -- the class "no call: the model answers in text"
 -- ---- small helpers ----------------------------------------------------------
 
 -- The keys of a table, sorted (numbers before strings): the one pairs()
--- walk, kept out of the JIT (specula/nojit.lua) and in a fixed order.
+-- walk, kept out of the JIT (specula/internal/nojit.lua) and in a fixed order.
 local function keys_of(t)
   local ks = {}
   for k in pairs(t) do ks[#ks + 1] = k end

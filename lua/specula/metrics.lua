@@ -11,7 +11,7 @@
 -- records of specula.datasets), or a table with a `gold` list.
 
 local text = require("specula.text")
-local D = require("specula.opts").DEFAULTS
+local D = require("specula.internal.domains").DEFAULTS
 local bit = require("bit")
 
 local type, error, tostring, floor = type, error, tostring, math.floor
@@ -205,7 +205,7 @@ end
 --   same length as data, reused between calls: fn must not keep it);
 --   default metrics.mean (for a list of numbers).
 -- opts.iterations, opts.seed, opts.level: by default bootstrap_iterations,
---   seed and bootstrap_level of specula.opts.DEFAULTS.
+--   seed and bootstrap_level of specula.internal.domains.DEFAULTS.
 -- Returns lo, hi (the (1-level)/2 and (1+level)/2 percentiles of the
 -- resampled statistics, linear interpolation) and the statistic on data.
 function M.bootstrap_ci(data, fn, opts)

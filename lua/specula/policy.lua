@@ -19,7 +19,7 @@
 -- lower of its answer and the table's. The gate fails closed: a launch with
 -- no answer from the script, or whose script raised or returned anything
 -- but full/warmup/forbid, is forbid (counted as by_script).
-local core = require "specula.core"
+local core = require "specula.internal.core"
 local ffi = core.ffi
 local C = core.C
 
@@ -68,7 +68,7 @@ function M.read(path, script_dir)
   local chunk, lerr = loadfile(p)
   if not chunk then error("policy: cannot load " .. p .. ": " .. tostring(lerr), 0) end
   -- the file is the user's code: whatever it raises, the message names where
-  local ok, spec = require("specula.sched").protect(false, chunk)
+  local ok, spec = require("specula.internal.sched").protect(false, chunk)
   if not ok then error("policy: " .. p .. " raised: " .. spec, 0) end
   if type(spec) ~= "table" and type(spec) ~= "function" then
     error("policy: " .. p .. " must return a table or a function", 0)
@@ -101,7 +101,7 @@ function M.build(spec, agent_tools, script_dir)
   function obj.on_error(tool, msg)
     obj.script_errors = obj.script_errors + 1
     if not obj.first_error then
-      obj.first_error = "policy " .. name .. ": for tool '" .. tostring(tool) .. "' " .. require("specula.sched").errstr(msg)
+      obj.first_error = "policy " .. name .. ": for tool '" .. tostring(tool) .. "' " .. require("specula.internal.sched").errstr(msg)
       require("specula.secrets").stderr("specula: warning: " .. obj.first_error .. " (counted as forbid)\n")
     end
   end

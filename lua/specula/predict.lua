@@ -40,8 +40,8 @@ local function shape(args)
   end
   return "{" .. concat(keys, ",") .. "}"
 end
--- shapes are cache keys: a pairs() walk kept interpreted (specula/nojit.lua)
-require("specula.nojit")(shape)
+-- shapes are cache keys: a pairs() walk kept interpreted (specula/internal/nojit.lua)
+require("specula.internal.nojit")(shape)
 M.shape = shape
 
 local function action_key(a)
@@ -84,8 +84,8 @@ Ngram.__index = Ngram
 Ngram.__call = function(self, history, ctx) return self:predict(history, ctx) end
 
 -- Built-in predictors name themselves (and their options) in the records'
--- provenance (specula.tags, read by specula.provenance).
-local tag = require("specula.tags").tag
+-- provenance (specula.internal.tags, read by specula.provenance).
+local tag = require("specula.internal.tags").tag
 
 local function new_ngram(opts, n, what)
   opts = check_opts(opts, what)
@@ -178,7 +178,7 @@ ngram_predict = function(self, history, ctx)
   return {}
 end
 
-require("specula.nojit")(ngram_predict)   -- pairs() walks: specula/nojit.lua
+require("specula.internal.nojit")(ngram_predict)   -- pairs() walks: specula/internal/nojit.lua
 
 function Ngram:state()
   return { kind = "ngram", n = self.n, counts = self.counts, observed = self.observed }
@@ -285,7 +285,7 @@ function M.draft(opts)
     sort(names)
     tool_names = names
   end
-  local sched = require "specula.sched"
+  local sched = require "specula.internal.sched"
   -- async: the engine runs it beside the model's step rather than before
   local self = { samples = samples, top = opts.top or 3, async = true }
   local function ask(messages)

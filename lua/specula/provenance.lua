@@ -66,11 +66,11 @@ M.basename = basename
 -- ---- describing what a run uses --------------------------------------------
 
 -- Built-in verifiers and predictors tag themselves (verify.jaccard(0.6),
--- predict.pattern{...}) through specula.tags: value -> { name, options }.
-local tags = require("specula.tags").of
+-- predict.pattern{...}) through specula.internal.tags: value -> { name, options }.
+local tags = require("specula.internal.tags").of
 
---- Tag a built-in value with its name and options (specula.tags.tag).
-M.tag = require("specula.tags").tag
+--- Tag a built-in value with its name and options (specula.internal.tags.tag).
+M.tag = require("specula.internal.tags").tag
 
 -- Where a Lua function is defined, as "file.lua:LINE", and that file's
 -- digest (nil for a function not loaded from a file).
@@ -238,7 +238,7 @@ end
 -- beside a script can stand in for specula's or the system's modules; a
 -- directory whose name holds package.path's ';' or '?' is not added, nor
 -- one already there. (Here, below the commands that run scripts —
--- specula.cmd.run, specula.lab.verifiers, specula.cli — since the entry
+-- specula.cmd.run, specula.lab.verifiers, specula.script — since the entry
 -- and the following of its modules go together.)
 function M.add_script_dir(script)
   local dir = script:match("^(.*)/[^/]*$") or "."
@@ -277,7 +277,7 @@ local function or_null(v) if v == nil then return json.null end return v end
 -- order, each by name and digest), leaving out `skip` (the file this run
 -- records into).
 function M.cassette(dir, skip)
-  local C = require("specula.core").C
+  local C = require("specula.internal.core").C
   local h = crypto().hasher()
   local i = 1
   while true do

@@ -833,7 +833,7 @@ local function scrub_deep(v, f, extra, depth, changed)
   end
   return setmetatable(c, getmetatable(v))
 end
-require("specula.nojit")(scrub_deep)   -- a pairs() walk: see specula/nojit.lua
+require("specula.internal.nojit")(scrub_deep)   -- a pairs() walk: see specula/internal/nojit.lua
 
 --- A JSON text scrubbed, still valid JSON. The text is scrubbed as it is
 -- (one pass); when a redaction broke it (a match that began inside an

@@ -5,13 +5,13 @@
 -- sp_rand_keyed — never by a shared random sequence — so a sequential run
 -- and a speculative run of the same query see the same latencies and the
 -- same speculation outcomes on the true path.
-local base = require "specula.simlaw"
+local base = require "specula.internal.simlaw"
 
 local type, tostring, error, floor = type, tostring, error, math.floor
 
 local M = {}
 
--- The building blocks (specula.simlaw), here as they always were.
+-- The building blocks (specula.internal.simlaw), here as they always were.
 local draw, law, latency, wait, digest = base.draw, base.law, base.latency, base.wait, base.digest
 M.draw, M.law, M.latency, M.wait, M.digest = draw, law, latency, wait, digest
 M.tool, M.speculator = base.tool, base.speculator
@@ -42,7 +42,7 @@ function M.multihop(opts)
   local spec = law(opts.spec or 0, "spec")
   local target = law(opts.target or 0, "target")
   local hops = opts.hops or 3
-  local agent = require("specula.agent")
+  local agent = require("specula.internal.protocol")
 
   -- which rank (0-based) the true value takes, keyed
   local cum, acc = {}, 0

@@ -1,5 +1,5 @@
 -- specula.sse: Server-Sent Events over a streamed response, parsed in C.
-local core = require "specula.core"
+local core = require "specula.internal.core"
 local ffi = core.ffi
 local C = core.C
 

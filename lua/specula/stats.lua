@@ -16,7 +16,7 @@
 -- together; the mean, median and ratio use the same resamples (same seed).
 
 local metrics = require "specula.metrics"
-local D = require("specula.opts").DEFAULTS
+local D = require("specula.internal.domains").DEFAULTS
 local json_null = require("specula.json").null
 
 local type, error, tostring, tonumber, ipairs, floor, exp, log, min, huge = type, error, tostring, tonumber, ipairs, math.floor, math.exp, math.log, math.min, math.huge
@@ -107,7 +107,7 @@ end
 local boot_lua
 local boot_c
 do
-  local ok, core = pcall(require, "specula.core")
+  local ok, core = pcall(require, "specula.internal.core")
   if ok and core.C then
     local ffi, C = core.ffi, core.C
     local dbl, int = ffi.typeof("double[?]"), ffi.typeof("int[?]")
@@ -128,7 +128,7 @@ M._boot_c = boot_c ~= nil
 
 local ratio_c
 if boot_c then
-  local ffi, C = require("specula.core").ffi, require("specula.core").C
+  local ffi, C = require("specula.internal.core").ffi, require("specula.internal.core").C
   local dbl = ffi.typeof("double[?]")
   ratio_c = function(num, den, iters, state)
     local n = #num
@@ -238,7 +238,7 @@ local function finite(x) if x and x == x and x ~= huge and x ~= -huge then retur
 
 --- Paired comparison of two lists of the same queries' values (base[i] and
 -- other[i] belong to query i). opts.iterations, opts.seed and opts.level
--- drive the bootstrap (defaults: bootstrap_* in specula.opts.DEFAULTS). The ratio (Σ other / Σ base) and its
+-- drive the bootstrap (defaults: bootstrap_* in specula.internal.domains.DEFAULTS). The ratio (Σ other / Σ base) and its
 -- interval are given only when Σ base > 0; an interval end that is not finite
 -- (resamples with a zero baseline sum) is left out (nil).
 function M.paired(base, other, opts)

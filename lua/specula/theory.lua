@@ -6,8 +6,8 @@
 --   k      threads: an integer >= 1, or "inf" / math.huge (unbounded)
 --   nu     coefficient-of-variation bound, >= 0
 --   eps    starvation target, in (0, 1)
-local core = require "specula.core"
-local opts = require "specula.opts"
+local core = require "specula.internal.core"
+local opts = require "specula.internal.domains"
 local C = core.C
 
 local check, huge = opts.check, math.huge

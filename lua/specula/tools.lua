@@ -340,7 +340,7 @@ function M.http(spec)
       return v
     end
     -- the result function sees the response, so its errors may quote it
-    local ok, out = require("specula.sched").protect(true, result,
+    local ok, out = require("specula.internal.sched").protect(true, result,
       { status = res.status, headers = res.headers, body = res.body }, args, ctx)
     if not ok then error(scrub(out, secrets), 0) end
     return out
@@ -411,8 +411,8 @@ end
 --- A simulated tool (specula.sim.tool): latency law and result function.
 function M.sim(opts)
   if type(opts) ~= "table" then error("specula.tools.sim: expected an options table", 2) end
-  -- specula.simlaw, not specula.sim: sim builds agents, and agent compiles tools
-  local simlaw = require "specula.simlaw"
+  -- specula.internal.simlaw, not specula.sim: sim builds agents, and agent compiles tools
+  local simlaw = require "specula.internal.simlaw"
   return copy_hooks({ call = simlaw.tool(opts) }, opts)
 end
 

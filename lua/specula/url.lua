@@ -8,7 +8,7 @@
 --   url.form_decode(s)      -> the same, "+" read as a space first
 --   url.parse(u)            -> { scheme =, host =, port =, path =, query = },
 --                              or nil, "EINVAL: url: ..."
-local core = require "specula.core"
+local core = require "specula.internal.core"
 
 local ffi = core.ffi
 local C = core.C

@@ -33,8 +33,8 @@ local to_set = text.set
 local M = {}
 
 -- Built-in verifiers name themselves (and their options) in the records'
--- provenance (specula.tags, read by specula.provenance).
-local tag = require("specula.tags").tag
+-- provenance (specula.internal.tags, read by specula.provenance).
+local tag = require("specula.internal.tags").tag
 
 M.text_of = text_of
 
@@ -181,7 +181,7 @@ local function common(as, ps)
   for w in pairs(as) do if ps[w] then inter = inter + 1 end end
   return inter
 end
-require("specula.nojit")(common)   -- a pairs() walk: specula/nojit.lua
+require("specula.internal.nojit")(common)   -- a pairs() walk: specula/internal/nojit.lua
 
 local function content_set(normalized, stop)
   stop = stop or text.stopwords

@@ -103,7 +103,7 @@ describe("specula binary", function()
     -- is refused before it gets there: below)
     local st, _, err = H.run_lua([[
       local specula = require "specula"
-      local t = specula.spawn(function() require("specula.sched").yield() end)
+      local t = specula.spawn(function() require("specula.internal.sched").yield() end)
       t:wait()
     ]])
     assert.equals(1, st)

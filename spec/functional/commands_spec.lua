@@ -13,7 +13,7 @@ local SIM = H.root .. "/examples/multihop_sim.lua"
 -- tables themselves, so an option added later is covered too.
 local function tables()
   local st, out, err = H.run_lua([[
-    local argv = require "specula.argv"
+    local argv = require "specula.internal.argv"
     local cmd = require "specula.cmd"
     local json = require "specula.json"
     local all = {}

@@ -11,7 +11,7 @@ describe("specula's Lua tree", function()
   end)
 
   it("uses SPECULA_HOME when it names a Lua tree", function()
-    local st, out, err = H.specula({ "run", H.tmpfile("home2.lua", "print(require('specula.core').host.root)\n") },
+    local st, out, err = H.specula({ "run", H.tmpfile("home2.lua", "print(require('specula.internal.core').host.root)\n") },
       { SPECULA_HOME = H.root })
     assert.equals(0, st, err)
     assert.equals(H.root .. "\n", out)

@@ -244,7 +244,7 @@ describe("specula.http", function()
       print("name", try({ ["X A"] = "v" }))
       print("name_nul", try({ ["X-A\0"] = "v" }))
       -- the C glue checks the block it is given as well
-      local core = require "specula.core"
+      local core = require "specula.internal.core"
       local ffi, C = core.ffi, core.C
       local function start(block)
         local o = ffi.new("sp_http_opts")

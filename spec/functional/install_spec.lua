@@ -12,7 +12,7 @@ describe("installation", function()
     local st, out, err = H.sh("cmake --install " .. H.quote(build) .. " --prefix " .. H.quote(prefix))
     assert.equals(0, st, err)
     local script = H.tmpfile("where.lua", [[
-      local host = require("specula.core").host
+      local host = require("specula.internal.core").host
       print(host.root)
       print(require("specula.policy").resolve("read_only"))
     ]])

@@ -164,7 +164,7 @@ describe("scheduler", function()
     -- records (stage times, rollbacks, cancellations) on the virtual clock,
     -- and every deferred call that a rollback cancelled is released
     local out = ok_script([[
-      local sched = require "specula.sched"
+      local sched = require "specula.internal.sched"
       local json = require "specula.json"
       local function make(wait)
         return specula.agent {

@@ -14,7 +14,7 @@ local json = specula.json
 local url = arg[1]
 if not url or not url:match("^https?://") then
   io.stderr:write("usage: specula run spec/mcp/conformance_client.lua <server-url>\n")
-  require("specula.cli").set_exit(2)
+  require("specula.script").set_exit(2)
   return
 end
 local scenario = os.getenv("MCP_CONFORMANCE_SCENARIO") or "?"
@@ -63,7 +63,7 @@ local c, err = specula.mcp.connect {
 }
 if not c then
   io.stderr:write("conformance client: ", tostring(err), "\n")
-  require("specula.cli").set_exit(1)
+  require("specula.script").set_exit(1)
   return
 end
 local status = 0
@@ -92,4 +92,4 @@ end
 c:close()
 -- the exit status goes through the engine (os.exit would skip its shutdown
 -- and leave the Lua state and pending calls unfreed)
-require("specula.cli").set_exit(status)
+require("specula.script").set_exit(status)

@@ -118,7 +118,7 @@ end
 
 -- All keys of t, in a new array keys[1..count]; also says whether they are
 -- exactly positive integers, and the largest. This is the only table
--- traversal, and it is kept out of the JIT (specula/nojit.lua says why).
+-- traversal, and it is kept out of the JIT (specula/internal/nojit.lua says why).
 local function scan(t)
   local keys, count, maxn, indices = {}, 0, 0, true
   for k in next, t do
@@ -134,7 +134,7 @@ local function scan(t)
   end
   return keys, count, maxn, indices
 end
-require("specula.nojit")(scan)   -- a pairs() walk: see specula/nojit.lua
+require("specula.internal.nojit")(scan)   -- a pairs() walk: see specula/internal/nojit.lua
 
 local function lt(a, b) return a < b end
 
@@ -229,8 +229,8 @@ end
 -- among an object's keys (18 keys, sorted by table.sort) that the
 -- interpreter never sees (not reproduced here in 18 million inputs since;
 -- its input was lost with the fuzzer's directory: .ci/run prints it now).
-require("specula.nojit")(emit_table)
-require("specula.nojit")(sort_keys)
+require("specula.internal.nojit")(emit_table)
+require("specula.internal.nojit")(sort_keys)
 
 emit = function(v, buf, bn, depth, sorted, stack)
   local tv = type(v)

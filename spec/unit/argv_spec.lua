@@ -1,5 +1,5 @@
--- specula.argv: the declarative `--flag value` loop of the subcommands.
-local argv = require "specula.argv"
+-- specula.internal.argv: the declarative `--flag value` loop of the subcommands.
+local argv = require "specula.internal.argv"
 
 local FLAGS = {
   ["-o"] = "out", ["--out"] = "out",
@@ -13,7 +13,7 @@ local FLAGS = {
   ["--help"] = argv.HELP,
 }
 
-describe("specula.argv", function()
+describe("specula.internal.argv", function()
   it("reads values, converted values, repeatable values and flags", function()
     local o = assert(argv.parse({ "-o", "x", "--n", "4", "--v", "a", "--v", "b", "--json" }, FLAGS))
     assert.same({ out = "x", n = 4, vs = { "a", "b" }, json = true }, o)

@@ -1,5 +1,5 @@
 -- C functions called directly through the FFI (libspecula_core.so).
-local core = require "specula.core"
+local core = require "specula.internal.core"
 local ffi, C = core.ffi, core.C
 
 describe("keyed randomness", function()

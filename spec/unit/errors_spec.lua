@@ -1,7 +1,7 @@
--- specula.sched's error handlers never raise, and name where the error was
+-- specula.internal.sched's error handlers never raise, and name where the error was
 -- raised whatever the error object is (nil, a number, a table, a table
 -- whose __tostring raises or returns no string).
-local sched = require "specula.sched"
+local sched = require "specula.internal.sched"
 
 -- raise v from a function of this file, at a known line
 local function raiser(v) return function() error(v) end end

@@ -1,6 +1,6 @@
 -- The one estimator of p, alpha, beta (sp_est, engine/sp_theory.c).
 local estimate = require "specula.estimate"
-local C = require("specula.core").C
+local C = require("specula.internal.core").C
 
 describe("the estimator", function()
   it("counts failed speculations in p's denominator and leaves late and unspeculated hops out", function()

@@ -13,21 +13,22 @@ local mg = require "support.modgraph"
 -- exactly one floor: base's, named one by one, else the first whose pattern
 -- matches its name (the library's is the catch-all of specula.*).
 local LAYERS = {
-  { name = "commands", "^specula%.cmd$", "^specula%.cmd%.", "^specula%.cli$",
+  { name = "commands", "^specula%.cmd$", "^specula%.cmd%.",
     why = "the command line: parse, print usage, set the exit status" },
   { name = "report", "^specula%.report$", "^specula%.report%.",
     why = "`specula report`'s page, over the lab's judgments" },
-  { name = "lab", "^specula%.lab$", "^specula%.lab%.", "^specula%.whatif$",
+  { name = "lab", "^specula%.lab$", "^specula%.lab%.",
     why = "offline studies of recorded runs (verifiers, predictors, whatif)" },
-  { name = "facade", "^specula$",
-    why = "require \"specula\", what scripts use (specula.run is the runner's)" },
+  { name = "facade", "^specula$", "^specula%.script$",
+    why = "require \"specula\", what scripts use (specula.run is the runner's; specula.script.set_exit)" },
   { name = "run", "^specula%.run%.",
     why = "running an agent over queries: options, records, resume, --compare" },
   { name = "library", "^specula%.",
     why = "agents, tools, predictors, verifiers, I/O, cassettes, provenance" },
-  { name = "base", "^specula%.core$", "^specula%.sched$", "^specula%.nojit$", "^specula%.json$",
-    "^specula%.secrets$", "^specula%.argv$", "^specula%.crypto$", "^specula%.url$", "^specula%.opts$", "^specula%.text$",
-    "^specula%.stream$", "^specula%.tags$",
+  { name = "base", "^specula%.internal%.core$", "^specula%.internal%.sched$", "^specula%.internal%.nojit$",
+    "^specula%.internal%.argv$", "^specula%.internal%.domains$", "^specula%.internal%.stream$",
+    "^specula%.internal%.tags$", "^specula%.json$", "^specula%.secrets$", "^specula%.crypto$",
+    "^specula%.url$", "^specula%.text$",
     why = "the engine binding (core, sched) and data primitives: no agents, runs or records" },
 }
 
@@ -188,10 +189,10 @@ end)
 
 describe("the pieces moved down to break the circles", function()
   it("are still reached by their old names, the very same values", function()
-    assert.equals(require("specula.simlaw").tool, require("specula.sim").tool)
-    assert.equals(require("specula.simlaw").law, require("specula.sim").law)
-    assert.equals(require("specula.tags").tag, require("specula.provenance").tag)
-    assert.equals(require("specula.stream").read_all, require("specula.http").Response.read_all)
+    assert.equals(require("specula.internal.simlaw").tool, require("specula.sim").tool)
+    assert.equals(require("specula.internal.simlaw").law, require("specula.sim").law)
+    assert.equals(require("specula.internal.tags").tag, require("specula.provenance").tag)
+    assert.equals(require("specula.internal.stream").read_all, require("specula.http").Response.read_all)
     local merge, files = require("specula.cmd.merge"), require("specula.run.resultfiles")
     assert.equals(files.config_of, merge.config_of)
     assert.equals(files.read_records, merge.read_records)
@@ -200,7 +201,7 @@ describe("the pieces moved down to break the circles", function()
   end)
 
   it("leave `specula run --help` as the command's table prints it", function()
-    local argv, cmdrun, runopts = require("specula.argv"), require("specula.cmd.run"), require("specula.run.opts")
+    local argv, cmdrun, runopts = require("specula.internal.argv"), require("specula.cmd.run"), require("specula.run.opts")
     assert.equals(argv.usage(cmdrun), argv.usage(runopts.COMMAND))
     assert.equals(argv.usage_hint(cmdrun), argv.usage_hint(runopts.COMMAND))
     assert.matches("^usage: specula run SCRIPT%.lua", argv.usage(cmdrun))
@@ -303,10 +304,10 @@ end
 
 -- The exit status is decided in one place: the command dispatcher sets it
 -- from what a command returned or the status a plain error carries;
--- specula.cli.set_exit is a plain program's own choice (a script API).
+-- specula.script.set_exit is a plain program's own choice (a script API).
 describe("the exit status", function()
-  it("is set only by the command dispatcher (and a script's specula.cli.set_exit)", function()
-    local allowed = { ["specula/cmd/init.lua"] = true, ["specula/cli.lua"] = true }
+  it("is set only by the command dispatcher (and a script's specula.script.set_exit)", function()
+    local allowed = { ["specula/cmd/init.lua"] = true, ["specula/script.lua"] = true }
     local found, n = code_lines("", function(line, file)
       return line:find("sp_ctx_set_exit", 1, true) and not allowed[file]
     end)

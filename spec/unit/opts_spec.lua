@@ -1,8 +1,8 @@
 -- The one table of option defaults (engine/sp_opt.c): read through the FFI,
--- mirrored by specula.opts.DEFAULTS, and printed by the usage texts.
+-- mirrored by specula.internal.domains.DEFAULTS, and printed by the usage texts.
 local H = require "support.helpers"
-local core = require "specula.core"
-local opts = require "specula.opts"
+local core = require "specula.internal.core"
+local opts = require "specula.internal.domains"
 local C = core.C
 
 describe("option defaults", function()

@@ -1,7 +1,7 @@
 -- The expected-value gate of action speculation (engine/sp_prefetch.c):
 -- fire when confidence x E[saved] > (1 - confidence) x cost x ev_cost_ms,
 -- E[saved] = min(the tool's mean latency, the mean model step).
-local core = require "specula.core"
+local core = require "specula.internal.core"
 local C, ffi = core.C, core.ffi
 
 describe("the EV gate", function()

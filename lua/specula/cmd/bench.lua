@@ -1,7 +1,7 @@
 -- specula bench: `specula bench [NAME...] [-- ARGS]` runs bench/NAME.lua
 -- (all of the default set when no name is given) and prints their tables.
-local core = require "specula.core"
-local sched = require "specula.sched"
+local core = require "specula.internal.core"
+local sched = require "specula.internal.sched"
 
 local M = {
   name = "bench",

@@ -1,11 +1,11 @@
 -- specula.cmd: the command table. engine/sp_main.c hands every command line
 -- here (only --version is answered in C); each command is one module of
 -- lua/specula/cmd/ exporting its option table and main, and its usage text
--- is generated from that table (specula.argv.usage). Adding a command is
+-- is generated from that table (specula.internal.argv.usage). Adding a command is
 -- one line below and one module.
-local core = require "specula.core"
-local sched = require "specula.sched"
-local argv = require "specula.argv"
+local core = require "specula.internal.core"
+local sched = require "specula.internal.sched"
+local argv = require "specula.internal.argv"
 local C = core.C
 
 local M = {}

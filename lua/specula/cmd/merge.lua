@@ -13,7 +13,7 @@
 -- `report` and `replay` read it like a single machine's results file.
 local json = require "specula.json"
 local resultfiles = require "specula.run.resultfiles"
-local sched = require "specula.sched"
+local sched = require "specula.internal.sched"
 local stderr = require("specula.secrets").stderr   -- what goes out is scrubbed
 
 local format, concat, sort = string.format, table.concat, table.sort

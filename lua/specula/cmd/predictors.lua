@@ -1,6 +1,6 @@
 -- specula predictors: top-1/top-3 hit rates and calibration of action
 -- predictors on committed tool calls (the work: specula.lab.predictors).
-local D = require("specula.opts").DEFAULTS
+local D = require("specula.internal.domains").DEFAULTS
 
 local function lab() return require "specula.lab.predictors" end
 

@@ -4,8 +4,8 @@
 -- that is a JSON object with an id; every other line (cut off, not JSON,
 -- blank, without an id) is dropped and named. The file is rewritten as a new
 -- file renamed over the old one (a crash leaves one or the other whole).
-local core = require "specula.core"
-local sched = require "specula.sched"
+local core = require "specula.internal.core"
+local sched = require "specula.internal.sched"
 local json = require "specula.json"
 local stderr = require("specula.secrets").stderr   -- what goes out is scrubbed
 local C = core.C

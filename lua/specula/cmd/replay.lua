@@ -1,7 +1,7 @@
 -- specula replay: a recorded run's stage times re-scheduled on the window at
 -- other k values. C loads the file, replays and prints (sp_replay_print).
-local core = require "specula.core"
-local argv = require "specula.argv"
+local core = require "specula.internal.core"
+local argv = require "specula.internal.argv"
 local ffi, C = core.ffi, core.C
 
 local LAUNCH = { eager = C.SP_REPLAY_EAGER, slot = C.SP_REPLAY_SLOT }

@@ -1,7 +1,7 @@
 -- specula report: one self-contained HTML page of results files (the work:
 -- specula.report).
-local argv = require "specula.argv"
-local D = require("specula.opts").DEFAULTS
+local argv = require "specula.internal.argv"
+local D = require("specula.internal.domains").DEFAULTS
 
 local floor, tonumber = math.floor, tonumber
 

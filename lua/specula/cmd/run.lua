@@ -1,9 +1,9 @@
 -- specula run: an agent over queries, or a plain Lua program. Its options
 -- (specula.run.opts.OPTIONS) may stand before the script as after it; every
 -- argument after the script also reaches the script itself (`...`, arg).
-local core = require "specula.core"
-local sched = require "specula.sched"
-local argv = require "specula.argv"
+local core = require "specula.internal.core"
+local sched = require "specula.internal.sched"
+local argv = require "specula.internal.argv"
 local C = core.C
 local format = string.format
 

@@ -2,9 +2,9 @@
 -- Cor. 1, 3, Thm. 4, Cor. 5) beside the window's event-level RelLat on
 -- synthetic draws. The values' domains are the shared ones (engine/sp_opt.c,
 -- as `specula run` checks k, eps); C computes and prints (sp_theory_print).
-local core = require "specula.core"
-local optslib = require "specula.opts"
-local argv = require "specula.argv"
+local core = require "specula.internal.core"
+local optslib = require "specula.internal.domains"
+local argv = require "specula.internal.argv"
 local ffi, C = core.ffi, core.C
 local D = optslib.DEFAULTS
 

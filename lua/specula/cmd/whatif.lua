@@ -1,7 +1,7 @@
 -- specula whatif: an agent's own timed logs in (Claude Code, Codex CLI,
 -- OTel GenAI, OpenHands, conversations), what speculation would have saved on them and the
--- bound out (the work: specula.whatif).
-local function W() return require "specula.whatif" end
+-- bound out (the work: specula.lab.whatif).
+local function W() return require "specula.lab.whatif" end
 
 local function number(name, lo, hi)
   return function(v)

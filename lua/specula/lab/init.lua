@@ -2,7 +2,7 @@
 -- `specula verifiers`, `specula predictors`): how they report a failure,
 -- read a cassette, and load a user's Lua file (a verifier, a predictor).
 -- The labs themselves: specula.lab.verifiers, specula.lab.predictors.
-local core = require "specula.core"
+local core = require "specula.internal.core"
 local cassette = require "specula.cassette"
 local C = core.C
 

@@ -9,11 +9,11 @@
 local json = require "specula.json"
 local predict = require "specula.predict"
 local lab = require "specula.lab"
-local opts = require "specula.opts"
+local opts = require "specula.internal.domains"
 local sse = require "specula.sse"
 local convtraces = require "specula.convtraces"
 local secrets = require "specula.secrets"
-local core = require "specula.core"
+local core = require "specula.internal.core"
 local C, ffi = core.C, core.ffi
 
 local format = string.format

@@ -11,9 +11,9 @@ local ffi = require "ffi"
 local json = require "specula.json"
 local verify = require "specula.verify"
 local theory = require "specula.theory"
-local optslib = require "specula.opts"
+local optslib = require "specula.internal.domains"
 local lab = require "specula.lab"
-local core = require "specula.core"
+local core = require "specula.internal.core"
 local C = core.C
 
 local format, tostring, tonumber, type, ipairs, pairs, pcall = string.format, tostring, tonumber, type, ipairs, pairs, pcall
@@ -581,7 +581,7 @@ function M.agent_replay(res, vs, dir, script, input)
 end
 
 -- Parse --k: the number of threads, or math.huge for inf | nil, err.
--- The text is read as every --k is (specula.opts: digits, inf or
+-- The text is read as every --k is (specula.internal.domains: digits, inf or
 -- infinity; not "Inf" or "1e999", which tonumber would take for inf).
 local function parse_k(v)
   local k = type(v) == "string" and optslib.parse("k", v) or nil

@@ -46,7 +46,7 @@
 --   retry.parse_http_date(s)       IMF-fixdate -> epoch seconds | nil
 --   retry.server_wait(headers, now_s) -> ms | nil
 --   retry.is_quota(text)           does an error text speak of quota/billing?
-local sched = require "specula.sched"
+local sched = require "specula.internal.sched"
 
 local type, tostring, tonumber, pairs, ipairs, setmetatable, getmetatable, error =
   type, tostring, tonumber, pairs, ipairs, setmetatable, getmetatable, error

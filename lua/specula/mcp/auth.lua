@@ -36,7 +36,7 @@ local json = require "specula.json"
 local crypto = require "specula.crypto"
 local urlmod = require "specula.url"
 local secrets = require "specula.secrets"
-local sched = require "specula.sched"
+local sched = require "specula.internal.sched"
 
 local type, tostring, tonumber, pairs, ipairs, setmetatable, error =
   type, tostring, tonumber, pairs, ipairs, setmetatable, error

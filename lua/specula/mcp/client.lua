@@ -4,8 +4,8 @@
 -- and the hooks), and the client API (specula.mcp documents it). It never
 -- knows which transport it speaks through: stdio, Streamable HTTP, or a
 -- wrapper around one of them that records or replays.
-local core = require "specula.core"
-local sched = require "specula.sched"
+local core = require "specula.internal.core"
+local sched = require "specula.internal.sched"
 local json = require "specula.json"
 local secrets = require "specula.secrets"
 local transport = require "specula.mcp.transport"

@@ -6,8 +6,8 @@
 -- list changes) for as long as the session lives. With auth a 401, or a
 -- 403 asking for more scope, runs the authorization (specula.mcp.auth) and
 -- sends the request again.
-local core = require "specula.core"
-local sched = require "specula.sched"
+local core = require "specula.internal.core"
+local sched = require "specula.internal.sched"
 local json = require "specula.json"
 local secrets = require "specula.secrets"
 local transport = require "specula.mcp.transport"

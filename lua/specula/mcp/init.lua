@@ -27,7 +27,7 @@
 -- Errors are values and name the server; a stdio server that dies fails its
 -- calls with its last stderr lines, and the next call restarts it (at most
 -- max_restarts times).
-local sched = require "specula.sched"
+local sched = require "specula.internal.sched"
 local secrets = require "specula.secrets"
 local transport = require "specula.mcp.transport"
 local client = require "specula.mcp.client"

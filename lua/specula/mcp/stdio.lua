@@ -4,8 +4,8 @@
 -- A reader task hands each line to the session; when the process ends it
 -- tells the session why, with its last stderr lines. The session may open
 -- it again (restartable): a new process.
-local core = require "specula.core"
-local sched = require "specula.sched"
+local core = require "specula.internal.core"
+local sched = require "specula.internal.sched"
 local json = require "specula.json"
 local secrets = require "specula.secrets"
 local transport = require "specula.mcp.transport"

@@ -50,8 +50,8 @@
 -- starts (how many times it was opened), offline (no peer is reached: every
 -- request is answered by the transport itself, and the session starts
 -- nothing), pid and session_id where they apply.
-local core = require "specula.core"
-local sched = require "specula.sched"
+local core = require "specula.internal.core"
+local sched = require "specula.internal.sched"
 local ffi, C = core.ffi, core.C
 
 local M = {}

@@ -2,7 +2,7 @@
 -- input predicates (N, S, T), the error exits, number formatting and the
 -- colours of configurations, stage kinds and timeline marks.
 
-local sched = require "specula.sched"
+local sched = require "specula.internal.sched"
 
 local format, floor, huge = string.format, math.floor, math.huge
 local type, tostring = type, tostring
@@ -10,7 +10,7 @@ local type, tostring = type, tostring
 local M = {}
 
 -- the bootstrap's confidence level as captions and headers print it ("95%")
-M.CI = format("%g%%", 100 * require("specula.opts").DEFAULTS.bootstrap_level)
+M.CI = format("%g%%", 100 * require("specula.internal.domains").DEFAULTS.bootstrap_level)
 
 local function fail(msg) sched.plain_error("specula report: " .. msg) end
 M.fail = fail

@@ -6,7 +6,7 @@
 local metrics = require "specula.metrics"
 local svg = require "specula.report.svg"
 local common = require "specula.report.common"
-local rstats = require "specula.report.stats"
+local rstats = require "specula.report.numbers"
 
 local format, floor, ceil, max, min, sqrt, abs = string.format, math.floor, math.ceil, math.max, math.min, math.sqrt,
   math.abs

@@ -19,7 +19,7 @@
 -- (what they share).
 
 local common = require "specula.report.common"
-local load, rstats = require "specula.report.load", require "specula.report.stats"
+local load, rstats = require "specula.report.load", require "specula.report.numbers"
 local figures, timeline = require "specula.report.figures", require "specula.report.timeline"
 local page = require "specula.report.page"
 
@@ -145,7 +145,7 @@ function M.main(o)
   local cok, cerr = f:close()
   if ok and not cok then ok, werr = false, cerr end
   if not ok then
-    local C = require("specula.core").C
+    local C = require("specula.internal.core").C
     local note = ""
     if o.out ~= "-" and C.sp_host_path_kind(o.out) == 1 and os.remove(o.out) then note = " (the incomplete file was removed)" end
     fail("cannot write '" .. o.out .. "': " .. tostring(werr) .. note)

@@ -6,7 +6,7 @@
 
 local ffi = require "ffi"
 local json, svg = require "specula.json", require "specula.report.svg"
-local core = require "specula.core"
+local core = require "specula.internal.core"
 local common, load = require "specula.report.common", require "specula.report.load"
 local figures = require "specula.report.figures"
 

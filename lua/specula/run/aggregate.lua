@@ -1,7 +1,7 @@
 -- specula.run.aggregate: the figures of a run, summed over its records (or, in a
 -- light run, over the counters its windows add as they finish), and the
 -- summary `specula run` prints at the end.
-local core = require "specula.core"
+local core = require "specula.internal.core"
 local policylib = require "specula.policy"
 local ffi = core.ffi
 local C = core.C

@@ -3,17 +3,17 @@
 -- configuration. On the simulated backend the keyed draws make the
 -- comparison exact (every configuration sees the same latencies and
 -- speculation outcomes); on real endpoints it reports what was measured.
-local sched = require "specula.sched"
+local sched = require "specula.internal.sched"
 local json = require "specula.json"
 local metrics = require "specula.metrics"
 local runner = require "specula.run.runner"
 local runopts = require "specula.run.opts"
 local records = require "specula.run.records"
-local optslib = require "specula.opts"
+local optslib = require "specula.internal.domains"
 local stats = require "specula.stats"
 local tally = require "specula.run.tally"
 local provenance = require "specula.provenance"
-local C = require("specula.core").C
+local C = require("specula.internal.core").C
 
 local format, concat = string.format, table.concat
 local D = optslib.DEFAULTS

@@ -22,7 +22,7 @@
 -- Each query is { id, query, record, gold, max_hops, index, shard }: index
 -- is its position among this process's queries (1-based), shard the
 -- record field of a sharded run.
-local core = require "specula.core"
+local core = require "specula.internal.core"
 local datasets = require "specula.datasets"
 local ffi = core.ffi
 local C = core.C
@@ -212,7 +212,7 @@ function Source:each(f)
     local rec = build(v, path .. ":" .. ln)
     if not rec then return end
     if p >= self.total then
-      require("specula.sched").plain_error(format("specula run: the --input file '%s' changed while the run "
+      require("specula.internal.sched").plain_error(format("specula run: the --input file '%s' changed while the run "
         .. "read it (it has more queries than the %d it had at the start)", path, self.total))
     end
     local sh = shard_of(self, p)
@@ -223,7 +223,7 @@ function Source:each(f)
     end
   end)
   if not ok then
-    require("specula.sched").plain_error(format("specula run: cannot read the --input file '%s' again: %s", path,
+    require("specula.internal.sched").plain_error(format("specula run: cannot read the --input file '%s' again: %s", path,
       tostring(err)))
   end
 end
@@ -259,7 +259,7 @@ function Source:stream(drop, on_drop)
     if given >= n then return nil end
     local q = co()
     if q == nil then
-      require("specula.sched").plain_error(format("specula run: the --input file '%s' changed while the run "
+      require("specula.internal.sched").plain_error(format("specula run: the --input file '%s' changed while the run "
         .. "read it (it ended after %d of its %d queries)", tostring(self.path), given, n))
     end
     given = given + 1

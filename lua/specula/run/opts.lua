@@ -1,9 +1,9 @@
 -- specula.run.opts: the command line of `specula run` (its usage text, its
 -- options, the queries it names) and the names of the engine's run settings.
-local core = require "specula.core"
-local sched = require "specula.sched"
-local optslib = require "specula.opts"
-local argv = require "specula.argv"
+local core = require "specula.internal.core"
+local sched = require "specula.internal.sched"
+local optslib = require "specula.internal.domains"
+local argv = require "specula.internal.argv"
 local C = core.C
 
 local type, tostring, tonumber, ipairs, error, pcall, getmetatable = type, tostring, tonumber, ipairs, error, pcall,
@@ -91,7 +91,7 @@ local function shard_of(s)
   return { si, sn }
 end
 
--- The options of `specula run`, one entry each (specula.argv): the parser,
+-- The options of `specula run`, one entry each (specula.internal.argv): the parser,
 -- the defaults and the usage text come from this list.
 M.OPTIONS = {
   { "--query", key = "query", arg = "TEXT", help = "run one query" },
@@ -177,7 +177,7 @@ M.OPTIONS = {
 }
 local FLAGS = argv.compile({ options = M.OPTIONS })
 
--- What specula.argv prints of `specula run` (its usage and the hint after a
+-- What specula.internal.argv prints of `specula run` (its usage and the hint after a
 -- mistake): the fields of the command's table, which specula.cmd.run takes
 -- from here, so that this module need not require the command above it.
 M.COMMAND = { name = "run", synopsis = M.SYNOPSIS, about = M.ABOUT, options = M.OPTIONS, epilog = M.EPILOG }
@@ -215,7 +215,7 @@ local function load_chunk(path, what)
   local chunk, err = loadfile(path)
   if not chunk then return nil, "cannot load " .. what .. " file '" .. path .. "': " .. tostring(err) end
   -- the file is the user's code: whatever it raises, the message names where
-  local ok, v = require("specula.sched").protect(false, chunk)
+  local ok, v = require("specula.internal.sched").protect(false, chunk)
   if not ok then return nil, what .. " file '" .. path .. "' raised: " .. v end
   return v
 end

@@ -46,7 +46,7 @@ end
 function M.entry(P, positions)
   local d, n = digest(positions)
   -- state() is the user's code: its failure is a state not kept, not the run's end
-  local oks, st = require("specula.sched").protect(false, P.state, P)
+  local oks, st = require("specula.internal.sched").protect(false, P.state, P)
   if not oks then return nil, "the predictor's state() failed: " .. st end
   local ok, text = pcall(json.canonical, { learnt = d, n = n, state = st })
   if not ok then return nil, "cannot encode the predictor's state: " .. tostring(text) end
@@ -85,9 +85,9 @@ function M.restore(P, path, runs, why, run_digest, positions)
   -- a restore that raises (a state well formed but wrong for this
   -- predictor) may have left it half restored: the third result says so,
   -- and the caller disables the predictor rather than run it so
-  local okc, ok, err = require("specula.sched").protect(false, P.restore, P, e.state)
+  local okc, ok, err = require("specula.internal.sched").protect(false, P.restore, P, e.state)
   if not okc then return false, format("%s: the predictor's restore() failed: %s", path, ok), true end
-  if not ok then return false, format("%s: %s", path, require("specula.sched").errstr(err)) end
+  if not ok then return false, format("%s: %s", path, require("specula.internal.sched").errstr(err)) end
   return true
 end
 

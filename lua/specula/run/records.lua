@@ -1,13 +1,13 @@
 -- specula.run.records: a query's result record, read from its finished window,
 -- and the files records go to: one JSON line each, flushed at once, and the
 -- checked writes of --trace and --summary (a resumed --out: specula.run.resume).
-local core = require "specula.core"
+local core = require "specula.internal.core"
 local ffi, C = core.ffi, core.C
-local sched = require "specula.sched"
+local sched = require "specula.internal.sched"
 local json = require "specula.json"
 local secrets = require "specula.secrets"
 local agg = require "specula.run.aggregate"
-local D = require("specula.opts").DEFAULTS
+local D = require("specula.internal.domains").DEFAULTS
 
 local type, tostring, tonumber, ipairs, format = type, tostring, tonumber, ipairs, string.format
 
@@ -296,7 +296,7 @@ local KEPT = { "id", "query", "gold", "config", "stats", "shard", "provenance" }
 local function clear(t)
   for k in next, t do t[k] = nil end
 end
-require("specula.nojit")(clear)  -- a next() walk: see specula/nojit.lua
+require("specula.internal.nojit")(clear)  -- a next() walk: see specula/internal/nojit.lua
 
 local function record_line(rec)
   -- Sorted keys: result files diff cleanly and compare byte for byte.

@@ -4,7 +4,7 @@
 -- record belongs to. Below both commands (specula.cmd.merge re-exports these)
 -- so that specula.run.compare need not require a command.
 local json = require "specula.json"
-local sched = require "specula.sched"
+local sched = require "specula.internal.sched"
 
 local type, tostring, ipairs, pcall, format = type, tostring, ipairs, pcall, string.format
 

@@ -11,8 +11,8 @@
 -- whether or not its run was interrupted. A line cut off by a kill (the
 -- last, without its newline) is dropped; a bad line anywhere else is
 -- refused with the command that repairs the file (`specula repair FILE`).
-local core = require "specula.core"
-local sched = require "specula.sched"
+local core = require "specula.internal.core"
+local sched = require "specula.internal.sched"
 local json = require "specula.json"
 local records = require "specula.run.records"
 local prov = require "specula.provenance"

@@ -4,12 +4,12 @@
 -- Its parts: specula.run.opts (the command line), specula.run.records (records
 -- and output files), specula.run.aggregate (the run's figures and summary),
 -- specula.run.tracewriter (--trace); this module is the run loop.
-local core = require "specula.core"
-local sched = require "specula.sched"
+local core = require "specula.internal.core"
+local sched = require "specula.internal.sched"
 local json = require "specula.json"
-local agentlib = require "specula.agent"
+local agentlib = require "specula.internal.protocol"
 local policylib = require "specula.policy"
-local optslib = require "specula.opts"
+local optslib = require "specula.internal.domains"
 local runopts = require "specula.run.opts"
 local records = require "specula.run.records"
 local aggregate = require "specula.run.aggregate"

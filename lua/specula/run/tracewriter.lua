@@ -2,13 +2,13 @@
 -- JSON (Perfetto, chrome://tracing): the events of each window as it
 -- finishes, and at the end one file with the queries' stage times that
 -- `specula report --trace` draws.
-local core = require "specula.core"
+local core = require "specula.internal.core"
 local ffi, C = core.ffi, core.C
 local json = require "specula.json"
 local records = require "specula.run.records"
 local secrets = require "specula.secrets"
 local round = require("specula.run.aggregate").round
-local D = require("specula.opts").DEFAULTS
+local D = require("specula.internal.domains").DEFAULTS
 
 local tostring, ipairs = tostring, ipairs
 

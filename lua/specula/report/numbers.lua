@@ -1,4 +1,4 @@
--- specula.report.stats: the numbers of `specula report`: per configuration
+-- specula.report.numbers: the numbers of `specula report`: per configuration
 -- the wall-time percentiles, RelLat = Σ wall / Σ standard with its bootstrap
 -- CI, p̂, α̂, β̂ (the engine's one estimator) and the theory's RelLat* and
 -- RelLat_k at those values (the C theory, sp_theory_*).
@@ -6,7 +6,7 @@
 local json, metrics = require "specula.json", require "specula.metrics"
 local estimate, pstats = require "specula.estimate", require "specula.stats"
 local common = require "specula.report.common"
-local C = require("specula.core").C
+local C = require("specula.internal.core").C
 
 local sqrt = math.sqrt
 local ipairs, tonumber = ipairs, tonumber

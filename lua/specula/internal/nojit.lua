@@ -1,4 +1,4 @@
--- specula.nojit(fn): keep fn out of LuaJIT's compiler; returns fn.
+-- specula.internal.nojit(fn): keep fn out of LuaJIT's compiler; returns fn.
 --
 -- Why, once for the whole tree: the LuaJIT 2.1 snapshot Debian 12 ships
 -- (git 2022-03-20) can miscompile next()/pairs() loops so that a compiled

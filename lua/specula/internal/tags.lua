@@ -1,4 +1,4 @@
--- specula.tags: the names built-in verifiers and predictors give themselves
+-- specula.internal.tags: the names built-in verifiers and predictors give themselves
 -- (verify.jaccard(0.6), predict.pattern{...}): value -> { name, options },
 -- which specula.provenance writes into the records. Kept below provenance so
 -- that verify and predict can tag their values without requiring it (its

@@ -1,4 +1,4 @@
--- specula.whatif: what speculation would have saved on an agent's own timed
+-- specula.lab.whatif: what speculation would have saved on an agent's own timed
 -- logs (`specula whatif`). The logs (specula.convtraces.sessions) become
 -- timed conversations; each runs as a conversation agent
 -- (specula.agents.conversation) on the virtual clock with the log's own

@@ -1,4 +1,4 @@
--- specula.argv: the `--flag value` loop of the subcommands, declared as a
+-- specula.internal.argv: the `--flag value` loop of the subcommands, declared as a
 -- table instead of written out again in each of them.
 --
 --   local o, err = argv.parse(args, {
@@ -30,7 +30,7 @@ end
 function M.parse(args, flags, opts)
   opts = opts or {}
   if type(args) ~= "table" or type(flags) ~= "table" then
-    error("specula.argv.parse: expected an argument list and a table of flags", 2)
+    error("specula.internal.argv.parse: expected an argument list and a table of flags", 2)
   end
   local o = opts.into or {}
   local positional, option = opts.positional, opts.option or "^%-"

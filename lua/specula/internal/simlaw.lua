@@ -1,4 +1,4 @@
--- specula.simlaw: the building blocks of specula.sim below the agent —
+-- specula.internal.simlaw: the building blocks of specula.sim below the agent —
 -- keyed draws, latency laws, simulated tools and speculators. specula.tools
 -- compiles a { sim = {...} } tool spec with these, and specula.sim (whose
 -- multihop builds a whole agent, so sits above specula.agent) re-exports
@@ -9,8 +9,8 @@
 -- sp_rand_keyed — never by a shared random sequence — so a sequential run
 -- and a speculative run of the same query see the same latencies and the
 -- same speculation outcomes on the true path.
-local core = require "specula.core"
-local sched = require "specula.sched"
+local core = require "specula.internal.core"
+local sched = require "specula.internal.sched"
 local C = core.C
 
 local type, tostring, error, exp, log, sqrt, cos, pi, floor =

@@ -1,4 +1,4 @@
--- specula.core: the FFI binding of engine/sp_api.h, the C/Lua boundary.
+-- specula.internal.core: the FFI binding of engine/sp_api.h, the C/Lua boundary.
 -- Inside the specula binary the symbols come from the executable (ffi.C);
 -- elsewhere (the unit specs under plain luajit) from libspecula_core.so.
 local ffi = require "ffi"
@@ -16,7 +16,7 @@ else
   local path = os.getenv("SPECULA_CORE_LIB")
   local ok, l = pcall(ffi.load, path or "specula_core")
   if not ok then
-    error("specula.core: cannot load the core library ("
+    error("specula.internal.core: cannot load the core library ("
       .. tostring(path or "libspecula_core.so")
       .. "); set SPECULA_CORE_LIB to build/libspecula_core.so: " .. tostring(l), 2)
   end

@@ -1,6 +1,6 @@
--- specula.sched: tasks. Lua looks synchronous; an async call starts work in C,
+-- specula.internal.sched: tasks. Lua looks synchronous; an async call starts work in C,
 -- then yields; C resumes the coroutine from a loop callback when it is done.
-local core = require "specula.core"
+local core = require "specula.internal.core"
 local ffi = core.ffi
 local C = core.C
 local ctx = core.ctx
@@ -125,7 +125,7 @@ end
 -- The job dispatcher. Window calls (update + step, tool, speculator,
 -- verifier) are jobs: C queues them, and this loop takes them one after
 -- another in a single coroutine, calls the job's function (one per kind,
--- lua/specula/agent.lua) and hands the results back with sp_job_done,
+-- lua/specula/internal/protocol.lua) and hands the results back with sp_job_done,
 -- which runs the window's reaction in C. No coroutine switch per call, so
 -- the JIT can compile the loop with the agent's functions in it. A call
 -- that waits on the loop (HTTP, sleep) yields this coroutine: C then keeps

@@ -1,6 +1,6 @@
--- specula.cli: what a script may ask of the command that runs it. The
+-- specula.script: what a script may ask of the command that runs it. The
 -- commands themselves are lua/specula/cmd/ (the table: specula.cmd).
-local core = require "specula.core"
+local core = require "specula.internal.core"
 local C = core.C
 
 local M = {}

@@ -3,7 +3,7 @@
 -- predict, policy }; the window (engine/sp_window.c) runs its functions in
 -- job coroutines through the adapter below, which validates what the script
 -- returns and turns mistakes into errors naming the script and line.
-local sched = require "specula.sched"
+local sched = require "specula.internal.sched"
 local cassette = require "specula.cassette"
 local secrets = require "specula.secrets"
 
@@ -110,7 +110,7 @@ end
 
 -- ---- the adapter ------------------------------------------------------------
 
-local core = require "specula.core"
+local core = require "specula.internal.core"
 local DECISION = { forbid = tonumber(core.C.SP_FORBID), warmup = tonumber(core.C.SP_WARMUP),
                    full = tonumber(core.C.SP_FULL) }
 -- The script raised or returned a non-decision: the C gate counts it and
@@ -140,7 +140,7 @@ local function copy_args(v, depth)
   if mt == ARRAY_MT or mt == OBJECT_MT then setmetatable(out, mt) end
   return out
 end
-require("specula.nojit")(copy_args)   -- a pairs() walk that decides a call's args
+require("specula.internal.nojit")(copy_args)   -- a pairs() walk that decides a call's args
 
 -- ---- the adapter: one function per job kind --------------------------------
 --

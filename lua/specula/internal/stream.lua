@@ -1,4 +1,4 @@
--- specula.stream: the reading methods every response body stream shares,
+-- specula.internal.stream: the reading methods every response body stream shares,
 -- built on its read() (string | nil at the end | nil, err). A live response
 -- (specula.http) and a recorded or replayed one (specula.cassette) take them
 -- from here, below both.

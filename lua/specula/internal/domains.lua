@@ -1,10 +1,10 @@
--- specula.opts: the Lua side of the shared option domains (engine/sp_opt.c).
+-- specula.internal.domains: the Lua side of the shared option domains (engine/sp_opt.c).
 -- `specula theory`, `specula run`, --compare items, specula.run() and
 -- specula.theory all check k, m, eps, seed, concurrency, p, alpha, beta and
 -- nu through the same C function, so none accepts what another rejects.
 -- The defaults of every option live in the same C file; DEFAULTS is their
 -- Lua copy, which the commands' option tables (lua/specula/cmd/) show.
-local core = require "specula.core"
+local core = require "specula.internal.core"
 local ffi, C = core.ffi, core.C
 
 local type, format, error, tostring = type, string.format, error, tostring
