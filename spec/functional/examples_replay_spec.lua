@@ -2,12 +2,9 @@
 -- SCRIPT ... --record DIR` on its documented input (a few queries, offline:
 -- the simulated backends), then `--replay-io DIR --clock virtual` (the
 -- default --miss error: a request not on tape fails its call) gives the
--- same answers, and the replay's cassette line says every request it made
--- was on tape: N served (N > 0), 0 not in it.
---
--- One exception to "0 not in it": examples/experiment/agent.lua, whose
--- model calls also run on speculative threads (see record_replay); its
--- replay has 0 misses on the committed path and the same answers.
+-- same answers, and the replay's cassette line says it served from the tape
+-- (N > 0) with 0 misses on the committed path. A miss off that path, on a
+-- speculative thread the replay discards, may happen: see record_replay.
 --
 -- Covered elsewhere, by the same checks: examples/cassette/agent.lua
 -- (cassette_spec.lua, a tape recorded against the test server and the
@@ -55,13 +52,18 @@ end
 
 -- Record SCRIPT with ARGS, replay it (between(): after the recording, to
 -- stop what the replay must do without); returns the recorded answers.
--- discarded_ok: the agent's model calls run on speculative threads too; a
--- discarded thread asks again a model request the recording cancelled
--- before its answer (there is none to serve), or, its schedule on the
--- virtual clock being a little off the recording's, one the recording's
--- thread never got to: those misses, on threads that are discarded, change
--- no result and may happen; none on the committed path.
-local function record_replay(script, args, env, between, discarded_ok)
+-- The recording runs on the real clock, the replay on the virtual one, so
+-- their schedules differ a little, and more on a loaded machine: a
+-- speculative thread the replay runs further (or starts) than the
+-- recording did asks for a speculator's or model's answer the recording
+-- never got (nothing to serve). Such a miss is on a thread that is
+-- discarded and changes no result; a miss on the committed path would.
+-- So every replay must give the same answers with 0 misses on the
+-- committed path, and a miss elsewhere is allowed only on a discarded
+-- thread (seen: 1 speculator call of multihop_sim and of paste_research
+-- at load 7, none on a quiet machine; the experiment agent, whose model
+-- calls run speculatively too, has them on a quiet machine as well).
+local function record_replay(script, args, env, between)
   n = n + 1
   local dir = H.tmpdir() .. "/extape" .. n
   local rec = { script }
@@ -85,7 +87,7 @@ local function record_replay(script, args, env, between, discarded_ok)
   assert.is_not_nil(served, err)
   assert.is_true(served > 0, err)
   assert.are.equal(0, committed, err)
-  if not discarded_ok then assert.are.equal(0, missed, err) end
+  assert.is_not_nil(missed, err)
   return want
 end
 
@@ -96,7 +98,7 @@ local function input(lines)
   return H.tmpfile("exin" .. n .. ".jsonl", table.concat(l, "\n") .. "\n")
 end
 
-describe("examples record and replay with 0 misses", function()
+describe("examples record and replay: the same answers, 0 misses on the committed path", function()
   it("multihop_sim.lua: three queries at k = inf", function()
     local inp = input({ { id = "a", query = "who directed X?" }, { id = "b", query = "where was Y born?" },
                         { id = "c", query = "when was Z built?" } })
@@ -130,7 +132,7 @@ describe("examples record and replay with 0 misses", function()
   end)
 end)
 
-describe("examples record and replay with 0 misses: real conversations and real tools", function()
+describe("examples record and replay on the committed path: real conversations and real tools", function()
   it("real_traces/agent.lua: its two shortest conversations at k = 3", function()
     -- the development set's conversations with the fewest tool calls (at
     -- least two): on the real clock a model turn takes 0.5-1 s
@@ -181,7 +183,7 @@ describe("examples record and replay with 0 misses: real conversations and real 
     local file = H.tmpfile("questions" .. n .. ".jsonl", table.concat(q, "\n") .. "\n")
     local ans = record_replay(EX .. "/experiment/agent.lua", { "--input", file, "--k", "inf" },
       { EXPERIMENT_STORE = w .. "/store", EXPERIMENT_PORT = port, EXPERIMENT_STORE_MS = "20",
-        SPECULA_NPM_CACHE = require("support.deps").cache() }, stop, true)
+        SPECULA_NPM_CACHE = require("support.deps").cache() }, stop)
     assert.are.equal(2, #ans)
   end)
 end)
