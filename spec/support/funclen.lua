@@ -3,8 +3,8 @@
 -- and every C function in engine/, from its first line to its `end` or
 -- closing brace. spec/unit/funclen_spec.lua fails on a function over the
 -- limit that its allow-list does not name. Run as a script it prints them:
---   luajit spec/support/funclen.lua [--over N] [--files] [DIR...]
--- (default: lua and engine, over 120 lines; --files adds the largest files).
+--   luajit spec/support/funclen.lua [--over N] [DIR...]
+-- (default: lua and engine, over 120 lines), then the largest files.
 -- run as a script: spec/ on the path, for support.modgraph
 local spec_dir = arg and arg[0] and arg[0]:match("^(.-)/?support/funclen%.lua$")
 if spec_dir then package.path = (spec_dir == "" and "." or spec_dir) .. "/?.lua;" .. package.path end
@@ -206,11 +206,10 @@ end
 function M.id(f) return f.file .. " " .. f.name end
 
 if arg and arg[0] and arg[0]:match("funclen%.lua$") then
-  local limit, show_files, dirs = M.LIMIT, false, {}
+  local limit, dirs = M.LIMIT, {}
   local i = 1
   while arg[i] do
     if arg[i] == "--over" then limit = tonumber(arg[i + 1]); i = i + 2
-    elseif arg[i] == "--files" then show_files = true; i = i + 1
     else dirs[#dirs + 1] = arg[i]; i = i + 1 end
   end
   if #dirs == 0 then dirs = { "lua", "engine" } end
@@ -218,11 +217,9 @@ if arg and arg[0] and arg[0]:match("funclen%.lua$") then
   for _, f in ipairs(M.over(funcs, limit)) do
     print(string.format("%5d  %s:%d  %s", f.lines, f.file, f.line, f.name))
   end
-  if show_files then
-    table.sort(files, function(a, b) return a.lines > b.lines end)
-    print("largest files:")
-    for j = 1, math.min(10, #files) do print(string.format("%5d  %s", files[j].lines, files[j].file)) end
-  end
+  table.sort(files, function(a, b) return a.lines > b.lines end)
+  print("largest files:")
+  for j = 1, math.min(10, #files) do print(string.format("%5d  %s", files[j].lines, files[j].file)) end
 end
 
 return M

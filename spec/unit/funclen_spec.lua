@@ -2,7 +2,7 @@
 -- but the ones named below, which were that long when the limit came (a
 -- new long function is split before it lands; one of these, when it is
 -- touched). spec/support/funclen.lua counts them; run as a script it
--- lists them: `luajit spec/support/funclen.lua --files`.
+-- lists them: `luajit spec/support/funclen.lua`.
 local H = require "support.helpers"
 local fl = require "support.funclen"
 
