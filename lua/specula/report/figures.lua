@@ -63,14 +63,10 @@ local MARKER = { commit = marker_triangle, rollback = marker_cross, cancel = mar
 
 M.MARKER, M.marker_diamond = MARKER, marker_diamond
 
-local function fig_rel_lat_k(configs, pooled)
-  local W, H = 1100, 470
-  local c = svg.canvas(W, H, { id = "fig-k-svg", title = "Relative latency against the thread limit k",
-    desc = "RelLat of each configuration against k with bootstrap " .. CI .. " confidence intervals, the theoretical "
-      .. "RelLat* as a dashed line, the k = 1 baseline at 1, and the calls per query of each configuration." })
-  -- left panel geometry
-  local L, R, Tp, B = 74, 650, 46, 360
-  -- x positions: finite k on a linear axis, then inf and auto at the right end
+-- The x axis of RelLat against k, from L to R: finite k on a linear scale,
+-- then inf and auto at the right end. Returns { x = the scale, pos = fn(kx),
+-- fmax, gap, inf_x, auto_x, has_inf, has_auto }.
+local function k_axis(configs, L, R)
   local fmax, has_inf, has_auto = 1, false, false
   for _, g in ipairs(configs) do
     if N(g.kx) then fmax = max(fmax, g.kx)
@@ -88,9 +84,13 @@ local function fig_rel_lat_k(configs, pooled)
     if kx == "auto" then return x(auto_x) end
     return x(xmax)
   end
-  -- theory curve RelLat_k over the finite range
+  return { x = x, pos = xpos, fmax = fmax, gap = gap, inf_x = inf_x, auto_x = auto_x, has_inf = has_inf,
+           has_auto = has_auto }
+end
+
+-- The theory curve RelLat_k over the finite range, at the pooled estimates.
+local function theory_curve(pooled, fmax)
   local p, a, b = pooled.p_hat, pooled.alpha_hat, pooled.beta_hat
-  local star = pooled.rel_lat_star
   local curve = {}
   if p and a and b then
     local steps = 80
@@ -100,7 +100,12 @@ local function fig_rel_lat_k(configs, pooled)
       if v then curve[#curve + 1] = { kk, v } end
     end
   end
-  -- y domain
+  return curve
+end
+
+-- The y scale of RelLat from B up to Tp: every point, interval, RelLat*
+-- and the curve, and 1 (the baseline), padded.
+local function rel_lat_axis(configs, star, curve, B, Tp)
   local lo, hi = 1, 1
   for _, g in ipairs(configs) do
     local s = g.stats
@@ -113,46 +118,38 @@ local function fig_rel_lat_k(configs, pooled)
   local pad = max(0.02, (hi - lo) * 0.08)
   -- a ratio is never below 0: the axis does not run there
   local ylo, yhi = svg.nice_domain(max(0, lo - pad), hi + pad, 6)
-  local y = svg.linear(ylo, yhi, B, Tp)
-  c:text(L, 24, "RelLat against k", { class = "panel-title" })
-  -- x ticks
+  return svg.linear(ylo, yhi, B, Tp)
+end
+
+-- The ticks of the k axis: values and their labels.
+local function k_ticks(k)
+  local x, fmax = k.x, k.fmax
   local values, labels = {}, {}
   if fmax <= 12 then
-    for k = 1, fmax do values[#values + 1] = k; labels[k] = tostring(k) end
+    for kk = 1, fmax do values[#values + 1] = kk; labels[kk] = tostring(kk) end
   else
     local t = svg.nice_ticks(1, fmax, 6)
     if t[1] ~= 1 then values[1] = 1; labels[1] = "1" end
     for _, v in ipairs(t) do if v >= 1 then values[#values + 1] = v; labels[v] = k_label(v) end end
   end
-  if has_inf then values[#values + 1] = inf_x; labels[inf_x] = "∞" end
-  if has_auto then values[#values + 1] = auto_x; labels[auto_x] = "auto" end
-  c:axis_left(y, L, { ticks = 6, grid = { L, R }, label = "RelLat (Σ wall / Σ standard)", label_offset = 52 })
-  c:axis_bottom(x, B, { values = values, labels = labels, label = "k (active-thread limit)" })
-  if has_inf or has_auto then
-    -- an axis break between the finite range and the ∞/auto slots
-    local bx = x(fmax + gap / 2)
+  if k.has_inf then values[#values + 1] = k.inf_x; labels[k.inf_x] = "∞" end
+  if k.has_auto then values[#values + 1] = k.auto_x; labels[k.auto_x] = "auto" end
+  return values, labels
+end
+
+-- An axis break between the finite range and the ∞/auto slots.
+local function draw_k_break(c, k, B)
+  if k.has_inf or k.has_auto then
+    local bx = k.x(k.fmax + k.gap / 2)
     c:rect(bx - 5, B - 4, 10, 8, { fill = "#fff" })
     c:line(bx - 6, B + 4, bx - 2, B - 4, { stroke = "#333" })
     c:line(bx + 2, B + 4, bx + 6, B - 4, { stroke = "#333" })
   end
-  -- baseline and theory
-  c:line(L, y(1), R, y(1), { stroke = "#777", stroke_width = 1.5,
-    tip = "standard (k = 1, no speculation): RelLat = 1" })
-  c:text(R - 4, y(1) - 6, "standard (k = 1) = 1", { class = "annot", text_anchor = "end", fill = "#555" })
-  if #curve > 1 then
-    local pts = {}
-    for i, pt in ipairs(curve) do pts[i] = { x(pt[1]), y(pt[2]) } end
-    if has_inf and star then pts[#pts + 1] = { x(inf_x), y(star) } end
-    c:polyline(pts, { stroke = "#666", stroke_width = 1.4, stroke_dasharray = "1.5 3.5",
-      tip = "RelLat_k, Corollary 3 (bounded window), at the pooled estimates" })
-  end
-  if star then
-    c:line(L, y(star), R, y(star), { stroke = "#222", stroke_width = 1.6, stroke_dasharray = "7 5",
-      tip = format("RelLat* = %.3f (Corollary 1) at pooled p̂ = %.3f, α̂ = %.3f, β̂ = %.3f", star, p, a, b) })
-    c:text(L + 6, y(star) + 15, format("RelLat* = %.3f (p̂ %.2f, α̂ %.2f, β̂ %.2f)", star, p, a, b),
-      { class = "annot", fill = "#222" })
-  end
-  -- points: configurations sharing an x are spread a little
+end
+
+-- Each configuration's RelLat with its interval; configurations sharing
+-- an x are spread a little.
+local function draw_k_points(c, configs, xpos, y)
   local at = {}
   for _, g in ipairs(configs) do
     local key = tostring(g.kx)
@@ -186,20 +183,16 @@ local function fig_rel_lat_k(configs, pooled)
       end
     end
   end
-  -- legend under the left panel
-  local items = {}
-  for _, g in ipairs(configs) do items[#items + 1] = { label = truncate(g.label, 28), color = g.color, kind = "dot" } end
-  items[#items + 1] = { label = "RelLat* (Cor. 1)", color = "#222", kind = "dash" }
-  if #curve > 1 then items[#items + 1] = { label = "RelLat_k (Cor. 3)", color = "#666", kind = "line", dash = "1.5 3.5" } end
-  c:legend(L, B + 58, items, { wrap = R - L })
-  -- right panel: calls per query, grouped bars per configuration
-  local L2, R2 = 740, 1080
+end
+
+-- The right panel: calls per query, grouped bars per configuration, from
+-- L2 to R2 and B up to Tp2.
+local function draw_calls_panel(c, configs, L2, R2, Tp2, B)
   local cmax = 0
   for _, g in ipairs(configs) do
     local s = g.stats
     cmax = max(cmax, s.model_pq, s.target_pq, s.spec_pq)
   end
-  local Tp2 = Tp + 14
   local y2lo, y2hi = svg.nice_domain(0, max(cmax, 1) * 1.05, 5)
   local y2 = svg.linear(y2lo, y2hi, B, Tp2)
   c:text(L2, 24, "Calls per query", { class = "panel-title" })
@@ -237,6 +230,51 @@ local function fig_rel_lat_k(configs, pooled)
   if not rotate then
     c:text((L2 + R2) / 2, B + 38, "configuration", { class = "axis-title", text_anchor = "middle" })
   end
+end
+
+local function fig_rel_lat_k(configs, pooled)
+  local W, H = 1100, 470
+  local c = svg.canvas(W, H, { id = "fig-k-svg", title = "Relative latency against the thread limit k",
+    desc = "RelLat of each configuration against k with bootstrap " .. CI .. " confidence intervals, the theoretical "
+      .. "RelLat* as a dashed line, the k = 1 baseline at 1, and the calls per query of each configuration." })
+  -- left panel geometry
+  local L, R, Tp, B = 74, 650, 46, 360
+  local k = k_axis(configs, L, R)
+  local x = k.x
+  local p, a, b = pooled.p_hat, pooled.alpha_hat, pooled.beta_hat
+  local star = pooled.rel_lat_star
+  local curve = theory_curve(pooled, k.fmax)
+  local y = rel_lat_axis(configs, star, curve, B, Tp)
+  c:text(L, 24, "RelLat against k", { class = "panel-title" })
+  local values, labels = k_ticks(k)
+  c:axis_left(y, L, { ticks = 6, grid = { L, R }, label = "RelLat (Σ wall / Σ standard)", label_offset = 52 })
+  c:axis_bottom(x, B, { values = values, labels = labels, label = "k (active-thread limit)" })
+  draw_k_break(c, k, B)
+  -- baseline and theory
+  c:line(L, y(1), R, y(1), { stroke = "#777", stroke_width = 1.5,
+    tip = "standard (k = 1, no speculation): RelLat = 1" })
+  c:text(R - 4, y(1) - 6, "standard (k = 1) = 1", { class = "annot", text_anchor = "end", fill = "#555" })
+  if #curve > 1 then
+    local pts = {}
+    for i, pt in ipairs(curve) do pts[i] = { x(pt[1]), y(pt[2]) } end
+    if k.has_inf and star then pts[#pts + 1] = { x(k.inf_x), y(star) } end
+    c:polyline(pts, { stroke = "#666", stroke_width = 1.4, stroke_dasharray = "1.5 3.5",
+      tip = "RelLat_k, Corollary 3 (bounded window), at the pooled estimates" })
+  end
+  if star then
+    c:line(L, y(star), R, y(star), { stroke = "#222", stroke_width = 1.6, stroke_dasharray = "7 5",
+      tip = format("RelLat* = %.3f (Corollary 1) at pooled p̂ = %.3f, α̂ = %.3f, β̂ = %.3f", star, p, a, b) })
+    c:text(L + 6, y(star) + 15, format("RelLat* = %.3f (p̂ %.2f, α̂ %.2f, β̂ %.2f)", star, p, a, b),
+      { class = "annot", fill = "#222" })
+  end
+  draw_k_points(c, configs, k.pos, y)
+  -- legend under the left panel
+  local items = {}
+  for _, g in ipairs(configs) do items[#items + 1] = { label = truncate(g.label, 28), color = g.color, kind = "dot" } end
+  items[#items + 1] = { label = "RelLat* (Cor. 1)", color = "#222", kind = "dash" }
+  if #curve > 1 then items[#items + 1] = { label = "RelLat_k (Cor. 3)", color = "#666", kind = "line", dash = "1.5 3.5" } end
+  c:legend(L, B + 58, items, { wrap = R - L })
+  draw_calls_panel(c, configs, 740, 1080, Tp + 14, B)
   return c:render()
 end
 M.rel_lat_k = fig_rel_lat_k

@@ -526,9 +526,9 @@ local function options_of(o, c)
   return oc
 end
 
-function M.main(agent, o, src, script)
-  local configs = M.parse(o.compare, o.mode)
-  -- before any configuration runs: one that cannot, says so now
+-- Each configuration's options, checked before any configuration runs: one
+-- that cannot run says so now.
+local function config_options(agent, o, configs, script)
   local opts = {}
   for ci, c in ipairs(configs) do
     local oc = options_of(o, c)
@@ -544,9 +544,14 @@ function M.main(agent, o, src, script)
     end
     opts[ci] = oc
   end
-  -- every configuration's provenance, fixed before the first query runs: a
-  -- resumed --out is checked against them, and two items that are the same
-  -- configuration would be one run twice
+  return opts
+end
+
+-- Every configuration's run and provenance, fixed before the first query
+-- runs: a resumed --out is checked against them, and two items that are
+-- the same configuration would be one run twice. Returns runs and
+-- by_name[configuration name] = its index.
+local function make_runs(agent, o, src, script, configs, opts)
   local base = runner.prov_base(o, src, script)
   local runs, by_run, by_name = {}, {}, {}
   for ci, c in ipairs(configs) do
@@ -560,56 +565,41 @@ function M.main(agent, o, src, script)
     by_run[run.prov.run], by_name[c.name] = ci, ci
     runs[ci] = run
   end
-  runner.note_shard(runs[1], o)
-  local skip, learnt = {}, {}
-  if o.out then
-    local names = {}
-    for ci, c in ipairs(configs) do names[ci] = c.name end
-    local _
-    -- repairs a cut-off last line (and drops failed records with --retry-failed)
-    skip, _, _, learnt = require("specula.run.resume").read(o.out, { retry_failed = o.retry_failed, src = src,
-      shard = o.shard, prov_of = function(r)
-        if r.config == nil then
-          return nil, "the record is from a run without --compare; this is a --compare run: give a new --out file"
-        end
-        local ci = by_name[r.config]
-        if not ci then
-          return nil, format("the record's configuration '%s' is not in this --compare list (%s): add it to the "
-            .. "list to resume the file, or give a new --out file", tostring(r.config), concat(names, ", "))
-        end
-        return runs[ci].prov
-      end })
-  end
-  -- stdout holds the table alone: the records are kept only in --out
-  local out, what
-  if o.out then
-    out, what = records.open_output(o.out, "a", "--out file"), format("--out file '%s'", o.out)
-  elseif o.records_stdout then
-    out, what = io.stdout, "stdout"   -- --out -: asked for on stdout, before the table
-  elseif not o.quiet then
-    require("specula.secrets").stderr("specula: --compare without --out: the records are not kept (stdout holds "
-      .. "the table; give --out FILE to keep them)\n")
-  end
-  -- opened now, so a path that cannot be written fails before the run
-  local summary_f = o.summary and records.open_output(o.summary, "w", "--summary file")
-  -- --trace: one file for every configuration (a process per query and
-  -- configuration), the stage times of each record taken as it is written
-  local tracewriter = o.trace and require("specula.run.tracewriter")
-  local trace_f = o.trace and records.open_output(o.trace, "w", "--trace file")
-  local trace_events, trace_entries = {}, {}
-  local nq = src.n
-  local all, interrupted, ndone, ntotal = {}, false, 0, nq * #configs
-  -- What the table needs of each record, kept out of the Lua heap once the
-  -- record is written (specula.run.tally); agreement is computed against the
-  -- first sequential configuration, when there is one.
-  local tallies, agree_base = {}, nil
-  for ci, c in ipairs(configs) do if c.mode == "sequential" and not agree_base then agree_base = ci end end
-  -- A predictor that learns across queries starts every configuration
-  -- from what it knew before the first: otherwise a configuration's
-  -- results would depend on the ones listed before it. (specula.predict's
-  -- predictors can be saved and restored; another predictor that learns
-  -- carries its learning from one configuration into the next.)
-  local P = agent.predict
+  return runs, by_name
+end
+
+-- What --out holds already (specula.run.resume, which also repairs a
+-- cut-off last line and drops failed records with --retry-failed):
+-- skip[configuration name][position] = its record, and learnt[name] the
+-- positions its predictor learnt from.
+local function resume_out(o, src, configs, runs, by_name)
+  local names = {}
+  for ci, c in ipairs(configs) do names[ci] = c.name end
+  local skip, _, _, learnt = require("specula.run.resume").read(o.out, { retry_failed = o.retry_failed, src = src,
+    shard = o.shard, prov_of = function(r)
+      if r.config == nil then
+        return nil, "the record is from a run without --compare; this is a --compare run: give a new --out file"
+      end
+      local ci = by_name[r.config]
+      if not ci then
+        return nil, format("the record's configuration '%s' is not in this --compare list (%s): add it to the "
+          .. "list to resume the file, or give a new --out file", tostring(r.config), concat(names, ", "))
+      end
+      return runs[ci].prov
+    end })
+  return skip, learnt or {}   -- none without a file to resume
+end
+
+-- A predictor that learns across queries starts every configuration
+-- from what it knew before the first: otherwise a configuration's
+-- results would depend on the ones listed before it. (specula.predict's
+-- predictors can be saved and restored; another predictor that learns
+-- carries its learning from one configuration into the next.) Each
+-- configuration's predictor after its queries is kept beside --out for a
+-- resume (specula.run.predstate); what the file held stays for the
+-- configurations this run does not reach. Returns { before = fn, after =
+-- fn } to call around each configuration's queries.
+local function predictor_keeper(P, runs, o)
   local function copy(v)
     if type(v) ~= "table" then return v end
     local t = {}
@@ -625,9 +615,6 @@ function M.main(agent, o, src, script)
     local oks, st = sched.protect(false, P.state, P)
     if oks then learned0 = copy(st) else for _, r in ipairs(runs) do pdisable(r, "state", st) end end
   end
-  -- each configuration's predictor after its queries, kept beside --out
-  -- for a resume (specula.run.predstate); what the file held stays for the
-  -- configurations this run does not reach
   local pstate = o.out and runs[1].learn and (o.out .. ".predictor") or nil
   local pentries, pruns, pwhy = {}, nil, nil
   if pstate and learned0 then
@@ -637,23 +624,86 @@ function M.main(agent, o, src, script)
       if ok then pentries[k] = text end
     end
   end
-  for ci, c in ipairs(configs) do
-    if interrupted then break end
+  local keeper = {}
+  -- before configuration ci (c) runs: its predictor as before the first,
+  -- or as the state file left it when --out holds some of its records
+  -- (done: by position; positions: those its predictor learnt from)
+  function keeper.before(ci, c, done, positions)
+    local run = runs[ci]
     if learned0 and ci > 1 then
       local okr, rerr = sched.protect(false, P.restore, P, copy(learned0))
-      if not okr then pdisable(runs[ci], "restore", rerr) end
+      if not okr then pdisable(run, "restore", rerr) end
     end
-    local oc = opts[ci]
-    if pstate and next(skip[c.name] or {}) ~= nil then
-      local positions = learnt[c.name] or {}
+    if pstate and next(done or {}) ~= nil then
+      positions = positions or {}
       local ok, why = false, "a predictor without state() and restore()"
       local raised
-      if learned0 then ok, why, raised = predstate.restore(P, pstate, pruns, pwhy, runs[ci].prov.run, positions) end
-      if raised then pdisable(runs[ci], "restore", why) end
-      if not (runs[ci].pdisabled and runs[ci].pdisabled()) then
-        predstate.resumed(runs[ci], ok, why, positions, pstate, o.quiet, c.name)
+      if learned0 then ok, why, raised = predstate.restore(P, pstate, pruns, pwhy, run.prov.run, positions) end
+      if raised then pdisable(run, "restore", why) end
+      if not (run.pdisabled and run.pdisabled()) then
+        predstate.resumed(run, ok, why, positions, pstate, o.quiet, c.name)
       end
     end
+  end
+  -- after a configuration's queries: its predictor's state saved
+  function keeper.after(run)
+    if pstate and learned0 and not (run.pdisabled and run.pdisabled()) then
+      local entry, err = predstate.entry(P, run.learnt)
+      local ok = false
+      if entry then
+        pentries[run.prov.run] = entry
+        ok, err = predstate.save(pstate, pentries)
+      end
+      if not ok then
+        require("specula.secrets").stderr(format("specula: warning: cannot write %s (%s): a resume of %s will "
+          .. "start its predictor afresh\n", pstate, tostring(err), o.out))
+      end
+    end
+  end
+  return keeper
+end
+
+-- Where the records go: out and its name (--out, or stdout with --out -;
+-- none else, said on stderr). stdout holds the table alone otherwise.
+local function records_output(o)
+  if o.out then
+    return records.open_output(o.out, "a", "--out file"), format("--out file '%s'", o.out)
+  elseif o.records_stdout then
+    return io.stdout, "stdout"   -- --out -: asked for on stdout, before the table
+  elseif not o.quiet then
+    require("specula.secrets").stderr("specula: --compare without --out: the records are not kept (stdout holds "
+      .. "the table; give --out FILE to keep them)\n")
+  end
+  return nil, nil
+end
+
+function M.main(agent, o, src, script)
+  local configs = M.parse(o.compare, o.mode)
+  local opts = config_options(agent, o, configs, script)
+  local runs, by_name = make_runs(agent, o, src, script, configs, opts)
+  runner.note_shard(runs[1], o)
+  local skip, learnt = {}, {}
+  if o.out then skip, learnt = resume_out(o, src, configs, runs, by_name) end
+  local out, what = records_output(o)
+  -- opened now, so a path that cannot be written fails before the run
+  local summary_f = o.summary and records.open_output(o.summary, "w", "--summary file")
+  -- --trace: one file for every configuration (a process per query and
+  -- configuration), the stage times of each record taken as it is written
+  local tracewriter = o.trace and require("specula.run.tracewriter")
+  local trace_f = o.trace and records.open_output(o.trace, "w", "--trace file")
+  local trace_events, trace_entries = {}, {}
+  local nq = src.n
+  local all, interrupted, ndone, ntotal = {}, false, 0, nq * #configs
+  -- What the table needs of each record, kept out of the Lua heap once the
+  -- record is written (specula.run.tally); agreement is computed against the
+  -- first sequential configuration, when there is one.
+  local tallies, agree_base = {}, nil
+  for ci, c in ipairs(configs) do if c.mode == "sequential" and not agree_base then agree_base = ci end end
+  local keeper = predictor_keeper(agent.predict, runs, o)
+  for ci, c in ipairs(configs) do
+    if interrupted then break end
+    keeper.before(ci, c, skip[c.name], learnt[c.name])
+    local oc = opts[ci]
     local t = tally.new(nq)
     tallies[ci] = t
     -- the queries this configuration still has to run, read from the input
@@ -686,18 +736,7 @@ function M.main(agent, o, src, script)
       return true
     end, run)
     local _, stopped, got = runner.run_all(run, list, emit, runner.progress_line(show), false)
-    if pstate and learned0 and not (run.pdisabled and run.pdisabled()) then
-      local entry, err = predstate.entry(P, run.learnt)
-      local ok = false
-      if entry then
-        pentries[run.prov.run] = entry
-        ok, err = predstate.save(pstate, pentries)
-      end
-      if not ok then
-        require("specula.secrets").stderr(format("specula: warning: cannot write %s (%s): a resume of %s will "
-          .. "start its predictor afresh\n", pstate, tostring(err), o.out))
-      end
-    end
+    keeper.after(run)
     -- a signal stopped the run: this configuration has only what finished
     if stopped then interrupted = true end
     ndone = ndone + got + (nq - list.n)

@@ -62,23 +62,13 @@ local function text_of(v)
   return '"' .. t .. '"'
 end
 
---- Check the records of `path` against this run and return what is done.
--- opts: retry_failed; src (specula.run.inputs' source: its queries are read
--- once more, one at a time, to match the records); prov_of(r) -> this
--- run's provenance for the record (M.build's table) or nil and why
--- (--compare: by r.config); shard ({ i, n } or nil).
--- Returns done, n, dropped, learnt: done[config or true][q.index] = the
--- record (a --compare run, for its table) or true; n records kept; dropped
--- failed records removed (retry_failed); learnt[config or true] the input
--- positions of the kept records a learning predictor learnt from (no error,
--- a trajectory). Memory grows with the file, not with the
--- input.
-function M.read(path, opts)
-  local done, n, dropped = {}, 0, 0
+-- The text of the --out file to resume (nil when there is none yet), cut
+-- after its last complete line, and whether it was cut (the file is then
+-- rewritten).
+local function read_text(path, what)
   local kind = C.sp_host_path_kind(path)
-  local what = format("--out file '%s'", path)
   if kind == 2 then records.write_failed(what, "Is a directory") end
-  if kind ~= 1 then return done, 0, 0 end
+  if kind ~= 1 then return nil end
   local f, err = io.open(path, "rb")
   if not f then records.write_failed(what, tostring(err)) end
   local text, rerr = f:read("*a")
@@ -90,65 +80,82 @@ function M.read(path, opts)
     rewrite = true
     stderr("specula: resuming: dropped an incomplete last line of " .. path .. "\n")
   end
-  -- 1. every record on its own: whole, from this run and this shard
+  return text, rewrite
+end
+
+-- Refuse a record of another run (p.run differs from this run's): name the
+-- first field that differs, and the flag and value that wrote the file
+-- when it is a plain option.
+local function refuse_other_run(where, r, mine)
+  local field, there, here = prov.diff(r.provenance, mine.t)
+  field = field or "provenance.run"
+  local part = field:match("^provenance%.([%w_]+)") or "config"
+  local hint = HINT[part] or HINT.config
+  local key = field:match("^provenance%.config%.([%w_]+)$")
+  local flag = key and FLAG[key]
+  if flag and (type(there) == "string" or type(there) == "number") then
+    if r.config ~= nil and ITEM_KEY[key] then
+      hint = format("give configuration '%s' %s=%s in --compare (as the file was written), or a new --out file",
+        tostring(r.config), key, tostring(there))
+    else
+      hint = format("resume with %s %s (as the file was written), or give a new --out file", flag,
+        tostring(there))
+    end
+  end
+  refuse(format("%s: the record was written by another run: %s is %s there, %s here; %s", where, field,
+    shown(there), shown(here), hint))
+end
+
+-- Check one record on its own: whole, with provenance, from this run and
+-- this shard (else refused). Returns this run's provenance for it.
+local function check_record(r, path, ln, opts)
+  local where = format("%s:%d", path, ln)
+  if type(r) ~= "table" or r.id == nil or r.id == json.null then
+    refuse(format("%s: not a complete record (%s): the file was damaged in the middle, so it is not "
+      .. "resumed. Repair it with `specula repair %s` (it keeps the complete records and drops the rest), "
+      .. "then run this command again to run what is missing", where,
+      type(r) ~= "table" and "not a JSON object" or "no id", path))
+  end
+  if r.provenance == nil then
+    refuse(format("%s: the record carries no provenance: it was written by an older specula (or another "
+      .. "program), so this run cannot tell whether it came from the same agent, input and options. Give a "
+      .. "new --out file, or finish this one with the specula that wrote it", where))
+  end
+  local ok, why = prov.check_record(r, path, ln)
+  if not ok then refuse(format("%s; give a new --out file", why)) end
+  local mine, merr = opts.prov_of(r)
+  if not mine then refuse(format("%s: %s", where, merr)) end
+  if r.provenance.run ~= mine.run then refuse_other_run(where, r, mine) end
+  -- the same run: the shard must be this run's
+  local rs, shard = r.shard, opts.shard
+  if shard then
+    if type(rs) ~= "table" or rs.index ~= shard[1] or rs.count ~= shard[2] then
+      refuse(format("%s: the record is from %s, this run is shard %d/%d: give each shard its own --out file",
+        where, type(rs) == "table" and format("shard %s/%s", tostring(rs.index), tostring(rs.count))
+        or "a run without --shard", shard[1], shard[2]))
+    end
+  elseif rs ~= nil then
+    refuse(format("%s: the record is from shard %s/%s of a sharded run, this run is not sharded: give it a new "
+      .. "--out file, or resume it with the same --shard", where,
+      type(rs) == "table" and tostring(rs.index) or "?", type(rs) == "table" and tostring(rs.count) or "?"))
+  end
+  return mine
+end
+
+-- 1. every record on its own: the entries in file order, the ids wanted,
+-- need[cfg][id "\0" digest] = the queue of entries still to take (failed
+-- ones to run again are not queued) and this run's provenance of the input.
+local function read_entries(text, path, opts)
   local entries, want_id, need = {}, {}, {}
-  local shard, mine_input = opts.shard, nil
+  local mine_input
   local ln = 0
   for line in text:gmatch("([^\n]*)\n") do
     ln = ln + 1
     if line:find("%S") then
-      local where = format("%s:%d", path, ln)
       local r = json.decode(line)
-      if type(r) ~= "table" or r.id == nil or r.id == json.null then
-        refuse(format("%s: not a complete record (%s): the file was damaged in the middle, so it is not "
-          .. "resumed. Repair it with `specula repair %s` (it keeps the complete records and drops the rest), "
-          .. "then run this command again to run what is missing", where,
-          type(r) ~= "table" and "not a JSON object" or "no id", path))
-      end
-      local p = r.provenance
-      if p == nil then
-        refuse(format("%s: the record carries no provenance: it was written by an older specula (or another "
-          .. "program), so this run cannot tell whether it came from the same agent, input and options. Give a "
-          .. "new --out file, or finish this one with the specula that wrote it", where))
-      end
-      local ok, why = prov.check_record(r, path, ln)
-      if not ok then refuse(format("%s; give a new --out file", why)) end
-      local mine, merr = opts.prov_of(r)
-      if not mine then refuse(format("%s: %s", where, merr)) end
+      local mine = check_record(r, path, ln, opts)
       mine_input = mine.t.input
-      if p.run ~= mine.run then
-        local field, there, here = prov.diff(p, mine.t)
-        field = field or "provenance.run"
-        local part = field:match("^provenance%.([%w_]+)") or "config"
-        local hint = HINT[part] or HINT.config
-        -- a plain option: name the flag and the value that wrote the file
-        local key = field:match("^provenance%.config%.([%w_]+)$")
-        local flag = key and FLAG[key]
-        if flag and (type(there) == "string" or type(there) == "number") then
-          if r.config ~= nil and ITEM_KEY[key] then
-            hint = format("give configuration '%s' %s=%s in --compare (as the file was written), or a new --out file",
-              tostring(r.config), key, tostring(there))
-          else
-            hint = format("resume with %s %s (as the file was written), or give a new --out file", flag,
-              tostring(there))
-          end
-        end
-        refuse(format("%s: the record was written by another run: %s is %s there, %s here; %s", where, field,
-          shown(there), shown(here), hint))
-      end
-      -- the same run: the shard must be this run's
-      local rs = r.shard
-      if shard then
-        if type(rs) ~= "table" or rs.index ~= shard[1] or rs.count ~= shard[2] then
-          refuse(format("%s: the record is from %s, this run is shard %d/%d: give each shard its own --out file",
-            where, type(rs) == "table" and format("shard %s/%s", tostring(rs.index), tostring(rs.count))
-            or "a run without --shard", shard[1], shard[2]))
-        end
-      elseif rs ~= nil then
-        refuse(format("%s: the record is from shard %s/%s of a sharded run, this run is not sharded: give it a new "
-          .. "--out file, or resume it with the same --shard", where,
-          type(rs) == "table" and tostring(rs.index) or "?", type(rs) == "table" and tostring(rs.count) or "?"))
-      end
+      local p = r.provenance
       local id = tostring(r.id)
       local cfg = r.config or true
       local ip = type(p.input) == "table" and p.input or {}
@@ -167,36 +174,44 @@ function M.read(path, opts)
       end
     end
   end
-  -- 2. one pass over this run's queries: each takes the first record of
-  -- its (id, digest) not yet taken, per configuration. Only queries whose
-  -- id the file holds are digested.
-  local seen_id, seen_key, occurrences, seen_digest = {}, {}, {}, {}
-  if #entries > 0 then
-    opts.src:each(function(q)
-      local id = tostring(q.id)
-      if not want_id[id] then return end
-      local digest = prov.query(q)
-      if seen_id[id] == nil then seen_id[id], seen_digest[id] = q.query or false, digest end
-      local key = id .. "\0" .. digest
-      seen_key[key] = true
-      occurrences[key] = (occurrences[key] or 0) + 1
-      for cfg, byk in pairs(need) do
-        local qu = byk[key]
-        if qu and qu.at <= #qu then
-          local e = qu[qu.at]
-          qu.at = qu.at + 1
-          e.index = q.index
-          local d = done[cfg]
-          if not d then d = {} done[cfg] = d end
-          d[q.index] = e.rec or true
-        end
+  return entries, want_id, need, mine_input
+end
+
+-- 2. one pass over this run's queries: each takes the first record of
+-- its (id, digest) not yet taken, per configuration (into done). Only
+-- queries whose id the file holds are digested. Returns what the pass saw:
+-- seen.id[id] (the query's text), seen.key[key], seen.count[key] (its
+-- occurrences), seen.digest[id].
+local function take_records(src, want_id, need, done)
+  local seen = { id = {}, key = {}, count = {}, digest = {} }
+  src:each(function(q)
+    local id = tostring(q.id)
+    if not want_id[id] then return end
+    local digest = prov.query(q)
+    if seen.id[id] == nil then seen.id[id], seen.digest[id] = q.query or false, digest end
+    local key = id .. "\0" .. digest
+    seen.key[key] = true
+    seen.count[key] = (seen.count[key] or 0) + 1
+    for cfg, byk in pairs(need) do
+      local qu = byk[key]
+      if qu and qu.at <= #qu then
+        local e = qu[qu.at]
+        qu.at = qu.at + 1
+        e.index = q.index
+        local d = done[cfg]
+        if not d then d = {} done[cfg] = d end
+        d[q.index] = e.rec or true
       end
-    end)
-  end
-  -- 3. a record no query took: of another input, an edited one, or one
-  -- too many for its query
+    end
+  end)
+  return seen
+end
+
+-- 3. a record no query took: of another input, an edited one, or one
+-- too many for its query. Refused, naming which.
+local function refuse_untaken(path, entries, seen, mine_input, shard)
   for _, e in ipairs(entries) do
-    if not e.index and (not e.failed or not seen_key[e.key]) then
+    if not e.index and (not e.failed or not seen.key[e.key]) then
       local where = format("%s:%d", path, e.ln)
       local from = ""
       if mine_input and e.input ~= mine_input.sha256 then
@@ -204,19 +219,19 @@ function M.read(path, opts)
           .. "another input", shown(e.input), e.input_file ~= json.null and tostring(e.input_file) or "--query",
           shown(mine_input.sha256), mine_input.file ~= json.null and tostring(mine_input.file) or "--query")
       end
-      if seen_id[e.id] == nil then
+      if seen.id[e.id] == nil then
         refuse(format("%s: the record answers query '%s', which is not among this run's queries%s%s; %s", where,
           e.id, shard and format(" (shard %d/%d)", shard[1], shard[2]) or "", from, HINT.input))
       end
-      if not seen_key[e.key] then
-        local here = seen_id[e.id] or nil
+      if not seen.key[e.key] then
+        local here = seen.id[e.id] or nil
         if e.query == here then
           -- the same text: the digest covers the input line's other fields
           local there_d = e.key:match("%z(.*)$")
           refuse(format("%s: provenance.query differs: the record answers query '%s' with the same text, %s, but "
             .. "the other fields of its input record differ (provenance.query, the digest of the whole record, is "
             .. "%s there, %s here)%s; %s", where, e.id, text_of(here), tostring(there_d):sub(1, 12),
-            tostring(seen_digest[e.id]):sub(1, 12),
+            tostring(seen.digest[e.id]):sub(1, 12),
             from, HINT.input))
         end
         refuse(format("%s: provenance.query differs: the record answers query '%s' as %s, this input reads it as "
@@ -226,27 +241,31 @@ function M.read(path, opts)
       for _, o in ipairs(entries) do
         if o.key == e.key and o.cfg == e.cfg and o.index then lines[#lines + 1] = o.ln end
       end
-      local k = occurrences[e.key] or 0
+      local k = seen.count[e.key] or 0
       refuse(format("%s: query '%s' already has %d record%s in this file (line %s) and the input holds it %d "
         .. "time%s: the file holds records of another input or run; give a new --out file", where, e.id, #lines,
         #lines == 1 and "" or "s", concat(lines, ", "), k, k == 1 and "" or "s"))
     end
   end
-  -- a secret this run knows (say a new --secret-env) that the run which
-  -- wrote a record did not: the kept record is scrubbed now, in the file
+end
+
+-- 4. the lines kept (failed ones to run again dropped; a secret this run
+-- knows, say a new --secret-env, that the run which wrote a record did
+-- not, scrubbed now) and the positions each configuration learnt from.
+-- Returns keep, learnt, dropped, scrubbed.
+local function keep_lines(entries)
   local secrets = require "specula.secrets"
   local scrub = secrets.count() > 0 and secrets.scrub_json or nil
-  local keep, learnt, scrubbed = {}, {}, 0
+  local keep, learnt, dropped, scrubbed = {}, {}, 0, 0
   for _, e in ipairs(entries) do
     if e.failed then
-      dropped, rewrite = dropped + 1, true
+      dropped = dropped + 1
     else
       if scrub then
         local clean = scrub(e.line, nil, CANONICAL)
-        if clean ~= e.line then e.line, rewrite, scrubbed = clean, true, scrubbed + 1 end
+        if clean ~= e.line then e.line, scrubbed = clean, scrubbed + 1 end
       end
       keep[#keep + 1] = e.line
-      n = n + 1
       if e.learnt then
         local l = learnt[e.cfg]
         if not l then l = {} learnt[e.cfg] = l end
@@ -254,6 +273,33 @@ function M.read(path, opts)
       end
     end
   end
+  return keep, learnt, dropped, scrubbed
+end
+
+--- Check the records of `path` against this run and return what is done.
+-- opts: retry_failed; src (specula.run.inputs' source: its queries are read
+-- once more, one at a time, to match the records); prov_of(r) -> this
+-- run's provenance for the record (M.build's table) or nil and why
+-- (--compare: by r.config); shard ({ i, n } or nil).
+-- Returns done, n, dropped, learnt: done[config or true][q.index] = the
+-- record (a --compare run, for its table) or true; n records kept; dropped
+-- failed records removed (retry_failed); learnt[config or true] the input
+-- positions of the kept records a learning predictor learnt from (no error,
+-- a trajectory). Memory grows with the file, not with the
+-- input.
+function M.read(path, opts)
+  local done = {}
+  local what = format("--out file '%s'", path)
+  local text, rewrite = read_text(path, what)
+  if not text then return done, 0, 0 end
+  local entries, want_id, need, mine_input = read_entries(text, path, opts)
+  if #entries > 0 then
+    local seen = take_records(opts.src, want_id, need, done)
+    refuse_untaken(path, entries, seen, mine_input, opts.shard)
+  end
+  local keep, learnt, dropped, scrubbed = keep_lines(entries)
+  local n = #keep
+  if dropped > 0 or scrubbed > 0 then rewrite = true end
   if rewrite then
     -- a new file renamed over the old one: a crash here loses nothing
     local tmp = path .. ".specula-tmp"
