@@ -786,4 +786,68 @@ describe("MCP authorization: secrecy", function()
       assert.are.same({}, hits, name)
     end
   end)
+
+  it("keeps DPoP keys, ID tokens, ID-JAGs and the client's secret out of every output too", function()
+    if not H.need_node(pending) then return end
+    local dir = H.tmpdir() .. "/secrecy-dpop"
+    os.execute("rm -rf " .. H.quote(dir) .. " && mkdir -p " .. H.quote(dir))
+    local tlog = dir .. "/issued.jsonl"
+    local srv = MH.http_server({ "--oauth", "--leaky", "--dpop-nonce", "--token-log", tlog, "--auth-methods",
+      "client_secret_basic", "--client", "ent-client:ent-secret-0123456789", "--idp-id-token", "idp-id-token-0123456789" })
+    -- the agent of the first secrecy run, authorized the enterprise way with DPoP-bound tokens; it
+    -- writes the DPoP key it holds to a side file, so that this spec knows what to look for
+    local agent_src = SECRECY_AGENT:gsub('auth = { client_id = "conf%-client",\n  client_secret = "conf%-secret%-0123456789", '
+      .. 'token_endpoint_auth_method = "client_secret_post" }', 'auth = { grant = "enterprise", client_id = "ent-client",\n'
+      .. '  client_secret = "ent-secret-0123456789", id_token = "idp-id-token-0123456789", '
+      .. 'idp_token_endpoint = URL:gsub("/mcp$", "/idp/token") }')
+      :gsub('client_id = "conf%-client",\n        client_secret = "WRONG', 'client_id = "ent-client",\n        client_secret = "WRONG')
+      :gsub('if s%.hop == 3 then', 'if s.hop == 3 then\n      for _, e in pairs(require("specula.mcp.auth")._cache) do\n'
+        .. '        if e.dpop_key then local f = io.open(os.getenv("KEY_OUT"), "w") f:write(e.dpop_key.pem) f:close() end\n'
+        .. '      end')
+    assert.matches('grant = "enterprise"', agent_src, 1, true)
+    assert.matches("KEY_OUT", agent_src, 1, true)
+    local agent = H.tmpfile("secrecy_dpop_agent.lua", agent_src)
+    local input = H.tmpfile("secrecy_dpop_input.jsonl", '{"id":"q1","query":"plain"}\n{"id":"q2","query":"revoke"}\n'
+      .. '{"id":"q3","query":"badsecret"}\n')
+    local st, out, err = H.specula({ "run", agent, "--input", input, "--record", dir .. "/cassette",
+      "--trace", dir .. "/trace.json", "--out", dir .. "/out.jsonl", "--k", "2" },
+      { MCP_URL = srv.url, KEY_OUT = dir .. "/dpop-key.pem" })
+    srv.stop()
+    assert.are.equal(3, st, out .. err)
+    local records = {}
+    for line in H.read(dir .. "/out.jsonl"):gmatch("[^\n]+") do
+      local rec = cjson.decode(line)
+      records[rec.id] = rec
+    end
+    assert.are.equal("echo: plain0|echo: plain1|echo: plain2", records.q1.answer)
+    assert.are.equal("echo: revoke0|revoked|echo: revoke2", records.q2.answer)
+    assert.matches("invalid_client", records.q3.error, 1, true)
+    assert.matches("[redacted]", records.q3.error, 1, true)
+    local list = MH.logged_secrets(tlog)
+    local kinds = {}
+    for line in H.read(tlog):gmatch("[^\n]+") do kinds[cjson.decode(line).kind] = true end
+    for _, k in ipairs({ "access", "seen_access", "id_jag", "seen_assertion", "seen_subject_token" }) do
+      assert.is_true(kinds[k] == true, "the run never used a credential of kind " .. k)
+    end
+    list[#list + 1] = "ent-secret-0123456789"
+    list[#list + 1] = "WRONG-secret-9876543210"
+    list[#list + 1] = "idp-id-token-0123456789"
+    -- the private key: its PEM, and each line of its Base64 body
+    local pem = assert(H.read(dir .. "/dpop-key.pem"), "the agent saw no DPoP key")
+    assert.matches("PRIVATE KEY", pem, 1, true)
+    list[#list + 1] = pem
+    for line in pem:gmatch("[^\n]+") do
+      if not line:find("-----", 1, true) and #line >= 16 then list[#list + 1] = line end
+    end
+    local files = { dir .. "/trace.json", dir .. "/out.jsonl" }
+    local p = assert(io.popen("ls " .. H.quote(dir .. "/cassette")))
+    for f in p:lines() do files[#files + 1] = dir .. "/cassette/" .. f end
+    p:close()
+    local texts = { stdout = out, stderr = err }
+    for _, f in ipairs(files) do texts[f] = assert(H.read(f)) end
+    for name, text in pairs(texts) do
+      assert.are.same({}, MH.find_secrets(text, list), name)
+      assert.is_nil(text:find("PRIVATE KEY", 1, true), name)
+    end
+  end)
 end)
