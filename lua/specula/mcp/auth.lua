@@ -1,6 +1,7 @@
 -- specula.mcp.auth (to scripts: specula.mcpauth): OAuth 2.1 for MCP servers
--- behind authorization (MCP authorization spec 2025-06-18 / 2025-11-25, and
--- 2025-03-26 servers).
+-- behind authorization (MCP authorization spec 2025-06-18 / 2025-11-25 /
+-- 2026-07-28, and 2025-03-26 servers), with the auth extensions: client
+-- credentials, enterprise-managed authorization, workload identity, DPoP.
 -- specula.mcp uses it for connect{ url = ..., auth = { ... } }; the options
 -- are documented in docs/mcp.md#authorization-oauth-21.
 --
@@ -11,15 +12,18 @@
 --      a prefix of its path) or nothing is authorized. No metadata at all: a
 --      2025-03-26 server, whose authorization server is its own origin.
 --   2. authorization server metadata (RFC 8414, OpenID Discovery), path
---      inserted before path appended; none: the 2025-03-26 default endpoints
---      /authorize, /token, /register.
+--      inserted before path appended, its issuer the one asked of; none: the
+--      2025-03-26 default endpoints /authorize, /token, /register.
 --   3. a client id: pre-registered (auth.client_id), a client ID metadata
 --      document URL when the server supports them, else dynamic registration
---      (RFC 7591).
+--      (RFC 7591, with an application_type); one per authorization server.
 --   4. a token: authorization code with PKCE S256 (the redirect comes from
 --      auth.authorize(url), or headless: the authorization URL fetched
---      without following its redirect), or client credentials (secret or a
---      JWT assertion, RFC 7523); RFC 8707 resource indicators throughout.
+--      without following its redirect; its state and iss checked), client
+--      credentials (secret or a JWT assertion, RFC 7523), or a JWT bearer
+--      grant (a workload's JWT, or an ID-JAG the enterprise identity provider
+--      gave for the user's ID token, RFC 8693); RFC 8707 resource indicators
+--      throughout; bound to a DPoP key (RFC 9449) where the server offers it.
 -- Scopes: auth.scope, else the challenge's scope, else all of the resource's
 -- scopes_supported, else none. A 403 insufficient_scope re-authorizes with the
 -- union of the scopes held and the ones asked (at most max_step_up times per
