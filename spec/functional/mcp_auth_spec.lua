@@ -378,10 +378,18 @@ print(json.encode({
   method = e({ url = "http://127.0.0.1:1/mcp", auth = { token_endpoint_auth_method = "tls" } }),
   typ = e({ url = "http://127.0.0.1:1/mcp", auth = { authorize = "browser" } }),
   redirect = e({ url = "http://127.0.0.1:1/mcp", auth = { redirect_uri = "/cb" } }),
+  jwtb = e({ url = "http://127.0.0.1:1/mcp", auth = { grant = "jwt_bearer" } }),
+  ent = e({ url = "http://127.0.0.1:1/mcp", auth = { grant = "enterprise", client_id = "c", id_token = "idtoken-123" } }),
+  app = e({ url = "http://127.0.0.1:1/mcp", auth = { application_type = "desktop" } }),
+  dpop = e({ url = "http://127.0.0.1:1/mcp", auth = { dpop = "yes" } }),
 }))
 ]])
     assert.matches("auth is for servers reached by url", r.stdio, 1, true)
-    assert.matches("auth.grant must be authorization_code or client_credentials", r.grant, 1, true)
+    assert.matches("auth.grant must be authorization_code, client_credentials, jwt_bearer or enterprise", r.grant, 1, true)
+    assert.matches("auth.grant = jwt_bearer needs auth.assertion", r.jwtb, 1, true)
+    assert.matches("auth.grant = enterprise needs auth.idp_token_endpoint", r.ent, 1, true)
+    assert.matches("auth.application_type must be native or web", r.app, 1, true)
+    assert.matches("auth.dpop must be a boolean", r.dpop, 1, true)
     assert.matches("client_credentials needs auth.client_id", r.cc, 1, true)
     assert.matches("needs auth.client_secret, auth.private_key or auth.client_assertion", r.cc2, 1, true)
     assert.matches("auth.clientid is not an auth option", r.unknown, 1, true)
@@ -466,6 +474,236 @@ print(json.encode({ err = err }))
   end)
 end)
 
+describe("MCP authorization: the authorization server's identity (RFC 9207, RFC 8414 §3.3)", function()
+  it("accepts the advertised iss, refuses a wrong, normalized or missing one before the token request", function()
+    if not H.need_node(pending) then return end
+    local CODE = LOG .. [[
+local c, err = specula.mcp.connect{ url = URL, auth = { cache = false } }
+local auth = c and server_log(c).auth
+if c then c:close() end
+if not c then
+  -- the server's log, read with a client that authorizes nothing
+  local probe = assert(specula.http.request{ url = BASE .. "/.well-known/oauth-authorization-server" })
+  print(json.encode({ err = err, meta = json.decode(probe.body) }))
+else
+  print(json.encode({ ok = true, token = auth.token, app = auth.application_type }))
+end
+]]
+    local ok = with_server({ "--oauth", "--iss", "correct" }, CODE)
+    assert.is_true(ok.ok)
+    assert.are.equal(1, ok.token.authorization_code)
+    assert.are.equal("native", ok.app)              -- the redirect comes back to this machine
+    local unadv = with_server({ "--oauth", "--iss", "correct", "--iss-unadvertised" }, CODE)
+    assert.is_true(unadv.ok)
+    local plain = with_server({ "--oauth", "--iss", "omit", "--iss-unadvertised" }, CODE)
+    assert.is_true(plain.ok)                        -- neither advertised nor sent: as before RFC 9207
+    local cases = {
+      { { "--iss", "wrong" }, "names the issuer https://evil.example, not http://127.0.0.1:%d+ %(iss, RFC 9207%)" },
+      { { "--iss", "slash" }, "names the issuer http://127.0.0.1:%d+/, not http://127.0.0.1:%d+ %(iss" },
+      { { "--iss", "wrong", "--iss-unadvertised" }, "names the issuer https://evil.example" },
+      { { "--iss", "omit" }, "says it sends iss %(authorization_response_iss_parameter_supported%) but its response "
+        .. "has none" },
+    }
+    for _, case in ipairs(cases) do
+      local args = { "--oauth", "--token-log", H.tmpdir() .. "/iss.jsonl" }
+      for _, a in ipairs(case[1]) do args[#args + 1] = a end
+      os.remove(H.tmpdir() .. "/iss.jsonl")
+      local r = with_server(args, CODE)
+      assert.matches("authorization: the authorization " .. (case[1][2] == "omit" and "server " or "response ")
+        .. case[2], r.err)
+      -- the code never went to the token endpoint
+      local log = H.read(H.tmpdir() .. "/iss.jsonl") or ""
+      assert.is_nil(log:find('"seen_code"', 1, true), table.concat(case[1], " "))
+    end
+  end)
+
+  it("refuses metadata whose issuer is not the authorization server's, before registering", function()
+    if not H.need_node(pending) then return end
+    local tlog = H.tmpdir() .. "/issuer.jsonl"
+    os.remove(tlog)
+    -- registering would give this client a secret, which the token log would show
+    local r = with_server({ "--oauth", "--metadata-issuer", "https://attacker.example", "--auth-methods",
+                            "client_secret_basic", "--token-log", tlog }, [[
+local c, err = specula.mcp.connect{ url = URL, auth = { cache = false } }
+print(json.encode({ err = err }))
+]])
+    assert.matches("the authorization server metadata at http://127%.0%.0%.1:%d+/%.well%-known/oauth%-authorization%-server "
+      .. "names the issuer https://attacker%.example, not http://127%.0%.0%.1:%d+: refusing to use it", r.err)
+    assert.are.equal("", H.read(tlog) or "")           -- no registration, no code, no token
+  end)
+
+  it("registers as a web application for a redirect to a web site", function()
+    if not H.need_node(pending) then return end
+    local r = with_server({ "--oauth" }, LOG .. [[
+local c = assert(specula.mcp.connect{ url = URL, auth = { redirect_uri = "https://app.example/callback", cache = false } })
+local a = server_log(c).auth
+c:close()
+print(json.encode({ app = a.application_type }))
+]])
+    assert.are.equal("web", r.app)
+  end)
+end)
+
+describe("MCP authorization: offline_access (SEP-2207)", function()
+  it("asks for offline_access where the authorization server offers it, and only there", function()
+    if not H.need_node(pending) then return end
+    local CODE = LOG .. [[
+local c = assert(specula.mcp.connect{ url = URL, auth = { cache = false, offline_access = os.getenv("NO_OFFLINE") == nil } })
+local a = server_log(c).auth
+c:close()
+print(json.encode({ scopes = a.scopes, info = c:auth_info() }))
+]]
+    local on = with_server({ "--oauth", "--scopes", "mcp:read", "--as-scopes", "mcp:read offline_access" }, CODE)
+    assert.are.same({ "mcp:read offline_access" }, on.scopes)
+    assert.is_true(on.info.has_refresh_token)
+    local off = with_server({ "--oauth", "--scopes", "mcp:read" }, CODE)
+    assert.are.same({ "mcp:read" }, off.scopes)
+    local optout = with_server({ "--oauth", "--scopes", "mcp:read", "--as-scopes", "mcp:read offline_access" }, CODE,
+      { NO_OFFLINE = "1" })
+    assert.are.same({ "mcp:read" }, optout.scopes)
+  end)
+end)
+
+describe("MCP authorization: a resource that moves to another authorization server (SEP-2352)", function()
+  it("reads the resource metadata again and registers anew with the new server", function()
+    if not H.need_node(pending) then return end
+    local r = with_server({ "--oauth" }, LOG .. [[
+local c = assert(specula.mcp.connect{ url = URL, auth = { cache = false } })
+assert(c:call("echo", { text = "before" }))
+local first = c:auth_info()
+local moved = assert(specula.http.request{ method = "POST", url = BASE .. "/admin/move-as", body = "" })
+local e = assert(c:call("echo", { text = "after" })).content[1].text
+local a = server_log(c).auth
+local info = c:auth_info()
+c:close()
+print(json.encode({ e = e, first = first, info = info, at = a.registered_at, base = BASE }))
+]])
+    assert.are.equal("echo: after", r.e)
+    assert.are.equal(r.base, r.first.authorization_server)
+    assert.are.equal(r.base .. "/as2", r.info.authorization_server)
+    assert.are.same({ r.base, r.base .. "/as2" }, r.at)
+    assert.are_not.equal(r.first.client_id, r.info.client_id)
+    assert.are.equal(2, r.info.registrations)
+    assert.are.equal(2, r.info.authorizations)
+  end)
+end)
+
+describe("MCP authorization: JWT bearer grants (RFC 7523)", function()
+  it("presents a workload's JWT as the grant, without a client, and does not retry a refused one", function()
+    if not H.need_node(pending) then return end
+    local r = with_server({ "--oauth", "--assertion", "workload-jwt-0123456789" }, LOG .. [[
+local AUD
+local c = assert(specula.mcp.connect{ url = URL, auth = { grant = "jwt_bearer", cache = false,
+  assertion = function(info) AUD = info.authorization_server return "workload-jwt-0123456789" end } })
+local e = assert(c:call("echo", { text = "wif" })).content[1].text
+local a = server_log(c).auth
+local info = c:auth_info()
+c:close()
+local bad, berr = specula.mcp.connect{ url = URL, name = "bad", auth = { grant = "jwt_bearer", assertion = "forged-jwt-987654",
+  cache = false } }
+local a2 = server_log(assert(specula.mcp.connect{ url = URL, auth = { grant = "jwt_bearer", cache = false,
+  assertion = "workload-jwt-0123456789" } })).auth
+print(json.encode({ e = e, auth = a, info = info, berr = berr, aud = AUD, base = BASE, after = a2.token }))
+]])
+    assert.are.equal("echo: wif", r.e)
+    assert.are.equal(1, r.auth.token["urn:ietf:params:oauth:grant-type:jwt-bearer"])
+    assert.are.equal(0, r.auth.registrations)
+    assert.are.equal("(workload)", r.auth.jwt_bearer_client)
+    assert.are.equal(r.base, r.aud)                  -- the function is told the audience
+    assert.are.equal("jwt_bearer", r.info.grant)
+    assert.matches("mcp server 'bad': authorization: JWT bearer token request at http://127%.0%.0%.1:%d+/token: "
+      .. "HTTP 400: invalid_grant: unknown assertion", r.berr)
+    assert.is_nil(r.berr:find("forged-jwt-987654", 1, true))
+    -- the refused one was tried once: two good grants and one bad in all
+    assert.are.equal(3, r.after["urn:ietf:params:oauth:grant-type:jwt-bearer"])
+  end)
+
+  it("exchanges the enterprise ID token for an ID-JAG and presents it with the client's secret", function()
+    if not H.need_node(pending) then return end
+    local r = with_server({ "--oauth", "--client", "ent-client:ent-secret-0123456789", "--auth-methods",
+                            "client_secret_basic", "--idp-id-token", "idp-id-token-0123456789" }, LOG .. [[
+local c = assert(specula.mcp.connect{ url = URL, auth = { grant = "enterprise", client_id = "ent-client",
+  client_secret = "ent-secret-0123456789", id_token = "idp-id-token-0123456789", idp_client_id = "idp-app",
+  idp_token_endpoint = BASE .. "/idp/token", cache = false } })
+local e = assert(c:call("echo", { text = "ema" })).content[1].text
+local a = server_log(c).auth
+c:close()
+local bad, berr = specula.mcp.connect{ url = URL, name = "bad", auth = { grant = "enterprise", client_id = "ent-client",
+  client_secret = "ent-secret-0123456789", id_token = "stale-id-token-987654", idp_token_endpoint = BASE .. "/idp/token",
+  cache = false } }
+print(json.encode({ e = e, auth = a, berr = berr, url = URL, base = BASE }))
+]])
+    assert.are.equal("echo: ema", r.e)
+    assert.are.same({ grant_type = "urn:ietf:params:oauth:grant-type:token-exchange",
+      subject_token_type = "urn:ietf:params:oauth:token-type:id_token",
+      requested_token_type = "urn:ietf:params:oauth:token-type:id-jag", audience = r.base, resource = r.url,
+      client_id = "idp-app" }, r.auth.idp_request)
+    assert.are.equal(1, r.auth.token["urn:ietf:params:oauth:grant-type:jwt-bearer"])
+    assert.are.equal(1, r.auth.methods.client_secret_basic)
+    assert.are.equal("ent-client", r.auth.jwt_bearer_client)
+    assert.matches("mcp server 'bad': authorization: token exchange at the identity provider at "
+      .. "http://127%.0%.0%.1:%d+/idp/token: HTTP 400: invalid_grant: unknown ID token", r.berr)
+    assert.is_nil(r.berr:find("stale-id-token-987654", 1, true))
+  end)
+end)
+
+describe("MCP authorization: DPoP (RFC 9449)", function()
+  it("binds the token to a key, presents it with the DPoP scheme and a fresh proof per request", function()
+    if not H.need_node(pending) then return end
+    local r = with_server({ "--oauth", "--dpop", "--token-ttl", "2" }, LOG .. [[
+local c = assert(specula.mcp.connect{ url = URL, auth = { cache = false } })
+for i = 1, 3 do assert(c:call("echo", { text = "d" .. i })) end
+specula.sleep(2100)                                  -- expired: a refresh, with a proof of the same key
+local e = assert(c:call("echo", { text = "after refresh" })).content[1].text
+local a = server_log(c).auth
+local info = c:auth_info()
+c:close()
+print(json.encode({ e = e, dpop = a.dpop, token = a.token, info = info }))
+]])
+    assert.are.equal("echo: after refresh", r.e)
+    assert.is_true(r.info.dpop)
+    assert.are.same({}, r.dpop.bad)                   -- every proof verified: key, htm, htu, ath, a new jti
+    assert.are.equal(1, r.token.refresh_token)
+    -- two token requests, and the requests to /mcp that carried the token
+    assert.is_true(r.dpop.proofs >= 2 + 6, tostring(r.dpop.proofs))
+    assert.are.equal(1, r.info.refreshes)
+  end)
+
+  it("sends the nonce the authorization server and the resource server ask for", function()
+    if not H.need_node(pending) then return end
+    local r = with_server({ "--oauth", "--dpop-nonce" }, LOG .. [[
+local c = assert(specula.mcp.connect{ url = URL, auth = { cache = false } })
+local e = assert(c:call("echo", { text = "nonce" })).content[1].text
+local a = server_log(c).auth
+c:close()
+print(json.encode({ e = e, dpop = a.dpop, token = a.token }))
+]])
+    assert.are.equal("echo: nonce", r.e)
+    assert.are.equal(1, r.dpop.as_nonce)              -- asked once, then the nonce was sent
+    assert.are.equal(1, r.dpop.rs_nonce)
+    assert.are.same({}, r.dpop.bad)
+    assert.are.equal(2, r.token.authorization_code)   -- the refused request and its retry with the nonce
+  end)
+
+  it("proves a key with auth.dpop = true but takes a Bearer answer as Bearer; never with auth.dpop = false", function()
+    if not H.need_node(pending) then return end
+    local r = with_server({ "--oauth" }, LOG .. [[
+local c = assert(specula.mcp.connect{ url = URL, auth = { cache = false, dpop = true } })
+assert(c:call("echo", { text = "bearer" }))
+local info = c:auth_info()
+c:close()
+print(json.encode({ info = info }))
+]])
+    assert.is_false(r.info.dpop)
+    assert.are.equal(1, r.info.authorizations)
+    local r2 = with_server({ "--oauth", "--dpop" }, LOG .. [[
+local c, err = specula.mcp.connect{ url = URL, auth = { cache = false, dpop = false } }
+print(json.encode({ err = err }))
+]])
+    assert.matches("invalid_dpop_proof: no DPoP proof", r2.err, 1, true)
+  end)
+end)
+
 -- An agent over the OAuth server, for the secrecy run: every query calls
 -- tools through an authorized client; the query "revoke" makes the server
 -- forget the token (a refresh follows); the query "badsecret" connects
@@ -546,6 +784,70 @@ describe("MCP authorization: secrecy", function()
     for name, text in pairs(texts) do
       local hits = MH.find_secrets(text, list)
       assert.are.same({}, hits, name)
+    end
+  end)
+
+  it("keeps DPoP keys, ID tokens, ID-JAGs and the client's secret out of every output too", function()
+    if not H.need_node(pending) then return end
+    local dir = H.tmpdir() .. "/secrecy-dpop"
+    os.execute("rm -rf " .. H.quote(dir) .. " && mkdir -p " .. H.quote(dir))
+    local tlog = dir .. "/issued.jsonl"
+    local srv = MH.http_server({ "--oauth", "--leaky", "--dpop-nonce", "--token-log", tlog, "--auth-methods",
+      "client_secret_basic", "--client", "ent-client:ent-secret-0123456789", "--idp-id-token", "idp-id-token-0123456789" })
+    -- the agent of the first secrecy run, authorized the enterprise way with DPoP-bound tokens; it
+    -- writes the DPoP key it holds to a side file, so that this spec knows what to look for
+    local agent_src = SECRECY_AGENT:gsub('auth = { client_id = "conf%-client",\n  client_secret = "conf%-secret%-0123456789", '
+      .. 'token_endpoint_auth_method = "client_secret_post" }', 'auth = { grant = "enterprise", client_id = "ent-client",\n'
+      .. '  client_secret = "ent-secret-0123456789", id_token = "idp-id-token-0123456789", '
+      .. 'idp_token_endpoint = URL:gsub("/mcp$", "/idp/token") }')
+      :gsub('client_id = "conf%-client",\n        client_secret = "WRONG', 'client_id = "ent-client",\n        client_secret = "WRONG')
+      :gsub('if s%.hop == 3 then', 'if s.hop == 3 then\n      for _, e in pairs(require("specula.mcp.auth")._cache) do\n'
+        .. '        if e.dpop_key then local f = io.open(os.getenv("KEY_OUT"), "w") f:write(e.dpop_key.pem) f:close() end\n'
+        .. '      end')
+    assert.matches('grant = "enterprise"', agent_src, 1, true)
+    assert.matches("KEY_OUT", agent_src, 1, true)
+    local agent = H.tmpfile("secrecy_dpop_agent.lua", agent_src)
+    local input = H.tmpfile("secrecy_dpop_input.jsonl", '{"id":"q1","query":"plain"}\n{"id":"q2","query":"revoke"}\n'
+      .. '{"id":"q3","query":"badsecret"}\n')
+    local st, out, err = H.specula({ "run", agent, "--input", input, "--record", dir .. "/cassette",
+      "--trace", dir .. "/trace.json", "--out", dir .. "/out.jsonl", "--k", "2" },
+      { MCP_URL = srv.url, KEY_OUT = dir .. "/dpop-key.pem" })
+    srv.stop()
+    assert.are.equal(3, st, out .. err)
+    local records = {}
+    for line in H.read(dir .. "/out.jsonl"):gmatch("[^\n]+") do
+      local rec = cjson.decode(line)
+      records[rec.id] = rec
+    end
+    assert.are.equal("echo: plain0|echo: plain1|echo: plain2", records.q1.answer)
+    assert.are.equal("echo: revoke0|revoked|echo: revoke2", records.q2.answer)
+    assert.matches("invalid_client", records.q3.error, 1, true)
+    assert.matches("[redacted]", records.q3.error, 1, true)
+    local list = MH.logged_secrets(tlog)
+    local kinds = {}
+    for line in H.read(tlog):gmatch("[^\n]+") do kinds[cjson.decode(line).kind] = true end
+    for _, k in ipairs({ "access", "seen_access", "id_jag", "seen_assertion", "seen_subject_token" }) do
+      assert.is_true(kinds[k] == true, "the run never used a credential of kind " .. k)
+    end
+    list[#list + 1] = "ent-secret-0123456789"
+    list[#list + 1] = "WRONG-secret-9876543210"
+    list[#list + 1] = "idp-id-token-0123456789"
+    -- the private key: its PEM, and each line of its Base64 body
+    local pem = assert(H.read(dir .. "/dpop-key.pem"), "the agent saw no DPoP key")
+    assert.matches("PRIVATE KEY", pem, 1, true)
+    list[#list + 1] = pem
+    for line in pem:gmatch("[^\n]+") do
+      if not line:find("-----", 1, true) and #line >= 16 then list[#list + 1] = line end
+    end
+    local files = { dir .. "/trace.json", dir .. "/out.jsonl" }
+    local p = assert(io.popen("ls " .. H.quote(dir .. "/cassette")))
+    for f in p:lines() do files[#files + 1] = dir .. "/cassette/" .. f end
+    p:close()
+    local texts = { stdout = out, stderr = err }
+    for _, f in ipairs(files) do texts[f] = assert(H.read(f)) end
+    for name, text in pairs(texts) do
+      assert.are.same({}, MH.find_secrets(text, list), name)
+      assert.is_nil(text:find("PRIVATE KEY", 1, true), name)
     end
   end)
 end)

@@ -208,3 +208,98 @@ describe("MCP with real servers from npm #slow", function()
     assert.are.same(r.calls_seq, r.calls_spec)
   end)
 end)
+
+-- ---- authorization: the suite's auth scenarios of each frozen requirement set ----------------
+
+-- The conformance package these scenarios run from: the one .ci/deps pins
+-- in the cache, or $SPECULA_CONFORMANCE (a package directory) to try another.
+local SUITE = os.getenv("SPECULA_CONFORMANCE")
+if not SUITE or SUITE == "" then SUITE = NM .. "conformance" end
+local SUITE_JS = SUITE .. "/dist/index.js"
+local REQUIREMENT_SETS = { "2025-11-25", "2026-07-28" }
+
+-- The auth scenarios a requirement set requires (frozen at its release),
+-- and the auth extensions it runs unscored: two lists, or nil and why.
+local function auth_scenarios(version)
+  local p = assert(io.popen("node " .. H.quote(SUITE_JS) .. " list --requirements " .. version .. " 2>&1"))
+  local text = p:read("*a"):gsub("\27%[[%d;]*m", "")
+  p:close()
+  local client = text:match("Client scenarios[^\n]*\n(.-)\n%s*\n")
+  if not client then return nil, "the suite at " .. SUITE .. " has no requirement set " .. version .. ": " .. text:sub(1, 200) end
+  local required, extensions = {}, {}
+  for name in client:gmatch("%- (auth/[%w%-_/%.]+)") do required[#required + 1] = name end
+  local ext = text:match("extension %(%d+%):\n(.-)\n%s*[%w%-]+ %(%d+%):") or text:match("extension %(%d+%):\n(.*)$") or ""
+  for name in ext:gmatch("%- (auth/[%w%-_/%.]+) %[client%]") do extensions[#extensions + 1] = name end
+  return required, extensions
+end
+
+-- What our client says on stderr where it must refuse: the refusal is
+-- ours, for the reason the scenario tests.
+local AUTH_REFUSALS = {
+  ["auth/resource-mismatch"] = "refusing to authorize",
+  ["auth/scope-retry-limit"] = "still refuses (403 insufficient_scope)",
+  ["auth/iss-supported-missing"] = "but its response has none (RFC 9207)",
+  ["auth/iss-wrong-issuer"] = "names the issuer https://evil.example.com",
+  ["auth/iss-unexpected"] = "names the issuer https://evil.example.com",
+  ["auth/iss-normalized"] = "/, not http://localhost:",
+  ["auth/metadata-issuer-mismatch"] = "names the issuer https://attacker.example.com",
+}
+
+local function run_auth_scenario(scenario, version, extension)
+  local work = H.tmpdir() .. "/conf-auth-" .. version .. "-" .. scenario:gsub("/", "_")
+  os.execute("rm -rf " .. H.quote(work) .. " && mkdir -p " .. H.quote(work))
+  local cmd = H.quote(H.bin) .. " run " .. H.quote(H.root .. "/spec/mcp/conformance_client.lua")
+  local st, out, err = H.sh("cd " .. H.quote(work) .. " && node " .. H.quote(SUITE_JS) .. " client --command "
+    .. H.quote(cmd) .. " --scenario " .. scenario .. " --spec-version " .. version .. (extension and " --force" or "")
+    .. " --output-dir results")
+  local all = (out .. "\n" .. err):gsub("\27%[[%d;]*m", "")
+  local passed, total = all:match("Passed: (%d+)/(%d+)")
+  assert(passed, "no 'Passed: n/m' line\nstdout: " .. out .. "\nstderr: " .. err)
+  local f = assert(io.popen("find " .. H.quote(work .. "/results") .. " -name checks.json"))
+  local path = f:read("*l")
+  f:close()
+  assert(path, "the suite wrote no checks.json")
+  local checks = cjson.decode((assert(H.read(path))))
+  local client_err = H.read((path:gsub("checks%.json$", "stderr.txt"))) or ""
+  return tonumber(passed), tonumber(total), checks, st, all, client_err
+end
+
+describe("MCP authorization: the conformance suite's auth scenarios #slow", function()
+  for _, version in ipairs(REQUIREMENT_SETS) do
+    local required, extensions, why = {}, {}, nil
+    if not missing then
+      local r, e = auth_scenarios(version)
+      if r then required, extensions = r, e else required, why = nil, e end
+    end
+
+    it("the suite requires auth scenarios at " .. version, function()
+      if not guard() then return end
+      assert(required, why)
+      assert.is_true(#required >= 10, table.concat(required, ", "))
+      assert.are.equal(6, #extensions, table.concat(extensions, ", "))
+    end)
+
+    local all = {}
+    for _, s in ipairs(required or {}) do all[#all + 1] = { s, false } end
+    for _, s in ipairs(extensions) do all[#all + 1] = { s, true } end
+    for _, case in ipairs(all) do
+      local scenario, extension = case[1], case[2]
+      it("passes " .. scenario .. (extension and " (extension)" or "") .. " at " .. version, function()
+        if not guard() then return end
+        local passed, total, checks, st, out, client_err = run_auth_scenario(scenario, version, extension)
+        local fail, warn = 0, 0
+        for _, c in ipairs(checks) do
+          if c.status == "FAILURE" then fail = fail + 1 elseif c.status == "WARNING" then warn = warn + 1 end
+        end
+        io.stderr:write(("[conformance %s] %s: %d/%d checks passed\n"):format(version, scenario, passed, total))
+        assert.is_true(total > 0, "0 checks reported")
+        assert.are.equal(total, passed, out)
+        assert.are.equal(0, fail)
+        assert.are.equal(0, warn, out)
+        assert.matches("OVERALL: PASSED", out, 1, true)
+        assert.are.equal(0, st, out)
+        if AUTH_REFUSALS[scenario] then assert.matches(AUTH_REFUSALS[scenario], client_err, 1, true) end
+      end)
+    end
+  end
+end)

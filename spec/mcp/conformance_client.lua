@@ -51,6 +51,20 @@ if scenario:match("^auth/client%-credentials") then
   auth.client_secret = context.client_secret
   auth.private_key = context.private_key_pem
   auth.signing_alg = context.signing_algorithm
+elseif context.valid_jwt then
+  -- workload identity federation: the workload's JWT is the grant (RFC 7523)
+  auth.grant = "jwt_bearer"
+  auth.client_id = context.client_id
+  auth.assertion = context.valid_jwt
+elseif context.idp_id_token then
+  -- enterprise-managed authorization: the IdP's ID token exchanged for an
+  -- ID-JAG, then the JWT bearer grant with the pre-registered client
+  auth.grant = "enterprise"
+  auth.client_id = context.client_id
+  auth.client_secret = context.client_secret
+  auth.id_token = context.idp_id_token
+  auth.idp_token_endpoint = context.idp_token_endpoint
+  auth.idp_client_id = context.idp_client_id
 elseif context.client_id then
   auth.client_id = context.client_id          -- pre-registered
   auth.client_secret = context.client_secret

@@ -29,6 +29,19 @@
 //                              (a careless server: the client must scrub them)
 //   --token-log FILE           appends every credential issued or seen as a JSON line
 //                              {kind, value} (for the specs that look for leaks)
+//   --iss correct|wrong|slash|omit   the redirect's iss (RFC 9207): the issuer, another
+//                              one, the issuer with a "/" added, none; the metadata
+//                              advertises iss unless --iss-unadvertised
+//   --metadata-issuer URL      the issuer the metadata states (default: its own)
+//   --as-scopes "a b"          scopes_supported of the authorization server (default --scopes)
+//   --dpop                     DPoP-bound tokens (RFC 9449): proofs checked at /token and
+//                              /mcp (signature, htm, htu, iat, fresh jti, ath, key binding)
+//   --dpop-nonce               and both ask for their nonce first (use_dpop_nonce)
+//   --assertion VALUE          the jwt-bearer grant accepts this workload assertion
+//   --idp-id-token VALUE       POST /idp/token exchanges this ID token (RFC 8693) for an
+//                              ID-JAG that the jwt-bearer grant accepts
+//   POST /admin/move-as        the resource moves to the authorization server <base>/as2:
+//                              new metadata, new client registry, every token revoked
 //
 // Tools (annotations as MCP servers publish them):
 //   echo {text}            readOnlyHint   -> text "echo: <text>"
@@ -294,7 +307,7 @@ if (!flag('--http')) {
   const METHODS = opt('--auth-methods', 'none,client_secret_basic,client_secret_post,private_key_jwt').split(',');
   const LEAKY = flag('--leaky');
   const TOKEN_LOG = opt('--token-log', null);
-  const clients = new Map();     // client_id -> { secret, method, redirect_uris, pubkey }
+  let clients = new Map();       // client_id -> { secret, method, redirect_uris, pubkey }
   const codes = new Map();       // code -> { client_id, challenge, redirect_uri, scope, resource }
   const access = new Map();      // token -> { scope, exp, client_id }
   const refresh = new Map();     // token -> { scope, client_id }
@@ -311,6 +324,42 @@ if (!flag('--http')) {
     clients.set(s.slice(0, i), { pubkey: fs.readFileSync(s.slice(i + 1), 'utf8'), method: 'private_key_jwt' });
   });
   const resource = () => opt('--prm-resource', base + '/mcp');
+  // the authorization server: this server, or <base>/as2 after /admin/move-as
+  let asPrefix = '';
+  const asBase = () => base + asPrefix;
+  const ISS = opt('--iss', null);
+  const META_ISSUER = opt('--metadata-issuer', null);
+  const DPOP_NONCE = flag('--dpop-nonce');
+  const DPOP = flag('--dpop') || DPOP_NONCE;
+  const JWT_BEARER = 'urn:ietf:params:oauth:grant-type:jwt-bearer';
+  const jags = new Map();        // ID-JAG -> { audience, resource }
+  const dpopJtis = new Set();
+  log.auth.dpop = { proofs: 0, as_nonce: 0, rs_nonce: 0, bad: [] };
+  const b64json = (x) => JSON.parse(Buffer.from(x, 'base64url').toString('utf8'));
+  // A request's DPoP proof: { jkt } | { error } | { nonce: true } (it lacks ours).
+  function dpop_check(req, htu, token, nonce) {
+    const proof = req.headers.dpop;
+    if (!proof || proof.includes(',')) return { error: 'no DPoP proof' };
+    const [h64, c64, s64] = proof.split('.');
+    let hdr, c;
+    try { hdr = b64json(h64); c = b64json(c64); } catch (e) { return { error: 'the proof is not a JWT' }; }
+    if (hdr.typ !== 'dpop+jwt' || hdr.alg !== 'ES256' || !hdr.jwk || hdr.jwk.d !== undefined) return { error: 'bad proof header' };
+    let ok = false;
+    try {
+      const key = crypto.createPublicKey({ key: hdr.jwk, format: 'jwk' });
+      ok = crypto.verify('sha256', Buffer.from(h64 + '.' + c64), { key, dsaEncoding: 'ieee-p1363' }, Buffer.from(s64 || '', 'base64url'));
+    } catch (e) { ok = false; }
+    if (!ok) return { error: 'the proof signature does not verify' };
+    if (c.htm !== req.method || c.htu !== htu) return { error: 'htm/htu ' + c.htm + ' ' + c.htu };
+    if (typeof c.iat !== 'number' || Math.abs(Date.now() / 1000 - c.iat) > 60) return { error: 'iat' };
+    if (typeof c.jti !== 'string' || dpopJtis.has(c.jti)) return { error: 'jti missing or replayed' };
+    dpopJtis.add(c.jti);
+    if (token !== undefined && c.ath !== sha256(token)) return { error: 'ath' };
+    if (nonce && c.nonce !== nonce) return { nonce: true };
+    log.auth.dpop.proofs++;
+    const j = hdr.jwk;
+    return { jkt: crypto.createHash('sha256').update(JSON.stringify({ crv: j.crv, kty: j.kty, x: j.x, y: j.y })).digest('base64url') };
+  }
   const prmUrl = () => base + '/.well-known/oauth-protected-resource/mcp';
   const json = (res, status, obj, headers) => {
     res.writeHead(status, Object.assign({ 'Content-Type': 'application/json' }, headers || {}));
@@ -320,11 +369,11 @@ if (!flag('--http')) {
   const sha256 = (s) => crypto.createHash('sha256').update(s).digest('base64url');
   const form = (body) => Object.fromEntries(new URLSearchParams(body));
 
-  function issue(client_id, scope) {
-    const t = { access_token: rnd(24), token_type: 'Bearer', expires_in: TTL, refresh_token: rnd(24) };
+  function issue(client_id, scope, jkt) {
+    const t = { access_token: rnd(24), token_type: jkt ? 'DPoP' : 'Bearer', expires_in: TTL, refresh_token: rnd(24) };
     if (scope) t.scope = scope;
-    access.set(t.access_token, { scope: scope || '', exp: Date.now() + TTL * 1000, client_id });
-    refresh.set(t.refresh_token, { scope, client_id });
+    access.set(t.access_token, { scope: scope || '', exp: Date.now() + TTL * 1000, client_id, jkt });
+    refresh.set(t.refresh_token, { scope, client_id, jkt });
     note('access', t.access_token); note('refresh', t.refresh_token);
     return t;
   }
@@ -353,7 +402,7 @@ if (!flag('--http')) {
       let ok = false;
       try { ok = !!key && crypto.verify('sha256', Buffer.from(h64 + '.' + c64), key, Buffer.from(s64 || '', 'base64url')); } catch (e) { ok = false; }
       const now = Math.floor(Date.now() / 1000);
-      if (!ok || claims.sub !== cid || claims.aud !== base || !(claims.exp > now)) {
+      if (!ok || claims.sub !== cid || claims.aud !== asBase() || !(claims.exp > now)) {
         oerr(res, 401, 'invalid_client', LEAKY ? 'bad assertion ' + p.client_assertion : 'bad assertion'); return null;
       }
       log.auth.jwt_alg = hdr.alg;
@@ -378,8 +427,20 @@ if (!flag('--http')) {
     const p = form(body);
     const g = p.grant_type;
     log.auth.token[g] = (log.auth.token[g] || 0) + 1;
-    for (const k of ['code', 'code_verifier', 'refresh_token', 'client_secret', 'client_assertion']) note('seen_' + k, p[k]);
-    const cid = client_auth(req, p, res);
+    for (const k of ['code', 'code_verifier', 'refresh_token', 'client_secret', 'client_assertion', 'assertion']) note('seen_' + k, p[k]);
+    let jkt;
+    if (DPOP) {
+      const d = dpop_check(req, asBase() + '/token', undefined, DPOP_NONCE && 'as-nonce-1');
+      if (d.error) { log.auth.dpop.bad.push(d.error); return oerr(res, 400, 'invalid_dpop_proof', d.error); }
+      if (d.nonce) {
+        log.auth.dpop.as_nonce++;
+        return json(res, 400, { error: 'use_dpop_nonce', error_description: 'a nonce is needed' }, { 'DPoP-Nonce': 'as-nonce-1' });
+      }
+      jkt = d.jkt;
+    }
+    // a workload's jwt-bearer grant may come without any client authentication
+    const anonymous = g === JWT_BEARER && !req.headers.authorization && !p.client_id && !p.client_assertion;
+    const cid = anonymous ? '(workload)' : client_auth(req, p, res);
     if (!cid) return;
     if (flag('--garbage-token')) { res.writeHead(200, { 'Content-Type': 'application/json' }); return res.end('{"token_type":"Bearer"'); }
     if (p.resource !== undefined && p.resource !== resource()) return oerr(res, 400, 'invalid_target', 'unknown resource ' + p.resource);
@@ -393,13 +454,14 @@ if (!flag('--http')) {
       if (c.resource !== p.resource) return oerr(res, 400, 'invalid_target', 'resource differs from the authorization request');
       log.auth.pkce_ok++;
       log.auth.scopes.push(c.scope || '');
-      return json(res, 200, issue(cid, c.scope));
+      return json(res, 200, issue(cid, c.scope, jkt));
     }
     if (g === 'refresh_token') {
       const r = refresh.get(p.refresh_token);
       if (!r || r.client_id !== cid) return oerr(res, 400, 'invalid_grant', LEAKY ? 'unknown refresh token ' + p.refresh_token : 'unknown refresh token');
+      if (r.jkt && r.jkt !== jkt) return oerr(res, 400, 'invalid_grant', 'the refresh token is bound to another DPoP key');
       refresh.delete(p.refresh_token);   // rotated
-      return json(res, 200, issue(cid, r.scope));
+      return json(res, 200, issue(cid, r.scope, jkt));
     }
     if (g === 'client_credentials') {
       log.auth.scopes.push(p.scope || '');
@@ -407,7 +469,37 @@ if (!flag('--http')) {
       refresh.delete(t.refresh_token); delete t.refresh_token;
       return json(res, 200, t);
     }
+    if (g === JWT_BEARER) {
+      const jag = jags.get(p.assertion);
+      const ok = (opt('--assertion', null) && p.assertion === opt('--assertion', null)) ||
+        (jag && jag.audience === asBase() && jag.resource === p.resource);
+      if (!ok) return oerr(res, 400, 'invalid_grant', 'unknown assertion');
+      if (jag) jags.delete(p.assertion);
+      log.auth.scopes.push(p.scope || '');
+      log.auth.jwt_bearer_client = cid;
+      const t = issue(cid, p.scope, jkt);
+      refresh.delete(t.refresh_token); delete t.refresh_token;
+      return json(res, 200, t);
+    }
     return oerr(res, 400, 'unsupported_grant_type', g);
+  }
+
+  // The enterprise identity provider's token exchange (RFC 8693): its ID
+  // token for an ID-JAG naming the authorization server and the resource.
+  function idp_token(body, res) {
+    const p = form(body);
+    note('seen_subject_token', p.subject_token);
+    log.auth.idp_exchanges = (log.auth.idp_exchanges || 0) + 1;
+    log.auth.idp_request = { grant_type: p.grant_type, subject_token_type: p.subject_token_type,
+      requested_token_type: p.requested_token_type, audience: p.audience, resource: p.resource, client_id: p.client_id };
+    if (p.grant_type !== 'urn:ietf:params:oauth:grant-type:token-exchange') return oerr(res, 400, 'unsupported_grant_type', p.grant_type);
+    if (!p.subject_token || p.subject_token !== opt('--idp-id-token', null)) return oerr(res, 400, 'invalid_grant', 'unknown ID token');
+    if (p.subject_token_type !== 'urn:ietf:params:oauth:token-type:id_token' ||
+        p.requested_token_type !== 'urn:ietf:params:oauth:token-type:id-jag') return oerr(res, 400, 'invalid_request', 'token types');
+    const jag = rnd(24);
+    jags.set(jag, { audience: p.audience, resource: p.resource });
+    note('id_jag', jag);
+    json(res, 200, { access_token: jag, issued_token_type: 'urn:ietf:params:oauth:token-type:id-jag', token_type: 'N_A' });
   }
 
   function authorize(u, res) {
@@ -436,6 +528,9 @@ if (!flag('--http')) {
       to.searchParams.set('code', code);
     }
     if (q.state) to.searchParams.set('state', q.state);
+    const issuer = META_ISSUER || asBase();
+    const iss = { correct: issuer, wrong: 'https://evil.example', slash: issuer + '/' }[ISS];
+    if (iss) to.searchParams.set('iss', iss);
     res.writeHead(302, { Location: to.toString() });
     res.end();
   }
@@ -451,6 +546,8 @@ if (!flag('--http')) {
     clients.set(cid, c);
     log.auth.registrations++;
     log.auth.client_name = m.client_name;
+    log.auth.application_type = m.application_type;
+    log.auth.registered_at = (log.auth.registered_at || []).concat([asBase()]);
     json(res, 201, Object.assign({ client_id: cid, token_endpoint_auth_method: method, redirect_uris: c.redirect_uris },
       c.secret ? { client_secret: c.secret } : {}));
   }
@@ -458,16 +555,30 @@ if (!flag('--http')) {
   // The Bearer token of a request to /mcp: its record | null (res answered).
   function bearer(req, res) {
     const h = req.headers.authorization || '';
-    const www = (extra) => 'Bearer resource_metadata="' + prmUrl() + '"' +
+    const scheme = DPOP ? 'DPoP' : 'Bearer';
+    const www = (extra) => scheme + ' resource_metadata="' + prmUrl() + '"' +
       (CHALLENGE_SCOPE ? ', scope="' + CHALLENGE_SCOPE + '"' : '') + (extra || '');
-    if (!h.startsWith('Bearer ')) {
+    if (!h.startsWith(scheme + ' ')) {
       log.auth.unauthenticated++;
       json(res, 401, { error: 'invalid_token', error_description: 'no token' }, { 'WWW-Authenticate': www() });
       return null;
     }
-    const tok = h.slice(7);
+    const tok = h.slice(scheme.length + 1);
     note('seen_access', tok);
     const t = access.get(tok);
+    if (DPOP && t) {
+      const d = dpop_check(req, base + '/mcp', tok, DPOP_NONCE && 'rs-nonce-1');
+      if (d.nonce) {
+        log.auth.dpop.rs_nonce++;
+        json(res, 401, { error: 'use_dpop_nonce' }, { 'WWW-Authenticate': 'DPoP error="use_dpop_nonce"', 'DPoP-Nonce': 'rs-nonce-1' });
+        return null;
+      }
+      if (d.error || d.jkt !== t.jkt) {
+        log.auth.dpop.bad.push(d.error || 'key binding');
+        json(res, 401, { error: 'invalid_dpop_proof' }, { 'WWW-Authenticate': www(', error="invalid_dpop_proof"') });
+        return null;
+      }
+    }
     if (!t || t.exp < Date.now() || flag('--reject-tokens')) {
       log.auth.rejected++;
       json(res, 401, { error: 'invalid_token', error_description: LEAKY ? 'token ' + tok + ' is not valid' : 'expired or unknown token' },
@@ -491,19 +602,33 @@ if (!flag('--http')) {
       }
       if (OAUTH) {
         if (u.pathname === '/.well-known/oauth-protected-resource/mcp' && req.method === 'GET') {
-          const d = { resource: resource(), authorization_servers: [base] };
+          const d = { resource: resource(), authorization_servers: [asBase()] };
           if (SCOPES) d.scopes_supported = SCOPES.split(' ');
           return json(res, 200, d);
         }
-        if (u.pathname === '/.well-known/oauth-authorization-server' && req.method === 'GET') {
-          const d = { issuer: base, authorization_endpoint: base + '/authorize', token_endpoint: base + '/token',
-            response_types_supported: ['code'], grant_types_supported: ['authorization_code', 'refresh_token', 'client_credentials'],
+        if (u.pathname === '/.well-known/oauth-authorization-server' + asPrefix && req.method === 'GET') {
+          const ab = asBase();
+          const d = { issuer: META_ISSUER || ab, authorization_endpoint: ab + '/authorize', token_endpoint: ab + '/token',
+            response_types_supported: ['code'],
+            grant_types_supported: ['authorization_code', 'refresh_token', 'client_credentials', JWT_BEARER],
             token_endpoint_auth_methods_supported: METHODS };
-          if (!flag('--no-dcr')) d.registration_endpoint = base + '/register';
+          if (!flag('--no-dcr')) d.registration_endpoint = ab + '/register';
           if (!flag('--no-pkce')) d.code_challenge_methods_supported = ['S256'];
-          if (SCOPES) d.scopes_supported = SCOPES.split(' ');
+          if (SCOPES || opt('--as-scopes', null)) d.scopes_supported = opt('--as-scopes', SCOPES).split(' ');
+          if (ISS && !flag('--iss-unadvertised')) d.authorization_response_iss_parameter_supported = true;
+          if (DPOP) d.dpop_signing_alg_values_supported = ['ES256'];
           return json(res, 200, d);
         }
+        if (u.pathname === '/admin/move-as' && req.method === 'POST') {
+          asPrefix = '/as2'; clients = new Map(); access.clear(); refresh.clear();
+          return json(res, 200, { moved_to: asBase() });
+        }
+        if (u.pathname === '/idp/token' && req.method === 'POST') return idp_token(body, res);
+        // the authorization server's endpoints, under its current prefix
+        if (asPrefix && !u.pathname.startsWith(asPrefix + '/') && ['/authorize', '/token', '/register'].includes(u.pathname)) {
+          res.writeHead(404); return res.end('this authorization server has moved');
+        }
+        if (asPrefix && u.pathname.startsWith(asPrefix + '/')) u.pathname = u.pathname.slice(asPrefix.length);
         if (u.pathname === '/authorize' && req.method === 'GET') return authorize(u, res);
         if (u.pathname === '/login' && req.method === 'GET') {
           log.auth.logins = (log.auth.logins || 0) + 1;

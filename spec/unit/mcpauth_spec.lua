@@ -27,6 +27,75 @@ describe("WWW-Authenticate", function()
     assert.is_nil(A.parse_challenge(""))
     assert.are.same({ scope = "a" }, A.parse_challenge(', ,Bearer  scope = "a" ,'))
   end)
+
+  it("reads a DPoP challenge when asked for that scheme (RFC 9449 §7.1)", function()
+    local h = 'DPoP error="use_dpop_nonce", error_description="Resource server requires nonce in DPoP proof", '
+      .. 'algs="ES256"'
+    assert.is_nil(A.parse_challenge(h))
+    assert.are.same({ error = "use_dpop_nonce", error_description = "Resource server requires nonce in DPoP proof",
+      algs = "ES256" }, A.parse_challenge(h, "dpop"))
+    local both = 'Bearer realm="r", DPoP resource_metadata="http://h/prm"'
+    assert.are.same({ realm = "r" }, A.parse_challenge(both))
+    assert.are.same({ resource_metadata = "http://h/prm" }, A.parse_challenge(both, "dpop"))
+  end)
+end)
+
+describe("client registration", function()
+  it("registers a loopback or custom-scheme redirect as native, a web site's as web", function()
+    assert.are.equal("native", A.application_type("http://127.0.0.1:33418/callback"))
+    assert.are.equal("native", A.application_type("http://localhost:3000/callback"))
+    assert.are.equal("native", A.application_type("http://[::1]:8080/cb"))
+    assert.are.equal("native", A.application_type("com.example.app:/oauth2redirect"))
+    assert.are.equal("web", A.application_type("https://app.example.com/callback"))
+    assert.are.equal("web", A.application_type("http://localhost.example.com/cb"))
+  end)
+end)
+
+describe("DPoP proofs (RFC 9449 §4)", function()
+  local crypto = require "specula.crypto"
+
+  local function part(jwt, i)
+    local p = {}
+    for x in jwt:gmatch("[^.]+") do p[#p + 1] = x end
+    return i <= 2 and json.decode(crypto.unb64(p[i])) or p[i]
+  end
+
+  it("signs each proof with the key whose public half it carries, a new jti each time", function()
+    local auth = A.new({ cache = false }, "http://h:1/mcp", function() end, "mcp server 'x'")
+    local tok = "access-token-0123456789"
+    local p1 = assert(auth:_dpop_proof("POST", "http://h:1/mcp?q=1#f", tok, "n-1"))
+    local p2 = assert(auth:_dpop_proof("POST", "http://h:1/token", nil, nil))
+    local h1, c1, c2 = part(p1, 1), part(p1, 2), part(p2, 2)
+    assert.are.equal("dpop+jwt", h1.typ)
+    assert.are.equal("ES256", h1.alg)
+    assert.are.equal("EC", h1.jwk.kty)
+    assert.are.equal("P-256", h1.jwk.crv)
+    assert.are.equal(43, #h1.jwk.x)                    -- 32 bytes, Base64url
+    assert.are.equal(43, #h1.jwk.y)
+    assert.is_nil(h1.jwk.d)                            -- never the private part
+    assert.are.same(h1.jwk, part(p2, 1).jwk)          -- one key for the tokens of a server
+    assert.are.equal("POST", c1.htm)
+    assert.are.equal("http://h:1/mcp", c1.htu)         -- no query, no fragment
+    assert.are.equal("n-1", c1.nonce)
+    assert.are.equal(crypto.b64url(crypto.sha256(tok)), c1.ath)
+    assert.is_nil(c2.ath)
+    assert.is_nil(c2.nonce)
+    assert.are_not.equal(c1.jti, c2.jti)
+    assert.is_true(math.abs(os.time() - c1.iat) <= 2)
+    -- the signature verifies with the key's public half
+    local key = auth.entry.dpop_key
+    local pub = assert(crypto.pubkey(key.pem))
+    local dot = p1:match("^.*()%.")
+    assert.is_true(crypto.verify("ES256", pub, p1:sub(1, dot - 1), crypto.unb64(p1:sub(dot + 1))))
+    -- the header carries the JWK of that very public key
+    assert.are.same(h1.jwk, A.ec_public_jwk(pub))
+    assert.is_true(require("specula.secrets").scrub(key.pem) ~= key.pem)   -- declared a secret
+  end)
+
+  it("makes a JWK of P-256 keys only", function()
+    local rsa = assert(crypto.pubkey(assert(crypto.keygen("RS256"))))
+    assert.is_nil(A.ec_public_jwk(rsa))
+  end)
 end)
 
 describe("resource indicators", function()

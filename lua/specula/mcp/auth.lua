@@ -1,6 +1,7 @@
 -- specula.mcp.auth (to scripts: specula.mcpauth): OAuth 2.1 for MCP servers
--- behind authorization (MCP authorization spec 2025-06-18 / 2025-11-25, and
--- 2025-03-26 servers).
+-- behind authorization (MCP authorization spec 2025-06-18 / 2025-11-25 /
+-- 2026-07-28, and 2025-03-26 servers), with the auth extensions: client
+-- credentials, enterprise-managed authorization, workload identity, DPoP.
 -- specula.mcp uses it for connect{ url = ..., auth = { ... } }; the options
 -- are documented in docs/mcp.md#authorization-oauth-21.
 --
@@ -11,15 +12,18 @@
 --      a prefix of its path) or nothing is authorized. No metadata at all: a
 --      2025-03-26 server, whose authorization server is its own origin.
 --   2. authorization server metadata (RFC 8414, OpenID Discovery), path
---      inserted before path appended; none: the 2025-03-26 default endpoints
---      /authorize, /token, /register.
+--      inserted before path appended, its issuer the one asked of; none: the
+--      2025-03-26 default endpoints /authorize, /token, /register.
 --   3. a client id: pre-registered (auth.client_id), a client ID metadata
 --      document URL when the server supports them, else dynamic registration
---      (RFC 7591).
+--      (RFC 7591, with an application_type); one per authorization server.
 --   4. a token: authorization code with PKCE S256 (the redirect comes from
 --      auth.authorize(url), or headless: the authorization URL fetched
---      without following its redirect), or client credentials (secret or a
---      JWT assertion, RFC 7523); RFC 8707 resource indicators throughout.
+--      without following its redirect; its state and iss checked), client
+--      credentials (secret or a JWT assertion, RFC 7523), or a JWT bearer
+--      grant (a workload's JWT, or an ID-JAG the enterprise identity provider
+--      gave for the user's ID token, RFC 8693); RFC 8707 resource indicators
+--      throughout; bound to a DPoP key (RFC 9449) where the server offers it.
 -- Scopes: auth.scope, else the challenge's scope, else all of the resource's
 -- scopes_supported, else none. A 403 insufficient_scope re-authorizes with the
 -- union of the scopes held and the ones asked (at most max_step_up times per
@@ -45,9 +49,13 @@ local format, concat, lower = string.format, table.concat, string.lower
 local M = {}
 
 M.DEFAULT_REDIRECT_URI = "http://127.0.0.1:33418/callback"
-M.GRANTS = { authorization_code = true, client_credentials = true }
+M.GRANTS = { authorization_code = true, client_credentials = true, jwt_bearer = true, enterprise = true }
 M.METHODS = { none = true, client_secret_basic = true, client_secret_post = true, private_key_jwt = true }
 local JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+local JWT_BEARER_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"         -- RFC 7523 §2.1
+local TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"       -- RFC 8693
+local ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"
+local ID_JAG_TYPE = "urn:ietf:params:oauth:token-type:id-jag"
 
 local function declare(v)
   if type(v) == "string" then secrets.declare(v) end
@@ -126,10 +134,12 @@ end
 
 -- ---- WWW-Authenticate (RFC 9110 §11.6.1, RFC 6750 §3) ------------------------------------
 
--- The parameters of the Bearer challenge in a WWW-Authenticate value
--- (several challenges may share the header): { scope =, error =,
--- resource_metadata =, ... } or nil when there is no Bearer challenge.
-function M.parse_challenge(h)
+-- The parameters of the Bearer challenge (or of the `scheme` one, e.g.
+-- "dpop") in a WWW-Authenticate value (several challenges may share the
+-- header): { scope =, error =, resource_metadata =, ... } or nil when there
+-- is no such challenge.
+function M.parse_challenge(h, scheme)
+  scheme = scheme or "bearer"
   if type(h) ~= "string" then return nil end
   local i, n = 1, #h
   local current, found
@@ -171,7 +181,7 @@ function M.parse_challenge(h)
     else
       -- a new challenge (auth-scheme); a token68 may follow
       current = { scheme = lower(name), params = {} }
-      if current.scheme == "bearer" and not found then found = current end
+      if current.scheme == scheme and not found then found = current end
       i = e2
       local _, e3 = h:find("^%s+[%w%-%._~+/]+=*%s*$", i)
       if e3 then i = e3 + 1 end
@@ -221,7 +231,9 @@ local OPTION_TYPES = {
   token_endpoint_auth_method = "string", private_key = "string", signing_alg = "string",
   authorization_server = "string", max_step_up = "number", timeout_ms = "number",
   authorize = "function", client_assertion = { "string", "function" }, store = "table",
-  refresh_margin_s = "number", cache = "boolean",
+  refresh_margin_s = "number", cache = "boolean", offline_access = "boolean", dpop = "boolean",
+  assertion = { "string", "function" }, id_token = { "string", "function" }, idp_token_endpoint = "string",
+  idp_client_id = "string", idp_client_secret = "string", application_type = "string",
 }
 
 function M.check_options(a, level)
@@ -239,7 +251,8 @@ function M.check_options(a, level)
     end
   end
   if a.grant and not M.GRANTS[a.grant] then
-    error("specula.mcp.connect: auth.grant must be authorization_code or client_credentials", level)
+    error("specula.mcp.connect: auth.grant must be authorization_code, client_credentials, jwt_bearer or enterprise",
+      level)
   end
   if a.token_endpoint_auth_method and not M.METHODS[a.token_endpoint_auth_method] then
     error("specula.mcp.connect: auth.token_endpoint_auth_method must be none, client_secret_basic, "
@@ -255,7 +268,19 @@ function M.check_options(a, level)
     error("specula.mcp.connect: auth.grant = client_credentials needs auth.client_secret, "
       .. "auth.private_key or auth.client_assertion", level)
   end
-  for _, k in ipairs({ "redirect_uri", "client_metadata_url", "authorization_server" }) do
+  if a.grant == "jwt_bearer" and not a.assertion then
+    error("specula.mcp.connect: auth.grant = jwt_bearer needs auth.assertion (the workload's JWT, or a function "
+      .. "returning one)", level)
+  end
+  if a.grant == "enterprise" then
+    for _, k in ipairs({ "client_id", "id_token", "idp_token_endpoint" }) do
+      if not a[k] then error("specula.mcp.connect: auth.grant = enterprise needs auth." .. k, level) end
+    end
+  end
+  if a.application_type and a.application_type ~= "native" and a.application_type ~= "web" then
+    error("specula.mcp.connect: auth.application_type must be native or web", level)
+  end
+  for _, k in ipairs({ "redirect_uri", "client_metadata_url", "authorization_server", "idp_token_endpoint" }) do
     if a[k] and not parse_url(a[k]) then error("specula.mcp.connect: auth." .. k .. " must be an absolute URL", level) end
   end
   if a.store and (type(a.store.load) ~= "function" or type(a.store.save) ~= "function") then
@@ -265,6 +290,9 @@ function M.check_options(a, level)
   declare(a.client_secret)
   declare(a.private_key)
   if type(a.client_assertion) == "string" then declare(a.client_assertion) end
+  if type(a.assertion) == "string" then declare(a.assertion) end
+  if type(a.id_token) == "string" then declare(a.id_token) end
+  declare(a.idp_client_secret)
   return a
 end
 
@@ -387,16 +415,25 @@ function Auth:_discover_as(as_url)
   local e = self.entry
   if e.as and e.as.url == as_url then return e.as.meta end
   if not parse_url(as_url) then return nil, self:_err("the authorization server is not a URL: " .. tostring(as_url)) end
-  local unreachable, last = 0, nil
+  local unreachable, last, mismatch = 0, nil, nil
   local urls = as_metadata_urls(as_url)
   for _, u in ipairs(urls) do
     local doc, why, transport = self:_get_json(u)
     if doc and type(doc.token_endpoint) == "string" then
-      e.as = { url = as_url, meta = doc, from = u }
-      return doc
+      -- RFC 8414 §3.3: the issuer it states must be the one the URL was
+      -- built from, or the document may be an attacker's (a trailing "/"
+      -- of the identifier aside, which the URL construction drops)
+      local iss = doc.issuer
+      if iss == nil or iss == as_url or iss .. "/" == as_url or iss == as_url .. "/" then
+        e.as = { url = as_url, meta = doc, from = u }
+        return doc
+      end
+      mismatch = mismatch or format("the authorization server metadata at %s names the issuer %s, not %s: "
+        .. "refusing to use it", u, tostring(iss), as_url)
     end
     if transport then unreachable, last = unreachable + 1, why end
   end
+  if mismatch then return nil, self:_err(mismatch) end
   if unreachable == #urls then
     -- nothing answered at all: no defaults to fall back on
     return nil, self:_err("authorization server metadata: " .. tostring(last))
@@ -431,6 +468,18 @@ function Auth:_pick_method(meta, client)
   return "none"
 end
 
+-- The application_type to register (OpenID Connect Dynamic Registration,
+-- as MCP asks for it): "native" for a redirect to this machine (loopback)
+-- or to a custom scheme, "web" for a redirect to a web site.
+local function application_type(redirect_uri)
+  local p = parse_url(redirect_uri)
+  if not p or (p.scheme ~= "http" and p.scheme ~= "https") then return "native" end
+  local host = p.authority:gsub(":%d+$", "")
+  if host == "localhost" or host:match("^127%.%d+%.%d+%.%d+$") or host == "[::1]" then return "native" end
+  return "web"
+end
+M.application_type = application_type
+
 -- The method to ask for at dynamic registration.
 local function registration_method(sup, forced)
   if forced then return forced end
@@ -445,6 +494,10 @@ function Auth:_client(meta, scope)
   local e, o = self.entry, self.o
   if o.client_id then
     return { id = o.client_id, secret = o.client_secret, source = "pre-registered" }
+  end
+  if self.grant == "jwt_bearer" then
+    -- RFC 7523 §3.1: the assertion identifies the workload; no client needed
+    return { source = "assertion" }
   end
   if e.client and e.client.as == meta.issuer then return e.client end
   if o.client_metadata_url and meta.client_id_metadata_document_supported == true then
@@ -462,6 +515,7 @@ function Auth:_client(meta, scope)
     grant_types = json.array({ "authorization_code", "refresh_token" }),
     response_types = json.array({ "code" }),
     token_endpoint_auth_method = method,
+    application_type = o.application_type or application_type(self.redirect_uri),
     scope = scope,
   })
   local res, err = self:_http { method = "POST", url = meta.registration_endpoint, body = json.encode(body),
@@ -530,13 +584,79 @@ function Auth:_client_auth(meta, client, params, headers)
   return true
 end
 
--- POST to the token endpoint: tokens | nil, err.
-function Auth:_token_request(meta, client, params, what)
-  local headers = { ["Content-Type"] = "application/x-www-form-urlencoded", Accept = "application/json" }
-  local ok, aerr = self:_client_auth(meta, client, params, headers)
-  if not ok then return nil, aerr end
-  local res, err = self:_http { method = "POST", url = meta.token_endpoint, body = form(params), headers = headers }
-  if not res then return nil, self:_err(what .. ": " .. err) end
+-- ---- DPoP (RFC 9449) ----------------------------------------------------------------------
+
+-- The public JWK of a P-256 key from its SubjectPublicKeyInfo PEM (what
+-- crypto.pubkey gives): the DER is a fixed 26-byte prefix and the
+-- uncompressed point 04 || X || Y.
+local function ec_public_jwk(pub_pem)
+  local body = pub_pem:gsub("%-%-%-%-%-[^%-]+%-%-%-%-%-", ""):gsub("%s", "")
+  local der = crypto.unb64(body)
+  if not der or #der ~= 91 or der:byte(27) ~= 4 then return nil end
+  return json.object({ kty = "EC", crv = "P-256", x = crypto.b64url(der:sub(28, 59)), y = crypto.b64url(der:sub(60, 91)) })
+end
+M.ec_public_jwk = ec_public_jwk
+
+-- Does this client bind its tokens to a DPoP key at this authorization
+-- server? auth.dpop = true: always; false: never; unset: when the server
+-- lists ES256 in dpop_signing_alg_values_supported.
+function Auth:_use_dpop(meta)
+  if self.o.dpop ~= nil then return self.o.dpop end
+  return has(meta and meta.dpop_signing_alg_values_supported, "ES256")
+end
+
+-- The DPoP key of this server's tokens (made once, kept with them: a
+-- refresh token bound to it needs the same key): { pem, jwk } | nil, err.
+function Auth:_dpop_key()
+  local e = self.entry
+  if e.dpop_key then return e.dpop_key end
+  local pem, err = crypto.keygen("ES256")
+  if not pem then return nil, self:_err("making the DPoP key: " .. tostring(err)) end
+  declare(pem)
+  local pub, perr = crypto.pubkey(pem)
+  local jwk = pub and ec_public_jwk(pub)
+  if not jwk then return nil, self:_err("the DPoP public key: " .. tostring(perr or "not a P-256 key")) end
+  e.dpop_key = { pem = pem, jwk = jwk }
+  return e.dpop_key
+end
+
+-- A DPoP proof for one request (a new jti each time): htm the method, htu
+-- the URL without query and fragment, ath the hash of the access token
+-- sent with it, nonce the server's when it gave one.
+function Auth:_dpop_proof(method, url, access_token, nonce)
+  local key, kerr = self:_dpop_key()
+  if not key then return nil, kerr end
+  local header = crypto.b64url(json.encode(json.object({ typ = "dpop+jwt", alg = "ES256", jwk = key.jwk })))
+  local claims = json.object({ jti = crypto.b64url(assert(crypto.random(16))), htm = method,
+                               htu = (url:gsub("[?#].*$", "")), iat = os.time(), nonce = nonce })
+  if access_token then claims.ath = crypto.b64url(crypto.sha256(access_token)) end
+  local input = header .. "." .. crypto.b64url(json.encode(claims))
+  local sig, err = crypto.sign("ES256", key.pem, input)
+  if not sig then return nil, self:_err("signing a DPoP proof: " .. tostring(err)) end
+  return input .. "." .. crypto.b64url(sig)
+end
+
+-- POST a form to a token endpoint: the decoded answer | nil, err, status.
+-- A DPoP server's use_dpop_nonce refusal is answered once with its nonce
+-- (RFC 9449 §8).
+function Auth:_post_token(url, params, headers, what, dpop)
+  local body = form(params)
+  local res, err
+  for _ = 1, 2 do
+    if dpop then
+      local proof, perr = self:_dpop_proof("POST", url, nil, self.entry.dpop_as_nonce)
+      if not proof then return nil, perr end
+      headers.DPoP = proof
+    end
+    res, err = self:_http { method = "POST", url = url, body = body, headers = headers }
+    if not res then return nil, self:_err(what .. ": " .. err) end
+    local nonce = res.headers["dpop-nonce"]
+    if not (dpop and nonce) then break end
+    local changed = nonce ~= self.entry.dpop_as_nonce
+    self.entry.dpop_as_nonce = nonce
+    local d = res.status == 400 and json.decode(res.body or "")
+    if not (changed and type(d) == "table" and d.error == "use_dpop_nonce") then break end
+  end
   local doc = json.decode(res.body or "")
   if type(doc) == "table" then
     declare(doc.access_token)
@@ -548,16 +668,29 @@ function Auth:_token_request(meta, client, params, what)
     if type(doc) == "table" and type(doc.error) == "string" then
       why = ": " .. doc.error .. (type(doc.error_description) == "string" and (": " .. doc.error_description) or "")
     end
-    return nil, self:_err(format("%s at %s: HTTP %d%s", what, meta.token_endpoint, res.status, why)), res.status
+    return nil, self:_err(format("%s at %s: HTTP %d%s", what, url, res.status, why)), res.status
   end
   if type(doc) ~= "table" or type(doc.access_token) ~= "string" or doc.access_token == "" then
-    return nil, self:_err(what .. " at " .. meta.token_endpoint .. ": the response has no access_token")
+    return nil, self:_err(what .. " at " .. url .. ": the response has no access_token")
   end
-  if type(doc.token_type) ~= "string" or lower(doc.token_type) ~= "bearer" then
-    return nil, self:_err(what .. ": unsupported token_type " .. tostring(doc.token_type) .. " (Bearer is)")
+  return doc
+end
+
+-- POST to the token endpoint: tokens | nil, err.
+function Auth:_token_request(meta, client, params, what)
+  local headers = { ["Content-Type"] = "application/x-www-form-urlencoded", Accept = "application/json" }
+  local ok, aerr = self:_client_auth(meta, client, params, headers)
+  if not ok then return nil, aerr end
+  local dpop = self:_use_dpop(meta)
+  local doc, err, status = self:_post_token(meta.token_endpoint, params, headers, what, dpop)
+  if not doc then return nil, err, status end
+  local tt = type(doc.token_type) == "string" and lower(doc.token_type) or ""
+  if not (tt == "bearer" or (dpop and tt == "dpop")) then
+    return nil, self:_err(what .. ": unsupported token_type " .. tostring(doc.token_type)
+      .. (dpop and " (Bearer and DPoP are)" or " (Bearer is)"))
   end
   local t = { access_token = doc.access_token, refresh_token = doc.refresh_token,
-              scope = type(doc.scope) == "string" and doc.scope or nil }
+              scope = type(doc.scope) == "string" and doc.scope or nil, dpop = tt == "dpop" or nil }
   local ttl = tonumber(doc.expires_in)
   if ttl and ttl > 0 then
     t.expires_at_ms = sched.real_now() + ttl * 1000
@@ -617,6 +750,19 @@ function Auth:_authorization_code(meta, client, scope, resource)
   end
   local q = redirect:match("%?([^#]*)")
   local params = query_params(q)
+  -- RFC 9207: a present iss must be the issuer recorded from the metadata,
+  -- compared as strings (no URL normalization); a server that says it sends
+  -- iss must send it. Otherwise the response may come from another server
+  -- (a mix-up attack) and its code must not go to this token endpoint.
+  if params.iss ~= nil then
+    if params.iss ~= meta.issuer then
+      return nil, self:_err(format("the authorization response names the issuer %s, not %s (iss, RFC 9207): "
+        .. "refusing it", params.iss, tostring(meta.issuer)))
+    end
+  elseif meta.authorization_response_iss_parameter_supported == true then
+    return nil, self:_err("the authorization server says it sends iss (authorization_response_iss_parameter_supported) "
+      .. "but its response has none (RFC 9207): refusing it")
+  end
   if params.error then
     return nil, self:_err("the authorization server refused: " .. params.error
       .. (params.error_description and (": " .. params.error_description) or ""))
@@ -629,6 +775,44 @@ function Auth:_authorization_code(meta, client, scope, resource)
   return self:_token_request(meta, client, {
     { "grant_type", "authorization_code" }, { "code", params.code }, { "redirect_uri", self.redirect_uri },
     { "code_verifier", verifier }, { "resource", resource } }, "token request")
+end
+
+-- A string credential from an option that is a string or a function
+-- (called with info): the value, declared secret | nil, err.
+function Auth:_credential(name, info)
+  local v = self.o[name]
+  if type(v) == "function" then
+    local ok, r = pcall(v, info)
+    if not ok then return nil, self:_err("auth." .. name .. " raised: " .. tostring(r)) end
+    v = r
+  end
+  if type(v) ~= "string" or v == "" then return nil, self:_err("auth." .. name .. " gave no " .. name) end
+  return declare(v)
+end
+
+-- Enterprise-managed authorization (the MCP extension, RFC 8693 + RFC
+-- 7523): the user's ID token from the enterprise identity provider is
+-- exchanged there for an identity assertion authorization grant (ID-JAG)
+-- for this authorization server and resource: the ID-JAG | nil, err.
+function Auth:_id_jag(meta, resource, scope)
+  local o = self.o
+  local idt, ierr = self:_credential("id_token", { idp_token_endpoint = o.idp_token_endpoint,
+                                                  authorization_server = meta.issuer, resource = resource })
+  if not idt then return nil, ierr end
+  local params = {
+    { "grant_type", TOKEN_EXCHANGE }, { "requested_token_type", ID_JAG_TYPE },
+    { "audience", meta.issuer or self.entry.as.url }, { "resource", resource }, { "scope", scope },
+    { "subject_token", idt }, { "subject_token_type", ID_TOKEN_TYPE },
+    { "client_id", o.idp_client_id }, { "client_secret", o.idp_client_secret } }
+  local doc, err = self:_post_token(o.idp_token_endpoint, params,
+    { ["Content-Type"] = "application/x-www-form-urlencoded", Accept = "application/json" },
+    "token exchange at the identity provider")
+  if not doc then return nil, err end
+  if doc.issued_token_type ~= ID_JAG_TYPE then
+    return nil, self:_err("token exchange at the identity provider: issued_token_type is "
+      .. tostring(doc.issued_token_type) .. ", not " .. ID_JAG_TYPE)
+  end
+  return doc.access_token
 end
 
 -- Discovery, client, grant: new tokens in the cache | nil, err.
@@ -660,6 +844,12 @@ function Auth:_authorize(scope_hint, rm_url)
   if not scope and prm and type(prm.scopes_supported) == "table" and #prm.scopes_supported > 0 then
     scope = concat(prm.scopes_supported, " ")
   end
+  -- SEP-2207: a refresh token is asked for with offline_access where the
+  -- authorization server offers it (and only there)
+  if self.grant == "authorization_code" and scope and self.o.offline_access ~= false
+     and has(meta.scopes_supported, "offline_access") and not scope_set(scope).offline_access then
+    scope = scope .. " offline_access"
+  end
   local client, cerr = self:_client(meta, scope)
   if not client then return nil, cerr end
   self.client = client
@@ -667,6 +857,18 @@ function Auth:_authorize(scope_hint, rm_url)
   if self.grant == "client_credentials" then
     tokens, terr = self:_token_request(meta, client, { { "grant_type", "client_credentials" }, { "scope", scope },
                                                        { "resource", resource } }, "client credentials token request")
+  elseif self.grant == "jwt_bearer" or self.grant == "enterprise" then
+    -- RFC 7523 §2.1: the workload's JWT, or the ID-JAG, is the grant
+    local a, aerr
+    if self.grant == "enterprise" then
+      a, aerr = self:_id_jag(meta, resource, scope)
+    else
+      a, aerr = self:_credential("assertion", { authorization_server = meta.issuer or as_url, resource = resource,
+                                                token_endpoint = meta.token_endpoint, scope = scope })
+    end
+    if not a then return nil, aerr end
+    tokens, terr = self:_token_request(meta, client, { { "grant_type", JWT_BEARER_GRANT }, { "assertion", a },
+      { "scope", scope }, { "resource", resource } }, "JWT bearer token request")
   else
     tokens, terr = self:_authorization_code(meta, client, scope, resource)
   end
@@ -679,7 +881,9 @@ end
 
 function Auth:_save(tokens)
   self.entry.tokens = tokens
-  if self.o.store then
+  -- a DPoP-bound token is worthless without its key, which never leaves
+  -- the process: such tokens are not stored
+  if self.o.store and not tokens.dpop then
     local c = self.client or {}
     local ok, err = pcall(self.o.store.save, self.entry.key, {
       access_token = tokens.access_token, refresh_token = tokens.refresh_token, scope = tokens.scope,
@@ -763,12 +967,41 @@ function Auth:token()
   return t.access_token
 end
 
+-- The credential headers of a request to the server that carries the
+-- access token `token` (from token()): Authorization with the token's
+-- scheme, and for a DPoP-bound token a fresh proof of the key (RFC 9449 §7).
+-- h: the headers to add to; method, url: the request's.
+function Auth:authorize_request(h, method, url, token)
+  local t = self.entry.tokens
+  if t and t.dpop and t.access_token == token then
+    local proof = self:_dpop_proof(method, url, token, self.entry.dpop_rs_nonce)
+    if proof then
+      h["Authorization"] = "DPoP " .. token
+      h["DPoP"] = proof
+      return h
+    end
+  end
+  h["Authorization"] = "Bearer " .. token
+  return h
+end
+
 -- The server refused a request (401/403) that carried `sent` (the access
--- token, or nil). st: this request's retry state. true: retry the request;
--- nil, err: give up.
-function Auth:challenge(status, www, st, sent)
-  local ch = M.parse_challenge(www) or {}
+-- token, or nil). st: this request's retry state; headers: the response's
+-- (lowercase names). true: retry the request; nil, err: give up.
+function Auth:challenge(status, www, st, sent, headers)
+  local dch = M.parse_challenge(www, "dpop")
+  local ch = M.parse_challenge(www) or dch or {}
   local e = self.entry
+  -- RFC 9449 §9: a DPoP server asks for its nonce in the proof; once per request
+  local nonce = headers and headers["dpop-nonce"]
+  if status == 401 and dch and dch.error == "use_dpop_nonce" and nonce and sent and e.tokens and e.tokens.dpop then
+    e.dpop_rs_nonce = nonce
+    if not st.dpop_nonce then
+      st.dpop_nonce = true
+      return true
+    end
+    return nil, self:_err("the server still asks for a DPoP nonce after the one it gave was sent")
+  end
   if status == 403 and ch.error ~= "insufficient_scope" then
     return nil, self:_err("HTTP 403 forbidden" .. (ch.error and (" (" .. ch.error .. ")") or ""))
   end
@@ -794,6 +1027,9 @@ function Auth:challenge(status, www, st, sent)
     end
     local ok, err = self:_once(function()
       if sent == nil and e.tokens then return true end   -- authorized by another request meanwhile
+      -- a token refused: the resource may have moved to another
+      -- authorization server (SEP-2352), so its metadata is read again
+      if sent then e.prm = nil end
       return self:_authorize(ch.scope, ch.resource_metadata)
     end)
     if not ok then return nil, err end
@@ -834,7 +1070,7 @@ function Auth:info()
     token_endpoint_auth_method = self.method, has_token = t ~= nil, has_refresh_token = t and t.refresh_token ~= nil,
     scope = t and (t.scope or t.requested_scope), requested_scope = t and t.requested_scope,
     expires_in_s = t and t.expires_at_ms and math.floor((t.expires_at_ms - sched.real_now()) / 1000) or nil,
-    store_error = self.store_error,
+    store_error = self.store_error, dpop = t and t.dpop or false,
   }
   for k, v in pairs(self.st) do out[k] = v end
   return out

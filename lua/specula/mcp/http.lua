@@ -85,7 +85,7 @@ function Http:_send(o)
     local sent
     if self.auth then
       sent = self.auth:token()
-      if sent then h["Authorization"] = "Bearer " .. sent end
+      if sent then self.auth:authorize_request(h, o.method, self.url, sent) end
     end
     local res, err = http.request { method = o.method, url = self.url, headers = h, body = o.body, stream = o.stream,
                                     timeout_ms = o.timeout and o.timeout() or self.timeout_ms,
@@ -93,7 +93,7 @@ function Http:_send(o)
     if not res then return nil, scrub(err) end
     if not self.auth or (res.status ~= 401 and res.status ~= 403) then return res end
     if res.close then res:close() end
-    local ok, aerr = self.auth:challenge(res.status, res.headers["www-authenticate"], st, sent)
+    local ok, aerr = self.auth:challenge(res.status, res.headers["www-authenticate"], st, sent, res.headers)
     if not ok then return nil, aerr, "auth" end
   end
 end
@@ -151,7 +151,7 @@ end
 function Http:request(x)
   local h = self:_http_headers()
   local tok = self.auth and self.auth.entry.tokens
-  if tok then h["Authorization"] = "Bearer " .. tok.access_token end
+  if tok then self.auth:authorize_request(h, "POST", self.url, tok.access_token) end
   local hdr = header_lines(h)
   C.sp_rpc_cancel_post(x.rpc, self.url, hdr, x.cancel, #x.cancel)
   local peer, timeout_ms = self.peer, x.timeout_ms
