@@ -161,7 +161,7 @@ print(json.encode({ form = form.structuredContent, url = url.structuredContent, 
     assert.matches("the server asked for sampling/createMessage and the client has no hook for it", r.serr, 1, true)
     assert.are.equal(3, r.st)
     -- each retry is a new request: its id is not the first round's
-    assert.are.equal(3, #r.rounds)
+    assert.are.equal(4, #r.rounds)   -- form, url, no state, declined (the sampling one has no retry)
     assert.is_false(r.rounds[1].same_id)
     assert.is_false(r.rounds[2].same_id)
     assert.are.same({ form = {}, url = {} }, r.caps.elicitation)
