@@ -550,6 +550,11 @@ function Client:_discover(v, retried)
   local sup
   if r == nil then
     if self.t.auth_failed then return nil, err, false end   -- not a version question
+    -- over HTTP a session server answers the probe at once (an error); no
+    -- answer in time is a slow server, not an old one
+    if self.t.kind == "http" and type(err) == "string" and err:find("no response within", 1, true) then
+      return nil, err, false
+    end
     sup = supported_in(err)
     if not sup then return nil, err, true end
   elseif type(r) == "table" and type(r.supportedVersions) == "table" then
@@ -905,9 +910,10 @@ function M.new(t, o, name)
     timeout_ms = o.timeout_ms or 60000, init_timeout_ms = o.init_timeout_ms or 30000,
     max_restarts = o.max_restarts or 3,
     want_version = o.protocol_version or M.PROTOCOL_VERSIONS[1], pinned = o.protocol_version ~= nil,
-    -- a session server may never answer an unknown method: the probe is
-    -- bounded below the start's own timeout
-    discover_timeout_ms = math.min(o.init_timeout_ms or 30000, 10000),
+    -- a session server over stdio may never answer an unknown method: there
+    -- the probe is bounded below the start's own timeout
+    discover_timeout_ms = t.kind == "stdio" and math.min(o.init_timeout_ms or 30000, 10000)
+      or o.init_timeout_ms or 30000,
     quiet = o.quiet,
     state = "new", next_id = 1,
     pending = {}, by_token = {}, given_up = {}, n_given_up = 0, errors = {}, list_cache = {},
