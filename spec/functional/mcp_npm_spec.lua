@@ -20,16 +20,40 @@ local function guard()
   return H.require_or_pend(pending, missing)
 end
 
--- The suite's client scenarios, from its own `list` command (the authority).
-local function client_scenarios()
+-- The protocol versions the client speaks whose frozen requirement sets
+-- the suite holds: each scored client scenario of a set runs at its version.
+local REQUIREMENTS = { "2025-11-25", "2026-07-28" }
+
+-- The client scenarios a requirement set scores, from the suite's own
+-- `list` command (the authority); not those it runs unscored.
+local function client_scenarios(requirements)
   if missing then return {} end
-  local p = assert(io.popen("node " .. H.quote(NM .. "conformance/dist/index.js") .. " list 2>/dev/null"))
+  local p = assert(io.popen("node " .. H.quote(NM .. "conformance/dist/index.js") .. " list --client --requirements "
+    .. requirements .. " 2>/dev/null"))
   local text = p:read("*a")
   p:close()
   local list = {}
-  local section = text:match("Client scenarios[^\n]*\n(.*)$") or ""
+  local section = text:match("Client scenarios[^\n]*\n(.-)\n%s*\n") or text:match("Client scenarios[^\n]*\n(.*)$") or ""
+  section = section:match("^(.-)Run and reported") or section
   for name in section:gmatch("%s+%- ([%w%-_/%.]+)") do list[#list + 1] = name end
   return list
+end
+
+-- Scenarios outside those sets that the client passes too (and the
+-- previous release of the suite ran): unscored ones and the 2025-03-26
+-- authorization fallbacks, each at the version it is for.
+local EXTRA = {
+  { "json-schema-2020-12-preservation", "2025-11-25" }, { "json-schema-2020-12-preservation", "2026-07-28" },
+  { "auth/client-credentials-jwt", "2025-11-25" }, { "auth/client-credentials-basic", "2025-11-25" },
+  { "auth/2025-03-26-oauth-metadata-backcompat", "2025-03-26" },
+  { "auth/2025-03-26-oauth-endpoint-fallback", "2025-03-26" },
+}
+
+-- The authorization scenarios of 2026-07-28 belong to the work on the
+-- 2026 authorization changes (lua/specula/mcp/auth.lua), not to the wire:
+-- pending here until that lands.
+local function pending_auth(scenario, version)
+  return version == "2026-07-28" and scenario:match("^auth/") ~= nil
 end
 
 -- What our client says on stderr in the scenarios where it must refuse
@@ -42,11 +66,12 @@ local MUST_REFUSE = {
 
 -- Run one scenario with a client command; returns passed, total, the
 -- checks, the exit status and the suite's output.
-local function run_scenario(scenario, command)
-  local work = H.tmpdir() .. "/conf-" .. scenario:gsub("/", "_")
+local function run_scenario(scenario, command, version)
+  local work = H.tmpdir() .. "/conf-" .. scenario:gsub("/", "_") .. "-" .. version
   os.execute("rm -rf " .. H.quote(work) .. " && mkdir -p " .. H.quote(work))
   local st, out, err = H.sh("cd " .. H.quote(work) .. " && node " .. H.quote(NM .. "conformance/dist/index.js")
-    .. " client --command " .. H.quote(command) .. " --scenario " .. scenario .. " --output-dir results")
+    .. " client --command " .. H.quote(command) .. " --scenario " .. scenario .. " --spec-version " .. version
+    .. " --output-dir results")
   local all = (out .. "\n" .. err):gsub("\27%[[%d;]*m", "")
   local passed, total = all:match("Passed: (%d+)/(%d+)")
   assert(passed, "no 'Passed: n/m' line\nstdout: " .. out .. "\nstderr: " .. err)
@@ -63,24 +88,35 @@ local function run_scenario(scenario, command)
 end
 
 describe("MCP with real servers from npm #slow", function()
-  local scenarios = client_scenarios()
+  local runs, sizes = {}, {}
+  for _, v in ipairs(REQUIREMENTS) do
+    local l = client_scenarios(v)
+    sizes[v] = #l
+    for _, s in ipairs(l) do runs[#runs + 1] = { s, v } end
+  end
+  for _, x in ipairs(EXTRA) do runs[#runs + 1] = x end
 
-  it("the suite has the 23 client scenarios this client is held to", function()
+  it("the suite requires 18 client scenarios at 2025-11-25 and 32 at 2026-07-28", function()
     if not guard() then return end
-    assert.are.equal(23, #scenarios, table.concat(scenarios, ", "))
+    assert.are.same({ ["2025-11-25"] = 18, ["2026-07-28"] = 32 }, sizes)
   end)
 
-  for _, scenario in ipairs(scenarios) do
-    it("passes the conformance suite's client scenario " .. scenario, function()
+  for _, run in ipairs(runs) do
+    local scenario, version = run[1], run[2]
+    it("passes the conformance suite's client scenario " .. scenario .. " at " .. version, function()
       if not guard() then return end
+      if pending_auth(scenario, version) then
+        pending("2026-07-28 authorization: lua/specula/mcp/auth.lua's own work")
+        return
+      end
       local cmd = H.quote(H.bin) .. " run " .. H.quote(H.root .. "/spec/mcp/conformance_client.lua")
-      local passed, total, checks, st, all, client_err = run_scenario(scenario, cmd)
+      local passed, total, checks, st, all, client_err = run_scenario(scenario, cmd, version)
       local ok, fail, warn = 0, 0, 0
       for _, c in ipairs(checks) do
         if c.status == "SUCCESS" then ok = ok + 1 elseif c.status == "FAILURE" then fail = fail + 1
         elseif c.status == "WARNING" then warn = warn + 1 end
       end
-      io.stderr:write(("[conformance] %s: %d/%d checks passed\n"):format(scenario, passed, total))
+      io.stderr:write(("[conformance] %s at %s: %d/%d checks passed\n"):format(scenario, version, passed, total))
       assert.is_true(total > 0, "0 checks reported")
       assert.are.equal(total, passed, all)
       assert.are.equal(0, fail)
@@ -99,7 +135,7 @@ describe("MCP with real servers from npm #slow", function()
     local cmd = table.concat({ H.quote(H.bin), "run", H.quote(H.root .. "/spec/mcp/conformance_agent.lua"),
       "--record", H.quote(dir .. "/cassette"), "--trace", H.quote(dir .. "/trace.json"),
       "--out", H.quote(dir .. "/out.jsonl"), "--query" }, " ")
-    local passed, total, checks, st, all, client_err = run_scenario("auth/token-endpoint-auth-post", cmd)
+    local passed, total, checks, st, all, client_err = run_scenario("auth/token-endpoint-auth-post", cmd, "2025-11-25")
     assert.are.equal(total, passed, all)
     -- the credentials the suite's servers issued and were shown, from their own logs
     local secrets, seen = {}, {}
