@@ -192,6 +192,74 @@ print(json.encode({ lists = assert(c:call("log")).structuredContent.lists, hits 
   end)
 end)
 
+describe("MCP 2026-07-28 on a cassette", function()
+  local CODE = [[
+local c = assert(specula.mcp.connect{ url = URL, name = "m", on_elicitation = function(p)
+  return { action = "accept", content = { ok = true } } end })
+local a = assert(c:call("routed", { region = "eu", tier = 2 }))
+local b = assert(c:call("ask", { method = "elicitation/create",
+  params = { message = "ok?", requestedSchema = { type = "object", properties = { ok = { type = "boolean" } } } } }))
+local cs = require("specula.cassette").state
+print(json.encode({ version = c.protocol_version, a = a.structuredContent, b = b.structuredContent.result,
+  n = c:stats().requests, missed = cs and cs.missed or -1 }))
+]]
+
+  it("replays a 2026-07-28 recording offline: discovery, headers' tool, both rounds of a request", function()
+    if not H.need_node(pending) then return end
+    local dir = H.tmpdir() .. "/wire-tape"
+    os.execute("rm -rf " .. H.quote(dir))
+    local srv = MH.http_server({ "--modern" })
+    local code = PRELUDE .. "local URL = " .. string.format("%q", srv.url) .. "\n" .. CODE
+    local st, out, err = H.run_lua(code, { "--record", dir })
+    srv.stop()
+    assert.are.equal(0, st, out .. err)
+    local rec = last_json(out)
+    assert.are.equal("2026-07-28", rec.version)
+    local tape = assert(H.read(dir .. "/cassette-0001.jsonl"))
+    assert.matches("MCP m server/discover", tape, 1, true)
+    -- the server is gone: the tape answers everything, rounds included
+    st, out, err = H.run_lua(code, { "--replay-io", dir })
+    assert.are.equal(0, st, out .. err)
+    local rep = last_json(out)
+    assert.are.same(rec.a, rep.a)
+    assert.are.same(rec.b, rep.b)
+    assert.are.equal("2026-07-28", rep.version)
+    assert.are.equal(0, rep.n)
+    assert.are.equal(0, rep.missed)
+  end)
+
+  it("replays a session's tape, which holds no server/discover, with no miss", function()
+    if not H.need_node(pending) then return end
+    local dir = H.tmpdir() .. "/session-tape"
+    os.execute("rm -rf " .. H.quote(dir))
+    local srv = MH.http_server({})
+    local code = PRELUDE .. "local URL = " .. string.format("%q", srv.url) .. "\n" .. [[
+local c = assert(specula.mcp.connect{ url = URL, name = "s" })
+local echo = assert(c:call("echo", { text = "t" })).content[1].text
+local cs = require("specula.cassette").state
+print(json.encode({ version = c.protocol_version, echo = echo, missed = cs and cs.missed or -1 }))
+]]
+    local st, out, err = H.run_lua(code, { "--record", dir })
+    srv.stop()
+    assert.are.equal(0, st, out .. err)
+    -- a tape made before 2026-07-28: its session only
+    local path = dir .. "/cassette-0001.jsonl"
+    local kept = {}
+    for line in assert(H.read(path)):gmatch("[^\n]+") do
+      if not line:find("server/discover", 1, true) then kept[#kept + 1] = line end
+    end
+    local f = assert(io.open(path, "w"))
+    f:write(table.concat(kept, "\n"), "\n")
+    f:close()
+    st, out, err = H.run_lua(code, { "--replay-io", dir })
+    assert.are.equal(0, st, out .. err)
+    local rep = last_json(out)
+    assert.are.equal("2025-11-25", rep.version)
+    assert.are.equal("echo: t", rep.echo)
+    assert.are.equal(0, rep.missed)
+  end)
+end)
+
 describe("MCP 2026-07-28 over stdio", function()
   it("negotiates per server process: 2026-07-28 with --modern, a session without", function()
     if not H.need_node(pending) then return end

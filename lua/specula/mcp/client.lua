@@ -545,7 +545,7 @@ end
 -- retried in it once; one that names only session versions falls back.
 function Client:_discover(v, retried)
   self.stateless_version = v
-  self.t:set_version(v)
+  if not self.offline then self.t:set_version(v) end   -- a replay has no wire
   local r, err = self:_rpc("server/discover", nil, { timeout_ms = self.discover_timeout_ms })
   local sup
   if r == nil then
@@ -568,7 +568,7 @@ function Client:_discover(v, retried)
       self.server_info = r.serverInfo or meta["io.modelcontextprotocol/serverInfo"]
       self.instructions = r.instructions
       self.state = "ready"
-      self.t:ready()
+      if not self.offline then self.t:ready() end
       return true
     end
   else
@@ -597,7 +597,7 @@ function Client:_start()
   if not fallback or self.pinned then return nil, err end
   self.discover_error = err   -- why this server got a session
   self.session_only = true
-  self.t:set_version(nil)
+  if not self.offline then self.t:set_version(nil) end
   return self:_initialize(M.SESSION_VERSION)
 end
 
