@@ -190,7 +190,8 @@ function Http:request(x)
                                 extra = self:_std_headers(x.msg, x.headers) }
   if not res then return nil, err end
   local ctype = (res.headers["content-type"] or ""):lower()
-  if res.status >= 400 and res.status ~= 401 and res.status ~= 404 and ctype:find("application/json", 1, true) then
+  if res.status >= 400 and res.status ~= 401 and not (res.status == 404 and self.session_id)
+     and ctype:find("application/json", 1, true) then
     -- a JSON-RPC error to this very request (2026-07-28 answers with one
     -- and a 4xx: an unsupported version, a header mismatch): the session
     -- gets it as the request's error, with its code and data
