@@ -71,11 +71,23 @@ print(json.encode({ version = c.protocol_version, sid = tostring(c.session_id), 
     assert.are.equal(true, by["tools/list"])
     assert.are.equal("echo", by["tools/call"])
     assert.are.equal("note:///alpha", by["resources/read"])
-    -- 24 session tools + routed; bad_header is left out
-    assert.are.equal(25, r.ntools)
+    -- 24 session tools + routed, schema_2020, schema_echo; bad_header is left out
+    assert.are.equal(27, r.ntools)
     assert.is_true(r.routed)
     assert.is_false(r.bad)
     assert.are.equal(1, r.excluded)
+  end)
+
+  it("keeps a JSON Schema 2020-12 inputSchema as the server sent it ($ref not followed)", function()
+    if not H.need_node(pending) then return end
+    local r = with_server({ "--modern" }, [[
+local c = assert(specula.mcp.connect{ url = URL, name = "m" })
+local schema
+for _, t in ipairs(assert(c:list_tools())) do if t.name == "schema_2020" then schema = t.inputSchema end end
+local back = assert(c:call("schema_echo", { schema = schema }))
+print(json.encode({ back = back.content[1].text }))
+]])
+    assert.are.equal("same", r.back)
   end)
 
   it("falls back to a 2025-11-25 session with a server that refuses server/discover; protocol_version pins either", function()

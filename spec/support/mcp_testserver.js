@@ -90,6 +90,20 @@ const MODERN = '2026-07-28';
 const LEGACY = !flag('--modern');
 const TTL_MS = parseInt(opt('--ttl-ms', '0'), 10);
 const LISTS = ['tools/list', 'resources/list', 'resources/templates/list', 'prompts/list'];
+// every keyword a client must keep as it is (a $ref is never fetched)
+const SCHEMA_2020 = {
+  $schema: 'https://json-schema.org/draft/2020-12/schema', type: 'object', additionalProperties: false,
+  $defs: { addr: { $anchor: 'addr', type: 'object', properties: {}, required: [] },
+           remote: { $ref: 'https://example.test/never-fetched.json' } },
+  properties: { home: { $ref: '#/$defs/addr' }, kind: { anyOf: [{ const: 'a' }, { const: 'b' }] }, tags: { type: 'array', items: [] } },
+  allOf: [{ anyOf: [{ required: ['home'] }, { required: ['kind'] }] }],
+  if: { properties: { kind: { const: 'a' } } }, then: { required: ['home'] }, else: {},
+};
+const same = (a, b) => JSON.stringify(a, Object.keys(flat(a)).sort()) === JSON.stringify(b, Object.keys(flat(b)).sort());
+function flat(v, out = {}) {
+  if (v && typeof v === 'object') for (const k of Object.keys(v)) { out[k] = true; flat(v[k], out); }
+  return out;
+}
 const MODERN_TOOLS = [
   { name: 'routed', description: 'Answers with the Mcp-Param headers it got',
     inputSchema: { type: 'object', properties: { region: { type: 'string', 'x-mcp-header': 'Region' },
@@ -97,6 +111,9 @@ const MODERN_TOOLS = [
     annotations: { readOnlyHint: true } },
   { name: 'bad_header', description: 'x-mcp-header on a number: invalid',
     inputSchema: { type: 'object', properties: { score: { type: 'number', 'x-mcp-header': 'Score' } } } },
+  { name: 'schema_2020', description: 'A JSON Schema 2020-12 inputSchema', inputSchema: SCHEMA_2020 },
+  { name: 'schema_echo', description: 'Says whether {schema} is schema_2020\'s inputSchema, unchanged',
+    inputSchema: { type: 'object', properties: { schema: { type: 'object' } }, required: ['schema'] } },
 ];
 const log = { calls: {}, cancelled: [], journal: [], deletes: 0, gets: [], initialized: 0, reads: {},
               discovered: 0, modern: 0, sessions: 0, lists: {}, client_info: null, rounds: [], mcp_headers: [],
@@ -247,6 +264,11 @@ function handle(msg, out) {
     case 'garbage': out.raw('this is not json {\n'); return reply(text('after garbage'));
     case 'unknown_id': out.send({ jsonrpc: '2.0', id: 987654, result: {} }); return reply(text('after stray'));
     case 'big': return reply(text('x'.repeat(a.bytes || 1000)));
+    case 'schema_echo': {
+      const ok = same(a.schema, SCHEMA_2020) && Array.isArray(a.schema.properties.tags.items)
+        && !Array.isArray(a.schema.$defs.addr.properties);
+      return reply(text(ok ? 'same' : 'differs: ' + JSON.stringify(a.schema)));
+    }
     case 'routed': {
       const h = out.headers || {};
       const got = {};
