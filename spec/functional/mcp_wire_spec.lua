@@ -204,6 +204,24 @@ print(json.encode({ lists = assert(c:call("log")).structuredContent.lists, hits 
   end)
 end)
 
+describe("a server that never answers server/discover", function()
+  it("over stdio gets a session after the probe's bound; over HTTP it is an error, not a downgrade", function()
+    if not H.need_node(pending) then return end
+    local r = with_server({ "--mute-discover" }, [[
+local t0 = specula.now()
+local c = assert(specula.mcp.connect{ command = { "node", SERVER, "--mute-discover" }, name = "quiet", init_timeout_ms = 1500 })
+local waited = specula.now() - t0
+local h, herr = specula.mcp.connect{ url = URL, name = "slow", init_timeout_ms = 500 }
+print(json.encode({ version = c.protocol_version, waited = waited, http = h ~= nil, herr = herr }))
+c:close()
+]])
+    assert.are.equal("2025-11-25", r.version)
+    assert.is_true(r.waited >= 1500, tostring(r.waited))
+    assert.is_false(r.http)
+    assert.matches("mcp server 'slow': server/discover: no response within 500 ms", r.herr, 1, true)
+  end)
+end)
+
 describe("MCP 2026-07-28 on a cassette", function()
   local CODE = [[
 local c = assert(specula.mcp.connect{ url = URL, name = "m", on_elicitation = function(p)

@@ -17,6 +17,8 @@
 //   --modern                   serve 2026-07-28 too (without it server/discover is -32601:
 //                              a session-only server, as servers before 2026-07-28 are)
 //   --ttl-ms N                 ttlMs of list results at 2026-07-28 (default 0: no caching)
+//   --mute-discover            server/discover is never answered (a server that ignores
+//                              what it does not know)
 //
 // HTTP options:
 //   --no-get                   GET /mcp answers 405 (no server stream)
@@ -192,6 +194,7 @@ function handle(msg, out) {
   }
   if (LISTS.includes(method)) log.lists[method] = (log.lists[method] || 0) + 1;
   if (method === 'server/discover') {
+    if (flag('--mute-discover')) return;
     if (LEGACY) return fail(-32601, 'Method not found: ' + method);
     log.discovered++;
     return reply({ supportedVersions: [MODERN], capabilities: { tools: { listChanged: false }, resources: { listChanged: false } },
