@@ -1222,6 +1222,12 @@ function McpTape:roundtrip(x, go)
       if rec.err then return nil, rec.err end
       return rec.res
     end
+    if method == "server/discover" and rec == nil and held == 0 then
+      -- a tape from a session (before 2026-07-28, or a session server):
+      -- answered as such a server answers the probe, so the client starts
+      -- the session the tape holds; no miss
+      return nil, what .. ": not in the cassette (it holds a session's initialize)"
+    end
     local go_live, err = on_miss(st, "mcp", what, n, held, meta, rec ~= nil, key)
     if not go_live then return nil, err end
     if self.offline then return nil, what .. ": the server was not started (replaying offline)" end

@@ -9,8 +9,10 @@ local LUAJIT = (select(2, H.sh("command -v luajit")):match("^%s*(.-)%s*$"))
 
 local n = 0
 -- a cache (with a fake pinned node printing `pinned` when given), a PATH
--- directory (with a fake `node` printing `onpath` when given)
-local function machine(pinned, onpath, packages)
+-- directory (with a fake `node` printing `onpath` when given); packages:
+-- the pinned npm packages in the cache, at their pinned versions (with
+-- stale = a version: the conformance suite at that one)
+local function machine(pinned, onpath, packages, stale)
   n = n + 1
   local d = H.tmpdir() .. "/deps" .. n
   assert(os.execute("mkdir -p " .. H.quote(d .. "/bin") .. " " .. H.quote(d .. "/cache")) == 0)
@@ -25,9 +27,11 @@ local function machine(pinned, onpath, packages)
   if onpath then fake(d .. "/bin/node", onpath) end
   if packages then
     for _, p in ipairs(assert(require("support.deps").npm_packages())) do
-      local name = p:match("^(@?[^@]+)@")
+      local name, version = p:match("^(@?[^@]+)@(.+)$")
+      if stale and name == "@modelcontextprotocol/conformance" then version = stale end
       assert(os.execute("mkdir -p " .. H.quote(d .. "/cache/node_modules/" .. name)
-        .. " && echo '{}' > " .. H.quote(d .. "/cache/node_modules/" .. name .. "/package.json")) == 0)
+        .. " && echo '{\"version\": \"" .. version .. "\"}' > "
+        .. H.quote(d .. "/cache/node_modules/" .. name .. "/package.json")) == 0)
     end
   end
   return d
@@ -70,6 +74,14 @@ describe("spec dependencies", function()
     st, out = check(machine("v22.23.3", nil, false), "npm")
     assert.equals(77, st, out)
     assert.matches("the npm package @modelcontextprotocol/", out, 1, true)
+  end)
+
+  it("npm: a package left at an older version than the pin is refused, naming both", function()
+    local st, out = check(machine("v22.23.3", nil, true, "0.1.13"), "npm")
+    assert.equals(77, st, out)
+    assert.matches("the npm package @modelcontextprotocol/conformance in ", out, 1, true)
+    assert.matches(" is 0.1.13, the pin is ", out, 1, true)
+    assert.matches("install it with .ci/deps", out, 1, true)
   end)
 
   it("use_node puts the pinned node first on PATH for what the specs start", function()

@@ -88,7 +88,7 @@ local function check(r)
   assert.are.equal("echo: still here", r.echo)
   -- what the client told the server it can do
   assert.are.same({}, r.caps.sampling)
-  assert.are.same({ form = {} }, r.caps.elicitation)
+  assert.are.same({ form = {}, url = {} }, r.caps.elicitation)
   assert.are.same({ listChanged = true }, r.caps.roots)
   assert.are.equal(1, r.roots_changed)
   assert.are.equal(1, r.hooks.sampling)
@@ -183,7 +183,7 @@ print(json.encode({ a = a, g_error = g.isError, g = g.content[1].text, listen = 
     assert.is_nil(r.listen)
     assert.are.equal(405, r.listen2)                    -- asked, refused, no warning
     assert.are.same({ action = "cancel" }, r.b.result)
-    assert.are.same({ elicitation = { form = {} } }, r.caps)
+    assert.are.same({ elicitation = { form = {}, url = {} } }, r.caps)
     assert.is_nil(err:find("warning", 1, true))
   end)
 

@@ -15,22 +15,47 @@ local missing = deps.npm()
 
 local last_json = H.last_json
 
+-- The conformance package the scenarios run from: the one .ci/deps pins in
+-- the cache, or $SPECULA_CONFORMANCE (a package directory) to try another.
+local SUITE = os.getenv("SPECULA_CONFORMANCE")
+if not SUITE or SUITE == "" then SUITE = NM .. "conformance" end
+local SUITE_JS = SUITE .. "/dist/index.js"
+
 local function guard()
   if not missing then return true end
   return H.require_or_pend(pending, missing)
 end
 
--- The suite's client scenarios, from its own `list` command (the authority).
-local function client_scenarios()
-  if missing then return {} end
-  local p = assert(io.popen("node " .. H.quote(NM .. "conformance/dist/index.js") .. " list 2>/dev/null"))
-  local text = p:read("*a")
+-- The protocol versions the client speaks whose frozen requirement sets
+-- the suite holds: each scored client scenario of a set runs at its version.
+local REQUIREMENTS = { "2025-11-25", "2026-07-28" }
+
+-- The client scenarios a requirement set scores, from the suite's own
+-- `list` command (the authority), and the auth extensions it lists for the
+-- client (run unscored, forced to the version): two lists.
+local function client_scenarios(requirements)
+  if missing then return {}, {} end
+  local p = assert(io.popen("node " .. H.quote(SUITE_JS) .. " list --requirements " .. requirements .. " 2>&1"))
+  local text = p:read("*a"):gsub("\27%[[%d;]*m", "")
   p:close()
-  local list = {}
-  local section = text:match("Client scenarios[^\n]*\n(.*)$") or ""
+  local list, extensions = {}, {}
+  local section = text:match("Client scenarios[^\n]*\n(.-)\n%s*\n") or text:match("Client scenarios[^\n]*\n(.*)$") or ""
+  section = section:match("^(.-)Run and reported") or section
   for name in section:gmatch("%s+%- ([%w%-_/%.]+)") do list[#list + 1] = name end
-  return list
+  local ext = text:match("extension %(%d+%):\n(.-)\n%s*[%w%-]+ %(%d+%):") or text:match("extension %(%d+%):\n(.*)$") or ""
+  for name in ext:gmatch("%- (auth/[%w%-_/%.]+) %[client%]") do extensions[#extensions + 1] = name end
+  return list, extensions
 end
+
+-- Scenarios outside those sets that the client passes too (and the
+-- previous release of the suite ran): unscored ones and the 2025-03-26
+-- authorization fallbacks, each at the version it is for (an extension
+-- is on no version's timeline: forced to one).
+local EXTRA = {
+  { "json-schema-2020-12-preservation", "2025-11-25" }, { "json-schema-2020-12-preservation", "2026-07-28" },
+  { "auth/2025-03-26-oauth-metadata-backcompat", "2025-03-26" },
+  { "auth/2025-03-26-oauth-endpoint-fallback", "2025-03-26" },
+}
 
 -- What our client says on stderr in the scenarios where it must refuse
 -- (the suite allows the client to fail there): the refusal is ours, for
@@ -38,15 +63,21 @@ end
 local MUST_REFUSE = {
   ["auth/resource-mismatch"] = "refusing to authorize",
   ["auth/scope-retry-limit"] = "still refuses (403 insufficient_scope)",
+  ["auth/iss-supported-missing"] = "but its response has none (RFC 9207)",
+  ["auth/iss-wrong-issuer"] = "names the issuer https://evil.example.com",
+  ["auth/iss-unexpected"] = "names the issuer https://evil.example.com",
+  ["auth/iss-normalized"] = "/, not http://localhost:",
+  ["auth/metadata-issuer-mismatch"] = "names the issuer https://attacker.example.com",
 }
 
 -- Run one scenario with a client command; returns passed, total, the
 -- checks, the exit status and the suite's output.
-local function run_scenario(scenario, command)
-  local work = H.tmpdir() .. "/conf-" .. scenario:gsub("/", "_")
+local function run_scenario(scenario, command, version, extra)
+  local work = H.tmpdir() .. "/conf-" .. scenario:gsub("/", "_") .. "-" .. version
   os.execute("rm -rf " .. H.quote(work) .. " && mkdir -p " .. H.quote(work))
-  local st, out, err = H.sh("cd " .. H.quote(work) .. " && node " .. H.quote(NM .. "conformance/dist/index.js")
-    .. " client --command " .. H.quote(command) .. " --scenario " .. scenario .. " --output-dir results")
+  local st, out, err = H.sh("cd " .. H.quote(work) .. " && node " .. H.quote(SUITE_JS)
+    .. " client --command " .. H.quote(command) .. " --scenario " .. scenario .. " --spec-version " .. version
+    .. (extra and (" " .. extra) or "") .. " --output-dir results")
   local all = (out .. "\n" .. err):gsub("\27%[[%d;]*m", "")
   local passed, total = all:match("Passed: (%d+)/(%d+)")
   assert(passed, "no 'Passed: n/m' line\nstdout: " .. out .. "\nstderr: " .. err)
@@ -63,24 +94,33 @@ local function run_scenario(scenario, command)
 end
 
 describe("MCP with real servers from npm #slow", function()
-  local scenarios = client_scenarios()
+  local runs, sizes, next = {}, {}, {}
+  for _, v in ipairs(REQUIREMENTS) do
+    local l, e = client_scenarios(v)
+    sizes[v], next[v] = #l, #e
+    for _, s in ipairs(l) do runs[#runs + 1] = { s, v } end
+    for _, s in ipairs(e) do runs[#runs + 1] = { s, v, "--force" } end
+  end
+  for _, x in ipairs(EXTRA) do runs[#runs + 1] = x end
 
-  it("the suite has the 23 client scenarios this client is held to", function()
+  it("the suite requires 18 client scenarios at 2025-11-25 and 32 at 2026-07-28, and lists 6 auth extensions", function()
     if not guard() then return end
-    assert.are.equal(23, #scenarios, table.concat(scenarios, ", "))
+    assert.are.same({ ["2025-11-25"] = 18, ["2026-07-28"] = 32 }, sizes)
+    assert.are.same({ ["2025-11-25"] = 6, ["2026-07-28"] = 6 }, next)
   end)
 
-  for _, scenario in ipairs(scenarios) do
-    it("passes the conformance suite's client scenario " .. scenario, function()
+  for _, run in ipairs(runs) do
+    local scenario, version, extra = run[1], run[2], run[3]
+    it("passes the conformance suite's client scenario " .. scenario .. (extra and " (extension)" or "") .. " at " .. version, function()
       if not guard() then return end
       local cmd = H.quote(H.bin) .. " run " .. H.quote(H.root .. "/spec/mcp/conformance_client.lua")
-      local passed, total, checks, st, all, client_err = run_scenario(scenario, cmd)
+      local passed, total, checks, st, all, client_err = run_scenario(scenario, cmd, version, extra)
       local ok, fail, warn = 0, 0, 0
       for _, c in ipairs(checks) do
         if c.status == "SUCCESS" then ok = ok + 1 elseif c.status == "FAILURE" then fail = fail + 1
         elseif c.status == "WARNING" then warn = warn + 1 end
       end
-      io.stderr:write(("[conformance] %s: %d/%d checks passed\n"):format(scenario, passed, total))
+      io.stderr:write(("[conformance] %s at %s: %d/%d checks passed\n"):format(scenario, version, passed, total))
       assert.is_true(total > 0, "0 checks reported")
       assert.are.equal(total, passed, all)
       assert.are.equal(0, fail)
@@ -99,7 +139,7 @@ describe("MCP with real servers from npm #slow", function()
     local cmd = table.concat({ H.quote(H.bin), "run", H.quote(H.root .. "/spec/mcp/conformance_agent.lua"),
       "--record", H.quote(dir .. "/cassette"), "--trace", H.quote(dir .. "/trace.json"),
       "--out", H.quote(dir .. "/out.jsonl"), "--query" }, " ")
-    local passed, total, checks, st, all, client_err = run_scenario("auth/token-endpoint-auth-post", cmd)
+    local passed, total, checks, st, all, client_err = run_scenario("auth/token-endpoint-auth-post", cmd, "2025-11-25")
     assert.are.equal(total, passed, all)
     -- the credentials the suite's servers issued and were shown, from their own logs
     local secrets, seen = {}, {}
@@ -207,99 +247,4 @@ describe("MCP with real servers from npm #slow", function()
     assert.is_true(r.early.open_nodes > 0)
     assert.are.same(r.calls_seq, r.calls_spec)
   end)
-end)
-
--- ---- authorization: the suite's auth scenarios of each frozen requirement set ----------------
-
--- The conformance package these scenarios run from: the one .ci/deps pins
--- in the cache, or $SPECULA_CONFORMANCE (a package directory) to try another.
-local SUITE = os.getenv("SPECULA_CONFORMANCE")
-if not SUITE or SUITE == "" then SUITE = NM .. "conformance" end
-local SUITE_JS = SUITE .. "/dist/index.js"
-local REQUIREMENT_SETS = { "2025-11-25", "2026-07-28" }
-
--- The auth scenarios a requirement set requires (frozen at its release),
--- and the auth extensions it runs unscored: two lists, or nil and why.
-local function auth_scenarios(version)
-  local p = assert(io.popen("node " .. H.quote(SUITE_JS) .. " list --requirements " .. version .. " 2>&1"))
-  local text = p:read("*a"):gsub("\27%[[%d;]*m", "")
-  p:close()
-  local client = text:match("Client scenarios[^\n]*\n(.-)\n%s*\n")
-  if not client then return nil, "the suite at " .. SUITE .. " has no requirement set " .. version .. ": " .. text:sub(1, 200) end
-  local required, extensions = {}, {}
-  for name in client:gmatch("%- (auth/[%w%-_/%.]+)") do required[#required + 1] = name end
-  local ext = text:match("extension %(%d+%):\n(.-)\n%s*[%w%-]+ %(%d+%):") or text:match("extension %(%d+%):\n(.*)$") or ""
-  for name in ext:gmatch("%- (auth/[%w%-_/%.]+) %[client%]") do extensions[#extensions + 1] = name end
-  return required, extensions
-end
-
--- What our client says on stderr where it must refuse: the refusal is
--- ours, for the reason the scenario tests.
-local AUTH_REFUSALS = {
-  ["auth/resource-mismatch"] = "refusing to authorize",
-  ["auth/scope-retry-limit"] = "still refuses (403 insufficient_scope)",
-  ["auth/iss-supported-missing"] = "but its response has none (RFC 9207)",
-  ["auth/iss-wrong-issuer"] = "names the issuer https://evil.example.com",
-  ["auth/iss-unexpected"] = "names the issuer https://evil.example.com",
-  ["auth/iss-normalized"] = "/, not http://localhost:",
-  ["auth/metadata-issuer-mismatch"] = "names the issuer https://attacker.example.com",
-}
-
-local function run_auth_scenario(scenario, version, extension)
-  local work = H.tmpdir() .. "/conf-auth-" .. version .. "-" .. scenario:gsub("/", "_")
-  os.execute("rm -rf " .. H.quote(work) .. " && mkdir -p " .. H.quote(work))
-  local cmd = H.quote(H.bin) .. " run " .. H.quote(H.root .. "/spec/mcp/conformance_client.lua")
-  local st, out, err = H.sh("cd " .. H.quote(work) .. " && node " .. H.quote(SUITE_JS) .. " client --command "
-    .. H.quote(cmd) .. " --scenario " .. scenario .. " --spec-version " .. version .. (extension and " --force" or "")
-    .. " --output-dir results")
-  local all = (out .. "\n" .. err):gsub("\27%[[%d;]*m", "")
-  local passed, total = all:match("Passed: (%d+)/(%d+)")
-  assert(passed, "no 'Passed: n/m' line\nstdout: " .. out .. "\nstderr: " .. err)
-  local f = assert(io.popen("find " .. H.quote(work .. "/results") .. " -name checks.json"))
-  local path = f:read("*l")
-  f:close()
-  assert(path, "the suite wrote no checks.json")
-  local checks = cjson.decode((assert(H.read(path))))
-  local client_err = H.read((path:gsub("checks%.json$", "stderr.txt"))) or ""
-  return tonumber(passed), tonumber(total), checks, st, all, client_err
-end
-
-describe("MCP authorization: the conformance suite's auth scenarios #slow", function()
-  for _, version in ipairs(REQUIREMENT_SETS) do
-    local required, extensions, why = {}, {}, nil
-    if not missing then
-      local r, e = auth_scenarios(version)
-      if r then required, extensions = r, e else required, why = nil, e end
-    end
-
-    it("the suite requires auth scenarios at " .. version, function()
-      if not guard() then return end
-      assert(required, why)
-      assert.is_true(#required >= 10, table.concat(required, ", "))
-      assert.are.equal(6, #extensions, table.concat(extensions, ", "))
-    end)
-
-    local all = {}
-    for _, s in ipairs(required or {}) do all[#all + 1] = { s, false } end
-    for _, s in ipairs(extensions) do all[#all + 1] = { s, true } end
-    for _, case in ipairs(all) do
-      local scenario, extension = case[1], case[2]
-      it("passes " .. scenario .. (extension and " (extension)" or "") .. " at " .. version, function()
-        if not guard() then return end
-        local passed, total, checks, st, out, client_err = run_auth_scenario(scenario, version, extension)
-        local fail, warn = 0, 0
-        for _, c in ipairs(checks) do
-          if c.status == "FAILURE" then fail = fail + 1 elseif c.status == "WARNING" then warn = warn + 1 end
-        end
-        io.stderr:write(("[conformance %s] %s: %d/%d checks passed\n"):format(version, scenario, passed, total))
-        assert.is_true(total > 0, "0 checks reported")
-        assert.are.equal(total, passed, out)
-        assert.are.equal(0, fail)
-        assert.are.equal(0, warn, out)
-        assert.matches("OVERALL: PASSED", out, 1, true)
-        assert.are.equal(0, st, out)
-        if AUTH_REFUSALS[scenario] then assert.matches(AUTH_REFUSALS[scenario], client_err, 1, true) end
-      end)
-    end
-  end
 end)

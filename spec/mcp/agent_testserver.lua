@@ -5,10 +5,14 @@
 -- for `slow` is wrong on the first read of each round, so the speculative
 -- thread that already launched the second read is discarded with that call
 -- in flight.
--- MCP_TRUST=1 trusts the annotations; MCP_OVERRIDE=tool=decision overrides.
+-- MCP_TRUST=1 trusts the annotations; MCP_OVERRIDE=tool=decision overrides;
+-- MCP_SERVER_ARGS: the server's own options (--modern: it speaks
+-- 2026-07-28 too, and the client picks that).
 local specula = require "specula"
 local server = os.getenv("SPECULA_SOURCE_DIR") .. "/spec/support/mcp_testserver.js"
-local client = assert(specula.mcp.connect { command = { "node", server }, name = "testserver" })
+local command = { "node", server }
+for a in (os.getenv("MCP_SERVER_ARGS") or ""):gmatch("%S+") do command[#command + 1] = a end
+local client = assert(specula.mcp.connect { command = command, name = "testserver" })
 local overrides = {}
 local o = os.getenv("MCP_OVERRIDE")
 if o and o ~= "" then

@@ -5,9 +5,15 @@
 -- key). One client for every scenario, configured as a user would: OAuth
 -- with dynamic registration or a client ID metadata document, the
 -- credentials the context hands over, and an elicitation hook that accepts
--- with the schema's defaults. It connects, lists the tools, calls each one
--- with arguments built from its input schema, and closes the session.
--- Exit status 1 on any error.
+-- with the schema's defaults. It connects (2026-07-28 when the server
+-- speaks it, else a 2025-11-25 session), lists the tools, calls each one
+-- with arguments built from its input schema, lists and reads what the
+-- server advertises (resources, prompts), and closes the client. Where a
+-- scenario says which calls to make (the context's toolCalls) it makes
+-- those; where it asks for a tool's inputSchema back (the
+-- json_schema_echo tool of json-schema-2020-12-preservation) it sends the
+-- schema it received. Exit status 1 on any error but a server's JSON-RPC
+-- error answer to a tool call.
 local specula = require "specula"
 local json = specula.json
 
@@ -81,20 +87,56 @@ if not c then
   return
 end
 local status = 0
+local function fail(err)
+  io.stderr:write("conformance client: ", tostring(err), "\n")
+  status = 1
+end
+local function call(name, args)
+  local r, cerr = c:call(name, args)
+  if not r and tostring(cerr):match(": error %-?%d+: ") then
+    -- the server's own JSON-RPC error to the call (a scenario server that
+    -- only lists its tools): an answer, reported, not a client failure
+    print(name .. ": " .. tostring(cerr))
+    return
+  end
+  if not r then return fail(cerr) end
+  local parts = {}
+  for _, item in ipairs(r.content) do if item.type == "text" then parts[#parts + 1] = item.text end end
+  print(name .. ": " .. table.concat(parts, " ") .. (r.isError and " (isError)" or ""))
+end
 local tools, terr = c:list_tools()
 if not tools then
-  io.stderr:write("conformance client: ", tostring(terr), "\n")
-  status = 1
+  fail(terr)
+elseif type(context.toolCalls) == "table" then
+  for _, tc in ipairs(context.toolCalls) do call(tc.name, tc.arguments) end
 else
+  local schemas = {}
+  for _, t in ipairs(tools) do schemas[t.name] = t.inputSchema end
   for _, t in ipairs(tools) do
-    local r, cerr = c:call(t.name, args_for(t.inputSchema))
-    if not r then
-      io.stderr:write("conformance client: ", tostring(cerr), "\n")
-      status = 1
+    if t.name == "json_schema_echo" and schemas.json_schema_2020_12_tool then
+      call(t.name, { schema = schemas.json_schema_2020_12_tool })
     else
-      local parts = {}
-      for _, item in ipairs(r.content) do if item.type == "text" then parts[#parts + 1] = item.text end end
-      print(t.name .. ": " .. table.concat(parts, " ") .. (r.isError and " (isError)" or ""))
+      call(t.name, args_for(t.inputSchema))
+    end
+  end
+end
+-- what else the server advertises: resources (each read) and prompts (each got)
+local caps = c.capabilities or {}
+if caps.resources then
+  local rs, rerr = c:list_resources()
+  if not rs then fail(rerr) else
+    for _, r in ipairs(rs) do
+      local got, gerr = c:read_resource(r.uri)
+      if not got then fail(gerr) end
+    end
+  end
+end
+if caps.prompts then
+  local r, perr = c:request("prompts/list")
+  if not r then fail(perr) else
+    for _, p in ipairs(type(r.prompts) == "table" and r.prompts or {}) do
+      local got, gerr = c:request("prompts/get", { name = p.name })
+      if not got then fail(gerr) end
     end
   end
 end

@@ -103,12 +103,20 @@ function M.npm()
   local list, err = M.npm_packages()
   if not list then return err end
   for _, p in ipairs(list) do
-    local name = p:match("^(@?[^@]+)@")
+    local name, want = p:match("^(@?[^@]+)@(.+)$")
     if name and name:match("^@modelcontextprotocol/") then
       local pj = M.cache() .. "/node_modules/" .. name .. "/package.json"
       if not file_exists(pj) then
         return "the npm package " .. p .. " is not in " .. M.cache() .. " ($SPECULA_NPM_CACHE); install it with "
           .. M.INSTALL
+      end
+      -- an older pin left in the cache (the specs are written for this one)
+      local f = io.open(pj, "r")
+      local have = f and f:read("*a"):match('"version"%s*:%s*"([^"]+)"')
+      if f then f:close() end
+      if have ~= want then
+        return "the npm package " .. name .. " in " .. M.cache() .. " is " .. tostring(have) .. ", the pin is "
+          .. want .. "; install it with " .. M.INSTALL
       end
     end
   end

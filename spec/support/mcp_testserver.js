@@ -3,6 +3,23 @@
 //   node mcp_testserver.js                 stdio (newline-delimited JSON-RPC)
 //   node mcp_testserver.js --http          Streamable HTTP on 127.0.0.1, prints "PORT <n>"
 //
+// Protocol eras: a session (initialize, then Mcp-Session-Id over HTTP) for
+// 2025-06-18 and 2025-11-25; with --modern also stateless 2026-07-28
+// (server/discover;
+// each request names its version in _meta and, over HTTP, in the
+// MCP-Protocol-Version header, with Mcp-Method and Mcp-Name beside it: a
+// mismatch is refused with -32020). At 2026-07-28 results carry resultType
+// (lists: ttlMs and cacheScope), `ask` answers InputRequiredResult (the
+// client retries with inputResponses and the requestState unchanged), and
+// two more tools are listed: routed {region, tier, note} (region and tier
+// are x-mcp-header parameters; it answers with the Mcp-Param headers it got)
+// and bad_header (an invalid x-mcp-header: a client must leave it out).
+//   --modern                   serve 2026-07-28 too (without it server/discover is -32601:
+//                              a session-only server, as servers before 2026-07-28 are)
+//   --ttl-ms N                 ttlMs of list results at 2026-07-28 (default 0: no caching)
+//   --mute-discover            server/discover is never answered (a server that ignores
+//                              what it does not know)
+//
 // HTTP options:
 //   --no-get                   GET /mcp answers 405 (no server stream)
 //   --oauth                    /mcp needs a Bearer token; the same server is the
@@ -84,7 +101,37 @@ const argv = process.argv.slice(2);
 const flag = (n) => argv.includes(n);
 const opt = (n, d) => { const i = argv.indexOf(n); return i >= 0 && i + 1 < argv.length ? argv[i + 1] : d; };
 
+const MODERN = '2026-07-28';
+const LEGACY = !flag('--modern');
+const TTL_MS = parseInt(opt('--ttl-ms', '0'), 10);
+const LISTS = ['tools/list', 'resources/list', 'resources/templates/list', 'prompts/list'];
+// every keyword a client must keep as it is (a $ref is never fetched)
+const SCHEMA_2020 = {
+  $schema: 'https://json-schema.org/draft/2020-12/schema', type: 'object', additionalProperties: false,
+  $defs: { addr: { $anchor: 'addr', type: 'object', properties: {}, required: [] },
+           remote: { $ref: 'https://example.test/never-fetched.json' } },
+  properties: { home: { $ref: '#/$defs/addr' }, kind: { anyOf: [{ const: 'a' }, { const: 'b' }] }, tags: { type: 'array', items: [] } },
+  allOf: [{ anyOf: [{ required: ['home'] }, { required: ['kind'] }] }],
+  if: { properties: { kind: { const: 'a' } } }, then: { required: ['home'] }, else: {},
+};
+const same = (a, b) => JSON.stringify(a, Object.keys(flat(a)).sort()) === JSON.stringify(b, Object.keys(flat(b)).sort());
+function flat(v, out = {}) {
+  if (v && typeof v === 'object') for (const k of Object.keys(v)) { out[k] = true; flat(v[k], out); }
+  return out;
+}
+const MODERN_TOOLS = [
+  { name: 'routed', description: 'Answers with the Mcp-Param headers it got',
+    inputSchema: { type: 'object', properties: { region: { type: 'string', 'x-mcp-header': 'Region' },
+      tier: { type: 'integer', 'x-mcp-header': 'Tier' }, note: { type: 'string' } }, required: ['region'] },
+    annotations: { readOnlyHint: true } },
+  { name: 'bad_header', description: 'x-mcp-header on a number: invalid',
+    inputSchema: { type: 'object', properties: { score: { type: 'number', 'x-mcp-header': 'Score' } } } },
+  { name: 'schema_2020', description: 'A JSON Schema 2020-12 inputSchema', inputSchema: SCHEMA_2020 },
+  { name: 'schema_echo', description: 'Says whether {schema} is schema_2020\'s inputSchema, unchanged',
+    inputSchema: { type: 'object', properties: { schema: { type: 'object' } }, required: ['schema'] } },
+];
 const log = { calls: {}, cancelled: [], journal: [], deletes: 0, gets: [], initialized: 0, reads: {},
+              discovered: 0, modern: 0, sessions: 0, lists: {}, client_info: null, rounds: [], mcp_headers: [],
               answers: [], auth: { authorize: 0, token: {}, registrations: 0, rejected: 0, forbidden: 0,
                                    pkce_ok: 0, resource_ok: 0, methods: {}, scopes: [], unauthenticated: 0 } };
 const slow = new Map();   // request id -> { timer, finish }
@@ -146,9 +193,28 @@ function encoded(v, as) {
 function handle(msg, out) {
   const { id, method } = msg;
   const params = msg.params || {};
-  const reply = (result) => out.send({ jsonrpc: '2.0', id, result });
-  const fail = (code, message) => out.send({ jsonrpc: '2.0', id, error: { code, message } });
+  const meta = params._meta || {};
+  const version = LEGACY ? undefined : meta['io.modelcontextprotocol/protocolVersion'];
+  const modern = version === MODERN;
+  const fail = (code, message, data) => out.send({ jsonrpc: '2.0', id, error: Object.assign({ code, message }, data ? { data } : {}) });
+  const reply = (result) => out.send({ jsonrpc: '2.0', id, result: modern ? Object.assign({ resultType: 'complete' },
+    LISTS.includes(method) ? { ttlMs: TTL_MS, cacheScope: 'private' } : {}, result) : result });
+  if (version !== undefined && !modern) return fail(-32022, 'Unsupported protocol version', { supported: [MODERN], requested: String(version) });
+  if (modern) {
+    log.modern++;
+    log.client_info = meta['io.modelcontextprotocol/clientInfo'] || null;
+    log.client_capabilities = meta['io.modelcontextprotocol/clientCapabilities'] || {};
+  }
+  if (LISTS.includes(method)) log.lists[method] = (log.lists[method] || 0) + 1;
+  if (method === 'server/discover') {
+    if (flag('--mute-discover')) return;
+    if (LEGACY) return fail(-32601, 'Method not found: ' + method);
+    log.discovered++;
+    return reply({ supportedVersions: [MODERN], capabilities: { tools: { listChanged: false }, resources: { listChanged: false } },
+                   serverInfo: { name: 'specula-mcp-testserver', version: '1.0.0' } });
+  }
   if (method === 'initialize') {
+    log.sessions++;
     const v = ['2025-06-18', '2025-11-25'].includes(params.protocolVersion) ? params.protocolVersion : '2025-11-25';
     log.client_capabilities = params.capabilities || {};
     return reply({ protocolVersion: v, capabilities: { tools: { listChanged: false }, resources: { listChanged: false } },
@@ -156,10 +222,11 @@ function handle(msg, out) {
   }
   if (method === 'ping') return reply({});
   if (method === 'tools/list') {
+    const all = modern ? TOOLS.concat(MODERN_TOOLS) : TOOLS;
     const start = params.cursor ? parseInt(params.cursor, 10) : 0;
-    const page = TOOLS.slice(start, start + PAGE);
+    const page = all.slice(start, start + PAGE);
     const r = { tools: page };
-    if (start + PAGE < TOOLS.length) r.nextCursor = String(start + PAGE);
+    if (start + PAGE < all.length) r.nextCursor = String(start + PAGE);
     return reply(r);
   }
   if (method === 'resources/list') {
@@ -213,7 +280,38 @@ function handle(msg, out) {
     case 'garbage': out.raw('this is not json {\n'); return reply(text('after garbage'));
     case 'unknown_id': out.send({ jsonrpc: '2.0', id: 987654, result: {} }); return reply(text('after stray'));
     case 'big': return reply(text('x'.repeat(a.bytes || 1000)));
+    case 'schema_echo': {
+      const ok = same(a.schema, SCHEMA_2020) && Array.isArray(a.schema.properties.tags.items)
+        && !Array.isArray(a.schema.$defs.addr.properties);
+      return reply(text(ok ? 'same' : 'differs: ' + JSON.stringify(a.schema)));
+    }
+    case 'routed': {
+      const h = out.headers || {};
+      const got = {};
+      for (const k of Object.keys(h)) if (k.startsWith('mcp-param-')) got[k] = h[k];
+      return reply({ content: [{ type: 'text', text: JSON.stringify(got) }], structuredContent: { headers: got } });
+    }
     case 'ask': {
+      if (modern) {
+        // 2026-07-28: no request of the server's own; the input it needs
+        // comes back in a retry of this call
+        const state = a.no_state ? undefined : 'state-' + (++askId) + '-' + crypto.randomBytes(4).toString('hex');
+        if (!params.inputResponses) {
+          if (state) asks.set(state, { first_id: id });
+          const r = { resultType: 'input_required',
+                      inputRequests: { q: { method: a.method || 'sampling/createMessage', params: a.params || {} } } };
+          if (state) r.requestState = state;
+          return out.send({ jsonrpc: '2.0', id, result: r });
+        }
+        const echoed = params.requestState;
+        const state_ok = echoed === undefined ? 'absent' : (asks.has(echoed) ? 'echoed' : 'altered');
+        const first = echoed !== undefined ? asks.get(echoed) : undefined;
+        if (echoed !== undefined) asks.delete(echoed);
+        log.rounds.push({ id, state: state_ok, same_id: first ? first.first_id === id : null });
+        const resp = params.inputResponses.q;
+        log.answers.push({ method: a.method, response: { result: resp } });
+        return reply({ content: [{ type: 'text', text: JSON.stringify(resp) }], structuredContent: { result: resp, state: state_ok } });
+      }
       const rid = 'srv-' + (++askId);
       asks.set(rid, (resp) => {
         log.answers.push({ method: a.method, response: resp.error ? { error: resp.error } : { result: resp.result } });
@@ -664,7 +762,27 @@ if (!flag('--http')) {
     }
     let msg;
     try { msg = JSON.parse(body); } catch (e) { res.writeHead(400); return res.end('bad json'); }
-    if (msg.method !== 'initialize' && req.headers['mcp-session-id'] !== SID) {
+    const pv = req.headers['mcp-protocol-version'];
+    const meta = (msg.params && msg.params._meta) || {};
+    const mv = meta['io.modelcontextprotocol/protocolVersion'];
+    if (!LEGACY && pv === MODERN) {
+      // 2026-07-28: the headers must say what the body says
+      const want = { 'mcp-method': msg.method };
+      if (msg.method === 'tools/call' || msg.method === 'prompts/get') want['mcp-name'] = msg.params && msg.params.name;
+      if (msg.method === 'resources/read') want['mcp-name'] = msg.params && msg.params.uri;
+      let bad = mv !== pv && msg.method !== undefined && msg.id !== undefined ? 'MCP-Protocol-Version header does not match _meta' : null;
+      for (const k of Object.keys(want)) {
+        let v = req.headers[k];
+        const b = /^=\?base64\?(.*)\?=$/.exec(v || '');
+        if (b) v = Buffer.from(b[1], 'base64').toString('utf8');
+        if (v !== want[k]) bad = bad || (k + ' header ' + JSON.stringify(req.headers[k]) + ' does not match the body');
+      }
+      log.mcp_headers.push({ method: req.headers['mcp-method'], name: req.headers['mcp-name'], session: req.headers['mcp-session-id'] || null });
+      if (bad) {
+        res.writeHead(400, { 'Content-Type': 'application/json' });
+        return res.end(JSON.stringify({ jsonrpc: '2.0', id: msg.id === undefined ? null : msg.id, error: { code: -32020, message: bad } }));
+      }
+    } else if (msg.method !== 'initialize' && msg.method !== 'server/discover' && req.headers['mcp-session-id'] !== SID) {
       res.writeHead(400, { 'Content-Type': 'application/json' });
       return res.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32000, message: 'missing session' } }));
     }
@@ -686,13 +804,14 @@ if (!flag('--http')) {
       return true;
     };
     const revoke = () => { if (who) access.delete(who.token); };
+    const sid = (!LEGACY && pv === MODERN) || msg.method === 'server/discover' ? {} : { 'Mcp-Session-Id': SID };
     if (!sse) {
       return handle(msg, { send: (m) => {
-        res.writeHead(200, { 'Content-Type': 'application/json', 'Mcp-Session-Id': SID });
+        res.writeHead(200, Object.assign({ 'Content-Type': 'application/json' }, sid));
         res.end(JSON.stringify(m));
-      }, raw: () => {}, ask, revoke });
+      }, raw: () => {}, ask, revoke, headers: req.headers });
     }
-    res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Mcp-Session-Id': SID });
+    res.writeHead(200, Object.assign({ 'Content-Type': 'text/event-stream' }, sid));
     const write = (r, m) => { r.write('id: e' + (++eventId) + '\ndata: ' + JSON.stringify(m) + '\n\n'); };
     let target = res;
     const out = {
@@ -703,7 +822,7 @@ if (!flag('--http')) {
         setTimeout(() => res.end(), 20);
         parked = (getres) => { target = getres; answer(); };
       },
-      ask, revoke,
+      ask, revoke, headers: req.headers,
     };
     dispatch(msg, out);
   }

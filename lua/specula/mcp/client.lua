@@ -22,10 +22,22 @@ local spawn_root, excerpt = transport.spawn_root, transport.excerpt
 
 local M = {}
 
-M.PROTOCOL_VERSIONS = { "2025-11-25", "2025-06-18", "2025-03-26" }
+-- Newest first. 2026-07-28 is stateless (no handshake: server/discover,
+-- then every request carries the version and the client in its _meta);
+-- the others open a session with initialize.
+M.PROTOCOL_VERSIONS = { "2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26" }
 local SUPPORTED = {}
 for _, v in ipairs(M.PROTOCOL_VERSIONS) do SUPPORTED[v] = true end
 M.SUPPORTED = SUPPORTED
+local STATELESS = { ["2026-07-28"] = true }
+M.STATELESS = STATELESS
+-- what a client that wants a stateless version falls back to when the
+-- server answers server/discover as a session server would (an error)
+M.SESSION_VERSION = "2025-11-25"
+local META_VERSION = "io.modelcontextprotocol/protocolVersion"
+local META_CAPS = "io.modelcontextprotocol/clientCapabilities"
+local META_INFO = "io.modelcontextprotocol/clientInfo"
+local MAX_INPUT_ROUNDS = 16
 M.CLIENT_INFO = { name = "specula", version = ffi.string(C.sp_version()) }
 
 local PENDING = tonumber(C.SP_RPC_PENDING)
@@ -98,8 +110,13 @@ function Client:_handle(msg, via)
       st.progress = st.progress + 1
     elseif method == "notifications/tools/list_changed" then
       self.tools_cache = nil
+      self:_uncache("tools/list")
     elseif method == "notifications/resources/list_changed" then
       st.resources_changed = st.resources_changed + 1
+      self:_uncache("resources/list")
+      self:_uncache("resources/templates/list")
+    elseif method == "notifications/prompts/list_changed" then
+      self:_uncache("prompts/list")
     end
     return
   end
@@ -128,8 +145,16 @@ function Client:_handle(msg, via)
   end
   if msg.error ~= nil then
     local er = type(msg.error) == "table" and msg.error or {}
-    e.err = scrub(format("%s: %s: error %s: %s", self:_where(), e.what, tostring(er.code),
-      tostring(er.message)))
+    local extra = ""
+    -- an unsupported version names those the server speaks (the text
+    -- carries them, so a recorded answer can be negotiated from too)
+    if er.code == -32022 and type(er.data) == "table" and type(er.data.supported) == "table" then
+      local l = {}
+      for _, v in ipairs(er.data.supported) do l[#l + 1] = tostring(v) end
+      extra = " (supported: " .. concat(l, ", ") .. ")"
+    end
+    e.err = scrub(format("%s: %s: error %s: %s%s", self:_where(), e.what, tostring(er.code),
+      tostring(er.message), extra))
   else
     e.result = msg.result
   end
@@ -155,6 +180,8 @@ local function elicitation_result(r, params)
     return nil, "action must be accept, decline or cancel, got " .. tostring(action)
   end
   if action ~= "accept" then return obj({ action = action }) end
+  -- URL mode: the user went to the page; nothing comes back in the answer
+  if type(params) == "table" and params.mode == "url" then return obj({ action = "accept" }) end
   local content = {}
   if r.content ~= nil then
     if type(r.content) ~= "table" then return nil, "content must be a table" end
@@ -214,46 +241,103 @@ local function roots_result(r)
   return obj({ roots = json.array(out) })
 end
 
+-- A URL-mode elicitation (the server sends the user to a page) without
+-- a hook is declined, as the protocol prescribes for a client that cannot
+-- show it.
+local function url_mode(method, params)
+  return method == "elicitation/create" and type(params) == "table" and params.mode == "url"
+end
+
+-- The answer of a hook to a server's request (sampling, elicitation,
+-- roots), in the calling task: result | nil, why, code. Without a hook:
+-- nil, nil (the caller decides what that means).
+function Client:_hook_answer(method, params)
+  local hname = HOOKS[method]
+  local hook = hname and self.hooks[hname]
+  if hook == nil then return nil, nil end
+  local hs = self.st.hooks
+  hs[HOOK_STAT[method]] = hs[HOOK_STAT[method]] + 1
+  local result, why, code = nil, nil, -32603
+  if method == "roots/list" and type(hook) == "table" then
+    result, why = roots_result(hook)
+  else
+    -- the hook is the user's code: whatever it raises (or a bare yield),
+    -- the server gets an error naming the script and line
+    local ok, r, e2 = sched.protect(false, hook, params, { server = self.name, method = method })
+    if not ok then why = "raised: " .. r
+    elseif r == nil or r == false then
+      -- a refusal (the user said no, the model failed): the hook's reason
+      why, code = e2 ~= nil and sched.errstr(e2) or "declined", -1
+    elseif method == "sampling/createMessage" then result, why = sampling_result(r)
+    elseif method == "elicitation/create" then result, why = elicitation_result(r, params)
+    else result, why = roots_result(r) end
+  end
+  if result ~= nil and not encode(result) then
+    result, why = nil, "its result cannot be written as JSON"
+  end
+  if result == nil then
+    why = scrub(format("%s: %s hook for %s: %s", self:_where(), hname, method, tostring(why)))
+    hs.errors = hs.errors + 1
+    self:_warn(why)
+    return nil, why, code
+  end
+  return result
+end
+
 -- Answer a server's request with its hook, in a task of its own (a hook may
--- wait: an LLM call, a person); no hook: -32601.
+-- wait: an LLM call, a person); no hook: -32601 (a URL-mode elicitation:
+-- declined).
 function Client:_server_request(id, method, params)
   local hname = HOOKS[method]
   local hook = hname and self.hooks[hname]
   if hook == nil then
+    if url_mode(method, params) then
+      self:_send_oneway({ jsonrpc = "2.0", id = id, result = obj({ action = "decline" }) })
+      return
+    end
     self:_send_oneway({ jsonrpc = "2.0", id = id, error = { code = -32601,
       message = "Method not found: " .. tostring(method) .. " (the specula client has no hook for it)" } })
     return
   end
-  local hs = self.st.hooks
-  hs[HOOK_STAT[method]] = hs[HOOK_STAT[method]] + 1
   spawn_root(function()
-    local result, why, code = nil, nil, -32603
-    if method == "roots/list" and type(hook) == "table" then
-      result, why = roots_result(hook)
+    local result, why, code = self:_hook_answer(method, params)
+    if result ~= nil then
+      self:_send_oneway({ jsonrpc = "2.0", id = id, result = result })
     else
-      -- the hook is the user's code: whatever it raises (or a bare yield),
-      -- the server gets an error reply naming the script and line
-      local ok, r, e2 = sched.protect(false, hook, params, { server = self.name, method = method })
-      if not ok then why = "raised: " .. r
-      elseif r == nil or r == false then
-        -- a refusal (the user said no, the model failed): the hook's reason
-        why, code = e2 ~= nil and sched.errstr(e2) or "declined", -1
-      elseif method == "sampling/createMessage" then result, why = sampling_result(r)
-      elseif method == "elicitation/create" then result, why = elicitation_result(r, params)
-      else result, why = roots_result(r) end
+      self:_send_oneway({ jsonrpc = "2.0", id = id, error = { code = code, message = why } })
     end
-    local msg = result ~= nil and { jsonrpc = "2.0", id = id, result = result } or nil
-    if msg and not encode(msg) then
-      result, why, msg = nil, "its result cannot be written as JSON", nil
-    end
-    if not msg then
-      why = scrub(format("%s: %s hook for %s: %s", self:_where(), hname, method, tostring(why)))
-      hs.errors = hs.errors + 1
-      self:_warn(why)
-      msg = { jsonrpc = "2.0", id = id, error = { code = code, message = why } }
-    end
-    self:_send_oneway(msg)
   end)
+end
+
+-- The answers to an InputRequiredResult's inputRequests (2026-07-28: the
+-- server asks within the request instead of sending its own), keyed as
+-- asked: { key = result } | nil, err. An elicitation without a hook is
+-- declined; sampling or roots without one fail the request (the client
+-- never declared that capability).
+function Client:_input_responses(reqs, what)
+  if type(reqs) ~= "table" then
+    return nil, format("%s: %s: the server asked for input without inputRequests", self:_where(), what)
+  end
+  local out = obj()
+  for key, r in pairs(reqs) do
+    if type(r) ~= "table" or type(r.method) ~= "string" then
+      return nil, format("%s: %s: inputRequests[%s] is not a request", self:_where(), what, tostring(key))
+    end
+    self.st.input_requests = self.st.input_requests + 1
+    local params = type(r.params) == "table" and r.params or obj()
+    local result, why = self:_hook_answer(r.method, params)
+    if result == nil and why == nil then
+      if r.method == "elicitation/create" then
+        result = obj({ action = "decline" })
+      else
+        return nil, format("%s: %s: the server asked for %s and the client has no hook for it", self:_where(),
+          what, r.method)
+      end
+    end
+    if result == nil then return nil, format("%s: %s: %s", self:_where(), what, tostring(why)) end
+    out[key] = result
+  end
+  return out
 end
 
 -- Fail every pending request (the server went away).
@@ -342,14 +426,28 @@ function Client:_rpc_live(method, params, opts)
   self.next_id = id + 1
   local what = opts.what or method
   local timeout_ms = opts.timeout_ms or self.timeout_ms
-  local e = { what = what, on_progress = opts.on_progress }
-  if params == nil then params = obj() end
+  local e = { what = what, on_progress = opts.on_progress, headers = opts.headers }
+  -- a copy: the caller's params stay as given (a retry sends them again)
+  local p = obj()
+  if params ~= nil then for k, v in pairs(params) do p[k] = v end end
+  local meta
+  if opts.on_progress or self.stateless_version then
+    meta = obj()
+    if type(p._meta) == "table" then for k, v in pairs(p._meta) do meta[k] = v end end
+    p._meta = meta
+  end
   if opts.on_progress then
-    params._meta = obj({ progressToken = id })
+    meta.progressToken = id
     e.token = id
     self.by_token[id] = e
   end
-  e.msg = { jsonrpc = "2.0", id = id, method = method, params = params }
+  if self.stateless_version then
+    -- 2026-07-28: no session; every request says who asks and in which version
+    meta[META_VERSION] = self.stateless_version
+    meta[META_CAPS] = self:_capabilities()
+    meta[META_INFO] = M.CLIENT_INFO
+  end
+  e.msg = { jsonrpc = "2.0", id = id, method = method, params = p }
   e.text = assert(encode(e.msg))
   -- a transport that reads the answer itself (HTTP) times it there
   local rpc = C.sp_rpc_new(core.ctx, me, t.answers_inline and 0 or timeout_ms)
@@ -395,14 +493,14 @@ end
 function Client:_capabilities()
   local caps = obj()
   if self.hooks.on_sampling then caps.sampling = obj() end
-  if self.hooks.on_elicitation then caps.elicitation = obj({ form = obj() }) end
+  if self.hooks.on_elicitation then caps.elicitation = obj({ form = obj(), url = obj() }) end
   if self.hooks.on_roots then caps.roots = obj({ listChanged = true }) end
   return caps
 end
 
-function Client:_initialize()
+function Client:_initialize(version)
   local r, err = self:_rpc("initialize", {
-    protocolVersion = self.want_version,
+    protocolVersion = version,
     capabilities = self:_capabilities(),
     clientInfo = M.CLIENT_INFO,
   }, { timeout_ms = self.init_timeout_ms })
@@ -410,7 +508,7 @@ function Client:_initialize()
   if type(r) ~= "table" or type(r.protocolVersion) ~= "string" then
     return nil, self:_where() .. ": initialize: the response has no protocolVersion"
   end
-  if not SUPPORTED[r.protocolVersion] then
+  if not SUPPORTED[r.protocolVersion] or STATELESS[r.protocolVersion] then
     return nil, format("%s: initialize: unsupported protocol version %s (specula speaks %s)",
       self:_where(), r.protocolVersion, concat(M.PROTOCOL_VERSIONS, ", "))
   end
@@ -431,6 +529,78 @@ function Client:_initialize()
   return true
 end
 
+-- The versions of a "(supported: a, b)" list in an error text.
+local function supported_in(err)
+  local l = type(err) == "string" and err:match("error %-32022: .-%(supported: ([^)]*)%)")
+  if not l then return nil end
+  local set = {}
+  for v in l:gmatch("[^,%s]+") do set[v] = true end
+  return set
+end
+
+-- Stateless start (2026-07-28): server/discover in version v, with the
+-- version's header and _meta. -> true | nil, err, fallback (fallback: the
+-- server answered as a session server would, so initialize may follow).
+-- An unsupported-version error that names a stateless version we speak is
+-- retried in it once; one that names only session versions falls back.
+function Client:_discover(v, retried)
+  self.stateless_version = v
+  if not self.offline then self.t:set_version(v) end   -- a replay has no wire
+  local r, err = self:_rpc("server/discover", nil, { timeout_ms = self.discover_timeout_ms })
+  local sup
+  if r == nil then
+    if self.t.auth_failed then return nil, err, false end   -- not a version question
+    -- over HTTP a session server answers the probe at once (an error); no
+    -- answer in time is a slow server, not an old one
+    if self.t.kind == "http" and type(err) == "string" and err:find("no response within", 1, true) then
+      return nil, err, false
+    end
+    sup = supported_in(err)
+    if not sup then return nil, err, true end
+  elseif type(r) == "table" and type(r.supportedVersions) == "table" then
+    sup = {}
+    for _, x in ipairs(r.supportedVersions) do sup[x] = true end
+    if sup[v] then
+      self.protocol_version = v
+      self.stateless = true
+      self.capabilities = type(r.capabilities) == "table" and r.capabilities or {}
+      local meta = type(r._meta) == "table" and r._meta or {}
+      self.server_info = r.serverInfo or meta["io.modelcontextprotocol/serverInfo"]
+      self.instructions = r.instructions
+      self.state = "ready"
+      if not self.offline then self.t:ready() end
+      return true
+    end
+  else
+    return nil, self:_where() .. ": server/discover: the result has no supportedVersions", true
+  end
+  -- the server speaks other versions: the newest stateless one of ours it
+  -- names (once), else a session
+  if not retried then
+    for _, w in ipairs(M.PROTOCOL_VERSIONS) do
+      if STATELESS[w] and sup[w] then return self:_discover(w, true) end
+    end
+  end
+  return nil, format("%s: server/discover: the server does not speak %s", self:_where(), v), true
+end
+
+-- Start the protocol: the version wanted (protocol_version pins it; by
+-- default the newest) and, when that is stateless and the server turns out
+-- to be a session server, initialize in the newest session version.
+function Client:_start()
+  local want = self.want_version
+  if not STATELESS[want] then return self:_initialize(want) end
+  if self.session_only then return self:_initialize(M.SESSION_VERSION) end   -- known from a first start
+  local ok, err, fallback = self:_discover(want)
+  if ok then return true end
+  self.stateless_version = nil
+  if not fallback or self.pinned then return nil, err end
+  self.discover_error = err   -- why this server got a session
+  self.session_only = true
+  if not self.offline then self.t:set_version(nil) end
+  return self:_initialize(M.SESSION_VERSION)
+end
+
 -- Make sure the server runs: opens or reopens a transport that can be
 -- (stdio: starts or restarts the process), once at a time.
 function Client:_ready()
@@ -448,7 +618,7 @@ function Client:_ready()
     self.state = "starting"
     self.starter = spawn_root(function()
       local ok, err = self.t:open(self.peer)
-      if ok then ok, err = self:_initialize() end
+      if ok then ok, err = self:_start() end
       if not ok then
         if self.state ~= "closed" then self.state = "dead" end
         self.last_exit = err
@@ -466,12 +636,43 @@ function Client:_ready()
   return true
 end
 
+-- A request and, at 2026-07-28, its further rounds: while the server
+-- answers InputRequiredResult, the hooks answer its inputRequests and the
+-- request goes again (a new id) with those inputResponses and the server's
+-- requestState exactly as it came (absent when it sent none). A result
+-- without resultType is complete.
+function Client:_rounds(method, params, opts)
+  local r, err = self:_rpc(method, params, opts)
+  local rounds = 0
+  while self.stateless and type(r) == "table" and r.resultType == "input_required" do
+    rounds = rounds + 1
+    self.st.input_rounds = self.st.input_rounds + 1
+    local what = opts and opts.what or method
+    if rounds > MAX_INPUT_ROUNDS then
+      return nil, format("%s: %s: the server still asks for input after %d rounds", self:_where(), what,
+        MAX_INPUT_ROUNDS)
+    end
+    local answers, aerr = self:_input_responses(r.inputRequests, what)
+    if not answers then return nil, aerr end
+    local again = obj()
+    if params ~= nil then
+      for k, v in pairs(params) do
+        if k ~= "inputResponses" and k ~= "requestState" then again[k] = v end
+      end
+    end
+    again.inputResponses = answers
+    if r.requestState ~= nil and r.requestState ~= JNULL then again.requestState = r.requestState end
+    r, err = self:_rpc(method, again, opts)
+  end
+  return r, err
+end
+
 -- A request by method name: result table | nil, err.
 function Client:request(method, params, opts)
   if type(method) ~= "string" then error("mcp client:request: method must be a string", 2) end
   local ok, err = self:_ready()
   if not ok then return nil, err end
-  return self:_rpc(method, params, opts)
+  return self:_rounds(method, params, opts)
 end
 
 function Client:ping(opts)
@@ -480,11 +681,37 @@ function Client:ping(opts)
   return true
 end
 
+-- One page of a list: at 2026-07-28 a result with ttlMs > 0 is served
+-- from this client's cache until it expires (per method and cursor).
+function Client:_list_page(method, cursor, opts)
+  local key = method .. "\n" .. (cursor or "")
+  local hit = self.list_cache[key]
+  if hit and sched.now() < hit.until_ms then
+    self.st.list_cache_hits = self.st.list_cache_hits + 1
+    return hit.result
+  end
+  self.list_cache[key] = nil
+  local t0 = sched.now()
+  local r, err = self:request(method, cursor and { cursor = cursor } or nil, opts)
+  if r and self.stateless and type(r) == "table" then
+    local ttl = tonumber(r.ttlMs)
+    if ttl and ttl > 0 then self.list_cache[key] = { result = r, until_ms = t0 + ttl } end
+  end
+  return r, err
+end
+
+-- Forget cached list pages of one method (a list_changed notification) or all.
+function Client:_uncache(method)
+  for k in pairs(self.list_cache) do
+    if method == nil or k:sub(1, #method + 1) == method .. "\n" then self.list_cache[k] = nil end
+  end
+end
+
 -- Every page of a list method: the items of `field` | nil, err.
 function Client:_list_all(method, field, opts)
   local out, cursor, pages = {}, nil, 0
   repeat
-    local r, err = self:request(method, cursor and { cursor = cursor } or nil, opts)
+    local r, err = self:_list_page(method, cursor, opts)
     if not r then return nil, err end
     if type(r) ~= "table" or type(r[field]) ~= "table" then
       return nil, self:_where() .. ": " .. method .. ": the result has no " .. field .. " list"
@@ -498,10 +725,83 @@ function Client:_list_all(method, field, opts)
   return out
 end
 
--- The server's tools as it describes them, following pagination.
+-- ---- custom headers (2026-07-28) -----------------------------------------------------
+
+-- A header name (RFC 9110 token): visible ASCII without separators.
+local TOKEN = "^[%w!#$%%&'*+%-%.%^_`|~]+$"
+local HEADER_TYPES = { string = true, integer = true, boolean = true }
+
+-- The Mcp-Param headers a tool's inputSchema asks for with x-mcp-header:
+-- { property = header name } | nil, why (the tool must not be used: an
+-- empty or malformed name, a type that is not string, integer or
+-- boolean, two properties with one name in any case).
+local function param_headers(tool)
+  local schema = type(tool) == "table" and tool.inputSchema
+  local props = type(schema) == "table" and schema.properties
+  local out, seen = {}, {}
+  if type(props) ~= "table" then return out end
+  for prop, p in pairs(props) do
+    local h = type(p) == "table" and p["x-mcp-header"] or nil
+    if h ~= nil then
+      if type(h) ~= "string" or h == "" then return nil, "property '" .. tostring(prop) .. "': x-mcp-header is empty" end
+      if not h:match(TOKEN) then
+        return nil, "property '" .. tostring(prop) .. "': x-mcp-header '" .. excerpt(h, 60) .. "' is not a header name"
+      end
+      if not HEADER_TYPES[p.type] then
+        return nil, "property '" .. tostring(prop) .. "': x-mcp-header on a " .. tostring(p.type)
+          .. " (only string, integer and boolean)"
+      end
+      local low = h:lower()
+      if seen[low] then return nil, "x-mcp-header '" .. h .. "' names two properties" end
+      seen[low] = true
+      out[prop] = h
+    end
+  end
+  return out
+end
+M.param_headers = param_headers
+
+-- A value as an MCP header carries it: booleans as true/false, numbers as
+-- written, strings as they are when they are visible ASCII (spaces inside)
+-- without leading or trailing whitespace, else =?base64?...?= of the UTF-8
+-- bytes (the empty string too: an empty header may be dropped on the way).
+local function header_value(v)
+  if type(v) == "boolean" then return v and "true" or "false" end
+  if type(v) == "number" then
+    if v == math.floor(v) and v > -2^53 and v < 2^53 then return format("%d", v) end
+    return format("%.17g", v)
+  end
+  local s = tostring(v)
+  if s ~= "" and s:match("^[\32-\126]+$") and not s:match("^%s") and not s:match("%s$") then return s end
+  return "=?base64?" .. require("specula.crypto").b64(s) .. "?="
+end
+M.header_value = header_value
+
+-- The server's tools as it describes them, following pagination. At
+-- 2026-07-28 a tool whose x-mcp-header annotations are invalid is left
+-- out (with a warning): the client could not send its calls as the server
+-- expects them.
 function Client:list_tools(opts)
   local out, err = self:_list_all("tools/list", "tools", opts)
   if not out then return nil, err end
+  if self.stateless then
+    local kept = {}
+    for _, t in ipairs(out) do
+      local hs, why = param_headers(t)
+      local name = type(t) == "table" and tostring(t.name) or "?"
+      if hs then
+        self.tool_headers[name] = hs
+        kept[#kept + 1] = t
+      else
+        if not self.excluded[name] then
+          self.st.tools_excluded = self.st.tools_excluded + 1
+          self:_warn(format("%s: tool '%s' left out: %s", self:_where(), name, why))
+        end
+        self.excluded[name] = why
+      end
+    end
+    out = kept
+  end
   self.tools_cache = out
   return out
 end
@@ -554,8 +854,27 @@ function Client:call(name, args, opts)
   self.st.calls[name] = (self.st.calls[name] or 0) + 1
   local cargs = args
   if cargs == nil or next(cargs) == nil then cargs = obj() end
+  local ok, rerr = self:_ready()
+  if not ok then return nil, rerr end
+  local headers
+  if self.stateless then
+    -- the tool's x-mcp-header parameters go in Mcp-Param headers too:
+    -- its definition first (once, when no list was asked for yet)
+    if self.tools_cache == nil then self:list_tools() end
+    if self.excluded[name] then
+      return nil, format("%s: tools/call '%s': the tool was left out: %s", self:_where(), name, self.excluded[name])
+    end
+    for prop, h in pairs(self.tool_headers[name] or {}) do
+      local v = cargs[prop]
+      if v ~= nil and v ~= JNULL then
+        headers = headers or {}
+        headers["Mcp-Param-" .. h] = header_value(v)
+      end
+    end
+  end
   local r, err = self:request("tools/call", { name = name, arguments = cargs },
-    { timeout_ms = opts.timeout_ms, on_progress = opts.on_progress, what = "tools/call '" .. name .. "'" })
+    { timeout_ms = opts.timeout_ms, on_progress = opts.on_progress, what = "tools/call '" .. name .. "'",
+      headers = headers })
   if not r then return nil, err end
   if type(r) ~= "table" then return nil, self:_where() .. ": tools/call '" .. name .. "': the result is not an object" end
   return { content = type(r.content) == "table" and r.content or {}, structuredContent = r.structuredContent,
@@ -590,14 +909,20 @@ function M.new(t, o, name)
     name = tostring(name), t = t, transport = t.kind, offline = t.offline,
     timeout_ms = o.timeout_ms or 60000, init_timeout_ms = o.init_timeout_ms or 30000,
     max_restarts = o.max_restarts or 3,
-    want_version = o.protocol_version or M.PROTOCOL_VERSIONS[1],
+    want_version = o.protocol_version or M.PROTOCOL_VERSIONS[1], pinned = o.protocol_version ~= nil,
+    -- a session server over stdio may never answer an unknown method: there
+    -- the probe is bounded below the start's own timeout
+    discover_timeout_ms = t.kind == "stdio" and math.min(o.init_timeout_ms or 30000, 10000)
+      or o.init_timeout_ms or 30000,
     quiet = o.quiet,
     state = "new", next_id = 1,
-    pending = {}, by_token = {}, given_up = {}, n_given_up = 0, errors = {},
+    pending = {}, by_token = {}, given_up = {}, n_given_up = 0, errors = {}, list_cache = {},
+    tool_headers = {}, excluded = {},
     hooks = { on_sampling = o.on_sampling, on_elicitation = o.on_elicitation, on_roots = o.on_roots },
     st = { requests = 0, restarts = 0, exits = 0, malformed = 0, unknown_ids = 0, oversized = 0,
            late_dropped = 0, timeouts = 0, server_requests = 0, progress = 0, reconnects = 0, calls = {},
-           reads = 0, resources_changed = 0, listens = 0,
+           reads = 0, resources_changed = 0, listens = 0, input_requests = 0, input_rounds = 0,
+           list_cache_hits = 0, tools_excluded = 0,
            hooks = { sampling = 0, elicitation = 0, roots = 0, errors = 0 } },
   }, Client)
   self.peer = self:_peer()
@@ -611,13 +936,13 @@ function M.open(t, o, name)
   local c = M.new(t, o, name)
   local ok, err
   if t.offline then
-    ok, err = c:_initialize()
+    ok, err = c:_start()
   elseif t.restartable then
     ok, err = c:_ready()
     if not ok then t:abort() end
   else
     ok, err = t:open(c.peer)
-    if ok then ok, err = c:_initialize() end
+    if ok then ok, err = c:_start() end
   end
   if not ok then
     c.closed = true

@@ -6,6 +6,11 @@
 -- list changes) for as long as the session lives. With auth a 401, or a
 -- 403 asking for more scope, runs the authorization (specula.mcp.auth) and
 -- sends the request again.
+--
+-- At 2026-07-28 (stateless) there is no session: no Mcp-Session-Id, no
+-- GET stream, no DELETE; each POST carries MCP-Protocol-Version and the
+-- standard headers Mcp-Method (and Mcp-Name: the tool or prompt name, the
+-- resource URI) beside any Mcp-Param headers the session adds for a tool.
 local core = require "specula.internal.core"
 local sched = require "specula.internal.sched"
 local json = require "specula.json"
@@ -94,7 +99,10 @@ function Http:_send(o)
     if not self.auth or (res.status ~= 401 and res.status ~= 403) then return res end
     if res.close then res:close() end
     local ok, aerr = self.auth:challenge(res.status, res.headers["www-authenticate"], st, sent, res.headers)
-    if not ok then return nil, aerr, "auth" end
+    if not ok then
+      self.auth_failed = true
+      return nil, aerr, "auth"
+    end
   end
 end
 
@@ -112,10 +120,27 @@ function Http:open(peer)
   return true
 end
 
+-- The standard headers of a message at 2026-07-28 (nil before): Mcp-Method,
+-- and Mcp-Name for the methods that name something; with extra on top.
+function Http:_std_headers(msg, extra)
+  if not self.stateless or type(msg) ~= "table" or type(msg.method) ~= "string" then return extra end
+  local h = { ["Mcp-Method"] = msg.method }
+  local p = type(msg.params) == "table" and msg.params or {}
+  local nm
+  if msg.method == "tools/call" or msg.method == "prompts/get" then nm = p.name
+  elseif msg.method == "resources/read" then nm = p.uri end
+  if type(nm) == "string" then h["Mcp-Name"] = require("specula.mcp.client").header_value(nm) end
+  for k, v in pairs(extra or {}) do h[k] = v end
+  return h
+end
+
 function Http:send(msg)
   local text, eerr = encode(msg)
   if not text then return nil, eerr end
-  return self:_post_oneway(text)
+  local res, err = self:_send { method = "POST", body = text, extra = self:_std_headers(msg) }
+  if not res then return nil, err end
+  if res.status >= 300 then return nil, self:_http_error(res, "POST") end
+  return true
 end
 
 -- Read one SSE stream, handing each message to the session, until x is
@@ -149,7 +174,7 @@ end
 -- A request over Streamable HTTP, in the calling task: the cancel POST
 -- armed, the request POSTed and its answer read.
 function Http:request(x)
-  local h = self:_http_headers()
+  local h = self:_http_headers(self:_std_headers({ method = "notifications/cancelled" }))
   local tok = self.auth and self.auth.entry.tokens
   if tok then self.auth:authorize_request(h, "POST", self.url, tok.access_token) end
   local hdr = header_lines(h)
@@ -161,12 +186,26 @@ function Http:request(x)
     local l = timeout_ms - (sched.now() - t0)
     return l > 1 and l or 1
   end
-  local res, err = self:_send { method = "POST", body = x.text, stream = true, timeout = left }
+  local res, err = self:_send { method = "POST", body = x.text, stream = true, timeout = left,
+                                extra = self:_std_headers(x.msg, x.headers) }
   if not res then return nil, err end
   local ctype = (res.headers["content-type"] or ""):lower()
+  if res.status >= 400 and res.status ~= 401 and not (res.status == 404 and self.session_id)
+     and ctype:find("application/json", 1, true) then
+    -- a JSON-RPC error to this very request (2026-07-28 answers with one
+    -- and a 4xx: an unsupported version, a header mismatch): the session
+    -- gets it as the request's error, with its code and data
+    local body = res:read_all() or ""
+    local msg = decode(body)
+    if type(msg) == "table" and msg.error ~= nil and msg.id == x.id then
+      peer:receive(msg, "json")
+      return true
+    end
+    return nil, self:_http_error({ status = res.status, body = body }, x.what)
+  end
   if res.status >= 300 then return nil, self:_http_error(res, x.what) end
   local sid = res.headers["mcp-session-id"]
-  if sid and sid ~= "" then self.session_id = sid end
+  if sid and sid ~= "" and not self.stateless then self.session_id = sid end
   if ctype:find("text/event-stream", 1, true) then
     local state = { retry = nil, last_id = nil }
     local attempts = 0
@@ -292,12 +331,17 @@ function Http:_listen()
   while C.sp_rpc_wait(gate, me) == 0 do co_yield() end
 end
 
--- The negotiated version goes with every request from now on.
-function Http:set_version(v) self.protocol_version = v end
+-- The negotiated version goes with every request from now on (nil: none,
+-- as before a handshake).
+function Http:set_version(v)
+  self.protocol_version = v
+  self.stateless = v ~= nil and require("specula.mcp.client").STATELESS[v] or nil
+end
 
--- The session is up: with listen, open the GET stream.
+-- The session is up: with listen, open the GET stream (a stateless
+-- server has none).
 function Http:ready()
-  if self.listen and not self.listener then self:_listen() end
+  if self.listen and not self.listener and not self.stateless then self:_listen() end
 end
 
 -- Nothing to release at once: no process, and requests end with their tasks.

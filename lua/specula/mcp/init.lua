@@ -14,6 +14,11 @@
 --   c:read_resource(uri, { timeout_ms }) -> { contents = { {uri, mimeType, text | blob}, ... } } | nil, err
 --   c:ping(), c:request(method, params, opts), c:stats(), c:auth_info(), c:close()
 --
+-- Protocol: 2026-07-28 (stateless: server/discover, then _meta and headers
+-- on every request) with a server that speaks it, else a 2025-11-25
+-- session (initialize); protocol_version pins one (client.lua: _start,
+-- docs/mcp.md).
+--
 -- Requests from the server: ping is answered; sampling/createMessage,
 -- elicitation/create and roots/list go to the hooks on_sampling,
 -- on_elicitation and on_roots when given (each runs in a task of its own,
