@@ -4,7 +4,7 @@
 local json = require "specula.json"
 local secrets = require "specula.secrets"
 
-local type, pairs, ipairs, concat = type, pairs, ipairs, table.concat
+local ipairs, concat = ipairs, table.concat
 
 local M = {}
 

@@ -3,7 +3,7 @@
 local match = require "specula.cassette.match"
 local nearest = require "specula.cassette.nearest"
 
-local type, tostring, format = type, tostring, string.format
+local tostring, format = tostring, string.format
 
 local M = {}
 
