@@ -309,8 +309,8 @@ end
 
 --- The configuration of a run (specula.run.runner's make_run): every option
 -- that changes what it does, each as it applies (defaults filled in; k and m
--- as the mode uses them, as the records' stats say). st: the open
--- cassette's state (specula.cassette.state), or nil: a replay names its tape.
+-- as the mode uses them, as the records' stats say). st: the state of the
+-- open cassette (the runner's to hand over), or nil: a replay names its tape.
 function M.config(agent, o, run, D, clock, st)
   local seq = o.mode == "sequential"
   local k = seq and 1 or o.k
