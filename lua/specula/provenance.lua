@@ -309,8 +309,9 @@ end
 
 --- The configuration of a run (specula.run.runner's make_run): every option
 -- that changes what it does, each as it applies (defaults filled in; k and m
--- as the mode uses them, as the records' stats say).
-function M.config(agent, o, run, D, clock)
+-- as the mode uses them, as the records' stats say). st: the state of the
+-- open cassette (the runner's to hand over), or nil: a replay names its tape.
+function M.config(agent, o, run, D, clock, st)
   local seq = o.mode == "sequential"
   local k = seq and 1 or o.k
   if k == -1 or k == math.huge then k = "inf" elseif k == 0 then k = "auto" end
@@ -332,8 +333,6 @@ function M.config(agent, o, run, D, clock)
   local match = o.match or agent.match or "exact"
   if type(match) == "table" then match = { similar = describe(match.similar) } end
   local replay = json.null
-  local cassette = package.loaded["specula.cassette"]
-  local st = cassette and cassette.state
   if st and st.replay then
     replay = { sha256 = M.cassette(st.replay, st.path), miss = st.miss }
   end

@@ -53,7 +53,8 @@ describe("require 'specula'", function()
     docs:close()
     assert.is_true(ndocs >= 6, "found only " .. ndocs .. " pages in docs/")
     for _, dir in ipairs({ "examples", "lua/specula", "lua/specula/llm", "lua/specula/cmd", "lua/specula/run",
-                           "lua/specula/lab", "lua/specula/report", "lua/specula/mcp", "policies", "bench" }) do
+                           "lua/specula/lab", "lua/specula/report", "lua/specula/mcp", "lua/specula/cassette", "policies",
+                           "bench" }) do
       local p = io.popen("ls " .. H.quote(H.root .. "/" .. dir))
       for name in p:lines() do
         if name:match("%.lua$") then files[#files + 1] = dir .. "/" .. name end

@@ -175,15 +175,15 @@ describe("the transport seams of MCP and HTTP (docs/architecture.md)", function(
     end
     assert.is_truthy(g.edges["specula.mcp"]["specula.mcp.stdio"])
     assert.is_truthy(g.edges["specula.mcp"]["specula.mcp.http"])
-    assert.is_truthy(g.edges["specula.cassette"]["specula.mcp.transport"])
+    assert.is_truthy(g.edges["specula.cassette.mcp"]["specula.mcp.transport"])
   end)
 
-  it("keeps specula.http apart from the cassette too: the cassette puts its wrapper in front of it", function()
+  it("keeps specula.http apart from the cassette too: the run puts the cassette's wrapper in front of it", function()
     assert.is_nil(g.edges["specula.http"]["specula.cassette"], "specula.http requires specula.cassette at "
       .. mg.where(g, "specula.http", "specula.cassette"))
     local code = mg.strip_lua_comments(assert(H.read(g.nodes["specula.http"])))
     assert.is_nil(code:find("cassette", 1, true), "specula.http names the cassette")
-    assert.is_truthy(g.edges["specula.cassette"]["specula.http"])
+    assert.is_truthy(g.edges["specula.run.cassette"]["specula.http"])
   end)
 end)
 
@@ -327,5 +327,67 @@ describe("the floors below the commands", function()
       for _, f in ipairs(here) do found[#found + 1] = f end
     end
     assert.same({}, found)
+  end)
+end)
+
+-- The cassette is a transport and clock implementation plugged in from the
+-- top (docs/architecture.md, "The transport seam"): specula.run.cassette
+-- puts its wrappers into the seams of HTTP, MCP and the agent's adapter,
+-- and whoever opens a cassette opens it there. Nothing below the run
+-- floor calls the cassette, and the cassette requires none of what it serves.
+describe("the cassette, plugged in from the top", function()
+  local g = mg.lua_graph(H.root .. "/lua")
+  local function in_package(name) return name == "specula.cassette" or name:find("^specula%.cassette%.") ~= nil end
+  local RUN = floor_of("specula.run.x")
+
+  it("is a package: specula.cassette and its parts", function()
+    assert.is_truthy(g.nodes["specula.cassette"])
+    local parts = 0
+    for name in pairs(g.nodes) do if in_package(name) and name ~= "specula.cassette" then parts = parts + 1 end end
+    assert.is_true(parts >= 8, "found only " .. parts .. " parts")
+  end)
+
+  it("is neither required nor named by any module below the run floor but its own parts", function()
+    local bad = {}
+    for _, from in ipairs(mg.sorted_keys(g.nodes)) do
+      if not in_package(from) and floor_of(from) > RUN then
+        for to in pairs(g.edges[from] or {}) do
+          if in_package(to) then bad[#bad + 1] = from .. " requires " .. to .. " at " .. mg.where(g, from, to) end
+        end
+        -- (package.loaded["specula.cassette"] too)
+        local code = mg.strip_lua_comments(assert(H.read(g.nodes[from])))
+        if code:find("specula.cassette", 1, true) then bad[#bad + 1] = from .. " names specula.cassette" end
+      end
+    end
+    table.sort(bad)
+    assert.equals("", table.concat(bad, "\n"), #bad .. " reach(es) into the cassette:\n" .. table.concat(bad, "\n"))
+  end)
+
+  it("requires only the base floor and the MCP transport interface: no client, agent, window or run", function()
+    local BASE = #LAYERS
+    local bad = {}
+    for _, from in ipairs(mg.sorted_keys(g.nodes)) do
+      if in_package(from) then
+        for to in pairs(g.edges[from] or {}) do
+          if not in_package(to) and floor_of(to) ~= BASE and to ~= "specula.mcp.transport" then
+            bad[#bad + 1] = from .. " requires " .. to .. " at " .. mg.where(g, from, to)
+          end
+        end
+      end
+    end
+    table.sort(bad)
+    assert.equals("", table.concat(bad, "\n"), table.concat(bad, "\n"))
+  end)
+
+  it("is opened only through specula.run.cassette, which plugs the seams first", function()
+    local found = code_lines("", function(line, file)
+      if file:find("^specula/cassette/") or file == "specula/run/cassette.lua" then return false end
+      return line:find("cassette%.open%(") or line:find("cassette%.from_args%(")
+        or line:find('"specula%.cassette"%)%.open%(') or line:find('"specula%.cassette"%)%.from_args%(')
+    end)
+    assert.same({}, found)
+    for _, seam in ipairs({ "specula.http", "specula.internal.protocol", "specula.mcp" }) do
+      assert.is_truthy(g.edges["specula.run.cassette"][seam], "specula.run.cassette does not plug " .. seam)
+    end
   end)
 end)

@@ -44,7 +44,7 @@ local function run_script(script, args)
   M.add_script_dir(script)
   -- --record / --replay-io open before the main chunk runs: it may connect
   -- to an MCP server at top level
-  local okc, cerr, why = require("specula.cassette").from_args(args)
+  local okc, cerr, why = require("specula.run.cassette").from_args(args)
   if not okc then sched.plain_error("specula run: " .. tostring(cerr), why == "write" and 1 or 2) end
   _G.arg = { [0] = script }
   for i = 1, #args do _G.arg[i] = args[i] end

@@ -4,7 +4,6 @@
 -- job coroutines through the adapter below, which validates what the script
 -- returns and turns mistakes into errors naming the script and line.
 local sched = require "specula.internal.sched"
-local cassette = require "specula.cassette"
 local secrets = require "specula.secrets"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, getmetatable, error =
@@ -16,6 +15,13 @@ local now = sched.now
 local plain = sched.plain_error
 
 local M = {}
+
+-- The wrapper of the agent's calls and of the adapter's window jobs, or
+-- nil: { bind(ctx), observe(tool, args, call, ctx), speculator(S, tool,
+-- is_cands, cands), adapter(A) }. A cassette puts its own here while it is
+-- open (specula.run.cassette plugs it in); the agent does not require it.
+local wrapper = nil
+function M.set_wrapper(w) wrapper = w end
 
 local CANDS_MT = { __name = "specula.candidates" }
 
@@ -164,7 +170,7 @@ local HIST = 16   -- actions a thread's history keeps for the predictor
 local function mkctx(qmt, hop, spec, state)
   local ctx = setmetatable({ hop = hop, speculative = spec, state = state, step = false, action = false,
                              on_tool_name = false }, qmt)
-  if cassette.state then cassette.bind(ctx) end   -- model calls of the step know their query
+  if wrapper then wrapper.bind(ctx) end   -- model calls of the step know their query
   return ctx
 end
 
@@ -407,11 +413,11 @@ end
 -- SP_JOB_PFCALL: a predicted call started early (always speculative).
 local function pfcall(A, qmt, tool, args, hop)
   local ctx = setmetatable({ hop = hop, speculative = true, predicted = true }, qmt)
-  if cassette.state then
-    cassette.bind(ctx)
+  if wrapper then
+    wrapper.bind(ctx)
     -- its observation goes on tape too: one that serves its step's target
     -- is a committed call
-    return cassette.observe(tool, args, A.tools[tool].call, ctx)
+    return wrapper.observe(tool, args, A.tools[tool].call, ctx)
   end
   return A.tools[tool].call(args, ctx)
 end
@@ -423,9 +429,9 @@ local function call(A, qmt, ctx, spec)
   ctx.speculative = spec
   local a = ctx.action
   local tools = A.tools
-  if cassette.state then
-    cassette.bind(ctx)
-    return cassette.observe(a.tool, a.args, tools[a.tool].call, ctx)
+  if wrapper then
+    wrapper.bind(ctx)
+    return wrapper.observe(a.tool, a.args, tools[a.tool].call, ctx)
   end
   return tools[a.tool].call(a.args, ctx)
 end
@@ -481,9 +487,9 @@ local function speculate(A, qmt, ctx, spec, m, timeout)
   ctx.speculative = spec
   local a = ctx.action
   local S = A.tools[a.tool].speculate or A.agent_spec
-  if cassette.state then
-    cassette.bind(ctx)
-    S = cassette.speculator(S, a.tool, is_cands, M.candidates)
+  if wrapper then
+    wrapper.bind(ctx)
+    S = wrapper.speculator(S, a.tool, is_cands, M.candidates)
   end
   return normalise(run_spec(S, a.args, ctx, timeout), m)
 end
@@ -617,7 +623,7 @@ function M.adapter(agent, opts)
     return { id = q and q.id, events = events, turns = t2 }
   end
   -- with a cassette open, each job is timed for the tape (or by it)
-  if cassette.state then return cassette.wrap_adapter(A) end
+  if wrapper then return wrapper.adapter(A) end
   return A
 end
 

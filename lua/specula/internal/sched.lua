@@ -217,11 +217,12 @@ end
 
 -- Called (when set) as the running task is about to wait in sleep() or on
 -- other tasks: a cassette being recorded notes when each window job first
--- waits (specula/cassette.lua).
+-- waits (specula/cassette/clock.lua).
 M.on_wait = false
 -- Called (when set) with a sleep's length before it starts, returns the
 -- length to sleep: a cassette notes when each sleep of a window job was to
--- end, and a replay ends it then (specula/cassette.lua).
+-- end, and a replay ends it then (specula/cassette/clock.lua). A simulated
+-- call sleeps rather than finishing later while it is set (specula.internal.simlaw).
 M.on_sleep = false
 
 local Task = {}

@@ -80,13 +80,11 @@ M.wait = wait
 -- only then wait, the result in hand: the draws are keyed, so the order
 -- changes nothing, and the wait is the job's last act, so the engine can
 -- deliver the result ms later without suspending the call
--- (sched.finish_after). A call recorded to a cassette sleeps instead: the
--- cassette times the call around it.
-local cassette
+-- (sched.finish_after). While sleeps are watched (sched.on_sleep: a
+-- cassette is open, and times the call around its sleeps) it sleeps instead.
 local function pause(ms)
   if ms <= 0 then return end
-  cassette = cassette or require "specula.cassette"
-  if cassette.state then sched.sleep(ms) else sched.finish_after(ms) end
+  if sched.on_sleep then sched.sleep(ms) else sched.finish_after(ms) end
 end
 M.pause = pause
 

@@ -537,7 +537,7 @@ function M.agent_replay(res, vs, dir, script, input)
   if cassette.state then return nil, "a cassette is already open" end
   -- opened before the script's main chunk, which may connect to an MCP
   -- server at top level (as `specula run --replay-io` does)
-  local ok, cerr = cassette.open({ replay = dir, miss = "error" })
+  local ok, cerr = require("specula.run.cassette").open({ replay = dir, miss = "error" })
   if not ok then return nil, cerr end
   local chunk, lerr = loadfile(script)
   if not chunk then cassette.close() return nil, "cannot load --agent script: " .. tostring(lerr) end

@@ -41,6 +41,11 @@ local type, tostring, ipairs, error = type, tostring, ipairs, error
 
 local M = {}
 
+-- The wrapper every client's transport goes behind, or nil:
+-- wrapper(live, name, headers) -> a transport (specula.mcp.transport).
+local wrapper = nil
+function M.set_wrapper(w) wrapper = w end
+
 M.PROTOCOL_VERSIONS = client.PROTOCOL_VERSIONS
 M.CLIENT_INFO = client.CLIENT_INFO
 M.HOOKS = client.HOOKS
@@ -125,11 +130,12 @@ function M.connect(o)
     live = require("specula.mcp.stdio").new({ command = o.command, env = o.env, cwd = o.cwd, name = name,
       max_message_bytes = o.max_message_bytes or 16 * 1024 * 1024 }, 3)
   end
-  -- Always behind the cassette's wrapper: it records or replays while a
-  -- cassette is open (one may open after the client connects: specula.run
-  -- with record = DIR), and passes through when none is. A replay that
-  -- needs no live server (offline) starts none.
-  local t = require("specula.cassette").mcp_transport(live, name, o.headers or {})
+  -- Behind the transport wrapper when one is set (specula.run.cassette sets
+  -- the cassette's once, before scripts run: it records or replays while a
+  -- cassette is open, one may open after the client connects with
+  -- specula.run{ record = DIR }, and passes through when none is; a replay
+  -- that needs no live server (offline) starts none).
+  local t = wrapper and wrapper(live, name, o.headers or {}) or live
   local c, err = client.open(t, o, name)
   if not c then return nil, err end
   c.auth = auth

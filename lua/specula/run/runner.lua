@@ -132,7 +132,8 @@ end
 -- The provenance of one configuration (run = make_run's): built once; each
 -- record splices its query digest into its text.
 function M.prov_of(base, agent, o, run)
-  local config = provlib.config(agent, o, run, D, sched.clock())
+  local cassette = package.loaded["specula.cassette"]
+  local config = provlib.config(agent, o, run, D, sched.clock(), cassette and cassette.state)
   run.prov = provlib.build(base.version, base.agent, base.input, config)
   return run.prov
 end
@@ -505,7 +506,8 @@ function M.run(agent, opts)
     if opts.miss == "live" and (o.clock or sched.clock()) == "virtual" then
       error("specula.run: miss = 'live' makes real calls: it needs the real clock", 2)
     end
-    local ok, cerr = cassette.open({ record = opts.record, replay = opts.replay_io, miss = opts.miss })
+    local ok, cerr = require("specula.run.cassette").open({ record = opts.record, replay = opts.replay_io,
+                                                           miss = opts.miss })
     if not ok then error("specula.run: " .. cerr, 2) end
     own_cassette = true
   end
@@ -575,7 +577,8 @@ function M.main(agent, args, script, compare)
   end
   local cassette = require "specula.cassette"
   if (o.record or o.replay_io) and not cassette.state then
-    local ok, cerr, why = cassette.open({ record = o.record, replay = o.replay_io, miss = o.miss })
+    local ok, cerr, why = require("specula.run.cassette").open({ record = o.record, replay = o.replay_io,
+                                                                 miss = o.miss })
     if not ok and why == "write" then sched.plain_error("specula run: " .. cerr, 1) end
     if not ok then runopts.usage_error(cerr) end
   end
