@@ -16,14 +16,14 @@ local sched = require "specula.sched"
 local json = require "specula.json"
 local records = require "specula.run.records"
 local prov = require "specula.provenance"
-local stderr = require("specula.secrets").stderr   -- what goes out is scrubbed
+local output = require "specula.output"
+local stderr = output.stderr   -- what goes out is scrubbed
 local C = core.C
 
 local type, tostring, ipairs, pairs, format, concat = type, tostring, ipairs, pairs, string.format, table.concat
 
 local M = {}
 
-local CANONICAL = { canonical = true }   -- secrets.scrub_json: a line stays canonical JSON
 
 local function refuse(msg)
   sched.plain_error("specula run: " .. msg, 2)
@@ -234,17 +234,13 @@ function M.read(path, opts)
   end
   -- a secret this run knows (say a new --secret-env) that the run which
   -- wrote a record did not: the kept record is scrubbed now, in the file
-  local secrets = require "specula.secrets"
-  local scrub = secrets.count() > 0 and secrets.scrub_json or nil
   local keep, learnt, scrubbed = {}, {}, 0
   for _, e in ipairs(entries) do
     if e.failed then
       dropped, rewrite = dropped + 1, true
     else
-      if scrub then
-        local clean = scrub(e.line, nil, CANONICAL)
-        if clean ~= e.line then e.line, rewrite, scrubbed = clean, true, scrubbed + 1 end
-      end
+      local clean = output.clean(e.line, "canonical")
+      if clean ~= e.line then e.line, rewrite, scrubbed = clean, true, scrubbed + 1 end
       keep[#keep + 1] = e.line
       n = n + 1
       if e.learnt then
@@ -257,7 +253,7 @@ function M.read(path, opts)
   if rewrite then
     -- a new file renamed over the old one: a crash here loses nothing
     local tmp = path .. ".specula-tmp"
-    local w = records.open_output(tmp, "wb", "--out file")
+    local w = records.open_output(tmp, "wb", "--out file", "canonical")
     keep[#keep + 1] = ""
     records.write_whole(w, tmp, "--out file", { #keep > 1 and concat(keep, "\n") or "" })
     local okr, rerr2 = os.rename(tmp, path)
