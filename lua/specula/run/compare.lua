@@ -586,7 +586,7 @@ function M.main(agent, o, src, script)
   if o.out then
     out, what = records.open_output(o.out, "a", "--out file", "canonical"), format("--out file '%s'", o.out)
   elseif o.records_stdout then
-    out, what = io.stdout, "stdout"   -- --out -: asked for on stdout, before the table
+    out, what = require("specula.output").wrap(io.stdout, "canonical"), "stdout"   -- --out -: before the table
   elseif not o.quiet then
     require("specula.output").stderr("specula: --compare without --out: the records are not kept (stdout holds "
       .. "the table; give --out FILE to keep them)\n")
