@@ -11,10 +11,11 @@
 --       closing it only flushes)
 --   output.stdout(...), output.stderr(...) -> file:write's results
 --       text pieces, joined and scrubbed, on the standard streams
---   output.clean(s [, kind]) -> s as a writer of kind would write it: for
---       text that leaves by a road that is not a Lua write (the engine
---       prints a failed task's message, cuts a verifier's reason before it
---       writes it) or is digested beside what is written (provenance)
+--   output.clean(s [, kind [, extra]]) -> s as a writer of kind would write
+--       it: for text that leaves by a road that is not a Lua write (the
+--       engine prints a failed task's message, cuts a verifier's reason
+--       before it writes it), is digested beside what is written
+--       (provenance), or is looked up in what was written (a tape's keys)
 --   output.guard_stdio()    a script's own print, io.write and writes to
 --       io.stdout and io.stderr scrubbed too (the command line installs it)
 --
@@ -108,12 +109,12 @@ local function clean(s, kind, extra)
   return clean_json(s, JSON[kind], extra)
 end
 
-function M.clean(s, kind)
+function M.clean(s, kind, extra)
   kind = kind or "text"
   check_kind(kind, "specula.output.clean")
   if s == nil then return nil end
   if type(s) ~= "string" then s = tostring(s) end
-  return clean(s, kind)
+  return clean(s, kind, extra)
 end
 
 local Writer = {}
