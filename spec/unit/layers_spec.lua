@@ -410,7 +410,8 @@ describe("the output layer (specula.output)", function()
     local found = code_lines("", function(line, file)
       if file == OUTPUT_MODULE or file == CASSETTE_FILE then return false end
       return line:find("io%.std%a+%s*:%s*write") or line:find("io%.write%s*%(")
-        or line:find("%f[%w_.:]print%s*%(") or line:find("io%.open%s*%b()") and (
+        or line:find("%f[%w_.:]print%s*%(") or line:find("io%.output%s*%(%s*[^%s%)]")
+        or line:find("io%.open%s*%b()") and (
           line:match("io%.open%s*%(.-,%s*[\"'][wa]") or line:match("io%.open%s*%([^,]*,%s*[%a_][%w_]*%s*%)"))
     end)
     assert.same({}, found)
