@@ -111,14 +111,15 @@ local function header_block(h)
 end
 
 -- The `verbose` lines the core kept for r, written on stderr through the
--- scrubber (every declared secret, in any encoding, not only the values of
--- credential-named headers and parameters, which the core hides itself).
+-- output layer (every declared secret, in any encoding, not only the values
+-- of credential-named headers and parameters, which the core hides itself).
+local output = require "specula.internal.output"
 local dlenp = ffi.new("size_t[1]")
 local function flush_debug(r)
   local p = C.sp_http_debug(r, dlenp)
   local n = tonumber(dlenp[0])
   if n > 0 then
-    secrets.stderr(ffi.string(p, n))
+    output.stderr(ffi.string(p, n))
     C.sp_http_debug_clear(r)
   end
 end

@@ -102,7 +102,7 @@ function M.build(spec, agent_tools, script_dir)
     obj.script_errors = obj.script_errors + 1
     if not obj.first_error then
       obj.first_error = "policy " .. name .. ": for tool '" .. tostring(tool) .. "' " .. require("specula.internal.sched").errstr(msg)
-      require("specula.secrets").stderr("specula: warning: " .. obj.first_error .. " (counted as forbid)\n")
+      require("specula.internal.output").stderr("specula: warning: " .. obj.first_error .. " (counted as forbid)\n")
     end
   end
   agent_tools = agent_tools or {}

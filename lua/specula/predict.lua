@@ -202,11 +202,11 @@ function Ngram:restore(st)
 end
 
 function Ngram:save(path)
-  local f, err = io.open(path, "w")
+  -- the counts are keyed by calls and their arguments: the writer lets no
+  -- known secret go to disk (the text stays canonical JSON)
+  local f, err = require("specula.internal.output").open(path, "w", "canonical")
   if not f then return nil, "predictor save: " .. tostring(err) end
-  -- the counts are keyed by calls and their arguments: no known secret goes to disk
-  local okw, werr = f:write(require("specula.secrets").scrub_json(json.canonical(self:state()), nil,
-    { canonical = true }), "\n")
+  local okw, werr = f:write(json.canonical(self:state()), "\n")
   local okc, cerr = f:close()
   if not okw or not okc then return nil, "predictor save: " .. path .. ": " .. tostring(werr or cerr) end
   return true

@@ -186,7 +186,7 @@ local function note_module(name)
   track.order[#track.order + 1] = name
   if track.frozen and not track.warned[name] then
     track.warned[name] = true
-    require("specula.secrets").stderr(format("specula: warning: module '%s' beside the script was loaded "
+    require("specula.internal.output").stderr(format("specula: warning: module '%s' beside the script was loaded "
       .. "after the run started: its digest is not in the records' provenance (require it at the top of the "
       .. "script)\n", name))
   end
@@ -206,7 +206,7 @@ local function note_dofile(path)
   track.order[#track.order + 1] = name
   if track.frozen and not track.warned[name] then
     track.warned[name] = true
-    require("specula.secrets").stderr(format("specula: warning: '%s' was run by dofile after the run started: "
+    require("specula.internal.output").stderr(format("specula: warning: '%s' was run by dofile after the run started: "
       .. "its digest is not in the records' provenance (run it at the top of the script)\n", path))
   end
 end
@@ -291,14 +291,13 @@ function M.cassette(dir, skip)
   return h:hex()
 end
 
--- A picture with every string passed through the secrets scrubber (a
--- --set value may hold a declared secret: the records must not), before
--- it is digested, so the text and its digest agree.
+-- A picture with every string as an output writes it (a --set value may
+-- hold a declared secret: the records must not), before it is digested, so
+-- the text and its digest agree.
 local function scrubbed(v)
-  local ok, secrets = pcall(require, "specula.secrets")
-  if not ok or #secrets.list() == 0 then return v end
+  local clean = require("specula.internal.output").clean
   local function walk(x)
-    if type(x) == "string" then return secrets.scrub(x) end
+    if type(x) == "string" then return clean(x) end
     if type(x) == "table" and x ~= json.null then
       for k, y in pairs(x) do x[k] = walk(y) end
     end

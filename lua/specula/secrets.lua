@@ -1,6 +1,7 @@
 -- specula.secrets: the one registry of values that must never leave the
--- process, and the scrubber every output boundary calls (records, traces,
--- cassettes, summaries, reports, error messages, stderr).
+-- process, and the scrubber that specula.internal.output's writers (records,
+-- traces, cassettes, summaries, reports, stdout, stderr) and the modules
+-- that hold credentials (their error messages) call.
 --
 --   secrets.declare(value [, label]) -> true | false
 --       a secret (API key, token, password): never written anywhere from
@@ -38,8 +39,9 @@
 --   secrets.scrub_chunks(list [, extra]) -> the pieces of a stream
 --       scrubbed as one text (a secret cut across two pieces goes whole),
 --       cut again where they were cut
---   secrets.write(f, ...) -> f:write of the pieces, scrubbed
---   secrets.stderr(...)   -> the same on io.stderr
+--
+-- What the process writes goes through specula.internal.output, whose writers call
+-- this scrubber; no other module needs it to protect what it writes.
 --
 -- Environment variables whose names look like credentials (KEY, TOKEN,
 -- SECRET, PASSWORD, PASSWD, CREDENTIAL, or a part AUTH, PASS, COOKIE) are
@@ -907,43 +909,15 @@ function M.scrub_chunks(list, extra)
   return out, idx
 end
 
---- f:write of the pieces, scrubbed as one text.
--- The files' own write (guard_stdio wraps the shared method).
-local file_write = io.stdout.write
-
-function M.write(f, ...)
-  if #values == 0 then return file_write(f, ...) end
+-- Transitional, for specula.cassette alone: it is being moved into a
+-- package while the writers moved to specula.internal.output, and writes its
+-- warnings through specula.internal.output.stderr once that lands; then this goes.
+local raw_write = io.stderr.write
+function M.stderr(...)
   local parts = { ... }
   for i = 1, select("#", ...) do parts[i] = tostring(parts[i]) end
-  return file_write(f, scrub(concat(parts)))
-end
-
-function M.stderr(...) return M.write(io.stderr, ...) end
-
--- print, io.write and writes to io.stdout and io.stderr scrubbed: an agent
--- script's own output leaves the process too (a script that prints a
--- response holding a key). Installed once by the command line; files a
--- script opens itself are its own business.
-local guarded = false
-function M.guard_stdio()
-  if guarded then return end
-  guarded = true
-  local raw_tostring = tostring
-  local out, err = io.stdout, io.stderr
-  _G.print = function(...)
-    local n = select("#", ...)
-    local parts = { ... }
-    for i = 1, n do parts[i] = raw_tostring(parts[i]) end
-    local s = concat(parts, "\t", 1, n) .. "\n"
-    file_write(out, #values == 0 and s or scrub(s))
-  end
-  io.write = function(...) return M.write(io.output(), ...) end
-  -- f:write on the standard streams (every file shares the method table)
-  local methods = getmetatable(out).__index
-  methods.write = function(f, ...)
-    if #values == 0 or (f ~= out and f ~= err) then return file_write(f, ...) end
-    return M.write(f, ...)
-  end
+  local s = concat(parts)
+  return raw_write(io.stderr, #values == 0 and s or scrub(s))
 end
 
 return M

@@ -54,9 +54,8 @@ function M.main(o)
     local path = root .. "/bench/" .. name .. ".lua"
     local chunk, err = loadfile(path)
     if not chunk then sched.plain_error("specula bench: no benchmark '" .. name .. "' (" .. tostring(err) .. ")") end
-    print(string.rep("=", 78))
-    print("bench/" .. name .. ".lua")
-    print(string.rep("-", 78))
+    local stdout = require("specula.internal.output").stdout
+    stdout(string.rep("=", 78), "\n", "bench/", name, ".lua\n", string.rep("-", 78), "\n")
     _G.arg = { [0] = path }
     for i, a in ipairs(pass) do _G.arg[i] = a end
     chunk(unpack(pass))

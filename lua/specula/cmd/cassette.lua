@@ -2,7 +2,7 @@
 -- `specula run --record DIR` (see specula.cassette for the format).
 local cassette = require "specula.cassette"
 local json = require "specula.json"
-local secrets = require "specula.secrets"
+local output = require "specula.internal.output"
 local lab = require "specula.lab"
 
 local format, concat = string.format, table.concat
@@ -48,12 +48,13 @@ function M.check(o)
   end
 end
 
--- An HTTP request's body on one line: scrubbed first (a secret the cut
--- would split goes whole), white space folded, cut at BODY_MAX bytes.
+-- An HTTP request's body on one line: scrubbed first as a message (a
+-- secret the cut would split goes whole), white space folded, cut at
+-- BODY_MAX bytes.
 local BODY_MAX = 160
 local function body_text(body)
   if type(body) ~= "string" or body == "" then return "" end
-  local b = secrets.scrub_message(body):gsub("%s+", " ")
+  local b = output.clean(body, "message"):gsub("%s+", " ")
   if #b > BODY_MAX then b = json.utf8_cut(b, BODY_MAX - 3) .. "..." end
   return " " .. b
 end
@@ -161,10 +162,10 @@ function M.main(o)
   if sub == "ls" then
     for _, f in ipairs(files) do
       local h = f.header or {}
-      io.stdout:write(format("%s\t%d lines\tcreated %s\tclock %s%s\n", f.path, f.records, tostring(h.created),
+      output.stdout(format("%s\t%d lines\tcreated %s\tclock %s%s\n", f.path, f.records, tostring(h.created),
         tostring(h.clock), f.dropped > 0 and format("\t%d cut-off line dropped", f.dropped) or ""))
     end
-    io.stdout:write(format("%d exchanges and %d job timings in %d file(s)\n", #ex, timings, #files))
+    output.stdout(format("%d exchanges and %d job timings in %d file(s)\n", #ex, timings, #files))
   elseif sub == "show" then
     for _, r in ipairs(ex) do
       local m = r.meta or {}
@@ -172,11 +173,11 @@ function M.main(o)
         if o.json then
           local c = {}
           for k, v in pairs(r) do if k ~= "file" and k ~= "line" then c[k] = v end end
-          io.stdout:write(secrets.scrub_json(json.encode(c)), "\n")
+          output.wrap(io.stdout, "json"):write(json.encode(c), "\n")
         else
           -- a call cancelled before it answered has no latency
           local ms = tonumber(r.ms) and format("%.1f ms", r.ms) or "- ms"
-          secrets.write(io.stdout, format("%-5s #%d\t%s\t%s\t%s\tquery %s hop %s thread %s%s%s\n", r.kind, r.n, what(r),
+          output.stdout(format("%-5s #%d\t%s\t%s\t%s\tquery %s hop %s thread %s%s%s\n", r.kind, r.n, what(r),
             outcome(r), ms, tostring(m.query or "-"), tostring(m.hop or "-"), tostring(m.thread or "-"),
             m.job and (" " .. tostring(m.job)) or "", m.speculative and " speculative" or ""))
         end
@@ -214,12 +215,13 @@ function M.main(o)
         queries = nq, mean_ms = #s.lat > 0 and sum / #s.lat or 0, p50_ms = pct(s.lat, 0.5), p95_ms = pct(s.lat, 0.95) }
     end
     if o.json then
-      io.stdout:write(json.encode({ dir = dir, files = #files, exchanges = #ex, kinds = json.array(rows) }), "\n")
+      output.wrap(io.stdout, "json"):write(json.encode({ dir = dir, files = #files, exchanges = #ex,
+        kinds = json.array(rows) }), "\n")
     else
-      io.stdout:write(format("%-5s %9s %6s %9s %7s %7s %9s %9s %9s\n", "kind", "exchanges", "errors", "cancelled",
+      output.stdout(format("%-5s %9s %6s %9s %7s %7s %9s %9s %9s\n", "kind", "exchanges", "errors", "cancelled",
         "streams", "queries", "mean ms", "p50 ms", "p95 ms"))
       for _, r in ipairs(rows) do
-        io.stdout:write(format("%-5s %9d %6d %9d %7d %7d %9.1f %9.1f %9.1f\n", r.kind, r.exchanges, r.errors,
+        output.stdout(format("%-5s %9d %6d %9d %7d %7d %9.1f %9.1f %9.1f\n", r.kind, r.exchanges, r.errors,
           r.cancelled, r.streams, r.queries, r.mean_ms, r.p50_ms, r.p95_ms))
       end
     end

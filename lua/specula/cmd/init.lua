@@ -6,6 +6,9 @@
 local core = require "specula.internal.core"
 local sched = require "specula.internal.sched"
 local argv = require "specula.internal.argv"
+local output = require "specula.internal.output"
+-- --secret-env NAME declares the value of $NAME (below)
+local secrets = require "specula.secrets"
 local C = core.C
 
 local M = {}
@@ -60,12 +63,12 @@ function M.secret_env(args)
       if v == nil then
         -- nothing to protect: say so, or the user believes a value is hidden
         why = "--secret-env " .. name .. ": the variable is not set; no value is scrubbed for it"
-      elseif not require("specula.secrets").declare(v, "$" .. name) then
-        why = "--secret-env " .. name .. ": the value is shorter than " .. require("specula.secrets").MIN_BYTES
+      elseif not secrets.declare(v, "$" .. name) then
+        why = "--secret-env " .. name .. ": the value is shorter than " .. secrets.MIN_BYTES
           .. " bytes and cannot be told from ordinary text; it is not scrubbed"
       end
       if why and strict then return nil, why .. " (--strict-secrets)" end
-      if why then io.stderr:write("specula: warning: " .. why .. "\n") end
+      if why then output.stderr("specula: warning: " .. why .. "\n") end
     elseif a ~= "--strict-secrets" then   -- that one was read above
       out[#out + 1] = a
     end
@@ -81,7 +84,7 @@ end
 function M.usage_error(cmd, msg)
   local text = argv.usage_hint(cmd)
   if cmd.short_usage then text = argv.usage(cmd):match("^[^\n]*\n") end
-  require("specula.secrets").stderr("specula ", cmd.name, ": ", msg, "\n", text)
+  output.stderr("specula ", cmd.name, ": ", msg, "\n", text)
   return 2
 end
 
@@ -121,7 +124,7 @@ local function run_command(cmd, args)
     o, err = argv.parse_command(cmd, args)
     if not o then return set_status(M.usage_error(cmd, err)) end
   end
-  if o.help then io.stdout:write(argv.usage(cmd)) return end
+  if o.help then output.stdout(argv.usage(cmd)) return end
   if cmd.check then
     local msg = cmd.check(o)
     if msg then return set_status(M.usage_error(cmd, msg)) end
@@ -129,25 +132,27 @@ local function run_command(cmd, args)
   local ok, rc, umsg, help = xpcall(cmd.main, decider(cmd), o)
   if not ok then error(rc, 0) end
   if umsg ~= nil then return set_status(M.usage_error(cmd, umsg)) end
-  if help == "help" then io.stdout:write(argv.usage(cmd)) return end
+  if help == "help" then output.stdout(argv.usage(cmd)) return end
   set_status(rc)
 end
 
 function M.main(args)
-  require("specula.secrets").guard_stdio()
+  -- an agent script's own print and writes to stdout and stderr leave
+  -- through the output layer too
+  output.guard_stdio()
   local name = args[1]
   if name == nil then
-    io.stderr:write(M.usage())
+    output.stderr(M.usage())
     return 2
   end
   if name == "--help" or name == "-h" or name == "help" then
-    io.stdout:write(M.usage())
+    output.stdout(M.usage())
     return 0
   end
   local known = false
   for _, n in ipairs(M.COMMANDS) do known = known or n == name end
   if not known then
-    require("specula.secrets").stderr("specula: unknown command '" .. tostring(name) .. "'\n\n", M.usage())
+    output.stderr("specula: unknown command '" .. tostring(name) .. "'\n\n", M.usage())
     return 2
   end
   local rest = {}
@@ -155,7 +160,7 @@ function M.main(args)
   local serr
   rest, serr = M.secret_env(rest)
   if not rest then
-    io.stderr:write("specula: " .. serr .. "\n")
+    output.stderr("specula: " .. serr .. "\n")
     return 2
   end
   local cmd = module_of(name)

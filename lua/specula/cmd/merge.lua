@@ -14,7 +14,7 @@
 local json = require "specula.json"
 local resultfiles = require "specula.run.resultfiles"
 local sched = require "specula.internal.sched"
-local stderr = require("specula.secrets").stderr   -- what goes out is scrubbed
+local stderr = require("specula.internal.output").stderr   -- what goes out is scrubbed
 
 local format, concat, sort = string.format, table.concat, table.sort
 local type, tostring, tonumber, ipairs, pairs = type, tostring, tonumber, ipairs, pairs
@@ -250,16 +250,16 @@ function M.main(o)
   local digest = o.input and require("specula.provenance").file_digest(o.input)
   local merged, names, count, total = M.merge(entries, input, digest, o.input)
   local lines = {}
-  local secrets = require "specula.secrets"
-  local scrubbing = secrets.count() > 0
-  for i, e in ipairs(merged) do lines[i] = scrubbing and secrets.scrub_json(e.text) or e.text end
-  M.write_file(o.out, #lines > 0 and (concat(lines, "\n") .. "\n") or "", "specula merge")
+  for i, e in ipairs(merged) do lines[i] = e.text end
+  -- each record a line of JSON, scrubbed by the writer
+  M.write_file(o.out, #lines > 0 and (concat(lines, "\n") .. "\n") or "", "specula merge", "json")
   if o.summary then
     local compare = require "specula.run.compare"
     local recs = {}
     for i, e in ipairs(merged) do recs[i] = e.rec end
     local configs, all = compare.group(recs)
-    M.write_file(o.summary, compare.summary_json(configs, compare.rows(configs, all)), "specula merge")
+    M.write_file(o.summary, compare.summary_json(configs, compare.rows(configs, all)), "specula merge",
+      "canonical")
   end
   stderr(format("specula merge: wrote %s: %d records, %d configuration%s x %d queries, from %d file%s (%d shard%s)\n",
     o.out, #merged, #names, #names == 1 and "" or "s", total, #o.files, #o.files == 1 and "" or "s", count,

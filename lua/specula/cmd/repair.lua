@@ -7,7 +7,8 @@
 local core = require "specula.internal.core"
 local sched = require "specula.internal.sched"
 local json = require "specula.json"
-local stderr = require("specula.secrets").stderr   -- what goes out is scrubbed
+local output = require "specula.internal.output"
+local stderr = output.stderr   -- what goes out is scrubbed
 local C = core.C
 
 local format, concat, tostring, type = string.format, table.concat, tostring, type
@@ -90,7 +91,8 @@ function M.main(o)
   end
   -- a new file renamed over the old one, every step checked
   local tmp = dest .. ".specula-tmp"
-  local w, werr = io.open(tmp, "wb")
+  -- the kept records, one JSON line each, through a writer that scrubs them
+  local w, werr = output.open(tmp, "wb", "json")
   if not w then fail(format("cannot write '%s': %s", tmp, tostring(werr))) end
   local ok, rerr = w:write(#keep > 0 and (concat(keep, "\n") .. "\n") or "")
   if ok then ok, rerr = w:flush() end

@@ -89,7 +89,7 @@ end
 function M.main(o)
   local edited = edited_record(o.args[1])
   if edited then
-    io.stderr:write("specula replay: ", edited, "\n")
+    require("specula.internal.output").stderr("specula replay: ", edited, "\n")
     return 1
   end
   local a = ffi.new("sp_replay_args")

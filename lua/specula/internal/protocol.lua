@@ -4,7 +4,7 @@
 -- job coroutines through the adapter below, which validates what the script
 -- returns and turns mistakes into errors naming the script and line.
 local sched = require "specula.internal.sched"
-local secrets = require "specula.secrets"
+local output = require "specula.internal.output"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, getmetatable, error =
   type, pairs, ipairs, tostring, tonumber, setmetatable, getmetatable, error
@@ -216,7 +216,7 @@ local function messages_of(A, state, query)
     if events then return events, turns end
     if not A.ctx_warned then
       A.ctx_warned = true
-      secrets.stderr("specula: warning: agent context(state) " .. (ok and ("returned " .. type(msgs)
+      output.stderr("specula: warning: agent context(state) " .. (ok and ("returned " .. type(msgs)
         .. ", not a list of messages") or ("failed: " .. tostring(msgs))) .. "; predictors read the calls only\n")
     end
   end
@@ -246,7 +246,7 @@ local function predict(A, state, ctx)
   if not ok or type(preds) ~= "table" then
     if not A.warned then
       A.warned = true
-      secrets.stderr("specula: warning: predictor failed (" .. sched.errstr(preds) .. "); no action speculation for this step\n")
+      output.stderr("specula: warning: predictor failed (" .. sched.errstr(preds) .. "); no action speculation for this step\n")
     end
     return nil
   end
@@ -557,9 +557,9 @@ local function verify(A, qmt, ctx, spec, cands, obs, nk, raw)
   local kept = A.kept
   local list = kept and kept[qmt]
   if list then keep_pairs(list, ctx, cands, obs, nk, raw, idx) end
-  -- the engine cuts a long reason: a secret it quotes goes before the
-  -- cut could leave half of it
-  if secrets.count() > 0 and type(reason) == "string" then reason = secrets.scrub(reason) end
+  -- the engine cuts a long reason before it writes it: a secret it quotes
+  -- goes before the cut could leave half of it
+  if type(reason) == "string" then reason = output.clean(reason) end
   return idx, reason
 end
 

@@ -117,8 +117,8 @@ end
 
 local function set_error(t, msg)
   -- a failed task's message may reach stderr (the main task's, printed by
-  -- the host) or a record: no secret in it
-  msg = require("specula.secrets").scrub(tostring(msg))
+  -- the host) or a record: it leaves as any output would write it
+  msg = require("specula.internal.output").clean(tostring(msg))
   C.sp_task_set_error(t, msg, #msg)
 end
 

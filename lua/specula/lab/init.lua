@@ -14,7 +14,7 @@ local M = {}
 -- main() ends with `return fail(...)`. (Usage mistakes: specula.cmd.)
 function M.failer(prog)
   return function(msg)
-    require("specula.secrets").stderr(prog, ": ", msg, "\n")
+    require("specula.internal.output").stderr(prog, ": ", msg, "\n")
     return 1
   end
 end
@@ -24,7 +24,7 @@ end
 function M.cassette(dir)
   local recs, files, warnings = cassette.load(dir)
   if not recs then return nil, files end
-  for _, w in ipairs(warnings) do require("specula.secrets").stderr("specula: warning: cassette ", w, "\n") end
+  for _, w in ipairs(warnings) do require("specula.internal.output").stderr("specula: warning: cassette ", w, "\n") end
   return recs, files
 end
 

@@ -12,7 +12,7 @@ local lab = require "specula.lab"
 local opts = require "specula.internal.domains"
 local sse = require "specula.sse"
 local convtraces = require "specula.convtraces"
-local secrets = require "specula.secrets"
+local output = require "specula.internal.output"
 local core = require "specula.internal.core"
 local C, ffi = core.C, core.ffi
 
@@ -568,7 +568,7 @@ local function read_source(s, fmt, trajs)
     return from_cassette(s, trajs)
   end
   if kind ~= 1 then return nil, format("'%s': --format %s needs a file", s, fmt) end
-  local ok, err = convtraces.read(s, fmt, trajs, function(msg) secrets.stderr("specula: warning: ", msg, "\n") end)
+  local ok, err = convtraces.read(s, fmt, trajs, function(msg) output.stderr("specula: warning: ", msg, "\n") end)
   if not ok then return nil, err end
   return true
 end
@@ -576,8 +576,7 @@ end
 local function fmt_ms(v) return v and format("%.1f", v) or "-" end
 
 local function write_tables(o, rows, ntraj, nsteps, nturns, how)
-  -- every line leaves through the secrets boundary
-  local out = { write = function(_, ...) secrets.write(io.stdout, ...) end }
+  local out = output.wrap(io.stdout, "text")
   out:write(format("%d committed tool calls in %d trajectories, %d model turns (%s)\n", nsteps, ntraj, nturns, how))
   out:write(format("%-20s %8s %8s %12s %8s %8s\n", "predictor", "top-1", "top-3", "tool top-1", "Brier", "ECE"))
   local function num(v) return v and format("%.4f", v) or "-" end
@@ -685,7 +684,7 @@ function M.main(o)
     local msg = format("draft: %d of %d model requests failed (last: %s)", draft_errors.failed, draft_errors.asked,
       draft_errors.last)
     if draft_errors.failed == draft_errors.asked then return fail(msg) end
-    secrets.stderr("specula: warning: ", msg, "\n")
+    output.stderr("specula: warning: ", msg, "\n")
   end
   if o.save_model then
     if not saved then return fail("--save-model: no learned predictor in this run") end
@@ -703,10 +702,10 @@ function M.main(o)
     end
   end
   if o.json then
-    io.stdout:write(secrets.scrub_json(json.encode({ trajectories = ntraj, conversations = #trajs, steps = nsteps,
+    output.wrap(io.stdout, "json"):write(json.encode({ trajectories = ntraj, conversations = #trajs, steps = nsteps,
       turns = nturns, timed_steps = timed, named_steps = named, ev_cost_ms = gate.ev_cost_ms,
       train_trajectories = #train, folds = fold_info and json.array(fold_info) or nil,
-      predictors = json.array(rows) })), "\n")
+      predictors = json.array(rows) }), "\n")
     return
   end
   local how
@@ -722,22 +721,22 @@ function M.main(o)
   end
   write_tables(o, rows, ntraj, nsteps, nturns, how)
   if timed == 0 then
-    secrets.write(io.stdout, "\nfired, wasted and saved: unavailable (no recorded latencies in these sources: a cassette "
+    output.stdout("\nfired, wasted and saved: unavailable (no recorded latencies in these sources: a cassette "
       .. "or a results file has them, conversations do not)\n")
     return
   end
-  secrets.write(io.stdout, format("\nEV gate at ev_cost_ms %g over the %d of %d calls with recorded latencies "
+  output.stdout(format("\nEV gate at ev_cost_ms %g over the %d of %d calls with recorded latencies "
     .. "(%d with a streamed tool name)\n", gate.ev_cost_ms, timed, nsteps, named))
-  secrets.write(io.stdout, format("%-20s %-10s %7s %7s %7s %12s %10s\n", "predictor", "trigger", "fired", "hits", "wasted",
+  output.stdout(format("%-20s %-10s %7s %7s %7s %12s %10s\n", "predictor", "trigger", "fired", "hits", "wasted",
     "wasted cost", "saved ms"))
   for _, r in ipairs(rows) do
     for _, tr in ipairs({ { "start", r.start }, { "tool_name", r.tool_name }, { "both", r.both } }) do
       local a = tr[2]
       if a then
-        secrets.write(io.stdout, format("%-20s %-10s %7d %7d %7d %12.3f %10s\n", r.predictor, tr[1], a.fired, a.hits, a.wasted,
+        output.stdout(format("%-20s %-10s %7d %7d %7d %12.3f %10s\n", r.predictor, tr[1], a.fired, a.hits, a.wasted,
           a.wasted_cost, fmt_ms(a.saved_ms)))
       else
-        secrets.write(io.stdout, format("%-20s %-10s %7s %7s %7s %12s %10s\n", r.predictor, tr[1], "-", "-", "-", "-", "-"))
+        output.stdout(format("%-20s %-10s %7s %7s %7s %12s %10s\n", r.predictor, tr[1], "-", "-", "-", "-", "-"))
       end
     end
   end

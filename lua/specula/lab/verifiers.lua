@@ -739,7 +739,7 @@ function M.main(o)
   end
   if o.pairs then
     local lines = M.pair_lines(prs)
-    require("specula.secrets").write(io.stdout, concat(lines, "\n"), "\n")
+    require("specula.internal.output").stdout(concat(lines, "\n"), "\n")
     return
   end
   local labels
@@ -761,17 +761,17 @@ function M.main(o)
   end
   local said
   for _, r in ipairs(res.rows) do
-    if r.first_error then require("specula.secrets").stderr("specula verifiers: ", r.verifier, ": ", r.first_error, "\n") end
+    if r.first_error then require("specula.internal.output").stderr("specula verifiers: ", r.verifier, ": ", r.first_error, "\n") end
     if not r.replay_rel_lat and r.replay_error and r.replay_error ~= said then
       said = r.replay_error
-      require("specula.secrets").stderr("specula verifiers: no replay RelLat: ", r.replay_error, "\n")
+      require("specula.internal.output").stderr("specula verifiers: no replay RelLat: ", r.replay_error, "\n")
     end
   end
   if o.json then
-    io.stdout:write(require("specula.secrets").scrub_json(json.encode(M.json_object(res, src))), "\n")
+    require("specula.internal.output").wrap(io.stdout, "json"):write(json.encode(M.json_object(res, src)), "\n")
     return
   end
-  require("specula.secrets").write(io.stdout, concat(M.table_lines(res, src), "\n"), "\n")
+  require("specula.internal.output").stdout(concat(M.table_lines(res, src), "\n"), "\n")
 end
 
 return M

@@ -17,7 +17,7 @@
 -- before the model decided them; every call run early is classified by it
 -- (early writes must stay 0).
 local json = require "specula.json"
-local secrets = require "specula.secrets"
+local output = require "specula.internal.output"
 local sessions = require "specula.convtraces.sessions"
 
 local type, ipairs, pairs, tostring, format, floor = type, ipairs, pairs, tostring, string.format, math.floor
@@ -225,7 +225,7 @@ end
 -- The work of `specula whatif` (o: the parsed options). Returns the
 -- result: { sessions, failed, configs = { totals }, tools = { rows } }.
 function M.compute(o, warn)
-  warn = warn or function(m) secrets.stderr("specula whatif: warning: ", m, "\n") end
+  warn = warn or function(m) output.stderr("specula whatif: warning: ", m, "\n") end
   -- the texts of the logs (results, prompts, the model's) are kept only for
   -- what reads them: the learned predictor and --keep-content; else each is
   -- its digest (what the replay compares), so memory per call stays small
@@ -408,8 +408,9 @@ function M.summary(res)
            bound_ms = res.best_ms, configs = json.array(configs), tools = json.array(tools) }
 end
 
-local function write_file(path, text)
-  local f, err = io.open(path, "w")
+-- text written through a writer of kind (specula.internal.output: scrubbed)
+local function write_file(path, text, kind)
+  local f, err = output.open(path, "w", kind)
   if not f then return nil, "EIO: cannot write " .. tostring(err) end
   local ok, werr = f:write(text)
   local cok, cerr = f:close()
@@ -420,21 +421,19 @@ end
 function M.main(o)
   local res, err = M.compute(o)
   if not res then
-    secrets.stderr("specula whatif: ", tostring(err), "\n")
+    output.stderr("specula whatif: ", tostring(err), "\n")
     return 1
   end
-  io.stdout:write(secrets.scrub_message(M.text(res)))
+  output.wrap(io.stdout, "message"):write(M.text(res))
   if o.out then
     local lines = {}
-    for i, s in ipairs(res.list) do
-      lines[i] = secrets.scrub_json(json.encode(M.record(s, res, o.keep_content)))
-    end
-    local ok, werr = write_file(o.out, table.concat(lines, "\n") .. (#lines > 0 and "\n" or ""))
-    if not ok then secrets.stderr("specula whatif: --out: ", werr, "\n") return 1 end
+    for i, s in ipairs(res.list) do lines[i] = json.encode(M.record(s, res, o.keep_content)) end
+    local ok, werr = write_file(o.out, table.concat(lines, "\n") .. (#lines > 0 and "\n" or ""), "json")
+    if not ok then output.stderr("specula whatif: --out: ", werr, "\n") return 1 end
   end
   if o.summary then
-    local ok, werr = write_file(o.summary, secrets.scrub_json(json.encode(M.summary(res))) .. "\n")
-    if not ok then secrets.stderr("specula whatif: --summary: ", werr, "\n") return 1 end
+    local ok, werr = write_file(o.summary, json.encode(M.summary(res)) .. "\n", "json")
+    if not ok then output.stderr("specula whatif: --summary: ", werr, "\n") return 1 end
   end
   if res.sessions == 0 then return 1 end
   return 0

@@ -118,10 +118,10 @@ function M.restore(self, st) return restore(self, st, "learned predictor state")
 function M.save(self, path)
   local ok, text = pcall(canonical, self:state())
   if not ok then return nil, "learned predictor save: " .. tostring(text) end
-  -- a model keeps argument values it saw: no known secret goes to disk
-  text = require("specula.secrets").scrub_json(text, nil, { canonical = true })
   local tmp = path .. ".tmp"
-  local f, err = io.open(tmp, "w")
+  -- a model keeps argument values it saw: its writer lets no known secret
+  -- go to disk (the text stays canonical JSON)
+  local f, err = require("specula.internal.output").open(tmp, "w", "canonical")
   if not f then return nil, "learned predictor save: " .. tostring(err) end
   local okw, werr = f:write(text, "\n")
   local okc, cerr = f:close()

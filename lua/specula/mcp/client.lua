@@ -7,7 +7,9 @@
 local core = require "specula.internal.core"
 local sched = require "specula.internal.sched"
 local json = require "specula.json"
+-- a server's text may carry a credential: errors made of it are scrubbed
 local secrets = require "specula.secrets"
+local output = require "specula.internal.output"
 local transport = require "specula.mcp.transport"
 local ffi = core.ffi
 local C = core.C
@@ -60,7 +62,7 @@ function Client:_warn(msg)
   msg = scrub(msg)   -- a server's text may carry a credential
   self.errors[#self.errors + 1] = msg
   if #self.errors > 50 then table.remove(self.errors, 1) end
-  if not self.quiet then secrets.stderr("specula: warning: ", msg, "\n") end
+  if not self.quiet then output.stderr("specula: warning: ", msg, "\n") end
 end
 
 function Client:_where() return "mcp server '" .. self.name .. "'" end

@@ -22,7 +22,7 @@ local function open_reason(path, err)
   return err
 end
 
-local function warn(msg) require("specula.secrets").stderr("specula report: warning: " .. msg .. "\n") end
+local function warn(msg) require("specula.internal.output").stderr("specula report: warning: " .. msg .. "\n") end
 
 -- A finite number, or nil (json.null, strings and NaN are not numbers here).
 local function N(v)

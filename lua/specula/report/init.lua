@@ -22,6 +22,7 @@ local common = require "specula.report.common"
 local load, rstats = require "specula.report.load", require "specula.report.numbers"
 local figures, timeline = require "specula.report.figures", require "specula.report.timeline"
 local page = require "specula.report.page"
+local output = require "specula.internal.output"   -- the page and stderr: scrubbed
 
 local format = string.format
 local type, tostring, ipairs = type, tostring, ipairs
@@ -85,8 +86,8 @@ end
 -- write html to o.out (- is stdout), or the command ends saying why
 local function write_page(o, html)
   local f, err
-  if o.out == "-" then f = require("specula.run.records").STDOUT
-  else f, err = io.open(o.out, "w") end
+  if o.out == "-" then f = output.wrap(io.stdout, "text")
+  else f, err = output.open(o.out, "w", "text") end
   if not f then fail("cannot write '" .. o.out .. "': " .. open_reason(o.out, err)) end
   local ok, werr = f:write(html)
   if ok then ok, werr = f:flush() end
@@ -98,15 +99,14 @@ end
 function M.main(o)
   local wl = whatif_summaries(o)
   if wl then
-    local secrets = require "specula.secrets"
-    write_page(o, secrets.scrub(require("specula.report.whatif").render(o, wl)))
+    write_page(o, require("specula.report.whatif").render(o, wl))
     local nf = 0
     for _, e in ipairs(wl) do nf = nf + #e.summary.failed end
     if nf > 0 then
-      secrets.stderr(format("specula report: %d session%s failed or unreadable; the page counts them apart\n",
+      output.stderr(format("specula report: %d session%s failed or unreadable; the page counts them apart\n",
         nf, nf == 1 and "" or "s"))
     end
-    secrets.stderr(format("specula report: wrote %s (%d whatif summar%s)\n", o.out, #wl, #wl == 1 and "y" or "ies"))
+    output.stderr(format("specula report: wrote %s (%d whatif summar%s)\n", o.out, #wl, #wl == 1 and "y" or "ies"))
     return
   end
   if o.cassette then o.vlab = verifier_lab(o) end
@@ -122,7 +122,6 @@ function M.main(o)
     g.stats = rstats.summarize(g, o)
   end
   -- where the records came from: one line per distinct run
-  local secrets = require "specula.secrets"
   local prov = require "specula.provenance"
   local runs, none = prov.runs(records, function(r) return r.config or (type(r.stats) == "table" and r.stats.mode) end)
   for _, g in ipairs(configs) do
@@ -131,13 +130,13 @@ function M.main(o)
     end
   end
   o.provenance = prov.lines(runs, none)
-  for _, l in ipairs(o.provenance) do secrets.stderr("specula report: " .. l .. "\n") end
-  -- the page quotes ids, configurations and warnings from the files: no
-  -- secret known to this process goes out in it (HTML-escaped or not)
-  local html = secrets.scrub(render(o, configs, records, warnings, rstats.pooled(records)))
+  for _, l in ipairs(o.provenance) do output.stderr("specula report: " .. l .. "\n") end
+  -- the page quotes ids, configurations and warnings from the files: its
+  -- writer lets no secret known to this process out (HTML-escaped or not)
+  local html = render(o, configs, records, warnings, rstats.pooled(records))
   local f, err
-  if o.out == "-" then f = require("specula.run.records").STDOUT   -- -o -: the page on stdout
-  else f, err = io.open(o.out, "w") end
+  if o.out == "-" then f = output.wrap(io.stdout, "text")   -- -o -: the page on stdout
+  else f, err = output.open(o.out, "w", "text") end
   if not f then fail("cannot write '" .. o.out .. "': " .. open_reason(o.out, err)) end
   -- a full disk shows at the write, the flush or the close: check all three
   local ok, werr = f:write(html)
@@ -159,10 +158,10 @@ function M.main(o)
     end
   end
   if nfailed > 0 then
-    secrets.stderr(format("specula report: %d quer%s failed (%s); the page counts only the queries that succeeded\n",
+    output.stderr(format("specula report: %d quer%s failed (%s); the page counts only the queries that succeeded\n",
       nfailed, nfailed == 1 and "y" or "ies", table.concat(parts, "; ")))
   end
-  secrets.stderr(format("specula report: wrote %s (%d queries, %d configuration%s%s)\n", o.out, #records, #configs,
+  output.stderr(format("specula report: wrote %s (%d queries, %d configuration%s%s)\n", o.out, #records, #configs,
     #configs == 1 and "" or "s", #warnings > 0 and format(", %d lines skipped", #warnings) or ""))
 end
 

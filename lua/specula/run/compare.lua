@@ -352,13 +352,14 @@ end
 
 -- The --summary JSON: one object per configuration (its table row, with
 -- `config` and, after the first, `paired`), keys sorted so that equal
--- tables give byte-identical files.
+-- tables give byte-identical files (written by a "canonical" writer, which
+-- scrubs it).
 function M.summary_json(configs, rows)
   for ci, c in ipairs(configs) do
     rows[ci].config = c.name
     if c.run then rows[ci].run = c.run end
   end
-  return require("specula.secrets").scrub_json(json.canonical(rows), nil, { canonical = true }) .. "\n"
+  return json.canonical(rows) .. "\n"
 end
 
 -- Records grouped by run: records that carry provenance by its run digest
@@ -457,7 +458,7 @@ function M.cli_main(o)
     if e.rec.stats == nil and e.rec.error == nil then
       skipped = skipped + 1
       if skipped <= 5 then
-        require("specula.secrets").stderr(format("specula compare: warning: %s:%d: not a results record (no stats, no error); "
+        require("specula.internal.output").stderr(format("specula compare: warning: %s:%d: not a results record (no stats, no error); "
           .. "line skipped\n", e.file, e.line))
       end
     else
@@ -465,7 +466,7 @@ function M.cli_main(o)
     end
   end
   if skipped > 5 then
-    require("specula.secrets").stderr(format("specula compare: warning: %d more lines skipped\n", skipped - 5))
+    require("specula.internal.output").stderr(format("specula compare: warning: %d more lines skipped\n", skipped - 5))
   end
   if #recs == 0 then
     sched.plain_error("specula compare: no results records in " .. concat(files, ", ")
@@ -484,8 +485,8 @@ function M.cli_main(o)
     table.insert(all, 1, table.remove(all, at))
   end
   local rows = M.rows(configs, all)
-  require("specula.secrets").write(io.stdout, M.table_text(configs, rows), "\n")
-  if summary then resultfiles.write_file(summary, M.summary_json(configs, rows), "specula compare") end
+  require("specula.internal.output").stdout(M.table_text(configs, rows), "\n")
+  if summary then resultfiles.write_file(summary, M.summary_json(configs, rows), "specula compare", "canonical") end
   -- failed records: the status `run --compare` gave when it wrote them
   return M.failures(configs, rows, "specula compare")
 end
@@ -509,7 +510,7 @@ function M.failures(configs, rows, who)
       msg = msg .. format("%s: %s against %s: %s\n", who, configs[ci].name, configs[1].name, not_comparable(p))
     end
   end
-  require("specula.secrets").stderr(msg)
+  require("specula.internal.output").stderr(msg)
   return 3
 end
 
@@ -655,7 +656,7 @@ local function predictor_keeper(P, runs, o)
         ok, err = predstate.save(pstate, pentries)
       end
       if not ok then
-        require("specula.secrets").stderr(format("specula: warning: cannot write %s (%s): a resume of %s will "
+        require("specula.internal.output").stderr(format("specula: warning: cannot write %s (%s): a resume of %s will "
           .. "start its predictor afresh\n", pstate, tostring(err), o.out))
       end
     end
@@ -667,11 +668,11 @@ end
 -- none else, said on stderr). stdout holds the table alone otherwise.
 local function records_output(o)
   if o.out then
-    return records.open_output(o.out, "a", "--out file"), format("--out file '%s'", o.out)
+    return records.open_output(o.out, "a", "--out file", "canonical"), format("--out file '%s'", o.out)
   elseif o.records_stdout then
-    return io.stdout, "stdout"   -- --out -: asked for on stdout, before the table
+    return require("specula.internal.output").wrap(io.stdout, "canonical"), "stdout"   -- --out -: before the table
   elseif not o.quiet then
-    require("specula.secrets").stderr("specula: --compare without --out: the records are not kept (stdout holds "
+    require("specula.internal.output").stderr("specula: --compare without --out: the records are not kept (stdout holds "
       .. "the table; give --out FILE to keep them)\n")
   end
   return nil, nil
@@ -686,11 +687,11 @@ function M.main(agent, o, src, script)
   if o.out then skip, learnt = resume_out(o, src, configs, runs, by_name) end
   local out, what = records_output(o)
   -- opened now, so a path that cannot be written fails before the run
-  local summary_f = o.summary and records.open_output(o.summary, "w", "--summary file")
+  local summary_f = o.summary and records.open_output(o.summary, "w", "--summary file", "canonical")
   -- --trace: one file for every configuration (a process per query and
   -- configuration), the stage times of each record taken as it is written
   local tracewriter = o.trace and require("specula.run.tracewriter")
-  local trace_f = o.trace and records.open_output(o.trace, "w", "--trace file")
+  local trace_f = o.trace and records.open_output(o.trace, "w", "--trace file", "json")
   local trace_events, trace_entries = {}, {}
   local nq = src.n
   local all, interrupted, ndone, ntotal = {}, false, 0, nq * #configs
@@ -723,7 +724,7 @@ function M.main(agent, o, src, script)
       run.trace_out, run.trace_pid, run.trace_config = trace_events, (ci - 1) * nq, c.name
     end
     local show = o.progress or (not o.quiet and o.out ~= nil and runner.isatty(2))
-    if show then require("specula.secrets").stderr(format("%s:\n", c.name)) end
+    if show then require("specula.internal.output").stderr(format("%s:\n", c.name)) end
     -- Once written, a record goes: the tally keeps what the table needs
     -- (emit's `true` stands for it in run_all's list).
     local write = out and records.record_writer(out, c.name, what, o.out, agree_base ~= nil) or function(rec)
@@ -757,7 +758,7 @@ function M.main(agent, o, src, script)
   local rows = M.rows(configs, all, interrupted,
     agree_base and not interrupted and tally.agree_keys(tallies, agree_base, all) or nil)
   for ci, c in ipairs(configs) do c.run, c.prov = runs[ci].prov.run, runs[ci].prov.t end
-  local ok, err = require("specula.secrets").write(io.stdout, M.table_text(configs, rows), "\n")
+  local ok, err = require("specula.internal.output").stdout(M.table_text(configs, rows), "\n")
   if ok then ok, err = io.stdout:flush() end
   if not ok then records.write_failed("stdout", err) end
   if summary_f then

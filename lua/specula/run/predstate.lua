@@ -14,7 +14,7 @@
 -- every known secret, as every output is (a model learns argument values).
 local json = require "specula.json"
 local crypto = require "specula.crypto"
-local stderr = require("specula.secrets").stderr
+local stderr = require("specula.internal.output").stderr
 
 local type, tostring, pairs, ipairs, pcall, format, concat, sort =
   type, tostring, pairs, ipairs, pcall, string.format, table.concat, table.sort
@@ -50,7 +50,7 @@ function M.entry(P, positions)
   if not oks then return nil, "the predictor's state() failed: " .. st end
   local ok, text = pcall(json.canonical, { learnt = d, n = n, state = st })
   if not ok then return nil, "cannot encode the predictor's state: " .. tostring(text) end
-  return require("specula.secrets").scrub_json(text, nil, { canonical = true })
+  return text
 end
 
 --- The entries of the file at path: a table by run digest, or nil and why.
@@ -101,7 +101,8 @@ function M.save(path, entries)
   for i, k in ipairs(keys) do parts[i] = json.canonical(k) .. ":" .. entries[k] end
   local text = '{"format":' .. json.canonical(FORMAT) .. ',"runs":{' .. concat(parts, ",") .. "}}\n"
   local tmp = path .. ".tmp"
-  local f, err = io.open(tmp, "wb")
+  -- a model learns argument values: its writer lets no known secret out
+  local f, err = require("specula.internal.output").open(tmp, "wb", "canonical")
   if not f then return nil, tostring(err) end
   local okw, werr = f:write(text)
   local okc, cerr = f:close()

@@ -5,7 +5,7 @@ local core = require "specula.internal.core"
 local ffi, C = core.ffi, core.C
 local sched = require "specula.internal.sched"
 local json = require "specula.json"
-local secrets = require "specula.secrets"
+local output = require "specula.internal.output"
 local agg = require "specula.run.aggregate"
 local D = require("specula.internal.domains").DEFAULTS
 
@@ -244,19 +244,12 @@ local function os_reason(path, err)
   return err
 end
 
--- "-" as an output file is stdout: written and flushed, never closed.
-local STDOUT = {
-  write = function(_, ...) return io.stdout:write(...) end,
-  flush = function() return io.stdout:flush() end,
-  close = function() return true end,
-}
-M.STDOUT = STDOUT
-
--- Open an output file (`what`: "--out file" ...), or end the run saying why;
--- "-" is stdout.
-local function open_output(path, mode, what)
-  if path == "-" then return STDOUT end
-  local f, err = io.open(path, mode)
+-- Open an output file (`what`: "--out file" ...) as a writer of kind
+-- (specula.internal.output: "canonical" for records, "json" for a trace), or end
+-- the run saying why; "-" is stdout (written and flushed, never closed).
+local function open_output(path, mode, what, kind)
+  if path == "-" then return output.wrap(io.stdout, kind) end
+  local f, err = output.open(path, mode, kind)
   if not f then write_failed(format("%s '%s'", what, path), os_reason(path, err)) end
   return f
 end
@@ -275,7 +268,7 @@ local function write_whole(f, path, what, list)
   if ok and not cok then ok, err = false, cerr end
   if not ok then
     local note
-    if f ~= STDOUT and C.sp_host_path_kind(path) == 1 and os.remove(path) then note = " (the incomplete file was removed)" end
+    if not f.std and C.sp_host_path_kind(path) == 1 and os.remove(path) then note = " (the incomplete file was removed)" end
     write_failed(format("%s '%s'", what, path), err, note)
   end
 end
@@ -306,7 +299,7 @@ local function record_line(rec)
   if not where then where, why = "(record)", tostring(line) end
   local idtext = json.utf8_clean(tostring(rec.id))
   local msg = format("the record of query '%s' cannot be written as JSON: %s: %s", idtext, where, why)
-  secrets.stderr("specula: " .. msg .. "\n")
+  output.stderr("specula: " .. msg .. "\n")
   local keep = { id = rec.id, query = rec.query, gold = rec.gold, config = rec.config, stats = rec.stats,
                  shard = rec.shard, provenance = rec.provenance }
   clear(rec)
@@ -323,7 +316,8 @@ end
 
 -- A record sink for run_all: one JSON line per finished query, flushed at
 -- once so a killed run loses at most the line in flight (resume repairs it).
--- The line goes from the C encoder's buffer to the file (json.write_line).
+-- out is a "canonical" writer (open_output); while it has nothing to scrub
+-- the line goes from the C encoder's buffer to its file (json.write_line).
 -- `config` tags each record with its configuration (used by --compare).
 -- `what` names the output in messages; `path`, when it is a regular file,
 -- is cut back to its last complete line should a write fail.
@@ -331,7 +325,6 @@ end
 -- (json.canonical({ answer, trajectory })), cut from the written line when
 -- the C encoder wrote it, else encoded again.
 local write_line = json.write_line
-local CANONICAL = { canonical = true }
 local function record_writer(out, config, what, path, pick)
   what = what or "stdout"
   local regular = path and C.sp_host_path_kind(path) == 1
@@ -345,20 +338,15 @@ local function record_writer(out, config, what, path, pick)
     rec._agg = nil
     if regular and not size then size = out:seek("end") end
     local ok, res, agree   -- res: the bytes written, or why not
-    if secrets.count() > 0 then
-      -- a secret is known: the line is scrubbed before it leaves (with
-      -- none, the C encoder writes it straight from its buffer)
-      local line = secrets.scrub_json(record_line(rec), nil, CANONICAL)
-      ok, res = out:write(line, "\n")
-      if ok then ok, res = out:flush() end
-      if ok then res = #line + 1 end
-    elseif write_line then ok, res, agree = write_line(out, rec, pick) end
+    local file = write_line and out:direct()
+    if file then ok, res, agree = write_line(file, rec, pick) end
     if ok == nil then
-      -- the record cannot be encoded: the checked Lua path (says where)
-      local line = record_line(rec)
-      ok, res = out:write(line, "\n")
+      -- a secret is known (the writer scrubs the line), or the record
+      -- cannot be encoded (record_line's checked Lua path says where)
+      local before = out.bytes
+      ok, res = out:line(record_line(rec))
       if ok then ok, res = out:flush() end
-      if ok then res = #line + 1 end
+      if ok then res = out.bytes - before end
     end
     rec._agg = agg
     if not ok then

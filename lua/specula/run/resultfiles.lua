@@ -5,21 +5,25 @@
 -- so that specula.run.compare need not require a command.
 local json = require "specula.json"
 local sched = require "specula.internal.sched"
+local output = require "specula.internal.output"
 
 local type, tostring, ipairs, pcall, format = type, tostring, ipairs, pcall, string.format
 
 local M = {}
 
---- Write text to path, checking the open, the write and the close (a full
--- disk shows at the flush); raises an error naming the file. `who` prefixes it.
-function M.write_file(path, text, who)
+--- Write text to path through a writer of kind (specula.internal.output: "json" for
+-- records, "canonical" for a --summary), checking the open, the write and
+-- the close (a full disk shows at the flush); raises an error naming the
+-- file. `who` prefixes it.
+function M.write_file(path, text, who, kind)
   if path == "-" then   -- stdout
-    local ok, werr = io.stdout:write(text)
-    if ok then ok, werr = io.stdout:flush() end
+    local w = output.wrap(io.stdout, kind)
+    local ok, werr = w:write(text)
+    if ok then ok, werr = w:flush() end
     if not ok then sched.plain_error(who .. ": writing stdout failed: " .. tostring(werr)) end
     return
   end
-  local f, err = io.open(path, "w")
+  local f, err = output.open(path, "w", kind)
   if not f then sched.plain_error(who .. ": cannot write '" .. path .. "': " .. tostring(err)) end
   local ok, werr = f:write(text)
   if ok then ok, werr = f:flush() end

@@ -16,14 +16,14 @@ local sched = require "specula.internal.sched"
 local json = require "specula.json"
 local records = require "specula.run.records"
 local prov = require "specula.provenance"
-local stderr = require("specula.secrets").stderr   -- what goes out is scrubbed
+local output = require "specula.internal.output"
+local stderr = output.stderr   -- what goes out is scrubbed
 local C = core.C
 
 local type, tostring, ipairs, pairs, format, concat = type, tostring, ipairs, pairs, string.format, table.concat
 
 local M = {}
 
-local CANONICAL = { canonical = true }   -- secrets.scrub_json: a line stays canonical JSON
 
 local function refuse(msg)
   sched.plain_error("specula run: " .. msg, 2)
@@ -254,17 +254,13 @@ end
 -- not, scrubbed now) and the positions each configuration learnt from.
 -- Returns keep, learnt, dropped, scrubbed.
 local function keep_lines(entries)
-  local secrets = require "specula.secrets"
-  local scrub = secrets.count() > 0 and secrets.scrub_json or nil
   local keep, learnt, dropped, scrubbed = {}, {}, 0, 0
   for _, e in ipairs(entries) do
     if e.failed then
       dropped = dropped + 1
     else
-      if scrub then
-        local clean = scrub(e.line, nil, CANONICAL)
-        if clean ~= e.line then e.line, scrubbed = clean, scrubbed + 1 end
-      end
+      local clean = output.clean(e.line, "canonical")
+      if clean ~= e.line then e.line, scrubbed = clean, scrubbed + 1 end
       keep[#keep + 1] = e.line
       if e.learnt then
         local l = learnt[e.cfg]
@@ -303,7 +299,7 @@ function M.read(path, opts)
   if rewrite then
     -- a new file renamed over the old one: a crash here loses nothing
     local tmp = path .. ".specula-tmp"
-    local w = records.open_output(tmp, "wb", "--out file")
+    local w = records.open_output(tmp, "wb", "--out file", "canonical")
     keep[#keep + 1] = ""
     records.write_whole(w, tmp, "--out file", { #keep > 1 and concat(keep, "\n") or "" })
     local okr, rerr2 = os.rename(tmp, path)

@@ -12,6 +12,7 @@ local policylib = require "specula.policy"
 local optslib = require "specula.internal.domains"
 local runopts = require "specula.run.opts"
 local records = require "specula.run.records"
+local output = require "specula.internal.output"
 local aggregate = require "specula.run.aggregate"
 local tracewriter = require "specula.run.tracewriter"
 local provlib = require "specula.provenance"
@@ -68,7 +69,7 @@ local function make_run(agent, o, script)
     local function disable(what, msg)
       if off then return end
       off = true
-      require("specula.secrets").stderr("specula: warning: the predictor's " .. what .. " failed: " .. msg
+      output.stderr("specula: warning: the predictor's " .. what .. " failed: " .. msg
         .. "; the predictor is disabled for the rest of the run\n")
     end
     pdisable = disable
@@ -289,7 +290,7 @@ end
 function M.note_shard(run, o)
   local shared = o.shard and M.shared_state(run)
   if shared and not o.quiet then
-    require("specula.secrets").stderr(format("specula: note: %s, and a shard runs one query in %d: its "
+    output.stderr(format("specula: note: %s, and a shard runs one query in %d: its "
       .. "results (times, not answers) differ from those of one machine running the whole input\n", shared,
       o.shard[2]))
   end
@@ -361,7 +362,7 @@ run_batch = function(run, queries, emit, progress, keep)
   if shared and conc > 1 and sched.clock() == "virtual" then
     if not run.serial_noted and not o.quiet then
       run.serial_noted = true
-      require("specula.secrets").stderr("specula: note: ", shared, ", so under the virtual clock the queries run one at a time in "
+      output.stderr("specula: note: ", shared, ", so under the virtual clock the queries run one at a time in "
         .. "input order (--concurrency changes no result)\n")
     end
     conc = 1
@@ -479,9 +480,9 @@ local function progress_line(enabled)
     local el = (sched.real_now() - t0) / 1000
     local rate = el > 0 and done / el or 0
     local eta = rate > 0 and (n - done) / rate or 0
-    io.stderr:write(format("\r%d/%d  %.1f q/s  ETA %.0fs  RelLat %s   ", done, n, rate, eta,
+    output.stderr(format("\r%d/%d  %.1f q/s  ETA %.0fs  RelLat %s   ", done, n, rate, eta,
       ss > 0 and fmt(sw / ss) or "-"))
-    if done == n then io.stderr:write("\n") end
+    if done == n then output.stderr("\n") end
     io.stderr:flush()
   end
 end
@@ -586,7 +587,7 @@ function M.main(agent, args, script, compare)
     runopts.usage_error("--predict on: " .. runopts.NO_PREDICTOR)
   end
   local src, warnings = runopts.load_queries(o)
-  for _, w in ipairs(warnings) do require("specula.secrets").stderr("specula: warning: " .. w .. "\n") end
+  for _, w in ipairs(warnings) do output.stderr("specula: warning: " .. w .. "\n") end
   -- Ctrl-C / SIGTERM: stop, write what finished, exit 128 + signal.
   if core.ctx ~= nil then C.sp_host_trap_signals(core.ctx) end
   if o.compare then
@@ -596,7 +597,7 @@ function M.main(agent, args, script, compare)
     local status = compare(agent, o, src, script)
     local cst = cassette.close()
     if cst and cst.failed then write_failed(cst.failed.what, cst.failed.err) end
-    if cst and not o.quiet then require("specula.secrets").stderr(cassette.summary(cst), "\n") end
+    if cst and not o.quiet then output.stderr(cassette.summary(cst), "\n") end
     return status
   end
   runopts.load_knobs(o, script)
@@ -635,16 +636,16 @@ function M.main(agent, args, script, compare)
   -- whose record is in --out left out, by their position)
   local pending = src:stream(next(skip) ~= nil and function(q) return skip[q.index] end or nil)
   if nprev > 0 and not o.quiet then
-    require("specula.secrets").stderr(format("specula: resuming: %d results already in %s, %d queries to run\n", nprev, o.out, pending.n))
+    output.stderr(format("specula: resuming: %d results already in %s, %d queries to run\n", nprev, o.out, pending.n))
   end
   -- records are written and their stage times read again only by --trace
   run.raw_stages = not o.trace
-  local out, what = io.stdout, "stdout"
+  local out, what = output.wrap(io.stdout, "canonical"), "stdout"
   if o.out then
-    out, what = open_output(o.out, "a", "--out file"), format("--out file '%s'", o.out)
+    out, what = open_output(o.out, "a", "--out file", "canonical"), format("--out file '%s'", o.out)
   end
   -- opened now, so a path that cannot be written fails before the run
-  local trace_f = o.trace and open_output(o.trace, "w", "--trace file")
+  local trace_f = o.trace and open_output(o.trace, "w", "--trace file", "json")
   if o.trace then run.trace_out = {} end
   local write = records.record_writer(out, nil, what, o.out)
   -- Without --trace a written record goes: its counters are folded into
@@ -669,7 +670,7 @@ function M.main(agent, args, script, compare)
     local ok = false
     if entry then ok, err = predstate.save(pstate, { [run.prov.run] = entry }) end
     if not ok then
-      require("specula.secrets").stderr(format("specula: warning: cannot write %s (%s): a resume of %s will "
+      output.stderr(format("specula: warning: cannot write %s (%s): a resume of %s will "
         .. "start its predictor afresh\n", pstate, tostring(err), o.out))
     end
   end
@@ -679,10 +680,10 @@ function M.main(agent, args, script, compare)
     for _, r in ipairs(results) do entries[#entries + 1] = tracewriter.entry(r, o) end
     tracewriter.write(trace_f, o.trace, run.trace_out, entries, { run.prov.run })
   end
-  if not o.quiet then require("specula.secrets").stderr(aggregate.summary_text(agg, run), "\n") end
+  if not o.quiet then output.stderr(aggregate.summary_text(agg, run), "\n") end
   local cst = cassette.close()
   if cst and cst.failed then write_failed(cst.failed.what, cst.failed.err) end
-  if cst and not o.quiet then require("specula.secrets").stderr(cassette.summary(cst), "\n") end
+  if cst and not o.quiet then output.stderr(cassette.summary(cst), "\n") end
   if not acc then for _, r in ipairs(results) do strip(r) end end
   -- the exit status (specula.cmd sets it): a signal's, else 3 when a query failed
   if interrupted then return M.interrupted(emitted, pending.n, o.out) end
@@ -697,7 +698,7 @@ function M.interrupted(done, total, out)
   local next_step = out
     and format("run the same command again to resume: the queries already in %s are skipped", out)
     or "the records went to stdout, so nothing can be resumed: run with --out FILE, which a second run resumes"
-  require("specula.secrets").stderr(format("specula: %s: %d of %d queries finished and written; the rest did not run (%s)\n",
+  output.stderr(format("specula: %s: %d of %d queries finished and written; the rest did not run (%s)\n",
     sig == 15 and "terminated" or "interrupted", done, total, next_step))
   return 128 + sig
 end

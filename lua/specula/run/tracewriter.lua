@@ -6,7 +6,6 @@ local core = require "specula.internal.core"
 local ffi, C = core.ffi, core.C
 local json = require "specula.json"
 local records = require "specula.run.records"
-local secrets = require "specula.secrets"
 local round = require("specula.run.aggregate").round
 local D = require("specula.internal.domains").DEFAULTS
 
@@ -62,20 +61,18 @@ function M.entry(r, o, config)
     wall_ms = r.stats.wall_ms, standard_ms = r.stats.standard_ms })
 end
 
--- Write the trace file f (opened at `path` before the run, so a path that
--- cannot be written fails early): the events gathered in `events`, the
+-- Write the trace file f (a "json" writer opened at `path` before the run,
+-- so a path that cannot be written fails early): the events gathered in `events`, the
 -- queries' entries (M.entry) and the provenance.run digests of the runs it
 -- holds (one per --compare configuration), which `specula report --trace`
 -- checks against the records it is given.
 function M.write(f, path, events, entries, runs)
-  if secrets.count() > 0 then
-    -- each event and entry is one JSON object: scrubbed on its own, so
-    -- the file stays valid JSON
-    local ev, en = {}, {}
-    for i = 1, #events do ev[i] = secrets.scrub_json(events[i]) end
-    for i = 1, #entries do en[i] = secrets.scrub_json(entries[i]) end
-    events, entries = ev, en
-  end
+  -- each event and entry is one JSON object, scrubbed on its own by the
+  -- file's writer (f:clean), so the file stays valid JSON
+  local ev, en = {}, {}
+  for i = 1, #events do ev[i] = f:clean(events[i]) end
+  for i = 1, #entries do en[i] = f:clean(entries[i]) end
+  events, entries = ev, en
   local parts = { '{"displayTimeUnit":"ms","traceEvents":[\n', table.concat(events, ",\n"),
                   '\n],"specula":{"version":1,"runs":', json.encode(json.array(runs or {})), ',"queries":[\n',
                   table.concat(entries, ",\n"), "\n]}}\n" }
