@@ -909,15 +909,4 @@ function M.scrub_chunks(list, extra)
   return out, idx
 end
 
--- Transitional, for specula.cassette alone: it is being moved into a
--- package while the writers moved to specula.internal.output, and writes its
--- warnings through specula.internal.output.stderr once that lands; then this goes.
-local raw_write = io.stderr.write
-function M.stderr(...)
-  local parts = { ... }
-  for i = 1, select("#", ...) do parts[i] = tostring(parts[i]) end
-  local s = concat(parts)
-  return raw_write(io.stderr, #values == 0 and s or scrub(s))
-end
-
 return M

@@ -412,13 +412,8 @@ local SECRETS_ALLOWED = {
   ["specula.mcp.auth"] = "obtains OAuth tokens, secrets and keys and declares them; its errors quote them",
   ["specula.mcp.http"] = "sends the OAuth bearer; its errors quote the server's replies",
   ["specula.mcp.client"] = "its errors and warnings are made of a server's text, which may quote a credential",
-  -- pending: moved into a package by another change; it then writes its
-  -- tapes and warnings through specula.internal.output (a writer of kind
-  -- "json_message", w:pieces, w:clean) and leaves this list
-  ["specula.cassette"] = "pending: still writes its tapes with the scrubber itself",
 }
 local OUTPUT_MODULE = "specula/internal/output.lua"
-local CASSETTE_FILE = "specula/cassette.lua"   -- pending, as above
 
 -- The module name of a file under lua/ ("specula/mcp/init.lua" -> "specula.mcp").
 local function module_of(file)
@@ -450,10 +445,10 @@ describe("the output layer (specula.internal.output)", function()
     assert.is_truthy(g.edges["specula.internal.output"]["specula.secrets"])
   end)
 
-  it("lets the allowed modules declare and scrub, never write: no module but the cassette calls secrets.stderr",
+  it("lets the allowed modules declare and scrub, never write: no module calls secrets.stderr",
     function()
     local found = code_lines("", function(line, file)
-      return line:find("secrets%a*[\"'%.%)]+stderr") and file ~= CASSETTE_FILE and file ~= OUTPUT_MODULE
+      return line:find("secrets%a*[\"'%.%)]+stderr") and file ~= OUTPUT_MODULE
     end)
     assert.same({}, found)
   end)
@@ -471,7 +466,7 @@ describe("the output layer (specula.internal.output)", function()
 
   it("writes every output: no other module prints, writes stdout or stderr, or opens a file to write", function()
     local found = code_lines("", function(line, file)
-      if file == OUTPUT_MODULE or file == CASSETTE_FILE then return false end
+      if file == OUTPUT_MODULE then return false end
       return line:find("io%.std%a+%s*:%s*write") or line:find("io%.write%s*%(")
         or line:find("%f[%w_.:]print%s*%(") or line:find("io%.output%s*%(%s*[^%s%)]")
         or line:find("io%.open%s*%b()") and (

@@ -4,7 +4,6 @@
 -- tape at their recorded times.
 local json = require "specula.json"
 local sched = require "specula.internal.sched"
-local secrets = require "specula.secrets"
 local stream = require "specula.internal.stream"
 local tape = require "specula.cassette.tape"
 local session = require "specula.cassette.session"
@@ -106,13 +105,15 @@ function Recording:_finish(err)
   local ev = rec.events
   local texts = {}
   for i = 1, #ev do texts[i] = ev[i][2] end
-  local clean, idx = secrets.scrub_chunks(texts, self._secrets)
+  local st = session.state
+  if not st or not st.file then return end
+  local clean, idx = st.file:pieces(texts)
   local out = json.array({})
   for i = 1, #clean do
-    out[i] = { ev[idx and idx[i] or i][1], bytes_out(clean[i], self._secrets) }
+    out[i] = { ev[idx and idx[i] or i][1], bytes_out(clean[i]) }
   end
   rec.events = out
-  write(rec, self._secrets)
+  write(rec)
 end
 
 function Recording:close()
@@ -127,24 +128,23 @@ function M.http(opts, method, live)
   local st = session.state
   local url = match.clean_url(opts.url)
   local body = canon_body(opts.body)
-  local extra = secrets.header_values(opts.headers)
   local key = method:upper() .. " " .. url .. "\n" .. body
   local J = current_job()
   local meta = meta_now(J)
   local scope, qscope = scopes(meta, st.bypath)
-  local rec, n, held, again = take(st, scope, qscope, key, extra)
+  local rec, n, held, again = take(st, scope, qscope, key)
   if st.replay then
     if rec and rec.kind == "http" and not rec.start then
       count_served(st, again)
       return serve_http(st, rec, depart(J, rec))
     end
-    local what = method:upper() .. " " .. scrub(url, extra)
+    local what = method:upper() .. " " .. scrub(url)
     local go, err = on_miss(st, "http", what, n, held, meta, rec ~= nil, key)
     if not go then return nil, err end
   end
   local lopts = setmetatable({}, { __index = opts })
   lopts.__live = true
-  write_start("http", key, n, meta, extra)
+  write_start("http", key, n, meta)
   local t0 = sched.now()
   if J and not J.first then J.first = t0 - J.born end
   local r, err = live(lopts)
@@ -155,18 +155,17 @@ function M.http(opts, method, live)
     rec.stream = true
     if r == nil then
       rec.ms, rec.err = sched.now() - t0, err
-      write(rec, extra)
+      write(rec)
       return r, err
     end
     rec.res = { status = r.status, headers = kept_headers(r.headers), ms = sched.now() - t0 }
     rec.events = json.array({})
-    return setmetatable({ status = r.status, headers = r.headers, _inner = r, _rec = rec, _t0 = t0,
-                          _secrets = extra }, Recording), nil
+    return setmetatable({ status = r.status, headers = r.headers, _inner = r, _rec = rec, _t0 = t0 }, Recording), nil
   end
   rec.ms = sched.now() - t0
   if r == nil then rec.err = err
-  else rec.res = { status = r.status, headers = kept_headers(r.headers), body = bytes_out(r.body, extra) } end
-  write(rec, extra)
+  else rec.res = { status = r.status, headers = kept_headers(r.headers), body = bytes_out(r.body) } end
+  write(rec)
   return r, err
 end
 

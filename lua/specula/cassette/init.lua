@@ -21,7 +21,7 @@
 --   calls    observations and speculator calls
 --   jobs     the window jobs: named by path, timed, replayed to length
 local sched = require "specula.internal.sched"
-local secrets = require "specula.secrets"
+local output = require "specula.internal.output"
 local tape = require "specula.cassette.tape"
 local check = require "specula.cassette.check"
 local session = require "specula.cassette.session"
@@ -99,7 +99,7 @@ function M.open(o)
     for _, f in ipairs(files) do
       if f.header and (tonumber(f.header.specula_cassette) or 0) >= 3 then st.bypath = true end
     end
-    for _, w in ipairs(warnings) do secrets.stderr("specula: warning: cassette ", w, "\n") end
+    for _, w in ipairs(warnings) do output.stderr("specula: warning: cassette ", w, "\n") end
     match.index(st, tape.entries(recs))
     st.replay = o.replay
   end

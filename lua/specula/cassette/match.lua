@@ -2,7 +2,7 @@
 -- headers, no secret query parameters, a JSON body canonical) and which
 -- recorded entry answers it (docs/cassettes.md#another-configuration).
 local json = require "specula.json"
-local secrets = require "specula.secrets"
+local output = require "specula.internal.output"
 
 local ipairs, concat = ipairs, table.concat
 
@@ -11,7 +11,7 @@ local M = {}
 -- Everything on tape is scrubbed (specula.secrets): every declared secret
 -- in every form, the request's own credential headers (extra), and what
 -- looks like a credential.
-local function scrub(s, extra) return secrets.scrub_message(s, extra) end
+local function scrub(s, extra) return output.clean(s, "message", extra) end
 M.scrub = scrub
 
 local function secret_param(name)

@@ -3,7 +3,6 @@
 -- the live transport or served from the tape.
 local json = require "specula.json"
 local sched = require "specula.internal.sched"
-local secrets = require "specula.secrets"
 local transport = require "specula.mcp.transport"
 local session = require "specula.cassette.session"
 local match = require "specula.cassette.match"
@@ -52,7 +51,6 @@ function McpTape:roundtrip(x, go)
   local st = session.state
   if not st then return go() end
   local method, params = x.method, x.params
-  local extra = secrets.header_values(self.headers)
   local kp = strip_meta(params) or json.object()
   if method == "initialize" and type(kp) == "table" then
     -- the client's own name and version are not part of what was asked
@@ -64,7 +62,7 @@ function McpTape:roundtrip(x, go)
   local J = current_job()
   local meta = meta_now(J)
   local scope, qscope = scopes(meta, st.bypath)
-  local rec, n, held, again = take(st, scope, qscope, key, extra)
+  local rec, n, held, again = take(st, scope, qscope, key)
   local what = format("MCP %s %s", tostring(self.server), tostring(x.what or method))
   if st.replay then
     if rec and rec.kind == "mcp" and not rec.start then
@@ -83,14 +81,14 @@ function McpTape:roundtrip(x, go)
     if not go_live then return nil, err end
     if self.offline then return nil, what .. ": the server was not started (replaying offline)" end
   end
-  write_start("mcp", key, n, meta, extra)
+  write_start("mcp", key, n, meta)
   local t0 = sched.now()
   if J and not J.first then J.first = t0 - J.born end
   local r, err = go()
   if st.file then
     write({ kind = "mcp", key = key, n = n, at = t0 - st.t0, off = J and t0 - J.born, ms = sched.now() - t0, meta = meta,
             req = { server = self.server, method = method, params = strip_meta(params) },
-            res = r, err = (r == nil) and err or nil }, extra)
+            res = r, err = (r == nil) and err or nil })
   end
   return r, err
 end

@@ -35,7 +35,7 @@
 -- predicted calls too (one that served its step's target is committed).
 local json = require "specula.json"
 local core = require "specula.internal.core"
-local secrets = require "specula.secrets"
+local output = require "specula.internal.output"
 local check = require "specula.cassette.check"
 local session = require "specula.cassette.session"
 local C = core.C
@@ -143,7 +143,7 @@ local function unhex(s) return (require("specula.crypto").unhex(s)) end
 -- go to hex are scrubbed first (the line's scrub then sees only hex).
 local function bytes_out(s, extra)
   if s == nil or utf8_clean(s) == s then return s end
-  return { hex = hex(secrets.scrub(s, extra)) }
+  return { hex = hex(output.clean(s, "text", extra)) }
 end
 M.bytes_out = bytes_out
 local function bytes_in(v)

@@ -1,11 +1,11 @@
 -- specula.cassette.writer: the record file. Every line is encoded,
--- scrubbed (specula.secrets) and written whole with a flush, so a kill
+-- scrubbed (its writer is specula.internal.output's) and written whole with a flush, so a kill
 -- leaves at most one cut line; a failed write cuts the tape back to its
 -- last complete line and stops the recording.
 local json = require "specula.json"
 local sched = require "specula.internal.sched"
 local core = require "specula.internal.core"
-local secrets = require "specula.secrets"
+local output = require "specula.internal.output"
 local session = require "specula.cassette.session"
 local tape = require "specula.cassette.tape"
 local ffi = core.ffi
@@ -37,7 +37,7 @@ function M.create(st, dir)
   if not ok then return nil, err end
   local f, ferr
   for i = 1, 9999 do
-    f, ferr = io.open(tape.file_name(dir, i), "wx")
+    f, ferr = output.open(tape.file_name(dir, i), "wx", "json_message")
     if f then st.path = tape.file_name(dir, i) break end
     if C.sp_host_path_kind(tape.file_name(dir, i)) == 0 then break end
   end
@@ -54,14 +54,14 @@ function M.header(st)
   st.size = 0
   local header = json.encode({ specula_cassette = tape.VERSION, created = os.date("!%Y-%m-%dT%H:%M:%SZ"),
                                clock = sched.clock() })
-  local ok, werr = f:write(header, "\n")
+  local ok, werr = f:line(header)
   if ok then ok, werr = f:flush() end
   if not ok then
     f:close()
     os.remove(st.path)
     return nil, format("cannot write --record file '%s': %s", st.path, tostring(werr)), "write"
   end
-  st.size = #header + 1
+  st.size = f.bytes
   return true
 end
 
@@ -82,7 +82,6 @@ function M.write_failed(st, err)
 end
 
 local warned_encode = false
-local MESSAGE = { message = true }
 -- extra: the request's credential header values; timing: a job line (not
 -- an exchange: not counted as recorded)
 local function write(rec, extra, timing)
@@ -91,22 +90,21 @@ local function write(rec, extra, timing)
   -- job lines wait for the next line: their write then falls inside a
   -- job whose time is measured, not after the one they time
   if st.later and not timing then M.flush_timings() end
-  -- one scrub of the encoded line; when that breaks the JSON (a match
-  -- that began inside an escape), every string is scrubbed on its own
   local line, err = json.encode(rec)
-  if line then line = secrets.scrub_json(line, extra, MESSAGE) end
   if not line then
     if not warned_encode then
       warned_encode = true
-      secrets.stderr("specula: warning: cassette: an exchange could not be recorded (", tostring(err), ")\n")
+      output.stderr("specula: warning: cassette: an exchange could not be recorded (", tostring(err), ")\n")
     end
     return
   end
-  -- one write and a flush per exchange: a kill leaves at most one cut line
-  local ok, werr = st.file:write(line, "\n")
+  -- one write and a flush per exchange: a kill leaves at most one cut
+  -- line. The writer scrubs the encoded line once (when that would break
+  -- the JSON, a match begun inside an escape, every string on its own).
+  local ok, werr = st.file:line(line, extra)
   if ok then ok, werr = st.file:flush() end
   if not ok then return M.write_failed(st, werr) end
-  st.size = st.size + #line + 1
+  st.size = st.file.bytes
   if not rec.start and not timing then st.recorded = st.recorded + 1 end
 end
 
