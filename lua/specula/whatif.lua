@@ -190,7 +190,11 @@ local function run_config(name, list, ctx)
   }
   box.agent = agent
   local queries = {}
-  for i, s in ipairs(list) do queries[i] = { id = s.id, query = s.query or "", messages = s.msgs } end
+  for i, s in ipairs(list) do
+    -- a session of any length replays whole: its steps (a turn each, or a
+    -- call each) are fewer than its turns and calls with the final answer
+    queries[i] = { id = s.id, query = s.query or "", messages = s.msgs, max_hops = s.turns + #s.calls + 1 }
+  end
   local o = { queries = queries, clock = "virtual", concurrency = 1, mode = mode, k = M.K,
               predict = (not predict) and "off" or nil,
               -- the bound fires every call of a parallel turn, each certain:
