@@ -193,9 +193,14 @@ local function run_config(name, list, ctx)
   for i, s in ipairs(list) do
     -- a session of any length replays whole: its steps (a turn each, or a
     -- call each) are fewer than its turns and calls with the final answer
-    queries[i] = { id = s.id, query = s.query or "", messages = s.msgs, max_hops = s.turns + #s.calls + 1 }
+    queries[i] = { id = s.id, query = s.query or "", messages = s.msgs,
+                   max_hops = s.turns + sessions.n_calls(s) + 1 }
   end
+  -- light: a record keeps its time, not its trajectory (the window lets a
+  -- committed hop go), so a long session's replay holds no hop it passed
+  -- (not with the learned predictor: it learns from the trajectories)
   local o = { queries = queries, clock = "virtual", concurrency = 1, mode = mode, k = M.K,
+              light = not (name == "predictor" or name == "both"),
               predict = (not predict) and "off" or nil,
               -- the bound fires every call of a parallel turn, each certain:
               -- the gate's live estimate of a tool's saving (learnt from
@@ -210,10 +215,12 @@ local function run_config(name, list, ctx)
       ctx.warn(format("%s: session %s failed: %s", name, tostring(r.id), tostring(r.error)))
     else
       t.sessions = t.sessions + 1
-      t.wall, t.standard = t.wall + r.stats.wall_ms, t.standard + r.stats.standard_ms
-      t.by_session[tostring(r.id)] = r.stats.wall_ms
+      local wall = r.wall_ms or r.stats.wall_ms
+      t.wall = t.wall + wall
+      t.by_session[tostring(r.id)] = wall
     end
   end
+  t.standard = agg.standard_ms
   local pf = agg.prefetch
   if pf then t.fired, t.hit, t.saved_ms = pf.fired, pf.promoted, pf.saved_ms end
   t.wasted = agg.wasted_calls or 0
@@ -247,14 +254,22 @@ function M.compute(o, warn)
   local by_id, tools, classes, per_tool, widest = {}, {}, { [group] = "any" }, {}, 0
   for _, s in ipairs(list) do
     by_id[s.id] = s
-    for _, m in ipairs(s.msgs) do
-      if m.role == "assistant" and m.tool_calls and #m.tool_calls > widest then widest = #m.tool_calls end
-      for _, tc in ipairs(m.role == "assistant" and m.tool_calls or {}) do
-        local name = tc["function"].name
+    if s.msgs.columns then
+      -- (digests: the conversation as columns, specula.convtraces.turns)
+      if s.msgs.widest > widest then widest = s.msgs.widest end
+      for _, name in ipairs(s.msgs.tools) do
         if not classes[name] then classes[name] = "any"; tools[#tools + 1] = name end
       end
+    else
+      for _, m in ipairs(s.msgs) do
+        if m.role == "assistant" and m.tool_calls and #m.tool_calls > widest then widest = #m.tool_calls end
+        for _, tc in ipairs(m.role == "assistant" and m.tool_calls or {}) do
+          local name = tc["function"].name
+          if not classes[name] then classes[name] = "any"; tools[#tools + 1] = name end
+        end
+      end
     end
-    for _, c in ipairs(s.calls) do
+    for _, c in sessions.each_call(s) do
       local p = per_tool[c.tool] or { tool = c.tool, calls = 0, time = 0, times = {}, untimed = 0 }
       p.calls, p.time = p.calls + 1, p.time + c.tool_ms
       if c.untimed then p.untimed = p.untimed + 1 else p.times[#p.times + 1] = c.tool_ms end
@@ -335,7 +350,7 @@ function M.text(res)
   local n_calls, untimed, user, appr, model, toolt, assumed = 0, 0, 0, 0, 0, 0, 0
   for _, s in ipairs(res.list) do
     if s.assumed then assumed = assumed + 1 end
-    n_calls, untimed = n_calls + #s.calls, untimed + s.untimed
+    n_calls, untimed = n_calls + sessions.n_calls(s), untimed + s.untimed
     user, appr, model, toolt = user + s.user_ms, appr + s.approval_ms, model + s.model_ms, s.tool_ms + toolt
   end
   p("%d sessions (%d failed), %d tool calls (%d untimed); agent's time %s s: model %s s, tools %s s; "
@@ -370,8 +385,8 @@ end
 function M.record(s, res, keep)
   local crypto = require "specula.crypto"
   local calls = {}
-  for i, c in ipairs(s.calls) do
-    local args = json.canonical(c.args)
+  for i, c in sessions.each_call(s) do
+    local args = c.args_json or json.canonical(c.args)
     calls[i] = { tool = c.tool, args_sha256 = crypto.sha256_hex(args), args = keep and c.args or nil,
                  recorded_ms = c.recorded_ms or json.null, tool_ms = c.tool_ms, wait_ms = c.wait_ms,
                  untimed = c.untimed or nil }
