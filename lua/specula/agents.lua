@@ -47,6 +47,12 @@
 -- opts.on_early(name, args, ctx), when given, sees each such call (what
 -- was run early, per call: `specula whatif` classifies it).
 --
+-- opts.collect_mb, when given: a full collection each time the Lua heap
+-- has grown by this many MB since the last one, checked at each step. A
+-- replay's garbage is then bounded whatever its length; the collector's
+-- own pacing lets it grow with what stays live (up to 16 MB above it), so
+-- a peak would depend on the log's size (`specula whatif` gives 4).
+--
 -- Queries: `specula run ... --input CONVERSATIONS.jsonl` (the records carry
 -- their messages), or any input whose ids name conversations of `file`.
 -- agent.context(state) gives the messages the model saw at the state's
@@ -305,6 +311,9 @@ function M.conversation(opts)
   if opts.parallel ~= nil and type(opts.parallel) ~= "boolean" then
     error("specula.agents.conversation: parallel must be a boolean", 2)
   end
+  if opts.collect_mb ~= nil and (type(opts.collect_mb) ~= "number" or not (opts.collect_mb > 0)) then
+    error("specula.agents.conversation: collect_mb must be a number > 0", 2)
+  end
   local group_tool = opts.parallel and M.GROUP_TOOL or nil
   local sim = require "specula.sim"
   local by_id = {}
@@ -547,7 +556,18 @@ function M.conversation(opts)
     end
     return { id = tostring(ctx.id), i = 1 }
   end
+  local collect_kb = opts.collect_mb and opts.collect_mb * 1024 or nil
+  local collected_kb
+  if collect_kb then
+    -- from a collected heap: what came before the agent is not counted live
+    collectgarbage()
+    collected_kb = collectgarbage("count")
+  end
   agent.step = function(state, ctx)
+    if collect_kb and collectgarbage("count") > collected_kb + collect_kb then
+      collectgarbage()
+      collected_kb = collectgarbage("count")
+    end
     local c = conv_of(ctx)
     local st = step_at(c, state.i)
     -- this thread's predictions of the hop's group come after: the starts

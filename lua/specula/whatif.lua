@@ -25,6 +25,7 @@ local type, ipairs, pairs, tostring, format, floor = type, ipairs, pairs, tostri
 local M = {}
 
 M.SPEC_P, M.SPEC_MS, M.K = 0.6, 50, 3
+M.COLLECT_MB = 1
 
 M.CONFIGS = { "recorded", "sequential", "predictor", "spechop", "both",
               "perfect-predictor", "perfect-speculator", "perfect-both" }
@@ -173,6 +174,8 @@ local function run_config(name, list, ctx)
   end
   local agent = specula.agents.conversation {
     latency = ctx.latency, tools = ctx.tools, predict = predict, speculate = speculate, parallel = true,
+    -- the replay's garbage bounded (a long session's peak stays flat)
+    collect_mb = M.COLLECT_MB,
     policy = { classes = { any = "full" }, tools = ctx.classes,
                decide = function(tool, args) return read_only(tool, args) and "full" or "forbid" end },
     on_early = function(tool, args, c)
@@ -246,6 +249,7 @@ function M.compute(o, warn)
   end
   local read_opts = { approval_cap_ms = o.approval_cap_ms, keep_text = texts }
   local list, failed = M.read_logs(o.logs, read_opts, warn)
+  collectgarbage()   -- the reading's garbage, before the replays
   local policy, perr = M.load_policy(o.policy)
   if not policy then return nil, perr end
   -- the tools the sessions call (each in the policy's one class: its

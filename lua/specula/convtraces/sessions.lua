@@ -169,8 +169,12 @@ local function builder(path, fmt, opts)
     function sink.user(text) turnslib.user(T, text) end
     function sink.call(tool, args, rec, wait, tool_ms)
       local j = s.n_calls   -- counted already
-      C.tool[j], C.args[j], C.recorded_ms[j], C.wait_ms[j], C.tool_ms[j] = tool, json.canonical(args), rec, wait, tool_ms
+      C.tool[j], C.args[j], C.recorded_ms[j], C.wait_ms[j], C.tool_ms[j] = tool, args, rec, wait, tool_ms
     end
+    -- a call's arguments, kept from the call on as two strings (interned:
+    -- equal arguments, one string): the record's canonical JSON of them,
+    -- and the replay's (turns.norm_args'), not as a table a call
+    function sink.args(args) return json.canonical(args), json.canonical(turnslib.norm_args(args)) end
     function sink.text_turn(text, ms) turnslib.turn(T, text, ms, nil) end
     function sink.call_turn(text, model, list) turnslib.turn(T, text, model, list) end
   end
@@ -180,10 +184,11 @@ local function builder(path, fmt, opts)
 
   local function open_prompt(t, text)
     s.t0 = s.t0 or t
-    -- calls: id, tool, args, t_call, t_result, obs, appr (approval ms),
+    -- calls: id, tool, args (with digests: canonical JSON, and key: the
+    -- replay's), t_call, t_result, obs, appr (approval ms),
     -- exec (exec ms), turn; turns: since, t_first, text_t, text (its texts
     -- joined), first (call), n (calls)
-    P = { t0 = t, last_t = t, n = 0, id = {}, tool = {}, args = {}, t_call = {}, t_result = {}, obs = {}, appr = {},
+    P = { t0 = t, last_t = t, n = 0, id = {}, tool = {}, args = {}, key = {}, t_call = {}, t_result = {}, obs = {}, appr = {},
           exec = {}, nt = 0, since = {}, t_first = {}, text_t = {}, text = {}, first = {}, nc = {} }
     since, turn = t, nil
     s.prompts = s.prompts + 1
@@ -268,7 +273,9 @@ local function builder(path, fmt, opts)
     -- the log's own count of the agent's time: Claude Code's active time,
     -- else the prompt's wall time without the person's waits
     s.recorded_ms = s.recorded_ms + (p.active_ms or (wall - waits))
-    -- the turns with their times
+    -- the turns with their times (a turn's calls in scratch tables the sink
+    -- reads and lets go: a prompt of thousands of turns leaves no table a turn)
+    local t_eff, order, list = {}, {}, {}
     for ti = 1, p.nt do
       s.turns = s.turns + 1
       local text = p.text[ti] or ""
@@ -280,19 +287,24 @@ local function builder(path, fmt, opts)
       else
         local t_first = p.t_first[ti]
         local model = math.max(0, t_first - since_t)
-        local t_eff, order = {}, {}
-        for j = p.first[ti], p.first[ti] + p.nc[ti] - 1 do
+        local nc = p.nc[ti]
+        for i = 1, nc do
+          local j = p.first[ti] + i - 1
           t_eff[j] = t_call[j] + tool_ms[j]
-          order[#order + 1] = j
+          order[i] = j
         end
-        table.sort(order, function(a, b) return t_eff[a] < t_eff[b] end)
-        local list, prev = {}, t_first
+        for i = #order, nc + 1, -1 do order[i] = nil end
+        for i = #list, nc + 1, -1 do list[i] = nil end
+        if nc > 1 then table.sort(order, function(a, b) return t_eff[a] < t_eff[b] end) end
+        local prev = t_first
         for i, j in ipairs(order) do
           local inc = math.max(0, t_eff[j] - prev)
           prev = math.max(prev, t_eff[j])
           s.tool_ms = s.tool_ms + inc
-          list[i] = { id = p.id[j], tool = p.tool[j], args = p.args[j], obs = p.obs[j] or nil, tms = inc,
-                      own = tool_ms[j], off = math.max(0, t_call[j] - t_first) }
+          local c = list[i] or {}
+          list[i] = c
+          c.id, c.tool, c.args, c.key, c.obs, c.tms = p.id[j], p.tool[j], p.args[j], p.key[j], p.obs[j] or nil, inc
+          c.own, c.off = tool_ms[j], math.max(0, t_call[j] - t_first)
         end
         s.model_ms = s.model_ms + model
         sink.call_turn(text, model, list)
@@ -325,7 +337,8 @@ local function builder(path, fmt, opts)
         P.n = j
         P.nc[turn] = P.nc[turn] + 1
         local id = type(e.id) == "string" and e.id or ("call" .. (s.n_calls + j))
-        P.id[j], P.tool[j], P.args[j], P.t_call[j] = id, e.tool, e.args, t
+        P.id[j], P.tool[j], P.t_call[j] = id, e.tool, t
+        if sink.args then P.args[j], P.key[j] = sink.args(e.args) else P.args[j] = e.args end
         P.t_result[j], P.obs[j], P.appr[j], P.exec[j] = false, false, false, false
         by_id[id] = j
         -- the model waits from its decision at least (a call without a

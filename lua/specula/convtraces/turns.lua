@@ -49,7 +49,8 @@ function M.user(T, text)
 end
 
 -- An assistant turn: its text, the model's time to its decision, and its
--- calls in order, each { id, tool, args, obs, tms, own, off } (obs: the
+-- calls in order, each { id, tool, args, obs, tms, own, off } (key: the
+-- canonical JSON of norm_args(args), when known already; obs: the
 -- result given right after it; a call answered by id takes the result of
 -- the first call of the turn with that id, as the messages' reading does).
 function M.turn(T, text, model_ms, calls)
@@ -68,7 +69,7 @@ function M.turn(T, text, model_ms, calls)
       local j = T.nc + 1
       T.nc = j
       if not T.tools[name] then T.tools[name] = true; T.tools[#T.tools + 1] = name end
-      T.tool[j], T.key[j], T.obs[j] = name, canonical(M.norm_args(c.args)), first_obs[c.id]
+      T.tool[j], T.key[j], T.obs[j] = name, c.key or canonical(M.norm_args(c.args)), first_obs[c.id]
       T.tms[j], T.own[j], T.off[j] = c.tms or false, c.own or false, c.off or false
     end
   end
