@@ -174,8 +174,10 @@ local function run_config(name, list, ctx)
   end
   local agent = specula.agents.conversation {
     latency = ctx.latency, tools = ctx.tools, predict = predict, speculate = speculate, parallel = true,
-    -- the replay's garbage bounded (a long session's peak stays flat)
-    collect_mb = M.COLLECT_MB,
+    -- the replay's garbage bounded (a long session's peak stays flat);
+    -- not for the learned predictor's rows: they keep their trajectories,
+    -- and a full collection every MB of a growing heap costs time
+    collect_mb = not (name == "predictor" or name == "both") and M.COLLECT_MB or nil,
     policy = { classes = { any = "full" }, tools = ctx.classes,
                decide = function(tool, args) return read_only(tool, args) and "full" or "forbid" end },
     on_early = function(tool, args, c)
