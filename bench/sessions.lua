@@ -6,11 +6,11 @@
 -- the log kept as digests), each size in a fresh process (this file run
 -- with --child). Per size it prints the calls, the wall time, the RSS
 -- before the run, the run's peak RSS (VmHWM) and the sequential replay's
--- agent time (the same figures at every size for the same prefix of calls
--- is not asserted: the log grows). The verdict line is "flat" when the
--- largest size's peak is within max(3 MB, 10 %) of the smallest's, else
--- "GROWING". --texts also runs the rows that need texts (predictor, both:
--- the texts kept, cut to 4 KB a text) at the smallest size only, for scale.
+-- agent time (3 s a call here: a check that every call was replayed). The
+-- verdict line is "flat" when the largest size's peak is within
+-- max(3 MB, 10 %) of the smallest's, else "GROWING". --texts also runs all
+-- eight rows (predictor and both need the texts, each cut to 4 KB) at the
+-- smallest size only, for scale. --mb N: one size of N MB.
 --   specula bench sessions [--sizes 128,512,1024] [--texts]
 local json = require "specula.json"
 
