@@ -47,12 +47,19 @@
 -- opts.on_early(name, args, ctx), when given, sees each such call (what
 -- was run early, per call: `specula whatif` classifies it).
 --
+-- opts.collect_mb, when given: a full collection each time the Lua heap
+-- has grown by this many MB since the last one, checked at each step. A
+-- replay's garbage is then bounded whatever its length; the collector's
+-- own pacing lets it grow with what stays live (up to 16 MB above it), so
+-- a peak would depend on the log's size (`specula whatif` gives 4).
+--
 -- Queries: `specula run ... --input CONVERSATIONS.jsonl` (the records carry
 -- their messages), or any input whose ids name conversations of `file`.
 -- agent.context(state) gives the messages the model saw at the state's
 -- turn: predictors read them (ctx.messages).
 local json = require "specula.json"
 local sched = require "specula.internal.sched"
+local turnslib = require "specula.convtraces.turns"
 
 local type, ipairs, pairs, tostring, tonumber, error, format, concat, ceil =
   type, ipairs, pairs, tostring, tonumber, error, string.format, table.concat, math.ceil
@@ -304,6 +311,9 @@ function M.conversation(opts)
   if opts.parallel ~= nil and type(opts.parallel) ~= "boolean" then
     error("specula.agents.conversation: parallel must be a boolean", 2)
   end
+  if opts.collect_mb ~= nil and (type(opts.collect_mb) ~= "number" or not (opts.collect_mb > 0)) then
+    error("specula.agents.conversation: collect_mb must be a number > 0", 2)
+  end
   local group_tool = opts.parallel and M.GROUP_TOOL or nil
   local sim = require "specula.sim"
   local by_id = {}
@@ -351,7 +361,13 @@ function M.conversation(opts)
     end
     local c = convs[msgs]
     if not c then
-      c = steps_of(msgs, lat, reply_tool, group_tool)
+      if msgs.columns then
+        -- a timed log kept as columns (specula.convtraces.turns): its
+        -- steps are made one at a time, when asked for
+        c = { T = msgs, ix = turnslib.index(msgs, group_tool ~= nil) }
+      else
+        c = steps_of(msgs, lat, reply_tool, group_tool)
+      end
       c.early, c.used = {}, {}
       convs[msgs] = c
       by_key[tostring(ctx.id)] = c
@@ -364,10 +380,17 @@ function M.conversation(opts)
 
   local function law_of(name) return lat.tools[name] or lat.tools.default_ms end
 
-  -- the recorded member (name, key) of a group step, if it is one
+  -- step i (1 first) of a conversation
+  local function step_at(c, i)
+    if c.T then return turnslib.step(c.T, c.ix, i, reply_tool, group_tool) end
+    return c.steps[i]
+  end
+
+  -- the recorded member (name, key) of a group step, if it is one, and its
+  -- place in the group
   local function member_of(st, name, key)
-    for _, m in ipairs(st and st.members or {}) do
-      if m.tool == name and m.key == key then return m end
+    for j, m in ipairs(st and st.members or {}) do
+      if m.tool == name and m.key == key then return m, j end
     end
     return nil
   end
@@ -375,15 +398,20 @@ function M.conversation(opts)
   -- the result of (name, key) at hop: the recorded one, else the latest
   -- earlier result of the same call
   local function result_of(c, hop, name, key)
-    local st = c.steps[hop + 1]
+    local st = step_at(c, hop + 1)
     if st and st.tool == name and st.key == key then return st.obs end
     local m = member_of(st, name, key)
     if m then return m.obs end
-    for i = hop, 1, -1 do
-      local s = c.steps[i]
-      if s.tool == name and s.key == key then return s.obs end
-      m = member_of(s, name, key)
-      if m then return m.obs end
+    if c.T and name ~= group_tool then
+      local obs = turnslib.find(c.T, c.ix, hop, name, key, reply_tool)
+      if obs then return obs end
+    else
+      for i = hop, 1, -1 do
+        local s = step_at(c, i)
+        if s.tool == name and s.key == key then return s.obs end
+        m = member_of(s, name, key)
+        if m then return m.obs end
+      end
     end
     return "(no recorded result for " .. name .. " with these arguments)"
   end
@@ -400,8 +428,9 @@ function M.conversation(opts)
       local c = conv_of(ctx)
       local hop = ctx.hop or 0
       local key = json.canonical(args)
-      local st = c.steps[hop + 1]
-      local m = ctx.predicted and member_of(st, name, key)
+      local st = step_at(c, hop + 1)
+      local m, mj
+      if ctx.predicted then m, mj = member_of(st, name, key) end
       if name == reply_tool then sim.wait(lat.user, ctx, "user", hop)
       elseif st and st.tool_ms and st.tool == name and st.key == key then
         if st.tool_ms > 0 then sched.sleep(st.tool_ms) end   -- the recorded call: its recorded time
@@ -411,7 +440,7 @@ function M.conversation(opts)
         -- hop is its committed thread's: a discarded one's comes before)
         local starts = c.early[hop] or {}
         c.early[hop] = starts
-        starts[m] = sched.now()
+        starts[mj] = sched.now()
         if m.tool_ms > 0 then sched.sleep(m.tool_ms) end
       else sim.wait(law, ctx, "tool:" .. name, hop) end
       return result_of(c, hop, name, key)
@@ -428,7 +457,7 @@ function M.conversation(opts)
   local function group_call(args, ctx)
     local c = conv_of(ctx)
     local hop = ctx.hop or 0
-    local st = c.steps[hop + 1]
+    local st = step_at(c, hop + 1)
     local recorded = st and st.members and st.tool == group_tool and st.key == json.canonical(args)
     local calls = type(args.calls) == "table" and args.calls or {}
     local now, starts = sched.now(), c.early[hop] or {}
@@ -439,7 +468,7 @@ function M.conversation(opts)
       if ctx.speculative then count_early(name, margs, ctx) end
       local m = recorded and st.members[j]
       if m and m.tool_ms then
-        local wait, t0 = m.offset_ms + m.tool_ms, starts[m]
+        local wait, t0 = m.offset_ms + m.tool_ms, starts[j]
         if t0 then
           wait = math.max(m.offset_ms, t0 + m.tool_ms - now)
           used, saved = used + 1, saved + math.min(now - t0, m.tool_ms)
@@ -468,12 +497,12 @@ function M.conversation(opts)
       t.speculate = function(args, ctx)
         local c = conv_of(ctx)
         local hop = ctx.hop or 0
-        local st = c.steps[hop + 1]
+        local st = step_at(c, hop + 1)
         local key = json.canonical(args)
         if spec == "cache" then
           -- a cache: the result of the same call earlier in the conversation
           for i = hop, 1, -1 do
-            local s = c.steps[i]
+            local s = step_at(c, i)
             if s.tool == name and s.key == key then return s.obs end
           end
           return nil
@@ -507,19 +536,40 @@ function M.conversation(opts)
   agent.init = function(query, ctx)
     local c = conv_of(ctx)
     -- the tools of a conversation that came with its record
-    for _, s in ipairs(c.steps) do
-      for _, x in ipairs(s.members or { s }) do
-        if x.tool and not tools[x.tool] then
-          error(format("conversation agent: query '%s' calls '%s', a tool this agent was not built with (give its "
-            .. "conversations as file =, or list it in tools = {...})", tostring(ctx.id), x.tool), 0)
-        end
+    local function known(name)
+      if name and not tools[name] then
+        error(format("conversation agent: query '%s' calls '%s', a tool this agent was not built with (give its "
+          .. "conversations as file =, or list it in tools = {...})", tostring(ctx.id), name), 0)
+      end
+    end
+    if c.T then
+      for j = 1, c.T.nc do known(c.T.tool[j]) end
+      -- a text turn the conversation goes on after is the reply tool's
+      for ti = 1, c.T.n - 1 do if c.T.ncalls[ti] == 0 then known(reply_tool) end end
+      if group_tool then
+        for ti = 1, c.T.n do if c.T.ncalls[ti] > 1 then known(group_tool) end end
+      end
+    else
+      for _, s in ipairs(c.steps) do
+        for _, x in ipairs(s.members or { s }) do known(x.tool) end
       end
     end
     return { id = tostring(ctx.id), i = 1 }
   end
+  local collect_kb = opts.collect_mb and opts.collect_mb * 1024 or nil
+  local collected_kb
+  if collect_kb then
+    -- from a collected heap: what came before the agent is not counted live
+    collectgarbage()
+    collected_kb = collectgarbage("count")
+  end
   agent.step = function(state, ctx)
+    if collect_kb and collectgarbage("count") > collected_kb + collect_kb then
+      collectgarbage()
+      collected_kb = collectgarbage("count")
+    end
     local c = conv_of(ctx)
-    local st = c.steps[state.i]
+    local st = step_at(c, state.i)
     -- this thread's predictions of the hop's group come after: the starts
     -- of one that went before it (a discarded thread's) are not its own
     if st.members then c.early[state.i - 1] = nil end
@@ -544,7 +594,8 @@ function M.conversation(opts)
   end
   agent.context = function(state)
     local c = by_key[state.id]
-    if not c then return nil end
+    -- (a timed log kept as columns keeps no messages)
+    if not c or c.T then return nil end
     local st = c.steps[state.i]
     local n = st and st.upto or #c.msgs
     local out = {}
@@ -559,7 +610,7 @@ function M.conversation(opts)
   -- (a group step's also carries calls = { its members, the same way })
   agent.recorded = function(id, hop)
     local c = by_key[tostring(id)]
-    local st = c and c.steps[(hop or 0) + 1]
+    local st = c and step_at(c, (hop or 0) + 1)
     if not st or not st.tool then return nil end
     local calls
     if st.members then

@@ -301,4 +301,27 @@ describe("specula whatif", function()
     assert.are.equal(1, rst)
     assert.is_not_nil(rerr:find("whatif-report-bad.json': a whatif summary, but configs[1] needs a name and agent_ms", 1, true))
   end)
+  it("replays a session longer than the run's default hop limit (64) whole, in every row", function()
+    -- one prompt, 150 Read calls 3 s apart, each answered 1 s after
+    local lines = { cjson.encode({ type = "user", sessionId = "long", uuid = "u0", timestamp = "2026-03-02T10:00:00.000Z",
+                                   message = { role = "user", content = "go" } }) }
+    local function ts(sec) return os.date("!%Y-%m-%dT%H:%M:%S", 1772445600 + sec) .. ".000Z" end
+    for i = 1, 150 do
+      lines[#lines + 1] = cjson.encode({ type = "assistant", sessionId = "long", uuid = "a" .. i, timestamp = ts(i * 3),
+        message = { id = "m" .. i, role = "assistant", content = { { type = "tool_use", id = "tu" .. i, name = "Read",
+          input = { file_path = "/src/f" .. (i % 7) .. ".c" } } } } })
+      lines[#lines + 1] = cjson.encode({ type = "user", sessionId = "long", uuid = "r" .. i, timestamp = ts(i * 3 + 1),
+        message = { role = "user", content = { { type = "tool_result", tool_use_id = "tu" .. i, content = "r" .. i } } } })
+    end
+    local log = H.tmpfile("whatif-long.jsonl", table.concat(lines, "\n") .. "\n")
+    local st, s, _, err = summary_of({ log, "--compare", "recorded,sequential,spechop,perfect-both" })
+    assert.are.equal(0, st, err)
+    assert.are.equal(nil, err:find("max_hops", 1, true), err)
+    for _, c in ipairs(s.configs) do
+      assert.are.equal(0, c.failed, c.name)
+      assert.are.equal(1, c.sessions, c.name)
+    end
+    -- 150 calls of 1 s and 150 model turns of 2 s (the first 3 s after the prompt)
+    assert.are.equal(451000, by_name(s).sequential.agent_ms)
+  end)
 end)

@@ -184,30 +184,59 @@ describe("convtraces.sessions", function()
     assert.equals(s.recorded_ms, replay_ms(s))
   end)
 
-  it("with keep_text = false keeps digests, not texts: the same times, results told apart", function()
+  it("with keep_text = false keeps digests as columns, not texts: the same times and calls, results told apart", function()
+    local json = require "specula.json"
     for _, name in ipairs({ "claude_code.jsonl", "codex.jsonl", "otel.jsonl", "openhands.jsonl" }) do
       local full = assert(sessions.read_all(ROOT .. "sessions/" .. name))
       local small = assert(sessions.read_all(ROOT .. "sessions/" .. name, { keep_text = false }))
       assert.equals(#full, #small, name)
       for i, s in ipairs(small) do
         local f = full[i]
+        local T = s.msgs
+        assert.is_true(T.columns, name)
+        assert.is_nil(s.calls, name)
         assert.equals(f.recorded_ms, s.recorded_ms, name)
-        assert.equals(replay_ms(f), replay_ms(s), name)
-        assert.same(f.calls, s.calls, name)
-        assert.equals(#f.msgs, #s.msgs, name)
+        -- the replay's time from the columns: each turn's model time, its calls' shares
+        local ms = 0
+        for ti = 1, T.n do
+          ms = ms + T.model[ti]
+          for j = T.first[ti], T.first[ti] + T.ncalls[ti] - 1 do ms = ms + T.tms[j] end
+        end
+        assert.equals(replay_ms(f), ms, name)
+        -- the calls, one by one, as the texts' reading has them
+        assert.equals(#f.calls, sessions.n_calls(s), name)
+        for j, c in sessions.each_call(s) do
+          local fc = f.calls[j]
+          assert.equals(fc.tool, c.tool, name)
+          assert.equals(json.canonical(fc.args), c.args_json, name)
+          assert.equals(fc.recorded_ms, c.recorded_ms, name)
+          assert.equals(fc.wait_ms, c.wait_ms, name)
+          assert.equals(fc.tool_ms, c.tool_ms, name)
+          assert.equals(fc.untimed, c.untimed, name)
+        end
+        -- the turns and results in order: digests, never the texts; equal
+        -- texts, equal digests
+        local texts, results = {}, {}
+        for _, m in ipairs(f.msgs) do
+          if m.role == "assistant" then texts[#texts + 1] = m.content end
+          if m.role == "tool" then results[#results + 1] = m.content end
+        end
+        assert.equals(#texts, T.n, name)
+        assert.equals(#results, T.nc, name)
         local digest_of = {}
-        for j, m in ipairs(s.msgs) do
-          local text = f.msgs[j].content
-          if type(m.content) == "string" and text ~= "" then
-            -- a digest, never the text; equal texts, equal digests
-            assert.matches("^sha256:%x+$", m.content, name)
-            assert.equals(7 + sessions.DIGEST_HEX, #m.content)
-            if digest_of[text] then assert.equals(digest_of[text], m.content) end
-            for other, d in pairs(digest_of) do
-              if other ~= text then assert.are_not.equal(d, m.content) end
-            end
-            digest_of[text] = m.content
+        local function check(text, d)
+          if text == "" then return end
+          assert.matches("^sha256:%x+$", d, name)
+          assert.equals(7 + sessions.DIGEST_HEX, #d)
+          if digest_of[text] then assert.equals(digest_of[text], d) end
+          for other, x in pairs(digest_of) do
+            if other ~= text then assert.are_not.equal(x, d) end
           end
+          digest_of[text] = d
+        end
+        for j, text in ipairs(results) do check(text, T.obs[j]) end
+        for ti, text in ipairs(texts) do
+          if not text:find("\n", 1, true) then check(text, T.text[ti]) end
         end
       end
     end

@@ -44,10 +44,15 @@
 -- calls = { {tool, args, recorded_ms,
 -- wait_ms, tool_ms, untimed} }, recorded_ms (the agent's time as the log
 -- counts it), model_ms, tool_ms (tool phases), user_ms, approval_ms,
--- prompts, turns, untimed }.
+-- prompts, turns, untimed, n_calls }. With keep_text = false (digests) msgs
+-- is the same conversation as specula.convtraces.turns' columns and the
+-- calls are columns too (call_cols = { tool, args (canonical JSON),
+-- recorded_ms (false: untimed), wait_ms, tool_ms }, calls nil): a call
+-- costs a few numbers and strings (M.each_call reads either form).
 local json = require "specula.json"
 
-local type, ipairs, tostring, format, floor = type, ipairs, tostring, string.format, math.floor
+local type, ipairs, pairs, tostring, format, floor = type, ipairs, pairs, tostring, string.format, math.floor
+local turnslib
 
 local M = {}
 
@@ -117,7 +122,10 @@ local function content_text(c)
   return json.encode(c) or ""
 end
 
--- The builder: events in, a session out (see above).
+-- The builder: events in, a session out (see above). A prompt's calls and
+-- turns are kept as columns until it closes (a log may be one prompt of
+-- thousands of calls); a closed prompt goes to the sink: messages and call
+-- tables (texts kept), or specula.convtraces.turns' columns (digests).
 local function builder(path, fmt, opts)
   local cap = opts.approval_cap_ms or M.CAP_MS
   local max_text = opts.max_text or M.MAX_TEXT
@@ -126,88 +134,138 @@ local function builder(path, fmt, opts)
     if keep_text then return cut(text, max_text) end
     return digest(text)
   end
-  local s = { path = path, format = fmt, msgs = {}, calls = {}, recorded_ms = 0, model_ms = 0, tool_ms = 0,
-              user_ms = 0, approval_ms = 0, prompts = 0, turns = 0, untimed = 0 }
-  local prompt, turn, since, last_agent
+  local s = { path = path, format = fmt, recorded_ms = 0, model_ms = 0, tool_ms = 0,
+              user_ms = 0, approval_ms = 0, prompts = 0, turns = 0, untimed = 0, n_calls = 0 }
+  -- the sink: what a closed prompt becomes
+  local sink = {}
+  if keep_text then
+    s.msgs, s.calls = {}, {}
+    function sink.user(text) s.msgs[#s.msgs + 1] = { role = "user", content = text } end
+    function sink.call(tool, args, rec, wait, tool_ms)
+      s.calls[#s.calls + 1] = { tool = tool, args = args, recorded_ms = rec or nil, wait_ms = wait, tool_ms = tool_ms,
+                                untimed = not rec or nil }
+    end
+    function sink.text_turn(text, ms)
+      s.msgs[#s.msgs + 1] = { role = "assistant", content = text, specula_times = { model_ms = ms, tool_ms = {} } }
+    end
+    function sink.call_turn(text, model, list)
+      local msgs = s.msgs
+      local tc, tms, own, off = {}, {}, {}, {}
+      for i, c in ipairs(list) do
+        tms[i], own[i], off[i] = c.tms, c.own, c.off
+        tc[i] = { id = c.id, type = "function", ["function"] = { name = c.tool, arguments = c.args } }
+      end
+      msgs[#msgs + 1] = { role = "assistant", content = text, tool_calls = tc,
+                          specula_times = { model_ms = model, tool_ms = tms, call_ms = own, offset_ms = off } }
+      for _, c in ipairs(list) do msgs[#msgs + 1] = { role = "tool", tool_call_id = c.id, content = c.obs or "" } end
+    end
+  else
+    turnslib = turnslib or require "specula.convtraces.turns"
+    local T = turnslib.new()
+    -- the calls: { tool, args (canonical JSON), recorded_ms, wait_ms,
+    -- tool_ms } columns (recorded_ms false: untimed)
+    local C = { tool = {}, args = {}, recorded_ms = {}, wait_ms = {}, tool_ms = {} }
+    s.msgs, s.call_cols = T, C
+    function sink.user(text) turnslib.user(T, text) end
+    function sink.call(tool, args, rec, wait, tool_ms)
+      local j = s.n_calls   -- counted already
+      C.tool[j], C.args[j], C.recorded_ms[j], C.wait_ms[j], C.tool_ms[j] = tool, args, rec, wait, tool_ms
+    end
+    -- a call's arguments, kept from the call on as two strings (interned:
+    -- equal arguments, one string): the record's canonical JSON of them,
+    -- and the replay's (turns.norm_args'), not as a table a call
+    function sink.args(args) return json.canonical(args), json.canonical(turnslib.norm_args(args)) end
+    function sink.text_turn(text, ms) turnslib.turn(T, text, ms, nil) end
+    function sink.call_turn(text, model, list) turnslib.turn(T, text, model, list) end
+  end
+  local P, turn, since, last_agent   -- the open prompt, its latest turn (index)
   local by_id = {}
   local closed = {}   -- ids of the calls of closed prompts: a late result is theirs
 
   local function open_prompt(t, text)
     s.t0 = s.t0 or t
-    prompt = { t0 = t, last_t = t, turns = {}, calls = {} }
+    -- calls: id, tool, args (with digests: canonical JSON, and key: the
+    -- replay's), t_call, t_result, obs, appr (approval ms),
+    -- exec (exec ms), turn; turns: since, t_first, text_t, text (its texts
+    -- joined), first (call), n (calls)
+    P = { t0 = t, last_t = t, n = 0, id = {}, tool = {}, args = {}, key = {}, t_call = {}, t_result = {}, obs = {}, appr = {},
+          exec = {}, nt = 0, since = {}, t_first = {}, text_t = {}, text = {}, first = {}, nc = {} }
     since, turn = t, nil
     s.prompts = s.prompts + 1
-    if text then s.msgs[#s.msgs + 1] = { role = "user", content = kept(text) } end
+    if text then sink.user(kept(text)) end
   end
 
   local function new_turn()
-    turn = { since = since, calls = {}, texts = {} }
-    prompt.turns[#prompt.turns + 1] = turn
+    local ti = P.nt + 1
+    P.nt = ti
+    P.since[ti], P.t_first[ti], P.text_t[ti], P.text[ti], P.first[ti], P.nc[ti] = since, false, false, false, P.n + 1, 0
+    turn = ti
   end
 
   -- a turn is over once one of its calls has its result
   local function turn_answered()
-    for _, c in ipairs(turn.calls) do if c.t_result then return true end end
+    for j = P.first[turn], P.first[turn] + P.nc[turn] - 1 do if P.t_result[j] then return true end end
     return false
   end
 
   local function close_prompt()
-    if not prompt then return end
-    local p = prompt
-    prompt = nil
+    if not P then return end
+    local p = P
+    P = nil
+    local n = p.n
+    local t_call, t_result = p.t_call, p.t_result
     -- the person's waits inside calls
-    local calls = p.calls
-    for _, c in ipairs(calls) do
-      c.recorded_ms = c.t_result and math.max(0, c.t_result - c.t_call) or nil
-      c.wait_ms = 0
+    local rec, wait, tool_ms = {}, {}, {}
+    for j = 1, n do
+      rec[j] = t_result[j] and math.max(0, t_result[j] - t_call[j]) or false
+      wait[j] = 0
     end
     local wall = p.last_t - p.t0
     if p.active_ms then
       local w = (p.end_t or p.last_t) - p.t0 - p.active_ms
       if w > 0 then
         local order = {}
-        for _, c in ipairs(calls) do if c.recorded_ms then order[#order + 1] = c end end
-        table.sort(order, function(a, b) return a.recorded_ms > b.recorded_ms end)
-        for _, c in ipairs(order) do
+        for j = 1, n do if rec[j] then order[#order + 1] = j end end
+        table.sort(order, function(a, b) return rec[a] > rec[b] end)
+        for _, j in ipairs(order) do
           if w <= 0 then break end
-          c.wait_ms = math.min(w, c.recorded_ms)
-          w = w - c.wait_ms
+          wait[j] = math.min(w, rec[j])
+          w = w - wait[j]
         end
       end
     else
-      for _, c in ipairs(calls) do
-        if c.recorded_ms then
-          if c.approval_ms then
-            c.wait_ms = math.min(c.recorded_ms, c.approval_ms)
-          elseif c.exec_ms then
-            local extra = c.recorded_ms - c.exec_ms
-            if extra > M.APPROVAL_GAP_MS then c.wait_ms = extra end
-          elseif c.recorded_ms > cap then
-            c.wait_ms = c.recorded_ms - cap
+      for j = 1, n do
+        local r = rec[j]
+        if r then
+          if p.appr[j] then
+            wait[j] = math.min(r, p.appr[j])
+          elseif p.exec[j] then
+            local extra = r - p.exec[j]
+            if extra > M.APPROVAL_GAP_MS then wait[j] = extra end
+          elseif r > cap then
+            wait[j] = r - cap
           end
         end
       end
     end
-    for _, c in ipairs(calls) do
-      c.tool_ms = c.recorded_ms and c.recorded_ms - c.wait_ms or 0
-      if not c.recorded_ms then s.untimed = s.untimed + 1 end
-      s.calls[#s.calls + 1] = { tool = c.tool, args = c.args, recorded_ms = c.recorded_ms, wait_ms = c.wait_ms,
-                                tool_ms = c.tool_ms, untimed = c.recorded_ms == nil or nil }
+    for j = 1, n do
+      tool_ms[j] = rec[j] and rec[j] - wait[j] or 0
+      if not rec[j] then s.untimed = s.untimed + 1 end
+      s.n_calls = s.n_calls + 1
+      sink.call(p.tool[j], p.args[j], rec[j], wait[j], tool_ms[j])
     end
-    -- from here the builder's tables of a call are held by its turn alone,
-    -- let go once the turn is a message (so they do not all stay beside
-    -- the messages made of them)
+    -- a late result of one of these calls is theirs, not the next prompt's
     for id in pairs(by_id) do closed[id] = true end
-    p.calls, calls, by_id = nil, nil, {}
+    by_id = {}
     -- what the person's waits took from the prompt's wall time: what they
     -- shortened each turn's tool phase by (a wait beside a longer parallel
     -- call took nothing)
     local waits = 0
-    for _, tu in ipairs(p.turns) do
-      local raw, eff = tu.t_first or 0, tu.t_first or 0
-      for _, c in ipairs(tu.calls) do
-        if c.t_result and c.t_result > raw then raw = c.t_result end
-        if c.t_call + c.tool_ms > eff then eff = c.t_call + c.tool_ms end
+    for ti = 1, p.nt do
+      local raw, eff = p.t_first[ti] or 0, p.t_first[ti] or 0
+      for j = p.first[ti], p.first[ti] + p.nc[ti] - 1 do
+        if t_result[j] and t_result[j] > raw then raw = t_result[j] end
+        if t_call[j] + tool_ms[j] > eff then eff = t_call[j] + tool_ms[j] end
       end
       waits = waits + math.max(0, raw - eff)
     end
@@ -215,39 +273,41 @@ local function builder(path, fmt, opts)
     -- the log's own count of the agent's time: Claude Code's active time,
     -- else the prompt's wall time without the person's waits
     s.recorded_ms = s.recorded_ms + (p.active_ms or (wall - waits))
-    -- the turns as messages with their times
-    local msgs = s.msgs
-    local turns = p.turns
-    for ti = 1, #turns do
-      local tu = turns[ti]
-      turns[ti] = false
+    -- the turns with their times (a turn's calls in scratch tables the sink
+    -- reads and lets go: a prompt of thousands of turns leaves no table a turn)
+    local t_eff, order, list = {}, {}, {}
+    for ti = 1, p.nt do
       s.turns = s.turns + 1
-      local text = table.concat(tu.texts, "\n")
-      if #tu.calls == 0 then
-        local ms = math.max(0, (tu.text_t or tu.since) - tu.since)
+      local text = p.text[ti] or ""
+      local since_t = p.since[ti]
+      if p.nc[ti] == 0 then
+        local ms = math.max(0, (p.text_t[ti] or since_t) - since_t)
         s.model_ms = s.model_ms + ms
-        msgs[#msgs + 1] = { role = "assistant", content = text, specula_times = { model_ms = ms, tool_ms = {} } }
+        sink.text_turn(text, ms)
       else
-        local model = math.max(0, tu.t_first - tu.since)
-        for _, c in ipairs(tu.calls) do c.t_eff = c.t_call + c.tool_ms end
-        local order = {}
-        for i, c in ipairs(tu.calls) do order[i] = c end
-        table.sort(order, function(a, b) return a.t_eff < b.t_eff end)
-        local tc, tms, own, off, prev = {}, {}, {}, {}, tu.t_first
-        for i, c in ipairs(order) do
-          local inc = math.max(0, c.t_eff - prev)
-          prev = math.max(prev, c.t_eff)
-          tms[i] = inc
-          own[i], off[i] = c.tool_ms, math.max(0, c.t_call - tu.t_first)
+        local t_first = p.t_first[ti]
+        local model = math.max(0, t_first - since_t)
+        local nc = p.nc[ti]
+        for i = 1, nc do
+          local j = p.first[ti] + i - 1
+          t_eff[j] = t_call[j] + tool_ms[j]
+          order[i] = j
+        end
+        for i = #order, nc + 1, -1 do order[i] = nil end
+        for i = #list, nc + 1, -1 do list[i] = nil end
+        if nc > 1 then table.sort(order, function(a, b) return t_eff[a] < t_eff[b] end) end
+        local prev = t_first
+        for i, j in ipairs(order) do
+          local inc = math.max(0, t_eff[j] - prev)
+          prev = math.max(prev, t_eff[j])
           s.tool_ms = s.tool_ms + inc
-          tc[i] = { id = c.id, type = "function", ["function"] = { name = c.tool, arguments = c.args } }
+          local c = list[i] or {}
+          list[i] = c
+          c.id, c.tool, c.args, c.key, c.obs, c.tms = p.id[j], p.tool[j], p.args[j], p.key[j], p.obs[j] or nil, inc
+          c.own, c.off = tool_ms[j], math.max(0, t_call[j] - t_first)
         end
         s.model_ms = s.model_ms + model
-        msgs[#msgs + 1] = { role = "assistant", content = text, tool_calls = tc,
-                            specula_times = { model_ms = model, tool_ms = tms, call_ms = own, offset_ms = off } }
-        for _, c in ipairs(order) do
-          msgs[#msgs + 1] = { role = "tool", tool_call_id = c.id, content = c.obs or "" }
-        end
+        sink.call_turn(text, model, list)
       end
     end
     last_agent = p.last_t
@@ -264,50 +324,53 @@ local function builder(path, fmt, opts)
       if last_agent and t > last_agent then s.user_ms = s.user_ms + (t - last_agent) end
       open_prompt(t, e.text)
     elseif e.kind == "text" or e.kind == "call" then
-      if not prompt then open_prompt(t, nil) end   -- a resumed session: the first event starts it
+      if not P then open_prompt(t, nil) end   -- a resumed session: the first event starts it
       -- text after calls is a later reply; a call after answered calls too
-      if not turn or (#turn.calls > 0 and (e.kind == "text" or turn_answered())) then new_turn() end
+      if not turn or (P.nc[turn] > 0 and (e.kind == "text" or turn_answered())) then new_turn() end
       if e.kind == "text" then
-        turn.texts[#turn.texts + 1] = kept(e.text)
-        if #turn.calls == 0 then turn.text_t = t end
+        local k = kept(e.text)
+        P.text[turn] = P.text[turn] and (P.text[turn] .. "\n" .. k) or k
+        if P.nc[turn] == 0 then P.text_t[turn] = t end
       else
-        if #turn.calls == 0 then turn.t_first = t end
-        local c = { id = type(e.id) == "string" and e.id or ("call" .. (#s.calls + #prompt.calls + 1)),
-                    tool = e.tool, args = e.args, t_call = t }
-        turn.calls[#turn.calls + 1] = c
-        prompt.calls[#prompt.calls + 1] = c
-        by_id[c.id] = c
+        if P.nc[turn] == 0 then P.t_first[turn] = t end
+        local j = P.n + 1
+        P.n = j
+        P.nc[turn] = P.nc[turn] + 1
+        local id = type(e.id) == "string" and e.id or ("call" .. (s.n_calls + j))
+        P.id[j], P.tool[j], P.t_call[j] = id, e.tool, t
+        if sink.args then P.args[j], P.key[j] = sink.args(e.args) else P.args[j] = e.args end
+        P.t_result[j], P.obs[j], P.appr[j], P.exec[j] = false, false, false, false
+        by_id[id] = j
         -- the model waits from its decision at least (a call without a
         -- result ends nothing later)
         if t > since then since = t end
       end
-      if t > prompt.last_t then prompt.last_t = t end
+      if t > P.last_t then P.last_t = t end
     elseif e.kind == "result" then
-      local c = type(e.id) == "string" and by_id[e.id]
-      if not c and prompt and not (type(e.id) == "string" and closed[e.id]) then
-        for _, pc in ipairs(prompt.calls) do if not pc.t_result then c = pc break end end
+      local j = type(e.id) == "string" and by_id[e.id]
+      if not j and P and not (type(e.id) == "string" and closed[e.id]) then
+        for x = 1, P.n do if not P.t_result[x] then j = x break end end
       end
-      if c and not c.t_result then
-        c.t_result = t
-        c.obs = kept(content_text(e.content))
+      if j and not P.t_result[j] then
+        P.t_result[j] = t
+        P.obs[j] = kept(content_text(e.content))
         if t > since then since = t end
-        if prompt and t > prompt.last_t then prompt.last_t = t end
+        if t > P.last_t then P.last_t = t end
       end
     elseif e.kind == "approval" then
       -- a person's approval, timed by the log: the latest call still waiting
-      if prompt then
-        for i = #prompt.calls, 1, -1 do
-          local c = prompt.calls[i]
-          if not c.t_result then c.approval_ms = (c.approval_ms or 0) + e.ms break end
+      if P then
+        for j = P.n, 1, -1 do
+          if not P.t_result[j] then P.appr[j] = (P.appr[j] or 0) + e.ms break end
         end
       end
     elseif e.kind == "exec" then
-      local c = type(e.id) == "string" and by_id[e.id]
-      if c then c.exec_ms = e.exec_ms end
+      local j = type(e.id) == "string" and by_id[e.id]
+      if j then P.exec[j] = e.exec_ms end
     elseif e.kind == "end" then
-      if prompt then
-        prompt.end_t = t
-        if e.active_ms then prompt.active_ms = (prompt.active_ms or 0) + e.active_ms end
+      if P then
+        P.end_t = t
+        if e.active_ms then P.active_ms = (P.active_ms or 0) + e.active_ms end
       end
     end
   end
@@ -414,7 +477,7 @@ function M.read_all(path, opts, warn)
     local s = builders[key].finish()
     -- a format that keeps sessions apart names them; one that did not see
     -- any event leaves an empty session out
-    if s.prompts > 0 or #s.calls > 0 then
+    if s.prompts > 0 or (s.n_calls or #s.calls) > 0 then
       s.id = s.id or (key ~= "" and key) or base
       out[#out + 1] = s
     end
@@ -423,6 +486,25 @@ function M.read_all(path, opts, warn)
     reader.name) end
   return out
 end
+
+-- The calls of a session one by one: i, { tool, args, recorded_ms,
+-- wait_ms, tool_ms, untimed } (a new table each, from call_cols: args is
+-- then args_json, the canonical JSON of the arguments).
+function M.each_call(s)
+  local cols = s.call_cols
+  if not cols then return ipairs(s.calls) end
+  local n = s.n_calls
+  return function(_, i)
+    i = i + 1
+    if i > n then return nil end
+    local rec = cols.recorded_ms[i]
+    return i, { tool = cols.tool[i], args_json = cols.args[i], recorded_ms = rec or nil, wait_ms = cols.wait_ms[i],
+                tool_ms = cols.tool_ms[i], untimed = not rec or nil }
+  end, s, 0
+end
+
+-- The number of calls of a session.
+function M.n_calls(s) return s.call_cols and s.n_calls or #s.calls end
 
 -- read(path, opts, warn): the first session of one log file (read_all).
 function M.read(path, opts, warn)

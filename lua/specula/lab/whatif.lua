@@ -25,6 +25,7 @@ local type, ipairs, pairs, tostring, format, floor = type, ipairs, pairs, tostri
 local M = {}
 
 M.SPEC_P, M.SPEC_MS, M.K = 0.6, 50, 3
+M.COLLECT_MB = 1
 
 M.CONFIGS = { "recorded", "sequential", "predictor", "spechop", "both",
               "perfect-predictor", "perfect-speculator", "perfect-both" }
@@ -173,6 +174,10 @@ local function run_config(name, list, ctx)
   end
   local agent = specula.agents.conversation {
     latency = ctx.latency, tools = ctx.tools, predict = predict, speculate = speculate, parallel = true,
+    -- the replay's garbage bounded (a long session's peak stays flat);
+    -- not for the learned predictor's rows: they keep their trajectories,
+    -- and a full collection every MB of a growing heap costs time
+    collect_mb = not (name == "predictor" or name == "both") and M.COLLECT_MB or nil,
     policy = { classes = { any = "full" }, tools = ctx.classes,
                decide = function(tool, args) return read_only(tool, args) and "full" or "forbid" end },
     on_early = function(tool, args, c)
@@ -190,8 +195,17 @@ local function run_config(name, list, ctx)
   }
   box.agent = agent
   local queries = {}
-  for i, s in ipairs(list) do queries[i] = { id = s.id, query = s.query or "", messages = s.msgs } end
+  for i, s in ipairs(list) do
+    -- a session of any length replays whole: its steps (a turn each, or a
+    -- call each) are fewer than its turns and calls with the final answer
+    queries[i] = { id = s.id, query = s.query or "", messages = s.msgs,
+                   max_hops = s.turns + sessions.n_calls(s) + 1 }
+  end
+  -- light: a record keeps its time, not its trajectory (the window lets a
+  -- committed hop go), so a long session's replay holds no hop it passed
+  -- (not with the learned predictor: it learns from the trajectories)
   local o = { queries = queries, clock = "virtual", concurrency = 1, mode = mode, k = M.K,
+              light = not (name == "predictor" or name == "both"),
               predict = (not predict) and "off" or nil,
               -- the bound fires every call of a parallel turn, each certain:
               -- the gate's live estimate of a tool's saving (learnt from
@@ -206,10 +220,12 @@ local function run_config(name, list, ctx)
       ctx.warn(format("%s: session %s failed: %s", name, tostring(r.id), tostring(r.error)))
     else
       t.sessions = t.sessions + 1
-      t.wall, t.standard = t.wall + r.stats.wall_ms, t.standard + r.stats.standard_ms
-      t.by_session[tostring(r.id)] = r.stats.wall_ms
+      local wall = r.wall_ms or r.stats.wall_ms
+      t.wall = t.wall + wall
+      t.by_session[tostring(r.id)] = wall
     end
   end
+  t.standard = agg.standard_ms
   local pf = agg.prefetch
   if pf then t.fired, t.hit, t.saved_ms = pf.fired, pf.promoted, pf.saved_ms end
   t.wasted = agg.wasted_calls or 0
@@ -235,6 +251,7 @@ function M.compute(o, warn)
   end
   local read_opts = { approval_cap_ms = o.approval_cap_ms, keep_text = texts }
   local list, failed = M.read_logs(o.logs, read_opts, warn)
+  collectgarbage()   -- the reading's garbage, before the replays
   local policy, perr = M.load_policy(o.policy)
   if not policy then return nil, perr end
   -- the tools the sessions call (each in the policy's one class: its
@@ -243,14 +260,22 @@ function M.compute(o, warn)
   local by_id, tools, classes, per_tool, widest = {}, {}, { [group] = "any" }, {}, 0
   for _, s in ipairs(list) do
     by_id[s.id] = s
-    for _, m in ipairs(s.msgs) do
-      if m.role == "assistant" and m.tool_calls and #m.tool_calls > widest then widest = #m.tool_calls end
-      for _, tc in ipairs(m.role == "assistant" and m.tool_calls or {}) do
-        local name = tc["function"].name
+    if s.msgs.columns then
+      -- (digests: the conversation as columns, specula.convtraces.turns)
+      if s.msgs.widest > widest then widest = s.msgs.widest end
+      for _, name in ipairs(s.msgs.tools) do
         if not classes[name] then classes[name] = "any"; tools[#tools + 1] = name end
       end
+    else
+      for _, m in ipairs(s.msgs) do
+        if m.role == "assistant" and m.tool_calls and #m.tool_calls > widest then widest = #m.tool_calls end
+        for _, tc in ipairs(m.role == "assistant" and m.tool_calls or {}) do
+          local name = tc["function"].name
+          if not classes[name] then classes[name] = "any"; tools[#tools + 1] = name end
+        end
+      end
     end
-    for _, c in ipairs(s.calls) do
+    for _, c in sessions.each_call(s) do
       local p = per_tool[c.tool] or { tool = c.tool, calls = 0, time = 0, times = {}, untimed = 0 }
       p.calls, p.time = p.calls + 1, p.time + c.tool_ms
       if c.untimed then p.untimed = p.untimed + 1 else p.times[#p.times + 1] = c.tool_ms end
@@ -331,7 +356,7 @@ function M.text(res)
   local n_calls, untimed, user, appr, model, toolt, assumed = 0, 0, 0, 0, 0, 0, 0
   for _, s in ipairs(res.list) do
     if s.assumed then assumed = assumed + 1 end
-    n_calls, untimed = n_calls + #s.calls, untimed + s.untimed
+    n_calls, untimed = n_calls + sessions.n_calls(s), untimed + s.untimed
     user, appr, model, toolt = user + s.user_ms, appr + s.approval_ms, model + s.model_ms, s.tool_ms + toolt
   end
   p("%d sessions (%d failed), %d tool calls (%d untimed); agent's time %s s: model %s s, tools %s s; "
@@ -366,8 +391,8 @@ end
 function M.record(s, res, keep)
   local crypto = require "specula.crypto"
   local calls = {}
-  for i, c in ipairs(s.calls) do
-    local args = json.canonical(c.args)
+  for i, c in sessions.each_call(s) do
+    local args = c.args_json or json.canonical(c.args)
     calls[i] = { tool = c.tool, args_sha256 = crypto.sha256_hex(args), args = keep and c.args or nil,
                  recorded_ms = c.recorded_ms or json.null, tool_ms = c.tool_ms, wait_ms = c.wait_ms,
                  untimed = c.untimed or nil }

@@ -41,8 +41,11 @@ local function new_agg()
            speculative_launches = 0, deferred = 0, est = ffi.new("sp_est") }
 end
 
--- Add a finished window's counters to a running aggregate (light runs).
-local function agg_add(a, st, failed)
+-- Add a finished window's counters to a running aggregate (light runs);
+-- match: the run's match when it predicts (its prefetch counters summed as
+-- a full record's are).
+local prefetch_add
+local function agg_add(a, st, failed, match)
   a.queries = a.queries + 1
   if failed then a.failed = a.failed + 1 end
   a.wall_ms, a.standard_ms = a.wall_ms + st.wall_ms, a.standard_ms + st.standard_ms
@@ -54,6 +57,14 @@ local function agg_add(a, st, failed)
   a.wasted_cost, a.wasted_calls = a.wasted_cost + st.wasted_cost, a.wasted_calls + st.wasted_calls
   a.speculative_launches, a.deferred = a.speculative_launches + st.speculative_launches, a.deferred + st.deferred
   C.sp_est_merge(a.est, st.est)
+  if match then
+    local pf = st.pf
+    prefetch_add(a, { candidates = tonumber(pf.candidates), fired = tonumber(pf.fired),
+      promoted = tonumber(pf.promoted), promoted_lossy = tonumber(pf.promoted_lossy), wasted = tonumber(pf.wasted),
+      wasted_cost = round(tonumber(pf.wasted_cost), 6), gated_ev = tonumber(pf.gated_ev),
+      gated_policy = tonumber(pf.gated_policy), held = tonumber(pf.held), saved_ms = round(tonumber(pf.saved_ms), 3),
+      match = match })
+  end
 end
 
 -- The query's gate decisions per trigger ("zero forbidden launches" is a
@@ -98,18 +109,21 @@ add_record = function(a, r, count)
     a.wasted_cost, a.wasted_calls = a.wasted_cost + s.wasted_cost, a.wasted_calls + s.wasted_calls
     a.speculative_launches, a.deferred = a.speculative_launches + s.speculative_launches, a.deferred + s.deferred
     C.sp_est_merge(a.est, g.est)
-    if s.prefetch then
-      local p = a.prefetch or { candidates = 0, fired = 0, promoted = 0, promoted_lossy = 0, wasted = 0,
-        wasted_cost = 0, gated_ev = 0, gated_policy = 0, held = 0, saved_ms = 0, match = s.prefetch.match }
-      for _, k in ipairs({ "candidates", "fired", "promoted", "promoted_lossy", "wasted", "wasted_cost",
-                           "gated_ev", "gated_policy", "held", "saved_ms" }) do
-        p[k] = p[k] + (s.prefetch[k] or 0)
-      end
-      a.prefetch = p
-    end
+    if s.prefetch then prefetch_add(a, s.prefetch) end
   end
 end
 M.add_record = add_record
+
+-- A query's prefetch counters (a record's stats.prefetch) into a's.
+prefetch_add = function(a, q)
+  local p = a.prefetch or { candidates = 0, fired = 0, promoted = 0, promoted_lossy = 0, wasted = 0,
+    wasted_cost = 0, gated_ev = 0, gated_policy = 0, held = 0, saved_ms = 0, match = q.match }
+  for _, k in ipairs({ "candidates", "fired", "promoted", "promoted_lossy", "wasted", "wasted_cost",
+                       "gated_ev", "gated_policy", "held", "saved_ms" }) do
+    p[k] = p[k] + (q[k] or 0)
+  end
+  a.prefetch = p
+end
 
 -- The ratios and estimates of an aggregate whose sums are complete.
 function M.finish(a, k)

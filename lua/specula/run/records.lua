@@ -128,8 +128,10 @@ local function collect(w, q, run)
   if light then
     C.sp_window_stats_get(w, wstats)
     rec.hops = wstats.hops
+    -- the query's own time: what a caller comparing queries needs of it
+    rec.wall_ms = round(wstats.wall_ms, 3)
     set_outcome(rec, w, status)
-    if acc then agg_add(acc, wstats, rec.error ~= nil) end
+    if acc then agg_add(acc, wstats, rec.error ~= nil, run_match) end
     return rec
   end
   local stages = run.raw_stages and stages_text(w)
