@@ -340,6 +340,12 @@ print(json.encode({ version = MCP_CLIENT.protocol_version, records = json.canoni
   it("keeps the same records and makes no early write at 2025-11-25 and 2026-07-28", function()
     if not H.need_node(pending) then return end
     local old, new = both(""), both("--modern")
+    -- shown (the figures of a note): each version's counts and records
+    for _, r in ipairs({ old, new }) do
+      io.stderr:write(string.format("[both versions] %s: early writes %d, write tool full %d (%s), slow read early %d, "
+        .. "server journal %d, records %s\n", r.version, r.early_writes, r.write_full, r.write_decision, r.slow_early,
+        r.journal, r.records))
+    end
     assert.are.equal("2025-11-25", old.version)
     assert.are.equal("2026-07-28", new.version)
     assert.are.equal(0, old.modern)
