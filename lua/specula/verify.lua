@@ -570,40 +570,28 @@ local function check_list(fname, list)
   end
 end
 
---- Accept when every verifier accepts; stops at the first rejection.
--- Reason: "accept: all (r1; r2 ...)" / "reject: all failed at i (r1; ... ri)".
-function M.all(list)
-  check_list("all", list)
+-- The combinators' one loop: run the verifiers in order until one gives
+-- `stop_at` (false for all, true for any); the reason lists theirs.
+local function combine(fname, list, stop_at, stopped, finished)
+  check_list(fname, list)
   local n = #list
   return tag(function(predicted, actual, ctx)
     local reasons = {}
     for i = 1, n do
       local ok, reason = list[i](predicted, actual, ctx)
       reasons[i] = tostring(reason or (ok and "accept" or "reject"))
-      if not ok then
-        return false, "reject: all failed at " .. i .. " (" .. concat(reasons, "; ") .. ")"
-      end
+      if (not not ok) == stop_at then return stop_at, stopped .. i .. " (" .. concat(reasons, "; ") .. ")" end
     end
-    return true, "accept: all (" .. concat(reasons, "; ") .. ")"
-  end, "all", { verifiers = list })
+    return not stop_at, finished .. " (" .. concat(reasons, "; ") .. ")"
+  end, fname, { verifiers = list })
 end
+
+--- Accept when every verifier accepts; stops at the first rejection.
+-- Reason: "accept: all (r1; r2 ...)" / "reject: all failed at i (r1; ... ri)".
+function M.all(list) return combine("all", list, false, "reject: all failed at ", "accept: all") end
 
 --- Accept when some verifier accepts; stops at the first acceptance.
 -- Reason: "accept: any matched at i (r1; ... ri)" / "reject: none (r1; ...)".
-function M.any(list)
-  check_list("any", list)
-  local n = #list
-  return tag(function(predicted, actual, ctx)
-    local reasons = {}
-    for i = 1, n do
-      local ok, reason = list[i](predicted, actual, ctx)
-      reasons[i] = tostring(reason or (ok and "accept" or "reject"))
-      if ok then
-        return true, "accept: any matched at " .. i .. " (" .. concat(reasons, "; ") .. ")"
-      end
-    end
-    return false, "reject: none (" .. concat(reasons, "; ") .. ")"
-  end, "any", { verifiers = list })
-end
+function M.any(list) return combine("any", list, true, "accept: any matched at ", "reject: none") end
 
 return M

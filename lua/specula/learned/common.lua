@@ -83,4 +83,18 @@ end
 
 M.is_array, M.numstr, M.deep_copy, M.bucket = is_array, numstr, deep_copy, bucket
 
+-- One epoch's order of n training items: a fixed pseudo-random shuffle (a
+-- linear congruential walk from seed), so training is repeatable. Returns
+-- the order and the seed the next epoch starts from.
+function M.epoch_order(n, seed)
+  local order = {}
+  for i = 1, n do order[i] = i end
+  for i = n, 2, -1 do
+    seed = (seed * 1103515245 + 12345) % 2147483648
+    local j = seed % i + 1
+    order[i], order[j] = order[j], order[i]
+  end
+  return order, seed
+end
+
 return M

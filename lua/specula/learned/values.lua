@@ -153,13 +153,8 @@ local function value_sgd(self, items, epochs, rate0)
   local seed = 54321
   local n = #items
   for _ = 1, epochs do
-    local order = {}
-    for i = 1, n do order[i] = i end
-    for i = n, 2, -1 do
-      seed = (seed * 1103515245 + 12345) % 2147483648
-      local j = seed % i + 1
-      order[i], order[j] = order[j], order[i]
-    end
+    local order
+    order, seed = common.epoch_order(n, seed)
     for _, i in ipairs(order) do
       local it = items[i]
       self.vt = (self.vt or 0) + 1
