@@ -12,20 +12,10 @@
 /* Event bits recorded inside libcurl callbacks, delivered after them. */
 enum { EV_HEADERS = 1, EV_DATA = 2, EV_DONE = 4 };
 
-typedef struct sp_poll {
+struct sp_poll {
   uv_poll_t poll;          /* watches one socket for libcurl */
   curl_socket_t fd;        /* that socket */
   sp_http *http;           /* owner */
-} sp_poll;
-
-struct sp_http {
-  sp_ctx *ctx;             /* owning context */
-  CURLM *multi;            /* the multi handle, one per context */
-  uv_timer_t timer;        /* libcurl's timeout */
-  sp_poll **polls;         /* fd -> poll handle (no curl_multi_assign in callbacks) */
-  size_t npolls;           /* length of polls */
-  sp_http_req *dirty;      /* requests with undelivered events */
-  int closing;             /* shutdown started */
 };
 
 struct sp_http_req {
@@ -145,7 +135,7 @@ static int on_curl_timer(CURLM *m, long timeout_ms, void *userp) {
   return 0;
 }
 
-sp_http *sp_http_new(sp_ctx *ctx) {
+static sp_http *http_new(sp_ctx *ctx) {
   sp_http *h = calloc(1, sizeof *h);
   if (!h) return NULL;
   h->ctx = ctx;
@@ -166,8 +156,11 @@ sp_http *sp_http_new(sp_ctx *ctx) {
   return h;
 }
 
+static void http_close(sp_ctx *ctx);
+static const sp_owner http_owner = { NULL, http_close, NULL, NULL };
+
 static sp_http *get_http(sp_ctx *ctx) {
-  if (!ctx->http) ctx->http = sp_http_new(ctx);
+  if (!ctx->http && (ctx->http = http_new(ctx)) != NULL) sp_ctx_own(ctx, SP_OWN_HTTP, &http_owner);
   return ctx->http;
 }
 
@@ -793,8 +786,11 @@ void sp_http_free(sp_http_req *r) {
 
 static void timer_closed(uv_handle_t *hd) { free(hd->data); }
 
-void sp_http_free_all(sp_http *h) {
-  if (!h) return;
+/* Shutdown, once Lua is closed: abort everything and close the handles
+   (the state is freed by the timer's close callback). */
+static void http_close(sp_ctx *ctx) {
+  sp_http *h = ctx->http;
+  ctx->http = NULL;
   h->closing = 1;
   /* Requests still owned by Lua were aborted when their tasks were
      cancelled; the multi is torn down here. */

@@ -1,5 +1,6 @@
 /* sp_playback: the window on recorded stage times (see sp_playback.h). */
 #include "sp_playback.h"
+#include "sp_engine.h"
 #include "sp_sched.h"
 #include "sp_vals.h"
 #include "sp_window.h"
@@ -80,7 +81,7 @@ sp_playback *sp_playback_new(void) {
   sp_playback *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   char err[128];
-  if (sp_ctx_init(&p->ctx) != 0) {
+  if (sp_engine_init(&p->ctx) != 0) {
     free(p);
     return NULL;
   }
@@ -351,7 +352,7 @@ static void take(sp_playback *p, sp_task *t) {
 static void pump(sp_playback *p) {
   for (;;) {
     if (sp_sched_run_c(&p->ctx)) continue;
-    p->ctx.budget = INT_MAX;
+    p->ctx.sched->budget = INT_MAX;
     sp_task *t = sp_job_next(&p->ctx);
     if (!t) break;
     take(p, t);

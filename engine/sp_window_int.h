@@ -5,7 +5,7 @@
  */
 #ifndef SP_WINDOW_INT_H
 #define SP_WINDOW_INT_H
-#include "sp_window.h"
+#include "sp_sched.h"
 #include "sp_policy.h"
 #include "sp_prefetch.h"
 #include "sp_vals.h"
@@ -158,24 +158,29 @@ struct sp_window {
 
 enum { KICK_NONE, KICK_START, KICK_FREE };   /* deferred work of a window (kick_action) */
 
-/* What the window unit keeps per engine context (sp_ctx.windows), made
-   with the first window and freed at shutdown (sp_window_pool_free). */
+/* What the window unit keeps per engine context (ctx->windows), made
+   with the first window; at shutdown every window is cancelled, then the
+   pool freed. */
 typedef struct sp_windows {
   sp_window *live;         /* live windows, for shutdown */
   sp_node *node_pool;      /* freed node structs kept for reuse (linked by parent) */
   int nnode_pool;          /* entries in node_pool */
   int next_id;             /* last window id handed out */
+  /* windows with committed hops whose step and observation Lua has not yet
+     encoded (sp_window_cfg.encode_trajectory), oldest first */
+  sp_window *enc_head, *enc_tail;
+  int enc_pending;         /* windows in that list: Lua reads it after each job */
 } sp_windows;
 
 /* ---- small helpers, shared ------------------------------------------------ */
 
 /* A hook reacts at one instant: the scheduler reads the clock once per
-   hook (ctx->hook_now), and every timestamp the reaction takes uses it. */
+   hook (ctx->sched->hook_now), and every timestamp the reaction takes uses it. */
 static inline double now_ms(sp_window *w) {
   /* ms since the window started, from integer ns: a duration comes out the
      same whatever the absolute time (under the virtual clock, however far
      other queries have moved it) */
-  uint64_t ns = w->ctx->hook_clock ? w->ctx->hook_now : sp_timers_now(&w->ctx->timers);
+  uint64_t ns = w->ctx->sched->hook_clock ? w->ctx->sched->hook_now : sp_timers_now(&w->ctx->timers);
   return (double)(int64_t)(ns - w->t0_ns) / 1e6;
 }
 

@@ -267,7 +267,7 @@ int sp_win_pf_settle(sp_window *w, sp_node *n, const char *tool, const char *key
 /* FFI: one prediction of the running step's next call. */
 int sp_window_predict(sp_ctx *ctx, const char *tool, size_t tool_len, const char *key, size_t key_len,
                       double confidence, double tool_confidence, int hint, int args_slot) {
-  sp_task *t = ctx ? ctx->running : NULL;
+  sp_task *t = ctx ? ctx->sched->running : NULL;
   sp_node *n = t ? t->window_node : NULL;
   sp_prefetch *pf = n ? n->w->cfg.prefetch : NULL;
   if (!pf || !tool || !key || n->phase != PH_ADVANCING || memchr(tool, '\0', tool_len)) {
@@ -311,7 +311,7 @@ int sp_window_predict(sp_ctx *ctx, const char *tool, size_t tool_len, const char
 
 /* FFI: the running step's predictions are in: fire from the loop. */
 int sp_window_predicted(sp_ctx *ctx) {
-  sp_task *t = ctx ? ctx->running : NULL;
+  sp_task *t = ctx ? ctx->sched->running : NULL;
   sp_node *n = t ? t->window_node : NULL;
   if (!n || !n->w->cfg.prefetch || n->npf == 0) return 0;
   sp_sched_enqueue(ctx, &n->pf_kick);
@@ -320,7 +320,7 @@ int sp_window_predicted(sp_ctx *ctx) {
 
 /* FFI: a streamed response of the running step named its tool. */
 int sp_window_tool_name(sp_ctx *ctx, const char *name, size_t len) {
-  sp_task *t = ctx ? ctx->running : NULL;
+  sp_task *t = ctx ? ctx->sched->running : NULL;
   sp_node *n = t ? t->window_node : NULL;
   if (!n || !n->w->cfg.prefetch || !name) return 0;
   if (!(n->w->cfg.prefetch->trigger & SP_TRIGGER_TOOL_NAME)) return 0;
