@@ -1,11 +1,11 @@
 /* `specula replay`: a recorded run's stage times re-scheduled on the window
-   at other k values (sp_replay.c loads them, sp_playback.c runs them). The
+   at other k values (sp_replay.c loads them, sp_winplay.c runs them). The
    command line is read and checked in Lua (lua/specula/cmd/replay.lua);
    this loads the file and prints the table. */
 #include "sp_api.h"
 #include "sp_buf.h"
 #include "sp_est.h"
-#include "sp_playback.h"
+#include "sp_winplay.h"
 #include "sp_replay.h"
 
 #include <limits.h>
@@ -192,7 +192,7 @@ int sp_replay_print(const sp_replay_args *args) {
     printf("\n       k   rel_lat      mean        wall_ms    standard_ms\n");
   }
   int rc = 0;
-  sp_playback *pb = sp_playback_new();
+  sp_winplay *pb = sp_winplay_new();
   for (size_t i = 0; i < nk; i++) {
     double wall_sum = 0, std_sum = 0, mean = 0;
     size_t n_mean = 0, n_bad = 0;
@@ -237,7 +237,7 @@ int sp_replay_print(const sp_replay_args *args) {
     printf("\nrel_lat = sum wall / sum standard; mean = mean per-query RelLat%s\n",
            recorded ? "; * = the recorded k" : "");
   }
-  sp_playback_free(pb);
+  sp_winplay_free(pb);
   sp_replay_set_free(set);
   return rc;
 }

@@ -6,7 +6,7 @@
  * and register their shutdown with the context then; sp_ctx_shutdown runs
  * them all. The one module that sees every owner's state (for
  * sp_ctx_counts), so nothing includes it but the hosts: sp_main.c,
- * sp_playback.c and the C tests.
+ * sp_winplay.c and the C tests.
  */
 #ifndef SP_ENGINE_H
 #define SP_ENGINE_H

@@ -30,7 +30,7 @@
  * dispatcher (lua/specula/sched.lua) runs; the agent adapter
  * (lua/specula/agent.lua) is what they call, and its functions arrive as
  * value slots (sp_window_set_fns). Action speculation lives in
- * sp_window_pf.c, window groups in sp_wgroup.c; what the three share is
+ * sp_window_actspec.c, window groups in sp_wgroup.c; what the three share is
  * sp_window_int.h. A job's hook runs here when
  * the call returns, inside an FFI call: it reads the results from a
  * sp_jobres and keeps Lua values as value-store slots (sp_vals.h), so
@@ -186,8 +186,8 @@ static sp_node *node_new(sp_window *w, int hop, sp_node *parent, int rank, doubl
   n->tool = -1;
   n->hint = SP_HINT_NONE;
   n->t_spec = -1;
-  n->pf_promoted = -1;
-  n->pf_kick.run = sp_win_pf_kick;
+  n->act_promoted = -1;
+  n->act_kick.run = sp_win_act_kick;
   if (parent) {
     if (parent->nkids == parent->capkids) {
       int cap = parent->capkids ? parent->capkids * 2 : 2;
@@ -260,7 +260,7 @@ static void node_free(sp_window *w, sp_node *n) {
 /* Throw a node and its subtree away (rollback, sibling of the accepted
    candidate, or shutdown). */
 static void discard(sp_window *w, sp_node *n) {
-  sp_win_pf_release(w, n, 1);
+  sp_win_act_release(w, n, 1);
   for (int i = 0; i < n->nkids; i++) discard(w, n->kids[i]);
   free(n->kids);
   n->kids = NULL;
@@ -288,7 +288,7 @@ static void discard_kids(sp_window *w, sp_node *n, sp_node *keep) {
 
 /* Free a node that leaves the window after its hop was committed. */
 static void retire(sp_window *w, sp_node *n) {
-  sp_win_pf_release(w, n, 1);
+  sp_win_act_release(w, n, 1);
   if (n->j_spec) {
     cancel_job(w, n, &n->j_spec, "spec", &w->st.cancelled_spec);
     spec_unreserve(w, n);
@@ -438,7 +438,7 @@ static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud) {
   if (w->cfg.prefetch) {
     /* the strings live until the hook returns (Lua holds them) */
     const char *pkey = res->key;
-    served = sp_win_pf_settle(w, n, final ? NULL : tool, final ? NULL : (pkey ? pkey : ""), res->match);
+    served = sp_win_act_settle(w, n, final ? NULL : tool, final ? NULL : (pkey ? pkey : ""), res->match);
   }
   if (w->cfg.prefetch) sp_prefetch_observe(w->cfg.prefetch, -1, -1, n->t_seg);
   if (final) {
@@ -730,7 +730,7 @@ static sp_hop_rec *new_hop(sp_window *w, sp_node *h) {
   r->info.t_update = 0;
   r->info.rank = -1;
   r->info.ncands = h->ncands;
-  r->info.promoted = h->pf_promoted >= 0;
+  r->info.promoted = h->act_promoted >= 0;
   r->info.reason = "";
   r->update_pending = 1;
   if (w->cfg.encode_trajectory) enc_queue(w);

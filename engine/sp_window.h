@@ -19,7 +19,7 @@
  *     the same way, its hook does not run.
  * Jobs may be held and ended in any order, as the loop would end them.
  * sp_window_free then frees the window at once (no Lua state to sweep).
- * Action speculation (spec/c/test_window_pf.c) needs one more piece: the
+ * Action speculation (spec/c/test_window_actspec.c) needs one more piece: the
  * calls a step makes while it runs (sp_window_predict, sp_window_predicted,
  * sp_window_tool_name) find their thread through ctx->sched->running, which
  * sp_job_next sets to the job it hands out; a host calling them later for

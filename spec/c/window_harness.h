@@ -1,4 +1,4 @@
-/* The C tests' window harness (spec/c/test_window.c, test_window_pf.c): the
+/* The C tests' window harness (spec/c/test_window.c, test_window_actspec.c): the
  * test plays the Lua dispatcher (sp_window.h says how) and a small fake
  * agent, predictor included. Values are value-store slots the test labels
  * (which hop, on the true path or not), so the committed trajectory, the
@@ -78,7 +78,7 @@ typedef struct harness {
   int predictions;       /* predictions the window kept (sp_window_predict) */
   char key[64];          /* the decided action's canonical args, while its step ends */
   sp_policy *policy;     /* eligibility: every tool speculates in full */
-  sp_prefetch *pf;       /* action speculation (harness_prefetch), NULL = off */
+  sp_prefetch *pf;       /* action speculation (harness_actspec), NULL = off */
 } harness;
 
 static inline void set_label(harness *h, int slot, int kind, int hop, int ok) {
@@ -126,7 +126,7 @@ static inline void harness_init(harness *h, const world *wd) {
 }
 
 /* Turn action speculation on for the windows made from now on. */
-static inline void harness_prefetch(harness *h, int match, int trigger, double ev_cost_ms, double ev_latency_ms) {
+static inline void harness_actspec(harness *h, int match, int trigger, double ev_cost_ms, double ev_latency_ms) {
   h->pf = sp_prefetch_new(match, trigger, ev_cost_ms, ev_latency_ms, MAXP);
   if (!h->pf) abort();
 }

@@ -216,14 +216,14 @@ end)
 -- sp_ctx includes nothing above it.
 local C_FLOORS = {
   { name = "base", "sp_api", "sp_buf", "sp_timer", "sp_rand", "sp_opt", "sp_json", "sp_jsonenc", "sp_sse",
-    "sp_url", "sp_crypto", "sp_est", "sp_theory", "sp_stats", "sp_boot", "sp_stages", "sp_policy",
-    "sp_prefetch" },
+    "sp_url", "sp_crypto", "sp_est", "sp_theory", "sp_stats", "sp_bootstrap", "sp_stages", "sp_policy",
+    "sp_actspec" },
   { name = "context", "sp_ctx" },
   { name = "runtime", "sp_vals", "sp_sched", "sp_signal" },
   { name = "io", "sp_http", "sp_proc" },
-  { name = "window", "sp_window", "sp_window_int", "sp_window_pf", "sp_wgroup" },
+  { name = "window", "sp_window", "sp_window_int", "sp_window_actspec", "sp_wgroup" },
   { name = "engine", "sp_engine" },
-  { name = "replay", "sp_playback", "sp_replay", "sp_cmd_replay", "sp_cmd_theory" },
+  { name = "replay", "sp_winplay", "sp_replay", "sp_synth", "sp_cmd_replay", "sp_cmd_theory" },
   { name = "host", "sp_host", "sp_main" },
 }
 
@@ -291,9 +291,9 @@ describe("the engine's C files", function()
     os.execute("rm -rf " .. H.quote(d))
   end)
 
-  it("keep sp_host and sp_proc, sp_playback and sp_replay apart", function()
+  it("keep sp_host and sp_proc, sp_winplay and sp_replay apart", function()
     local g = mg.c_graph(H.root .. "/engine")
-    for _, e in ipairs({ { "sp_host", "sp_proc" }, { "sp_proc", "sp_host" }, { "sp_playback", "sp_replay" } }) do
+    for _, e in ipairs({ { "sp_host", "sp_proc" }, { "sp_proc", "sp_host" }, { "sp_winplay", "sp_replay" } }) do
       assert.is_nil(g.edges[e[1]][e[2]], e[1] .. " includes " .. e[2] .. " at " .. mg.where(g, e[1], e[2]))
     end
   end)
