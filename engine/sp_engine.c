@@ -4,7 +4,10 @@
 
 int sp_engine_init(sp_ctx *ctx) {
   if (sp_ctx_init(ctx) != 0) return -1;
-  if (sp_sched_init(ctx) != 0 || sp_vals_init(ctx) != 0) return -1;
+  if (sp_sched_init(ctx) != 0 || sp_vals_init(ctx) != 0) {
+    sp_ctx_shutdown(ctx);   /* what was made is freed, the loop closed */
+    return -1;
+  }
   return 0;
 }
 

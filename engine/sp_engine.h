@@ -12,8 +12,8 @@
 #define SP_ENGINE_H
 #include "sp_ctx.h"
 
-/* 0 ok, -1 if the loop cannot start or memory runs out (ctx is then
-   still shut down with sp_ctx_shutdown). */
+/* 0 ok, -1 if the loop cannot start or memory runs out (nothing is left
+   to shut down then). */
 int sp_engine_init(sp_ctx *ctx);
 
 #endif

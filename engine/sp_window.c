@@ -122,8 +122,8 @@ static void spec_unreserve(sp_window *w, sp_node *n) {
 
 /* ---- nodes -------------------------------------------------------------- */
 
-/* Node structs are recycled through the context (a window makes one or
-   more per hop). */
+/* Node structs are recycled in the unit's pool (ctx->windows), shared by
+   the windows of a context (a window makes one or more per hop). */
 #define NODE_POOL_MAX 4096
 
 static sp_node *node_alloc(sp_ctx *ctx) {
