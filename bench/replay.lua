@@ -1,5 +1,5 @@
 -- bench/replay.lua — replay throughput: `specula replay` runs the speculation
--- window itself on recorded stage times (engine/sp_playback.c), so a
+-- window itself on recorded stage times (engine/sp_winplay.c), so a
 -- replayed hop costs what the window's C side costs per hop. Synthetic
 -- recordings (SpecHop's web-search setting: p .68, alpha .19, beta .10,
 -- lognormal stage times), replayed at six k values in one process; the time

@@ -388,7 +388,7 @@ int sp_policy_gate(sp_policy *p, int tool, int trigger, int hint, double infligh
 void sp_policy_tool_counts(const sp_policy *p, int tool, int trigger, sp_gate_counts *out);
 void sp_policy_class_counts(const sp_policy *p, int cls, sp_gate_counts *out);
 
-/* ---- action speculation (engine/sp_prefetch.c, window side in sp_window_pf.c) */
+/* ---- action speculation (engine/sp_actspec.c, window side in sp_window_actspec.c) */
 enum { SP_MATCH_EXACT = 0, SP_MATCH_NAME_ONLY = 1, SP_MATCH_SIMILAR = 2 };
 enum { SP_TRIGGER_START = 1, SP_TRIGGER_TOOL_NAME = 2 };
 typedef struct sp_prefetch_stats {
@@ -622,7 +622,7 @@ double sp_theory_p_starve(double k, double alpha, double beta, double nu);
    SP_K_UNBOUNDED when no finite k does (alpha + beta = 0), 0 on invalid input. */
 int sp_theory_k_eps(double alpha, double beta, double nu, double eps);
 
-/* ---- paired bootstrap (engine/sp_boot.c, used by specula.stats) --------- */
+/* ---- paired bootstrap (engine/sp_bootstrap.c, used by specula.stats) --------- */
 /* n pairs (base[i], other[i]) with diffs[i] = other[i] - base[i]; rank[i]
    the 1-based rank of diffs[i] among the diffs, sorted[r-1] the diff of
    rank r; the median sits at ranks lo_r and lo_r + 1 with weight frac.
@@ -635,7 +635,7 @@ void sp_boot_paired(int n, int iters, int32_t state, const double *diffs, const 
    in draw order, 0 when Σ den <= 0 (the RelLat column of --compare). */
 void sp_boot_ratio(int n, int iters, int32_t state, const double *num, const double *den, double *out);
 
-/* ---- replay: the window on recorded stage times (sp_replay.c, sp_playback.c)
+/* ---- replay: the window on recorded stage times (sp_replay.c, sp_winplay.c)
  * `specula replay`, the report's timeline and the labs run the speculation
  * window itself on the virtual clock with a run's recorded stage times, so
  * a drawn timeline always ends at the replayed latency, and both are what

@@ -1,11 +1,11 @@
 /* `specula replay`: a recorded run's stage times re-scheduled on the window
-   at other k values (sp_replay.c loads them, sp_playback.c runs them). The
+   at other k values (sp_replay.c loads them, sp_winplay.c runs them). The
    command line is read and checked in Lua (lua/specula/cmd/replay.lua);
    this loads the file and prints the table. */
 #include "sp_api.h"
 #include "sp_buf.h"
 #include "sp_est.h"
-#include "sp_playback.h"
+#include "sp_winplay.h"
 #include "sp_replay.h"
 
 #include <limits.h>
@@ -105,6 +105,126 @@ static int pick_config(const char *file, sp_replay_set *set, const char *name) {
   return rc;
 }
 
+/* The warnings of the load (lines or records skipped), one per line. */
+static void print_warnings(const sp_replay_set *set) {
+  if (!set->warnings) return;
+  for (const char *w = set->warnings; *w;) {
+    size_t len = strcspn(w, "\n");
+    fprintf(stderr, "specula replay: warning: %.*s\n", (int)len, w);
+    w += len + (w[len] == '\n');
+  }
+}
+
+/* The k values to replay at, sorted, into ks (*nk of them): the asked ones
+   or the default list, k = 1 alone for the sequential mode, and the
+   recorded k (returned, 0 when there is none to mark: auto, mixed, another
+   mode). */
+static int choose_ks(const sp_replay_args *args, const sp_replay_set *set, const char *mode, int *ks, size_t *nk) {
+  int recorded = set->k != SP_K_AUTO && set->mode && strcmp(set->mode, mode) == 0 ? set->k : 0;
+  if (strcmp(mode, "sequential") == 0) {
+    *nk = 0;
+    ks[(*nk)++] = 1;
+    if (recorded) recorded = 1;
+  } else if (!args->nk) {
+    static const int dflt[] = {1, 2, 3, 4, 8, SP_K_UNBOUNDED};
+    for (size_t i = 0; i < sizeof dflt / sizeof dflt[0]; i++) k_add(ks, nk, dflt[i]);
+  }
+  if (recorded) k_add(ks, nk, recorded);
+  qsort(ks, *nk, sizeof ks[0], k_cmp);
+  return recorded;
+}
+
+/* Only recorded speculator stages can be re-scheduled: a sequential (or
+   k = 1) recording has none, and at another k it would just come back
+   unchanged. Refuse that (-1); name partial gaps. *no_spec_hops: the hops
+   without a speculator stage. */
+static int check_spec_stages(const char *file, const sp_replay_set *set, const char *mode, const int *ks,
+                             size_t nk, int json, size_t *no_spec_hops) {
+  size_t no_spec_q = 0, all_hops = 0;
+  *no_spec_hops = 0;
+  for (size_t j = 0; j < set->n; j++) {
+    const sp_replay_query *q = &set->queries[j];
+    if (!q->has_spec && q->n_hops > 0) no_spec_q++;
+    for (size_t h = 0; h < q->n_hops; h++) {
+      all_hops++;
+      if (q->hops[h].spec == SP_SPEC_NONE) (*no_spec_hops)++;
+    }
+  }
+  int wants_spec = 0;
+  for (size_t i = 0; i < nk; i++)
+    if (ks[i] != 1) wants_spec = 1;
+  if (wants_spec && strcmp(mode, "sequential") != 0 && all_hops > 0 && *no_spec_hops == all_hops) {
+    fprintf(stderr, "specula replay: %s has no speculator stages (recorded %s%s): there is nothing to "
+            "re-speculate at another k; record the run with --mode spechop or window and k > 1\n",
+            file, set->mode ? set->mode : "without speculation", set->k == 1 ? ", k = 1" : "");
+    return -1;
+  }
+  if (wants_spec && *no_spec_hops > 0 && !json)
+    fprintf(stderr, "specula replay: note: %zu of %zu hops (%zu of %zu queries entirely) had no speculator "
+            "stage and replay as recorded, unspeculated, at every k\n", *no_spec_hops, all_hops, no_spec_q,
+            set->n);
+  return 0;
+}
+
+/* The text table's head: what was read, the estimates, the columns. */
+static void print_head(const char *file, const sp_replay_set *set, const char *mode, const sp_replay_est *est) {
+  char rk[32] = "";
+  if (set->k != SP_K_AUTO) fmt_k(rk, sizeof rk, set->k);
+  printf("replay %s: %zu queries, %zu hops; mode %s", file, set->n, est->hops, mode);
+  if (set->mode || set->k != SP_K_AUTO)
+    printf(" (recorded: %s%s%s)", set->mode ? set->mode : "mode ?", set->k != SP_K_AUTO ? ", k = " : "", rk);
+  printf("\n");
+  if (!isnan(est->p) && !isnan(est->alpha) && !isnan(est->beta))
+    printf("estimated p = %.3f (%zu judged hops), alpha = %.3f, beta = %.3f\n"
+           "  (compare: specula theory --p %.3f --alpha %.3f --beta %.3f)\n",
+           est->p, est->judged, est->alpha, est->beta, est->p, est->alpha, est->beta);
+  printf("\n       k   rel_lat      mean        wall_ms    standard_ms\n");
+}
+
+/* Every query replayed at one k, summed. */
+typedef struct k_row {
+  double wall_sum, std_sum;  /* Σ wall, Σ standard over the queries replayed */
+  double rel, mean;          /* Σ wall / Σ standard; mean per-query RelLat */
+  size_t n_bad;              /* queries that could not be replayed */
+} k_row;
+
+static k_row replay_at(sp_winplay *pb, const sp_replay_set *set, const char *mode, int k, int launch) {
+  k_row row = {0, 0, NAN, 0, 0};
+  size_t n_mean = 0;
+  for (size_t j = 0; j < set->n; j++) {
+    double w, st;
+    double r = pb ? sp_replay_run_on(pb, &set->queries[j], mode, k, launch, &w, &st) : NAN;
+    if (isnan(r)) { row.n_bad++; continue; }
+    row.wall_sum += w;
+    row.std_sum += st;
+    if (st > 0) { row.mean += r; n_mean++; }
+  }
+  row.rel = row.std_sum > 0 ? row.wall_sum / row.std_sum : NAN;
+  row.mean = n_mean ? row.mean / (double)n_mean : NAN;
+  return row;
+}
+
+/* One k's line of the JSON output. */
+static void print_json_row(const sp_replay_set *set, const char *mode, int k, int launch, int mark,
+                           const k_row *row, const sp_replay_est *est, size_t no_spec_hops) {
+  char kt[32];
+  fmt_k(kt, sizeof kt, k);
+  printf(k == SP_K_UNBOUNDED ? "{\"k\":\"%s\"" : "{\"k\":%s", kt);
+  printf(",\"mode\":\"%s\",\"queries\":%zu,\"hops\":%zu", mode, set->n, est->hops);
+  json_num(",\"rel_lat\":", row->rel);
+  json_num(",\"mean_rel_lat\":", row->mean);
+  printf(",\"wall_ms\":%.10g,\"standard_ms\":%.10g,\"recorded\":%s", row->wall_sum, row->std_sum,
+         mark ? "true" : "false");
+  int shown = launch != SP_REPLAY_LAUNCH_RECORDED ? launch
+              : set->n ? set->queries[0].launch : SP_REPLAY_SLOT;
+  printf(",\"spec_launch\":\"%s\",\"unspeculated_hops\":%zu",
+         strcmp(mode, "spechop") != 0 || shown == SP_REPLAY_SLOT ? "slot" : "eager", no_spec_hops);
+  json_num(",\"p_hat\":", est->p);
+  json_num(",\"alpha_hat\":", est->alpha);
+  json_num(",\"beta_hat\":", est->beta);
+  printf("}\n");
+}
+
 int sp_replay_print(const sp_replay_args *args) {
   const char *file = args->file, *mode = args->mode, *config = args->config;
   int json = args->json, launch = args->launch;
@@ -120,13 +240,7 @@ int sp_replay_print(const sp_replay_args *args) {
     fprintf(stderr, "specula replay: %s\n", err);
     return 1;
   }
-  if (set->warnings) {
-    for (const char *w = set->warnings; *w;) {
-      size_t len = strcspn(w, "\n");
-      fprintf(stderr, "specula replay: warning: %.*s\n", (int)len, w);
-      w += len + (w[len] == '\n');
-    }
-  }
+  print_warnings(set);
   /* The records of a --compare run hold several configurations: mixing
      them would replay a sequential run's hops beside a speculative one's. */
   if (pick_config(file, set, config) != 0) {
@@ -137,107 +251,37 @@ int sp_replay_print(const sp_replay_args *args) {
     int rec_ok = set->mode && (strcmp(set->mode, "spechop") == 0 || strcmp(set->mode, "window") == 0);
     mode = rec_ok ? set->mode : "spechop";
   }
-  /* the recorded k, 0 when there is none to mark (auto, mixed, another mode) */
-  int recorded = set->k != SP_K_AUTO && set->mode && strcmp(set->mode, mode) == 0 ? set->k : 0;
-  if (strcmp(mode, "sequential") == 0) {
-    nk = 0;
-    ks[nk++] = 1;
-    if (recorded) recorded = 1;
-  } else if (!args->nk) {
-    static const int dflt[] = {1, 2, 3, 4, 8, SP_K_UNBOUNDED};
-    for (size_t i = 0; i < sizeof dflt / sizeof dflt[0]; i++) k_add(ks, &nk, dflt[i]);
-  }
-  if (recorded) k_add(ks, &nk, recorded);
-  qsort(ks, nk, sizeof ks[0], k_cmp);
-
-  /* Only recorded speculator stages can be re-scheduled: a sequential (or
-     k = 1) recording has none, and at another k it would just come back
-     unchanged. Refuse that; name partial gaps. */
-  size_t no_spec_q = 0, no_spec_hops = 0, all_hops = 0;
-  for (size_t j = 0; j < set->n; j++) {
-    const sp_replay_query *q = &set->queries[j];
-    if (!q->has_spec && q->n_hops > 0) no_spec_q++;
-    for (size_t h = 0; h < q->n_hops; h++) {
-      all_hops++;
-      if (q->hops[h].spec == SP_SPEC_NONE) no_spec_hops++;
-    }
-  }
-  int wants_spec = 0;
-  for (size_t i = 0; i < nk; i++)
-    if (ks[i] != 1) wants_spec = 1;
-  if (wants_spec && strcmp(mode, "sequential") != 0 && all_hops > 0 && no_spec_hops == all_hops) {
-    fprintf(stderr, "specula replay: %s has no speculator stages (recorded %s%s): there is nothing to "
-            "re-speculate at another k; record the run with --mode spechop or window and k > 1\n",
-            file, set->mode ? set->mode : "without speculation", set->k == 1 ? ", k = 1" : "");
+  int recorded = choose_ks(args, set, mode, ks, &nk);
+  size_t no_spec_hops;
+  if (check_spec_stages(file, set, mode, ks, nk, json, &no_spec_hops) != 0) {
     sp_replay_set_free(set);
     return 2;
   }
-  if (wants_spec && no_spec_hops > 0 && !json)
-    fprintf(stderr, "specula replay: note: %zu of %zu hops (%zu of %zu queries entirely) had no speculator "
-            "stage and replay as recorded, unspeculated, at every k\n", no_spec_hops, all_hops, no_spec_q,
-            set->n);
-
   sp_replay_est est = estimate(set);
-  if (!json) {
-    char rk[32] = "";
-    if (set->k != SP_K_AUTO) fmt_k(rk, sizeof rk, set->k);
-    printf("replay %s: %zu queries, %zu hops; mode %s", file, set->n, est.hops, mode);
-    if (set->mode || set->k != SP_K_AUTO)
-      printf(" (recorded: %s%s%s)", set->mode ? set->mode : "mode ?", set->k != SP_K_AUTO ? ", k = " : "", rk);
-    printf("\n");
-    if (!isnan(est.p) && !isnan(est.alpha) && !isnan(est.beta))
-      printf("estimated p = %.3f (%zu judged hops), alpha = %.3f, beta = %.3f\n"
-             "  (compare: specula theory --p %.3f --alpha %.3f --beta %.3f)\n",
-             est.p, est.judged, est.alpha, est.beta, est.p, est.alpha, est.beta);
-    printf("\n       k   rel_lat      mean        wall_ms    standard_ms\n");
-  }
+  if (!json) print_head(file, set, mode, &est);
   int rc = 0;
-  sp_playback *pb = sp_playback_new();
+  sp_winplay *pb = sp_winplay_new();
   for (size_t i = 0; i < nk; i++) {
-    double wall_sum = 0, std_sum = 0, mean = 0;
-    size_t n_mean = 0, n_bad = 0;
-    for (size_t j = 0; j < set->n; j++) {
-      double w, st;
-      double r = pb ? sp_replay_run_on(pb, &set->queries[j], mode, ks[i], launch, &w, &st) : NAN;
-      if (isnan(r)) { n_bad++; continue; }
-      wall_sum += w;
-      std_sum += st;
-      if (st > 0) { mean += r; n_mean++; }
-    }
-    if (n_bad) {
-      fprintf(stderr, "specula replay: %zu queries could not be replayed (out of memory)\n", n_bad);
+    k_row row = replay_at(pb, set, mode, ks[i], launch);
+    if (row.n_bad) {
+      fprintf(stderr, "specula replay: %zu queries could not be replayed (out of memory)\n", row.n_bad);
       rc = 2;
     }
-    double rel = std_sum > 0 ? wall_sum / std_sum : NAN;
-    mean = n_mean ? mean / (double)n_mean : NAN;
-    char kt[32];
-    fmt_k(kt, sizeof kt, ks[i]);
     int mark = recorded && ks[i] == recorded;
     if (json) {
-      printf(ks[i] == SP_K_UNBOUNDED ? "{\"k\":\"%s\"" : "{\"k\":%s", kt);
-      printf(",\"mode\":\"%s\",\"queries\":%zu,\"hops\":%zu", mode, set->n, est.hops);
-      json_num(",\"rel_lat\":", rel);
-      json_num(",\"mean_rel_lat\":", mean);
-      printf(",\"wall_ms\":%.10g,\"standard_ms\":%.10g,\"recorded\":%s", wall_sum, std_sum,
-             mark ? "true" : "false");
-      int shown = launch != SP_REPLAY_LAUNCH_RECORDED ? launch
-                  : set->n ? set->queries[0].launch : SP_REPLAY_SLOT;
-      printf(",\"spec_launch\":\"%s\",\"unspeculated_hops\":%zu",
-             strcmp(mode, "spechop") != 0 || shown == SP_REPLAY_SLOT ? "slot" : "eager", no_spec_hops);
-      json_num(",\"p_hat\":", est.p);
-      json_num(",\"alpha_hat\":", est.alpha);
-      json_num(",\"beta_hat\":", est.beta);
-      printf("}\n");
+      print_json_row(set, mode, ks[i], launch, mark, &row, &est, no_spec_hops);
     } else {
-      printf("  %s %4s  %8.4f  %8.4f  %13.1f  %13.1f\n", mark ? "*" : " ", kt, rel, mean, wall_sum,
-             std_sum);
+      char kt[32];
+      fmt_k(kt, sizeof kt, ks[i]);
+      printf("  %s %4s  %8.4f  %8.4f  %13.1f  %13.1f\n", mark ? "*" : " ", kt, row.rel, row.mean, row.wall_sum,
+             row.std_sum);
     }
   }
   if (!json) {
     printf("\nrel_lat = sum wall / sum standard; mean = mean per-query RelLat%s\n",
            recorded ? "; * = the recorded k" : "");
   }
-  sp_playback_free(pb);
+  sp_winplay_free(pb);
   sp_replay_set_free(set);
   return rc;
 }

@@ -1,9 +1,9 @@
 /* `specula theory`: the latency theory at given p, alpha, beta (sp_theory.c)
    beside the event-level RelLat of the window itself on synthetic draws
-   (sp_replay_model). The command line is read and checked in Lua
+   (sp_synth_model). The command line is read and checked in Lua
    (lua/specula/cmd/theory.lua); this prints the result. */
 #include "sp_api.h"
-#include "sp_replay.h"
+#include "sp_synth.h"
 #include "sp_theory.h"
 
 #include <math.h>
@@ -32,7 +32,7 @@ int sp_theory_print(const sp_theory_args *args) {
   double starve = sp_theory_p_starve(k, a.alpha, a.beta, a.nu);
   /* the event level: the window itself (as `specula replay` runs it) on
      synthetic draws at these p, alpha, beta, CV nu, 200 x 30 hops */
-  double event = sp_replay_model(a.p, a.alpha, a.beta, a.nu, isinf(k) ? SP_K_UNBOUNDED : (int)k, "spechop", a.launch, 30,
+  double event = sp_synth_model(a.p, a.alpha, a.beta, a.nu, isinf(k) ? SP_K_UNBOUNDED : (int)k, "spechop", a.launch, 30,
                                  200, 1);
   const char *launch = a.launch == SP_REPLAY_SLOT ? "slot" : "eager";
   char ks[32], keps[32];

@@ -1,6 +1,7 @@
 #include "sp_host.h"
 #include "sp_jsonenc.h"
 #include "sp_sched.h"
+#include "sp_signal.h"
 #include "sp_window.h"
 #include <lauxlib.h>
 #include <lualib.h>
@@ -121,9 +122,9 @@ int sp_host_init(sp_ctx *ctx, const char *argv0, char *err, size_t errlen) {
     snprintf(err, errlen, "boot: specula.internal.sched did not export co_table, worker_body and vals");
     return -1;
   }
-  ctx->vals_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  ctx->worker_body_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  ctx->co_table_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  ctx->vals->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  ctx->sched->worker_body_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  ctx->sched->co_table_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   return 0;
 }
 
@@ -135,12 +136,11 @@ int sp_host_path_kind(const char *path) {
   return 3;
 }
 
-void sp_host_trap_signals(sp_ctx *ctx) {
-  sp_ctx_watch_signals(ctx);
-  ctx->sig_run = 1;
-}
+/* A run's first signal cancels every window: the run stops waiting and
+   writes what finished. */
+void sp_host_trap_signals(sp_ctx *ctx) { sp_signals_trap(ctx, sp_window_cancel_all); }
 
-int sp_host_signal(sp_ctx *ctx) { return ctx->sig_caught; }
+int sp_host_signal(sp_ctx *ctx) { return sp_signals_caught(ctx); }
 
 static int traceback(lua_State *L) {
   const char *msg = lua_tostring(L, 1);
@@ -173,20 +173,20 @@ static int run_main(sp_ctx *ctx, int argc, char **argv) {
   }
   int direct = lua_isnumber(L, -1) ? (int)lua_tointeger(L, -1) : -1;
   lua_settop(L, 0);
-  if (direct >= 0 && !ctx->main_task) return direct;
-  if (!ctx->main_task) {
+  if (direct >= 0 && !ctx->sched->main_task) return direct;
+  if (!ctx->sched->main_task) {
     fprintf(stderr, "specula: internal error: no main task\n");
     return 1;
   }
-  while (!ctx->main_done) {
+  while (!ctx->sched->main_done) {
     int alive = uv_run(&ctx->loop, UV_RUN_ONCE);
-    if (!alive && !ctx->main_done && !ctx->ready_head && !ctx->reap) {
+    if (!alive && !ctx->sched->main_done && !ctx->sched->ready_head && !ctx->sched->reap) {
       fprintf(stderr, "specula: the main task is waiting for something that can never happen "
                       "(no timer, transfer or task left to wake it)\n");
       return 1;
     }
   }
-  sp_task *m = ctx->main_task;
+  sp_task *m = ctx->sched->main_task;
   if (m->state == SP_TASK_FAILED) {
     const char *msg = m->error ? m->error : "main task failed";
     /* a subcommand's own message already names it ("specula run: ...") */
@@ -204,8 +204,9 @@ int sp_host_run(sp_ctx *ctx, int argc, char **argv) {
   int rc = run_main(ctx, argc, argv);
   /* the run is over: a signal from here on (the shutdown waits for the
      children) ends the process, its children reaped first */
-  ctx->sig_run = 0;
+  sp_signals_untrap(ctx);
   /* an interrupted run that otherwise succeeded still says so (128 + signal) */
-  if (ctx->sig_caught && rc == 0) rc = 128 + ctx->sig_caught;
+  int sig = sp_signals_caught(ctx);
+  if (sig && rc == 0) rc = 128 + sig;
   return rc;
 }

@@ -9,7 +9,7 @@ int sp_host_init(sp_ctx *ctx, const char *argv0, char *err, size_t errlen);
 /* Call specula.cmd.main(args) (the command table) and run the loop until the main task ends.
    Returns the process exit status. */
 int sp_host_run(sp_ctx *ctx, int argc, char **argv);
-/* The signal watch itself is the context's (sp_ctx_watch_signals): the
-   first child process starts it too (sp_proc.c). */
+/* The signal watch itself is sp_signal.c's: the first child process
+   arms it too (sp_proc.c). */
 
 #endif

@@ -12,20 +12,10 @@
 /* Event bits recorded inside libcurl callbacks, delivered after them. */
 enum { EV_HEADERS = 1, EV_DATA = 2, EV_DONE = 4 };
 
-typedef struct sp_poll {
+struct sp_poll {
   uv_poll_t poll;          /* watches one socket for libcurl */
   curl_socket_t fd;        /* that socket */
   sp_http *http;           /* owner */
-} sp_poll;
-
-struct sp_http {
-  sp_ctx *ctx;             /* owning context */
-  CURLM *multi;            /* the multi handle, one per context */
-  uv_timer_t timer;        /* libcurl's timeout */
-  sp_poll **polls;         /* fd -> poll handle (no curl_multi_assign in callbacks) */
-  size_t npolls;           /* length of polls */
-  sp_http_req *dirty;      /* requests with undelivered events */
-  int closing;             /* shutdown started */
 };
 
 struct sp_http_req {
@@ -145,7 +135,7 @@ static int on_curl_timer(CURLM *m, long timeout_ms, void *userp) {
   return 0;
 }
 
-sp_http *sp_http_new(sp_ctx *ctx) {
+static sp_http *http_new(sp_ctx *ctx) {
   sp_http *h = calloc(1, sizeof *h);
   if (!h) return NULL;
   h->ctx = ctx;
@@ -166,8 +156,11 @@ sp_http *sp_http_new(sp_ctx *ctx) {
   return h;
 }
 
+static void http_close(sp_ctx *ctx);
+static const sp_owner http_owner = { NULL, http_close, NULL, NULL };
+
 static sp_http *get_http(sp_ctx *ctx) {
-  if (!ctx->http) ctx->http = sp_http_new(ctx);
+  if (!ctx->http && (ctx->http = http_new(ctx)) != NULL) sp_ctx_own(ctx, SP_OWN_HTTP, &http_owner);
   return ctx->http;
 }
 
@@ -567,6 +560,80 @@ static int check_header_line(const char *p, size_t n, int line, char *err, size_
   return 0;
 }
 
+/* The transfer's options on its easy handle: callbacks, protocol, TLS,
+   timeouts, the method and its body. */
+static void set_options(sp_http_req *r, const sp_http_opts *o, const char *method) {
+  CURL *e = r->easy;
+  curl_easy_setopt(e, CURLOPT_URL, o->url);
+  curl_easy_setopt(e, CURLOPT_PRIVATE, (char *)r);
+  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->curl_err);
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
+  /* Wait for a connection that may multiplex (HTTP/2) rather than open a
+     new one. Not for h2c with prior knowledge: Debian's libcurl 7.88 breaks
+     those streams behind PIPEWAIT with CURLE_HTTP2 (curl -Z shows the same). */
+  if (o->http2 != 2) curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+  curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  if (o->verbose) {
+    curl_easy_setopt(e, CURLOPT_DEBUGFUNCTION, on_debug);
+    curl_easy_setopt(e, CURLOPT_DEBUGDATA, r);
+    curl_easy_setopt(e, CURLOPT_VERBOSE, 1L);
+  }
+  if (o->path_as_is) curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
+  if (o->cainfo && *o->cainfo) curl_easy_setopt(e, CURLOPT_CAINFO, o->cainfo);
+  if (o->http2 == 2) curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
+  else if (o->http2 == 1) curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+  else curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+  if (o->timeout_ms > 0) curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)o->timeout_ms);
+  if (o->connect_timeout_ms > 0)
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)o->connect_timeout_ms);
+  if (r->max_body) curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)r->max_body);
+  if (strcmp(method, "GET") == 0) {
+    curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+  } else if (strcmp(method, "HEAD") == 0) {
+    curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+  } else {
+    if (strcmp(method, "POST") != 0) curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+    if (o->body || strcmp(method, "POST") == 0) {
+      curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(o->body ? o->body_len : 0));
+      curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, o->body ? o->body : "");
+    }
+  }
+}
+
+/* The request's header list: no "Expect:", then each line of headers
+   (newline-separated), checked. -1 with a message in err on a bad line. */
+static int set_headers(sp_http_req *r, const char *headers, char *err, size_t errlen) {
+  /* No "Expect: 100-continue" round trip before bodies. */
+  r->hdrs = curl_slist_append(NULL, "Expect:");
+  if (headers) {
+    const char *p = headers;
+    int line = 0;
+    while (*p) {
+      size_t n = strcspn(p, "\n");
+      line++;
+      if (n > 0) {
+        if (check_header_line(p, n, line, err, errlen) != 0) return -1;
+        char *line = malloc(n + 1);
+        if (line) {
+          memcpy(line, p, n);
+          line[n] = '\0';
+          struct curl_slist *s = curl_slist_append(r->hdrs, line);
+          if (s) r->hdrs = s;
+          free(line);
+        }
+      }
+      p += n;
+      if (*p == '\n') p++;
+    }
+  }
+  return 0;
+}
+
 static sp_http_req *start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *err, size_t errlen) {
   if (!o || !o->url || !*o->url) {
     snprintf(err, errlen, "EINVAL: http.request: url is required");
@@ -616,70 +683,10 @@ static sp_http_req *start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *
     return NULL;
   }
   r->easy = e;
-  curl_easy_setopt(e, CURLOPT_URL, o->url);
-  curl_easy_setopt(e, CURLOPT_PRIVATE, (char *)r);
-  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->curl_err);
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
-  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
-  /* Wait for a connection that may multiplex (HTTP/2) rather than open a
-     new one. Not for h2c with prior knowledge: Debian's libcurl 7.88 breaks
-     those streams behind PIPEWAIT with CURLE_HTTP2 (curl -Z shows the same). */
-  if (o->http2 != 2) curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
-  curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-  if (o->verbose) {
-    curl_easy_setopt(e, CURLOPT_DEBUGFUNCTION, on_debug);
-    curl_easy_setopt(e, CURLOPT_DEBUGDATA, r);
-    curl_easy_setopt(e, CURLOPT_VERBOSE, 1L);
-  }
-  if (o->path_as_is) curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
-  if (o->cainfo && *o->cainfo) curl_easy_setopt(e, CURLOPT_CAINFO, o->cainfo);
-  if (o->http2 == 2) curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
-  else if (o->http2 == 1) curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
-  else curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
-  if (o->timeout_ms > 0) curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)o->timeout_ms);
-  if (o->connect_timeout_ms > 0)
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)o->connect_timeout_ms);
-  if (r->max_body) curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)r->max_body);
-  if (strcmp(method, "GET") == 0) {
-    curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
-  } else if (strcmp(method, "HEAD") == 0) {
-    curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-  } else {
-    if (strcmp(method, "POST") != 0) curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
-    if (o->body || strcmp(method, "POST") == 0) {
-      curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(o->body ? o->body_len : 0));
-      curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, o->body ? o->body : "");
-    }
-  }
-  /* No "Expect: 100-continue" round trip before bodies. */
-  r->hdrs = curl_slist_append(NULL, "Expect:");
-  if (o->headers) {
-    const char *p = o->headers;
-    int line = 0;
-    while (*p) {
-      size_t n = strcspn(p, "\n");
-      line++;
-      if (n > 0) {
-        if (check_header_line(p, n, line, err, errlen) != 0) {
-          sp_http_free(r);
-          return NULL;
-        }
-        char *line = malloc(n + 1);
-        if (line) {
-          memcpy(line, p, n);
-          line[n] = '\0';
-          struct curl_slist *s = curl_slist_append(r->hdrs, line);
-          if (s) r->hdrs = s;
-          free(line);
-        }
-      }
-      p += n;
-      if (*p == '\n') p++;
-    }
+  set_options(r, o, method);
+  if (set_headers(r, o->headers, err, errlen) != 0) {
+    sp_http_free(r);
+    return NULL;
   }
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->hdrs);
   if (t) sp_op_link(t, &r->owner_op, owner_cancelled);
@@ -793,8 +800,11 @@ void sp_http_free(sp_http_req *r) {
 
 static void timer_closed(uv_handle_t *hd) { free(hd->data); }
 
-void sp_http_free_all(sp_http *h) {
-  if (!h) return;
+/* Shutdown, once Lua is closed: abort everything and close the handles
+   (the state is freed by the timer's close callback). */
+static void http_close(sp_ctx *ctx) {
+  sp_http *h = ctx->http;
+  ctx->http = NULL;
   h->closing = 1;
   /* Requests still owned by Lua were aborted when their tasks were
      cancelled; the multi is torn down here. */

@@ -16,8 +16,20 @@
    a request has news (headers, data, completion). */
 typedef void (*sp_http_notify_fn)(sp_http_req *r, void *ud);
 
-sp_http *sp_http_new(sp_ctx *ctx);
-void sp_http_free_all(sp_http *h);       /* shutdown: abort everything, close handles */
+typedef struct sp_http sp_http;
+typedef struct sp_poll sp_poll;
+
+/* The curl multi driver's state (ctx->http), made by the first transfer;
+   at shutdown every transfer is aborted and the handles closed. */
+struct sp_http {
+  sp_ctx *ctx;             /* owning context */
+  CURLM *multi;            /* the multi handle, one per context */
+  uv_timer_t timer;        /* libcurl's timeout */
+  sp_poll **polls;         /* fd -> poll handle (no curl_multi_assign in callbacks) */
+  size_t npolls;           /* length of polls */
+  sp_http_req *dirty;      /* requests with undelivered events */
+  int closing;             /* shutdown started */
+};
 /* C-level start: like sp_http_start but with a notify hook instead of a task. */
 sp_http_req *sp_http_start_cb(sp_ctx *ctx, const sp_http_opts *o, sp_http_notify_fn fn,
                               void *ud, char *err, size_t errlen);

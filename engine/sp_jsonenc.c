@@ -147,6 +147,82 @@ static int sp_jsonenc_array(sp_jsonenc *e, lua_State *L, int idx, double n, int 
   return sp_jsonenc_put(e, "]", 1);
 }
 
+/* A json.raw value (raw_mt): text that is canonical JSON already, copied
+   as it is, its pieces one after another (a record's provenance: the run's
+   text around the query's digest, never joined into one string). */
+static int sp_jsonenc_raw(sp_jsonenc *e, lua_State *L, int idx) {
+  int rc = 0;
+  for (int i = 1;; i++) {
+    lua_rawgeti(L, idx, i);
+    size_t n = 0;
+    const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &n) : NULL;
+    if (!s) {
+      lua_pop(L, 1);
+      if (i == 1) rc = sp_jsonenc_fail(e, "a raw JSON value without its text");
+      break;
+    }
+    rc = sp_jsonenc_put(e, s, n);
+    lua_pop(L, 1);
+    if (rc != 0) break;
+  }
+  return rc;
+}
+
+/* The table at idx as an object, its count keys at e->keys[base..] (the
+   first ones' values on the stack above top, at their slot). */
+static int sp_jsonenc_object(sp_jsonenc *e, lua_State *L, int idx, size_t base, size_t count, int top,
+                             int depth) {
+  if (count == 0) return sp_jsonenc_put(e, "{}", 2);
+  /* an object: integer keys are written in decimal */
+  for (size_t i = 0; i < count; i++) {
+    sp_jsonenc_key *k = &e->keys[base + i];
+    if (k->type == LUA_TSTRING) continue;
+    double n = k->num;
+    if (k->type == LUA_TNUMBER && isfinite(n) && n == floor(n) && n > -9007199254740992.0 &&
+        n < 9007199254740992.0) {
+      k->len = (size_t)snprintf(k->text, sizeof k->text, "%lld", (long long)n);
+      lua_pushlstring(L, k->text, k->len);
+      lua_rawget(L, idx);
+      int clash = !lua_isnil(L, -1);
+      lua_pop(L, 1);
+      if (clash) return sp_jsonenc_fail(e, "integer key %s and string key \"%s\" collide", k->text, k->text);
+    } else {
+      return sp_jsonenc_fail(e, "cannot encode a key of type %s",
+                             k->type == LUA_TNUMBER ? "non-integer number" : lua_typename(L, k->type));
+    }
+  }
+  if (e->sorted) sp_jsonenc_sort(e->keys + base, count);
+  int rc = sp_jsonenc_put(e, "{", 1);
+  for (size_t i = 0; i < count && rc == 0; i++) {
+    /* re-read: a nested object may have grown (moved) the key stack */
+    sp_jsonenc_key *k = &e->keys[base + i];
+    if (i > 0 && (rc = sp_jsonenc_put(e, ",", 1)) != 0) break;
+    if ((rc = sp_jsonenc_string(e, sp_jsonenc_key_text(k), k->len)) != 0) break;
+    if ((rc = sp_jsonenc_put(e, ":", 1)) != 0) break;
+    /* the top-level "answer" and "trajectory": the agreement text's parts */
+    size_t *at = NULL;
+    if (e->pick && depth == 1 && k->s) {
+      if (k->len == 6 && memcmp(k->s, "answer", 6) == 0) at = &e->picked[0];
+      else if (k->len == 10 && memcmp(k->s, "trajectory", 10) == 0) at = &e->picked[2];
+    }
+    if (at) at[0] = e->out.len;
+    if (k->slot) {
+      rc = sp_jsonenc_value(e, L, k->slot, depth);
+    } else {
+      if (k->s) lua_pushlstring(L, k->s, k->len);
+      else lua_pushnumber(L, k->num);
+      lua_rawget(L, idx);
+      rc = sp_jsonenc_value(e, L, lua_gettop(L), depth);
+      lua_pop(L, 1);
+    }
+    if (at) at[1] = e->out.len;
+  }
+  lua_settop(L, top);
+  if (rc != 0) return -1;
+  e->nkeys = base;
+  return sp_jsonenc_put(e, "}", 1);
+}
+
 static int sp_jsonenc_table(sp_jsonenc *e, lua_State *L, int idx, int depth) {
   const void *self = lua_topointer(L, idx);
   if (depth > SP_JSONENC_MAX_DEPTH) {
@@ -164,26 +240,7 @@ static int sp_jsonenc_table(sp_jsonenc *e, lua_State *L, int idx, int depth) {
                                                      : 3;
     lua_pop(L, 1);
   }
-  if (mt == 4) {
-    /* text that is canonical JSON already: copied as it is (json.raw), its
-       pieces one after another (a record's provenance: the run's text around
-       the query's digest, never joined into one string) */
-    int rc = 0;
-    for (int i = 1;; i++) {
-      lua_rawgeti(L, idx, i);
-      size_t n = 0;
-      const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &n) : NULL;
-      if (!s) {
-        lua_pop(L, 1);
-        if (i == 1) rc = sp_jsonenc_fail(e, "a raw JSON value without its text");
-        break;
-      }
-      rc = sp_jsonenc_put(e, s, n);
-      lua_pop(L, 1);
-      if (rc != 0) break;
-    }
-    return rc;
-  }
+  if (mt == 4) return sp_jsonenc_raw(e, L, idx);
   e->path[depth] = self;
   /* the keys, in next() order; are they exactly positive integers? */
   /* the first keys' values stay on the stack (key, value, key, value...),
@@ -227,62 +284,13 @@ static int sp_jsonenc_table(sp_jsonenc *e, lua_State *L, int idx, int depth) {
       indices = 0;
     }
   }
-  int rc;
   if (mt == 1 || (indices && count > 0 && (double)count == maxn && mt != 2)) {
     lua_settop(L, top);
     e->nkeys = base;
     if (!indices) return sp_jsonenc_fail(e, "array has a key that is not a positive integer");
     return sp_jsonenc_array(e, L, idx, maxn, depth);
   }
-  if (count == 0) return sp_jsonenc_put(e, "{}", 2);
-  /* an object: integer keys are written in decimal */
-  for (size_t i = 0; i < count; i++) {
-    sp_jsonenc_key *k = &e->keys[base + i];
-    if (k->type == LUA_TSTRING) continue;
-    double n = k->num;
-    if (k->type == LUA_TNUMBER && isfinite(n) && n == floor(n) && n > -9007199254740992.0 &&
-        n < 9007199254740992.0) {
-      k->len = (size_t)snprintf(k->text, sizeof k->text, "%lld", (long long)n);
-      lua_pushlstring(L, k->text, k->len);
-      lua_rawget(L, idx);
-      int clash = !lua_isnil(L, -1);
-      lua_pop(L, 1);
-      if (clash) return sp_jsonenc_fail(e, "integer key %s and string key \"%s\" collide", k->text, k->text);
-    } else {
-      return sp_jsonenc_fail(e, "cannot encode a key of type %s",
-                             k->type == LUA_TNUMBER ? "non-integer number" : lua_typename(L, k->type));
-    }
-  }
-  if (e->sorted) sp_jsonenc_sort(e->keys + base, count);
-  rc = sp_jsonenc_put(e, "{", 1);
-  for (size_t i = 0; i < count && rc == 0; i++) {
-    /* re-read: a nested object may have grown (moved) the key stack */
-    sp_jsonenc_key *k = &e->keys[base + i];
-    if (i > 0 && (rc = sp_jsonenc_put(e, ",", 1)) != 0) break;
-    if ((rc = sp_jsonenc_string(e, sp_jsonenc_key_text(k), k->len)) != 0) break;
-    if ((rc = sp_jsonenc_put(e, ":", 1)) != 0) break;
-    /* the top-level "answer" and "trajectory": the agreement text's parts */
-    size_t *at = NULL;
-    if (e->pick && depth == 1 && k->s) {
-      if (k->len == 6 && memcmp(k->s, "answer", 6) == 0) at = &e->picked[0];
-      else if (k->len == 10 && memcmp(k->s, "trajectory", 10) == 0) at = &e->picked[2];
-    }
-    if (at) at[0] = e->out.len;
-    if (k->slot) {
-      rc = sp_jsonenc_value(e, L, k->slot, depth);
-    } else {
-      if (k->s) lua_pushlstring(L, k->s, k->len);
-      else lua_pushnumber(L, k->num);
-      lua_rawget(L, idx);
-      rc = sp_jsonenc_value(e, L, lua_gettop(L), depth);
-      lua_pop(L, 1);
-    }
-    if (at) at[1] = e->out.len;
-  }
-  lua_settop(L, top);
-  if (rc != 0) return -1;
-  e->nkeys = base;
-  return sp_jsonenc_put(e, "}", 1);
+  return sp_jsonenc_object(e, L, idx, base, count, top, depth);
 }
 
 static int sp_jsonenc_value(sp_jsonenc *e, lua_State *L, int idx, int depth) {

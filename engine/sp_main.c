@@ -1,7 +1,7 @@
 /* specula: command-line entry. --version is answered here; every command,
    its usage and --help come from the one command table in Lua
    (lua/specula/cmd/init.lua). */
-#include "sp_ctx.h"
+#include "sp_engine.h"
 #include "sp_host.h"
 #include <curl/curl.h>
 #include <errno.h>
@@ -34,7 +34,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   sp_ctx ctx;
-  if (sp_ctx_init(&ctx) != 0) {
+  if (sp_engine_init(&ctx) != 0) {
     fprintf(stderr, "specula: cannot initialise the event loop\n");
     return 1;
   }

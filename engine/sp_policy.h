@@ -14,7 +14,7 @@
  * lower of it and the class decision. It fails closed: a launch of a
  * scripted policy without a decision, or whose script raised or returned
  * a non-decision (SP_HINT_ERROR), is forbid and counted (by_script).
- * Every call site (sp_window.c, sp_window_pf.c) names its trigger
+ * Every call site (sp_window.c, sp_window_actspec.c) names its trigger
  * (SP_TRIG_*), and the decisions are counted per tool and per trigger.
  */
 #ifndef SP_POLICY_H

@@ -1,5 +1,6 @@
 #include "sp_proc.h"
 #include "sp_http.h"
+#include "sp_signal.h"
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -58,6 +59,9 @@ typedef struct sp_rpc_post {
   struct sp_rpc_post *next, *prev; /* context's list */
 } sp_rpc_post;
 
+static sp_procs *procs_of(sp_ctx *ctx);
+static void reap_now(sp_ctx *ctx);
+
 struct sp_rpc {
   sp_ctx *ctx;             /* owning context */
   int state;               /* SP_RPC_* */
@@ -78,7 +82,7 @@ struct sp_rpc {
 static void proc_maybe_free(sp_proc *p) {
   if (p->nopen > 0 || p->refs > 0) return;
   if (p->prev) p->prev->next = p->next;
-  else if (p->ctx->procs == p) p->ctx->procs = p->next;
+  else if (p->ctx->procs->live == p) p->ctx->procs->live = p->next;
   if (p->next) p->next->prev = p->prev;
   if (p->counted) p->ctx->counts.procs--;
   sp_buf_free(&p->out_buf);
@@ -283,7 +287,8 @@ sp_proc *sp_proc_spawn(sp_ctx *ctx, const sp_proc_opts *o, char *err, size_t err
     snprintf(err, errlen, "EPERM: real I/O under the virtual clock: spawn %s (run with --clock real)", o->file);
     return NULL;
   }
-  sp_proc *p = calloc(1, sizeof *p);
+  sp_procs *ps = procs_of(ctx);
+  sp_proc *p = ps ? calloc(1, sizeof *p) : NULL;
   if (!p) {
     snprintf(err, errlen, "ENOMEM: spawn: out of memory");
     return NULL;
@@ -291,9 +296,9 @@ sp_proc *sp_proc_spawn(sp_ctx *ctx, const sp_proc_opts *o, char *err, size_t err
   p->ctx = ctx;
   p->max_line = o->max_line_bytes > 0 ? (size_t)o->max_line_bytes : SP_PROC_DEFAULT_LINE;
   sp_buf_init(&p->out_buf);
-  p->next = ctx->procs;
-  if (ctx->procs) ctx->procs->prev = p;
-  ctx->procs = p;
+  p->next = ps->live;
+  if (ps->live) ps->live->prev = p;
+  ps->live = p;
   uv_pipe_init(&ctx->loop, &p->in, 0);
   uv_pipe_init(&ctx->loop, &p->out, 0);
   uv_pipe_init(&ctx->loop, &p->err, 0);
@@ -332,7 +337,7 @@ sp_proc *sp_proc_spawn(sp_ctx *ctx, const sp_proc_opts *o, char *err, size_t err
   }
   p->spawned = 1;
   /* a signal that ends the process takes the children with it, reaped */
-  sp_ctx_watch_signals(ctx);
+  sp_signals_watch(ctx, reap_now);
   p->refs = 1;   /* Lua's */
   p->counted = 1;
   ctx->counts.procs++;
@@ -466,7 +471,7 @@ static void post_notify(sp_http_req *r, void *ud) {
   sp_rpc_post *q = ud;
   if (sp_http_state(r) < SP_HTTP_DONE) return;
   if (q->prev) q->prev->next = q->next;
-  else q->ctx->rpc_posts = q->next;
+  else q->ctx->procs->posts = q->next;
   if (q->next) q->next->prev = q->prev;
   sp_http_free(r);
   free(q);
@@ -479,7 +484,8 @@ static void send_cancel(sp_rpc *c) {
     char err[128];
     sent = sp_proc_write(c->proc, c->line, c->line_len, err, sizeof err) == 0;
   } else if (c->url && !ctx->stopping) {
-    sp_rpc_post *q = calloc(1, sizeof *q);
+    sp_procs *ps = procs_of(ctx);
+    sp_rpc_post *q = ps ? calloc(1, sizeof *q) : NULL;
     if (q) {
       sp_http_opts o;
       memset(&o, 0, sizeof o);
@@ -493,9 +499,9 @@ static void send_cancel(sp_rpc *c) {
       q->ctx = ctx;
       q->req = sp_http_start_cb(ctx, &o, post_notify, q, err, sizeof err);
       if (q->req) {
-        q->next = ctx->rpc_posts;
-        if (ctx->rpc_posts) ctx->rpc_posts->prev = q;
-        ctx->rpc_posts = q;
+        q->next = ps->posts;
+        if (ps->posts) ps->posts->prev = q;
+        ps->posts = q;
         sent = 1;
       } else {
         free(q);
@@ -631,14 +637,18 @@ void sp_rpc_free(sp_rpc *c) {
 
 /* ---- shutdown ----------------------------------------------------------------- */
 
-void sp_proc_shutdown(sp_ctx *ctx) {
-  while (ctx->rpc_posts) {
-    sp_rpc_post *q = ctx->rpc_posts;
-    ctx->rpc_posts = q->next;
+/* Shutdown, once Lua is closed: free the pending cancel posts (http
+   requests, before http goes), kill and close every process; the loop
+   that runs next reaps them. */
+static void procs_close(sp_ctx *ctx) {
+  sp_procs *ps = ctx->procs;
+  while (ps->posts) {
+    sp_rpc_post *q = ps->posts;
+    ps->posts = q->next;
     sp_http_free(q->req);
     free(q);
   }
-  for (sp_proc *p = ctx->procs; p; p = p->next) {
+  for (sp_proc *p = ps->live; p; p = p->next) {
     if (p->waiter) {
       sp_op_unlink(&p->wait_op);
       p->waiter = NULL;
@@ -661,8 +671,9 @@ void sp_proc_shutdown(sp_ctx *ctx) {
 /* The process dies now (a second signal): no loop will run to reap the
    children, so kill them and wait for each here. Left alone they would
    outlive it, or stay as zombies where nothing reaps orphans. */
-void sp_proc_reap_now(sp_ctx *ctx) {
-  for (sp_proc *p = ctx->procs; p; p = p->next) {
+static void reap_now(sp_ctx *ctx) {
+  if (!ctx->procs) return;
+  for (sp_proc *p = ctx->procs->live; p; p = p->next) {
     if (!p->spawned || p->exited) continue;
     pid_t pid = (pid_t)p->proc.pid;
     if (pid <= 0) continue;
@@ -672,4 +683,18 @@ void sp_proc_reap_now(sp_ctx *ctx) {
     }
     p->exited = 1;
   }
+}
+
+/* Shutdown, last step: every process is reaped and freed by now. */
+static void procs_release(sp_ctx *ctx) {
+  free(ctx->procs);
+  ctx->procs = NULL;
+}
+
+static const sp_owner procs_owner = { NULL, procs_close, NULL, procs_release };
+
+static sp_procs *procs_of(sp_ctx *ctx) {
+  if (!ctx->procs && (ctx->procs = calloc(1, sizeof *ctx->procs)) != NULL)
+    sp_ctx_own(ctx, SP_OWN_PROCS, &procs_owner);
+  return ctx->procs;
 }

@@ -16,7 +16,13 @@
 #include "sp_buf.h"
 #include "sp_timer.h"
 
-void sp_proc_shutdown(sp_ctx *ctx);   /* kill and close every process, free pending cancel posts */
-void sp_proc_reap_now(sp_ctx *ctx);   /* SIGKILL every live child and wait for it (the process is about to die) */
+/* The processes' state (ctx->procs), made with the first child or the
+   first cancel POST; at shutdown every process is killed and reaped, the
+   posts freed. A signal that ends the process SIGKILLs and waits for every
+   live child first (sp_signals_watch). */
+typedef struct sp_procs {
+  sp_proc *live;              /* live child processes, for shutdown */
+  struct sp_rpc_post *posts;  /* cancel notifications still being POSTed */
+} sp_procs;
 
 #endif

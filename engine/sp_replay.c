@@ -1,5 +1,5 @@
 /* sp_replay: the stage-record reader, and replays of what it read on the
-   window itself (sp_playback.c). */
+   window itself (sp_winplay.c). */
 #include "sp_replay.h"
 
 #include <errno.h>
@@ -14,8 +14,7 @@
 #include "sp_buf.h"
 #include "sp_est.h"
 #include "sp_json.h"
-#include "sp_playback.h"
-#include "sp_rand.h"
+#include "sp_winplay.h"
 
 #define SP_REPLAY_MAX_MS 1e12        /* stage times above this are corrupt, not slow */
 #define SP_REPLAY_MAX_M 4096         /* candidates per hop we are willing to model */
@@ -502,7 +501,7 @@ int sp_replay_load_file(const char *path, sp_replay_set **out, char *err, size_t
 }
 
 /* ======================================================================
- * Replaying: the window itself on the recorded stage times (sp_playback.c)
+ * Replaying: the window itself on the recorded stage times (sp_winplay.c)
  * ====================================================================== */
 
 /* The window mode a replay runs: SP_MODE_*, -1 if unknown (NULL: spechop). */
@@ -528,19 +527,19 @@ static double standard_of(const sp_replay_query *q) {
 /* sp_replay_run on playback p (NULL: one made for this call), with a
    timeline when tl is not NULL: the one path behind the replayed numbers
    and the drawn timeline. */
-static double replay_on(sp_playback *p, const sp_replay_query *q, const char *mode, int k, int launch,
-                        sp_playback_tl *tl, double *wall_out, double *standard_out) {
+static double replay_on(sp_winplay *p, const sp_replay_query *q, const char *mode, int k, int launch,
+                        sp_winplay_tl *tl, double *wall_out, double *standard_out) {
   if (wall_out) *wall_out = NAN;
   if (standard_out) *standard_out = NAN;
   int mc = mode_code(mode);
   if (q && k == SP_REPLAY_K_RECORDED) k = q->k;
   if (!q || (q->n_hops && !q->hops) || k == SP_K_AUTO || k < SP_K_UNBOUNDED || mc < 0) return NAN;
   if (launch == SP_REPLAY_LAUNCH_RECORDED) launch = q->launch;
-  sp_playback *own = p ? NULL : sp_playback_new();
+  sp_winplay *own = p ? NULL : sp_winplay_new();
   if (!p && !(p = own)) return NAN;
   double wall;
-  int rc = sp_playback_run(p, q, mc, k, launch, tl, &wall);
-  sp_playback_free(own);
+  int rc = sp_winplay_run(p, q, mc, k, launch, tl, &wall);
+  sp_winplay_free(own);
   if (rc != 0) return NAN;
   double standard = standard_of(q);
   if (wall_out) *wall_out = wall;
@@ -554,7 +553,7 @@ double sp_replay_run(const sp_replay_query *q, const char *mode, int k, int laun
   return replay_on(NULL, q, mode, k, launch, NULL, wall_out, standard_out);
 }
 
-double sp_replay_run_on(sp_playback *p, const sp_replay_query *q, const char *mode, int k, int launch,
+double sp_replay_run_on(sp_winplay *p, const sp_replay_query *q, const char *mode, int k, int launch,
                         double *wall_out, double *standard_out) {
   return replay_on(p, q, mode, k, launch, NULL, wall_out, standard_out);
 }
@@ -603,7 +602,7 @@ int sp_replay_timeline(const sp_replay_query *q, const char *mode, int k, int la
   /* the bounded window always launches in slot */
   info->launch = mode_code(mode) == SP_MODE_WINDOW ? SP_REPLAY_SLOT
                : launch == SP_REPLAY_EAGER ? SP_REPLAY_EAGER : SP_REPLAY_SLOT;
-  sp_playback_tl tl;
+  sp_winplay_tl tl;
   memset(&tl, 0, sizeof tl);
   tl.spans = spans;
   tl.max_spans = max_spans;
@@ -618,65 +617,4 @@ int sp_replay_timeline(const sp_replay_query *q, const char *mode, int k, int la
     return set_why(err, errlen, "the timeline has %zu spans and %zu marks; the arrays hold %zu and %zu",
                    tl.n_spans, tl.n_marks, max_spans, max_marks);
   return 0;
-}
-
-/* ======================================================================
- * The event-level model at given (p, alpha, beta): synthetic stage draws
- * through the same schedule
- * ====================================================================== */
-
-static double unif(uint64_t *s) { return ((double)(sp_rand_next(s) >> 11) + 0.5) / 9007199254740992.0; }
-
-/* A draw with the given mean and coefficient of variation (lognormal; cv 0: fixed). */
-static double draw(uint64_t *s, double mean, double cv) {
-  if (mean <= 0) return 0;
-  if (cv <= 0) return mean;
-  double s2 = log(1 + cv * cv);
-  double z = sqrt(-2 * log(unif(s))) * cos(2 * M_PI * unif(s));
-  return mean * exp(sqrt(s2) * z - s2 / 2);
-}
-
-double sp_replay_model(double p, double alpha, double beta, double cv, int k, const char *mode, int launch,
-                       int n_hops, int n_queries, uint64_t seed) {
-  if (!(p >= 0 && p <= 1) || !(alpha >= 0) || !(beta >= 0) || !(cv >= 0) || n_hops < 1 || n_queries < 1 ||
-      !isfinite(alpha) || !isfinite(beta) || !isfinite(cv))
-    return NAN;
-  sp_replay_hop *hops = calloc((size_t)n_hops, sizeof *hops);
-  sp_playback *pb = hops ? sp_playback_new() : NULL;
-  if (!pb) {
-    free(hops);
-    return NAN;
-  }
-  uint64_t st = seed ^ 0x5bd1e995ull;
-  double wall = 0, std = 0;
-  for (int qi = 0; qi < n_queries; qi++) {
-    for (int i = 0; i < n_hops; i++) {
-      sp_replay_hop *h = &hops[i];
-      memset(h, 0, sizeof *h);
-      h->t_seg = draw(&st, beta, cv);
-      h->t_spec = draw(&st, alpha, cv);
-      h->t_target = draw(&st, 1.0, cv);
-      h->spec = unif(&st) < p ? SP_SPEC_ACCEPTED : SP_SPEC_REJECTED;
-      h->ncands = 1;
-    }
-    sp_replay_query q;
-    memset(&q, 0, sizeof q);
-    q.hops = hops;
-    q.n_hops = (size_t)n_hops;
-    q.m = 1;
-    q.launch = launch == SP_REPLAY_EAGER ? SP_REPLAY_EAGER : SP_REPLAY_SLOT;
-    q.has_spec = 1;
-    q.final_seg = draw(&st, beta, cv);
-    double w = 0, sd = 0;
-    if (isnan(replay_on(pb, &q, mode, k, q.launch, NULL, &w, &sd))) {
-      free(hops);
-      sp_playback_free(pb);
-      return NAN;
-    }
-    wall += w;
-    std += sd;
-  }
-  free(hops);
-  sp_playback_free(pb);
-  return std > 0 ? wall / std : NAN;
 }

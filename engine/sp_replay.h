@@ -1,7 +1,7 @@
 /*
  * sp_replay: reads the per-hop stage records the engine writes (in a Chrome
  * trace or in a results JSONL file) and re-schedules them on the
- * speculation window itself (sp_playback.c), so one recorded run answers
+ * speculation window itself (sp_winplay.c), so one recorded run answers
  * "what would k = 1, 2, ..., inf have given?" (`specula replay`).
  *
  * Times are milliseconds. Only committed (true-path) hops are recorded; a
@@ -41,18 +41,10 @@ int sp_replay_load_file(const char *path, sp_replay_set **out, char *err, size_t
 double sp_replay_run(const sp_replay_query *q, const char *mode, int k, int launch, double *wall_out,
                      double *standard_out);
 
-/* The event-level model at (p, alpha, beta): n_queries synthetic queries of
-   n_hops hops (stage times with means beta, alpha and 1 for the target,
-   lognormal with coefficient of variation cv, 0 = fixed; each guess right
-   with probability p) replayed as above (k: >= 1 or SP_K_UNBOUNDED). Returns
-   sum wall / sum standard; NaN on invalid input. Deterministic in seed. */
-double sp_replay_model(double p, double alpha, double beta, double cv, int k, const char *mode, int launch,
-                       int n_hops, int n_queries, uint64_t seed);
-
-/* sp_replay_run on playback p (sp_playback.h), which a caller replaying
+/* sp_replay_run on playback p (sp_winplay.h), which a caller replaying
    many queries keeps for all of them. */
-typedef struct sp_playback sp_playback;
-double sp_replay_run_on(sp_playback *p, const sp_replay_query *q, const char *mode, int k, int launch,
+typedef struct sp_winplay sp_winplay;
+double sp_replay_run_on(sp_winplay *p, const sp_replay_query *q, const char *mode, int k, int launch,
                         double *wall_out, double *standard_out);
 
 /* Keep the queries of set recorded under configuration name (the records

@@ -70,33 +70,58 @@ static void on_ready_idle(uv_idle_t *h) { sp_sched_drain((sp_ctx *)h->data); }
    outside the drain (curl completions, timers). */
 static void on_reap_prepare(uv_prepare_t *h) { sp_sched_reap((sp_ctx *)h->data); }
 
-void sp_sched_init(sp_ctx *ctx) {
-  uv_idle_init(&ctx->loop, &ctx->ready_idle);
-  ctx->ready_idle.data = ctx;
-  uv_prepare_init(&ctx->loop, &ctx->reap_prep);
-  ctx->reap_prep.data = ctx;
-  uv_prepare_start(&ctx->reap_prep, on_reap_prepare);
-  uv_unref((uv_handle_t *)&ctx->reap_prep);  /* never keeps the loop alive */
-  ctx->next_id = 1;
+/* A deadline armed on the virtual clock: the scheduler advances virtual
+   time, so it must keep the loop turning. */
+static void wake_loop(void *ctx) { sp_sched_poke(ctx); }
+
+static void sched_cancel(sp_ctx *ctx);
+static void sched_close(sp_ctx *ctx);
+static void sched_release(sp_ctx *ctx);
+static const sp_owner sched_owner = { sched_cancel, sched_close, NULL, sched_release };
+
+int sp_sched_init(sp_ctx *ctx) {
+  sp_sched *s = calloc(1, sizeof *s);
+  if (!s) return -1;
+  ctx->sched = s;
+  s->co_table_ref = LUA_NOREF;
+  s->worker_body_ref = LUA_NOREF;
+  s->disp_ref = LUA_NOREF;
+  uv_idle_init(&ctx->loop, &s->ready_idle);
+  s->ready_idle.data = ctx;
+  uv_prepare_init(&ctx->loop, &s->reap_prep);
+  s->reap_prep.data = ctx;
+  uv_prepare_start(&s->reap_prep, on_reap_prepare);
+  uv_unref((uv_handle_t *)&s->reap_prep);  /* never keeps the loop alive */
+  s->next_id = 1;
+  ctx->timers.wake = wake_loop;
+  ctx->timers.wake_ud = ctx;
+  sp_ctx_own(ctx, SP_OWN_SCHED, &sched_owner);
+  return 0;
+}
+
+void sp_ctx_set_main(sp_ctx *ctx, sp_task *t) {
+  if (!ctx || !t || ctx->sched->main_task) return;
+  t->refs++;
+  ctx->sched->main_task = t;
 }
 
 void sp_sched_enqueue(sp_ctx *ctx, sp_runnable *r) {
   if (r->queued) return;
   r->queued = 1;
   r->next = NULL;
-  if (ctx->ready_tail) ctx->ready_tail->next = r;
-  else ctx->ready_head = r;
-  ctx->ready_tail = r;
+  if (ctx->sched->ready_tail) ctx->sched->ready_tail->next = r;
+  else ctx->sched->ready_head = r;
+  ctx->sched->ready_tail = r;
   ctx->counts.ready++;
-  if (!uv_is_active((uv_handle_t *)&ctx->ready_idle))
-    uv_idle_start(&ctx->ready_idle, on_ready_idle);
+  if (!uv_is_active((uv_handle_t *)&ctx->sched->ready_idle))
+    uv_idle_start(&ctx->sched->ready_idle, on_ready_idle);
 }
 
 static sp_runnable *dequeue(sp_ctx *ctx) {
-  sp_runnable *r = ctx->ready_head;
+  sp_runnable *r = ctx->sched->ready_head;
   if (!r) return NULL;
-  ctx->ready_head = r->next;
-  if (!ctx->ready_head) ctx->ready_tail = NULL;
+  ctx->sched->ready_head = r->next;
+  if (!ctx->sched->ready_head) ctx->sched->ready_tail = NULL;
   r->next = NULL;
   r->queued = 0;
   ctx->counts.ready--;
@@ -105,15 +130,15 @@ static sp_runnable *dequeue(sp_ctx *ctx) {
 
 void sp_sched_unqueue(sp_ctx *ctx, sp_runnable *r) {
   if (!r->queued) return;
-  sp_runnable *prev = NULL, *it = ctx->ready_head;
+  sp_runnable *prev = NULL, *it = ctx->sched->ready_head;
   while (it && it != r) {
     prev = it;
     it = it->next;
   }
   if (!it) return;
   if (prev) prev->next = r->next;
-  else ctx->ready_head = r->next;
-  if (ctx->ready_tail == r) ctx->ready_tail = prev;
+  else ctx->sched->ready_head = r->next;
+  if (ctx->sched->ready_tail == r) ctx->sched->ready_tail = prev;
   r->next = NULL;
   r->queued = 0;
   ctx->counts.ready--;
@@ -136,26 +161,26 @@ static void gc_tune(sp_ctx *ctx) {
   int pause = kb > 0 ? 100 + (int)((long long)SP_GC_FLOOR_KB * 100 / kb) : SP_GC_PAUSE_MAX;
   if (pause < SP_GC_PAUSE_MIN) pause = SP_GC_PAUSE_MIN;
   if (pause > SP_GC_PAUSE_MAX) pause = SP_GC_PAUSE_MAX;
-  if (pause != ctx->gc_pause) {
+  if (pause != ctx->sched->gc_pause) {
     lua_gc(L, LUA_GCSETPAUSE, pause);
-    ctx->gc_pause = pause;
+    ctx->sched->gc_pause = pause;
   }
 }
 
 void sp_sched_poke(sp_ctx *ctx) {
-  if (!uv_is_active((uv_handle_t *)&ctx->ready_idle))
-    uv_idle_start(&ctx->ready_idle, on_ready_idle);
+  if (!uv_is_active((uv_handle_t *)&ctx->sched->ready_idle))
+    uv_idle_start(&ctx->sched->ready_idle, on_ready_idle);
 }
 
 void sp_sched_drain(sp_ctx *ctx) {
   /* the dispatcher counts the jobs it takes against the same budget */
-  ctx->budget = SP_DRAIN_BUDGET;
+  ctx->sched->budget = SP_DRAIN_BUDGET;
   sp_runnable *r;
   uint64_t t0 = ctx->timers.virt ? uv_hrtime() : 0;
   unsigned advances = 0;
   for (;;) {
-    while (ctx->budget-- > 0 && (r = dequeue(ctx)) != NULL) {
-      if (ctx->reap) sp_sched_reap(ctx);
+    while (ctx->sched->budget-- > 0 && (r = dequeue(ctx)) != NULL) {
+      if (ctx->sched->reap) sp_sched_reap(ctx);
       r->run(ctx, r);
     }
     /* Virtual clock: nothing is runnable at this instant, so time moves to
@@ -164,43 +189,43 @@ void sp_sched_drain(sp_ctx *ctx) {
        for signals and shutdown: an agent slow in real time (CPU, a blocking
        call) never advances the virtual clock, and a SIGTERM must not wait
        for the whole run. */
-    if (!ctx->timers.virt || ctx->ready_head || ctx->budget <= 0 || ctx->stopping) break;
+    if (!ctx->timers.virt || ctx->sched->ready_head || ctx->sched->budget <= 0 || ctx->stopping) break;
     if ((++advances & 7) == 0 && uv_hrtime() - t0 > SP_DRAIN_REAL_NS) break;
-    if (ctx->reap) sp_sched_reap(ctx);
+    if (ctx->sched->reap) sp_sched_reap(ctx);
     if (sp_timers_advance(&ctx->timers) == 0) break;
   }
   sp_sched_reap(ctx);
   sp_vals_sweep(ctx);
   gc_tune(ctx);
-  if (!ctx->ready_head && !(ctx->timers.virt && ctx->timers.n > 0)) uv_idle_stop(&ctx->ready_idle);
+  if (!ctx->sched->ready_head && !(ctx->timers.virt && ctx->timers.n > 0)) uv_idle_stop(&ctx->sched->ready_idle);
 }
 
 /* Put a runnable back at the head of the queue (a fresh job handed to the
    dispatcher, which takes it with sp_job_next). */
 static void requeue_front(sp_ctx *ctx, sp_runnable *r) {
   r->queued = 1;
-  r->next = ctx->ready_head;
-  ctx->ready_head = r;
-  if (!ctx->ready_tail) ctx->ready_tail = r;
+  r->next = ctx->sched->ready_head;
+  ctx->sched->ready_head = r;
+  if (!ctx->sched->ready_tail) ctx->sched->ready_tail = r;
   ctx->counts.ready++;
 }
 
 /* ---- task lifetime ------------------------------------------------------ */
 
 static int alloc_id(sp_ctx *ctx) {
-  if (ctx->n_free_ids > 0) return ctx->free_ids[--ctx->n_free_ids];
-  return ctx->next_id++;
+  if (ctx->sched->n_free_ids > 0) return ctx->sched->free_ids[--ctx->sched->n_free_ids];
+  return ctx->sched->next_id++;
 }
 
 static void free_id(sp_ctx *ctx, int id) {
-  if (ctx->n_free_ids == ctx->cap_free_ids) {
-    int cap = ctx->cap_free_ids ? ctx->cap_free_ids * 2 : 256;
-    int *p = realloc(ctx->free_ids, (size_t)cap * sizeof *p);
+  if (ctx->sched->n_free_ids == ctx->sched->cap_free_ids) {
+    int cap = ctx->sched->cap_free_ids ? ctx->sched->cap_free_ids * 2 : 256;
+    int *p = realloc(ctx->sched->free_ids, (size_t)cap * sizeof *p);
     if (!p) return; /* the id is simply never reused */
-    ctx->free_ids = p;
-    ctx->cap_free_ids = cap;
+    ctx->sched->free_ids = p;
+    ctx->sched->cap_free_ids = cap;
   }
-  ctx->free_ids[ctx->n_free_ids++] = id;
+  ctx->sched->free_ids[ctx->sched->n_free_ids++] = id;
 }
 
 /* Task structs are recycled: a window makes several per hop, and
@@ -211,10 +236,10 @@ _Static_assert(offsetof(sp_task, call) + sizeof(sp_jobcall) == sizeof(sp_task),
 #define SP_TASK_POOL_MAX 4096
 
 static sp_task *task_alloc(sp_ctx *ctx, sp_task *parent) {
-  sp_task *t = ctx->task_pool;
+  sp_task *t = ctx->sched->task_pool;
   if (t) {
-    ctx->task_pool = t->reap_next;
-    ctx->ntask_pool--;
+    ctx->sched->task_pool = t->reap_next;
+    ctx->sched->ntask_pool--;
     memset(t, 0, offsetof(sp_task, call));   /* call: cleared when it ended (job_args_free) */
   } else {
     t = calloc(1, sizeof *t);
@@ -238,9 +263,9 @@ static sp_task *task_alloc(sp_ctx *ctx, sp_task *parent) {
     t->job_thread = parent->job_thread;
     t->job_born_ns = parent->job_born_ns;
   }
-  t->all_next = ctx->all_tasks;
-  if (ctx->all_tasks) ctx->all_tasks->all_prev = t;
-  ctx->all_tasks = t;
+  t->all_next = ctx->sched->all_tasks;
+  if (ctx->sched->all_tasks) ctx->sched->all_tasks->all_prev = t;
+  ctx->sched->all_tasks = t;
   ctx->counts.tasks++;
   return t;
 }
@@ -259,10 +284,10 @@ static void task_unref(sp_task *t) {
   free_id(ctx, t->id);
   free(t->error);
   t->error = NULL;
-  if (ctx->ntask_pool < SP_TASK_POOL_MAX && !ctx->stopping) {
-    t->reap_next = ctx->task_pool;
-    ctx->task_pool = t;
-    ctx->ntask_pool++;
+  if (ctx->sched->ntask_pool < SP_TASK_POOL_MAX && !ctx->stopping) {
+    t->reap_next = ctx->sched->task_pool;
+    ctx->sched->task_pool = t;
+    ctx->sched->ntask_pool++;
     return;
   }
   free(t);
@@ -293,7 +318,7 @@ sp_task *sp_job_new(sp_ctx *ctx, int kind, sp_task_hook hook, void *ud) {
   t->hook_ud = ud;
   t->job_id = t->id;
   /* the instant the window launched it, as the window times its stages */
-  t->job_born_ns = ctx->hook_clock ? ctx->hook_now : sp_timers_now(&ctx->timers);
+  t->job_born_ns = ctx->sched->hook_clock ? ctx->sched->hook_now : sp_timers_now(&ctx->timers);
   return t;
 }
 
@@ -325,7 +350,7 @@ const sp_jobcall *sp_job_call(const sp_task *t) { return t ? &t->call : NULL; }
 static void anchor_drop(sp_ctx *ctx, int ref) {
   lua_State *L = ctx->L;
   if (!L || ref == LUA_NOREF || ref == 0) return;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->co_table_ref);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->sched->co_table_ref);
   lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
   lua_pushnil(L);
   lua_rawset(L, -3);
@@ -336,42 +361,42 @@ static void anchor_drop(sp_ctx *ctx, int ref) {
 /* A dispatcher coroutine: a parked one, or a new one about to start the
    Lua dispatcher body. */
 static lua_State *disp_take(sp_ctx *ctx, int *ref) {
-  if (ctx->npool > 0) {
-    ctx->npool--;
-    *ref = ctx->pool_refs[ctx->npool];
-    return ctx->pool[ctx->npool];
+  if (ctx->sched->npool > 0) {
+    ctx->sched->npool--;
+    *ref = ctx->sched->pool_refs[ctx->sched->npool];
+    return ctx->sched->pool[ctx->sched->npool];
   }
   lua_State *L = ctx->L;
   lua_State *co = lua_newthread(L);
   /* CO[co] = true: Lua knows a dispatcher coroutine always runs the job C
      says is current (sched.current) */
-  lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->co_table_ref);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->sched->co_table_ref);
   lua_pushvalue(L, -2);
   lua_pushboolean(L, 1);
   lua_rawset(L, -3);
   lua_pop(L, 1);
   *ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_rawgeti(co, LUA_REGISTRYINDEX, ctx->worker_body_ref);
+  lua_rawgeti(co, LUA_REGISTRYINDEX, ctx->sched->worker_body_ref);
   return co;
 }
 
 /* A dispatcher with no job left goes back to the pool. */
 static void disp_park(sp_ctx *ctx, lua_State *co, int ref) {
-  if (ctx->npool == ctx->cappool && ctx->cappool < SP_POOL_MAX) {
-    int cap = ctx->cappool ? ctx->cappool * 2 : 64;
+  if (ctx->sched->npool == ctx->sched->cappool && ctx->sched->cappool < SP_POOL_MAX) {
+    int cap = ctx->sched->cappool ? ctx->sched->cappool * 2 : 64;
     if (cap > SP_POOL_MAX) cap = SP_POOL_MAX;
-    lua_State **p = realloc(ctx->pool, (size_t)cap * sizeof *p);
-    if (p) ctx->pool = p;
-    int *r = p ? realloc(ctx->pool_refs, (size_t)cap * sizeof *r) : NULL;
+    lua_State **p = realloc(ctx->sched->pool, (size_t)cap * sizeof *p);
+    if (p) ctx->sched->pool = p;
+    int *r = p ? realloc(ctx->sched->pool_refs, (size_t)cap * sizeof *r) : NULL;
     if (r) {
-      ctx->pool_refs = r;
-      ctx->cappool = cap;
+      ctx->sched->pool_refs = r;
+      ctx->sched->cappool = cap;
     }
   }
-  if (ctx->npool < ctx->cappool) {
-    ctx->pool[ctx->npool] = co;
-    ctx->pool_refs[ctx->npool] = ref;
-    ctx->npool++;
+  if (ctx->sched->npool < ctx->sched->cappool) {
+    ctx->sched->pool[ctx->sched->npool] = co;
+    ctx->sched->pool_refs[ctx->sched->npool] = ref;
+    ctx->sched->npool++;
     return;
   }
   anchor_drop(ctx, ref);
@@ -402,10 +427,10 @@ static void job_finish(sp_ctx *ctx, sp_task *t, int status, const sp_jobres *res
     sp_task_hook hook = t->hook;
     t->hook = NULL;
     t->state = status;
-    ctx->hook_now = sp_timers_now(&ctx->timers);
-    ctx->hook_clock = 1;
+    ctx->sched->hook_now = sp_timers_now(&ctx->timers);
+    ctx->sched->hook_clock = 1;
     hook(t, status == SP_TASK_DONE ? res : NULL, status, t->hook_ud);
-    ctx->hook_clock = 0;
+    ctx->sched->hook_clock = 0;
   }
   release_results(ctx, res);
   task_end(t, status);
@@ -413,7 +438,7 @@ static void job_finish(sp_ctx *ctx, sp_task *t, int status, const sp_jobres *res
 }
 
 int sp_sched_run_c(sp_ctx *ctx) {
-  sp_runnable *r = ctx->ready_head;
+  sp_runnable *r = ctx->sched->ready_head;
   if (!r || r->run == task_resume) return 0;
   dequeue(ctx);
   r->run(ctx, r);
@@ -422,8 +447,8 @@ int sp_sched_run_c(sp_ctx *ctx) {
 
 sp_task *sp_job_next(sp_ctx *ctx) {
   for (;;) {
-    sp_runnable *r = ctx->ready_head;
-    if (!r || r->run != task_resume || ctx->stopping || ctx->budget <= 0) break;
+    sp_runnable *r = ctx->sched->ready_head;
+    if (!r || r->run != task_resume || ctx->stopping || ctx->sched->budget <= 0) break;
     sp_task *t = (sp_task *)r;
     if (!t->job || t->co) break;   /* a coroutine to resume: the loop does that */
     dequeue(ctx);
@@ -431,18 +456,18 @@ sp_task *sp_job_next(sp_ctx *ctx) {
       task_unref(t);
       continue;
     }
-    ctx->budget--;
+    ctx->sched->budget--;
     t->state = SP_TASK_RUNNING;
-    ctx->running = t;
+    ctx->sched->running = t;
     return t;
   }
-  ctx->disp_idle = 1;
-  ctx->running = NULL;
+  ctx->sched->disp_idle = 1;
+  ctx->sched->running = NULL;
   return NULL;
 }
 
 int sp_job_defer(sp_task *t, double ms) {
-  if (!t || !t->job || t->state != SP_TASK_RUNNING || t->ctx->running != t) return -1;
+  if (!t || !t->job || t->state != SP_TASK_RUNNING || t->ctx->sched->running != t) return -1;
   if (ms > 0) t->defer_ms += ms;
   return 0;
 }
@@ -535,7 +560,7 @@ static void job_finish_deferred(sp_ctx *ctx, sp_task *t) {
 
 int sp_job_done(sp_ctx *ctx, sp_task *t, int ok, const sp_jobres *res, int *dead, int maxdead) {
   if (!ctx || !t) return 0;
-  ctx->running = NULL;
+  ctx->sched->running = NULL;
   if (!ok) {
     if (res && res->error) sp_task_set_error(t, res->error, res->error_len > 0 ? (size_t)res->error_len : 0);
     else sp_task_set_error(t, "job failed", 10);
@@ -551,22 +576,22 @@ int sp_job_done(sp_ctx *ctx, sp_task *t, int ok, const sp_jobres *res, int *dead
    runs waits on the loop. `t` is a waiting job resumed in it (NULL: a fresh
    start or a parked dispatcher taking new jobs). */
 static void dispatch(sp_ctx *ctx, lua_State *co, int ref, sp_task *t) {
-  sp_task *prev = ctx->running;
-  lua_State *prev_co = ctx->disp_co;
-  int prev_ref = ctx->disp_ref;
-  ctx->disp_co = co;
-  ctx->disp_ref = ref;
-  ctx->disp_idle = 0;
-  ctx->running = t;
+  sp_task *prev = ctx->sched->running;
+  lua_State *prev_co = ctx->sched->disp_co;
+  int prev_ref = ctx->sched->disp_ref;
+  ctx->sched->disp_co = co;
+  ctx->sched->disp_ref = ref;
+  ctx->sched->disp_idle = 0;
+  ctx->sched->running = t;
   if (t) t->state = SP_TASK_RUNNING;
   int nargs = t ? t->nargs : 0;
   if (t) t->nargs = 0;
   int rc = lua_resume(co, nargs);
-  sp_task *cur = ctx->running;   /* the job running in co when it stopped */
-  int idle = ctx->disp_idle;
-  ctx->running = prev;
-  ctx->disp_co = prev_co;
-  ctx->disp_ref = prev_ref;
+  sp_task *cur = ctx->sched->running;   /* the job running in co when it stopped */
+  int idle = ctx->sched->disp_idle;
+  ctx->sched->running = prev;
+  ctx->sched->disp_co = prev_co;
+  ctx->sched->disp_ref = prev_ref;
   if (rc == LUA_YIELD) {
     lua_settop(co, 0);
     if (idle || !cur) {
@@ -609,7 +634,7 @@ void sp_job_start(sp_task *t) {
 
 int sp_task_id(const sp_task *t) { return t ? t->id : 0; }
 int sp_task_state(const sp_task *t) { return t ? t->state : SP_TASK_CANCELLED; }
-sp_task *sp_task_current(sp_ctx *ctx) { return ctx ? ctx->running : NULL; }
+sp_task *sp_task_current(sp_ctx *ctx) { return ctx ? ctx->sched->running : NULL; }
 int sp_task_speculative(const sp_task *t) { return t ? t->speculative : 0; }
 const char *sp_task_error(const sp_task *t) { return t && t->error ? t->error : ""; }
 
@@ -670,7 +695,7 @@ static void reap_now(sp_ctx *ctx, sp_task *t) {
   t->worker_ref = LUA_NOREF;
   t->co = NULL;
   if (t->all_prev) t->all_prev->all_next = t->all_next;
-  else ctx->all_tasks = t->all_next;
+  else ctx->sched->all_tasks = t->all_next;
   if (t->all_next) t->all_next->all_prev = t->all_prev;
   t->all_prev = t->all_next = NULL;
   ctx->counts.tasks--;
@@ -686,10 +711,10 @@ static void task_reap_later(sp_task *t) {
     reap_now(t->ctx, t);
     return;
   }
-  t->reap_next = t->ctx->reap;
-  t->ctx->reap = t;
-  if (!uv_is_active((uv_handle_t *)&t->ctx->ready_idle))
-    uv_idle_start(&t->ctx->ready_idle, on_ready_idle);
+  t->reap_next = t->ctx->sched->reap;
+  t->ctx->sched->reap = t;
+  if (!uv_is_active((uv_handle_t *)&t->ctx->sched->ready_idle))
+    uv_idle_start(&t->ctx->sched->ready_idle, on_ready_idle);
 }
 
 static void cancel_ops(sp_task *t) {
@@ -704,7 +729,7 @@ static void cancel_ops(sp_task *t) {
 static void task_end(sp_task *t, int state) {
   job_args_free(t);
   t->state = state;
-  if (t == t->ctx->main_task) t->ctx->main_done = 1;
+  if (t == t->ctx->sched->main_task) t->ctx->sched->main_done = 1;
   while (t->child) sp_task_cancel(t->child);
   cancel_ops(t);
   wake_waiters(t);
@@ -718,7 +743,7 @@ void sp_task_cancel(sp_task *t) {
     /* Cancelled from its own body: it stops at its next yield. */
     job_args_free(t);
     t->state = SP_TASK_CANCELLED;
-    if (t == t->ctx->main_task) t->ctx->main_done = 1;
+    if (t == t->ctx->sched->main_task) t->ctx->sched->main_done = 1;
     while (t->child) sp_task_cancel(t->child);
     cancel_ops(t);
     wake_waiters(t);
@@ -757,7 +782,7 @@ static void task_resume(sp_ctx *ctx, sp_runnable *r) {
   }
   lua_State *co = t->co;
   if (!co) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->co_table_ref);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->sched->co_table_ref);
     lua_rawgeti(L, -1, t->id);
     co = lua_tothread(L, -1);
     lua_pop(L, 2);
@@ -772,10 +797,10 @@ static void task_resume(sp_ctx *ctx, sp_runnable *r) {
   int nargs = t->nargs;
   t->nargs = 0;
   t->state = SP_TASK_RUNNING;
-  sp_task *prev = ctx->running;
-  ctx->running = t;
+  sp_task *prev = ctx->sched->running;
+  ctx->sched->running = t;
   int rc = lua_resume(co, nargs);
-  ctx->running = prev;
+  ctx->sched->running = prev;
   if (rc == LUA_YIELD) {
     lua_settop(co, 0);
     if (t->state == SP_TASK_RUNNING) t->state = SP_TASK_WAITING;
@@ -809,13 +834,13 @@ static void task_resume(sp_ctx *ctx, sp_runnable *r) {
 
 /* Release the coroutines of finished tasks. Loop context only. */
 void sp_sched_reap(sp_ctx *ctx) {
-  while (ctx->reap) {
-    sp_task *t = ctx->reap;
-    ctx->reap = t->reap_next;
+  while (ctx->sched->reap) {
+    sp_task *t = ctx->sched->reap;
+    ctx->sched->reap = t->reap_next;
     t->reap_next = NULL;
-    if (ctx->L && !t->job && ctx->co_table_ref != LUA_NOREF && ctx->co_table_ref != 0) {
+    if (ctx->L && !t->job && ctx->sched->co_table_ref != LUA_NOREF && ctx->sched->co_table_ref != 0) {
       lua_State *L = ctx->L;
-      lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->co_table_ref);
+      lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->sched->co_table_ref);
       lua_pushnil(L);
       lua_rawseti(L, -2, t->id);
       lua_pop(L, 1);
@@ -823,7 +848,7 @@ void sp_sched_reap(sp_ctx *ctx) {
     if (t->worker_ref != LUA_NOREF && t->worker_ref != 0 && ctx->L) {
       /* A job that did not finish cleanly: its worker is abandoned. */
       lua_State *L = ctx->L;
-      lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->co_table_ref);
+      lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->sched->co_table_ref);
       lua_rawgeti(L, LUA_REGISTRYINDEX, t->worker_ref);
       lua_pushnil(L);
       lua_rawset(L, -3);
@@ -834,10 +859,12 @@ void sp_sched_reap(sp_ctx *ctx) {
   }
 }
 
-void sp_sched_cancel_all(sp_ctx *ctx) {
+/* Shutdown, first step (the windows are cancelled already): cancel every
+   live task and drop the main task's reference. */
+static void sched_cancel(sp_ctx *ctx) {
   /* Roots first: cancelling a task cancels its descendants. */
   for (;;) {
-    sp_task *t = ctx->all_tasks;
+    sp_task *t = ctx->sched->all_tasks;
     while (t && t->state >= SP_TASK_DONE) t = t->all_next;
     if (!t) break;
     while (t->parent && t->parent->state < SP_TASK_DONE) t = t->parent;
@@ -848,7 +875,37 @@ void sp_sched_cancel_all(sp_ctx *ctx) {
   sp_runnable *r;
   while ((r = dequeue(ctx)) != NULL) r->run(ctx, r);
   sp_sched_reap(ctx);
+  if (ctx->sched->main_task) {
+    sp_task_release(ctx->sched->main_task);
+    ctx->sched->main_task = NULL;
+  }
 }
+
+/* Shutdown, once the Lua state is closed: release what its finalizers
+   ended and close the scheduler's own handles. */
+static void sched_close(sp_ctx *ctx) {
+  sp_sched *s = ctx->sched;
+  sp_sched_reap(ctx);
+  uv_idle_stop(&s->ready_idle);
+  uv_close((uv_handle_t *)&s->ready_idle, NULL);
+  uv_close((uv_handle_t *)&s->reap_prep, NULL);
+}
+
+/* Shutdown, last step: free the pools and the state itself. */
+static void sched_release(sp_ctx *ctx) {
+  sp_sched *s = ctx->sched;
+  free(s->free_ids);
+  free(s->pool);
+  free(s->pool_refs);
+  while (s->task_pool) {
+    sp_task *t = s->task_pool;
+    s->task_pool = t->reap_next;
+    free(t);
+  }
+  free(s);
+  ctx->sched = NULL;
+}
+
 
 /* ---- waits between tasks ------------------------------------------------ */
 

@@ -16,6 +16,7 @@
 #include "sp_vals.h"
 
 typedef struct sp_op sp_op;
+typedef struct sp_runnable sp_runnable;
 typedef void (*sp_op_cancel_fn)(sp_op *op);
 
 /* A pending operation of a task. */
@@ -39,6 +40,38 @@ struct sp_runnable {
 typedef void (*sp_task_hook)(sp_task *t, const sp_jobres *res, int status, void *ud);
 
 typedef struct sp_waitop sp_waitop;
+
+/* The scheduler's state (ctx->sched): tasks, the ready queue, and the Lua
+   dispatcher's coroutines. Made by sp_sched_init. */
+typedef struct sp_sched {
+  int co_table_ref;        /* registry ref of the table id -> coroutine */
+  int worker_body_ref;     /* registry ref of the dispatcher loop (sched.lua) job coroutines run */
+  lua_State **pool;        /* parked dispatcher coroutines */
+  int *pool_refs;          /* their registry anchors */
+  int npool, cappool;      /* used / allocated */
+  lua_State *disp_co;      /* the dispatcher coroutine running now, NULL if none */
+  int disp_ref;            /* its registry anchor */
+  int disp_idle;           /* it asked for a job and there was none: park it */
+  int budget;              /* jobs left in this drain before I/O gets a turn */
+  int gc_pause;            /* the collector pause last set (gc_tune) */
+  int hook_clock;          /* a job hook is running: hook_now is the time */
+  uint64_t hook_now;       /* ns on the engine clock, read once when that hook started */
+  sp_task *task_pool;      /* freed task structs kept for reuse (linked by reap_next) */
+  int ntask_pool;          /* entries in task_pool */
+  uv_idle_t ready_idle;    /* runs the ready queue while it is non-empty */
+  uv_prepare_t reap_prep;  /* releases finished coroutines before each poll */
+  sp_runnable *ready_head; /* FIFO of tasks to resume and C callbacks to run */
+  sp_runnable *ready_tail; /* tail of that FIFO */
+  sp_task *reap;           /* finished tasks whose coroutine must be released */
+  sp_task *running;        /* the task being resumed right now */
+  sp_task *all_tasks;      /* every task not yet reaped */
+  int *free_ids;           /* stack of reusable task ids */
+  int n_free_ids;          /* entries in free_ids */
+  int cap_free_ids;        /* capacity of free_ids */
+  int next_id;             /* next never-used task id (ids start at 1) */
+  sp_task *main_task;      /* the program's main task (one reference held) */
+  int main_done;           /* the main task finished */
+} sp_sched;
 
 struct sp_task {
   sp_runnable run;          /* ready-queue entry: resume this task */
@@ -72,7 +105,8 @@ struct sp_task {
                                last: a recycled struct is cleared up to here */
 };
 
-void sp_sched_init(sp_ctx *ctx);
+/* Make ctx->sched and register its shutdown (sp_engine_init). 0 ok, -1 out of memory. */
+int sp_sched_init(sp_ctx *ctx);
 void sp_sched_enqueue(sp_ctx *ctx, sp_runnable *r);
 void sp_sched_wake(sp_task *t);                     /* resume t at the next turn */
 void sp_sched_unqueue(sp_ctx *ctx, sp_runnable *r);  /* take a C runnable off the queue */
@@ -93,6 +127,5 @@ void sp_sched_drain(sp_ctx *ctx);                   /* run the ready queue now *
 int sp_sched_run_c(sp_ctx *ctx);
 void sp_sched_poke(sp_ctx *ctx);                    /* keep the loop turning (virtual clock) */
 void sp_sched_reap(sp_ctx *ctx);
-void sp_sched_cancel_all(sp_ctx *ctx);              /* shutdown: cancel every live task */
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * sp_stages: one query's recorded stage times, the data sp_replay reads
  * (from a trace or a results file, or draws for the event-level model) and
- * sp_playback plays on the window. Below both, so that the playback needs
+ * sp_winplay plays on the window. Below both, so that the playback needs
  * nothing of the reader that drives it.
  */
 #ifndef SP_STAGES_H

@@ -17,7 +17,7 @@ static int grow(int **a, int *cap, int need, int zero) {
 }
 
 int sp_vals_new(sp_ctx *ctx) {
-  sp_vals *v = &ctx->vals;
+  sp_vals *v = ctx->vals;
   int slot;
   if (v->nfree > 0) {
     slot = v->free[--v->nfree];
@@ -32,17 +32,17 @@ int sp_vals_new(sp_ctx *ctx) {
 
 /* The release list is full: grow it (out of line; rare). */
 void sp_vals_dead(sp_ctx *ctx, int slot) {
-  sp_vals *v = &ctx->vals;
+  sp_vals *v = ctx->vals;
   if (grow(&v->dead, &v->capdead, v->ndead + 1, 0) != 0) return; /* the slot is never reused */
   v->dead[v->ndead++] = slot;
 }
 
 void sp_vals_sweep(sp_ctx *ctx) {
-  sp_vals *v = &ctx->vals;
+  sp_vals *v = ctx->vals;
   lua_State *L = ctx->L;
-  if (v->ndead == 0 || !L || ctx->vals_ref == LUA_NOREF) return;
+  if (v->ndead == 0 || !L || v->ref == LUA_NOREF) return;
   if (grow(&v->free, &v->capfree, v->nfree + v->ndead, 0) != 0) return;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->vals_ref);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, v->ref);
   for (int i = 0; i < v->ndead; i++) {
     lua_pushnil(L);
     lua_rawseti(L, -2, v->dead[i]);
@@ -53,7 +53,7 @@ void sp_vals_sweep(sp_ctx *ctx) {
 }
 
 int sp_vals_take_dead(sp_ctx *ctx, int *out, int max) {
-  sp_vals *v = &ctx->vals;
+  sp_vals *v = ctx->vals;
   int n = v->ndead < max ? v->ndead : max;
   if (n <= 0 || !out || grow(&v->free, &v->capfree, v->nfree + n, 0) != 0) return 0;
   v->ndead -= n;
@@ -65,14 +65,27 @@ int sp_vals_take_dead(sp_ctx *ctx, int *out, int max) {
   return n;
 }
 
-void sp_vals_free(sp_ctx *ctx) {
-  sp_vals *v = &ctx->vals;
+/* Shutdown, last step: drop the bookkeeping. */
+static void vals_release(sp_ctx *ctx) {
+  sp_vals *v = ctx->vals;
   free(v->rc);
   free(v->free);
   free(v->dead);
-  memset(v, 0, sizeof *v);
+  free(v);
+  ctx->vals = NULL;
+}
+
+static const sp_owner vals_owner = { NULL, NULL, NULL, vals_release };
+
+int sp_vals_init(sp_ctx *ctx) {
+  sp_vals *v = calloc(1, sizeof *v);
+  if (!v) return -1;
+  v->ref = LUA_NOREF;
+  ctx->vals = v;
+  sp_ctx_own(ctx, SP_OWN_VALS, &vals_owner);
+  return 0;
 }
 
 void sp_vals_unref(sp_ctx *ctx, int slot) {
-  if (ctx) sp_vals_release(ctx, slot);
+  if (ctx && ctx->vals) sp_vals_release(ctx, slot);
 }

@@ -30,12 +30,13 @@
  * dispatcher (lua/specula/internal/sched.lua) runs; the agent adapter
  * (lua/specula/internal/protocol.lua) is what they call, and its functions arrive as
  * value slots (sp_window_set_fns). Action speculation lives in
- * sp_window_pf.c, window groups in sp_wgroup.c; what the three share is
+ * sp_window_actspec.c, window groups in sp_wgroup.c; what the three share is
  * sp_window_int.h. A job's hook runs here when
  * the call returns, inside an FFI call: it reads the results from a
  * sp_jobres and keeps Lua values as value-store slots (sp_vals.h), so
  * nothing below the hooks touches the Lua state.
  */
+#include "sp_window.h"
 #include "sp_window_int.h"
 #include "sp_stats.h"
 #include "sp_est.h"
@@ -121,8 +122,8 @@ static void spec_unreserve(sp_window *w, sp_node *n) {
 
 /* ---- nodes -------------------------------------------------------------- */
 
-/* Node structs are recycled through the context (a window makes one or
-   more per hop). */
+/* Node structs are recycled in the unit's pool (ctx->windows), shared by
+   the windows of a context (a window makes one or more per hop). */
 #define NODE_POOL_MAX 4096
 
 static sp_node *node_alloc(sp_ctx *ctx) {
@@ -146,9 +147,10 @@ static void node_release(sp_ctx *ctx, sp_node *n) {
   ws->nnode_pool++;
 }
 
-void sp_window_pool_free(sp_ctx *ctx) {
+/* Shutdown, last step: free the recycled node structs, and the state
+   unless a window not freed yet still unlinks itself from it. */
+static void windows_release(sp_ctx *ctx) {
   sp_windows *ws = ctx->windows;
-  if (!ws) return;
   while (ws->node_pool) {
     sp_node *n = ws->node_pool;
     ws->node_pool = n->parent;
@@ -158,6 +160,16 @@ void sp_window_pool_free(sp_ctx *ctx) {
   if (ws->live) return;   /* a window not freed yet still unlinks itself from the list */
   free(ws);
   ctx->windows = NULL;
+}
+
+static const sp_owner windows_owner = { sp_window_cancel_all, NULL, NULL, windows_release };
+
+/* The unit's state, made with the first window (or the first question
+   about the encoding queue) and registered with the context. */
+static sp_windows *windows_of(sp_ctx *ctx) {
+  if (!ctx->windows && (ctx->windows = calloc(1, sizeof *ctx->windows)) != NULL)
+    sp_ctx_own(ctx, SP_OWN_WINDOWS, &windows_owner);
+  return ctx->windows;
 }
 
 static sp_node *node_new(sp_window *w, int hop, sp_node *parent, int rank, double conf) {
@@ -174,8 +186,8 @@ static sp_node *node_new(sp_window *w, int hop, sp_node *parent, int rank, doubl
   n->tool = -1;
   n->hint = SP_HINT_NONE;
   n->t_spec = -1;
-  n->pf_promoted = -1;
-  n->pf_kick.run = sp_win_pf_kick;
+  n->act_promoted = -1;
+  n->act_kick.run = sp_win_act_kick;
   if (parent) {
     if (parent->nkids == parent->capkids) {
       int cap = parent->capkids ? parent->capkids * 2 : 2;
@@ -248,7 +260,7 @@ static void node_free(sp_window *w, sp_node *n) {
 /* Throw a node and its subtree away (rollback, sibling of the accepted
    candidate, or shutdown). */
 static void discard(sp_window *w, sp_node *n) {
-  sp_win_pf_release(w, n, 1);
+  sp_win_act_release(w, n, 1);
   for (int i = 0; i < n->nkids; i++) discard(w, n->kids[i]);
   free(n->kids);
   n->kids = NULL;
@@ -276,7 +288,7 @@ static void discard_kids(sp_window *w, sp_node *n, sp_node *keep) {
 
 /* Free a node that leaves the window after its hop was committed. */
 static void retire(sp_window *w, sp_node *n) {
-  sp_win_pf_release(w, n, 1);
+  sp_win_act_release(w, n, 1);
   if (n->j_spec) {
     cancel_job(w, n, &n->j_spec, "spec", &w->st.cancelled_spec);
     spec_unreserve(w, n);
@@ -426,7 +438,7 @@ static void on_advance(sp_task *t, const sp_jobres *res, int status, void *ud) {
   if (w->cfg.prefetch) {
     /* the strings live until the hook returns (Lua holds them) */
     const char *pkey = res->key;
-    served = sp_win_pf_settle(w, n, final ? NULL : tool, final ? NULL : (pkey ? pkey : ""), res->match);
+    served = sp_win_act_settle(w, n, final ? NULL : tool, final ? NULL : (pkey ? pkey : ""), res->match);
   }
   if (w->cfg.prefetch) sp_prefetch_observe(w->cfg.prefetch, -1, -1, n->t_seg);
   if (final) {
@@ -621,29 +633,33 @@ static void enc_queue(sp_window *w) {
   sp_ctx *ctx = w->ctx;
   w->enc_queued = 1;
   w->enc_next = NULL;
-  w->enc_prev = ctx->enc_tail;
-  if (ctx->enc_tail) ctx->enc_tail->enc_next = w;
-  else ctx->enc_head = w;
-  ctx->enc_tail = w;
-  ctx->enc_pending++;
+  sp_windows *ws = ctx->windows;
+  w->enc_prev = ws->enc_tail;
+  if (ws->enc_tail) ws->enc_tail->enc_next = w;
+  else ws->enc_head = w;
+  ws->enc_tail = w;
+  ws->enc_pending++;
 }
 
 static void enc_unqueue(sp_window *w) {
   if (!w->enc_queued) return;
-  sp_ctx *ctx = w->ctx;
+  sp_windows *ws = w->ctx->windows;
   if (w->enc_prev) w->enc_prev->enc_next = w->enc_next;
-  else ctx->enc_head = w->enc_next;
+  else ws->enc_head = w->enc_next;
   if (w->enc_next) w->enc_next->enc_prev = w->enc_prev;
-  else ctx->enc_tail = w->enc_prev;
+  else ws->enc_tail = w->enc_prev;
   w->enc_prev = w->enc_next = NULL;
   w->enc_queued = 0;
-  ctx->enc_pending--;
+  ws->enc_pending--;
 }
 
-int *sp_window_enc_pending(sp_ctx *ctx) { return ctx ? &ctx->enc_pending : NULL; }
+int *sp_window_enc_pending(sp_ctx *ctx) {
+  sp_windows *ws = ctx ? windows_of(ctx) : NULL;
+  return ws ? &ws->enc_pending : NULL;
+}
 
 sp_window *sp_window_enc_next(sp_ctx *ctx) {
-  sp_window *w = ctx ? ctx->enc_head : NULL;
+  sp_window *w = ctx && ctx->windows ? ctx->windows->enc_head : NULL;
   if (w) enc_unqueue(w);
   return w;
 }
@@ -714,7 +730,7 @@ static sp_hop_rec *new_hop(sp_window *w, sp_node *h) {
   r->info.t_update = 0;
   r->info.rank = -1;
   r->info.ncands = h->ncands;
-  r->info.promoted = h->pf_promoted >= 0;
+  r->info.promoted = h->act_promoted >= 0;
   r->info.reason = "";
   r->update_pending = 1;
   if (w->cfg.encode_trajectory) enc_queue(w);
@@ -978,7 +994,7 @@ sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_
     snprintf(err, errlen, "window: m must be >= 1");
     return NULL;
   }
-  if (!ctx->windows && !(ctx->windows = calloc(1, sizeof *ctx->windows))) {
+  if (!windows_of(ctx)) {
     snprintf(err, errlen, "window: out of memory");
     return NULL;
   }
@@ -1064,7 +1080,7 @@ int sp_window_set_fns(sp_window *w, const sp_window_fns *f, char *err, size_t er
 
 /* Start in loop context: run init + the first step. */
 static void do_start(sp_window *w) {
-  w->t0_ns = w->ctx->hook_clock ? w->ctx->hook_now : sp_timers_now(&w->ctx->timers);
+  w->t0_ns = w->ctx->sched->hook_clock ? w->ctx->sched->hook_now : sp_timers_now(&w->ctx->timers);
   w->t0 = (double)w->t0_ns / 1e6;
   if (w->fn[SP_JOB_START] == SP_NOVAL || w->qctx_ref == SP_NOVAL) {
     fail(w, "window started without its agent (sp_window_set_fns was not called)");

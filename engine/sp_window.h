@@ -11,7 +11,7 @@
  * dispatcher's part on a context with no Lua state (ctx->L == NULL):
  *   - sp_sched_run_c runs the C callbacks at the head of the ready queue
  *     (the window's start and free kicks);
- *   - sp_job_next takes the next job (set ctx->budget first: the dispatcher's
+ *   - sp_job_next takes the next job (set ctx->sched->budget first: the dispatcher's
  *     per-drain allowance); sp_job_call shows its kind (SP_JOB_*) and its
  *     named arguments (sp_jobcall), the node's values among them;
  *   - sp_job_done ends it with the named results of its kind (sp_jobres),
@@ -19,19 +19,19 @@
  *     the same way, its hook does not run.
  * Jobs may be held and ended in any order, as the loop would end them.
  * sp_window_free then frees the window at once (no Lua state to sweep).
- * Action speculation (spec/c/test_window_pf.c) needs one more piece: the
+ * Action speculation (spec/c/test_window_actspec.c) needs one more piece: the
  * calls a step makes while it runs (sp_window_predict, sp_window_predicted,
- * sp_window_tool_name) find their thread through ctx->running, which
+ * sp_window_tool_name) find their thread through ctx->sched->running, which
  * sp_job_next sets to the job it hands out; a host calling them later for
- * a job it holds (a streamed tool name) sets ctx->running to that job
+ * a job it holds (a streamed tool name) sets ctx->sched->running to that job
  * around the call, as the dispatcher does when it resumes the step.
  */
 #ifndef SP_WINDOW_H
 #define SP_WINDOW_H
 #include "sp_sched.h"
 
-/* Shutdown: cancel every live window (loop context). */
+/* Cancel every live window (loop context): the first step of the
+   shutdown, and a trapped run's first signal (sp_host.c). */
 void sp_window_cancel_all(sp_ctx *ctx);
-void sp_window_pool_free(sp_ctx *ctx);   /* shutdown: free recycled node structs */
 
 #endif

@@ -1,13 +1,13 @@
 /*
  * sp_window_int.h — what the window's files share (sp_window.c: the tree,
- * extension, verify/commit/rollback; sp_window_pf.c: action speculation;
+ * extension, verify/commit/rollback; sp_window_actspec.c: action speculation;
  * sp_wgroup.c: window groups). Not part of the C/Lua boundary (sp_api.h).
  */
 #ifndef SP_WINDOW_INT_H
 #define SP_WINDOW_INT_H
-#include "sp_window.h"
+#include "sp_sched.h"
 #include "sp_policy.h"
-#include "sp_prefetch.h"
+#include "sp_actspec.h"
 #include "sp_vals.h"
 #include <stdlib.h>
 #include <string.h>
@@ -25,10 +25,10 @@ typedef struct sp_risk {
   int on;                  /* a call is at risk */
 } sp_risk;
 
-enum { PF_HELD, PF_GATED, PF_RUNNING, PF_DONE, PF_FAILED, PF_PROMOTED };
+enum { ACT_HELD, ACT_GATED, ACT_RUNNING, ACT_DONE, ACT_FAILED, ACT_PROMOTED };
 
 /* One prediction of a thread's next action (action speculation). */
-typedef struct sp_pfent {
+typedef struct sp_actent {
   sp_node *n;              /* owning thread */
   int tool;                /* policy tool index, -1 unknown */
   char *name;              /* tool name */
@@ -44,7 +44,7 @@ typedef struct sp_pfent {
   int counted;             /* included in w->inflight */
   int hint;                /* the script's decision for this call (SP_HINT_* or a decision) */
   sp_risk risk;            /* the early call, at risk of being wasted */
-} sp_pfent;
+} sp_actent;
 
 struct sp_node {
   sp_window *w;            /* owner */
@@ -80,12 +80,12 @@ struct sp_node {
   int next_cand;           /* next candidate rank to materialise */
   int in_ext;              /* listed in w->ext */
   int can_spec;            /* its action's tool has a speculator */
-  sp_pfent *pf;            /* predictions for this thread's step (max_per_step entries) */
-  int npf;                 /* entries in pf */
-  char *pf_names;          /* streamed tool names not yet acted on, each NUL-terminated */
-  size_t pf_names_len;     /* bytes used in pf_names */
-  sp_runnable pf_kick;     /* fires predictions from the loop */
-  int pf_promoted;         /* index of the entry serving as the target, -1 none */
+  sp_actent *acts;         /* predictions for this thread's step (max_per_step entries) */
+  int nact;                /* entries in acts */
+  char *act_names;         /* streamed tool names not yet acted on, each NUL-terminated */
+  size_t act_names_len;    /* bytes used in act_names */
+  sp_runnable act_kick;    /* fires predictions from the loop */
+  int act_promoted;        /* index of the entry serving as the target, -1 none */
   sp_risk risk;            /* its speculative target call, at risk of being wasted */
   char *spec_err;          /* why its speculator failed (NULL: it did not) */
   double t_adv0;           /* ms: advance job queued */
@@ -158,24 +158,29 @@ struct sp_window {
 
 enum { KICK_NONE, KICK_START, KICK_FREE };   /* deferred work of a window (kick_action) */
 
-/* What the window unit keeps per engine context (sp_ctx.windows), made
-   with the first window and freed at shutdown (sp_window_pool_free). */
+/* What the window unit keeps per engine context (ctx->windows), made
+   with the first window; at shutdown every window is cancelled, then the
+   pool freed. */
 typedef struct sp_windows {
   sp_window *live;         /* live windows, for shutdown */
   sp_node *node_pool;      /* freed node structs kept for reuse (linked by parent) */
   int nnode_pool;          /* entries in node_pool */
   int next_id;             /* last window id handed out */
+  /* windows with committed hops whose step and observation Lua has not yet
+     encoded (sp_window_cfg.encode_trajectory), oldest first */
+  sp_window *enc_head, *enc_tail;
+  int enc_pending;         /* windows in that list: Lua reads it after each job */
 } sp_windows;
 
 /* ---- small helpers, shared ------------------------------------------------ */
 
 /* A hook reacts at one instant: the scheduler reads the clock once per
-   hook (ctx->hook_now), and every timestamp the reaction takes uses it. */
+   hook (ctx->sched->hook_now), and every timestamp the reaction takes uses it. */
 static inline double now_ms(sp_window *w) {
   /* ms since the window started, from integer ns: a duration comes out the
      same whatever the absolute time (under the virtual clock, however far
      other queries have moved it) */
-  uint64_t ns = w->ctx->hook_clock ? w->ctx->hook_now : sp_timers_now(&w->ctx->timers);
+  uint64_t ns = w->ctx->sched->hook_clock ? w->ctx->sched->hook_now : sp_timers_now(&w->ctx->timers);
   return (double)(int64_t)(ns - w->t0_ns) / 1e6;
 }
 
@@ -281,14 +286,14 @@ static inline sp_task *sp_win_job(sp_window *w, sp_node *n, int kind, sp_task_ho
   return t;
 }
 
-/* ---- action speculation (sp_window_pf.c) ----------------------------------- */
+/* ---- action speculation (sp_window_actspec.c) ----------------------------------- */
 /* The step chose (tool, key): promote a matching prediction, drop the
    orphans. Returns 1 if the node's target is served by a prediction. */
-int sp_win_pf_settle(sp_window *w, sp_node *n, const char *tool, const char *key, int lossy_idx);
+int sp_win_act_settle(sp_window *w, sp_node *n, const char *tool, const char *key, int lossy_idx);
 /* The node goes: cancel its predictions (counting waste when asked). */
-void sp_win_pf_release(sp_window *w, sp_node *n, int count_waste);
+void sp_win_act_release(sp_window *w, sp_node *n, int count_waste);
 /* The node's runnable: fire predictions per the trigger settings. */
-void sp_win_pf_kick(sp_ctx *ctx, sp_runnable *r);
+void sp_win_act_kick(sp_ctx *ctx, sp_runnable *r);
 
 /* ---- window groups (sp_wgroup.c) ------------------------------------------ */
 void sp_win_group_done(sp_window *w);    /* w finished: queue it in its group, wake the driver */

@@ -102,7 +102,7 @@ local function ratio_of_sums(sample)
   return o / b
 end
 
--- The resampling loop in C (engine/sp_boot.c) when the core library is
+-- The resampling loop in C (engine/sp_bootstrap.c) when the core library is
 -- loaded: the same draws and sums, about three times faster.
 local boot_lua
 local boot_c
@@ -204,7 +204,7 @@ local function paired_bootstrap(base, other, diffs, bo, use_lua)
 end
 M._paired_bootstrap = paired_bootstrap
 
--- The resampling loop in Lua: the reference engine/sp_boot.c follows, and
+-- The resampling loop in Lua: the reference engine/sp_bootstrap.c follows, and
 -- the path taken where the core library is not loaded.
 boot_lua = function(n, iters, rng, diffs, base, other, rank, sorted, lo_r, frac)
   local counts = {}

@@ -1,6 +1,6 @@
 /* An independent event-level model of the speculation window's schedule,
  * for the tests: `specula replay` runs the window itself on recorded stage
- * times (engine/sp_playback.c), and test_replay.c checks it against this
+ * times (engine/sp_winplay.c), and test_replay.c checks it against this
  * model, written apart from the window, on hand cases and random queries.
  * (It was the replay simulator before the window took that job.)
  *

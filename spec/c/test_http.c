@@ -1,7 +1,7 @@
 /* C test of the HTTP glue (libcurl multi driven by libuv) without Lua: a
  * loopback test server, requests with C notify hooks, errors, an abort
  * mid-transfer, and a clean shutdown (uv_loop_close succeeds). */
-#include "sp_ctx.h"
+#include "sp_engine.h"
 #include "sp_http.h"
 #include <signal.h>
 #include <stdio.h>
@@ -57,7 +57,7 @@ int main(void) {
 
   curl_global_init(CURL_GLOBAL_DEFAULT);
   sp_ctx ctx;
-  CHECK(sp_ctx_init(&ctx) == 0, "ctx init");
+  CHECK(sp_engine_init(&ctx) == 0, "ctx init");
 
   /* a plain GET */
   probe p = {0};

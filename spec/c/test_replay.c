@@ -4,6 +4,7 @@
    any failure. */
 #define _POSIX_C_SOURCE 200809L
 #include "sp_replay.h"
+#include "sp_synth.h"
 #include "sp_theory.h"
 #include "event_model.h"
 #include "sp_api.h"
@@ -449,16 +450,16 @@ static void test_eager_and_model(tcount *t) {
   sp_replay_run(&q, "spechop", 2, SP_REPLAY_SLOT, &ws, NULL);
   check(t, fabs(we - 16.0) < 1e-9, "eager k=2 wall, slow final step");
   check(t, fabs(ws - 18.0) < 1e-9, "slot k=2 wall, slow final step");
-  check(t, isnan(sp_replay_model(1.5, 0.1, 0.1, 0, 2, "spechop", SP_REPLAY_EAGER, 10, 10, 1)), "model p > 1");
-  double m1 = sp_replay_model(0.68, 0.19, 0.10, 0.3, 1, "spechop", SP_REPLAY_EAGER, 30, 100, 7);
+  check(t, isnan(sp_synth_model(1.5, 0.1, 0.1, 0, 2, "spechop", SP_REPLAY_EAGER, 10, 10, 1)), "model p > 1");
+  double m1 = sp_synth_model(0.68, 0.19, 0.10, 0.3, 1, "spechop", SP_REPLAY_EAGER, 30, 100, 7);
   check(t, fabs(m1 - 1.0) < 1e-12, "model at k = 1 is sequential");
-  double me = sp_replay_model(0.68, 0.19, 0.10, 0.3, 2, "spechop", SP_REPLAY_EAGER, 30, 200, 7);
-  double ms = sp_replay_model(0.68, 0.19, 0.10, 0.3, 2, "spechop", SP_REPLAY_SLOT, 30, 200, 7);
+  double me = sp_synth_model(0.68, 0.19, 0.10, 0.3, 2, "spechop", SP_REPLAY_EAGER, 30, 200, 7);
+  double ms = sp_synth_model(0.68, 0.19, 0.10, 0.3, 2, "spechop", SP_REPLAY_SLOT, 30, 200, 7);
   check(t, me < ms, "eager beats slot at k = 2");
-  check(t, me == sp_replay_model(0.68, 0.19, 0.10, 0.3, 2, "spechop", SP_REPLAY_EAGER, 30, 200, 7),
+  check(t, me == sp_synth_model(0.68, 0.19, 0.10, 0.3, 2, "spechop", SP_REPLAY_EAGER, 30, 200, 7),
         "model is deterministic in its seed");
   /* unbounded k with fixed stage times: close to the oracle bound (Cor. 1) */
-  double mi = sp_replay_model(0.68, 0.19, 0.10, 0, -1, "spechop", SP_REPLAY_EAGER, 60, 300, 3);
+  double mi = sp_synth_model(0.68, 0.19, 0.10, 0, -1, "spechop", SP_REPLAY_EAGER, 60, 300, 3);
   double star = sp_theory_rel_lat_star(0.68, 0.19, 0.10);
   check(t, fabs(mi - star) < 0.03, "model at k = inf near RelLat*");
 }

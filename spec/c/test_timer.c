@@ -3,7 +3,7 @@
  * armed and removed in, a removed deadline never fires, and a deadline
  * re-armed from its own callback waits for the next advance. */
 #include "check.h"
-#include "sp_ctx.h"
+#include "sp_engine.h"
 #include "sp_timer.h"
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +38,7 @@ static uint32_t next(void) {
 static void run_world(int ties) {
   sp_ctx ctx;
   char err[128];
-  if (sp_ctx_init(&ctx) != 0) abort();
+  if (sp_engine_init(&ctx) != 0) abort();
   if (sp_clock_set_virtual(&ctx, 1, err, sizeof err) != 0) abort();
   memset(items, 0, sizeof items);
   nfired = 0;

@@ -1,7 +1,7 @@
 /* C test of the speculation window (engine/sp_window.c) without Lua: the
  * tree, commits, rollbacks, outcomes and leaks after any order of job
  * completions. The harness (the dispatcher's part and a fake agent) is
- * window_harness.h; action speculation has its own file, test_window_pf.c. */
+ * window_harness.h; action speculation has its own file, test_window_actspec.c. */
 #include "window_harness.h"
 
 /* ---- cases ------------------------------------------------------------------ */

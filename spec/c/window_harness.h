@@ -1,4 +1,4 @@
-/* The C tests' window harness (spec/c/test_window.c, test_window_pf.c): the
+/* The C tests' window harness (spec/c/test_window.c, test_window_actspec.c): the
  * test plays the Lua dispatcher (sp_window.h says how) and a small fake
  * agent, predictor included. Values are value-store slots the test labels
  * (which hop, on the true path or not), so the committed trajectory, the
@@ -6,6 +6,7 @@
  * completions. Header-only (static inline): each test is one file. */
 #ifndef SPEC_C_WINDOW_HARNESS_H
 #define SPEC_C_WINDOW_HARNESS_H
+#include "sp_engine.h"
 #include "sp_window_int.h"   /* white box: the tree (head, kids, live) */
 #include <limits.h>
 #include <stdint.h>
@@ -77,7 +78,7 @@ typedef struct harness {
   int predictions;       /* predictions the window kept (sp_window_predict) */
   char key[64];          /* the decided action's canonical args, while its step ends */
   sp_policy *policy;     /* eligibility: every tool speculates in full */
-  sp_prefetch *pf;       /* action speculation (harness_prefetch), NULL = off */
+  sp_prefetch *pf;       /* action speculation (harness_actspec), NULL = off */
 } harness;
 
 static inline void set_label(harness *h, int slot, int kind, int hop, int ok) {
@@ -110,7 +111,7 @@ static inline int new_val(harness *h, int kind, int hop, int ok) {
 
 static inline void harness_init(harness *h, const world *wd) {
   memset(h, 0, sizeof *h);
-  if (sp_ctx_init(&h->ctx) != 0) abort();
+  if (sp_engine_init(&h->ctx) != 0) abort();
   char err[128];
   /* virtual clock: the test moves time, so stage times are exact */
   if (sp_clock_set_virtual(&h->ctx, 1, err, sizeof err) != 0) abort();
@@ -125,7 +126,7 @@ static inline void harness_init(harness *h, const world *wd) {
 }
 
 /* Turn action speculation on for the windows made from now on. */
-static inline void harness_prefetch(harness *h, int match, int trigger, double ev_cost_ms, double ev_latency_ms) {
+static inline void harness_actspec(harness *h, int match, int trigger, double ev_cost_ms, double ev_latency_ms) {
   h->pf = sp_prefetch_new(match, trigger, ev_cost_ms, ev_latency_ms, MAXP);
   if (!h->pf) abort();
 }
@@ -221,7 +222,7 @@ static inline const char *decided_key(char *buf, size_t n, int hop, int ok) {
 }
 
 /* The fake predictor, as the adapter calls it when a step starts (the job
-   is ctx->running): each prediction's args are labelled with whether they
+   is ctx->sched->running): each prediction's args are labelled with whether they
    are the call the step will decide on the true path. */
 static inline void predict_step(harness *h, sp_task *t) {
   label s = step_state(h, t);
@@ -243,7 +244,7 @@ static inline void predict_step(harness *h, sp_task *t) {
 static inline void pump(harness *h) {
   for (;;) {
     if (sp_sched_run_c(&h->ctx)) continue;
-    h->ctx.budget = INT_MAX;
+    h->ctx.sched->budget = INT_MAX;
     sp_task *t = sp_job_next(&h->ctx);
     if (!t) break;
     if (h->npend == (int)(sizeof h->pend / sizeof h->pend[0])) abort();
@@ -258,12 +259,12 @@ static inline void pump(harness *h) {
 }
 
 /* A streamed response of held job t names its tool: the body calls
-   sp_window_tool_name while it runs (ctx->running is t), and the loop gets
+   sp_window_tool_name while it runs (ctx->sched->running is t), and the loop gets
    to run before the step ends. */
 static inline void stream_name(harness *h, sp_task *t, const char *name) {
-  h->ctx.running = t;
+  h->ctx.sched->running = t;
   sp_window_tool_name(&h->ctx, name, strlen(name));
-  h->ctx.running = NULL;
+  h->ctx.sched->running = NULL;
   pump(h);
 }
 

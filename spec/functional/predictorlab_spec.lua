@@ -225,7 +225,7 @@ describe("specula predictors: what would fire, waste and save", function()
                                       p.tool_name.wasted_cost })
     -- both: the 5 guesses kept back at the start are the unlikely ones; the
     -- name leaves their odds at 0.1 (the likely guess of the name counts),
-    -- so they stay back, as the engine keeps them (test_window_pf.c)
+    -- so they stay back, as the engine keeps them (test_window_actspec.c)
     assert.are.same(p.start, p.both)
     -- per tool: a free lookup fires again (the first MCP call's unlikely
     -- guess still stays back)

@@ -157,7 +157,7 @@ describe("specula.stats.paired", function()
       "specula.stats.ratio_ci: expected two non-empty lists of the same length")
   end)
 
-  c_loop("draws the same resamples in C (engine/sp_boot.c) as in Lua", function()
+  c_loop("draws the same resamples in C (engine/sp_bootstrap.c) as in Lua", function()
     -- ties, zero baselines, odd and even n, n = 1, seeds 0..
     local u = lcg(12345)
     for case = 1, 40 do

@@ -1,4 +1,4 @@
--- The expected-value gate of action speculation (engine/sp_prefetch.c):
+-- The expected-value gate of action speculation (engine/sp_actspec.c):
 -- fire when confidence x E[saved] > (1 - confidence) x cost x ev_cost_ms,
 -- E[saved] = min(the tool's mean latency, the mean model step).
 local core = require "specula.internal.core"

@@ -267,7 +267,7 @@ local function same_action(p, a)
 end
 
 -- What one trigger would have done at a step: fire each candidate the EV
--- gate lets through (engine/sp_prefetch.c: conf x E[saved] > (1 - conf) x
+-- gate lets through (engine/sp_actspec.c: conf x E[saved] > (1 - conf) x
 -- cost x ev_cost_ms, E[saved] from the latencies seen so far); a hit saves
 -- `saved` ms, a miss wastes its cost.
 -- `fired` (optional) collects the candidates fired, and says whether the
@@ -295,7 +295,7 @@ end
 -- A tool name streamed at `at` ms into the step: the candidates of that
 -- name fire (those `fired` does not hold yet) at their odds given the name,
 -- their confidence over that of every candidate of the name, or over the
--- predictor's tool_confidence when that is more (sp_win_pf_kick).
+-- predictor's tool_confidence when that is more (sp_win_act_kick).
 local function fire_named(acc, pf, cands, n, step, idx, cost_of, tm, fired)
   local of, sum, tool = {}, 0, 0
   for _, c in ipairs(cands) do

@@ -1,13 +1,13 @@
 /*
- * sp_prefetch: run-level settings and live statistics of action speculation
+ * sp_actspec: run-level settings and live statistics of action speculation
  * (the predicted next tool call started while the model is still deciding).
  * The per-query cache — entries keyed by (tool, canonical args), promotion
  * on a match, orphans cancelled at the step boundary — lives with the
- * window's threads in sp_window_pf.c; every launch goes through the
+ * window's threads in sp_window_actspec.c; every launch goes through the
  * eligibility gate of the window (sp_win_gate, sp_window_int.h).
  */
-#ifndef SP_PREFETCH_H
-#define SP_PREFETCH_H
+#ifndef SP_ACTSPEC_H
+#define SP_ACTSPEC_H
 #include "sp_api.h"
 #include "sp_stats.h"
 

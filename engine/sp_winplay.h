@@ -1,5 +1,5 @@
 /*
- * sp_playback: the speculation window itself, run on a query's recorded
+ * sp_winplay: the speculation window itself, run on a query's recorded
  * stage times. `specula replay`, the theory's event-level RelLat, the
  * report's timeline and the labs' what-ifs all come here: there is one
  * schedule, the window's (sp_window.c), and this unit only plays the part
@@ -20,16 +20,16 @@
  * then of when they started. The window's own clock follows in whole
  * nanoseconds; it decides nothing here (no rate limit, no auto k).
  */
-#ifndef SP_PLAYBACK_H
-#define SP_PLAYBACK_H
+#ifndef SP_WINPLAY_H
+#define SP_WINPLAY_H
 #include "sp_api.h"     /* timeline types (sp_replay_span, sp_replay_mark) and launch codes */
 #include "sp_stages.h"  /* the recorded stages (sp_replay_query) */
 
-typedef struct sp_playback sp_playback;
+typedef struct sp_winplay sp_winplay;
 
 /* The timeline of a playback: caller's arrays and what was drawn (counts
    go on past the capacities, so a caller can retry with room). */
-typedef struct sp_playback_tl {
+typedef struct sp_winplay_tl {
   sp_replay_span *spans;     /* where spans go */
   size_t max_spans;          /* room in spans */
   size_t n_spans;            /* spans drawn */
@@ -37,19 +37,19 @@ typedef struct sp_playback_tl {
   size_t max_marks;          /* room in marks */
   size_t n_marks;            /* marks drawn */
   int lanes;                 /* lanes used */
-} sp_playback_tl;
+} sp_winplay_tl;
 
 /* NULL when out of memory. One playback runs any number of queries, one
    after the other (its context and pools are reused). */
-sp_playback *sp_playback_new(void);
-void sp_playback_free(sp_playback *p);
+sp_winplay *sp_winplay_new(void);
+void sp_winplay_free(sp_winplay *p);
 
 /* Plays q under mode (SP_MODE_*), k (>= 1, or SP_K_UNBOUNDED) and launch
    (SP_REPLAY_EAGER / SP_REPLAY_SLOT; the bounded window launches in slot
    whatever it is told) and writes when the answer is released (ms from the
    first step's start) to *wall; tl, if not NULL, gets the timeline. 0, or
    -1 when the window could not be run (out of memory). */
-int sp_playback_run(sp_playback *p, const sp_replay_query *q, int mode, int k, int launch, sp_playback_tl *tl,
+int sp_winplay_run(sp_winplay *p, const sp_replay_query *q, int mode, int k, int launch, sp_winplay_tl *tl,
                     double *wall);
 
 #endif

@@ -1,5 +1,6 @@
-/* sp_playback: the window on recorded stage times (see sp_playback.h). */
-#include "sp_playback.h"
+/* sp_winplay: the window on recorded stage times (see sp_winplay.h). */
+#include "sp_winplay.h"
+#include "sp_engine.h"
 #include "sp_sched.h"
 #include "sp_vals.h"
 #include "sp_window.h"
@@ -41,7 +42,7 @@ typedef struct pb_wrong {
   double seg;        /* the step time it is drawn with (the committed path's next step) */
 } pb_wrong;
 
-struct sp_playback {
+struct sp_winplay {
   sp_ctx ctx;                /* a private engine context: no Lua, virtual clock */
   sp_policy *policy;         /* every recorded call runs in full */
   sp_window_fns fns;         /* the adapter's function slots (labels: no Lua runs them) */
@@ -58,7 +59,7 @@ struct sp_playback {
   size_t caphop_of;
   pb_hop *hop;               /* per hop 0 .. n_hops */
   size_t caphop;
-  sp_playback_tl *tl;        /* the timeline being drawn, or NULL */
+  sp_winplay_tl *tl;        /* the timeline being drawn, or NULL */
   pb_wrong *wrong;           /* wrong-guess threads not yet discarded (timeline) */
   size_t nwrong, capwrong;
   int oom;                   /* an allocation failed: the run is void */
@@ -76,11 +77,11 @@ static int grow(void **arr, size_t *cap, size_t need, size_t size) {
   return 0;
 }
 
-sp_playback *sp_playback_new(void) {
-  sp_playback *p = calloc(1, sizeof *p);
+sp_winplay *sp_winplay_new(void) {
+  sp_winplay *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   char err[128];
-  if (sp_ctx_init(&p->ctx) != 0) {
+  if (sp_engine_init(&p->ctx) != 0) {
     free(p);
     return NULL;
   }
@@ -88,7 +89,7 @@ sp_playback *sp_playback_new(void) {
   p->policy = sp_policy_new();
   if (!p->policy || sp_policy_class(p->policy, "recorded", SP_FULL, 0, 0) < 0 ||
       sp_policy_tool(p->policy, "t", "recorded", 0) < 0) {
-    sp_playback_free(p);
+    sp_winplay_free(p);
     return NULL;
   }
   int *fn[] = {&p->fns.start, &p->fns.advance, &p->fns.call, &p->fns.warmup, &p->fns.verify,
@@ -96,14 +97,14 @@ sp_playback *sp_playback_new(void) {
   for (size_t i = 0; i < sizeof fn / sizeof fn[0]; i++) {
     *fn[i] = sp_vals_new(&p->ctx);
     if (*fn[i] == SP_NOVAL) {
-      sp_playback_free(p);
+      sp_winplay_free(p);
       return NULL;
     }
   }
   return p;
 }
 
-void sp_playback_free(sp_playback *p) {
+void sp_winplay_free(sp_winplay *p) {
   if (!p) return;
   int *fn[] = {&p->fns.start, &p->fns.advance, &p->fns.call, &p->fns.warmup, &p->fns.verify,
                &p->fns.speculate, &p->fns.qctx};
@@ -127,7 +128,7 @@ static int ev_before(const pb_ev *a, const pb_ev *b) {
 }
 
 /* Job t ends at t_end (ms). */
-static void at(sp_playback *p, double t_end, int what, sp_task *t) {
+static void at(sp_winplay *p, double t_end, int what, sp_task *t) {
   if (grow((void **)&p->ev, &p->capev, p->nev + 1, sizeof *p->ev) != 0) {
     p->oom = 1;
     return;
@@ -143,7 +144,7 @@ static void at(sp_playback *p, double t_end, int what, sp_task *t) {
   p->ev[i] = e;
 }
 
-static pb_ev pop(sp_playback *p) {
+static pb_ev pop(sp_winplay *p) {
   pb_ev top = p->ev[0], last = p->ev[--p->nev];
   size_t i = 0, n = p->nev;
   for (;;) {
@@ -159,7 +160,7 @@ static pb_ev pop(sp_playback *p) {
 }
 
 /* A job that ends only when the window cancels it. */
-static void park(sp_playback *p, sp_task *t) {
+static void park(sp_winplay *p, sp_task *t) {
   if (grow((void **)&p->parked, &p->cappark, p->npark + 1, sizeof *p->parked) != 0) {
     p->oom = 1;
     return;
@@ -168,7 +169,7 @@ static void park(sp_playback *p, sp_task *t) {
 }
 
 /* End job t: with res, or unheard (a job the window cancelled). */
-static void end(sp_playback *p, sp_task *t, const sp_jobres *res) {
+static void end(sp_winplay *p, sp_task *t, const sp_jobres *res) {
   sp_jobres none;
   if (!res) {
     memset(&none, 0, sizeof none);
@@ -179,8 +180,8 @@ static void end(sp_playback *p, sp_task *t, const sp_jobres *res) {
 
 /* ---- the timeline (drawn only when asked for) -------------------------------- */
 
-static void span(sp_playback *p, int lane, int kind, size_t hop, int speculative, double t0, double t1) {
-  sp_playback_tl *tl = p->tl;
+static void span(sp_winplay *p, int lane, int kind, size_t hop, int speculative, double t0, double t1) {
+  sp_winplay_tl *tl = p->tl;
   if (!(t1 > t0)) return;   /* an instant call draws nothing */
   if (tl->n_spans < tl->max_spans) {
     sp_replay_span s = {lane, kind, (int)hop, speculative, t0, t1};
@@ -191,13 +192,13 @@ static void span(sp_playback *p, int lane, int kind, size_t hop, int speculative
 
 /* A span of the committed path's thread at hop: speculative when it
    started before that thread was the verified one. */
-static void hop_span(sp_playback *p, int kind, size_t hop, double t0, double t1) {
+static void hop_span(sp_winplay *p, int kind, size_t hop, double t0, double t1) {
   const pb_hop *h = &p->hop[hop];
   span(p, h->lane, kind, hop, !(h->t_head <= t0), t0, t1);
 }
 
-static void mark(sp_playback *p, int lane, int kind, size_t hop, double t) {
-  sp_playback_tl *tl = p->tl;
+static void mark(sp_winplay *p, int lane, int kind, size_t hop, double t) {
+  sp_winplay_tl *tl = p->tl;
   if (tl->n_marks < tl->max_marks) {
     sp_replay_mark mk = {lane, kind, (int)hop, t};
     tl->marks[tl->n_marks] = mk;
@@ -208,7 +209,7 @@ static void mark(sp_playback *p, int lane, int kind, size_t hop, double t) {
 /* The window discarded the wrong-guess threads of parent: each is drawn as
    its step up to now, the first marked with verdict (a rollback), the
    others as cancelled. */
-static void discard_wrong(sp_playback *p, size_t parent, int verdict) {
+static void discard_wrong(sp_winplay *p, size_t parent, int verdict) {
   size_t kept = 0;
   for (size_t i = 0; i < p->nwrong; i++) {
     pb_wrong w = p->wrong[i];
@@ -231,7 +232,7 @@ static double seg_of(const sp_replay_query *q, size_t hop) {
 }
 
 /* The thread of window thread number tid on the committed path: its hop. */
-static int note_thread(sp_playback *p, int tid, size_t hop) {
+static int note_thread(sp_winplay *p, int tid, size_t hop) {
   size_t had = p->caphop_of;
   if (tid < 0 || grow((void **)&p->hop_of, &p->caphop_of, (size_t)tid + 1, sizeof *p->hop_of) != 0) {
     p->oom = 1;
@@ -242,7 +243,7 @@ static int note_thread(sp_playback *p, int tid, size_t hop) {
   return 0;
 }
 
-static size_t hop_of(sp_playback *p, sp_task *t) {
+static size_t hop_of(sp_winplay *p, sp_task *t) {
   int tid = 0;
   sp_task_job(t, NULL, &tid);
   return (size_t)p->hop_of[tid] - 1;
@@ -251,7 +252,7 @@ static size_t hop_of(sp_playback *p, sp_task *t) {
 /* A step (update + step) for the state at hop, started now. rank: 0 for
    the first step or one from a real observation, else the 1-based rank
    of the guess it starts from. */
-static void take_step(sp_playback *p, sp_task *t, size_t hop, int rank) {
+static void take_step(sp_winplay *p, sp_task *t, size_t hop, int rank) {
   const sp_replay_query *q = p->q;
   int tid = 0;
   sp_task_job(t, NULL, &tid);
@@ -309,7 +310,7 @@ static void take_step(sp_playback *p, sp_task *t, size_t hop, int rank) {
   park(p, t);
 }
 
-static void take(sp_playback *p, sp_task *t) {
+static void take(sp_winplay *p, sp_task *t) {
   const sp_jobcall *c = sp_job_call(t);
   const sp_replay_query *q = p->q;
   switch (c->kind) {
@@ -348,10 +349,10 @@ static void take(sp_playback *p, sp_task *t) {
 }
 
 /* Play the loop: run the window's callbacks, take every job it queued. */
-static void pump(sp_playback *p) {
+static void pump(sp_winplay *p) {
   for (;;) {
     if (sp_sched_run_c(&p->ctx)) continue;
-    p->ctx.budget = INT_MAX;
+    p->ctx.sched->budget = INT_MAX;
     sp_task *t = sp_job_next(&p->ctx);
     if (!t) break;
     take(p, t);
@@ -360,7 +361,7 @@ static void pump(sp_playback *p) {
 
 /* ---- ending jobs: the results the recording implies ------------------------------- */
 
-static void finish_job(sp_playback *p, const pb_ev *e) {
+static void finish_job(sp_winplay *p, const pb_ev *e) {
   sp_task *t = e->job;
   if (sp_task_state(t) == SP_TASK_CANCELLED) {
     end(p, t, NULL);
@@ -426,7 +427,7 @@ static uint64_t ns_of(double ms) {
   return ns < 1.8e19 ? (uint64_t)ns : (uint64_t)1.8e19;
 }
 
-int sp_playback_run(sp_playback *p, const sp_replay_query *q, int mode, int k, int launch, sp_playback_tl *tl,
+int sp_winplay_run(sp_winplay *p, const sp_replay_query *q, int mode, int k, int launch, sp_winplay_tl *tl,
                     double *wall) {
   *wall = NAN;
   p->q = q;

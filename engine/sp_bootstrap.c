@@ -1,8 +1,8 @@
-/* The paired bootstrap's resampling loop (see sp_boot.h). The arithmetic
+/* The paired bootstrap's resampling loop (see sp_bootstrap.h). The arithmetic
  * mirrors stats.lua line by line: the draw is floor(u * n) + 1 with u =
  * x / 2^32, the sums run in draw order, and the median is read off the
  * cumulative counts per rank. */
-#include "sp_boot.h"
+#include "sp_bootstrap.h"
 #include <math.h>
 #include <string.h>
 

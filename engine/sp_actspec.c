@@ -1,4 +1,4 @@
-#include "sp_prefetch.h"
+#include "sp_actspec.h"
 #include "sp_opt.h"
 #include <stdlib.h>
 #include <string.h>

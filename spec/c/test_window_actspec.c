@@ -1,4 +1,4 @@
-/* C test of action speculation inside the window (engine/sp_window_pf.c)
+/* C test of action speculation inside the window (engine/sp_window_actspec.c)
  * without Lua: the fake predictor of window_harness.h hands each step its
  * predictions as the adapter does (sp_window_predict, sp_window_predicted,
  * sp_window_tool_name from inside the running step), and the test checks
@@ -10,7 +10,7 @@
 #include <math.h>
 
 /* The pending predicted call of `tool` for the state at hop, or -1. */
-static int find_pf(harness *h, const char *tool, int hop) {
+static int find_act(harness *h, const char *tool, int hop) {
   for (int i = 0; i < h->npend; i++) {
     sp_task *t = h->pend[i];
     if (sp_task_state(t) == SP_TASK_CANCELLED || job_kind(h, t) != J_PFCALL) continue;
@@ -45,9 +45,9 @@ static const wpred RIGHT = {"search", 1, 0.9, SP_HINT_NONE, 0};   /* the call th
 /* A fresh harness with action speculation and a started window: the start
    job is taken (its predictions made) but not ended. ev_cost_ms 0: every
    prediction with some confidence is worth firing. */
-static sp_window *begin_pf(harness *h, const world *wd, int trigger, int mode, int k, int m) {
+static sp_window *begin_act(harness *h, const world *wd, int trigger, int mode, int k, int m) {
   harness_init(h, wd);
-  harness_prefetch(h, SP_MATCH_EXACT, trigger, 0, 10);
+  harness_actspec(h, SP_MATCH_EXACT, trigger, 0, 10);
   sp_window *w = window_new(h, mode, k, m, SP_LAUNCH_EAGER);
   sp_window_start(w, NULL);
   pump(h);
@@ -58,8 +58,8 @@ static sp_window *begin_pf(harness *h, const world *wd, int trigger, int mode, i
 /* With the harness made (and its policy set): action speculation on, a
    window run to the end (FIFO, or random with a seed), its trajectory
    checked. */
-static sp_window *run_pf(harness *h, int trigger, double ev_cost_ms, int mode, int k, uint64_t seed) {
-  harness_prefetch(h, SP_MATCH_EXACT, trigger, ev_cost_ms, 10);
+static sp_window *run_act(harness *h, int trigger, double ev_cost_ms, int mode, int k, uint64_t seed) {
+  harness_actspec(h, SP_MATCH_EXACT, trigger, ev_cost_ms, 10);
   sp_window *w = window_new(h, mode, k, 1, SP_LAUNCH_EAGER);
   sp_window_start(w, NULL);
   run_all(h, w, k, seed);
@@ -76,18 +76,18 @@ static void check_settled(sp_window *w) {
 /* (a) A prediction equal to the decided call is that call: it runs once,
    its result is the hop's observation, the step's own call never starts —
    whether it finished before the step ended or was still running. */
-static void test_pf_promote_exact(void) {
+static void test_act_promote_exact(void) {
   harness h;
   world wd = world_all(3, 0);
   wd.pred[wd.npred++] = RIGHT;
-  sp_window *w = begin_pf(&h, &wd, SP_TRIGGER_START, SP_MODE_SEQUENTIAL, 1, 1);
-  int p0 = find_pf(&h, "search", 0);
+  sp_window *w = begin_act(&h, &wd, SP_TRIGGER_START, SP_MODE_SEQUENTIAL, 1, 1);
+  int p0 = find_act(&h, "search", 0);
   CHECK(p0 >= 0, "hop 0: the prediction fired while the step runs");
   CHECK(p0 >= 0 && sp_task_speculative(h.pend[p0]), "a predicted call runs as speculative, even for the head");
   run_one(&h, J_START, 0, 2);                 /* the step ends: the call in flight is promoted */
   CHECK(find(&h, J_CALL, 0) < 0, "hop 0: no call of its own for the decided action");
   run_one(&h, J_PFCALL, 0, 10);               /* its result is the head's */
-  CHECK(find_pf(&h, "search", 1) >= 0, "hop 1: the next step's prediction fired");
+  CHECK(find_act(&h, "search", 1) >= 0, "hop 1: the next step's prediction fired");
   run_one(&h, J_PFCALL, 1, 10);               /* done before the step ends */
   run_one(&h, J_ADVANCE, 1, 3);
   CHECK(find(&h, J_CALL, 1) < 0, "hop 1: no call of its own");
@@ -121,17 +121,17 @@ static void test_pf_promote_exact(void) {
    running one is cancelled, the finished one dropped, both counted as waste
    (calls and cost), and the decided call runs as a normal call. A final
    step orphans every prediction. */
-static void test_pf_mismatch(void) {
+static void test_act_mismatch(void) {
   harness h;
   world wd = world_all(2, 0);
   wd.pred[wd.npred++] = (wpred){"search", 0, 0.9, SP_HINT_NONE, 0};   /* same tool, other args */
   wd.pred[wd.npred++] = (wpred){"fetch", 1, 0.6, SP_HINT_NONE, 0};    /* the same args, another tool */
   wd.pred_final = 1;
-  sp_window *w = begin_pf(&h, &wd, SP_TRIGGER_START, SP_MODE_SEQUENTIAL, 1, 1);
-  int s = find_pf(&h, "search", 0);
-  CHECK(s >= 0 && find_pf(&h, "fetch", 0) >= 0, "both predictions fired");
+  sp_window *w = begin_act(&h, &wd, SP_TRIGGER_START, SP_MODE_SEQUENTIAL, 1, 1);
+  int s = find_act(&h, "search", 0);
+  CHECK(s >= 0 && find_act(&h, "fetch", 0) >= 0, "both predictions fired");
   sp_task *search_job = s >= 0 ? h.pend[s] : NULL;
-  end_job(&h, find_pf(&h, "fetch", 0), 4);   /* finished, result held */
+  end_job(&h, find_act(&h, "fetch", 0), 4);   /* finished, result held */
   run_one(&h, J_START, 0, 2);                /* the step decides something else */
   CHECK(search_job && sp_task_state(search_job) == SP_TASK_CANCELLED, "the running orphan is cancelled");
   int c = find(&h, J_CALL, 0);
@@ -163,7 +163,7 @@ static void test_pf_mismatch(void) {
    either trigger, in every mode: forbid and warmup never run a predicted
    call (nor a warm-up hook for it: only a thread's deferred target gets
    that), full runs it early and it is promoted. */
-static void test_pf_policy(void) {
+static void test_act_policy(void) {
   static const struct { int mode, k; } modes[] = {{SP_MODE_SEQUENTIAL, 1}, {SP_MODE_WINDOW, 2}, {SP_MODE_SPECHOP, 3}};
   static const int triggers[] = {SP_TRIGGER_START, SP_TRIGGER_TOOL_NAME};
   static const int decisions[] = {SP_FORBID, SP_WARMUP, SP_FULL};
@@ -180,7 +180,7 @@ static void test_pf_policy(void) {
           wd.stream_name = 1;   /* ignored unless the name trigger is on */
           harness_init(&h, &wd);
           sp_policy_class(h.policy, "io", d, 0, 0);
-          sp_window *w = run_pf(&h, triggers[ti], 0, mode, k, seed);
+          sp_window *w = run_act(&h, triggers[ti], 0, mode, k, seed);
           sp_window_stats st = stats_of(w);
           sp_gate_counts c = tool_counts(&h, "search", trig);
           double cands = st.pf.candidates;
@@ -226,7 +226,7 @@ static void test_pf_policy(void) {
    decision (none given, or the script failed) is forbid and counted as
    such; a decision below the class's lowers it; one that allows it runs. A
    thread's target without a decision is deferred the same way. */
-static void test_pf_scripted(void) {
+static void test_act_scripted(void) {
   harness h;
   world wd = world_all(2, 0);
   wd.pred[wd.npred++] = (wpred){"search", 1, 0.9, SP_HINT_ERROR, 0};  /* the script raised */
@@ -235,7 +235,7 @@ static void test_pf_scripted(void) {
   wd.pred[wd.npred++] = (wpred){"search", 1, 0.5, SP_WARMUP, 0};      /* below the class's full */
   harness_init(&h, &wd);
   sp_policy_set_scripted(h.policy, 1);
-  sp_window *w = run_pf(&h, SP_TRIGGER_START, 0, SP_MODE_SEQUENTIAL, 1, 0);
+  sp_window *w = run_act(&h, SP_TRIGGER_START, 0, SP_MODE_SEQUENTIAL, 1, 0);
   sp_window_stats st = stats_of(w);
   sp_gate_counts cs = tool_counts(&h, "search", SP_TRIG_PRED_START), cf = tool_counts(&h, "fetch", SP_TRIG_PRED_START);
   CHECK(cs.forbid == 4 && cs.by_script == 4, "no decision, or a failed script: forbid, counted (%g, %g)", cs.forbid,
@@ -254,7 +254,7 @@ static void test_pf_scripted(void) {
   world wt = world_all(3, 0);
   harness_init(&h, &wt);
   sp_policy_set_scripted(h.policy, 1);
-  w = run_pf(&h, SP_TRIGGER_START, 0, SP_MODE_SPECHOP, 3, 0);
+  w = run_act(&h, SP_TRIGGER_START, 0, SP_MODE_SPECHOP, 3, 0);
   st = stats_of(w);
   sp_gate_counts ct = tool_counts(&h, "search", SP_TRIG_TARGET);
   CHECK(st.deferred >= 1 && st.speculative_launches == 0, "deferred %d, launched %d", st.deferred,
@@ -267,21 +267,21 @@ static void test_pf_scripted(void) {
 /* (e) A wrong guess rolls back: the predictions its threads fired go with
    them — the one serving a thread's target is cancelled, a finished one is
    dropped — and count as waste; the committed trajectory never sees them. */
-static void test_pf_rollback(void) {
+static void test_act_rollback(void) {
   harness h;
   world wd = world_all(3, 0);
   wd.right[0] = -1;                                  /* hop 0's guess is wrong */
   wd.pred[wd.npred++] = RIGHT;
-  sp_window *w = begin_pf(&h, &wd, SP_TRIGGER_START, SP_MODE_SPECHOP, -1, 1);
+  sp_window *w = begin_act(&h, &wd, SP_TRIGGER_START, SP_MODE_SPECHOP, -1, 1);
   run_one(&h, J_START, 0, 2);                        /* the head's prediction serves its target */
   run_one(&h, J_SPEC, 0, 1);                         /* T(1), off the true path, predicts */
-  int p1i = find_pf(&h, "search", 1);
+  int p1i = find_act(&h, "search", 1);
   CHECK(p1i >= 0 && sp_task_speculative(h.pend[p1i]), "T(1)'s prediction fired, speculative");
   sp_task *p1 = p1i >= 0 ? h.pend[p1i] : NULL;
   run_one(&h, J_ADVANCE, 1, 2);                      /* T(1) decides it: promoted, its target */
-  CHECK(w->head->nkids == 1 && w->head->kids[0]->pf_promoted >= 0, "T(1)'s target is its prediction");
+  CHECK(w->head->nkids == 1 && w->head->kids[0]->act_promoted >= 0, "T(1)'s target is its prediction");
   run_one(&h, J_SPEC, 1, 1);                         /* T(2) predicts too */
-  end_job(&h, find_pf(&h, "search", 2), 3);          /* ... and that call finishes */
+  end_job(&h, find_act(&h, "search", 2), 3);          /* ... and that call finishes */
   CHECK(tree_size(w->head) == 3 && w->head->kids[0]->nkids == 1, "tree: head -> T(1) -> T(2)");
   run_one(&h, J_PFCALL, 0, 10);                      /* the head's real observation */
   run_one(&h, J_VERIFY, 0, 0.5);                     /* rejected: roll back */
@@ -313,13 +313,13 @@ static sp_window *run_named(harness *h, wpred a, wpred b) {
   wd.pred[wd.npred++] = b;
   wd.stream_name = 1;
   harness_init(h, &wd);
-  return run_pf(h, SP_TRIGGER_START | SP_TRIGGER_TOOL_NAME, 100, SP_MODE_SEQUENTIAL, 1, 0);
+  return run_act(h, SP_TRIGGER_START | SP_TRIGGER_TOOL_NAME, 100, SP_MODE_SEQUENTIAL, 1, 0);
 }
 
 /* (f) The expected-value gate: a prediction whose odds do not pay for its
    cost is not fired (nor offered to the policy); a streamed tool name
    renormalises the odds among that tool's candidates and may fire it. */
-static void test_pf_ev(void) {
+static void test_act_ev(void) {
   /* fire when conf * 10 ms > (1 - conf) * cost * 100 ms: search (cost 1)
      needs conf > 0.91, fetch (cost 0.5) conf > 0.83 */
   harness h;
@@ -327,11 +327,11 @@ static void test_pf_ev(void) {
   wd.pred[wd.npred++] = (wpred){"search", 1, 0.95, SP_HINT_NONE, 0};
   wd.pred[wd.npred++] = (wpred){"fetch", 0, 0.5, SP_HINT_NONE, 0};
   harness_init(&h, &wd);
-  sp_window *w = run_pf(&h, SP_TRIGGER_START, 100, SP_MODE_SEQUENTIAL, 1, 0);
+  sp_window *w = run_act(&h, SP_TRIGGER_START, 100, SP_MODE_SEQUENTIAL, 1, 0);
   sp_window_stats st = stats_of(w);
   CHECK(st.pf.fired == 2 && st.pf.gated_ev == 2 && st.pf.held == 2, "fired %g, kept back %g, held %g", st.pf.fired,
         st.pf.gated_ev, st.pf.held);
-  CHECK(find_pf(&h, "fetch", -1) < 0 && h.taken[J_PFCALL] == 2 && st.pf.promoted == 2, "only search ran (%d), promoted",
+  CHECK(find_act(&h, "fetch", -1) < 0 && h.taken[J_PFCALL] == 2 && st.pf.promoted == 2, "only search ran (%d), promoted",
         h.taken[J_PFCALL]);
   sp_gate_counts cf = tool_counts(&h, "fetch", -1);
   CHECK(cf.full + cf.warmup + cf.forbid == 0 && gate_sum(&st, SP_TRIG_PRED_START) == 2,
@@ -383,14 +383,14 @@ static void test_pf_ev(void) {
 /* The per-query budgets bound predictions like every early launch: the
    calls in flight, and the wasted cost (what is at risk counts against it,
    so waste never exceeds the budget). */
-static void test_pf_budget(void) {
+static void test_act_budget(void) {
   harness h;
   world wd = world_all(2, 0);
   wd.pred[wd.npred++] = (wpred){"search", 0, 0.9, SP_HINT_NONE, 0};   /* cost 1, always wasted */
   wd.pred[wd.npred++] = (wpred){"fetch", 0, 0.8, SP_HINT_NONE, 0};    /* cost 0.5 */
   harness_init(&h, &wd);
   sp_policy_budget(h.policy, 1, -1);
-  sp_window *w = run_pf(&h, SP_TRIGGER_START, 0, SP_MODE_SEQUENTIAL, 1, 0);
+  sp_window *w = run_act(&h, SP_TRIGGER_START, 0, SP_MODE_SEQUENTIAL, 1, 0);
   sp_window_stats st = stats_of(w);
   sp_gate_counts cf = tool_counts(&h, "fetch", SP_TRIG_PRED_START);
   CHECK(st.pf.fired == 2 && cf.forbid == 2 && cf.by_budget == 2, "one in flight at a time: fired %g, fetch refused %g",
@@ -399,7 +399,7 @@ static void test_pf_budget(void) {
 
   harness_init(&h, &wd);
   sp_policy_budget(h.policy, -1, 1.0);
-  w = run_pf(&h, SP_TRIGGER_START, 0, SP_MODE_SEQUENTIAL, 1, 0);
+  w = run_act(&h, SP_TRIGGER_START, 0, SP_MODE_SEQUENTIAL, 1, 0);
   st = stats_of(w);
   /* hop 0: search puts 1 at risk, fetch would pass the budget; hop 1:
      search's 1 is wasted, nothing more fits */
@@ -413,14 +413,14 @@ static void test_pf_budget(void) {
 /* Lossy matching (name_only): the step's reported match is promoted even
    with other args, counted as lossy, and its result is the observation;
    the same call decided exactly is lossless. */
-static void test_pf_lossy(void) {
+static void test_act_lossy(void) {
   for (int right = 0; right <= 1; right++) {
     harness h;
     world wd = world_all(2, 0);
     wd.pred[wd.npred++] = (wpred){"search", right, 0.9, SP_HINT_NONE, 0};
     wd.match_name = 1;
     harness_init(&h, &wd);
-    harness_prefetch(&h, SP_MATCH_NAME_ONLY, SP_TRIGGER_START, 0, 10);
+    harness_actspec(&h, SP_MATCH_NAME_ONLY, SP_TRIGGER_START, 0, 10);
     sp_window *w = window_new(&h, SP_MODE_SEQUENTIAL, 1, 1, SP_LAUNCH_EAGER);
     sp_window_start(w, NULL);
     run_all(&h, w, 1, 0);
@@ -441,15 +441,15 @@ static void test_pf_lossy(void) {
 
 /* (g) Freeing a window with predictions running, finished and promoted
    cancels them all and releases every value they held. */
-static void test_pf_free_midflight(void) {
+static void test_act_free_midflight(void) {
   harness h;
   world wd = world_all(4, 0);
   wd.pred[wd.npred++] = RIGHT;
   wd.pred[wd.npred++] = (wpred){"fetch", 0, 0.5, SP_HINT_NONE, 0};
-  sp_window *w = begin_pf(&h, &wd, SP_TRIGGER_START, SP_MODE_SPECHOP, -1, 1);
+  sp_window *w = begin_act(&h, &wd, SP_TRIGGER_START, SP_MODE_SPECHOP, -1, 1);
   run_one(&h, J_START, 0, 2);                 /* head: search promoted, fetch cancelled */
   run_one(&h, J_SPEC, 0, 1);                  /* T(1) predicts both */
-  end_job(&h, find_pf(&h, "fetch", 1), 1);    /* one finished, its result held */
+  end_job(&h, find_act(&h, "fetch", 1), 1);    /* one finished, its result held */
   CHECK(h.npend >= 3, "in flight: %d jobs", h.npend);
   free_midflight(&h, w);
 }
@@ -457,7 +457,7 @@ static void test_pf_free_midflight(void) {
 /* Random worlds, predictions, policies, triggers and completion orders:
    the committed trajectory is the sequential one (no wrong prediction's
    result is ever committed), the counters agree, nothing is left at risk. */
-static void test_pf_random(void) {
+static void test_act_random(void) {
   static const int ks[] = {1, 2, 3, -1};
   static const char *const tools[] = {"search", "fetch"};
   for (uint64_t seed = 1; seed <= 150; seed++) {
@@ -484,7 +484,7 @@ static void test_pf_random(void) {
     harness_init(&h, &wd);
     sp_policy_class(h.policy, "io", d, 0, 0);
     sp_policy_class(h.policy, "aux", d, 0, 0);
-    harness_prefetch(&h, SP_MATCH_EXACT, trigger, 0, 10);
+    harness_actspec(&h, SP_MATCH_EXACT, trigger, 0, 10);
     sp_window *w = window_new(&h, mode, k, m, SP_LAUNCH_EAGER);
     sp_window_start(w, NULL);
     run_all(&h, w, k, seed);
@@ -510,10 +510,10 @@ static void test_pf_random(void) {
 }
 
 int main(void) {
-  static void (*const cases[])(void) = {test_pf_promote_exact, test_pf_mismatch, test_pf_policy, test_pf_scripted,
-                                        test_pf_rollback,      test_pf_ev,       test_pf_budget, test_pf_lossy,
-                                        test_pf_free_midflight, test_pf_random};
+  static void (*const cases[])(void) = {test_act_promote_exact, test_act_mismatch, test_act_policy, test_act_scripted,
+                                        test_act_rollback,      test_act_ev,       test_act_budget, test_act_lossy,
+                                        test_act_free_midflight, test_act_random};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) cases[i]();
-  printf("test_window_pf: %d checks, %d failed\n", checks, failures);
+  printf("test_window_actspec: %d checks, %d failed\n", checks, failures);
   return failures ? 1 : 0;
 }
