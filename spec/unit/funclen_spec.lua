@@ -14,9 +14,6 @@ local ALLOWED = {
   ["lua/specula/run/runner.lua run_batch"] = true,
   ["lua/specula/lab/predictors.lua M.main"] = true,
   ["lua/specula/policy.lua M.build"] = true,
-  ["engine/sp_http.c start"] = true,
-  ["engine/sp_jsonenc.c sp_jsonenc_table"] = true,
-  ["engine/sp_cmd_replay.c sp_replay_print"] = true,
 }
 
 local function lengths(list)
