@@ -126,192 +126,266 @@ end
 -- turns are kept as columns until it closes (a log may be one prompt of
 -- thousands of calls); a closed prompt goes to the sink: messages and call
 -- tables (texts kept), or specula.convtraces.turns' columns (digests).
+-- Its state (st): s (the session), sink, kept (a text as it is kept), cap,
+-- P (the open prompt), turn (its latest turn, an index), since (what the
+-- model waits from), last_agent, by_id (call id -> index in P), closed (ids
+-- of the calls of closed prompts: a late result is theirs).
+
+-- The sink keeping texts: messages and call tables.
+local function text_sink(s)
+  local sink = {}
+  s.msgs, s.calls = {}, {}
+  function sink.user(text) s.msgs[#s.msgs + 1] = { role = "user", content = text } end
+  function sink.call(tool, args, rec, wait, tool_ms)
+    s.calls[#s.calls + 1] = { tool = tool, args = args, recorded_ms = rec or nil, wait_ms = wait, tool_ms = tool_ms,
+                              untimed = not rec or nil }
+  end
+  function sink.text_turn(text, ms)
+    s.msgs[#s.msgs + 1] = { role = "assistant", content = text, specula_times = { model_ms = ms, tool_ms = {} } }
+  end
+  function sink.call_turn(text, model, list)
+    local msgs = s.msgs
+    local tc, tms, own, off = {}, {}, {}, {}
+    for i, c in ipairs(list) do
+      tms[i], own[i], off[i] = c.tms, c.own, c.off
+      tc[i] = { id = c.id, type = "function", ["function"] = { name = c.tool, arguments = c.args } }
+    end
+    msgs[#msgs + 1] = { role = "assistant", content = text, tool_calls = tc,
+                        specula_times = { model_ms = model, tool_ms = tms, call_ms = own, offset_ms = off } }
+    for _, c in ipairs(list) do msgs[#msgs + 1] = { role = "tool", tool_call_id = c.id, content = c.obs or "" } end
+  end
+  return sink
+end
+
+-- The sink keeping digests: specula.convtraces.turns' columns.
+local function digest_sink(s)
+  local sink = {}
+  turnslib = turnslib or require "specula.convtraces.turns"
+  local T = turnslib.new()
+  -- the calls: { tool, args (canonical JSON), recorded_ms, wait_ms,
+  -- tool_ms } columns (recorded_ms false: untimed)
+  local C = { tool = {}, args = {}, recorded_ms = {}, wait_ms = {}, tool_ms = {} }
+  s.msgs, s.call_cols = T, C
+  function sink.user(text) turnslib.user(T, text) end
+  function sink.call(tool, args, rec, wait, tool_ms)
+    local j = s.n_calls   -- counted already
+    C.tool[j], C.args[j], C.recorded_ms[j], C.wait_ms[j], C.tool_ms[j] = tool, args, rec, wait, tool_ms
+  end
+  -- a call's arguments, kept from the call on as two strings (interned:
+  -- equal arguments, one string): the record's canonical JSON of them,
+  -- and the replay's (turns.norm_args'), not as a table a call
+  function sink.args(args) return json.canonical(args), json.canonical(turnslib.norm_args(args)) end
+  function sink.text_turn(text, ms) turnslib.turn(T, text, ms, nil) end
+  function sink.call_turn(text, model, list) turnslib.turn(T, text, model, list) end
+  return sink
+end
+
+local function open_prompt(st, t, text)
+  local s = st.s
+  s.t0 = s.t0 or t
+  -- calls: id, tool, args (with digests: canonical JSON, and key: the
+  -- replay's), t_call, t_result, obs, appr (approval ms),
+  -- exec (exec ms), turn; turns: since, t_first, text_t, text (its texts
+  -- joined), first (call), n (calls)
+  st.P = { t0 = t, last_t = t, n = 0, id = {}, tool = {}, args = {}, key = {}, t_call = {}, t_result = {}, obs = {},
+           appr = {}, exec = {}, nt = 0, since = {}, t_first = {}, text_t = {}, text = {}, first = {}, nc = {} }
+  st.since, st.turn = t, nil
+  s.prompts = s.prompts + 1
+  if text then st.sink.user(st.kept(text)) end
+end
+
+local function new_turn(st)
+  local P = st.P
+  local ti = P.nt + 1
+  P.nt = ti
+  P.since[ti], P.t_first[ti], P.text_t[ti], P.text[ti], P.first[ti], P.nc[ti] = st.since, false, false, false, P.n + 1, 0
+  st.turn = ti
+end
+
+-- a turn is over once one of its calls has its result
+local function turn_answered(st)
+  local P, turn = st.P, st.turn
+  for j = P.first[turn], P.first[turn] + P.nc[turn] - 1 do if P.t_result[j] then return true end end
+  return false
+end
+
+-- The recorded time of each call of closed prompt p (false: no result) and
+-- the person's wait inside it.
+local function person_waits(p, cap)
+  local n = p.n
+  local t_call, t_result = p.t_call, p.t_result
+  local rec, wait = {}, {}
+  for j = 1, n do
+    rec[j] = t_result[j] and math.max(0, t_result[j] - t_call[j]) or false
+    wait[j] = 0
+  end
+  if p.active_ms then
+    local w = (p.end_t or p.last_t) - p.t0 - p.active_ms
+    if w > 0 then
+      local order = {}
+      for j = 1, n do if rec[j] then order[#order + 1] = j end end
+      table.sort(order, function(a, b) return rec[a] > rec[b] end)
+      for _, j in ipairs(order) do
+        if w <= 0 then break end
+        wait[j] = math.min(w, rec[j])
+        w = w - wait[j]
+      end
+    end
+  else
+    for j = 1, n do
+      local r = rec[j]
+      if r then
+        if p.appr[j] then
+          wait[j] = math.min(r, p.appr[j])
+        elseif p.exec[j] then
+          local extra = r - p.exec[j]
+          if extra > M.APPROVAL_GAP_MS then wait[j] = extra end
+        elseif r > cap then
+          wait[j] = r - cap
+        end
+      end
+    end
+  end
+  return rec, wait
+end
+
+-- The turns of closed prompt p with their times, to the sink (a turn's
+-- calls in scratch tables the sink reads and lets go: a prompt of
+-- thousands of turns leaves no table a turn).
+local function emit_turns(st, p, tool_ms)
+  local s, sink = st.s, st.sink
+  local t_call = p.t_call
+  local t_eff, order, list = {}, {}, {}
+  for ti = 1, p.nt do
+    s.turns = s.turns + 1
+    local text = p.text[ti] or ""
+    local since_t = p.since[ti]
+    if p.nc[ti] == 0 then
+      local ms = math.max(0, (p.text_t[ti] or since_t) - since_t)
+      s.model_ms = s.model_ms + ms
+      sink.text_turn(text, ms)
+    else
+      local t_first = p.t_first[ti]
+      local model = math.max(0, t_first - since_t)
+      local nc = p.nc[ti]
+      for i = 1, nc do
+        local j = p.first[ti] + i - 1
+        t_eff[j] = t_call[j] + tool_ms[j]
+        order[i] = j
+      end
+      for i = #order, nc + 1, -1 do order[i] = nil end
+      for i = #list, nc + 1, -1 do list[i] = nil end
+      if nc > 1 then table.sort(order, function(a, b) return t_eff[a] < t_eff[b] end) end
+      local prev = t_first
+      for i, j in ipairs(order) do
+        local inc = math.max(0, t_eff[j] - prev)
+        prev = math.max(prev, t_eff[j])
+        s.tool_ms = s.tool_ms + inc
+        local c = list[i] or {}
+        list[i] = c
+        c.id, c.tool, c.args, c.key, c.obs, c.tms = p.id[j], p.tool[j], p.args[j], p.key[j], p.obs[j] or nil, inc
+        c.own, c.off = tool_ms[j], math.max(0, t_call[j] - t_first)
+      end
+      s.model_ms = s.model_ms + model
+      sink.call_turn(text, model, list)
+    end
+  end
+end
+
+local function close_prompt(st)
+  if not st.P then return end
+  local p, s = st.P, st.s
+  st.P = nil
+  local n = p.n
+  local t_call, t_result = p.t_call, p.t_result
+  -- the person's waits inside calls
+  local rec, wait = person_waits(p, st.cap)
+  local tool_ms = {}
+  local wall = p.last_t - p.t0
+  for j = 1, n do
+    tool_ms[j] = rec[j] and rec[j] - wait[j] or 0
+    if not rec[j] then s.untimed = s.untimed + 1 end
+    s.n_calls = s.n_calls + 1
+    st.sink.call(p.tool[j], p.args[j], rec[j], wait[j], tool_ms[j])
+  end
+  -- a late result of one of these calls is theirs, not the next prompt's
+  for id in pairs(st.by_id) do st.closed[id] = true end
+  st.by_id = {}
+  -- what the person's waits took from the prompt's wall time: what they
+  -- shortened each turn's tool phase by (a wait beside a longer parallel
+  -- call took nothing)
+  local waits = 0
+  for ti = 1, p.nt do
+    local raw, eff = p.t_first[ti] or 0, p.t_first[ti] or 0
+    for j = p.first[ti], p.first[ti] + p.nc[ti] - 1 do
+      if t_result[j] and t_result[j] > raw then raw = t_result[j] end
+      if t_call[j] + tool_ms[j] > eff then eff = t_call[j] + tool_ms[j] end
+    end
+    waits = waits + math.max(0, raw - eff)
+  end
+  s.approval_ms = s.approval_ms + (p.active_ms and math.max(0, (p.end_t or p.last_t) - p.t0 - p.active_ms) or waits)
+  -- the log's own count of the agent's time: Claude Code's active time,
+  -- else the prompt's wall time without the person's waits
+  s.recorded_ms = s.recorded_ms + (p.active_ms or (wall - waits))
+  emit_turns(st, p, tool_ms)
+  st.last_agent = p.last_t
+end
+
+-- The model's text or a tool call it decided.
+local function on_text_or_call(st, e, t)
+  local s = st.s
+  if not st.P then open_prompt(st, t, nil) end   -- a resumed session: the first event starts it
+  local P = st.P
+  -- text after calls is a later reply; a call after answered calls too
+  if not st.turn or (P.nc[st.turn] > 0 and (e.kind == "text" or turn_answered(st))) then new_turn(st) end
+  local turn = st.turn
+  if e.kind == "text" then
+    local k = st.kept(e.text)
+    P.text[turn] = P.text[turn] and (P.text[turn] .. "\n" .. k) or k
+    if P.nc[turn] == 0 then P.text_t[turn] = t end
+  else
+    if P.nc[turn] == 0 then P.t_first[turn] = t end
+    local j = P.n + 1
+    P.n = j
+    P.nc[turn] = P.nc[turn] + 1
+    local id = type(e.id) == "string" and e.id or ("call" .. (s.n_calls + j))
+    P.id[j], P.tool[j], P.t_call[j] = id, e.tool, t
+    if st.sink.args then P.args[j], P.key[j] = st.sink.args(e.args) else P.args[j] = e.args end
+    P.t_result[j], P.obs[j], P.appr[j], P.exec[j] = false, false, false, false
+    st.by_id[id] = j
+    -- the model waits from its decision at least (a call without a
+    -- result ends nothing later)
+    if t > st.since then st.since = t end
+  end
+  if t > P.last_t then P.last_t = t end
+end
+
+local function on_result(st, e, t)
+  local P = st.P
+  local j = type(e.id) == "string" and st.by_id[e.id]
+  if not j and P and not (type(e.id) == "string" and st.closed[e.id]) then
+    for x = 1, P.n do if not P.t_result[x] then j = x break end end
+  end
+  if j and not P.t_result[j] then
+    P.t_result[j] = t
+    P.obs[j] = st.kept(content_text(e.content))
+    if t > st.since then st.since = t end
+    if t > P.last_t then P.last_t = t end
+  end
+end
+
 local function builder(path, fmt, opts)
-  local cap = opts.approval_cap_ms or M.CAP_MS
   local max_text = opts.max_text or M.MAX_TEXT
   local keep_text = opts.keep_text ~= false
-  local function kept(text)
+  local s = { path = path, format = fmt, recorded_ms = 0, model_ms = 0, tool_ms = 0,
+              user_ms = 0, approval_ms = 0, prompts = 0, turns = 0, untimed = 0, n_calls = 0 }
+  local st = { s = s, cap = opts.approval_cap_ms or M.CAP_MS, by_id = {}, closed = {} }
+  function st.kept(text)
     if keep_text then return cut(text, max_text) end
     return digest(text)
   end
-  local s = { path = path, format = fmt, recorded_ms = 0, model_ms = 0, tool_ms = 0,
-              user_ms = 0, approval_ms = 0, prompts = 0, turns = 0, untimed = 0, n_calls = 0 }
   -- the sink: what a closed prompt becomes
-  local sink = {}
-  if keep_text then
-    s.msgs, s.calls = {}, {}
-    function sink.user(text) s.msgs[#s.msgs + 1] = { role = "user", content = text } end
-    function sink.call(tool, args, rec, wait, tool_ms)
-      s.calls[#s.calls + 1] = { tool = tool, args = args, recorded_ms = rec or nil, wait_ms = wait, tool_ms = tool_ms,
-                                untimed = not rec or nil }
-    end
-    function sink.text_turn(text, ms)
-      s.msgs[#s.msgs + 1] = { role = "assistant", content = text, specula_times = { model_ms = ms, tool_ms = {} } }
-    end
-    function sink.call_turn(text, model, list)
-      local msgs = s.msgs
-      local tc, tms, own, off = {}, {}, {}, {}
-      for i, c in ipairs(list) do
-        tms[i], own[i], off[i] = c.tms, c.own, c.off
-        tc[i] = { id = c.id, type = "function", ["function"] = { name = c.tool, arguments = c.args } }
-      end
-      msgs[#msgs + 1] = { role = "assistant", content = text, tool_calls = tc,
-                          specula_times = { model_ms = model, tool_ms = tms, call_ms = own, offset_ms = off } }
-      for _, c in ipairs(list) do msgs[#msgs + 1] = { role = "tool", tool_call_id = c.id, content = c.obs or "" } end
-    end
-  else
-    turnslib = turnslib or require "specula.convtraces.turns"
-    local T = turnslib.new()
-    -- the calls: { tool, args (canonical JSON), recorded_ms, wait_ms,
-    -- tool_ms } columns (recorded_ms false: untimed)
-    local C = { tool = {}, args = {}, recorded_ms = {}, wait_ms = {}, tool_ms = {} }
-    s.msgs, s.call_cols = T, C
-    function sink.user(text) turnslib.user(T, text) end
-    function sink.call(tool, args, rec, wait, tool_ms)
-      local j = s.n_calls   -- counted already
-      C.tool[j], C.args[j], C.recorded_ms[j], C.wait_ms[j], C.tool_ms[j] = tool, args, rec, wait, tool_ms
-    end
-    -- a call's arguments, kept from the call on as two strings (interned:
-    -- equal arguments, one string): the record's canonical JSON of them,
-    -- and the replay's (turns.norm_args'), not as a table a call
-    function sink.args(args) return json.canonical(args), json.canonical(turnslib.norm_args(args)) end
-    function sink.text_turn(text, ms) turnslib.turn(T, text, ms, nil) end
-    function sink.call_turn(text, model, list) turnslib.turn(T, text, model, list) end
-  end
-  local P, turn, since, last_agent   -- the open prompt, its latest turn (index)
-  local by_id = {}
-  local closed = {}   -- ids of the calls of closed prompts: a late result is theirs
-
-  local function open_prompt(t, text)
-    s.t0 = s.t0 or t
-    -- calls: id, tool, args (with digests: canonical JSON, and key: the
-    -- replay's), t_call, t_result, obs, appr (approval ms),
-    -- exec (exec ms), turn; turns: since, t_first, text_t, text (its texts
-    -- joined), first (call), n (calls)
-    P = { t0 = t, last_t = t, n = 0, id = {}, tool = {}, args = {}, key = {}, t_call = {}, t_result = {}, obs = {}, appr = {},
-          exec = {}, nt = 0, since = {}, t_first = {}, text_t = {}, text = {}, first = {}, nc = {} }
-    since, turn = t, nil
-    s.prompts = s.prompts + 1
-    if text then sink.user(kept(text)) end
-  end
-
-  local function new_turn()
-    local ti = P.nt + 1
-    P.nt = ti
-    P.since[ti], P.t_first[ti], P.text_t[ti], P.text[ti], P.first[ti], P.nc[ti] = since, false, false, false, P.n + 1, 0
-    turn = ti
-  end
-
-  -- a turn is over once one of its calls has its result
-  local function turn_answered()
-    for j = P.first[turn], P.first[turn] + P.nc[turn] - 1 do if P.t_result[j] then return true end end
-    return false
-  end
-
-  local function close_prompt()
-    if not P then return end
-    local p = P
-    P = nil
-    local n = p.n
-    local t_call, t_result = p.t_call, p.t_result
-    -- the person's waits inside calls
-    local rec, wait, tool_ms = {}, {}, {}
-    for j = 1, n do
-      rec[j] = t_result[j] and math.max(0, t_result[j] - t_call[j]) or false
-      wait[j] = 0
-    end
-    local wall = p.last_t - p.t0
-    if p.active_ms then
-      local w = (p.end_t or p.last_t) - p.t0 - p.active_ms
-      if w > 0 then
-        local order = {}
-        for j = 1, n do if rec[j] then order[#order + 1] = j end end
-        table.sort(order, function(a, b) return rec[a] > rec[b] end)
-        for _, j in ipairs(order) do
-          if w <= 0 then break end
-          wait[j] = math.min(w, rec[j])
-          w = w - wait[j]
-        end
-      end
-    else
-      for j = 1, n do
-        local r = rec[j]
-        if r then
-          if p.appr[j] then
-            wait[j] = math.min(r, p.appr[j])
-          elseif p.exec[j] then
-            local extra = r - p.exec[j]
-            if extra > M.APPROVAL_GAP_MS then wait[j] = extra end
-          elseif r > cap then
-            wait[j] = r - cap
-          end
-        end
-      end
-    end
-    for j = 1, n do
-      tool_ms[j] = rec[j] and rec[j] - wait[j] or 0
-      if not rec[j] then s.untimed = s.untimed + 1 end
-      s.n_calls = s.n_calls + 1
-      sink.call(p.tool[j], p.args[j], rec[j], wait[j], tool_ms[j])
-    end
-    -- a late result of one of these calls is theirs, not the next prompt's
-    for id in pairs(by_id) do closed[id] = true end
-    by_id = {}
-    -- what the person's waits took from the prompt's wall time: what they
-    -- shortened each turn's tool phase by (a wait beside a longer parallel
-    -- call took nothing)
-    local waits = 0
-    for ti = 1, p.nt do
-      local raw, eff = p.t_first[ti] or 0, p.t_first[ti] or 0
-      for j = p.first[ti], p.first[ti] + p.nc[ti] - 1 do
-        if t_result[j] and t_result[j] > raw then raw = t_result[j] end
-        if t_call[j] + tool_ms[j] > eff then eff = t_call[j] + tool_ms[j] end
-      end
-      waits = waits + math.max(0, raw - eff)
-    end
-    s.approval_ms = s.approval_ms + (p.active_ms and math.max(0, (p.end_t or p.last_t) - p.t0 - p.active_ms) or waits)
-    -- the log's own count of the agent's time: Claude Code's active time,
-    -- else the prompt's wall time without the person's waits
-    s.recorded_ms = s.recorded_ms + (p.active_ms or (wall - waits))
-    -- the turns with their times (a turn's calls in scratch tables the sink
-    -- reads and lets go: a prompt of thousands of turns leaves no table a turn)
-    local t_eff, order, list = {}, {}, {}
-    for ti = 1, p.nt do
-      s.turns = s.turns + 1
-      local text = p.text[ti] or ""
-      local since_t = p.since[ti]
-      if p.nc[ti] == 0 then
-        local ms = math.max(0, (p.text_t[ti] or since_t) - since_t)
-        s.model_ms = s.model_ms + ms
-        sink.text_turn(text, ms)
-      else
-        local t_first = p.t_first[ti]
-        local model = math.max(0, t_first - since_t)
-        local nc = p.nc[ti]
-        for i = 1, nc do
-          local j = p.first[ti] + i - 1
-          t_eff[j] = t_call[j] + tool_ms[j]
-          order[i] = j
-        end
-        for i = #order, nc + 1, -1 do order[i] = nil end
-        for i = #list, nc + 1, -1 do list[i] = nil end
-        if nc > 1 then table.sort(order, function(a, b) return t_eff[a] < t_eff[b] end) end
-        local prev = t_first
-        for i, j in ipairs(order) do
-          local inc = math.max(0, t_eff[j] - prev)
-          prev = math.max(prev, t_eff[j])
-          s.tool_ms = s.tool_ms + inc
-          local c = list[i] or {}
-          list[i] = c
-          c.id, c.tool, c.args, c.key, c.obs, c.tms = p.id[j], p.tool[j], p.args[j], p.key[j], p.obs[j] or nil, inc
-          c.own, c.off = tool_ms[j], math.max(0, t_call[j] - t_first)
-        end
-        s.model_ms = s.model_ms + model
-        sink.call_turn(text, model, list)
-      end
-    end
-    last_agent = p.last_t
-  end
+  st.sink = keep_text and text_sink(s) or digest_sink(s)
 
   local b = {}
   function b.event(e)
@@ -320,54 +394,26 @@ local function builder(path, fmt, opts)
       s.id = s.id or e.id
       s.t0 = s.t0 or t
     elseif e.kind == "prompt" then
-      close_prompt()
-      if last_agent and t > last_agent then s.user_ms = s.user_ms + (t - last_agent) end
-      open_prompt(t, e.text)
+      close_prompt(st)
+      if st.last_agent and t > st.last_agent then s.user_ms = s.user_ms + (t - st.last_agent) end
+      open_prompt(st, t, e.text)
     elseif e.kind == "text" or e.kind == "call" then
-      if not P then open_prompt(t, nil) end   -- a resumed session: the first event starts it
-      -- text after calls is a later reply; a call after answered calls too
-      if not turn or (P.nc[turn] > 0 and (e.kind == "text" or turn_answered())) then new_turn() end
-      if e.kind == "text" then
-        local k = kept(e.text)
-        P.text[turn] = P.text[turn] and (P.text[turn] .. "\n" .. k) or k
-        if P.nc[turn] == 0 then P.text_t[turn] = t end
-      else
-        if P.nc[turn] == 0 then P.t_first[turn] = t end
-        local j = P.n + 1
-        P.n = j
-        P.nc[turn] = P.nc[turn] + 1
-        local id = type(e.id) == "string" and e.id or ("call" .. (s.n_calls + j))
-        P.id[j], P.tool[j], P.t_call[j] = id, e.tool, t
-        if sink.args then P.args[j], P.key[j] = sink.args(e.args) else P.args[j] = e.args end
-        P.t_result[j], P.obs[j], P.appr[j], P.exec[j] = false, false, false, false
-        by_id[id] = j
-        -- the model waits from its decision at least (a call without a
-        -- result ends nothing later)
-        if t > since then since = t end
-      end
-      if t > P.last_t then P.last_t = t end
+      on_text_or_call(st, e, t)
     elseif e.kind == "result" then
-      local j = type(e.id) == "string" and by_id[e.id]
-      if not j and P and not (type(e.id) == "string" and closed[e.id]) then
-        for x = 1, P.n do if not P.t_result[x] then j = x break end end
-      end
-      if j and not P.t_result[j] then
-        P.t_result[j] = t
-        P.obs[j] = kept(content_text(e.content))
-        if t > since then since = t end
-        if t > P.last_t then P.last_t = t end
-      end
+      on_result(st, e, t)
     elseif e.kind == "approval" then
       -- a person's approval, timed by the log: the latest call still waiting
+      local P = st.P
       if P then
         for j = P.n, 1, -1 do
           if not P.t_result[j] then P.appr[j] = (P.appr[j] or 0) + e.ms break end
         end
       end
     elseif e.kind == "exec" then
-      local j = type(e.id) == "string" and by_id[e.id]
-      if j then P.exec[j] = e.exec_ms end
+      local j = type(e.id) == "string" and st.by_id[e.id]
+      if j then st.P.exec[j] = e.exec_ms end
     elseif e.kind == "end" then
+      local P = st.P
       if P then
         P.end_t = t
         if e.active_ms then P.active_ms = (P.active_ms or 0) + e.active_ms end
@@ -375,7 +421,7 @@ local function builder(path, fmt, opts)
     end
   end
   function b.finish()
-    close_prompt()
+    close_prompt(st)
     return s
   end
   return b

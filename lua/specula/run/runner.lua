@@ -339,25 +339,19 @@ local function run_all(run, queries, emit, progress, keep)
   return res, stopped, count
 end
 
-run_batch = function(run, queries, emit, progress, keep)
+-- How many queries of the batch run at once.
+-- State the queries share makes a query's result depend on which
+-- others ran before or beside it: a predictor that learns across queries
+-- (run_batch learns each trajectory in input order, so a query only ever
+-- sees what the queries before it taught), --k auto's live estimates, a
+-- policy class with a rate (one bucket for the run). Under the virtual
+-- clock results must not depend on --concurrency, so such a run takes
+-- its queries one at a time in input order, as --concurrency 1 does (it
+-- costs little: nothing waits in real time, and each query is timed
+-- from its own start).
+local function batch_concurrency(run, n)
   local o = run.o
-  local stream = queries.next and queries or nil
-  local n = stream and stream.n or #queries
-  -- qs: the queries started and not yet emitted, by index
-  local qs, results, next_emit, emitted = {}, {}, 1, 0
-  local done, started, next_i = 0, 0, 1
-  local t0 = sched.real_now()   -- the progress line's rate is real queries per second
-  local sum_wall, sum_std = 0, 0
   local conc = math.min(o.concurrency or D.concurrency, math.max(n, 1))
-  -- State the queries share makes a query's result depend on which
-  -- others ran before or beside it: a predictor that learns across queries
-  -- (it learns each trajectory in input order, below, so a query only ever
-  -- sees what the queries before it taught), --k auto's live estimates, a
-  -- policy class with a rate (one bucket for the run). Under the virtual
-  -- clock results must not depend on --concurrency, so such a run takes
-  -- its queries one at a time in input order, as --concurrency 1 does (it
-  -- costs little: nothing waits in real time, and each query is timed
-  -- from its own start).
   local shared = M.shared_state(run)
   if shared and conc > 1 and sched.clock() == "virtual" then
     if not run.serial_noted and not o.quiet then
@@ -367,11 +361,57 @@ run_batch = function(run, queries, emit, progress, keep)
     end
     conc = 1
   end
+  return conc
+end
+
+-- Start query q's window w in group, after a keyed random delay with
+-- --start-jitter-ms (spreads the starts of concurrent queries; keyed, so
+-- runs repeat).
+local function start_window(run, w, q, group)
+  local o = run.o
+  if o.start_jitter_ms and o.start_jitter_ms > 0 then
+    local idk = tostring(q.id)
+    local delay = C.sp_rand_keyed(o.seed or D.seed, idk, #idk, 0, "start", 0) * o.start_jitter_ms
+    sched.spawn(function() sched.sleep(delay) C.sp_window_start_in(w, group) end)
+  else
+    C.sp_window_start_in(w, group)
+  end
+end
+
+-- After an interrupt: write what finished behind the gap, in input order,
+-- and return the kept records with no holes (and the emitted count).
+local function emit_late(results, qs, next_emit, emitted, emit, keep)
+  local late = {}
+  for i in pairs(results) do if i >= next_emit then late[#late + 1] = i end end
+  table.sort(late)
+  for _, i in ipairs(late) do
+    local r, q = results[i], qs[i]
+    if q.shard then r.shard = q.shard end
+    results[i] = keep and (emit(r, i, q) or r) or nil
+    emitted = emitted + 1
+  end
+  local kept = {}
+  if keep then
+    for i = 1, math.max(next_emit - 1, late[#late] or 0) do
+      if results[i] then kept[#kept + 1] = results[i] end
+    end
+  end
+  return kept, emitted
+end
+
+run_batch = function(run, queries, emit, progress, keep)
+  local stream = queries.next and queries or nil
+  local n = stream and stream.n or #queries
+  -- qs: the queries started and not yet emitted, by index
+  local qs, results, next_emit, emitted = {}, {}, 1, 0
+  local done, started, next_i = 0, 0, 1
+  local t0 = sched.real_now()   -- the progress line's rate is real queries per second
+  local sum_wall, sum_std = 0, 0
+  local conc = batch_concurrency(run, n)
   local learn = run.learn
   local group = ffi.gc(C.sp_wgroup_new(core.ctx), C.sp_wgroup_free)
   local active_w, active_i = {}, {}   -- window id -> window, query index
   local me = sched.current("specula.run")
-  local jitter = o.start_jitter_ms and o.start_jitter_ms > 0
   -- A SIGINT/SIGTERM (trapped by runner.main) cancels every window: then no
   -- query starts, the cancelled ones are dropped (a resume runs them) and
   -- the finished ones are still written.
@@ -419,14 +459,7 @@ run_batch = function(run, queries, emit, progress, keep)
       else
         local id = C.sp_window_id(w)
         active_w[id], active_i[id] = w, i
-        if jitter then
-          -- Spread the starts of concurrent queries (keyed, so runs repeat).
-          local idk = tostring(q.id)
-          local delay = C.sp_rand_keyed(o.seed or D.seed, idk, #idk, 0, "start", 0) * o.start_jitter_ms
-          sched.spawn(function() sched.sleep(delay) C.sp_window_start_in(w, group) end)
-        else
-          C.sp_window_start_in(w, group)
-        end
+        start_window(run, w, q, group)
       end
     end
     local fw = C.sp_wgroup_pop(group)
@@ -451,21 +484,8 @@ run_batch = function(run, queries, emit, progress, keep)
   if stream and stream.finish then stream.finish() end
   if interrupted then
     -- write what finished behind a gap, in input order; return no holes
-    local late = {}
-    for i in pairs(results) do if i >= next_emit then late[#late + 1] = i end end
-    table.sort(late)
-    for _, i in ipairs(late) do
-      local r, q = results[i], qs[i]
-      if q.shard then r.shard = q.shard end
-      results[i] = keep and (emit(r, i, q) or r) or nil
-      emitted = emitted + 1
-    end
-    local kept = {}
-    if keep then
-      for i = 1, math.max(next_emit - 1, late[#late] or 0) do
-        if results[i] then kept[#kept + 1] = results[i] end
-      end
-    end
+    local kept
+    kept, emitted = emit_late(results, qs, next_emit, emitted, emit, keep)
     return kept, true, emitted
   end
   return results, false, emitted
