@@ -22,6 +22,21 @@ local function replay_ms(s)
 end
 
 describe("convtraces.sessions", function()
+  it("keeps a result that is a list of objects as canonical JSON: the same text, and digest, in every process", function()
+    -- (json.encode follows a table's hash order, which differs between
+    -- processes: a Claude Code tool_reference list came out in either order)
+    local json = require "specula.json"
+    local s = assert(sessions.read(ROOT .. "timed_traces/claude_code/SublyFi__privacy-x402__claude-session.jsonl"))
+    local n = 0
+    for _, m in ipairs(s.msgs) do
+      if m.role == "tool" and type(m.content) == "string" and m.content:match("^%[{") then
+        n = n + 1
+        assert.equals(json.canonical(json.decode(m.content)), m.content)
+      end
+    end
+    assert.is_true(n >= 1, "no result of that shape in the fixture")
+  end)
+
   it("reads ISO times to the millisecond, with offsets", function()
     assert.equals(0, sessions.iso_ms("1970-01-01T00:00:00Z"))
     assert.equals(1772445600123, sessions.iso_ms("2026-03-02T10:00:00.123Z"))

@@ -17,6 +17,7 @@
 -- messages with role user/developer) are context, not prompts: a prompt is
 -- the user_message event.
 local json = require "specula.json"
+local stable_json = require("specula.convtraces.common").stable_json
 
 local M = { name = "codex",
   expects = 'a Codex CLI rollout line: {"timestamp": ISO, "type": "session_meta"|"response_item"|"event_msg"|"turn_context", "payload": {...}}' }
@@ -68,7 +69,7 @@ function M.events(v, ev, iso)
       ev({ kind = "call", t = t, id = p.call_id, tool = type(p.name) == "string" and p.name or "?", args = args })
     elseif ty == "function_call_output" or ty == "custom_tool_call_output" then
       local out = p.output
-      if type(out) == "table" then out = type(out.content) == "string" and out.content or json.encode(out) end
+      if type(out) == "table" then out = type(out.content) == "string" and out.content or stable_json(out) end
       ev({ kind = "result", t = t, id = p.call_id, content = out })
     elseif ty == "message" and p.role == "assistant" then
       local text = text_of(p.content)

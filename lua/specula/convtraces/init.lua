@@ -14,6 +14,7 @@
 -- A line that cannot be used is skipped with a warning naming file:line; a
 -- call whose arguments are not a JSON object keeps them as its text.
 local json = require "specula.json"
+local stable_json = require("specula.convtraces.common").stable_json
 
 local type, ipairs, tostring, format, concat = type, ipairs, tostring, string.format, table.concat
 
@@ -63,7 +64,7 @@ local function content_text(c)
     end
     if #parts > 0 then return concat(parts, "\n") end
   end
-  return json.encode(c) or ""
+  return stable_json(c) or ""
 end
 
 -- A name as a warning quotes it: cut, so a hostile one cannot flood stderr.
@@ -278,7 +279,7 @@ function M.synthesize(query, steps)
     local c = conv.event({ kind = "call", tool = s.tool, args = s.args })
     if s.observation ~= nil then
       local obs = s.observation
-      local text = type(obs) == "string" and obs or (json.encode(obs) or tostring(obs))
+      local text = type(obs) == "string" and obs or (stable_json(obs) or tostring(obs))
       conv.event({ kind = "result", tool = s.tool, text = text, value = type(obs) == "table" and obs or nil, call = c })
     end
   end

@@ -50,6 +50,7 @@
 -- recorded_ms (false: untimed), wait_ms, tool_ms }, calls nil): a call
 -- costs a few numbers and strings (M.each_call reads either form).
 local json = require "specula.json"
+local stable_json = require("specula.convtraces.common").stable_json
 
 local type, ipairs, pairs, tostring, format, floor = type, ipairs, pairs, tostring, string.format, math.floor
 local turnslib
@@ -119,7 +120,7 @@ local function content_text(c)
     end
     if #parts > 0 then return table.concat(parts, "\n") end
   end
-  return json.encode(c) or ""
+  return stable_json(c) or ""
 end
 
 -- The builder: events in, a session out (see above). A prompt's calls and
