@@ -417,6 +417,7 @@ local SECRETS_ALLOWED = {
   ["specula.mcp.auth.flows"] = "declares authorization codes, PKCE verifiers, assertions and ID tokens",
   ["specula.mcp.http"] = "sends the OAuth bearer; its errors quote the server's replies",
   ["specula.mcp.client"] = "its errors and warnings are made of a server's text, which may quote a credential",
+  ["specula.mcp.hooks"] = "a failed hook's message, sent to the server and warned, may quote what the hook saw",
 }
 local OUTPUT_MODULE = "specula/internal/output.lua"
 
