@@ -76,6 +76,89 @@ function M.read(path, script_dir)
   return spec, p
 end
 
+-- Declare a tool of the agent under a class (its cost from the agent's tool).
+local function add_tool_to(p, agent_tools, tool, cls, where)
+  local t = agent_tools[tool]
+  local cost = t and t.cost or 0
+  if C.sp_policy_tool(p, tool, cls, cost) < 0 then
+    error("policy: " .. where .. ": class '" .. tostring(cls) .. "' of tool '" .. tool .. "' is not defined", 0)
+  end
+end
+
+-- A class policy ({classes=, tools=, budget=, decide=, trust_tool_classes=})
+-- into the C policy p; obj gets its rate class and decide function.
+local function build_classes(p, spec, agent_tools, obj)
+  local function add_tool(tool, cls, where) add_tool_to(p, agent_tools, tool, cls, where) end
+  for cls, v in pairs(spec.classes or {}) do
+    local d, rate, burst
+    if type(v) == "table" then
+      d, rate, burst = decision_of(v.decision, "class " .. cls), v.rate or 0, v.burst or 0
+    else
+      d, rate, burst = decision_of(v, "class " .. cls), 0, 0
+    end
+    if C.sp_policy_class(p, cls, d, rate, burst) < 0 then error("policy: cannot add class " .. cls, 0) end
+    -- a rate is one bucket for the whole run: the queries in flight share it
+    if type(rate) == "number" and rate > 0 then obj.rate_class = cls end
+  end
+  local mapped = {}
+  for tool, cls in pairs(spec.tools or {}) do
+    if DECISION[cls] then
+      -- a per-tool decision inside a class policy
+      C.sp_policy_class(p, "tool:" .. tool, DECISION[cls], 0, 0)
+      cls = "tool:" .. tool
+    end
+    add_tool(tool, cls, "tools." .. tool)
+    mapped[tool] = true
+  end
+  if spec.trust_tool_classes then
+    for tool, t in pairs(agent_tools) do
+      if not mapped[tool] and t.class ~= nil then add_tool(tool, t.class, "agent tool " .. tool) end
+    end
+  end
+  local b = spec.budget
+  if b then
+    C.sp_policy_budget(p, b.max_inflight or -1, b.max_wasted_cost or -1)
+  end
+  if spec.decide ~= nil then
+    if type(spec.decide) ~= "function" then error("policy: decide must be a function", 0) end
+    obj.decide = spec.decide
+    C.sp_policy_set_scripted(p, 1)
+  end
+end
+
+-- Resource reads of an MCP server (specula.tools.mcp_resources) change
+-- nothing by the protocol's definition of resources/read: they are full
+-- without trusting any annotation, unless the policy decides for that
+-- tool itself (a table entry; a function policy decides every tool).
+-- Returns the sources, with the resource tools added.
+local function add_resource_reads(p, spec, agent_tools, sources)
+  local function add_tool(tool, cls, where) add_tool_to(p, agent_tools, tool, cls, where) end
+  local named = {}
+  if type(spec) == "table" then
+    if spec.classes or spec.tools or spec.budget or spec.decide then
+      for tool in pairs(spec.tools or {}) do named[tool] = true end
+    else
+      for tool in pairs(spec) do named[tool] = true end
+    end
+  end
+  local is_resource = require("specula.tools").is_mcp_resource
+  local defined = false
+  for tool, t in pairs(agent_tools) do
+    if not named[tool] and is_resource(t) then
+      if not defined then
+        defined = true
+        if C.sp_policy_class(p, RESOURCE_CLASS, C.SP_FULL, 0, 0) < 0 then
+          error("policy: cannot add class " .. RESOURCE_CLASS, 0)
+        end
+      end
+      add_tool(tool, RESOURCE_CLASS, "mcp resource tool " .. tool)
+      sources = sources or {}
+      sources[tool] = { decision = "full", source = "mcp-resource" }
+    end
+  end
+  return sources
+end
+
 -- Build a C policy for an agent's tools. Returns an object:
 -- { ptr = sp_policy*, decide = fn|nil, name = string }.
 function M.build(spec, agent_tools, script_dir)
@@ -106,14 +189,7 @@ function M.build(spec, agent_tools, script_dir)
     end
   end
   agent_tools = agent_tools or {}
-
-  local function add_tool(tool, cls, where)
-    local t = agent_tools[tool]
-    local cost = t and t.cost or 0
-    if C.sp_policy_tool(p, tool, cls, cost) < 0 then
-      error("policy: " .. where .. ": class '" .. tostring(cls) .. "' of tool '" .. tool .. "' is not defined", 0)
-    end
-  end
+  local function add_tool(tool, cls, where) add_tool_to(p, agent_tools, tool, cls, where) end
 
   if spec == nil then
     -- no policy: every agent tool is unknown, so forbid
@@ -123,41 +199,7 @@ function M.build(spec, agent_tools, script_dir)
     obj.decide = spec
     C.sp_policy_set_scripted(p, 1)
   elseif type(spec) == "table" and (spec.classes or spec.tools or spec.budget or spec.decide) then
-    for cls, v in pairs(spec.classes or {}) do
-      local d, rate, burst
-      if type(v) == "table" then
-        d, rate, burst = decision_of(v.decision, "class " .. cls), v.rate or 0, v.burst or 0
-      else
-        d, rate, burst = decision_of(v, "class " .. cls), 0, 0
-      end
-      if C.sp_policy_class(p, cls, d, rate, burst) < 0 then error("policy: cannot add class " .. cls, 0) end
-      -- a rate is one bucket for the whole run: the queries in flight share it
-      if type(rate) == "number" and rate > 0 then obj.rate_class = cls end
-    end
-    local mapped = {}
-    for tool, cls in pairs(spec.tools or {}) do
-      if DECISION[cls] then
-        -- a per-tool decision inside a class policy
-        C.sp_policy_class(p, "tool:" .. tool, DECISION[cls], 0, 0)
-        cls = "tool:" .. tool
-      end
-      add_tool(tool, cls, "tools." .. tool)
-      mapped[tool] = true
-    end
-    if spec.trust_tool_classes then
-      for tool, t in pairs(agent_tools) do
-        if not mapped[tool] and t.class ~= nil then add_tool(tool, t.class, "agent tool " .. tool) end
-      end
-    end
-    local b = spec.budget
-    if b then
-      C.sp_policy_budget(p, b.max_inflight or -1, b.max_wasted_cost or -1)
-    end
-    if spec.decide ~= nil then
-      if type(spec.decide) ~= "function" then error("policy: decide must be a function", 0) end
-      obj.decide = spec.decide
-      C.sp_policy_set_scripted(p, 1)
-    end
+    build_classes(p, spec, agent_tools, obj)
   elseif type(spec) == "table" then
     for _, d in pairs({ "full", "warmup", "forbid" }) do C.sp_policy_class(p, d, DECISION[d], 0, 0) end
     for tool, d in pairs(spec) do
@@ -168,35 +210,9 @@ function M.build(spec, agent_tools, script_dir)
   else
     error("policy: expected a table, a function or a path, got " .. type(spec), 0)
   end
-  -- Resource reads of an MCP server (specula.tools.mcp_resources) change
-  -- nothing by the protocol's definition of resources/read: they are full
-  -- without trusting any annotation, unless the policy decides for that
-  -- tool itself (a table entry; a function policy decides every tool).
+  -- resource reads of an MCP server: full unless the policy names them
   if type(spec) ~= "function" then
-    local named = {}
-    if type(spec) == "table" then
-      if spec.classes or spec.tools or spec.budget or spec.decide then
-        for tool in pairs(spec.tools or {}) do named[tool] = true end
-      else
-        for tool in pairs(spec) do named[tool] = true end
-      end
-    end
-    local is_resource = require("specula.tools").is_mcp_resource
-    local defined = false
-    for tool, t in pairs(agent_tools) do
-      if not named[tool] and is_resource(t) then
-        if not defined then
-          defined = true
-          if C.sp_policy_class(p, RESOURCE_CLASS, C.SP_FULL, 0, 0) < 0 then
-            error("policy: cannot add class " .. RESOURCE_CLASS, 0)
-          end
-        end
-        add_tool(tool, RESOURCE_CLASS, "mcp resource tool " .. tool)
-        sources = sources or {}
-        sources[tool] = { decision = "full", source = "mcp-resource" }
-      end
-    end
-    obj.sources = sources
+    obj.sources = add_resource_reads(p, spec, agent_tools, sources)
   end
   return obj
 end

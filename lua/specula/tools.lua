@@ -215,6 +215,70 @@ end
 
 local RESULTS = { json = true, text = true }
 
+-- What the templates will read from the environment is secret from the
+-- tool's creation on, before any call (a value set later is declared when
+-- it is used).
+local function declare_parts(parts, url)
+  for _, p in ipairs(parts or {}) do
+    if type(p) == "table" and p.env then
+      local v = os.getenv(p.env)
+      if v then declare_env(p, v, url) end
+    end
+  end
+end
+
+local function declare_body(t)
+  if type(t) ~= "table" then return end
+  if t.__whole then declare_parts({ t.__whole }) return end
+  if t.__parts then declare_parts(t.__parts) return end
+  for _, x in pairs(t) do declare_body(x) end
+end
+
+local function declare_templates(url_t, headers_t, body_t, body_kind)
+  declare_parts(url_t, true)
+  for _, h in ipairs(headers_t) do declare_parts(h[2]) end
+  if body_kind == "json" then declare_body(body_t) elseif body_kind == "text" then declare_parts(body_t) end
+end
+
+-- Raise the error of a request that failed (f, after n attempts), scrubbed.
+local function http_failed(name, where, f, n, why, secrets)
+  local msg
+  if f.err then
+    msg = format("tools.http '%s': %s (%s)", name, f.err, retry.attempts_text(n))
+  else
+    -- scrubbed before the cut too, so no part of a secret survives it
+    local ex = retry.excerpt(scrub(f.body, secrets), f.headers and f.headers["content-type"], 200)
+    msg = format("tools.http '%s': HTTP %s from %s (%s)%s", name, tostring(f.status), where,
+                 retry.attempts_text(n), ex ~= "" and (": " .. ex) or "")
+  end
+  if why then msg = msg .. "; " .. why end
+  error(scrub(msg, secrets), 0)
+end
+
+-- The tool's result from the response: by the spec's result (nil: by the
+-- content type), "text", "json" or a function of the response.
+local function http_result(name, where, result, res, args, ctx, secrets)
+  local mode = result
+  if mode == nil then
+    local ct = lower(res.headers["content-type"] or "")
+    mode = find(ct, "json", 1, true) and "json" or "text"
+  end
+  if mode == "text" then return res.body end
+  if mode == "json" then
+    local v, err = json.decode(res.body)
+    if v == nil then
+      error(scrub(format("tools.http '%s': response of %s is not JSON: %s; body starts \"%s\"",
+        name, where, tostring(err), retry.excerpt(scrub(res.body, secrets), "text/plain", 80)), secrets), 0)
+    end
+    return v
+  end
+  -- the result function sees the response, so its errors may quote it
+  local ok, out = require("specula.internal.sched").protect(true, result,
+    { status = res.status, headers = res.headers, body = res.body }, args, ctx)
+  if not ok then error(scrub(out, secrets), 0) end
+  return out
+end
+
 function M.http(spec)
   if type(spec) ~= "table" then error("specula.tools.http: expected a spec table", 2) end
   local name = spec.name or "http"
@@ -261,25 +325,7 @@ function M.http(spec)
   end
   local policy = retry.new(spec.retry)
   local timeout_ms = spec.timeout_ms or 30000
-  -- what the templates will read from the environment is secret from now
-  -- on, before any call (a value set later is declared when it is used)
-  local function declare_parts(parts, url)
-    for _, p in ipairs(parts or {}) do
-      if type(p) == "table" and p.env then
-        local v = os.getenv(p.env)
-        if v then declare_env(p, v, url) end
-      end
-    end
-  end
-  local function declare_body(t)
-    if type(t) ~= "table" then return end
-    if t.__whole then declare_parts({ t.__whole }) return end
-    if t.__parts then declare_parts(t.__parts) return end
-    for _, x in pairs(t) do declare_body(x) end
-  end
-  declare_parts(url_t, true)
-  for _, h in ipairs(headers_t) do declare_parts(h[2]) end
-  if body_kind == "json" then declare_body(body_t) elseif body_kind == "text" then declare_parts(body_t) end
+  declare_templates(url_t, headers_t, body_t, body_kind)
 
   local function call(args, ctx)
     local secrets = {}
@@ -312,38 +358,8 @@ function M.http(spec)
       connect_timeout_ms = spec.connect_timeout_ms, max_body_bytes = spec.max_body_bytes,
       idle_timeout_ms = spec.idle_timeout_ms, path_as_is = true,
     }, policy)
-    if not res then
-      local msg
-      if f.err then
-        msg = format("tools.http '%s': %s (%s)", name, f.err, retry.attempts_text(n))
-      else
-        -- scrubbed before the cut too, so no part of a secret survives it
-        local ex = retry.excerpt(scrub(f.body, secrets), f.headers and f.headers["content-type"], 200)
-        msg = format("tools.http '%s': HTTP %s from %s (%s)%s", name, tostring(f.status), where,
-                     retry.attempts_text(n), ex ~= "" and (": " .. ex) or "")
-      end
-      if why then msg = msg .. "; " .. why end
-      error(scrub(msg, secrets), 0)
-    end
-    local mode = result
-    if mode == nil then
-      local ct = lower(res.headers["content-type"] or "")
-      mode = find(ct, "json", 1, true) and "json" or "text"
-    end
-    if mode == "text" then return res.body end
-    if mode == "json" then
-      local v, err = json.decode(res.body)
-      if v == nil then
-        error(scrub(format("tools.http '%s': response of %s is not JSON: %s; body starts \"%s\"",
-          name, where, tostring(err), retry.excerpt(scrub(res.body, secrets), "text/plain", 80)), secrets), 0)
-      end
-      return v
-    end
-    -- the result function sees the response, so its errors may quote it
-    local ok, out = require("specula.internal.sched").protect(true, result,
-      { status = res.status, headers = res.headers, body = res.body }, args, ctx)
-    if not ok then error(scrub(out, secrets), 0) end
-    return out
+    if not res then http_failed(name, where, f, n, why, secrets) end
+    return http_result(name, where, result, res, args, ctx, secrets)
   end
 
   return { call = call, cost = spec.cost, class = spec.class, spec = spec,

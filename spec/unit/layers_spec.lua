@@ -439,9 +439,15 @@ local SECRETS_ALLOWED = {
   ["specula.llm.common"] = "declares an LLM client's API key; its errors quote the endpoint and the reply",
   ["specula.mcp"] = "declares an MCP server's credential headers and URL",
   ["specula.mcp.stdio"] = "declares the env given to a server; a dying server's stderr is quoted in errors",
-  ["specula.mcp.auth"] = "obtains OAuth tokens, secrets and keys and declares them; its errors quote them",
+  ["specula.mcp.auth"] = "holds the cached and stored OAuth tokens and declares them; its errors quote them",
+  ["specula.mcp.auth.options"] = "declares the client secret, private key and assertions given in auth = { ... }",
+  ["specula.mcp.auth.client"] = "declares a registered client's secret and the JWT assertions it signs",
+  ["specula.mcp.auth.dpop"] = "declares the DPoP private key it makes",
+  ["specula.mcp.auth.token"] = "declares the tokens the token endpoint returns",
+  ["specula.mcp.auth.flows"] = "declares authorization codes, PKCE verifiers, assertions and ID tokens",
   ["specula.mcp.http"] = "sends the OAuth bearer; its errors quote the server's replies",
   ["specula.mcp.client"] = "its errors and warnings are made of a server's text, which may quote a credential",
+  ["specula.mcp.hooks"] = "a failed hook's message, sent to the server and warned, may quote what the hook saw",
 }
 local OUTPUT_MODULE = "specula/internal/output.lua"
 

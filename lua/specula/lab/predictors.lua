@@ -613,6 +613,55 @@ end
 
 M.num_opt, M.add_cost = num_opt, add_cost
 
+-- Each predictor maker evaluated over the trajectories (online, or fold by
+-- fold: trained on the other folds and the --train ones). Returns the rows
+-- and the learned predictor to save (when save_model), or nil, msg.
+local function evaluate_all(makers, trajs, train, folds, gate, save_model)
+  local rows, saved = {}, nil
+  for _, m in ipairs(makers) do
+    local ok, r, P
+    if folds then
+      r = new_result()
+      for _, f in ipairs(folds) do
+        local tr = {}
+        for _, t in ipairs(f.train) do tr[#tr + 1] = t end
+        for _, t in ipairs(train) do tr[#tr + 1] = t end
+        ok, r, P = pcall(M.evaluate, m.make, f.test, gate, tr, r)
+        if not ok then break end
+      end
+    else
+      ok, r, P = pcall(M.evaluate, m.make, trajs, gate, train)
+    end
+    if not ok then return nil, m.name .. ": " .. tostring(r) end
+    r = finish(r)
+    r.predictor = m.name
+    rows[#rows + 1] = r
+    if save_model and not saved and type(P) == "table" and getmetatable(P) == getmetatable(predict.learned {}) then
+      saved = P
+    end
+  end
+  return rows, saved
+end
+
+-- The EV gate's table: fired, hits, wasted and saved per predictor and trigger.
+local function write_gate_table(rows, gate, timed, nsteps, named)
+  output.stdout(format("\nEV gate at ev_cost_ms %g over the %d of %d calls with recorded latencies "
+    .. "(%d with a streamed tool name)\n", gate.ev_cost_ms, timed, nsteps, named))
+  output.stdout(format("%-20s %-10s %7s %7s %7s %12s %10s\n", "predictor", "trigger", "fired", "hits", "wasted",
+    "wasted cost", "saved ms"))
+  for _, r in ipairs(rows) do
+    for _, tr in ipairs({ { "start", r.start }, { "tool_name", r.tool_name }, { "both", r.both } }) do
+      local a = tr[2]
+      if a then
+        output.stdout(format("%-20s %-10s %7d %7d %7d %12.3f %10s\n", r.predictor, tr[1], a.fired, a.hits, a.wasted,
+          a.wasted_cost, fmt_ms(a.saved_ms)))
+      else
+        output.stdout(format("%-20s %-10s %7s %7s %7s %12s %10s\n", r.predictor, tr[1], "-", "-", "-", "-", "-"))
+      end
+    end
+  end
+end
+
 -- o: the options of `specula predictors` (specula.cmd.predictors). Returns nil, msg
 -- for a usage mistake (nothing printed), else nothing.
 function M.main(o)
@@ -657,29 +706,8 @@ function M.main(o)
     end
     folds = M.folds(trajs, o.folds, group)
   end
-  local rows, saved = {}, nil
-  for _, m in ipairs(makers) do
-    local ok, r, P
-    if folds then
-      r = new_result()
-      for _, f in ipairs(folds) do
-        local tr = {}
-        for _, t in ipairs(f.train) do tr[#tr + 1] = t end
-        for _, t in ipairs(train) do tr[#tr + 1] = t end
-        ok, r, P = pcall(M.evaluate, m.make, f.test, gate, tr, r)
-        if not ok then break end
-      end
-    else
-      ok, r, P = pcall(M.evaluate, m.make, trajs, gate, train)
-    end
-    if not ok then return fail(m.name .. ": " .. tostring(r)) end
-    r = finish(r)
-    r.predictor = m.name
-    rows[#rows + 1] = r
-    if o.save_model and not saved and type(P) == "table" and getmetatable(P) == getmetatable(predict.learned {}) then
-      saved = P
-    end
-  end
+  local rows, saved = evaluate_all(makers, trajs, train, folds, gate, o.save_model)
+  if not rows then return fail(saved) end
   if draft_errors.failed > 0 then
     local msg = format("draft: %d of %d model requests failed (last: %s)", draft_errors.failed, draft_errors.asked,
       draft_errors.last)
@@ -725,21 +753,7 @@ function M.main(o)
       .. "or a results file has them, conversations do not)\n")
     return
   end
-  output.stdout(format("\nEV gate at ev_cost_ms %g over the %d of %d calls with recorded latencies "
-    .. "(%d with a streamed tool name)\n", gate.ev_cost_ms, timed, nsteps, named))
-  output.stdout(format("%-20s %-10s %7s %7s %7s %12s %10s\n", "predictor", "trigger", "fired", "hits", "wasted",
-    "wasted cost", "saved ms"))
-  for _, r in ipairs(rows) do
-    for _, tr in ipairs({ { "start", r.start }, { "tool_name", r.tool_name }, { "both", r.both } }) do
-      local a = tr[2]
-      if a then
-        output.stdout(format("%-20s %-10s %7d %7d %7d %12.3f %10s\n", r.predictor, tr[1], a.fired, a.hits, a.wasted,
-          a.wasted_cost, fmt_ms(a.saved_ms)))
-      else
-        output.stdout(format("%-20s %-10s %7s %7s %7s %12s %10s\n", r.predictor, tr[1], "-", "-", "-", "-", "-"))
-      end
-    end
-  end
+  write_gate_table(rows, gate, timed, nsteps, named)
 end
 
 return M
