@@ -491,6 +491,13 @@ function M.declare(value, label)
   return true
 end
 
+-- Declare value (as declare) and return it: for code that declares a
+-- credential where it obtains it, `local token = secrets.declared(x.token)`.
+function M.declared(value, label)
+  M.declare(value, label)
+  return value
+end
+
 function M.declare_env(name)
   if type(name) ~= "string" or name == "" then
     error("specula.secrets.declare_env: expected the name of an environment variable", 2)

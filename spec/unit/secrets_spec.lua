@@ -66,6 +66,19 @@ local function assert_clean(m, secret)
   end
 end
 
+describe("secrets.declared", function()
+  it("declares a credential and hands it back; anything else comes back undeclared", function()
+    local n = secrets.count()
+    local v = "tok-declared-where-obtained-0001"
+    assert.equals(v, secrets.declared(v))
+    assert.equals(n + 1, secrets.count())
+    assert.equals("[redacted]", scrub(v))
+    assert.is_nil(secrets.declared(nil))
+    assert.equals(42, secrets.declared(42))
+    assert.equals(n + 1, secrets.count())
+  end)
+end)
+
 describe("secrets.scrub", function()
   it("redacts a secret percent-encoded with either hex case, mixed, or with + for space", function()
     for _, form in ipairs({

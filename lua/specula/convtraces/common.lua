@@ -1,7 +1,7 @@
 -- specula.convtraces.common: what the log readers share below them.
 local json = require "specula.json"
 
-local pcall = pcall
+local pcall, type, ipairs, concat = pcall, type, ipairs, table.concat
 
 local M = {}
 
@@ -13,6 +13,23 @@ function M.stable_json(v)
   local ok, s = pcall(json.canonical, v)
   if ok and s then return s end
   return json.encode(v)
+end
+
+-- A tool result's content as text: a string, or the text parts (blocks with
+-- a text, or plain strings) of a list joined by newlines; anything else as
+-- its stable JSON.
+function M.content_text(c)
+  if type(c) == "string" then return c end
+  if c == nil or c == json.null then return "" end
+  if type(c) == "table" and c[1] ~= nil then
+    local parts = {}
+    for _, p in ipairs(c) do
+      if type(p) == "table" and type(p.text) == "string" then parts[#parts + 1] = p.text
+      elseif type(p) == "string" then parts[#parts + 1] = p end
+    end
+    if #parts > 0 then return concat(parts, "\n") end
+  end
+  return M.stable_json(c) or ""
 end
 
 return M

@@ -15,6 +15,7 @@
 -- call whose arguments are not a JSON object keeps them as its text.
 local json = require "specula.json"
 local stable_json = require("specula.convtraces.common").stable_json
+local content_text = require("specula.convtraces.common").content_text
 
 local type, ipairs, tostring, format, concat = type, ipairs, tostring, string.format, table.concat
 
@@ -51,21 +52,6 @@ local function line_format(v)
   return nil
 end
 
--- A tool result's content as text: a string, or the text parts of a list of
--- content parts/blocks joined; anything else as its JSON.
-local function content_text(c)
-  if type(c) == "string" then return c end
-  if c == nil or c == json.null then return "" end
-  if type(c) == "table" and c[1] ~= nil then
-    local parts = {}
-    for _, p in ipairs(c) do
-      if type(p) == "table" and type(p.text) == "string" then parts[#parts + 1] = p.text
-      elseif type(p) == "string" then parts[#parts + 1] = p end
-    end
-    if #parts > 0 then return concat(parts, "\n") end
-  end
-  return stable_json(c) or ""
-end
 
 -- A name as a warning quotes it: cut, so a hostile one cannot flood stderr.
 local function short(name)

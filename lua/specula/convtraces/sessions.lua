@@ -50,7 +50,7 @@
 -- recorded_ms (false: untimed), wait_ms, tool_ms }, calls nil): a call
 -- costs a few numbers and strings (M.each_call reads either form).
 local json = require "specula.json"
-local stable_json = require("specula.convtraces.common").stable_json
+local content_text = require("specula.convtraces.common").content_text
 
 local type, ipairs, pairs, tostring, format, floor = type, ipairs, pairs, tostring, string.format, math.floor
 local turnslib
@@ -110,18 +110,6 @@ local function digest(text)
   return "sha256:" .. sha256_hex(text):sub(1, M.DIGEST_HEX)
 end
 
-local function content_text(c)
-  if type(c) == "string" then return c end
-  if c == nil or c == json.null then return "" end
-  if type(c) == "table" and c[1] ~= nil then
-    local parts = {}
-    for _, p in ipairs(c) do
-      if type(p) == "table" and type(p.text) == "string" then parts[#parts + 1] = p.text end
-    end
-    if #parts > 0 then return table.concat(parts, "\n") end
-  end
-  return stable_json(c) or ""
-end
 
 -- The builder: events in, a session out (see above). A prompt's calls and
 -- turns are kept as columns until it closes (a log may be one prompt of

@@ -20,10 +20,7 @@ M.methods = Auth
 
 local JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 
-local function declare(v)
-  if type(v) == "string" then secrets.declare(v) end
-  return v
-end
+local declare = secrets.declared   -- declares a credential and returns it
 
 -- The token endpoint authentication method for what we hold.
 function Auth:_pick_method(meta, client)

@@ -15,10 +15,7 @@ local M = {}
 local Auth = {}
 M.methods = Auth
 
-local function declare(v)
-  if type(v) == "string" then secrets.declare(v) end
-  return v
-end
+local declare = secrets.declared   -- declares a credential and returns it
 
 -- The public JWK of a P-256 key from its SubjectPublicKeyInfo PEM (what
 -- crypto.pubkey gives): the DER is a fixed 26-byte prefix and the

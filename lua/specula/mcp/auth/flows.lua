@@ -25,10 +25,7 @@ local TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"       -
 local ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"
 local ID_JAG_TYPE = "urn:ietf:params:oauth:token-type:id-jag"
 
-local function declare(v)
-  if type(v) == "string" then secrets.declare(v) end
-  return v
-end
+local declare = secrets.declared   -- declares a credential and returns it
 
 function Auth:_authorization_code(meta, client, scope, resource)
   if type(meta.authorization_endpoint) ~= "string" then

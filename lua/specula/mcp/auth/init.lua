@@ -62,10 +62,7 @@ M.parse_challenge = challenge.parse_challenge
 local parse_url, canonical, form, has = U.parse_url, U.canonical, U.form, U.has
 local scope_union, scope_covers = challenge.scope_union, challenge.scope_covers
 
-local function declare(v)
-  if type(v) == "string" then secrets.declare(v) end
-  return v
-end
+local declare = secrets.declared   -- declares a credential and returns it
 local scrub = secrets.scrub
 
 -- ---- the shared cache: one entry per server and client identity ----------------------------

@@ -14,10 +14,7 @@ M.DEFAULT_REDIRECT_URI = "http://127.0.0.1:33418/callback"
 M.GRANTS = { authorization_code = true, client_credentials = true, jwt_bearer = true, enterprise = true }
 M.METHODS = { none = true, client_secret_basic = true, client_secret_post = true, private_key_jwt = true }
 
-local function declare(v)
-  if type(v) == "string" then secrets.declare(v) end
-  return v
-end
+local declare = secrets.declared   -- declares a credential and returns it
 
 -- ---- options -------------------------------------------------------------------------------
 

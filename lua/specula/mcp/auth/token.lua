@@ -16,10 +16,7 @@ local M = {}
 local Auth = {}
 M.methods = Auth
 
-local function declare(v)
-  if type(v) == "string" then secrets.declare(v) end
-  return v
-end
+local declare = secrets.declared   -- declares a credential and returns it
 
 -- A DPoP server's use_dpop_nonce refusal is answered once with its nonce
 -- (RFC 9449 §8).
