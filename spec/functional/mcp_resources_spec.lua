@@ -110,7 +110,9 @@ end)
 -- launch the next read early) and writes once at the end.
 local AGENT = [[
 local specula = require "specula"
-local client = assert(specula.mcp.connect { command = { "node", ]] .. string.format("%q", MH.SERVER) .. [[ }, name = "res" })
+-- MCP_MODERN=1: the test server speaks 2026-07-28 too (--modern)
+local client = assert(specula.mcp.connect { command = { "node", ]] .. string.format("%q", MH.SERVER) .. [[,
+  os.getenv("MCP_MODERN") == "1" and "--modern" or nil }, name = "res" })
 local tools = specula.tools.mcp_resources(client)
 for k, t in pairs(specula.tools.mcp(client, { include = { "write" } })) do tools[k] = t end
 tools.note.speculate = function(args) return "note " .. args.name end
@@ -141,7 +143,7 @@ return specula.agent {
 }
 ]]
 
-local function run_agent(policy)
+local function run_agent(policy, modern)
   local path = H.tmpfile("resources_agent.lua", AGENT)
   local code = [[
 local specula = require "specula"
@@ -157,9 +159,10 @@ end
 local t = agg.policy_counts.tools
 local log = assert(CLIENT:call("log")).structuredContent
 print(json.encode({ same = same, n = #qs, note = t.note, write = t.write, answer = spec[1].answer,
+  version = CLIENT.protocol_version,
   journal = #log.journal, classes = agg.policy_counts.classes, unknown = agg.policy_counts.unknown }))
 ]]
-  local st, out, err = H.run_lua(code, {}, { POLICY = policy })
+  local st, out, err = H.run_lua(code, {}, { POLICY = policy, MCP_MODERN = modern and "1" or "" })
   assert.are.equal(0, st, out .. err)
   return last_json(out)
 end
@@ -179,6 +182,22 @@ describe("resource reads and the eligibility gate", function()
     assert.is_nil(r.write)
     assert.are.equal(0, r.unknown.full)
     assert.are.equal(6, r.journal)                       -- 3 queries, sequential and speculative
+  end)
+
+  it("are the same at 2026-07-28: reads full and early, the write never early, the same answers and counts", function()
+    if not H.need_node(pending) then return end
+    local old, new = run_agent(""), run_agent("", true)
+    assert.are.equal("2025-11-25", old.version)
+    assert.are.equal("2026-07-28", new.version)
+    for _, r in ipairs({ old, new }) do
+      assert.are.equal(r.n, r.same)
+      assert.are.equal("full", r.note.decision)
+      assert.is_true(r.note.full > 0, "no read ran early at " .. r.version)
+      assert.is_nil(r.write)
+      assert.are.equal(0, r.unknown.full)
+      assert.are.equal(6, r.journal)
+    end
+    assert.are.equal(old.answer, new.answer)
   end)
 
   it("are full under policy.mcp without trusting annotations", function()
