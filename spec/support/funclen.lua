@@ -29,13 +29,7 @@ local function lua_code(src)
   while i <= n do
     local c = src:sub(i, i)
     if c == '"' or c == "'" then
-      local j = i + 1
-      while j <= n do
-        local d = src:sub(j, j)
-        if d == "\\" then j = j + 2
-        elseif d == c or d == "\n" then break
-        else j = j + 1 end
-      end
+      local j = mg.quoted_end(src, i)
       out[#out + 1] = c .. src:sub(i + 1, j - 1):gsub("[^\n]", " ") .. c
       i = j + 1
     else
@@ -105,13 +99,7 @@ local function c_code(src)
       out[#out + 1] = blank(src:sub(i, e))
       i = e + 1
     elseif c == '"' or c == "'" then
-      local j = i + 1
-      while j <= n do
-        local d = src:sub(j, j)
-        if d == "\\" then j = j + 2
-        elseif d == c or d == "\n" then break
-        else j = j + 1 end
-      end
+      local j = mg.quoted_end(src, i)
       out[#out + 1] = c .. blank(src:sub(i + 1, j - 1)) .. c
       i = j + 1
     else

@@ -33,6 +33,20 @@ end
 -- Blank out Lua comments, keeping newlines so line numbers stay right: a
 -- `require "x"` in a comment is no dependency. Strings are skipped over
 -- whole, so a "--" inside one does not start a comment.
+-- Where the quoted string opening at src[i] ends (its closing quote, or
+-- the line's end for one left open): shared by the Lua and C readers.
+local function quoted_end(src, i)
+  local c, j, n = src:sub(i, i), i + 1, #src
+  while j <= n do
+    local d = src:sub(j, j)
+    if d == "\\" then j = j + 2
+    elseif d == c or d == "\n" then break
+    else j = j + 1 end
+  end
+  return j
+end
+M.quoted_end = quoted_end
+
 local function strip_lua_comments(src)
   local out, i, n = {}, 1, #src
   local function keep_lines(s) return (s:gsub("[^\n]", " ")) end
@@ -50,13 +64,7 @@ local function strip_lua_comments(src)
       out[#out + 1] = keep_lines(src:sub(i, stop))
       i = stop + 1
     elseif c == '"' or c == "'" then
-      local j = i + 1
-      while j <= n do
-        local d = src:sub(j, j)
-        if d == "\\" then j = j + 2
-        elseif d == c or d == "\n" then break
-        else j = j + 1 end
-      end
+      local j = quoted_end(src, i)
       out[#out + 1] = src:sub(i, j)
       i = j + 1
     elseif c == "[" and src:match("^%[=*%[", i) then
