@@ -1,0 +1,146 @@
+-- The server side of MCP Streamable HTTP (specula.mcp.serve_http): the
+-- official TypeScript SDK's client (StreamableHTTPClientTransport, driven by
+-- spec/support/mcp_http_client.mjs) against a tiny MCP server written on
+-- serve_http (spec/mcp/serve_fixture.lua, which runs the driver against
+-- itself). Without Node.js and the pinned SDK these are pending (failures
+-- in CI); the option checks need neither.
+local H = require "support.helpers"
+local deps = require "support.deps"
+
+local missing = deps.npm()
+local FIXTURE = H.root .. "/spec/mcp/serve_fixture.lua"
+local DRIVER = H.root .. "/spec/support/mcp_http_client.mjs"
+
+local result
+local function run()
+  if result then return result end
+  local st, out, err = H.specula({ "run", FIXTURE, "node", DRIVER, "{URL}" }, { SPECULA_SOURCE_DIR = H.root })
+  assert(st == 0, "exit status " .. st .. "\nstdout: " .. out .. "\nstderr: " .. err)
+  result = H.last_json(out)
+  result.stderr_all = err
+  local d = result.driver
+  assert(type(d) == "table" and d.ok, "the SDK driver failed: " .. tostring(type(d) == "table" and d.error or d)
+    .. "\nits stderr: " .. tostring(result.stderr))
+  return result
+end
+
+local function guard()
+  if not missing then return true end
+  return H.require_or_pend(pending, missing)
+end
+
+describe("MCP Streamable HTTP, server side, with the official TypeScript SDK client", function()
+  it("initializes a session and answers tools/list and tools/call", function()
+    if not guard() then return end
+    local a = run().driver.a
+    assert.matches("^%x+$", a.session)
+    assert.are.equal(32, #a.session)
+    assert.are.equal("2025-11-25", a.version)
+    assert.are.same({ "echo", "ping_client", "notify", "hang", "shutdown" }, a.tools)
+    assert.are.equal("hi there", a.echo)
+    assert.are.equal("{}", a.pingServer)
+    assert.matches("MCP error %-32602: no tool nope", a.unknownTool)
+  end)
+
+  it("carries the server's own request (a ping) and notifications on the call's stream and the GET stream", function()
+    if not guard() then return end
+    local r = run()
+    assert.are.equal("pong", r.driver.a.ping)         -- the client answered the server's ping
+    assert.are.same({ "hello from the fixture" }, r.driver.a.logs)   -- on the POST's SSE stream
+    assert.are.equal(1, r.driver.a.listChanged)      -- on the GET stream
+    assert.are.equal(3, r.stats.pongs)
+    assert.are.equal(3, r.stats.initialized)
+  end)
+
+  it("serves two clients at once, each in a session of its own", function()
+    if not guard() then return end
+    local r = run()
+    local t = r.driver.two
+    assert.are_not.equal(t.b, t.c)
+    assert.are_not.equal(r.driver.a.session, t.b)
+    assert.are.same({ "from b", "from c" }, t.echo)
+    assert.are.same({ "pong", "pong" }, t.ping)
+    assert.are.equal(3, r.stats.sessions)
+  end)
+
+  it("ends a session on DELETE: the session is told, its id is unknown (404), others go on", function()
+    if not guard() then return end
+    local r = run()
+    assert.are.equal(404, r.driver.deleted.after.status)
+    assert.are.equal("still here", r.driver.deleted.other)
+    assert.are.equal(3, r.stats.lost)
+    assert.are.equal("the client ended the session (HTTP DELETE)", r.stats.lost_why[1])
+    assert.are.equal(0, r.sessions_open)
+  end)
+
+  it("refuses what the transport does not allow, with the status the spec gives", function()
+    if not guard() then return end
+    local f = run().driver.refusals
+    assert.are.equal(400, f.noSession)
+    assert.are.equal(404, f.unknownSession)
+    assert.are.equal(400, f.badVersion)
+    assert.are.equal(403, f.badOrigin)           -- DNS rebinding: bound to loopback, a foreign Origin
+    assert.are.equal(200, f.goodOrigin)
+    assert.are.equal(415, f.notJson)
+    assert.are.equal(400, f.parseError)
+    assert.are.equal(406, f.noAccept)
+    assert.are.equal(405, f.put)
+    assert.are.equal(406, f.getNoAccept)
+    assert.are.equal(409, f.secondGet)           -- one GET stream per session
+    assert.are.equal(404, f.otherPath)
+    assert.are.equal(202, f.notification)
+    assert.are.equal(200, f.jsonOnly.status)     -- Accept: application/json alone: a JSON reply
+    assert.are.equal("application/json", f.jsonOnly.ctype)
+    assert.are.equal(5, f.jsonOnly.tools)
+    assert.are.same({ 11, 12 }, f.batch)         -- a batch: its answers in one JSON array
+  end)
+
+  it("tells the session when a client goes away from an unanswered request (notifications/cancelled)", function()
+    if not guard() then return end
+    local r = run()
+    assert.are.equal("text/event-stream", r.driver.hang.ctype)
+    assert.are.equal(1, r.stats.cancelled)
+    assert.are.equal("the client disconnected", r.stats.cancel_reason)
+    assert.are.equal(1, r.stats.hang_ended)
+    assert.are.equal("after the hang", r.driver.hang.after)
+    assert.is_nil(r.stderr_all:find("still open at exit", 1, true), r.stderr_all)
+  end)
+end)
+
+describe("specula.mcp.serve_http.listen", function()
+  local function listen_run(code)
+    local st, out, err = H.run_lua([[
+local serve = require "specula.mcp.serve_http"
+local json = require("specula").json
+]] .. code)
+    assert.are.equal(0, st, "stdout: " .. out .. "\nstderr: " .. err)
+    return H.last_json(out), err
+  end
+
+  it("checks its options and binds to loopback unless allow_remote (then it warns)", function()
+    local r, err = listen_run([[
+local out = {}
+local function try(o) local l, e = serve.listen(o); if l then l:close() end; return e or "ok" end
+out.no_fn = try({ port = 0 })
+out.bad_port = try({ port = 70000, on_session = print })
+out.bad_path = try({ path = "mcp", on_session = print })
+out.remote = try({ host = "0.0.0.0", port = 0, on_session = print })
+out.remote_ok = try({ host = "0.0.0.0", port = 0, on_session = print, allow_remote = true })
+out.bad_host = try({ host = "not an address", port = 0, on_session = print, allow_remote = true })
+local l = assert(serve.listen({ port = 0, on_session = print }))
+out.busy = select(2, serve.listen({ port = l:port(), on_session = print }))
+out.port = l:port()
+l:close()
+print(json.encode(out))
+]])
+    assert.matches("on_session must be a function", r.no_fn)
+    assert.matches("port must be an integer from 0 to 65535", r.bad_port)
+    assert.matches("path must start with '/'", r.bad_path)
+    assert.matches("^EPERM: .*0%.0%.0%.0 is not a loopback address: give allow_remote = true", r.remote)
+    assert.are.equal("ok", r.remote_ok)
+    assert.matches("specula: warning: serving MCP on 0%.0%.0%.0 port %d+, reachable from other hosts", err)
+    assert.matches("^EINVAL: listen: 'not an address' is not an IP address", r.bad_host)
+    assert.matches("^EADDRINUSE: listen on 127%.0%.0%.1 port %d+", r.busy)
+    assert.is_true(r.port > 0)
+  end)
+end)
