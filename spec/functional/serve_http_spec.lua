@@ -80,6 +80,7 @@ describe("MCP Streamable HTTP, server side, with the official TypeScript SDK cli
     assert.are.equal(404, f.unknownSession)
     assert.are.equal(400, f.badVersion)
     assert.are.equal(403, f.badOrigin)           -- DNS rebinding: bound to loopback, a foreign Origin
+    assert.are.equal(403, f.badHost)             -- and a foreign Host
     assert.are.equal(200, f.goodOrigin)
     assert.are.equal(415, f.notJson)
     assert.are.equal(400, f.parseError)
@@ -143,4 +144,29 @@ print(json.encode(out))
     assert.matches("^EADDRINUSE: listen on 127%.0%.0%.1 port %d+", r.busy)
     assert.is_true(r.port > 0)
   end)
+end)
+
+-- The official conformance suite's server scenarios that test the
+-- transport (sessions, DELETE, streams, DNS rebinding) and the few
+-- methods the fixture serves; the rest need tools, resources and prompts
+-- a toy server does not have.
+describe("MCP Streamable HTTP, server side, under the official conformance suite", function()
+  local SUITE_JS = deps.cache() .. "/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+  for _, sc in ipairs({ "server-initialize", "server-session-lifecycle", "server-sse-multiple-streams",
+                        "dns-rebinding-protection", "ping", "tools-list" }) do
+    it("passes " .. sc, function()
+      if not guard() then return end
+      local st, out, err = H.specula({ "run", FIXTURE, "node", SUITE_JS, "server", "--url", "{URL}", "--scenario", sc },
+        { SPECULA_SOURCE_DIR = H.root })
+      assert.are.equal(0, st, "stdout: " .. out .. "\nstderr: " .. err)
+      local r = H.last_json(out)
+      local text = (r.out or ""):gsub("\27%[[%d;]*m", "")
+      local passed, total = text:match("Passed: (%d+)/(%d+)")
+      assert.is_truthy(passed, "no 'Passed: n/m' line: " .. text)
+      assert.is_true(tonumber(total) >= 2, text)
+      assert.are.equal(total, passed, text)
+      assert.is_nil(text:find("FAILURE", 1, true), text)
+      assert.are.equal(0, r.status, text)
+    end)
+  end
 end)

@@ -124,5 +124,6 @@ local out, status, err = child.run(argv)
 local sessions_open = L:sessions()
 L:close()
 local last = out:match("([^\n]*)%s*$")
-print(json.encode({ driver = json.decode(last or "") or json.null, status = status, stderr = err,
+local driver = json.decode(last or "")
+print(json.encode({ driver = driver or json.null, out = not driver and out or nil, status = status, stderr = err,
                     stats = stats, sessions_open = sessions_open, done = done }))

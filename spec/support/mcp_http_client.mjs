@@ -74,6 +74,17 @@ try {
   r.unknownSession = (await rawPost(list, { "Mcp-Session-Id": "nope" })).status;
   r.badVersion = (await rawPost(list, { ...sid, "MCP-Protocol-Version": "1999-01-01" })).status;
   r.badOrigin = (await rawPost(list, { ...sid, Origin: "http://evil.example" })).status;
+  r.badHost = await new Promise((resolve) => {
+    // fetch sets Host itself: a raw request names a rebinding host
+    import("node:http").then(({ request }) => {
+      const u = new URL(url);
+      const q = request({ host: u.hostname, port: u.port, path: u.pathname, method: "POST",
+        headers: { ...sid, Host: "evil.example:" + u.port, "Content-Type": "application/json",
+                   Accept: "application/json, text/event-stream" } }, (res) => { res.resume(); resolve(res.statusCode); });
+      q.on("error", (e) => resolve(String(e)));
+      q.end(JSON.stringify(list));
+    });
+  });
   r.goodOrigin = (await rawPost(list, { ...sid, Origin: "http://localhost:1234" })).status;
   r.notJson = (await fetch(url, { method: "POST", headers: { ...sid, "Content-Type": "text/plain", Accept: "application/json, text/event-stream" }, body: "x" })).status;
   r.parseError = (await fetch(url, { method: "POST", headers: { ...sid, "Content-Type": "application/json", Accept: "application/json, text/event-stream" }, body: "{nope" })).status;

@@ -23,9 +23,10 @@
 -- their answers (no stream here is resumable): the session receives a
 -- notifications/cancelled for each, reason "the client disconnected".
 --
--- listen{} binds to loopback unless allow_remote; an Origin that names
--- another host than loopback is refused (403) while bound to loopback
--- (DNS rebinding), and when `origins` lists the ones allowed, every other.
+-- listen{} binds to loopback unless allow_remote; a Host or Origin header
+-- that names another host than loopback is refused (403) while bound to
+-- loopback (DNS rebinding), and when `origins` lists the Origins allowed,
+-- every other.
 local core = require "specula.internal.core"
 local sched = require "specula.internal.sched"
 local json = require "specula.json"
@@ -303,17 +304,27 @@ function Endpoint:_new_session()
   return sess
 end
 
--- The checks every request passes: 0 or an answer given.
+-- DNS rebinding: bound to loopback, a Host or an Origin that names another
+-- host is refused (403); with `origins`, an Origin not listed. true, or
+-- false with the answer given.
 function Endpoint:_check_origin(r)
-  local origin = r.headers.origin
-  if not origin then return true end
-  if self.origins then
-    for _, o in ipairs(self.origins) do if o == origin then return true end end
-  elseif not self.loopback or is_loopback(origin_host(origin)) then
-    return true
+  local ok = true
+  local host = r.headers.host
+  if self.loopback and host then
+    local name = host:match("^%[([^%]]*)%]") or host:gsub(":%d*$", "")
+    ok = is_loopback(name)
   end
-  r:respond(403, { ["Content-Type"] = "text/plain" }, "origin not allowed\n")
-  return false
+  local origin = r.headers.origin
+  if ok and origin then
+    if self.origins then
+      ok = false
+      for _, o in ipairs(self.origins) do if o == origin then ok = true end end
+    elseif self.loopback then
+      ok = is_loopback(origin_host(origin))
+    end
+  end
+  if not ok then r:respond(403, { ["Content-Type"] = "text/plain" }, "host or origin not allowed\n") end
+  return ok
 end
 
 -- The session a request names: sess, or nil with the answer given.
