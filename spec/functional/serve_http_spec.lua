@@ -170,3 +170,46 @@ describe("MCP Streamable HTTP, server side, under the official conformance suite
     end)
   end
 end)
+
+describe("MCP Streamable HTTP, server side, with specula's own client", function()
+  local function run_client(version)
+    local args = { "run", FIXTURE, H.bin, "run", H.root .. "/spec/mcp/serve_client.lua", "{URL}" }
+    if version then args[#args + 1] = version end
+    local st, out, err = H.specula(args, { SPECULA_SOURCE_DIR = H.root })
+    assert.are.equal(0, st, "stdout: " .. out .. "\nstderr: " .. err)
+    local r = H.last_json(out)
+    assert.is_true(type(r.driver) == "table" and r.driver.ok, "the client failed: " .. out)
+    return r
+  end
+
+  it("speaks 2025-11-25 and 2025-06-18 in a session, the server's ping included", function()
+    for _, v in ipairs({ "2025-11-25", "2025-06-18" }) do
+      local r = run_client(v)
+      assert.are.equal(v, r.driver.version)
+      assert.is_false(r.driver.stateless)
+      assert.are.same({ 5, "from specula", "pong" }, { r.driver.tools, r.driver.echo, r.driver.ping })
+      assert.are.same({ v }, r.stats.versions)
+      -- the client's close DELETEs its session; then the raw stateless POST is one of its own
+      assert.are.equal(2, r.stats.sessions)
+      assert.are.equal(2, r.stats.lost)
+      assert.are.equal("the client ended the session (HTTP DELETE)", r.stats.lost_why[1])
+    end
+  end)
+
+  it("serves 2026-07-28 stateless: each POST a session of its own, the headers checked against the body", function()
+    local r = run_client(nil)   -- the client's default: 2026-07-28 when the server speaks it
+    local d = r.driver
+    assert.are.equal("2026-07-28", d.version)
+    assert.is_true(d.stateless)
+    assert.are.same({ 5, "from specula" }, { d.tools, d.echo })
+    assert.are.equal(1, r.stats.discovered)
+    assert.are.equal(0, r.stats.initialized)
+    -- server/discover, tools/list, tools/call, the matching raw POST: a session each, each ended
+    assert.are.equal(4, r.stats.sessions)
+    assert.are.equal(4, r.stats.lost)
+    assert.are.equal("the request has ended (stateless 2026-07-28)", r.stats.lost_why[1])
+    assert.are.same({ status = 400, code = -32020 }, { status = d.mismatch.status, code = d.mismatch.code })
+    assert.are.same({ status = 200, tools = 5 }, { status = d.match.status, tools = d.match.tools })
+    assert.are.equal(0, r.sessions_open)
+  end)
+end)

@@ -84,6 +84,11 @@ local function session(t)
       stats.versions[#stats.versions + 1] = v
       result = { protocolVersion = v, capabilities = { tools = { listChanged = true }, logging = json.object() },
                  serverInfo = { name = "specula-fixture", version = "1" } }
+    elseif msg.method == "server/discover" then
+      -- 2026-07-28, stateless: a session of one request (serve_http's)
+      stats.discovered = (stats.discovered or 0) + 1
+      result = { supportedVersions = { "2026-07-28" }, capabilities = { tools = json.object() },
+                 serverInfo = { name = "specula-fixture", version = "1" } }
     elseif msg.method == "ping" then result = json.object()
     elseif msg.method == "tools/list" then result = { tools = TOOLS }
     elseif msg.method == "tools/call" then result, err = call(msg)

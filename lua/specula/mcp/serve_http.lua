@@ -1,5 +1,7 @@
 -- specula.mcp.serve_http: the server side of MCP Streamable HTTP (spec
--- revisions 2025-03-26 to 2025-11-25) on the engine's HTTP/1.1 server
+-- revisions 2025-03-26 to 2025-11-25, and 2026-07-28's stateless POSTs:
+-- each one, its Mcp-Method, Mcp-Name and version checked against the body,
+-- is served by a session of its own that ends with it) on the engine's HTTP/1.1 server
 -- (engine/sp_httpd.c). One endpoint (http://HOST:PORT/mcp); each client
 -- that initializes gets a session of its own (Mcp-Session-Id), handed to
 -- on_session as a transport (specula.mcp.transport describes the
@@ -284,7 +286,7 @@ Session.roundtrip = transport.roundtrip
 function Session:close()
   if self.closed then return end
   self.closed = true
-  self.srv.sessions[self.session_id] = nil
+  if self.session_id then self.srv.sessions[self.session_id] = nil end
   if self.get then self.get.req:poke() end
   for _, s in ipairs(self.posts) do s.req:poke() end
 end
@@ -294,13 +296,18 @@ end
 local Endpoint = {}
 Endpoint.__index = Endpoint
 
-function Endpoint:_new_session()
-  local raw = crypto.random(16)
-  if not raw then return nil end
-  local id = crypto.hex(raw)
+-- A session (stateless: no id, known to no later request).
+function Endpoint:_new_session(stateless)
+  local id
+  if not stateless then
+    local raw = crypto.random(16)
+    if not raw then return nil end
+    id = crypto.hex(raw)
+  end
   local sess = setmetatable({ kind = "http-server", answers_inline = false, send_waits = false, restartable = false,
-                              starts = 0, session_id = id, srv = self, routes = {}, posts = {}, backlog = {} }, Session)
-  self.sessions[id] = sess
+                              starts = 0, session_id = id, stateless = stateless or nil, srv = self, routes = {},
+                              posts = {}, backlog = {} }, Session)
+  if id then self.sessions[id] = sess end
   return sess
 end
 
@@ -375,40 +382,41 @@ local function read_messages(r)
   return list, batch
 end
 
--- POST: messages for the session; requests are answered on this POST.
-function Endpoint:_post(r)
-  if not (accepts(r, "application/json") or accepts(r, "text/event-stream")) then
-    return fail(r, 406, -32000, "Not Acceptable: Accept must include application/json and text/event-stream")
+-- The stateless revisions (no session: each POST stands alone).
+M.STATELESS = { ["2026-07-28"] = true }
+
+-- A header value, decoded when sent as "=?base64?...?=" (2026-07-28).
+local function header_value(v)
+  local b = v and v:match("^=%?base64%?(.*)%?=$")
+  if b then return crypto.unb64(b) end
+  return v
+end
+
+-- 2026-07-28: the headers must say what the body says (Mcp-Method,
+-- Mcp-Name, the version in _meta). nil, or why not.
+local function stateless_mismatch(r, m, v)
+  if m.method == nil then return nil end
+  if header_value(r.headers["mcp-method"]) ~= m.method then return "Mcp-Method header does not match the body" end
+  local p = type(m.params) == "table" and m.params or {}
+  local name
+  if m.method == "tools/call" or m.method == "prompts/get" then name = p.name
+  elseif m.method == "resources/read" then name = p.uri end
+  if name ~= nil and header_value(r.headers["mcp-name"]) ~= name then return "Mcp-Name header does not match the body" end
+  local meta = type(p._meta) == "table" and p._meta or {}
+  if m.id ~= nil and meta["io.modelcontextprotocol/protocolVersion"] ~= v then
+    return "MCP-Protocol-Version header does not match _meta"
   end
-  local list, batch = read_messages(r)
-  if not list then return end
-  local init
-  for _, m in ipairs(list) do if m.method == "initialize" then init = m end end
-  local sess, fresh
-  if init then
-    if #list > 1 then
-      return r:respond(400, JSON_H, rpc_error(nil, -32600, "Invalid Request: initialize must be sent alone"))
-    end
-    if r.headers["mcp-session-id"] then
-      return r:respond(400, JSON_H, rpc_error(init.id, -32600, "Invalid Request: the session is already initialized"))
-    end
-    sess = self:_new_session()
-    if not sess then return fail(r, 500, -32603, "no session id (the random source failed)") end
-    fresh = true
-    local ok, err = pcall(self.on_session, sess)
-    if not ok or not sess.peer then
-      sess:close()
-      return fail(r, 500, -32603, "the session could not start: " .. tostring(ok and "on_session did not open it" or err))
-    end
-  else
-    sess = self:_session_of(r)
-    if not sess then return end
-  end
+  return nil
+end
+
+-- Hand the messages of a POST to sess; its requests are answered on it.
+-- h: the response's extra headers.
+function Endpoint:_deliver(r, sess, list, batch, h)
   local nreq = 0
   for _, m in ipairs(list) do if m.method ~= nil and m.id ~= nil then nreq = nreq + 1 end end
   if nreq == 0 then
     for _, m in ipairs(list) do sess.peer:receive(m, "post") end
-    return r:respond(202, {})
+    return r:respond(202, h)
   end
   local mode = (self.json_response or not accepts(r, "text/event-stream")) and "json" or "sse"
   if not accepts(r, "application/json") then mode = "sse" end
@@ -422,13 +430,71 @@ function Endpoint:_post(r)
   end
   s.left = nreq
   sess.posts[#sess.posts + 1] = s
-  local h = fresh and { ["Mcp-Session-Id"] = sess.session_id } or {}
   if mode == "sse" then
     h["Content-Type"], h["Cache-Control"] = "text/event-stream", "no-cache"
     r:stream(200, h)
   end
   for _, m in ipairs(list) do sess.peer:receive(m, "post") end
   self:_serve_stream(s, h)
+end
+
+-- A session for on_session: sess, or nil with the answer given.
+function Endpoint:_start_session(r, stateless)
+  local sess = self:_new_session(stateless)
+  if not sess then
+    fail(r, 500, -32603, "no session id (the random source failed)")
+    return nil
+  end
+  local ok, err = pcall(self.on_session, sess)
+  if not ok or not sess.peer then
+    sess:close()
+    fail(r, 500, -32603, "the session could not start: " .. tostring(ok and "on_session did not open it" or err))
+    return nil
+  end
+  return sess
+end
+
+-- 2026-07-28: a POST without a session, served by a session of its own
+-- that ends with it.
+function Endpoint:_post_stateless(r, list, batch, v)
+  for _, m in ipairs(list) do
+    local bad = stateless_mismatch(r, m, v)
+    if bad then return r:respond(400, JSON_H, rpc_error(m.id, -32020, bad)) end
+  end
+  local sess = self:_start_session(r, true)
+  if not sess then return end
+  sess.protocol_version = v
+  self:_deliver(r, sess, list, batch, {})
+  sess:close()
+  sess.peer:lost("the request has ended (stateless " .. v .. ")")
+end
+
+-- POST: messages for the session; requests are answered on this POST.
+function Endpoint:_post(r)
+  if not (accepts(r, "application/json") or accepts(r, "text/event-stream")) then
+    return fail(r, 406, -32000, "Not Acceptable: Accept must include application/json and text/event-stream")
+  end
+  local list, batch = read_messages(r)
+  if not list then return end
+  local v = r.headers["mcp-protocol-version"]
+  if v and M.STATELESS[v] and not r.headers["mcp-session-id"] and self.stateless then
+    return self:_post_stateless(r, list, batch, v)
+  end
+  local init
+  for _, m in ipairs(list) do if m.method == "initialize" then init = m end end
+  if not init then
+    local sess = self:_session_of(r)
+    if sess then self:_deliver(r, sess, list, batch, {}) end
+    return
+  end
+  if #list > 1 then
+    return r:respond(400, JSON_H, rpc_error(nil, -32600, "Invalid Request: initialize must be sent alone"))
+  end
+  if r.headers["mcp-session-id"] then
+    return r:respond(400, JSON_H, rpc_error(init.id, -32600, "Invalid Request: the session is already initialized"))
+  end
+  local sess = self:_start_session(r, false)
+  if sess then self:_deliver(r, sess, list, batch, { ["Mcp-Session-Id"] = sess.session_id }) end
 end
 
 -- Write a stream's messages as they come until its requests are answered
@@ -527,8 +593,9 @@ end
 
 -- listen{ host = "127.0.0.1", port = 0, path = "/mcp", on_session =
 -- function(t) end, allow_remote = false, origins = nil, json_response =
--- false, max_body_bytes, max_conns, warn } -> listener { port(), close(),
--- sessions() } | nil, err
+-- false, stateless = true, max_body_bytes, max_conns, warn } -> listener
+-- { port(), close(), sessions() } | nil, err. stateless = false: a POST at
+-- 2026-07-28 without a session is refused like any other (400).
 function M.listen(o)
   local ok, err = check_opts(o)
   if not ok then return nil, err end
@@ -540,7 +607,8 @@ function M.listen(o)
   end
   local warn = o.warn or function(msg) output.stderr("specula: warning: ", msg, "\n") end
   local ep = setmetatable({ path = o.path or "/mcp", on_session = o.on_session, sessions = {}, loopback = loopback,
-                            origins = o.origins, json_response = o.json_response }, Endpoint)
+                            origins = o.origins, json_response = o.json_response,
+                            stateless = o.stateless ~= false }, Endpoint)
   local srv, lerr = M.http_listen { host = host, port = o.port or 0, max_body_bytes = o.max_body_bytes,
                                     max_conns = o.max_conns, warn = warn,
                                     handler = function(r) ep:_handle(r) end }
