@@ -349,6 +349,8 @@ typedef struct sp_httpd_opts {
   double max_header_bytes;       /* request line and headers (0 = 64 KiB) -> 431 */
   double max_body_bytes;         /* a request body (0 = 16 MiB) -> 413 */
   int max_conns;                 /* open connections (0 = 256); past it: 503 and close */
+  double max_pending_bytes;      /* response bytes a client leaves unread (0 = 16 MiB); past
+                                    it the connection is dropped and its request is gone */
 } sp_httpd_opts;
 /* Listen. NULL + err ("EADDRINUSE: ...") when it cannot. Lua owns the
    result and releases it with sp_httpd_close. */

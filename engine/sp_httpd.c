@@ -6,6 +6,7 @@
 #define SP_HTTPD_HEAD (64u << 10)     /* default bound of a request's head */
 #define SP_HTTPD_BODY (16u << 20)     /* default bound of a request body */
 #define SP_HTTPD_CONNS 256            /* default bound of open connections */
+#define SP_HTTPD_OUT (16u << 20)      /* default bound of bytes queued to one client */
 #define SP_HTTPD_MAXHDRS 128          /* header lines in one request */
 #define SP_HTTPD_CHUNKLINE 1024       /* a chunk-size line */
 
@@ -61,6 +62,7 @@ struct sp_httpd {
   uv_tcp_t tcp;              /* the listening socket */
   int port;                  /* bound port */
   size_t max_head, max_body; /* request bounds */
+  size_t max_out;            /* bytes queued to one client before it counts as gone */
   int max_conns;             /* open connections allowed */
   int lua_open;              /* Lua has not closed it */
   int tcp_open;              /* the listening handle is not closed yet */
@@ -172,9 +174,15 @@ static void on_written(uv_write_t *req, int status) {
   conn_unref(c);
 }
 
-/* Queue bytes; a closing connection takes none. */
+/* Queue bytes; a closing connection takes none. A client that leaves more
+   than max_out bytes unread is dropped (memory stays bounded): its request
+   reports gone. */
 static void conn_write(conn *c, const char *p, size_t n) {
   if (c->closing || n == 0) return;
+  if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) + n > c->srv->max_out) {
+    conn_close(c, 0);
+    return;
+  }
   wr *w = malloc(sizeof *w + n);
   if (!w) {
     conn_close(c, 0);
@@ -623,6 +631,7 @@ sp_httpd *sp_httpd_listen(sp_ctx *ctx, const sp_httpd_opts *o, char *err, size_t
   s->max_head = o->max_header_bytes > 0 ? (size_t)o->max_header_bytes : SP_HTTPD_HEAD;
   s->max_body = o->max_body_bytes > 0 ? (size_t)o->max_body_bytes : SP_HTTPD_BODY;
   s->max_conns = o->max_conns > 0 ? o->max_conns : SP_HTTPD_CONNS;
+  s->max_out = o->max_pending_bytes > 0 ? (size_t)o->max_pending_bytes : SP_HTTPD_OUT;
   s->next = hs->live;
   if (hs->live) hs->live->prev = s;
   hs->live = s;

@@ -97,6 +97,12 @@ describe("the HTTP/1.1 server (sp_httpd)", function()
     assert.are.equal(1, r.seen.gone)
   end)
 
+  it("drops a client that leaves more than max_pending_bytes unread, and tells its task", function()
+    local f = run().client.flood.body
+    assert.is_true(f.flood_gone)
+    assert.is_true(f.flood_bytes < 256 * 1024 * 1024, "never dropped: " .. f.flood_bytes)
+  end)
+
   it("serves many clients at once, each on its own keep-alive connection, and closes them all", function()
     local r = run()
     local conns = {}

@@ -125,6 +125,7 @@ local function try(o) local l, e = serve.listen(o); if l then l:close() end; ret
 out.no_fn = try({ port = 0 })
 out.bad_port = try({ port = 70000, on_session = print })
 out.bad_path = try({ path = "mcp", on_session = print })
+out.bad_timeout = try({ session_timeout_ms = 0, on_session = print })
 out.remote = try({ host = "0.0.0.0", port = 0, on_session = print })
 out.remote_ok = try({ host = "0.0.0.0", port = 0, on_session = print, allow_remote = true })
 out.bad_host = try({ host = "not an address", port = 0, on_session = print, allow_remote = true })
@@ -137,6 +138,7 @@ print(json.encode(out))
     assert.matches("on_session must be a function", r.no_fn)
     assert.matches("port must be an integer from 0 to 65535", r.bad_port)
     assert.matches("path must start with '/'", r.bad_path)
+    assert.matches("session_timeout_ms must be a number of ms > 0, got 0", r.bad_timeout)
     assert.matches("^EPERM: .*0%.0%.0%.0 is not a loopback address: give allow_remote = true", r.remote)
     assert.are.equal("ok", r.remote_ok)
     assert.matches("specula: warning: serving MCP on 0%.0%.0%.0 port %d+, reachable from other hosts", err)
@@ -172,10 +174,13 @@ describe("MCP Streamable HTTP, server side, under the official conformance suite
 end)
 
 describe("MCP Streamable HTTP, server side, with specula's own client", function()
-  local function run_client(version)
+  local function run_client(version, idle_ms, env)
     local args = { "run", FIXTURE, H.bin, "run", H.root .. "/spec/mcp/serve_client.lua", "{URL}" }
     if version then args[#args + 1] = version end
-    local st, out, err = H.specula(args, { SPECULA_SOURCE_DIR = H.root })
+    if idle_ms then args[#args + 1] = tostring(idle_ms) end
+    local e = { SPECULA_SOURCE_DIR = H.root }
+    for k, v in pairs(env or {}) do e[k] = v end
+    local st, out, err = H.specula(args, e)
     assert.are.equal(0, st, "stdout: " .. out .. "\nstderr: " .. err)
     local r = H.last_json(out)
     assert.is_true(type(r.driver) == "table" and r.driver.ok, "the client failed: " .. out)
@@ -211,5 +216,14 @@ describe("MCP Streamable HTTP, server side, with specula's own client", function
     assert.are.same({ status = 400, code = -32020 }, { status = d.mismatch.status, code = d.mismatch.code })
     assert.are.same({ status = 200, tools = 5 }, { status = d.match.status, tools = d.match.tools })
     assert.are.equal(0, r.sessions_open)
+  end)
+
+  it("ends a session idle past session_timeout_ms (no stream open, no request): 404 from then on", function()
+    local env = { FIXTURE_SESSION_TIMEOUT_MS = "600" }
+    local r = run_client("2025-11-25", 100, env)   -- back within the timeout: the session is there
+    assert.are.equal("after the wait", r.driver.after_idle)
+    r = run_client("2025-11-25", 2000, env)       -- back after it: gone
+    assert.matches("HTTP 404: the session has expired", r.driver.after_idle)
+    assert.are.equal("the session was idle for over 600 ms", r.stats.lost_why[1])
   end)
 end)

@@ -7,7 +7,8 @@ local json = specula.json
 local mcp = require "specula.mcp"
 
 local out = {}
-local c, err = mcp.connect { name = "fixture", url = arg[1], protocol_version = arg[2], listen = true,
+local idle = tonumber(arg[3])   -- wait this long, then call again
+local c, err = mcp.connect { name = "fixture", url = arg[1], protocol_version = arg[2], listen = not idle,
                              timeout_ms = 10000 }
 if not c then
   out.error = err
@@ -19,7 +20,12 @@ else
   out.tools = #tools
   local r = assert(c:call("echo", { text = "from specula" }))
   out.echo = r.content[1].text
-  if not out.stateless then   -- at 2026-07-28 a server sends no requests of its own
+  if idle then
+    specula.sleep(idle)
+    local again, aerr = c:call("echo", { text = "after the wait" })
+    out.after_idle = again and again.content[1].text or aerr
+  end
+  if not out.stateless and not idle then   -- at 2026-07-28 a server sends no requests of its own
     local p, perr = c:call("ping_client", {})
     out.ping = p and p.content[1].text or perr
   end

@@ -121,7 +121,8 @@ local function session(t)
   }))
 end
 
-local L = assert(serve.listen { port = 0, on_session = session })
+local L = assert(serve.listen { port = 0, on_session = session,
+                                session_timeout_ms = tonumber(os.getenv("FIXTURE_SESSION_TIMEOUT_MS")) })
 local url = "http://127.0.0.1:" .. L:port() .. "/mcp"
 local argv = {}
 for i, a in ipairs(arg) do argv[i] = (a:gsub("{URL}", url)) end

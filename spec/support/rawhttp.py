@@ -268,6 +268,24 @@ def disconnect():
 
 
 @case
+def flood():
+    c = Sock()
+    c.send(b"GET /flood HTTP/1.1\r\nHost: t\r\n\r\n")
+    deadline = time.time() + 60
+    r = None
+    while time.time() < deadline:
+        time.sleep(0.5)
+        d = Sock()
+        d.send(b"GET /seen HTTP/1.1\r\nHost: t\r\n\r\n")
+        r = d.response()
+        d.close()
+        if r["body"].get("flood_gone"):
+            break
+    c.close()
+    return r
+
+
+@case
 def many():
     results = [None] * 24
 

@@ -127,7 +127,8 @@ end
 
 -- A plain HTTP server: handler(req) runs in a root task of its own per
 -- request; the request is freed when it returns (unanswered: 500). o: host,
--- port, max_header_bytes, max_body_bytes, max_conns, handler, warn.
+-- port, max_header_bytes, max_body_bytes, max_conns, max_pending_bytes,
+-- handler, warn.
 -- -> server { port(), close(), conns() } | nil, err
 function M.http_listen(o)
   local ctx = core.ctx
@@ -139,6 +140,7 @@ function M.http_listen(o)
   opts.max_header_bytes = o.max_header_bytes or 0
   opts.max_body_bytes = o.max_body_bytes or 0
   opts.max_conns = o.max_conns or 0
+  opts.max_pending_bytes = o.max_pending_bytes or 0
   local err, errlen = core.errbuf()
   local p = C.sp_httpd_listen(ctx, opts, err, errlen)
   if p == nil then return nil, ffi.string(err) end
@@ -308,6 +310,7 @@ function Endpoint:_new_session(stateless)
                               starts = 0, session_id = id, stateless = stateless or nil, srv = self, routes = {},
                               posts = {}, backlog = {} }, Session)
   if id then self.sessions[id] = sess end
+  sess.last = sched.now()
   return sess
 end
 
@@ -351,6 +354,7 @@ function Endpoint:_session_of(r)
     fail(r, 400, -32000, "Bad Request: unsupported MCP-Protocol-Version " .. v)
     return nil
   end
+  sess.last = sched.now()
   return sess
 end
 
@@ -512,6 +516,7 @@ function Endpoint:_serve_stream(s, h)
     r:wait()
   end
   s.over = true
+  sess.last = sched.now()
   for i, st in ipairs(sess.posts) do if st == s then table.remove(sess.posts, i); break end end
   if sess.get == s then sess.get = nil end
   if s.kind == "post" and s.left > 0 then
@@ -564,6 +569,22 @@ function Endpoint:_delete(r)
   r:respond(200, {})
 end
 
+-- Sessions with no stream open and no request for timeout_ms end (a
+-- client that went without DELETE): a root task looks every so often.
+function Endpoint:_sweep(timeout_ms)
+  local every = math.max(10, math.min(1000, timeout_ms / 4))
+  while true do
+    sched.sleep(every)
+    local now = sched.now()
+    for _, sess in pairs(self.sessions) do
+      if not (sess.get and not sess.get.over) and #sess.posts == 0 and now - sess.last > timeout_ms then
+        sess:close()
+        if sess.peer then sess.peer:lost(format("the session was idle for over %d ms", timeout_ms)) end
+      end
+    end
+  end
+end
+
 function Endpoint:_handle(r)
   if r.path ~= self.path then return r:respond(404, { ["Content-Type"] = "text/plain" }, "not found\n") end
   if not self:_check_origin(r) then return end
@@ -585,6 +606,10 @@ local function check_opts(o)
   if o.path ~= nil and (type(o.path) ~= "string" or o.path:sub(1, 1) ~= "/") then
     return nil, "EINVAL: serve_http.listen: path must start with '/', got " .. tostring(o.path)
   end
+  if o.session_timeout_ms ~= nil and (type(o.session_timeout_ms) ~= "number" or o.session_timeout_ms <= 0) then
+    return nil, "EINVAL: serve_http.listen: session_timeout_ms must be a number of ms > 0, got "
+      .. tostring(o.session_timeout_ms)
+  end
   if o.origins ~= nil and type(o.origins) ~= "table" then
     return nil, "EINVAL: serve_http.listen: origins must be a list of Origin values"
   end
@@ -593,7 +618,8 @@ end
 
 -- listen{ host = "127.0.0.1", port = 0, path = "/mcp", on_session =
 -- function(t) end, allow_remote = false, origins = nil, json_response =
--- false, stateless = true, max_body_bytes, max_conns, warn } -> listener
+-- false, stateless = true, session_timeout_ms = nil (never), max_body_bytes,
+-- max_conns, max_pending_bytes, warn } -> listener
 -- { port(), close(), sessions() } | nil, err. stateless = false: a POST at
 -- 2026-07-28 without a session is refused like any other (400).
 function M.listen(o)
@@ -610,13 +636,14 @@ function M.listen(o)
                             origins = o.origins, json_response = o.json_response,
                             stateless = o.stateless ~= false }, Endpoint)
   local srv, lerr = M.http_listen { host = host, port = o.port or 0, max_body_bytes = o.max_body_bytes,
-                                    max_conns = o.max_conns, warn = warn,
+                                    max_conns = o.max_conns, max_pending_bytes = o.max_pending_bytes, warn = warn,
                                     handler = function(r) ep:_handle(r) end }
   if not srv then return nil, lerr end
   if not loopback then
     warn(format("serving MCP on %s port %d, reachable from other hosts (no authentication)", host, srv.port()))
   end
   local L = { endpoint = ep }
+  if o.session_timeout_ms then L.sweeper = spawn_root(function() ep:_sweep(o.session_timeout_ms) end) end
   function L:port() return srv.port() end
   function L:conns() return srv.conns() end
   function L:sessions()
@@ -625,6 +652,7 @@ function M.listen(o)
     return n
   end
   function L:close()
+    if self.sweeper and not self.sweeper:done() then C.sp_task_cancel(self.sweeper.ptr) end
     for _, sess in pairs(ep.sessions) do
       sess:close()
       if sess.peer then sess.peer:lost("the server closed") end

@@ -13,7 +13,7 @@ local serve = require "specula.mcp.serve_http"
 local seen = { gone = 0, dropped = 0, streams = 0 }
 local srv
 srv = assert(serve.http_listen {
-  port = 0, max_body_bytes = 1024 * 1024, max_header_bytes = 8192,
+  port = 0, max_body_bytes = 1024 * 1024, max_header_bytes = 8192, max_pending_bytes = 256 * 1024,
   handler = function(r)
     if r.path == "/stream" then
       seen.streams = seen.streams + 1
@@ -25,6 +25,17 @@ srv = assert(serve.http_listen {
       assert(r:write(""))   -- an empty write sends nothing (no early end)
       r:finish()
       assert(r:write("x") == nil)   -- after the end: refused
+    elseif r.path == "/flood" then
+      -- a client that reads nothing: dropped once 256 KiB wait for it
+      assert(r:stream(200, { ["Content-Type"] = "text/plain" }))
+      local chunk = ("x"):rep(65536)
+      seen.flood_bytes = 0
+      while not r:gone() and seen.flood_bytes < 256 * 1024 * 1024 do
+        r:write(chunk)
+        seen.flood_bytes = seen.flood_bytes + #chunk
+        specula.sleep(1)
+      end
+      seen.flood_gone = r:gone()
     elseif r.path == "/hold" then
       -- the client goes away before any answer: the task learns it
       while not r:gone() do r:wait() end
