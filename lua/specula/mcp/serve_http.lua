@@ -83,7 +83,10 @@ local function header_lines(h)
   return concat(lines, "\n")
 end
 
+local FREED = "EINVAL: the request was already released"
+
 function Req:respond(status, headers, body)
+  if self.ptr == nil then return nil, FREED end
   body = body or ""
   local err, errlen = core.errbuf()
   if C.sp_httpd_respond(self.ptr, status, header_lines(headers), body, #body, err, errlen) ~= 0 then
@@ -93,6 +96,7 @@ function Req:respond(status, headers, body)
 end
 
 function Req:stream(status, headers)
+  if self.ptr == nil then return nil, FREED end
   local err, errlen = core.errbuf()
   if C.sp_httpd_stream_start(self.ptr, status, header_lines(headers), err, errlen) ~= 0 then
     return nil, ffi.string(err)
@@ -101,17 +105,19 @@ function Req:stream(status, headers)
 end
 
 function Req:write(data)
+  if self.ptr == nil then return nil, FREED end
   local err, errlen = core.errbuf()
   if C.sp_httpd_stream_write(self.ptr, data, #data, err, errlen) ~= 0 then return nil, ffi.string(err) end
   return true
 end
 
-function Req:finish() C.sp_httpd_stream_end(self.ptr) end
-function Req:gone() return C.sp_httpd_gone(self.ptr) ~= 0 end
+function Req:finish() if self.ptr ~= nil then C.sp_httpd_stream_end(self.ptr) end end
+function Req:gone() return self.ptr == nil or C.sp_httpd_gone(self.ptr) ~= 0 end
 function Req:poke() if self.ptr ~= nil then C.sp_httpd_poke(self.ptr) end end
 
 -- Wait until poked or the client has gone (in the task serving it).
 function Req:wait()
+  if self.ptr == nil then return end
   local me = sched.current("specula.mcp.serve_http")
   if C.sp_httpd_req_wait(self.ptr, me) == 0 then co_yield() end
 end
