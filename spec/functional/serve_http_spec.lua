@@ -149,13 +149,14 @@ print(json.encode(out))
 end)
 
 -- The official conformance suite's server scenarios that test the
--- transport (sessions, DELETE, streams, DNS rebinding) and the few
--- methods the fixture serves; the rest need tools, resources and prompts
+-- transport (sessions, DELETE, streams, DNS rebinding, 2026-07-28's
+-- standard headers) and the few methods the fixture serves; the rest need tools, resources and prompts
 -- a toy server does not have.
 describe("MCP Streamable HTTP, server side, under the official conformance suite", function()
   local SUITE_JS = deps.cache() .. "/node_modules/@modelcontextprotocol/conformance/dist/index.js"
   for _, sc in ipairs({ "server-initialize", "server-session-lifecycle", "server-sse-multiple-streams",
-                        "dns-rebinding-protection", "ping", "tools-list" }) do
+                        "dns-rebinding-protection", "http-header-validation", "ping", "logging-set-level",
+                        "tools-list" }) do
     it("passes " .. sc, function()
       if not guard() then return end
       local st, out, err = H.specula({ "run", FIXTURE, "node", SUITE_JS, "server", "--url", "{URL}", "--scenario", sc },

@@ -94,6 +94,11 @@ local function session(t)
     elseif msg.method == "tools/call" then result, err = call(msg)
     elseif msg.method == "logging/setLevel" then result = json.object()
     else err = { code = -32601, message = "Method not found: " .. msg.method } end
+    if result and t.stateless then
+      -- 2026-07-28 results say they are complete; lists say how to cache them
+      result.resultType = "complete"
+      if msg.method == "tools/list" then result.ttlMs, result.cacheScope = 0, "private" end
+    end
     t:send({ jsonrpc = "2.0", id = msg.id, result = result, error = err })
   end
   assert(t:open({
