@@ -351,6 +351,8 @@ typedef struct sp_httpd_opts {
   int max_conns;                 /* open connections (0 = 256); past it: 503 and close */
   double max_pending_bytes;      /* response bytes a client leaves unread (0 = 16 MiB); past
                                     it the connection is dropped and its request is gone */
+  double idle_timeout_ms;        /* a connection with no request in service that sends nothing
+                                    this long is closed (0 = 60 s): idle keep-alives, slow heads */
 } sp_httpd_opts;
 /* Listen. NULL + err ("EADDRINUSE: ...") when it cannot. Lua owns the
    result and releases it with sp_httpd_close. */

@@ -7,6 +7,7 @@
 #define SP_HTTPD_BODY (16u << 20)     /* default bound of a request body */
 #define SP_HTTPD_CONNS 256            /* default bound of open connections */
 #define SP_HTTPD_OUT (16u << 20)      /* default bound of bytes queued to one client */
+#define SP_HTTPD_IDLE 60000           /* default ms a connection may sit between requests */
 #define SP_HTTPD_MAXHDRS 128          /* header lines in one request */
 #define SP_HTTPD_CHUNKLINE 1024       /* a chunk-size line */
 
@@ -23,6 +24,7 @@ typedef struct conn {
   int closing;               /* close begun (shutdown or uv_close) */
   int eof;                   /* the client's side ended, or an error */
   int paused;                /* reading stopped: too much unparsed while a request is served */
+  uint64_t last;             /* loop time (ms) of its last read or response end */
   sp_buf in;                 /* bytes received, not yet parsed */
   sp_httpd_req *parsing;     /* the request being read */
   int pstate;                /* P_* */
@@ -66,6 +68,9 @@ struct sp_httpd {
   int max_conns;             /* open connections allowed */
   int lua_open;              /* Lua has not closed it */
   int tcp_open;              /* the listening handle is not closed yet */
+  uv_timer_t sweep;          /* closes connections idle too long */
+  int sweep_open;            /* the timer is not closed yet */
+  uint64_t idle_ms;          /* how long is too long */
   int closing;               /* closed: accept nothing more */
   int nconns;                /* connection structs not yet freed */
   int nopen;                 /* connections not closing */
@@ -84,7 +89,7 @@ static void conn_parse(conn *c);
 /* ---- lifetimes ------------------------------------------------------------- */
 
 static void srv_maybe_free(sp_httpd *s) {
-  if (s->lua_open || s->tcp_open || s->nconns > 0) return;
+  if (s->lua_open || s->tcp_open || s->sweep_open || s->nconns > 0) return;
   sp_httpds *hs = s->ctx->httpd;
   if (s->prev) s->prev->next = s->next;
   else if (hs && hs->live == s) hs->live = s->next;
@@ -541,6 +546,7 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   conn *c = st->data;
   if (nread > 0 && !c->closing) {
+    c->last = uv_now(st->loop);
     if (sp_buf_append(&c->in, buf->base, (size_t)nread) != 0) {
       conn_close(c, 0);
       return;
@@ -566,6 +572,7 @@ static void on_connection(uv_stream_t *ls, int status) {
   if (!c) return;
   c->srv = s;
   c->id = ++s->next_id;
+  c->last = uv_now(&s->ctx->loop);
   sp_buf_init(&c->in);
   uv_tcp_init(&s->ctx->loop, &c->tcp);
   c->tcp.data = c;
@@ -602,6 +609,21 @@ static void on_srv_closed(uv_handle_t *h) {
   srv_maybe_free(s);
 }
 
+static void on_sweep_closed(uv_handle_t *h) {
+  sp_httpd *s = h->data;
+  s->sweep_open = 0;
+  srv_maybe_free(s);
+}
+
+/* A connection with no request in service that has sent nothing for
+   idle_ms (an idle keep-alive, a head that never ends) is closed. */
+static void on_sweep(uv_timer_t *t) {
+  sp_httpd *s = t->data;
+  uint64_t now = uv_now(t->loop);
+  for (conn *c = s->conns; c; c = c->next)
+    if (!c->closing && !c->active && now - c->last >= s->idle_ms) conn_close(c, 0);
+}
+
 sp_httpd *sp_httpd_listen(sp_ctx *ctx, const sp_httpd_opts *o, char *err, size_t errlen) {
   if (!o || o->port < 0 || o->port > 65535) {
     snprintf(err, errlen, "EINVAL: listen: a port from 0 to 65535 is required");
@@ -632,12 +654,16 @@ sp_httpd *sp_httpd_listen(sp_ctx *ctx, const sp_httpd_opts *o, char *err, size_t
   s->max_body = o->max_body_bytes > 0 ? (size_t)o->max_body_bytes : SP_HTTPD_BODY;
   s->max_conns = o->max_conns > 0 ? o->max_conns : SP_HTTPD_CONNS;
   s->max_out = o->max_pending_bytes > 0 ? (size_t)o->max_pending_bytes : SP_HTTPD_OUT;
+  s->idle_ms = o->idle_timeout_ms > 0 ? (uint64_t)o->idle_timeout_ms : SP_HTTPD_IDLE;
   s->next = hs->live;
   if (hs->live) hs->live->prev = s;
   hs->live = s;
   uv_tcp_init(&ctx->loop, &s->tcp);
   s->tcp.data = s;
   s->tcp_open = 1;
+  uv_timer_init(&ctx->loop, &s->sweep);
+  s->sweep.data = s;
+  s->sweep_open = 1;
   int rc = uv_tcp_bind(&s->tcp, (const struct sockaddr *)&ss, 0);
   if (rc == 0) rc = uv_listen((uv_stream_t *)&s->tcp, 128, on_connection);
   if (rc != 0) {
@@ -645,8 +671,11 @@ sp_httpd *sp_httpd_listen(sp_ctx *ctx, const sp_httpd_opts *o, char *err, size_t
              o->port, uv_strerror(rc));
     s->closing = 1;
     uv_close((uv_handle_t *)&s->tcp, on_srv_closed);
+    uv_close((uv_handle_t *)&s->sweep, on_sweep_closed);
     return NULL;
   }
+  uint64_t every = s->idle_ms / 4 < 1000 ? s->idle_ms / 4 : 1000;
+  uv_timer_start(&s->sweep, on_sweep, every ? every : 1, every ? every : 1);
   struct sockaddr_storage got;
   int len = sizeof got;
   if (uv_tcp_getsockname(&s->tcp, (struct sockaddr *)&got, &len) == 0)
@@ -694,6 +723,7 @@ static void srv_close(sp_httpd *s) {
   if (!s->closing) {
     s->closing = 1;
     uv_close((uv_handle_t *)&s->tcp, on_srv_closed);
+    uv_close((uv_handle_t *)&s->sweep, on_sweep_closed);
   }
   while (s->qhead) {
     sp_httpd_req *r = s->qhead;
@@ -771,6 +801,7 @@ static void finish(sp_httpd_req *r) {
   if (c->active != r) return;
   c->active = NULL;
   if (c->closing) return;
+  c->last = uv_now(&c->srv->ctx->loop);
   if (!r->keepalive || c->eof) {
     conn_close(c, 1);
     return;

@@ -103,6 +103,15 @@ describe("the HTTP/1.1 server (sp_httpd)", function()
     assert.is_true(f.flood_bytes < 256 * 1024 * 1024, "never dropped: " .. f.flood_bytes)
   end)
 
+  it("closes a connection with no request in service that sends nothing for idle_timeout_ms", function()
+    local i = run().client.idle
+    assert.are.equal(200, i.first)
+    assert.is_true(i.silent)      -- connected, never sent
+    assert.is_true(i.slow)        -- a head that never ends
+    assert.is_true(i.used)        -- a keep-alive after its request
+    assert.are.equal(200, i.busy) -- requests in time keep it open
+  end)
+
   it("serves many clients at once, each on its own keep-alive connection, and closes them all", function()
     local r = run()
     local conns = {}

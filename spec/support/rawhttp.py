@@ -286,6 +286,31 @@ def flood():
 
 
 @case
+def idle():
+    """The server (idle_timeout_ms 1500) closes a silent connection, one
+    whose head never ends, and a keep-alive one after its request; one that
+    keeps sending in time stays."""
+    silent, slow, used, busy = Sock(), Sock(), Sock(), Sock()
+    slow.send(b"GET / HTTP/1.1\r\nHost: t\r\n")
+    used.send(GET)
+    first = used.response()["status"]
+    busy.send(GET)
+    busy.response()
+    t0 = time.time()
+    for _ in range(4):   # a request every 0.5 s keeps it open
+        time.sleep(0.5)
+        busy.send(GET)
+        busy.response()
+    out = {"first": first, "silent": silent.closed_after(), "slow": slow.closed_after(),
+           "used": used.closed_after(), "busy_after": round(time.time() - t0, 1)}
+    busy.send(GET)
+    out["busy"] = busy.response()["status"]
+    for c in (silent, slow, used, busy):
+        c.close()
+    return out
+
+
+@case
 def many():
     results = [None] * 24
 

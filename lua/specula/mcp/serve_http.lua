@@ -134,7 +134,7 @@ end
 -- A plain HTTP server: handler(req) runs in a root task of its own per
 -- request; the request is freed when it returns (unanswered: 500). o: host,
 -- port, max_header_bytes, max_body_bytes, max_conns, max_pending_bytes,
--- handler, warn.
+-- idle_timeout_ms, handler, warn.
 -- -> server { port(), close(), conns() } | nil, err
 function M.http_listen(o)
   local ctx = core.ctx
@@ -147,6 +147,7 @@ function M.http_listen(o)
   opts.max_body_bytes = o.max_body_bytes or 0
   opts.max_conns = o.max_conns or 0
   opts.max_pending_bytes = o.max_pending_bytes or 0
+  opts.idle_timeout_ms = o.idle_timeout_ms or 0
   local err, errlen = core.errbuf()
   local p = C.sp_httpd_listen(ctx, opts, err, errlen)
   if p == nil then return nil, ffi.string(err) end
@@ -625,7 +626,7 @@ end
 -- listen{ host = "127.0.0.1", port = 0, path = "/mcp", on_session =
 -- function(t) end, allow_remote = false, origins = nil, json_response =
 -- false, stateless = true, session_timeout_ms = nil (never), max_body_bytes,
--- max_conns, max_pending_bytes, warn } -> listener
+-- max_conns, max_pending_bytes, idle_timeout_ms, warn } -> listener
 -- { port(), close(), sessions() } | nil, err. stateless = false: a POST at
 -- 2026-07-28 without a session is refused like any other (400).
 function M.listen(o)
@@ -642,7 +643,8 @@ function M.listen(o)
                             origins = o.origins, json_response = o.json_response,
                             stateless = o.stateless ~= false }, Endpoint)
   local srv, lerr = M.http_listen { host = host, port = o.port or 0, max_body_bytes = o.max_body_bytes,
-                                    max_conns = o.max_conns, max_pending_bytes = o.max_pending_bytes, warn = warn,
+                                    max_conns = o.max_conns, max_pending_bytes = o.max_pending_bytes,
+                                    idle_timeout_ms = o.idle_timeout_ms, warn = warn,
                                     handler = function(r) ep:_handle(r) end }
   if not srv then return nil, lerr end
   if not loopback then

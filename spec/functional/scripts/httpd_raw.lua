@@ -14,6 +14,7 @@ local seen = { gone = 0, dropped = 0, streams = 0 }
 local srv
 srv = assert(serve.http_listen {
   port = 0, max_body_bytes = 1024 * 1024, max_header_bytes = 8192, max_pending_bytes = 256 * 1024,
+  idle_timeout_ms = 1500,
   handler = function(r)
     if r.path == "/stream" then
       seen.streams = seen.streams + 1
