@@ -49,6 +49,12 @@ describe("the HTTP/1.1 server (sp_httpd)", function()
     assert.are.equal(p[1].body.conn, p[3].body.conn)
   end)
 
+  it("parses requests cut at any byte (every byte apart, and random cuts) the same", function()
+    local sp = run().client.splits
+    assert.are.equal(16, sp.n)
+    assert.are.same({ { { "/one", "ab\r\nc" }, { "/two", "xyz0123456789" }, { "/three", "" } } }, sp.distinct)
+  end)
+
   it("answers a malformed request 400 (505, 501 where they apply) and closes the connection", function()
     local m = run().client.malformed
     local want = { garbage = 400, no_host = 400, space_in_target = 400, bad_header = 400, space_before_colon = 400,

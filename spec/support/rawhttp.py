@@ -310,6 +310,36 @@ def idle():
     return out
 
 
+PIPE = (b"POST /one HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nab\r\nc"
+        b"POST /two HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"3;x=y\r\nxyz\r\nA\r\n0123456789\r\n0\r\nT: 1\r\n\r\n"
+        b"GET /three HTTP/1.1\r\nHost: t\r\n\r\n")
+
+
+@case
+def splits():
+    """The same three pipelined requests cut at every byte, and at random
+    places (seeded): the parser resumes anywhere, the bodies stay intact."""
+    import random
+    rnd = random.Random(7)
+    cuts = [list(range(1, len(PIPE)))]
+    for _ in range(15):
+        cuts.append(sorted(rnd.sample(range(1, len(PIPE)), rnd.randint(1, 12))))
+    seen = []
+    for cut in cuts:
+        c = Sock()
+        c.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        last = 0
+        for at in cut + [len(PIPE)]:
+            c.send(PIPE[last:at])
+            last = at
+            time.sleep(0.001 if len(cut) > 20 else 0.01)
+        got = [c.response(), c.response(), c.response()]
+        c.close()
+        seen.append([[g["body"]["path"], g["body"]["body"]] for g in got])
+    return {"n": len(cuts), "distinct": [list(x) for x in {json.dumps(x): x for x in seen}.values()]}
+
+
 @case
 def many():
     results = [None] * 24
