@@ -36,7 +36,7 @@ describe("MCP Streamable HTTP, server side, with the official TypeScript SDK cli
     assert.matches("^%x+$", a.session)
     assert.are.equal(32, #a.session)
     assert.are.equal("2025-11-25", a.version)
-    assert.are.same({ "echo", "ping_client", "notify", "hang", "shutdown" }, a.tools)
+    assert.are.same({ "echo", "ping_client", "notify", "hang", "progress", "shutdown" }, a.tools)
     assert.are.equal("hi there", a.echo)
     assert.are.equal("{}", a.pingServer)
     assert.matches("MCP error %-32602: no tool nope", a.unknownTool)
@@ -49,7 +49,17 @@ describe("MCP Streamable HTTP, server side, with the official TypeScript SDK cli
     assert.are.same({ "hello from the fixture" }, r.driver.a.logs)   -- on the POST's SSE stream
     assert.are.equal(1, r.driver.a.listChanged)      -- on the GET stream
     assert.are.equal(3, r.stats.pongs)
-    assert.are.equal(3, r.stats.initialized)
+    assert.are.equal(4, r.stats.initialized)   -- a, b, c and the raw session of the progress case
+  end)
+
+  it("routes a progress notification by its token to the stream of the request that set it", function()
+    if not guard() then return end
+    local p = run().driver.progress
+    assert.are.equal("progressed", p.text)
+    assert.are.same({ 1, 2 }, p.seen)      -- the SDK's onprogress
+    assert.are.equal(200, p.get)           -- a GET stream was open ...
+    assert.are.equal(2, p.onPost)          -- ... yet both went on the POST's own stream
+    assert.is_true(p.resultOnPost)
   end)
 
   it("serves two clients at once, each in a session of its own", function()
@@ -60,7 +70,7 @@ describe("MCP Streamable HTTP, server side, with the official TypeScript SDK cli
     assert.are_not.equal(r.driver.a.session, t.b)
     assert.are.same({ "from b", "from c" }, t.echo)
     assert.are.same({ "pong", "pong" }, t.ping)
-    assert.are.equal(3, r.stats.sessions)
+    assert.are.equal(4, r.stats.sessions)
   end)
 
   it("ends a session on DELETE: the session is told, its id is unknown (404), others go on", function()
@@ -68,7 +78,7 @@ describe("MCP Streamable HTTP, server side, with the official TypeScript SDK cli
     local r = run()
     assert.are.equal(404, r.driver.deleted.after.status)
     assert.are.equal("still here", r.driver.deleted.other)
-    assert.are.equal(3, r.stats.lost)
+    assert.are.equal(4, r.stats.lost)        -- every one DELETEd
     assert.are.equal("the client ended the session (HTTP DELETE)", r.stats.lost_why[1])
     assert.are.equal(0, r.sessions_open)
   end)
@@ -92,7 +102,7 @@ describe("MCP Streamable HTTP, server side, with the official TypeScript SDK cli
     assert.are.equal(202, f.notification)
     assert.are.equal(200, f.jsonOnly.status)     -- Accept: application/json alone: a JSON reply
     assert.are.equal("application/json", f.jsonOnly.ctype)
-    assert.are.equal(5, f.jsonOnly.tools)
+    assert.are.equal(6, f.jsonOnly.tools)
     assert.are.same({ 11, 12 }, f.batch)         -- a batch: its answers in one JSON array
   end)
 
@@ -193,7 +203,7 @@ describe("MCP Streamable HTTP, server side, with specula's own client", function
       local r = run_client(v)
       assert.are.equal(v, r.driver.version)
       assert.is_false(r.driver.stateless)
-      assert.are.same({ 5, "from specula", "pong" }, { r.driver.tools, r.driver.echo, r.driver.ping })
+      assert.are.same({ 6, "from specula", "pong" }, { r.driver.tools, r.driver.echo, r.driver.ping })
       assert.are.same({ v }, r.stats.versions)
       -- the client's close DELETEs its session; then the raw stateless POST is one of its own
       assert.are.equal(2, r.stats.sessions)
@@ -207,7 +217,7 @@ describe("MCP Streamable HTTP, server side, with specula's own client", function
     local d = r.driver
     assert.are.equal("2026-07-28", d.version)
     assert.is_true(d.stateless)
-    assert.are.same({ 5, "from specula" }, { d.tools, d.echo })
+    assert.are.same({ 6, "from specula" }, { d.tools, d.echo })
     assert.are.equal(1, r.stats.discovered)
     assert.are.equal(0, r.stats.initialized)
     -- server/discover, tools/list, tools/call, the matching raw POST: a session each, each ended
@@ -215,7 +225,7 @@ describe("MCP Streamable HTTP, server side, with specula's own client", function
     assert.are.equal(4, r.stats.lost)
     assert.are.equal("the request has ended (stateless 2026-07-28)", r.stats.lost_why[1])
     assert.are.same({ status = 400, code = -32020 }, { status = d.mismatch.status, code = d.mismatch.code })
-    assert.are.same({ status = 200, tools = 5 }, { status = d.match.status, tools = d.match.tools })
+    assert.are.same({ status = 200, tools = 6 }, { status = d.match.status, tools = d.match.tools })
     assert.are.equal(0, r.sessions_open)
   end)
 

@@ -24,6 +24,7 @@ local TOOLS = {
   { name = "ping_client", description = "pings the client first", inputSchema = { type = "object" } },
   { name = "notify", description = "sends notifications", inputSchema = { type = "object" } },
   { name = "hang", description = "answers only when cancelled", inputSchema = { type = "object" } },
+  { name = "progress", description = "reports progress", inputSchema = { type = "object" } },
   { name = "shutdown", description = "ends the fixture", inputSchema = { type = "object" } },
 }
 local VERSIONS = { ["2025-03-26"] = true, ["2025-06-18"] = true, ["2025-11-25"] = true }
@@ -60,6 +61,15 @@ local function session(t)
                params = { level = "info", logger = "fixture", data = "hello from the fixture" } }, msg.id)
       t:send({ jsonrpc = "2.0", method = "notifications/tools/list_changed" })
       return text("notified")
+    end
+    if p.name == "progress" then
+      -- no rel: the token alone routes it to this call's stream
+      local meta = type(p._meta) == "table" and p._meta or {}
+      for i = 1, 2 do
+        t:send({ jsonrpc = "2.0", method = "notifications/progress",
+                 params = { progressToken = meta.progressToken, progress = i, total = 2 } })
+      end
+      return text("progressed")
     end
     if p.name == "hang" then
       -- until the client cancels it (or goes: serve_http cancels it then)

@@ -115,6 +115,33 @@ try {
   await sleep(300);
   out.hang.after = textOf(await a.c.callTool({ name: "echo", arguments: { text: "after the hang" } }));
 
+  // progress: the SDK's onprogress sees it; and on a raw POST while a GET
+  // stream is open, the token routes it onto the POST's own SSE stream
+  const prog = [];
+  out.progress = { text: textOf(await a.c.callTool({ name: "progress", arguments: {} }, undefined,
+    { onprogress: (p) => prog.push(p.progress) })) };
+  out.progress.seen = prog;
+  {
+    const g = new AbortController();
+    const h = { "Content-Type": "application/json", Accept: "application/json, text/event-stream",
+                "MCP-Protocol-Version": out.a.version };
+    const init = await fetch(url, { method: "POST", headers: h, body: JSON.stringify({ jsonrpc: "2.0", id: 1,
+      method: "initialize", params: { protocolVersion: out.a.version, capabilities: {}, clientInfo: { name: "raw", version: "1" } } }) });
+    const rsid = init.headers.get("mcp-session-id");
+    await init.text();
+    h["Mcp-Session-Id"] = rsid;
+    await (await fetch(url, { method: "POST", headers: h, body: JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }) })).text();
+    const get = await fetch(url, { method: "GET", signal: g.signal, headers: { ...h, Accept: "text/event-stream" } });
+    out.progress.get = get.status;
+    const post = await fetch(url, { method: "POST", headers: h, body: JSON.stringify({ jsonrpc: "2.0", id: 2,
+      method: "tools/call", params: { name: "progress", arguments: {}, _meta: { progressToken: "tok-1" } } }) });
+    const body = await post.text();
+    out.progress.onPost = (body.match(/notifications\/progress/g) || []).length;
+    out.progress.resultOnPost = body.includes("progressed");
+    g.abort();
+    await fetch(url, { method: "DELETE", headers: h });
+  }
+
   await a.t.terminateSession();
   await c.t.terminateSession();
   await a.c.close();

@@ -11,7 +11,9 @@
 --   t:send(msg, rel)    a response goes back on the POST that carried its
 --                       request (its SSE stream or its JSON reply); a
 --                       request or notification goes on the POST stream of
---                       request id rel when that is open, else on the GET
+--                       request id rel when that is open (a progress
+--                       notification: of the request whose _meta set its
+--                       progressToken), else on the GET
 --                       stream, else on the newest open POST stream, else it
 --                       waits (bounded) for a GET stream
 --   t:request(x)        t:send(x.msg, x.related): the answer comes back as a
@@ -244,9 +246,14 @@ local function push(stream, msg)
   stream.req:poke()
 end
 
--- Where a message of the server's own (not a response) goes.
-function Session:_route(rel)
+-- Where a message of the server's own (not a response) goes: a progress
+-- notification follows its token to the request that set it.
+function Session:_route(rel, msg)
   local s = rel ~= nil and self.routes[idkey(rel)] or nil
+  if not s and msg.method == "notifications/progress" and type(msg.params) == "table"
+     and msg.params.progressToken ~= nil then
+    s = self.tokens[idkey(msg.params.progressToken)]
+  end
   if s and s.mode == "sse" and not s.over then return s end
   if self.get and not self.get.over then return self.get end
   local newest
@@ -272,7 +279,7 @@ function Session:send(msg, rel)
     if s.mode == "json" then s.replies[#s.replies + 1] = msg; s.req:poke() else push(s, msg) end
     return true
   end
-  local s = self:_route(rel)
+  local s = self:_route(rel, msg)
   if s then push(s, msg); return true end
   local b = self.backlog
   b[#b + 1] = msg
@@ -315,7 +322,7 @@ function Endpoint:_new_session(stateless)
   end
   local sess = setmetatable({ kind = "http-server", answers_inline = false, send_waits = false, restartable = false,
                               starts = 0, session_id = id, stateless = stateless or nil, srv = self, routes = {},
-                              posts = {}, backlog = {} }, Session)
+                              tokens = {}, posts = {}, backlog = {} }, Session)
   if id then self.sessions[id] = sess end
   sess.last = sched.now()
   return sess
@@ -437,6 +444,12 @@ function Endpoint:_deliver(r, sess, list, batch, h)
     if m.method ~= nil and m.id ~= nil then
       s.ids[#s.ids + 1] = m.id
       sess.routes[idkey(m.id)] = s
+      local meta = type(m.params) == "table" and type(m.params._meta) == "table" and m.params._meta or {}
+      if meta.progressToken ~= nil then
+        s.tokens = s.tokens or {}
+        s.tokens[#s.tokens + 1] = idkey(meta.progressToken)
+        sess.tokens[idkey(meta.progressToken)] = s
+      end
     end
   end
   s.left = nreq
@@ -524,6 +537,9 @@ function Endpoint:_serve_stream(s, h)
   end
   s.over = true
   sess.last = sched.now()
+  for _, k in ipairs(s.tokens or {}) do
+    if sess.tokens[k] == s then sess.tokens[k] = nil end
+  end
   for i, st in ipairs(sess.posts) do if st == s then table.remove(sess.posts, i); break end end
   if sess.get == s then sess.get = nil end
   if s.kind == "post" and s.left > 0 then
