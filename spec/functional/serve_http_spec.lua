@@ -104,6 +104,7 @@ describe("MCP Streamable HTTP, server side, with the official TypeScript SDK cli
     assert.are.equal("application/json", f.jsonOnly.ctype)
     assert.are.equal(6, f.jsonOnly.tools)
     assert.are.same({ 11, 12 }, f.batch)         -- a batch: its answers in one JSON array
+    assert.are.same({ status = 400, code = -32600 }, f.duplicateId)   -- two requests, one id
   end)
 
   it("tells the session when a client goes away from an unanswered request (notifications/cancelled)", function()

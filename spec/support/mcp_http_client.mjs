@@ -98,6 +98,9 @@ try {
   const batch = await rawPost([{ jsonrpc: "2.0", id: 11, method: "ping" }, { jsonrpc: "2.0", id: 12, method: "tools/list" }],
     { ...sid, Accept: "application/json" });
   r.batch = JSON.parse(batch.body).map((m) => m.id);
+  const dup = await rawPost([{ jsonrpc: "2.0", id: 31, method: "ping" }, { jsonrpc: "2.0", id: 31, method: "ping" }],
+    { ...sid, Accept: "application/json" });
+  r.duplicateId = { status: dup.status, code: JSON.parse(dup.body).error.code };
   r.notification = (await rawPost({ jsonrpc: "2.0", method: "notifications/progress", params: { progressToken: 1, progress: 1 } }, sid)).status;
   out.refusals = r;
 

@@ -430,8 +430,19 @@ end
 -- Hand the messages of a POST to sess; its requests are answered on it.
 -- h: the response's extra headers.
 function Endpoint:_deliver(r, sess, list, batch, h)
-  local nreq = 0
-  for _, m in ipairs(list) do if m.method ~= nil and m.id ~= nil then nreq = nreq + 1 end end
+  local nreq, ids = 0, {}
+  for _, m in ipairs(list) do
+    if m.method ~= nil and m.id ~= nil then
+      local key = idkey(m.id)
+      -- its answer could not be told from the other's
+      if ids[key] or sess.routes[key] then
+        return r:respond(400, JSON_H, rpc_error(m.id, -32600, "Invalid Request: request id " .. tostring(m.id)
+          .. " is already in use"))
+      end
+      ids[key] = true
+      nreq = nreq + 1
+    end
+  end
   if nreq == 0 then
     for _, m in ipairs(list) do sess.peer:receive(m, "post") end
     return r:respond(202, h)
