@@ -129,6 +129,33 @@ local json = require("specula").json
     return H.last_json(out), err
   end
 
+  it("serves 2026-07-28 POSTs without a session unless stateless = false", function()
+    local r = listen_run([[
+local specula = require "specula"
+local function answer(t)
+  t:open({ receive = function(_, m)
+    if m.id ~= nil then t:send({ jsonrpc = "2.0", id = m.id, result = { supportedVersions = { "2026-07-28" } } }) end
+  end, lost = function() end })
+end
+local out = {}
+for _, stateless in ipairs({ true, false }) do
+  local l = assert(serve.listen({ port = 0, on_session = answer, stateless = stateless }))
+  local res = assert(specula.http.request { method = "POST", url = l:url(), body = json.encode({ jsonrpc = "2.0", id = 1,
+    method = "server/discover", params = { _meta = { ["io.modelcontextprotocol/protocolVersion"] = "2026-07-28" } } }),
+    headers = { ["Content-Type"] = "application/json", Accept = "application/json", ["MCP-Protocol-Version"] = "2026-07-28",
+                ["Mcp-Method"] = "server/discover" } })
+  out[#out + 1] = { status = res.status, body = res.body }
+  l:close()
+end
+print(json.encode({ out = out }))
+]])
+    r = r.out
+    assert.are.equal(200, r[1].status)
+    assert.matches('"supportedVersions":%["2026%-07%-28"%]', r[1].body)
+    assert.are.equal(400, r[2].status)
+    assert.matches("Mcp%-Session%-Id header is required", r[2].body)
+  end)
+
   it("checks its options and binds to loopback unless allow_remote (then it warns)", function()
     local r, err = listen_run([[
 local out = {}

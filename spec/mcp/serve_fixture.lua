@@ -138,7 +138,8 @@ end
 
 local L = assert(serve.listen { port = 0, on_session = session,
                                 session_timeout_ms = tonumber(os.getenv("FIXTURE_SESSION_TIMEOUT_MS")) })
-local url = "http://127.0.0.1:" .. L:port() .. "/mcp"
+local url = L:url()
+assert(url == "http://127.0.0.1:" .. L:port() .. "/mcp", url)
 local argv = {}
 for i, a in ipairs(arg) do argv[i] = (a:gsub("{URL}", url)) end
 local out, status, err = child.run(argv)

@@ -654,7 +654,7 @@ end
 -- function(t) end, allow_remote = false, origins = nil, json_response =
 -- false, stateless = true, session_timeout_ms = nil (never), max_body_bytes,
 -- max_conns, max_pending_bytes, idle_timeout_ms, warn } -> listener
--- { port(), close(), sessions() } | nil, err. stateless = false: a POST at
+-- { port(), url(), close(), sessions(), conns() } | nil, err. stateless = false: a POST at
 -- 2026-07-28 without a session is refused like any other (400).
 function M.listen(o)
   local ok, err = check_opts(o)
@@ -680,6 +680,10 @@ function M.listen(o)
   local L = { endpoint = ep }
   if o.session_timeout_ms then L.sweeper = spawn_root(function() ep:_sweep(o.session_timeout_ms) end) end
   function L:port() return srv.port() end
+  function L:url()
+    local h = host:find(":", 1, true) and ("[" .. host .. "]") or host
+    return format("http://%s:%d%s", h, srv.port() or 0, ep.path)
+  end
   function L:conns() return srv.conns() end
   function L:sessions()
     local n = 0
