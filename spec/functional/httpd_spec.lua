@@ -93,6 +93,8 @@ describe("the HTTP/1.1 server (sp_httpd)", function()
     local d = c.drop_and_misuse
     assert.are.equal(500, d.drop.resp.status)           -- the handler returned without answering
     assert.is_true(d.drop.closed)
+    assert.are.equal(500, d.raise.resp.status)          -- the handler raised: 500, and a warning
+    assert.matches("specula: warning: HTTP handler failed: .*the handler broke", run().stderr_all)
     assert.are.equal("once", d.twice.resp.body)
     assert.matches("EINVAL: response header line 'Bad Name: x'", d.badheader.resp.body)
   end)

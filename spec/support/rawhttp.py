@@ -249,6 +249,7 @@ def stream():
 @case
 def drop_and_misuse():
     return {"drop": one(b"GET /drop HTTP/1.1\r\nHost: t\r\n\r\n"),
+            "raise": one(b"GET /raise HTTP/1.1\r\nHost: t\r\n\r\n", closes=False),
             "twice": one(b"GET /twice HTTP/1.1\r\nHost: t\r\n\r\n", closes=False),
             "badheader": one(b"GET /badheader HTTP/1.1\r\nHost: t\r\n\r\n", closes=False)}
 

@@ -43,6 +43,8 @@ srv = assert(serve.http_listen {
       seen.gone = seen.gone + 1
     elseif r.path == "/seen" then
       r:respond(200, { ["Content-Type"] = "application/json" }, json.encode(seen))
+    elseif r.path == "/raise" then
+      error("the handler broke")
     elseif r.path == "/drop" then
       seen.dropped = seen.dropped + 1   -- returns without answering: 500
     elseif r.path == "/twice" then
