@@ -137,4 +137,32 @@ describe("the HTTP/1.1 server (sp_httpd)", function()
     assert.are.equal(0, r.conns_left)
     assert.is_nil(r.stderr_all:find("still open at exit", 1, true), r.stderr_all)
   end)
+
+  it("closes the listener, its connections and a stream in flight at exit when the script did not", function()
+    local st, out, err = H.run_lua([[
+local specula = require "specula"
+local serve = require "specula.mcp.serve_http"
+local srv = assert(serve.http_listen { port = 0, handler = function(r)
+  assert(r:stream(200, { ["Content-Type"] = "text/plain" }))
+  while not r:gone() do r:write("tick;"); specula.sleep(20) end
+end })
+local got = ""
+specula.spawn(function()
+  local res = assert(specula.http.request { url = "http://127.0.0.1:" .. srv.port() .. "/", stream = true })
+  while true do
+    local chunk = res:read()
+    if not chunk then break end
+    got = got .. chunk
+  end
+end)
+while #got < 10 do specula.sleep(10) end
+print(string.format('{"conns":%d,"got":%q}', srv.conns(), got:sub(1, 10)))
+-- no close: the script ends with the listener, a connection and its stream open
+]])
+    assert.are.equal(0, st, "stdout: " .. out .. "\nstderr: " .. err)
+    local r = H.last_json(out)
+    assert.are.equal(1, r.conns)
+    assert.are.equal("tick;tick;", r.got)
+    assert.is_nil(err:find("still open at exit", 1, true), err)
+  end)
 end)
