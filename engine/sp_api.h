@@ -334,6 +334,69 @@ void sp_rpc_cancel(sp_rpc *c);
 int sp_rpc_wait(sp_rpc *c, sp_task *t);
 void sp_rpc_free(sp_rpc *c);
 
+/* ---- HTTP/1.1 server (engine/sp_httpd.c) -------------------------------- *
+ * A TCP listener that parses requests (Content-Length and chunked bodies,
+ * keep-alive; one request at a time per connection: bytes pipelined behind
+ * it wait until its response has ended) and queues complete ones for a Lua
+ * task. A malformed request gets 400, an oversized head 431, an oversized
+ * body 413 (an unknown transfer coding 501), from C, and the connection
+ * closes. Each response is whole (Content-Length) or streamed (chunked). */
+typedef struct sp_httpd sp_httpd;          /* a listener and its connections */
+typedef struct sp_httpd_req sp_httpd_req;  /* one request and its response */
+typedef struct sp_httpd_opts {
+  const char *host;              /* an IPv4 or IPv6 literal, or "localhost" (127.0.0.1) */
+  int port;                      /* 0: any free port (sp_httpd_port says which) */
+  double max_header_bytes;       /* request line and headers (0 = 64 KiB) -> 431 */
+  double max_body_bytes;         /* a request body (0 = 16 MiB) -> 413 */
+  int max_conns;                 /* open connections (0 = 256); past it: 503 and close */
+  double max_pending_bytes;      /* response bytes a client leaves unread (0 = 16 MiB); past
+                                    it the connection is dropped and its request is gone */
+  double idle_timeout_ms;        /* a connection with no request in service that sends nothing
+                                    this long is closed (0 = 60 s): idle keep-alives, slow heads */
+} sp_httpd_opts;
+/* Listen. NULL + err ("EADDRINUSE: ...") when it cannot. Lua owns the
+   result and releases it with sp_httpd_close. */
+sp_httpd *sp_httpd_listen(sp_ctx *ctx, const sp_httpd_opts *o, char *err, size_t errlen);
+int sp_httpd_port(const sp_httpd *s);              /* the bound port */
+/* The oldest complete request not yet taken, or NULL. Lua owns it and
+   releases it with sp_httpd_req_free. */
+sp_httpd_req *sp_httpd_next(sp_httpd *s);
+/* Register t to be resumed when a request is queued: 1 = one is there or
+   the listener is closed (do not yield), 0 = yield now. */
+int sp_httpd_wait(sp_httpd *s, sp_task *t);
+int sp_httpd_conns(const sp_httpd *s);             /* connections open now */
+/* Stop listening, close every connection (their requests report gone) and
+   free the listener once its handles are closed. */
+void sp_httpd_close(sp_httpd *s);
+/* The request: method and target as sent (NUL-terminated), the headers as
+   "name: value\n" lines with names in lowercase, the body (dechunked). */
+const char *sp_httpd_method(const sp_httpd_req *r);
+const char *sp_httpd_target(const sp_httpd_req *r);
+const char *sp_httpd_headers(const sp_httpd_req *r, size_t *len);
+const char *sp_httpd_body(const sp_httpd_req *r, size_t *len);
+int sp_httpd_conn_id(const sp_httpd_req *r);       /* its connection, numbered from 1 */
+/* A whole response: headers as "Name: value" lines separated by "\n" (or
+   NULL); Content-Length is added. 0 ok, -1 (err) when a response was
+   already started or a header line is invalid. A client that is gone
+   makes it a no-op (0). */
+int sp_httpd_respond(sp_httpd_req *r, int status, const char *headers, const char *body, size_t len,
+                     char *err, size_t errlen);
+/* A streamed response: status and headers now (Transfer-Encoding: chunked
+   is added), then chunks, then the end. -1 (err) out of order. */
+int sp_httpd_stream_start(sp_httpd_req *r, int status, const char *headers, char *err, size_t errlen);
+int sp_httpd_stream_write(sp_httpd_req *r, const char *data, size_t len, char *err, size_t errlen);
+int sp_httpd_stream_end(sp_httpd_req *r);
+/* 1 when the client has gone (disconnected, or the listener was closed). */
+int sp_httpd_gone(const sp_httpd_req *r);
+/* Register t to be resumed when the client goes or sp_httpd_poke(r) is
+   called (work for the task that serves r): 1 = gone or poked since the
+   last wait (do not yield; the poke is taken), 0 = yield now. */
+int sp_httpd_req_wait(sp_httpd_req *r, sp_task *t);
+void sp_httpd_poke(sp_httpd_req *r);
+/* Release: an unanswered request gets 500 and its connection closes, an
+   unfinished stream closes its connection. */
+void sp_httpd_req_free(sp_httpd_req *r);
+
 /* ---- eligibility policy (engine/sp_policy.c) -------------------------- */
 enum { SP_FORBID = 0, SP_WARMUP = 1, SP_FULL = 2 };
 /* The script's own decision passed to the gate, when it has none to give:
