@@ -18,9 +18,10 @@
 /* The owners of the context's state, in the order its shutdown runs them:
    the windows are cancelled before the tasks their jobs run in; the
    scheduler reaps before the processes and http close; the processes'
-   cancel notifications are http requests, freed before http itself. */
+   cancel notifications are http requests, freed before http itself; the
+   process's own stdio last, so an answer written at the end is flushed. */
 enum { SP_OWN_WINDOWS, SP_OWN_SCHED, SP_OWN_PROCS, SP_OWN_HTTP, SP_OWN_SIGNALS, SP_OWN_VALS,
-       SP_OWNERS };
+       SP_OWN_STDIO, SP_OWNERS };
 
 /* An owner's part in the shutdown (sp_ctx_shutdown), each step optional. */
 typedef struct sp_owner {
@@ -43,6 +44,7 @@ struct sp_ctx {
   struct sp_procs *procs;       /* child processes (sp_proc.c), NULL before the first one */
   struct sp_windows *windows;   /* the window unit (sp_window_int.h), NULL before the first window */
   struct sp_signals *signals;   /* the SIGINT/SIGTERM watch (sp_signal.h), NULL until armed */
+  struct sp_stdio *stdio;       /* the process's own stdin/stdout (sp_stdio.c), NULL until opened */
   const sp_owner *owners[SP_OWNERS]; /* each owner's shutdown, by SP_OWN_* */
 };
 
