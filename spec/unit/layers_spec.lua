@@ -221,7 +221,7 @@ local C_FLOORS = {
     "sp_actspec" },
   { name = "context", "sp_ctx" },
   { name = "runtime", "sp_vals", "sp_sched", "sp_signal" },
-  { name = "io", "sp_http", "sp_proc" },
+  { name = "io", "sp_http", "sp_proc", "sp_stdio" },
   { name = "window", "sp_window", "sp_window_int", "sp_window_actspec", "sp_wgroup" },
   { name = "engine", "sp_engine" },
   { name = "replay", "sp_winplay", "sp_replay", "sp_synth", "sp_cmd_replay", "sp_cmd_theory" },
