@@ -47,6 +47,9 @@ setmetatable(M, { __index = function(t, k)
   return nil
 end })
 
+-- A gateway's configuration (a CONFIG.lua of `specula gateway` returns it).
+function M.gateway(spec) return require("specula.gateway").new(spec, 2) end
+
 -- Run an agent over queries from a script: records, aggregate.
 function M.run(agent, opts) return require("specula.run.runner").run(agent, opts) end
 

@@ -162,6 +162,11 @@ function Client:_handle(msg, via, raw)
     end
     e.err = scrub(format("%s: %s: error %s: %s%s", self:_where(), e.what, tostring(er.code),
       tostring(er.message), extra))
+    -- the server's own error object, by the message it became (a relay
+    -- passes the object on); the last few only
+    if self.n_error_objs >= 64 then self.error_of, self.n_error_objs = {}, 0 end
+    self.error_of[e.err] = er
+    self.n_error_objs = self.n_error_objs + 1
   else
     e.result = msg.result
     -- the answer's own text, for a relay that passes it on unchanged
@@ -756,7 +761,7 @@ function M.new(t, o, name)
     state = "new", next_id = 1,
     pending = {}, by_token = {}, given_up = {}, n_given_up = 0, errors = {}, list_cache = {},
     tool_headers = {}, excluded = {}, on_notification = o.on_notification,
-    raw_of = setmetatable({}, { __mode = "k" }),
+    raw_of = setmetatable({}, { __mode = "k" }), error_of = {}, n_error_objs = 0,
     hooks = { on_sampling = o.on_sampling, on_elicitation = o.on_elicitation, on_roots = o.on_roots },
     st = { requests = 0, restarts = 0, exits = 0, malformed = 0, unknown_ids = 0, oversized = 0,
            late_dropped = 0, timeouts = 0, server_requests = 0, progress = 0, reconnects = 0, calls = {},

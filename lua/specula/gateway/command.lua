@@ -1,0 +1,44 @@
+-- specula.gateway.command: `specula gateway CONFIG.lua` (the option table
+-- is specula.cmd.gateway's): one client over this process's stdio, its
+-- record appended to --out when it ends.
+local json = require "specula.json"
+local sched = require "specula.internal.sched"
+local output = require "specula.internal.output"
+local gateway = require "specula.gateway"
+
+local M = {}
+
+-- The record of an ended session, one line of --out.
+local function write_record(path, rec)
+  local w, err = output.open(path, "a", "json")
+  if not w then
+    output.stderr("specula gateway: cannot write --out ", path, ": ", tostring(err), "\n")
+    return false
+  end
+  local text, eerr = json.encode(rec)
+  if not text then
+    output.stderr("specula gateway: cannot encode the session record: ", tostring(eerr), "\n")
+    w:close()
+    return false
+  end
+  local ok, werr = w:line(text)
+  w:close()
+  if not ok then output.stderr("specula gateway: cannot write --out ", path, ": ", tostring(werr), "\n") end
+  return ok ~= nil
+end
+
+function M.main(o)
+  local gw = gateway.load(o.configs[1])
+  -- a mistake in the predictor or the policy shows now, not at the first call
+  gw:new_predictor()
+  local t = require("specula.mcp.serve_stdio").new {}
+  local wrote = true
+  local s, err = gateway.serve_session(gw, t, { on_end = function(sess)
+    if o.out then wrote = write_record(o.out, sess.rec.final or sess:stats()) end
+  end })
+  if not s then sched.plain_error("specula gateway: " .. tostring(err), 1) end
+  s:wait()
+  return wrote and 0 or 1
+end
+
+return M
