@@ -48,7 +48,10 @@ setmetatable(M, { __index = function(t, k)
 end })
 
 -- A gateway's configuration (a CONFIG.lua of `specula gateway` returns it).
-function M.gateway(spec) return require("specula.gateway").new(spec, 2) end
+function M.gateway(spec)
+  local gw = require("specula.gateway").new(spec, 2)
+  return gw   -- not a tail call: the level names the config's line
+end
 
 -- Run an agent over queries from a script: records, aggregate.
 function M.run(agent, opts) return require("specula.run.runner").run(agent, opts) end

@@ -9,11 +9,12 @@
 // PLAN: { command, args, env (added to the driver's), cwd, capabilities
 // (the client's), steps: [ { op, ... } ] } with op one of
 //   tools, resources, templates, prompts                 the lists
-//   call { name, arguments }                               tools/call
+//   call { name, arguments, progress }                     tools/call (progress: keep its notifications)
 //   read { uri }   prompt { name, arguments }              resources/read, prompts/get
 //   ping   sleep { ms }   level { level }                  logging/setLevel
 // Output: { server: { name, version }, steps: [ { op, ok, result | error,
-// sent_ms, recv_ms } ], notifications: [ { method, params } ] }.
+// sent_ms, recv_ms } ], notifications: [ { method, params } ] (logging),
+// progress: [ { progress, total, message } ] }.
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -24,13 +25,19 @@ const { Client } = require(path.join(sdk, "client/index.js"));
 const { StdioClientTransport } = require(path.join(sdk, "client/stdio.js"));
 const types = require(path.join(sdk, "types.js"));
 
+const progress = [];
+
 async function step(client, s) {
   switch (s.op) {
     case "tools": return client.listTools();
     case "resources": return client.listResources();
     case "templates": return client.listResourceTemplates();
     case "prompts": return client.listPrompts();
-    case "call": return client.callTool({ name: s.name, arguments: s.arguments || {} });
+    case "call": {
+      // progress: the server's notifications for this call are kept
+      const opts = s.progress ? { onprogress: (p) => progress.push(p) } : undefined;
+      return client.callTool({ name: s.name, arguments: s.arguments || {} }, undefined, opts);
+    }
     case "read": return client.readResource({ uri: s.uri });
     case "prompt": return client.getPrompt({ name: s.name, arguments: s.arguments || {} });
     case "ping": return client.ping();
@@ -52,7 +59,7 @@ async function main() {
     notifications.push({ method: n.method, params: n.params });
   });
   await client.connect(transport);
-  const out = { server: client.getServerVersion(), steps: [], notifications };
+  const out = { server: client.getServerVersion(), steps: [], notifications, progress };
   for (const s of plan.steps) {
     const rec = { op: s.op, sent_ms: Date.now() };
     try {

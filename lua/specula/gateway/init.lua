@@ -43,63 +43,69 @@ end
 local Gateway = {}
 Gateway.__index = Gateway
 
-local function bad(msg) error("specula.gateway: " .. msg, 0) end
+-- The key a mistake is about (the loader finds its line when the call's
+-- own line is lost: `return specula.gateway{...}` is a tail call).
+local bad_key
+local function bad(msg, key)
+  bad_key = key
+  error("specula.gateway: " .. msg, 0)
+end
 
 local function check_server(name, s)
   if type(name) ~= "string" or not name:match("^[%w_%-]+$") then
-    bad(format("servers: a server's name must be letters, digits, _ or -, got %s", tostring(name)))
+    bad(format("servers: a server's name must be letters, digits, _ or -, got %s", tostring(name)), "servers")
   end
-  if type(s) ~= "table" then bad(format("servers.%s must be a table", name)) end
+  if type(s) ~= "table" then bad(format("servers.%s must be a table", name), name) end
   for k in pairs(s) do
-    if not SERVER[k] then bad(format("servers.%s: unknown key '%s' (known: %s)", name, tostring(k), keys(SERVER))) end
+    if not SERVER[k] then bad(format("servers.%s: unknown key '%s' (known: %s)", name, tostring(k), keys(SERVER)), k) end
   end
   if (s.command == nil) == (s.url == nil) then
-    bad(format("servers.%s: give either command = { program, args... } or url = 'http://...'", name))
+    bad(format("servers.%s: give either command = { program, args... } or url = 'http://...'", name), name)
   end
   if s.command ~= nil then
-    if type(s.command) ~= "table" or #s.command == 0 then bad(format("servers.%s: command must be a non-empty list", name)) end
+    if type(s.command) ~= "table" or #s.command == 0 then bad(format("servers.%s: command must be a non-empty list", name), name) end
     for i, a in ipairs(s.command) do
-      if type(a) ~= "string" then bad(format("servers.%s: command[%d] must be a string", name, i)) end
+      if type(a) ~= "string" then bad(format("servers.%s: command[%d] must be a string", name, i), "command") end
     end
   end
   if s.url ~= nil and (type(s.url) ~= "string" or not s.url:match("^https?://")) then
-    bad(format("servers.%s: url must be an http:// or https:// URL", name))
+    bad(format("servers.%s: url must be an http:// or https:// URL", name), name)
   end
   for _, k in ipairs({ "env", "headers" }) do
-    if s[k] ~= nil and type(s[k]) ~= "table" then bad(format("servers.%s: %s must be a table", name, k)) end
+    if s[k] ~= nil and type(s[k]) ~= "table" then bad(format("servers.%s: %s must be a table", name, k), k) end
   end
-  if s.cwd ~= nil and type(s.cwd) ~= "string" then bad(format("servers.%s: cwd must be a string", name)) end
+  if s.cwd ~= nil and type(s.cwd) ~= "string" then bad(format("servers.%s: cwd must be a string", name), name) end
 end
 
 local function check(spec)
   if type(spec) ~= "table" then bad("expected a table { servers = {...}, ... }") end
   for k in pairs(spec) do
-    if not TOP[k] then bad(format("unknown key '%s' (known: %s)", tostring(k), keys(TOP))) end
+    if not TOP[k] then bad(format("unknown key '%s' (known: %s)", tostring(k), keys(TOP)), k) end
   end
   if type(spec.servers) ~= "table" or next(spec.servers) == nil then
-    bad("servers: at least one server is needed: servers = { NAME = { command = {...} } | { url = ... } }")
+    bad("servers: at least one server is needed: servers = { NAME = { command = {...} } | { url = ... } }", "servers")
   end
   for name, s in pairs(spec.servers) do check_server(name, s) end
   local age = spec.max_age_ms
-  if age ~= nil and (type(age) ~= "number" or age < 0 or age ~= age) then bad("max_age_ms must be a number >= 0") end
+  if age ~= nil and (type(age) ~= "number" or age < 0 or age ~= age) then bad("max_age_ms must be a number >= 0", "max_age_ms") end
   local b = spec.budget
   if b ~= nil then
-    if type(b) ~= "table" then bad("budget must be a table { max_inflight = N }") end
+    if type(b) ~= "table" then bad("budget must be a table { max_inflight = N }", "budget") end
     for k in pairs(b) do
-      if not BUDGET[k] then bad(format("budget: unknown key '%s' (known: %s)", tostring(k), keys(BUDGET))) end
+      if not BUDGET[k] then bad(format("budget: unknown key '%s' (known: %s)", tostring(k), keys(BUDGET)), k) end
     end
     local n = b.max_inflight
     if n ~= nil and (type(n) ~= "number" or n < 0 or n ~= math.floor(n)) then
-      bad("budget.max_inflight must be a whole number >= 0")
+      bad("budget.max_inflight must be a whole number >= 0", "max_inflight")
     end
   end
   local p = spec.predict
   if p ~= nil and p ~= false and type(p) ~= "string" and type(p) ~= "function" and type(p) ~= "table" then
-    bad("predict must be a name, a file, a predictor, or \"off\"")
+    bad("predict must be a name, a file, a predictor, or \"off\"", "predict")
   end
   local pol = spec.policy
   if pol ~= nil and type(pol) ~= "string" and type(pol) ~= "function" and type(pol) ~= "table" then
-    bad("policy must be a table, a function or a file")
+    bad("policy must be a table, a function or a file", "policy")
   end
 end
 
@@ -107,8 +113,12 @@ end
 -- `level` above this function (1: its caller), so that it names the line
 -- of the call in the config file.
 function M.new(spec, level)
+  bad_key = nil
   local ok, err = pcall(check, spec)
-  if not ok then error(err, (level or 1) + 1) end
+  if not ok then
+    M.bad_key = bad_key
+    error(err, (level or 1) + 1)
+  end
   local names = {}
   for name in pairs(spec.servers) do names[#names + 1] = name end
   sort(names)
@@ -155,6 +165,28 @@ function Gateway:provenance()
   return prov.build(core.ffi.string(core.C.sp_version()), agent, { file = json.null, format = "mcp-session" }, config)
 end
 
+-- FILE:LINE of a config's mistake about `key` when the error carries no
+-- position (the call was a tail call): the first line that sets the key,
+-- else the line of the specula.gateway call, else the file alone.
+function M.where(path, key)
+  local f = io.open(path, "r")
+  if not f then return path end
+  local n, call_line, key_line = 0, nil, nil
+  for line in f:lines() do
+    n = n + 1
+    if not call_line and line:find("gateway%s*[{(]") then call_line = n end
+    if key and not key_line and call_line then
+      local k = key:gsub("%p", "%%%0")
+      if line:find("^%s*" .. k .. "%s*=") or line:find("[{,]%s*" .. k .. "%s*=") or line:find('%[%s*"' .. k .. '"%s*%]%s*=') then
+        key_line = n
+      end
+    end
+  end
+  f:close()
+  local at = key_line or call_line
+  return at and (path .. ":" .. at) or path
+end
+
 -- The gateway a config file returns | error "FILE:LINE: why" (raised plain).
 function M.load(path)
   local sched = require "specula.internal.sched"
@@ -163,8 +195,13 @@ function M.load(path)
   f:close()
   local chunk, err = loadfile(path)
   if not chunk then sched.plain_error("specula gateway: " .. tostring(err), 2) end
+  M.bad_key = nil
   local ok, gw = pcall(chunk)
-  if not ok then sched.plain_error("specula gateway: " .. sched.errstr(gw), 2) end
+  if not ok then
+    local msg = sched.errstr(gw)
+    if msg:find("^specula%.gateway: ") then msg = M.where(path, M.bad_key) .. ": " .. msg end
+    sched.plain_error("specula gateway: " .. msg, 2)
+  end
   if type(gw) ~= "table" or not gw.__specula_gateway then
     sched.plain_error(format("specula gateway: %s must return specula.gateway{ servers = {...}, ... }, got %s",
       path, type(gw)), 2)

@@ -168,10 +168,20 @@ function Session:_forward(server, method, params, on_progress, what)
   return r, err, c, ms
 end
 
+-- A name no server lists goes as it is to the first server that has the
+-- capability: the answer (an error, as a rule) is that server's own, and in
+-- front of one server exactly what it would say.
+function Session:_fallback(cap, name)
+  for _, e in ipairs(self.up:each()) do
+    if (e.client.capabilities or {})[cap] ~= nil then return { server = e.name, name = name } end
+  end
+  return nil
+end
+
 -- tools/call for an exposed name (speculation's calls come here too).
 function Session:_call_tool(name, args, on_progress, meta)
   local _, routes = self.up:tools()
-  local route = routes[name]
+  local route = routes[name] or self:_fallback("tools", name)
   if not route then return nil, "unknown tool '" .. tostring(name) .. "'", nil, nil, -32602 end
   local p = upstream_params({ _meta = meta }, "name", route.name)
   p.arguments = (args == nil or args == JNULL) and obj() or args
@@ -219,7 +229,7 @@ end
 
 function Session:_by_name(id, method, params, routes)
   local name = type(params) == "table" and params.name
-  local route = type(name) == "string" and routes[name]
+  local route = type(name) == "string" and (routes[name] or self:_fallback("prompts", name))
   if not route then return self:_error(id, -32602, method .. ": unknown name '" .. tostring(name) .. "'") end
   local r, err, c = self:_forward(route.server, method, upstream_params(params, "name", route.name),
     self:_progress_fn(params), method)
