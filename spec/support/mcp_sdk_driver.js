@@ -7,9 +7,12 @@
 //   node mcp_sdk_driver.js PLAN.json
 //
 // PLAN: { command, args, env (added to the driver's), cwd, capabilities
-// (the client's), steps: [ { op, ... } ] } with op one of
+// (the client's), answers: { sampling, elicitation, roots } (what the client
+// answers a server's request with; each declares its capability),
+// steps: [ { op, ... } ] } with op one of
 //   tools, resources, templates, prompts                 the lists
-//   call { name, arguments, progress }                     tools/call (progress: keep its notifications)
+//   call { name, arguments, progress, abort_ms }           tools/call (progress: keep its notifications;
+//                                                          abort_ms: give up after that long)
 //   read { uri }   prompt { name, arguments }              resources/read, prompts/get
 //   ping   sleep { ms }   level { level }                  logging/setLevel
 // Output: { server: { name, version }, steps: [ { op, ok, result | error,
@@ -35,7 +38,10 @@ async function step(client, s) {
     case "prompts": return client.listPrompts();
     case "call": {
       // progress: the server's notifications for this call are kept
-      const opts = s.progress ? { onprogress: (p) => progress.push(p) } : undefined;
+      const opts = {};
+      if (s.progress) opts.onprogress = (p) => progress.push(p);
+      // abort_ms: the client gives up (the SDK sends notifications/cancelled)
+      if (s.abort_ms) opts.signal = AbortSignal.timeout(s.abort_ms);
       return client.callTool({ name: s.name, arguments: s.arguments || {} }, undefined, opts);
     }
     case "read": return client.readResource({ uri: s.uri });
@@ -52,14 +58,26 @@ async function main() {
   const env = Object.assign({}, process.env, plan.env || {});
   const transport = new StdioClientTransport({ command: plan.command, args: plan.args || [], env, cwd: plan.cwd,
                                                stderr: "inherit" });
-  const client = new Client({ name: "specula-spec-driver", version: "1.0.0" },
-                            { capabilities: plan.capabilities || {} });
+  const answers = plan.answers || {};
+  const caps = Object.assign({}, plan.capabilities || {});
+  if (answers.sampling) caps.sampling = {};
+  if (answers.elicitation) caps.elicitation = {};
+  if (answers.roots) caps.roots = { listChanged: true };
+  const client = new Client({ name: "specula-spec-driver", version: "1.0.0" }, { capabilities: caps });
+  const asked = [];
+  const answer = (schema, what, reply) => client.setRequestHandler(schema, (req) => {
+    asked.push({ method: req.method, params: req.params });
+    return reply;
+  });
+  if (answers.sampling) answer(types.CreateMessageRequestSchema, "sampling", answers.sampling);
+  if (answers.elicitation) answer(types.ElicitRequestSchema, "elicitation", answers.elicitation);
+  if (answers.roots) answer(types.ListRootsRequestSchema, "roots", answers.roots);
   const notifications = [];
   client.setNotificationHandler(types.LoggingMessageNotificationSchema, (n) => {
     notifications.push({ method: n.method, params: n.params });
   });
   await client.connect(transport);
-  const out = { server: client.getServerVersion(), steps: [], notifications, progress };
+  const out = { server: client.getServerVersion(), steps: [], notifications, progress, asked };
   for (const s of plan.steps) {
     const rec = { op: s.op, sent_ms: Date.now() };
     try {

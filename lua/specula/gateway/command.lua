@@ -28,6 +28,8 @@ local function write_record(path, rec)
 end
 
 function M.main(o)
+  -- stdout is the protocol's from here on: a config that prints goes to stderr
+  output.divert_stdout()
   local gw = gateway.load(o.configs[1])
   -- a mistake in the predictor or the policy shows now, not at the first call
   gw:new_predictor()

@@ -24,7 +24,8 @@ local upstreams = require "specula.gateway.upstreams"
 local speculate = require "specula.gateway.speculate"
 local ffi, C = core.ffi, core.C
 
-local type, pairs, ipairs, tostring, pcall, setmetatable = type, pairs, ipairs, tostring, pcall, setmetatable
+local type, pairs, ipairs, tostring, pcall, setmetatable, getmetatable =
+  type, pairs, ipairs, tostring, pcall, setmetatable, getmetatable
 local format = string.format
 local co_yield = sched.yield
 local encode, JNULL = json.encode, json.null
@@ -350,7 +351,7 @@ function Session:_ask_client(method, params)
     local er = type(e.error) == "table" and e.error or {}
     return nil, format("the client refused %s: %s", method, tostring(er.message))
   end
-  return e.result
+  return e.raw or e.result
 end
 
 -- The hooks each server's client gets: only for what the client declared.
@@ -367,6 +368,7 @@ function Session:_hooks()
     h.on_roots = function()
       local r, err = self:_ask_client("roots/list", obj())
       if r == nil then return nil, err end
+      if getmetatable(r) == json.raw_mt then return r end
       return type(r) == "table" and r.roots or {}
     end
   end
@@ -417,15 +419,18 @@ function Session:_notification(method, params)
   end
 end
 
-function Session:_answer(msg)
+function Session:_answer(msg, raw)
   local e = self.asks[msg.id]
   if not e or C.sp_rpc_state(e.rpc) ~= PENDING then return end
   e.result, e.error = msg.result, msg.error
+  -- the answer's own text goes to the server unchanged
+  local body = raw and msg.result ~= nil and rawjson.member(raw, "result")
+  if body then e.raw = json.raw(body) end
   C.sp_rpc_complete(e.rpc)
 end
 
--- One message of the client.
-function Session:_receive(msg)
+-- One message of the client (raw: its text, when the transport kept it).
+function Session:_receive(msg, raw)
   if type(msg) ~= "table" then
     return self:_error(JNULL, -32600, "a message must be a JSON object")
   end
@@ -442,7 +447,7 @@ function Session:_receive(msg)
     return
   end
   if method ~= nil then return self:_notification(method, msg.params) end
-  if id ~= nil and (msg.result ~= nil or msg.error ~= nil) then return self:_answer(msg) end
+  if id ~= nil and (msg.result ~= nil or msg.error ~= nil) then return self:_answer(msg, raw) end
   return self:_error(JNULL, -32600, "neither a request, a notification nor a response")
 end
 
@@ -468,7 +473,7 @@ function Session:_peer()
   local s = self
   return {
     st = s.tst,
-    receive = function(_, msg) return s:_receive(msg) end,
+    receive = function(_, msg, _, raw) return s:_receive(msg, raw) end,
     malformed = function(_, why)
       output.stderr("specula gateway: warning: ", why, "\n")
       s:_error(JNULL, -32700, "Parse error")

@@ -1,0 +1,167 @@
+-- `specula gateway` as a relay, with the official TypeScript SDK client
+-- (spec/support/mcp_sdk_driver.js) in front of the specs' test server
+-- (spec/support/mcp_testserver.js, tapped by spec/support/mcp_stdio_tap.js
+-- to see what the server is asked and when): the servers' requests to the
+-- client (sampling, elicitation, roots) and the client's answers; the
+-- client's cancellation of a call reaches the server; a server that crashes
+-- fails the call with its last stderr lines and is started again at the
+-- next one; the end of stdin cancels the calls in flight upstream; a
+-- declared secret never reaches the client, the record or stderr.
+local H = require "support.helpers"
+local cjson = require "cjson"
+local deps = require "support.deps"
+
+local DRIVER = H.root .. "/spec/support/mcp_sdk_driver.js"
+local TAP = H.root .. "/spec/support/mcp_stdio_tap.js"
+local SERVER = H.root .. "/spec/support/mcp_testserver.js"
+local missing = deps.npm()
+
+local function guard()
+  if not missing then return true end
+  return H.require_or_pend(pending, missing)
+end
+
+local function node() return deps.use_node() and (deps.use_node() .. "/node") or "node" end
+
+local function drive(plan)
+  local path = H.tmpfile("plan.json", cjson.encode(plan))
+  local status, out, err = H.sh(H.quote(node()) .. " " .. H.quote(DRIVER) .. " " .. H.quote(path))
+  assert.are.equal(0, status, "driver failed: " .. err)
+  return cjson.decode(out:match("[^\n]+")), err
+end
+
+local n = 0
+-- A config with the test server behind the tap; its config, tap log, --out.
+local function setup(extra, env)
+  n = n + 1
+  local dir = H.tmpdir()
+  local log, out = dir .. "/tap" .. n .. ".jsonl", dir .. "/out" .. n .. ".jsonl"
+  os.remove(log)
+  os.remove(out)
+  local e = ""
+  for k, v in pairs(env or {}) do e = e .. string.format("%s = %q, ", k, v) end
+  local cfg = H.tmpfile("relay" .. n .. ".lua", string.format([[
+local specula = require "specula"
+return specula.gateway {
+  servers = { test = { command = { %q, %q, %q, %q, %q }, env = { %s } } },
+  %s
+}
+]], node(), TAP, log, node(), SERVER, e, extra or ""))
+  return cfg, log, out
+end
+
+local function tap(log)
+  local l = {}
+  for line in (H.read(log) or ""):gmatch("[^\n]+") do l[#l + 1] = cjson.decode(line) end
+  return l
+end
+
+local function record(out) return cjson.decode(assert(H.read(out), "no --out record"):match("[^\n]+")) end
+
+describe("specula gateway relays", function()
+  it("the servers' sampling, elicitation and roots requests to the client, and its answers back", function()
+    if not guard() then return end
+    local answers = {
+      sampling = { role = "assistant", content = { type = "text", text = "a reply" }, model = "driver-model",
+                   stopReason = "endTurn" },
+      elicitation = { action = "accept", content = { color = "green" } },
+      roots = { roots = { { uri = "file:///tmp/proj", name = "proj" } } },
+    }
+    local steps = {
+      { op = "call", name = "ask", arguments = { method = "sampling/createMessage",
+        params = { messages = { { role = "user", content = { type = "text", text = "hi" } } }, maxTokens = 10 } } },
+      { op = "call", name = "ask", arguments = { method = "elicitation/create", params = { message = "color?",
+        requestedSchema = { type = "object", properties = { color = { type = "string" } } } } } },
+      { op = "call", name = "ask", arguments = { method = "roots/list", params = {} } },
+    }
+    local direct = drive({ command = node(), args = { SERVER }, answers = answers, steps = steps })
+    local cfg = setup()
+    local gw = drive({ command = H.bin, args = { "gateway", cfg }, answers = answers, steps = steps })
+    for i = 1, 3 do
+      assert.is_true(gw.steps[i].ok, cjson.encode(gw.steps[i]))
+      assert.are.same(direct.steps[i].result, gw.steps[i].result)
+    end
+    assert.are.same(direct.asked, gw.asked)
+    assert.are.equal(3, #gw.asked)
+  end)
+
+  it("the client's cancellation to the server", function()
+    if not guard() then return end
+    local cfg, log = setup()
+    local gw = drive({ command = H.bin, args = { "gateway", cfg }, steps = {
+      { op = "call", name = "slow", arguments = { ms = 5000, tag = "x" }, abort_ms = 300 },
+      { op = "call", name = "log", arguments = {} },
+    } })
+    assert.is_false(gw.steps[1].ok)
+    assert.is_true(gw.steps[2].recv_ms - gw.steps[1].sent_ms < 4000)
+    local slow_id
+    for _, e in ipairs(tap(log)) do if e.name == "slow" then slow_id = e.id end end
+    assert.truthy(slow_id)
+    assert.are.same({ slow_id }, gw.steps[2].result.structuredContent.cancelled)
+  end)
+
+  it("a crash as an error with the server's last words, then starts the server again", function()
+    if not guard() then return end
+    local cfg, log, out = setup()
+    local gw = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, steps = {
+      { op = "call", name = "crash", arguments = {} },
+      { op = "call", name = "echo", arguments = { text = "again" } },
+    } })
+    assert.is_false(gw.steps[1].ok)
+    assert.truthy(gw.steps[1].error.message:find("boom: crashing on purpose", 1, true), gw.steps[1].error.message)
+    assert.is_true(gw.steps[2].ok)
+    assert.are.equal("echo: again", gw.steps[2].result.content[1].text)
+    local inits = 0
+    for _, e in ipairs(tap(log)) do if e.method == "initialize" then inits = inits + 1 end end
+    -- the tap died with the server it started: the log of the second one follows the first
+    assert.are.equal(2, inits)
+    local rec = record(out)
+    assert.are.equal(1, rec.servers.test.restarts)
+    assert.are.equal(1, rec.tools.crash.errors)
+  end)
+
+  it("the end of stdin as a cancellation of every call in flight upstream", function()
+    if not guard() then return end
+    local cfg, log, out = setup()
+    local init = '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
+      .. '"capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}'
+    local call = '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","arguments":{"ms":20000}}}'
+    local t0 = os.time()
+    local status, stdout = H.sh("(printf '%s\\n%s\\n' " .. H.quote(init) .. " " .. H.quote(call)
+      .. "; sleep 3) | " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg) .. " --out " .. H.quote(out))
+    assert.are.equal(0, status)
+    assert.is_true(os.time() - t0 < 15)
+    -- the answer to initialize, and none to the call that never ended
+    local lines = {}
+    for l in stdout:gmatch("[^\n]+") do lines[#lines + 1] = cjson.decode(l) end
+    assert.are.equal(1, #lines)
+    assert.are.equal(1, lines[1].id)
+    local slow_id, cancelled
+    for _, e in ipairs(tap(log)) do
+      if e.name == "slow" then slow_id = e.id end
+      if e.method == "notifications/cancelled" then cancelled = e.id end
+    end
+    assert.truthy(slow_id)
+    assert.are.equal(slow_id, cancelled)
+    local rec = record(out)
+    assert.are.equal("stdin closed", rec.why)
+  end)
+
+  it("no declared secret to the client, the record or stderr", function()
+    if not guard() then return end
+    local secret = "sk-gateway-" .. string.rep("7", 24)
+    local cfg, _, out = setup(nil, { GW_SECRET = secret })
+    local path = H.tmpfile("plan.json", cjson.encode({ command = H.bin, args = { "gateway", cfg, "--out", out,
+      "--secret-env", "GW_SECRET" }, env = { GW_SECRET = secret }, steps = {
+      { op = "call", name = "env", arguments = { name = "GW_SECRET", as = "text" } },
+      { op = "call", name = "crash_env", arguments = { name = "GW_SECRET" } },
+    } }))
+    local status, stdout, err = H.sh(H.quote(node()) .. " " .. H.quote(DRIVER) .. " " .. H.quote(path))
+    assert.are.equal(0, status, err)
+    assert.falsy(stdout:find(secret, 1, true))
+    assert.falsy(err:find(secret, 1, true))
+    assert.falsy((H.read(out) or ""):find(secret, 1, true))
+    local res = cjson.decode(stdout:match("[^\n]+"))
+    assert.truthy(res.steps[1].result.content[1].text:find("[redacted]", 1, true))
+  end)
+end)
