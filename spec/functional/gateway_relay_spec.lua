@@ -8,6 +8,7 @@
 -- next one; the end of stdin cancels the calls in flight upstream; a
 -- declared secret never reaches the client, the record or stderr.
 local H = require "support.helpers"
+local MH = require "support.mcp_helpers"
 local cjson = require "cjson"
 local deps = require "support.deps"
 
@@ -58,7 +59,85 @@ end
 
 local function record(out) return cjson.decode(assert(H.read(out), "no --out record"):match("[^\n]+")) end
 
+local INIT = '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
+  .. '"capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}'
+local INITIALIZED = '{"jsonrpc":"2.0","method":"notifications/initialized"}'
+
+-- The lines a stdio server writes for these request lines (stdin held
+-- open for `wait` seconds), by id.
+local function exchange(cmd, lines, wait)
+  local input = H.tmpfile("in.jsonl", table.concat(lines, "\n") .. "\n")
+  local status, out, err = H.sh("(cat " .. H.quote(input) .. "; sleep " .. (wait or 2) .. ") | " .. cmd)
+  assert.are.equal(0, status, err)
+  local by_id = {}
+  for l in out:gmatch("[^\n]+") do
+    local id = l:match('"id"%s*:%s*(%d+)')
+    if id then by_id[tonumber(id)] = l end
+  end
+  return by_id
+end
+
+-- The text of a response's result member, cut from the line as it is.
+local function result_text(line)
+  return require("specula.gateway.rawjson").member(line, "result")
+end
+
 describe("specula gateway relays", function()
+  it("a result byte for byte: the text the server wrote, under the client's id", function()
+    if not guard() then return end
+    local calls = {
+      '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"add","arguments":{"a":0.1,"b":12345678901234567890}}}',
+      '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"\\u00e9 \\ud83d\\ude00 -0.0 1e400"}}}',
+      '{"jsonrpc":"2.0","id":4,"method":"resources/read","params":{"uri":"note:///a"}}',
+      '{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{}}',
+    }
+    local lines = { INIT, INITIALIZED, unpack(calls) }
+    local direct = exchange(H.quote(node()) .. " " .. H.quote(SERVER), lines)
+    local cfg = setup()
+    local gw = exchange(H.quote(H.bin) .. " gateway " .. H.quote(cfg), lines, 3)
+    for id = 2, 4 do
+      assert.truthy(direct[id], "no answer " .. id)
+      assert.are.equal(result_text(direct[id]), result_text(gw[id]))
+    end
+    -- a list is the gateway's own, every page in one: the server's first
+    -- page is its start, the same tools in the same order
+    local page, all = cjson.decode(direct[5]).result, cjson.decode(gw[5]).result
+    assert.truthy(page.nextCursor)
+    assert.is_nil(all.nextCursor)
+    assert.is_true(#all.tools > #page.tools)
+    for i, t in ipairs(page.tools) do assert.are.same(t, all.tools[i]) end
+  end)
+
+  it("to a server over Streamable HTTP as to one over stdio", function()
+    if not guard() then return end
+    deps.use_node()
+    local srv = MH.http_server({})
+    local ok, err = pcall(function()
+      n = n + 1
+      local cfg = H.tmpfile("http" .. n .. ".lua", string.format([[
+return require("specula").gateway { servers = { test = { url = %q } } }
+]], srv.url))
+      local stdio_cfg = setup()
+      local steps = {
+        { op = "tools" },
+        { op = "call", name = "add", arguments = { a = 2, b = 3 } },
+        { op = "call", name = "echo", arguments = { text = "over http" } },
+        { op = "call", name = "fail", arguments = {} },
+        { op = "resources" },
+        { op = "read", uri = "note:///a" },
+      }
+      local via_http = drive({ command = H.bin, args = { "gateway", cfg }, steps = steps })
+      local via_stdio = drive({ command = H.bin, args = { "gateway", stdio_cfg }, steps = steps })
+      for i, s in ipairs(via_stdio.steps) do
+        assert.are.same(s.ok, via_http.steps[i].ok)
+        assert.are.same(s.result, via_http.steps[i].result, "step " .. i)
+      end
+      assert.are.equal(5, via_http.steps[2].result.structuredContent.sum)
+    end)
+    srv.stop()
+    assert(ok, err)
+  end)
+
   it("the servers' sampling, elicitation and roots requests to the client, and its answers back", function()
     if not guard() then return end
     local answers = {

@@ -20,6 +20,7 @@ end
 
 -- i at a value's first byte: the index after it.
 local function skip_value(s, i)
+  if i > #s then return nil end
   local c = sub(s, i, i)
   if c == '"' then return skip_string(s, i) end
   if c == "{" or c == "[" then
