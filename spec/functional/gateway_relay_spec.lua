@@ -226,6 +226,33 @@ return require("specula").gateway { servers = { test = { url = %q } } }
     assert.are.equal("stdin closed", rec.why)
   end)
 
+  it("records the session with --record: a cassette of the round trips and spans `specula whatif` reads", function()
+    if not guard() then return end
+    local cfg = setup()
+    local dir = H.tmpdir() .. "/rec" .. n
+    os.execute("rm -rf " .. H.quote(dir))
+    local gw = drive({ command = H.bin, args = { "gateway", cfg, "--record", dir }, steps = {
+      { op = "call", name = "echo", arguments = { text = "one" } }, { op = "sleep", ms = 200 },
+      { op = "call", name = "add", arguments = { a = 1, b = 2 } }, { op = "sleep", ms = 200 },
+      { op = "call", name = "echo", arguments = { text = "two" } },
+    } })
+    assert.is_true(gw.steps[5].ok)
+    local status, out, err = H.specula({ "cassette", "show", dir })
+    assert.are.equal(0, status, err)
+    local calls = 0
+    for _ in out:gmatch("tools/call") do calls = calls + 1 end
+    assert.are.equal(3, calls)
+    assert.truthy(out:find("tools/call add", 1, true), out)
+    local spans = H.tmpdir() .. "/rec" .. n .. "/gateway-session-1.otlp.jsonl"
+    status, out, err = H.specula({ "whatif", spans, "--compare", "recorded,sequential" })
+    assert.are.equal(0, status, err)
+    assert.truthy(out:find("1 sessions (0 failed), 3 tool calls (0 untimed)", 1, true), out)
+    assert.falsy(out:find("times assumed", 1, true), out)
+    -- the model's time: at least the client's two sleeps between the calls
+    local model = tonumber(out:match("model ([%d.]+) s"))
+    assert.is_true(model >= 0.4, out)
+  end)
+
   it("no declared secret to the client, the record or stderr", function()
     if not guard() then return end
     local secret = "sk-gateway-" .. string.rep("7", 24)

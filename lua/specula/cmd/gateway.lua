@@ -3,7 +3,7 @@
 -- work: specula.gateway; docs/gateway.md).
 local M = {
   name = "gateway",
-  synopsis = "CONFIG.lua [--out FILE]",
+  synopsis = "CONFIG.lua [--out FILE] [--record DIR]",
   summary = "an MCP gateway over stdio that prefetches the client's next tool calls",
   positional = "configs",
   about = [[
@@ -19,6 +19,9 @@ carries only the protocol; messages go to stderr. See docs/gateway.md.]],
     { "--out", key = "out", arg = "FILE",
       help = "append one JSON record per session: calls, prefetch hits and waste,\n"
         .. "hidden latency per tool, upstream times, provenance" },
+    { "--record", key = "record", arg = "DIR",
+      help = "a cassette of every round trip with the servers (`specula cassette ls DIR`)\n"
+        .. "and the session as timed OpenTelemetry GenAI spans (`specula whatif DIR/*.otlp.jsonl`)" },
   },
 }
 

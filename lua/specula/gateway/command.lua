@@ -33,13 +33,29 @@ function M.main(o)
   local gw = gateway.load(o.configs[1])
   -- a mistake in the predictor or the policy shows now, not at the first call
   gw:new_predictor()
+  -- --record: every round trip with the servers goes on tape (the MCP
+  -- clients' transports behind the cassette's wrapper), prefetches too
+  if o.record then
+    local ok, err = require("specula.run.cassette").open { record = o.record }
+    if not ok then sched.plain_error("specula gateway: --record " .. o.record .. ": " .. tostring(err), 1) end
+  end
   local t = require("specula.mcp.serve_stdio").new {}
   local wrote = true
-  local s, err = gateway.serve_session(gw, t, { on_end = function(sess)
+  local s, err = gateway.serve_session(gw, t, { spans = o.record ~= nil, on_end = function(sess)
     if o.out then wrote = write_record(o.out, sess.rec.final or sess:stats()) end
+    if o.record then
+      local path = o.record .. "/gateway-session-" .. sess.rec.id .. ".otlp.jsonl"
+      wrote = write_record(path, sess.rec:otlp()) and wrote
+    end
   end })
   if not s then sched.plain_error("specula gateway: " .. tostring(err), 1) end
   s:wait()
+  if o.record then
+    local st = require("specula.cassette").close()
+    if st and st.failed then
+      sched.plain_error("specula gateway: --record: cannot write " .. st.failed.what .. ": " .. st.failed.err, 1)
+    end
+  end
   return wrote and 0 or 1
 end
 

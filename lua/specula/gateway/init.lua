@@ -220,8 +220,9 @@ local n_sessions = 0
 
 -- One client over a server-side transport t (specula.mcp.transport), in a
 -- task: session | nil, err. The session runs on its own (root tasks);
--- session:wait() waits for its end. o: { on_end = function(session) } (the
--- session's record is session:stats()).
+-- session:wait() waits for its end. o: { on_end = function(session) (the
+-- session's record is session:stats(); its spans session.rec:otlp()),
+-- spans = true (keep each call's arguments and result for the spans) }.
 function M.serve_session(gw, t, o)
   if type(gw) ~= "table" or not gw.__specula_gateway then
     error("specula.gateway.serve_session: expected a gateway (specula.gateway{...})", 2)
@@ -232,7 +233,7 @@ function M.serve_session(gw, t, o)
   o = o or {}
   n_sessions = n_sessions + 1
   gw.built = gw.built or gw:provenance()
-  local rec = require("specula.gateway.record").new(n_sessions, gw.built)
+  local rec = require("specula.gateway.record").new(n_sessions, gw.built, { spans = o.spans })
   return require("specula.gateway.session").start(gw, t, { on_end = o.on_end, record = rec })
 end
 

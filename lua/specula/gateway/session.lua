@@ -121,6 +121,7 @@ function Session:_initialize(id, params)
                   serverInfo = obj({ name = "specula-gateway", version = client.CLIENT_INFO.version }) })
   if #instr > 0 then r.instructions = table.concat(instr, "\n\n") end
   self.initialized = true
+  self.rec:ready()
   return self:_send({ jsonrpc = "2.0", id = id, result = r })
 end
 
@@ -206,7 +207,11 @@ function Session:_tools_call(id, params)
   end
   local ms = sched.now() - t0
   ts.ms = ts.ms + ms
-  self.rec:call(name, args, t0, ms, served, hidden)
+  local rtext
+  if self.rec.spans then
+    rtext = r ~= nil and ((info and info.raw and rawjson.member(info.raw, "result")) or encode(r)) or tostring(err)
+  end
+  self.rec:call(name, args, t0, ms, served, hidden, rtext)
   if r == nil then
     ts.errors = ts.errors + 1
     return self:_upstream_error(id, info and info.client, err)
