@@ -253,6 +253,47 @@ return require("specula").gateway { servers = { test = { url = %q } } }
     assert.is_true(model >= 0.4, out)
   end)
 
+  it("over any server-side transport: serve_session(gw, t) with a transport that takes tables (send_waits)", function()
+    if not guard() then return end
+    local cfg = setup('policy = { echo = "full" },\n  predict = function() return { { tool = "echo", args = { text = "b" } } } end,')
+    local status, out, err = H.run_lua([[
+local specula = require "specula"
+local json = specula.json
+local gateway = require "specula.gateway"
+local gw = gateway.load(arg[1])
+-- a transport as an HTTP session would be: messages as tables, sends that
+-- may wait (so the session sends from tasks of its own)
+local T = { kind = "test", send_waits = true, sent = {} }
+function T:open(peer) self.peer = peer; return true end
+function T:send(msg) specula.sleep(1); self.sent[#self.sent + 1] = json.encode(msg); return true end
+function T:close() end
+local ended
+local s = assert(gateway.serve_session(gw, T, { on_end = function(sess) ended = sess:stats() end }))
+local function ask(id, method, params)
+  T.peer:receive({ jsonrpc = "2.0", id = id, method = method, params = params })
+  for _ = 1, 500 do
+    for _, line in ipairs(T.sent) do
+      local m = json.decode(line)
+      if m.id == id then return m end
+    end
+    specula.sleep(10)
+  end
+  error("no answer to " .. id)
+end
+local init = ask(1, "initialize", { protocolVersion = "2025-06-18", capabilities = {}, clientInfo = { name = "t", version = "1" } })
+local a = ask(2, "tools/call", { name = "echo", arguments = { text = "a" } })
+specula.sleep(300)
+local b = ask(3, "tools/call", { name = "echo", arguments = { text = "b" } })
+T.peer:lost("the test is over")
+s:wait()
+print(json.encode({ version = init.result.protocolVersion, a = a.result.content[1].text, b = b.result.content[1].text,
+  hits = ended.speculation.hits, why = ended.why }))
+]], { cfg })
+    assert.are.equal(0, status, err)
+    local r = cjson.decode(out:match("([^\n]+)\n*$"))
+    assert.are.same({ version = "2025-06-18", a = "echo: a", b = "echo: b", hits = 1, why = "the test is over" }, r)
+  end)
+
   it("no declared secret to the client, the record or stderr", function()
     if not guard() then return end
     local secret = "sk-gateway-" .. string.rep("7", 24)

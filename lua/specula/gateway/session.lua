@@ -47,30 +47,40 @@ Session.__index = Session
 
 -- ---- writing to the client ------------------------------------------------------------
 
--- Text to the client: scrubbed of every declared secret (a server's env
--- is one: specula.mcp.stdio) and still valid JSON (the output layer's
--- "json" kind); nothing changes when there is none.
-function Session:_write(text)
-  text = output.clean(text, "json")
-  local t = self.t
-  if t.send_waits then
-    spawn_root(function() t:send_text(text) end)
-    return true
-  end
-  return t:send_text(text)
-end
-
+-- A message to the client, scrubbed of every declared secret (a server's
+-- env is one: specula.mcp.stdio) and still valid JSON (the output layer's
+-- "json" kind); nothing changes when there is none. A transport with
+-- send_text gets the text; any other gets the table for t:send (its
+-- fields route it: an HTTP response goes on its request's stream), whose
+-- result may be a json.raw value (specula.json writes it as it is).
 function Session:_send(msg)
   local text, err = encode(msg)
   if not text then return nil, err end
-  return self:_write(text)
+  local clean = output.clean(text, "json")
+  local t = self.t
+  local send
+  if t.send_text then
+    send = function() return t:send_text(clean) end
+  else
+    if clean ~= text then
+      -- a secret was in it: the scrubbed message, its result's text kept
+      msg = json.decode(clean)
+      local body = rawjson.member(clean, "result")
+      if body then msg.result = json.raw(body) end
+    end
+    send = function() return t:send(msg) end
+  end
+  if t.send_waits then
+    spawn_root(send)
+    return true
+  end
+  return send()
 end
 
 -- A result: the server's own text when the client kept it, else encoded.
 function Session:_result(id, r, raw)
-  local idtext = assert(encode(id))
   local body = raw and rawjson.member(raw, "result")
-  if body then return self:_write('{"jsonrpc":"2.0","id":' .. idtext .. ',"result":' .. body .. "}") end
+  if body then return self:_send({ jsonrpc = "2.0", id = id, result = json.raw(body) }) end
   return self:_send({ jsonrpc = "2.0", id = id, result = r == nil and obj() or r })
 end
 
