@@ -167,6 +167,9 @@ describe("specula gateway (official TypeScript SDK client over stdio)", function
       { op = "prompt", name = "args-prompt", arguments = { city = "Paris", state = "IDF" } },
       { op = "prompt", name = "no-such-prompt", arguments = {} },
       { op = "call", name = "trigger-long-running-operation", arguments = { duration = 1, steps = 4 }, progress = true },
+      { op = "level", level = "debug" },
+      { op = "call", name = "toggle-simulated-logging", arguments = {} },
+      { op = "sleep", ms = 500 },
     }
     local direct, gw = direct_and_gateway("everything", cmd, steps)
     same_steps(direct, gw)
@@ -174,6 +177,12 @@ describe("specula gateway (official TypeScript SDK client over stdio)", function
     -- progress handlers a turn after it reads them, so a last one read with
     -- the result may be lost, directly as through the gateway: each sees
     -- them in order, at least three
+    -- the server's log messages (random levels and texts) reach the client
+    for _, got in ipairs({ direct.notifications, gw.notifications }) do
+      assert.is_true(#got >= 1)
+      assert.are.equal("notifications/message", got[1].method)
+      assert.truthy(tostring(got[1].params.data):find("message", 1, true))
+    end
     for _, got in ipairs({ direct.progress, gw.progress }) do
       assert.is_true(#got >= 3)
       for i, p in ipairs(got) do assert.are.same({ progress = i, total = 4 }, p) end

@@ -400,7 +400,9 @@ function Session:_upstream_note(server, method, params)
   local kind = CHANGED[method]
   if kind then
     self.up:forget(kind)
-    self:_send({ jsonrpc = "2.0", method = method })
+    -- before the client has its answer to initialize (a server that says
+    -- so as it starts) there is nothing it listed yet: nothing to tell
+    if self.initialized then self:_send({ jsonrpc = "2.0", method = method }) end
   elseif RELAYED[method] then
     local p = obj()
     for k, v in pairs(params) do p[k] = v end

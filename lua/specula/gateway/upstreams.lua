@@ -145,10 +145,9 @@ end
 function U:templates()
   local c = self.catalog
   if not c.templates then
-    local items, servers = {}, {}
+    local items = {}
     for _, l in ipairs(self:_lists("resources", function(cl) return cl:list_resource_templates() end)) do
       for _, it in ipairs(l.items) do items[#items + 1] = it end
-      servers[#servers + 1] = l.server
     end
     c.templates = items
   end
