@@ -96,6 +96,18 @@ sys.exit(p.wait())
     check(H.sh("python3 " .. H.quote(py) .. " " .. H.quote(H.bin) .. " " .. H.quote(script) .. " " .. H.quote(input)))
   end)
 
+  it("reads a terminal and writes one (a pty from script(1)), ending at ^D", function()
+    if os.execute("command -v script >/dev/null 2>&1") ~= 0 then
+      pending("script(1) (util-linux) is not installed: no pty to test with")
+      return
+    end
+    local status, out, err = H.sh("(sleep 1; printf '{\"t\":1}\\n'; sleep 1; printf '\\004') | script -qc "
+      .. H.quote(H.quote(H.bin) .. " run " .. H.quote(script)) .. " /dev/null")
+    assert.are.equal(0, status, err)
+    assert.truthy(out:find('{"echo":{"t":1}', 1, true) or out:find('"echo":{"t":1}', 1, true), out)
+    assert.truthy(out:find("LOST stdin closed", 1, true), out)
+  end)
+
   it("ends at once on an empty stdin (/dev/null)", function()
     local status, out, err = H.sh(H.quote(H.bin) .. " run " .. H.quote(script) .. " </dev/null")
     assert.are.equal(0, status, err)
