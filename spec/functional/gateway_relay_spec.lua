@@ -294,6 +294,50 @@ print(json.encode({ version = init.result.protocolVersion, a = a.result.content[
     assert.are.same({ version = "2025-06-18", a = "echo: a", b = "echo: b", hits = 1, why = "the test is over" }, r)
   end)
 
+  it("never serves a prefetch older than max_age_ms: the call runs again", function()
+    if not guard() then return end
+    local cfg, log, out = setup('policy = { echo = "full" }, max_age_ms = 100,\n'
+      .. '  predict = function() return { { tool = "echo", args = { text = "b" } } } end,')
+    local gw = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, steps = {
+      { op = "call", name = "echo", arguments = { text = "a" } }, { op = "sleep", ms = 600 },
+      { op = "call", name = "echo", arguments = { text = "b" } },
+    } })
+    assert.are.equal("echo: b", gw.steps[3].result.content[1].text)
+    local bs = 0
+    for _, e in ipairs(tap(log)) do if e.name == "echo" then bs = bs + 1 end end
+    local rec = record(out)
+    assert.are.equal(1, rec.speculation.stale)
+    assert.are.equal(0, rec.speculation.hits)
+    -- a, the prefetch of b, b again, and the prefetch after it
+    assert.are.equal(rec.speculation.launched + 2, bs)
+  end)
+
+  it("keeps at most budget.max_inflight prefetches running, and cancels the unasked ones upstream", function()
+    if not guard() then return end
+    local cfg, log, out = setup('policy = { slow = "full" }, budget = { max_inflight = 2 },\n'
+      .. '  predict = function() local l = {}\n'
+      .. '    for i = 1, 5 do l[i] = { tool = "slow", args = { ms = 10000, tag = "p" .. i } } end\n'
+      .. '    return l end,')
+    local gw = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, steps = {
+      { op = "call", name = "echo", arguments = { text = "a" } }, { op = "sleep", ms = 500 },
+    } })
+    assert.is_true(gw.steps[1].ok)
+    local slow, cancelled = {}, {}
+    for _, e in ipairs(tap(log)) do
+      if e.name == "slow" then slow[#slow + 1] = e.id end
+      if e.method == "notifications/cancelled" then cancelled[#cancelled + 1] = e.id end
+    end
+    assert.are.equal(2, #slow)
+    table.sort(slow)
+    table.sort(cancelled)
+    assert.are.same(slow, cancelled)
+    local rec = record(out)
+    assert.are.equal(2, rec.speculation.launched)
+    assert.are.equal(2, rec.speculation.waste)
+    assert.are.equal(2, rec.speculation.cancelled)
+    assert.are.equal(2, rec.tools.slow.waste)
+  end)
+
   it("no declared secret to the client, the record or stderr", function()
     if not guard() then return end
     local secret = "sk-gateway-" .. string.rep("7", 24)
