@@ -338,6 +338,43 @@ print(json.encode({ version = init.result.protocolVersion, a = a.result.content[
     assert.are.equal(2, rec.tools.slow.waste)
   end)
 
+  it("the union of two servers with the same names: the later one's as SERVER__NAME, each call to its server", function()
+    if not guard() then return end
+    local dir = H.tmpdir()
+    local la, lb = dir .. "/tap-a.jsonl", dir .. "/tap-b.jsonl"
+    os.remove(la)
+    os.remove(lb)
+    local cfg = H.tmpfile("two.lua", string.format([[
+return require("specula").gateway { servers = {
+  b = { command = { %q, %q, %q, %q, %q } },
+  a = { command = { %q, %q, %q, %q, %q } },
+  gone = { command = { "/nonexistent/mcp-server" } },
+} }
+]], node(), TAP, lb, node(), SERVER, node(), TAP, la, node(), SERVER))
+    local path = H.tmpfile("plan.json", cjson.encode({ command = H.bin, args = { "gateway", cfg }, steps = {
+      { op = "tools" },
+      { op = "call", name = "echo", arguments = { text = "to a" } },
+      { op = "call", name = "b__echo", arguments = { text = "to b" } },
+    } }))
+    local status, stdout, err = H.sh(H.quote(node()) .. " " .. H.quote(DRIVER) .. " " .. H.quote(path))
+    assert.are.equal(0, status, err)
+    local gw = cjson.decode(stdout:match("[^\n]+"))
+    local names = {}
+    for _, t in ipairs(gw.steps[1].result.tools) do names[t.name] = true end
+    assert.truthy(names.echo and names.b__echo and names.add and names.b__add)
+    assert.are.equal("echo: to a", gw.steps[2].result.content[1].text)
+    assert.are.equal("echo: to b", gw.steps[3].result.content[1].text)
+    local function echoes(log)
+      local l = {}
+      for _, e in ipairs(tap(log)) do if e.name == "echo" then l[#l + 1] = e end end
+      return l
+    end
+    assert.are.equal(1, #echoes(la))
+    assert.are.equal(1, #echoes(lb))
+    -- a server that cannot start is left out, with a warning; the others serve
+    assert.truthy(err:find("mcp server 'gone' did not start", 1, true), err)
+  end)
+
   it("no declared secret to the client, the record or stderr", function()
     if not guard() then return end
     local secret = "sk-gateway-" .. string.rep("7", 24)
