@@ -108,6 +108,17 @@ describe("specula gateway relays", function()
     for i, t in ipairs(page.tools) do assert.are.same(t, all.tools[i]) end
   end)
 
+  it("a request sent before initialize is answered after it; a second initialize is refused", function()
+    if not guard() then return end
+    local cfg = setup()
+    local gw = exchange(H.quote(H.bin) .. " gateway " .. H.quote(cfg), { INIT,
+      '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"early"}}}',
+      '{"jsonrpc":"2.0","id":3,"method":"initialize","params":{}}' }, 3)
+    assert.are.equal("2025-11-25", cjson.decode(gw[1]).result.protocolVersion)
+    assert.are.equal("echo: early", cjson.decode(gw[2]).result.content[1].text)
+    assert.are.equal(-32600, cjson.decode(gw[3]).error.code)
+  end)
+
   it("to a server over Streamable HTTP as to one over stdio", function()
     if not guard() then return end
     deps.use_node()

@@ -312,12 +312,13 @@ local ROUTES = {
 -- One request of the client, in a root task of its own (the reader goes on).
 function Session:_request(id, method, params)
   if method == "initialize" then
-    if self.initializing then return self:_error(id, -32600, "initialize was sent already") end
-    self.initializing = sched.current("gateway: initialize")
+    if not self.init_task or self.init_task.ptr ~= sched.current("gateway: initialize") then
+      return self:_error(id, -32600, "initialize was sent already")
+    end
     return self:_initialize(id, params)
   end
   -- a request sent before initialize was answered waits for it
-  while self.initializing and not self.initialized and not self.ended and method ~= "ping" do sched.sleep(5) end
+  if self.init_task and not self.initialized and method ~= "ping" then self.init_task:wait() end
   if not self.initialized and method ~= "ping" then
     return self:_error(id, -32600, "the session is not initialized (send initialize first)")
   end
@@ -461,6 +462,8 @@ function Session:_receive(msg, raw)
       if not ok then self:_error(id, -32603, "specula gateway: " .. tostring(err)) end
     end)
     if e.task then self.running[key] = e end
+    -- the first initialize is the one; the requests after it wait for it
+    if method == "initialize" and not self.init_task then self.init_task = e.task end
     return
   end
   if method ~= nil then return self:_notification(method, msg.params) end
