@@ -277,6 +277,31 @@ void sp_http_free(sp_http_req *r);      /* abort if needed and free */
 /* Connection caps of the shared multi handle (-1 leaves one unchanged). */
 int sp_http_configure(sp_ctx *ctx, long max_host_conns, long max_total_conns);
 
+/* ---- the process's own stdin and stdout (engine/sp_stdio.c) --------- */
+typedef struct sp_stdio sp_stdio;      /* fd 0 read by lines, fd 1 written, on the loop */
+/* Start reading stdin (a pipe, socket, tty or file) by lines of at most
+   max_line_bytes (0 = 16 MiB). The context owns the result (one per
+   context: a second call returns the same); NULL + err if fd 0 or 1 cannot
+   be used. */
+sp_stdio *sp_stdio_open(sp_ctx *ctx, double max_line_bytes, char *err, size_t errlen);
+/* The first complete stdin line (without its newline), or NULL. */
+const char *sp_stdio_line(sp_stdio *s, size_t *len);
+void sp_stdio_consume(sp_stdio *s, size_t n);      /* drop a line of n bytes and its newline */
+/* Lines dropped for exceeding the limit since the last call; *prefix gets
+   the start of the last one (up to 256 bytes). */
+int sp_stdio_oversized(sp_stdio *s, const char **prefix, size_t *len);
+/* 1 when stdin has ended (EOF or a read error) and no whole line is left. */
+int sp_stdio_eof(const sp_stdio *s);
+/* Why reading stopped when it was not a plain EOF ("" otherwise). */
+const char *sp_stdio_error(const sp_stdio *s);
+/* Register t to be resumed at the next event (a line, an oversized line,
+   the end): 1 = something is already there (do not yield), 0 = yield now. */
+int sp_stdio_wait(sp_stdio *s, sp_task *t);
+/* Queue bytes to stdout, in order: 0 ok, -1 (err) when stdout is closed or broken. */
+int sp_stdio_write(sp_stdio *s, const char *data, size_t len, char *err, size_t errlen);
+double sp_stdio_unwritten(const sp_stdio *s);     /* bytes queued, not yet written */
+void sp_stdio_stop(sp_stdio *s);                   /* stop reading stdin (writes go on) */
+
 /* ---- child processes and JSON-RPC requests (engine/sp_proc.c) --------- */
 typedef struct sp_proc sp_proc;        /* a child process with stdio pipes */
 typedef struct sp_rpc sp_rpc;          /* one outstanding JSON-RPC request */

@@ -19,9 +19,10 @@
    the windows are cancelled before the tasks their jobs run in; the
    scheduler reaps before the processes and http close; the processes'
    cancel notifications are http requests, freed before http itself; the
-   HTTP servers' listeners and connections close with them. */
+   HTTP servers' listeners and connections close with them; the process's
+   own stdio last, so an answer written at the end is flushed. */
 enum { SP_OWN_WINDOWS, SP_OWN_SCHED, SP_OWN_PROCS, SP_OWN_HTTPD, SP_OWN_HTTP, SP_OWN_SIGNALS,
-       SP_OWN_VALS, SP_OWNERS };
+       SP_OWN_VALS, SP_OWN_STDIO, SP_OWNERS };
 
 /* An owner's part in the shutdown (sp_ctx_shutdown), each step optional. */
 typedef struct sp_owner {
@@ -45,6 +46,7 @@ struct sp_ctx {
   struct sp_httpds *httpd;      /* HTTP servers (sp_httpd.c), NULL before the first listener */
   struct sp_windows *windows;   /* the window unit (sp_window_int.h), NULL before the first window */
   struct sp_signals *signals;   /* the SIGINT/SIGTERM watch (sp_signal.h), NULL until armed */
+  struct sp_stdio *stdio;       /* the process's own stdin/stdout (sp_stdio.c), NULL until opened */
   const sp_owner *owners[SP_OWNERS]; /* each owner's shutdown, by SP_OWN_* */
 };
 

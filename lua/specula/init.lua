@@ -47,6 +47,12 @@ setmetatable(M, { __index = function(t, k)
   return nil
 end })
 
+-- A gateway's configuration (a CONFIG.lua of `specula gateway` returns it).
+function M.gateway(spec)
+  local gw = require("specula.gateway").new(spec, 2)
+  return gw   -- not a tail call: the level names the config's line
+end
+
 -- Run an agent over queries from a script: records, aggregate.
 function M.run(agent, opts) return require("specula.run.runner").run(agent, opts) end
 

@@ -30,6 +30,7 @@ local COMMANDS = {
   { "verifiers", { "verifiers", "--help" }, "cassettes.md" },
   { "predictors", { "predictors", "--help" }, "cassettes.md" },
   { "whatif", { "whatif", "--help" }, "whatif.md" },
+  { "gateway", { "gateway", "--help" }, "gateway.md" },
 }
 
 local helps = {}

@@ -15,7 +15,7 @@ local M = {}
 
 -- In the order `specula --help` lists them.
 M.COMMANDS = { "run", "theory", "replay", "compare", "merge", "repair", "report", "cassette", "verifiers",
-               "predictors", "bench", "whatif" }
+               "predictors", "bench", "whatif", "gateway" }
 
 local function module_of(name) return require("specula.cmd." .. name) end
 

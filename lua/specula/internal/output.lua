@@ -195,8 +195,14 @@ function M.open(path, mode, kind)
   return new(f, kind)
 end
 
+-- stdout belongs to a protocol (the gateway's JSON-RPC over stdio): every
+-- other text for it goes to stderr
+local divert = false
+function M.divert_stdout() divert = true end
+
 -- text on the standard streams
 local function std(file, ...)
+  if divert and file == raw_stdout then file = raw_stderr end
   if count() == 0 then return file_write(file, ...) end
   return file_write(file, scrub(joined(...)))
 end
@@ -218,12 +224,13 @@ function M.guard_stdio()
     local parts = { ... }
     for i = 1, n do parts[i] = raw_tostring(parts[i]) end
     local s = concat(parts, "\t", 1, n) .. "\n"
-    file_write(out, count() == 0 and s or scrub(s))
+    file_write(divert and err or out, count() == 0 and s or scrub(s))
   end
   io.write = function(...) return std(io.output(), ...) end
   -- f:write on the standard streams (every file shares the method table)
   local methods = getmetatable(out).__index
   methods.write = function(f, ...)
+    if divert and f == out then f = err end
     if count() == 0 or (f ~= out and f ~= err) then return file_write(f, ...) end
     return std(f, ...)
   end

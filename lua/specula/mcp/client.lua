@@ -81,8 +81,9 @@ function Client:_send_oneway(msg)
   return task ~= nil
 end
 
--- One message from the server (already decoded).
-function Client:_handle(msg, via)
+-- One message from the server (already decoded); raw: its JSON text when
+-- the transport has it (a result's own text is then kept: raw_of).
+function Client:_handle(msg, via, raw)
   local st = self.st
   if type(msg) ~= "table" then
     st.malformed = st.malformed + 1
@@ -103,6 +104,10 @@ function Client:_handle(msg, via)
   end
   if method ~= nil then
     local params = type(msg.params) == "table" and msg.params or {}
+    if self.on_notification then
+      local ok, nerr = pcall(self.on_notification, method, params, msg)
+      if not ok then self:_warn(self:_where() .. ": on_notification raised: " .. tostring(nerr)) end
+    end
     if method == "notifications/progress" then
       local e = self.by_token[params.progressToken]
       if e and e.on_progress then
@@ -157,8 +162,16 @@ function Client:_handle(msg, via)
     end
     e.err = scrub(format("%s: %s: error %s: %s%s", self:_where(), e.what, tostring(er.code),
       tostring(er.message), extra))
+    -- the server's own error object, by the message it became (a relay
+    -- passes the object on); the last few only
+    if self.n_error_objs >= 64 then self.error_of, self.n_error_objs = {}, 0 end
+    self.error_of[e.err] = er
+    self.n_error_objs = self.n_error_objs + 1
   else
     e.result = msg.result
+    -- the answer's own text, for a relay that passes it on unchanged
+    -- (weak keys: gone with the result)
+    if raw and type(msg.result) == "table" then self.raw_of[msg.result] = raw end
   end
   C.sp_rpc_complete(e.rpc)
 end
@@ -203,7 +216,7 @@ function Client:_peer()
   local c = self
   return {
     st = c.st,
-    receive = function(_, msg, via) return c:_handle(msg, via) end,
+    receive = function(_, msg, via, raw) return c:_handle(msg, via, raw) end,
     malformed = function(_, why)
       c.st.malformed = c.st.malformed + 1
       c:_warn(why)
@@ -747,7 +760,8 @@ function M.new(t, o, name)
     quiet = o.quiet,
     state = "new", next_id = 1,
     pending = {}, by_token = {}, given_up = {}, n_given_up = 0, errors = {}, list_cache = {},
-    tool_headers = {}, excluded = {},
+    tool_headers = {}, excluded = {}, on_notification = o.on_notification,
+    raw_of = setmetatable({}, { __mode = "k" }), error_of = {}, n_error_objs = 0,
     hooks = { on_sampling = o.on_sampling, on_elicitation = o.on_elicitation, on_roots = o.on_roots },
     st = { requests = 0, restarts = 0, exits = 0, malformed = 0, unknown_ids = 0, oversized = 0,
            late_dropped = 0, timeouts = 0, server_requests = 0, progress = 0, reconnects = 0, calls = {},

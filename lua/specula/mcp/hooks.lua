@@ -9,7 +9,7 @@ local json = require "specula.json"
 local secrets = require "specula.secrets"
 local transport = require "specula.mcp.transport"
 
-local type, tostring, pairs, ipairs, setmetatable = type, tostring, pairs, ipairs, setmetatable
+local type, tostring, pairs, ipairs, setmetatable, getmetatable = type, tostring, pairs, ipairs, setmetatable, getmetatable
 local format = string.format
 local encode, JNULL = json.encode, json.null
 local scrub = secrets.scrub
@@ -124,6 +124,9 @@ function Client:_hook_answer(method, params)
     -- the server gets an error naming the script and line
     local ok, r, e2 = sched.protect(false, hook, params, { server = self.name, method = method })
     if not ok then why = "raised: " .. r
+    elseif type(r) == "table" and getmetatable(r) == json.raw_mt then
+      -- JSON text a relay passes on as its own client wrote it (specula.gateway)
+      result = r
     elseif r == nil or r == false then
       -- a refusal (the user said no, the model failed): the hook's reason
       why, code = e2 ~= nil and sched.errstr(e2) or "declined", -1

@@ -26,6 +26,10 @@
 -- a client with hooks (or listen = true) keeps the server's GET stream open
 -- for requests that belong to no call.
 --
+-- on_notification = function(method, params, msg) sees every notification
+-- the server sends (progress, logging, list_changed, ...) before the client
+-- acts on it (a relay passes them on: specula.gateway).
+--
 -- A call whose task is cancelled (a discarded speculative thread, an
 -- orphaned prediction) sends notifications/cancelled with its request id at
 -- once, from C (the task never runs again); the late response is dropped.
@@ -79,7 +83,7 @@ local function check_opts(o)
   if o.env ~= nil and type(o.env) ~= "table" then error("specula.mcp.connect: env must be a table", 3) end
   if o.headers ~= nil and type(o.headers) ~= "table" then error("specula.mcp.connect: headers must be a table", 3) end
   if o.cwd ~= nil and type(o.cwd) ~= "string" then error("specula.mcp.connect: cwd must be a string", 3) end
-  for _, k in ipairs({ "on_sampling", "on_elicitation" }) do
+  for _, k in ipairs({ "on_sampling", "on_elicitation", "on_notification" }) do
     if o[k] ~= nil and type(o[k]) ~= "function" then error("specula.mcp.connect: " .. k .. " must be a function", 3) end
   end
   if o.on_roots ~= nil and type(o.on_roots) ~= "function" and type(o.on_roots) ~= "table" then

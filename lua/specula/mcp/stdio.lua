@@ -151,7 +151,7 @@ function Stdio:_read_loop(p, gen, peer)
         if msg == nil then
           peer:malformed(format("%s: malformed JSON on stdout (%s): %s", self.where, tostring(derr), excerpt(line)))
         else
-          peer:receive(msg, "stdout")
+          peer:receive(msg, "stdout", line)
         end
       end
     else

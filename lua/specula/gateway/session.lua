@@ -1,0 +1,539 @@
+-- specula.gateway.session: one client of the gateway, over any server-side
+-- transport (specula.mcp.transport: its peer:receive gets the client's
+-- messages, t:send answers). The client sees one MCP server: the union of
+-- the configured servers (specula.gateway.upstreams), each reached through
+-- specula's own client with its version negotiated on its own.
+--
+-- Relayed both ways: requests and their results (a result's text as the
+-- server wrote it when the transport kept it: rawjson), errors (the
+-- server's own error object), progress (the client's token put back),
+-- logging and list_changed notifications, cancellation (the client's
+-- notifications/cancelled cancels the upstream call), and the servers'
+-- requests to the client (sampling, elicitation, roots) when the client
+-- declared the capability. A server that crashes fails the client's calls
+-- then pending; the next call starts it again. The end of the client
+-- (stdin closed) cancels every call in flight and stops the servers.
+local core = require "specula.internal.core"
+local sched = require "specula.internal.sched"
+local json = require "specula.json"
+local output = require "specula.internal.output"
+local transport = require "specula.mcp.transport"
+local client = require "specula.mcp.client"
+local rawjson = require "specula.gateway.rawjson"
+local upstreams = require "specula.gateway.upstreams"
+local speculate = require "specula.gateway.speculate"
+local ffi, C = core.ffi, core.C
+
+local type, pairs, ipairs, tostring, pcall, setmetatable, getmetatable =
+  type, pairs, ipairs, tostring, pcall, setmetatable, getmetatable
+local format = string.format
+local co_yield = sched.yield
+local encode, JNULL = json.encode, json.null
+local spawn_root = transport.spawn_root
+
+local M = {}
+
+local PENDING = tonumber(C.SP_RPC_PENDING)
+-- what the client may ask for: the versions of a session (initialize)
+M.VERSIONS = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05" }
+local VERSION_OK = {}
+for _, v in ipairs(M.VERSIONS) do VERSION_OK[v] = true end
+
+local function obj(t) return setmetatable(t or {}, json.object_mt) end
+local function arr(t) return setmetatable(t or {}, json.array_mt) end
+
+local Session = {}
+Session.__index = Session
+
+-- ---- writing to the client ------------------------------------------------------------
+
+-- A message to the client, scrubbed of every declared secret (a server's
+-- env is one: specula.mcp.stdio) and still valid JSON (the output layer's
+-- "json" kind); nothing changes when there is none. A transport with
+-- send_text gets the text; any other gets the table for t:send (its
+-- fields route it: an HTTP response goes on its request's stream), whose
+-- result may be a json.raw value (specula.json writes it as it is).
+function Session:_send(msg)
+  local text, err = encode(msg)
+  if not text then return nil, err end
+  local clean = output.clean(text, "json")
+  local t = self.t
+  local send
+  if t.send_text then
+    send = function() return t:send_text(clean) end
+  else
+    if clean ~= text then
+      -- a secret was in it: the scrubbed message, its result's text kept
+      msg = json.decode(clean)
+      local body = rawjson.member(clean, "result")
+      if body then msg.result = json.raw(body) end
+    end
+    send = function() return t:send(msg) end
+  end
+  if t.send_waits then
+    spawn_root(send)
+    return true
+  end
+  return send()
+end
+
+-- A result: the server's own text when the client kept it, else encoded.
+function Session:_result(id, r, raw)
+  local body = raw and rawjson.member(raw, "result")
+  if body then return self:_send({ jsonrpc = "2.0", id = id, result = json.raw(body) }) end
+  return self:_send({ jsonrpc = "2.0", id = id, result = r == nil and obj() or r })
+end
+
+function Session:_error(id, code, message, data)
+  local e = obj({ code = code, message = message })
+  if data ~= nil then e.data = data end
+  return self:_send({ jsonrpc = "2.0", id = id, error = e })
+end
+
+-- An upstream failure as the client sees it: the server's error object when
+-- it sent one, else an internal error naming the server.
+function Session:_upstream_error(id, c, err)
+  local er = c and c.error_of[err]
+  if type(er) == "table" and er.code ~= nil then
+    return self:_send({ jsonrpc = "2.0", id = id, error = er })
+  end
+  return self:_error(id, -32603, tostring(err))
+end
+
+-- ---- the client's requests ---------------------------------------------------------------
+
+function Session:_initialize(id, params)
+  params = type(params) == "table" and params or {}
+  local want = params.protocolVersion
+  self.version = VERSION_OK[want] and want or M.VERSIONS[1]
+  self.client_caps = type(params.capabilities) == "table" and params.capabilities or {}
+  self.client_info = params.clientInfo
+  self:_start_upstreams()
+  local caps = obj()
+  local any = { tools = false, resources = false, prompts = false, logging = false, completions = false }
+  for _, e in ipairs(self.up:each()) do
+    for k in pairs(any) do
+      if (e.client.capabilities or {})[k] ~= nil then any[k] = true end
+    end
+  end
+  if any.tools then caps.tools = obj({ listChanged = true }) end
+  if any.resources then caps.resources = obj({ listChanged = true, subscribe = true }) end
+  if any.prompts then caps.prompts = obj({ listChanged = true }) end
+  if any.logging then caps.logging = obj() end
+  if any.completions then caps.completions = obj() end
+  local instr = {}
+  for _, e in ipairs(self.up:each()) do
+    if type(e.client.instructions) == "string" and e.client.instructions ~= "" then
+      instr[#instr + 1] = e.name .. ": " .. e.client.instructions
+    end
+  end
+  local r = obj({ protocolVersion = self.version, capabilities = caps,
+                  serverInfo = obj({ name = "specula-gateway", version = client.CLIENT_INFO.version }) })
+  if #instr > 0 then r.instructions = table.concat(instr, "\n\n") end
+  self.initialized = true
+  self.rec:ready()
+  return self:_send({ jsonrpc = "2.0", id = id, result = r })
+end
+
+-- A list, all pages in one.
+function Session:_list(id, field, items)
+  return self:_send({ jsonrpc = "2.0", id = id, result = obj({ [field] = arr(items) }) })
+end
+
+-- params for a server: the client's, with the names the server knows and
+-- without the client's progress token (the server gets ours).
+local function upstream_params(params, name_key, name)
+  local p = obj()
+  for k, v in pairs(type(params) == "table" and params or {}) do p[k] = v end
+  if name_key then p[name_key] = name end
+  if type(p._meta) == "table" then
+    local m = obj()
+    for k, v in pairs(p._meta) do if k ~= "progressToken" then m[k] = v end end
+    p._meta = next(m) ~= nil and m or nil
+  end
+  return p
+end
+
+-- The relay of the server's progress to the client's token, if it gave one.
+function Session:_progress_fn(params)
+  local meta = type(params) == "table" and type(params._meta) == "table" and params._meta or nil
+  local token = meta and meta.progressToken
+  if token == nil or token == JNULL then return nil end
+  return function(p)
+    local q = obj()
+    for k, v in pairs(p) do q[k] = v end
+    q.progressToken = token
+    self:_send({ jsonrpc = "2.0", method = "notifications/progress", params = q })
+  end
+end
+
+-- One request to one server for the client: result, err, client, ms.
+function Session:_forward(server, method, params, on_progress, what)
+  local c = self.up:client(server)
+  if not c then return nil, "mcp server '" .. tostring(server) .. "' is not running: " .. tostring(self.up.errors[server]) end
+  local t0 = sched.now()
+  local r, err = c:request(method, params, { on_progress = on_progress, what = what })
+  local ms = sched.now() - t0
+  local us = self.rec:server(server)
+  us.requests, us.ms = us.requests + 1, us.ms + ms
+  if r == nil then us.errors = us.errors + 1 end
+  return r, err, c, ms
+end
+
+-- A name no server lists goes as it is to the first server that has the
+-- capability: the answer (an error, as a rule) is that server's own, and in
+-- front of one server exactly what it would say.
+function Session:_fallback(cap, name)
+  for _, e in ipairs(self.up:each()) do
+    if (e.client.capabilities or {})[cap] ~= nil then return { server = e.name, name = name } end
+  end
+  return nil
+end
+
+-- tools/call for an exposed name (speculation's calls come here too).
+function Session:_call_tool(name, args, on_progress, meta)
+  local _, routes = self.up:tools()
+  local route = routes[name] or self:_fallback("tools", name)
+  if not route then return nil, "unknown tool '" .. tostring(name) .. "'", nil, nil, -32602 end
+  local p = upstream_params({ _meta = meta }, "name", route.name)
+  p.arguments = (args == nil or args == JNULL) and obj() or args
+  local r, err, c, ms = self:_forward(route.server, "tools/call", p, on_progress, "tools/call '" .. route.name .. "'")
+  return r, err, { client = c, ms = ms, raw = r and c and c.raw_of[r] }
+end
+
+function Session:_tools_call(id, params)
+  params = type(params) == "table" and params or {}
+  local name, args = params.name, params.arguments
+  if type(name) ~= "string" then return self:_error(id, -32602, "tools/call: params.name must be a string") end
+  local ts = self.rec:tool(name)
+  ts.calls = ts.calls + 1
+  local t0 = sched.now()
+  local r, err, info, hidden = self.spec:take(name, args)
+  local served = r ~= nil
+  if not served then
+    local code
+    r, err, info, code = self:_call_tool(name, args, self:_progress_fn(params), params._meta)
+    if code then return self:_error(id, code, err) end
+  end
+  local ms = sched.now() - t0
+  ts.ms = ts.ms + ms
+  local rtext
+  if self.rec.spans then
+    rtext = r ~= nil and ((info and info.raw and rawjson.member(info.raw, "result")) or encode(r)) or tostring(err)
+  end
+  self.rec:call(name, args, t0, ms, served, hidden, rtext)
+  if r == nil then
+    ts.errors = ts.errors + 1
+    return self:_upstream_error(id, info and info.client, err)
+  end
+  self:_result(id, r, info and info.raw)
+  self.spec:after(name, args, r)
+end
+
+-- resources/read and subscriptions: the lister of the URI, then the others.
+function Session:_by_uri(id, method, params)
+  local uri = type(params) == "table" and params.uri
+  if type(uri) ~= "string" then return self:_error(id, -32602, method .. ": params.uri must be a string") end
+  local last_err, last_c = "no server offers resources", nil
+  for _, server in ipairs(self.up:resource_servers(uri)) do
+    local r, err, c = self:_forward(server, method, upstream_params(params), self:_progress_fn(params), method)
+    if r ~= nil then return self:_result(id, r, c.raw_of[r]) end
+    last_err, last_c = err, c
+  end
+  return self:_upstream_error(id, last_c, last_err)
+end
+
+function Session:_by_name(id, method, params, routes)
+  local name = type(params) == "table" and params.name
+  local route = type(name) == "string" and (routes[name] or self:_fallback("prompts", name))
+  if not route then return self:_error(id, -32602, method .. ": unknown name '" .. tostring(name) .. "'") end
+  local r, err, c = self:_forward(route.server, method, upstream_params(params, "name", route.name),
+    self:_progress_fn(params), method)
+  if r == nil then return self:_upstream_error(id, c, err) end
+  return self:_result(id, r, c.raw_of[r])
+end
+
+-- completion/complete: by the prompt or the resource it completes for.
+function Session:_complete(id, params)
+  local ref = type(params) == "table" and type(params.ref) == "table" and params.ref or {}
+  if ref.type == "ref/prompt" then
+    local _, routes = self.up:prompts()
+    local route = routes[ref.name]
+    if not route then return self:_error(id, -32602, "completion/complete: unknown prompt '" .. tostring(ref.name) .. "'") end
+    local p = upstream_params(params)
+    p.ref = obj({ type = "ref/prompt", name = route.name })
+    local r, err, c = self:_forward(route.server, "completion/complete", p, nil, "completion/complete")
+    if r == nil then return self:_upstream_error(id, c, err) end
+    return self:_result(id, r, c.raw_of[r])
+  end
+  return self:_by_uri_ref(id, params, ref)
+end
+
+function Session:_by_uri_ref(id, params, ref)
+  local uri = ref.uri
+  if type(uri) ~= "string" then return self:_error(id, -32602, "completion/complete: ref needs a prompt name or a uri") end
+  local last_err, last_c = "no server offers resources", nil
+  for _, server in ipairs(self.up:resource_servers(uri)) do
+    local r, err, c = self:_forward(server, "completion/complete", upstream_params(params), nil, "completion/complete")
+    if r ~= nil then return self:_result(id, r, c.raw_of[r]) end
+    last_err, last_c = err, c
+  end
+  return self:_upstream_error(id, last_c, last_err)
+end
+
+-- logging/setLevel: every server that logs.
+function Session:_set_level(id, params)
+  for _, e in ipairs(self.up:each()) do
+    if (e.client.capabilities or {}).logging ~= nil then
+      self:_forward(e.name, "logging/setLevel", upstream_params(params), nil, "logging/setLevel")
+    end
+  end
+  return self:_send({ jsonrpc = "2.0", id = id, result = obj() })
+end
+
+local ROUTES = {
+  ["tools/list"] = function(s, id) return s:_list(id, "tools", (s.up:tools())) end,
+  ["prompts/list"] = function(s, id) return s:_list(id, "prompts", (s.up:prompts())) end,
+  ["resources/list"] = function(s, id) return s:_list(id, "resources", (s.up:resources())) end,
+  ["resources/templates/list"] = function(s, id) return s:_list(id, "resourceTemplates", s.up:templates()) end,
+  ["tools/call"] = function(s, id, p) return s:_tools_call(id, p) end,
+  ["resources/read"] = function(s, id, p) return s:_by_uri(id, "resources/read", p) end,
+  ["resources/subscribe"] = function(s, id, p) return s:_by_uri(id, "resources/subscribe", p) end,
+  ["resources/unsubscribe"] = function(s, id, p) return s:_by_uri(id, "resources/unsubscribe", p) end,
+  ["prompts/get"] = function(s, id, p)
+    local _, routes = s.up:prompts()
+    return s:_by_name(id, "prompts/get", p, routes)
+  end,
+  ["completion/complete"] = function(s, id, p) return s:_complete(id, p) end,
+  ["logging/setLevel"] = function(s, id, p) return s:_set_level(id, p) end,
+  ["ping"] = function(s, id) return s:_send({ jsonrpc = "2.0", id = id, result = obj() }) end,
+}
+
+-- One request of the client, in a root task of its own (the reader goes on).
+function Session:_request(id, method, params)
+  if method == "initialize" then
+    if not self.init_task or self.init_task.ptr ~= sched.current("gateway: initialize") then
+      return self:_error(id, -32600, "initialize was sent already")
+    end
+    return self:_initialize(id, params)
+  end
+  -- a request sent before initialize was answered waits for it
+  if self.init_task and not self.initialized and method ~= "ping" then self.init_task:wait() end
+  if not self.initialized and method ~= "ping" then
+    return self:_error(id, -32600, "the session is not initialized (send initialize first)")
+  end
+  local fn = ROUTES[method]
+  if not fn then return self:_error(id, -32601, "Method not found: " .. tostring(method)) end
+  -- tools are listed once before the first call (routes, the gate's tools)
+  if method == "tools/call" or method == "tools/list" then self:_tools_known() end
+  return fn(self, id, params)
+end
+
+-- The tools the client may call are known: the gate and the predictor see them.
+function Session:_tools_known()
+  if self.tools_seen == self.up.catalog.tools and self.tools_seen then return end
+  local tools = self.up:tools()
+  self.tools_seen = tools
+  local names, schemas = {}, {}
+  for i, t in ipairs(tools) do
+    names[i] = t.name
+    schemas[t.name] = t.inputSchema
+  end
+  self.spec.schemas = schemas
+  self.spec:set_tools(names)
+end
+
+-- ---- the servers' side -------------------------------------------------------------------
+
+-- A request of a server to the client (sampling, elicitation, roots),
+-- relayed in the calling task: result | nil, why.
+function Session:_ask_client(method, params)
+  local me = sched.current("gateway: " .. method)
+  self.next_out = self.next_out + 1
+  local id = "specula-gw-" .. self.next_out
+  local rpc = C.sp_rpc_new(core.ctx, me, self.ask_timeout_ms)
+  if rpc == nil then return nil, "out of memory" end
+  local e = { rpc = ffi.gc(rpc, C.sp_rpc_free) }
+  self.asks[id] = e
+  local ok, err = self:_send({ jsonrpc = "2.0", id = id, method = method, params = params })
+  if not ok then
+    self.asks[id] = nil
+    return nil, "the client cannot be reached: " .. tostring(err)
+  end
+  while C.sp_rpc_wait(e.rpc, me) == 0 do co_yield() end
+  self.asks[id] = nil
+  if C.sp_rpc_state(e.rpc) ~= tonumber(C.SP_RPC_DONE) then return nil, "the client did not answer " .. method end
+  if e.error ~= nil then
+    local er = type(e.error) == "table" and e.error or {}
+    return nil, format("the client refused %s: %s", method, tostring(er.message))
+  end
+  return e.raw or e.result
+end
+
+-- The hooks each server's client gets: only for what the client declared.
+function Session:_hooks()
+  local caps = self.client_caps or {}
+  local h = { on_notification = function(server, method, params) return self:_upstream_note(server, method, params) end }
+  if caps.sampling ~= nil then
+    h.on_sampling = function(params) return self:_ask_client("sampling/createMessage", params) end
+  end
+  if caps.elicitation ~= nil then
+    h.on_elicitation = function(params) return self:_ask_client("elicitation/create", params) end
+  end
+  if caps.roots ~= nil then
+    h.on_roots = function()
+      local r, err = self:_ask_client("roots/list", obj())
+      if r == nil then return nil, err end
+      if getmetatable(r) == json.raw_mt then return r end
+      return type(r) == "table" and r.roots or {}
+    end
+  end
+  return h
+end
+
+local CHANGED = { ["notifications/tools/list_changed"] = "tools", ["notifications/prompts/list_changed"] = "prompts",
+                  ["notifications/resources/list_changed"] = "resources" }
+-- relayed as they come (progress goes through the request's own relay)
+local RELAYED = { ["notifications/message"] = true, ["notifications/resources/updated"] = true }
+
+-- A notification of a server.
+function Session:_upstream_note(server, method, params)
+  local kind = CHANGED[method]
+  if kind then
+    self.up:forget(kind)
+    -- before the client has its answer to initialize (a server that says
+    -- so as it starts) there is nothing it listed yet: nothing to tell
+    if self.initialized then self:_send({ jsonrpc = "2.0", method = method }) end
+  elseif RELAYED[method] then
+    local p = obj()
+    for k, v in pairs(params) do p[k] = v end
+    self:_send({ jsonrpc = "2.0", method = method, params = p })
+  end
+end
+
+function Session:_start_upstreams()
+  if self.up then return end
+  self.up = upstreams.new(self.gw.servers, self:_hooks())
+  self.up:connect()
+  for name, err in pairs(self.up.errors) do
+    output.stderr("specula gateway: warning: mcp server '", name, "' did not start: ", err, "\n")
+  end
+end
+
+-- ---- the client's messages -------------------------------------------------------------------
+
+function Session:_notification(method, params)
+  params = type(params) == "table" and params or {}
+  if method == "notifications/cancelled" then
+    local e = self.running[params.requestId]
+    if e and not e.task:done() then
+      C.sp_task_cancel(e.task.ptr)   -- its upstream request gets notifications/cancelled
+      self.rec.st.cancelled_by_client = self.rec.st.cancelled_by_client + 1
+    end
+  elseif method == "notifications/roots/list_changed" and self.up then
+    for _, e in ipairs(self.up:each()) do
+      if e.client.hooks.on_roots then pcall(e.client.roots_changed, e.client) end
+    end
+  end
+end
+
+function Session:_answer(msg, raw)
+  local e = self.asks[msg.id]
+  if not e or C.sp_rpc_state(e.rpc) ~= PENDING then return end
+  e.result, e.error = msg.result, msg.error
+  -- the answer's own text goes to the server unchanged
+  local body = raw and msg.result ~= nil and rawjson.member(raw, "result")
+  if body then e.raw = json.raw(body) end
+  C.sp_rpc_complete(e.rpc)
+end
+
+-- One message of the client (raw: its text, when the transport kept it).
+function Session:_receive(msg, raw)
+  if type(msg) ~= "table" then
+    return self:_error(JNULL, -32600, "a message must be a JSON object")
+  end
+  local id, method = msg.id, msg.method
+  if method ~= nil and id ~= nil and id ~= JNULL then
+    local key = id
+    local e = {}
+    e.task = spawn_root(function()
+      local ok, err = pcall(self._request, self, id, method, msg.params)
+      self.running[key] = nil
+      if not ok then self:_error(id, -32603, "specula gateway: " .. tostring(err)) end
+    end)
+    if e.task then self.running[key] = e end
+    -- the first initialize is the one; the requests after it wait for it
+    if method == "initialize" and not self.init_task then self.init_task = e.task end
+    return
+  end
+  if method ~= nil then return self:_notification(method, msg.params) end
+  if id ~= nil and (msg.result ~= nil or msg.error ~= nil) then return self:_answer(msg, raw) end
+  return self:_error(JNULL, -32600, "neither a request, a notification nor a response")
+end
+
+-- The client is gone: cancel what runs for it, stop the servers, end.
+function Session:_end(why)
+  if self.ended then return end
+  self.ended = true
+  self.why = why
+  for _, e in pairs(self.running) do
+    if not e.task:done() then C.sp_task_cancel(e.task.ptr) end
+  end
+  for _, e in pairs(self.asks) do C.sp_rpc_cancel(e.rpc) end
+  self.spec:finish()
+  self.rec:finish(self)
+  spawn_root(function()
+    if self.up then self.up:close() end
+    if self.on_end then pcall(self.on_end, self) end
+    if self.lifetime and not self.lifetime:done() then C.sp_task_cancel(self.lifetime.ptr) end
+  end)
+end
+
+function Session:_peer()
+  local s = self
+  return {
+    st = s.tst,
+    receive = function(_, msg, _, raw) return s:_receive(msg, raw) end,
+    malformed = function(_, why)
+      output.stderr("specula gateway: warning: ", why, "\n")
+      s:_error(JNULL, -32700, "Parse error")
+    end,
+    warn = function(_, why) output.stderr("specula gateway: warning: ", why, "\n") end,
+    fail = function(_, id, why) s:_error(id, -32600, why) end,
+    lost = function(_, why) s:_end(why) end,
+  }
+end
+
+-- Wait (in a task) until the client is gone and the session wound down.
+function Session:wait()
+  if self.lifetime then self.lifetime:wait() end
+  return self.why
+end
+
+function Session:stats() return self.rec:record(self) end
+
+-- A session of gateway gw over the server-side transport t, started now:
+-- session | nil, err. o: { on_end = function(session), record = the
+-- session's record object (specula.gateway.record) }.
+function M.start(gw, t, o)
+  o = o or {}
+  local self = setmetatable({
+    gw = gw, t = t, running = {}, asks = {}, next_out = 0, ask_timeout_ms = gw.ask_timeout_ms or 600000,
+    tst = { malformed = 0, oversized = 0 }, on_end = o.on_end, rec = o.record,
+  }, Session)
+  self.spec = speculate.new {
+    predictor = gw:new_predictor(), policy = gw.policy, policy_dir = gw.dir, max_age_ms = gw.max_age_ms,
+    max_inflight = gw.budget.max_inflight,
+    call = function(name, args) return self:_call_tool(name, args) end,
+    tool_stats = function(name) return self.rec:tool(name) end,
+  }
+  self.lifetime = spawn_root(function() sched.sleep(1e12) end)
+  local ok, err = t:open(self:_peer())
+  if not ok then
+    C.sp_task_cancel(self.lifetime.ptr)
+    return nil, err
+  end
+  return self
+end
+
+return M

@@ -1,0 +1,213 @@
+-- specula.gateway.speculate: action speculation inside one gateway session.
+--
+-- After each result goes back to the client, the predictor proposes the
+-- client's next calls; the eligibility gate (specula.policy, through the C
+-- gate sp_policy_gate) lets some of them start upstream at once, each in a
+-- root task, at most budget.max_inflight at a time. The client's next call
+-- that equals one of them (the canonical JSON of name and arguments) gets
+-- its result, or waits for it when it is still running; a prefetch older
+-- than max_age_ms is never served. At the next round of predictions every
+-- prefetch the client did not ask for is cancelled (the upstream request
+-- gets notifications/cancelled) and counted as waste.
+--
+-- The rule that matters: a call the policy does not allow in full never
+-- starts before the client asks for it. No policy: nothing is allowed.
+local core = require "specula.internal.core"
+local sched = require "specula.internal.sched"
+local json = require "specula.json"
+local policy = require "specula.policy"
+local output = require "specula.internal.output"
+local transport = require "specula.mcp.transport"
+local ffi, C = core.ffi, core.C
+
+local type, pairs, ipairs, tostring, pcall = type, pairs, ipairs, tostring, pcall
+local spawn_root = transport.spawn_root
+
+local M = {}
+
+local DECISION_OF = { full = tonumber(C.SP_FULL), warmup = tonumber(C.SP_WARMUP), forbid = tonumber(C.SP_FORBID) }
+local HINT_NONE, HINT_ERROR = tonumber(C.SP_HINT_NONE), tonumber(C.SP_HINT_ERROR)
+local FULL = tonumber(C.SP_FULL)
+local whyp = ffi.new("int[1]")
+
+local S = {}
+S.__index = S
+
+-- The key of a call: the canonical JSON of its name and arguments.
+local function key_of(name, args)
+  if args == nil or (type(args) == "table" and next(args) == nil) then args = json.object() end
+  local ok, k = pcall(json.canonical, { name = name, arguments = args })
+  return ok and k or nil
+end
+M.key_of = key_of
+
+-- o: { predictor (callable, or nil: no speculation), policy (a spec
+-- policy.build takes), policy_dir, max_age_ms, max_inflight, call =
+-- function(name, args) -> result, err, info (an upstream tools/call),
+-- tool_stats = function(name) -> the record's entry }.
+function M.new(o)
+  return setmetatable({
+    predictor = o.predictor, policy_spec = o.policy, policy_dir = o.policy_dir,
+    max_age_ms = o.max_age_ms or 60000, max_inflight = o.max_inflight or 2, call = o.call,
+    tool_stats = o.tool_stats, live = {}, history = {}, round = 0,
+    st = { predicted = 0, allowed = 0, refused = 0, launched = 0, hits = 0, joined = 0, waste = 0, stale = 0,
+           cancelled = 0, hidden_ms = 0, predictor_errors = 0 },
+  }, S)
+end
+
+-- The gate over the tools the client sees (rebuilt when they change).
+function S:set_tools(names)
+  local set = {}
+  for _, n in ipairs(names) do set[n] = {} end
+  self.tools = set
+  local ok, p = pcall(policy.build, self.policy_spec, set, self.policy_dir)
+  if not ok then
+    output.stderr("specula gateway: warning: policy: ", tostring(p), " (nothing runs early)\n")
+    self.gate = nil
+  else
+    self.gate = p
+  end
+end
+
+local function inflight(self)
+  local n = 0
+  for _, e in pairs(self.live) do if not e.done then n = n + 1 end end
+  return n
+end
+
+-- May this exact call start before the client asks? Only a full decision.
+function S:allowed(name, args)
+  local g = self.gate
+  if not g or not self.tools or not self.tools[name] then return false end
+  local idx = C.sp_policy_tool_index(g.ptr, name, #name)
+  local hint = HINT_NONE
+  if g.decide then
+    local ok, d = pcall(g.decide, name, args, { gateway = true })
+    hint = ok and DECISION_OF[d] or HINT_ERROR
+    if not ok or DECISION_OF[d] == nil then g.on_error(name, ok and ("returned " .. tostring(d)) or d) end
+  end
+  local d = C.sp_policy_gate(g.ptr, idx, C.SP_TRIG_PRED_START, hint, inflight(self), 0, whyp)
+  return d == FULL
+end
+
+-- Cancel a prefetch the client did not ask for: waste.
+function S:_drop(k, e, why)
+  self.live[k] = nil
+  if not e.done then
+    C.sp_task_cancel(e.task.ptr)
+    self.st.cancelled = self.st.cancelled + 1
+  end
+  self.st[why] = self.st[why] + 1
+  local ts = self.tool_stats(e.name)
+  ts.waste = ts.waste + 1
+end
+
+-- Start one prefetch.
+function S:_launch(k, name, args)
+  local e = { key = k, name = name, args = args, started = sched.now(), round = self.round }
+  e.task = spawn_root(function()
+    local r, err, info = self.call(name, args, { prefetch = true })
+    e.result, e.err, e.info = r, err, info
+    e.done, e.finished = true, sched.now()
+    return true
+  end)
+  if not e.task then return end
+  self.live[k] = e
+  self.st.launched = self.st.launched + 1
+  self.tool_stats(name).prefetched = self.tool_stats(name).prefetched + 1
+end
+
+-- A result went back to the client: learn the call, propose the next ones.
+function S:after(name, args, observation)
+  local h = self.history
+  h[#h + 1] = { tool = name, args = args, observation = observation }
+  local P = self.predictor
+  if not P then return end
+  if type(P) == "table" and P.observe and #h >= 2 then
+    local ok = pcall(P.observe, P, { tool = h[#h - 1].tool, args = h[#h - 1].args }, { tool = name, args = args })
+    if not ok then self.st.predictor_errors = self.st.predictor_errors + 1 end
+  elseif type(P) == "table" and P.observe_trajectory and #h >= 2 then
+    -- the last transition as a short conversation of its own
+    local ok = pcall(P.observe_trajectory, P, { { tool = h[#h - 1].tool, args = h[#h - 1].args }, { tool = name, args = args } },
+      { trajectory = { { observation = h[#h - 1].observation }, { observation = observation } } })
+    if not ok then self.st.predictor_errors = self.st.predictor_errors + 1 end
+  end
+  local ok, cands = pcall(P, h, { tools = self.schemas })
+  if not ok or type(cands) ~= "table" then
+    self.st.predictor_errors = self.st.predictor_errors + 1
+    cands = {}
+  end
+  self.round = self.round + 1
+  local keep = {}
+  for _, c in ipairs(cands) do
+    if type(c) == "table" and type(c.tool) == "string" then
+      local k = key_of(c.tool, c.args)
+      if k then keep[k] = c end
+    end
+  end
+  -- the previous round's prefetches that are not proposed again: waste
+  for k, e in pairs(self.live) do
+    if not keep[k] then self:_drop(k, e, "waste") end
+  end
+  for _, c in ipairs(cands) do
+    local k = type(c) == "table" and type(c.tool) == "string" and key_of(c.tool, c.args)
+    if k and not self.live[k] then
+      self.st.predicted = self.st.predicted + 1
+      if inflight(self) >= self.max_inflight then break end
+      if self:allowed(c.tool, c.args) then
+        self.st.allowed = self.st.allowed + 1
+        self:_launch(k, c.tool, type(c.args) == "table" and c.args or json.object())
+      else
+        self.st.refused = self.st.refused + 1
+      end
+    end
+  end
+end
+
+-- The client asks for a call: a prefetch of it (done or running), or nil.
+-- Returns result, err, info, hidden_ms when served from one.
+function S:take(name, args)
+  local k = key_of(name, args)
+  local e = k and self.live[k]
+  if not e then return nil end
+  local asked = sched.now()
+  if e.done and asked - e.finished > self.max_age_ms then
+    self:_drop(k, e, "stale")
+    return nil
+  end
+  self.live[k] = nil
+  if not e.done then
+    self.st.joined = self.st.joined + 1
+    local okw = e.task:wait()
+    if not okw or not e.done then return nil end
+  end
+  if e.err ~= nil and e.result == nil then
+    -- a failed prefetch is not an answer: the client's call runs as asked
+    return nil
+  end
+  local hidden = (e.done and e.finished <= asked) and (e.finished - e.started) or (asked - e.started)
+  if hidden < 0 then hidden = 0 end
+  self.st.hits = self.st.hits + 1
+  self.st.hidden_ms = self.st.hidden_ms + hidden
+  local ts = self.tool_stats(name)
+  ts.hits = ts.hits + 1
+  ts.hidden_ms = ts.hidden_ms + hidden
+  return e.result, e.err, e.info, hidden
+end
+
+-- The session ends: every prefetch still held is waste.
+function S:finish()
+  for k, e in pairs(self.live) do self:_drop(k, e, "waste") end
+end
+
+function S:stats()
+  local s = {}
+  for k, v in pairs(self.st) do s[k] = v end
+  if self.gate then
+    local ok, counts = pcall(policy.counts, self.gate)
+    if ok then s.gate = counts end
+  end
+  return s
+end
+
+return M

@@ -1,0 +1,406 @@
+-- `specula gateway` as a relay, with the official TypeScript SDK client
+-- (spec/support/mcp_sdk_driver.js) in front of the specs' test server
+-- (spec/support/mcp_testserver.js, tapped by spec/support/mcp_stdio_tap.js
+-- to see what the server is asked and when): the servers' requests to the
+-- client (sampling, elicitation, roots) and the client's answers; the
+-- client's cancellation of a call reaches the server; a server that crashes
+-- fails the call with its last stderr lines and is started again at the
+-- next one; the end of stdin cancels the calls in flight upstream; a
+-- declared secret never reaches the client, the record or stderr.
+local H = require "support.helpers"
+local MH = require "support.mcp_helpers"
+local cjson = require "cjson"
+local deps = require "support.deps"
+
+local DRIVER = H.root .. "/spec/support/mcp_sdk_driver.js"
+local TAP = H.root .. "/spec/support/mcp_stdio_tap.js"
+local SERVER = H.root .. "/spec/support/mcp_testserver.js"
+local missing = deps.npm()
+
+local function guard()
+  if not missing then return true end
+  return H.require_or_pend(pending, missing)
+end
+
+local function node() return deps.use_node() and (deps.use_node() .. "/node") or "node" end
+
+local function drive(plan)
+  local path = H.tmpfile("plan.json", cjson.encode(plan))
+  local status, out, err = H.sh(H.quote(node()) .. " " .. H.quote(DRIVER) .. " " .. H.quote(path))
+  assert.are.equal(0, status, "driver failed: " .. err)
+  return cjson.decode(out:match("[^\n]+")), err
+end
+
+local n = 0
+-- A config with the test server behind the tap; its config, tap log, --out.
+local function setup(extra, env)
+  n = n + 1
+  local dir = H.tmpdir()
+  local log, out = dir .. "/tap" .. n .. ".jsonl", dir .. "/out" .. n .. ".jsonl"
+  os.remove(log)
+  os.remove(out)
+  local e = ""
+  for k, v in pairs(env or {}) do e = e .. string.format("%s = %q, ", k, v) end
+  local cfg = H.tmpfile("relay" .. n .. ".lua", string.format([[
+local specula = require "specula"
+return specula.gateway {
+  servers = { test = { command = { %q, %q, %q, %q, %q }, env = { %s } } },
+  %s
+}
+]], node(), TAP, log, node(), SERVER, e, extra or ""))
+  return cfg, log, out
+end
+
+local function tap(log)
+  local l = {}
+  for line in (H.read(log) or ""):gmatch("[^\n]+") do l[#l + 1] = cjson.decode(line) end
+  return l
+end
+
+local function record(out) return cjson.decode(assert(H.read(out), "no --out record"):match("[^\n]+")) end
+
+local INIT = '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
+  .. '"capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}'
+local INITIALIZED = '{"jsonrpc":"2.0","method":"notifications/initialized"}'
+
+-- The lines a stdio server writes for these request lines (stdin held
+-- open for `wait` seconds), by id.
+local function exchange(cmd, lines, wait)
+  local input = H.tmpfile("in.jsonl", table.concat(lines, "\n") .. "\n")
+  local status, out, err = H.sh("(cat " .. H.quote(input) .. "; sleep " .. (wait or 2) .. ") | " .. cmd)
+  assert.are.equal(0, status, err)
+  local by_id = {}
+  for l in out:gmatch("[^\n]+") do
+    local id = l:match('"id"%s*:%s*(%d+)')
+    if id then by_id[tonumber(id)] = l end
+  end
+  return by_id
+end
+
+-- The text of a response's result member, cut from the line as it is.
+local function result_text(line)
+  return require("specula.gateway.rawjson").member(line, "result")
+end
+
+describe("specula gateway relays", function()
+  it("a result byte for byte: the text the server wrote, under the client's id", function()
+    if not guard() then return end
+    local calls = {
+      '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"add","arguments":{"a":0.1,"b":12345678901234567890}}}',
+      '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"\\u00e9 \\ud83d\\ude00 -0.0 1e400"}}}',
+      '{"jsonrpc":"2.0","id":4,"method":"resources/read","params":{"uri":"note:///a"}}',
+      '{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{}}',
+    }
+    local lines = { INIT, INITIALIZED, unpack(calls) }
+    local direct = exchange(H.quote(node()) .. " " .. H.quote(SERVER), lines)
+    local cfg = setup()
+    local gw = exchange(H.quote(H.bin) .. " gateway " .. H.quote(cfg), lines, 3)
+    for id = 2, 4 do
+      assert.truthy(direct[id], "no answer " .. id)
+      assert.are.equal(result_text(direct[id]), result_text(gw[id]))
+    end
+    -- a list is the gateway's own, every page in one: the server's first
+    -- page is its start, the same tools in the same order
+    local page, all = cjson.decode(direct[5]).result, cjson.decode(gw[5]).result
+    assert.truthy(page.nextCursor)
+    assert.is_nil(all.nextCursor)
+    assert.is_true(#all.tools > #page.tools)
+    for i, t in ipairs(page.tools) do assert.are.same(t, all.tools[i]) end
+  end)
+
+  it("a request sent before initialize is answered after it; a second initialize is refused", function()
+    if not guard() then return end
+    local cfg = setup()
+    local gw = exchange(H.quote(H.bin) .. " gateway " .. H.quote(cfg), { INIT,
+      '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"early"}}}',
+      '{"jsonrpc":"2.0","id":3,"method":"initialize","params":{}}' }, 3)
+    assert.are.equal("2025-11-25", cjson.decode(gw[1]).result.protocolVersion)
+    assert.are.equal("echo: early", cjson.decode(gw[2]).result.content[1].text)
+    assert.are.equal(-32600, cjson.decode(gw[3]).error.code)
+  end)
+
+  it("to a server over Streamable HTTP as to one over stdio", function()
+    if not guard() then return end
+    deps.use_node()
+    local srv = MH.http_server({})
+    local ok, err = pcall(function()
+      n = n + 1
+      local cfg = H.tmpfile("http" .. n .. ".lua", string.format([[
+return require("specula").gateway { servers = { test = { url = %q } } }
+]], srv.url))
+      local stdio_cfg = setup()
+      local steps = {
+        { op = "tools" },
+        { op = "call", name = "add", arguments = { a = 2, b = 3 } },
+        { op = "call", name = "echo", arguments = { text = "over http" } },
+        { op = "call", name = "fail", arguments = {} },
+        { op = "resources" },
+        { op = "read", uri = "note:///a" },
+      }
+      local via_http = drive({ command = H.bin, args = { "gateway", cfg }, steps = steps })
+      local via_stdio = drive({ command = H.bin, args = { "gateway", stdio_cfg }, steps = steps })
+      for i, s in ipairs(via_stdio.steps) do
+        assert.are.same(s.ok, via_http.steps[i].ok)
+        assert.are.same(s.result, via_http.steps[i].result, "step " .. i)
+      end
+      assert.are.equal(5, via_http.steps[2].result.structuredContent.sum)
+    end)
+    srv.stop()
+    assert(ok, err)
+  end)
+
+  it("the servers' sampling, elicitation and roots requests to the client, and its answers back", function()
+    if not guard() then return end
+    local answers = {
+      sampling = { role = "assistant", content = { type = "text", text = "a reply" }, model = "driver-model",
+                   stopReason = "endTurn" },
+      elicitation = { action = "accept", content = { color = "green" } },
+      roots = { roots = { { uri = "file:///tmp/proj", name = "proj" } } },
+    }
+    local steps = {
+      { op = "call", name = "ask", arguments = { method = "sampling/createMessage",
+        params = { messages = { { role = "user", content = { type = "text", text = "hi" } } }, maxTokens = 10 } } },
+      { op = "call", name = "ask", arguments = { method = "elicitation/create", params = { message = "color?",
+        requestedSchema = { type = "object", properties = { color = { type = "string" } } } } } },
+      { op = "call", name = "ask", arguments = { method = "roots/list", params = {} } },
+    }
+    local direct = drive({ command = node(), args = { SERVER }, answers = answers, steps = steps })
+    local cfg = setup()
+    local gw = drive({ command = H.bin, args = { "gateway", cfg }, answers = answers, steps = steps })
+    for i = 1, 3 do
+      assert.is_true(gw.steps[i].ok, cjson.encode(gw.steps[i]))
+      assert.are.same(direct.steps[i].result, gw.steps[i].result)
+    end
+    assert.are.same(direct.asked, gw.asked)
+    assert.are.equal(3, #gw.asked)
+  end)
+
+  it("the client's cancellation to the server", function()
+    if not guard() then return end
+    local cfg, log = setup()
+    local gw = drive({ command = H.bin, args = { "gateway", cfg }, steps = {
+      { op = "call", name = "slow", arguments = { ms = 5000, tag = "x" }, abort_ms = 300 },
+      { op = "call", name = "log", arguments = {} },
+    } })
+    assert.is_false(gw.steps[1].ok)
+    assert.is_true(gw.steps[2].recv_ms - gw.steps[1].sent_ms < 4000)
+    local slow_id
+    for _, e in ipairs(tap(log)) do if e.name == "slow" then slow_id = e.id end end
+    assert.truthy(slow_id)
+    assert.are.same({ slow_id }, gw.steps[2].result.structuredContent.cancelled)
+  end)
+
+  it("a crash as an error with the server's last words, then starts the server again", function()
+    if not guard() then return end
+    local cfg, log, out = setup()
+    local gw = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, steps = {
+      { op = "call", name = "crash", arguments = {} },
+      { op = "call", name = "echo", arguments = { text = "again" } },
+    } })
+    assert.is_false(gw.steps[1].ok)
+    assert.truthy(gw.steps[1].error.message:find("boom: crashing on purpose", 1, true), gw.steps[1].error.message)
+    assert.is_true(gw.steps[2].ok)
+    assert.are.equal("echo: again", gw.steps[2].result.content[1].text)
+    local inits = 0
+    for _, e in ipairs(tap(log)) do if e.method == "initialize" then inits = inits + 1 end end
+    -- the tap died with the server it started: the log of the second one follows the first
+    assert.are.equal(2, inits)
+    local rec = record(out)
+    assert.are.equal(1, rec.servers.test.restarts)
+    assert.are.equal(1, rec.tools.crash.errors)
+  end)
+
+  it("the end of stdin as a cancellation of every call in flight upstream", function()
+    if not guard() then return end
+    local cfg, log, out = setup()
+    local init = '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
+      .. '"capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}'
+    local call = '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","arguments":{"ms":20000}}}'
+    local t0 = os.time()
+    local status, stdout = H.sh("(printf '%s\\n%s\\n' " .. H.quote(init) .. " " .. H.quote(call)
+      .. "; sleep 3) | " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg) .. " --out " .. H.quote(out))
+    assert.are.equal(0, status)
+    assert.is_true(os.time() - t0 < 15)
+    -- the answer to initialize, and none to the call that never ended
+    local lines = {}
+    for l in stdout:gmatch("[^\n]+") do lines[#lines + 1] = cjson.decode(l) end
+    assert.are.equal(1, #lines)
+    assert.are.equal(1, lines[1].id)
+    local slow_id, cancelled
+    for _, e in ipairs(tap(log)) do
+      if e.name == "slow" then slow_id = e.id end
+      if e.method == "notifications/cancelled" then cancelled = e.id end
+    end
+    assert.truthy(slow_id)
+    assert.are.equal(slow_id, cancelled)
+    local rec = record(out)
+    assert.are.equal("stdin closed", rec.why)
+  end)
+
+  it("records the session with --record: a cassette of the round trips and spans `specula whatif` reads", function()
+    if not guard() then return end
+    local cfg = setup()
+    local dir = H.tmpdir() .. "/rec" .. n
+    os.execute("rm -rf " .. H.quote(dir))
+    local gw = drive({ command = H.bin, args = { "gateway", cfg, "--record", dir }, steps = {
+      { op = "call", name = "echo", arguments = { text = "one" } }, { op = "sleep", ms = 200 },
+      { op = "call", name = "add", arguments = { a = 1, b = 2 } }, { op = "sleep", ms = 200 },
+      { op = "call", name = "echo", arguments = { text = "two" } },
+    } })
+    assert.is_true(gw.steps[5].ok)
+    local status, out, err = H.specula({ "cassette", "show", dir })
+    assert.are.equal(0, status, err)
+    local calls = 0
+    for _ in out:gmatch("tools/call") do calls = calls + 1 end
+    assert.are.equal(3, calls)
+    assert.truthy(out:find("tools/call add", 1, true), out)
+    local spans = H.tmpdir() .. "/rec" .. n .. "/gateway-session-1.otlp.jsonl"
+    status, out, err = H.specula({ "whatif", spans, "--compare", "recorded,sequential" })
+    assert.are.equal(0, status, err)
+    assert.truthy(out:find("1 sessions (0 failed), 3 tool calls (0 untimed)", 1, true), out)
+    assert.falsy(out:find("times assumed", 1, true), out)
+    -- the model's time: at least the client's two sleeps between the calls
+    local model = tonumber(out:match("model ([%d.]+) s"))
+    assert.is_true(model >= 0.4, out)
+  end)
+
+  it("over any server-side transport: serve_session(gw, t) with a transport that takes tables (send_waits)", function()
+    if not guard() then return end
+    local cfg = setup('policy = { echo = "full" },\n  predict = function() return { { tool = "echo", args = { text = "b" } } } end,')
+    local status, out, err = H.run_lua([[
+local specula = require "specula"
+local json = specula.json
+local gateway = require "specula.gateway"
+local gw = gateway.load(arg[1])
+-- a transport as an HTTP session would be: messages as tables, sends that
+-- may wait (so the session sends from tasks of its own)
+local T = { kind = "test", send_waits = true, sent = {} }
+function T:open(peer) self.peer = peer; return true end
+function T:send(msg) specula.sleep(1); self.sent[#self.sent + 1] = json.encode(msg); return true end
+function T:close() end
+local ended
+local s = assert(gateway.serve_session(gw, T, { on_end = function(sess) ended = sess:stats() end }))
+local function ask(id, method, params)
+  T.peer:receive({ jsonrpc = "2.0", id = id, method = method, params = params })
+  for _ = 1, 500 do
+    for _, line in ipairs(T.sent) do
+      local m = json.decode(line)
+      if m.id == id then return m end
+    end
+    specula.sleep(10)
+  end
+  error("no answer to " .. id)
+end
+local init = ask(1, "initialize", { protocolVersion = "2025-06-18", capabilities = {}, clientInfo = { name = "t", version = "1" } })
+local a = ask(2, "tools/call", { name = "echo", arguments = { text = "a" } })
+specula.sleep(300)
+local b = ask(3, "tools/call", { name = "echo", arguments = { text = "b" } })
+T.peer:lost("the test is over")
+s:wait()
+print(json.encode({ version = init.result.protocolVersion, a = a.result.content[1].text, b = b.result.content[1].text,
+  hits = ended.speculation.hits, why = ended.why }))
+]], { cfg })
+    assert.are.equal(0, status, err)
+    local r = cjson.decode(out:match("([^\n]+)\n*$"))
+    assert.are.same({ version = "2025-06-18", a = "echo: a", b = "echo: b", hits = 1, why = "the test is over" }, r)
+  end)
+
+  it("never serves a prefetch older than max_age_ms: the call runs again", function()
+    if not guard() then return end
+    local cfg, log, out = setup('policy = { echo = "full" }, max_age_ms = 100,\n'
+      .. '  predict = function() return { { tool = "echo", args = { text = "b" } } } end,')
+    local gw = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, steps = {
+      { op = "call", name = "echo", arguments = { text = "a" } }, { op = "sleep", ms = 600 },
+      { op = "call", name = "echo", arguments = { text = "b" } },
+    } })
+    assert.are.equal("echo: b", gw.steps[3].result.content[1].text)
+    local bs = 0
+    for _, e in ipairs(tap(log)) do if e.name == "echo" then bs = bs + 1 end end
+    local rec = record(out)
+    assert.are.equal(1, rec.speculation.stale)
+    assert.are.equal(0, rec.speculation.hits)
+    -- a, the prefetch of b, b again, and the prefetch after it
+    assert.are.equal(rec.speculation.launched + 2, bs)
+  end)
+
+  it("keeps at most budget.max_inflight prefetches running, and cancels the unasked ones upstream", function()
+    if not guard() then return end
+    local cfg, log, out = setup('policy = { slow = "full" }, budget = { max_inflight = 2 },\n'
+      .. '  predict = function() local l = {}\n'
+      .. '    for i = 1, 5 do l[i] = { tool = "slow", args = { ms = 10000, tag = "p" .. i } } end\n'
+      .. '    return l end,')
+    local gw = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, steps = {
+      { op = "call", name = "echo", arguments = { text = "a" } }, { op = "sleep", ms = 500 },
+    } })
+    assert.is_true(gw.steps[1].ok)
+    local slow, cancelled = {}, {}
+    for _, e in ipairs(tap(log)) do
+      if e.name == "slow" then slow[#slow + 1] = e.id end
+      if e.method == "notifications/cancelled" then cancelled[#cancelled + 1] = e.id end
+    end
+    assert.are.equal(2, #slow)
+    table.sort(slow)
+    table.sort(cancelled)
+    assert.are.same(slow, cancelled)
+    local rec = record(out)
+    assert.are.equal(2, rec.speculation.launched)
+    assert.are.equal(2, rec.speculation.waste)
+    assert.are.equal(2, rec.speculation.cancelled)
+    assert.are.equal(2, rec.tools.slow.waste)
+  end)
+
+  it("the union of two servers with the same names: the later one's as SERVER__NAME, each call to its server", function()
+    if not guard() then return end
+    local dir = H.tmpdir()
+    local la, lb = dir .. "/tap-a.jsonl", dir .. "/tap-b.jsonl"
+    os.remove(la)
+    os.remove(lb)
+    local cfg = H.tmpfile("two.lua", string.format([[
+return require("specula").gateway { servers = {
+  b = { command = { %q, %q, %q, %q, %q } },
+  a = { command = { %q, %q, %q, %q, %q } },
+  gone = { command = { "/nonexistent/mcp-server" } },
+} }
+]], node(), TAP, lb, node(), SERVER, node(), TAP, la, node(), SERVER))
+    local path = H.tmpfile("plan.json", cjson.encode({ command = H.bin, args = { "gateway", cfg }, steps = {
+      { op = "tools" },
+      { op = "call", name = "echo", arguments = { text = "to a" } },
+      { op = "call", name = "b__echo", arguments = { text = "to b" } },
+    } }))
+    local status, stdout, err = H.sh(H.quote(node()) .. " " .. H.quote(DRIVER) .. " " .. H.quote(path))
+    assert.are.equal(0, status, err)
+    local gw = cjson.decode(stdout:match("[^\n]+"))
+    local names = {}
+    for _, t in ipairs(gw.steps[1].result.tools) do names[t.name] = true end
+    assert.truthy(names.echo and names.b__echo and names.add and names.b__add)
+    assert.are.equal("echo: to a", gw.steps[2].result.content[1].text)
+    assert.are.equal("echo: to b", gw.steps[3].result.content[1].text)
+    local function echoes(log)
+      local l = {}
+      for _, e in ipairs(tap(log)) do if e.name == "echo" then l[#l + 1] = e end end
+      return l
+    end
+    assert.are.equal(1, #echoes(la))
+    assert.are.equal(1, #echoes(lb))
+    -- a server that cannot start is left out, with a warning; the others serve
+    assert.truthy(err:find("mcp server 'gone' did not start", 1, true), err)
+  end)
+
+  it("no declared secret to the client, the record or stderr", function()
+    if not guard() then return end
+    local secret = "sk-gateway-" .. string.rep("7", 24)
+    local cfg, _, out = setup(nil, { GW_SECRET = secret })
+    local path = H.tmpfile("plan.json", cjson.encode({ command = H.bin, args = { "gateway", cfg, "--out", out,
+      "--secret-env", "GW_SECRET" }, env = { GW_SECRET = secret }, steps = {
+      { op = "call", name = "env", arguments = { name = "GW_SECRET", as = "text" } },
+      { op = "call", name = "crash_env", arguments = { name = "GW_SECRET" } },
+    } }))
+    local status, stdout, err = H.sh(H.quote(node()) .. " " .. H.quote(DRIVER) .. " " .. H.quote(path))
+    assert.are.equal(0, status, err)
+    assert.falsy(stdout:find(secret, 1, true))
+    assert.falsy(err:find(secret, 1, true))
+    assert.falsy((H.read(out) or ""):find(secret, 1, true))
+    local res = cjson.decode(stdout:match("[^\n]+"))
+    assert.truthy(res.steps[1].result.content[1].text:find("[redacted]", 1, true))
+  end)
+end)

@@ -1,0 +1,341 @@
+-- `specula gateway CONFIG.lua` over stdio, driven by the official MCP
+-- TypeScript SDK client (spec/support/mcp_sdk_driver.js) in front of the
+-- real server-filesystem, server-memory and server-everything: the same
+-- steps run against each server directly and through the gateway give the
+-- same answers; a write tool the policy does not allow never runs before
+-- the client's request (the memory file's write time against the client's
+-- send time), while a control run that allows it shows it would; a
+-- predictable read sequence is served from prefetches, counted in --out;
+-- a bad config is refused naming the file and line.
+local H = require "support.helpers"
+local cjson = require "cjson"
+local deps = require "support.deps"
+
+local CACHE = deps.cache()
+local NM = CACHE .. "/node_modules/"
+local MCP = NM .. "@modelcontextprotocol/"
+local DRIVER = H.root .. "/spec/support/mcp_sdk_driver.js"
+local missing = deps.npm()
+
+local function guard()
+  if not missing then return true end
+  return H.require_or_pend(pending, missing)
+end
+
+local function node() return deps.use_node() and (deps.use_node() .. "/node") or "node" end
+
+-- Run the driver with a plan: its decoded output (and stderr for messages).
+local function drive(plan)
+  local path = H.tmpfile("plan.json", cjson.encode(plan))
+  local status, out, err = H.sh(H.quote(node()) .. " " .. H.quote(DRIVER) .. " " .. H.quote(path))
+  assert.are.equal(0, status, "driver failed: " .. err)
+  return cjson.decode(out:match("[^\n]+")), err
+end
+
+-- A config file serving the given servers (Lua source of the table) and knobs.
+local function config(servers, extra)
+  return H.tmpfile("gateway.lua", "local specula = require 'specula'\nreturn specula.gateway {\n  servers = "
+    .. servers .. ",\n" .. (extra or "") .. "}\n")
+end
+
+local function q(s) return string.format("%q", s) end
+
+local function server_src(cmd, env)
+  local parts = {}
+  for _, a in ipairs(cmd) do parts[#parts + 1] = q(a) end
+  local e = ""
+  if env then
+    local l = {}
+    for k, v in pairs(env) do l[#l + 1] = k .. " = " .. q(v) end
+    e = ", env = { " .. table.concat(l, ", ") .. " }"
+  end
+  return "{ command = { " .. table.concat(parts, ", ") .. " }" .. e .. " }"
+end
+
+local runs = 0
+
+-- The same steps against the server and through a gateway in front of it
+-- alone (its names as they are): both outputs.
+local function direct_and_gateway(name, cmd, steps, env_direct, env_gw, extra)
+  local direct = drive({ command = cmd[1], args = { unpack(cmd, 2) }, env = env_direct, steps = steps })
+  local cfg = config("{ " .. name .. " = " .. server_src(cmd, env_gw) .. " }", extra)
+  runs = runs + 1
+  local out = H.tmpdir() .. "/gw-" .. name .. runs .. ".jsonl"
+  local gw = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, steps = steps })
+  return direct, gw, out
+end
+
+local function same_steps(direct, gw)
+  assert.are.equal(#direct.steps, #gw.steps)
+  for i, d in ipairs(direct.steps) do
+    local g = gw.steps[i]
+    assert.are.same(d.ok, g.ok, "step " .. i .. " (" .. d.op .. ")")
+    assert.are.same(d.result, g.result, "step " .. i .. " (" .. d.op .. ")")
+    if not d.ok then assert.are.same(d.error, g.error, "step " .. i .. " (" .. d.op .. ")") end
+  end
+end
+
+local function records(path)
+  local l = {}
+  for line in (H.read(path) or ""):gmatch("[^\n]+") do l[#l + 1] = cjson.decode(line) end
+  return l
+end
+
+-- The last write of a file, in ms since the epoch (nil: never written).
+local function mtime_ms(path)
+  local p = io.popen("date -r " .. H.quote(path) .. " +%s%3N 2>/dev/null")
+  local v = p:read("*l")
+  p:close()
+  return tonumber(v)
+end
+
+local NODE = function() return node() end
+
+describe("specula gateway (official TypeScript SDK client over stdio)", function()
+  local dir
+  before_each(function()
+    dir = H.tmpdir() .. "/fsroot"
+    os.execute("rm -rf " .. H.quote(dir) .. " && mkdir -p " .. H.quote(dir .. "/sub"))
+    for _, f in ipairs({ { "a.txt", "alpha\n" }, { "b.txt", "beta\n" }, { "c.txt", "gamma\n" }, { "sub/d.txt", "delta\n" } }) do
+      local fh = assert(io.open(dir .. "/" .. f[1], "w"))
+      fh:write(f[2])
+      fh:close()
+    end
+  end)
+
+  it("gives server-filesystem's answers unchanged", function()
+    if not guard() then return end
+    local cmd = { NODE(), MCP .. "server-filesystem/dist/index.js", dir }
+    local steps = {
+      { op = "tools" },
+      { op = "call", name = "list_directory", arguments = { path = dir } },
+      { op = "call", name = "read_text_file", arguments = { path = dir .. "/a.txt" } },
+      { op = "call", name = "read_multiple_files", arguments = { paths = { dir .. "/b.txt", dir .. "/sub/d.txt" } } },
+      { op = "call", name = "directory_tree", arguments = { path = dir } },
+      { op = "call", name = "read_text_file", arguments = { path = "/etc/passwd" } },   -- refused: outside
+      { op = "call", name = "no_such_tool", arguments = {} },
+    }
+    local direct, gw, out = direct_and_gateway("fs", cmd, steps)
+    same_steps(direct, gw)
+    assert.are.equal("specula-gateway", gw.server.name)
+    assert.is_true(direct.steps[6].result.isError)
+    local r = records(out)
+    assert.are.equal(1, #r)
+    assert.are.equal("gateway-session", r[1].kind)
+    assert.are.equal(6, r[1].calls)
+    assert.are.equal(0, r[1].speculation.launched)   -- no policy: nothing runs early
+    assert.are.equal("stdin closed", r[1].why)
+    assert.is_string(r[1].provenance.run)
+  end)
+
+  it("gives server-memory's answers unchanged", function()
+    if not guard() then return end
+    local cmd = { NODE(), MCP .. "server-memory/dist/index.js" }
+    local steps = {
+      { op = "tools" },
+      { op = "call", name = "create_entities", arguments = { entities = {
+        { name = "Ada", entityType = "person", observations = { "wrote the first program" } },
+        { name = "Engine", entityType = "machine", observations = { "analytical" } } } } },
+      { op = "call", name = "create_relations", arguments = { relations = {
+        { from = "Ada", to = "Engine", relationType = "programmed" } } } },
+      { op = "call", name = "add_observations", arguments = { observations = {
+        { entityName = "Ada", contents = { "born 1815" } } } } },
+      { op = "call", name = "read_graph", arguments = {} },
+      { op = "call", name = "search_nodes", arguments = { query = "Engine" } },
+      { op = "call", name = "open_nodes", arguments = { names = { "Ada" } } },
+    }
+    local tmp = H.tmpdir()
+    local direct, gw = direct_and_gateway("memory", cmd, steps, { MEMORY_FILE_PATH = tmp .. "/direct.jsonl" },
+      { MEMORY_FILE_PATH = tmp .. "/gw.jsonl" })
+    same_steps(direct, gw)
+    assert.are.equal(H.read(tmp .. "/direct.jsonl"), H.read(tmp .. "/gw.jsonl"))
+  end)
+
+  it("gives server-everything's tools, resources, templates, prompts and progress unchanged", function()
+    if not guard() then return end
+    local cmd = { NODE(), MCP .. "server-everything/dist/index.js", "stdio" }
+    local steps = {
+      { op = "tools" }, { op = "resources" }, { op = "templates" }, { op = "prompts" },
+      { op = "call", name = "echo", arguments = { message = "héllo \"wörld\" \\ 🙂" } },
+      { op = "call", name = "get-sum", arguments = { a = 0.1, b = 1e21 } },
+      { op = "call", name = "get-structured-content", arguments = { location = "Chicago" } },
+      { op = "call", name = "get-tiny-image", arguments = {} },
+      { op = "call", name = "get-annotated-message", arguments = { messageType = "error", includeImage = true } },
+      { op = "call", name = "get-resource-links", arguments = { count = 2 } },
+      -- (the name cut in two: no document of ours is cited)
+      { op = "read", uri = "demo://resource/static/document/features." .. "md" },
+      { op = "prompt", name = "args-prompt", arguments = { city = "Paris", state = "IDF" } },
+      { op = "prompt", name = "no-such-prompt", arguments = {} },
+      { op = "call", name = "trigger-long-running-operation", arguments = { duration = 1, steps = 4 }, progress = true },
+      { op = "level", level = "debug" },
+      { op = "call", name = "toggle-simulated-logging", arguments = {} },
+      { op = "sleep", ms = 500 },
+    }
+    local direct, gw = direct_and_gateway("everything", cmd, steps)
+    same_steps(direct, gw)
+    -- the server sends all four before its result; the SDK client runs its
+    -- progress handlers a turn after it reads them, so a last one read with
+    -- the result may be lost, directly as through the gateway: each sees
+    -- them in order, at least three
+    -- the server's log messages (random levels and texts) reach the client
+    for _, got in ipairs({ direct.notifications, gw.notifications }) do
+      assert.is_true(#got >= 1)
+      assert.are.equal("notifications/message", got[1].method)
+      assert.truthy(tostring(got[1].params.data):find("message", 1, true))
+    end
+    for _, got in ipairs({ direct.progress, gw.progress }) do
+      assert.is_true(#got >= 3)
+      for i, p in ipairs(got) do assert.are.same({ progress = i, total = 4 }, p) end
+    end
+  end)
+
+  it("never runs a write tool the policy does not allow before the client asks (and a control that allows it does)", function()
+    if not guard() then return end
+    -- a predictor that always proposes the write, and a read
+    local predictor = [[
+  predict = function(history)
+    return { { tool = "create_entities", confidence = 0.99,
+               args = { entities = { { name = "Early", entityType = "probe", observations = { "x" } } } } },
+             { tool = "read_graph", args = {}, confidence = 0.9 } }
+  end,
+]]
+    local steps = {
+      { op = "call", name = "read_graph", arguments = {} }, { op = "sleep", ms = 300 },
+      { op = "call", name = "read_graph", arguments = {} }, { op = "sleep", ms = 300 },
+      { op = "call", name = "read_graph", arguments = {} }, { op = "sleep", ms = 300 },
+      { op = "call", name = "create_entities", arguments = {
+        entities = { { name = "Early", entityType = "probe", observations = { "x" } } } } },
+    }
+    local TAP = H.root .. "/spec/support/mcp_stdio_tap.js"
+    local function run(policy, tag)
+      local mem, log = H.tmpdir() .. "/mem-" .. tag .. ".jsonl", H.tmpdir() .. "/tap-" .. tag .. ".jsonl"
+      os.remove(mem)
+      os.remove(log)
+      local cfg = config("{ memory = " .. server_src({ NODE(), TAP, log, NODE(), MCP .. "server-memory/dist/index.js" },
+        { MEMORY_FILE_PATH = mem }) .. " }", predictor .. "  policy = " .. policy .. ",\n")
+      local out = H.tmpdir() .. "/gw-write-" .. tag .. ".jsonl"
+      os.remove(out)
+      local gw = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, steps = steps })
+      local asked = {}
+      for line in (H.read(log) or ""):gmatch("[^\n]+") do
+        local e = cjson.decode(line)
+        if e.method == "tools/call" then asked[#asked + 1] = e end
+      end
+      return gw, asked, records(out)[1]
+    end
+    local function writes(asked)
+      local l = {}
+      for _, e in ipairs(asked) do if e.name == "create_entities" then l[#l + 1] = e.t_ms end end
+      return l
+    end
+    -- read_graph may run early, create_entities may not: the server is
+    -- asked to write once, after the client sent its request
+    local gw, asked, rec = run('{ read_graph = "full" }', "deny")
+    local sent = gw.steps[7].sent_ms
+    local w = writes(asked)
+    assert.are.equal(1, #w)
+    assert.is_true(w[1] >= sent, "the server was asked to write at " .. w[1] .. ", before the client's request at " .. sent)
+    assert.are.equal(0, rec.tools.create_entities.prefetched)
+    assert.is_true(rec.speculation.refused >= 3)
+    assert.is_true(rec.tools.read_graph.hits >= 2)
+    assert.is_true(rec.speculation.launched >= 2)
+    assert.truthy(H.read(gw.steps[7].ok and (H.tmpdir() .. "/mem-deny.jsonl")):find("Early", 1, true))
+    -- the control: allowed, the same write reaches the server long before
+    -- the client asks (so the check above can fail), and is served then
+    local gw2, asked2, rec2 = run('{ read_graph = "full", create_entities = "full" }', "allow")
+    local w2 = writes(asked2)
+    assert.is_true(#w2 >= 1)
+    assert.is_true(w2[1] < gw2.steps[7].sent_ms - 200)
+    assert.is_true(rec2.tools.create_entities.prefetched >= 1)
+    assert.are.equal(1, rec2.tools.create_entities.hits)
+    assert.are.same(gw.steps[7].result, gw2.steps[7].result)
+  end)
+
+  it("serves a predictable read sequence from prefetches, the same answers, counted in --out", function()
+    if not guard() then return end
+    -- the next file of the last listing that was not read yet
+    local predictor = [[
+  predict = function(history)
+    local listing
+    for _, h in ipairs(history) do
+      if h.tool == "list_directory" then listing = h.observation.content[1].text end
+    end
+    if not listing then return {} end
+    local read = {}
+    for _, h in ipairs(history) do if h.tool == "read_text_file" then read[h.args.path] = true end end
+    for name in listing:gmatch("%[FILE%] ([^\n]+)") do
+      local path = ]] .. q(dir) .. [[ .. "/" .. name
+      if not read[path] then return { { tool = "read_text_file", args = { path = path }, confidence = 0.9 } } end
+    end
+    return {}
+  end,
+  policy = { read_text_file = "full", list_directory = "full" },
+  max_age_ms = 20000,
+]]
+    local cmd = { NODE(), MCP .. "server-filesystem/dist/index.js", dir }
+    local steps = { { op = "call", name = "list_directory", arguments = { path = dir } } }
+    for _, f in ipairs({ "a.txt", "b.txt", "c.txt" }) do
+      steps[#steps + 1] = { op = "sleep", ms = 250 }
+      steps[#steps + 1] = { op = "call", name = "read_text_file", arguments = { path = dir .. "/" .. f } }
+    end
+    local direct, gw, out = direct_and_gateway("fs", cmd, steps, nil, nil, predictor)
+    same_steps(direct, gw)
+    local rec = records(out)[1]
+    assert.are.equal(3, rec.speculation.hits, H.read(out))
+    assert.are.equal(3, rec.tools.read_text_file.hits)
+    assert.is_true(rec.tools.read_text_file.hidden_ms > 0)
+    assert.are.equal(0, rec.speculation.waste)
+    local served = 0
+    for _, t in ipairs(rec.trace) do if t.prefetched then served = served + 1 end end
+    assert.are.equal(3, served)
+  end)
+
+  it("refuses a mistake in a config whose call is not a tail call at the call's own line", function()
+    local cfg = H.tmpfile("bad2.lua", "local specula = require 'specula'\nlocal gw = specula.gateway {\n"
+      .. "  servers = { a = { command = { 'true' } } }, max_age_ms = -1 }\nreturn gw\n")
+    local status, _, err = H.specula({ "gateway", cfg }, {})
+    assert.are_not.equal(0, status)
+    assert.truthy(err:find(cfg .. ":2: specula.gateway: max_age_ms must be a number >= 0", 1, true), err)
+  end)
+
+  describe("refuses a bad config naming the file and line", function()
+    local function gateway_err(src)
+      local cfg = H.tmpfile("bad.lua", src)
+      local status, out, err = H.specula({ "gateway", cfg }, {})
+      return status, out, err, cfg
+    end
+
+    it("a syntax error", function()
+      local status, out, err, cfg = gateway_err("local specula = require 'specula'\nreturn specula.gateway {\n  servers = {,\n}\n")
+      assert.are_not.equal(0, status)
+      assert.are.equal("", out)
+      assert.truthy(err:find(cfg .. ":3:", 1, true), err)
+    end)
+
+    it("an unknown key", function()
+      local status, _, err, cfg = gateway_err("local specula = require 'specula'\n\nreturn specula.gateway {\n"
+        .. "  servers = { a = { command = { 'true' } } },\n  polcy = {},\n}\n")
+      assert.are_not.equal(0, status)
+      assert.truthy(err:find(cfg .. ":5: specula.gateway: unknown key 'polcy'", 1, true), err)
+    end)
+
+    it("an unknown key of a server", function()
+      local status, _, err, cfg = gateway_err("local specula = require 'specula'\nreturn specula.gateway {\n"
+        .. "  servers = { a = { cmd = { 'true' } } },\n}\n")
+      assert.are_not.equal(0, status)
+      assert.truthy(err:find(cfg .. ":3: specula.gateway: servers.a: unknown key 'cmd'", 1, true), err)
+    end)
+
+    it("no servers", function()
+      local status, _, err, cfg = gateway_err("return require('specula').gateway { servers = {} }\n")
+      assert.are_not.equal(0, status)
+      assert.truthy(err:find(cfg .. ":1: specula.gateway: servers: at least one server is needed", 1, true), err)
+    end)
+
+    it("a file that returns no gateway", function()
+      local status, _, err, cfg = gateway_err("return { servers = {} }\n")
+      assert.are_not.equal(0, status)
+      assert.truthy(err:find(cfg .. " must return specula.gateway{", 1, true), err)
+    end)
+  end)
+end)
