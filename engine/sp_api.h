@@ -538,7 +538,7 @@ typedef struct sp_window_cfg {
   sp_kauto *kauto;           /* shared live estimator when k = 0 */
   sp_prefetch *prefetch;     /* action speculation cache, NULL = off */
   int drop_trajectory;       /* keep hop timings only, not the steps and observations */
-  int encode_trajectory;     /* each committed hop is handed to Lua to encode (sp_window_enc_next) */
+  int encode_trajectory;     /* > 0: committed hops are handed to Lua to encode (sp_window_enc_next) once this many wait */
 } sp_window_cfg;
 typedef struct sp_hop_info {
   int step_ref;              /* value-store slot of the step {segment, action} (0: none) */
@@ -624,7 +624,9 @@ int sp_window_stages_json(const sp_window *w, char *out, int cap);
 /* The trajectory as text, hop by hop as hops commit (cfg.encode_trajectory):
    a query in flight holds a few bytes per finished hop instead of its Lua
    step and observation, which the collector would mark again and again.
-   Each commit queues the window; Lua pops windows (enc_next) after a job
+   A commit that leaves cfg.encode_trajectory hops unencoded queues the
+   window (so a short query is encoded whole with its record, and a long
+   one holds fewer than that many hops as values); Lua pops windows (enc_next) after a job
    and before reading a finished window, encodes the hops from
    sp_window_enc_count on (their slots via sp_window_hop) and hands each
    hop's JSON text back in order (sp_window_hop_text), which releases its

@@ -733,7 +733,9 @@ static sp_hop_rec *new_hop(sp_window *w, sp_node *h) {
   r->info.promoted = h->act_promoted >= 0;
   r->info.reason = "";
   r->update_pending = 1;
-  if (w->cfg.encode_trajectory) enc_queue(w);
+  /* queued once encode_trajectory hops wait: a short query is encoded whole
+     with its record, a long one holds at most that many hops as values */
+  if (w->cfg.encode_trajectory > 0 && w->nhops - w->nenc >= w->cfg.encode_trajectory) enc_queue(w);
   return r;
 }
 

@@ -1,7 +1,7 @@
--- A CLI run that writes its records encodes each committed hop as it
--- commits (specula.run.records encode_hops, sp_window_hop_text): a query in
--- flight holds the text of its finished hops, not their Lua values, and the
--- record written is the same, byte for byte.
+-- A CLI run that writes its records encodes committed hops sixteen at a
+-- time as they commit (specula.run.records encode_hops, sp_window_hop_text):
+-- a long query in flight holds the text of its finished hops, not their Lua
+-- values, and the record written is the same, byte for byte.
 local H = require "support.helpers"
 
 local function queries(n)
@@ -13,10 +13,11 @@ end
 describe("a query's committed hops", function()
   -- The agent notes every step table it returns in a weak table; at its
   -- last step it collects garbage and answers with how many are still
-  -- alive. Held until the record is written, all 20 would be.
+  -- alive. Held until the record is written, all 100 of a query (300 in all) would be; encoded
+  -- sixteen at a time, fewer than 16 (and the few a speculation holds).
   local agent = [[
     local specula = require "specula"
-    local N = 20
+    local N = 100
     local alive = setmetatable({}, { __mode = "k" })
     return specula.agent {
       name = "held",
@@ -45,7 +46,7 @@ describe("a query's committed hops", function()
       local out = H.tmpfile("held.jsonl")
       os.remove(out)
       local argv = { "run", a, "--input", queries(3), "--clock", "virtual", "--out", out, "--quiet",
-                     "--concurrency", "3" }
+                     "--concurrency", "3", "--max-hops", "120" }
       for _, x in ipairs(mode) do argv[#argv + 1] = x end
       local st, _, err = H.specula(argv)
       assert.equals(0, st, err)
@@ -53,11 +54,12 @@ describe("a query's committed hops", function()
       for line in io.lines(out) do
         local r = H.json().decode(line)
         n = n + 1
-        assert.equals(20, #r.trajectory)
-        assert.equals("o19", r.trajectory[20].observation)
+        assert.equals(100, #r.trajectory)
+        assert.equals("o99", r.trajectory[100].observation)
         local alive = tonumber(r.answer:match("^alive (%d+)$"))
-        -- the hops in flight (the last one, a few speculative ones), not all 20
-        assert.is_true(alive ~= nil and alive <= 5, r.answer)
+        -- at most 15 hops not yet encoded and those in flight (the last one, a
+        -- few speculative ones) of each of the 3 queries, not all 300
+        assert.is_true(alive ~= nil and alive <= 3 * 20, r.answer)
       end
       assert.equals(3, n)
     end)
@@ -72,7 +74,7 @@ describe("records with trajectories encoded as hops commit", function()
     local a = H.tmpfile("odd_agent.lua", [[
       local specula = require "specula"
       local json = require "specula.json"
-      local N = 4
+      local N = 20   -- past the 16 hops encoded at once
       local function deep(d)
         local v = {}
         for _ = 2, d do v = { v } end
