@@ -40,6 +40,35 @@ describe("bench userpath #slow", function()
     waits("mcp")
   end)
 
+  -- a configuration whose run fails is a FAILED row, never a figure (a
+  -- failure must not pass for a fast run); the other rows still run, and
+  -- the bench fails naming the configuration
+  it("reports a failing configuration as FAILED and fails, the good rows measured", function()
+    local dir = H.tmpdir()
+    local agent = dir .. "/agent.lua"
+    local src = H.read(H.root .. "/bench/userpath_agent.lua")
+    -- the benchmark agent, except that its step fails for queries of 3 hops or more
+    src = src:gsub("step = function%(state, ctx%)\n", "step = function(state, ctx)\n"
+      .. "    if N >= 3 then error(\"deliberate failure at \" .. N .. \" hops\") end\n", 1)
+    assert.matches("deliberate failure", src, 1, true)
+    local f = assert(io.open(agent, "w"))
+    f:write(src)
+    f:close()
+    local st, out, err = H.specula({ "bench", "userpath", "--queries", "4", "--hops", "2,3",
+      "--k", "inf", "--concurrency", "2", "--runs", "1", "--agent", agent })
+    assert.is_not.equals(0, st)
+    local good = out:match("\n(inf%s+2%s+2 |[^\n]*)")
+    local bad = out:match("\n(inf%s+2%s+3 |[^\n]*)")
+    assert.is_truthy(good, out)
+    assert.is_truthy(bad, out)
+    assert.matches("x%s+[%d.]+x%s*$", good)
+    -- the failed side: no time, no ratio
+    assert.matches("^inf%s+2%s+3 |%s+FAILED%s+%-%s+%-%s+|", bad)
+    assert.matches("|%s+%-%s+%-%s*$", bad)
+    assert.matches("1 configuration(s) FAILED", out .. err, 1, true)
+    assert.matches("k=inf conc=2 hops=3 specula: ", out .. err, 1, true)
+  end)
+
   it("refuses a k it cannot run, naming the option", function()
     local st, out, err = H.specula({ "bench", "userpath", "--queries", "2", "--k", "0", "--runs", "1" })
     assert.is_not.equals(0, st)
