@@ -712,7 +712,12 @@ static sp_hop_rec *new_hop(sp_window *w, sp_node *h) {
   }
   w->last_scratch = 0;
   if (w->nhops == w->caphops) {
-    int cap = w->caphops ? w->caphops * 2 : 16;
+    /* a query in flight holds its hops until its record is written: grow
+       by half (not double) and never past max_hops + 1, so thousands of
+       queries in flight do not each carry a mostly empty array */
+    int cap = w->caphops ? w->caphops + w->caphops / 2 : 16;
+    if (w->cfg.max_hops > 0 && cap > w->cfg.max_hops + 1) cap = w->cfg.max_hops + 1;
+    if (cap <= w->nhops) cap = w->nhops + 1;
     sp_hop_rec *p = realloc(w->hops, (size_t)cap * sizeof *p);
     if (!p) return NULL;
     w->hops = p;
@@ -1173,7 +1178,9 @@ int sp_window_stages_json(const sp_window *w, char *out, int cap) {
   if (!w || cap < 0) return -1;
   sp_buf b;
   sp_buf_init(&b);
-  int rc = sp_window_put_ms(&b, "{\"final_seg\":", w->st.final_seg_ms);
+  /* about 170 bytes a hop: one allocation rather than a doubling series */
+  int rc = sp_buf_reserve(&b, 64 + (size_t)w->nhops * 176);
+  if (rc == 0) rc = sp_window_put_ms(&b, "{\"final_seg\":", w->st.final_seg_ms);
   if (rc == 0) rc = sp_buf_puts(&b, ",\"hops\":[");
   for (int i = 0; i < w->nhops && rc == 0; i++) {
     const sp_hop_info *h = &w->hops[i].info;
@@ -1187,9 +1194,15 @@ int sp_window_stages_json(const sp_window *w, char *out, int cap) {
       else j += l - 1;
     }
     const char *spec = sp_spec_name(h->spec);
-    if (rc == 0) rc = sp_buf_printf(&b, "%s{\"hop\":%d", i ? "," : "", i);
-    if (rc == 0 && h->ncands > 0) rc = sp_buf_printf(&b, ",\"ncands\":%d", h->ncands);
-    if (rc == 0 && h->rank >= 0) rc = sp_buf_printf(&b, ",\"rank\":%d", h->rank);
+    /* integers through the number writer, not printf: the same digits,
+       without a format parse per field (this runs for every hop of every
+       record) */
+    if (rc == 0) rc = sp_buf_puts(&b, i ? ",{\"hop\":" : "{\"hop\":");
+    if (rc == 0) rc = sp_json_write_number(&b, (double)i);
+    if (rc == 0 && h->ncands > 0) rc = sp_buf_puts(&b, ",\"ncands\":");
+    if (rc == 0 && h->ncands > 0) rc = sp_json_write_number(&b, (double)h->ncands);
+    if (rc == 0 && h->rank >= 0) rc = sp_buf_puts(&b, ",\"rank\":");
+    if (rc == 0 && h->rank >= 0) rc = sp_json_write_number(&b, (double)h->rank);
     if (rc == 0 && rlen > 0) {
       rc = sp_buf_puts(&b, ",\"reason\":");
       if (rc == 0) rc = sp_json_write_string(&b, reason, rlen);
