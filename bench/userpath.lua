@@ -9,7 +9,11 @@
 -- on disk), the paired ratio and each process's peak RSS.
 --   specula bench userpath [--quick] [--queries Q] [--hops 1,20,80]
 --     [--k 1,4,inf,seq] [--concurrency 16,2000] [--runs R] [--wait sleep|http|mcp|none] [--no-ref]
---     [--agent FILE]
+--     [--agent FILE] [--against BIN [--against-home DIR]]
+-- --against: another specula build (a before/after comparison) run in the
+-- same alternation (this one, that one, the reference), a second row per
+-- configuration marked "against"; --against-home: its Lua tree
+-- (SPECULA_HOME) when that is not the one it was built from.
 -- A run that fails (status, or a record missing or wrong) makes its row
 -- FAILED, never a figure; the other rows go on, and the bench then fails
 -- naming every failed configuration.
@@ -19,6 +23,7 @@ local json = specula.json
 
 local Q, RUNS, REF, WAIT = 2000, 3, true, "sleep"
 local AGENT   -- default: bench/userpath_agent.lua
+local AGAINST, AGAINST_HOME
 local HOPS, KS, CONCS = { 1, 20, 80 }, { "1", "4", "inf", "seq" }, { 16, 2000 }
 local function list(s)
   local t = {}
@@ -40,6 +45,8 @@ for i = 1, #arg do
   if arg[i] == "--runs" then RUNS = tonumber(arg[i + 1]) end
   if arg[i] == "--wait" then WAIT = arg[i + 1] end
   if arg[i] == "--agent" then AGENT = arg[i + 1] end
+  if arg[i] == "--against" then AGAINST = arg[i + 1] end
+  if arg[i] == "--against-home" then AGAINST_HOME = arg[i + 1] end
   if arg[i] == "--hops" then HOPS = nums(arg[i + 1]) end
   if arg[i] == "--k" then KS = list(arg[i + 1]) end
   if arg[i] == "--concurrency" then CONCS = nums(arg[i + 1]) end
@@ -60,6 +67,11 @@ do
   fa:close()
 end
 local self = B.self_bin() or (B.root .. "/build/specula")
+if AGAINST then
+  local fb = io.open(AGAINST, "r")
+  assert(fb, "bench userpath: --against: cannot read " .. AGAINST)
+  fb:close()
+end
 local dir = os.tmpname()
 os.remove(dir)
 assert(os.execute("mkdir -p " .. dir) == 0)
@@ -98,18 +110,20 @@ local function check(out, hops)
   return n == Q
 end
 
-local function ours(k, conc, hops)
+local function run_bin(bin, home, k, conc, hops)
   local out = dir .. "/ours.jsonl"
   os.remove(out)
   local mode = k == "seq" and "--mode sequential" or ("--k " .. k)
-  local cmd = string.format("env BENCH_HOPS=%d BENCH_WAIT=%s BENCH_URL=%s BENCH_MCP=%s/spec/support/mcp_testserver.js %s run %s "
+  local cmd = string.format("env %sBENCH_HOPS=%d BENCH_WAIT=%s BENCH_URL=%s BENCH_MCP=%s/spec/support/mcp_testserver.js %s run %s "
     .. "--input %s --out %s %s --concurrency %d --max-hops %d --quiet >/dev/null 2>&1",
-    hops, WAIT, url, B.root, self, AGENT, input, out, mode, conc, hops + 2)
+    home and ("SPECULA_HOME=" .. home .. " ") or "", hops, WAIT, url, B.root, bin, AGENT, input, out, mode, conc, hops + 2)
   local dt, cpu, mb = timed(cmd)
   -- a failed run is no figure: nil, and the command for the report
   if not (dt and check(out, hops)) then return nil, cmd end
   return dt * 1e6 / (Q * hops), cpu * 1e6 / (Q * hops), mb
 end
+local function ours(k, conc, hops) return run_bin(self, nil, k, conc, hops) end
+local function against(k, conc, hops) return run_bin(AGAINST, AGAINST_HOME, k, conc, hops) end
 
 local function ref(k, conc, hops)
   local out = dir .. "/ref.jsonl"
@@ -157,23 +171,31 @@ local ok, err = pcall(function()
     for _, conc in ipairs(CONCS) do
       for _, k in ipairs(KS) do
         local a, b = { us = {}, cpu = {}, mb = {} }, { us = {}, cpu = {}, mb = {} }
-        local rw, rc = {}, {}
+        local o = { us = {}, cpu = {}, mb = {} }   -- --against
         for r = 1, RUNS do
           side(ours, k, conc, hops, r, a)
+          if AGAINST then side(against, k, conc, hops, r, o) end
           if REF then side(ref, k, conc, hops, r, b) end
-          if not a.failed and not b.failed and REF then
-            rw[r], rc[r] = b.us[r] / a.us[r], b.cpu[r] / a.cpu[r]
-          end
         end
         local function cols(acc, on)
           if acc.failed then return string.format("%8s %8s %7s", "FAILED", "-", "-") end
           if not on then return string.format("%8s %8s %7s", "-", "-", "-") end
           return string.format("%8s %8s %7s", f2(median(acc.us)), f2(median(acc.cpu)), f1(median(acc.mb)))
         end
-        local both = REF and not a.failed and not b.failed
-        print(string.format("%-5s %6d %5d | %s | %s | %7s %7s", k, conc, hops, cols(a, true), cols(b, REF),
-          both and fx(median(rw)) or "-", both and fx(median(rc)) or "-"))
+        -- paired ratios, only over runs where both sides succeeded
+        local function row(label, acc)
+          local rw, rc = {}, {}
+          local both = REF and not acc.failed and not b.failed
+          if both then
+            for r = 1, RUNS do rw[r], rc[r] = b.us[r] / acc.us[r], b.cpu[r] / acc.cpu[r] end
+          end
+          print(string.format("%-5s %6d %5d | %s | %s | %7s %7s%s", k, conc, hops, cols(acc, true), cols(b, REF),
+            both and fx(median(rw)) or "-", both and fx(median(rc)) or "-", label))
+        end
+        row("", a)
+        if AGAINST then row("  against", o) end
         if a.failed then failed[#failed + 1] = string.format("k=%s conc=%d hops=%d specula: %s", k, conc, hops, a.failed) end
+        if o.failed then failed[#failed + 1] = string.format("k=%s conc=%d hops=%d against: %s", k, conc, hops, o.failed) end
         if b.failed then failed[#failed + 1] = string.format("k=%s conc=%d hops=%d reference: %s", k, conc, hops, b.failed) end
         io.stdout:flush()
       end

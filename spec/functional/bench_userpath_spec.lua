@@ -69,6 +69,22 @@ describe("bench userpath #slow", function()
     assert.matches("k=inf conc=2 hops=3 specula: ", out .. err, 1, true)
   end)
 
+  -- --against: a second build in the same alternation, a row of its own
+  it("runs another build with --against, a row marked against beside each row", function()
+    local st, out, err = H.specula({ "bench", "userpath", "--queries", "4", "--hops", "2",
+      "--k", "inf", "--concurrency", "2", "--runs", "1", "--against", H.bin, "--against-home", H.root })
+    assert.equals(0, st, err)
+    local rows = {}
+    for row in out:gmatch("\n(inf%s+2%s+2 |[^\n]*)") do rows[#rows + 1] = row end
+    assert.equals(2, #rows, out)
+    assert.matches("x%s+[%d.]+x%s*$", rows[1])
+    assert.matches("x%s+[%d.]+x%s+against$", rows[2])
+    local st2, out2, err2 = H.specula({ "bench", "userpath", "--queries", "2", "--hops", "1", "--k", "inf",
+      "--concurrency", "1", "--runs", "1", "--against", "/nonexistent/specula" })
+    assert.is_not.equals(0, st2)
+    assert.matches("--against: cannot read /nonexistent/specula", out2 .. err2, 1, true)
+  end)
+
   it("refuses a k it cannot run, naming the option", function()
     local st, out, err = H.specula({ "bench", "userpath", "--queries", "2", "--k", "0", "--runs", "1" })
     assert.is_not.equals(0, st)
