@@ -666,9 +666,26 @@ sp_window *sp_window_enc_next(sp_ctx *ctx) {
 
 int sp_window_enc_count(const sp_window *w) { return w ? w->nenc : 0; }
 
+/* Room for `extra` more bytes of a window's trajectory text, growing by
+   half rather than doubling: every query in flight holds its text until its
+   record is written, and a doubled buffer is a quarter empty on average. */
+static int traj_reserve(sp_buf *b, size_t extra) {
+  if (extra > ((size_t)-1) / 4 - b->len) return -1;
+  size_t need = b->len + extra + 1;
+  if (need <= b->cap) return 0;
+  size_t cap = b->cap ? b->cap + b->cap / 2 : 256;
+  if (cap < need) cap = need;
+  char *p = realloc(b->data, cap);
+  if (!p) return -1;
+  b->data = p;
+  b->cap = cap;
+  return 0;
+}
+
 int sp_window_hop_text(sp_window *w, int i, const char *text, int len) {
   if (!w || w->enc_stopped || i != w->nenc || i >= w->nhops || !text || len <= 0) return -1;
-  if ((i > 0 && sp_buf_putc(&w->traj, ',') != 0) || sp_buf_append(&w->traj, text, (size_t)len) != 0) {
+  if (traj_reserve(&w->traj, (size_t)len + 1) != 0 || (i > 0 && sp_buf_putc(&w->traj, ',') != 0) ||
+      sp_buf_append(&w->traj, text, (size_t)len) != 0) {
     sp_window_enc_stop(w);   /* out of memory: the hop keeps its values */
     return -1;
   }
