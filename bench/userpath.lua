@@ -9,11 +9,21 @@
 -- on disk), the paired ratio and each process's peak RSS.
 --   specula bench userpath [--quick] [--queries Q] [--hops 1,20,80]
 --     [--k 1,4,inf,seq] [--concurrency 16,2000] [--runs R] [--wait sleep|http|mcp|none] [--no-ref]
+--     [--agent FILE] [--against BIN [--against-home DIR]]
+-- --against: another specula build (a before/after comparison) run in the
+-- same alternation (this one, that one, the reference), a second row per
+-- configuration marked "against"; --against-home: its Lua tree
+-- (SPECULA_HOME) when that is not the one it was built from.
+-- A run that fails (status, or a record missing or wrong) makes its row
+-- FAILED, never a figure; the other rows go on, and the bench then fails
+-- naming every failed configuration.
 local B = dofile(require("specula.internal.core").host.root .. "/bench/lib.lua")
 local specula = require("specula")
 local json = specula.json
 
 local Q, RUNS, REF, WAIT = 2000, 3, true, "sleep"
+local AGENT   -- default: bench/userpath_agent.lua
+local AGAINST, AGAINST_HOME
 local HOPS, KS, CONCS = { 1, 20, 80 }, { "1", "4", "inf", "seq" }, { 16, 2000 }
 local function list(s)
   local t = {}
@@ -34,6 +44,9 @@ for i = 1, #arg do
   if arg[i] == "--queries" then Q = tonumber(arg[i + 1]) end
   if arg[i] == "--runs" then RUNS = tonumber(arg[i + 1]) end
   if arg[i] == "--wait" then WAIT = arg[i + 1] end
+  if arg[i] == "--agent" then AGENT = arg[i + 1] end
+  if arg[i] == "--against" then AGAINST = arg[i + 1] end
+  if arg[i] == "--against-home" then AGAINST_HOME = arg[i + 1] end
   if arg[i] == "--hops" then HOPS = nums(arg[i + 1]) end
   if arg[i] == "--k" then KS = list(arg[i + 1]) end
   if arg[i] == "--concurrency" then CONCS = nums(arg[i + 1]) end
@@ -47,7 +60,18 @@ for _, k in ipairs(KS) do
 end
 assert(WAIT == "none" or WAIT == "sleep" or WAIT == "http" or WAIT == "mcp", "bench userpath: --wait must be none, sleep, http or mcp")
 
+AGENT = AGENT or (B.root .. "/bench/userpath_agent.lua")
+do
+  local fa = io.open(AGENT, "r")
+  assert(fa, "bench userpath: --agent: cannot read " .. AGENT)
+  fa:close()
+end
 local self = B.self_bin() or (B.root .. "/build/specula")
+if AGAINST then
+  local fb = io.open(AGAINST, "r")
+  assert(fb, "bench userpath: --against: cannot read " .. AGAINST)
+  fb:close()
+end
 local dir = os.tmpname()
 os.remove(dir)
 assert(os.execute("mkdir -p " .. dir) == 0)
@@ -74,26 +98,32 @@ end
 
 -- Every record present and answered like the sequential run.
 local function check(out, hops)
+  local h = io.open(out, "r")
+  if not h then return false end
   local n = 0
-  for line in io.lines(out) do
+  for line in h:lines() do
     local r = json.decode(line)
-    if not r or r.answer ~= "done " .. hops then return false end
+    if type(r) ~= "table" or r.answer ~= "done " .. hops then h:close() return false end
     n = n + 1
   end
+  h:close()
   return n == Q
 end
 
-local function ours(k, conc, hops)
+local function run_bin(bin, home, k, conc, hops)
   local out = dir .. "/ours.jsonl"
   os.remove(out)
   local mode = k == "seq" and "--mode sequential" or ("--k " .. k)
-  local cmd = string.format("env BENCH_HOPS=%d BENCH_WAIT=%s BENCH_URL=%s BENCH_MCP=%s/spec/support/mcp_testserver.js %s run %s/bench/userpath_agent.lua "
+  local cmd = string.format("env %sBENCH_HOPS=%d BENCH_WAIT=%s BENCH_URL=%s BENCH_MCP=%s/spec/support/mcp_testserver.js %s run %s "
     .. "--input %s --out %s %s --concurrency %d --max-hops %d --quiet >/dev/null 2>&1",
-    hops, WAIT, url, B.root, self, B.root, input, out, mode, conc, hops + 2)
+    home and ("SPECULA_HOME=" .. home .. " ") or "", hops, WAIT, url, B.root, bin, AGENT, input, out, mode, conc, hops + 2)
   local dt, cpu, mb = timed(cmd)
-  assert(dt and check(out, hops), "bench userpath: specula run failed or its records are wrong: " .. cmd)
+  -- a failed run is no figure: nil, and the command for the report
+  if not (dt and check(out, hops)) then return nil, cmd end
   return dt * 1e6 / (Q * hops), cpu * 1e6 / (Q * hops), mb
 end
+local function ours(k, conc, hops) return run_bin(self, nil, k, conc, hops) end
+local function against(k, conc, hops) return run_bin(AGAINST, AGAINST_HOME, k, conc, hops) end
 
 local function ref(k, conc, hops)
   local out = dir .. "/ref.jsonl"
@@ -101,7 +131,7 @@ local function ref(k, conc, hops)
   local cmd = string.format("python3 %s/bench/ref/spechop_ref.py --queries %d --hops %d %s --concurrency %d --out %s --json >/dev/null 2>&1",
     B.root, Q, hops, mode, conc, out)
   local dt, cpu, mb = timed(cmd)
-  assert(dt and check(out, hops), "bench userpath: the reference failed: " .. cmd)
+  if not (dt and check(out, hops)) then return nil, cmd end
   return dt * 1e6 / (Q * hops), cpu * 1e6 / (Q * hops), mb
 end
 
@@ -120,23 +150,53 @@ print(string.format("%-18s | %-25s | %-25s | %s", "", "specula us/hop", "asyncio
 print(string.format("%-5s %6s %5s | %8s %8s %7s | %8s %8s %7s | %7s %7s", "k", "conc", "hops",
   "wall", "cpu", "peak MB", "wall", "cpu", "peak MB", "wall", "cpu"))
 local function f2(x) return x and string.format("%.2f", x) or "-" end
+local function f1(x) return x and string.format("%.1f", x) or "-" end
+local function fx(x) return x and string.format("%.2fx", x) or "-" end
+local failed = {}
+-- One side of a row: RUNS figures, or nil when any run failed (a failed
+-- run's time says nothing of the path measured, so none of its row's
+-- runs is kept).
+local function side(fn, k, conc, hops, r, acc)
+  if acc.failed then return end
+  local us, cpu, mb = fn(k, conc, hops)
+  if not us then
+    acc.failed = cpu
+    return
+  end
+  acc.us[r], acc.cpu[r], acc.mb[r] = us, cpu, mb
+end
 -- the test server and the temporary files go even when a run fails
 local ok, err = pcall(function()
   for _, hops in ipairs(HOPS) do
     for _, conc in ipairs(CONCS) do
       for _, k in ipairs(KS) do
-        local us, cpu, mb, pus, pcpu, pmb, rw, rc = {}, {}, {}, {}, {}, {}, {}, {}
+        local a, b = { us = {}, cpu = {}, mb = {} }, { us = {}, cpu = {}, mb = {} }
+        local o = { us = {}, cpu = {}, mb = {} }   -- --against
         for r = 1, RUNS do
-          us[r], cpu[r], mb[r] = ours(k, conc, hops)
-          if REF then
-            pus[r], pcpu[r], pmb[r] = ref(k, conc, hops)
-            rw[r], rc[r] = pus[r] / us[r], pcpu[r] / cpu[r]
-          end
+          side(ours, k, conc, hops, r, a)
+          if AGAINST then side(against, k, conc, hops, r, o) end
+          if REF then side(ref, k, conc, hops, r, b) end
         end
-        print(string.format("%-5s %6d %5d | %8.2f %8.2f %7.1f | %8s %8s %7s | %7s %7s", k, conc, hops,
-          median(us), median(cpu), median(mb), f2(REF and median(pus)), f2(REF and median(pcpu)),
-          REF and string.format("%.1f", median(pmb)) or "-",
-          REF and string.format("%.2fx", median(rw)) or "-", REF and string.format("%.2fx", median(rc)) or "-"))
+        local function cols(acc, on)
+          if acc.failed then return string.format("%8s %8s %7s", "FAILED", "-", "-") end
+          if not on then return string.format("%8s %8s %7s", "-", "-", "-") end
+          return string.format("%8s %8s %7s", f2(median(acc.us)), f2(median(acc.cpu)), f1(median(acc.mb)))
+        end
+        -- paired ratios, only over runs where both sides succeeded
+        local function row(label, acc)
+          local rw, rc = {}, {}
+          local both = REF and not acc.failed and not b.failed
+          if both then
+            for r = 1, RUNS do rw[r], rc[r] = b.us[r] / acc.us[r], b.cpu[r] / acc.cpu[r] end
+          end
+          print(string.format("%-5s %6d %5d | %s | %s | %7s %7s%s", k, conc, hops, cols(acc, true), cols(b, REF),
+            both and fx(median(rw)) or "-", both and fx(median(rc)) or "-", label))
+        end
+        row("", a)
+        if AGAINST then row("  against", o) end
+        if a.failed then failed[#failed + 1] = string.format("k=%s conc=%d hops=%d specula: %s", k, conc, hops, a.failed) end
+        if o.failed then failed[#failed + 1] = string.format("k=%s conc=%d hops=%d against: %s", k, conc, hops, o.failed) end
+        if b.failed then failed[#failed + 1] = string.format("k=%s conc=%d hops=%d reference: %s", k, conc, hops, b.failed) end
         io.stdout:flush()
       end
     end
@@ -148,3 +208,8 @@ print(" ratios; seq = --mode sequential / the reference's --sequential)")
 if stop_server then stop_server() end
 os.execute("rm -rf " .. dir)
 if not ok then error(err, 0) end
+if #failed > 0 then
+  -- a plain error: the message, no traceback of the bench itself
+  require("specula.internal.sched").plain_error("bench userpath: " .. #failed
+    .. " configuration(s) FAILED (status, or records missing or wrong):\n  " .. table.concat(failed, "\n  "))
+end

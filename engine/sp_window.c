@@ -666,9 +666,26 @@ sp_window *sp_window_enc_next(sp_ctx *ctx) {
 
 int sp_window_enc_count(const sp_window *w) { return w ? w->nenc : 0; }
 
+/* Room for `extra` more bytes of a window's trajectory text, growing by
+   half rather than doubling: every query in flight holds its text until its
+   record is written, and a doubled buffer is a quarter empty on average. */
+static int traj_reserve(sp_buf *b, size_t extra) {
+  if (extra > ((size_t)-1) / 4 - b->len) return -1;
+  size_t need = b->len + extra + 1;
+  if (need <= b->cap) return 0;
+  size_t cap = b->cap ? b->cap + b->cap / 2 : 256;
+  if (cap < need) cap = need;
+  char *p = realloc(b->data, cap);
+  if (!p) return -1;
+  b->data = p;
+  b->cap = cap;
+  return 0;
+}
+
 int sp_window_hop_text(sp_window *w, int i, const char *text, int len) {
   if (!w || w->enc_stopped || i != w->nenc || i >= w->nhops || !text || len <= 0) return -1;
-  if ((i > 0 && sp_buf_putc(&w->traj, ',') != 0) || sp_buf_append(&w->traj, text, (size_t)len) != 0) {
+  if (traj_reserve(&w->traj, (size_t)len + 1) != 0 || (i > 0 && sp_buf_putc(&w->traj, ',') != 0) ||
+      sp_buf_append(&w->traj, text, (size_t)len) != 0) {
     sp_window_enc_stop(w);   /* out of memory: the hop keeps its values */
     return -1;
   }
@@ -712,7 +729,12 @@ static sp_hop_rec *new_hop(sp_window *w, sp_node *h) {
   }
   w->last_scratch = 0;
   if (w->nhops == w->caphops) {
-    int cap = w->caphops ? w->caphops * 2 : 16;
+    /* a query in flight holds its hops until its record is written: grow
+       by half (not double) and never past max_hops + 1, so thousands of
+       queries in flight do not each carry a mostly empty array */
+    int cap = w->caphops ? w->caphops + w->caphops / 2 : 16;
+    if (w->cfg.max_hops > 0 && cap > w->cfg.max_hops + 1) cap = w->cfg.max_hops + 1;
+    if (cap <= w->nhops) cap = w->nhops + 1;
     sp_hop_rec *p = realloc(w->hops, (size_t)cap * sizeof *p);
     if (!p) return NULL;
     w->hops = p;
@@ -1175,7 +1197,9 @@ int sp_window_stages_json(const sp_window *w, char *out, int cap) {
   if (!w || cap < 0) return -1;
   sp_buf b;
   sp_buf_init(&b);
-  int rc = sp_window_put_ms(&b, "{\"final_seg\":", w->st.final_seg_ms);
+  /* about 170 bytes a hop: one allocation rather than a doubling series */
+  int rc = sp_buf_reserve(&b, 64 + (size_t)w->nhops * 176);
+  if (rc == 0) rc = sp_window_put_ms(&b, "{\"final_seg\":", w->st.final_seg_ms);
   if (rc == 0) rc = sp_buf_puts(&b, ",\"hops\":[");
   for (int i = 0; i < w->nhops && rc == 0; i++) {
     const sp_hop_info *h = &w->hops[i].info;
@@ -1189,9 +1213,15 @@ int sp_window_stages_json(const sp_window *w, char *out, int cap) {
       else j += l - 1;
     }
     const char *spec = sp_spec_name(h->spec);
-    if (rc == 0) rc = sp_buf_printf(&b, "%s{\"hop\":%d", i ? "," : "", i);
-    if (rc == 0 && h->ncands > 0) rc = sp_buf_printf(&b, ",\"ncands\":%d", h->ncands);
-    if (rc == 0 && h->rank >= 0) rc = sp_buf_printf(&b, ",\"rank\":%d", h->rank);
+    /* integers through the number writer, not printf: the same digits,
+       without a format parse per field (this runs for every hop of every
+       record) */
+    if (rc == 0) rc = sp_buf_puts(&b, i ? ",{\"hop\":" : "{\"hop\":");
+    if (rc == 0) rc = sp_json_write_number(&b, (double)i);
+    if (rc == 0 && h->ncands > 0) rc = sp_buf_puts(&b, ",\"ncands\":");
+    if (rc == 0 && h->ncands > 0) rc = sp_json_write_number(&b, (double)h->ncands);
+    if (rc == 0 && h->rank >= 0) rc = sp_buf_puts(&b, ",\"rank\":");
+    if (rc == 0 && h->rank >= 0) rc = sp_json_write_number(&b, (double)h->rank);
     if (rc == 0 && rlen > 0) {
       rc = sp_buf_puts(&b, ",\"reason\":");
       if (rc == 0) rc = sp_json_write_string(&b, reason, rlen);

@@ -40,6 +40,51 @@ describe("bench userpath #slow", function()
     waits("mcp")
   end)
 
+  -- a configuration whose run fails is a FAILED row, never a figure (a
+  -- failure must not pass for a fast run); the other rows still run, and
+  -- the bench fails naming the configuration
+  it("reports a failing configuration as FAILED and fails, the good rows measured", function()
+    local dir = H.tmpdir()
+    local agent = dir .. "/agent.lua"
+    local src = H.read(H.root .. "/bench/userpath_agent.lua")
+    -- the benchmark agent, except that its step fails for queries of 3 hops or more
+    src = src:gsub("step = function%(state, ctx%)\n", "step = function(state, ctx)\n"
+      .. "    if N >= 3 then error(\"deliberate failure at \" .. N .. \" hops\") end\n", 1)
+    assert.matches("deliberate failure", src, 1, true)
+    local f = assert(io.open(agent, "w"))
+    f:write(src)
+    f:close()
+    local st, out, err = H.specula({ "bench", "userpath", "--queries", "4", "--hops", "2,3",
+      "--k", "inf", "--concurrency", "2", "--runs", "1", "--agent", agent })
+    assert.is_not.equals(0, st)
+    local good = out:match("\n(inf%s+2%s+2 |[^\n]*)")
+    local bad = out:match("\n(inf%s+2%s+3 |[^\n]*)")
+    assert.is_truthy(good, out)
+    assert.is_truthy(bad, out)
+    assert.matches("x%s+[%d.]+x%s*$", good)
+    -- the failed side: no time, no ratio
+    assert.matches("^inf%s+2%s+3 |%s+FAILED%s+%-%s+%-%s+|", bad)
+    assert.matches("|%s+%-%s+%-%s*$", bad)
+    assert.matches("1 configuration(s) FAILED", out .. err, 1, true)
+    assert.matches("k=inf conc=2 hops=3 specula: ", out .. err, 1, true)
+  end)
+
+  -- --against: a second build in the same alternation, a row of its own
+  it("runs another build with --against, a row marked against beside each row", function()
+    local st, out, err = H.specula({ "bench", "userpath", "--queries", "4", "--hops", "2",
+      "--k", "inf", "--concurrency", "2", "--runs", "1", "--against", H.bin, "--against-home", H.root })
+    assert.equals(0, st, err)
+    local rows = {}
+    for row in out:gmatch("\n(inf%s+2%s+2 |[^\n]*)") do rows[#rows + 1] = row end
+    assert.equals(2, #rows, out)
+    assert.matches("x%s+[%d.]+x%s*$", rows[1])
+    assert.matches("x%s+[%d.]+x%s+against$", rows[2])
+    local st2, out2, err2 = H.specula({ "bench", "userpath", "--queries", "2", "--hops", "1", "--k", "inf",
+      "--concurrency", "1", "--runs", "1", "--against", "/nonexistent/specula" })
+    assert.is_not.equals(0, st2)
+    assert.matches("--against: cannot read /nonexistent/specula", out2 .. err2, 1, true)
+  end)
+
   it("refuses a k it cannot run, naming the option", function()
     local st, out, err = H.specula({ "bench", "userpath", "--queries", "2", "--k", "0", "--runs", "1" })
     assert.is_not.equals(0, st)

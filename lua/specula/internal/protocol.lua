@@ -194,8 +194,12 @@ end
 -- The script's decision for one exact call. Whatever it does, the gate
 -- gets a decision or HINT_ERROR (forbid): a policy error never ends the
 -- query and never opens the gate.
+-- (xpcall directly rather than sched.protect: this runs on every hop, and
+-- protect's pack/unpack made a table each time; same message, first line.)
+local job_error = sched.job_error
 local function script_decision(A, name, args, ctx)
-  local ok, d = sched.protect(false, A.decide, name, args, ctx)
+  local ok, d = xpcall(A.decide, job_error, name, args, ctx)
+  if not ok then d = tostring(d):match("^[^\n]*") end
   local h = ok and DECISION[d]
   if h then return h end
   A.on_policy_error(name, ok and ("returned " .. (type(d) == "string" and ("'" .. d .. "'") or type(d))
