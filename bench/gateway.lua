@@ -226,9 +226,9 @@ end
 local function median(xs) return pct(xs, 50) end
 
 local failures = 0
-local function failed(label, r)
+local function failed(label, kind, r)
   failures = failures + 1
-  print(string.format("%-9s %-9s FAILED: %s", label, "", (tostring(r.err):gsub("\n", " "))))
+  print(string.format("%-9s %-9s FAILED: %s", label, kind, (tostring(r.err):gsub("\n", " "))))
 end
 
 print("machine: " .. B.machine())
@@ -246,10 +246,10 @@ local pred_plan = { calls = o.calls, think = o.think, read = o.read, write_at = 
 if o.calls < 3 then pred_plan.write_at = nil end
 for s = 1, o.sessions do
   local d = session("direct", pred_plan)
-  if d.err then failed(tostring(s), d) end
+  if d.err then failed(tostring(s), "direct", d) end
   for _, p in ipairs(o.preds) do
     local g = session(p, pred_plan)
-    if g.err then failed(tostring(s), g)
+    if g.err then failed(tostring(s), p, g)
     elseif not d.err then
       local sp = g.rec.speculation
       local reads = o.calls - (pred_plan.write_at and 1 or 0)
@@ -285,7 +285,7 @@ local lat = {}
 for s = 1, o.sessions do
   for _, p in ipairs(paths) do
     local r = session(p[1], miss_plan)
-    if r.err then failed(tostring(s), r)
+    if r.err then failed(tostring(s), p[1] == "off" and "relay" or p[1], r)
     else
       lat[p[1]] = lat[p[1]] or {}
       for _, x in ipairs(r.lat) do lat[p[1]][#lat[p[1]] + 1] = x end
