@@ -24,6 +24,9 @@
 --     [--miss-think-ms 5] [--miss-read-ms 0] [--upstream 'CMD ARG...']
 local B = dofile(require("specula.internal.core").host.root .. "/bench/lib.lua")
 local specula = require("specula")
+local sched = require("specula.internal.sched")
+-- a usage mistake: its message, no traceback, status 2
+local function usage(msg) sched.plain_error(msg, 2) end
 
 local o = { think = 1000, read = 300, write = 20, calls = 20, sessions = 3, preds = { "function", "learned" },
             miss_calls = 200, miss_think = 5, miss_read = 0 }
@@ -32,47 +35,51 @@ local function list(s)
   for x in (s or ""):gmatch("[^,]+") do t[#t + 1] = x end
   return t
 end
+local function num(i)
+  local v = tonumber(arg[i + 1])
+  if not v or v < 0 then usage("bench gateway: " .. arg[i] .. " needs a number >= 0, got " .. tostring(arg[i + 1])) end
+  return v
+end
 for i = 1, #arg do
   if arg[i] == "--quick" then
     o.think, o.read, o.calls, o.sessions, o.miss_calls = 200, 100, 8, 1, 50
   end
 end
-local NUM = { ["--think-ms"] = "think", ["--read-ms"] = "read", ["--write-ms"] = "write", ["--calls"] = "calls",
-              ["--sessions"] = "sessions", ["--miss-calls"] = "miss_calls", ["--miss-think-ms"] = "miss_think",
-              ["--miss-read-ms"] = "miss_read" }
+-- the explicit choices win over --quick's, in any order
 local upstream_cmd
 local i = 1
 while i <= #arg do
-  local a = arg[i]
-  if NUM[a] then
-    local v = tonumber(arg[i + 1])
-    if not v or v < 0 then error("bench gateway: " .. a .. " needs a number >= 0, got " .. tostring(arg[i + 1]), 0) end
-    o[NUM[a]] = v
-    i = i + 2
-  elseif a == "--predictor" then
+  local skip = 2
+  if arg[i] == "--quick" then skip = 1
+  elseif arg[i] == "--think-ms" then o.think = num(i)
+  elseif arg[i] == "--read-ms" then o.read = num(i)
+  elseif arg[i] == "--write-ms" then o.write = num(i)
+  elseif arg[i] == "--calls" then o.calls = num(i)
+  elseif arg[i] == "--sessions" then o.sessions = num(i)
+  elseif arg[i] == "--miss-calls" then o.miss_calls = num(i)
+  elseif arg[i] == "--miss-think-ms" then o.miss_think = num(i)
+  elseif arg[i] == "--miss-read-ms" then o.miss_read = num(i)
+  elseif arg[i] == "--predictor" then
     o.preds = list(arg[i + 1])
     for _, p in ipairs(o.preds) do
       if p ~= "function" and p ~= "learned" then
-        error("bench gateway: --predictor takes function, learned or both (function,learned), got " .. p, 0)
+        usage("bench gateway: --predictor takes function, learned or both (function,learned), got " .. p)
       end
     end
-    i = i + 2
-  elseif a == "--upstream" then
+  elseif arg[i] == "--upstream" then
     upstream_cmd = list((arg[i + 1] or ""):gsub("%s+", ","))
-    if #upstream_cmd == 0 then error("bench gateway: --upstream needs a command", 0) end
-    i = i + 2
-  elseif a == "--quick" then
-    i = i + 1
+    if #upstream_cmd == 0 then usage("bench gateway: --upstream needs a command") end
   else
-    error("bench gateway: unknown option " .. a
+    usage("bench gateway: unknown option " .. arg[i]
       .. " (known: --quick --think-ms --read-ms --write-ms --calls --sessions --predictor --miss-calls"
-      .. " --miss-think-ms --miss-read-ms --upstream)", 0)
+      .. " --miss-think-ms --miss-read-ms --upstream)")
   end
+  i = i + skip
 end
 for _, k in ipairs({ "calls", "sessions", "miss_calls" }) do
-  if o[k] < 1 or o[k] % 1 ~= 0 then error("bench gateway: --" .. k:gsub("_", "-") .. " needs an integer >= 1", 0) end
+  if o[k] < 1 or o[k] % 1 ~= 0 then usage("bench gateway: --" .. k:gsub("_", "-") .. " needs an integer >= 1") end
 end
-if #o.preds == 0 then error("bench gateway: --predictor needs function, learned or both", 0) end
+if #o.preds == 0 then usage("bench gateway: --predictor needs function, learned or both") end
 
 local self = B.self_bin() or (B.root .. "/build/specula")
 local dir = os.tmpname()
@@ -320,5 +327,5 @@ end
 io.stdout:flush()
 os.execute("rm -rf " .. dir)
 if failures > 0 then
-  require("specula.internal.sched").plain_error(string.format("bench gateway: %d session(s) failed", failures), 1)
+  sched.plain_error(string.format("bench gateway: %d session(s) failed", failures), 1)
 end
