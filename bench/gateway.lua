@@ -318,6 +318,8 @@ for _, p in ipairs(paths) do
     print(string.format("%-34s FAILED (no session completed)", p[2]))
   end
 end
+print("(added: the path's percentile minus direct's, over all its calls; at p99 it follows the host's load and")
+print(" can come out negative in a small run)")
 if lat["function"] then
   print(string.format("(predictor always wrong: %d hits, %d wasted prefetches)", lat.hits, lat.waste))
 end
