@@ -66,4 +66,25 @@ function M.member(s, key)
   return nil
 end
 
+-- The texts of the elements of the array that is s's top value, or nil.
+function M.elements(s)
+  if type(s) ~= "string" then return nil end
+  local i = skip_ws(s, 1)
+  if sub(s, i, i) ~= "[" then return nil end
+  local l = {}
+  i = skip_ws(s, i + 1)
+  if sub(s, i, i) == "]" then return l end
+  while i <= #s do
+    local vend = skip_value(s, i)
+    if not vend then return nil end
+    l[#l + 1] = sub(s, i, vend - 1)
+    i = skip_ws(s, vend)
+    local c = sub(s, i, i)
+    if c == "]" then return l end
+    if c ~= "," then return nil end
+    i = skip_ws(s, i + 1)
+  end
+  return nil
+end
+
 return M
