@@ -245,6 +245,26 @@ describe("specula gateway --listen (official TypeScript SDK client over Streamab
     end
   end)
 
+  it("passes a client's answer to a server's request on as the client wrote it (key order kept)", function()
+    if not guard() then return end
+    -- the test server's `ask` answers with JSON.stringify of the client's
+    -- reply: its text shows the members in the order they came
+    local SERVER = H.root .. "/spec/support/mcp_testserver.js"
+    local meta = {}
+    for i = 1, 16 do meta["k" .. string.char(96 + i) .. (17 - i)] = i end
+    local answers = { roots = { roots = { { uri = "file:///tmp/proj", name = "proj", _meta = meta } }, zeta = 1.5,
+                                alpha = "a" } }
+    local steps = { { op = "call", name = "ask", arguments = { method = "roots/list", params = {} } } }
+    local direct = drive({ command = node(), args = { SERVER }, answers = answers, steps = steps })
+    local g = start(config("{ t = " .. server_src({ node(), SERVER }) .. " }"))
+    local ok, gw = pcall(drive, { url = g.url, answers = answers, steps = steps })
+    stop(g)
+    assert(ok, gw)
+    local text = direct.steps[1].result.content[1].text
+    assert.truthy(text:find('"kp1"', 1, true), text)
+    assert.are.equal(text, gw.steps[1].result.content[1].text)
+  end)
+
   it("serves two clients at once, each a session of its own with its own servers and record", function()
     if not guard() then return end
     local log = H.tmpdir() .. "/tap-two.jsonl"
