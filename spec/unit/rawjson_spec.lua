@@ -24,3 +24,19 @@ describe("rawjson.member", function()
     assert.is_nil(rawjson.member(nil, "result"))
   end)
 end)
+
+describe("rawjson.elements", function()
+  it("cuts each element of a top-level array as written (a JSON-RPC batch)", function()
+    local body = ' [ {"id":1,"result":{"b":1,"a":"],["}} , {"method":"x"},3,"s\\"]",[[]] ] '
+    assert.are.same({ '{"id":1,"result":{"b":1,"a":"],["}}', '{"method":"x"}', "3", '"s\\"]"', "[[]]" },
+      rawjson.elements(body))
+    assert.are.same({}, rawjson.elements("[ ]"))
+  end)
+
+  -- (the text was decoded already: it is valid JSON, only its shape is checked)
+  it("says nil for what is not a whole array", function()
+    assert.is_nil(rawjson.elements('{"a":1}'))
+    assert.is_nil(rawjson.elements("[1,2"))
+    assert.is_nil(rawjson.elements(nil))
+  end)
+end)
