@@ -161,16 +161,18 @@ describe("specula gateway --listen (official TypeScript SDK client over Streamab
     assert.truthy(err:find("reachable from other hosts (no authentication)", 1, true), err)
   end)
 
-  it("exits 0 on SIGTERM", function()
-    local cfg = config("{ a = { command = { 'true' } } }")
-    local errf = H.tmpdir() .. "/gw-http-rc"
-    -- the shell waits for it and prints its status
-    local st, out = H.sh("( " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg) .. " --listen 127.0.0.1:0 </dev/null 2>"
-      .. H.quote(errf) .. " & p=$!; for i in $(seq 100); do grep -q listening " .. H.quote(errf)
-      .. " 2>/dev/null && break; sleep 0.05; done; kill -TERM $p; wait $p; echo rc=$? )")
-    assert.are.equal(0, st)
-    assert.truthy(out:find("rc=0", 1, true), out .. (H.read(errf) or ""))
-  end)
+  for _, sig in ipairs({ "TERM", "INT" }) do
+    it("exits 0 on SIG" .. sig, function()
+      local cfg = config("{ a = { command = { 'true' } } }")
+      local errf = H.tmpdir() .. "/gw-http-rc"
+      -- the shell waits for it and prints its status
+      local st, out = H.sh("( " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg) .. " --listen 127.0.0.1:0 </dev/null 2>"
+        .. H.quote(errf) .. " & p=$!; for i in $(seq 100); do grep -q listening " .. H.quote(errf)
+        .. " 2>/dev/null && break; sleep 0.05; done; kill -" .. sig .. " $p; wait $p; echo rc=$? )")
+      assert.are.equal(0, st)
+      assert.truthy(out:find("rc=0", 1, true), out .. (H.read(errf) or ""))
+    end)
+  end
 
   it("gives server-filesystem's answers unchanged, one record per session", function()
     if not guard() then return end
@@ -265,7 +267,7 @@ describe("specula gateway --listen (official TypeScript SDK client over Streamab
     assert.are.equal(text, gw.steps[1].result.content[1].text)
   end)
 
-  it("serves two clients at once, each a session of its own with its own servers and record", function()
+  it("serves two clients at once, each a session of its own with its own servers, record and spans", function()
     if not guard() then return end
     local log = H.tmpdir() .. "/tap-two.jsonl"
     os.remove(log)
@@ -273,7 +275,9 @@ describe("specula gateway --listen (official TypeScript SDK client over Streamab
     os.remove(out)
     local cfg = config("{ fs = " .. server_src({ node(), TAP, log, node(), MCP .. "server-filesystem/dist/index.js", dir })
       .. " }")
-    local g = start(cfg, { "--listen", "127.0.0.1:0", "--out", out })
+    local rec = H.tmpdir() .. "/gw-http-two-rec"
+    os.execute("rm -rf " .. H.quote(rec))
+    local g = start(cfg, { "--listen", "127.0.0.1:0", "--out", out, "--record", rec })
     local a = { url = g.url, steps = { { op = "sleep", ms = 300 },
       { op = "call", name = "read_text_file", arguments = { path = dir .. "/a.txt" } },
       { op = "call", name = "read_text_file", arguments = { path = dir .. "/a.txt" } },
@@ -301,6 +305,12 @@ describe("specula gateway --listen (official TypeScript SDK client over Streamab
       if cjson.decode(line).method == "initialize" then inits = inits + 1 end
     end
     assert.are.equal(2, inits)
+    -- --record: one cassette, each session's spans in a file of its own
+    for _, r in ipairs(recs) do
+      assert.truthy(H.read(rec .. "/gateway-session-" .. r.session .. ".otlp.jsonl"), "no spans of session " .. r.session)
+    end
+    local _, ls = H.specula({ "cassette", "ls", rec }, {})
+    assert.truthy(ls:find("exchanges", 1, true), ls)
   end)
 
   it("never runs a write tool the policy does not allow before the client asks (and a control that allows it does)", function()
