@@ -1,6 +1,6 @@
--- specula.gateway.rawjson: a member's text cut from a JSON object's text as
+-- specula.mcp.rawjson: a member's text cut from a JSON object's text as
 -- it stands (the gateway hands a server's result on byte for byte).
-local rawjson = require "specula.gateway.rawjson"
+local rawjson = require "specula.mcp.rawjson"
 
 describe("rawjson.member", function()
   it("cuts the value of a top-level member, whatever comes before or after", function()

@@ -38,25 +38,9 @@ function M.check(o)
   if #o.configs > 1 then return "one CONFIG.lua only, got " .. #o.configs end
   if o.allow_remote and not o.listen then return "--allow-remote goes with --listen HOST:PORT" end
   if o.listen then
-    local _, _, err = M.parse_listen(o.listen, o.allow_remote)
+    local _, _, err = require("specula.gateway.command").parse_listen(o.listen, o.allow_remote)
     if err then return err end
   end
-end
-
--- --listen HOST:PORT ("[::1]:PORT" for IPv6): host, port | nil, nil, why.
--- A host other than loopback only with --allow-remote.
-function M.parse_listen(v, allow_remote)
-  local host, port = v:match("^%[([^%]]+)%]:(%d+)$")
-  if not host then host, port = v:match("^([^:]+):(%d+)$") end
-  port = tonumber(port)
-  if not host or not port or port > 65535 then
-    return nil, nil, "--listen: expected HOST:PORT (e.g. 127.0.0.1:8080, [::1]:0), got '" .. v .. "'"
-  end
-  if not allow_remote and not require("specula.mcp.serve_http").is_loopback(host) then
-    return nil, nil, "--listen " .. v .. ": " .. host .. " is not a loopback address; other hosts could reach "
-      .. "your servers without authentication: add --allow-remote to mean it"
-  end
-  return host, port
 end
 
 function M.main(o) return require("specula.gateway.command").main(o) end

@@ -36,6 +36,22 @@ local function write_record(path, rec)
   return ok ~= nil
 end
 
+-- --listen HOST:PORT ("[::1]:PORT" for IPv6): host, port | nil, nil, why.
+-- A host other than loopback only with --allow-remote.
+function M.parse_listen(v, allow_remote)
+  local host, port = v:match("^%[([^%]]+)%]:(%d+)$")
+  if not host then host, port = v:match("^([^:]+):(%d+)$") end
+  port = tonumber(port)
+  if not host or not port or port > 65535 then
+    return nil, nil, "--listen: expected HOST:PORT (e.g. 127.0.0.1:8080, [::1]:0), got '" .. v .. "'"
+  end
+  if not allow_remote and not require("specula.mcp.serve_http").is_loopback(host) then
+    return nil, nil, "--listen " .. v .. ": " .. host .. " is not a loopback address; other hosts could reach "
+      .. "your servers without authentication: add --allow-remote to mean it"
+  end
+  return host, port
+end
+
 -- An HTTP session with no stream open and no request for this long ends
 -- (a client that went away without DELETE).
 M.IDLE_MS = 30 * 60 * 1000
@@ -45,7 +61,7 @@ M.IDLE_MS = 30 * 60 * 1000
 -- cancelled, its servers stopped, its record written) and this returns.
 local function listen(o, gw, on_end)
   local core = require "specula.internal.core"
-  local host, port = require("specula.cmd.gateway").parse_listen(o.listen, o.allow_remote)
+  local host, port = M.parse_listen(o.listen, o.allow_remote)
   local live = {}
   local L, err = require("specula.mcp.serve_http").listen {
     host = host, port = port, allow_remote = o.allow_remote, session_timeout_ms = M.IDLE_MS,

@@ -45,7 +45,7 @@ local format, concat = string.format, table.concat
 local co_yield = sched.yield   -- the raw yield (sched guards the global one)
 local encode, decode = json.encode, json.decode
 local spawn_root = transport.spawn_root
-local rawjson = require "specula.gateway.rawjson"
+local rawjson = require "specula.mcp.rawjson"
 
 -- The text of each message as the client sent it (peer:receive's raw).
 local raws = setmetatable({}, { __mode = "k" })

@@ -1,4 +1,4 @@
--- specula.gateway.rawjson: the text of one member of a JSON object's text,
+-- specula.mcp.rawjson: the text of one member of a JSON object's text,
 -- as it stands (no decode, no encode): a relay hands a server's result to
 -- its client byte for byte. The text was decoded once already (it is
 -- valid JSON); this only finds where the member's value starts and ends.
