@@ -278,11 +278,12 @@ describe("specula gateway --listen (official TypeScript SDK client over Streamab
     local rec = H.tmpdir() .. "/gw-http-two-rec"
     os.execute("rm -rf " .. H.quote(rec))
     local g = start(cfg, { "--listen", "127.0.0.1:0", "--out", out, "--record", rec })
-    local a = { url = g.url, steps = { { op = "sleep", ms = 300 },
+    -- (long enough that both are connected at once on a loaded machine)
+    local a = { url = g.url, steps = { { op = "sleep", ms = 1000 },
       { op = "call", name = "read_text_file", arguments = { path = dir .. "/a.txt" } },
       { op = "call", name = "read_text_file", arguments = { path = dir .. "/a.txt" } },
       { op = "call", name = "read_text_file", arguments = { path = dir .. "/a.txt" } } } }
-    local b = { url = g.url, steps = { { op = "sleep", ms = 300 },
+    local b = { url = g.url, steps = { { op = "sleep", ms = 1000 },
       { op = "call", name = "read_text_file", arguments = { path = dir .. "/b.txt" } } } }
     local oa, ob = H.tmpdir() .. "/two-a.json", H.tmpdir() .. "/two-b.json"
     local st = H.sh(driver_cmd(a) .. " >" .. oa .. " & " .. driver_cmd(b) .. " >" .. ob .. "; wait")
