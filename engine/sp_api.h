@@ -115,6 +115,9 @@ void sp_ctx_set_exit(sp_ctx *ctx, int code);     /* exit status if the main task
    window and are remembered instead of ending the process; a second one ends it. */
 void sp_host_trap_signals(sp_ctx *ctx);
 int sp_host_signal(sp_ctx *ctx);                 /* the signal caught, 0 if none */
+/* The caught signal is how this program ends normally (a server told to
+   stop): the exit status stays the program's own, not 128 + signal. */
+void sp_host_signal_is_end(sp_ctx *ctx);
 int sp_host_path_kind(const char *path);         /* 0 absent, 1 regular file, 2 directory, 3 other */
 
 /* ---- tasks (scheduler) ------------------------------------------------ */

@@ -142,6 +142,10 @@ void sp_host_trap_signals(sp_ctx *ctx) { sp_signals_trap(ctx, sp_window_cancel_a
 
 int sp_host_signal(sp_ctx *ctx) { return sp_signals_caught(ctx); }
 
+void sp_host_signal_is_end(sp_ctx *ctx) {
+  if (ctx->signals) ctx->signals->is_end = 1;
+}
+
 static int traceback(lua_State *L) {
   const char *msg = lua_tostring(L, 1);
   luaL_traceback(L, L, msg ? msg : "(error object is not a string)", 1);
@@ -207,6 +211,6 @@ int sp_host_run(sp_ctx *ctx, int argc, char **argv) {
   sp_signals_untrap(ctx);
   /* an interrupted run that otherwise succeeded still says so (128 + signal) */
   int sig = sp_signals_caught(ctx);
-  if (sig && rc == 0) rc = 128 + sig;
+  if (sig && rc == 0 && !(ctx->signals && ctx->signals->is_end)) rc = 128 + sig;
   return rc;
 }

@@ -19,6 +19,7 @@ typedef struct sp_signals {
   int armed;               /* the watchers are started */
   int run;                 /* a run trapped them: its first signal stops it gracefully */
   int caught;              /* first SIGINT/SIGTERM received while trapped, 0 if none */
+  int is_end;              /* the program ends on a signal by design: its exit status stays */
   sp_signal_fn stop;       /* what stops a trapped run (cancel every window) */
   sp_signal_fn die;        /* what runs before the default action (reap the children) */
 } sp_signals;

@@ -79,7 +79,7 @@ end
 
 -- The text of a response's result member, cut from the line as it is.
 local function result_text(line)
-  return require("specula.gateway.rawjson").member(line, "result")
+  return require("specula.mcp.rawjson").member(line, "result")
 end
 
 describe("specula gateway relays", function()

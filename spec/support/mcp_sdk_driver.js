@@ -6,7 +6,8 @@
 //
 //   node mcp_sdk_driver.js PLAN.json
 //
-// PLAN: { command, args, env (added to the driver's), cwd, capabilities
+// PLAN: { command, args, env (added to the driver's), cwd | url (Streamable
+// HTTP: the SDK's StreamableHTTPClientTransport), capabilities
 // (the client's), answers: { sampling, elicitation, roots } (what the client
 // answers a server's request with; each declares its capability),
 // steps: [ { op, ... } ] } with op one of
@@ -15,6 +16,8 @@
 //                                                          abort_ms: give up after that long)
 //   read { uri }   prompt { name, arguments }              resources/read, prompts/get
 //   ping   sleep { ms }   level { level }                  logging/setLevel
+//   exit { name, arguments, after_ms }                     tools/call, and the process exits after_ms
+//                                                          later, the call unanswered (a client that dies)
 // Output: { server: { name, version }, steps: [ { op, ok, result | error,
 // sent_ms, recv_ms } ], notifications: [ { method, params } ] (logging),
 // progress: [ { progress, total, message } ] }.
@@ -26,6 +29,7 @@ const cache = process.env.SPECULA_NPM_CACHE || path.join(process.env.HOME || "",
 const sdk = path.join(cache, "node_modules/@modelcontextprotocol/sdk/dist/cjs");
 const { Client } = require(path.join(sdk, "client/index.js"));
 const { StdioClientTransport } = require(path.join(sdk, "client/stdio.js"));
+const { StreamableHTTPClientTransport } = require(path.join(sdk, "client/streamableHttp.js"));
 const types = require(path.join(sdk, "types.js"));
 
 const progress = [];
@@ -49,6 +53,12 @@ async function step(client, s) {
     case "ping": return client.ping();
     case "level": return client.setLoggingLevel(s.level);
     case "sleep": await new Promise((r) => setTimeout(r, s.ms)); return {};
+    case "exit": {
+      client.callTool({ name: s.name, arguments: s.arguments || {} }).catch(() => {});
+      await new Promise((r) => setTimeout(r, s.after_ms));
+      process.stdout.write(JSON.stringify({ exited_ms: Date.now() }) + "\n");
+      process.exit(0);
+    }
     default: throw new Error("unknown op " + s.op);
   }
 }
@@ -56,8 +66,8 @@ async function step(client, s) {
 async function main() {
   const plan = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
   const env = Object.assign({}, process.env, plan.env || {});
-  const transport = new StdioClientTransport({ command: plan.command, args: plan.args || [], env, cwd: plan.cwd,
-                                               stderr: "inherit" });
+  const transport = plan.url ? new StreamableHTTPClientTransport(new URL(plan.url))
+    : new StdioClientTransport({ command: plan.command, args: plan.args || [], env, cwd: plan.cwd, stderr: "inherit" });
   const answers = plan.answers || {};
   const caps = Object.assign({}, plan.capabilities || {});
   if (answers.sampling) caps.sampling = {};
@@ -77,7 +87,8 @@ async function main() {
     notifications.push({ method: n.method, params: n.params });
   });
   await client.connect(transport);
-  const out = { server: client.getServerVersion(), steps: [], notifications, progress, asked };
+  const out = { server: client.getServerVersion(), steps: [], notifications, progress, asked,
+                session: transport.sessionId };
   for (const s of plan.steps) {
     const rec = { op: s.op, sent_ms: Date.now() };
     try {
@@ -90,6 +101,8 @@ async function main() {
     rec.recv_ms = Date.now();
     out.steps.push(rec);
   }
+  // over HTTP a client that is done ends its session (DELETE), as the SDK's own examples do
+  if (plan.url && !plan.keep_session) await transport.terminateSession().catch(() => {});
   await client.close();
   process.stdout.write(JSON.stringify(out) + "\n");
 }

@@ -1,6 +1,6 @@
--- specula.gateway.rawjson: a member's text cut from a JSON object's text as
+-- specula.mcp.rawjson: a member's text cut from a JSON object's text as
 -- it stands (the gateway hands a server's result on byte for byte).
-local rawjson = require "specula.gateway.rawjson"
+local rawjson = require "specula.mcp.rawjson"
 
 describe("rawjson.member", function()
   it("cuts the value of a top-level member, whatever comes before or after", function()
@@ -22,5 +22,21 @@ describe("rawjson.member", function()
     assert.is_nil(rawjson.member("[1,2]", "result"))
     assert.is_nil(rawjson.member('{"result":', "result"))
     assert.is_nil(rawjson.member(nil, "result"))
+  end)
+end)
+
+describe("rawjson.elements", function()
+  it("cuts each element of a top-level array as written (a JSON-RPC batch)", function()
+    local body = ' [ {"id":1,"result":{"b":1,"a":"],["}} , {"method":"x"},3,"s\\"]",[[]] ] '
+    assert.are.same({ '{"id":1,"result":{"b":1,"a":"],["}}', '{"method":"x"}', "3", '"s\\"]"', "[[]]" },
+      rawjson.elements(body))
+    assert.are.same({}, rawjson.elements("[ ]"))
+  end)
+
+  -- (the text was decoded already: it is valid JSON, only its shape is checked)
+  it("says nil for what is not a whole array", function()
+    assert.is_nil(rawjson.elements('{"a":1}'))
+    assert.is_nil(rawjson.elements("[1,2"))
+    assert.is_nil(rawjson.elements(nil))
   end)
 end)

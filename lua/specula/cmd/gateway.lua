@@ -3,8 +3,8 @@
 -- work: specula.gateway; docs/gateway.md).
 local M = {
   name = "gateway",
-  synopsis = "CONFIG.lua [--out FILE] [--record DIR]",
-  summary = "an MCP gateway over stdio that prefetches the client's next tool calls",
+  synopsis = "CONFIG.lua [--listen HOST:PORT [--allow-remote]] [--out FILE] [--record DIR]",
+  summary = "an MCP gateway (stdio, or Streamable HTTP with --listen) that prefetches the client's next tool calls",
   positional = "configs",
   about = [[
 CONFIG.lua returns specula.gateway{ servers = {...}, policy = ..., predict =
@@ -14,8 +14,16 @@ of the servers' tools, resources and prompts, relays everything both ways,
 and after each result starts the predicted next calls that the policy allows
 in full, so that the client's next call may find its result ready. A call the
 policy does not allow never runs before the client asks for it. stdout
-carries only the protocol; messages go to stderr. See docs/gateway.md.]],
+carries only the protocol; messages go to stderr. With --listen it serves
+MCP Streamable HTTP at http://HOST:PORT/mcp instead, each client a session
+of its own, until SIGINT or SIGTERM. See docs/gateway.md.]],
   options = {
+    { "--listen", key = "listen", arg = "HOST:PORT",
+      help = "serve Streamable HTTP at http://HOST:PORT/mcp, a session per client, until\n"
+        .. "SIGINT/SIGTERM (port 0: a free one; the URL goes to stderr); default: stdio" },
+    { "--allow-remote", key = "allow_remote", flag = true,
+      help = "let --listen bind a host other than loopback (no authentication: whoever\n"
+        .. "reaches it uses your servers)" },
     { "--out", key = "out", arg = "FILE",
       help = "append one JSON record per session: calls, prefetch hits and waste,\n"
         .. "hidden latency per tool, upstream times, provenance" },
@@ -28,6 +36,11 @@ carries only the protocol; messages go to stderr. See docs/gateway.md.]],
 function M.check(o)
   if #o.configs == 0 then return "a CONFIG.lua is needed (it returns specula.gateway{ servers = {...} })" end
   if #o.configs > 1 then return "one CONFIG.lua only, got " .. #o.configs end
+  if o.allow_remote and not o.listen then return "--allow-remote goes with --listen HOST:PORT" end
+  if o.listen then
+    local _, _, err = require("specula.gateway.command").parse_listen(o.listen, o.allow_remote)
+    if err then return err end
+  end
 end
 
 function M.main(o) return require("specula.gateway.command").main(o) end

@@ -7,7 +7,8 @@
 -- on_session as a transport (specula.mcp.transport describes the
 -- interface) for a server-side session to open:
 --
---   t:open(peer)        the client's messages go to peer:receive(msg, via)
+--   t:open(peer)        the client's messages go to peer:receive(msg, via, raw)
+--                       (raw: the message's own JSON text in the body)
 --   t:send(msg, rel)    a response goes back on the POST that carried its
 --                       request (its SSE stream or its JSON reply); a
 --                       request or notification goes on the POST stream of
@@ -44,6 +45,10 @@ local format, concat = string.format, table.concat
 local co_yield = sched.yield   -- the raw yield (sched guards the global one)
 local encode, decode = json.encode, json.decode
 local spawn_root = transport.spawn_root
+local rawjson = require "specula.mcp.rawjson"
+
+-- The text of each message as the client sent it (peer:receive's raw).
+local raws = setmetatable({}, { __mode = "k" })
 
 local M = {}
 
@@ -386,6 +391,11 @@ local function read_messages(r)
   end
   local batch = v[1] ~= nil or getmetatable(v) == json.array_mt
   local list = batch and v or { v }
+  -- each message's own text, for a relay that passes an answer on byte for byte
+  local texts = batch and rawjson.elements(r.body) or { r.body }
+  if texts and #texts == #list then
+    for i, m in ipairs(list) do if type(m) == "table" then raws[m] = texts[i] end end
+  end
   if #list == 0 then
     r:respond(400, JSON_H, rpc_error(nil, -32600, "Invalid Request: an empty batch"))
     return nil
@@ -444,7 +454,7 @@ function Endpoint:_deliver(r, sess, list, batch, h)
     end
   end
   if nreq == 0 then
-    for _, m in ipairs(list) do sess.peer:receive(m, "post") end
+    for _, m in ipairs(list) do sess.peer:receive(m, "post", raws[m]) end
     return r:respond(202, h)
   end
   local mode = (self.json_response or not accepts(r, "text/event-stream")) and "json" or "sse"
@@ -469,7 +479,7 @@ function Endpoint:_deliver(r, sess, list, batch, h)
     h["Content-Type"], h["Cache-Control"] = "text/event-stream", "no-cache"
     r:stream(200, h)
   end
-  for _, m in ipairs(list) do sess.peer:receive(m, "post") end
+  for _, m in ipairs(list) do sess.peer:receive(m, "post", raws[m]) end
   self:_serve_stream(s, h)
 end
 

@@ -1,4 +1,4 @@
--- specula.gateway.rawjson: the text of one member of a JSON object's text,
+-- specula.mcp.rawjson: the text of one member of a JSON object's text,
 -- as it stands (no decode, no encode): a relay hands a server's result to
 -- its client byte for byte. The text was decoded once already (it is
 -- valid JSON); this only finds where the member's value starts and ends.
@@ -61,6 +61,27 @@ function M.member(s, key)
     if k == key then return sub(s, i, vend - 1) end
     i = skip_ws(s, vend)
     if sub(s, i, i) ~= "," then return nil end
+    i = skip_ws(s, i + 1)
+  end
+  return nil
+end
+
+-- The texts of the elements of the array that is s's top value, or nil.
+function M.elements(s)
+  if type(s) ~= "string" then return nil end
+  local i = skip_ws(s, 1)
+  if sub(s, i, i) ~= "[" then return nil end
+  local l = {}
+  i = skip_ws(s, i + 1)
+  if sub(s, i, i) == "]" then return l end
+  while i <= #s do
+    local vend = skip_value(s, i)
+    if not vend then return nil end
+    l[#l + 1] = sub(s, i, vend - 1)
+    i = skip_ws(s, vend)
+    local c = sub(s, i, i)
+    if c == "]" then return l end
+    if c ~= "," then return nil end
     i = skip_ws(s, i + 1)
   end
   return nil
