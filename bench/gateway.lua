@@ -162,13 +162,8 @@ local function session(kind, plan)
   if kind == "direct" then cmd = upstream(plan.read, wlog)
   else
     -- specula's MCP client closes a server's stdin and sends it SIGTERM at
-    -- once; the gateway writes its --out record when its stdin ends, and a
-    -- SIGTERM ends it without one. A shell between them takes the signal
-    -- (and ignores it): the gateway sees only the end of its stdin, as
-    -- under a client that waits before it signals (the official SDK's).
-    -- The pipes go to the gateway itself: the shell adds nothing to a call.
-    cmd = { "/bin/sh", "-c", 'trap "" TERM; "$0" "$@"; exit $?', self, "gateway", config(kind, plan.read, wlog),
-            "--out", out }
+    -- once: the gateway ends its session on either and writes its record
+    cmd = { self, "gateway", config(kind, plan.read, wlog), "--out", out }
   end
   local client, cerr = specula.mcp.connect { command = cmd, name = "bench-" .. kind,
                                               protocol_version = "2025-11-25", max_restarts = 0, quiet = true }

@@ -237,6 +237,38 @@ return require("specula").gateway { servers = { test = { url = %q } } }
     assert.are.equal("stdin closed", rec.why)
   end)
 
+  for _, sig in ipairs({ "TERM", "INT" }) do
+    it("SIG" .. sig .. " as the end of stdin: the call in flight cancelled upstream, the record written, status 0", function()
+      if not guard() then return end
+      local cfg, log, out = setup()
+      local call = '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","arguments":{"ms":20000}}}'
+      local input = H.tmpfile("sig.jsonl", INIT .. "\n" .. INITIALIZED .. "\n" .. call .. "\n")
+      local errf = H.tmpdir() .. "/gw-sig-err"
+      -- stdin held open by a writer that sleeps (a client that signals
+      -- before it closes it); the shell waits for the gateway and prints
+      -- its status, then ends the writer
+      local t0 = os.time()
+      local fifo = H.tmpdir() .. "/gw-sig-in"
+      os.remove(fifo)
+      local st, o = H.sh("( mkfifo " .. H.quote(fifo) .. "; (cat " .. H.quote(input) .. "; exec sleep 25) >" .. H.quote(fifo)
+        .. " 2>/dev/null & w=$!; " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg) .. " --out " .. H.quote(out)
+        .. " <" .. H.quote(fifo) .. " >/dev/null 2>" .. H.quote(errf) .. " & p=$!; for i in $(seq 200); do grep -q '\"slow\"' "
+        .. H.quote(log) .. " 2>/dev/null && break; sleep 0.05; done; kill -" .. sig .. " $p; "
+        .. "wait $p; echo rc=$?; kill $w 2>/dev/null )")
+      assert.are.equal(0, st)
+      assert.truthy(o:find("rc=0", 1, true), o .. (H.read(errf) or ""))
+      assert.is_true(os.time() - t0 < 20, "the gateway waited for stdin to end")
+      local slow_id, cancelled
+      for _, e in ipairs(tap(log)) do
+        if e.name == "slow" then slow_id = e.id end
+        if e.method == "notifications/cancelled" then cancelled = e.id end
+      end
+      assert.truthy(slow_id)
+      assert.are.equal(slow_id, cancelled)
+      assert.matches("^signal %d+$", record(out).why)
+    end)
+  end
+
   it("records the session with --record: a cassette of the round trips and spans `specula whatif` reads", function()
     if not guard() then return end
     local cfg = setup()

@@ -113,10 +113,22 @@ function M.main(o)
   if o.listen then
     listen(o, gw, on_end)
   else
+    local core = require "specula.internal.core"
     local t = require("specula.mcp.serve_stdio").new {}
     local s, err = gateway.serve_session(gw, t, { spans = o.record ~= nil, on_end = on_end })
     if not s then sched.plain_error("specula gateway: " .. tostring(err), 1) end
+    -- SIGINT or SIGTERM ends the session as the end of stdin does (a client
+    -- may send SIGTERM as it closes stdin): its calls are cancelled, its
+    -- servers stopped and its record written; a second signal ends the
+    -- process at once. The signal watch wakes no task: look every 100 ms.
+    C_trap(core)
+    local done = false
+    require("specula.mcp.transport").spawn_root(function()
+      while not done and C_signal(core) == 0 do sched.sleep(100) end
+      if not done then s:_end("signal " .. tostring(C_signal(core))) end
+    end)
     s:wait()
+    done = true
   end
   if o.record then
     local st = require("specula.cassette").close()
