@@ -167,6 +167,8 @@ end
 -- The client asks for a call: a prefetch of it (done or running), or nil.
 -- Returns result, err, info, hidden_ms when served from one.
 function S:take(name, args)
+  -- no prefetch live (a relay, or a miss): no key to compute
+  if next(self.live) == nil then return nil end
   local k = key_of(name, args)
   local e = k and self.live[k]
   if not e then return nil end
