@@ -381,6 +381,49 @@ print(json.encode({ version = init.result.protocolVersion, a = a.result.content[
     assert.are.equal(2, rec.tools.slow.waste)
   end)
 
+  it("keeps a session's waste within budget.max_wasted_cost, at each tool's cost", function()
+    if not guard() then return end
+    -- five new guesses a round, each a slow call costing 0.5: 2.0 allows
+    -- four prefetches that may all be wasted, and nothing after them
+    local cfg, log, out = setup('policy = { slow = "full" },\n'
+      .. '  budget = { max_inflight = 5, max_wasted_cost = 2, cost = { slow = 0.5 } },\n'
+      .. '  predict = function(h) local l = {}\n'
+      .. '    for i = 1, 5 do l[i] = { tool = "slow", args = { ms = 10000, tag = #h .. "." .. i } } end\n'
+      .. '    return l end,')
+    local gw = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, steps = {
+      { op = "call", name = "echo", arguments = { text = "a" } }, { op = "sleep", ms = 300 },
+      { op = "call", name = "echo", arguments = { text = "b" } }, { op = "sleep", ms = 300 },
+      { op = "call", name = "echo", arguments = { text = "c" } }, { op = "sleep", ms = 300 },
+    } })
+    assert.is_true(gw.steps[1].ok)
+    local slow = 0
+    for _, e in ipairs(tap(log)) do
+      if e.name == "slow" then slow = slow + 1 end
+    end
+    -- without the budget: five a round, fifteen in all
+    assert.are.equal(4, slow)
+    local rec = record(out)
+    assert.are.equal(4, rec.speculation.launched)
+    assert.are.equal(4, rec.speculation.waste)
+    assert.are.equal(2, rec.speculation.wasted_cost)
+    assert.are.equal(11, rec.speculation.by_budget)
+  end)
+
+  it("refuses a budget it cannot read, naming the key and the line", function()
+    local bad = H.tmpfile("badbudget.lua", 'return require("specula").gateway {\n'
+      .. '  servers = { a = { command = { "true" } } },\n'
+      .. '  budget = { max_wasted_cost = -1 },\n}\n')
+    local st, _, err = H.specula({ "gateway", bad })
+    assert.are.equal(2, st)
+    assert.matches("badbudget.lua:3: .*budget.max_wasted_cost must be a number >= 0", err)
+    bad = H.tmpfile("badcost.lua", 'return require("specula").gateway {\n'
+      .. '  servers = { a = { command = { "true" } } },\n'
+      .. '  budget = { cost = { slow = "cheap" } },\n}\n')
+    st, _, err = H.specula({ "gateway", bad })
+    assert.are.equal(2, st)
+    assert.matches("budget.cost: 'slow' must be a tool name with a number >= 0", err)
+  end)
+
   it("the union of two servers with the same names: the later one's as SERVER__NAME, each call to its server", function()
     if not guard() then return end
     local dir = H.tmpdir()

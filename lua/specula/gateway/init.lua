@@ -9,7 +9,9 @@
 --     policy = { read_file = "full" },   -- any policy `specula run` takes; none: nothing runs early
 --     predict = "learned",               -- a name, a file, a predictor; "off": no speculation
 --     max_age_ms = 30000,                -- a prefetched result older than this is never served
---     budget = { max_inflight = 2 },     -- prefetches in flight per session
+--     budget = { max_inflight = 2,       -- prefetches in flight per session
+--                max_wasted_cost = 10,   -- what they may waste, per session (none: no limit)
+--                cost = { TOOL = 0.5 } },-- one call's cost (1 when not named)
 --   }
 --
 --   local gw = gateway.load("CONFIG.lua")               -- the file's gateway | error "FILE:LINE: ..."
@@ -31,7 +33,7 @@ local M = {}
 local TOP = { servers = true, policy = true, predict = true, max_age_ms = true, budget = true }
 local SERVER = { command = true, env = true, cwd = true, url = true, headers = true, auth = true, timeout_ms = true,
                  init_timeout_ms = true, max_restarts = true, protocol_version = true, max_message_bytes = true }
-local BUDGET = { max_inflight = true }
+local BUDGET = { max_inflight = true, max_wasted_cost = true, cost = true }
 
 local function keys(t)
   local l = {}
@@ -98,6 +100,18 @@ local function check(spec)
     if n ~= nil and (type(n) ~= "number" or n < 0 or n ~= math.floor(n)) then
       bad("budget.max_inflight must be a whole number >= 0", "max_inflight")
     end
+    local w = b.max_wasted_cost
+    if w ~= nil and (type(w) ~= "number" or w < 0 or w ~= w) then
+      bad("budget.max_wasted_cost must be a number >= 0", "max_wasted_cost")
+    end
+    if b.cost ~= nil then
+      if type(b.cost) ~= "table" then bad("budget.cost must be a table { TOOL = cost of one call }", "cost") end
+      for tool, c in pairs(b.cost) do
+        if type(tool) ~= "string" or type(c) ~= "number" or c < 0 or c ~= c then
+          bad(format("budget.cost: '%s' must be a tool name with a number >= 0", tostring(tool)), "cost")
+        end
+      end
+    end
   end
   local p = spec.predict
   if p ~= nil and p ~= false and type(p) ~= "string" and type(p) ~= "function" and type(p) ~= "table" then
@@ -128,7 +142,9 @@ function M.new(spec, level)
     __specula_gateway = true, servers = servers, policy = spec.policy,
     predict = spec.predict == nil and "learned" or spec.predict,
     max_age_ms = spec.max_age_ms or 30000,
-    budget = { max_inflight = spec.budget and spec.budget.max_inflight or 2 },
+    budget = { max_inflight = spec.budget and spec.budget.max_inflight or 2,
+               max_wasted_cost = spec.budget and spec.budget.max_wasted_cost,
+               cost = spec.budget and spec.budget.cost },
   }, Gateway)
 end
 

@@ -7,7 +7,8 @@
 --     requests, errors, ms, version (agreed with that server), restarts } },
 --     calls = N, tools = { NAME = { calls, errors, ms, hits, prefetched,
 --     waste, hidden_ms } }, speculation = { predicted, allowed, refused,
---     launched, hits, joined, waste, stale, cancelled, hidden_ms, gate },
+--     launched, hits, joined, waste, stale, cancelled, hidden_ms,
+--     by_budget (refused by budget.max_wasted_cost), wasted_cost, gate },
 --     trace = { { tool, args_sha256, t_ms, ms, prefetched, hidden_ms } },
 --     provenance }
 --

@@ -523,7 +523,7 @@ function M.start(gw, t, o)
   }, Session)
   self.spec = speculate.new {
     predictor = gw:new_predictor(), policy = gw.policy, policy_dir = gw.dir, max_age_ms = gw.max_age_ms,
-    max_inflight = gw.budget.max_inflight,
+    max_inflight = gw.budget.max_inflight, max_wasted_cost = gw.budget.max_wasted_cost, cost = gw.budget.cost,
     call = function(name, args) return self:_call_tool(name, args) end,
     tool_stats = function(name) return self.rec:tool(name) end,
   }

@@ -42,23 +42,27 @@ end
 M.key_of = key_of
 
 -- o: { predictor (callable, or nil: no speculation), policy (a spec
--- policy.build takes), policy_dir, max_age_ms, max_inflight, call =
+-- policy.build takes), policy_dir, max_age_ms, max_inflight,
+-- max_wasted_cost (nil: none), cost ({ TOOL = cost of one call }, 1 when
+-- not named), call =
 -- function(name, args) -> result, err, info (an upstream tools/call),
 -- tool_stats = function(name) -> the record's entry }.
 function M.new(o)
   return setmetatable({
     predictor = o.predictor, policy_spec = o.policy, policy_dir = o.policy_dir,
     max_age_ms = o.max_age_ms or 60000, max_inflight = o.max_inflight or 2, call = o.call,
+    max_wasted_cost = o.max_wasted_cost, cost = o.cost or {}, wasted_cost = 0,
     tool_stats = o.tool_stats, live = {}, history = {}, round = 0,
     st = { predicted = 0, allowed = 0, refused = 0, launched = 0, hits = 0, joined = 0, waste = 0, stale = 0,
-           cancelled = 0, hidden_ms = 0, predictor_errors = 0 },
+           cancelled = 0, hidden_ms = 0, predictor_errors = 0, by_budget = 0, wasted_cost = 0 },
   }, S)
 end
 
 -- The gate over the tools the client sees (rebuilt when they change).
 function S:set_tools(names)
   local set = {}
-  for _, n in ipairs(names) do set[n] = {} end
+  -- a policy's own budget = { max_wasted_cost } counts these costs too
+  for _, n in ipairs(names) do set[n] = { cost = self:cost_of(n) } end
   self.tools = set
   local ok, p = pcall(policy.build, self.policy_spec, set, self.policy_dir)
   if not ok then
@@ -67,6 +71,19 @@ function S:set_tools(names)
   else
     self.gate = p
   end
+end
+
+function S:cost_of(name)
+  local c = self.cost[name]
+  return c == nil and 1 or c
+end
+
+-- What could still be wasted: the waste so far and every prefetch not yet
+-- served (any of them may never be asked for).
+local function exposure(self)
+  local x = self.wasted_cost
+  for _, e in pairs(self.live) do x = x + self:cost_of(e.name) end
+  return x
 end
 
 local function inflight(self)
@@ -86,7 +103,7 @@ function S:allowed(name, args)
     hint = ok and DECISION_OF[d] or HINT_ERROR
     if not ok or DECISION_OF[d] == nil then g.on_error(name, ok and ("returned " .. tostring(d)) or d) end
   end
-  local d = C.sp_policy_gate(g.ptr, idx, C.SP_TRIG_PRED_START, hint, inflight(self), 0, whyp)
+  local d = C.sp_policy_gate(g.ptr, idx, C.SP_TRIG_PRED_START, hint, inflight(self), exposure(self), whyp)
   return d == FULL
 end
 
@@ -98,6 +115,9 @@ function S:_drop(k, e, why)
     self.st.cancelled = self.st.cancelled + 1
   end
   self.st[why] = self.st[why] + 1
+  local c = self:cost_of(e.name)
+  self.wasted_cost = self.wasted_cost + c
+  self.st.wasted_cost = self.wasted_cost
   local ts = self.tool_stats(e.name)
   ts.waste = ts.waste + 1
 end
@@ -154,7 +174,11 @@ function S:after(name, args, observation)
     if k and not self.live[k] then
       self.st.predicted = self.st.predicted + 1
       if inflight(self) >= self.max_inflight then break end
-      if self:allowed(c.tool, c.args) then
+      local mw = self.max_wasted_cost
+      if mw and exposure(self) + self:cost_of(c.tool) > mw then
+        -- a launch that could be wasted must fit in what is left
+        self.st.by_budget = self.st.by_budget + 1
+      elseif self:allowed(c.tool, c.args) then
         self.st.allowed = self.st.allowed + 1
         self:_launch(k, c.tool, type(c.args) == "table" and c.args or json.object())
       else
