@@ -175,6 +175,39 @@ return require("specula").gateway { servers = { test = { url = %q } } }
     assert.are.equal(3, #gw.asked)
   end)
 
+  it("never lets a prefetch ask the client: the prefetch is dropped, the client's own call asks", function()
+    if not guard() then return end
+    local answers = {
+      sampling = { role = "assistant", content = { type = "text", text = "a reply" }, model = "driver-model",
+                   stopReason = "endTurn" },
+    }
+    local ask = { method = "sampling/createMessage",
+                  params = { messages = { { role = "user", content = { type = "text", text = "hi" } } }, maxTokens = 10 } }
+    local steps = {
+      { op = "call", name = "echo", arguments = { text = "a" } }, { op = "sleep", ms = 800 },
+      { op = "call", name = "ask", arguments = ask },
+    }
+    local direct = drive({ command = node(), args = { SERVER }, answers = answers, steps = steps })
+    local cfg, log, out = setup(string.format('policy = { ask = "full" },\n'
+      .. '  predict = function(h) if h[#h].tool == "echo" then return { { tool = "ask", args = %s } } end return {} end,',
+      "require('cjson').decode(" .. string.format("%q", cjson.encode(ask)) .. ")"))
+    local gw = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, answers = answers, steps = steps })
+    assert.is_true(gw.steps[3].ok, cjson.encode(gw.steps[3]))
+    assert.are.same(direct.steps[3].result, gw.steps[3].result)
+    -- the client was asked once: by its own call, after it made it
+    assert.are.equal(1, #gw.asked)
+    assert.are.same(direct.asked, gw.asked)
+    local asks = 0
+    for _, e in ipairs(tap(log)) do
+      if e.name == "ask" then asks = asks + 1 end
+    end
+    assert.are.equal(2, asks)   -- the prefetch, and the client's call
+    local rec = record(out)
+    assert.are.equal(1, rec.speculation.launched)
+    assert.are.equal(1, rec.speculation.tainted)
+    assert.are.equal(0, rec.speculation.hits)
+  end)
+
   it("the client's cancellation to the server", function()
     if not guard() then return end
     local cfg, log = setup()

@@ -8,7 +8,8 @@
 --     calls = N, tools = { NAME = { calls, errors, ms, hits, prefetched,
 --     waste, hidden_ms } }, speculation = { predicted, allowed, refused,
 --     launched, hits, joined, waste, stale, cancelled, hidden_ms,
---     by_budget (refused by budget.max_wasted_cost), wasted_cost, gate },
+--     by_budget (refused by budget.max_wasted_cost), wasted_cost, tainted
+--     (dropped: their server asked the client something), gate },
 --     trace = { { tool, args_sha256, t_ms, ms, prefetched, hidden_ms } },
 --     provenance }
 --

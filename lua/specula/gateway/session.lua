@@ -348,6 +348,16 @@ end
 -- A request of a server to the client (sampling, elicitation, roots),
 -- relayed in the calling task: result | nil, why.
 function Session:_ask_client(method, params)
+  -- Sampling or elicitation while the client has no request running can
+  -- only come from a prefetch (or the server on its own): a call the
+  -- client has not made must not reach it. The prefetches running are
+  -- dropped (never served: their server was refused) and the server gets an
+  -- error; the client's own call, if it comes, runs and asks again. With a
+  -- request of the client running the ask is relayed (it may be that
+  -- call's). roots/list acts on nothing: always relayed.
+  if method ~= "roots/list" and next(self.running) == nil and self.spec:taint_running() then
+    return nil, "specula gateway: a call the client has not made yet cannot ask it (" .. method .. ")"
+  end
   local me = sched.current("gateway: " .. method)
   self.next_out = self.next_out + 1
   local id = "specula-gw-" .. self.next_out

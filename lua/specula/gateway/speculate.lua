@@ -54,7 +54,7 @@ function M.new(o)
     max_wasted_cost = o.max_wasted_cost, cost = o.cost or {}, wasted_cost = 0,
     tool_stats = o.tool_stats, live = {}, history = {}, round = 0,
     st = { predicted = 0, allowed = 0, refused = 0, launched = 0, hits = 0, joined = 0, waste = 0, stale = 0,
-           cancelled = 0, hidden_ms = 0, predictor_errors = 0, by_budget = 0, wasted_cost = 0 },
+           cancelled = 0, hidden_ms = 0, predictor_errors = 0, by_budget = 0, wasted_cost = 0, tainted = 0 },
   }, S)
 end
 
@@ -222,6 +222,19 @@ function S:take(name, args)
 end
 
 -- The session ends: every prefetch still held is waste.
+-- A server asked the client something while only prefetches ran: drop
+-- every prefetch still running (waste, counted as tainted). true when any.
+function S:taint_running()
+  local any = false
+  for k, e in pairs(self.live) do
+    if not e.done then
+      self:_drop(k, e, "tainted")
+      any = true
+    end
+  end
+  return any
+end
+
 function S:finish()
   for k, e in pairs(self.live) do self:_drop(k, e, "waste") end
 end
