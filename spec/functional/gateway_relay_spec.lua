@@ -250,9 +250,11 @@ return require("specula").gateway { servers = { test = { url = %q } } }
       .. '"capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}'
     local call = '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","arguments":{"ms":20000}}}'
     local t0 = os.time()
-    local status, stdout = H.sh("(printf '%s\\n%s\\n' " .. H.quote(init) .. " " .. H.quote(call)
+    local status, stdout, stderr = H.sh("(printf '%s\\n%s\\n' " .. H.quote(init) .. " " .. H.quote(call)
       .. "; sleep 3) | " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg) .. " --out " .. H.quote(out))
     assert.are.equal(0, status)
+    -- said on stderr, for a client that did not expect it
+    assert.matches("session ended %(stdin closed%) with 1 request%(s%) unanswered", stderr)
     assert.is_true(os.time() - t0 < 15)
     -- the answer to initialize, and none to the call that never ended
     local lines = {}

@@ -486,8 +486,18 @@ function Session:_end(why)
   if self.ended then return end
   self.ended = true
   self.why = why
+  local open = 0
   for _, e in pairs(self.running) do
-    if not e.task:done() then C.sp_task_cancel(e.task.ptr) end
+    if not e.task:done() then
+      C.sp_task_cancel(e.task.ptr)
+      open = open + 1
+    end
+  end
+  -- said, so that a client piping requests and closing at once (a first
+  -- try from a shell) learns why it got no answers
+  if open > 0 then
+    output.stderr(format("specula gateway: session ended (%s) with %d request(s) unanswered: cancelled "
+      .. "(a client keeps stdin open until its answers arrive; closing it ends the session)\n", tostring(why), open))
   end
   for _, e in pairs(self.asks) do C.sp_rpc_cancel(e.rpc) end
   self.spec:finish()
