@@ -339,3 +339,21 @@ describe("specula gateway (official TypeScript SDK client over stdio)", function
     end)
   end)
 end)
+
+describe("examples/gateway", function()
+  it("try.lua runs as docs/gateway.md says: every read after the listing served from a prefetch, the same files", function()
+    if not guard() then return end
+    local dir = H.tmpdir() .. "/try-docs"
+    os.execute("rm -rf " .. H.quote(dir) .. " && mkdir -p " .. H.quote(dir))
+    for i = 1, 4 do
+      local f = assert(io.open(dir .. "/note" .. i .. ".md", "w"))
+      f:write("note ", i, "\n")
+      f:close()
+    end
+    local status, out, err = H.specula({ "run", H.root .. "/examples/gateway/try.lua", dir, "100" },
+      { SPECULA_NPM_CACHE = CACHE })
+    assert.are.equal(0, status, err)
+    assert.truthy(out:find("4 files of " .. dir, 1, true), out)
+    assert.truthy(out:find("prefetch hits 4 of 4 reads", 1, true), out .. err)
+  end)
+end)
