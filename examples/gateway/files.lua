@@ -13,6 +13,10 @@ local specula = require "specula"
 
 local npm = os.getenv("SPECULA_NPM_CACHE") or ((os.getenv("HOME") or ".") .. "/.cache/specula-npm")
 local modules = npm .. "/node_modules"
+-- the Node that .ci/deps installs beside the servers, else the one on PATH
+local node = modules .. "/.bin/node"
+local nf = io.open(node)
+if nf then nf:close() else node = "node" end
 local root = os.getenv("GATEWAY_ROOT") or "."
 
 -- the listing a list_directory call returned, as file names
@@ -26,7 +30,7 @@ end
 
 return specula.gateway {
   servers = {
-    files = { command = { modules .. "/.bin/node", modules .. "/@modelcontextprotocol/server-filesystem/dist/index.js", root } },
+    files = { command = { node, modules .. "/@modelcontextprotocol/server-filesystem/dist/index.js", root } },
   },
   -- read-only tools of server-filesystem; anything else never runs early
   policy = { read_text_file = "full", list_directory = "full", directory_tree = "full",

@@ -18,6 +18,10 @@ local abs = io.popen("cd '" .. dir .. "' && pwd"):read("*l")
 if not abs then error("try.lua: no directory " .. dir, 0) end
 local npm = os.getenv("SPECULA_NPM_CACHE") or ((os.getenv("HOME") or ".") .. "/.cache/specula-npm")
 local modules = npm .. "/node_modules"
+-- the Node that .ci/deps installs beside the servers, else the one on PATH
+local node = modules .. "/.bin/node"
+local nf = io.open(node)
+if nf then nf:close() else node = "node" end
 -- this specula binary (the shell popen starts is its child)
 local p = io.popen("readlink -f /proc/$PPID/exe 2>/dev/null")
 local self = p and p:read("*l") or "specula"
@@ -41,7 +45,7 @@ local function session(command)
   return ms, n
 end
 
-local direct_ms, n = session({ modules .. "/.bin/node", modules .. "/@modelcontextprotocol/server-filesystem/dist/index.js", abs })
+local direct_ms, n = session({ node, modules .. "/@modelcontextprotocol/server-filesystem/dist/index.js", abs })
 os.remove(out)
 local config = io.popen("cd '" .. here .. "' && pwd"):read("*l") .. "/files.lua"
 local gw_ms = session({ self, "gateway", config, "--out", out })
