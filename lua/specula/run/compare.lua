@@ -435,8 +435,7 @@ function M.cli_main(o)
   for _, e in ipairs(resultfiles.read_records(files, "specula compare")) do
     local p = e.rec.provenance
     if type(p) == "table" then
-      local ok, why = provenance.check_record(e.rec, e.file, e.line)
-      if not ok then sched.plain_error("specula compare: " .. why) end
+      -- (checked and expanded as read: specula.run.resultfiles)
       -- one run's query id in two files: the same run given twice, or one
       -- run's configuration on two inputs (one row cannot pair those)
       local key = p.run .. "\0" .. tostring(e.rec.id)

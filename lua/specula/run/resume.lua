@@ -108,7 +108,7 @@ end
 
 -- Check one record on its own: whole, with provenance, from this run and
 -- this shard (else refused). Returns this run's provenance for it.
-local function check_record(r, path, ln, opts)
+local function check_record(r, path, ln, opts, rd)
   local where = format("%s:%d", path, ln)
   if type(r) ~= "table" or r.id == nil or r.id == json.null then
     refuse(format("%s: not a complete record (%s): the file was damaged in the middle, so it is not "
@@ -121,7 +121,8 @@ local function check_record(r, path, ln, opts)
       .. "program), so this run cannot tell whether it came from the same agent, input and options. Give a "
       .. "new --out file, or finish this one with the specula that wrote it", where))
   end
-  local ok, why = prov.check_record(r, path, ln)
+  -- whole, or a short one expanded from its run's whole one above it
+  local ok, why = rd:expand(r, path, ln)
   if not ok then refuse(format("%s; give a new --out file", why)) end
   local mine, merr = opts.prov_of(r)
   if not mine then refuse(format("%s: %s", where, merr)) end
@@ -149,17 +150,19 @@ local function read_entries(text, path, opts)
   local entries, want_id, need = {}, {}, {}
   local mine_input
   local ln = 0
+  local rd = prov.reader()
   for line in text:gmatch("([^\n]*)\n") do
     ln = ln + 1
     if line:find("%S") then
       local r = json.decode(line)
-      local mine = check_record(r, path, ln, opts)
+      local short = type(r) == "table" and type(r.provenance) == "table" and r.provenance.version == nil
+      local mine = check_record(r, path, ln, opts, rd)
       mine_input = mine.t.input
       local p = r.provenance
       local id = tostring(r.id)
       local cfg = r.config or true
       local ip = type(p.input) == "table" and p.input or {}
-      local e = { ln = ln, line = line, id = id, key = id .. "\0" .. tostring(p.query), cfg = cfg,
+      local e = { ln = ln, line = line, short = short, prov = p, id = id, key = id .. "\0" .. tostring(p.query), cfg = cfg,
                   query = r.query, input = ip.sha256, input_file = ip.file,
                   rec = r.config ~= nil and r or nil, failed = opts.retry_failed and r.error ~= nil,
                   learnt = r.error == nil and type(r.trajectory) == "table" }
@@ -255,10 +258,14 @@ end
 -- Returns keep, learnt, dropped, scrubbed.
 local function keep_lines(entries)
   local keep, learnt, dropped, scrubbed = {}, {}, 0, 0
+  -- a dropped line may be the one that carried its run's whole
+  -- provenance: the next kept record of that run carries it then
+  local restream = prov.restream(true)
   for _, e in ipairs(entries) do
     if e.failed then
       dropped = dropped + 1
     else
+      e.line = restream(e.line, { provenance = e.prov }, e.short)
       local clean = output.clean(e.line, "canonical")
       if clean ~= e.line then e.line, scrubbed = clean, scrubbed + 1 end
       keep[#keep + 1] = e.line
