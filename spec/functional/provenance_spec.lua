@@ -1,7 +1,9 @@
 -- Provenance: every record says where it came from (specula version, digests
 -- of the agent script and the modules beside it, of the input and the query,
 -- the run's whole configuration), and resume, merge, compare and report read
--- it: a file from another run is never mixed in silently.
+-- it: a file from another run is never mixed in silently. In a file, the
+-- first record of each run carries the whole object, the later ones its
+-- query and run only (docs/cli.md "provenance"): readers expand them.
 local H = require "support.helpers"
 local cjson = require "cjson"
 local EX = H.root .. "/examples/multihop_sim.lua"
@@ -107,8 +109,17 @@ describe("provenance in every record", function()
       "--quiet" })
     assert.equals(0, st, err)
     local _, ver = H.specula({ "--version" })
-    local lines = lines_of(out)
-    assert.equals(3, #lines)
+    local written = lines_of(out)
+    assert.equals(3, #written)
+    -- the first record carries the whole provenance, the others their
+    -- query and run only
+    local short1 = cjson.decode(written[2]).provenance
+    assert.same({ "query", "run" }, (function() local k = {} for x in pairs(short1) do k[#k + 1] = x end
+      table.sort(k) return k end)())
+    assert.equals(cjson.decode(written[1]).provenance.run, short1.run)
+    local lines, nwhole = H.whole_lines(H.read(out))
+    assert.equals(1, nwhole)
+    assert.is_nil(written[3]:find('"agent":', 1, true))
     local runs = {}
     for i, line in ipairs(lines) do
       local r = cjson.decode(line)
@@ -188,14 +199,18 @@ describe("provenance in every record", function()
     local st, _, err = run({ "--input", q, "--compare", "sequential,spechop:k=2", "--out", out, "--shard", "1/2" })
     assert.equals(0, st, err)
     local runs = {}
-    for _, line in ipairs(lines_of(out)) do
-      local r = cjson.decode(line)
+    local recs, nwhole = H.records(H.read(out))
+    -- one whole provenance per configuration: its first record's
+    assert.equals(2, nwhole)
+    for i, line in ipairs(lines_of(out)) do
+      local r = recs[i]
       assert.is_table(r.provenance)
       assert.equals(r.stats.mode, r.provenance.config.mode)
+      assert.equals(runs[r.config] == nil, line:find('"provenance":{"agent":', 1, true) ~= nil)
       runs[r.config] = runs[r.config] or r.provenance.run
       assert.equals(runs[r.config], r.provenance.run)
     end
-    assert.equals(1, cjson.decode(lines_of(out)[3]).provenance.config.k == 2 and 1 or 0)
+    assert.equals(2, recs[3].provenance.config.k)
     assert.not_equals(runs.sequential, runs["spechop:k=2"])
   end)
 end)
@@ -432,8 +447,13 @@ print(p.agent.script, p.input.format, p.config.k, p3.config.k, #p.query, r2[2].p
     local part = H.tmpfile("dup_part.jsonl", table.concat(all, "\n", 1, 5) .. "\n")
     local st, _, err = run({ "--input", dq, "--out", part })
     assert.equals(0, st, err)
-    local got = lines_of(part)
+    -- the resumed file holds a second whole provenance (the resuming run's
+    -- first record); read as readers read it, the records are the same
+    local got, nwhole = H.whole_lines(H.read(part))
     assert.equals(13, #got)
+    assert.equals(2, nwhole)
+    assert.matches('"provenance":{"agent":', lines_of(part)[6], 1, true)
+    all = H.whole_lines(H.read(full))
     table.sort(all)
     table.sort(got)
     assert.same(all, got)
@@ -458,7 +478,8 @@ print(p.agent.script, p.input.format, p.config.k, p3.config.k, #p.query, r2[2].p
     -- then the resume completes it, as an uninterrupted run
     local st3, _, err3 = run({ "--input", q, "--out", out })
     assert.equals(0, st3, err3)
-    local got = lines_of(out)
+    local got = H.whole_lines(H.read(out))
+    all = H.whole_lines(H.read(full))
     table.sort(got)
     table.sort(all)
     local function stable(ls)
