@@ -24,7 +24,10 @@ drops the rest: a line cut off or damaged, one that is not JSON or has no
 id, blank lines. Each dropped line is named (FILE:LINE: why). The file is
 replaced (a new file renamed over it) unless -o names another; then
 `specula run ... --out RESULTS.jsonl` resumes it and runs what is missing.
-Records of another run are not its business: resume refuses those.]],
+Records of another run are not its business: resume refuses those. A
+dropped line that carried its run's whole provenance hands it to the run's
+first kept record when it can be read; when it cannot, the records that
+name that run only are refused and nothing is written.]],
   positional = "files",
   options = {
     { "--out", "-o", key = "out", arg = "FILE", shown = "RESULTS.jsonl itself",
