@@ -1,7 +1,14 @@
--- specula.provenance: where a record came from, written into every record of
+-- specula.provenance: where a record came from, written with the records of
 -- `specula run` and checked by every reader (resume, merge, compare, report).
 --
--- A record's "provenance" object (keys sorted like the rest of the line):
+-- In a records file (or stdout) the first record of each run this process
+-- writes carries the whole object below; the run's later records carry
+-- {"query":Q,"run":R} only, and every reader takes the rest from the latest
+-- whole provenance of that run above the record in the same file (M.reader),
+-- refusing a record whose run has none there. The whole object is then
+-- written once per run and file, not once per record.
+--
+-- A record's whole "provenance" object (keys sorted like the rest of the line):
 --   version  the specula that wrote it
 --   agent    { script = file name, sha256 = its digest, modules = { name = digest } }:
 --            the modules beside the script that it loaded (`require "helper"`)
@@ -405,6 +412,18 @@ function M.raw(built, qdigest)
   return setmetatable({ built.pre, qdigest, built.post }, raw_mt)
 end
 
+--- A later record's provenance in the same stream: its query and its run's
+-- digest only, {"query":Q,"run":R} (a json.raw value). Readers take the
+-- rest from the run's full provenance above it (M.reader).
+function M.raw_short(built, qdigest)
+  local post = built.short_post
+  if not post then
+    post = format('","run":"%s"}', built.run)
+    built.short_post = post
+  end
+  return setmetatable({ '{"query":"', qdigest, post }, raw_mt)
+end
+
 -- ---- reading it back --------------------------------------------------------
 
 local function show(v)
@@ -505,6 +524,170 @@ function M.check_record(rec, file, line)
 end
 
 local function short(d) return type(d) == "string" and d:sub(1, 12) or "?" end
+
+-- ---- a records file, read in order -------------------------------------------
+--
+-- In a records stream the first record of each run carries its whole
+-- provenance; the later ones carry {"query":Q,"run":R} (M.raw_short). A
+-- reader expands such a record from the latest whole provenance of the same
+-- run above it in the same file, so what comes after reading sees every
+-- record's whole provenance, as before.
+
+local FULL_KEYS = { "version", "agent", "input", "config" }
+
+-- A SHA-256 digest as specula writes it: 64 lowercase hex digits.
+local function is_digest(v) return type(v) == "string" and #v == 64 and not v:find("[^0-9a-f]") end
+M.is_digest = is_digest
+
+-- Whether p (a provenance object) names its run only: none of the parts a
+-- whole one has.
+local function names_run_only(p)
+  for _, k in ipairs(FULL_KEYS) do if p[k] ~= nil then return false end end
+  return true
+end
+
+local reader_mt = {}
+reader_mt.__index = reader_mt
+
+--- The reader of one records file: reader:expand(rec, file, line) in file
+-- order, for every record read (M.reader() again for the next file).
+function M.reader()
+  return setmetatable({ full = {}, bad = {} }, reader_mt)
+end
+
+--- Check the provenance of a record read from FILE at LINE and give a
+-- short one its run's whole provenance (rec.provenance replaced by a new
+-- table sharing the version, agent, input and config of the whole one):
+-- true, or nil and "FILE:LINE: why". A record without provenance (an older
+-- specula wrote it) is true; a whole one is checked as M.check_record does
+-- (the same words) and becomes its run's provenance for the records below.
+-- Returns true, short (whether it was short) on success.
+function reader_mt:expand(rec, file, line)
+  if type(rec) ~= "table" then return true end
+  local p = rec.provenance
+  if p == nil then return true end
+  if type(p) ~= "table" or p == json.null or not names_run_only(p) then
+    local ok, why = M.check_record(rec, file, line)
+    if not ok then
+      if type(p) == "table" and type(p.run) == "string" then self.bad[p.run] = format("%s:%s", tostring(file), tostring(line)) end
+      return nil, why
+    end
+    self.full[p.run] = p
+    return true, false
+  end
+  local where = format("%s:%s", tostring(file), tostring(line))
+  for k in pairs(p) do
+    if k ~= "query" and k ~= "run" then
+      return nil, format("%s: provenance has '%s' beside its query and run: a record's provenance is whole "
+        .. "(version, agent, input, config, query, run) or names its run (query and run only)", where,
+        json.utf8_clean(tostring(k)))
+    end
+  end
+  if p.run == nil then return nil, where .. ": provenance has no run digest" end
+  if p.query == nil then return nil, where .. ": provenance has no query" end
+  if not is_digest(p.run) then
+    return nil, format("%s: provenance.run is not a SHA-256 digest (64 hex digits): %s", where, show(p.run))
+  end
+  if not is_digest(p.query) then
+    return nil, format("%s: provenance.query is not a SHA-256 digest (64 hex digits): %s", where, show(p.query))
+  end
+  local f = self.full[p.run]
+  if not f then
+    local bad = self.bad[p.run]
+    if bad then
+      return nil, format("%s: provenance.run %s: the run's full provenance, at %s, was refused (see there)", where,
+        short(p.run), bad)
+    end
+    return nil, format("%s: provenance.run %s: the run's full provenance is not in this file above this record "
+      .. "(the first record of each run carries it: was the file cut or filtered? keep each run's first record)",
+      where, short(p.run))
+  end
+  rec.provenance = { version = f.version, agent = f.agent, input = f.input, config = f.config, query = p.query,
+                     run = p.run }
+  return true, true
+end
+
+-- The position of the quote closing the JSON string that opens at s.
+local find, byte = string.find, string.byte
+local function string_end(text, s)
+  local j = s + 1
+  while true do
+    local q = find(text, '["\\]', j)
+    if not q then return nil end
+    if byte(text, q) == 92 then j = q + 2 else return q end
+  end
+end
+
+--- The top-level member `name` of a record's JSON line when its value is
+-- an object: the positions of its first and last bytes, or nil. Strings are
+-- skipped whole and only keys of the outer object count, so a nested
+-- object or a string holding the same text is never taken.
+local function member(text, name)
+  local depth, i = 0, 1
+  while true do
+    local s, _, c = find(text, '([{}%[%]"])', i)
+    if not s then return nil end
+    if c == '"' then
+      local e = string_end(text, s)
+      if not e then return nil end
+      if depth == 1 and sub(text, s + 1, e - 1) == name then
+        local _, ce = find(text, "^%s*:%s*", e + 1)
+        if ce then
+          -- the key: its value runs to the brace that closes it
+          if byte(text, ce + 1) ~= 123 then return nil end
+          local d, j = 0, ce + 1
+          repeat
+            local t, _, tc = find(text, '([{}%[%]"])', j)
+            if not t then return nil end
+            if tc == '"' then
+              local q = string_end(text, t)
+              if not q then return nil end
+              j = q + 1
+            else
+              d = d + ((tc == "{" or tc == "[") and 1 or -1)
+              j = t + 1
+            end
+          until d == 0
+          return ce + 1, j - 1
+        end
+      end
+      i = e + 1
+    else
+      depth = depth + ((c == "{" or c == "[") and 1 or -1)
+      i = s + 1
+    end
+  end
+end
+M.member = member
+
+--- Lines written again (merge, repair, a resume that drops lines), in
+-- their new order, so that the file follows the rule: a run's first record
+-- carries its whole provenance, and so does the next one whose input
+-- differs from the last whole one written; the others name their run only
+-- (with `keep`, a whole one stays whole: repair and resume change only what
+-- they must). Returns line(text, rec, short) -> the text to write: rec as a
+-- reader expanded it, short whether its line names its run only.
+function M.restream(keep)
+  local last = {}   -- run -> the canonical input of its last whole provenance written
+  return function(text, rec, short_line)
+    local p = type(rec) == "table" and rec.provenance or nil
+    if type(p) ~= "table" or type(p.run) ~= "string" or p.input == nil then return text end
+    local input = json.canonical(p.input)
+    local splice
+    if last[p.run] ~= input then
+      last[p.run] = input
+      if not short_line then return text end
+      splice = json.canonical({ version = p.version, agent = p.agent, input = p.input, config = p.config,
+                                query = p.query, run = p.run })
+    else
+      if short_line or keep then return text end
+      splice = format('{"query":"%s","run":"%s"}', tostring(p.query), p.run)
+    end
+    local a, b = member(text, "provenance")
+    if not a then return text end
+    return sub(text, 1, a - 1) .. splice .. sub(text, b + 1)
+  end
+end
 
 local function what_of(v)
   if v == nil or v == json.null then return "none" end

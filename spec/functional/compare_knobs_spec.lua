@@ -40,7 +40,7 @@ end
 
 local function recs_by_config(path)
   local by = {}
-  for _, r in ipairs(H.jsonl(H.read(path))) do
+  for _, r in ipairs((H.records(H.read(path)))) do
     by[r.config] = by[r.config] or {}
     table.insert(by[r.config], r)
   end
@@ -213,8 +213,9 @@ describe("specula compare on separate runs", function()
   end)
 
   it("refuses one run's queries given twice in two files", function()
-    local lines = {}
-    for l in H.read(forbid):gmatch("[^\n]+") do lines[#lines + 1] = l end
+    -- each record with its whole provenance, so that any part of the file
+    -- stands alone (docs/cli.md "provenance")
+    local lines = H.whole_lines(H.read(forbid))
     local a = H.tmpfile("half_a.jsonl", table.concat(lines, "\n", 1, 5) .. "\n")
     local b = H.tmpfile("half_b.jsonl", table.concat(lines, "\n", 4, 8) .. "\n")
     local st, _, err = H.specula({ "compare", a, b })

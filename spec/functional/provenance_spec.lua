@@ -1,7 +1,9 @@
 -- Provenance: every record says where it came from (specula version, digests
 -- of the agent script and the modules beside it, of the input and the query,
 -- the run's whole configuration), and resume, merge, compare and report read
--- it: a file from another run is never mixed in silently.
+-- it: a file from another run is never mixed in silently. In a file, the
+-- first record of each run carries the whole object, the later ones its
+-- query and run only (docs/cli.md "provenance"): readers expand them.
 local H = require "support.helpers"
 local cjson = require "cjson"
 local EX = H.root .. "/examples/multihop_sim.lua"
@@ -107,8 +109,17 @@ describe("provenance in every record", function()
       "--quiet" })
     assert.equals(0, st, err)
     local _, ver = H.specula({ "--version" })
-    local lines = lines_of(out)
-    assert.equals(3, #lines)
+    local written = lines_of(out)
+    assert.equals(3, #written)
+    -- the first record carries the whole provenance, the others their
+    -- query and run only
+    local short1 = cjson.decode(written[2]).provenance
+    assert.same({ "query", "run" }, (function() local k = {} for x in pairs(short1) do k[#k + 1] = x end
+      table.sort(k) return k end)())
+    assert.equals(cjson.decode(written[1]).provenance.run, short1.run)
+    local lines, nwhole = H.whole_lines(H.read(out))
+    assert.equals(1, nwhole)
+    assert.is_nil(written[3]:find('"agent":', 1, true))
     local runs = {}
     for i, line in ipairs(lines) do
       local r = cjson.decode(line)
@@ -188,14 +199,18 @@ describe("provenance in every record", function()
     local st, _, err = run({ "--input", q, "--compare", "sequential,spechop:k=2", "--out", out, "--shard", "1/2" })
     assert.equals(0, st, err)
     local runs = {}
-    for _, line in ipairs(lines_of(out)) do
-      local r = cjson.decode(line)
+    local recs, nwhole = H.records(H.read(out))
+    -- one whole provenance per configuration: its first record's
+    assert.equals(2, nwhole)
+    for i, line in ipairs(lines_of(out)) do
+      local r = recs[i]
       assert.is_table(r.provenance)
       assert.equals(r.stats.mode, r.provenance.config.mode)
+      assert.equals(runs[r.config] == nil, line:find('"provenance":{"agent":', 1, true) ~= nil)
       runs[r.config] = runs[r.config] or r.provenance.run
       assert.equals(runs[r.config], r.provenance.run)
     end
-    assert.equals(1, cjson.decode(lines_of(out)[3]).provenance.config.k == 2 and 1 or 0)
+    assert.equals(2, recs[3].provenance.config.k)
     assert.not_equals(runs.sequential, runs["spechop:k=2"])
   end)
 end)
@@ -432,8 +447,13 @@ print(p.agent.script, p.input.format, p.config.k, p3.config.k, #p.query, r2[2].p
     local part = H.tmpfile("dup_part.jsonl", table.concat(all, "\n", 1, 5) .. "\n")
     local st, _, err = run({ "--input", dq, "--out", part })
     assert.equals(0, st, err)
-    local got = lines_of(part)
+    -- the resumed file holds a second whole provenance (the resuming run's
+    -- first record); read as readers read it, the records are the same
+    local got, nwhole = H.whole_lines(H.read(part))
     assert.equals(13, #got)
+    assert.equals(2, nwhole)
+    assert.matches('"provenance":{"agent":', lines_of(part)[6], 1, true)
+    all = H.whole_lines(H.read(full))
     table.sort(all)
     table.sort(got)
     assert.same(all, got)
@@ -458,7 +478,8 @@ print(p.agent.script, p.input.format, p.config.k, p3.config.k, #p.query, r2[2].p
     -- then the resume completes it, as an uninterrupted run
     local st3, _, err3 = run({ "--input", q, "--out", out })
     assert.equals(0, st3, err3)
-    local got = lines_of(out)
+    local got = H.whole_lines(H.read(out))
+    all = H.whole_lines(H.read(full))
     table.sort(got)
     table.sort(all)
     local function stable(ls)
@@ -699,5 +720,177 @@ describe("compare and report show the provenance they read", function()
     assert.equals(2, #cjson.decode(H.read(tc)).specula.runs)
     st, _, err = H.specula({ "report", c, "--trace", tc, "-o", html })
     assert.equals(0, st, err)
+  end)
+end)
+
+describe("a run's whole provenance is written once per file", function()
+  local q
+  setup(function() q = H.tmpfile("once_in.jsonl", queries(6)) end)
+
+  local function whole_at(path)
+    local at = {}
+    for i, l in ipairs(lines_of(path)) do
+      if l:find('"provenance":{"agent":', 1, true) then at[#at + 1] = i
+      else assert.matches('"provenance":{"query":"%x+","run":"%x+"}', l) end
+    end
+    return at
+  end
+
+  it("in the first record of each run, to a file or to stdout; the rest name their run", function()
+    local out = H.tmpfile("once.jsonl")
+    os.remove(out)
+    assert.equals(0, (run({ "--input", q, "--out", out, "--concurrency", "1" })))
+    assert.same({ 1 }, whole_at(out))
+    local st, text, err = run({ "--input", q, "--concurrency", "1" })
+    assert.equals(0, st, err)
+    assert.equals(H.read(out), text)
+    -- one per configuration of --compare
+    local cmp = H.tmpfile("once_cmp.jsonl")
+    os.remove(cmp)
+    assert.equals(0, (run({ "--input", q, "--out", cmp, "--compare", "sequential,spechop:k=2,spechop:k=3" })))
+    assert.same({ 1, 7, 13 }, whole_at(cmp))
+    local recs = H.records(H.read(cmp))
+    assert.equals(18, #recs)
+    for i, r in ipairs(recs) do assert.equals(recs[math.floor((i - 1) / 6) * 6 + 1].provenance.run, r.provenance.run) end
+  end)
+
+  it("a resume appends a whole one again (its input may have grown), and the file reads back", function()
+    local small = H.tmpfile("once_grow_in.jsonl", queries(3))
+    local out = H.tmpfile("once_grow.jsonl")
+    os.remove(out)
+    assert.equals(0, (run({ "--input", small, "--out", out })))
+    -- the input grows: the resume is the same run, its input digest another
+    H.tmpfile("once_grow_in.jsonl", queries(6))
+    local st, _, err = run({ "--input", small, "--out", out })
+    assert.equals(0, st, err)
+    assert.same({ 1, 4 }, whole_at(out))
+    local recs = H.records(H.read(out))
+    assert.equals(recs[1].provenance.run, recs[6].provenance.run)
+    assert.equals(sha256sum_file(small), recs[5].provenance.input.sha256)
+    assert.not_equals(recs[1].provenance.input.sha256, recs[5].provenance.input.sha256)
+    -- compare, report and a further resume read it
+    assert.equals(0, (H.specula({ "compare", out })))
+    assert.equals(0, (H.specula({ "report", out, "-o", H.tmpfile("once_grow.html") })))
+    local before = H.read(out)
+    st, _, err = run({ "--input", small, "--out", out })
+    assert.equals(0, st, err)
+    assert.equals(before, H.read(out))
+  end)
+
+  it("--retry-failed dropping the record that carried it moves it to the run's next kept record", function()
+    local agent = H.root .. "/spec/functional/scripts/integrity.lua"
+    local fq = H.tmpfile("once_retry_in.jsonl", '{"id":"fail_1","query":"x"}\n{"id":"a1","query":"y"}\n'
+      .. '{"id":"a2","query":"z"}\n')
+    local out = H.tmpfile("once_retry.jsonl")
+    os.remove(out)
+    local st, _, err = H.specula({ "run", agent, "--input", fq, "--out", out, "--quiet", "--concurrency", "1" },
+      { INTEGRITY_FAIL = "1" })
+    assert.equals(3, st, err)
+    local ls = lines_of(out)
+    assert.matches('"id":"fail_1"', ls[1], 1, true)
+    assert.same({ 1 }, whole_at(out))
+    st, _, err = H.specula({ "run", agent, "--input", fq, "--out", out, "--retry-failed", "--quiet" })
+    assert.equals(0, st, err)
+    ls = lines_of(out)
+    assert.equals(3, #ls)
+    -- a1 (now first) carries it; the rerun record is the new run's first
+    assert.matches('"id":"a1"', ls[1], 1, true)
+    assert.same({ 1, 3 }, whole_at(out))
+    local recs = H.records(H.read(out))
+    assert.is_nil(recs[3].error)
+    assert.equals(0, (H.specula({ "compare", out })))
+  end)
+
+  it("merge writes it in the first record of each configuration of the union, which every reader reads", function()
+    local s = {}
+    for i = 0, 2 do
+      s[i + 1] = H.tmpfile(nil)
+      os.remove(s[i + 1])
+      assert.equals(0, (run({ "--input", q, "--out", s[i + 1], "--shard", i .. "/3", "--compare",
+        "sequential,spechop:k=2" })))
+      assert.same({ 1, 3 }, whole_at(s[i + 1]))
+    end
+    local m = H.tmpfile("once_merged.jsonl")
+    local st, _, err = H.specula({ "merge", s[1], s[2], s[3], "-o", m, "--input", q })
+    assert.equals(0, st, err)
+    assert.same({ 1, 7 }, whole_at(m))
+    -- the same records as the shards', each with its whole provenance
+    local union = {}
+    for _, f in ipairs(s) do for _, l in ipairs(H.whole_lines(H.read(f))) do union[#union + 1] = l end end
+    local got = H.whole_lines(H.read(m))
+    table.sort(union)
+    table.sort(got)
+    assert.same(union, got)
+    assert.equals(0, (H.specula({ "compare", m })))
+    assert.equals(0, (H.specula({ "report", m, "-o", H.tmpfile("once_merged.html") })))
+    local again = H.tmpfile("once_merged2.jsonl")
+    st, _, err = H.specula({ "merge", m, "-o", again, "--input", q })
+    assert.equals(0, st, err)
+    assert.equals(H.read(m), H.read(again))
+  end)
+
+  it("repair: a dropped line that carried it hands it on when it could be read, else the records are refused",
+    function()
+    local full = H.tmpfile("once_rep_full.jsonl")
+    os.remove(full)
+    assert.equals(0, (run({ "--input", q, "--out", full })))
+    local ls = lines_of(full)
+    -- line 1 without its id: dropped, its provenance carried to line 2
+    local r1 = ls[1]:gsub('"id":"q%d+",', "", 1)
+    local f = H.tmpfile("once_rep.jsonl", table.concat({ r1, ls[2], ls[3], ls[4], ls[5], ls[6] }, "\n") .. "\n")
+    local st, _, err = H.specula({ "repair", f })
+    assert.equals(0, st, err)
+    assert.matches("kept 5 records, dropped 1 line", err, 1, true)
+    assert.same({ 1 }, whole_at(f))
+    local want = H.whole_lines(H.read(full))
+    table.remove(want, 1)
+    assert.same(want, (H.whole_lines(H.read(f))))
+    assert.equals(0, (H.specula({ "compare", f })))
+    -- line 1 cut: the records of its run cannot be tied to it; nothing written
+    local cut = H.tmpfile("once_rep_cut.jsonl", ls[1]:sub(1, 300) .. "\n" .. table.concat(ls, "\n", 2) .. "\n")
+    local before = H.read(cut)
+    st, _, err = H.specula({ "repair", cut })
+    assert.equals(1, st, err)
+    assert.matches(cut .. ":2: provenance.run ", err, 1, true)
+    assert.matches("the run's full provenance is not in this file above this record", err, 1, true)
+    assert.equals(before, H.read(cut))
+  end)
+
+  it("report skips a line that is no results record but still takes its run's whole provenance from it", function()
+    local out = H.tmpfile("once_skip.jsonl")
+    os.remove(out)
+    assert.equals(0, (run({ "--input", q, "--out", out })))
+    local ls = lines_of(out)
+    ls[1] = ls[1]:gsub('"stats":%b{},', "", 1)
+    H.tmpfile("once_skip.jsonl", table.concat(ls, "\n") .. "\n")
+    local st, _, err = H.specula({ "report", out, "-o", H.tmpfile("once_skip.html") })
+    assert.equals(0, st, err)
+    assert.matches(out .. ":1: no stats object", err, 1, true)
+    assert.matches("wrote .- %(5 queries, 1 configuration, 1 lines skipped%)", err)
+  end)
+
+  it("an edited whole provenance is refused as before; specula.run keeps every record's whole one", function()
+    local out = H.tmpfile("once_edit.jsonl")
+    os.remove(out)
+    assert.equals(0, (run({ "--input", q, "--out", out })))
+    local ls = lines_of(out)
+    ls[1] = ls[1]:gsub('"seed":0,', '"seed":3,', 1)
+    H.tmpfile("once_edit.jsonl", table.concat(ls, "\n") .. "\n")
+    local st, _, err = run({ "--input", q, "--out", out })
+    assert.equals(2, st, err)
+    assert.matches(out .. ":1: provenance.run is %x+ but its fields digest to %x+ %(the record was edited%)", err)
+    -- the records specula.run returns are in memory: each its whole table
+    local prog = H.tmpfile("once_api.lua", [[
+local specula = require "specula"
+local a = specula.sim.multihop { hops = 2, p = 0.5, seg = 1, spec = 1, target = 3 }
+local rs = specula.run(a, { queries = { "one", "two", "three" }, clock = "virtual" })
+for _, r in ipairs(rs) do
+  local p = r.provenance
+  print(p.version ~= nil, p.agent ~= nil, p.input ~= nil, p.config ~= nil, p.run == rs[1].provenance.run)
+end
+]])
+    local st2, text, err2 = H.specula({ "run", prog })
+    assert.equals(0, st2, err2)
+    assert.equals(("true\ttrue\ttrue\ttrue\ttrue\n"):rep(3), text)
   end)
 end)

@@ -268,7 +268,7 @@ describe("specula verifiers", function()
       b[#b + 1], b[#b + 2] = "--out", without
       st, _, err = H.specula(b)
       assert.are.equal(0, st, err)
-      local recs, plain = H.jsonl(H.read(with)), H.jsonl(H.read(without))
+      local recs, plain = H.records(H.read(with)), H.records(H.read(without))
       -- without the flag no record carries the field; with it, the records
       -- are those plus the field (the run itself does not change)
       local acc, rej, entries = 0, 0, 0
@@ -292,7 +292,7 @@ describe("specula verifiers", function()
       end
       assert.is_true(acc > 0 and rej > 0)
       -- the provenance says which run kept its candidates: the rest is equal
-      local kept = strip_candidates(H.jsonl(H.read(with)))
+      local kept = strip_candidates(H.records(H.read(with)))
       for i, r in ipairs(kept) do
         assert.is_true(r.provenance.config.keep_candidates)
         assert.is_false(plain[i].provenance.config.keep_candidates)

@@ -184,6 +184,70 @@ function H.jsonl(text)
   return out
 end
 
+-- The text of the top-level "provenance" object of a canonical record line
+-- and where it is (first, last), or nil. (Written here, apart from
+-- specula.provenance, so the specs check the file format, not the reader.)
+local function prov_span(line)
+  local i = line:find('"provenance":{', 1, true)
+  if not i then return nil end
+  local j = i + #'"provenance":'
+  local p, depth = j, 0
+  while p <= #line do
+    local c = line:sub(p, p)
+    if c == '"' then
+      p = p + 1
+      while line:sub(p, p) ~= '"' do
+        if line:sub(p, p) == "\\" then p = p + 1 end
+        p = p + 1
+      end
+    elseif c == "{" then depth = depth + 1
+    elseif c == "}" then
+      depth = depth - 1
+      if depth == 0 then return line:sub(j, p), j, p end
+    end
+    p = p + 1
+  end
+  error("unbalanced provenance object in " .. line:sub(1, 200))
+end
+H.prov_span = prov_span
+
+-- The lines of a records file (its text) as a reader sees them: a record
+-- whose provenance names its run only ({"query":Q,"run":R}) given the whole
+-- provenance of the latest record of that run above it, with its own query
+-- (an error when there is none: the rule of docs/cli.md "provenance").
+-- Returns the lines and how many carried a whole provenance.
+function H.whole_lines(text)
+  local out, whole, nwhole = {}, {}, 0
+  for line in text:gmatch("[^\n]+") do
+    local ptext, a, b = prov_span(line)
+    if ptext then
+      local q, run = ptext:match('^{"query":"(%x+)","run":"(%x+)"}$')
+      if q then
+        local w = whole[run]
+        assert(w, "a short provenance with no whole one of its run above it: " .. line:sub(1, 200))
+        line = line:sub(1, a - 1) .. (w:gsub('"query":"%x+"', '"query":"' .. q .. '"')) .. line:sub(b + 1)
+      else
+        local r = ptext:match('"run":"(%x+)","version":[^,]*}$')
+        assert(r, "a provenance neither whole nor short: " .. ptext)
+        whole[r] = ptext
+        nwhole = nwhole + 1
+      end
+    end
+    out[#out + 1] = line
+  end
+  return out, nwhole
+end
+
+-- The records of a records file's text, decoded, each with its whole
+-- provenance (H.whole_lines); and how many lines carried a whole one.
+function H.records(text)
+  local lines, n = H.whole_lines(text)
+  local cj = require "cjson"
+  local out = {}
+  for i, l in ipairs(lines) do out[i] = cj.decode(l) end
+  return out, n
+end
+
 -- Strict UTF-8 check (RFC 3629): true, or false and "byte N: why". Rejects
 -- stray continuation bytes, overlong forms (C0, C1, E0 80..9F, F0 80..8F),
 -- UTF-16 surrogates (ED A0..BF), code points above U+10FFFF (F4 90.., F5..FF)

@@ -148,3 +148,74 @@ describe("provenance", function()
     assert.matches("2 records without provenance", lines[3], 1, true)
   end)
 end)
+
+describe("provenance in a records file", function()
+  local function line(rec) return json.canonical(rec) end
+
+  it("a later record names its run only; a reader gives it the run's whole provenance from above", function()
+    local b = sample()
+    local q1, q2 = ("1"):rep(64), ("2"):rep(64)
+    local l1 = line({ id = "a", provenance = prov.raw(b, q1) })
+    local l2 = line({ id = "b", provenance = prov.raw_short(b, q2) })
+    assert.equals(string.format('{"id":"b","provenance":{"query":"%s","run":"%s"}}', q2, b.run), l2)
+    local rd = prov.reader()
+    local r1, r2 = json.decode(l1), json.decode(l2)
+    assert.same({ true, false }, { rd:expand(r1, "f", 1) })
+    assert.same({ true, true }, { rd:expand(r2, "f", 2) })
+    assert.equals(q2, r2.provenance.query)
+    assert.same(r1.provenance.config, r2.provenance.config)
+    assert.equals(r1.provenance.input, r2.provenance.input)
+    assert.is_true(prov.check(r2.provenance))
+    -- another reader (another file) has no whole one of that run
+    local ok, why = prov.reader():expand(json.decode(l2), "g", 7)
+    assert.is_nil(ok)
+    assert.matches("^g:7: provenance.run " .. b.run:sub(1, 12) .. ": the run's full provenance is not in this file", why)
+    -- a whole one that was edited: its run's later records say where
+    local bad = json.decode(l1)
+    bad.provenance.config.k = 9
+    local rd2 = prov.reader()
+    assert.is_nil((rd2:expand(bad, "h", 1)))
+    ok, why = rd2:expand(json.decode(l2), "h", 2)
+    assert.is_nil(ok)
+    assert.matches("full provenance, at h:1, was refused", why, 1, true)
+    -- records without provenance, or not objects, are not its business
+    assert.is_true((rd:expand({ id = "x" }, "f", 3)))
+    assert.is_true((rd:expand("text", "f", 4)))
+  end)
+
+  it("finds the record's own provenance member, not a nested one nor text inside a string", function()
+    local p = '{"query":"' .. ("1"):rep(64) .. '","run":"' .. ("2"):rep(64) .. '"}'
+    local text = '{"answer":"\\"provenance\\":{\\"x\\":1}","gold":{"provenance":{"a":[1,{"b":"}"}]}},"id":"q",'
+      .. '"provenance":' .. p .. ',"stats":{"k":"{"}}'
+    local a, b = prov.member(text, "provenance")
+    assert.equals(p, text:sub(a, b))
+    assert.is_nil(prov.member('{"id":"q","provenance":"text"}', "provenance"))
+    assert.is_nil(prov.member('{"id":"q"}', "provenance"))
+  end)
+
+  it("restream: whole in a run's first line and where its input changes, short elsewhere", function()
+    local b = sample()
+    local function rec(q, input)
+      local t = { version = b.t.version, agent = b.t.agent, config = b.t.config, input = input or b.t.input,
+                  run = b.run, query = q }
+      return { provenance = t }
+    end
+    local q = ("3"):rep(64)
+    local whole = line({ id = "a", provenance = prov.raw(b, q) })
+    local short = line({ id = "a", provenance = prov.raw_short(b, q) })
+    local other_in = { file = "q.jsonl", format = "auto", sha256 = ("f"):rep(64) }
+    local w = prov.restream()
+    assert.equals(whole, w(short, rec(q), true))       -- first of its run: made whole
+    assert.equals(short, w(whole, rec(q), false))      -- later: made short
+    assert.equals(short, w(short, rec(q), true))
+    local changed = w(short, rec(q, other_in), true)   -- another input: whole again
+    assert.equals(other_in.sha256, json.decode(changed).provenance.input.sha256)
+    assert.is_true(prov.check(json.decode(changed).provenance))
+    -- keep: a whole line stays whole
+    local k = prov.restream(true)
+    assert.equals(whole, k(whole, rec(q), false))
+    assert.equals(whole, k(whole, rec(q), false))
+    -- no provenance: unchanged
+    assert.equals('{"id":"x"}', w('{"id":"x"}', { id = "x" }, false))
+  end)
+end)

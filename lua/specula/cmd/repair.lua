@@ -24,7 +24,10 @@ drops the rest: a line cut off or damaged, one that is not JSON or has no
 id, blank lines. Each dropped line is named (FILE:LINE: why). The file is
 replaced (a new file renamed over it) unless -o names another; then
 `specula run ... --out RESULTS.jsonl` resumes it and runs what is missing.
-Records of another run are not its business: resume refuses those.]],
+Records of another run are not its business: resume refuses those. A
+dropped line that carried its run's whole provenance hands it to the run's
+first kept record when it can be read; when it cannot, the records that
+name that run only are refused and nothing is written.]],
   positional = "files",
   options = {
     { "--out", "-o", key = "out", arg = "FILE", shown = "RESULTS.jsonl itself",
@@ -44,9 +47,15 @@ local function fail(msg) sched.plain_error("specula repair: " .. msg, 1) end
 -- and the number of blank lines (removed too). With `path`, a complete
 -- record whose provenance was edited stops it: nil and "FILE:LINE: why"
 -- (the check every reader of records makes; repair mends cut lines, it
--- does not pass on edited ones).
+-- does not pass on edited ones). So does a kept record that names its run
+-- only when no whole provenance of that run is above it (the line that
+-- carried it is unreadable: the record could not be tied to its run). When
+-- the line that carried it is dropped but could be read (a JSON object
+-- without an id), the first kept record of that run carries it instead.
 function M.split(text, path)
   local keep, dropped, blank, ln, pos, n = {}, {}, 0, 0, 1, #text
+  local prov = require "specula.provenance"
+  local rd, restream = prov.reader(), prov.restream(true)
   while pos <= n do
     local nl = text:find("\n", pos, true)
     local line = text:sub(pos, (nl or (n + 1)) - 1)
@@ -59,10 +68,14 @@ function M.split(text, path)
       local ok, r = pcall(json.decode, line)
       if not ok or r == nil then why = nl and "not JSON" or "cut off (the last line, without its newline)"
       elseif type(r) ~= "table" or r[1] ~= nil then why = "not a JSON object"
-      elseif r.id == nil or r.id == json.null then why = "no id"
+      elseif r.id == nil or r.id == json.null then
+        why = "no id"
+        -- dropped, but a whole provenance on it still ties the records below
+        if path then rd:expand(r, path, ln) end
       elseif path then
-        local okp, perr = require("specula.provenance").check_record(r, path, ln)
-        if not okp then return nil, perr end
+        local okp, short = rd:expand(r, path, ln)
+        if not okp then return nil, short end
+        line = restream(line, r, short)
       end
     end
     if why then dropped[#dropped + 1] = { line = ln, why = why }

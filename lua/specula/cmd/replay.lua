@@ -68,13 +68,14 @@ local function edited_record(path)
   local f = io.open(path, "rb")
   if not f then return nil end   -- C says why it cannot be read
   local json, prov = require "specula.json", require "specula.provenance"
+  local rd = prov.reader()   -- a short provenance needs its run's whole one above it
   local ln = 0
   for line in f:lines() do
     ln = ln + 1
     if line:find('"provenance"', 1, true) then
       local ok, r = pcall(json.decode, line)
       if ok and type(r) == "table" then
-        local good, why = prov.check_record(r, path, ln)
+        local good, why = rd:expand(r, path, ln)
         if not good then
           f:close()
           return why

@@ -321,6 +321,7 @@ function M.read(path, fmt, out, warn)
   local f, err = io.open(path, "r")
   if not f then return nil, format("cannot read %s", tostring(err)) end
   local ln, added, skipped = 0, 0, 0
+  local rd = require("specula.provenance").reader()   -- results records: see specula.provenance.reader
   for line in f:lines() do
     ln = ln + 1
     if line:find("%S") then
@@ -333,7 +334,7 @@ function M.read(path, fmt, out, warn)
         -- a results record: an edited provenance is refused, as by every
         -- reader of records (conversations carry none)
         if type(v) == "table" and v.provenance ~= nil then
-          local okp, perr = require("specula.provenance").check_record(v, path, ln)
+          local okp, perr = rd:expand(v, path, ln)
           if not okp then
             f:close()
             return nil, perr

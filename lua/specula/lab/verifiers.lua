@@ -607,6 +607,7 @@ function M.read_results(path)
   local f, err = io.open(path, "rb")
   if not f then return nil, format("results file '%s': %s", path, tostring(err)) end
   local recs, lineno = {}, 0
+  local rd = require("specula.provenance").reader()
   for line in f:lines() do
     lineno = lineno + 1
     if line:find("%S") then
@@ -615,8 +616,9 @@ function M.read_results(path)
         f:close()
         return nil, format("%s:%d: not a JSON object (a results file has one record per line)", path, lineno)
       end
-      -- an edited provenance is refused, as by every reader of records
-      local okp, perr = require("specula.provenance").check_record(r, path, lineno)
+      -- an edited provenance is refused, as by every reader of records (a
+      -- short one expanded from its run's first record above it)
+      local okp, perr = rd:expand(r, path, lineno)
       if not okp then
         f:close()
         return nil, perr, "provenance"

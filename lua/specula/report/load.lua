@@ -43,6 +43,9 @@ local function load_file(path, seq, warnings)
     fail("cannot read results file '" .. path .. "': " .. open_reason(path, rerr))
   end
   local recs, lineno, nonblank = {}, 0, 0
+  -- a record naming its run only takes the rest from the run's first record
+  -- above it (specula.provenance.reader)
+  local rd = require("specula.provenance").reader()
   for line in f:lines() do
     lineno = lineno + 1
     if line:find("%S") then
@@ -51,12 +54,14 @@ local function load_file(path, seq, warnings)
       local problem
       if r == nil then problem = "invalid JSON (" .. tostring(derr) .. ")" else problem = record_problem(r) end
       if problem then
+        -- skipped, but a run's whole provenance on it still counts below
+        if type(r) == "table" then rd:expand(r, path, lineno) end
         local w = format("%s:%d: %s; line skipped", path, lineno, problem)
         warn(w)
         warnings[#warnings + 1] = w
       else
         -- an edited provenance is refused, as by every reader of records
-        local ok, why = require("specula.provenance").check_record(r, path, lineno)
+        local ok, why = rd:expand(r, path, lineno)
         if not ok then
           f:close()
           fail(why)

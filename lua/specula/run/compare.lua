@@ -435,8 +435,7 @@ function M.cli_main(o)
   for _, e in ipairs(resultfiles.read_records(files, "specula compare")) do
     local p = e.rec.provenance
     if type(p) == "table" then
-      local ok, why = provenance.check_record(e.rec, e.file, e.line)
-      if not ok then sched.plain_error("specula compare: " .. why) end
+      -- (checked and expanded as read: specula.run.resultfiles)
       -- one run's query id in two files: the same run given twice, or one
       -- run's configuration on two inputs (one row cannot pair those)
       local key = p.run .. "\0" .. tostring(e.rec.id)
@@ -569,15 +568,42 @@ local function make_runs(agent, o, src, script, configs, opts)
   return runs, by_name
 end
 
+-- What the table needs of a record read back from --out (specula.run.tally
+-- reads no more): its id, configuration, answer, gold and error, the
+-- numbers of its stats, and its agreement text when a configuration is
+-- sequential. The record's trajectory, stages and provenance go: a
+-- resumed sweep keeps a few hundred bytes per skipped record, not its tables.
+local TALLY_STATS = { "wall_ms", "standard_ms", "wasted_calls", "wasted_cost" }
+local TALLY_CALLS = { "model", "target", "speculator", "predicted", "warmup" }
+local function slim_record(r, agree)
+  local st = r.stats
+  if type(st) == "table" then
+    local s = {}
+    for _, k in ipairs(TALLY_STATS) do s[k] = st[k] end
+    if type(st.calls) == "table" then
+      local c = {}
+      for _, k in ipairs(TALLY_CALLS) do c[k] = st.calls[k] end
+      s.calls = c
+    end
+    if type(st.cancelled) == "table" then s.cancelled = { total = st.cancelled.total } end
+    st = s
+  end
+  return { id = r.id, config = r.config, answer = r.answer, gold = r.gold, error = r.error, stats = st,
+           agree = agree and agree_text(r) or nil }
+end
+
 -- What --out holds already (specula.run.resume, which also repairs a
 -- cut-off last line and drops failed records with --retry-failed):
 -- skip[configuration name][position] = its record, and learnt[name] the
 -- positions its predictor learnt from.
 local function resume_out(o, src, configs, runs, by_name)
-  local names = {}
-  for ci, c in ipairs(configs) do names[ci] = c.name end
+  local names, agree = {}, false
+  for ci, c in ipairs(configs) do
+    names[ci] = c.name
+    if c.mode == "sequential" then agree = true end
+  end
   local skip, _, _, learnt = require("specula.run.resume").read(o.out, { retry_failed = o.retry_failed, src = src,
-    shard = o.shard, prov_of = function(r)
+    shard = o.shard, keep = function(r) return slim_record(r, agree) end, prov_of = function(r)
       if r.config == nil then
         return nil, "the record is from a run without --compare; this is a --compare run: give a new --out file"
       end
@@ -714,7 +740,7 @@ function M.main(agent, o, src, script)
     local function prev_of(q) return done[q.index] end
     local list = src:stream(next(done) ~= nil and prev_of or nil, function(q)
       local prev = prev_of(q)
-      t:add(q.index, prev, agree_base and agree_text(prev))
+      t:add(q.index, prev, agree_base and (prev.agree or agree_text(prev)))
     end)
     require("specula.cassette").rewind()   -- a replayed cassette starts over for each config
     local run = runs[ci]

@@ -34,7 +34,8 @@ Every other option applies to every configuration. A value may hold ':' (verifie
 but not ','. Example:
   --compare "sequential,spechop:k=inf:policy=forbid.lua,spechop:k=inf:policy=early.lua:label=early"
 Every record carries its provenance (version, digests of the agent, its modules, the input and
-the query, the whole configuration); resuming --out checks it and refuses records of another run.]]
+the query, the whole configuration): whole in the first record of each run in the file, its query
+and run's digest in the later ones; resuming --out checks it and refuses records of another run.]]
 
 local function usage_error(msg) sched.usage_error("specula run: " .. msg) end
 M.usage_error = usage_error

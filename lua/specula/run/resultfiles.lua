@@ -59,6 +59,9 @@ function M.read_records(files, who)
       sched.plain_error(who .. ": cannot read '" .. path .. "': " .. tostring(rerr))
     end
     local n = 0
+    -- a record naming its run only takes the rest from the run's first
+    -- record in the file (specula.provenance.reader)
+    local rd = require("specula.provenance").reader()
     for text in f:lines() do
       n = n + 1
       if text:find("%S") then
@@ -74,12 +77,12 @@ function M.read_records(files, who)
           sched.plain_error(format("%s: %s:%d: the record has no id", who, path, n))
         end
         -- the check every reader of records makes (specula.provenance)
-        local okp, perr = require("specula.provenance").check_record(r, path, n)
+        local okp, perr = rd:expand(r, path, n)
         if not okp then
           f:close()
           sched.plain_error(who .. ": " .. perr)
         end
-        out[#out + 1] = { file = path, line = n, text = text, rec = r }
+        out[#out + 1] = { file = path, line = n, text = text, rec = r, short = perr }
       end
     end
     f:close()

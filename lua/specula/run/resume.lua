@@ -21,6 +21,7 @@ local stderr = output.stderr   -- what goes out is scrubbed
 local C = core.C
 
 local type, tostring, ipairs, pairs, format, concat = type, tostring, ipairs, pairs, string.format, table.concat
+local find, sub = string.find, string.sub
 
 local M = {}
 
@@ -62,25 +63,41 @@ local function text_of(v)
   return '"' .. t .. '"'
 end
 
--- The text of the --out file to resume (nil when there is none yet), cut
--- after its last complete line, and whether it was cut (the file is then
--- rewritten).
-local function read_text(path, what)
+-- Hand each complete line of the --out file to fn(line, ln), reading it a
+-- chunk at a time (the file is never held whole: a resume's memory grows
+-- with what it keeps of each record, not with the file). Returns nil when
+-- there is no file yet, else true and whether it ends in a line without its
+-- newline (cut off by a kill: not handed to fn).
+local CHUNK = 4 * 1024 * 1024
+local function each_line(path, what, fn)
   local kind = C.sp_host_path_kind(path)
   if kind == 2 then records.write_failed(what, "Is a directory") end
   if kind ~= 1 then return nil end
   local f, err = io.open(path, "rb")
   if not f then records.write_failed(what, tostring(err)) end
-  local text, rerr = f:read("*a")
-  f:close()
-  if not text then records.write_failed(what, "cannot read it to resume: " .. tostring(rerr)) end
-  local rewrite = false
-  if #text > 0 and text:sub(-1) ~= "\n" then
-    text = text:match("^(.*\n)") or ""
-    rewrite = true
-    stderr("specula: resuming: dropped an incomplete last line of " .. path .. "\n")
+  local rest, ln = "", 0
+  while true do
+    local chunk, rerr = f:read(CHUNK)
+    if not chunk then
+      if rerr then
+        f:close()
+        records.write_failed(what, "cannot read it to resume: " .. tostring(rerr))
+      end
+      break
+    end
+    local buf = rest ~= "" and (rest .. chunk) or chunk
+    local pos = 1
+    while true do
+      local nl = find(buf, "\n", pos, true)
+      if not nl then break end
+      ln = ln + 1
+      fn(sub(buf, pos, nl - 1), ln)
+      pos = nl + 1
+    end
+    rest = sub(buf, pos)
   end
-  return text, rewrite
+  f:close()
+  return true, rest ~= ""
 end
 
 -- Refuse a record of another run (p.run differs from this run's): name the
@@ -108,7 +125,7 @@ end
 
 -- Check one record on its own: whole, with provenance, from this run and
 -- this shard (else refused). Returns this run's provenance for it.
-local function check_record(r, path, ln, opts)
+local function check_record(r, path, ln, opts, rd)
   local where = format("%s:%d", path, ln)
   if type(r) ~= "table" or r.id == nil or r.id == json.null then
     refuse(format("%s: not a complete record (%s): the file was damaged in the middle, so it is not "
@@ -121,7 +138,8 @@ local function check_record(r, path, ln, opts)
       .. "program), so this run cannot tell whether it came from the same agent, input and options. Give a "
       .. "new --out file, or finish this one with the specula that wrote it", where))
   end
-  local ok, why = prov.check_record(r, path, ln)
+  -- whole, or a short one expanded from its run's whole one above it
+  local ok, why = rd:expand(r, path, ln)
   if not ok then refuse(format("%s; give a new --out file", why)) end
   local mine, merr = opts.prov_of(r)
   if not mine then refuse(format("%s: %s", where, merr)) end
@@ -142,169 +160,229 @@ local function check_record(r, path, ln, opts)
   return mine
 end
 
--- 1. every record on its own: the entries in file order, the ids wanted,
--- need[cfg][id "\0" digest] = the queue of entries still to take (failed
--- ones to run again are not queued) and this run's provenance of the input.
-local function read_entries(text, path, opts)
-  local entries, want_id, need = {}, {}, {}
+-- 1. every record on its own: the entries E in file order, the ids
+-- wanted, need[cfg][id "\0" digest] = the entry still to take (its number,
+-- or a queue { at, n1, n2, ... } when the file holds the key more than
+-- once; failed ones to run again are not queued) and this run's provenance
+-- of the input. E keeps one array per field (line, key, configuration, and
+-- the rare ones sparse), not a table or the line per record: the records of
+-- a complete file are skipped in a few hundred bytes each. Returns E,
+-- want_id, need, mine_input and whether the file ends in a cut-off line.
+local function read_entries(path, what, opts)
+  local E = { n = 0, ln = {}, key = {}, cfg = {}, index = {}, learnt = {}, failed = {}, scrub = {}, rec = {},
+              ip = {} }
+  local want_id, need = {}, {}
   local mine_input
-  local ln = 0
-  for line in text:gmatch("([^\n]*)\n") do
-    ln = ln + 1
-    if line:find("%S") then
-      local r = json.decode(line)
-      local mine = check_record(r, path, ln, opts)
-      mine_input = mine.t.input
-      local p = r.provenance
-      local id = tostring(r.id)
-      local cfg = r.config or true
-      local ip = type(p.input) == "table" and p.input or {}
-      local e = { ln = ln, line = line, id = id, key = id .. "\0" .. tostring(p.query), cfg = cfg,
-                  query = r.query, input = ip.sha256, input_file = ip.file,
-                  rec = r.config ~= nil and r or nil, failed = opts.retry_failed and r.error ~= nil,
-                  learnt = r.error == nil and type(r.trajectory) == "table" }
-      entries[#entries + 1] = e
-      want_id[id] = true
-      if not e.failed then
-        local byk = need[cfg]
-        if not byk then byk = {} need[cfg] = byk end
-        local qu = byk[e.key]
-        if not qu then qu = { at = 1 } byk[e.key] = qu end
-        qu[#qu + 1] = e
-      end
+  local rd = prov.reader()
+  local keep = opts.keep
+  local found, cut = each_line(path, what, function(line, ln)
+    if not find(line, "%S") then return end
+    local r = json.decode(line)
+    local mine = check_record(r, path, ln, opts, rd)
+    mine_input = mine.t.input
+    local p = r.provenance
+    local id = tostring(r.id)
+    local cfg = r.config or true
+    local failed = opts.retry_failed and r.error ~= nil
+    local i = E.n + 1
+    E.n = i
+    local key = id .. "\0" .. tostring(p.query)
+    E.ln[i], E.key[i], E.cfg[i] = ln, key, cfg
+    E.learnt[i] = r.error == nil and type(r.trajectory) == "table"
+    if failed then E.failed[i] = true end
+    -- a secret this run knows, absent when the record was written
+    if not failed and output.clean(line, "canonical") ~= line then E.scrub[i] = true end
+    if r.config ~= nil then E.rec[i] = keep and keep(r) or r end
+    -- the input it was written from, when not this run's (said if refused)
+    local ip = type(p.input) == "table" and p.input or {}
+    if ip.sha256 ~= mine_input.sha256 then E.ip[i] = ip end
+    want_id[id] = true
+    if not failed then
+      local byk = need[cfg]
+      if not byk then byk = {} need[cfg] = byk end
+      local qu = byk[key]
+      if qu == nil then byk[key] = i
+      elseif type(qu) == "number" then byk[key] = { at = 1, qu, i }
+      else qu[#qu + 1] = i end
     end
-  end
-  return entries, want_id, need, mine_input
+  end)
+  if cut then stderr("specula: resuming: dropped an incomplete last line of " .. path .. "\n") end
+  return found and E, want_id, need, mine_input, cut
 end
 
 -- 2. one pass over this run's queries: each takes the first record of
 -- its (id, digest) not yet taken, per configuration (into done). Only
 -- queries whose id the file holds are digested. Returns what the pass saw:
--- seen.id[id] (the query's text), seen.key[key], seen.count[key] (its
--- occurrences), seen.digest[id].
-local function take_records(src, want_id, need, done)
-  local seen = { id = {}, key = {}, count = {}, digest = {} }
+-- seen.id[id] (true), seen.key[key] (its occurrences).
+local function take_records(src, want_id, need, done, E)
+  local seen = { id = {}, key = {} }
+  local index, rec = E.index, E.rec
   src:each(function(q)
     local id = tostring(q.id)
     if not want_id[id] then return end
-    local digest = prov.query(q)
-    if seen.id[id] == nil then seen.id[id], seen.digest[id] = q.query or false, digest end
-    local key = id .. "\0" .. digest
-    seen.key[key] = true
-    seen.count[key] = (seen.count[key] or 0) + 1
+    seen.id[id] = true
+    local key = id .. "\0" .. prov.query(q)
+    seen.key[key] = (seen.key[key] or 0) + 1
     for cfg, byk in pairs(need) do
       local qu = byk[key]
-      if qu and qu.at <= #qu then
-        local e = qu[qu.at]
+      local i
+      if type(qu) == "number" then
+        i = qu
+        byk[key] = false   -- taken
+      elseif qu and qu.at <= #qu then
+        i = qu[qu.at]
         qu.at = qu.at + 1
-        e.index = q.index
+      end
+      if i then
+        index[i] = q.index
         local d = done[cfg]
         if not d then d = {} done[cfg] = d end
-        d[q.index] = e.rec or true
+        d[q.index] = rec[i] or true
       end
     end
   end)
   return seen
 end
 
+-- The query text and digest of id as this input reads it (its first
+-- occurrence), and the record at line ln of path, for a refusal's message.
+local function input_query(src, id)
+  local text, digest
+  src:each(function(q)
+    if digest == nil and tostring(q.id) == id then text, digest = q.query or false, prov.query(q) end
+  end)
+  return text, digest
+end
+local function record_at(path, what, ln)
+  local rec
+  each_line(path, what, function(line, n) if n == ln then rec = json.decode(line) end end)
+  return type(rec) == "table" and rec or {}
+end
+
 -- 3. a record no query took: of another input, an edited one, or one
 -- too many for its query. Refused, naming which.
-local function refuse_untaken(path, entries, seen, mine_input, shard)
-  for _, e in ipairs(entries) do
-    if not e.index and (not e.failed or not seen.key[e.key]) then
-      local where = format("%s:%d", path, e.ln)
+local function refuse_untaken(path, what, E, seen, mine_input, shard, src)
+  for i = 1, E.n do
+    local key = E.key[i]
+    if not E.index[i] and (not E.failed[i] or not seen.key[key]) then
+      local id = sub(key, 1, #key - 65)
+      local where = format("%s:%d", path, E.ln[i])
       local from = ""
-      if mine_input and e.input ~= mine_input.sha256 then
+      local ip = E.ip[i]
+      if mine_input and ip then
         from = format("; provenance.input.sha256 is %s there (%s), %s here (%s): the file was written from "
-          .. "another input", shown(e.input), e.input_file ~= json.null and tostring(e.input_file) or "--query",
+          .. "another input", shown(ip.sha256), ip.file ~= json.null and tostring(ip.file) or "--query",
           shown(mine_input.sha256), mine_input.file ~= json.null and tostring(mine_input.file) or "--query")
       end
-      if seen.id[e.id] == nil then
+      if seen.id[id] == nil then
         refuse(format("%s: the record answers query '%s', which is not among this run's queries%s%s; %s", where,
-          e.id, shard and format(" (shard %d/%d)", shard[1], shard[2]) or "", from, HINT.input))
+          id, shard and format(" (shard %d/%d)", shard[1], shard[2]) or "", from, HINT.input))
       end
-      if not seen.key[e.key] then
-        local here = seen.id[e.id] or nil
-        if e.query == here then
+      if not seen.key[key] then
+        local here, here_d = input_query(src, id)
+        here = here or nil
+        local there = record_at(path, what, E.ln[i]).query
+        if there == here then
           -- the same text: the digest covers the input line's other fields
-          local there_d = e.key:match("%z(.*)$")
+          local there_d = key:match("%z(.*)$")
           refuse(format("%s: provenance.query differs: the record answers query '%s' with the same text, %s, but "
             .. "the other fields of its input record differ (provenance.query, the digest of the whole record, is "
-            .. "%s there, %s here)%s; %s", where, e.id, text_of(here), tostring(there_d):sub(1, 12),
-            tostring(seen.digest[e.id]):sub(1, 12),
-            from, HINT.input))
+            .. "%s there, %s here)%s; %s", where, id, text_of(here), tostring(there_d):sub(1, 12),
+            tostring(here_d):sub(1, 12), from, HINT.input))
         end
         refuse(format("%s: provenance.query differs: the record answers query '%s' as %s, this input reads it as "
-          .. "%s%s; %s", where, e.id, text_of(e.query), text_of(here), from, HINT.input))
+          .. "%s%s; %s", where, id, text_of(there), text_of(here), from, HINT.input))
       end
       local lines = {}
-      for _, o in ipairs(entries) do
-        if o.key == e.key and o.cfg == e.cfg and o.index then lines[#lines + 1] = o.ln end
+      for j = 1, E.n do
+        if E.key[j] == key and E.cfg[j] == E.cfg[i] and E.index[j] then lines[#lines + 1] = E.ln[j] end
       end
-      local k = seen.count[e.key] or 0
+      local k = seen.key[key] or 0
       refuse(format("%s: query '%s' already has %d record%s in this file (line %s) and the input holds it %d "
-        .. "time%s: the file holds records of another input or run; give a new --out file", where, e.id, #lines,
+        .. "time%s: the file holds records of another input or run; give a new --out file", where, id, #lines,
         #lines == 1 and "" or "s", concat(lines, ", "), k, k == 1 and "" or "s"))
     end
   end
 end
 
--- 4. the lines kept (failed ones to run again dropped; a secret this run
+-- 4. what is kept (failed records to run again dropped; a secret this run
 -- knows, say a new --secret-env, that the run which wrote a record did
--- not, scrubbed now) and the positions each configuration learnt from.
--- Returns keep, learnt, dropped, scrubbed.
-local function keep_lines(entries)
-  local keep, learnt, dropped, scrubbed = {}, {}, 0, 0
-  for _, e in ipairs(entries) do
-    if e.failed then
+-- not, scrubbed in the rewrite) and the positions each configuration
+-- learnt from. Returns n kept, learnt, dropped, scrubbed, and drop[ln] for
+-- the lines the rewrite leaves out.
+local function keep_lines(E)
+  local n, learnt, dropped, scrubbed, drop = 0, {}, 0, 0, {}
+  for i = 1, E.n do
+    if E.failed[i] then
       dropped = dropped + 1
+      drop[E.ln[i]] = true
     else
-      local clean = output.clean(e.line, "canonical")
-      if clean ~= e.line then e.line, scrubbed = clean, scrubbed + 1 end
-      keep[#keep + 1] = e.line
-      if e.learnt then
-        local l = learnt[e.cfg]
-        if not l then l = {} learnt[e.cfg] = l end
-        l[#l + 1] = e.index
+      n = n + 1
+      if E.scrub[i] then scrubbed = scrubbed + 1 end
+      if E.learnt[i] then
+        local cfg = E.cfg[i]
+        local l = learnt[cfg]
+        if not l then l = {} learnt[cfg] = l end
+        l[#l + 1] = E.index[i]
       end
     end
   end
-  return keep, learnt, dropped, scrubbed
+  return n, learnt, dropped, scrubbed, drop
+end
+
+-- 5. the file written again (a new file renamed over the old one: a crash
+-- here loses nothing), line by line as it is read once more: blank lines,
+-- a cut-off end and the dropped records left out, secrets scrubbed. A
+-- dropped record may be the one that carried its run's whole provenance:
+-- the next kept record of that run carries it then (specula.provenance.restream).
+local function rewrite_file(path, what, drop)
+  local tmp = path .. ".specula-tmp"
+  local w = records.open_output(tmp, "wb", "--out file", "canonical")
+  local rd, restream = prov.reader(), prov.restream(true)
+  local function failed(err)
+    w:close()
+    os.remove(tmp)
+    records.write_failed(what, err)
+  end
+  each_line(path, what, function(line, ln)
+    if not find(line, "%S") then return end
+    local r = json.decode(line)
+    local _, short = rd:expand(r, path, ln)   -- checked in the first pass
+    if drop[ln] then return end
+    line = restream(line, r, short)
+    local ok, err = w:write(output.clean(line, "canonical"), "\n")
+    if not ok then failed(err) end
+  end)
+  records.write_whole(w, tmp, "--out file", {})
+  local okr, rerr = os.rename(tmp, path)
+  if not okr then os.remove(tmp) records.write_failed(what, rerr) end
 end
 
 --- Check the records of `path` against this run and return what is done.
 -- opts: retry_failed; src (specula.run.inputs' source: its queries are read
 -- once more, one at a time, to match the records); prov_of(r) -> this
 -- run's provenance for the record (M.build's table) or nil and why
--- (--compare: by r.config); shard ({ i, n } or nil).
--- Returns done, n, dropped, learnt: done[config or true][q.index] = the
--- record (a --compare run, for its table) or true; n records kept; dropped
--- failed records removed (retry_failed); learnt[config or true] the input
--- positions of the kept records a learning predictor learnt from (no error,
--- a trajectory). Memory grows with the file, not with the
--- input.
+-- (--compare: by r.config); shard ({ i, n } or nil); keep(r) -> what a
+-- --compare record keeps for its table (default: the record).
+-- Returns done, n, dropped, learnt: done[config or true][q.index] = that
+-- (a --compare run) or true; n records kept; dropped failed records removed
+-- (retry_failed); learnt[config or true] the input positions of the kept
+-- records a learning predictor learnt from (no error, a trajectory). Memory
+-- grows with the number of records (a few hundred bytes each, and what
+-- keep keeps), not with the file's bytes or the input.
 function M.read(path, opts)
   local done = {}
   local what = format("--out file '%s'", path)
-  local text, rewrite = read_text(path, what)
-  if not text then return done, 0, 0 end
-  local entries, want_id, need, mine_input = read_entries(text, path, opts)
-  if #entries > 0 then
-    local seen = take_records(opts.src, want_id, need, done)
-    refuse_untaken(path, entries, seen, mine_input, opts.shard)
+  local E, want_id, need, mine_input, rewrite = read_entries(path, what, opts)
+  if not E then return done, 0, 0 end
+  if E.n > 0 then
+    local seen = take_records(opts.src, want_id, need, done, E)
+    refuse_untaken(path, what, E, seen, mine_input, opts.shard, opts.src)
   end
-  local keep, learnt, dropped, scrubbed = keep_lines(entries)
-  local n = #keep
+  local n, learnt, dropped, scrubbed, drop = keep_lines(E)
+  E, want_id, need = nil, nil, nil
   if dropped > 0 or scrubbed > 0 then rewrite = true end
-  if rewrite then
-    -- a new file renamed over the old one: a crash here loses nothing
-    local tmp = path .. ".specula-tmp"
-    local w = records.open_output(tmp, "wb", "--out file", "canonical")
-    keep[#keep + 1] = ""
-    records.write_whole(w, tmp, "--out file", { #keep > 1 and concat(keep, "\n") or "" })
-    local okr, rerr2 = os.rename(tmp, path)
-    if not okr then os.remove(tmp) records.write_failed(what, rerr2) end
-  end
+  if rewrite then rewrite_file(path, what, drop) end
   if dropped > 0 then
     stderr(format("specula: resuming: removed %d failed record%s from %s to run again\n",
       dropped, dropped == 1 and "" or "s", path))

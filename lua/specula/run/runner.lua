@@ -140,11 +140,20 @@ function M.prov_of(base, agent, o, run)
 end
 
 -- A record sink that gives each record its provenance (q: the record's
--- query, as run_all hands it to emit).
+-- query, as run_all hands it to emit): the first record of the run into the
+-- sink's stream the whole object, the later ones its query and run only
+-- (readers expand them from the first: specula.provenance.reader). One sink
+-- per run and stream.
 function M.with_prov(emit, run)
-  local built, raw, qd = run.prov, provlib.raw, provlib.query
+  local built, raw, short, qd = run.prov, provlib.raw, provlib.raw_short, provlib.query
+  local first = true
   return function(rec, i, q)
-    rec.provenance = raw(built, qd(q))
+    if first then
+      first = false
+      rec.provenance = raw(built, qd(q))
+    else
+      rec.provenance = short(built, qd(q))
+    end
     return emit(rec, i, q)
   end
 end
