@@ -344,11 +344,13 @@ local ROUTES = {
   ["ping"] = function(s, id) return s:_send({ jsonrpc = "2.0", id = id, result = obj() }) end,
 }
 
+local unsupported
+
 -- One request of the client, in a root task of its own (the reader goes on).
 function Session:_request(id, method, params)
   local meta = type(params) == "table" and type(params._meta) == "table" and params._meta or nil
   local sv = meta and meta[META_VERSION]
-  if method == "server/discover" then return self:_discover(id, meta, sv) end
+  if method == "server/discover" then return self:_discover(id, sv) end
   if method == "initialize" then
     if self.stateless then
       return self:_error(id, -32600, "this session is stateless (" .. M.STATELESS .. "): no initialize")
@@ -358,8 +360,15 @@ function Session:_request(id, method, params)
     end
     return self:_initialize(id, params)
   end
-  -- a request that names its version and comes without initialize: 2026-07-28
-  if sv ~= nil and not self.initialized and not self.init_task then return self:_stateless(id, method, params, meta, sv) end
+  if self.stateless then
+    if sv == nil then
+      return self:_error(id, -32600, "a " .. M.STATELESS .. " request names its version in _meta ("
+        .. META_VERSION .. ")")
+    end
+    return self:_stateless(id, method, params, sv)
+  end
+  -- a version before initialize that is not one the gateway speaks
+  if sv ~= nil and not self.init_task and sv ~= M.STATELESS then return unsupported(self, id, sv) end
   -- a request sent before initialize was answered waits for it
   if self.init_task and not self.initialized and method ~= "ping" then self.init_task:wait() end
   if not self.initialized and method ~= "ping" then
@@ -391,36 +400,45 @@ end
 -- and that requestState) hands the answers to the server's waiting
 -- requests and waits for the op's real answer, or the next inputRequests.
 
-local function unsupported(self, id, sv)
+unsupported = function(self, id, sv)
   return self:_send({ jsonrpc = "2.0", id = id, error = obj({ code = -32022, message = "Unsupported protocol version",
     data = obj({ supported = arr({ unpack(M.SUPPORTED) }), requested = tostring(sv) }) }) })
 end
 
--- The first stateless request sets the session up (once; the others wait).
-function Session:_begin_stateless(meta)
-  if not self.stateless then
-    self.stateless = true
-    self.version = M.STATELESS
-    local caps = meta and meta[META_CAPS]
-    self.client_caps = type(caps) == "table" and caps or {}
-    local info = meta and meta[META_INFO]
-    self.client_info = type(info) == "table" and info or nil
-    self.start_task = spawn_root(function()
-      self:_start_upstreams()
-      self.stateless_ready = true
-      self.rec:ready()
-    end)
-  end
+-- The first request that names 2026-07-28 (before any initialize) makes
+-- the session stateless, as it is read (the mode follows the order of the
+-- client's messages, not of their tasks); the servers start in a task.
+function Session:_mark_stateless(meta)
+  self.stateless = true
+  self.version = M.STATELESS
+  local caps = meta[META_CAPS]
+  self.client_caps = type(caps) == "table" and caps or {}
+  local info = meta[META_INFO]
+  self.client_info = type(info) == "table" and info or nil
+  self.start_task = spawn_root(function()
+    self:_start_upstreams()
+    self.stateless_ready = true
+    self.rec:ready()
+  end)
+end
+
+-- The servers of a stateless session have started (the first request's
+-- task may still be starting them: wait).
+function Session:_begin_stateless()
   if not self.stateless_ready and self.start_task then self.start_task:wait() end
   return self.stateless_ready
 end
 
--- server/discover: the versions, the union's capabilities, the gateway.
-function Session:_discover(id, meta, sv)
-  if sv ~= nil and sv ~= M.STATELESS and not VERSION_OK[sv] then return unsupported(self, id, sv) end
+-- server/discover: the versions, the union's capabilities, the gateway. A
+-- version other than 2026-07-28 before initialize gets -32022 naming the
+-- versions (the client asks again in one of them, or initializes).
+function Session:_discover(id, sv)
   if self.init_task and not self.initialized then self.init_task:wait() end
-  if not self.initialized and not self:_begin_stateless(meta) then
-    return self:_error(id, -32603, "specula gateway: the servers could not be started")
+  if not self.initialized then
+    if not self.stateless or sv ~= M.STATELESS then return unsupported(self, id, sv) end
+    if not self:_begin_stateless() then
+      return self:_error(id, -32603, "specula gateway: the servers could not be started")
+    end
   end
   local r = obj({ resultType = "complete", supportedVersions = arr({ unpack(M.SUPPORTED) }),
                   capabilities = self:_capabilities(),
@@ -436,12 +454,12 @@ function Session:_wake(op)
   if w ~= nil and C.sp_rpc_state(w) == PENDING then C.sp_rpc_complete(w) end
 end
 
-function Session:_stateless(id, method, params, meta, sv)
+function Session:_stateless(id, method, params, sv)
   if sv ~= M.STATELESS then return unsupported(self, id, sv) end
-  if not self:_begin_stateless(meta) then
+  if not self:_begin_stateless() then
     return self:_error(id, -32603, "specula gateway: the servers could not be started")
   end
-  if method == "ping" then return self:_send({ jsonrpc = "2.0", id = id, result = obj({ resultType = "complete" }) }) end
+  if method == "ping" then return self:_send({ jsonrpc = "2.0", id = id, result = obj() }) end
   if not ROUTES[method] then return self:_error(id, -32601, "Method not found: " .. tostring(method)) end
   local entry = self.running[id]
   local state = params.requestState
@@ -684,6 +702,11 @@ function Session:_receive(msg, raw)
   end
   local id, method = msg.id, msg.method
   if method ~= nil and id ~= nil and id ~= JNULL then
+    if not self.stateless and not self.init_task and method ~= "initialize" then
+      local p = msg.params
+      local meta = type(p) == "table" and type(p._meta) == "table" and p._meta or nil
+      if meta and meta[META_VERSION] == M.STATELESS then self:_mark_stateless(meta) end
+    end
     local key = id
     local e = {}
     e.task = spawn_root(function()
