@@ -29,12 +29,11 @@ local ASKS = {
   { op = "call", name = "ask", arguments = { method = "roots/list", params = {} } },
 }
 
--- The plan's steps through a gateway in front of `servers` (Lua source),
--- over stdio or --listen: the driver's output and the gateway's records.
-local function through(how, servers, plan, extra)
-  local out = H.tmpdir() .. "/stateless-out" .. tostring(math.random(1e9)) .. ".jsonl"
+-- specula's client pinned to 2026-07-28 runs the plan through `specula
+-- gateway CFG --out OUT`, over stdio or --listen (stopped after the
+-- plan): the driver's output and the gateway's records.
+local function run_plan(how, cfg, out, plan)
   os.remove(out)
-  local cfg = G.config(servers, extra)
   local p = {}
   for k, v in pairs(plan) do p[k] = v end
   p.protocol_version = "2026-07-28"
@@ -49,6 +48,13 @@ local function through(how, servers, plan, extra)
   G.stop(g)
   assert(ok, r)
   return r, G.records(out)
+end
+
+local outs = 0
+-- The plan through a gateway in front of `servers` (Lua source).
+local function through(how, servers, plan, extra)
+  outs = outs + 1
+  return run_plan(how, G.config(servers, extra), H.tmpdir() .. "/stateless-out" .. outs .. ".jsonl", plan)
 end
 
 for _, how in ipairs({ "stdio", "http" }) do
@@ -136,6 +142,27 @@ for _, how in ipairs({ "stdio", "http" }) do
       end
     end)
 
+    it("never lets a prefetch ask the client: the prefetch is dropped, the client's own call asks", function()
+      if not G.guard(pending) then return end
+      local ask = ASKS[1].arguments
+      local cfg, log, out = G.tap_config(string.format('policy = { ask = "full" },\n'
+        .. '  predict = function(h) if h[#h].tool == "echo" then return { { tool = "ask", args = %s } } end return {} end,',
+        "require('cjson').decode(" .. string.format("%q", cjson.encode(ask)) .. ")"))
+      local steps = { { op = "call", name = "echo", arguments = { text = "a" } }, { op = "sleep", ms = 800 }, ASKS[1] }
+      local r, recs = run_plan(how, cfg, out, { answers = ANSWERS, steps = steps })
+      assert.is_true(r.steps[3].ok, cjson.encode(r.steps[3]))
+      assert.are.same(ANSWERS.sampling.content, r.steps[3].result.structuredContent.result.content)
+      -- asked once, by the client's own call
+      assert.are.equal(1, #r.asked)
+      assert.are.equal(1, r.input_rounds)
+      local asks = 0
+      for _, e in ipairs(G.tap(log)) do if e.name == "ask" then asks = asks + 1 end end
+      assert.are.equal(2, asks)   -- the prefetch's, refused its input, and the client's
+      assert.are.equal(1, #recs)
+      assert.are.equal(1, recs[1].speculation.tainted)
+      assert.are.equal(0, recs[1].speculation.hits)
+    end)
+
     it("serves a predicted read from its prefetch; a write the policy forbids runs only when asked", function()
       if not G.guard(pending) then return end
       for _, allow_write in ipairs({ false, true }) do
@@ -156,21 +183,8 @@ for _, how in ipairs({ "stdio", "http" }) do
           { op = "call", name = "write", arguments = { path = "p", text = "t" } },
           { op = "peek", file = log, name = "write" },
         }
-        local out = H.tmpdir() .. "/stateless-pf-" .. how .. tostring(allow_write) .. ".jsonl"
-        os.remove(out)
-        local plan = { protocol_version = "2026-07-28", steps = steps }
-        local r
-        if how == "stdio" then
-          plan.command = { H.bin, "gateway", cfg, "--out", out }
-          r = G.lua_drive(plan)
-        else
-          local g = G.start(cfg, { "--listen", "127.0.0.1:0", "--out", out })
-          plan.url = g.url
-          local ok, rr = pcall(G.lua_drive, plan)
-          G.stop(g)
-          assert(ok, rr)
-          r = rr
-        end
+        local r, rec = run_plan(how, cfg, H.tmpdir() .. "/stateless-pf-" .. how .. tostring(allow_write) .. ".jsonl",
+          { steps = steps })
         assert.are.equal("2026-07-28", r.version)
         for i = 1, #steps do assert.is_true(r.steps[i].ok, cjson.encode(r.steps[i])) end
         assert.are.equal("echo: b", r.steps[5].result.content[1].text)
@@ -183,7 +197,6 @@ for _, how in ipairs({ "stdio", "http" }) do
           assert.are.equal(0, r.steps[3].result.count)
           assert.are.equal(1, r.steps[7].result.count)
         end
-        local rec = G.records(out)
         assert.are.equal(1, #rec)
         assert.are.equal("2026-07-28", rec[1].version)
         assert.are.equal(1, rec[1].tools.echo.hits)
@@ -195,7 +208,7 @@ for _, how in ipairs({ "stdio", "http" }) do
 end
 
 describe("specula gateway, stateless requests on the wire", function()
-  it("over stdio: a request without server/discover is served; an unknown version and a late initialize are refused", function()
+  it("over stdio: a request without server/discover is served; an unknown version, a late initialize and stray input responses are refused", function()
     if not G.guard(pending) then return end
     local cfg = G.tap_config()
     local function meta(v)
@@ -212,6 +225,13 @@ describe("specula gateway, stateless requests on the wire", function()
                      capabilities = {}, clientInfo = { name = "sh", version = "1" } } }),
       cjson.encode({ jsonrpc = "2.0", id = 5, method = "tools/call",
                      params = { name = "echo", arguments = { text = "b" }, requestState = "nothing", _meta = meta("2026-07-28") } }),
+      -- input responses the gateway never asked for, or not objects (SEP-2322: an error, not a result)
+      cjson.encode({ jsonrpc = "2.0", id = 6, method = "tools/call", params = { name = "echo", arguments = { text = "c" },
+                     inputResponses = { user_name = 12345 }, _meta = meta("2026-07-28") } }),
+      cjson.encode({ jsonrpc = "2.0", id = 7, method = "tools/call", params = { name = "echo", arguments = { text = "c" },
+                     inputResponses = cjson.null, _meta = meta("2026-07-28") } }),
+      cjson.encode({ jsonrpc = "2.0", id = 8, method = "tools/call", params = { name = "echo", arguments = { text = "c" },
+                     inputResponses = { q = { action = "accept" } }, _meta = meta("2026-07-28") } }),
     }
     local input = H.tmpfile("stateless-in.jsonl", table.concat(lines, "\n") .. "\n")
     local st, out, err = H.sh("(cat " .. H.quote(input) .. "; sleep 3) | " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg))
@@ -230,6 +250,10 @@ describe("specula gateway, stateless requests on the wire", function()
     assert.are.equal(-32600, by[4].error.code)
     assert.truthy(by[4].error.message:find("stateless", 1, true))
     assert.are.equal(-32602, by[5].error.code)
+    assert.matches("inputResponses.user_name must be an object", by[6].error.message)
+    assert.matches("inputResponses must be an object", by[7].error.message)
+    assert.matches("inputResponses without a requestState", by[8].error.message)
+    for id = 5, 8 do assert.are.equal(-32602, by[id].error.code) end
   end)
 end)
 

@@ -12,7 +12,10 @@
 -- requests to the client (sampling, elicitation, roots) when the client
 -- declared the capability. A server that crashes fails the client's calls
 -- then pending; the next call starts it again. The end of the client
--- (stdin closed) cancels every call in flight and stops the servers.
+-- (stdin closed) cancels every call in flight and stops the servers. A
+-- client at the stateless 2026-07-28 sends no initialize: server/discover
+-- and requests that carry their version in _meta; the servers' requests
+-- reach it as InputRequiredResult rounds (below: "2026-07-28").
 local core = require "specula.internal.core"
 local sched = require "specula.internal.sched"
 local json = require "specula.json"
@@ -68,7 +71,7 @@ function Session:_send(msg)
   -- (or its retry) that waits for it (_op_wait)
   local op = msg.method == nil and msg.id ~= nil and self.ops[msg.id]
   if op then
-    op.reply = msg
+    op.reply, op.reply_at = msg, sched.now()
     self:_wake(op)
     return true
   end
@@ -463,13 +466,29 @@ function Session:_stateless(id, method, params, sv)
   if not ROUTES[method] then return self:_error(id, -32601, "Method not found: " .. tostring(method)) end
   local entry = self.running[id]
   local state = params.requestState
+  -- input responses answer the gateway's own input requests: they come
+  -- with its requestState, as an object of objects
+  local answers = params.inputResponses
+  if answers ~= nil then
+    if answers == JNULL or type(answers) ~= "table" or getmetatable(answers) == json.array_mt or answers[1] ~= nil then
+      return self:_error(id, -32602, "inputResponses must be an object")
+    end
+    for k, a in pairs(answers) do
+      if type(a) ~= "table" then
+        return self:_error(id, -32602, "inputResponses." .. tostring(k) .. " must be an object")
+      end
+    end
+    if state == nil or state == JNULL then
+      return self:_error(id, -32602, "inputResponses without a requestState: no input was asked for")
+    end
+  end
   if state ~= nil and state ~= JNULL then
     -- a retry: the answers go to the server's requests waiting in the op
     local op = type(state) == "string" and self.ops[state]
     if not op then
       return self:_error(id, -32602, "requestState " .. tostring(state) .. " names no request in progress")
     end
-    local answers = type(params.inputResponses) == "table" and params.inputResponses or {}
+    answers = answers or {}
     for key, e in pairs(op.asks) do
       local a = answers[key]
       if a ~= nil and C.sp_rpc_state(e.rpc) == PENDING then
@@ -479,6 +498,12 @@ function Session:_stateless(id, method, params, sv)
     end
     if entry then entry.op = op end
     return self:_op_wait(op, id)
+  end
+  -- answers a client never came back for (it went away after input
+  -- requests) are kept as long as an input request may wait, no longer
+  local now = sched.now()
+  for _, o in pairs(self.ops) do
+    if o.reply_at and now - o.reply_at > self.ask_timeout_ms then self:_op_done(o) end
   end
   self.n_ops = self.n_ops + 1
   local op = { key = OP_PREFIX .. self.n_ops, n = self.n_ops, asks = {}, new = {} }
@@ -521,6 +546,14 @@ function Session:_op_wait(op, id)
     while C.sp_rpc_wait(op.waiter, me) == 0 do co_yield() end
     op.waiter = nil
   end
+end
+
+-- A stateless request's op still runs (its answer not in yet).
+function Session:_op_running()
+  for _, op in pairs(self.ops) do
+    if not op.reply then return true end
+  end
+  return false
 end
 
 -- The op is over (answered, or cancelled by the client).
@@ -586,7 +619,7 @@ function Session:_ask_client(method, params)
   -- call's). roots/list acts on nothing: always relayed.
   -- (a stateless client's request that was answered with input requests
   -- runs on in its op until the retry comes)
-  if method ~= "roots/list" and next(self.running) == nil and next(self.ops) == nil and self.spec:taint_running() then
+  if method ~= "roots/list" and next(self.running) == nil and not self:_op_running() and self.spec:taint_running() then
     return nil, "specula gateway: a call the client has not made yet cannot ask it (" .. method .. ")"
   end
   if self.stateless then return self:_ask_inline(method, params) end
