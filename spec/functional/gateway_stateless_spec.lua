@@ -259,7 +259,7 @@ end)
 
 describe("specula gateway --listen, stateless clients", function()
   -- A raw 2026-07-28 POST (curl): the decoded answer.
-  local function post(url, id, method, params, info)
+  local function post(url, id, method, params, info, max_s)
     params._meta = { ["io.modelcontextprotocol/protocolVersion"] = "2026-07-28",
                      ["io.modelcontextprotocol/clientCapabilities"] = {},
                      ["io.modelcontextprotocol/clientInfo"] = info }
@@ -269,7 +269,9 @@ describe("specula gateway --listen, stateless clients", function()
     if params.name then hs[#hs + 1] = "Mcp-Name: " .. params.name end
     local cmd = "curl -s -H 'Accept-Encoding: identity'"
     for _, h in ipairs(hs) do cmd = cmd .. " -H " .. H.quote(h) end
+    if max_s then cmd = cmd .. " -m " .. max_s end
     local st, out = H.sh(cmd .. " --data-binary @" .. H.quote(body) .. " " .. H.quote(url))
+    if max_s then return nil end   -- the client gave up (curl's own status)
     assert.are.equal(0, st)
     local data = out:match("data: ([^\n]+)") or out
     return cjson.decode(data)
@@ -312,5 +314,33 @@ describe("specula gateway --listen, stateless clients", function()
     local inits = 0
     for _, l in ipairs(G.tap(log)) do if l.method == "initialize" then inits = inits + 1 end end
     assert.are.equal(2, inits)
+  end)
+  it("cancels the upstream call of a stateless client that goes away mid-call", function()
+    if not G.guard(pending) then return end
+    local cfg, log = G.tap_config()
+    local out = H.tmpdir() .. "/stateless-cancel.jsonl"
+    os.remove(out)
+    local g = G.start(cfg, { "--listen", "127.0.0.1:0", "--out", out })
+    local ok, err = pcall(function()
+      local who = { name = "leaver", version = "1" }
+      post(g.url, 1, "tools/call", { name = "slow", arguments = { ms = 8000, tag = "never" } }, who, 1)
+      -- the session goes on: the same client's next call is served
+      assert.are.equal("echo: still here", post(g.url, 2, "tools/call", { name = "echo",
+        arguments = { text = "still here" } }, who).result.content[1].text)
+    end)
+    G.stop(g)
+    assert(ok, err)
+    local slow_id, cancelled
+    for _, l in ipairs(G.tap(log)) do
+      if l.name == "slow" then slow_id = l.id end
+      if l.method == "notifications/cancelled" and l.id == slow_id then cancelled = true end
+    end
+    assert.is_not_nil(slow_id)
+    assert.is_true(cancelled, tostring(H.read(log)))
+    local recs = G.records(out)
+    assert.are.equal(1, #recs)
+    assert.are.equal(1, recs[1].cancelled_by_client)
+    assert.are.equal(1, recs[1].calls)   -- the echo: a cancelled call has no answer to count
+    assert.are.equal(2, recs[1].tools.slow.calls + recs[1].tools.echo.calls)
   end)
 end)
