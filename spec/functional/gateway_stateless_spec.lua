@@ -5,12 +5,16 @@
 -- steps give the same answers as a direct connection to the same server
 -- (the specs' test server, session-only or itself at 2026-07-28, and
 -- server-everything); each side keeps its own version; the servers'
--- sampling, elicitation and roots requests come back to the client as
--- InputRequiredResult rounds and its answers reach the server; a
+-- sampling, elicitation and roots requests (the test server's and
+-- server-everything's) come back to the client as InputRequiredResult
+-- rounds and its answers reach the server; a prefetch never asks it; a
 -- predicted read is served from its prefetch while a write the policy does
 -- not allow never reaches the server before the client asks (a control run
 -- that allows it shows it would); over HTTP the stateless requests of one
--- client (its clientInfo) share one gateway session and one record.
+-- client (its clientInfo) share one gateway session and one record, and a
+-- client that goes away mid-call gets its upstream call cancelled; over
+-- stdio, unknown versions, a late initialize and stray input responses
+-- are refused.
 local H = require "support.helpers"
 local G = require "support.gateway_helpers"
 local cjson = require "cjson"
@@ -140,6 +144,33 @@ for _, how in ipairs({ "stdio", "http" }) do
         assert.are.equal(3, recs[1].tools.ask.calls)
         assert.are.equal(0, recs[1].tools.ask.errors)
       end
+    end)
+
+    it("bridges server-everything's sampling and elicitation requests, with the same results as direct", function()
+      if not G.guard(pending) then return end
+      local cmd = { G.node(), G.MCP .. "server-everything/dist/index.js", "stdio" }
+      local answers = { sampling = ANSWERS.sampling, elicitation = { action = "accept", content = { name = "Ada" } } }
+      local steps = {
+        { op = "call", name = "trigger-sampling-request", arguments = { prompt = "hi", maxTokens = 5 } },
+        { op = "call", name = "trigger-elicitation-request", arguments = {} },
+      }
+      local direct = G.lua_drive({ command = cmd, answers = answers, steps = steps })
+      local gw = through(how, "{ everything = " .. G.server_src(cmd) .. " }", { answers = answers, steps = steps })
+      assert.are.equal("2026-07-28", gw.version)
+      for i = 1, 2 do assert.is_true(gw.steps[i].ok, cjson.encode(gw.steps[i])) end
+      -- the server prints the answer it got as JSON: specula's client
+      -- writes a table's keys in no fixed order, so that text is compared decoded
+      for _, r in ipairs({ direct, gw }) do
+        local c = r.steps[2].result.content
+        local raw = c[#c].text:match("Raw result: (.*)$")
+        assert.is_string(raw, c[#c].text)
+        c[#c].text = cjson.decode(raw)
+      end
+      G.same_steps(direct, gw)
+      assert.truthy(gw.steps[1].result.content[1].text:find("a reply", 1, true), cjson.encode(gw.steps[1]))
+      assert.are.equal("Ada", gw.steps[2].result.content[3].text.content.name)
+      assert.are.same(direct.asked, gw.asked)
+      assert.are.equal(2, gw.input_rounds)
     end)
 
     it("never lets a prefetch ask the client: the prefetch is dropped, the client's own call asks", function()

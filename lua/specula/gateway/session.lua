@@ -489,10 +489,14 @@ function Session:_stateless(id, method, params, sv)
       return self:_error(id, -32602, "requestState " .. tostring(state) .. " names no request in progress")
     end
     answers = answers or {}
+    -- each answer's own text goes to the server unchanged (as a session
+    -- client's answer does)
+    local texts = entry and entry.raw and rawjson.member(rawjson.member(entry.raw, "params") or "", "inputResponses")
     for key, e in pairs(op.asks) do
       local a = answers[key]
       if a ~= nil and C.sp_rpc_state(e.rpc) == PENDING then
-        e.result = a
+        local text = texts and rawjson.member(texts, key)
+        e.result = text and json.raw(text) or a
         C.sp_rpc_complete(e.rpc)
       end
     end
@@ -741,7 +745,7 @@ function Session:_receive(msg, raw)
       if meta and meta[META_VERSION] == M.STATELESS then self:_mark_stateless(meta) end
     end
     local key = id
-    local e = {}
+    local e = { raw = raw }
     e.task = spawn_root(function()
       local ok, err = pcall(self._request, self, id, method, msg.params)
       self.running[key] = nil
