@@ -290,14 +290,12 @@ end)
 
 describe("specula gateway --listen, stateless clients", function()
   -- A raw 2026-07-28 POST (curl): the decoded answer.
-  local function post(url, id, method, params, info, max_s)
-    params._meta = { ["io.modelcontextprotocol/protocolVersion"] = "2026-07-28",
-                     ["io.modelcontextprotocol/clientCapabilities"] = {},
-                     ["io.modelcontextprotocol/clientInfo"] = info }
-    local body = H.tmpfile("post.json", cjson.encode({ jsonrpc = "2.0", id = id, method = method, params = params }))
+  -- A POST of the JSON text `text` (its method and name in the headers).
+  local function post_text(url, text, method, name, max_s)
+    local body = H.tmpfile("post.json", text)
     local hs = { "Content-Type: application/json", "Accept: application/json, text/event-stream",
                  "MCP-Protocol-Version: 2026-07-28", "Mcp-Method: " .. method }
-    if params.name then hs[#hs + 1] = "Mcp-Name: " .. params.name end
+    if name then hs[#hs + 1] = "Mcp-Name: " .. name end
     local cmd = "curl -s -H 'Accept-Encoding: identity'"
     for _, h in ipairs(hs) do cmd = cmd .. " -H " .. H.quote(h) end
     if max_s then cmd = cmd .. " -m " .. max_s end
@@ -307,6 +305,50 @@ describe("specula gateway --listen, stateless clients", function()
     local data = out:match("data: ([^\n]+)") or out
     return cjson.decode(data)
   end
+
+  local function post(url, id, method, params, info, max_s)
+    params._meta = { ["io.modelcontextprotocol/protocolVersion"] = "2026-07-28",
+                     ["io.modelcontextprotocol/clientCapabilities"] = {},
+                     ["io.modelcontextprotocol/clientInfo"] = info }
+    return post_text(url, cjson.encode({ jsonrpc = "2.0", id = id, method = method, params = params }), method,
+      params.name, max_s)
+  end
+
+  it("answers a server's request as an InputRequiredResult; the retry's answer reaches the server as written", function()
+    if not G.guard(pending) then return end
+    local cfg = G.tap_config()
+    local g = G.start(cfg, { "--listen", "127.0.0.1:0" })
+    local ok, err = pcall(function()
+      local meta = '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+        .. '"io.modelcontextprotocol/clientCapabilities":{"roots":{}},'
+        .. '"io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"}}'
+      local first = post_text(g.url, '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ask",'
+        .. '"arguments":{"method":"roots/list","params":{}},' .. meta .. '}}', "tools/call", "ask")
+      assert.are.equal(1, first.id)
+      local r = first.result
+      assert.are.equal("input_required", r.resultType, cjson.encode(first))
+      assert.is_string(r.requestState)
+      local key, q = next(r.inputRequests)
+      assert.are.equal("roots/list", q.method)
+      assert.is_nil(next(r.inputRequests, key))
+      -- the answer, its members in an order of the client's own
+      local answer = '{"zeta":1.5,"roots":[{"uri":"file:///tmp/proj","name":"proj"}],"alpha":"a"}'
+      local again = post_text(g.url, '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ask",'
+        .. '"arguments":{"method":"roots/list","params":{}},"inputResponses":{' .. cjson.encode(key) .. ':' .. answer
+        .. '},"requestState":' .. cjson.encode(r.requestState) .. ',' .. meta .. '}}', "tools/call", "ask")
+      assert.are.equal(2, again.id)
+      assert.is_nil(again.result.resultType)   -- the server's own, complete result
+      -- the test server answers with JSON.stringify of what it got
+      assert.are.equal(answer, again.result.content[1].text)
+      -- the op is over: its requestState names nothing any more
+      local late = post_text(g.url, '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"ask",'
+        .. '"arguments":{},"inputResponses":{' .. cjson.encode(key) .. ':' .. answer .. '},"requestState":'
+        .. cjson.encode(r.requestState) .. ',' .. meta .. '}}', "tools/call", "ask")
+      assert.are.equal(-32602, late.error.code)
+    end)
+    G.stop(g)
+    assert(ok, err)
+  end)
 
   it("groups the requests of one client (clientInfo) into one session, another client's into another", function()
     if not G.guard(pending) then return end
