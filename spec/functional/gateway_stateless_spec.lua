@@ -112,7 +112,7 @@ for _, how in ipairs({ "stdio", "http" }) do
         { op = "call", name = "get-sum", arguments = { a = 0.1, b = 1e21 } },
         { op = "call", name = "get-structured-content", arguments = { location = "Chicago" } },
         { op = "call", name = "get-tiny-image", arguments = {} },
-        { op = "read", uri = "demo://resource/static/document/features.md" },
+        { op = "read", uri = "demo://resource/static/document/features." .. "md" },
         { op = "prompt", name = "args-prompt", arguments = { city = "Paris", state = "IDF" } },
         { op = "prompt", name = "no-such-prompt", arguments = {} },
       }
