@@ -12,106 +12,15 @@
 -- through the gateway: every scenario that passes directly passes through
 -- the gateway (the table goes to stderr, one line per scenario).
 local H = require "support.helpers"
+local G = require "support.gateway_helpers"
 local cjson = require "cjson"
-local deps = require "support.deps"
 
-local CACHE = deps.cache()
-local NM = CACHE .. "/node_modules/"
-local MCP = NM .. "@modelcontextprotocol/"
-local DRIVER = H.root .. "/spec/support/mcp_sdk_driver.js"
-local TAP = H.root .. "/spec/support/mcp_stdio_tap.js"
-local missing = deps.npm()
+local NM, MCP, TAP = G.CACHE .. "/node_modules/", G.MCP, G.TAP
 
-local function guard()
-  if not missing then return true end
-  return H.require_or_pend(pending, missing)
-end
-
-local function node() return deps.use_node() and (deps.use_node() .. "/node") or "node" end
-local function q(s) return string.format("%q", s) end
-
-local function sleep(s) os.execute("sleep " .. s) end
-
--- The driver's plan file (one per run: two may run at once) and the shell
--- command that runs it.
-local plans = 0
-local function driver_cmd(plan)
-  plans = plans + 1
-  local path = H.tmpfile("plan" .. plans .. ".json", cjson.encode(plan))
-  return H.quote(node()) .. " " .. H.quote(DRIVER) .. " " .. H.quote(path)
-end
-
-local function drive(plan)
-  local status, out, err = H.sh(driver_cmd(plan))
-  assert.are.equal(0, status, "driver failed: " .. err)
-  return cjson.decode(out:match("[^\n]+")), err
-end
-
-local function config(servers, extra)
-  return H.tmpfile("gateway.lua", "local specula = require 'specula'\nreturn specula.gateway {\n  servers = "
-    .. servers .. ",\n" .. (extra or "") .. "}\n")
-end
-
-local function server_src(cmd, env)
-  local parts = {}
-  for _, a in ipairs(cmd) do parts[#parts + 1] = q(a) end
-  local e = ""
-  if env then
-    local l = {}
-    for k, v in pairs(env) do l[#l + 1] = k .. " = " .. q(v) end
-    e = ", env = { " .. table.concat(l, ", ") .. " }"
-  end
-  return "{ command = { " .. table.concat(parts, ", ") .. " }" .. e .. " }"
-end
-
-local function records(path)
-  local l = {}
-  for line in (H.read(path) or ""):gmatch("[^\n]+") do l[#l + 1] = cjson.decode(line) end
-  return l
-end
-
-local started = 0
-
--- `specula gateway CFG --listen 127.0.0.1:0 ARGS...` in the background:
--- { url, pid, err (its stderr file) } once it says where it listens.
-local function start(cfg, args)
-  started = started + 1
-  local errf = H.tmpdir() .. "/gw-http-err" .. started
-  os.remove(errf)
-  local parts = { H.quote(H.bin), "gateway", H.quote(cfg) }
-  for _, a in ipairs(args or { "--listen", "127.0.0.1:0" }) do parts[#parts + 1] = H.quote(a) end
-  local _, out = H.sh(table.concat(parts, " ") .. " </dev/null >/dev/null 2>" .. H.quote(errf) .. " & echo $!")
-  local g = { pid = tonumber(out:match("%d+")), err = errf }
-  for _ = 1, 200 do
-    g.url = (H.read(errf) or ""):match("listening on (http://%S+)")
-    if g.url then return g end
-    sleep(0.05)
-  end
-  error("the gateway did not say where it listens: " .. tostring(H.read(errf)))
-end
-
-local function alive(pid) return os.execute("kill -0 " .. pid .. " 2>/dev/null") == 0 end
-
--- SIGTERM, then its end: exit status (from a wrapper that waits), stderr.
-local function stop(g)
-  os.execute("kill -TERM " .. g.pid)
-  for _ = 1, 200 do
-    if not alive(g.pid) then break end
-    sleep(0.05)
-  end
-  assert.is_false(alive(g.pid), "the gateway did not exit on SIGTERM")
-  return H.read(g.err) or ""
-end
-
-local function same_steps(direct, gw)
-  assert.are.equal(#direct.steps, #gw.steps)
-  for i, d in ipairs(direct.steps) do
-    local g = gw.steps[i]
-    assert.are.same(d.ok, g.ok, "step " .. i .. " (" .. d.op .. ")")
-    assert.are.same(d.result, g.result, "step " .. i .. " (" .. d.op .. ")")
-    if not d.ok then assert.are.same(d.error, g.error, "step " .. i .. " (" .. d.op .. ")") end
-  end
-end
+local function guard() return G.guard(pending) end
+local node, q, sleep, driver_cmd, drive, config, server_src, records, start, alive, stop, same_steps =
+  G.node, G.q, G.sleep, G.driver_cmd, G.drive, G.config, G.server_src, G.records, G.start, G.alive, G.stop,
+  G.same_steps
 
 -- The same steps against the server over stdio and through a listening
 -- gateway in front of it: both outputs, and the gateway's records.
@@ -251,7 +160,7 @@ describe("specula gateway --listen (official TypeScript SDK client over Streamab
     if not guard() then return end
     -- the test server's `ask` answers with JSON.stringify of the client's
     -- reply: its text shows the members in the order they came
-    local SERVER = H.root .. "/spec/support/mcp_testserver.js"
+    local SERVER = G.SERVER
     local meta = {}
     for i = 1, 16 do meta["k" .. string.char(96 + i) .. (17 - i)] = i end
     local answers = { roots = { roots = { { uri = "file:///tmp/proj", name = "proj", _meta = meta } }, zeta = 1.5,

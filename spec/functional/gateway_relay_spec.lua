@@ -9,53 +9,15 @@
 -- declared secret never reaches the client, the record or stderr.
 local H = require "support.helpers"
 local MH = require "support.mcp_helpers"
+local G = require "support.gateway_helpers"
 local cjson = require "cjson"
 local deps = require "support.deps"
 
-local DRIVER = H.root .. "/spec/support/mcp_sdk_driver.js"
-local TAP = H.root .. "/spec/support/mcp_stdio_tap.js"
-local SERVER = H.root .. "/spec/support/mcp_testserver.js"
-local missing = deps.npm()
+local TAP, SERVER = G.TAP, G.SERVER
 
-local function guard()
-  if not missing then return true end
-  return H.require_or_pend(pending, missing)
-end
-
-local function node() return deps.use_node() and (deps.use_node() .. "/node") or "node" end
-
-local function drive(plan)
-  local path = H.tmpfile("plan.json", cjson.encode(plan))
-  local status, out, err = H.sh(H.quote(node()) .. " " .. H.quote(DRIVER) .. " " .. H.quote(path))
-  assert.are.equal(0, status, "driver failed: " .. err)
-  return cjson.decode(out:match("[^\n]+")), err
-end
-
-local n = 0
--- A config with the test server behind the tap; its config, tap log, --out.
-local function setup(extra, env)
-  n = n + 1
-  local dir = H.tmpdir()
-  local log, out = dir .. "/tap" .. n .. ".jsonl", dir .. "/out" .. n .. ".jsonl"
-  os.remove(log)
-  os.remove(out)
-  local e = ""
-  for k, v in pairs(env or {}) do e = e .. string.format("%s = %q, ", k, v) end
-  local cfg = H.tmpfile("relay" .. n .. ".lua", string.format([[
-local specula = require "specula"
-return specula.gateway {
-  servers = { test = { command = { %q, %q, %q, %q, %q }, env = { %s } } },
-  %s
-}
-]], node(), TAP, log, node(), SERVER, e, extra or ""))
-  return cfg, log, out
-end
-
-local function tap(log)
-  local l = {}
-  for line in (H.read(log) or ""):gmatch("[^\n]+") do l[#l + 1] = cjson.decode(line) end
-  return l
-end
+local function guard() return G.guard(pending) end
+local node, drive, setup, tap = G.node, G.drive, G.tap_config, G.tap
+local n = 0   -- config files of the tests' own
 
 local function record(out) return cjson.decode(assert(H.read(out), "no --out record"):match("[^\n]+")) end
 
@@ -472,12 +434,11 @@ return require("specula").gateway { servers = {
   gone = { command = { "/nonexistent/mcp-server" } },
 } }
 ]], node(), TAP, lb, node(), SERVER, node(), TAP, la, node(), SERVER))
-    local path = H.tmpfile("plan.json", cjson.encode({ command = H.bin, args = { "gateway", cfg }, steps = {
+    local status, stdout, err = H.sh(G.driver_cmd({ command = H.bin, args = { "gateway", cfg }, steps = {
       { op = "tools" },
       { op = "call", name = "echo", arguments = { text = "to a" } },
       { op = "call", name = "b__echo", arguments = { text = "to b" } },
     } }))
-    local status, stdout, err = H.sh(H.quote(node()) .. " " .. H.quote(DRIVER) .. " " .. H.quote(path))
     assert.are.equal(0, status, err)
     local gw = cjson.decode(stdout:match("[^\n]+"))
     local names = {}
@@ -500,12 +461,11 @@ return require("specula").gateway { servers = {
     if not guard() then return end
     local secret = "sk-gateway-" .. string.rep("7", 24)
     local cfg, _, out = setup(nil, { GW_SECRET = secret })
-    local path = H.tmpfile("plan.json", cjson.encode({ command = H.bin, args = { "gateway", cfg, "--out", out,
+    local status, stdout, err = H.sh(G.driver_cmd({ command = H.bin, args = { "gateway", cfg, "--out", out,
       "--secret-env", "GW_SECRET" }, env = { GW_SECRET = secret }, steps = {
       { op = "call", name = "env", arguments = { name = "GW_SECRET", as = "text" } },
       { op = "call", name = "crash_env", arguments = { name = "GW_SECRET" } },
     } }))
-    local status, stdout, err = H.sh(H.quote(node()) .. " " .. H.quote(DRIVER) .. " " .. H.quote(path))
     assert.are.equal(0, status, err)
     assert.falsy(stdout:find(secret, 1, true))
     assert.falsy(err:find(secret, 1, true))

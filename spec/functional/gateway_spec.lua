@@ -8,49 +8,14 @@
 -- predictable read sequence is served from prefetches, counted in --out;
 -- a bad config is refused naming the file and line.
 local H = require "support.helpers"
+local G = require "support.gateway_helpers"
 local cjson = require "cjson"
-local deps = require "support.deps"
 
-local CACHE = deps.cache()
-local NM = CACHE .. "/node_modules/"
-local MCP = NM .. "@modelcontextprotocol/"
-local DRIVER = H.root .. "/spec/support/mcp_sdk_driver.js"
-local missing = deps.npm()
+local CACHE, MCP = G.CACHE, G.MCP
 
-local function guard()
-  if not missing then return true end
-  return H.require_or_pend(pending, missing)
-end
-
-local function node() return deps.use_node() and (deps.use_node() .. "/node") or "node" end
-
--- Run the driver with a plan: its decoded output (and stderr for messages).
-local function drive(plan)
-  local path = H.tmpfile("plan.json", cjson.encode(plan))
-  local status, out, err = H.sh(H.quote(node()) .. " " .. H.quote(DRIVER) .. " " .. H.quote(path))
-  assert.are.equal(0, status, "driver failed: " .. err)
-  return cjson.decode(out:match("[^\n]+")), err
-end
-
--- A config file serving the given servers (Lua source of the table) and knobs.
-local function config(servers, extra)
-  return H.tmpfile("gateway.lua", "local specula = require 'specula'\nreturn specula.gateway {\n  servers = "
-    .. servers .. ",\n" .. (extra or "") .. "}\n")
-end
-
-local function q(s) return string.format("%q", s) end
-
-local function server_src(cmd, env)
-  local parts = {}
-  for _, a in ipairs(cmd) do parts[#parts + 1] = q(a) end
-  local e = ""
-  if env then
-    local l = {}
-    for k, v in pairs(env) do l[#l + 1] = k .. " = " .. q(v) end
-    e = ", env = { " .. table.concat(l, ", ") .. " }"
-  end
-  return "{ command = { " .. table.concat(parts, ", ") .. " }" .. e .. " }"
-end
+local function guard() return G.guard(pending) end
+local node, drive, config, q, server_src, same_steps, records =
+  G.node, G.drive, G.config, G.q, G.server_src, G.same_steps, G.records
 
 local runs = 0
 
@@ -65,22 +30,6 @@ local function direct_and_gateway(name, cmd, steps, env_direct, env_gw, extra)
   return direct, gw, out
 end
 
-local function same_steps(direct, gw)
-  assert.are.equal(#direct.steps, #gw.steps)
-  for i, d in ipairs(direct.steps) do
-    local g = gw.steps[i]
-    assert.are.same(d.ok, g.ok, "step " .. i .. " (" .. d.op .. ")")
-    assert.are.same(d.result, g.result, "step " .. i .. " (" .. d.op .. ")")
-    if not d.ok then assert.are.same(d.error, g.error, "step " .. i .. " (" .. d.op .. ")") end
-  end
-end
-
-local function records(path)
-  local l = {}
-  for line in (H.read(path) or ""):gmatch("[^\n]+") do l[#l + 1] = cjson.decode(line) end
-  return l
-end
-
 -- The last write of a file, in ms since the epoch (nil: never written).
 local function mtime_ms(path)
   local p = io.popen("date -r " .. H.quote(path) .. " +%s%3N 2>/dev/null")
@@ -89,7 +38,6 @@ local function mtime_ms(path)
   return tonumber(v)
 end
 
-local NODE = function() return node() end
 
 describe("specula gateway (official TypeScript SDK client over stdio)", function()
   local dir
@@ -105,7 +53,7 @@ describe("specula gateway (official TypeScript SDK client over stdio)", function
 
   it("gives server-filesystem's answers unchanged", function()
     if not guard() then return end
-    local cmd = { NODE(), MCP .. "server-filesystem/dist/index.js", dir }
+    local cmd = { node(), MCP .. "server-filesystem/dist/index.js", dir }
     local steps = {
       { op = "tools" },
       { op = "call", name = "list_directory", arguments = { path = dir } },
@@ -130,7 +78,7 @@ describe("specula gateway (official TypeScript SDK client over stdio)", function
 
   it("gives server-memory's answers unchanged", function()
     if not guard() then return end
-    local cmd = { NODE(), MCP .. "server-memory/dist/index.js" }
+    local cmd = { node(), MCP .. "server-memory/dist/index.js" }
     local steps = {
       { op = "tools" },
       { op = "call", name = "create_entities", arguments = { entities = {
@@ -153,7 +101,7 @@ describe("specula gateway (official TypeScript SDK client over stdio)", function
 
   it("gives server-everything's tools, resources, templates, prompts and progress unchanged", function()
     if not guard() then return end
-    local cmd = { NODE(), MCP .. "server-everything/dist/index.js", "stdio" }
+    local cmd = { node(), MCP .. "server-everything/dist/index.js", "stdio" }
     local steps = {
       { op = "tools" }, { op = "resources" }, { op = "templates" }, { op = "prompts" },
       { op = "call", name = "echo", arguments = { message = "héllo \"wörld\" \\ 🙂" } },
@@ -206,12 +154,12 @@ describe("specula gateway (official TypeScript SDK client over stdio)", function
       { op = "call", name = "create_entities", arguments = {
         entities = { { name = "Early", entityType = "probe", observations = { "x" } } } } },
     }
-    local TAP = H.root .. "/spec/support/mcp_stdio_tap.js"
+    local TAP = G.TAP
     local function run(policy, tag)
       local mem, log = H.tmpdir() .. "/mem-" .. tag .. ".jsonl", H.tmpdir() .. "/tap-" .. tag .. ".jsonl"
       os.remove(mem)
       os.remove(log)
-      local cfg = config("{ memory = " .. server_src({ NODE(), TAP, log, NODE(), MCP .. "server-memory/dist/index.js" },
+      local cfg = config("{ memory = " .. server_src({ node(), TAP, log, node(), MCP .. "server-memory/dist/index.js" },
         { MEMORY_FILE_PATH = mem }) .. " }", predictor .. "  policy = " .. policy .. ",\n")
       local out = H.tmpdir() .. "/gw-write-" .. tag .. ".jsonl"
       os.remove(out)
@@ -272,7 +220,7 @@ describe("specula gateway (official TypeScript SDK client over stdio)", function
   policy = { read_text_file = "full", list_directory = "full" },
   max_age_ms = 20000,
 ]]
-    local cmd = { NODE(), MCP .. "server-filesystem/dist/index.js", dir }
+    local cmd = { node(), MCP .. "server-filesystem/dist/index.js", dir }
     local steps = { { op = "call", name = "list_directory", arguments = { path = dir } } }
     for _, f in ipairs({ "a.txt", "b.txt", "c.txt" }) do
       steps[#steps + 1] = { op = "sleep", ms = 250 }

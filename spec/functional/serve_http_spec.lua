@@ -156,6 +156,49 @@ print(json.encode({ out = out }))
     assert.matches("Mcp%-Session%-Id header is required", r[2].body)
   end)
 
+  it("with stateless_key serves the 2026-07-28 POSTs of one key by one session, the client's ids kept", function()
+    local r = listen_run([[
+local specula = require "specula"
+local sessions, seen, lost = 0, {}, {}
+local function on_session(t)
+  sessions = sessions + 1
+  local me = sessions
+  t:open({ receive = function(_, m)
+    if m.id ~= nil then
+      seen[#seen + 1] = { session = me, id = m.id }
+      t:send({ jsonrpc = "2.0", id = m.id, result = { session = me, text = m.params.arguments.text } })
+    end
+  end, lost = function(_, why) lost[#lost + 1] = why end })
+end
+local l = assert(serve.listen({ port = 0, on_session = on_session, session_timeout_ms = 300,
+  stateless_key = function(list) return list[1].params._meta["io.modelcontextprotocol/clientInfo"].name end }))
+local function post(id, who, text)
+  local res = assert(specula.http.request { method = "POST", url = l:url(), body = json.encode({ jsonrpc = "2.0",
+    id = id, method = "tools/call", params = { name = "echo", arguments = { text = text }, _meta = {
+      ["io.modelcontextprotocol/protocolVersion"] = "2026-07-28",
+      ["io.modelcontextprotocol/clientInfo"] = { name = who, version = "1" } } } }),
+    headers = { ["Content-Type"] = "application/json", Accept = "application/json",
+                ["MCP-Protocol-Version"] = "2026-07-28", ["Mcp-Method"] = "tools/call", ["Mcp-Name"] = "echo" } })
+  return json.decode(res.body)
+end
+local out = { a1 = post(1, "a", "x"), b1 = post(1, "b", "y"), a2 = post(1, "a", "z") }
+out.sessions, out.seen = sessions, seen
+specula.sleep(800)   -- idle past session_timeout_ms: both end
+out.lost = lost
+l:close()
+print(json.encode(out))
+]])
+    assert.are.equal(2, r.sessions)
+    -- the client's id back; each key its own session, kept across POSTs
+    assert.are.same({ id = 1, session = 1, text = "x" }, { id = r.a1.id, session = r.a1.result.session, text = r.a1.result.text })
+    assert.are.same({ id = 1, session = 2, text = "y" }, { id = r.b1.id, session = r.b1.result.session, text = r.b1.result.text })
+    assert.are.same({ id = 1, session = 1, text = "z" }, { id = r.a2.id, session = r.a2.result.session, text = r.a2.result.text })
+    -- the session saw ids of its own: a client's id 1, twice, is no clash
+    assert.are_not.equal(r.seen[1].id, r.seen[3].id)
+    assert.are.equal(2, #r.lost)
+    assert.matches("idle for over 300 ms", r.lost[1])
+  end)
+
   it("checks its options and binds to loopback unless allow_remote (then it warns)", function()
     local r, err = listen_run([[
 local out = {}
@@ -164,6 +207,7 @@ out.no_fn = try({ port = 0 })
 out.bad_port = try({ port = 70000, on_session = print })
 out.bad_path = try({ path = "mcp", on_session = print })
 out.bad_timeout = try({ session_timeout_ms = 0, on_session = print })
+out.bad_key = try({ stateless_key = "clientInfo", on_session = print })
 out.remote = try({ host = "0.0.0.0", port = 0, on_session = print })
 out.remote_ok = try({ host = "0.0.0.0", port = 0, on_session = print, allow_remote = true })
 out.bad_host = try({ host = "not an address", port = 0, on_session = print, allow_remote = true })
@@ -177,6 +221,7 @@ print(json.encode(out))
     assert.matches("port must be an integer from 0 to 65535", r.bad_port)
     assert.matches("path must start with '/'", r.bad_path)
     assert.matches("session_timeout_ms must be a number of ms > 0, got 0", r.bad_timeout)
+    assert.matches("stateless_key must be a function", r.bad_key)
     assert.matches("^EPERM: .*0%.0%.0%.0 is not a loopback address: give allow_remote = true", r.remote)
     assert.are.equal("ok", r.remote_ok)
     assert.matches("specula: warning: serving MCP on 0%.0%.0%.0 port %d+, reachable from other hosts", err)

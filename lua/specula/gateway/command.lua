@@ -52,6 +52,22 @@ function M.parse_listen(v, allow_remote)
   return host, port
 end
 
+-- The gateway session of a stateless (2026-07-28) POST: the client's
+-- name and version from the first message's _meta clientInfo (nil when it
+-- names none: serve_http gives such requests one session of their own, and
+-- such notifications to every session).
+function M.stateless_key(list)
+  for _, m in ipairs(list) do
+    local p = type(m) == "table" and m.params
+    local meta = type(p) == "table" and p._meta
+    local info = type(meta) == "table" and meta["io.modelcontextprotocol/clientInfo"]
+    if type(info) == "table" then
+      return tostring(info.name) .. "\0" .. tostring(info.version)
+    end
+  end
+  return nil
+end
+
 -- An HTTP session with no stream open and no request for this long ends
 -- (a client that went away without DELETE).
 M.IDLE_MS = 30 * 60 * 1000
@@ -65,8 +81,9 @@ local function listen(o, gw, on_end)
   local live = {}
   local L, err = require("specula.mcp.serve_http").listen {
     host = host, port = port, allow_remote = o.allow_remote, session_timeout_ms = M.IDLE_MS,
-    -- the gateway answers initialize only: no 2026-07-28 stateless POSTs
-    stateless = false,
+    -- 2026-07-28: stateless POSTs of one client (its clientInfo, the only
+    -- name the revision gives it) share one gateway session
+    stateless = true, stateless_key = M.stateless_key,
     warn = function(msg) output.stderr("specula gateway: warning: ", msg, "\n") end,
     on_session = function(t)
       local s, serr = gateway.serve_session(gw, t, { spans = o.record ~= nil, on_end = function(sess)

@@ -20,8 +20,9 @@
 --
 -- serve_session takes any server-side transport (specula.mcp.transport):
 -- the stdio one (specula.mcp.serve_stdio) for `specula gateway CONFIG`,
--- one per HTTP session for a listener; each is a session of its own, with
--- servers, predictor and counters of its own.
+-- one per HTTP session for a listener (for stateless 2026-07-28 POSTs: one
+-- per clientInfo); each is a session of its own, with servers, predictor
+-- and counters of its own.
 local json = require "specula.json"
 local prov = require "specula.provenance"
 

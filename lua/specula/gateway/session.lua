@@ -12,7 +12,10 @@
 -- requests to the client (sampling, elicitation, roots) when the client
 -- declared the capability. A server that crashes fails the client's calls
 -- then pending; the next call starts it again. The end of the client
--- (stdin closed) cancels every call in flight and stops the servers.
+-- (stdin closed) cancels every call in flight and stops the servers. A
+-- client at the stateless 2026-07-28 sends no initialize: server/discover
+-- and requests that carry their version in _meta; the servers' requests
+-- reach it as InputRequiredResult rounds (below: "2026-07-28").
 local core = require "specula.internal.core"
 local sched = require "specula.internal.sched"
 local json = require "specula.json"
@@ -38,6 +41,16 @@ local PENDING = tonumber(C.SP_RPC_PENDING)
 M.VERSIONS = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05" }
 local VERSION_OK = {}
 for _, v in ipairs(M.VERSIONS) do VERSION_OK[v] = true end
+-- the stateless version (no initialize: server/discover, then every
+-- request says its version, capabilities and client in _meta)
+M.STATELESS = "2026-07-28"
+-- what server/discover names: every version the gateway speaks
+M.SUPPORTED = { M.STATELESS, unpack(M.VERSIONS) }
+local META_VERSION = "io.modelcontextprotocol/protocolVersion"
+local META_CAPS = "io.modelcontextprotocol/clientCapabilities"
+local META_INFO = "io.modelcontextprotocol/clientInfo"
+-- the ids of the gateway's own stand-ins for a stateless client's requests
+local OP_PREFIX = "specula-gw-op-"
 
 local function obj(t) return setmetatable(t or {}, json.object_mt) end
 local function arr(t) return setmetatable(t or {}, json.array_mt) end
@@ -54,6 +67,14 @@ Session.__index = Session
 -- fields route it: an HTTP response goes on its request's stream), whose
 -- result may be a json.raw value (specula.json writes it as it is).
 function Session:_send(msg)
+  -- the answer to a stateless request's stand-in: kept for the request
+  -- (or its retry) that waits for it (_op_wait)
+  local op = msg.method == nil and msg.id ~= nil and self.ops[msg.id]
+  if op then
+    op.reply, op.reply_at = msg, sched.now()
+    self:_wake(op)
+    return true
+  end
   local text, err = encode(msg)
   if not text then return nil, err end
   local clean = output.clean(text, "json")
@@ -109,6 +130,17 @@ function Session:_initialize(id, params)
   self.client_caps = type(params.capabilities) == "table" and params.capabilities or {}
   self.client_info = params.clientInfo
   self:_start_upstreams()
+  local r = obj({ protocolVersion = self.version, capabilities = self:_capabilities(),
+                  serverInfo = obj({ name = "specula-gateway", version = client.CLIENT_INFO.version }) })
+  local instr = self:_instructions()
+  if instr then r.instructions = instr end
+  self.initialized = true
+  self.rec:ready()
+  return self:_send({ jsonrpc = "2.0", id = id, result = r })
+end
+
+-- What the union offers: a capability when any server has it.
+function Session:_capabilities()
   local caps = obj()
   local any = { tools = false, resources = false, prompts = false, logging = false, completions = false }
   for _, e in ipairs(self.up:each()) do
@@ -121,24 +153,26 @@ function Session:_initialize(id, params)
   if any.prompts then caps.prompts = obj({ listChanged = true }) end
   if any.logging then caps.logging = obj() end
   if any.completions then caps.completions = obj() end
+  return caps
+end
+
+-- The servers' instructions, each under its name, or nil.
+function Session:_instructions()
   local instr = {}
   for _, e in ipairs(self.up:each()) do
     if type(e.client.instructions) == "string" and e.client.instructions ~= "" then
       instr[#instr + 1] = e.name .. ": " .. e.client.instructions
     end
   end
-  local r = obj({ protocolVersion = self.version, capabilities = caps,
-                  serverInfo = obj({ name = "specula-gateway", version = client.CLIENT_INFO.version }) })
-  if #instr > 0 then r.instructions = table.concat(instr, "\n\n") end
-  self.initialized = true
-  self.rec:ready()
-  return self:_send({ jsonrpc = "2.0", id = id, result = r })
+  return #instr > 0 and table.concat(instr, "\n\n") or nil
 end
 
 -- A list, all pages in one.
 function Session:_list(id, field, items)
   return self:_send({ jsonrpc = "2.0", id = id, result = obj({ [field] = arr(items) }) })
 end
+
+local CLIENT_META = { [META_VERSION] = true, [META_CAPS] = true, [META_INFO] = true }
 
 -- params for a server: the client's, with the names the server knows and
 -- without the client's progress token (the server gets ours).
@@ -148,7 +182,11 @@ local function upstream_params(params, name_key, name)
   if name_key then p[name_key] = name end
   if type(p._meta) == "table" then
     local m = obj()
-    for k, v in pairs(p._meta) do if k ~= "progressToken" then m[k] = v end end
+    -- the client's version, capabilities and info (2026-07-28) are of the
+    -- client's side: each server has its own
+    for k, v in pairs(p._meta) do
+      if k ~= "progressToken" and not CLIENT_META[k] then m[k] = v end
+    end
     p._meta = next(m) ~= nil and m or nil
   end
   return p
@@ -309,24 +347,252 @@ local ROUTES = {
   ["ping"] = function(s, id) return s:_send({ jsonrpc = "2.0", id = id, result = obj() }) end,
 }
 
+local unsupported
+
 -- One request of the client, in a root task of its own (the reader goes on).
 function Session:_request(id, method, params)
+  local meta = type(params) == "table" and type(params._meta) == "table" and params._meta or nil
+  local sv = meta and meta[META_VERSION]
+  if method == "server/discover" then return self:_discover(id, sv) end
   if method == "initialize" then
+    if self.stateless then
+      return self:_error(id, -32600, "this session is stateless (" .. M.STATELESS .. "): no initialize")
+    end
     if not self.init_task or self.init_task.ptr ~= sched.current("gateway: initialize") then
       return self:_error(id, -32600, "initialize was sent already")
     end
     return self:_initialize(id, params)
   end
+  if self.stateless then
+    if sv == nil then
+      return self:_error(id, -32600, "a " .. M.STATELESS .. " request names its version in _meta ("
+        .. META_VERSION .. ")")
+    end
+    return self:_stateless(id, method, params, sv)
+  end
+  -- a version before initialize that is not one the gateway speaks
+  if sv ~= nil and not self.init_task and sv ~= M.STATELESS then return unsupported(self, id, sv) end
   -- a request sent before initialize was answered waits for it
   if self.init_task and not self.initialized and method ~= "ping" then self.init_task:wait() end
   if not self.initialized and method ~= "ping" then
     return self:_error(id, -32600, "the session is not initialized (send initialize first)")
   end
+  return self:_dispatch(id, method, params)
+end
+
+-- A request of a ready session, by its method.
+function Session:_dispatch(id, method, params)
   local fn = ROUTES[method]
   if not fn then return self:_error(id, -32601, "Method not found: " .. tostring(method)) end
   -- tools are listed once before the first call (routes, the gate's tools)
   if method == "tools/call" or method == "tools/list" then self:_tools_known() end
   return fn(self, id, params)
+end
+
+-- ---- 2026-07-28: stateless requests ---------------------------------------------------------
+--
+-- No handshake: the first request that names 2026-07-28 in its _meta (as
+-- a rule server/discover) makes the session stateless and starts the
+-- servers, each offering what that request's clientCapabilities offer;
+-- the session (its servers, predictor, counters) serves every later one.
+-- A request runs as a stand-in with an id of the gateway's own (an op) so
+-- that a server's request to the client (sampling, elicitation, roots)
+-- can come back as an InputRequiredResult: the client's request is
+-- answered with inputRequests and a requestState naming the op, the op
+-- goes on running, and the client's retry (a new id, with inputResponses
+-- and that requestState) hands the answers to the server's waiting
+-- requests and waits for the op's real answer, or the next inputRequests.
+
+unsupported = function(self, id, sv)
+  return self:_send({ jsonrpc = "2.0", id = id, error = obj({ code = -32022, message = "Unsupported protocol version",
+    data = obj({ supported = arr({ unpack(M.SUPPORTED) }), requested = tostring(sv) }) }) })
+end
+
+-- The first request that names 2026-07-28 (before any initialize) makes
+-- the session stateless, as it is read (the mode follows the order of the
+-- client's messages, not of their tasks); the servers start in a task.
+function Session:_mark_stateless(meta)
+  self.stateless = true
+  self.version = M.STATELESS
+  local caps = meta[META_CAPS]
+  self.client_caps = type(caps) == "table" and caps or {}
+  local info = meta[META_INFO]
+  self.client_info = type(info) == "table" and info or nil
+  self.start_task = spawn_root(function()
+    self:_start_upstreams()
+    self.stateless_ready = true
+    self.rec:ready()
+  end)
+end
+
+-- The servers of a stateless session have started (the first request's
+-- task may still be starting them: wait).
+function Session:_begin_stateless()
+  if not self.stateless_ready and self.start_task then self.start_task:wait() end
+  return self.stateless_ready
+end
+
+-- server/discover: the versions, the union's capabilities, the gateway. A
+-- version other than 2026-07-28 before initialize gets -32022 naming the
+-- versions (the client asks again in one of them, or initializes).
+function Session:_discover(id, sv)
+  if self.init_task and not self.initialized then self.init_task:wait() end
+  if not self.initialized then
+    if not self.stateless or sv ~= M.STATELESS then return unsupported(self, id, sv) end
+    if not self:_begin_stateless() then
+      return self:_error(id, -32603, "specula gateway: the servers could not be started")
+    end
+  end
+  local r = obj({ resultType = "complete", supportedVersions = arr({ unpack(M.SUPPORTED) }),
+                  capabilities = self:_capabilities(),
+                  serverInfo = obj({ name = "specula-gateway", version = client.CLIENT_INFO.version }) })
+  local instr = self:_instructions()
+  if instr then r.instructions = instr end
+  return self:_send({ jsonrpc = "2.0", id = id, result = r })
+end
+
+-- Wake the request waiting on an op (its answer or an input request came).
+function Session:_wake(op)
+  local w = op.waiter
+  if w ~= nil and C.sp_rpc_state(w) == PENDING then C.sp_rpc_complete(w) end
+end
+
+function Session:_stateless(id, method, params, sv)
+  if sv ~= M.STATELESS then return unsupported(self, id, sv) end
+  if not self:_begin_stateless() then
+    return self:_error(id, -32603, "specula gateway: the servers could not be started")
+  end
+  if method == "ping" then return self:_send({ jsonrpc = "2.0", id = id, result = obj() }) end
+  if not ROUTES[method] then return self:_error(id, -32601, "Method not found: " .. tostring(method)) end
+  local entry = self.running[id]
+  local state = params.requestState
+  -- input responses answer the gateway's own input requests: they come
+  -- with its requestState, as an object of objects
+  local answers = params.inputResponses
+  if answers ~= nil then
+    if answers == JNULL or type(answers) ~= "table" or getmetatable(answers) == json.array_mt or answers[1] ~= nil then
+      return self:_error(id, -32602, "inputResponses must be an object")
+    end
+    for k, a in pairs(answers) do
+      if type(a) ~= "table" then
+        return self:_error(id, -32602, "inputResponses." .. tostring(k) .. " must be an object")
+      end
+    end
+    if state == nil or state == JNULL then
+      return self:_error(id, -32602, "inputResponses without a requestState: no input was asked for")
+    end
+  end
+  if state ~= nil and state ~= JNULL then
+    -- a retry: the answers go to the server's requests waiting in the op
+    local op = type(state) == "string" and self.ops[state]
+    if not op then
+      return self:_error(id, -32602, "requestState " .. tostring(state) .. " names no request in progress")
+    end
+    answers = answers or {}
+    -- each answer's own text goes to the server unchanged (as a session
+    -- client's answer does)
+    local texts = entry and entry.raw and rawjson.member(rawjson.member(entry.raw, "params") or "", "inputResponses")
+    for key, e in pairs(op.asks) do
+      local a = answers[key]
+      if a ~= nil and C.sp_rpc_state(e.rpc) == PENDING then
+        local text = texts and rawjson.member(texts, key)
+        e.result = text and json.raw(text) or a
+        C.sp_rpc_complete(e.rpc)
+      end
+    end
+    if entry then entry.op = op end
+    return self:_op_wait(op, id)
+  end
+  -- answers a client never came back for (it went away after input
+  -- requests) are kept as long as an input request may wait, no longer
+  local now = sched.now()
+  for _, o in pairs(self.ops) do
+    if o.reply_at and now - o.reply_at > self.ask_timeout_ms then self:_op_done(o) end
+  end
+  self.n_ops = self.n_ops + 1
+  local op = { key = OP_PREFIX .. self.n_ops, n = self.n_ops, asks = {}, new = {} }
+  self.ops[op.key] = op
+  op.work = spawn_root(function()
+    local ok, err = pcall(self._dispatch, self, op.key, method, params)
+    if not ok then self:_error(op.key, -32603, "specula gateway: " .. tostring(err)) end
+  end)
+  if not op.work then
+    self.ops[op.key] = nil
+    return self:_error(id, -32603, "specula gateway: the engine is shutting down")
+  end
+  self.op_of_task[tonumber(op.work.id)] = op
+  if entry then entry.op = op end
+  return self:_op_wait(op, id)
+end
+
+-- The op's answer, under the client's id; or its input requests, as an
+-- InputRequiredResult (the op goes on; the client's retry waits again).
+function Session:_op_wait(op, id)
+  local me = sched.current("gateway: stateless request")
+  while true do
+    if op.reply then
+      self:_op_done(op)
+      local m = {}
+      for k, v in pairs(op.reply) do m[k] = v end
+      m.id = id
+      return self:_send(m)
+    end
+    if next(op.new) ~= nil then
+      local reqs = obj()
+      for k, q in pairs(op.new) do reqs[k] = obj({ method = q.method, params = q.params }) end
+      op.new = {}
+      return self:_send({ jsonrpc = "2.0", id = id, result = obj({ resultType = "input_required",
+        inputRequests = reqs, requestState = op.key }) })
+    end
+    local rpc = C.sp_rpc_new(core.ctx, me, 0)
+    if rpc == nil then return self:_error(id, -32603, "out of memory") end
+    op.waiter = ffi.gc(rpc, C.sp_rpc_free)
+    while C.sp_rpc_wait(op.waiter, me) == 0 do co_yield() end
+    op.waiter = nil
+  end
+end
+
+-- A stateless request's op still runs (its answer not in yet).
+function Session:_op_running()
+  for _, op in pairs(self.ops) do
+    if not op.reply then return true end
+  end
+  return false
+end
+
+-- The op is over (answered, or cancelled by the client).
+function Session:_op_done(op)
+  self.ops[op.key] = nil
+  if op.work then self.op_of_task[tonumber(op.work.id)] = nil end
+  for _, e in pairs(op.asks) do
+    if C.sp_rpc_state(e.rpc) == PENDING then C.sp_rpc_cancel(e.rpc) end
+  end
+end
+
+-- A server's request to a stateless client: an input request of the op
+-- that asks (the task's own, else the newest running), answered by the
+-- client's retry. result | nil, why.
+function Session:_ask_inline(method, params)
+  local me = sched.current("gateway: " .. method)
+  local op = self.op_of_task[tonumber(C.sp_task_id(me))]
+  if not op then
+    for _, o in pairs(self.ops) do
+      if not o.reply and (not op or o.n > op.n) then op = o end
+    end
+  end
+  if not op then return nil, "specula gateway: no request of the client is running to carry " .. method end
+  self.next_out = self.next_out + 1
+  local key = "specula-gw-" .. self.next_out
+  local rpc = C.sp_rpc_new(core.ctx, me, self.ask_timeout_ms)
+  if rpc == nil then return nil, "out of memory" end
+  local e = { rpc = ffi.gc(rpc, C.sp_rpc_free) }
+  op.asks[key] = e
+  op.new[key] = { method = method, params = params }
+  self:_wake(op)
+  while C.sp_rpc_wait(e.rpc, me) == 0 do co_yield() end
+  op.asks[key] = nil
+  if C.sp_rpc_state(e.rpc) ~= tonumber(C.SP_RPC_DONE) then return nil, "the client did not answer " .. method end
+  return e.result
 end
 
 -- The tools the client may call are known: the gate and the predictor see them.
@@ -355,9 +621,12 @@ function Session:_ask_client(method, params)
   -- error; the client's own call, if it comes, runs and asks again. With a
   -- request of the client running the ask is relayed (it may be that
   -- call's). roots/list acts on nothing: always relayed.
-  if method ~= "roots/list" and next(self.running) == nil and self.spec:taint_running() then
+  -- (a stateless client's request that was answered with input requests
+  -- runs on in its op until the retry comes)
+  if method ~= "roots/list" and next(self.running) == nil and not self:_op_running() and self.spec:taint_running() then
     return nil, "specula gateway: a call the client has not made yet cannot ask it (" .. method .. ")"
   end
+  if self.stateless then return self:_ask_inline(method, params) end
   local me = sched.current("gateway: " .. method)
   self.next_out = self.next_out + 1
   local id = "specula-gw-" .. self.next_out
@@ -413,7 +682,7 @@ function Session:_upstream_note(server, method, params)
     self.up:forget(kind)
     -- before the client has its answer to initialize (a server that says
     -- so as it starts) there is nothing it listed yet: nothing to tell
-    if self.initialized then self:_send({ jsonrpc = "2.0", method = method }) end
+    if self.initialized or self.stateless_ready then self:_send({ jsonrpc = "2.0", method = method }) end
   elseif RELAYED[method] then
     local p = obj()
     for k, v in pairs(params) do p[k] = v end
@@ -438,6 +707,12 @@ function Session:_notification(method, params)
     local e = self.running[params.requestId]
     if e and not e.task:done() then
       C.sp_task_cancel(e.task.ptr)   -- its upstream request gets notifications/cancelled
+      -- a stateless request: its op runs the upstream call
+      local op = e.op
+      if op and not op.reply then
+        self:_op_done(op)
+        if not op.work:done() then C.sp_task_cancel(op.work.ptr) end
+      end
       self.rec.st.cancelled_by_client = self.rec.st.cancelled_by_client + 1
     end
   elseif method == "notifications/roots/list_changed" and self.up then
@@ -464,8 +739,13 @@ function Session:_receive(msg, raw)
   end
   local id, method = msg.id, msg.method
   if method ~= nil and id ~= nil and id ~= JNULL then
+    if not self.stateless and not self.init_task and method ~= "initialize" then
+      local p = msg.params
+      local meta = type(p) == "table" and type(p._meta) == "table" and p._meta or nil
+      if meta and meta[META_VERSION] == M.STATELESS then self:_mark_stateless(meta) end
+    end
     local key = id
-    local e = {}
+    local e = { raw = raw }
     e.task = spawn_root(function()
       local ok, err = pcall(self._request, self, id, method, msg.params)
       self.running[key] = nil
@@ -500,6 +780,10 @@ function Session:_end(why)
       .. "(a client keeps stdin open until its answers arrive; closing it ends the session)\n", tostring(why), open))
   end
   for _, e in pairs(self.asks) do C.sp_rpc_cancel(e.rpc) end
+  for _, op in pairs(self.ops) do
+    self:_op_done(op)
+    if op.work and not op.work:done() then C.sp_task_cancel(op.work.ptr) end
+  end
   self.spec:finish()
   self.rec:finish(self)
   spawn_root(function()
@@ -539,6 +823,7 @@ function M.start(gw, t, o)
   o = o or {}
   local self = setmetatable({
     gw = gw, t = t, running = {}, asks = {}, next_out = 0, ask_timeout_ms = gw.ask_timeout_ms or 600000,
+    ops = {}, op_of_task = {}, n_ops = 0,
     tst = { malformed = 0, oversized = 0 }, on_end = o.on_end, rec = o.record,
   }, Session)
   self.spec = speculate.new {

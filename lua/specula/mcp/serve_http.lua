@@ -1,7 +1,8 @@
 -- specula.mcp.serve_http: the server side of MCP Streamable HTTP (spec
 -- revisions 2025-03-26 to 2025-11-25, and 2026-07-28's stateless POSTs:
 -- each one, its Mcp-Method, Mcp-Name and version checked against the body,
--- is served by a session of its own that ends with it) on the engine's HTTP/1.1 server
+-- is served by a session of its own that ends with it, or with
+-- stateless_key by one long-lived session per key) on the engine's HTTP/1.1 server
 -- (engine/sp_httpd.c). One endpoint (http://HOST:PORT/mcp); each client
 -- that initializes gets a session of its own (Mcp-Session-Id), handed to
 -- on_session as a transport (specula.mcp.transport describes the
@@ -280,6 +281,15 @@ function Session:send(msg, rel)
     local s = self.routes[key]
     if not s then return nil, "ENOENT: no open request " .. tostring(msg.id) .. " of the client to answer" end
     self.routes[key] = nil
+    -- a shared stateless session: the client gets its own id back
+    local orig = self.orig and self.orig[key]
+    if orig ~= nil then
+      self.orig[key] = nil
+      local m = {}
+      for k, v in pairs(msg) do m[k] = v end
+      m.id = orig.client
+      msg = m
+    end
     s.left = s.left - 1
     if s.mode == "json" then s.replies[#s.replies + 1] = msg; s.req:poke() else push(s, msg) end
     return true
@@ -308,6 +318,7 @@ function Session:close()
   if self.closed then return end
   self.closed = true
   if self.session_id then self.srv.sessions[self.session_id] = nil end
+  if self.shared_key ~= nil and self.srv.shared[self.shared_key] == self then self.srv.shared[self.shared_key] = nil end
   if self.get then self.get.req:poke() end
   for _, s in ipairs(self.posts) do s.req:poke() end
 end
@@ -499,13 +510,78 @@ function Endpoint:_start_session(r, stateless)
   return sess
 end
 
+-- With stateless_key: the long-lived session of the POSTs whose key is
+-- key (made at the first), or nil with the answer given.
+function Endpoint:_shared_session(r, key, v)
+  local sess = self.shared[key]
+  if sess and not sess.closed then return sess end
+  sess = self:_start_session(r, true)
+  if not sess then return nil end
+  sess.protocol_version, sess.shared_key, sess.orig, sess.n_ids = v, key, {}, 0
+  self.shared[key] = sess
+  return sess
+end
+
+-- A POST for a shared stateless session: its requests go in under ids of
+-- the session's own (another client with the same key may use the same
+-- ids at once); each answer goes back under the client's id. A
+-- notifications/cancelled names the client's id: the session's is put in.
+function Endpoint:_post_shared(r, list, batch, v)
+  local ok, key = pcall(self.stateless_key, list, v, r.headers)
+  if not ok then return fail(r, 500, -32603, "stateless_key failed: " .. tostring(key)) end
+  local nreq = 0
+  for _, m in ipairs(list) do if m.method ~= nil and m.id ~= nil then nreq = nreq + 1 end end
+  if key == nil and nreq == 0 then
+    -- notifications that name no client (a cancellation): every session
+    -- takes them (only the one with the request named acts on a cancel)
+    for _, sess in pairs(self.shared) do self:_shared_deliver(r, sess, list, batch, true) end
+    return r:respond(202, {})
+  end
+  local sess = self:_shared_session(r, key == nil and "" or key, v)
+  if not sess then return end
+  return self:_shared_deliver(r, sess, list, batch)
+end
+
+function Endpoint:_shared_deliver(r, sess, list, batch, quiet)
+  sess.last = sched.now()
+  local mine = {}
+  for i, m in ipairs(list) do
+    local c = m
+    if m.method ~= nil and m.id ~= nil then
+      sess.n_ids = sess.n_ids + 1
+      c = {}
+      for k, x in pairs(m) do c[k] = x end
+      c.id = "specula-sl-" .. sess.n_ids
+      sess.orig[idkey(c.id)] = { client = m.id, own = c.id }
+      raws[c] = raws[m]
+    elseif m.method == "notifications/cancelled" and type(m.params) == "table" then
+      for k, o in pairs(sess.orig) do
+        if o.client == m.params.requestId and sess.routes[k] then
+          c = { jsonrpc = "2.0", method = m.method, params = { requestId = o.own, reason = m.params.reason } }
+        end
+      end
+    end
+    mine[i] = c
+  end
+  if quiet then
+    for i, m in ipairs(mine) do
+      -- a cancellation only where it was mapped: the request is this session's
+      local mapped = m ~= list[i]
+      if m.method ~= "notifications/cancelled" or mapped then sess.peer:receive(m, "post", raws[m]) end
+    end
+    return
+  end
+  self:_deliver(r, sess, mine, batch, {})
+end
+
 -- 2026-07-28: a POST without a session, served by a session of its own
--- that ends with it.
+-- that ends with it (with stateless_key: by the shared session of its key).
 function Endpoint:_post_stateless(r, list, batch, v)
   for _, m in ipairs(list) do
     local bad = stateless_mismatch(r, m, v)
     if bad then return r:respond(400, JSON_H, rpc_error(m.id, -32020, bad)) end
   end
+  if self.stateless_key then return self:_post_shared(r, list, batch, v) end
   local sess = self:_start_session(r, true)
   if not sess then return end
   sess.protocol_version = v
@@ -569,6 +645,7 @@ function Endpoint:_serve_stream(s, h)
       local key = idkey(id)
       if sess.routes[key] == s then
         sess.routes[key] = nil
+        if sess.orig then sess.orig[key] = nil end
         if not sess.closed and sess.peer then
           sess.peer:receive({ jsonrpc = "2.0", method = "notifications/cancelled",
                               params = { requestId = id, reason = "the client disconnected" } }, "post")
@@ -620,10 +697,12 @@ function Endpoint:_sweep(timeout_ms)
   while true do
     sched.sleep(every)
     local now = sched.now()
-    for _, sess in pairs(self.sessions) do
-      if not (sess.get and not sess.get.over) and #sess.posts == 0 and now - sess.last > timeout_ms then
-        sess:close()
-        if sess.peer then sess.peer:lost(format("the session was idle for over %d ms", timeout_ms)) end
+    for _, all in ipairs({ self.sessions, self.shared }) do
+      for _, sess in pairs(all) do
+        if not (sess.get and not sess.get.over) and #sess.posts == 0 and now - sess.last > timeout_ms then
+          sess:close()
+          if sess.peer then sess.peer:lost(format("the session was idle for over %d ms", timeout_ms)) end
+        end
       end
     end
   end
@@ -654,6 +733,9 @@ local function check_opts(o)
     return nil, "EINVAL: serve_http.listen: session_timeout_ms must be a number of ms > 0, got "
       .. tostring(o.session_timeout_ms)
   end
+  if o.stateless_key ~= nil and type(o.stateless_key) ~= "function" then
+    return nil, "EINVAL: serve_http.listen: stateless_key must be a function(messages, version, headers)"
+  end
   if o.origins ~= nil and type(o.origins) ~= "table" then
     return nil, "EINVAL: serve_http.listen: origins must be a list of Origin values"
   end
@@ -662,10 +744,14 @@ end
 
 -- listen{ host = "127.0.0.1", port = 0, path = "/mcp", on_session =
 -- function(t) end, allow_remote = false, origins = nil, json_response =
--- false, stateless = true, session_timeout_ms = nil (never), max_body_bytes,
--- max_conns, max_pending_bytes, idle_timeout_ms, warn } -> listener
--- { port(), url(), close(), sessions(), conns() } | nil, err. stateless = false: a POST at
--- 2026-07-28 without a session is refused like any other (400).
+-- false, stateless = true, stateless_key = nil, session_timeout_ms = nil
+-- (never), max_body_bytes, max_conns, max_pending_bytes, idle_timeout_ms,
+-- warn } -> listener { port(), url(), close(), sessions(), conns() } | nil,
+-- err. stateless = false: a POST at 2026-07-28 without a session is
+-- refused like any other (400). stateless_key = function(messages,
+-- version, headers) -> key: the stateless POSTs of one key are served by
+-- one long-lived session (on_session once per key; it ends when idle for
+-- session_timeout_ms, or at close) instead of one session each.
 function M.listen(o)
   local ok, err = check_opts(o)
   if not ok then return nil, err end
@@ -678,7 +764,8 @@ function M.listen(o)
   local warn = o.warn or function(msg) output.stderr("specula: warning: ", msg, "\n") end
   local ep = setmetatable({ path = o.path or "/mcp", on_session = o.on_session, sessions = {}, loopback = loopback,
                             origins = o.origins, json_response = o.json_response,
-                            stateless = o.stateless ~= false }, Endpoint)
+                            stateless = o.stateless ~= false, stateless_key = o.stateless_key, shared = {} },
+                       Endpoint)
   local srv, lerr = M.http_listen { host = host, port = o.port or 0, max_body_bytes = o.max_body_bytes,
                                     max_conns = o.max_conns, max_pending_bytes = o.max_pending_bytes,
                                     idle_timeout_ms = o.idle_timeout_ms, warn = warn,
@@ -702,9 +789,11 @@ function M.listen(o)
   end
   function L:close()
     if self.sweeper and not self.sweeper:done() then C.sp_task_cancel(self.sweeper.ptr) end
-    for _, sess in pairs(ep.sessions) do
-      sess:close()
-      if sess.peer then sess.peer:lost("the server closed") end
+    for _, all in ipairs({ ep.sessions, ep.shared }) do
+      for _, sess in pairs(all) do
+        sess:close()
+        if sess.peer then sess.peer:lost("the server closed") end
+      end
     end
     srv.close()
   end
