@@ -213,4 +213,21 @@ describe("scheduler", function()
     assert.matches("task\ttrue", out, 1, true)
     assert.matches("left\t0\t0\t0", out, 1, true)
   end)
+
+  it("lets a small Lua heap grow by about 4 MB between collector cycles, not more", function()
+    -- each MB the collector lets the heap grow is memory touched for the
+    -- first time (page faults), so the floor on a small heap stays small;
+    -- the scheduler sets the pause after each pass over the ready queue
+    local out = ok_script([[
+      for _ = 1, 3 do specula.sleep(1) end
+      local kb = collectgarbage("count")
+      local pause = collectgarbage("setpause", 150)
+      collectgarbage("setpause", pause)
+      print("heap", kb > 500 and kb < 7000, kb)
+      print(string.format("between cycles %.1f MB", (pause - 100) / 100 * kb / 1024))
+    ]])
+    assert.matches("heap\ttrue", out)
+    local mb = tonumber(out:match("between cycles ([%d.]+) MB"))
+    assert.is_true(mb ~= nil and mb > 3.5 and mb < 4.5, out)
+  end)
 end)
