@@ -541,7 +541,8 @@ typedef struct sp_window_cfg {
   sp_kauto *kauto;           /* shared live estimator when k = 0 */
   sp_prefetch *prefetch;     /* action speculation cache, NULL = off */
   int drop_trajectory;       /* keep hop timings only, not the steps and observations */
-  int encode_trajectory;     /* > 0: committed hops are handed to Lua to encode (sp_window_enc_next) once this many wait */
+  int encode_trajectory;     /* > 0: committed hops are handed to Lua to encode (sp_window_enc_next) once this many wait
+                                (fewer with many windows live: at most 4,096 hops held as values in all) */
 } sp_window_cfg;
 typedef struct sp_hop_info {
   int step_ref;              /* value-store slot of the step {segment, action} (0: none) */
@@ -629,7 +630,9 @@ int sp_window_stages_json(const sp_window *w, char *out, int cap);
    step and observation, which the collector would mark again and again.
    A commit that leaves cfg.encode_trajectory hops unencoded queues the
    window (so a short query is encoded whole with its record, and a long
-   one holds fewer than that many hops as values); Lua pops windows (enc_next) after a job
+   one holds fewer than that many hops as values; with more than 4,096 /
+   encode_trajectory windows live, fewer hops, so that all of them hold at
+   most 4,096 hops as values, one each at least); Lua pops windows (enc_next) after a job
    and before reading a finished window, encodes the hops from
    sp_window_enc_count on (their slots via sp_window_hop) and hands each
    hop's JSON text back in order (sp_window_hop_text), which releases its

@@ -144,13 +144,19 @@ void sp_sched_unqueue(sp_ctx *ctx, sp_runnable *r) {
   ctx->counts.ready--;
 }
 
-/* The collector's pause, as a floor on the allocation between cycles: a
-   cycle marks everything live, so with a small heap (a few MB: the loaded
-   modules and a few hundred queries) a proportional pause alone runs many
-   cycles that each re-mark the same data. Below 32 MB the pause grows so a
-   cycle waits for at least SP_GC_FLOOR_KB of allocation; above, it stays at
-   150 (peak memory of large batches). Loop context. */
-#define SP_GC_FLOOR_KB 16384
+/* The collector's pause, as the allocation a cycle waits for: as much as
+   the heap holds (LuaJIT's default pause, 200), at least SP_GC_SLACK_MIN_KB
+   and at most SP_GC_SLACK_MAX_KB; from 32 MB on, the pause stays at 150
+   (peak memory of large batches). A cycle marks everything live, so a
+   small heap (the loaded modules and a few hundred queries) with a
+   proportional pause alone would run many cycles that each re-mark the
+   same data: hence the minimum. It is kept small because heap the
+   collector lets grow is memory touched for the first time, a page fault
+   per 4 KB: 16 MB of it was about 4,000 faults, 20-25 us of CPU each on a
+   2-CPU VM, more than the cycles it saved (bench/README.md, the user's
+   path). Loop context. */
+#define SP_GC_SLACK_MIN_KB 4096
+#define SP_GC_SLACK_MAX_KB 16384
 #define SP_GC_PAUSE_MIN 150
 #define SP_GC_PAUSE_MAX 1000
 
@@ -158,7 +164,8 @@ static void gc_tune(sp_ctx *ctx) {
   lua_State *L = ctx->L;
   if (!L) return;
   int kb = lua_gc(L, LUA_GCCOUNT, 0);
-  int pause = kb > 0 ? 100 + (int)((long long)SP_GC_FLOOR_KB * 100 / kb) : SP_GC_PAUSE_MAX;
+  int slack = kb < SP_GC_SLACK_MIN_KB ? SP_GC_SLACK_MIN_KB : kb > SP_GC_SLACK_MAX_KB ? SP_GC_SLACK_MAX_KB : kb;
+  int pause = kb > 0 ? 100 + (int)((long long)slack * 100 / kb) : SP_GC_PAUSE_MAX;
   if (pause < SP_GC_PAUSE_MIN) pause = SP_GC_PAUSE_MIN;
   if (pause > SP_GC_PAUSE_MAX) pause = SP_GC_PAUSE_MAX;
   if (pause != ctx->sched->gc_pause) {

@@ -711,6 +711,21 @@ const char *sp_window_traj_text(const sp_window *w, int i, int j, int *len) {
   return w->traj.data + from;
 }
 
+/* The hops a window may hold as values before it is queued for encoding:
+   cfg.encode_trajectory, fewer when so many windows are live that they
+   would together hold more than SP_ENC_HELD_MAX hops (at least one). With
+   2,000 queries in flight, sixteen hops each held as Lua tables were ~9 MB
+   the collector marked on every cycle and, with its slack, ~12 MB of peak
+   memory; encoding them at once cost less CPU than that (bench/README.md,
+   the user's path). Up to 256 windows keep the batch of 16. */
+#define SP_ENC_HELD_MAX 4096
+static int enc_batch(const sp_window *w) {
+  int b = w->cfg.encode_trajectory;
+  int live = w->ctx->counts.windows;
+  if (live > 0 && b > SP_ENC_HELD_MAX / live) b = SP_ENC_HELD_MAX / live > 1 ? SP_ENC_HELD_MAX / live : 1;
+  return b;
+}
+
 static sp_hop_rec *new_hop(sp_window *w, sp_node *h) {
   if (w->cfg.drop_trajectory) {
     sp_hop_rec *r = &w->scratch;
@@ -755,9 +770,9 @@ static sp_hop_rec *new_hop(sp_window *w, sp_node *h) {
   r->info.promoted = h->act_promoted >= 0;
   r->info.reason = "";
   r->update_pending = 1;
-  /* queued once encode_trajectory hops wait: a short query is encoded whole
-     with its record, a long one holds at most that many hops as values */
-  if (w->cfg.encode_trajectory > 0 && w->nhops - w->nenc >= w->cfg.encode_trajectory) enc_queue(w);
+  /* queued once enc_batch hops wait: a short query is encoded whole with
+     its record, a long one holds at most that many hops as values */
+  if (w->cfg.encode_trajectory > 0 && w->nhops - w->nenc >= enc_batch(w)) enc_queue(w);
   return r;
 }
 

@@ -50,7 +50,7 @@
 -- opts.collect_mb, when given: a full collection each time the Lua heap
 -- has grown by this many MB since the last one, checked at each step. A
 -- replay's garbage is then bounded whatever its length; the collector's
--- own pacing lets it grow with what stays live (up to 16 MB above it), so
+-- own pacing lets it grow with what stays live (by as much, 4 to 16 MB), so
 -- a peak would depend on the log's size (`specula whatif` gives 4).
 --
 -- Queries: `specula run ... --input CONVERSATIONS.jsonl` (the records carry

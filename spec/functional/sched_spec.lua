@@ -213,4 +213,65 @@ describe("scheduler", function()
     assert.matches("task\ttrue", out, 1, true)
     assert.matches("left\t0\t0\t0", out, 1, true)
   end)
+
+  it("lets a small Lua heap grow by about 4 MB between collector cycles, not more", function()
+    -- each MB the collector lets the heap grow is memory touched for the
+    -- first time (page faults), so the floor on a small heap stays small;
+    -- the scheduler sets the pause after each pass over the ready queue
+    local out = ok_script([[
+      for _ = 1, 3 do specula.sleep(1) end
+      local kb = collectgarbage("count")
+      local pause = collectgarbage("setpause", 150)
+      collectgarbage("setpause", pause)
+      print("heap", kb > 500 and kb < 7000, kb)
+      print(string.format("between cycles %.1f MB", (pause - 100) / 100 * kb / 1024))
+    ]])
+    assert.matches("heap\ttrue", out)
+    local mb = tonumber(out:match("between cycles ([%d.]+) MB"))
+    assert.is_true(mb ~= nil and mb > 3.5 and mb < 4.5, out)
+  end)
+
+  it("compiles a waiting window job's return path: no trace is dropped at the job's protected call", function()
+    -- a job that waited resumes in the interpreter; a trace started on its
+    -- way back (put_step, done) used to return into a per-job xpcall frame,
+    -- which LuaJIT cannot record ("NYI: return to lower frame"), so that
+    -- path stayed interpreted. The dispatcher's loop now runs in one
+    -- protected call, and such traces link back into the loop's.
+    local a = H.tmpfile("retpath_agent.lua", [[
+      local specula = require "specula"
+      return specula.agent {
+        init = function() return { hop = 0 } end,
+        step = function(state)
+          specula.sleep(0)
+          if state.hop >= 20 then return { final = "done" } end
+          return { action = { tool = "t", args = { i = state.hop } } }
+        end,
+        update = function(state) return { hop = state.hop + 1 } end,
+        tools = { t = { call = function(args) specula.sleep(0) return "o" .. args.i end,
+                        speculate = function(args) specula.sleep(0) return "o" .. args.i end } },
+        policy = function() return "full" end,
+      }
+    ]])
+    local lines = {}
+    for i = 1, 200 do lines[i] = string.format('{"id":"q%d","query":"x"}', i) end
+    local input = H.tmpfile("retpath_q.jsonl", table.concat(lines, "\n") .. "\n")
+    local out, log = H.tmpfile("retpath.jsonl"), H.tmpfile("retpath_jit.txt")
+    os.remove(out)
+    os.remove(log)
+    local st, _, err = H.specula({ "run", a, "--input", input, "--out", out, "--quiet", "--k", "inf",
+                                   "--concurrency", "16", "--max-hops", "30" }, { SPECULA_JITV = log })
+    assert.equals(0, st, err)
+    local f = assert(io.open(log))
+    local text = f:read("*a")
+    f:close()
+    assert.is_true(#text > 0, "no trace log")
+    local dropped = {}
+    for line in text:gmatch("[^\n]+") do
+      if line:find("return to lower frame", 1, true) and (line:find("sched.lua", 1, true)
+         or line:find("protocol.lua", 1, true)) then
+        dropped[#dropped + 1] = line
+      end
+    end
+    assert.are.same({}, dropped)
+  end)
 end)

@@ -64,6 +64,32 @@ describe("a query's committed hops", function()
       assert.equals(3, n)
     end)
   end
+
+  it("are encoded sooner when so many queries are in flight that sixteen each would be thousands of values", function()
+    -- 1,000 queries of 12 hops at once: with sixteen at a time none would
+    -- be encoded before its record (12,000 steps alive when the first
+    -- query ends); with 1,000 windows live each holds 4 (4,096 / 1,000)
+    local a = H.tmpfile("held12_agent.lua", (agent:gsub("local N = 100", "local N = 12")))
+    local out = H.tmpfile("held12.jsonl")
+    os.remove(out)
+    local st, _, err = H.specula({ "run", a, "--input", queries(1000), "--clock", "virtual", "--out", out,
+                                   "--quiet", "--concurrency", "1000", "--k", "3", "--max-hops", "20" })
+    assert.equals(0, st, err)
+    local n, most = 0, 0
+    for line in io.lines(out) do
+      local r = H.json().decode(line)
+      n = n + 1
+      assert.equals(12, #r.trajectory)
+      assert.equals("o11", r.trajectory[12].observation)
+      local alive = tonumber(r.answer:match("^alive (%d+)$"))
+      assert.is_true(alive ~= nil, r.answer)
+      if alive > most then most = alive end
+    end
+    assert.equals(1000, n)
+    -- 4 a query not yet encoded, and those in flight (the last step, a
+    -- few speculative ones), not 12 a query
+    assert.is_true(most <= 1000 * 8, "steps alive at a query's end: " .. most)
+  end)
 end)
 
 describe("records with trajectories encoded as hops commit", function()

@@ -163,16 +163,38 @@ local function fail(t, e)
   done(t, 0, msg)
 end
 
-local function dispatcher()
+-- The loop runs inside one protected call rather than one per job. A job
+-- that waited resumes in the interpreter (a trace cannot cross the yield),
+-- and a trace that starts on that return path (put_step, done) ran into
+-- the per-job xpcall frame and was dropped ("NYI: return to lower frame");
+-- now it returns through Lua frames into this loop and links to its trace.
+-- An error unwinds the loop: the job it ran (box.t) fails and the loop
+-- starts again.
+local function loop(box)
   while true do
     local t = job_next(ctx)
     if t == nil then
       co_yield()
     else
       local c = job_call(t)
-      local ok, r = xpcall(VALS[c.fn], job_error, c, t, RES)
-      if ok then done(t, 1, r) else fail(t, r) end
+      box.t = t
+      local r = VALS[c.fn](c, t, RES)
+      box.t = nil
+      done(t, 1, r)
     end
+  end
+end
+
+local function dispatcher()
+  local box = {}
+  while true do
+    local _, e = xpcall(loop, job_error, box)
+    local t = box.t
+    -- an error outside a job (done: the window's reaction, the hop
+    -- encoding) stops this dispatcher, as it always did (C fails the job)
+    if t == nil then error(e, 0) end
+    box.t = nil
+    fail(t, e)
   end
 end
 M.worker_body = dispatcher

@@ -164,6 +164,8 @@ local cfg = ffi.new("sp_window_cfg")
 -- (a call into the C encoder per hop instead of one per record), while a
 -- query of 80 hops at 2,000 in flight needs it (179 MB peak without, 87
 -- MB with). At 16, queries of up to 16 hops are encoded with their record.
+-- (With more than 256 windows live the engine queues each sooner: all of
+-- them together hold at most 4,096 hops as values; sp_window.c enc_batch.)
 local ENCODE_BATCH = 16
 
 -- A window for one query, handed its agent adapter and query context.
