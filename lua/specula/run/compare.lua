@@ -707,6 +707,8 @@ function M.main(agent, o, src, script)
     local oc = opts[ci]
     local t = tally.new(nq)
     tallies[ci] = t
+    -- the baseline has run: a text equal to its text is kept once
+    if agree_base and ci > agree_base then t:share(tallies[agree_base]) end
     -- the queries this configuration still has to run, read from the input
     -- as it runs them; those already in --out (by position) go straight to
     -- the tally
