@@ -163,16 +163,35 @@ local function fail(t, e)
   done(t, 0, msg)
 end
 
+-- The loop runs inside one xpcall, re-entered after a job raises, rather
+-- than an xpcall per job: a job's function then returns to a Lua frame,
+-- so the JIT compiles the jobs with the loop (returning into xpcall's
+-- frame is not compiled: the job functions ran in the interpreter). The
+-- job in hand is the coroutine's own (a job that waits keeps this
+-- dispatcher while another one takes the next jobs).
 local function dispatcher()
-  while true do
-    local t = job_next(ctx)
-    if t == nil then
-      co_yield()
-    else
-      local c = job_call(t)
-      local ok, r = xpcall(VALS[c.fn], job_error, c, t, RES)
-      if ok then done(t, 1, r) else fail(t, r) end
+  local cur = nil
+  local function take_jobs()
+    while true do
+      local t = job_next(ctx)
+      if t == nil then
+        co_yield()
+      else
+        cur = t
+        local c = job_call(t)
+        local r = VALS[c.fn](c, t, RES)
+        cur = nil
+        done(t, 1, r)
+      end
     end
+  end
+  while true do
+    local _, e = xpcall(take_jobs, job_error)
+    local t = cur
+    -- not a job's error (the engine's own): raised on, as before
+    if t == nil then error(e, 0) end
+    cur = nil
+    fail(t, e)
   end
 end
 M.worker_body = dispatcher
