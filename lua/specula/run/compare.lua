@@ -187,9 +187,13 @@ function M.summarise(recs, baseline, cache)
   local row = { queries = n, ok = ok, failed = failed }
   if #walls > 0 then
     row.mean = metrics.mean(walls)
-    row.p50 = metrics.percentile(walls, 50)
-    row.p95 = metrics.percentile(walls, 95)
-    row.p99 = metrics.percentile(walls, 99)
+    -- one sorted copy for the three (metrics.percentile sorts a copy per call)
+    local sorted = {}
+    for i = 1, #walls do sorted[i] = walls[i] end
+    table.sort(sorted)
+    row.p50 = metrics.percentile_sorted(sorted, 50)
+    row.p95 = metrics.percentile_sorted(sorted, 95)
+    row.p99 = metrics.percentile_sorted(sorted, 99)
     row.rel_lat_lo, row.rel_lat_hi, row.rel_lat = stats.ratio_ci(walls, stds)
   end
   row.model_per_q = calls.model / math.max(ok, 1)
