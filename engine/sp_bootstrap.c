@@ -17,7 +17,9 @@ void sp_boot_paired(int n, int iters, int32_t state, const double *diffs, const 
       x ^= x << 13;
       x ^= x >> 17;
       x ^= x << 5;
-      int j = (int)floor((double)x / 4294967296.0 * n);  /* 0-based: Lua's int(n) - 1 */
+      /* 0-based: Lua's int(n) - 1. The product is in [0, n), where the cast
+         (truncation) is floor() without a libm call per draw. */
+      int j = (int)((double)x / 4294967296.0 * n);
       sd = sd + diffs[j];
       sbase = sbase + base[j];
       sother = sother + other[j];
@@ -53,7 +55,7 @@ void sp_boot_ratio(int n, int iters, int32_t state, const double *num, const dou
       x ^= x << 13;
       x ^= x >> 17;
       x ^= x << 5;
-      int j = (int)floor((double)x / 4294967296.0 * n);
+      int j = (int)((double)x / 4294967296.0 * n);  /* floor: see sp_boot_paired */
       w = w + num[j];
       s = s + den[j];
     }

@@ -75,7 +75,24 @@ static const char *sp_jsonenc_key_text(const sp_jsonenc_key *k) { return k->s ? 
 /* A string literal; the bytes must be valid UTF-8 (json.lua's quote). */
 static int sp_jsonenc_string(sp_jsonenc *e, const char *s, size_t n) {
   const unsigned char *u = (const unsigned char *)s;
-  for (size_t i = 0; i < n; i++) {
+  /* Most strings (every key, most values) are printable ASCII without a
+     quote or backslash: one scan, then one copy. The first other byte
+     goes on to the UTF-8 check and the escaping writer, from there. */
+  size_t i = 0;
+  while (i < n && u[i] >= 0x20 && u[i] < 0x80 && u[i] != '"' && u[i] != '\\') i++;
+  if (i == n) {
+    sp_buf *b = &e->out;
+    if (n > (size_t)-1 - 3 || (b->cap - b->len <= n + 2 && sp_buf_reserve(b, n + 2) != 0))
+      return sp_jsonenc_fail(e, "out of memory");
+    char *o = b->data + b->len;
+    o[0] = '"';
+    memcpy(o + 1, s, n);
+    o[n + 1] = '"';
+    b->len += n + 2;
+    b->data[b->len] = '\0';
+    return 0;
+  }
+  for (; i < n; i++) {
     if (u[i] < 0x80) continue;
     size_t l = sp_json_utf8_seq(u + i, n - i);
     if (!l) return sp_jsonenc_fail(e, "invalid UTF-8 in string at byte %zu", i);

@@ -99,4 +99,47 @@ describe("specula.run.tally", function()
       assert.equals(s == "[1]", keys[all[1][i]] == keys[all[2][i]], "text " .. i)
     end
   end)
+
+  it("keeps a text equal to the shared baseline's once, and keys it as before", function()
+    -- the baseline's texts, and two configurations: one that agrees at
+    -- every position but one (a text of equal length), one that shares and
+    -- differs by length and by a missing text
+    local btexts = { "[1,\"a\"]", "[2,\"b\"]", "[3,\"c\"]", "[4,\"d\"]" }
+    local others = { { "[1,\"a\"]", "[2,\"b\"]", "[3,\"x\"]", "[4,\"d\"]" },
+                     { "[1,\"a\"]", "[2,\"bb\"]", nil, "[4,\"d\"]" } }
+    local function build(share)
+      local base = tally.new(#btexts)
+      local recs = { {} }
+      for i, s in ipairs(btexts) do recs[1][i] = { id = i }; base:add(i, recs[1][i], s) end
+      local ts = { base }
+      for ci, list in ipairs(others) do
+        local t = tally.new(#btexts)
+        if share then t:share(base) end
+        recs[ci + 1] = {}
+        for i = 1, #btexts do recs[ci + 1][i] = { id = i }; t:add(i, recs[ci + 1][i], list[i]) end
+        ts[ci + 1] = t
+      end
+      local all = {}
+      for ci, t in ipairs(ts) do all[ci] = t:records() end
+      local keys = tally.agree_keys(ts, 1, all)
+      local same = {}
+      for ci = 1, #ts do
+        same[ci] = {}
+        for i = 1, #btexts do same[ci][i] = keys[all[ci][i]] ~= nil and keys[all[ci][i]] == keys[all[1][i]] end
+      end
+      return ts, same
+    end
+    local plain, want = build(false)
+    local shared, got = build(true)
+    assert.same(want, got)
+    assert.same({ true, true, false, true }, got[2])
+    assert.same({ true, false, false, true }, got[3])
+    -- only the texts that differ from the baseline's were copied
+    assert.equals(plain[1].text_len, shared[1].text_len)
+    assert.equals(#"[3,\"x\"]", shared[2].text_len)
+    assert.equals(#"[2,\"bb\"]", shared[3].text_len)
+    -- the baseline is fixed once shared
+    assert.has_error(function() shared[1]:add(1, { id = 1 }, "[0]") end,
+      "specula.run.tally: a shared tally takes no more records")
+  end)
 end)

@@ -78,7 +78,34 @@ local function gate_stats(st)
   return g
 end
 
+-- The same object as JSON text, keys in canonical order, for a record that
+-- is written and dropped (run.raw_stages): one string instead of five
+-- tables per record, copied by the encoder (json.raw). nil when the
+-- triggers are not the four the format string spells out.
+local gate_text
+do
+  local byname = {}
+  for i, tr in ipairs(policylib.TRIGGERS) do byname[i] = tr end
+  table.sort(byname, function(a, b) return a[1] < b[1] end)
+  if #byname == 4 then
+    local idx, parts = {}, {}
+    for i, tr in ipairs(byname) do
+      idx[i] = tonumber(tr[2])
+      -- the row is { [0] forbid, [1] warmup, [2] full }: keys sorted, full before warmup
+      parts[i] = '"' .. tr[1] .. '":{"forbid":%d,"full":%d,"warmup":%d}'
+    end
+    local fmt_ = "{" .. table.concat(parts, ",") .. "}"
+    local i1, i2, i3, i4 = idx[1], idx[2], idx[3], idx[4]
+    gate_text = function(st)
+      local g = st.gate
+      local a, b, c, d = g[i1], g[i2], g[i3], g[i4]
+      return format(fmt_, a[0], a[2], a[1], b[0], b[2], b[1], c[0], c[2], c[1], d[0], d[2], d[1])
+    end
+  end
+end
+
 M.theory, M.round, M.est_get, M.new_agg, M.agg_add, M.gate_stats = theory, round, est_get, new_agg, agg_add, gate_stats
+M.gate_text = gate_text
 
 -- Aggregate figures of a list of records (or, for a light run, of the
 -- counters its windows added to `acc` as they finished).

@@ -13,6 +13,7 @@ local type, tostring, tonumber, ipairs, format = type, tostring, tonumber, ipair
 
 local utf8_clean = json.utf8_clean
 local round, theory, est_get, agg_add, gate_stats = agg.round, agg.theory, agg.est_get, agg.agg_add, agg.gate_stats
+local gate_text = agg.gate_text
 
 local M = {}
 
@@ -194,7 +195,7 @@ local function collect(w, q, run)
     cancelled = { model = st.cancelled_model, target = st.cancelled_target, speculator = st.cancelled_spec,
                   total = st.cancelled_model + st.cancelled_target + st.cancelled_spec },
     wasted_calls = st.wasted_calls, wasted_cost = round(st.wasted_cost, 6),
-    gate = gate_stats(st),
+    gate = run.raw_stages and gate_text and json.raw(gate_text(st)) or gate_stats(st),
     max_threads = st.max_threads, k = k_used < 0 and "inf" or k_used,
     mode = run_mode, k_config = k_cfg < 0 and "inf" or (k_cfg == 0 and "auto" or k_cfg),
     m = run_m, spec_launch = run_launch,
