@@ -238,6 +238,43 @@ describe("specula gateway (official TypeScript SDK client over stdio)", function
     assert.are.equal(3, served)
   end)
 
+  it("relays the server's progress to a client that joins a prefetch still running (the latest so far, then each)", function()
+    if not guard() then return end
+    -- after echo, the long operation (2 s, a progress every 0.5 s) is
+    -- predicted and starts; the client asks for it 0.8 s later and joins it
+    local predictor = [[
+  predict = function(history)
+    if history[#history].tool ~= "echo" then return {} end
+    return { { tool = "trigger-long-running-operation", args = { duration = 2, steps = 4 }, confidence = 0.9 } }
+  end,
+  policy = { ["trigger-long-running-operation"] = "full" },
+  max_age_ms = 20000,
+]]
+    local cmd = { node(), MCP .. "server-everything/dist/index.js", "stdio" }
+    local steps = {
+      { op = "call", name = "echo", arguments = { message = "go" } },
+      { op = "sleep", ms = 800 },
+      { op = "call", name = "trigger-long-running-operation", arguments = { duration = 2, steps = 4 }, progress = true },
+    }
+    local direct, gw, out = direct_and_gateway("everything", cmd, steps, nil, nil, predictor)
+    same_steps(direct, gw)
+    local rec = records(out)[1]
+    assert.are.equal(1, rec.speculation.hits, H.read(out))
+    assert.are.equal(1, rec.speculation.joined, H.read(out))
+    -- (the server sends its last progress with its result: a client may not
+    -- see it, directly or not)
+    assert.is_true(#direct.progress >= 3, cjson.encode(direct.progress))
+    -- joined after the first progress: it, then the rest in order
+    assert.is_true(#gw.progress >= 2, cjson.encode(gw.progress))
+    local last = 0
+    for _, p in ipairs(gw.progress) do
+      assert.are.equal(4, p.total)
+      assert.is_true(p.progress > last, cjson.encode(gw.progress))
+      last = p.progress
+    end
+    assert.is_true(last >= 3, cjson.encode(gw.progress))
+  end)
+
   it("refuses a mistake in a config whose call is not a tail call at the call's own line", function()
     local cfg = H.tmpfile("bad2.lua", "local specula = require 'specula'\nlocal gw = specula.gateway {\n"
       .. "  servers = { a = { command = { 'true' } } }, max_age_ms = -1 }\nreturn gw\n")

@@ -246,11 +246,12 @@ function Session:_tools_call(id, params)
   local ts = self.rec:tool(name)
   ts.calls = ts.calls + 1
   local t0 = sched.now()
-  local r, err, info, hidden = self.spec:take(name, args)
+  local relay = self:_progress_fn(params)
+  local r, err, info, hidden = self.spec:take(name, args, relay)
   local served = r ~= nil
   if not served then
     local code
-    r, err, info, code = self:_call_tool(name, args, self:_progress_fn(params), params._meta)
+    r, err, info, code = self:_call_tool(name, args, relay, params._meta)
     if code then return self:_error(id, code, err) end
   end
   local ms = sched.now() - t0
@@ -829,7 +830,7 @@ function M.start(gw, t, o)
   self.spec = speculate.new {
     predictor = gw:new_predictor(), policy = gw.policy, policy_dir = gw.dir, max_age_ms = gw.max_age_ms,
     max_inflight = gw.budget.max_inflight, max_wasted_cost = gw.budget.max_wasted_cost, cost = gw.budget.cost,
-    call = function(name, args) return self:_call_tool(name, args) end,
+    call = function(name, args, o) return self:_call_tool(name, args, o and o.on_progress) end,
     tool_stats = function(name) return self.rec:tool(name) end,
   }
   self.lifetime = spawn_root(function() sched.sleep(1e12) end)

@@ -125,8 +125,15 @@ end
 -- Start one prefetch.
 function S:_launch(k, name, args)
   local e = { key = k, name = name, args = args, started = sched.now(), round = self.round }
+  -- the server's progress is kept (the latest) and, once the client joins
+  -- the call, relayed to the client's own token
+  local function on_progress(p)
+    e.last_progress = p
+    local f = e.listener
+    if f then f(p) end
+  end
   e.task = spawn_root(function()
-    local r, err, info = self.call(name, args, { prefetch = true })
+    local r, err, info = self.call(name, args, { prefetch = true, on_progress = on_progress })
     e.result, e.err, e.info = r, err, info
     e.done, e.finished = true, sched.now()
     return true
@@ -189,8 +196,10 @@ function S:after(name, args, observation)
 end
 
 -- The client asks for a call: a prefetch of it (done or running), or nil.
--- Returns result, err, info, hidden_ms when served from one.
-function S:take(name, args)
+-- Returns result, err, info, hidden_ms when served from one. on_progress:
+-- the relay to the client's progress token, if it gave one (a call joined
+-- in flight gets the progress so far, then each as it comes).
+function S:take(name, args, on_progress)
   -- no prefetch live (a relay, or a miss): no key to compute
   if next(self.live) == nil then return nil end
   local k = key_of(name, args)
@@ -204,6 +213,10 @@ function S:take(name, args)
   self.live[k] = nil
   if not e.done then
     self.st.joined = self.st.joined + 1
+    if on_progress then
+      e.listener = on_progress
+      if e.last_progress then on_progress(e.last_progress) end
+    end
     local okw = e.task:wait()
     if not okw or not e.done then return nil end
   end
