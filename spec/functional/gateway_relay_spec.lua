@@ -291,6 +291,17 @@ return require("specula").gateway { servers = { test = { url = %q } } }
     -- the model's time: at least the client's two sleeps between the calls
     local model = tonumber(out:match("model ([%d.]+) s"))
     assert.is_true(model >= 0.4, out)
+    -- under another policy and predictor, with the tables for `specula report`
+    local pol = H.tmpfile("ro.lua", "return { read_only = function(tool) return tool == 'echo' end }\n")
+    local summary = H.tmpdir() .. "/rec" .. n .. "-summary.json"
+    status, out, err = H.specula({ "whatif", spans, "--policy", pol, "--compare", "recorded,predictor,perfect-predictor",
+      "--summary", summary })
+    assert.are.equal(0, status, err)
+    assert.truthy(out:find("perfect-predictor", 1, true), out)
+    local html = H.tmpdir() .. "/rec" .. n .. "-report.html"
+    status, out, err = H.specula({ "report", summary, "-o", html })
+    assert.are.equal(0, status, err)
+    assert.truthy(H.read(html):find("perfect-predictor", 1, true))
   end)
 
   it("over any server-side transport: serve_session(gw, t) with a transport that takes tables (send_waits)", function()
