@@ -170,6 +170,48 @@ return require("specula").gateway { servers = { test = { url = %q } } }
     assert.are.equal(0, rec.speculation.hits)
   end)
 
+  it("never lets a prefetch ask the client while the client's own call runs on another server", function()
+    if not guard() then return end
+    local answers = {
+      sampling = { role = "assistant", content = { type = "text", text = "a reply" }, model = "driver-model",
+                   stopReason = "endTurn" },
+    }
+    local ask = { method = "sampling/createMessage",
+                  params = { messages = { { role = "user", content = { type = "text", text = "hi" } } }, maxTokens = 10 } }
+    -- two test servers: b's names come second (b__ask); after echo the
+    -- prefetch of b__ask starts and asks while the client waits on a's slow
+    n = n + 1
+    local dir = H.tmpdir()
+    local log, out = dir .. "/two-tap" .. n .. ".jsonl", dir .. "/two-out" .. n .. ".jsonl"
+    os.remove(log)
+    os.remove(out)
+    local q = G.q
+    local cfg = H.tmpfile("two" .. n .. ".lua", string.format([[
+local specula = require "specula"
+local ask = require("cjson").decode(%s)
+return specula.gateway {
+  servers = { a = { command = { %s, %s } }, b = { command = { %s, %s, %s, %s, %s } } },
+  policy = { b__ask = "full" },
+  predict = function(h) if h[#h].tool == "echo" then return { { tool = "b__ask", args = ask } } end return {} end,
+}
+]], q(cjson.encode(ask)), q(node()), q(SERVER), q(node()), q(TAP), q(log), q(node()), q(SERVER)))
+    local gw = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, answers = answers, steps = {
+      { op = "call", name = "echo", arguments = { text = "a" } },
+      { op = "call", name = "slow", arguments = { ms = 1500 } },
+    } })
+    assert.is_true(gw.steps[2].ok, cjson.encode(gw.steps[2]))
+    -- b's prefetch asked (the tap saw it) but the client was never asked
+    local asks = 0
+    for _, e in ipairs(tap(log)) do
+      if e.name == "ask" then asks = asks + 1 end
+    end
+    assert.are.equal(1, asks)
+    assert.are.same({}, gw.asked)
+    local rec = record(out)
+    assert.are.equal(1, rec.speculation.launched, H.read(out))
+    assert.are.equal(1, rec.speculation.tainted, H.read(out))
+  end)
+
   it("the client's cancellation to the server", function()
     if not guard() then return end
     local cfg, log = setup()

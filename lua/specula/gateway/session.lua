@@ -206,11 +206,16 @@ function Session:_progress_fn(params)
 end
 
 -- One request to one server for the client: result, err, client, ms.
-function Session:_forward(server, method, params, on_progress, what)
+-- (prefetch: a call the client has not made; the others count in
+-- self.busy[server], the client's requests in flight at each server)
+function Session:_forward(server, method, params, on_progress, what, prefetch)
   local c = self.up:client(server)
   if not c then return nil, "mcp server '" .. tostring(server) .. "' is not running: " .. tostring(self.up.errors[server]) end
   local t0 = sched.now()
+  local busy = self.busy
+  if not prefetch then busy[server] = (busy[server] or 0) + 1 end
   local r, err = c:request(method, params, { on_progress = on_progress, what = what })
+  if not prefetch then busy[server] = busy[server] - 1 end
   local ms = sched.now() - t0
   local us = self.rec:server(server)
   us.requests, us.ms = us.requests + 1, us.ms + ms
@@ -229,13 +234,14 @@ function Session:_fallback(cap, name)
 end
 
 -- tools/call for an exposed name (speculation's calls come here too).
-function Session:_call_tool(name, args, on_progress, meta)
+function Session:_call_tool(name, args, on_progress, meta, prefetch)
   local _, routes = self.up:tools()
   local route = routes[name] or self:_fallback("tools", name)
   if not route then return nil, "unknown tool '" .. tostring(name) .. "'", nil, nil, -32602 end
   local p = upstream_params({ _meta = meta }, "name", route.name)
   p.arguments = (args == nil or args == JNULL) and obj() or args
-  local r, err, c, ms = self:_forward(route.server, "tools/call", p, on_progress, "tools/call '" .. route.name .. "'")
+  local r, err, c, ms = self:_forward(route.server, "tools/call", p, on_progress, "tools/call '" .. route.name .. "'",
+    prefetch)
   return r, err, { client = c, ms = ms, raw = r and c and c.raw_of[r] }
 end
 
@@ -612,20 +618,37 @@ end
 
 -- ---- the servers' side -------------------------------------------------------------------
 
+-- The server a tool the client sees runs on (nil: none known).
+function Session:_server_of(tool)
+  local _, routes = self.up:tools()
+  local r = routes[tool]
+  return r and r.server
+end
+
 -- A request of a server to the client (sampling, elicitation, roots),
--- relayed in the calling task: result | nil, why.
-function Session:_ask_client(method, params)
-  -- Sampling or elicitation while the client has no request running can
-  -- only come from a prefetch (or the server on its own): a call the
-  -- client has not made must not reach it. The prefetches running are
-  -- dropped (never served: their server was refused) and the server gets an
-  -- error; the client's own call, if it comes, runs and asks again. With a
-  -- request of the client running the ask is relayed (it may be that
-  -- call's). roots/list acts on nothing: always relayed.
-  -- (a stateless client's request that was answered with input requests
-  -- runs on in its op until the retry comes)
-  if method ~= "roots/list" and next(self.running) == nil and not self:_op_running() and self.spec:taint_running() then
-    return nil, "specula gateway: a call the client has not made yet cannot ask it (" .. method .. ")"
+-- relayed in the calling task: result | nil, why. server: the one asking.
+function Session:_ask_client(method, params, server)
+  -- Sampling or elicitation from a server that has no request of the
+  -- client in flight can only come from a prefetch there (or the server on
+  -- its own): a call the client has not made must not reach it. The
+  -- prefetches running on that server are dropped (never served: their
+  -- server was refused) and the server gets an error; the client's own
+  -- call, if it comes, runs and asks again. With a request of the client
+  -- in flight at that server the ask is relayed (it may be that call's).
+  -- roots/list acts on nothing: always relayed. (A stateless client's
+  -- request answered with input requests is still in flight upstream
+  -- until the retry comes.)
+  if method ~= "roots/list" then
+    local quiet
+    if server then
+      quiet = (self.busy[server] or 0) == 0
+    else
+      quiet = next(self.running) == nil and not self:_op_running()
+    end
+    local on = server and function(tool) return self:_server_of(tool) == server end or nil
+    if quiet and self.spec:taint_running(on) then
+      return nil, "specula gateway: a call the client has not made yet cannot ask it (" .. method .. ")"
+    end
   end
   if self.stateless then return self:_ask_inline(method, params) end
   local me = sched.current("gateway: " .. method)
@@ -655,10 +678,14 @@ function Session:_hooks()
   local caps = self.client_caps or {}
   local h = { on_notification = function(server, method, params) return self:_upstream_note(server, method, params) end }
   if caps.sampling ~= nil then
-    h.on_sampling = function(params) return self:_ask_client("sampling/createMessage", params) end
+    h.on_sampling = function(params, at)
+      return self:_ask_client("sampling/createMessage", params, type(at) == "table" and at.server or nil)
+    end
   end
   if caps.elicitation ~= nil then
-    h.on_elicitation = function(params) return self:_ask_client("elicitation/create", params) end
+    h.on_elicitation = function(params, at)
+      return self:_ask_client("elicitation/create", params, type(at) == "table" and at.server or nil)
+    end
   end
   if caps.roots ~= nil then
     h.on_roots = function()
@@ -823,14 +850,14 @@ function Session:stats() return self.rec:record(self) end
 function M.start(gw, t, o)
   o = o or {}
   local self = setmetatable({
-    gw = gw, t = t, running = {}, asks = {}, next_out = 0, ask_timeout_ms = gw.ask_timeout_ms or 600000,
+    gw = gw, t = t, running = {}, busy = {}, asks = {}, next_out = 0, ask_timeout_ms = gw.ask_timeout_ms or 600000,
     ops = {}, op_of_task = {}, n_ops = 0,
     tst = { malformed = 0, oversized = 0 }, on_end = o.on_end, rec = o.record,
   }, Session)
   self.spec = speculate.new {
     predictor = gw:new_predictor(), policy = gw.policy, policy_dir = gw.dir, max_age_ms = gw.max_age_ms,
     max_inflight = gw.budget.max_inflight, max_wasted_cost = gw.budget.max_wasted_cost, cost = gw.budget.cost,
-    call = function(name, args, o) return self:_call_tool(name, args, o and o.on_progress) end,
+    call = function(name, args, o) return self:_call_tool(name, args, o and o.on_progress, nil, true) end,
     tool_stats = function(name) return self.rec:tool(name) end,
   }
   self.lifetime = spawn_root(function() sched.sleep(1e12) end)

@@ -235,12 +235,13 @@ function S:take(name, args, on_progress)
 end
 
 -- The session ends: every prefetch still held is waste.
--- A server asked the client something while only prefetches ran: drop
--- every prefetch still running (waste, counted as tainted). true when any.
-function S:taint_running()
+-- A server asked the client something while only prefetches ran on it:
+-- drop every prefetch still running (waste, counted as tainted), or only
+-- those whose tool `on(name)` says ran there. true when any.
+function S:taint_running(on)
   local any = false
   for k, e in pairs(self.live) do
-    if not e.done then
+    if not e.done and (on == nil or on(e.name)) then
       self:_drop(k, e, "tainted")
       any = true
     end
