@@ -18,6 +18,22 @@ local node = modules .. "/.bin/node"
 local nf = io.open(node)
 if nf then nf:close() else node = "node" end
 local root = os.getenv("GATEWAY_ROOT") or "."
+-- what is missing, said before any client connects
+local server = modules .. "/@modelcontextprotocol/server-filesystem/dist/index.js"
+local sf = io.open(server)
+if not sf then
+  error("files.lua: the npm package @modelcontextprotocol/server-filesystem is not in " .. npm .. " (run .ci/deps "
+    .. "from the repository, or set SPECULA_NPM_CACHE to the folder where npm installed it)", 0)
+end
+sf:close()
+local vp = io.popen("'" .. node .. "' --version 2>/dev/null")
+local version = vp and vp:read("*l") or ""
+if vp then vp:close() end
+local major = tonumber(version:match("^v(%d+)"))
+if not major or major < 20 then
+  error("files.lua: server-filesystem needs Node 20 or later; '" .. node .. " --version' gave '" .. version
+    .. "' (.ci/deps installs Node 22 into " .. npm .. ")", 0)
+end
 
 -- the listing a list_directory call returned, as file names
 local function files_of(observation)
@@ -30,7 +46,7 @@ end
 
 return specula.gateway {
   servers = {
-    files = { command = { node, modules .. "/@modelcontextprotocol/server-filesystem/dist/index.js", root } },
+    files = { command = { node, server, root } },
   },
   -- read-only tools of server-filesystem; anything else never runs early
   policy = { read_text_file = "full", list_directory = "full", directory_tree = "full",

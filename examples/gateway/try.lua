@@ -14,14 +14,37 @@ local json = specula.json
 local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 local dir = arg[1] or (here .. "/../../docs")
 local think = tonumber(arg[2] or "300")
-local abs = io.popen("cd '" .. dir .. "' && pwd"):read("*l")
-if not abs then error("try.lua: no directory " .. dir, 0) end
+-- what is missing, said plainly (not a stack trace)
+local function fail(msg)
+  io.stderr:write("try.lua: ", msg, "\n")
+  os.exit(1)
+end
+local abs = io.popen("cd '" .. dir .. "' 2>/dev/null && pwd"):read("*l")
+if not abs then fail("no directory " .. dir .. " (DIR is read from the current directory)") end
 local npm = os.getenv("SPECULA_NPM_CACHE") or ((os.getenv("HOME") or ".") .. "/.cache/specula-npm")
 local modules = npm .. "/node_modules"
 -- the Node that .ci/deps installs beside the servers, else the one on PATH
 local node = modules .. "/.bin/node"
 local nf = io.open(node)
 if nf then nf:close() else node = "node" end
+local server = modules .. "/@modelcontextprotocol/server-filesystem/dist/index.js"
+local sf = io.open(server)
+if not sf then
+  fail("the npm package @modelcontextprotocol/server-filesystem is not in " .. npm .. " (run .ci/deps from the "
+    .. "repository, or set SPECULA_NPM_CACHE to the folder where npm installed it)")
+end
+sf:close()
+local vp = io.popen("'" .. node .. "' --version 2>/dev/null")
+local version = vp and vp:read("*l") or ""
+if vp then vp:close() end
+local major = tonumber(version:match("^v(%d+)"))
+if not major then
+  fail("no Node.js to run server-filesystem: '" .. node .. " --version' did not answer (.ci/deps installs Node 22 "
+    .. "into " .. npm .. ")")
+elseif major < 20 then
+  fail("Node " .. version .. " ('" .. node .. "') is too old: server-filesystem needs Node 20 or later (.ci/deps "
+    .. "installs Node 22 into " .. npm .. ")")
+end
 -- this specula binary (the shell popen starts is its child)
 local p = io.popen("readlink -f /proc/$PPID/exe 2>/dev/null")
 local self = p and p:read("*l") or "specula"
@@ -45,7 +68,7 @@ local function session(command)
   return ms, n
 end
 
-local direct_ms, n = session({ node, modules .. "/@modelcontextprotocol/server-filesystem/dist/index.js", abs })
+local direct_ms, n = session({ node, server, abs })
 os.remove(out)
 local config = io.popen("cd '" .. here .. "' && pwd"):read("*l") .. "/files.lua"
 local gw_ms = session({ self, "gateway", config, "--out", out })

@@ -341,4 +341,38 @@ describe("examples/gateway", function()
     assert.truthy(out:find("4 files of " .. dir, 1, true), out)
     assert.truthy(out:find("prefetch hits 4 of 4 reads", 1, true), out .. err)
   end)
+
+  it("try.lua and files.lua say what is missing (a directory, the npm package, a Node too old), no stack trace", function()
+    local empty = H.tmpdir() .. "/no-npm"
+    os.execute("rm -rf " .. H.quote(empty) .. " && mkdir -p " .. H.quote(empty))
+    -- a cache with the package but only an old Node on PATH (Debian 12's is 18)
+    local fake = H.tmpdir() .. "/old-node"
+    local pkg = fake .. "/node_modules/@modelcontextprotocol/server-filesystem/dist"
+    os.execute("rm -rf " .. H.quote(fake) .. " && mkdir -p " .. H.quote(pkg) .. " " .. H.quote(fake .. "/bin"))
+    assert(io.open(pkg .. "/index.js", "w")):close()
+    local nf = assert(io.open(fake .. "/bin/node", "w"))
+    nf:write("#!/bin/sh\necho v18.19.0\n")
+    nf:close()
+    os.execute("chmod +x " .. H.quote(fake .. "/bin/node"))
+    local old_path = fake .. "/bin:" .. (os.getenv("PATH") or "/usr/bin:/bin")
+    local try, files = H.root .. "/examples/gateway/try.lua", H.root .. "/examples/gateway/files.lua"
+    local cases = {
+      { { "run", try, H.tmpdir() .. "/no-such-dir" }, { SPECULA_NPM_CACHE = empty }, 1, "try.lua: no directory " },
+      { { "run", try, H.root .. "/docs" }, { SPECULA_NPM_CACHE = empty }, 1,
+        "try.lua: the npm package @modelcontextprotocol/server-filesystem is not in " .. empty .. " (run .ci/deps" },
+      { { "run", try, H.root .. "/docs" }, { SPECULA_NPM_CACHE = fake, PATH = old_path }, 1,
+        "try.lua: Node v18.19.0 ('node') is too old: server-filesystem needs Node 20 or later" },
+      { { "gateway", files }, { SPECULA_NPM_CACHE = empty }, 2,
+        "specula gateway: files.lua: the npm package @modelcontextprotocol/server-filesystem is not in " .. empty },
+      { { "gateway", files }, { SPECULA_NPM_CACHE = fake, PATH = old_path }, 2,
+        "specula gateway: files.lua: server-filesystem needs Node 20 or later; 'node --version' gave 'v18.19.0'" },
+    }
+    for _, c in ipairs(cases) do
+      local status, out, err = H.specula(c[1], c[2])
+      assert.are.equal(c[3], status, out .. err)
+      assert.truthy(err:find(c[4], 1, true), err)
+      assert.falsy(err:find("stack traceback", 1, true), err)
+      assert.falsy(err:find("can't cd", 1, true), err)
+    end
+  end)
 end)
