@@ -146,17 +146,21 @@ void sp_sched_unqueue(sp_ctx *ctx, sp_runnable *r) {
 
 /* The collector's pause, as the allocation a cycle waits for: as much as
    the heap holds (LuaJIT's default pause, 200), at least SP_GC_SLACK_MIN_KB
-   and at most SP_GC_SLACK_MAX_KB; from 32 MB on, the pause stays at 150
-   (peak memory of large batches). A cycle marks everything live, so a
+   and at most SP_GC_SLACK_MAX_KB; from 16 MB on, the pause stays at 150
+   (peak memory of large batches: with 10,000 trajectories live, 19 MB of
+   live Lua heap, a 16 MB cap let the heap reach 38 MB; 8 MB and a step
+   multiplier of 300 (sp_host.c) keep it near 29 MB for ~2.5 % more
+   instructions; bench/README.md, scale). A cycle marks everything live, so a
    small heap (the loaded modules and a few hundred queries) with a
    proportional pause alone would run many cycles that each re-mark the
    same data: hence the minimum. It is kept small because heap the
    collector lets grow is memory touched for the first time, a page fault
    per 4 KB: 16 MB of it was about 4,000 faults, 20-25 us of CPU each on a
    2-CPU VM, more than the cycles it saved (bench/README.md, the user's
-   path). Loop context. */
+   path). Loop context; run every 256 runnables or jobs, since a pause set
+   for the heap of one moment is only read when the next cycle ends. */
 #define SP_GC_SLACK_MIN_KB 4096
-#define SP_GC_SLACK_MAX_KB 16384
+#define SP_GC_SLACK_MAX_KB 8192
 #define SP_GC_PAUSE_MIN 150
 #define SP_GC_PAUSE_MAX 1000
 
@@ -188,6 +192,7 @@ void sp_sched_drain(sp_ctx *ctx) {
   for (;;) {
     while (ctx->sched->budget-- > 0 && (r = dequeue(ctx)) != NULL) {
       if (ctx->sched->reap) sp_sched_reap(ctx);
+      if ((ctx->sched->budget & 255) == 0) gc_tune(ctx);
       r->run(ctx, r);
     }
     /* Virtual clock: nothing is runnable at this instant, so time moves to
@@ -463,7 +468,10 @@ sp_task *sp_job_next(sp_ctx *ctx) {
       task_unref(t);
       continue;
     }
-    ctx->sched->budget--;
+    /* the pause follows the heap within a burst of jobs too: one drain's
+       jobs can take the heap from 1 to 20 MB, and a pause set for the
+       small heap would let it grow past four times that before a cycle */
+    if ((--ctx->sched->budget & 255) == 0) gc_tune(ctx);
     t->state = SP_TASK_RUNNING;
     ctx->sched->running = t;
     return t;
