@@ -9,11 +9,14 @@
 -- on disk), the paired ratio and each process's peak RSS.
 --   specula bench userpath [--quick] [--queries Q] [--hops 1,20,80]
 --     [--k 1,4,inf,seq] [--concurrency 16,2000] [--runs R] [--wait sleep|http|mcp|none] [--no-ref]
---     [--agent FILE] [--against BIN [--against-home DIR]]
+--     [--agent FILE] [--against BIN [--against-home DIR]] [--no-memory]
 -- --against: another specula build (a before/after comparison) run in the
 -- same alternation (this one, that one, the reference), a second row per
 -- configuration marked "against"; --against-home: its Lua tree
 -- (SPECULA_HOME) when that is not the one it was built from.
+-- Then memory: per live trajectory (the peak's growth per query in flight,
+-- from the rows) and per finished query (runs of Q and 5Q one-hop queries;
+-- --no-memory skips them).
 -- A run that fails (status, or a record missing or wrong) makes its row
 -- FAILED, never a figure; the other rows go on, and the bench then fails
 -- naming every failed configuration.
@@ -21,7 +24,7 @@ local B = dofile(require("specula.internal.core").host.root .. "/bench/lib.lua")
 local specula = require("specula")
 local json = specula.json
 
-local Q, RUNS, REF, WAIT = 2000, 3, true, "sleep"
+local Q, RUNS, REF, WAIT, FINISHED = 2000, 3, true, "sleep", true
 local AGENT   -- default: bench/userpath_agent.lua
 local AGAINST, AGAINST_HOME
 local HOPS, KS, CONCS = { 1, 20, 80 }, { "1", "4", "inf", "seq" }, { 16, 2000 }
@@ -38,6 +41,7 @@ end
 for i = 1, #arg do
   if arg[i] == "--quick" then HOPS, KS, CONCS, RUNS = { 20 }, { "inf", "seq" }, { 16, 2000 }, 2 end
   if arg[i] == "--no-ref" then REF = false end
+  if arg[i] == "--no-memory" then FINISHED = false end
 end
 -- the explicit choices win over --quick's, in any order
 for i = 1, #arg do
@@ -97,7 +101,7 @@ local function timed(cmd)
 end
 
 -- Every record present and answered like the sequential run.
-local function check(out, hops)
+local function check(out, hops, nq)
   local h = io.open(out, "r")
   if not h then return false end
   local n = 0
@@ -107,32 +111,36 @@ local function check(out, hops)
     n = n + 1
   end
   h:close()
-  return n == Q
+  return n == (nq or Q)
 end
 
-local function run_bin(bin, home, k, conc, hops)
+-- inp, nq: another input and its query count (the memory section)
+local function run_bin(bin, home, k, conc, hops, inp, nq)
   local out = dir .. "/ours.jsonl"
   os.remove(out)
   local mode = k == "seq" and "--mode sequential" or ("--k " .. k)
   local cmd = string.format("env %sBENCH_HOPS=%d BENCH_WAIT=%s BENCH_URL=%s BENCH_MCP=%s/spec/support/mcp_testserver.js %s run %s "
     .. "--input %s --out %s %s --concurrency %d --max-hops %d --quiet >/dev/null 2>&1",
-    home and ("SPECULA_HOME=" .. home .. " ") or "", hops, WAIT, url, B.root, bin, AGENT, input, out, mode, conc, hops + 2)
+    home and ("SPECULA_HOME=" .. home .. " ") or "", hops, WAIT, url, B.root, bin, AGENT, inp or input, out, mode, conc,
+    hops + 2)
   local dt, cpu, mb = timed(cmd)
   -- a failed run is no figure: nil, and the command for the report
-  if not (dt and check(out, hops)) then return nil, cmd end
-  return dt * 1e6 / (Q * hops), cpu * 1e6 / (Q * hops), mb
+  nq = nq or Q
+  if not (dt and check(out, hops, nq)) then return nil, cmd end
+  return dt * 1e6 / (nq * hops), cpu * 1e6 / (nq * hops), mb
 end
-local function ours(k, conc, hops) return run_bin(self, nil, k, conc, hops) end
-local function against(k, conc, hops) return run_bin(AGAINST, AGAINST_HOME, k, conc, hops) end
+local function ours(k, conc, hops, inp, nq) return run_bin(self, nil, k, conc, hops, inp, nq) end
+local function against(k, conc, hops, inp, nq) return run_bin(AGAINST, AGAINST_HOME, k, conc, hops, inp, nq) end
 
-local function ref(k, conc, hops)
+local function ref(k, conc, hops, _, nq)
+  nq = nq or Q
   local out = dir .. "/ref.jsonl"
   local mode = k == "seq" and "--k 1 --sequential" or ("--k " .. k)
   local cmd = string.format("python3 %s/bench/ref/spechop_ref.py --queries %d --hops %d %s --concurrency %d --out %s --json >/dev/null 2>&1",
-    B.root, Q, hops, mode, conc, out)
+    B.root, nq, hops, mode, conc, out)
   local dt, cpu, mb = timed(cmd)
-  if not (dt and check(out, hops)) then return nil, cmd end
-  return dt * 1e6 / (Q * hops), cpu * 1e6 / (Q * hops), mb
+  if not (dt and check(out, hops, nq)) then return nil, cmd end
+  return dt * 1e6 / (nq * hops), cpu * 1e6 / (nq * hops), mb
 end
 
 local function median(xs)
@@ -153,6 +161,8 @@ local function f2(x) return x and string.format("%.2f", x) or "-" end
 local function f1(x) return x and string.format("%.1f", x) or "-" end
 local function fx(x) return x and string.format("%.2fx", x) or "-" end
 local failed = {}
+-- median peak MB per side, by k, then hops, then concurrency (nil: failed)
+local peaks = {}
 -- One side of a row: RUNS figures, or nil when any run failed (a failed
 -- run's time says nothing of the path measured, so none of its row's
 -- runs is kept).
@@ -194,6 +204,10 @@ local ok, err = pcall(function()
         end
         row("", a)
         if AGAINST then row("  against", o) end
+        peaks[k] = peaks[k] or {}
+        peaks[k][hops] = peaks[k][hops] or {}
+        peaks[k][hops][conc] = { ours = not a.failed and median(a.mb) or nil,
+          against = AGAINST and not o.failed and median(o.mb) or nil, ref = REF and not b.failed and median(b.mb) or nil }
         if a.failed then failed[#failed + 1] = string.format("k=%s conc=%d hops=%d specula: %s", k, conc, hops, a.failed) end
         if o.failed then failed[#failed + 1] = string.format("k=%s conc=%d hops=%d against: %s", k, conc, hops, o.failed) end
         if b.failed then failed[#failed + 1] = string.format("k=%s conc=%d hops=%d reference: %s", k, conc, hops, b.failed) end
@@ -205,6 +219,71 @@ end)
 print("(wall: the process's wall time / committed hops (queries x hops), start-up and file writing included;")
 print(" cpu: its user + system time / hops; peak MB: max RSS (/usr/bin/time); ratio: median of the paired")
 print(" ratios; seq = --mode sequential / the reference's --sequential)")
+
+-- Memory. Per live trajectory: how much the peak grows per query in flight,
+-- from the rows themselves (the lowest and the highest concurrency of a k and
+-- hops). Per finished query: what a process keeps of each query it is done
+-- with, from two runs that differ only in how many queries they get (1 hop,
+-- the lowest concurrency): ~0 when records are streamed out. A failed side
+-- is FAILED, never a figure.
+local function kb(x) return x and string.format("%.2f", x / 1024) or "FAILED" end
+local function bytes(x) return x and string.format("%.0f", x) or "FAILED" end
+local sides = { { "ours", "specula" } }
+if AGAINST then sides[#sides + 1] = { "against", "against" } end
+if REF then sides[#sides + 1] = { "ref", "asyncio" } end
+if ok and #CONCS >= 2 then
+  local lo, hi = math.huge, -math.huge
+  for _, c in ipairs(CONCS) do lo, hi = math.min(lo, c), math.max(hi, c) end
+  if hi > lo then
+    print(string.format("memory per live trajectory, KB: (peak at %d in flight - peak at %d) / %d", hi, lo, hi - lo))
+    for _, k in ipairs(KS) do
+      for _, hops in ipairs(HOPS) do
+        local p = peaks[k] and peaks[k][hops]
+        local parts = {}
+        for _, sd in ipairs(sides) do
+          local a, b = p and p[hi] and p[hi][sd[1]], p and p[lo] and p[lo][sd[1]]
+          parts[#parts + 1] = string.format("%s %s", sd[2], kb(a and b and (a - b) * 1048576 / (hi - lo)))
+        end
+        print(string.format("  k=%-4s hops=%-3d %s", k, hops, table.concat(parts, "   ")))
+      end
+    end
+  end
+end
+if ok and FINISHED then
+  local lo = math.huge
+  for _, c in ipairs(CONCS) do lo = math.min(lo, c) end
+  local n1, n2 = Q, 5 * Q
+  local in2 = dir .. "/q5.jsonl"
+  local g = assert(io.open(in2, "w"))
+  for n = 1, n2 do g:write('{"id":"q', n, '","query":"question ', n, '"}\n') end
+  g:close()
+  local k = KS[1] == "seq" and "1" or KS[1]
+  local fns = { ours = ours, against = against, ref = ref }
+  local res = {}
+  for _, sd in ipairs(sides) do res[sd[1]] = { {}, {} } end
+  for r = 1, RUNS do
+    for _, sd in ipairs(sides) do
+      for j, spec in ipairs({ { input, n1 }, { in2, n2 } }) do
+        local us, cpu, mb = fns[sd[1]](k, lo, 1, spec[1], spec[2])
+        if not us then
+          failed[#failed + 1] = string.format("memory k=%s conc=%d %d queries %s: %s", k, lo, spec[2], sd[2], cpu)
+          res[sd[1]].failed = true
+        else
+          res[sd[1]][j][r] = mb
+        end
+      end
+    end
+  end
+  print(string.format("memory per finished query, bytes: (peak with %d queries - peak with %d) / %d, 1 hop, k=%s, %d in flight",
+    n2, n1, n2 - n1, k, lo))
+  local parts = {}
+  for _, sd in ipairs(sides) do
+    local x = res[sd[1]]
+    parts[#parts + 1] = string.format("%s %s", sd[2],
+      bytes(not x.failed and (median(x[2]) - median(x[1])) * 1048576 / (n2 - n1) or nil))
+  end
+  print("  " .. table.concat(parts, "   "))
+end
 if stop_server then stop_server() end
 os.execute("rm -rf " .. dir)
 if not ok then error(err, 0) end

@@ -25,6 +25,23 @@ describe("bench userpath #slow", function()
     end
   end)
 
+  -- memory: per live trajectory from the rows of two concurrencies, per
+  -- finished query from two more runs (Q and 5Q one-hop queries)
+  it("prints memory per live trajectory and per finished query for both processes", function()
+    local st, out, err = H.specula({ "bench", "userpath", "--queries", "4", "--hops", "2",
+      "--k", "inf", "--concurrency", "1,3", "--runs", "1" })
+    assert.equals(0, st, err)
+    assert.matches("memory per live trajectory, KB: (peak at 3 in flight - peak at 1) / 2", out, 1, true)
+    assert.matches("\n  k=inf%s+hops=2%s+specula %-?[%d.]+%s+asyncio %-?[%d.]+\n", out)
+    assert.matches("memory per finished query, bytes: (peak with 20 queries - peak with 4) / 16, 1 hop, k=inf, 1 in flight",
+      out, 1, true)
+    assert.matches("\n  specula %-?%d+%s+asyncio %-?%d+\n", out)
+    local st2, out2 = H.specula({ "bench", "userpath", "--queries", "4", "--hops", "2",
+      "--k", "inf", "--concurrency", "1", "--runs", "1", "--no-memory", "--no-ref" })
+    assert.equals(0, st2, out2)
+    assert.not_matches("memory per", out2, 1, true)
+  end)
+
   -- the agent's other wait paths: each record is checked by the bench itself
   -- (an answer per query), so a row means every call waited and answered
   local function waits(kind)
@@ -67,6 +84,26 @@ describe("bench userpath #slow", function()
     assert.matches("|%s+%-%s+%-%s*$", bad)
     assert.matches("1 configuration(s) FAILED", out .. err, 1, true)
     assert.matches("k=inf conc=2 hops=3 specula: ", out .. err, 1, true)
+  end)
+
+  -- a memory run that fails is FAILED too, and fails the bench by name
+  it("reports a failing memory run as FAILED, not as bytes", function()
+    local dir = H.tmpdir()
+    local agent = dir .. "/agent.lua"
+    local src = H.read(H.root .. "/bench/userpath_agent.lua")
+    -- fails only for one-hop queries: the rows (2 hops) pass, the memory runs (1 hop) fail
+    src = src:gsub("step = function%(state, ctx%)\n", "step = function(state, ctx)\n"
+      .. "    if N == 1 then error(\"deliberate failure at one hop\") end\n", 1)
+    assert.matches("deliberate failure", src, 1, true)
+    local f = assert(io.open(agent, "w"))
+    f:write(src)
+    f:close()
+    local st, out, err = H.specula({ "bench", "userpath", "--queries", "4", "--hops", "2",
+      "--k", "inf", "--concurrency", "2", "--runs", "1", "--agent", agent, "--no-ref" })
+    assert.is_not.equals(0, st)
+    assert.matches("\ninf%s+2%s+2 |%s+[%d.]+", out)
+    assert.matches("\n  specula FAILED\n", out)
+    assert.matches("memory k=inf conc=2 4 queries specula: ", out .. err, 1, true)
   end)
 
   -- --against: a second build in the same alternation, a row of its own
