@@ -146,11 +146,11 @@ void sp_sched_unqueue(sp_ctx *ctx, sp_runnable *r) {
 
 /* The collector's pause, as the allocation a cycle waits for: as much as
    the heap holds (LuaJIT's default pause, 200), at least SP_GC_SLACK_MIN_KB
-   and at most SP_GC_SLACK_MAX_KB; from 16 MB on, the pause stays at 150
-   (peak memory of large batches: with 10,000 trajectories live, 19 MB of
-   live Lua heap, a 16 MB cap let the heap reach 38 MB; 8 MB and a step
-   multiplier of 300 (sp_host.c) keep it near 29 MB for ~2.5 % more
-   instructions; bench/README.md, scale). A cycle marks everything live, so a
+   and at most SP_GC_SLACK_MAX_KB; from 32 MB on, the pause stays at 150
+   (peak memory of large batches). A cap of 8 MB took 10,000 live
+   trajectories (19 MB of live Lua heap) from 84 to 78 MB of peak RSS but
+   cost 25-40 % more CPU, each extra cycle marking the whole cold heap
+   (bench/README.md, scale): speed won. A cycle marks everything live, so a
    small heap (the loaded modules and a few hundred queries) with a
    proportional pause alone would run many cycles that each re-mark the
    same data: hence the minimum. It is kept small because heap the
@@ -160,7 +160,7 @@ void sp_sched_unqueue(sp_ctx *ctx, sp_runnable *r) {
    path). Loop context; run every 256 runnables or jobs, since a pause set
    for the heap of one moment is only read when the next cycle ends. */
 #define SP_GC_SLACK_MIN_KB 4096
-#define SP_GC_SLACK_MAX_KB 8192
+#define SP_GC_SLACK_MAX_KB 16384
 #define SP_GC_PAUSE_MIN 150
 #define SP_GC_PAUSE_MAX 1000
 
