@@ -234,15 +234,18 @@ if REF then sides[#sides + 1] = { "ref", "asyncio" } end
 if ok and #CONCS >= 2 then
   local lo, hi = math.huge, -math.huge
   for _, c in ipairs(CONCS) do lo, hi = math.min(lo, c), math.max(hi, c) end
-  if hi > lo then
-    print(string.format("memory per live trajectory, KB: (peak at %d in flight - peak at %d) / %d", hi, lo, hi - lo))
+  -- no more queries are in flight than there are: the divisor is what was live
+  local live_lo, live_hi = math.min(lo, Q), math.min(hi, Q)
+  if live_hi > live_lo then
+    print(string.format("memory per live trajectory, KB: (peak at %d in flight - peak at %d) / %d", live_hi, live_lo,
+      live_hi - live_lo))
     for _, k in ipairs(KS) do
       for _, hops in ipairs(HOPS) do
         local p = peaks[k] and peaks[k][hops]
         local parts = {}
         for _, sd in ipairs(sides) do
           local a, b = p and p[hi] and p[hi][sd[1]], p and p[lo] and p[lo][sd[1]]
-          parts[#parts + 1] = string.format("%s %s", sd[2], kb(a and b and (a - b) * 1048576 / (hi - lo)))
+          parts[#parts + 1] = string.format("%s %s", sd[2], kb(a and b and (a - b) * 1048576 / (live_hi - live_lo)))
         end
         print(string.format("  k=%-4s hops=%-3d %s", k, hops, table.concat(parts, "   ")))
       end

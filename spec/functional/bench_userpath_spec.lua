@@ -36,6 +36,11 @@ describe("bench userpath #slow", function()
     assert.matches("memory per finished query, bytes: (peak with 20 queries - peak with 4) / 16, 1 hop, k=inf, 1 in flight",
       out, 1, true)
     assert.matches("\n  specula %-?%d+%s+asyncio %-?%d+\n", out)
+    -- no more in flight than there are queries: 4 queries at a concurrency of 10 are 4 live
+    local st3, out3, err3 = H.specula({ "bench", "userpath", "--queries", "4", "--hops", "2",
+      "--k", "inf", "--concurrency", "1,10", "--runs", "1", "--no-ref", "--no-memory" })
+    assert.equals(0, st3, err3)
+    assert.matches("memory per live trajectory, KB: (peak at 4 in flight - peak at 1) / 3", out3, 1, true)
     local st2, out2 = H.specula({ "bench", "userpath", "--queries", "4", "--hops", "2",
       "--k", "inf", "--concurrency", "1", "--runs", "1", "--no-memory", "--no-ref" })
     assert.equals(0, st2, out2)
