@@ -27,6 +27,52 @@ describe("specula.http", function()
     assert.matches('POST\tyes\t{"a":1}\tx=1', out, 1, true)
   end)
 
+  -- the engine reuses the easy handles of ended transfers: nothing of one
+  -- request (headers, a body, a method, credentials in the URL, a timeout,
+  -- verbose) may reach the next
+  it("a request carries nothing of the requests before it", function()
+    local out, err = run([[
+      local function show(r) return r.status .. " " .. (r.body:gsub("\n", " ")) end
+      for round = 1, 3 do
+        local a = assert(http.request{ method = "PUT", url = BASE .. "/echo?first=1",
+          headers = { ["X-Marker-Header"] = "left-behind", ["Content-Type"] = "text/plain" },
+          body = "a body", timeout_ms = 5000 })
+        local j = specula.json.decode(a.body)
+        print("first", j.method, j.headers["x-marker-header"], j.body)
+        local b = assert(http.request{ url = BASE .. "/echo" })
+        local k = specula.json.decode(b.body)
+        print("second", k.method, tostring(k.headers["x-marker-header"]), tostring(k.headers["content-type"]),
+          "[" .. tostring(k.body) .. "]", tostring(k.headers["authorization"]))
+        local c = assert(http.request{ url = BASE .. "/reflect?h=X-Marker-Header" })
+        print("third", c.status)
+        local u = BASE:gsub("^http://", "http://user:pw@")
+        assert(http.request{ url = u .. "/hello" })
+        local d = assert(http.request{ url = BASE .. "/echo" })
+        print("after auth", tostring(specula.json.decode(d.body).headers["authorization"]))
+      end
+      -- a transfer cut off mid-way, then a whole one on its handle
+      local t = specula.spawn(function() return http.request{ url = BASE .. "/hold" } end)
+      specula.sleep(50)
+      t:cancel()
+      local e = assert(http.request{ url = BASE .. "/hello" })
+      print("after cancel", e.status, e.body)
+    ]])
+    local n = 0
+    for _ in out:gmatch("first\tPUT\tleft%-behind\ta body") do n = n + 1 end
+    assert.equals(3, n, out)
+    n = 0
+    for _ in out:gmatch("second\tGET\tnil\tnil\t%[%]\tnil") do n = n + 1 end
+    assert.equals(3, n, out)
+    n = 0
+    for _ in out:gmatch("third\t400") do n = n + 1 end
+    assert.equals(3, n, out)
+    n = 0
+    for _ in out:gmatch("after auth\tnil") do n = n + 1 end
+    assert.equals(3, n, out)
+    assert.matches("after cancel\t200\thello", out, 1, true)
+    assert.not_matches("left-behind", err, 1, true)
+  end)
+
   it("verbose prints the exchange on stderr with credentials redacted", function()
     local secret = "sk-VerboseSecret-7f3a9"
     local out, err = run([[
