@@ -62,20 +62,26 @@ describe("bench userpath #slow", function()
     waits("mcp")
   end)
 
+  -- The benchmark agent, except that its step raises when cond (Lua, on N,
+  -- the agent's hops per query) holds: the path of the agent file.
+  local function failing_agent(cond)
+    local src = H.read(H.root .. "/bench/userpath_agent.lua")
+    src = src:gsub("step = function%(state, ctx%)\n", "step = function(state, ctx)\n"
+      .. "    if " .. cond .. " then error(\"deliberate failure at \" .. N .. \" hops\") end\n", 1)
+    assert.matches("deliberate failure", src, 1, true)
+    local agent = H.tmpdir() .. "/agent.lua"
+    local f = assert(io.open(agent, "w"))
+    f:write(src)
+    f:close()
+    return agent
+  end
+
   -- a configuration whose run fails is a FAILED row, never a figure (a
   -- failure must not pass for a fast run); the other rows still run, and
   -- the bench fails naming the configuration
   it("reports a failing configuration as FAILED and fails, the good rows measured", function()
-    local dir = H.tmpdir()
-    local agent = dir .. "/agent.lua"
-    local src = H.read(H.root .. "/bench/userpath_agent.lua")
     -- the benchmark agent, except that its step fails for queries of 3 hops or more
-    src = src:gsub("step = function%(state, ctx%)\n", "step = function(state, ctx)\n"
-      .. "    if N >= 3 then error(\"deliberate failure at \" .. N .. \" hops\") end\n", 1)
-    assert.matches("deliberate failure", src, 1, true)
-    local f = assert(io.open(agent, "w"))
-    f:write(src)
-    f:close()
+    local agent = failing_agent("N >= 3")
     local st, out, err = H.specula({ "bench", "userpath", "--queries", "4", "--hops", "2,3",
       "--k", "inf", "--concurrency", "2", "--runs", "1", "--agent", agent })
     assert.is_not.equals(0, st)
@@ -93,16 +99,8 @@ describe("bench userpath #slow", function()
 
   -- a memory run that fails is FAILED too, and fails the bench by name
   it("reports a failing memory run as FAILED, not as bytes", function()
-    local dir = H.tmpdir()
-    local agent = dir .. "/agent.lua"
-    local src = H.read(H.root .. "/bench/userpath_agent.lua")
     -- fails only for one-hop queries: the rows (2 hops) pass, the memory runs (1 hop) fail
-    src = src:gsub("step = function%(state, ctx%)\n", "step = function(state, ctx)\n"
-      .. "    if N == 1 then error(\"deliberate failure at one hop\") end\n", 1)
-    assert.matches("deliberate failure", src, 1, true)
-    local f = assert(io.open(agent, "w"))
-    f:write(src)
-    f:close()
+    local agent = failing_agent("N == 1")
     local st, out, err = H.specula({ "bench", "userpath", "--queries", "4", "--hops", "2",
       "--k", "inf", "--concurrency", "2", "--runs", "1", "--agent", agent, "--no-ref" })
     assert.is_not.equals(0, st)

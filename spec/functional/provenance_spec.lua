@@ -55,26 +55,9 @@ end
 
 -- the text of the "provenance" object inside a canonical record line
 local function prov_text(line)
-  local i = line:find('"provenance":{', 1, true)
-  assert(i, "no provenance in " .. line:sub(1, 200))
-  local j = i + #'"provenance":'
-  local p, depth = j, 0
-  while p <= #line do
-    local c = line:sub(p, p)
-    if c == '"' then
-      p = p + 1
-      while line:sub(p, p) ~= '"' do
-        if line:sub(p, p) == "\\" then p = p + 1 end
-        p = p + 1
-      end
-    elseif c == "{" then depth = depth + 1
-    elseif c == "}" then
-      depth = depth - 1
-      if depth == 0 then return line:sub(j, p) end
-    end
-    p = p + 1
-  end
-  error("unbalanced provenance object")
+  local text = H.prov_span(line)
+  assert(text, "no provenance in " .. line:sub(1, 200))
+  return text
 end
 
 -- a tiny agent split in a script and a module beside it, in its own directory
