@@ -576,6 +576,22 @@ function Session:_op_done(op)
   end
 end
 
+-- A request out to the client: a fresh id and its pending rpc, which the
+-- client's answer (or the ask timeout) ends. id, entry | nil, why.
+function Session:_new_ask(me)
+  self.next_out = self.next_out + 1
+  local rpc = C.sp_rpc_new(core.ctx, me, self.ask_timeout_ms)
+  if rpc == nil then return nil, "out of memory" end
+  return "specula-gw-" .. self.next_out, { rpc = ffi.gc(rpc, C.sp_rpc_free) }
+end
+
+-- Wait in task me for that answer: true once answered, false when the ask
+-- timed out or was cancelled.
+local function await_ask(e, me)
+  while C.sp_rpc_wait(e.rpc, me) == 0 do co_yield() end
+  return C.sp_rpc_state(e.rpc) == tonumber(C.SP_RPC_DONE)
+end
+
 -- A server's request to a stateless client: an input request of the op
 -- that asks (the task's own, else the newest running), answered by the
 -- client's retry. result | nil, why.
@@ -588,17 +604,14 @@ function Session:_ask_inline(method, params)
     end
   end
   if not op then return nil, "specula gateway: no request of the client is running to carry " .. method end
-  self.next_out = self.next_out + 1
-  local key = "specula-gw-" .. self.next_out
-  local rpc = C.sp_rpc_new(core.ctx, me, self.ask_timeout_ms)
-  if rpc == nil then return nil, "out of memory" end
-  local e = { rpc = ffi.gc(rpc, C.sp_rpc_free) }
+  local key, e = self:_new_ask(me)
+  if not key then return nil, e end
   op.asks[key] = e
   op.new[key] = { method = method, params = params }
   self:_wake(op)
-  while C.sp_rpc_wait(e.rpc, me) == 0 do co_yield() end
+  local answered = await_ask(e, me)
   op.asks[key] = nil
-  if C.sp_rpc_state(e.rpc) ~= tonumber(C.SP_RPC_DONE) then return nil, "the client did not answer " .. method end
+  if not answered then return nil, "the client did not answer " .. method end
   return e.result
 end
 
@@ -652,20 +665,17 @@ function Session:_ask_client(method, params, server)
   end
   if self.stateless then return self:_ask_inline(method, params) end
   local me = sched.current("gateway: " .. method)
-  self.next_out = self.next_out + 1
-  local id = "specula-gw-" .. self.next_out
-  local rpc = C.sp_rpc_new(core.ctx, me, self.ask_timeout_ms)
-  if rpc == nil then return nil, "out of memory" end
-  local e = { rpc = ffi.gc(rpc, C.sp_rpc_free) }
+  local id, e = self:_new_ask(me)
+  if not id then return nil, e end
   self.asks[id] = e
   local ok, err = self:_send({ jsonrpc = "2.0", id = id, method = method, params = params })
   if not ok then
     self.asks[id] = nil
     return nil, "the client cannot be reached: " .. tostring(err)
   end
-  while C.sp_rpc_wait(e.rpc, me) == 0 do co_yield() end
+  local answered = await_ask(e, me)
   self.asks[id] = nil
-  if C.sp_rpc_state(e.rpc) ~= tonumber(C.SP_RPC_DONE) then return nil, "the client did not answer " .. method end
+  if not answered then return nil, "the client did not answer " .. method end
   if e.error ~= nil then
     local er = type(e.error) == "table" and e.error or {}
     return nil, format("the client refused %s: %s", method, tostring(er.message))
