@@ -137,14 +137,20 @@ return require("specula").gateway { servers = { test = { url = %q } } }
     assert.are.equal(3, #gw.asked)
   end)
 
+  -- the client's answer to a sampling request, and the test server's ask
+  -- tool's arguments that make it send one
+  local function sampling_answers()
+    return { sampling = { role = "assistant", content = { type = "text", text = "a reply" }, model = "driver-model",
+                          stopReason = "endTurn" } }
+  end
+  local function sampling_ask()
+    return { method = "sampling/createMessage",
+             params = { messages = { { role = "user", content = { type = "text", text = "hi" } } }, maxTokens = 10 } }
+  end
+
   it("never lets a prefetch ask the client: the prefetch is dropped, the client's own call asks", function()
     if not guard() then return end
-    local answers = {
-      sampling = { role = "assistant", content = { type = "text", text = "a reply" }, model = "driver-model",
-                   stopReason = "endTurn" },
-    }
-    local ask = { method = "sampling/createMessage",
-                  params = { messages = { { role = "user", content = { type = "text", text = "hi" } } }, maxTokens = 10 } }
+    local answers, ask = sampling_answers(), sampling_ask()
     local steps = {
       { op = "call", name = "echo", arguments = { text = "a" } }, { op = "sleep", ms = 800 },
       { op = "call", name = "ask", arguments = ask },
@@ -172,12 +178,7 @@ return require("specula").gateway { servers = { test = { url = %q } } }
 
   it("never lets a prefetch ask the client while the client's own call runs on another server", function()
     if not guard() then return end
-    local answers = {
-      sampling = { role = "assistant", content = { type = "text", text = "a reply" }, model = "driver-model",
-                   stopReason = "endTurn" },
-    }
-    local ask = { method = "sampling/createMessage",
-                  params = { messages = { { role = "user", content = { type = "text", text = "hi" } } }, maxTokens = 10 } }
+    local answers, ask = sampling_answers(), sampling_ask()
     -- two test servers: b's names come second (b__ask); after echo the
     -- prefetch of b__ask starts and asks while the client waits on a's slow
     n = n + 1
