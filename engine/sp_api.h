@@ -726,6 +726,13 @@ int sp_theory_k_eps(double alpha, double beta, double nu, double eps);
 void sp_boot_paired(int n, int iters, int32_t state, const double *diffs, const double *base,
                     const double *other, const int *rank, const double *sorted, int lo_r, double frac,
                     int *counts, double *means, double *medians, double *ratios);
+/* sp_boot_paired for m measures of the same n queries in one pass (one
+   draw per query per resample, shared): diffs, base, other, rank, sorted are
+   m blocks of n, measure by measure; counts m*n and idx n scratch; means,
+   medians, ratios m blocks of iters. Each block equals sp_boot_paired's. */
+void sp_boot_paired_multi(int m, int n, int iters, int32_t state, const double *diffs, const double *base,
+                          const double *other, const int *rank, const double *sorted, int lo_r, double frac,
+                          int *idx, int *counts, double *means, double *medians, double *ratios);
 /* The ratio of sums of n pairs (num[i], den[i]) on each of `iters`
    resamples, as metrics.bootstrap_ci draws them: out[it] = Σ num / Σ den
    in draw order, 0 when Σ den <= 0 (the RelLat column of --compare). */

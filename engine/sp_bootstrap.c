@@ -62,3 +62,56 @@ void sp_boot_ratio(int n, int iters, int32_t state, const double *num, const dou
     out[it] = s > 0 ? w / s : 0;
   }
 }
+
+/* m measures of the same n queries share one stream of draws: each resample's
+ * n indices are drawn once into idx, then every measure sums over them in
+ * draw order, so each measure's figures are the doubles sp_boot_paired gives
+ * it alone (same seed, same indices, same additions). Arrays are m blocks of
+ * n (inputs, counts) or of iters (outputs), measure by measure. */
+void sp_boot_paired_multi(int m, int n, int iters, int32_t state, const double *diffs, const double *base,
+                          const double *other, const int *rank, const double *sorted, int lo_r, double frac,
+                          int *idx, int *counts, double *means, double *medians, double *ratios) {
+  uint32_t x = (uint32_t)state;
+  for (int it = 0; it < iters; it++) {
+    for (int k = 0; k < n; k++) {
+      x ^= x << 13;
+      x ^= x >> 17;
+      x ^= x << 5;
+      idx[k] = (int)((double)x / 4294967296.0 * n);  /* floor: see sp_boot_paired */
+    }
+    for (int q = 0; q < m; q++) {
+      const double *d = diffs + (size_t)q * n, *bs = base + (size_t)q * n, *ot = other + (size_t)q * n;
+      const int *rk = rank + (size_t)q * n;
+      const double *so = sorted + (size_t)q * n;
+      int *cn = counts + (size_t)q * n;
+      memset(cn, 0, (size_t)n * sizeof *cn);
+      double sd = 0, sbase = 0, sother = 0;
+      for (int k = 0; k < n; k++) {
+        int j = idx[k];
+        sd = sd + d[j];
+        sbase = sbase + bs[j];
+        sother = sother + ot[j];
+        cn[rk[j] - 1]++;
+      }
+      size_t o = (size_t)q * iters + it;
+      means[o] = sd / n;
+      if (sbase == 0) ratios[o] = sother == 0 ? 1 : HUGE_VAL;
+      else ratios[o] = sother / sbase;
+      int acc = 0, r = 0, have_a = 0;
+      double a = 0, b = 0;
+      for (;;) {
+        r++;
+        acc += cn[r - 1];
+        if (!have_a && acc >= lo_r) {
+          a = so[r - 1];
+          have_a = 1;
+        }
+        if (acc >= lo_r + 1 || (frac == 0 && have_a)) {
+          b = so[r - 1];
+          break;
+        }
+      }
+      medians[o] = frac == 0 ? a : a + frac * (b - a);
+    }
+  }
+}

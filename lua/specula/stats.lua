@@ -178,17 +178,28 @@ end
 -- median: the differences are ranked once, a resample is a count per rank,
 -- and its median is read off the cumulative counts (O(n), not O(n log n)).
 -- (use_lua: take the Lua loop even when the C one is loaded; for the spec)
-local function paired_bootstrap(base, other, diffs, bo, use_lua)
-  local n, iters = #diffs, bo.iterations
+-- The differences' ranks, the differences by rank, and the median's ranks
+-- (lo_r, lo_r + 1) and weight as metrics.percentile(…, 50) interpolates them.
+local function rank_diffs(diffs)
+  local n = #diffs
   local order = {}
   for i = 1, n do order[i] = i end
   table.sort(order, function(a, b) return diffs[a] < diffs[b] end)
   local rank, sorted = {}, {}
   for r = 1, n do rank[order[r]] = r; sorted[r] = diffs[order[r]] end
-  -- the median's ranks, as metrics.percentile(…, 50) interpolates them
   local pos = 1 + 0.5 * (n - 1)
   local lo_r = floor(pos)
-  local frac = pos - lo_r
+  return rank, sorted, lo_r, pos - lo_r
+end
+
+local function boot_ci(xs, bo)
+  local alpha = (1 - bo.level) / 2
+  return { metrics.percentile(xs, 100 * alpha), metrics.percentile(xs, 100 * (1 - alpha)) }
+end
+
+local function paired_bootstrap(base, other, diffs, bo, use_lua)
+  local n, iters = #diffs, bo.iterations
+  local rank, sorted, lo_r, frac = rank_diffs(diffs)
   local rng = metrics.prng(bo.seed)
   local means, medians, ratios
   if boot_c and n > 0 and not use_lua then
@@ -196,13 +207,42 @@ local function paired_bootstrap(base, other, diffs, bo, use_lua)
   else
     means, medians, ratios = boot_lua(n, iters, rng, diffs, base, other, rank, sorted, lo_r, frac)
   end
-  local alpha = (1 - bo.level) / 2
-  local function ci(xs)
-    return { metrics.percentile(xs, 100 * alpha), metrics.percentile(xs, 100 * (1 - alpha)) }
-  end
-  return ci(means), ci(medians), ci(ratios)
+  return boot_ci(means, bo), boot_ci(medians, bo), boot_ci(ratios, bo)
 end
 M._paired_bootstrap = paired_bootstrap
+
+-- paired_bootstrap for several measures of the same n > 0 queries with the
+-- same bo, in one pass of C (sp_boot_paired_multi): the same seed draws the
+-- same indices for each, so each measure gets the very intervals its own
+-- paired_bootstrap gives; only the drawing is shared. sets[q] = { base,
+-- other, diffs }; returns a list of { mean_ci, median_ci, ratio_ci }.
+local function paired_bootstrap_multi(sets, bo)
+  local ffi, C = require("specula.internal.core").ffi, require("specula.internal.core").C
+  local dbl, int = ffi.typeof("double[?]"), ffi.typeof("int[?]")
+  local m, n, iters = #sets, #sets[1][3], bo.iterations
+  local d, b, o, rk, so = dbl(m * n), dbl(m * n), dbl(m * n), int(m * n), dbl(m * n)
+  local lo_r, frac
+  for q = 1, m do
+    local base, other, diffs = sets[q][1], sets[q][2], sets[q][3]
+    local rank, sorted
+    rank, sorted, lo_r, frac = rank_diffs(diffs)
+    local z = (q - 1) * n - 1
+    for i = 1, n do
+      d[z + i], b[z + i], o[z + i], rk[z + i], so[z + i] = diffs[i], base[i], other[i], rank[i], sorted[i]
+    end
+  end
+  local mo, me, ra = dbl(m * iters), dbl(m * iters), dbl(m * iters)
+  C.sp_boot_paired_multi(m, n, iters, metrics.prng(bo.seed).state, d, b, o, rk, so, lo_r, frac,
+    int(n), int(m * n), mo, me, ra)
+  local out = {}
+  for q = 1, m do
+    local means, medians, ratios = {}, {}, {}
+    local z = (q - 1) * iters - 1
+    for it = 1, iters do means[it], medians[it], ratios[it] = mo[z + it], me[z + it], ra[z + it] end
+    out[q] = { boot_ci(means, bo), boot_ci(medians, bo), boot_ci(ratios, bo) }
+  end
+  return out
+end
 
 -- The resampling loop in Lua: the reference engine/sp_bootstrap.c follows, and
 -- the path taken where the core library is not loaded.
@@ -241,6 +281,7 @@ local function finite(x) if x and x == x and x ~= huge and x ~= -huge then retur
 -- drive the bootstrap (defaults: bootstrap_* in specula.internal.domains.DEFAULTS). The ratio (Σ other / Σ base) and its
 -- interval are given only when Σ base > 0; an interval end that is not finite
 -- (resamples with a zero baseline sum) is left out (nil).
+local paired_prep, paired_finish
 function M.paired(base, other, opts)
   if type(base) ~= "table" or type(other) ~= "table" then
     error("specula.stats.paired: expected two lists of numbers", 2)
@@ -250,16 +291,23 @@ function M.paired(base, other, opts)
   end
   opts = opts or {}
   local n = #base
-  local r = { n = n }
   if n == 0 then
+    local r = { n = n }
     r.sign_p, r.pos, r.neg, r.zero = 1, 0, 0, 0
     return r
   end
+  local p = paired_prep(base, other, opts, 3)
+  return paired_finish(p, paired_bootstrap(base, other, p.diffs, p.bo))
+end
+
+-- M.paired's checks and differences (n > 0); level: error()'s.
+paired_prep = function(base, other, opts, level)
+  local n = #base
   local data, diffs, sb = {}, {}, 0
   for i = 1, n do
     local b, o = base[i], other[i]
     if type(b) ~= "number" or type(o) ~= "number" or b ~= b or o ~= o then
-      error("specula.stats.paired: pair " .. i .. " is not two numbers", 2)
+      error("specula.stats.paired: pair " .. i .. " is not two numbers", level)
     end
     data[i] = { b, o }
     diffs[i] = o - b
@@ -267,7 +315,13 @@ function M.paired(base, other, opts)
   end
   local bo = { iterations = opts.iterations or D.bootstrap_iterations, seed = opts.seed or D.bootstrap_seed,
                level = opts.level or D.bootstrap_level }
-  local mean, median, ratio = paired_bootstrap(base, other, diffs, bo)
+  return { n = n, data = data, diffs = diffs, sb = sb, bo = bo }
+end
+
+-- M.paired's result from paired_prep's p and the three intervals.
+paired_finish = function(p, mean, median, ratio)
+  local data, diffs, sb = p.data, p.diffs, p.sb
+  local r = { n = p.n }
   r.mean_lo, r.mean_hi, r.mean = mean[1], mean[2], mean_diff(data)
   r.median_lo, r.median_hi, r.median = median[1], median[2], median_diff(data)
   if sb > 0 then
@@ -361,8 +415,24 @@ function M.paired_records(recs, base, opts)
   local out = { n = #cols.wall_ms[1], matched = matched, failed = nfailed }
   out.comparable = matched > 0 and out.n >= M.MIN_PAIRED_SHARE * matched
   if not out.comparable then return out end
-  for _, m in ipairs(M.MEASURES) do
-    out[m.key] = M.paired(cols[m.key][1], cols[m.key][2], opts)
+  -- every measure paired on the same queries (the usual case): one shared
+  -- pass of draws (paired_bootstrap_multi) gives each its own intervals
+  local same = boot_c and out.n > 0 and not M._no_multi
+  for _, m in ipairs(M.MEASURES) do same = same and #cols[m.key][1] == out.n end
+  if not same then
+    for _, m in ipairs(M.MEASURES) do
+      out[m.key] = M.paired(cols[m.key][1], cols[m.key][2], opts)
+    end
+    return out
+  end
+  local preps, sets = {}, {}
+  for q, m in ipairs(M.MEASURES) do
+    preps[q] = paired_prep(cols[m.key][1], cols[m.key][2], opts or {}, 2)
+    sets[q] = { cols[m.key][1], cols[m.key][2], preps[q].diffs }
+  end
+  local cis = paired_bootstrap_multi(sets, preps[1].bo)
+  for q, m in ipairs(M.MEASURES) do
+    out[m.key] = paired_finish(preps[q], cis[q][1], cis[q][2], cis[q][3])
   end
   return out
 end
