@@ -259,3 +259,35 @@ describe("a failed query is never a data point", function()
     assert.matches("\n[1] = " .. long .. "\n", out, 1, true)
   end)
 end)
+
+-- A predictor that raises is switched off for the rest of the run: the
+-- queries after it ran without action speculation. Before, their records
+-- and the table said nothing of it, and the row read as the predictor's.
+describe("a predictor that raises on one query", function()
+  it("keeps every record, marks the queries that ran without it, and the table says so", function()
+    local agent = H.tmpfile("fq_pagent.lua", "local specula = require 'specula'\n"
+      .. "return specula.sim.multihop { hops = 3, p = 0.6, seg = { 'lognormal', 10, 0.3 },\n"
+      .. "  spec = { 'lognormal', 5, 0.3 }, target = { 'lognormal', 60, 0.4 } }\n")
+    local pred = H.tmpfile("fq_pred.lua", "return function(history, ctx)\n"
+      .. "  if ctx.id == 'q3' then error('predictor broke on q3') end\n"
+      .. "  return { { tool = 'search', args = { q = 'x' }, confidence = 0.9 } }\nend\n")
+    local out = H.tmpfile("fq_pout.jsonl")
+    os.remove(out)
+    local st, tbl, err = H.specula({ "run", agent, "--input", input(6), "--clock", "virtual", "--concurrency", "1",
+      "--compare", "sequential,spechop:k=inf:predictor=" .. pred .. ":label=pred", "--out", out })
+    assert.are.equal(0, st, err)
+    assert.truthy(err:find("fq_pred.lua:2: predictor broke on q3", 1, true), err)
+    local recs, off = H.jsonl(H.read(out)), {}
+    assert.are.equal(12, #recs)
+    for _, r in ipairs(recs) do
+      assert.is_nil(r.error, r.id)
+      if r.config == "pred" then off[r.id] = r.stats.prefetch.predictor_off == true end
+    end
+    assert.are.same({ q1 = false, q2 = false, q3 = true, q4 = true, q5 = true, q6 = true }, off)
+    local note = "! pred: its predictor raised and was off for all or part of 4 of 6 queries"
+    assert.truthy(tbl:find(note, 1, true), tbl)
+    local cst, ctbl = H.specula({ "compare", out })
+    assert.are.equal(0, cst)
+    assert.truthy(ctbl:find(note, 1, true), ctbl)
+  end)
+end)

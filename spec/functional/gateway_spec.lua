@@ -322,6 +322,24 @@ describe("specula gateway (official TypeScript SDK client over stdio)", function
       assert.are_not.equal(0, status)
       assert.truthy(err:find(cfg .. " must return specula.gateway{", 1, true), err)
     end)
+
+    -- before, each was a warning when a client connected, and the gateway
+    -- served with nothing early
+    it("a policy file with a syntax error, and a policy table with a decision no gate knows", function()
+      local pol = H.tmpfile("gw_badpol.lua", "return { read_file = 'full'\n")
+      local status, out, err, cfg = gateway_err("local specula = require 'specula'\nreturn specula.gateway {\n"
+        .. "  servers = { a = { command = { 'cat' } } },\n  policy = '" .. pol .. "',\n}\n")
+      assert.are.equal(2, status, err)
+      assert.are.equal("", out)
+      assert.truthy(err:find(cfg .. ":4: policy: cannot load " .. pol .. ": " .. pol .. ":2:", 1, true), err)
+      assert.falsy(err:find("traceback", 1, true), err)
+      status, out, err, cfg = gateway_err("local specula = require 'specula'\nreturn specula.gateway {\n"
+        .. "  servers = { a = { command = { 'cat' } } },\n  policy = { read_file = 'fulll' },\n}\n")
+      assert.are.equal(2, status, err)
+      assert.are.equal("", out)
+      assert.truthy(err:find(cfg .. ":4: policy: tool read_file: decision must be full, warmup or forbid, got fulll",
+        1, true), err)
+    end)
   end)
 end)
 

@@ -76,6 +76,27 @@ describe("specula whatif", function()
     assert.is_not_nil(out:find("1 sessions (1 failed)", 1, true))
   end)
 
+  -- before, such a line's warning was a slip inside the reader, in a specula
+  -- source path ("otel.lua:87: bad argument #1 to 'ipairs'")
+  it("a line of JSON the file's reader cannot take: FILE:LINE and what it should be, the rest replayed", function()
+    for _, c in ipairs({ { "otel", "an OTLP JSON trace export line", 8500 },
+                         { "openhands", "an OpenHands event line", 13700 } }) do
+      local lines = {}
+      for l in io.lines(FIX .. "/" .. c[1] .. ".jsonl") do lines[#lines + 1] = l end
+      table.insert(lines, 3, "{}")
+      table.insert(lines, 3, "[1, 2]")
+      local log = H.tmpfile("whatif-hostile-" .. c[1] .. ".jsonl", table.concat(lines, "\n") .. "\n")
+      local st, s, _, err = summary_of({ log, "--compare", "recorded,sequential" })
+      assert.are.equal(0, st, err)
+      assert.are.equal(0, #s.failed, err)
+      assert.is_true(math.abs(by_name(s).sequential.agent_ms - c[3]) < 1, err)
+      for _, ln in ipairs({ 3, 4 }) do
+        assert.truthy(err:find(log .. ":" .. ln .. ": not " .. c[2], 1, true), err)
+      end
+      assert.falsy(err:find("%.lua:%d"), err)
+    end
+  end)
+
   it("on a Claude Code fixture: recorded, replay, predictor and the bounds", function()
     local st, s, out, err = summary_of({ FIX .. "/claude_code.jsonl" })
     assert.are.equal(0, st, err)

@@ -174,6 +174,21 @@ describe("speculation window", function()
       assert.matches("verifier error: .*verifier exploded", r.good.stages.hops[1].reason)
     end)
 
+    -- before, a verifier that raised on every hop was silent: speculation
+    -- that never paid, with nothing on stderr to say why
+    it("a raising verifier is said once on stderr, naming its script and line; every query keeps its record", function()
+      os.remove(H.tmpfile("verifier_error.jsonl"))   -- the case above wrote it: a second run would resume
+      local st, r, err = run_case("verifier_error")
+      assert.equals(0, st, err)
+      local n = 0
+      for _ in err:gmatch("specula: warning: the verifier raised: [^\n]-agents%.lua:%d+: verifier exploded; each hop it "
+        .. "raised on counts as a rejection") do n = n + 1 end
+      assert.equals(1, n, err)
+      assert.is_string(r.good.answer)
+      assert.is_string(r.good2.answer)
+      assert.is_true(r.good.stats.rollbacks > 0)
+    end)
+
     it("a raising speculator counts as a failed speculation", function()
       local st, r = run_case("spec_error")
       assert.equals(0, st)

@@ -435,6 +435,17 @@ end
 -- "EFORMAT: path:line: ..." naming what each reader expected. opts:
 -- approval_cap_ms, keep_text (default true; false: digests). warn(msg)
 -- gets "path:line: ..." for lines skipped.
+
+-- What a line the file's reader could not take says: a reader's own error
+-- as it is; a slip inside a reader (a field of another type, missing) is
+-- no news to the user in a specula source path and line: what the line
+-- should have been instead.
+local function line_error(e, reader)
+  local msg = tostring(e)
+  if msg:find("^[^\n]-%.lua:%d+: ") then return "not " .. reader.expects end
+  return msg
+end
+
 function M.read_all(path, opts, warn)
   opts = opts or {}
   warn = warn or function() end
@@ -492,10 +503,10 @@ function M.read_all(path, opts, warn)
           -- a format of whole sessions, one a line
           local ok, sess = pcall(reader.session, v, path, ln)
           if ok and sess then whole[#whole + 1] = sess
-          else warn(format("%s:%d: %s: skipped", path, ln, ok and "not " .. reader.expects or tostring(sess))) end
+          else warn(format("%s:%d: %s: skipped", path, ln, ok and "not " .. reader.expects or line_error(sess, reader))) end
         elseif type(v) == "table" then
           local ok, e = pcall(reader.events, v, ev_for(""), iso, state)
-          if not ok then warn(format("%s:%d: %s: skipped", path, ln, tostring(e))) end
+          if not ok then warn(format("%s:%d: %s: skipped", path, ln, line_error(e, reader))) end
         end
       end
     end

@@ -230,6 +230,16 @@ function M.load(path)
     if not resolved then sched.plain_error(format("specula gateway: %s: policy file '%s' not found", path, gw.policy), 2) end
     gw.policy = resolved
   end
+  -- a mistake in the policy (its file's syntax, what it returns, a decision
+  -- no gate knows) is the config's error, said now: found per session it was
+  -- a warning on a stderr a client may hide, and the gateway ran with
+  -- nothing early
+  if gw.policy ~= nil then
+    local pok, perr = pcall(require("specula.policy").build, gw.policy, {}, gw.dir)
+    if not pok then
+      sched.plain_error(format("specula gateway: %s: %s", M.where(path, "policy"), sched.errstr(perr)), 2)
+    end
+  end
   return gw
 end
 

@@ -136,9 +136,11 @@ function M.summarise(recs, baseline, cache)
   -- results files are input from outside: a record whose stats are not
   -- numbers (an edited file, another tool's output) is left out of the
   -- columns it lacks and counted, never the end of the table
-  local malformed = 0
+  local malformed, predictor_off = 0, 0
   for _, r in ipairs(recs) do
     if r.error then failed = failed + 1 end
+    local pf = type(r.stats) == "table" and type(r.stats.prefetch) == "table" and r.stats.prefetch or nil
+    if pf and pf.predictor_off == true then predictor_off = predictor_off + 1 end
     -- a failed query is never a data point: its wall time is how long it
     -- took to fail, not how long the configuration takes to answer
     local s = not r.error and r.stats or nil
@@ -205,6 +207,7 @@ function M.summarise(recs, baseline, cache)
   if ngold > 0 then row.em, row.f1 = em / ngold, f1 / ngold end
   if nagree > 0 then row.agreement = agree / nagree end
   if malformed > 0 then row.malformed = malformed end
+  if predictor_off > 0 then row.predictor_off = predictor_off end
   return row
 end
 
@@ -293,6 +296,13 @@ function M.table_text(configs, rows)
     if r.failed > 0 then
       lines[#lines + 1] = format("! %s: %d of %d queries failed; its row is over the %d that succeeded", c.name,
         r.failed, r.queries, r.queries - r.failed)
+    end
+  end
+  for i, c in ipairs(configs) do
+    local off = rows[i].predictor_off
+    if off then
+      lines[#lines + 1] = format("! %s: its predictor raised and was off for all or part of %d of %d queries (stats.prefetch.predictor_off): "
+        .. "the row is not the predictor's alone", c.name, off, rows[i].queries)
     end
   end
   for i, c in ipairs(configs) do
@@ -590,6 +600,7 @@ local function slim_record(r, agree)
       s.calls = c
     end
     if type(st.cancelled) == "table" then s.cancelled = { total = st.cancelled.total } end
+    if type(st.prefetch) == "table" and st.prefetch.predictor_off then s.prefetch = { predictor_off = true } end
     st = s
   end
   return { id = r.id, config = r.config, answer = r.answer, gold = r.gold, error = r.error, stats = st,

@@ -212,6 +212,9 @@ local function collect(w, q, run)
       hit_rate = fired > 0 and round(tonumber(pf.promoted) / fired, 4) or json.null,
       match = run_match, lossy = run_match ~= "exact",
     }
+    -- the predictor raised earlier in the run and is off: this query ran
+    -- without action speculation, whatever its configuration says
+    if run.pdisabled and run.pdisabled() then rec.stats.prefetch.predictor_off = true end
     if tonumber(pf.promoted_lossy) > 0 then rec.stats.lossy = true end
   end
   if stages then

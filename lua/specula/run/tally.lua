@@ -43,6 +43,7 @@ function M.new(n)
     num = new_double(cap * NF),     -- NaN: absent (not a number in the record)
     has = new_int(cap),             -- 1 stats, 0 none, -1 position empty
     id = {}, config = {}, answer = {}, gold = {}, err = {},
+    pfoff = {},   -- positions whose query ran without its predictor (it raised earlier): sparse
     text = nil, text_cap = 0, text_len = 0,
     toff = new_double(cap), tlen = new_int(cap),   -- offsets past 2 GB stay exact; tlen -1: no text
   }, Tally)
@@ -100,6 +101,7 @@ function Tally:add(i, rec, text)
     for j = 1, #CALLS do a[base + #FIELDS + j - 1] = c and num(c[CALLS[j]]) or nan end
     local cc = type(s.cancelled) == "table" and s.cancelled or nil
     a[base + NF - 1] = cc and num(cc.total) or nan
+    self.pfoff[i] = type(s.prefetch) == "table" and s.prefetch.predictor_off == true or nil
     self.has[z] = 1
   else
     self.has[z] = 0
@@ -137,7 +139,7 @@ end
 -- The slim record at position i, or nil: { id, config, answer, gold,
 -- error, stats = { wall_ms, standard_ms, wasted_calls, wasted_cost,
 -- calls = { model, target, speculator, predicted, warmup },
--- cancelled = { total } } }, the fields compare.summarise and
+-- cancelled = { total }, prefetch = { predictor_off } when set } }, the fields compare.summarise and
 -- stats.paired_records read.
 function Tally:record(i)
   local z = i - 1
@@ -153,6 +155,7 @@ function Tally:record(i)
     for j = 1, #CALLS do c[CALLS[j]] = get(a[base + #FIELDS + j - 1]) end
     s.calls = c
     s.cancelled = { total = get(a[base + NF - 1]) }
+    if self.pfoff[i] then s.prefetch = { predictor_off = true } end
     r.stats = s
   end
   return r
