@@ -694,25 +694,24 @@ end
 -- A verifier that raises counts as a rejection (the engine rolls back, the
 -- hop's reason says why): without a word a broken verifier reads as
 -- speculation that never pays. One warning per distinct message; the job
--- still fails with the message and the user's frames, as before.
+-- still fails with the message and the user's frames, as before. Said from
+-- the dispatcher's error path (sched.on_job_fail), not by a protected call
+-- around each verify: a verifier that waits would return through that
+-- frame, and the trace of its return path would be dropped.
 local verifier_warned = {}
-local function verifier_raised(e)
-  local msg = job_error(e)
-  local first = msg:match("^[^\n]*")
+local JOB_VERIFY = tonumber(C.SP_JOB_VERIFY)
+sched.on_job_fail = function(c, msg)
+  if c.kind ~= JOB_VERIFY then return end
+  local first = tostring(msg):match("^[^\n]*")
   if not verifier_warned[first] then
     verifier_warned[first] = true
     output.stderr("specula: warning: the verifier raised: ", first,
       "; each hop it raised on counts as a rejection (the reason in the record's stages.hops)\n")
   end
-  return { plain = true, message = msg }
-end
-local function verdict(R, ok, ...)
-  if not ok then error((...), 0) end
-  return put_verdict(R, ...)
 end
 function JOB.verify(E, c, t, R)
-  return verdict(R, xpcall(E.verify, verifier_raised, VALS[c.qctx], VALS[c.actx], task_spec(t) ~= 0, VALS[c.cands],
-                           VALS[c.obs], c.nkids, c.raw ~= 0))
+  return put_verdict(R, E.verify(VALS[c.qctx], VALS[c.actx], task_spec(t) ~= 0, VALS[c.cands], VALS[c.obs],
+                                 c.nkids, c.raw ~= 0))
 end
 function JOB.pfcall(E, c, t, R)
   R.value = store(E.pfcall(VALS[c.qctx], ffi.string(c.tool, c.tool_len), VALS[c.args], c.hop))

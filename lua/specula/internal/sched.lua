@@ -185,6 +185,10 @@ local function loop(box)
   end
 end
 
+-- Called (when set) with a failed job's call struct and its message, before
+-- the job fails (specula.internal.protocol: a raising verifier is said once).
+M.on_job_fail = false
+
 local function dispatcher()
   local box = {}
   while true do
@@ -194,6 +198,7 @@ local function dispatcher()
     -- encoding) stops this dispatcher, as it always did (C fails the job)
     if t == nil then error(e, 0) end
     box.t = nil
+    if M.on_job_fail then M.on_job_fail(job_call(t), e) end
     fail(t, e)
   end
 end
