@@ -6,6 +6,32 @@
 #include <math.h>
 #include <string.h>
 
+/* Σ other / Σ base of a resample; a zero baseline sum is +inf (1 when both are 0). */
+static double ratio_of(double sbase, double sother) {
+  if (sbase == 0) return sother == 0 ? 1 : HUGE_VAL;
+  return sother / sbase;
+}
+
+/* The resample's median from its count per rank: the values at ranks lo_r
+   and lo_r + 1 of the resample, sorted, interpolated by frac. */
+static double median_of(const int *counts, const double *sorted, int lo_r, double frac) {
+  int acc = 0, r = 0, have_a = 0;
+  double a = 0, b = 0;
+  for (;;) {
+    r++;
+    acc += counts[r - 1];
+    if (!have_a && acc >= lo_r) {
+      a = sorted[r - 1];
+      have_a = 1;
+    }
+    if (acc >= lo_r + 1 || (frac == 0 && have_a)) {
+      b = sorted[r - 1];
+      break;
+    }
+  }
+  return frac == 0 ? a : a + frac * (b - a);
+}
+
 void sp_boot_paired(int n, int iters, int32_t state, const double *diffs, const double *base,
                     const double *other, const int *rank, const double *sorted, int lo_r, double frac,
                     int *counts, double *means, double *medians, double *ratios) {
@@ -26,24 +52,8 @@ void sp_boot_paired(int n, int iters, int32_t state, const double *diffs, const 
       counts[rank[j] - 1]++;
     }
     means[it] = sd / n;
-    if (sbase == 0) ratios[it] = sother == 0 ? 1 : HUGE_VAL;
-    else ratios[it] = sother / sbase;
-    /* the values at ranks lo_r and lo_r + 1 of the resample, sorted */
-    int acc = 0, r = 0, have_a = 0;
-    double a = 0, b = 0;
-    for (;;) {
-      r++;
-      acc += counts[r - 1];
-      if (!have_a && acc >= lo_r) {
-        a = sorted[r - 1];
-        have_a = 1;
-      }
-      if (acc >= lo_r + 1 || (frac == 0 && have_a)) {
-        b = sorted[r - 1];
-        break;
-      }
-    }
-    medians[it] = frac == 0 ? a : a + frac * (b - a);
+    ratios[it] = ratio_of(sbase, sother);
+    medians[it] = median_of(counts, sorted, lo_r, frac);
   }
 }
 
@@ -95,23 +105,8 @@ void sp_boot_paired_multi(int m, int n, int iters, int32_t state, const double *
       }
       size_t o = (size_t)q * iters + it;
       means[o] = sd / n;
-      if (sbase == 0) ratios[o] = sother == 0 ? 1 : HUGE_VAL;
-      else ratios[o] = sother / sbase;
-      int acc = 0, r = 0, have_a = 0;
-      double a = 0, b = 0;
-      for (;;) {
-        r++;
-        acc += cn[r - 1];
-        if (!have_a && acc >= lo_r) {
-          a = so[r - 1];
-          have_a = 1;
-        }
-        if (acc >= lo_r + 1 || (frac == 0 && have_a)) {
-          b = so[r - 1];
-          break;
-        }
-      }
-      medians[o] = frac == 0 ? a : a + frac * (b - a);
+      ratios[o] = ratio_of(sbase, sother);
+      medians[o] = median_of(cn, so, lo_r, frac);
     }
   }
 }
