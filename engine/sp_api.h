@@ -555,7 +555,7 @@ typedef struct sp_hop_info {
   int spec;                  /* SP_SPEC_* */
   int rank;                  /* accepted candidate's rank (0-based), -1 if none */
   int ncands;                /* candidates the speculator returned */
-  const char *reason;        /* verifier's reason ("" if none) */
+  const char *reason;        /* verifier's reason ("" if none; valid until the window's next hop) */
   int promoted;              /* the target result came from the prefetch cache */
 } sp_hop_info;
 typedef struct sp_window_stats {

@@ -613,6 +613,10 @@ static void try_extend(sp_window *w) {
 
 /* ---- verification, commit, rollback ------------------------------------- */
 
+static const char *hop_reason(const sp_window *w, const sp_hop_rec *r) {
+  return r->reason ? w->reasons.data + r->reason - 1 : "";
+}
+
 static sp_hop_rec *last_rec(sp_window *w) {
   if (w->last_scratch) return &w->scratch;
   return w->nhops > 0 ? &w->hops[w->nhops - 1] : NULL;
@@ -621,9 +625,9 @@ static sp_hop_rec *last_rec(sp_window *w) {
 /* A record is complete once the update that followed its hop is timed. */
 static void complete_rec(sp_window *w, sp_hop_rec *r, double t_update) {
   if (!r || !r->update_pending) return;
-  r->info.t_update = t_update;
+  r->t_update = t_update;
   r->update_pending = 0;
-  w->std_acc += r->info.t_seg + r->info.t_target + r->info.t_update;
+  w->std_acc += r->t_seg + r->t_target + r->t_update;
 }
 
 /* ---- the trajectory as text (cfg.encode_trajectory) --------------------- */
@@ -670,7 +674,9 @@ int sp_window_enc_count(const sp_window *w) { return w ? w->nenc : 0; }
    half rather than doubling: every query in flight holds its text until its
    record is written, and a doubled buffer is a quarter empty on average. */
 static int traj_reserve(sp_buf *b, size_t extra) {
-  if (extra > ((size_t)-1) / 4 - b->len) return -1;
+  /* a hop's end is kept in 32 bits (sp_hop_rec.enc_end): a query whose text
+     would pass 4 GB stops encoding and keeps its hops as values */
+  if (extra > ((size_t)-1) / 4 - b->len || b->len + extra + 1 > UINT32_MAX) return -1;
   size_t need = b->len + extra + 1;
   if (need <= b->cap) return 0;
   size_t cap = b->cap ? b->cap + b->cap / 2 : 256;
@@ -690,9 +696,9 @@ int sp_window_hop_text(sp_window *w, int i, const char *text, int len) {
     return -1;
   }
   sp_hop_rec *r = &w->hops[i];
-  r->enc_end = w->traj.len;
-  unref(w, &r->info.step_ref);
-  unref(w, &r->info.obs_ref);
+  r->enc_end = (uint32_t)w->traj.len;
+  unref(w, &r->step_ref);
+  unref(w, &r->obs_ref);
   w->nenc++;
   return 0;
 }
@@ -731,14 +737,13 @@ static sp_hop_rec *new_hop(sp_window *w, sp_node *h) {
     sp_hop_rec *r = &w->scratch;
     memset(r, 0, sizeof *r);
     w->last_scratch = 1;
-    r->info.step_ref = r->info.obs_ref = SP_NOVAL;
+    r->step_ref = r->obs_ref = SP_NOVAL;
     unref(w, &h->step_ref);
     unref(w, &h->obs_ref);
-    r->info.t_seg = h->t_seg;
-    r->info.t_spec = h->t_spec;
-    r->info.t_target = h->t_target;
-    r->info.rank = -1;
-    r->info.reason = "";
+    r->t_seg = h->t_seg;
+    r->t_spec = h->t_spec;
+    r->t_target = h->t_target;
+    r->rank = -1;
     r->update_pending = 1;
     return r;
   }
@@ -757,18 +762,17 @@ static sp_hop_rec *new_hop(sp_window *w, sp_node *h) {
   }
   sp_hop_rec *r = &w->hops[w->nhops++];
   memset(r, 0, sizeof *r);
-  r->info.step_ref = h->step_ref;
-  r->info.obs_ref = h->obs_ref;
+  r->step_ref = h->step_ref;
+  r->obs_ref = h->obs_ref;
   h->step_ref = SP_NOVAL; /* the record owns them now */
   h->obs_ref = SP_NOVAL;
-  r->info.t_seg = h->t_seg;
-  r->info.t_spec = h->t_spec;
-  r->info.t_target = h->t_target;
-  r->info.t_update = 0;
-  r->info.rank = -1;
-  r->info.ncands = h->ncands;
-  r->info.promoted = h->act_promoted >= 0;
-  r->info.reason = "";
+  r->t_seg = h->t_seg;
+  r->t_spec = h->t_spec;
+  r->t_target = h->t_target;
+  r->t_update = 0;
+  r->rank = -1;
+  r->ncands = h->ncands;
+  r->promoted = h->act_promoted >= 0;
   r->update_pending = 1;
   /* queued once enc_batch hops wait: a short query is encoded whole with
      its record, a long one holds at most that many hops as values */
@@ -776,11 +780,30 @@ static sp_hop_rec *new_hop(sp_window *w, sp_node *h) {
   return r;
 }
 
+/* A hop's reason goes into the window's reason text, once for a run of
+   hops that give the same one (a verifier mostly says the same few words):
+   no allocation per hop. Out of memory, the hop has no reason. */
 static void set_reason(sp_window *w, sp_hop_rec *r, const char *reason) {
-  if (w->cfg.drop_trajectory) return;
-  free(r->reason);
-  r->reason = dupstr(reason);
-  r->info.reason = r->reason ? r->reason : "";
+  r->reason = 0;
+  if (w->cfg.drop_trajectory || !reason || !*reason) return;
+  sp_buf *b = &w->reasons;
+  if (w->last_reason && strcmp(b->data + w->last_reason - 1, reason) == 0) {
+    r->reason = w->last_reason;
+    return;
+  }
+  size_t n = strlen(reason) + 1;
+  if (b->len + n >= UINT32_MAX) return;
+  if (b->len + n > b->cap) {
+    size_t cap = b->cap ? b->cap + b->cap / 2 : 32;
+    if (cap < b->len + n) cap = b->len + n;
+    char *p = realloc(b->data, cap);
+    if (!p) return;
+    b->data = p;
+    b->cap = cap;
+  }
+  memcpy(b->data + b->len, reason, n);
+  w->last_reason = r->reason = (uint32_t)b->len + 1;
+  b->len += n;
 }
 
 /* The head's result is in and no candidate of it will be used: build the
@@ -810,8 +833,8 @@ static void advance_from_real(sp_window *w, int outcome, const char *reason, dou
   }
   sp_hop_rec *r = new_hop(w, h);
   if (r) {
-    r->info.spec = outcome;
-    r->info.t_verify = t_verify;
+    r->spec = (unsigned char)outcome;
+    r->t_verify = t_verify;
     set_reason(w, r, reason);
   }
   w->st.hops++;
@@ -838,9 +861,9 @@ static void commit(sp_window *w, sp_node *child, const char *reason, double t_ve
   discard_kids(w, h, child);
   sp_hop_rec *r = new_hop(w, h);
   if (r) {
-    r->info.spec = SP_SPEC_ACCEPTED;
-    r->info.rank = child->rank;
-    r->info.t_verify = t_verify;
+    r->spec = SP_SPEC_ACCEPTED;
+    r->rank = child->rank;
+    r->t_verify = t_verify;
     set_reason(w, r, reason);
     if (child->phase != PH_ADVANCING) complete_rec(w, r, child->t_update);
   }
@@ -1050,6 +1073,7 @@ sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_
   if (w->cfg.mode == SP_MODE_SEQUENTIAL) w->cfg.k = 1;
   if (w->cfg.drop_trajectory) w->cfg.encode_trajectory = 0;   /* nothing is kept to encode */
   sp_buf_init(&w->traj);
+  sp_buf_init(&w->reasons);
   for (int i = 0; i < SP_JOB_KINDS; i++) w->fn[i] = none;
   w->qctx_ref = w->answer_ref = none;
   w->kick.run = kick_run;
@@ -1149,9 +1173,8 @@ static void release_all(sp_window *w) {
   unref(w, &w->qctx_ref);
   unref(w, &w->answer_ref);
   for (int i = 0; i < w->nhops; i++) {
-    unref(w, &w->hops[i].info.step_ref);
-    unref(w, &w->hops[i].info.obs_ref);
-    free(w->hops[i].reason);
+    unref(w, &w->hops[i].step_ref);
+    unref(w, &w->hops[i].obs_ref);
   }
   w->nhops = 0;
 }
@@ -1160,6 +1183,7 @@ static void window_destroy(sp_window *w) {
   sp_ctx *ctx = w->ctx;
   enc_unqueue(w);
   sp_buf_free(&w->traj);
+  sp_buf_free(&w->reasons);
   release_all(w);
   if (w->prev) w->prev->next_w = w->next_w;
   else ctx->windows->live = w->next_w;
@@ -1191,7 +1215,20 @@ int sp_window_nhops(const sp_window *w) { return w ? w->nhops : 0; }
 
 int sp_window_hop(const sp_window *w, int i, sp_hop_info *out) {
   if (!w || i < 0 || i >= w->nhops) return -1;
-  *out = w->hops[i].info;
+  const sp_hop_rec *r = &w->hops[i];
+  memset(out, 0, sizeof *out);
+  out->step_ref = r->step_ref;
+  out->obs_ref = r->obs_ref;
+  out->t_seg = r->t_seg;
+  out->t_spec = r->t_spec;
+  out->t_target = r->t_target;
+  out->t_update = r->t_update;
+  out->t_verify = r->t_verify;
+  out->spec = r->spec;
+  out->rank = r->rank;
+  out->ncands = r->ncands;
+  out->reason = hop_reason(w, r);   /* valid until the window commits another hop */
+  out->promoted = r->promoted;
   return 0;
 }
 
@@ -1217,8 +1254,8 @@ int sp_window_stages_json(const sp_window *w, char *out, int cap) {
   if (rc == 0) rc = sp_window_put_ms(&b, "{\"final_seg\":", w->st.final_seg_ms);
   if (rc == 0) rc = sp_buf_puts(&b, ",\"hops\":[");
   for (int i = 0; i < w->nhops && rc == 0; i++) {
-    const sp_hop_info *h = &w->hops[i].info;
-    const char *reason = h->reason ? h->reason : "";
+    const sp_hop_rec *h = &w->hops[i];
+    const char *reason = hop_reason(w, h);
     size_t rlen = strlen(reason);
     /* a reason that is not valid UTF-8 is cleaned by the Lua path */
     for (size_t j = 0; j < rlen && rc == 0; j++) {

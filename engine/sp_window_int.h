@@ -9,6 +9,7 @@
 #include "sp_policy.h"
 #include "sp_actspec.h"
 #include "sp_vals.h"
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,11 +99,18 @@ struct sp_node {
   double t_verify0;        /* ms: verifier queued */
 };
 
+/* A committed hop as the window keeps it until its record is written:
+   sp_hop_info's values packed (72 bytes, not 104: every query in flight holds
+   one per hop), its reason an offset into the window's reason text. */
 typedef struct sp_hop_rec {
-  sp_hop_info info;        /* what Lua reads (refs and timings) */
-  char *reason;            /* owned copy of info.reason */
-  int update_pending;      /* t_update not known yet (new head still advancing) */
-  size_t enc_end;          /* encoded: where its text ends in the window's traj buffer */
+  double t_seg, t_spec, t_target, t_update, t_verify;  /* ms, as in sp_hop_info */
+  int step_ref, obs_ref;   /* value slots of the step and the observation (0: none, or encoded) */
+  int rank, ncands;        /* as in sp_hop_info */
+  uint32_t reason;         /* 1 + offset of its reason in w->reasons; 0: none ("") */
+  uint32_t enc_end;        /* encoded: where its text ends in the window's traj buffer */
+  unsigned char spec;      /* SP_SPEC_* */
+  unsigned char promoted;  /* the target result came from the prefetch cache */
+  unsigned char update_pending; /* t_update not known yet (new head still advancing) */
 } sp_hop_rec;
 
 typedef struct sp_tev_rec {
@@ -127,6 +135,8 @@ struct sp_window {
   sp_hop_rec *hops;        /* committed hops */
   int nhops, caphops;      /* used / allocated */
   sp_hop_rec scratch;      /* the record in use when the trajectory is dropped */
+  sp_buf reasons;          /* the hops' reasons, each NUL-terminated (sp_hop_rec.reason) */
+  uint32_t last_reason;    /* the latest reason's sp_hop_rec.reason: a repeat shares it */
   int last_scratch;        /* the latest record is scratch, not hops[nhops-1] */
   double std_acc;          /* sum of completed records' t_seg + t_target + t_update */
   int answer_ref;          /* value slot of the final step */

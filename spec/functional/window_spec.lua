@@ -137,6 +137,37 @@ describe("speculation window", function()
     assert.is_true(r.commits > 0)
   end)
 
+  -- the window keeps a hop's reason in one text per query, a run of the
+  -- same reason stored once: every hop must still read back its own
+  it("each hop's record keeps its own verifier reason (repeated, none, non-ASCII, long, not UTF-8)", function()
+    local qs, expect = { "a", "bb", "ccc", "bad" }, {}
+    local lines = {}
+    for _, q in ipairs(qs) do lines[#lines + 1] = cjson.encode({ id = q, query = q }) end
+    local out = H.tmpfile("reasons.jsonl")
+    os.remove(out)
+    local st, _, err = H.specula({ "run", SCRIPTS .. "reasons.lua", "--input", H.tmpfile("reasons_q.jsonl",
+      table.concat(lines, "\n") .. "\n"), "--out", out, "--k", "2", "--clock", "virtual", "--quiet" })
+    assert.equals(0, st, err)
+    local recs = {}
+    for _, r in ipairs(H.jsonl(H.read(out))) do recs[r.id] = r end
+    for _, q in ipairs(qs) do
+      local hops = recs[q].stages.hops
+      assert.equals(14, #hops, q)
+      for i, h in ipairs(hops) do
+        local hop = i - 1
+        local ok = (hop + #q) % 3 ~= 0
+        local want
+        if not ok then want = "mismatch at hop " .. hop .. ": " .. string.rep("ü", hop)
+        elseif q == "bad" and hop == 5 then want = "bad \239\191\189 byte"   -- cleaned to U+FFFD
+        elseif hop % 4 == 1 then want = "accepted"
+        elseif hop % 4 == 2 then want = "equal é " .. string.rep("x", 40 * hop)
+        else want = "eq" end
+        assert.equals(ok and "accepted" or "rejected", h.spec, q .. " hop " .. hop)
+        assert.equals(want, h.reason, q .. " hop " .. hop)
+      end
+    end
+  end)
+
   describe("bad input ends the query with a clear message", function()
     local q = function()
       return H.tmpfile("bad.jsonl", '{"id":"good","query":"a"}\n{"id":"bad","query":"b"}\n{"id":"good2","query":"c"}\n')
