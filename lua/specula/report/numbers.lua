@@ -77,6 +77,9 @@ local function summarize(g, o)
     s.speculator = s.speculator + (N(calls.speculator) or 0)
     local c = st.cancelled
     s.cancelled = s.cancelled + (N(c) or (T(c) and N(c.total)) or 0)
+    -- its predictor raised earlier in the run and was off for this query
+    local pf = T(st.prefetch)
+    if pf and pf.predictor_off == true then s.predictor_off = (s.predictor_off or 0) + 1 end
   end
   s.walls, s.rel_lats = walls, rl
   if #walls > 0 then

@@ -92,6 +92,16 @@ local function summary_table(configs)
         s.queries, s.ok)
     end
   end
+  -- and one whose predictor raised: its row is not the predictor's result alone
+  for _, g in ipairs(configs) do
+    local off = g.stats.predictor_off
+    if off then
+      notes[#notes + 1] = format('<li data-config="%s" class="predictor-off"><span class="flag">!</span> <strong>%s</strong>: '
+        .. "its predictor raised and was off for all or part of %d of %d queries "
+        .. "(<code>stats.prefetch.predictor_off</code>): the row is not the predictor's alone.</li>",
+        esc(g.label), esc(g.label), off, g.stats.ok)
+    end
+  end
   if #notes > 0 then h[#h + 1] = '<ul class="failures" id="failures">' .. concat(notes) .. "</ul>" end
   return concat(h, "\n")
 end
