@@ -58,6 +58,7 @@
 -- agent.context(state) gives the messages the model saw at the state's
 -- turn: predictors read them (ctx.messages).
 local json = require "specula.json"
+local lines_of = require("specula.internal.lines").lines   -- NUL-safe file:lines()
 local sched = require "specula.internal.sched"
 local turnslib = require "specula.convtraces.turns"
 
@@ -332,7 +333,7 @@ local function load_file(file)
   local f, err = io.open(file, "r")
   if not f then error("specula.agents.conversation: cannot read " .. tostring(err), 3) end
   local ln = 0
-  for line in f:lines() do
+  for line in lines_of(f) do
     ln = ln + 1
     if line:find("%S") then
       local v = json.decode(line)

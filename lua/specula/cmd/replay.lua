@@ -2,6 +2,7 @@
 -- other k values. C loads the file, replays and prints (sp_replay_print).
 local core = require "specula.internal.core"
 local argv = require "specula.internal.argv"
+local lines_of = require("specula.internal.lines").lines   -- NUL-safe file:lines()
 local ffi, C = core.ffi, core.C
 
 local LAUNCH = { eager = C.SP_REPLAY_EAGER, slot = C.SP_REPLAY_SLOT }
@@ -70,7 +71,7 @@ local function edited_record(path)
   local json, prov = require "specula.json", require "specula.provenance"
   local rd = prov.reader()   -- a short provenance needs its run's whole one above it
   local ln = 0
-  for line in f:lines() do
+  for line in lines_of(f) do
     ln = ln + 1
     if line:find('"provenance"', 1, true) then
       local ok, r = pcall(json.decode, line)

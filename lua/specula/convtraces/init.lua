@@ -16,6 +16,7 @@
 local json = require "specula.json"
 local stable_json = require("specula.convtraces.common").stable_json
 local content_text = require("specula.convtraces.common").content_text
+local lines_of = require("specula.internal.lines").lines   -- NUL-safe file:lines()
 
 local type, ipairs, tostring, format, concat = type, ipairs, tostring, string.format, table.concat
 
@@ -322,7 +323,7 @@ function M.read(path, fmt, out, warn)
   if not f then return nil, format("cannot read %s", tostring(err)) end
   local ln, added, skipped = 0, 0, 0
   local rd = require("specula.provenance").reader()   -- results records: see specula.provenance.reader
-  for line in f:lines() do
+  for line in lines_of(f) do
     ln = ln + 1
     if line:find("%S") then
       local function lwarn(msg) warn(format("%s:%d: %s", path, ln, msg)) end

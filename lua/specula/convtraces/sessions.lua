@@ -51,6 +51,7 @@
 -- costs a few numbers and strings (M.each_call reads either form).
 local json = require "specula.json"
 local content_text = require("specula.convtraces.common").content_text
+local lines_of = require("specula.internal.lines").lines   -- NUL-safe file:lines()
 
 local type, ipairs, pairs, tostring, format, floor = type, ipairs, pairs, tostring, string.format, math.floor
 local turnslib
@@ -472,7 +473,7 @@ function M.read_all(path, opts, warn)
   local ln = 0
   local iso = M.iso_ms
   local since_gc = 0
-  for line in f:lines() do
+  for line in lines_of(f) do
     ln = ln + 1
     -- a long line and what it decodes to are garbage once read: collect
     -- as the bytes go by (every GC_BYTES), or the collector's pacing lets

@@ -14,6 +14,7 @@ local theory = require "specula.theory"
 local optslib = require "specula.internal.domains"
 local lab = require "specula.lab"
 local core = require "specula.internal.core"
+local lines_of = require("specula.internal.lines").lines   -- NUL-safe file:lines()
 local C = core.C
 
 local format, tostring, tonumber, type, ipairs, pairs, pcall = string.format, tostring, tonumber, type, ipairs, pairs, pcall
@@ -271,7 +272,7 @@ function M.read_labels(path, known)
   if not f then return nil, format("labels file '%s': %s", path, tostring(err)) end
   local labels, n, where = {}, 0, {}
   local lineno = 0
-  for line in f:lines() do
+  for line in lines_of(f) do
     lineno = lineno + 1
     if line:find("%S") then
       local at = format("%s:%d: ", path, lineno)
@@ -608,7 +609,7 @@ function M.read_results(path)
   if not f then return nil, format("results file '%s': %s", path, tostring(err)) end
   local recs, lineno = {}, 0
   local rd = require("specula.provenance").reader()
-  for line in f:lines() do
+  for line in lines_of(f) do
     lineno = lineno + 1
     if line:find("%S") then
       local ok, r = pcall(json.decode, line)

@@ -10,6 +10,7 @@
 
 local json = require "specula.json"
 local common = require "specula.report.common"
+local lines_of = require("specula.internal.lines").lines   -- NUL-safe file:lines()
 
 local format, huge = string.format, math.huge
 local sort = table.sort
@@ -46,7 +47,7 @@ local function load_file(path, seq, warnings)
   -- a record naming its run only takes the rest from the run's first record
   -- above it (specula.provenance.reader)
   local rd = require("specula.provenance").reader()
-  for line in f:lines() do
+  for line in lines_of(f) do
     lineno = lineno + 1
     if line:find("%S") then
       nonblank = nonblank + 1

@@ -24,6 +24,7 @@
 -- record field of a sharded run.
 local core = require "specula.internal.core"
 local datasets = require "specula.datasets"
+local lines_of = require("specula.internal.lines").lines   -- NUL-safe file:lines()
 local ffi = core.ffi
 local C = core.C
 
@@ -77,7 +78,7 @@ local function each_line(path, f)
   local h, err = io.open(path, "rb")
   if not h then return nil, err end
   local ln = 0
-  for line in h:lines() do
+  for line in lines_of(h) do
     ln = ln + 1
     if ln == 1 and line:sub(1, 3) == "\239\187\191" then line = line:sub(4) end   -- UTF-8 BOM
     if line:find("%S") and f(line, ln) == false then break end

@@ -6,6 +6,7 @@
 local json = require "specula.json"
 local sched = require "specula.internal.sched"
 local output = require "specula.internal.output"
+local lines_of = require("specula.internal.lines").lines   -- NUL-safe file:lines()
 
 local type, tostring, ipairs, pcall, format = type, tostring, ipairs, pcall, string.format
 
@@ -62,7 +63,7 @@ function M.read_records(files, who)
     -- a record naming its run only takes the rest from the run's first
     -- record in the file (specula.provenance.reader)
     local rd = require("specula.provenance").reader()
-    for text in f:lines() do
+    for text in lines_of(f) do
       n = n + 1
       if text:find("%S") then
         local ok, r = pcall(json.decode, text)

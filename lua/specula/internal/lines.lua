@@ -1,0 +1,50 @@
+-- specula.internal.lines: the lines of an open file, as file:lines() gives
+-- them ("\n" removed, "\r" kept, a last line without "\n" included) but
+-- with every byte. LuaJIT's file:lines() reads with fgets and measures the
+-- line with strlen: a NUL byte ends the line there, and the rest of it is
+-- lost while the next line is glued on (a line starting with NUL vanished
+-- without a word and every later line number was off by one). Every reader
+-- of a user's file (inputs, records, logs, cassettes) reads through this,
+-- so such a line reaches its parser whole and is reported at its own line.
+local find, sub, concat = string.find, string.sub, table.concat
+
+local M = {}
+
+local CHUNK = 65536
+
+-- Iterator over f's lines. A line longer than a chunk is gathered in
+-- pieces and joined once. A read error ends the lines and is raised, as
+-- file:lines() raises it.
+function M.lines(f)
+  local buf, pos = "", 1
+  local done = false
+  return function()
+    local nl = find(buf, "\n", pos, true)
+    if nl then
+      local line = sub(buf, pos, nl - 1)
+      pos = nl + 1
+      return line
+    end
+    if done then return nil end
+    local parts = { sub(buf, pos) }
+    while true do
+      local chunk, err = f:read(CHUNK)
+      if chunk == nil then
+        done, buf, pos = true, "", 1
+        if err then error(err, 2) end
+        local rest = concat(parts)
+        if rest == "" then return nil end
+        return rest
+      end
+      local i = find(chunk, "\n", 1, true)
+      if i then
+        parts[#parts + 1] = sub(chunk, 1, i - 1)
+        buf, pos = chunk, i + 1
+        return concat(parts)
+      end
+      parts[#parts + 1] = chunk
+    end
+  end
+end
+
+return M
