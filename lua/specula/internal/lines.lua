@@ -10,7 +10,9 @@ local find, sub, concat = string.find, string.sub, table.concat
 
 local M = {}
 
-local CHUNK = 65536
+-- stdio's own buffer size: a file changed under a reader (an --input cut
+-- while the run streams it) shows at the next 4 KB, as with file:lines()
+local CHUNK = 4096
 
 -- Iterator over f's lines. A line longer than a chunk is gathered in
 -- pieces and joined once. A read error ends the lines and is raised, as
