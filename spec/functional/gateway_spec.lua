@@ -360,7 +360,7 @@ describe("examples/gateway", function()
     assert.truthy(out:find("prefetch hits 4 of 4 reads", 1, true), out .. err)
   end)
 
-  it("try.lua and files.lua say what is missing (a directory, the npm package, a Node too old), no stack trace", function()
+  it("try.lua and files.lua say what is missing (a directory, the npm package, a Node too old or none), no stack trace", function()
     local empty = H.tmpdir() .. "/no-npm"
     os.execute("rm -rf " .. H.quote(empty) .. " && mkdir -p " .. H.quote(empty))
     -- a cache with the package but only an old Node on PATH (Debian 12's is 18)
@@ -373,6 +373,9 @@ describe("examples/gateway", function()
     nf:close()
     os.execute("chmod +x " .. H.quote(fake .. "/bin/node"))
     local old_path = fake .. "/bin:" .. (os.getenv("PATH") or "/usr/bin:/bin")
+    -- no Node at all: neither in the cache nor on PATH (an empty directory)
+    local no_node = H.tmpdir() .. "/no-node-bin"
+    os.execute("rm -rf " .. H.quote(no_node) .. " && mkdir -p " .. H.quote(no_node))
     local try, files = H.root .. "/examples/gateway/try.lua", H.root .. "/examples/gateway/files.lua"
     local cases = {
       { { "run", try, H.tmpdir() .. "/no-such-dir" }, { SPECULA_NPM_CACHE = empty }, 1, "try.lua: no directory " },
@@ -384,6 +387,10 @@ describe("examples/gateway", function()
         "specula gateway: files.lua: the npm package @modelcontextprotocol/server-filesystem is not in " .. empty },
       { { "gateway", files }, { SPECULA_NPM_CACHE = fake, PATH = old_path }, 2,
         "specula gateway: files.lua: server-filesystem needs Node 20 or later; 'node --version' gave 'v18.19.0'" },
+      { { "run", try, H.root .. "/docs" }, { SPECULA_NPM_CACHE = fake, PATH = no_node }, 1,
+        "try.lua: no Node.js to run server-filesystem: 'node --version' did not answer" },
+      { { "gateway", files }, { SPECULA_NPM_CACHE = fake, PATH = no_node }, 2,
+        "specula gateway: files.lua: no Node.js to run server-filesystem: 'node --version' did not answer" },
     }
     for _, c in ipairs(cases) do
       local status, out, err = H.specula(c[1], c[2])

@@ -253,6 +253,18 @@ describe("messages", function()
     assert.matches("No such file", err, 1, true)
   end)
 
+  it("a missing results file given to compare, merge or repair is named once (status 1)", function()
+    local path = H.tmpdir() .. "/no_such_results.jsonl"
+    for _, args in ipairs({ { "compare", path }, { "merge", path, "-o", H.tmpfile("nsr_m.jsonl") },
+                            { "repair", path } }) do
+      local st, _, err = H.specula(args)
+      assert.equals(1, st, err)
+      local _, n = err:gsub("no_such_results%.jsonl", "")
+      assert.equals(1, n, err)
+      assert.matches("no such file", err:lower(), 1, true)
+    end
+  end)
+
   for _, case in ipairs({ { "return 42", "a number %(42%)" }, { "return 'hello'", "a string" },
                           { "return { name = 'x' }", "a table that is not an agent" } }) do
     it("a script returning something that is not an agent is an error (" .. case[1] .. ")", function()

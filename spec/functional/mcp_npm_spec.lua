@@ -248,3 +248,36 @@ describe("MCP with real servers from npm #slow", function()
     assert.are.same(r.calls_seq, r.calls_spec)
   end)
 end)
+
+-- Without a usable Node the example says so in words and ends with status 1,
+-- no stack trace: a fake cache holds the package file (never run) and PATH
+-- holds no Node, or one that says it is 18 (Debian 12's). No npm needed.
+describe("examples/mcp_files.lua without a usable Node", function()
+  it("says there is no Node, or that it is too old, and what installs one", function()
+    local fake = H.tmpdir() .. "/mcp-files-no-node"
+    local pkg = fake .. "/cache/node_modules/@modelcontextprotocol/server-filesystem/dist"
+    os.execute("rm -rf " .. H.quote(fake) .. " && mkdir -p " .. H.quote(pkg) .. " " .. H.quote(fake .. "/empty")
+      .. " " .. H.quote(fake .. "/old"))
+    assert(io.open(pkg .. "/index.js", "w")):close()
+    local nf = assert(io.open(fake .. "/old/node", "w"))
+    nf:write("#!/bin/sh\necho v18.19.0\n")
+    nf:close()
+    os.execute("chmod +x " .. H.quote(fake .. "/old/node"))
+    -- a PATH without Node still has the tools the example runs (mkdir)
+    os.execute("ln -s \"$(command -v mkdir)\" " .. H.quote(fake .. "/empty/mkdir"))
+    local cases = {
+      { fake .. "/empty", "mcp_files: cannot start server-filesystem: no Node.js answered 'node --version'" },
+      { fake .. "/old:" .. (os.getenv("PATH") or "/usr/bin:/bin"),
+        "mcp_files: cannot start server-filesystem: Node v18.19.0 ('node') is too old: server-filesystem needs "
+          .. "Node 20 or later" },
+    }
+    for _, c in ipairs(cases) do
+      local st, out, err = H.specula({ "run", H.root .. "/examples/mcp_files.lua", "--query", "q3" },
+        { SPECULA_NPM_CACHE = fake .. "/cache", PATH = c[1], MCP_FILES_DIR = fake .. "/notes" })
+      assert.are.equal(1, st, out .. err)
+      assert.truthy(err:find(c[2], 1, true), err)
+      assert.truthy(err:find("(.ci/deps installs Node 22 into " .. fake .. "/cache)", 1, true), err)
+      assert.falsy(err:find("stack traceback", 1, true), err)
+    end
+  end)
+end)

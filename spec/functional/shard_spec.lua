@@ -205,7 +205,9 @@ describe("sharded sweeps", function()
   it("--shard auto without an index or a count is a usage error naming what is missing", function()
     local base = { "run", EX, "--input", q, "--clock", "virtual", "--shard", "auto" }
     local cases = {
-      { {}, "neither SLURM_ARRAY_TASK_ID (Slurm job array) nor JOB_COMPLETION_INDEX" },
+      -- said once: "--shard auto: no scheduler index", not "--shard auto: --shard auto found ..."
+      { {}, "specula run: --shard auto: no scheduler index: neither SLURM_ARRAY_TASK_ID (Slurm job array) nor "
+        .. "JOB_COMPLETION_INDEX" },
       { { JOB_COMPLETION_INDEX = "1" }, "JOB_COMPLETION_INDEX is set but the shard count is missing: give --shard-count N or set SPECULA_SHARD_COUNT" },
       { { SLURM_ARRAY_TASK_ID = "2" }, "SLURM_ARRAY_TASK_ID is set but neither SLURM_ARRAY_TASK_COUNT nor SLURM_ARRAY_TASK_MIN/MAX" },
       { { JOB_COMPLETION_INDEX = "4", SPECULA_SHARD_COUNT = "4" }, "JOB_COMPLETION_INDEX 4 is outside 0..3" },

@@ -234,6 +234,16 @@ describe("specula whatif", function()
     local st2, _, _, err = summary_of({ FIX .. "/claude_code.jsonl", "--policy", bad })
     assert.are.equal(1, st2)
     assert.is_not_nil(err:find("expected a table with read_only", 1, true))
+    -- a file that is not there, or not Lua: named once, with its line for a syntax error
+    local missing = H.tmpdir() .. "/no-such-policy.lua"
+    local st3, _, _, err3 = summary_of({ FIX .. "/claude_code.jsonl", "--policy", missing })
+    assert.are.equal(1, st3)
+    assert.is_not_nil(err3:find("--policy: cannot open " .. missing, 1, true), err3)
+    assert.is_nil(err3:find("cannot load cannot", 1, true), err3)
+    local broken = H.tmpfile("broken.lua", "return {\n  read_only = = 1 }\n")
+    local st4, _, _, err4 = summary_of({ FIX .. "/claude_code.jsonl", "--policy", broken })
+    assert.are.equal(1, st4)
+    assert.is_not_nil(err4:find("--policy: " .. broken .. ":2:", 1, true), err4)
   end)
 
   it("--out keeps digests and tool names; contents only with --keep-content, scrubbed of secrets", function()

@@ -159,7 +159,16 @@ function M.main(o)
       if o.kind == "commit" then ex[#ex + 1] = r end
     elseif r.kind ~= "job" or sub == "stats" or o.kind == "job" then ex[#ex + 1] = r end
   end
-  if sub == "ls" then
+  if sub == "ls" and o.json then
+    local list = {}
+    for _, f in ipairs(files) do
+      local h = f.header or {}
+      list[#list + 1] = { path = f.path, records = f.records, created = h.created, clock = h.clock,
+        dropped = f.dropped }
+    end
+    output.wrap(io.stdout, "json"):write(json.encode({ dir = dir, files = json.array(list), exchanges = #ex,
+      job_timings = timings }), "\n")
+  elseif sub == "ls" then
     for _, f in ipairs(files) do
       local h = f.header or {}
       output.stdout(format("%s\t%d lines\tcreated %s\tclock %s%s\n", f.path, f.records, tostring(h.created),

@@ -54,7 +54,8 @@ function M.load_policy(path)
     if not p then return nil, "the default policy policies/whatif.lua is not installed" end
   end
   local chunk, err = loadfile(p)
-  if not chunk then return nil, "--policy: cannot load " .. tostring(err) end
+  -- loadfile says "cannot open PATH" or "PATH:LINE: ..." itself
+  if not chunk then return nil, "--policy: " .. tostring(err) end
   local ok, v = pcall(chunk)
   if not ok then return nil, "--policy: " .. p .. ": " .. tostring(v) end
   if type(v) ~= "table" or type(v.read_only) ~= "function" then

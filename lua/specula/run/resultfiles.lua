@@ -53,7 +53,12 @@ function M.read_records(files, who)
   local out = {}
   for _, path in ipairs(files) do
     local f, err = io.open(path, "r")
-    if not f then sched.plain_error(who .. ": cannot open '" .. path .. "': " .. tostring(err)) end
+    if not f then
+      -- io.open's message starts with the path: name it once
+      local why = tostring(err)
+      if why:sub(1, #path + 2) == path .. ": " then why = why:sub(#path + 3) end
+      sched.plain_error(who .. ": cannot open '" .. path .. "': " .. why)
+    end
     local _, rerr = f:read(0)   -- a directory opens but cannot be read
     if rerr then
       f:close()

@@ -85,7 +85,7 @@ function M.resolve_auto(getenv, count_flag)
     end
     return index, n, "kubernetes"
   end
-  return nil, "--shard auto found no scheduler index: neither SLURM_ARRAY_TASK_ID (Slurm job array) nor "
+  return nil, "no scheduler index: neither SLURM_ARRAY_TASK_ID (Slurm job array) nor "
     .. "JOB_COMPLETION_INDEX (Kubernetes Indexed Job) is set"
 end
 
