@@ -24,6 +24,11 @@ static int is_dir(const char *p) {
   return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+static int is_file(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 /* Writes "<a><b>" into out; 0, or -1 when it does not fit (a cut-off path
    would name some other directory, so it is never used). */
 static int join_path(char *out, size_t n, const char *a, const char *b) {
@@ -35,9 +40,19 @@ static int join_path(char *out, size_t n, const char *a, const char *b) {
    (<prefix>/share/specula/lua), then the source tree the binary was built
    from, then the install prefix. A candidate whose path does not fit is
    skipped; a $SPECULA_HOME that does not fit is an error. */
-static int find_root(const char *argv0, char *root, size_t n) {
+static int find_root(const char *argv0, char *root, size_t n, char *err, size_t errlen) {
   const char *env = getenv("SPECULA_HOME");
-  if (env && *env) return join_path(root, n, env, "");
+  if (env && *env) {
+    /* a SPECULA_HOME that does not hold the tree is the user's mistake:
+       said as such, not as a module the boot script cannot find */
+    char cand[PATH_MAX + 64];
+    if (join_path(cand, sizeof cand, env, "/lua/specula/internal/sched.lua") != 0 || !is_file(cand)) {
+      snprintf(err, errlen, "cannot find specula's Lua modules: SPECULA_HOME is '%.200s', which does not hold "
+               "lua/specula/internal/sched.lua (set it to the directory holding lua/specula, or unset it)", env);
+      return -1;
+    }
+    return join_path(root, n, env, "");
+  }
   char exe[PATH_MAX];
   ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (len > 0) {
@@ -86,8 +101,10 @@ static const char *BOOT =
 
 int sp_host_init(sp_ctx *ctx, const char *argv0, char *err, size_t errlen) {
   char root[PATH_MAX];
-  if (find_root(argv0, root, sizeof root) != 0) {
-    snprintf(err, errlen, "cannot find specula's Lua modules (set SPECULA_HOME to the directory holding lua/specula)");
+  err[0] = '\0';
+  if (find_root(argv0, root, sizeof root, err, errlen) != 0) {
+    if (!err[0])
+      snprintf(err, errlen, "cannot find specula's Lua modules (set SPECULA_HOME to the directory holding lua/specula)");
     return -1;
   }
   lua_State *L = luaL_newstate();
