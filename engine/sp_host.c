@@ -81,6 +81,11 @@ static int find_root(const char *argv0, char *root, size_t n, char *err, size_t 
 static const char *BOOT =
   "local root, ctx = ...\n"
   "if os.getenv('SPECULA_JIT') == 'off' then jit.off() end\n"
+  /* Room for the machine code and traces of a large script: at LuaJIT's
+     defaults (512 KB of code, 1,000 traces) examples/real_traces filled the
+     code area, flushed every trace 158 times and spent most of its time in
+     mprotect; this is a ceiling, memory is taken as traces are made. */
+  "if jit and jit.opt then jit.opt.start('maxmcode=65536', 'maxtrace=20000') end\n"
   /* LuaJIT's trace log (luajit -jv) and sampling profiler (luajit -jp)
      for the embedded state; the profiler prints when the state closes, so
      the anchor's finalizer stops it. */
