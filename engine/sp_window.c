@@ -670,16 +670,17 @@ sp_window *sp_window_enc_next(sp_ctx *ctx) {
 
 int sp_window_enc_count(const sp_window *w) { return w ? w->nenc : 0; }
 
-/* Room for `extra` more bytes of a window's trajectory text, growing by
-   half rather than doubling: every query in flight holds its text until its
-   record is written, and a doubled buffer is a quarter empty on average. */
-static int traj_reserve(sp_buf *b, size_t extra) {
-  /* a hop's end is kept in 32 bits (sp_hop_rec.enc_end): a query whose text
+/* Room for `extra` more bytes (and a NUL) of a window's text (its
+   trajectory, its reasons), growing by half rather than doubling from
+   `first` bytes: every query in flight holds its text until its record is
+   written, and a doubled buffer is a quarter empty on average. */
+static int text_reserve(sp_buf *b, size_t extra, size_t first) {
+  /* offsets are kept in 32 bits (sp_hop_rec.enc_end, .reason): a query whose text
      would pass 4 GB stops encoding and keeps its hops as values */
   if (extra > ((size_t)-1) / 4 - b->len || b->len + extra + 1 > UINT32_MAX) return -1;
   size_t need = b->len + extra + 1;
   if (need <= b->cap) return 0;
-  size_t cap = b->cap ? b->cap + b->cap / 2 : 256;
+  size_t cap = b->cap ? b->cap + b->cap / 2 : first;
   if (cap < need) cap = need;
   char *p = realloc(b->data, cap);
   if (!p) return -1;
@@ -690,7 +691,7 @@ static int traj_reserve(sp_buf *b, size_t extra) {
 
 int sp_window_hop_text(sp_window *w, int i, const char *text, int len) {
   if (!w || w->enc_stopped || i != w->nenc || i >= w->nhops || !text || len <= 0) return -1;
-  if (traj_reserve(&w->traj, (size_t)len + 1) != 0 || (i > 0 && sp_buf_putc(&w->traj, ',') != 0) ||
+  if (text_reserve(&w->traj, (size_t)len + 1, 256) != 0 || (i > 0 && sp_buf_putc(&w->traj, ',') != 0) ||
       sp_buf_append(&w->traj, text, (size_t)len) != 0) {
     sp_window_enc_stop(w);   /* out of memory: the hop keeps its values */
     return -1;
@@ -792,15 +793,7 @@ static void set_reason(sp_window *w, sp_hop_rec *r, const char *reason) {
     return;
   }
   size_t n = strlen(reason) + 1;
-  if (b->len + n >= UINT32_MAX) return;
-  if (b->len + n > b->cap) {
-    size_t cap = b->cap ? b->cap + b->cap / 2 : 32;
-    if (cap < b->len + n) cap = b->len + n;
-    char *p = realloc(b->data, cap);
-    if (!p) return;
-    b->data = p;
-    b->cap = cap;
-  }
+  if (text_reserve(b, n, 32) != 0) return;
   memcpy(b->data + b->len, reason, n);
   w->last_reason = r->reason = (uint32_t)b->len + 1;
   b->len += n;
