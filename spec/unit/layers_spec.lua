@@ -28,7 +28,7 @@ local LAYERS = {
   { name = "base", "^specula%.internal%.core$", "^specula%.internal%.sched$", "^specula%.internal%.nojit$",
     "^specula%.internal%.argv$", "^specula%.internal%.domains$", "^specula%.internal%.stream$",
     "^specula%.internal%.tags$", "^specula%.internal%.lines$", "^specula%.json$", "^specula%.secrets$",
-    "^specula%.internal%.output$", "^specula%.crypto$",
+    "^specula%.internal%.output$", "^specula%.internal%.escapes$", "^specula%.crypto$",
     "^specula%.url$", "^specula%.text$",
     why = "the engine binding (core, sched), data primitives and the output layer: no agents, runs or records" },
 }
