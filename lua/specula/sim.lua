@@ -85,31 +85,24 @@ function M.multihop(opts)
       end,
     },
   }
-  -- the notes of a state's chain, first to last, joined by "|"
-  local function notes_of(state)
-    local list, n = {}, 0
-    local s = state
-    while s.note ~= nil do n = n + 1; list[n] = s.note; s = s.prev end
-    for i = 1, n / 2 do list[i], list[n + 1 - i] = list[n + 1 - i], list[i] end
-    return table.concat(list, "|")
-  end
   return agent.agent {
     name = opts.name or "sim-multihop",
     tools = tools,
     verify = opts.verify,
     policy = opts.policy or { search = "full" },
     init = function(query, ctx)
-      -- the observations so far as a chain through the states (note, prev):
-      -- a hop adds one table, where a copied list cost O(hops) a hop
+      -- the observations so far: the last, and all of them joined by "|"
+      -- (what the answer digests), a flat state a hop instead of a list
+      -- copied each hop
       return { q = query, hop = 0, n = hops_of(hops, ctx) }
     end,
     step = function(state, ctx)
       local ms = latency(seg, ctx, "seg")
       local s
       if state.hop >= state.n then
-        s = { final = "answer:" .. digest(notes_of(state)) }
+        s = { final = "answer:" .. digest(state.notes or "") }
       else
-        local prev = state.note or state.q
+        local prev = state.last or state.q
         s = { segment = "hop " .. state.hop,
               action = { tool = "search", args = { q = tostring(ctx.id) .. "/" .. state.hop .. "/" .. prev } } }
       end
@@ -117,7 +110,9 @@ function M.multihop(opts)
       return s
     end,
     update = function(state, step, obs, ctx)
-      return { q = state.q, hop = state.hop + 1, n = state.n, note = obs, prev = state }
+      local notes = state.notes
+      return { q = state.q, hop = state.hop + 1, n = state.n, last = obs,
+               notes = notes and notes .. "|" .. obs or obs }
     end,
   }
 end

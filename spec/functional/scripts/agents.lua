@@ -25,9 +25,8 @@ cases.mutate = function()
   local a = base()
   a.update = function(state, step, obs, ctx)
     state.hop = state.hop + 1           -- the mistake
-    local notes = { unpack(state.notes) }
-    notes[#notes + 1] = obs
-    return { q = state.q, hop = state.hop, n = state.n, notes = notes }
+    return { q = state.q, hop = state.hop, n = state.n, last = obs,
+             notes = state.notes and state.notes .. "|" .. obs or obs }
   end
   return a
 end
