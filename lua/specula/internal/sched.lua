@@ -177,9 +177,9 @@ local function loop(box)
       co_yield()
     else
       local c = job_call(t)
-      box.t = t
+      box.busy = true
       local r = VALS[c.fn](c, t, RES)
-      box.t = nil
+      box.busy = false
       done(t, 1, r)
     end
   end
@@ -190,14 +190,17 @@ end
 M.on_job_fail = false
 
 local function dispatcher()
-  local box = {}
+  local box = { busy = false }
   while true do
     local _, e = xpcall(loop, job_error, box)
-    local t = box.t
+    -- the job that raised is the running task (C sets it for the job and
+    -- back after every resume inside it): a flag, not the task pointer in
+    -- the box, which boxed a pointer object for every job (3.8 a hop)
+    local t = box.busy and C.sp_task_current(ctx) or nil
     -- an error outside a job (done: the window's reaction, the hop
     -- encoding) stops this dispatcher, as it always did (C fails the job)
     if t == nil then error(e, 0) end
-    box.t = nil
+    box.busy = false
     if M.on_job_fail then M.on_job_fail(job_call(t), e) end
     fail(t, e)
   end
