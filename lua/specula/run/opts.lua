@@ -384,7 +384,7 @@ function M.load_queries(o)
     if not f then
       err = tostring(err)
       if err:sub(1, #o.input + 2) == o.input .. ": " then err = err:sub(#o.input + 3) end
-      sched.plain_error("specula run: cannot read --input file '" .. o.input .. "': " .. err, 2)
+      usage_error("cannot read --input file '" .. o.input .. "': " .. err)
     end
     f:close()
   elseif not o.query then
