@@ -1,6 +1,6 @@
 -- spec/deps.lua — `luajit spec/deps.lua NAME`: is the dependency NAME
--- (spec/support/deps.lua: node, npm, chromium, slurm) there? CTest runs it
--- as the test deps/NAME: it passes when it is, and is listed as skipped
+-- (spec/support/deps.lua: node, npm, conformance, chromium, slurm) there?
+-- CTest runs it as the test deps/NAME: it passes when it is, and is listed as skipped
 -- (exit 77, SKIP_RETURN_CODE) when it is not, so `ctest` names what is
 -- missing, whose specs are pending; this prints why and how to install it
 -- (`ctest -R deps/ -V`). In CI (CI set) a missing dependency fails (exit 1),

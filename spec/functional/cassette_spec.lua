@@ -662,3 +662,59 @@ describe("specula cassette ls", function()
     assert.is_string(r.files[1].clock)
   end)
 end)
+
+describe("specula cassette --kind and --query", function()
+  local tape = H.root .. "/examples/cassette/tape"
+
+  -- the rows of the table: { kind = { exchanges, queries } }
+  local function rows(text)
+    local t = {}
+    for kind, n, q in text:gmatch("\n(%a+)%s+(%d+)%s+%d+%s+%d+%s+%d+%s+(%d+)") do t[kind] = { tonumber(n), tonumber(q) } end
+    return t
+  end
+
+  -- --kind and --query were options of show only (stats refused them as
+  -- unknown): they filter the exchanges stats counts as they do show's
+  it("--kind and --query count only those exchanges, as show lists them", function()
+    local st, out, err = H.specula({ "cassette", "stats", tape })
+    assert.are.equal(0, st, err)
+    local all = rows(out)
+    assert.is_not_nil(all.http, out)
+    st, out, err = H.specula({ "cassette", "stats", tape, "--kind", "http" })
+    assert.are.equal(0, st, err)
+    assert.are.same({ http = all.http }, rows(out))
+    st, out, err = H.specula({ "cassette", "stats", tape, "--query", "c1" })
+    assert.are.equal(0, st, err)
+    local one = rows(out)
+    for _, kind in ipairs({ "http", "job", "mcp", "obs", "spec" }) do
+      assert.is_not_nil(one[kind], out)
+      assert.are.equal(1, one[kind][2], out)
+      -- show --query lists as many of that kind
+      local _, shown = H.specula({ "cassette", "show", tape, "--query", "c1", "--kind", kind })
+      local n = 0
+      for _ in shown:gmatch("[^\n]+") do n = n + 1 end
+      assert.are.equal(n, one[kind][1], kind .. ": " .. shown)
+    end
+    st, out, err = H.specula({ "cassette", "stats", tape, "--query", "c1", "--kind", "mcp", "--json" })
+    assert.are.equal(0, st, err)
+    local r = cjson.decode(out)
+    assert.are.equal(one.mcp[1], r.exchanges)
+    assert.are.equal(1, #r.kinds)
+    assert.are.equal("mcp", r.kinds[1].kind)
+  end)
+
+  it("ls refuses --kind and --query, and stats --kind commit, naming the option and the subcommand", function()
+    for _, c in ipairs({
+      { { "ls", tape, "--kind", "http" }, "specula cassette: --kind is an option of cassette show and stats, not of ls" },
+      { { "ls", tape, "--query", "c1" }, "specula cassette: --query is an option of cassette show and stats, not of ls" },
+      { { "stats", tape, "--kind", "commit" }, "specula cassette: --kind commit: stats counts exchanges and jobs, "
+        .. "not commits (`specula cassette show DIR --kind commit` lists them)" },
+    }) do
+      local st, out, err = H.specula({ "cassette", unpack(c[1]) })
+      assert.are.equal(2, st, err)
+      assert.are.equal("", out)
+      assert.matches(c[2], err, 1, true)
+      assert.matches("usage: specula cassette ls|show|stats DIR [options]", err, 1, true)
+    end
+  end)
+end)

@@ -76,6 +76,39 @@ describe("spec dependencies", function()
     assert.matches("the npm package @modelcontextprotocol/", out, 1, true)
   end)
 
+  it("conformance: node 20 runs the MCP packages but not the suite, which is refused naming node 22", function()
+    local d = machine(nil, "v20.11.0", true)
+    local st, out = check(d, "npm")
+    assert.equals(0, st, out)
+    st, out = check(d, "conformance")
+    assert.equals(77, st, out)
+    assert.matches("conformance is missing, its specs are pending: node v20 is older than the conformance suite "
+      .. "@modelcontextprotocol/conformance needs (>= 22", out, 1, true)
+    assert.matches("install the pinned one (", out, 1, true)
+    assert.matches("with .ci/deps", out, 1, true)
+    st = check(d, "conformance", true)
+    assert.equals(1, st)
+    st, out = check(machine("v22.23.3", "v20.11.0", true), "conformance")
+    assert.equals(0, st, out)
+  end)
+
+  it("conformance: the specs that run the suite are pending on node 20, the other MCP specs run", function()
+    -- SPECULA_NODE a fake node 20 (never asked to run anything here) and
+    -- a cache with the pinned packages: the suite's cases pend, saying why
+    local d = machine(nil, "v20.11.0", true)
+    local env = "env -u CI SPECULA_NODE=" .. H.quote(d .. "/bin/node") .. " SPECULA_NPM_CACHE="
+      .. H.quote(d .. "/cache") .. " SPECULA_BIN=" .. H.quote(H.bin) .. " SPECULA_SOURCE_DIR=" .. H.quote(H.root)
+    for _, c in ipairs({ { "spec/functional/mcp_npm_spec.lua", "the suite requires 18 client scenarios" },
+                         { "spec/functional/serve_http_spec.lua", "passes server%-initialize" },
+                         { "spec/functional/gateway_http_spec.lua", "passes every scenario through the gateway" } }) do
+      local st, out, err = H.sh("cd " .. H.quote(H.root) .. " && " .. env .. " " .. H.quote(LUAJIT)
+        .. " spec/run.lua -o TAP --filter " .. H.quote(c[2]) .. " " .. c[1])
+      assert.equals(0, st, out .. err)
+      assert.matches("ok 1 .- # SKIP", out)
+      assert.matches("node v20 is older than the conformance suite", out, 1, true)
+    end
+  end)
+
   it("npm: a package left at an older version than the pin is refused, naming both", function()
     local st, out = check(machine("v22.23.3", nil, true, "0.1.13"), "npm")
     assert.equals(77, st, out)
@@ -97,6 +130,6 @@ describe("spec dependencies", function()
   it("an unknown dependency is a usage error", function()
     local st, out = check(machine(nil, nil), "nodejs")
     assert.equals(2, st)
-    assert.matches("unknown dependency 'nodejs' (one of: node, npm, chromium, slurm)", out, 1, true)
+    assert.matches("unknown dependency 'nodejs' (one of: node, npm, conformance, chromium, slurm)", out, 1, true)
   end)
 end)

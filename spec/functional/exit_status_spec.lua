@@ -99,6 +99,22 @@ describe("exit statuses as docs/cli.md documents them", function()
     end
   end
 
+  -- a command with its stdout a pipe whose reader has already gone: a FIFO
+  -- opened to read and write, opened again to write, the first closed
+  -- before the command starts (every write fails with EPIPE)
+  local function to_closed_pipe(args)
+    return function()
+      local fifo = H.tmpfile("es_fifo")
+      local parts = {}
+      if H.wrap and H.wrap ~= "" then parts[1] = H.wrap end
+      parts[#parts + 1] = H.quote(H.bin)
+      for _, a in ipairs(args) do parts[#parts + 1] = H.quote(a) end
+      local st, _, err = H.sh("(rm -f " .. H.quote(fifo) .. " && mkfifo " .. H.quote(fifo) .. " && exec 3<>"
+        .. H.quote(fifo) .. " 4>" .. H.quote(fifo) .. " 3<&- && " .. table.concat(parts, " ") .. " >&4 4>&-)")
+      return st, err
+    end
+  end
+
   -- `specula run` of a program, stopped by signal sig once it started
   local function stopped(sig)
     return function()
@@ -200,6 +216,26 @@ describe("exit statuses as docs/cli.md documents them", function()
       { "bench: a name that is no benchmark", 2, { "bench", "no_such_benchmark" } },
       { "bench: a benchmark that fails", 1, { "bench", "soak", "--seconds", "not-a-number" } },
     })
+  end)
+
+  it("help to a reader that stopped early is 0, with nothing on stderr; records to it are 1", function()
+    local helps = { { "--help" }, { "help" }, { "run", "--help" }, { "run", EX, "--help" } }
+    for _, name in ipairs({ "theory", "replay", "compare", "merge", "repair", "report", "cassette", "verifiers",
+                            "predictors", "bench", "whatif", "gateway" }) do
+      helps[#helps + 1] = { name, "--help" }
+    end
+    for _, args in ipairs(helps) do
+      local st, err = to_closed_pipe(args)()
+      assert.equals(0, st, table.concat(args, " ") .. ": " .. err)
+      assert.equals("", err, table.concat(args, " "))
+    end
+    local st, err = to_closed_pipe({ "run", EX, "--clock", "virtual", "--quiet", "--query", "x" })()
+    assert.equals(1, st, err)
+    assert.matches("specula run: cannot write stdout: Broken pipe", err, 1, true)
+    -- help to a full disk is still a failure
+    st, err = to_full({ "run", "--help" })()
+    assert.equals(1, st, err)
+    assert.matches("specula: cannot write to stdout: No space left on device", err, 1, true)
   end)
 
   it("no command, an unknown one or a bad --secret-env is a usage error; --help and --version are 0", function()

@@ -337,7 +337,7 @@ end
 
 describe("specula gateway --listen under the official conformance suite (server scenarios) #slow", function()
   it("passes every scenario through the gateway that server-everything passes on its own", function()
-    if not guard() then return end
+    if not G.suite_guard(pending) then return end
     local EV = MCP .. "server-everything/dist/index.js"
     -- server-everything's own Streamable HTTP (PORT from the environment)
     local port = free_port()

@@ -244,13 +244,19 @@ describe("messages", function()
     end
   end)
 
-  it("a missing --input file is a usage error (status 2) naming the path once", function()
+  it("a missing --input file is a usage error (status 2) naming the path once, with run's usage line", function()
     local path = H.tmpdir() .. "/no_such_input.jsonl"
     local st, _, err = H.specula({ "run", AGENT, "--input", path })
     assert.equals(2, st, err)
     local _, n = err:gsub("no_such_input%.jsonl", "")
     assert.equals(1, n, err)
-    assert.matches("No such file", err, 1, true)
+    -- as every other usage error of run says it: the message, then the synopsis
+    local usage = "usage: specula run SCRIPT.lua [--query TEXT | --input FILE] [options]; `specula run --help` lists "
+      .. "every option\n"
+    assert.equals("specula run: cannot read --input file '" .. path .. "': No such file or directory\n" .. usage, err)
+    st, _, err = H.specula({ "run", AGENT, "--input", H.tmpdir() })
+    assert.equals(2, st, err)
+    assert.equals("specula run: cannot read --input file '" .. H.tmpdir() .. "': Is a directory\n" .. usage, err)
   end)
 
   it("a missing results file given to compare, merge or repair is named once (status 1)", function()

@@ -10,8 +10,10 @@ local deps = require "support.deps"
 local CACHE = deps.cache()
 local NM = CACHE .. "/node_modules/@modelcontextprotocol/"
 
--- node >= 20 and the pinned packages (.ci/deps installs both), or why not
+-- node >= 20 and the pinned packages (.ci/deps installs both), or why not;
+-- the conformance suite's cases need node >= 22
 local missing = deps.npm()
+local suite_missing = deps.conformance()
 
 local last_json = H.last_json
 
@@ -26,6 +28,11 @@ local function guard()
   return H.require_or_pend(pending, missing)
 end
 
+local function suite_guard()
+  if not suite_missing then return true end
+  return H.require_or_pend(pending, suite_missing)
+end
+
 -- The protocol versions the client speaks whose frozen requirement sets
 -- the suite holds: each scored client scenario of a set runs at its version.
 local REQUIREMENTS = { "2025-11-25", "2026-07-28" }
@@ -34,7 +41,7 @@ local REQUIREMENTS = { "2025-11-25", "2026-07-28" }
 -- `list` command (the authority), and the auth extensions it lists for the
 -- client (run unscored, forced to the version): two lists.
 local function client_scenarios(requirements)
-  if missing then return {}, {} end
+  if suite_missing then return {}, {} end
   local p = assert(io.popen("node " .. H.quote(SUITE_JS) .. " list --requirements " .. requirements .. " 2>&1"))
   local text = p:read("*a"):gsub("\27%[[%d;]*m", "")
   p:close()
@@ -104,7 +111,7 @@ describe("MCP with real servers from npm #slow", function()
   for _, x in ipairs(EXTRA) do runs[#runs + 1] = x end
 
   it("the suite requires 18 client scenarios at 2025-11-25 and 32 at 2026-07-28, and lists 6 auth extensions", function()
-    if not guard() then return end
+    if not suite_guard() then return end
     assert.are.same({ ["2025-11-25"] = 18, ["2026-07-28"] = 32 }, sizes)
     assert.are.same({ ["2025-11-25"] = 6, ["2026-07-28"] = 6 }, next)
   end)
@@ -112,7 +119,7 @@ describe("MCP with real servers from npm #slow", function()
   for _, run in ipairs(runs) do
     local scenario, version, extra = run[1], run[2], run[3]
     it("passes the conformance suite's client scenario " .. scenario .. (extra and " (extension)" or "") .. " at " .. version, function()
-      if not guard() then return end
+      if not suite_guard() then return end
       local cmd = H.quote(H.bin) .. " run " .. H.quote(H.root .. "/spec/mcp/conformance_client.lua")
       local passed, total, checks, st, all, client_err = run_scenario(scenario, cmd, version, extra)
       local ok, fail, warn = 0, 0, 0
@@ -133,7 +140,7 @@ describe("MCP with real servers from npm #slow", function()
   end
 
   it("keeps the tokens of an auth scenario out of --record, --trace, --out and stderr", function()
-    if not guard() then return end
+    if not suite_guard() then return end
     local dir = H.tmpdir() .. "/conf-secrecy"
     os.execute("rm -rf " .. H.quote(dir) .. " && mkdir -p " .. H.quote(dir))
     local cmd = table.concat({ H.quote(H.bin), "run", H.quote(H.root .. "/spec/mcp/conformance_agent.lua"),

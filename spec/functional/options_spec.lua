@@ -141,6 +141,32 @@ describe("shared options", function()
     end
   end)
 
+  it("--predict on without a predictor names --predictor, which supplies one", function()
+    local input = H.tmpfile("opt_q3.jsonl", '{"id":"a","query":"q"}\n')
+    local st, err = run({ "--input", input, "--predict", "on" }, true)
+    assert.equals(2, st, err)
+    assert.equals("specula run: --predict on: the agent has no predictor: give one with --predictor P (pattern, "
+      .. "ngram, learned or a Lua file; in a --compare item predictor=P), or give the agent predict = "
+      .. "specula.predict.pattern{...} or any function(history, ctx)", err)
+    st, err = run({ "--input", input, "--compare", "sequential,spechop:predict=on" }, true)
+    assert.equals(2, st, err)
+    assert.matches("--compare 'spechop:predict=on': predict=on, but the agent has no predictor: give one with "
+      .. "--predictor P", err, 1, true)
+    -- and it does: the run speculates with it
+    local out
+    st, err, out = run({ "--input", input, "--predict", "on", "--predictor", "pattern" }, true)
+    assert.equals(0, st, err)
+    assert.matches('"answer":"ok"', out, 1, true)
+    -- --predictor off leaves none, whatever the agent has
+    st, err = run({ "--input", input, "--predict", "on", "--predictor", "off" }, true)
+    assert.equals(2, st, err)
+    assert.equals("specula run: --predict on: --predictor off leaves no predictor to speculate with", err)
+    st, err = run({ "--input", input, "--compare", "sequential,spechop:predict=on:predictor=off" }, true)
+    assert.equals(2, st, err)
+    assert.equals("specula run: --compare 'spechop:predict=on:predictor=off': predict=on, but predictor off leaves "
+      .. "no predictor to speculate with", err)
+  end)
+
   it("--compare items check k, m, eps, predict, match and trigger like the options do", function()
     local input = H.tmpfile("opt_q.jsonl", '{"id":"a","query":"q"}\n')
     for _, c in ipairs({ { "spechop:m=0", "--m must be an integer" }, { "spechop:eps=2", "--eps must be in (0, 1)" },

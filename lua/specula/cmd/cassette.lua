@@ -17,10 +17,10 @@ local M = {
                the window jobs' recorded lengths; with --kind commit, what
                each query committed
   stats DIR    counts, errors and latency by kind (job: the window jobs'
-               lengths, launch to result)]],
+               lengths, launch to result); --kind and --query as for show]],
   options = {
-    { "--kind", key = "kind", arg = "K", shown = "every kind but job", help = "show: only exchanges of this kind (http, mcp, spec, obs, job or commit)" },
-    { "--query", key = "query", arg = "ID", shown = "every query", help = "show: only this query's exchanges" },
+    { "--kind", key = "kind", arg = "K", shown = "every kind but job", help = "show, stats: only exchanges of this kind (http, mcp, spec, obs, job or commit; stats: not commit)" },
+    { "--query", key = "query", arg = "ID", shown = "every query", help = "show, stats: only this query's exchanges" },
     { "--json", key = "json", flag = true, help = "JSON instead of the table (show: JSONL)" },
   },
 }
@@ -38,7 +38,14 @@ function M.check(o)
   end
   if not dir then return sub .. " needs a cassette directory" end
   if o.args[3] then return "unknown option '" .. o.args[3] .. "'" end
-  if sub ~= "show" and (o.kind or o.query) then return "unknown option '--" .. (o.kind and "kind" or "query") .. "'" end
+  if sub == "ls" and (o.kind or o.query) then
+    return "--" .. (o.kind and "kind" or "query") .. " is an option of cassette show and stats, not of ls (ls lists "
+      .. "the files)"
+  end
+  if sub == "stats" and o.kind == "commit" then
+    return "--kind commit: stats counts exchanges and jobs, not commits (`specula cassette show DIR --kind commit` "
+      .. "lists them)"
+  end
   if o.kind then
     local known = false
     for _, k in ipairs(KINDS) do known = known or k == o.kind end
@@ -153,6 +160,10 @@ function M.main(o)
   -- the answers (and lone start lines: cancelled calls), then the job
   -- lines; commit lines (what each query committed) are no exchanges
   local ex, timings = {}, 0
+  -- show's and stats' --kind and --query
+  local function wanted(r)
+    return (not o.kind or r.kind == o.kind) and (not o.query or tostring((r.meta or {}).query) == o.query)
+  end
   for _, r in ipairs(cassette.entries(recs)) do
     if r.kind == "job" then timings = timings + 1 end
     if r.kind == "commit" then
@@ -178,7 +189,7 @@ function M.main(o)
   elseif sub == "show" then
     for _, r in ipairs(ex) do
       local m = r.meta or {}
-      if (not o.kind or r.kind == o.kind) and (not o.query or tostring(m.query) == o.query) then
+      if wanted(r) then
         if o.json then
           local c = {}
           for k, v in pairs(r) do if k ~= "file" and k ~= "line" then c[k] = v end end
@@ -193,6 +204,10 @@ function M.main(o)
       end
     end
   else
+    -- --kind and --query: the rows of those exchanges only
+    local sel = {}
+    for _, r in ipairs(ex) do if wanted(r) then sel[#sel + 1] = r end end
+    ex = sel
     local by = {}
     local order = {}
     for _, r in ipairs(ex) do

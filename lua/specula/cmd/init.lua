@@ -106,6 +106,15 @@ local function decider(cmd)
   end
 end
 
+-- Print help text: the exit status (a reader that stops early is no
+-- failure, output.help).
+local function print_help(text)
+  local err = output.help(text)
+  if not err then return 0 end
+  output.stderr("specula: cannot write to stdout: " .. err .. "\n")
+  return 1
+end
+
 -- Parse a command's arguments by its table and run it: --help prints the
 -- usage text; a mistake is a usage error; cmd.check(o) (optional) returns
 -- a message for a combination the table cannot say. main(o) runs inside the
@@ -124,7 +133,7 @@ local function run_command(cmd, args)
     o, err = argv.parse_command(cmd, args)
     if not o then return set_status(M.usage_error(cmd, err)) end
   end
-  if o.help then output.stdout(argv.usage(cmd)) return end
+  if o.help then return set_status(print_help(argv.usage(cmd))) end
   if cmd.check then
     local msg = cmd.check(o)
     if msg then return set_status(M.usage_error(cmd, msg)) end
@@ -132,7 +141,7 @@ local function run_command(cmd, args)
   local ok, rc, umsg, help = xpcall(cmd.main, decider(cmd), o)
   if not ok then error(rc, 0) end
   if umsg ~= nil then return set_status(M.usage_error(cmd, umsg)) end
-  if help == "help" then output.stdout(argv.usage(cmd)) return end
+  if help == "help" then return set_status(print_help(argv.usage(cmd))) end
   set_status(rc)
 end
 
@@ -146,8 +155,7 @@ function M.main(args)
     return 2
   end
   if name == "--help" or name == "-h" or name == "help" then
-    output.stdout(M.usage())
-    return 0
+    return print_help(M.usage())
   end
   local known = false
   for _, n in ipairs(M.COMMANDS) do known = known or n == name end

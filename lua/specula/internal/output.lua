@@ -11,6 +11,8 @@
 --       closing it only flushes)
 --   output.stdout(...), output.stderr(...) -> file:write's results
 --       text pieces, joined and scrubbed, on the standard streams
+--   output.help(text) -> nil | err   help text on stdout, flushed: a
+--       reader that closed early (EPIPE) is no error
 --   output.clean(s [, kind [, extra]]) -> s as a writer of kind would write
 --       it: for text that leaves by a road that is not a Lua write (the
 --       engine prints a failed task's message, cuts a verifier's reason
@@ -44,6 +46,7 @@
 --
 -- With no secret known, "text", "json" and "canonical" writers pass the
 -- bytes through untouched.
+local ffi = require "ffi"
 local secrets = require "specula.secrets"
 
 local type, tostring, select, setmetatable, getmetatable, error =
@@ -208,6 +211,24 @@ local function std(file, ...)
 end
 function M.stdout(...) return std(raw_stdout, ...) end
 function M.stderr(...) return std(raw_stderr, ...) end
+
+-- Help text on stdout, flushed. A reader that stops early (`specula run
+-- --help | head -1`) chose to: what it did not read is dropped and nil
+-- returned, so the exit status stays 0 (records and other data to a closed
+-- pipe still fail: the command line checks stdout at exit). Another failure
+-- (a full disk) is returned as its message, stdout's error cleared for the
+-- caller to report it once.
+local EPIPE = 32   -- Linux
+pcall(ffi.cdef, "extern void *stdout; void clearerr(void *f); void __fpurge(void *f);")
+function M.help(text)
+  local ok, err, code = std(raw_stdout, text)
+  if ok then ok, err, code = raw_stdout:flush() end
+  if ok then return nil end
+  ffi.C.__fpurge(ffi.C.stdout)
+  ffi.C.clearerr(ffi.C.stdout)
+  if code ~= EPIPE then return err end
+  return nil
+end
 
 -- print, io.write and writes to io.stdout and io.stderr scrubbed: an agent
 -- script's own output leaves the process too (a script that prints a

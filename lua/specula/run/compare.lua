@@ -554,7 +554,8 @@ local function config_options(agent, o, configs, script)
       has_predictor = true
     end
     if oc.predict == "on" and not has_predictor then
-      runopts.usage_error("--compare '" .. c.item .. "': predict=on, but " .. runopts.NO_PREDICTOR)
+      runopts.usage_error("--compare '" .. c.item .. "': predict=on, but " .. (oc.predictor == "off"
+        and "predictor off leaves no predictor to speculate with" or runopts.NO_PREDICTOR_CLI))
     end
     opts[ci] = oc
   end

@@ -143,9 +143,9 @@ M.OPTIONS = {
   { "--shard-count", key = "shard_count", arg = "N", help = "with --shard auto under Kubernetes: the Job's completions" },
   { "--compare", key = "compare", arg = "LIST", help = "run every query under each configuration of LIST (see below)" },
   { "--summary", key = "summary", arg = "FILE", help = "with --compare: also write the table as JSON; - is stdout" },
-  { "--predict", key = "predict", arg = "on|off", shown = "on if the agent has a predictor",
+  { "--predict", key = "predict", arg = "on|off", shown = "on if there is a predictor",
     convert = one_of({ on = true, off = true }, "--predict must be on or off"),
-    help = "action speculation with the agent's predictor (on without one is an error)" },
+    help = "action speculation with the predictor (--predictor's, else the agent's; on\nwithout one is an error)" },
   { "--match", key = "match", arg = "MODE", shown = "exact",
     convert = one_of(M.MATCH, "--match must be exact, name_only or similar"),
     help = "exact (lossless), name_only or similar (both lossy)" },
@@ -183,10 +183,22 @@ local FLAGS = argv.compile({ options = M.OPTIONS })
 -- from here, so that this module need not require the command above it.
 M.COMMAND = { name = "run", synopsis = M.SYNOPSIS, about = M.ABOUT, options = M.OPTIONS, epilog = M.EPILOG }
 
--- Why "predict on" cannot be honoured (one text for the CLI, --compare
--- items and specula.run).
+-- Why "predict on" cannot be honoured: for specula.run, and for the CLI and
+-- --compare items, where --predictor (predictor=) supplies one.
 M.NO_PREDICTOR = "the agent has no predictor (give it predict = specula.predict.pattern{...} or any "
   .. "function(history, ctx))"
+M.NO_PREDICTOR_CLI = "the agent has no predictor: give one with --predictor P (pattern, ngram, learned or a Lua "
+  .. "file; in a --compare item predictor=P), or give the agent predict = specula.predict.pattern{...} or any "
+  .. "function(history, ctx)"
+M.PREDICTOR_OFF = "--predictor off leaves no predictor to speculate with"
+
+-- `--predict on` with no predictor to honour it (--predictor's, else the
+-- agent's) is a usage error naming --predictor.
+function M.check_predict(o, agent)
+  if o.predict ~= "on" then return end
+  if o.predictor == "off" then usage_error("--predict on: " .. M.PREDICTOR_OFF) end
+  if o.predictor == nil and agent.predict == nil then usage_error("--predict on: " .. M.NO_PREDICTOR_CLI) end
+end
 
 -- The value of option --NAME checked as the command line checks it (for
 -- --compare's per-configuration options); a usage error otherwise.
@@ -384,7 +396,7 @@ function M.load_queries(o)
     if not f then
       err = tostring(err)
       if err:sub(1, #o.input + 2) == o.input .. ": " then err = err:sub(#o.input + 3) end
-      sched.plain_error("specula run: cannot read --input file '" .. o.input .. "': " .. err, 2)
+      usage_error("cannot read --input file '" .. o.input .. "': " .. err)
     end
     f:close()
   elseif not o.query then

@@ -620,9 +620,7 @@ function M.main(agent, args, script, compare)
     if not ok and why == "write" then sched.plain_error("specula run: " .. cerr, 1) end
     if not ok then runopts.usage_error(cerr) end
   end
-  if o.predict == "on" and agent.predict == nil then
-    runopts.usage_error("--predict on: " .. runopts.NO_PREDICTOR)
-  end
+  runopts.check_predict(o, agent)
   local src, warnings = runopts.load_queries(o)
   for _, w in ipairs(warnings) do output.stderr("specula: warning: " .. w .. "\n") end
   -- Ctrl-C / SIGTERM: stop, write what finished, exit 128 + signal.
