@@ -148,6 +148,9 @@ int sp_task_wait(sp_task *waiter, sp_task *target);
 void sp_task_unwait(sp_task *waiter);              /* drop every pending wait of waiter */
 /* Yield to the loop: resumed after ms (0 = next turn). 0 ok, -1 err. */
 int sp_sleep(sp_task *t, double ms, char *err, size_t errlen);
+/* The same for the running task (sp_task_current), and its id (0: none). */
+int sp_sleep_running(sp_ctx *ctx, double ms, char *err, size_t errlen);
+int sp_task_current_id(sp_ctx *ctx);
 
 /* ---- the value store and window jobs (engine/sp_vals.c, sp_sched.c) ----
    Lua values the engine holds live in one Lua table, sched.vals, under an
@@ -197,6 +200,7 @@ typedef struct sp_jobcall {
   int args;            /* PFCALL: slot of the predicted arguments */
   const char *tool;    /* PFCALL: the predicted tool (a copy the job owns, NUL-terminated) */
   int tool_len;        /* PFCALL: its length */
+  int spec;            /* the job runs for an unverified state (set when it is taken to run) */
 } sp_jobcall;
 /* A job's results. Slots are fresh value-store slots the dispatcher makes
    (0: none); they are released once the job has ended, after the window
@@ -228,12 +232,21 @@ int sp_vals_new(sp_ctx *ctx);                    /* a fresh slot (one reference)
 void sp_vals_unref(sp_ctx *ctx, int slot);       /* drop one reference to a slot */
 sp_task *sp_job_next(sp_ctx *ctx);               /* the next job to run here, or NULL: park */
 const sp_jobcall *sp_job_call(const sp_task *t); /* its kind and arguments */
+/* The Lua dispatcher's form of the two: take the next job (it becomes the
+   running task) and copy its call into the caller's struct: 1, or 0: park.
+   No task pointer crosses into Lua, where each would be a boxed object (an
+   allocation per job and per wait); sp_job_finish and sp_sleep_running then
+   act on the running task. */
+int sp_job_take(sp_ctx *ctx, sp_jobcall *out);
 /* The job ended: ok with results, or not ok with the message in res->error.
    Result slots are released after the window has taken what it keeps.
    Returns how many released slots it wrote to dead (at most maxdead):
    Lua clears them in sched.vals at once (they are reused from then on),
    so released values do not wait for the loop to become garbage. */
 int sp_job_done(sp_ctx *ctx, sp_task *t, int ok, const sp_jobres *res, int *dead, int maxdead);
+/* sp_job_done of the running job (the one sp_job_take took; C keeps it the
+   running task through every resume of its coroutine). */
+int sp_job_finish(sp_ctx *ctx, int ok, const sp_jobres *res, int *dead, int maxdead);
 /* The running job t finishes ms after it returns (its hook then sees what
    it returned, at that time), as if it slept ms before returning, without
    suspending its coroutine. 0, or -1 when t is not the running job. */

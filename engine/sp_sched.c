@@ -473,12 +473,24 @@ sp_task *sp_job_next(sp_ctx *ctx) {
        small heap would let it grow past four times that before a cycle */
     if ((--ctx->sched->budget & 255) == 0) gc_tune(ctx);
     t->state = SP_TASK_RUNNING;
+    t->call.spec = t->speculative;
     ctx->sched->running = t;
     return t;
   }
   ctx->sched->disp_idle = 1;
   ctx->sched->running = NULL;
   return NULL;
+}
+
+int sp_job_take(sp_ctx *ctx, sp_jobcall *out) {
+  sp_task *t = sp_job_next(ctx);
+  if (!t) return 0;
+  *out = t->call;
+  return 1;
+}
+
+int sp_job_finish(sp_ctx *ctx, int ok, const sp_jobres *res, int *dead, int maxdead) {
+  return ctx ? sp_job_done(ctx, ctx->sched->running, ok, res, dead, maxdead) : 0;
 }
 
 int sp_job_defer(sp_task *t, double ms) {
@@ -650,6 +662,7 @@ void sp_job_start(sp_task *t) {
 int sp_task_id(const sp_task *t) { return t ? t->id : 0; }
 int sp_task_state(const sp_task *t) { return t ? t->state : SP_TASK_CANCELLED; }
 sp_task *sp_task_current(sp_ctx *ctx) { return ctx ? ctx->sched->running : NULL; }
+int sp_task_current_id(sp_ctx *ctx) { return ctx && ctx->sched->running ? ctx->sched->running->id : 0; }
 int sp_task_speculative(const sp_task *t) { return t ? t->speculative : 0; }
 const char *sp_task_error(const sp_task *t) { return t && t->error ? t->error : ""; }
 
@@ -1004,4 +1017,8 @@ int sp_sleep(sp_task *t, double ms, char *err, size_t errlen) {
   ctx->counts.timers++;
   sp_op_link(t, &s->op, sleep_cancel);
   return 0;
+}
+
+int sp_sleep_running(sp_ctx *ctx, double ms, char *err, size_t errlen) {
+  return sp_sleep(ctx ? ctx->sched->running : NULL, ms, err, errlen);
 }

@@ -137,6 +137,21 @@ describe("speculation window", function()
     assert.is_true(r.commits > 0)
   end)
 
+  it("a call for an unverified state sees ctx.speculative, one on the true path does not", function()
+    local st, out, err = H.specula({ "run", SCRIPTS .. "specflag.lua" })
+    assert.equals(0, st, err)
+    local r = lines_json(out)[1]
+    assert.equals(r.total, r.same)
+    -- sequentially: 5 steps and 4 calls a query, none speculative
+    assert.same({ step_spec = 0, step_true_path = 100, call_spec = 0, call_true_path = 80 }, r.seq)
+    -- at k = inf every guess is wrong: the true path is the sequential one,
+    -- and the threads started from the guesses are all speculative
+    assert.equals(100, r.spec.step_true_path)
+    assert.equals(80, r.spec.call_true_path)
+    assert.is_true(r.spec.step_spec > 0)
+    assert.is_true(r.spec.call_spec > 0)
+  end)
+
   -- the window keeps a hop's reason in one text per query, a run of the
   -- same reason stored once: every hop must still read back its own
   it("each hop's record keeps its own verifier reason (repeated, none, non-ASCII, long, not UTF-8)", function()

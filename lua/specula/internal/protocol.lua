@@ -638,7 +638,7 @@ end
 -- return the strings R points into, so those stay referenced until the
 -- dispatcher has handed R to C.
 
-local vals_new, task_spec = C.sp_vals_new, C.sp_task_speculative
+local vals_new = C.sp_vals_new
 local MAXCONF = tonumber(C.SP_JOB_MAXCONF)
 local min = math.min
 
@@ -681,15 +681,15 @@ local function put_verdict(R, idx, reason)
 end
 
 local JOB = {}
-function JOB.start(E, c, t, R) return put_step(R, E.start(VALS[c.qctx])) end
-function JOB.advance(E, c, t, R)
+function JOB.start(E, c, R) return put_step(R, E.start(VALS[c.qctx])) end
+function JOB.advance(E, c, R)
   return put_step(R, E.advance(VALS[c.qctx], VALS[c.state], VALS[c.step], VALS[c.obs], VALS[c.cands], c.rank,
-                               c.hop, task_spec(t) ~= 0))
+                               c.hop, c.spec ~= 0))
 end
-function JOB.call(E, c, t, R) R.value = store(E.call(VALS[c.qctx], VALS[c.actx], task_spec(t) ~= 0)) end
-function JOB.warmup(E, c, t, R) E.warmup(VALS[c.qctx], VALS[c.actx], task_spec(t) ~= 0) end
-function JOB.speculate(E, c, t, R)
-  put_cands(R, E.speculate(VALS[c.qctx], VALS[c.actx], task_spec(t) ~= 0, c.m, c.timeout_ms))
+function JOB.call(E, c, R) R.value = store(E.call(VALS[c.qctx], VALS[c.actx], c.spec ~= 0)) end
+function JOB.warmup(E, c, R) E.warmup(VALS[c.qctx], VALS[c.actx], c.spec ~= 0) end
+function JOB.speculate(E, c, R)
+  put_cands(R, E.speculate(VALS[c.qctx], VALS[c.actx], c.spec ~= 0, c.m, c.timeout_ms))
 end
 -- A verifier that raises counts as a rejection (the engine rolls back, the
 -- hop's reason says why): without a word a broken verifier reads as
@@ -709,21 +709,22 @@ sched.on_job_fail = function(c, msg)
       "; each hop it raised on counts as a rejection (the reason in the record's stages.hops)\n")
   end
 end
-function JOB.verify(E, c, t, R)
-  return put_verdict(R, E.verify(VALS[c.qctx], VALS[c.actx], task_spec(t) ~= 0, VALS[c.cands], VALS[c.obs],
+function JOB.verify(E, c, R)
+  return put_verdict(R, E.verify(VALS[c.qctx], VALS[c.actx], c.spec ~= 0, VALS[c.cands], VALS[c.obs],
                                  c.nkids, c.raw ~= 0))
 end
-function JOB.pfcall(E, c, t, R)
+function JOB.pfcall(E, c, R)
   R.value = store(E.pfcall(VALS[c.qctx], ffi.string(c.tool, c.tool_len), VALS[c.args], c.hop))
 end
 
 -- The functions the window's jobs run for adapter E (M.adapter, maybe
 -- wrapped by a cassette), by the names of sp_window_fns: each takes the
--- job's arguments, the job and the result struct.
+-- job's arguments (the dispatcher's copy of its sp_jobcall) and the result
+-- struct.
 function M.jobs(E)
   local fns = {}
   for name, job in pairs(JOB) do
-    if E[name] ~= nil then fns[name] = function(c, t, R) return job(E, c, t, R) end end
+    if E[name] ~= nil then fns[name] = function(c, R) return job(E, c, R) end end
   end
   return fns
 end

@@ -125,16 +125,19 @@ end
 -- The job dispatcher. Window calls (update + step, tool, speculator,
 -- verifier) are jobs: C queues them, and this loop takes them one after
 -- another in a single coroutine, calls the job's function (one per kind,
--- lua/specula/internal/protocol.lua) and hands the results back with sp_job_done,
+-- lua/specula/internal/protocol.lua) and hands the results back with sp_job_finish,
 -- which runs the window's reaction in C. No coroutine switch per call, so
 -- the JIT can compile the loop with the agent's functions in it. A call
 -- that waits on the loop (HTTP, sleep) yields this coroutine: C then keeps
 -- it for that job and starts another dispatcher for the rest; when the job
 -- is done there, this loop goes on taking jobs until none is left, then
 -- parks (yields) until C needs it.
-local job_next, job_call, job_done = C.sp_job_next, C.sp_job_call, C.sp_job_done
+-- The job is taken by copying its call into the dispatcher's own struct
+-- and ended as the running task: a task pointer in Lua would be one more
+-- boxed object per job, and per wait (where the trace is left).
+local job_take, job_finish = C.sp_job_take, C.sp_job_finish
 -- One result struct: a job's function fills it (by name) just before it
--- returns, and sp_job_done copies what the window keeps.
+-- returns, and sp_job_finish copies what the window keeps.
 local RES = ffi.new("sp_jobres")
 local MAXDEAD = 256
 local DEAD = ffi.new("int[?]", MAXDEAD)
@@ -148,8 +151,8 @@ local DEAD = ffi.new("int[?]", MAXDEAD)
 -- job, so a query in flight holds text, not its hops' Lua values.
 local ENCP = ctx ~= nil and C.sp_window_enc_pending(ctx) or nil
 M.on_commits = false
-local function done(t, ok, keep)
-  local n = job_done(ctx, t, ok, RES, DEAD, MAXDEAD)
+local function done(ok, keep)
+  local n = job_finish(ctx, ok, RES, DEAD, MAXDEAD)
   RES.state, RES.step, RES.actx, RES.value = 0, 0, 0, 0
   RES.tool, RES.key, RES.reason, RES.error = nil, nil, nil, nil
   for i = 0, n - 1 do VALS[DEAD[i]] = nil end
@@ -157,10 +160,10 @@ local function done(t, ok, keep)
   return keep
 end
 
-local function fail(t, e)
+local function fail(e)
   local msg = tostring(e)
   RES.error, RES.error_len = msg, #msg
-  done(t, 0, msg)
+  done(0, msg)
 end
 
 -- The loop runs inside one protected call rather than one per job. A job
@@ -168,19 +171,19 @@ end
 -- and a trace that starts on that return path (put_step, done) ran into
 -- the per-job xpcall frame and was dropped ("NYI: return to lower frame");
 -- now it returns through Lua frames into this loop and links to its trace.
--- An error unwinds the loop: the job it ran (box.t) fails and the loop
--- starts again.
+-- An error unwinds the loop: the job it ran (box.busy) fails and the loop
+-- starts again. box.call: this dispatcher's copy of its job's call (a
+-- dispatcher runs one job at a time, and keeps it while the job waits).
 local function loop(box)
+  local c = box.call
   while true do
-    local t = job_next(ctx)
-    if t == nil then
+    if job_take(ctx, c) == 0 then
       co_yield()
     else
-      local c = job_call(t)
       box.busy = true
-      local r = VALS[c.fn](c, t, RES)
+      local r = VALS[c.fn](c, RES)
       box.busy = false
-      done(t, 1, r)
+      done(1, r)
     end
   end
 end
@@ -190,19 +193,17 @@ end
 M.on_job_fail = false
 
 local function dispatcher()
-  local box = { busy = false }
+  local box = { busy = false, call = ffi.new("sp_jobcall") }
   while true do
     local _, e = xpcall(loop, job_error, box)
-    -- the job that raised is the running task (C sets it for the job and
-    -- back after every resume inside it): a flag, not the task pointer in
-    -- the box, which boxed a pointer object for every job (3.8 a hop)
-    local t = box.busy and C.sp_task_current(ctx) or nil
     -- an error outside a job (done: the window's reaction, the hop
-    -- encoding) stops this dispatcher, as it always did (C fails the job)
-    if t == nil then error(e, 0) end
+    -- encoding) stops this dispatcher, as it always did (C fails the job);
+    -- one inside fails the job, which is still the running task (C sets it
+    -- for the job and back after every resume inside it)
+    if not box.busy then error(e, 0) end
     box.busy = false
-    if M.on_job_fail then M.on_job_fail(job_call(t), e) end
-    fail(t, e)
+    if M.on_job_fail then M.on_job_fail(box.call, e) end
+    fail(e)
   end
 end
 M.worker_body = dispatcher
@@ -358,12 +359,16 @@ function M.wait_all(tasks)
   return out, all_ok
 end
 
+-- (as current(), without the task pointer: one boxed object less a wait)
+local current_id, sleep_running = C.sp_task_current_id, C.sp_sleep_running
 function M.sleep(ms)
   if type(ms) ~= "number" then error("specula.sleep: expected milliseconds, got " .. type(ms), 2) end
-  local me = current("specula.sleep")
+  local id = ctx ~= nil and current_id(ctx) or 0
+  local co = co_running()
+  if id == 0 or (CO[co] ~= true and CO[id] ~= co) then current("specula.sleep") end
   if M.on_sleep then ms = M.on_sleep(ms) end
   local err, errlen = core.errbuf()
-  if C.sp_sleep(me, ms, err, errlen) ~= 0 then error("specula.sleep: " .. ffi.string(err), 2) end
+  if sleep_running(ctx, ms, err, errlen) ~= 0 then error("specula.sleep: " .. ffi.string(err), 2) end
   if M.on_wait then M.on_wait() end
   co_yield()
 end
