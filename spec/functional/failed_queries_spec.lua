@@ -305,3 +305,73 @@ describe("a predictor that raises on one query", function()
     assert.falsy(page:find('data-config="sequential" class="predictor-off"', 1, true))
   end)
 end)
+
+-- The simulated agent whose search tool raises for the query ids in
+-- FAIL_IDS (comma-separated), every time they run.
+local FAIL_AGENT = [[
+local specula = require "specula"
+local a = specula.sim.multihop { hops = 3, p = 0.6, seg = { "lognormal", 10, 0.3 },
+  spec = { "lognormal", 5, 0.3 }, target = { "lognormal", 60, 0.4 } }
+local FAIL = {}
+for id in (os.getenv("FAIL_IDS") or ""):gmatch("[^,]+") do FAIL[id] = true end
+local call = a.tools.search.call
+a.tools.search.call = function(args, ctx)
+  if FAIL[ctx.id] then error("search backend down for " .. ctx.id) end
+  return call(args, ctx)
+end
+return a
+]]
+
+-- `specula run` without --compare: its records and the summary on stderr.
+local function run_failing(ids, extra)
+  local agent = H.tmpfile("fq_fagent.lua", FAIL_AGENT)
+  local out = H.tmpfile("fq_fout.jsonl")
+  os.remove(out)
+  local args = { "run", agent, "--input", input(4), "--clock", "virtual", "--out", out }
+  for _, a in ipairs(extra or {}) do args[#args + 1] = a end
+  local st, _, err = H.specula(args, { FAIL_IDS = ids })
+  return st, err, H.jsonl(H.read(out))
+end
+
+describe("the summary of `specula run` with failed queries", function()
+  it("takes RelLat and Σwall over the queries that succeeded, and says how many failed", function()
+    local st, err, recs = run_failing("q2,q3")
+    assert.equals(3, st, err)
+    local w, s, fw = 0, 0, 0
+    for _, r in ipairs(recs) do
+      if r.error ~= nil then fw = fw + r.stats.wall_ms
+      else w, s = w + r.stats.wall_ms, s + r.stats.standard_ms end
+    end
+    assert.is_true(fw > 0, "the failed queries took no time: the case proves nothing")
+    local rel, sw, ss = err:match("specula: 4 queries %(2 failed%), %d+ hops; RelLat ([%d.]+) %(Σwall ([%d.]+) ms "
+      .. "/ Σstandard ([%d.]+) ms%)")
+    assert.is_not_nil(rel, err)
+    assert.equals(string.format("%.3f", w / s), rel)
+    assert.equals(string.format("%.1f", w), sw)
+    assert.equals(string.format("%.1f", s), ss)
+    assert.matches("! 2 of 4 queries failed; every figure but the counts of queries is over the 2 that succeeded",
+      err, 1, true)
+  end)
+
+  it("one query that succeeded: its figures alone", function()
+    local st, err, recs = run_failing("q2,q3,q4")
+    assert.equals(3, st, err)
+    local ok
+    for _, r in ipairs(recs) do if r.error == nil then assert.is_nil(ok); ok = r end end
+    local rel, sw = err:match("specula: 4 queries %(3 failed%), %d+ hops; RelLat ([%d.]+) %(Σwall ([%d.]+) ms")
+    assert.equals(string.format("%.3f", ok.stats.wall_ms / ok.stats.standard_ms), rel, err)
+    assert.equals(string.format("%.1f", ok.stats.wall_ms), sw)
+    -- the calls are the one query's
+    local c = ok.stats.calls
+    assert.matches(string.format("calls: model %d, target %d, speculator %d,", c.model, c.target, c.speculator), err,
+      1, true)
+  end)
+
+  it("every query failed: no data, not a row of zeros", function()
+    local st, err = run_failing("q1,q2,q3,q4")
+    assert.equals(3, st, err)
+    assert.matches("specula: 4 queries (4 failed): no data, every query failed", err, 1, true)
+    assert.is_nil(err:find("Σwall", 1, true), err)
+    assert.is_nil(err:find("calls: model", 1, true), err)
+  end)
+end)
