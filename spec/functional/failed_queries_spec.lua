@@ -367,6 +367,18 @@ describe("the summary of `specula run` with failed queries", function()
       1, true)
   end)
 
+  it("--progress: the running RelLat leaves the failed queries out and counts them", function()
+    local st, err, recs = run_failing("q2,q3", { "--progress", "--concurrency", "1" })
+    assert.equals(3, st, err)
+    local w, s = 0, 0
+    for _, r in ipairs(recs) do
+      if r.error == nil then w, s = w + r.stats.wall_ms, s + r.stats.standard_ms end
+    end
+    local rel = err:match("4/4 [^\r\n]-RelLat ([%d.]+) %(2 failed, not in it%)")
+    assert.is_not_nil(rel, err)
+    assert.equals(string.format("%.3f", w / s), rel)
+  end)
+
   it("every query failed: no data, not a row of zeros", function()
     local st, err = run_failing("q1,q2,q3,q4")
     assert.equals(3, st, err)
