@@ -387,3 +387,93 @@ describe("the summary of `specula run` with failed queries", function()
     assert.is_nil(err:find("calls: model", 1, true), err)
   end)
 end)
+
+-- --compare where the second configuration fails every query and the third
+-- all but q1: the agent's search tool raises on a query's second start, and
+-- on its third unless it is q1 (the configurations run in list order).
+local ALL_AGENT = [[
+local specula = require "specula"
+local a = specula.sim.multihop { hops = 3, p = 0.6, seg = { "lognormal", 10, 0.3 },
+  spec = { "lognormal", 5, 0.3 }, target = { "lognormal", 60, 0.4 } }
+local seen = {}
+local init = a.init
+a.init = function(q, ctx)
+  seen[ctx.id] = (seen[ctx.id] or 0) + 1
+  return init(q, ctx)
+end
+local call = a.tools.search.call
+a.tools.search.call = function(args, ctx)
+  local s = seen[ctx.id]
+  if s == 2 or (s == 3 and ctx.id ~= "q1") then error("search backend down for " .. ctx.id) end
+  return call(args, ctx)
+end
+return a
+]]
+
+local afx
+local function all_failed_fixture()
+  if afx then return afx end
+  local agent = H.tmpfile("fq_aagent.lua", ALL_AGENT)
+  local out, sum = H.tmpfile("fq_aout.jsonl"), H.tmpfile("fq_asum.json")
+  os.remove(out)
+  local st, tbl, err = H.specula({ "run", agent, "--input", input(4), "--clock", "virtual", "--concurrency", "1",
+    "--compare", "sequential,spechop:k=inf:label=allfail,spechop:k=2:label=one", "--out", out, "--summary", sum })
+  afx = { out = out, st = st, tbl = tbl, err = err, sum = cjson.decode(H.read(sum)), recs = H.jsonl(H.read(out)) }
+  return afx
+end
+
+-- The table's line of a configuration, split on blanks.
+local function table_cells(tbl, name)
+  for l in tbl:gmatch("[^\n]+") do
+    if l:sub(1, #name + 1) == name .. " " then
+      local t = {}
+      for c in l:gmatch("%S+") do t[#t + 1] = c end
+      return t
+    end
+  end
+end
+
+describe("a configuration whose queries all failed, and one with a single success", function()
+  it("run --compare: the all-failed row has no figure, not zeros, and says so", function()
+    local f = all_failed_fixture()
+    assert.equals(3, f.st, f.err)
+    local failed = {}
+    for _, r in ipairs(f.recs) do if r.error ~= nil then failed[r.config] = (failed[r.config] or 0) + 1 end end
+    assert.same({ allfail = 4, one = 3 }, failed)
+    -- configuration, n ok, failed, then every figure "-"
+    local c = table_cells(f.tbl, "allfail")
+    assert.is_not_nil(c, f.tbl)
+    assert.same({ "allfail", "0", "4!" }, { c[1], c[2], c[3] })
+    for i = 4, #c do assert.equals("-", c[i], "column " .. i .. " of the all-failed row:\n" .. f.tbl) end
+    assert.matches("! allfail: all 4 queries failed; its row has no data", f.tbl, 1, true)
+    assert.matches("\nallfail%s+%-%s+0  not comparable: 0 of 4 queries succeeded in both", f.tbl)
+    -- --summary: no figure either, the counts only
+    local row = f.sum[2]
+    assert.equals("allfail", row.config)
+    for _, k in ipairs({ "mean", "p50", "rel_lat", "model_per_q", "target_per_q", "spec_per_q", "cancelled",
+                         "wasted_calls", "wasted_cost", "agreement" }) do
+      assert.is_nil(row[k], k .. " in the all-failed row")
+    end
+    assert.same({ 0, 4, 4 }, { row.ok, row.failed, row.queries })
+    -- specula compare prints the same table
+    local st, tbl = H.specula({ "compare", f.out })
+    assert.equals(3, st)
+    assert.equals(f.tbl, tbl)
+  end)
+
+  it("run --compare: the row of one success is that query's figures", function()
+    local f = all_failed_fixture()
+    local q1
+    for _, r in ipairs(f.recs) do if r.config == "one" and r.error == nil then assert.is_nil(q1); q1 = r end end
+    assert.equals("q1", q1.id)
+    local row = f.sum[3]
+    assert.equals("one", row.config)
+    assert.same({ 1, 3 }, { row.ok, row.failed })
+    assert.equals(q1.stats.wall_ms, row.mean)
+    assert.is_true(close(row.rel_lat, q1.stats.wall_ms / q1.stats.standard_ms))
+    assert.equals(q1.stats.calls.model, row.model_per_q)
+    assert.equals(q1.stats.calls.target, row.target_per_q)
+    assert.equals(q1.stats.cancelled.total, row.cancelled)
+    assert.matches("! one: 3 of 4 queries failed; its row is over the 1 that succeeded", f.tbl, 1, true)
+  end)
+end)

@@ -198,12 +198,16 @@ function M.summarise(recs, baseline, cache)
     row.p99 = metrics.percentile_sorted(sorted, 99)
     row.rel_lat_lo, row.rel_lat_hi, row.rel_lat = stats.ratio_ci(walls, stds)
   end
-  row.model_per_q = calls.model / math.max(ok, 1)
-  row.target_per_q = calls.target / math.max(ok, 1)
-  row.spec_per_q = calls.speculator / math.max(ok, 1)
-  row.cancelled = cancelled
-  row.wasted_calls = wasted_calls
-  row.wasted_cost = wasted_cost
+  -- no query answered: no figure (not 0 calls, 0 cost: the configuration
+  -- is not free, it has no data)
+  if ok > 0 then
+    row.model_per_q = calls.model / ok
+    row.target_per_q = calls.target / ok
+    row.spec_per_q = calls.speculator / ok
+    row.cancelled = cancelled
+    row.wasted_calls = wasted_calls
+    row.wasted_cost = wasted_cost
+  end
   if ngold > 0 then row.em, row.f1 = em / ngold, f1 / ngold end
   if nagree > 0 then row.agreement = agree / nagree end
   if malformed > 0 then row.malformed = malformed end
@@ -280,10 +284,10 @@ function M.table_text(configs, rows)
     local r = rows[i]
     local rl = r.rel_lat and format("%.3f [%.3f, %.3f]", r.rel_lat, r.rel_lat_lo, r.rel_lat_hi) or "-"
     -- "!": some queries failed; the row's figures are over the others
-    lines[#lines + 1] = format(NAME .. " %5d %6s %8s %8s %8s %8s  %-22s %6s %6s %6s %7d %7d %9s %6s %6s %7s",
+    lines[#lines + 1] = format(NAME .. " %5d %6s %8s %8s %8s %8s  %-22s %6s %6s %6s %7s %7s %9s %6s %6s %7s",
       shown[i], r.ok or (r.queries - r.failed), r.failed > 0 and (r.failed .. "!") or "0", f(r.mean), f(r.p50),
       f(r.p95), f(r.p99), rl, f(r.model_per_q, 2), f(r.target_per_q, 2),
-      f(r.spec_per_q, 2), r.cancelled, r.wasted_calls, f(r.wasted_cost, 4), r.em and f(100 * r.em) or "-",
+      f(r.spec_per_q, 2), f(r.cancelled, 0), f(r.wasted_calls, 0), f(r.wasted_cost, 4), r.em and f(100 * r.em) or "-",
       r.f1 and f(100 * r.f1) or "-", r.agreement and format("%.1f%%", 100 * r.agreement) or "-")
   end
   lines[#lines + 1] = "(latencies in ms per query; RelLat = Σ wall / Σ standard with a bootstrap " .. CI
@@ -293,7 +297,9 @@ function M.table_text(configs, rows)
   for _, k in ipairs(keys) do lines[#lines + 1] = k end
   for i, c in ipairs(configs) do
     local r = rows[i]
-    if r.failed > 0 then
+    if r.failed > 0 and r.failed == r.queries then
+      lines[#lines + 1] = format("! %s: all %d queries failed; its row has no data", c.name, r.queries)
+    elseif r.failed > 0 then
       lines[#lines + 1] = format("! %s: %d of %d queries failed; its row is over the %d that succeeded", c.name,
         r.failed, r.queries, r.queries - r.failed)
     end
