@@ -476,4 +476,39 @@ describe("a configuration whose queries all failed, and one with a single succes
     assert.equals(q1.stats.cancelled.total, row.cancelled)
     assert.matches("! one: 3 of 4 queries failed; its row is over the 1 that succeeded", f.tbl, 1, true)
   end)
+
+  it("specula report: the all-failed row and figures say no data, not 0 calls and 0 commits", function()
+    local f = all_failed_fixture()
+    local html_path = H.tmpfile("fq_areport.html")
+    local st, _, err = H.specula({ "report", f.out, "-o", html_path })
+    assert.equals(0, st, err)
+    local html = H.read(html_path)
+    local function cells(name)
+      local body = html:match('<tr class="config[^"]*" data%-config="' .. name .. '">(.-)</tr>')
+      assert.is_not_nil(body, name)
+      local t = {}
+      for key, val, text in body:gmatch('data%-key="([^"]+)" data%-value="([^"]*)">([^<]*)<') do
+        t[key] = { value = val, text = text }
+      end
+      return t
+    end
+    local a = cells("allfail")
+    assert.same({ "4", "0", "4" }, { a.queries.value, a.ok.value, a.failed.value })
+    for _, k in ipairs({ "mean_wall", "rel_lat", "p_hat", "commits", "rollbacks", "calls_per_query" }) do
+      assert.same({ value = "", text = "–" }, a[k], k)
+    end
+    assert.matches("<strong>allfail</strong>: all 4 queries failed; its row has no data.", html, 1, true)
+    -- the RelLat-against-k figure and its calls panel: no point, no bars, a note
+    local svg = html:match('<svg[^>]-id="fig%-k%-svg".-</svg>')
+    assert.matches("! allfail: no data (4 of 4 failed)", svg, 1, true)
+    assert.is_nil(svg:find("allfail: 0.00 model calls per query", 1, true), "bars of 0 for allfail")
+    assert.matches("allfail: all 4 queries failed", svg, 1, true)
+    -- the single success: its own calls
+    local q1
+    for _, r in ipairs(f.recs) do if r.config == "one" and r.error == nil then q1 = r end end
+    local o = cells("one")
+    local c = q1.stats.calls
+    assert.equals(string.format("%.1f · %.1f · %.1f", c.model, c.target, c.speculator), o.calls_per_query.text)
+    assert.equals(tostring(q1.stats.commits), o.commits.value)
+  end)
 end)

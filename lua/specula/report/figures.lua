@@ -181,6 +181,10 @@ local function draw_k_points(c, configs, xpos, y)
         c:text(px + 8, y(s.rel_lat) + 14, format("! %d of %d failed", s.failed, s.queries),
           { class = "annot", fill = "#C0002A" })
       end
+    elseif s.ok == 0 and s.failed > 0 and xpos(g.kx) then
+      -- every query failed: no point, and the figure says why (at RelLat 1)
+      c:text(xpos(g.kx), y(1) + 16, format("! %s: no data (%d of %d failed)", truncate(g.label, 18), s.failed,
+        s.queries), { class = "annot", text_anchor = "middle", fill = "#C0002A" })
     end
   end
 end
@@ -191,7 +195,7 @@ local function draw_calls_panel(c, configs, L2, R2, Tp2, B)
   local cmax = 0
   for _, g in ipairs(configs) do
     local s = g.stats
-    cmax = max(cmax, s.model_pq, s.target_pq, s.spec_pq)
+    cmax = max(cmax, s.model_pq or 0, s.target_pq or 0, s.spec_pq or 0)
   end
   local y2lo, y2hi = svg.nice_domain(0, max(cmax, 1) * 1.05, 5)
   local y2 = svg.linear(y2lo, y2hi, B, Tp2)
@@ -213,11 +217,17 @@ local function draw_calls_panel(c, configs, L2, R2, Tp2, B)
   for i, g in ipairs(configs) do
     local s = g.stats
     local cx = L2 + slot * (i - 0.5)
-    for j, kd in ipairs(kinds) do
-      local v = s[kd[1]]
-      local bx = cx + (j - 2) * bw - bw / 2
-      c:rect(bx, y2(v), bw - 1, y2(0) - y2(v), { fill = kd[2],
-        tip = format("%s: %.2f %s calls per query", g.label, v, kd[3]) })
+    if s.model_pq then
+      for j, kd in ipairs(kinds) do
+        local v = s[kd[1]]
+        local bx = cx + (j - 2) * bw - bw / 2
+        c:rect(bx, y2(v), bw - 1, y2(0) - y2(v), { fill = kd[2],
+          tip = format("%s: %.2f %s calls per query", g.label, v, kd[3]) })
+      end
+    else
+      -- every query failed: no bars of 0
+      c:text(cx, B - 6, "no data", { class = "annot", text_anchor = "middle", fill = "#C0002A",
+        tip = format("%s: all %d queries failed", g.label, s.queries) })
     end
     if rotate then
       local ly = B + 14

@@ -97,8 +97,13 @@ local function summarize(g, o)
   local kx = g.kx
   local kk = N(kx) or (kx == "inf" and tonumber(C.SP_K_UNBOUNDED)) or nil
   if kk then s.rel_lat_k = rel_lat_k(s.p_hat, s.alpha_hat, s.beta_hat, kk) end
-  local n = math.max(s.ok, 1)
-  s.model_pq, s.target_pq, s.spec_pq = s.model / n, s.target / n, s.speculator / n
+  if s.ok > 0 then
+    s.model_pq, s.target_pq, s.spec_pq = s.model / s.ok, s.target / s.ok, s.speculator / s.ok
+  else
+    -- no query answered: no figure (not 0 commits, 0 calls: a cheap
+    -- configuration, not one with no data)
+    s.commits, s.rollbacks = nil, nil
+  end
   return s
 end
 M.summarize = summarize

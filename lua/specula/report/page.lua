@@ -75,10 +75,10 @@ local function summary_table(configs)
     row[#row + 1] = td("alpha_hat", s.alpha_hat, fnum(s.alpha_hat, 3))
     row[#row + 1] = td("beta_hat", s.beta_hat, fnum(s.beta_hat, 3))
     row[#row + 1] = td("rel_lat_star", s.rel_lat_star, fnum(s.rel_lat_star, 3))
-    row[#row + 1] = td("commits", s.commits, tostring(s.commits))
-    row[#row + 1] = td("rollbacks", s.rollbacks, tostring(s.rollbacks))
-    row[#row + 1] = td("calls_per_query", format("%.17g,%.17g,%.17g", s.model_pq, s.target_pq, s.spec_pq),
-      format("%.1f · %.1f · %.1f", s.model_pq, s.target_pq, s.spec_pq))
+    row[#row + 1] = td("commits", s.commits, s.commits and tostring(s.commits) or "–")
+    row[#row + 1] = td("rollbacks", s.rollbacks, s.rollbacks and tostring(s.rollbacks) or "–")
+    row[#row + 1] = td("calls_per_query", s.model_pq and format("%.17g,%.17g,%.17g", s.model_pq, s.target_pq, s.spec_pq),
+      s.model_pq and format("%.1f · %.1f · %.1f", s.model_pq, s.target_pq, s.spec_pq) or "–")
     end_row(h, row)
   end
   h[#h + 1] = "</tbody></table></div>"
@@ -86,7 +86,10 @@ local function summary_table(configs)
   local notes = {}
   for _, g in ipairs(configs) do
     local s = g.stats
-    if s.failed > 0 then
+    if s.failed > 0 and s.ok == 0 then
+      notes[#notes + 1] = format('<li data-config="%s"><span class="flag">!</span> <strong>%s</strong>: all %d '
+        .. "queries failed; its row has no data.</li>", esc(g.label), esc(g.label), s.queries)
+    elseif s.failed > 0 then
       notes[#notes + 1] = format('<li data-config="%s"><span class="flag">!</span> <strong>%s</strong>: %d of %d '
         .. "queries failed; its row is over the %d that succeeded.</li>", esc(g.label), esc(g.label), s.failed,
         s.queries, s.ok)
