@@ -512,3 +512,37 @@ describe("a configuration whose queries all failed, and one with a single succes
     assert.equals(tostring(q1.stats.commits), o.commits.value)
   end)
 end)
+
+describe('"error": null in a results file', function()
+  it("is no error: compare counts the query as answered, as the paired differences and the report do", function()
+    local st, err, recs = run_failing("q2")
+    assert.equals(3, st, err)
+    -- the same records twice, without provenance (an edited file): once
+    -- with "error": null on the queries that answered, once without the key
+    local with_null, without = {}, {}
+    for _, r in ipairs(recs) do
+      r.provenance, r.config = nil, "c"
+      without[#without + 1] = cjson.encode(r)
+      if r.error == nil then r.error = cjson.null end
+      with_null[#with_null + 1] = cjson.encode(r)
+    end
+    assert.matches('"error":null', with_null[1], 1, true)
+    local a = H.tmpfile("fq_null.jsonl", table.concat(with_null, "\n") .. "\n")
+    local b = H.tmpfile("fq_nokey.jsonl", table.concat(without, "\n") .. "\n")
+    local sa, sb = H.tmpfile("fq_null_sum.json"), H.tmpfile("fq_nokey_sum.json")
+    local st_a, tbl_a, err_a = H.specula({ "compare", a, "--summary", sa })
+    local st_b, tbl_b = H.specula({ "compare", b, "--summary", sb })
+    assert.equals(3, st_b)
+    assert.equals(3, st_a, err_a)
+    assert.equals(tbl_b, tbl_a)
+    local ra, rb = cjson.decode(H.read(sa))[1], cjson.decode(H.read(sb))[1]
+    assert.same({ 3, 1 }, { ra.ok, ra.failed })
+    assert.same(rb, ra)
+    assert.matches("specula compare: exit 3: 1 query failed (c: 1 of 4)", err_a, 1, true)
+    -- the report reads the file the same way
+    local html_path = H.tmpfile("fq_null.html")
+    local rst, _, rerr = H.specula({ "report", a, "-o", html_path })
+    assert.equals(0, rst, rerr)
+    assert.matches('data%-key="ok" data%-value="3"', H.read(html_path))
+  end)
+end)

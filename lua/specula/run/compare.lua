@@ -109,6 +109,11 @@ end
 local by_id, id_map = stats.by_id, stats.id_map
 M.by_id = by_id
 
+-- A record that failed: its error is a value ("error": null in a results
+-- file written by another tool is no error, as stats.paired_records and
+-- the report read it).
+local function failed_rec(r) return r.error ~= nil and r.error ~= json.null end
+
 -- The canonical text of a record's answer and trajectory (what agreement
 -- compares); `cache`, when given, keeps it per record table (M.rows passes
 -- one: the baseline's texts are needed once per configuration). M.main
@@ -138,12 +143,13 @@ function M.summarise(recs, baseline, cache)
   -- columns it lacks and counted, never the end of the table
   local malformed, predictor_off = 0, 0
   for _, r in ipairs(recs) do
-    if r.error then failed = failed + 1 end
+    local rfailed = failed_rec(r)
+    if rfailed then failed = failed + 1 end
     local pf = type(r.stats) == "table" and type(r.stats.prefetch) == "table" and r.stats.prefetch or nil
     if pf and pf.predictor_off == true then predictor_off = predictor_off + 1 end
     -- a failed query is never a data point: its wall time is how long it
     -- took to fail, not how long the configuration takes to answer
-    local s = not r.error and r.stats or nil
+    local s = not rfailed and r.stats or nil
     if s ~= nil then
       local bad = type(s) ~= "table"
       if bad then s = {} end
@@ -177,7 +183,7 @@ function M.summarise(recs, baseline, cache)
     end
     local b = bmap and bmap[tostring(r.id)]
     -- agreement too is over the queries that answered, in both
-    if b and not r.error and not b.error then
+    if b and not rfailed and not failed_rec(b) then
       nagree = nagree + 1
       if agree_text(r, cache) == agree_text(b, cache) then
         agree = agree + 1
