@@ -330,7 +330,7 @@ local function run_failing(ids, extra)
   local args = { "run", agent, "--input", input(4), "--clock", "virtual", "--out", out }
   for _, a in ipairs(extra or {}) do args[#args + 1] = a end
   local st, _, err = H.specula(args, { FAIL_IDS = ids })
-  return st, err, H.jsonl(H.read(out))
+  return st, err, H.jsonl(H.read(out)), out
 end
 
 describe("the summary of `specula run` with failed queries", function()
@@ -544,5 +544,87 @@ describe('"error": null in a results file', function()
     local rst, _, rerr = H.specula({ "report", a, "-o", html_path })
     assert.equals(0, rst, rerr)
     assert.matches('data%-key="ok" data%-value="3"', H.read(html_path))
+  end)
+end)
+
+-- The agent whose search tool raises on its third call for the ids in
+-- FAIL_IDS: those queries fail after two hops, with their stage times.
+local MID_AGENT = [[
+local specula = require "specula"
+local a = specula.sim.multihop { hops = 3, p = 0.6, seg = { "lognormal", 10, 0.3 },
+  spec = { "lognormal", 5, 0.3 }, target = { "lognormal", 60, 0.4 } }
+local FAIL, n = {}, {}
+for id in (os.getenv("FAIL_IDS") or ""):gmatch("[^,]+") do FAIL[id] = true end
+local call = a.tools.search.call
+a.tools.search.call = function(args, ctx)
+  n[ctx.id] = (n[ctx.id] or 0) + 1
+  if FAIL[ctx.id] and n[ctx.id] >= 3 then error("search backend down for " .. ctx.id) end
+  return call(args, ctx)
+end
+return a
+]]
+
+local function report_of(path, extra)
+  local html_path = H.tmpfile("fq_stage.html")
+  local args = { "report", path, "-o", html_path }
+  for _, a in ipairs(extra or {}) do args[#args + 1] = a end
+  local st, _, err = H.specula(args)
+  assert.equals(0, st, err)
+  return H.read(html_path)
+end
+
+describe("the report's stage histograms and timeline with failed queries", function()
+  it("pool the stage times of the queries that succeeded only", function()
+    local agent = H.tmpfile("fq_magent.lua", MID_AGENT)
+    local out = H.tmpfile("fq_mout.jsonl")
+    os.remove(out)
+    local st, _, err = H.specula({ "run", agent, "--input", input(4), "--clock", "virtual", "--mode", "sequential",
+      "--out", out }, { FAIL_IDS = "q2,q3" })
+    assert.equals(3, st, err)
+    local ok_t, all_t = {}, {}
+    for _, r in ipairs(H.jsonl(H.read(out))) do
+      for _, h in ipairs(r.stages.hops) do
+        all_t[#all_t + 1] = h.t_target
+        if r.error == nil then ok_t[#ok_t + 1] = h.t_target end
+      end
+    end
+    local function mean(xs) local s = 0 for _, x in ipairs(xs) do s = s + x end return s / #xs end
+    assert.is_true(#all_t > #ok_t, "no failed query has stage times: the case proves nothing")
+    local want, wrong = string.format("%.1f", mean(ok_t)), string.format("%.1f", mean(all_t))
+    assert.are_not.equal(want, wrong)
+    local html = report_of(out)
+    local mu = html:match("t_target μ = ([%d.]+) ms")
+    assert.equals(want, mu)
+  end)
+
+  it("the timeline's example is a query that succeeded (a failed one only by --query)", function()
+    local out = H.tmpfile("fq_tout.jsonl")
+    os.remove(out)
+    local st, _, err = H.specula({ "run", EX, "--input", input(4), "--clock", "virtual", "--out", out })
+    assert.equals(0, st, err)
+    -- the query the timeline draws, marked failed in an edited copy
+    local before = report_of(out)
+    local id = before:match("Query (q%d) “")
+    assert.is_not_nil(id)
+    local lines = {}
+    for _, r in ipairs(H.jsonl(H.read(out))) do
+      r.provenance = nil
+      if r.id == id then r.error = "marked failed" end
+      lines[#lines + 1] = cjson.encode(r)
+    end
+    local edited = H.tmpfile("fq_tedited.jsonl", table.concat(lines, "\n") .. "\n")
+    local after = report_of(edited)
+    local drawn = after:match("Query (q%d) “")
+    assert.is_not_nil(drawn)
+    assert.are_not.equal(id, drawn)
+    assert.equals(id, report_of(edited, { "--query", id }):match("Query (q%d) “"))
+  end)
+
+  it("every query failed: no histogram data and no timeline, said so", function()
+    local st, err, _, out = run_failing("q1,q2,q3,q4")
+    assert.equals(3, st, err)
+    local html = report_of(out)
+    assert.matches("over the queries that succeeded (no data: no query that succeeded has stage times)", html, 1, true)
+    assert.matches("Every query with stage times failed, so no timeline is drawn", html, 1, true)
   end)
 end)

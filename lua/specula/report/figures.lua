@@ -304,7 +304,8 @@ local function collect_stages(records)
   local data = {}
   for _, st in ipairs(STAGES) do data[st.key] = {} end
   for _, r in ipairs(records) do
-    local stages = T(r.stages)
+    -- a failed query is not a data point, its hops before the failure neither
+    local stages = not rstats.failed(r) and T(r.stages)
     for _, h in ipairs(stages and T(stages.hops) or {}) do
       if T(h) then
         for _, st in ipairs(STAGES) do

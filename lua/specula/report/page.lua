@@ -347,7 +347,8 @@ local function render(o, configs, records, warnings, pooled, figs)
     local s = st_summary[st.key]
     if s then notes[#notes + 1] = format("%s μ = %s ms, σ = %s ms", st.name, fms(s.mean), fms(s.sd)) end
   end
-  add(format("<figcaption>Distribution of each stage's latency per hop, pooled over all configurations (%s). "
+  if #notes == 0 then notes[1] = "no data: no query that succeeded has stage times" end
+  add(format("<figcaption>Distribution of each stage's latency per hop, pooled over all configurations, over the queries that succeeded (%s). "
     .. "The dashed line marks the mean.</figcaption></figure></section>", esc(concat(notes, "; "))))
   add('<section id="fig-timeline"><h2>4. Timeline of one query</h2><figure>')
   if fig_tl then add(fig_tl) end
