@@ -628,3 +628,29 @@ describe("the report's stage histograms and timeline with failed queries", funct
     assert.matches("Every query with stage times failed, so no timeline is drawn", html, 1, true)
   end)
 end)
+
+describe("queries whose standard latency is 0 (stats.rel_lat null)", function()
+  it("a configuration with Σ standard = 0 has no RelLat in compare, as in the report, not 0.000", function()
+    local st, err, recs = run_failing("")
+    assert.equals(0, st, err)
+    local lines = {}
+    for _, r in ipairs(recs) do
+      r.provenance, r.config = nil, "nostd"
+      r.stats.standard_ms, r.stats.rel_lat = 0, cjson.null
+      lines[#lines + 1] = cjson.encode(r)
+    end
+    local path = H.tmpfile("fq_nostd.jsonl", table.concat(lines, "\n") .. "\n")
+    local sum = H.tmpfile("fq_nostd_sum.json")
+    local cst, tbl, cerr = H.specula({ "compare", path, "--summary", sum })
+    assert.equals(0, cst, cerr)
+    local c = table_cells(tbl, "nostd")
+    assert.is_not_nil(c, tbl)
+    assert.equals("-", c[8], tbl)   -- the RelLat column, after n ok, failed and the four latencies
+    local row = cjson.decode(H.read(sum))[1]
+    assert.is_nil(row.rel_lat)
+    assert.is_nil(row.rel_lat_lo)
+    assert.equals(4, row.ok)
+    local html = report_of(path)
+    assert.matches('data%-key="rel_lat" data%-value="">–<', html)
+  end)
+end)

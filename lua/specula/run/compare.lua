@@ -202,7 +202,11 @@ function M.summarise(recs, baseline, cache)
     row.p50 = metrics.percentile_sorted(sorted, 50)
     row.p95 = metrics.percentile_sorted(sorted, 95)
     row.p99 = metrics.percentile_sorted(sorted, 99)
-    row.rel_lat_lo, row.rel_lat_hi, row.rel_lat = stats.ratio_ci(walls, stds)
+    -- RelLat = Σ wall / Σ standard: none while Σ standard is 0 (no query
+    -- made a hop: no standard latency to compare with), not a ratio of 0
+    local sstd = 0
+    for i = 1, #stds do sstd = sstd + stds[i] end
+    if sstd > 0 then row.rel_lat_lo, row.rel_lat_hi, row.rel_lat = stats.ratio_ci(walls, stds) end
   end
   -- no query answered: no figure (not 0 calls, 0 cost: the configuration
   -- is not free, it has no data)
