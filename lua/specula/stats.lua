@@ -322,6 +322,9 @@ end
 paired_finish = function(p, mean, median, ratio)
   local data, diffs, sb = p.data, p.diffs, p.sb
   local r = { n = p.n }
+  -- one pair: every resample is that pair, an interval of width 0 that
+  -- says nothing of the spread; the estimates without intervals
+  if p.n < 2 then mean, median, ratio = {}, {}, {} end
   r.mean_lo, r.mean_hi, r.mean = mean[1], mean[2], mean_diff(data)
   r.median_lo, r.median_hi, r.median = median[1], median[2], median_diff(data)
   if sb > 0 then

@@ -333,6 +333,16 @@ local function run_failing(ids, extra)
   return st, err, H.jsonl(H.read(out)), out
 end
 
+-- `specula report` of a results file: the page.
+local function report_of(path, extra)
+  local html_path = H.tmpfile("fq_page.html")
+  local args = { "report", path, "-o", html_path }
+  for _, a in ipairs(extra or {}) do args[#args + 1] = a end
+  local st, _, err = H.specula(args)
+  assert.equals(0, st, err)
+  return H.read(html_path)
+end
+
 describe("the summary of `specula run` with failed queries", function()
   it("takes RelLat and Σwall over the queries that succeeded, and says how many failed", function()
     local st, err, recs = run_failing("q2,q3")
@@ -475,6 +485,31 @@ describe("a configuration whose queries all failed, and one with a single succes
     assert.equals(q1.stats.calls.target, row.target_per_q)
     assert.equals(q1.stats.cancelled.total, row.cancelled)
     assert.matches("! one: 3 of 4 queries failed; its row is over the 1 that succeeded", f.tbl, 1, true)
+    -- one query is no interval: not one of width 0
+    assert.is_nil(row.rel_lat_lo)
+    assert.is_nil(row.rel_lat_hi)
+    local c = table_cells(f.tbl, "one")
+    assert.same({ string.format("%.3f", row.rel_lat), "[-,", "-]" }, { c[8], c[9], c[10] })
+  end)
+
+  it("one query in both: the paired differences have their estimates and no intervals", function()
+    local out, sum = H.tmpfile("fq_one.jsonl"), H.tmpfile("fq_one_sum.json")
+    os.remove(out)
+    local st, tbl, err = H.specula({ "run", EX, "--input", input(1), "--clock", "virtual", "--compare",
+      "sequential,spechop:k=2", "--out", out, "--summary", sum })
+    assert.equals(0, st, err)
+    local p = cjson.decode(H.read(sum))[2].paired
+    assert.is_true(p.comparable)
+    assert.equals(1, p.wall_ms.n)
+    assert.is_number(p.wall_ms.mean)
+    for _, k in ipairs({ "mean_lo", "mean_hi", "median_lo", "median_hi", "ratio_lo", "ratio_hi" }) do
+      assert.is_nil(p.wall_ms[k], k)
+    end
+    assert.matches("\nspechop:k=2%s+wall_ms%s+1  %S+ %[%-, %-%]%s+%S+ %[%-, %-%]%s+[%d.]+ %[%-, %-%]", tbl)
+    -- the report: the same
+    local html = report_of(out)
+    assert.matches('data%-measure="wall_ms">.-data%-key="mean_ci" data%-value="">–<', html)
+    assert.matches('data%-key="rel_lat_ci" data%-value="">–<', html)
   end)
 
   it("specula report: the all-failed row and figures say no data, not 0 calls and 0 commits", function()
@@ -563,15 +598,6 @@ a.tools.search.call = function(args, ctx)
 end
 return a
 ]]
-
-local function report_of(path, extra)
-  local html_path = H.tmpfile("fq_stage.html")
-  local args = { "report", path, "-o", html_path }
-  for _, a in ipairs(extra or {}) do args[#args + 1] = a end
-  local st, _, err = H.specula(args)
-  assert.equals(0, st, err)
-  return H.read(html_path)
-end
 
 describe("the report's stage histograms and timeline with failed queries", function()
   it("pool the stage times of the queries that succeeded only", function()

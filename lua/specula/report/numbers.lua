@@ -90,7 +90,10 @@ local function summarize(g, o)
   end
   if s.sum_std > 0 then
     s.rel_lat = s.sum_wall / s.sum_std
-    s.ci_lo, s.ci_hi = metrics.bootstrap_ci(pairs_, ratio_of_sums, { iterations = o.iterations, seed = o.seed })
+    -- a bootstrap of one query has no spread: no interval
+    if #pairs_ >= 2 then
+      s.ci_lo, s.ci_hi = metrics.bootstrap_ci(pairs_, ratio_of_sums, { iterations = o.iterations, seed = o.seed })
+    end
   end
   s.p_hat, s.alpha_hat, s.beta_hat = ratios(recs)
   s.rel_lat_star = rel_lat_star(s.p_hat, s.alpha_hat, s.beta_hat)

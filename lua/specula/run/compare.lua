@@ -206,7 +206,9 @@ function M.summarise(recs, baseline, cache)
     -- made a hop: no standard latency to compare with), not a ratio of 0
     local sstd = 0
     for i = 1, #stds do sstd = sstd + stds[i] end
-    if sstd > 0 then row.rel_lat_lo, row.rel_lat_hi, row.rel_lat = stats.ratio_ci(walls, stds) end
+    -- a bootstrap of one query has no spread: its RelLat, without an interval
+    if sstd > 0 and #walls >= 2 then row.rel_lat_lo, row.rel_lat_hi, row.rel_lat = stats.ratio_ci(walls, stds)
+    elseif sstd > 0 then row.rel_lat = walls[1] / sstd end
   end
   -- no query answered: no figure (not 0 calls, 0 cost: the configuration
   -- is not free, it has no data)
@@ -292,7 +294,8 @@ function M.table_text(configs, rows)
   lines[2] = string.rep("-", #head)
   for i in ipairs(configs) do
     local r = rows[i]
-    local rl = r.rel_lat and format("%.3f [%.3f, %.3f]", r.rel_lat, r.rel_lat_lo, r.rel_lat_hi) or "-"
+    local rl = r.rel_lat and (r.rel_lat_lo and format("%.3f [%.3f, %.3f]", r.rel_lat, r.rel_lat_lo, r.rel_lat_hi)
+      or format("%.3f [-, -]", r.rel_lat)) or "-"
     -- "!": some queries failed; the row's figures are over the others
     lines[#lines + 1] = format(NAME .. " %5d %6s %8s %8s %8s %8s  %-22s %6s %6s %6s %7s %7s %9s %6s %6s %7s",
       shown[i], r.ok or (r.queries - r.failed), r.failed > 0 and (r.failed .. "!") or "0", f(r.mean), f(r.p50),
@@ -351,8 +354,10 @@ function M.table_text(configs, rows)
           end
           local ratio = "-"
           if r.ratio then
-            ratio = format("%.3f [%s, %s]", r.ratio, r.ratio_lo and format("%.3f", r.ratio_lo) or "inf",
-              r.ratio_hi and format("%.3f", r.ratio_hi) or "inf")
+            -- no interval end: unbounded (zero baseline sums), or one pair (no interval)
+            local none = r.n < 2 and "-" or "inf"
+            ratio = format("%.3f [%s, %s]", r.ratio, r.ratio_lo and format("%.3f", r.ratio_lo) or none,
+              r.ratio_hi and format("%.3f", r.ratio_hi) or none)
           end
           lines[#lines + 1] = format(NAME .. " %-11s %5d  %-30s %-30s %-24s %-13s %9s", j == 1 and shown[i] or "",
             m.key, r.n, ci(r.mean, r.mean_lo, r.mean_hi), ci(r.median, r.median_lo, r.median_hi), ratio,
