@@ -680,3 +680,27 @@ describe("queries whose standard latency is 0 (stats.rel_lat null)", function()
     assert.matches('data%-key="rel_lat" data%-value="">–<', html)
   end)
 end)
+
+describe("EM and F1 with failed queries", function()
+  it("score the queries that succeeded only, not a failed record's answer", function()
+    local st, err, recs = run_failing("q2")
+    assert.equals(3, st, err)
+    -- an edited file: the failed record carries an answer equal to its gold,
+    -- the others a gold they miss
+    local lines = {}
+    for _, r in ipairs(recs) do
+      r.provenance, r.config = nil, "c"
+      if r.error ~= nil then r.answer, r.gold = "paris", { "paris" }
+      else r.gold = { "no such answer" } end
+      lines[#lines + 1] = cjson.encode(r)
+    end
+    local path = H.tmpfile("fq_em.jsonl", table.concat(lines, "\n") .. "\n")
+    local sum = H.tmpfile("fq_em_sum.json")
+    local cst, _, cerr = H.specula({ "compare", path, "--summary", sum })
+    assert.equals(3, cst, cerr)
+    local row = cjson.decode(H.read(sum))[1]
+    assert.same({ 3, 1 }, { row.ok, row.failed })
+    assert.equals(0, row.em)
+    assert.equals(0, row.f1)
+  end)
+end)

@@ -176,7 +176,7 @@ function M.summarise(recs, baseline, cache)
     local gold = r.gold
     if type(gold) == "table" and #gold == 0 then gold = nil end   -- no gold answer given
     local ans = answer_of(r)
-    if gold ~= nil and ans then
+    if gold ~= nil and ans and not rfailed then   -- a failed query's partial answer is not scored
       ngold = ngold + 1
       em = em + metrics.em(ans, gold)
       f1 = f1 + metrics.f1(ans, gold)
