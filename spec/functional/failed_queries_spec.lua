@@ -679,6 +679,21 @@ describe("queries whose standard latency is 0 (stats.rel_lat null)", function()
     local html = report_of(path)
     assert.matches('data%-key="rel_lat" data%-value="">–<', html)
   end)
+
+  it("the report's per-query figure counts the queries that have no ratio, instead of dropping them unsaid", function()
+    local st, err, recs = run_failing("")
+    assert.equals(0, st, err)
+    local lines = {}
+    for _, r in ipairs(recs) do
+      r.provenance, r.config = nil, "half"
+      if r.id == "q1" or r.id == "q2" then r.stats.standard_ms, r.stats.rel_lat = 0, cjson.null end
+      lines[#lines + 1] = cjson.encode(r)
+    end
+    local html = report_of(H.tmpfile("fq_half.jsonl", table.concat(lines, "\n") .. "\n"))
+    local svg = html:match('<svg[^>]-id="fig%-queries%-svg".-</svg>')
+    assert.matches("2 of 4 without a ratio (standard time 0)", svg, 1, true)
+    assert.matches("half: 2 queries; median", svg, 1, true)
+  end)
 end)
 
 describe("EM and F1 with failed queries", function()

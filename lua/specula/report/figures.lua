@@ -465,6 +465,12 @@ local function fig_rel_lat_dist(configs, pooled)
         { class = "annot", text_anchor = "end", fill = "#C0002A" })
     end
     if i > 1 then c:line(L, Tp + (i - 1) * row_h, R, Tp + (i - 1) * row_h, { stroke = "#eee" }) end
+    -- queries that succeeded with a standard time of 0 (no hop) have no ratio: not dots, but counted
+    local noratio = g.stats.ok - #xs
+    if noratio > 0 then
+      c:text(R, cy - 14, format("%d of %d without a ratio (standard time 0)", noratio, g.stats.ok),
+        { class = "annot", text_anchor = "end", fill = "#8A6D00" })
+    end
     if #xs > 0 then
       local q = function(p) return metrics.percentile(xs, p) end
       local p5, p25, p50, p75, p95 = q(5), q(25), q(50), q(75), q(95)
