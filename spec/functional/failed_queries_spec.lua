@@ -719,3 +719,33 @@ describe("EM and F1 with failed queries", function()
     assert.equals(0, row.f1)
   end)
 end)
+
+describe("a failed record without stats (its query failed before its window ran)", function()
+  it("is a failure the report counts in its configuration, not a line it skips", function()
+    local st, err, recs = run_failing("q2,q3")
+    assert.equals(3, st, err)
+    local lines = {}
+    for _, r in ipairs(recs) do
+      if r.error ~= nil then r.stats, r.stages = nil, nil end
+      lines[#lines + 1] = cjson.encode(r)
+    end
+    local path = H.tmpfile("fq_nostats.jsonl", table.concat(lines, "\n") .. "\n")
+    local html_path = H.tmpfile("fq_nostats.html")
+    local rst, _, rerr = H.specula({ "report", path, "-o", html_path })
+    assert.equals(0, rst, rerr)
+    assert.is_nil(rerr:find("line skipped", 1, true), rerr)
+    assert.matches("specula report: 2 queries failed (k=3: 2 of 4)", rerr, 1, true)
+    local html = H.read(html_path)
+    local n = 0
+    for _ in html:gmatch('<tr class="config[^"]*" data%-config=') do n = n + 1 end
+    assert.equals(1, n)
+    local body = html:match('<tr class="config failing" data%-config="k=3">(.-)</tr>')
+    assert.is_not_nil(body)
+    assert.matches('data%-key="queries" data%-value="4"', body)
+    assert.matches('data%-key="failed" data%-value="2"', body)
+    -- specula compare counts them the same
+    local cst, _, cerr = H.specula({ "compare", path })
+    assert.equals(3, cst)
+    assert.matches("2 queries failed", cerr, 1, true)
+  end)
+end)
