@@ -749,3 +749,38 @@ describe("a failed record without stats (its query failed before its window ran)
     assert.matches("2 queries failed", cerr, 1, true)
   end)
 end)
+
+describe("specula.run's aggregate with failed queries", function()
+  for _, light in ipairs({ false, true }) do
+    it((light and "light" or "full") .. " records: the sums leave the failed queries out and count them", function()
+      local st, out, err = H.run_lua([[
+local specula = require "specula"
+local json = specula.json
+local a = specula.sim.multihop { hops = 3, p = 0.6, seg = { "lognormal", 10, 0.3 },
+  spec = { "lognormal", 5, 0.3 }, target = { "lognormal", 60, 0.4 } }
+local n = {}
+local call = a.tools.search.call
+a.tools.search.call = function(args, ctx)
+  n[ctx.id] = (n[ctx.id] or 0) + 1
+  if (ctx.id == "q2" or ctx.id == "q3") and n[ctx.id] >= 2 then error("down") end
+  return call(args, ctx)
+end
+local recs, agg = specula.run(a, { queries = { { id = "q1", query = "a" }, { id = "q2", query = "b" },
+  { id = "q3", query = "c" }, { id = "q4", query = "d" } }, clock = "virtual", light = ]] .. tostring(light) .. [[ })
+local ok_wall, fail_wall = 0, 0
+for _, r in ipairs(recs) do
+  local w = r.wall_ms or r.stats.wall_ms
+  if r.error then fail_wall = fail_wall + w else ok_wall = ok_wall + w end
+end
+print(json.encode({ queries = agg.queries, failed = agg.failed, wall_ms = agg.wall_ms, ok_wall = ok_wall,
+  fail_wall = fail_wall }))
+]])
+      assert.equals(0, st, err)
+      local r = H.last_json(out)
+      assert.equals(4, r.queries)
+      assert.equals(2, r.failed)
+      assert.is_true(r.fail_wall > 0, "the failed queries took no time: the case proves nothing")
+      assert.is_true(math.abs(r.wall_ms - r.ok_wall) < 0.01, r.wall_ms .. " vs " .. r.ok_wall)
+    end)
+  end
+end)
