@@ -784,3 +784,21 @@ print(json.encode({ queries = agg.queries, failed = agg.failed, wall_ms = agg.wa
     end)
   end
 end)
+
+describe("a comparable configuration with pairs left out", function()
+  it("the paired table says how many queries a failure took out of the pairs, beside their numbers", function()
+    local agent = H.tmpfile("fq_fagent.lua", FAIL_AGENT)
+    local out, sum = H.tmpfile("fq_drop.jsonl"), H.tmpfile("fq_drop_sum.json")
+    os.remove(out)
+    local st, tbl, err = H.specula({ "run", agent, "--input", input(8), "--clock", "virtual", "--compare",
+      "sequential,spechop:k=2", "--out", out, "--summary", sum }, { FAIL_IDS = "q2" })
+    assert.equals(3, st, err)
+    local p = cjson.decode(H.read(sum))[2].paired
+    assert.same({ true, 1, 8, 7 }, { p.comparable, p.failed, p.matched, p.n })
+    assert.matches("\nspechop:k=2%s+wall_ms%s+7%s", tbl)
+    assert.matches("\n%s+%(1 of 8 queries left out: failed here or in sequential%)\n", tbl)
+    local html = report_of(out)
+    assert.matches('<ul class="failures" id="paired-dropped"><li data-config="spechop:k=2"><strong>spechop:k=2</strong>: '
+      .. "1 of 8 queries left out of the pairs (failed here or in the baseline).</li></ul>", html, 1, true)
+  end)
+end)

@@ -133,9 +133,14 @@ local function paired_table(configs, o)
     if not (N(lo) and N(hi)) then return nil, "–" end
     return format("%.17g,%.17g", lo, hi), format("[%s, %s]", fnum(lo, d), fnum(hi, d))
   end
+  local dropped = {}
   for i = 2, #configs do
     local g = configs[i]
     local p = pstats.paired_records(g.recs, base.recs, { iterations = o.iterations, seed = o.seed })
+    if p.comparable and p.failed > 0 then
+      dropped[#dropped + 1] = format('<li data-config="%s"><strong>%s</strong>: %d of %d queries left out of the '
+        .. "pairs (failed here or in the baseline).</li>", esc(g.label), esc(g.label), p.failed, p.matched)
+    end
     if not p.comparable then
       h[#h + 1] = format('<tr class="paired not-comparable" data-config="%s"><th scope="row" class="txt">%s</th>'
         .. '<td class="txt">–</td>%s<td class="txt bad" colspan="8">not comparable: %d of %d queries succeeded in '
@@ -163,7 +168,9 @@ local function paired_table(configs, o)
       end_row(h, row)
     end
   end
-  return end_table(h)
+  local html = end_table(h)
+  if #dropped > 0 then html = html .. '\n<ul class="failures" id="paired-dropped">' .. concat(dropped) .. "</ul>" end
+  return html
 end
 
 -- The verifier lab on a cassette (`--cassette`): one row per verifier, the

@@ -364,6 +364,11 @@ function M.table_text(configs, rows)
             format("%d/%d/%d", r.pos, r.neg, r.zero), format("%.3g", r.sign_p))
         end
       end
+      -- the pairs a failure took: said beside the numbers they are missing from
+      if p and p.comparable and (p.failed or 0) > 0 then
+        lines[#lines + 1] = format(NAME .. " (%d of %d queries left out: failed here or in %s)", "", p.failed,
+          p.matched, configs[1].name)
+      end
     end
     lines[#lines + 1] = format("(pairs = queries both ran and both answered, matched by id (a query that failed in either "
       .. "is left out; under %d%% of them left: not comparable);", math.floor(100 * stats.MIN_PAIRED_SHARE + 0.5))
