@@ -694,6 +694,31 @@ describe("queries whose standard latency is 0 (stats.rel_lat null)", function()
     assert.matches("2 of 4 without a ratio (standard time 0)", svg, 1, true)
     assert.matches("half: 2 queries; median", svg, 1, true)
   end)
+
+  it("a resample of queries without a standard time is no RelLat of 0: the interval is [lo, inf], in compare and report", function()
+    local st, err, recs = run_failing("")
+    assert.equals(0, st, err)
+    local lines = {}
+    for _, r in ipairs(recs) do
+      r.provenance, r.config = nil, "half"
+      if r.id == "q1" or r.id == "q2" then r.stats.standard_ms, r.stats.rel_lat = 0, cjson.null end
+      lines[#lines + 1] = cjson.encode(r)
+    end
+    local path = H.tmpfile("fq_half2.jsonl", table.concat(lines, "\n") .. "\n")
+    local sum = H.tmpfile("fq_half2_sum.json")
+    local cst, tbl, cerr = H.specula({ "compare", path, "--summary", sum })
+    assert.equals(0, cst, cerr)
+    local row = cjson.decode(H.read(sum))[1]
+    -- 1 resample in 16 draws only q1 and q2: a ratio that does not exist, not 0
+    assert.is_true(row.rel_lat_lo > 0, "lower end " .. tostring(row.rel_lat_lo))
+    assert.is_nil(row.rel_lat_hi)
+    local c = table_cells(tbl, "half")
+    assert.same({ string.format("%.3f", row.rel_lat), string.format("[%.3f,", row.rel_lat_lo), "inf]" },
+      { c[8], c[9], c[10] })
+    local html = report_of(path)
+    assert.equals(string.format("[%.3f, inf]", row.rel_lat_lo),
+      html:match('data%-key="rel_lat_ci" data%-value="[^"]*">([^<]*)<'))
+  end)
 end)
 
 describe("EM and F1 with failed queries", function()

@@ -167,9 +167,11 @@ local function draw_k_points(c, configs, xpos, y)
         fnum(s.ci_lo), fnum(s.ci_hi), s.ok, s.failed > 0 and format(" (%d more failed)", s.failed) or "")
       c:open("g", { class = "point", tip = tip })
       if s.ci_lo then
-        c:line(px, y(s.ci_lo), px, y(s.ci_hi), { stroke = g.color, stroke_width = 1.6 })
+        -- an unbounded upper end: the whisker runs to the top of the axis, without a cap
+        local top = s.ci_hi and y(s.ci_hi) or y.r1
+        c:line(px, y(s.ci_lo), px, top, { stroke = g.color, stroke_width = 1.6 })
         c:line(px - 4, y(s.ci_lo), px + 4, y(s.ci_lo), { stroke = g.color, stroke_width = 1.6 })
-        c:line(px - 4, y(s.ci_hi), px + 4, y(s.ci_hi), { stroke = g.color, stroke_width = 1.6 })
+        if s.ci_hi then c:line(px - 4, top, px + 4, top, { stroke = g.color, stroke_width = 1.6 }) end
       end
       c:circle(px, y(s.rel_lat), 5, { fill = g.color, stroke = "#fff", stroke_width = 1.2 })
       c:close()

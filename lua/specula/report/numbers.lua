@@ -36,12 +36,8 @@ local function sd(xs, mean)
   return sqrt(s / (n - 1))
 end
 
-local function ratio_of_sums(sample)
-  local w, s = 0, 0
-  for i = 1, #sample do w, s = w + sample[i][1], s + sample[i][2] end
-  if s <= 0 then return 0 end
-  return w / s
-end
+-- (specula.stats.rel_of: a resample without a standard time is +inf, not 0)
+local ratio_of_sums = pstats.rel_of
 
 -- p̂, α̂, β̂ of records: the engine's one estimator (specula.estimate).
 local function ratios(recs) return estimate.of_records(recs) end
@@ -93,6 +89,9 @@ local function summarize(g, o)
     -- a bootstrap of one query has no spread: no interval
     if #pairs_ >= 2 then
       s.ci_lo, s.ci_hi = metrics.bootstrap_ci(pairs_, ratio_of_sums, { iterations = o.iterations, seed = o.seed })
+      -- an end past every finite value: none (the page prints inf)
+      s.ci_lo, s.ci_hi = N(s.ci_lo), N(s.ci_hi)
+      if not s.ci_hi then s.ci_unbounded = true end
     end
   end
   s.p_hat, s.alpha_hat, s.beta_hat = ratios(recs)

@@ -69,8 +69,12 @@ local function summary_table(configs)
     row[#row + 1] = td("p95_wall", s.p95, fnum(s.p95, 1))
     row[#row + 1] = td("p99_wall", s.p99, fnum(s.p99, 1))
     row[#row + 1] = td("rel_lat", s.rel_lat, fnum(s.rel_lat, 3), "num strong")
-    row[#row + 1] = td("rel_lat_ci", s.ci_lo and format("%.17g,%.17g", s.ci_lo, s.ci_hi),
-      s.ci_lo and format("[%.3f, %.3f]", s.ci_lo, s.ci_hi) or "–", "num ci")
+    -- an end that is unbounded (resamples without a standard time): inf
+    local function e17(v) return v and format("%.17g", v) or "inf" end
+    local function e3(v) return v and format("%.3f", v) or "inf" end
+    local has_ci = s.ci_lo or s.ci_unbounded
+    row[#row + 1] = td("rel_lat_ci", has_ci and (e17(s.ci_lo) .. "," .. e17(s.ci_hi)),
+      has_ci and format("[%s, %s]", e3(s.ci_lo), e3(s.ci_hi)) or "–", "num ci")
     row[#row + 1] = td("p_hat", s.p_hat, fnum(s.p_hat, 3))
     row[#row + 1] = td("alpha_hat", s.alpha_hat, fnum(s.alpha_hat, 3))
     row[#row + 1] = td("beta_hat", s.beta_hat, fnum(s.beta_hat, 3))

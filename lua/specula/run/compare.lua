@@ -207,7 +207,12 @@ function M.summarise(recs, baseline, cache)
     local sstd = 0
     for i = 1, #stds do sstd = sstd + stds[i] end
     -- a bootstrap of one query has no spread: its RelLat, without an interval
-    if sstd > 0 and #walls >= 2 then row.rel_lat_lo, row.rel_lat_hi, row.rel_lat = stats.ratio_ci(walls, stds)
+    if sstd > 0 and #walls >= 2 then
+      row.rel_lat_lo, row.rel_lat_hi, row.rel_lat = stats.ratio_ci(walls, stds)
+      -- an end past every finite value (resamples of queries without a
+      -- standard time): none in the JSON, "inf" in the table
+      row.rel_lat_lo, row.rel_lat_hi = finite(row.rel_lat_lo), finite(row.rel_lat_hi)
+      if row.rel_lat_hi == nil then row.rel_lat_unbounded = true end
     elseif sstd > 0 then row.rel_lat = walls[1] / sstd end
   end
   -- no query answered: no figure (not 0 calls, 0 cost: the configuration
@@ -294,7 +299,8 @@ function M.table_text(configs, rows)
   lines[2] = string.rep("-", #head)
   for i in ipairs(configs) do
     local r = rows[i]
-    local rl = r.rel_lat and (r.rel_lat_lo and format("%.3f [%.3f, %.3f]", r.rel_lat, r.rel_lat_lo, r.rel_lat_hi)
+    local rl = r.rel_lat and ((r.rel_lat_lo or r.rel_lat_unbounded) and format("%.3f [%s, %s]", r.rel_lat,
+      f(r.rel_lat_lo, 3):gsub("^%-$", "inf"), r.rel_lat_hi and format("%.3f", r.rel_lat_hi) or "inf")
       or format("%.3f [-, -]", r.rel_lat)) or "-"
     -- "!": some queries failed; the row's figures are over the others
     lines[#lines + 1] = format(NAME .. " %5d %6s %8s %8s %8s %8s  %-22s %6s %6s %6s %7s %7s %9s %6s %6s %7s",
