@@ -773,6 +773,22 @@ describe("a failed record without stats (its query failed before its window ran)
     assert.equals(3, cst)
     assert.matches("2 queries failed", cerr, 1, true)
   end)
+
+  it("a failed record whose stats are not numbers is a failure too, not a line skipped", function()
+    local st, err, recs = run_failing("q2")
+    assert.equals(3, st, err)
+    local lines = {}
+    for _, r in ipairs(recs) do
+      if r.error ~= nil then r.stats.wall_ms, r.stats.standard_ms = cjson.null, "n/a" end
+      lines[#lines + 1] = cjson.encode(r)
+    end
+    local path = H.tmpfile("fq_badstats.jsonl", table.concat(lines, "\n") .. "\n")
+    local html_path = H.tmpfile("fq_badstats.html")
+    local rst, _, rerr = H.specula({ "report", path, "-o", html_path })
+    assert.equals(0, rst, rerr)
+    assert.is_nil(rerr:find("line skipped", 1, true), rerr)
+    assert.matches("specula report: 1 query failed (k=3: 1 of 4)", rerr, 1, true)
+  end)
 end)
 
 describe("specula.run's aggregate with failed queries", function()

@@ -24,11 +24,11 @@ local M = {}
 local function record_problem(r)
   if type(r) ~= "table" then return "not a JSON object" end
   local st = T(r.stats)
-  if not st and r.error ~= nil and r.error ~= json.null then
-    -- a query that failed before it had stats (its window never ran): a
-    -- failure to count, not a line to skip; no figure reads its stats
+  if r.error ~= nil and r.error ~= json.null then
+    -- a failed query: a failure to count, not a line to skip, whatever its
+    -- stats hold (none when its window never ran); no figure reads them
     if r.config ~= nil and not S(r.config) then return "config is not a string" end
-    r.stats = {}
+    if not st then r.stats = {} end
     return nil
   end
   if not st then return "no stats object (not a `specula run` results record)" end
