@@ -141,19 +141,25 @@ if boot_c then
   end
 end
 
--- Σ num / Σ den over a list of pairs (0 when Σ den <= 0).
+-- Σ num / Σ den over a list of pairs. A resample whose Σ den is 0 (only
+-- queries with no standard time) has no finite ratio: +inf (1 when Σ num
+-- is 0 too), as ratio_of_sums counts it, not 0, the fastest possible.
 local function rel_of(sample)
   local w, s = 0, 0
   for _, p in ipairs(sample) do w, s = w + p[1], s + p[2] end
-  return s > 0 and w / s or 0
+  if s > 0 then return w / s end
+  return w == 0 and 1 or huge
 end
+M.rel_of = rel_of
 
 --- Bootstrap CI of the ratio of sums Σ num / Σ den (the RelLat column:
 -- num = wall times, den = standard times), queries resampled as pairs:
 -- lo, hi, and the ratio on the data. The same numbers as
 -- metrics.bootstrap_ci on the list of pairs { num[i], den[i] } with that
 -- ratio as its statistic (the same draws, sums in the same order); the
--- resampling loop runs in C when the core is loaded (use_lua: never).
+-- resampling loop runs in C when the core is loaded (use_lua: never) and
+-- every den is > 0 (sp_boot_ratio gives 0 to a resample whose Σ den is 0).
+-- An end that is not finite is +inf: callers print it so.
 function M.ratio_ci(num, den, opts, use_lua)
   if type(num) ~= "table" or type(den) ~= "table" or #num ~= #den or #num == 0 then
     error("specula.stats.ratio_ci: expected two non-empty lists of the same length", 2)
@@ -163,7 +169,9 @@ function M.ratio_ci(num, den, opts, use_lua)
   for i = 1, #num do pairs_[i] = { num[i], den[i] } end
   local bo = { iterations = opts.iterations or D.bootstrap_iterations, seed = opts.seed or D.bootstrap_seed,
                level = opts.level or D.bootstrap_level }
-  if not ratio_c or use_lua then return metrics.bootstrap_ci(pairs_, rel_of, bo) end
+  local zero_den = false
+  for i = 1, #den do if not (den[i] > 0) then zero_den = true break end end
+  if not ratio_c or use_lua or zero_den then return metrics.bootstrap_ci(pairs_, rel_of, bo) end
   local st = ratio_c(num, den, bo.iterations, metrics.prng(bo.seed).state)
   table.sort(st)
   local alpha = (1 - bo.level) / 2
@@ -322,6 +330,9 @@ end
 paired_finish = function(p, mean, median, ratio)
   local data, diffs, sb = p.data, p.diffs, p.sb
   local r = { n = p.n }
+  -- one pair: every resample is that pair, an interval of width 0 that
+  -- says nothing of the spread; the estimates without intervals
+  if p.n < 2 then mean, median, ratio = {}, {}, {} end
   r.mean_lo, r.mean_hi, r.mean = mean[1], mean[2], mean_diff(data)
   r.median_lo, r.median_hi, r.median = median[1], median[2], median_diff(data)
   if sb > 0 then

@@ -167,9 +167,11 @@ local function draw_k_points(c, configs, xpos, y)
         fnum(s.ci_lo), fnum(s.ci_hi), s.ok, s.failed > 0 and format(" (%d more failed)", s.failed) or "")
       c:open("g", { class = "point", tip = tip })
       if s.ci_lo then
-        c:line(px, y(s.ci_lo), px, y(s.ci_hi), { stroke = g.color, stroke_width = 1.6 })
+        -- an unbounded upper end: the whisker runs to the top of the axis, without a cap
+        local top = s.ci_hi and y(s.ci_hi) or y.r1
+        c:line(px, y(s.ci_lo), px, top, { stroke = g.color, stroke_width = 1.6 })
         c:line(px - 4, y(s.ci_lo), px + 4, y(s.ci_lo), { stroke = g.color, stroke_width = 1.6 })
-        c:line(px - 4, y(s.ci_hi), px + 4, y(s.ci_hi), { stroke = g.color, stroke_width = 1.6 })
+        if s.ci_hi then c:line(px - 4, top, px + 4, top, { stroke = g.color, stroke_width = 1.6 }) end
       end
       c:circle(px, y(s.rel_lat), 5, { fill = g.color, stroke = "#fff", stroke_width = 1.2 })
       c:close()
@@ -181,6 +183,10 @@ local function draw_k_points(c, configs, xpos, y)
         c:text(px + 8, y(s.rel_lat) + 14, format("! %d of %d failed", s.failed, s.queries),
           { class = "annot", fill = "#C0002A" })
       end
+    elseif s.ok == 0 and s.failed > 0 and xpos(g.kx) then
+      -- every query failed: no point, and the figure says why (at RelLat 1)
+      c:text(xpos(g.kx), y(1) + 16, format("! %s: no data (%d of %d failed)", truncate(g.label, 18), s.failed,
+        s.queries), { class = "annot", text_anchor = "middle", fill = "#C0002A" })
     end
   end
 end
@@ -191,7 +197,7 @@ local function draw_calls_panel(c, configs, L2, R2, Tp2, B)
   local cmax = 0
   for _, g in ipairs(configs) do
     local s = g.stats
-    cmax = max(cmax, s.model_pq, s.target_pq, s.spec_pq)
+    cmax = max(cmax, s.model_pq or 0, s.target_pq or 0, s.spec_pq or 0)
   end
   local y2lo, y2hi = svg.nice_domain(0, max(cmax, 1) * 1.05, 5)
   local y2 = svg.linear(y2lo, y2hi, B, Tp2)
@@ -213,11 +219,17 @@ local function draw_calls_panel(c, configs, L2, R2, Tp2, B)
   for i, g in ipairs(configs) do
     local s = g.stats
     local cx = L2 + slot * (i - 0.5)
-    for j, kd in ipairs(kinds) do
-      local v = s[kd[1]]
-      local bx = cx + (j - 2) * bw - bw / 2
-      c:rect(bx, y2(v), bw - 1, y2(0) - y2(v), { fill = kd[2],
-        tip = format("%s: %.2f %s calls per query", g.label, v, kd[3]) })
+    if s.model_pq then
+      for j, kd in ipairs(kinds) do
+        local v = s[kd[1]]
+        local bx = cx + (j - 2) * bw - bw / 2
+        c:rect(bx, y2(v), bw - 1, y2(0) - y2(v), { fill = kd[2],
+          tip = format("%s: %.2f %s calls per query", g.label, v, kd[3]) })
+      end
+    else
+      -- every query failed: no bars of 0
+      c:text(cx, B - 6, "no data", { class = "annot", text_anchor = "middle", fill = "#C0002A",
+        tip = format("%s: all %d queries failed", g.label, s.queries) })
     end
     if rotate then
       local ly = B + 14
@@ -294,7 +306,8 @@ local function collect_stages(records)
   local data = {}
   for _, st in ipairs(STAGES) do data[st.key] = {} end
   for _, r in ipairs(records) do
-    local stages = T(r.stages)
+    -- a failed query is not a data point, its hops before the failure neither
+    local stages = not rstats.failed(r) and T(r.stages)
     for _, h in ipairs(stages and T(stages.hops) or {}) do
       if T(h) then
         for _, st in ipairs(STAGES) do
@@ -454,6 +467,12 @@ local function fig_rel_lat_dist(configs, pooled)
         { class = "annot", text_anchor = "end", fill = "#C0002A" })
     end
     if i > 1 then c:line(L, Tp + (i - 1) * row_h, R, Tp + (i - 1) * row_h, { stroke = "#eee" }) end
+    -- queries that succeeded with a standard time of 0 (no hop) have no ratio: not dots, but counted
+    local noratio = g.stats.ok - #xs
+    if noratio > 0 then
+      c:text(R, cy - 14, format("%d of %d without a ratio (standard time 0)", noratio, g.stats.ok),
+        { class = "annot", text_anchor = "end", fill = "#8A6D00" })
+    end
     if #xs > 0 then
       local q = function(p) return metrics.percentile(xs, p) end
       local p5, p25, p50, p75, p95 = q(5), q(25), q(50), q(75), q(95)

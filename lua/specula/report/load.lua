@@ -24,6 +24,13 @@ local M = {}
 local function record_problem(r)
   if type(r) ~= "table" then return "not a JSON object" end
   local st = T(r.stats)
+  if r.error ~= nil and r.error ~= json.null then
+    -- a failed query: a failure to count, not a line to skip, whatever its
+    -- stats hold (none when its window never ran); no figure reads them
+    if r.config ~= nil and not S(r.config) then return "config is not a string" end
+    if not st then r.stats = {} end
+    return nil
+  end
   if not st then return "no stats object (not a `specula run` results record)" end
   if not N(st.wall_ms) then return "stats.wall_ms is not a number" end
   if not N(st.standard_ms) or st.standard_ms < 0 then return "stats.standard_ms is not a non-negative number" end
@@ -157,9 +164,12 @@ local function group_records(records, o)
         local kc = config_k(c) or (pc and pc.k ~= nil and tostring(pc.k)) or nil
         add("config:" .. c, c, mode, kc, r)
       else
-        local mode = S(r.mode) or S(r.stats.mode)
+        -- (a failed record without stats: its run's provenance names them)
+        local pc = T(r.provenance) and T(r.provenance.config)
+        local mode = S(r.mode) or S(r.stats.mode) or (pc and S(pc.mode))
         -- the configured k (k_config) keeps an auto run together
         local kv = r.stats.k_config or r.stats.k
+        if kv == nil and pc then kv = pc.k end
         local key = r._file .. "\0" .. tostring(mode) .. "\0" .. k_label(kv)
         local p = pending[key]
         if not p then

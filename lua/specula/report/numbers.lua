@@ -36,12 +36,8 @@ local function sd(xs, mean)
   return sqrt(s / (n - 1))
 end
 
-local function ratio_of_sums(sample)
-  local w, s = 0, 0
-  for i = 1, #sample do w, s = w + sample[i][1], s + sample[i][2] end
-  if s <= 0 then return 0 end
-  return w / s
-end
+-- (specula.stats.rel_of: a resample without a standard time is +inf, not 0)
+local ratio_of_sums = pstats.rel_of
 
 -- p̂, α̂, β̂ of records: the engine's one estimator (specula.estimate).
 local function ratios(recs) return estimate.of_records(recs) end
@@ -90,15 +86,26 @@ local function summarize(g, o)
   end
   if s.sum_std > 0 then
     s.rel_lat = s.sum_wall / s.sum_std
-    s.ci_lo, s.ci_hi = metrics.bootstrap_ci(pairs_, ratio_of_sums, { iterations = o.iterations, seed = o.seed })
+    -- a bootstrap of one query has no spread: no interval
+    if #pairs_ >= 2 then
+      s.ci_lo, s.ci_hi = metrics.bootstrap_ci(pairs_, ratio_of_sums, { iterations = o.iterations, seed = o.seed })
+      -- an end past every finite value: none (the page prints inf)
+      s.ci_lo, s.ci_hi = N(s.ci_lo), N(s.ci_hi)
+      if not s.ci_hi then s.ci_unbounded = true end
+    end
   end
   s.p_hat, s.alpha_hat, s.beta_hat = ratios(recs)
   s.rel_lat_star = rel_lat_star(s.p_hat, s.alpha_hat, s.beta_hat)
   local kx = g.kx
   local kk = N(kx) or (kx == "inf" and tonumber(C.SP_K_UNBOUNDED)) or nil
   if kk then s.rel_lat_k = rel_lat_k(s.p_hat, s.alpha_hat, s.beta_hat, kk) end
-  local n = math.max(s.ok, 1)
-  s.model_pq, s.target_pq, s.spec_pq = s.model / n, s.target / n, s.speculator / n
+  if s.ok > 0 then
+    s.model_pq, s.target_pq, s.spec_pq = s.model / s.ok, s.target / s.ok, s.speculator / s.ok
+  else
+    -- no query answered: no figure (not 0 commits, 0 calls: a cheap
+    -- configuration, not one with no data)
+    s.commits, s.rollbacks = nil, nil
+  end
   return s
 end
 M.summarize = summarize

@@ -69,16 +69,20 @@ local function summary_table(configs)
     row[#row + 1] = td("p95_wall", s.p95, fnum(s.p95, 1))
     row[#row + 1] = td("p99_wall", s.p99, fnum(s.p99, 1))
     row[#row + 1] = td("rel_lat", s.rel_lat, fnum(s.rel_lat, 3), "num strong")
-    row[#row + 1] = td("rel_lat_ci", s.ci_lo and format("%.17g,%.17g", s.ci_lo, s.ci_hi),
-      s.ci_lo and format("[%.3f, %.3f]", s.ci_lo, s.ci_hi) or "–", "num ci")
+    -- an end that is unbounded (resamples without a standard time): inf
+    local function e17(v) return v and format("%.17g", v) or "inf" end
+    local function e3(v) return v and format("%.3f", v) or "inf" end
+    local has_ci = s.ci_lo or s.ci_unbounded
+    row[#row + 1] = td("rel_lat_ci", has_ci and (e17(s.ci_lo) .. "," .. e17(s.ci_hi)),
+      has_ci and format("[%s, %s]", e3(s.ci_lo), e3(s.ci_hi)) or "–", "num ci")
     row[#row + 1] = td("p_hat", s.p_hat, fnum(s.p_hat, 3))
     row[#row + 1] = td("alpha_hat", s.alpha_hat, fnum(s.alpha_hat, 3))
     row[#row + 1] = td("beta_hat", s.beta_hat, fnum(s.beta_hat, 3))
     row[#row + 1] = td("rel_lat_star", s.rel_lat_star, fnum(s.rel_lat_star, 3))
-    row[#row + 1] = td("commits", s.commits, tostring(s.commits))
-    row[#row + 1] = td("rollbacks", s.rollbacks, tostring(s.rollbacks))
-    row[#row + 1] = td("calls_per_query", format("%.17g,%.17g,%.17g", s.model_pq, s.target_pq, s.spec_pq),
-      format("%.1f · %.1f · %.1f", s.model_pq, s.target_pq, s.spec_pq))
+    row[#row + 1] = td("commits", s.commits, s.commits and tostring(s.commits) or "–")
+    row[#row + 1] = td("rollbacks", s.rollbacks, s.rollbacks and tostring(s.rollbacks) or "–")
+    row[#row + 1] = td("calls_per_query", s.model_pq and format("%.17g,%.17g,%.17g", s.model_pq, s.target_pq, s.spec_pq),
+      s.model_pq and format("%.1f · %.1f · %.1f", s.model_pq, s.target_pq, s.spec_pq) or "–")
     end_row(h, row)
   end
   h[#h + 1] = "</tbody></table></div>"
@@ -86,7 +90,10 @@ local function summary_table(configs)
   local notes = {}
   for _, g in ipairs(configs) do
     local s = g.stats
-    if s.failed > 0 then
+    if s.failed > 0 and s.ok == 0 then
+      notes[#notes + 1] = format('<li data-config="%s"><span class="flag">!</span> <strong>%s</strong>: all %d '
+        .. "queries failed; its row has no data.</li>", esc(g.label), esc(g.label), s.queries)
+    elseif s.failed > 0 then
       notes[#notes + 1] = format('<li data-config="%s"><span class="flag">!</span> <strong>%s</strong>: %d of %d '
         .. "queries failed; its row is over the %d that succeeded.</li>", esc(g.label), esc(g.label), s.failed,
         s.queries, s.ok)
@@ -130,9 +137,14 @@ local function paired_table(configs, o)
     if not (N(lo) and N(hi)) then return nil, "–" end
     return format("%.17g,%.17g", lo, hi), format("[%s, %s]", fnum(lo, d), fnum(hi, d))
   end
+  local dropped = {}
   for i = 2, #configs do
     local g = configs[i]
     local p = pstats.paired_records(g.recs, base.recs, { iterations = o.iterations, seed = o.seed })
+    if p.comparable and p.failed > 0 then
+      dropped[#dropped + 1] = format('<li data-config="%s"><strong>%s</strong>: %d of %d queries left out of the '
+        .. "pairs (failed here or in the baseline).</li>", esc(g.label), esc(g.label), p.failed, p.matched)
+    end
     if not p.comparable then
       h[#h + 1] = format('<tr class="paired not-comparable" data-config="%s"><th scope="row" class="txt">%s</th>'
         .. '<td class="txt">–</td>%s<td class="txt bad" colspan="8">not comparable: %d of %d queries succeeded in '
@@ -160,7 +172,9 @@ local function paired_table(configs, o)
       end_row(h, row)
     end
   end
-  return end_table(h)
+  local html = end_table(h)
+  if #dropped > 0 then html = html .. '\n<ul class="failures" id="paired-dropped">' .. concat(dropped) .. "</ul>" end
+  return html
 end
 
 -- The verifier lab on a cassette (`--cassette`): one row per verifier, the
@@ -344,7 +358,8 @@ local function render(o, configs, records, warnings, pooled, figs)
     local s = st_summary[st.key]
     if s then notes[#notes + 1] = format("%s μ = %s ms, σ = %s ms", st.name, fms(s.mean), fms(s.sd)) end
   end
-  add(format("<figcaption>Distribution of each stage's latency per hop, pooled over all configurations (%s). "
+  if #notes == 0 then notes[1] = "no data: no query that succeeded has stage times" end
+  add(format("<figcaption>Distribution of each stage's latency per hop, pooled over all configurations, over the queries that succeeded (%s). "
     .. "The dashed line marks the mean.</figcaption></figure></section>", esc(concat(notes, "; "))))
   add('<section id="fig-timeline"><h2>4. Timeline of one query</h2><figure>')
   if fig_tl then add(fig_tl) end

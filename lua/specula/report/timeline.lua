@@ -9,6 +9,7 @@ local json, svg = require "specula.json", require "specula.report.svg"
 local core = require "specula.internal.core"
 local common, load = require "specula.report.common", require "specula.report.load"
 local figures = require "specula.report.figures"
+local rstats = require "specula.report.numbers"
 
 local C = core.C
 local format, max, min, huge = string.format, math.max, math.min, math.huge
@@ -260,7 +261,8 @@ local function timeline_section(configs, records, o)
     local best, bestg
     for _, g in ipairs(configs) do
       for _, r in ipairs(g.recs) do
-        if (not o.query or tostring(r.id) == o.query) and T(r.stages) then
+        -- unless asked for by --query, a query that failed is not the example
+        if (o.query and tostring(r.id) == o.query or not o.query and not rstats.failed(r)) and T(r.stages) then
           local score = (N(r.stats.commits) or 0) + (N(r.stats.rollbacks) or 0)
           if not best or score > best.score then best, bestg = { r = r, score = score }, g end
         end
@@ -268,6 +270,11 @@ local function timeline_section(configs, records, o)
     end
     if not best then
       if o.query then fail("--query '" .. o.query .. "': no record with that id and stage times") end
+      for _, r in ipairs(records) do
+        if T(r.stages) then
+          return nil, "Every query with stage times failed, so no timeline is drawn (--query ID draws a failed one)."
+        end
+      end
       return nil, "No record carries stage times, so no timeline can be drawn."
     end
     local r = best.r

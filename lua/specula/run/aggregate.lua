@@ -47,7 +47,12 @@ end
 local prefetch_add
 local function agg_add(a, st, failed, match)
   a.queries = a.queries + 1
-  if failed then a.failed = a.failed + 1 end
+  -- a failed query is counted, never a data point: its wall time is how
+  -- long it took to fail (docs/cli.md#failed-queries)
+  if failed then
+    a.failed = a.failed + 1
+    return
+  end
   a.wall_ms, a.standard_ms = a.wall_ms + st.wall_ms, a.standard_ms + st.standard_ms
   a.hops, a.commits, a.rollbacks = a.hops + st.hops, a.commits + st.commits, a.rollbacks + st.rollbacks
   a.accepted, a.rejected = a.accepted + st.accepted, a.rejected + st.rejected
@@ -124,7 +129,10 @@ end
 -- `count` is set.
 add_record = function(a, r, count)
   if count then a.queries = a.queries + 1 end
-  if r.error then a.failed = a.failed + 1 end
+  if r.error then
+    a.failed = a.failed + 1   -- counted, and left out of every sum (agg_add)
+    return
+  end
   local s, g = r.stats, r._agg
   if s and g then
     a.wall_ms, a.standard_ms = a.wall_ms + g.wall, a.standard_ms + g.std
@@ -207,12 +215,25 @@ end
 -- given, adds the eligibility gate's decisions.
 function M.summary_text(a, run)
   local lines = {}
+  if a.queries > 0 and a.failed == a.queries then
+    -- no query answered: no figure, not a row of zeros
+    lines[1] = format("specula: %d quer%s (%d failed): no data, every query failed", a.queries,
+      a.queries == 1 and "y" or "ies", a.failed)
+    if run and run.policy then
+      for _, l in ipairs(M.decision_lines(policylib.counts(run.policy))) do lines[#lines + 1] = l end
+    end
+    return table.concat(lines, "\n")
+  end
   lines[#lines + 1] = format("specula: %d queries (%d failed), %d hops; RelLat %s (Σwall %.1f ms / Σstandard %.1f ms)",
     a.queries, a.failed, a.hops, fmt(a.rel_lat), a.wall_ms, a.standard_ms)
   lines[#lines + 1] = format("  p̂ %s  α̂ %s  β̂ %s  RelLat* %s  RelLat_k %s  commits %d  rollbacks %d",
     fmt(a.p_hat), fmt(a.alpha_hat), fmt(a.beta_hat), fmt(a.rel_lat_star), fmt(a.rel_lat_k), a.commits, a.rollbacks)
   lines[#lines + 1] = format("  calls: model %d, target %d, speculator %d, predicted %d, warmup %d; cancelled %d; wasted %d calls, cost %.4f",
     a.model, a.target, a.speculator, a.predicted, a.warmup, a.cancelled, a.wasted_calls, a.wasted_cost)
+  if a.failed > 0 then
+    lines[#lines + 1] = format("  ! %d of %d queries failed; every figure but the counts of queries is over the %d that "
+      .. "succeeded", a.failed, a.queries, a.queries - a.failed)
+  end
   if a.prefetch then
     local p = a.prefetch
     lines[#lines + 1] = format("  action speculation (%s%s): %d candidates, %d fired, %d promoted (hit rate %s), %d wasted (cost %.4f), gated: EV %d, policy %d; %.0f ms hidden",

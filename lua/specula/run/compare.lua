@@ -109,6 +109,11 @@ end
 local by_id, id_map = stats.by_id, stats.id_map
 M.by_id = by_id
 
+-- A record that failed: its error is a value ("error": null in a results
+-- file written by another tool is no error, as stats.paired_records and
+-- the report read it).
+local function failed_rec(r) return r.error ~= nil and r.error ~= json.null end
+
 -- The canonical text of a record's answer and trajectory (what agreement
 -- compares); `cache`, when given, keeps it per record table (M.rows passes
 -- one: the baseline's texts are needed once per configuration). M.main
@@ -138,12 +143,13 @@ function M.summarise(recs, baseline, cache)
   -- columns it lacks and counted, never the end of the table
   local malformed, predictor_off = 0, 0
   for _, r in ipairs(recs) do
-    if r.error then failed = failed + 1 end
+    local rfailed = failed_rec(r)
+    if rfailed then failed = failed + 1 end
     local pf = type(r.stats) == "table" and type(r.stats.prefetch) == "table" and r.stats.prefetch or nil
     if pf and pf.predictor_off == true then predictor_off = predictor_off + 1 end
     -- a failed query is never a data point: its wall time is how long it
     -- took to fail, not how long the configuration takes to answer
-    local s = not r.error and r.stats or nil
+    local s = not rfailed and r.stats or nil
     if s ~= nil then
       local bad = type(s) ~= "table"
       if bad then s = {} end
@@ -170,14 +176,14 @@ function M.summarise(recs, baseline, cache)
     local gold = r.gold
     if type(gold) == "table" and #gold == 0 then gold = nil end   -- no gold answer given
     local ans = answer_of(r)
-    if gold ~= nil and ans then
+    if gold ~= nil and ans and not rfailed then   -- a failed query's partial answer is not scored
       ngold = ngold + 1
       em = em + metrics.em(ans, gold)
       f1 = f1 + metrics.f1(ans, gold)
     end
     local b = bmap and bmap[tostring(r.id)]
     -- agreement too is over the queries that answered, in both
-    if b and not r.error and not b.error then
+    if b and not rfailed and not failed_rec(b) then
       nagree = nagree + 1
       if agree_text(r, cache) == agree_text(b, cache) then
         agree = agree + 1
@@ -196,14 +202,29 @@ function M.summarise(recs, baseline, cache)
     row.p50 = metrics.percentile_sorted(sorted, 50)
     row.p95 = metrics.percentile_sorted(sorted, 95)
     row.p99 = metrics.percentile_sorted(sorted, 99)
-    row.rel_lat_lo, row.rel_lat_hi, row.rel_lat = stats.ratio_ci(walls, stds)
+    -- RelLat = Σ wall / Σ standard: none while Σ standard is 0 (no query
+    -- made a hop: no standard latency to compare with), not a ratio of 0
+    local sstd = 0
+    for i = 1, #stds do sstd = sstd + stds[i] end
+    -- a bootstrap of one query has no spread: its RelLat, without an interval
+    if sstd > 0 and #walls >= 2 then
+      row.rel_lat_lo, row.rel_lat_hi, row.rel_lat = stats.ratio_ci(walls, stds)
+      -- an end past every finite value (resamples of queries without a
+      -- standard time): none in the JSON, "inf" in the table
+      row.rel_lat_lo, row.rel_lat_hi = finite(row.rel_lat_lo), finite(row.rel_lat_hi)
+      if row.rel_lat_hi == nil then row.rel_lat_unbounded = true end
+    elseif sstd > 0 then row.rel_lat = walls[1] / sstd end
   end
-  row.model_per_q = calls.model / math.max(ok, 1)
-  row.target_per_q = calls.target / math.max(ok, 1)
-  row.spec_per_q = calls.speculator / math.max(ok, 1)
-  row.cancelled = cancelled
-  row.wasted_calls = wasted_calls
-  row.wasted_cost = wasted_cost
+  -- no query answered: no figure (not 0 calls, 0 cost: the configuration
+  -- is not free, it has no data)
+  if ok > 0 then
+    row.model_per_q = calls.model / ok
+    row.target_per_q = calls.target / ok
+    row.spec_per_q = calls.speculator / ok
+    row.cancelled = cancelled
+    row.wasted_calls = wasted_calls
+    row.wasted_cost = wasted_cost
+  end
   if ngold > 0 then row.em, row.f1 = em / ngold, f1 / ngold end
   if nagree > 0 then row.agreement = agree / nagree end
   if malformed > 0 then row.malformed = malformed end
@@ -278,12 +299,14 @@ function M.table_text(configs, rows)
   lines[2] = string.rep("-", #head)
   for i in ipairs(configs) do
     local r = rows[i]
-    local rl = r.rel_lat and format("%.3f [%.3f, %.3f]", r.rel_lat, r.rel_lat_lo, r.rel_lat_hi) or "-"
+    local rl = r.rel_lat and ((r.rel_lat_lo or r.rel_lat_unbounded) and format("%.3f [%s, %s]", r.rel_lat,
+      f(r.rel_lat_lo, 3):gsub("^%-$", "inf"), r.rel_lat_hi and format("%.3f", r.rel_lat_hi) or "inf")
+      or format("%.3f [-, -]", r.rel_lat)) or "-"
     -- "!": some queries failed; the row's figures are over the others
-    lines[#lines + 1] = format(NAME .. " %5d %6s %8s %8s %8s %8s  %-22s %6s %6s %6s %7d %7d %9s %6s %6s %7s",
+    lines[#lines + 1] = format(NAME .. " %5d %6s %8s %8s %8s %8s  %-22s %6s %6s %6s %7s %7s %9s %6s %6s %7s",
       shown[i], r.ok or (r.queries - r.failed), r.failed > 0 and (r.failed .. "!") or "0", f(r.mean), f(r.p50),
       f(r.p95), f(r.p99), rl, f(r.model_per_q, 2), f(r.target_per_q, 2),
-      f(r.spec_per_q, 2), r.cancelled, r.wasted_calls, f(r.wasted_cost, 4), r.em and f(100 * r.em) or "-",
+      f(r.spec_per_q, 2), f(r.cancelled, 0), f(r.wasted_calls, 0), f(r.wasted_cost, 4), r.em and f(100 * r.em) or "-",
       r.f1 and f(100 * r.f1) or "-", r.agreement and format("%.1f%%", 100 * r.agreement) or "-")
   end
   lines[#lines + 1] = "(latencies in ms per query; RelLat = Σ wall / Σ standard with a bootstrap " .. CI
@@ -293,7 +316,9 @@ function M.table_text(configs, rows)
   for _, k in ipairs(keys) do lines[#lines + 1] = k end
   for i, c in ipairs(configs) do
     local r = rows[i]
-    if r.failed > 0 then
+    if r.failed > 0 and r.failed == r.queries then
+      lines[#lines + 1] = format("! %s: all %d queries failed; its row has no data", c.name, r.queries)
+    elseif r.failed > 0 then
       lines[#lines + 1] = format("! %s: %d of %d queries failed; its row is over the %d that succeeded", c.name,
         r.failed, r.queries, r.queries - r.failed)
     end
@@ -335,13 +360,20 @@ function M.table_text(configs, rows)
           end
           local ratio = "-"
           if r.ratio then
-            ratio = format("%.3f [%s, %s]", r.ratio, r.ratio_lo and format("%.3f", r.ratio_lo) or "inf",
-              r.ratio_hi and format("%.3f", r.ratio_hi) or "inf")
+            -- no interval end: unbounded (zero baseline sums), or one pair (no interval)
+            local none = r.n < 2 and "-" or "inf"
+            ratio = format("%.3f [%s, %s]", r.ratio, r.ratio_lo and format("%.3f", r.ratio_lo) or none,
+              r.ratio_hi and format("%.3f", r.ratio_hi) or none)
           end
           lines[#lines + 1] = format(NAME .. " %-11s %5d  %-30s %-30s %-24s %-13s %9s", j == 1 and shown[i] or "",
             m.key, r.n, ci(r.mean, r.mean_lo, r.mean_hi), ci(r.median, r.median_lo, r.median_hi), ratio,
             format("%d/%d/%d", r.pos, r.neg, r.zero), format("%.3g", r.sign_p))
         end
+      end
+      -- the pairs a failure took: said beside the numbers they are missing from
+      if p and p.comparable and (p.failed or 0) > 0 then
+        lines[#lines + 1] = format(NAME .. " (%d of %d queries left out: failed here or in %s)", "", p.failed,
+          p.matched, configs[1].name)
       end
     end
     lines[#lines + 1] = format("(pairs = queries both ran and both answered, matched by id (a query that failed in either "

@@ -423,7 +423,7 @@ run_batch = function(run, queries, emit, progress, keep)
   local qs, results, next_emit, emitted = {}, {}, 1, 0
   local done, started, next_i = 0, 0, 1
   local t0 = sched.real_now()   -- the progress line's rate is real queries per second
-  local sum_wall, sum_std = 0, 0
+  local sum_wall, sum_std, nfailed = 0, 0, 0
   local conc = batch_concurrency(run, n)
   local learn = run.learn
   local group = ffi.gc(C.sp_wgroup_new(core.ctx), C.sp_wgroup_free)
@@ -442,7 +442,9 @@ run_batch = function(run, queries, emit, progress, keep)
   local function record(i, rec)
     results[i] = rec
     done = done + 1
-    if rec and rec._agg then sum_wall, sum_std = sum_wall + rec._agg.wall, sum_std + rec._agg.std end
+    -- a failed query is counted, not summed: its wall time is how long it took to fail
+    if rec and rec.error then nfailed = nfailed + 1
+    elseif rec and rec._agg then sum_wall, sum_std = sum_wall + rec._agg.wall, sum_std + rec._agg.std end
     while results[next_emit] do
       local r, q = results[next_emit], qs[next_emit]
       if learn and r.trajectory and not r.error then
@@ -458,7 +460,7 @@ run_batch = function(run, queries, emit, progress, keep)
       qs[next_emit] = nil
       next_emit, emitted = next_emit + 1, emitted + 1
     end
-    if progress and rec then progress(done, n, t0, sum_wall, sum_std) end
+    if progress and rec then progress(done, n, t0, sum_wall, sum_std, nfailed) end
   end
   while done < n and not (interrupted and done == started) do
     check_cassette()
@@ -513,12 +515,12 @@ M.run_all = run_all
 -- (nil when disabled).
 local function progress_line(enabled)
   if not enabled then return nil end
-  return function(done, n, t0, sw, ss)
+  return function(done, n, t0, sw, ss, nf)
     local el = (sched.real_now() - t0) / 1000
     local rate = el > 0 and done / el or 0
     local eta = rate > 0 and (n - done) / rate or 0
-    output.stderr(format("\r%d/%d  %.1f q/s  ETA %.0fs  RelLat %s   ", done, n, rate, eta,
-      ss > 0 and fmt(sw / ss) or "-"))
+    output.stderr(format("\r%d/%d  %.1f q/s  ETA %.0fs  RelLat %s%s   ", done, n, rate, eta,
+      ss > 0 and fmt(sw / ss) or "-", (nf or 0) > 0 and format(" (%d failed, not in it)", nf) or ""))
     if done == n then output.stderr("\n") end
     io.stderr:flush()
   end
