@@ -748,7 +748,9 @@ void sp_boot_paired_multi(int m, int n, int iters, int32_t state, const double *
                           int *idx, int *counts, double *means, double *medians, double *ratios);
 /* The ratio of sums of n pairs (num[i], den[i]) on each of `iters`
    resamples, as metrics.bootstrap_ci draws them: out[it] = Σ num / Σ den
-   in draw order, 0 when Σ den <= 0 (the RelLat column of --compare). */
+   in draw order; when Σ den <= 0, 1 if Σ num is 0 too, else +inf (a
+   ratio without a standard time is unbounded, not the fastest; the
+   RelLat column of --compare). */
 void sp_boot_ratio(int n, int iters, int32_t state, const double *num, const double *den, double *out);
 
 /* ---- replay: the window on recorded stage times (sp_replay.c, sp_winplay.c)

@@ -69,7 +69,9 @@ void sp_boot_ratio(int n, int iters, int32_t state, const double *num, const dou
       w = w + num[j];
       s = s + den[j];
     }
-    out[it] = s > 0 ? w / s : 0;
+    /* no standard time in the resample: 1 for no time at all, else
+       unbounded (stats.rel_of's rule; 0 would read as the fastest) */
+    out[it] = s > 0 ? w / s : (w == 0 ? 1 : HUGE_VAL);
   }
 }
 

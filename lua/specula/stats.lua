@@ -157,8 +157,8 @@ M.rel_of = rel_of
 -- lo, hi, and the ratio on the data. The same numbers as
 -- metrics.bootstrap_ci on the list of pairs { num[i], den[i] } with that
 -- ratio as its statistic (the same draws, sums in the same order); the
--- resampling loop runs in C when the core is loaded (use_lua: never) and
--- every den is > 0 (sp_boot_ratio gives 0 to a resample whose Σ den is 0).
+-- resampling loop runs in C when the core is loaded (use_lua: never); a
+-- resample whose Σ den is 0 is rel_of's 1 or +inf there too.
 -- An end that is not finite is +inf: callers print it so.
 function M.ratio_ci(num, den, opts, use_lua)
   if type(num) ~= "table" or type(den) ~= "table" or #num ~= #den or #num == 0 then
@@ -169,9 +169,7 @@ function M.ratio_ci(num, den, opts, use_lua)
   for i = 1, #num do pairs_[i] = { num[i], den[i] } end
   local bo = { iterations = opts.iterations or D.bootstrap_iterations, seed = opts.seed or D.bootstrap_seed,
                level = opts.level or D.bootstrap_level }
-  local zero_den = false
-  for i = 1, #den do if not (den[i] > 0) then zero_den = true break end end
-  if not ratio_c or use_lua or zero_den then return metrics.bootstrap_ci(pairs_, rel_of, bo) end
+  if not ratio_c or use_lua then return metrics.bootstrap_ci(pairs_, rel_of, bo) end
   local st = ratio_c(num, den, bo.iterations, metrics.prng(bo.seed).state)
   table.sort(st)
   local alpha = (1 - bo.level) / 2
