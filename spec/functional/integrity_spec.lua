@@ -453,6 +453,23 @@ describe("a signal during a run", function()
 end)
 
 describe("--retry-failed", function()
+  -- a record written by another tool with "error": null did not fail:
+  -- compare and the report read it so, and --retry-failed must too
+  it("leaves a record whose error is null", function()
+    local q = H.tmpfile("retry_null_in.jsonl", jsonl({ "n1", "n2" }))
+    local out = H.tmpfile("retry_null_out.jsonl")
+    local st, _, err = H.specula({ "run", AGENT, "--input", q, "--out", out, "--quiet" })
+    assert.equals(0, st, err)
+    local lines = {}
+    for line in H.read(out):gmatch("[^\n]+") do lines[#lines + 1] = line end
+    lines[2] = lines[2]:gsub("^{", '{"error":null,')
+    H.tmpfile("retry_null_out.jsonl", table.concat(lines, "\n") .. "\n")
+    st, _, err = H.specula({ "run", AGENT, "--input", q, "--out", out, "--retry-failed" })
+    assert.equals(0, st, err)
+    assert.matches("2 results already in", err, 1, true)
+    assert.not_matches("removed", err, 1, true)
+  end)
+
   it("runs again the queries whose records carry an error; the file ends with one record per id", function()
     local ids = { "a1", "fail_1", "a2", "fail_2", "a3" }
     local q = H.tmpfile("retry_in.jsonl", jsonl(ids))

@@ -183,12 +183,14 @@ local function read_entries(path, what, opts)
     local p = r.provenance
     local id = tostring(r.id)
     local cfg = r.config or true
-    local failed = opts.retry_failed and r.error ~= nil
+    -- "error": null is no error (compare and the report read it so)
+    local errored = r.error ~= nil and r.error ~= json.null
+    local failed = opts.retry_failed and errored
     local i = E.n + 1
     E.n = i
     local key = id .. "\0" .. tostring(p.query)
     E.ln[i], E.key[i], E.cfg[i] = ln, key, cfg
-    E.learnt[i] = r.error == nil and type(r.trajectory) == "table"
+    E.learnt[i] = not errored and type(r.trajectory) == "table"
     if failed then E.failed[i] = true end
     -- a secret this run knows, absent when the record was written
     if not failed and output.clean(line, "canonical") ~= line then E.scrub[i] = true end
