@@ -263,6 +263,24 @@ end)
 -- A predictor that raises is switched off for the rest of the run: the
 -- queries after it ran without action speculation. Before, their records
 -- and the table said nothing of it, and the row read as the predictor's.
+describe("specula merge with failed records", function()
+  it("says how many of the records it wrote failed", function()
+    local f = fixture()
+    local out = H.tmpfile("fq_merged.jsonl")
+    local st, _, err = H.specula({ "merge", f.out, "--input", input(8), "--out", out })
+    assert.equals(0, st, err)
+    assert.matches("wrote " .. out .. ": 24 records (6 failed), 3 configurations x 8 queries", err, 1, true)
+    -- and nothing is said when none failed
+    local q = H.tmpfile("fq_clean_in.jsonl", '{"id":"c1","query":"a"}\n{"id":"c2","query":"b"}\n{"id":"c3","query":"c"}\n')
+    local clean = H.tmpfile("fq_clean.jsonl")
+    st, _, err = H.specula({ "run", EX, "--input", q, "--clock", "virtual", "--out", clean, "--quiet" })
+    assert.equals(0, st, err)
+    st, _, err = H.specula({ "merge", clean, "--input", q, "--out", H.tmpfile("fq_merged2.jsonl") })
+    assert.equals(0, st, err)
+    assert.matches(": 3 records, 1 configuration x 3 queries", err, 1, true)
+  end)
+end)
+
 describe("a predictor that raises on one query", function()
   it("keeps every record, marks the queries that ran without it, and the table says so", function()
     local agent = H.tmpfile("fq_pagent.lua", "local specula = require 'specula'\n"

@@ -264,9 +264,15 @@ function M.main(o)
     M.write_file(o.summary, compare.summary_json(configs, compare.rows(configs, all)), "specula merge",
       "canonical")
   end
-  stderr(format("specula merge: wrote %s: %d records, %d configuration%s x %d queries, from %d file%s (%d shard%s)\n",
-    o.out, #merged, #names, #names == 1 and "" or "s", total, #o.files, #o.files == 1 and "" or "s", count,
-    count == 1 and "" or "s"))
+  -- the records that carry a failure, said beside the count: a merged
+  -- file is no better for holding them
+  local failed = 0
+  for _, e in ipairs(merged) do
+    if e.rec.error ~= nil and e.rec.error ~= json.null then failed = failed + 1 end
+  end
+  stderr(format("specula merge: wrote %s: %d records%s, %d configuration%s x %d queries, from %d file%s (%d shard%s)\n",
+    o.out, #merged, failed > 0 and format(" (%d failed)", failed) or "", #names, #names == 1 and "" or "s", total,
+    #o.files, #o.files == 1 and "" or "s", count, count == 1 and "" or "s"))
 end
 
 return M
