@@ -76,6 +76,24 @@ describe("specula whatif", function()
     assert.is_not_nil(out:find("1 sessions (1 failed)", 1, true))
   end)
 
+  -- before, a directory given as a LOG raised out of the line reader
+  -- ("sessions.lua:476: Is a directory" and a stack trace, exit 1): every
+  -- other log lost with it; as --train the same
+  it("a directory given for a log is a failed log naming it, the others replayed; as --train named", function()
+    local dir = H.tmpdir()
+    local st, s, out, err = summary_of({ dir, FIX .. "/codex.jsonl", "--compare", "recorded,sequential" })
+    assert.are.equal(0, st, err)
+    assert.are.equal(1, s.sessions)
+    assert.are.equal(1, #s.failed)
+    assert.are.equal("EIO: cannot read " .. dir .. ": Is a directory", s.failed[1])
+    assert.is_not_nil(out:find("1 sessions (1 failed)", 1, true))
+    assert.falsy(err:find("%.lua:%d"), err)
+    local st2, _, err2 = H.specula({ "whatif", FIX .. "/codex.jsonl", "--train", dir, "--compare", "predictor" })
+    assert.are.equal(1, st2, err2)
+    assert.is_not_nil(err2:find("--train: cannot read " .. dir .. ": Is a directory", 1, true), err2)
+    assert.falsy(err2:find("%.lua:%d"), err2)
+  end)
+
   -- before, such a line's warning was a slip inside the reader, in a specula
   -- source path ("otel.lua:87: bad argument #1 to 'ipairs'")
   it("a line of JSON the file's reader cannot take: FILE:LINE and what it should be, the rest replayed", function()

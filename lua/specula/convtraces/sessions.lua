@@ -51,7 +51,7 @@
 -- costs a few numbers and strings (M.each_call reads either form).
 local json = require "specula.json"
 local content_text = require("specula.convtraces.common").content_text
-local lines_of = require("specula.internal.lines").lines   -- NUL-safe file:lines()
+local lines_of = require("specula.convtraces.common").lines   -- NUL-safe, a read error returned
 
 local type, ipairs, pairs, tostring, format, floor = type, ipairs, pairs, tostring, string.format, math.floor
 local turnslib
@@ -473,7 +473,8 @@ function M.read_all(path, opts, warn)
   local ln = 0
   local iso = M.iso_ms
   local since_gc = 0
-  for line in lines_of(f) do
+  local each, read_err = lines_of(f)
+  for line in each do
     ln = ln + 1
     -- a long line and what it decodes to are garbage once read: collect
     -- as the bytes go by (every GC_BYTES), or the collector's pacing lets
@@ -513,6 +514,7 @@ function M.read_all(path, opts, warn)
     end
   end
   f:close()
+  if read_err() then return nil, format("EIO: cannot read %s: %s", path, read_err()) end
   if not reader then return nil, format("EFORMAT: %s: empty; expected %s", path, expected()) end
   if reader.finish then
     local ok, e = pcall(reader.finish, state, ev_for)
