@@ -94,6 +94,19 @@ describe("specula whatif", function()
     assert.falsy(err2:find("%.lua:%d"), err2)
   end)
 
+  -- before, a log saved with a UTF-8 byte order mark (a Windows editor,
+  -- PowerShell's Out-File) failed whole: "FILE:1: not JSON (... invalid
+  -- token at character 1)"
+  it("reads a log that opens with a UTF-8 byte order mark as the same log", function()
+    local log = H.tmpfile("whatif-bom.jsonl", "\239\187\191" .. H.read(FIX .. "/claude_code.jsonl"))
+    local st, s, _, err = summary_of({ log, "--compare", "recorded,sequential" })
+    assert.are.equal(0, st, err)
+    assert.are.equal(0, #s.failed, s.failed[1])
+    assert.are.equal(1, s.sessions)
+    assert.is_true(math.abs(by_name(s).sequential.agent_ms - 15000) < 1, err)
+    assert.are.equal("", err)
+  end)
+
   -- before, such a line's warning was a slip inside the reader, in a specula
   -- source path ("otel.lua:87: bad argument #1 to 'ipairs'")
   it("a line of JSON the file's reader cannot take: FILE:LINE and what it should be, the rest replayed", function()

@@ -36,13 +36,19 @@ end
 -- The lines of an open file (specula.internal.lines: every byte), and a
 -- function that says why they ended early: a read error (a directory given
 -- for a file: EISDIR) ends the lines, for the reader to name the file,
--- instead of raising out of it as an error in a specula source line.
+-- instead of raising out of it as an error in a specula source line. A
+-- UTF-8 byte order mark opening the file (what Windows editors and
+-- PowerShell's Out-File write) is not part of its first line.
 function M.lines(f)
-  local next_line, err = lines_of(f), nil
+  local next_line, err, first = lines_of(f), nil, true
   return function()
     if err then return nil end
     local ok, line = pcall(next_line)
     if not ok then err = tostring(line) return nil end
+    if first and line then
+      first = false
+      if line:sub(1, 3) == "\239\187\191" then line = line:sub(4) end
+    end
     return line
   end, function() return err end
 end
