@@ -248,6 +248,26 @@ return specula.gateway {
     assert.are.equal(1, rec.tools.crash.errors)
   end)
 
+  -- before, the warning said only "initialize: not running": the server
+  -- was gone before specula's client sent initialize (after
+  -- server/discover), and why it ended was lost
+  it("a server that exits at start: left out with its exit status and last stderr, the client served", function()
+    n = n + 1
+    local cfg = H.tmpfile("gw-exits" .. n .. ".lua", "local specula = require 'specula'\n"
+      .. "return specula.gateway { servers = { gone = { command = { 'sh', '-c', "
+      .. "\"echo 'Error: GITHUB_TOKEN is not set' >&2; exit 3\" } } } }\n")
+    local list = '{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}'
+    local input = H.tmpfile("gw-exits-in.jsonl", INIT .. "\n" .. INITIALIZED .. "\n" .. list .. "\n")
+    local st, out, err = H.sh("(cat " .. H.quote(input) .. "; sleep 2) | " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg))
+    assert.are.equal(0, st, err)
+    assert.truthy(err:find("mcp server 'gone' did not start: ", 1, true), err)
+    assert.truthy(err:find("exited with status 3; last stderr: Error: GITHUB_TOKEN is not set", 1, true), err)
+    local got = {}
+    for l in out:gmatch("[^\n]+") do local m = cjson.decode(l) got[m.id] = m end
+    assert.are.equal("2025-11-25", got[1].result.protocolVersion)
+    assert.are.same({}, got[2].result.tools)
+  end)
+
   it("the end of stdin as a cancellation of every call in flight upstream", function()
     if not guard() then return end
     local cfg, log, out = setup()
