@@ -248,6 +248,36 @@ return specula.gateway {
     assert.are.equal(1, rec.tools.crash.errors)
   end)
 
+  -- before, a request with "id": null was taken for a notification and
+  -- dropped: the client waited for an answer that never came
+  it("refuses a request whose id is null (-32600, said), and answers string and integer ids as sent", function()
+    if not guard() then return end
+    local cfg = setup()
+    local function call(id) return '{"jsonrpc":"2.0","id":' .. id
+      .. ',"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}' end
+    local input = H.tmpfile("gw-ids.jsonl", table.concat({ INIT, INITIALIZED, call("null"), call('"s-1"'),
+      call("9007199254740991"), '{"jsonrpc":"2.0","id":null,"method":"ping"}' }, "\n") .. "\n")
+    local st, out, err = H.sh("(cat " .. H.quote(input) .. "; sleep 3) | " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg))
+    assert.are.equal(0, st, err)
+    local refused, by_id = {}, {}
+    for l in out:gmatch("[^\n]+") do
+      if l:find('"id":null', 1, true) then refused[#refused + 1] = cjson.decode(l)
+      else
+        local id = require("specula.mcp.rawjson").member(l, "id")
+        by_id[id] = cjson.decode(l)
+      end
+    end
+    assert.are.equal(2, #refused, out)
+    for i, method in ipairs({ "tools/call", "ping" }) do
+      assert.are.equal(-32600, refused[i].error.code)
+      assert.are.equal("Invalid Request: a request's id must be a string or an integer, not null (" .. method .. ")",
+        refused[i].error.message)
+    end
+    assert.are.equal("echo: x", by_id['"s-1"'].result.content[1].text)
+    assert.are.equal("echo: x", by_id["9007199254740991"].result.content[1].text)
+    assert.falsy(err:find("unanswered", 1, true), err)
+  end)
+
   -- before, the warning said only "initialize: not running": the server
   -- was gone before specula's client sent initialize (after
   -- server/discover), and why it ended was lost

@@ -776,7 +776,13 @@ function Session:_receive(msg, raw)
     return self:_error(JNULL, -32600, "a message must be a JSON object")
   end
   local id, method = msg.id, msg.method
-  if method ~= nil and id ~= nil and id ~= JNULL then
+  -- a request whose id is null (MCP: a string or an integer, never null)
+  -- is no notification either: refused, not dropped without a word
+  if method ~= nil and id == JNULL then
+    return self:_error(JNULL, -32600, "Invalid Request: a request's id must be a string or an integer, not null ("
+      .. tostring(method) .. ")")
+  end
+  if method ~= nil and id ~= nil then
     if not self.stateless and not self.init_task and method ~= "initialize" then
       local p = msg.params
       local meta = type(p) == "table" and type(p._meta) == "table" and p._meta or nil
