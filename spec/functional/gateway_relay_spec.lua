@@ -278,6 +278,30 @@ return specula.gateway {
     assert.falsy(err:find("unanswered", 1, true), err)
   end)
 
+  -- before, an --out that could not be written was found when the session
+  -- ended (its record lost after the whole session), and a record the
+  -- disk had no room for was lost without a word, exit 0
+  it("an --out it cannot write: refused before it serves (exit 1); a record not written: said, exit 1", function()
+    n = n + 1
+    local cfg = H.tmpfile("gw-out" .. n .. ".lua", "local specula = require 'specula'\n"
+      .. "return specula.gateway { servers = { quiet = { command = { 'sh', '-c', 'exit 0' } } } }\n")
+    local input = H.tmpfile("gw-out-in.jsonl", INIT .. "\n" .. INITIALIZED .. "\n")
+    local dir = H.tmpdir()
+    local st, out, err = H.sh("(cat " .. H.quote(input) .. "; sleep 1) | " .. H.quote(H.bin) .. " gateway "
+      .. H.quote(cfg) .. " --out " .. H.quote(dir))
+    assert.are.equal(1, st, err)
+    assert.are.equal("", out)
+    assert.truthy(err:find("specula gateway: cannot write --out " .. dir .. ": " .. dir .. ": Is a directory", 1, true), err)
+    assert.falsy(err:find("did not start", 1, true), err)
+    if io.open("/dev/full") then
+      st, out, err = H.sh("(cat " .. H.quote(input) .. "; sleep 1) | " .. H.quote(H.bin) .. " gateway "
+        .. H.quote(cfg) .. " --out /dev/full")
+      assert.are.equal(1, st, err)
+      assert.truthy(out:find('"id":1', 1, true), out)   -- served: the record is written at the end
+      assert.truthy(err:find("specula gateway: cannot write --out /dev/full: No space left on device", 1, true), err)
+    end
+  end)
+
   -- before, the warning said only "initialize: not running": the server
   -- was gone before specula's client sent initialize (after
   -- server/discover), and why it ended was lost
