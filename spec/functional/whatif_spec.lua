@@ -107,6 +107,42 @@ describe("specula whatif", function()
     assert.are.equal("", err)
   end)
 
+  -- before, a line whose time was no ISO 8601 time was dropped without a
+  -- word: a log of epoch-millisecond times failed as one that "holds no
+  -- session (no prompt, no call)", one such line made a call untimed
+  it("a time that is not ISO 8601: FILE:LINE names it and the line is skipped, ISO with offsets read", function()
+    local lines = {}
+    for l in io.lines(FIX .. "/codex.jsonl") do lines[#lines + 1] = l end
+    local epoch = {}
+    for i, l in ipairs(lines) do
+      local iso = l:match('"timestamp":"([^"]+)"')
+      local y, mo, d, h, mi, s = iso:match("^(%d+)-(%d+)-(%d+)T(%d+):(%d+):([%d.]+)Z$")
+      local ms = (os.time({ year = y, month = mo, day = d, hour = h, min = mi, sec = 0, isdst = false })
+        - os.time({ year = 1970, month = 1, day = 1, hour = 0, isdst = false })) * 1000 + tonumber(s) * 1000
+      epoch[i] = l:gsub('"timestamp":"[^"]+"', string.format('"timestamp":%d', ms), 1)
+    end
+    local log = H.tmpfile("whatif-epoch.jsonl", table.concat(epoch, "\n") .. "\n")
+    local st, s, out, err = summary_of({ log, "--compare", "recorded,sequential" })
+    assert.are.equal(1, st, out)
+    assert.is_not_nil(s.failed[1]:find("holds no session", 1, true))
+    for _, ln in ipairs({ 1, #lines }) do
+      local ms = epoch[ln]:match('"timestamp":(%d+)')
+      assert.truthy(err:find(log .. ":" .. ln .. ": the time " .. ms .. " is not an ISO 8601 time", 1, true), err)
+    end
+    -- the same times with an offset (+02:00) are the same log
+    local shifted = {}
+    for i, l in ipairs(lines) do
+      shifted[i] = l:gsub('"timestamp":"(%d+-%d+-%d+)T(%d+)(:[^"]+)Z"', function(day, hh, rest)
+        return string.format('"timestamp":"%sT%02d%s+02:00"', day, tonumber(hh) + 2, rest)
+      end, 1)
+    end
+    log = H.tmpfile("whatif-offset.jsonl", table.concat(shifted, "\n") .. "\n")
+    st, s, _, err = summary_of({ log, "--compare", "recorded,sequential" })
+    assert.are.equal(0, st, err)
+    assert.are.equal("", err)
+    assert.is_true(math.abs(by_name(s).sequential.agent_ms - 18910) < 1)
+  end)
+
   -- before, such a line's warning was a slip inside the reader, in a specula
   -- source path ("otel.lua:87: bad argument #1 to 'ipairs'")
   it("a line of JSON the file's reader cannot take: FILE:LINE and what it should be, the rest replayed", function()

@@ -34,7 +34,7 @@ function M.events(v, ev, iso, st)
   -- throughout: its first message says which lines are the session's
   if (v.type == "user" or v.type == "assistant") and st.sidechain == nil then st.sidechain = v.isSidechain == true end
   if (v.isSidechain == true) ~= (st.sidechain == true) then return end
-  local t = type(v.timestamp) == "string" and iso(v.timestamp) or nil
+  local t = v.timestamp ~= nil and iso(v.timestamp) or nil
   local m = v.message
   if v.type == "system" and v.subtype == "turn_duration" and type(v.durationMs) == "number" then
     ev({ kind = "end", t = t, active_ms = v.durationMs })

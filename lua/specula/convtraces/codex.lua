@@ -40,7 +40,7 @@ local function text_of(content)
 end
 
 function M.events(v, ev, iso)
-  local t = type(v.timestamp) == "string" and iso(v.timestamp) or nil
+  local t = v.timestamp ~= nil and iso(v.timestamp) or nil
   local p = v.payload
   if not t then return end
   if v.type == "session_meta" then

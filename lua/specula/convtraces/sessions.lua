@@ -471,7 +471,16 @@ function M.read_all(path, opts, warn)
     return b.event
   end
   local ln = 0
-  local iso = M.iso_ms
+  -- a reader's time: a line whose time is there but no ISO 8601 time
+  -- (epoch milliseconds, a locale's format) is skipped with a warning that
+  -- says so, not without a word (a log of such lines held "no session")
+  local function iso(x)
+    local t = type(x) == "string" and M.iso_ms(x)
+    if t then return t end
+    local shown = type(x) == "string" and ("'" .. (#x > 40 and json.utf8_cut(x, 40) .. "..." or x) .. "'") or tostring(x)
+    error(format("the time %s is not an ISO 8601 time (YYYY-MM-DDThh:mm:ss[.sss], then Z, +hh:mm or nothing for UTC)",
+      shown), 0)
+  end
   local since_gc = 0
   local each, read_err = lines_of(f)
   for line in each do
