@@ -477,6 +477,8 @@ function M.read_all(path, opts, warn)
   local function iso(x)
     local t = type(x) == "string" and M.iso_ms(x)
     if t then return t end
+    -- none at all: the reader's slip, a line not of its shape (line_error)
+    if x == nil then error("no time", 2) end
     local shown = type(x) == "string" and ("'" .. (#x > 40 and json.utf8_cut(x, 40) .. "..." or x) .. "'") or tostring(x)
     error(format("the time %s is not an ISO 8601 time (YYYY-MM-DDThh:mm:ss[.sss], then Z, +hh:mm or nothing for UTC)",
       shown), 0)
