@@ -143,6 +143,33 @@ describe("specula whatif", function()
     assert.is_true(math.abs(by_name(s).sequential.agent_ms - 18910) < 1)
   end)
 
+  -- before, `specula whatif --out logs/*.jsonl` (the shell gives --out the
+  -- first log) replaced that log with the records, as did an --out or
+  -- --summary naming a LOG: the user's only copy of the session, lost
+  it("never writes --out or --summary over an agent's log: refused (exit 2), the log unchanged", function()
+    local text = H.read(FIX .. "/claude_code.jsonl")
+    local a = H.tmpfile("whatif-clash-a.jsonl", text)
+    local b = FIX .. "/codex.jsonl"
+    local st, out, err = H.specula({ "whatif", "--out", a, b, "--compare", "recorded" })
+    assert.are.equal(2, st, out)
+    assert.is_not_nil(err:find("--out " .. a .. " holds an agent's log (claude-code): writing it would overwrite "
+      .. "that log", 1, true), err)
+    assert.are.equal(text, H.read(a))
+    st, out, err = H.specula({ "whatif", a, "--summary", a, "--compare", "recorded" })
+    assert.are.equal(2, st, out)
+    assert.is_not_nil(err:find("--summary " .. a .. " is also a log it reads (" .. a .. ")", 1, true), err)
+    assert.are.equal(text, H.read(a))
+    -- whatif's own --out of an earlier run is no log: replaced
+    local recs = H.tmpfile("whatif-clash-out.jsonl")
+    for _ = 1, 2 do
+      st, out, err = H.specula({ "whatif", b, "--out", recs, "--compare", "recorded" })
+      assert.are.equal(0, st, err)
+    end
+    local n = 0
+    for _ in H.read(recs):gmatch("[^\n]+") do n = n + 1 end
+    assert.are.equal(1, n)
+  end)
+
   -- before, such a line's warning was a slip inside the reader, in a specula
   -- source path ("otel.lua:87: bad argument #1 to 'ipairs'")
   it("a line of JSON the file's reader cannot take: FILE:LINE and what it should be, the rest replayed", function()

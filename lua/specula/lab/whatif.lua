@@ -444,7 +444,48 @@ local function write_file(path, text, kind)
   return true
 end
 
+-- An output that is a log (one of the LOG or --train files, or a file
+-- holding an agent's log: `--out logs/*.jsonl` makes the shell give the
+-- first log to --out) would be overwritten with the tables. The message,
+-- or nil.
+local function agent_log(path)
+  local f = io.open(path, "r")
+  local line = f and f:read("*l")
+  if f then f:close() end
+  if line and line:sub(1, 3) == "\239\187\191" then line = line:sub(4) end
+  local v = line and json.decode(line)
+  -- (a record of whatif's own --out is no log: a new run may replace it)
+  local r = type(v) == "table" and v.agent_ms == nil and sessions.detect(v)
+  return r and r.name or nil
+end
+
+function M.output_clash(o)
+  local realpath = require("specula.provenance").realpath
+  for _, opt in ipairs({ { "--out", o.out }, { "--summary", o.summary } }) do
+    local target = opt[2] and realpath(opt[2])
+    for _, list in ipairs(target and { o.logs, o.train or {} } or {}) do
+      for _, p in ipairs(list) do
+        if realpath(p) == target then
+          return format("%s %s is also a log it reads (%s): writing it would overwrite that log; give another "
+            .. "file", opt[1], opt[2], p)
+        end
+      end
+    end
+    local fmt = target and agent_log(opt[2])
+    if fmt then
+      return format("%s %s holds an agent's log (%s): writing it would overwrite that log; give another file "
+        .. "(a glob right after %s gives it its first file)", opt[1], opt[2], fmt, opt[1])
+    end
+  end
+  return nil
+end
+
 function M.main(o)
+  local clash = M.output_clash(o)
+  if clash then
+    output.stderr("specula whatif: ", clash, "\n")
+    return 2
+  end
   local res, err = M.compute(o)
   if not res then
     output.stderr("specula whatif: ", tostring(err), "\n")
