@@ -143,6 +143,23 @@ describe("specula whatif", function()
     assert.is_true(math.abs(by_name(s).sequential.agent_ms - 18910) < 1)
   end)
 
+  -- before, an OTel GenAI span without readable times (or ending before it
+  -- starts) was left out without a word: a call fewer, or an untimed one
+  it("an OTel span whose times cannot be read: FILE:LINE names it and it is skipped", function()
+    local lines = {}
+    for l in io.lines(FIX .. "/otel.jsonl") do lines[#lines + 1] = l end
+    local n
+    lines[1], n = lines[1]:gsub('("name":"execute_tool get_weather","kind":1,"startTimeUnixNano":)"%d+"', '%1"soon"', 1)
+    assert.are.equal(1, n)
+    local log = H.tmpfile("whatif-otel-times.jsonl", table.concat(lines, "\n") .. "\n")
+    local st, s, _, err = summary_of({ log, "--compare", "recorded,sequential" })
+    assert.are.equal(0, st, err)
+    assert.are.equal(2, s.sessions)
+    assert.truthy(err:find(log .. ":1: span 'execute_tool get_weather': startTimeUnixNano and endTimeUnixNano must "
+      .. "be nanoseconds since the epoch: skipped", 1, true), err)
+    assert.falsy(err:find("%.lua:%d"), err)
+  end)
+
   -- before, `specula whatif --out logs/*.jsonl` (the shell gives --out the
   -- first log) replaced that log with the records, as did an --out or
   -- --summary naming a LOG: the user's only copy of the session, lost

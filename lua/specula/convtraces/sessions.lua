@@ -456,10 +456,11 @@ function M.read_all(path, opts, warn)
   -- the reader's own, for the file; text(s): a text as the builder keeps
   -- it (a reader that holds lines until the end of the file: OTel)
   local keep_text, max_text = opts.keep_text ~= false, opts.max_text or M.MAX_TEXT
+  local ln = 0
   local state = { text = function(t)
     if keep_text then return cut(t, max_text) end
     return digest(t)
-  end }
+  end, warn = function(msg) warn(format("%s:%d: %s: skipped", path, ln, msg)) end }
   local builders, order, whole = {}, {}, {}
   local function ev_for(key)
     local b = builders[key]
@@ -470,7 +471,6 @@ function M.read_all(path, opts, warn)
     end
     return b.event
   end
-  local ln = 0
   -- a reader's time: a line whose time is there but no ISO 8601 time
   -- (epoch milliseconds, a locale's format) is skipped with a warning that
   -- says so, not without a word (a log of such lines held "no session")
