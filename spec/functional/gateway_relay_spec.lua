@@ -213,10 +213,12 @@ return specula.gateway {
     assert.are.equal(1, rec.speculation.tainted, H.read(out))
   end)
 
-  it("the client's cancellation to the server", function()
+  -- (the record: before, the cancelled call counted in tools.slow.calls,
+  -- with no error and 0 ms: a failure as a call)
+  it("the client's cancellation to the server, counted as cancelled, not as a call", function()
     if not guard() then return end
-    local cfg, log = setup()
-    local gw = drive({ command = H.bin, args = { "gateway", cfg }, steps = {
+    local cfg, log, out = setup()
+    local gw = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, steps = {
       { op = "call", name = "slow", arguments = { ms = 5000, tag = "x" }, abort_ms = 300 },
       { op = "call", name = "log", arguments = {} },
     } })
@@ -226,6 +228,12 @@ return specula.gateway {
     for _, e in ipairs(tap(log)) do if e.name == "slow" then slow_id = e.id end end
     assert.truthy(slow_id)
     assert.are.same({ slow_id }, gw.steps[2].result.structuredContent.cancelled)
+    local rec = record(out)
+    assert.are.equal(1, rec.cancelled_by_client)
+    assert.are.equal(1, rec.calls)
+    assert.are.equal(0, rec.tools.slow.calls)
+    assert.are.equal(0, rec.tools.slow.ms)
+    assert.are.equal(1, rec.tools.log.calls)
   end)
 
   it("a crash as an error with the server's last words, then starts the server again", function()

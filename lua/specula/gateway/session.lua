@@ -250,7 +250,6 @@ function Session:_tools_call(id, params)
   local name, args = params.name, params.arguments
   if type(name) ~= "string" then return self:_error(id, -32602, "tools/call: params.name must be a string") end
   local ts = self.rec:tool(name)
-  ts.calls = ts.calls + 1
   local t0 = sched.now()
   local relay = self:_progress_fn(params)
   local r, err, info, hidden = self.spec:take(name, args, relay)
@@ -260,8 +259,10 @@ function Session:_tools_call(id, params)
     r, err, info, code = self:_call_tool(name, args, relay, params._meta)
     if code then return self:_error(id, code, err) end
   end
+  -- counted once answered (a call cancelled by the client, or by the
+  -- session's end, is no call of 0 ms: cancelled_by_client counts those)
   local ms = sched.now() - t0
-  ts.ms = ts.ms + ms
+  ts.calls, ts.ms = ts.calls + 1, ts.ms + ms
   local rtext
   if self.rec.spans then
     rtext = r ~= nil and ((info and info.raw and rawjson.member(info.raw, "result")) or encode(r)) or tostring(err)
