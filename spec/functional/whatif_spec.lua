@@ -160,6 +160,40 @@ describe("specula whatif", function()
     assert.falsy(err:find("%.lua:%d"), err)
   end)
 
+  -- before, a number JSON cannot carry (1e400 decodes to infinity) in a
+  -- call's arguments failed the session's replay in every configuration
+  -- but recorded (counted there, not in the others) and --out raised with
+  -- a stack trace; in a turn_duration it raised too, and a negative one
+  -- made the recorded time negative
+  it("infinite or negative numbers in a log: FILE:LINE, the line skipped, every row over the same sessions", function()
+    local text = H.read(FIX .. "/claude_code.jsonl")
+    local args, n1 = text:gsub('"file_path":"/home/dev/proj/src/config.rs"', '"file_path":"/x","n":1e400', 1)
+    local dur, n2 = text:gsub('"durationMs":%d+', '"durationMs":1e400', 1)
+    local neg, n3 = text:gsub('"durationMs":%d+', '"durationMs":-5000', 1)
+    assert.are.same({ 1, 1, 1 }, { n1, n2, n3 })
+    local a = H.tmpfile("whatif-inf-args.jsonl", args)
+    local d = H.tmpfile("whatif-inf-dur.jsonl", dur)
+    local g = H.tmpfile("whatif-neg-dur.jsonl", neg)
+    local out = H.tmpfile("whatif-inf.out.jsonl")
+    local st, s, _, err = summary_of({ a, d, g, "--out", out })
+    assert.are.equal(0, st, err)
+    assert.are.equal(3, s.sessions)
+    assert.are.equal(0, #s.failed)
+    for _, c in ipairs(s.configs) do
+      assert.are.equal(3, c.sessions, c.name)
+      assert.are.equal(0, c.failed, c.name)
+      assert.is_true(c.agent_ms > 0, c.name)
+    end
+    assert.truthy(err:find(a .. ":4: call 'Read': its arguments hold what JSON cannot carry", 1, true), err)
+    assert.truthy(err:find(d .. ":13: turn_duration's durationMs inf is not a number of milliseconds >= 0: skipped",
+      1, true), err)
+    assert.truthy(err:find(g .. ":13: turn_duration's durationMs -5000 is not", 1, true), err)
+    assert.falsy(err:find("%.lua:%d"), err)
+    local lines = 0
+    for _ in H.read(out):gmatch("[^\n]+") do lines = lines + 1 end
+    assert.are.equal(3, lines)
+  end)
+
   -- before, `specula whatif --out logs/*.jsonl` (the shell gives --out the
   -- first log) replaced that log with the records, as did an --out or
   -- --summary naming a LOG: the user's only copy of the session, lost

@@ -48,7 +48,7 @@ end
 
 local function ns_ms(x)
   local n = tonumber(x)
-  return n and n / 1e6 or nil
+  return n and n >= 0 and n < math.huge and n / 1e6 or nil
 end
 
 -- The last user text of gen_ai.input.messages (a JSON string), if kept.

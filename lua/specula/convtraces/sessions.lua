@@ -322,8 +322,27 @@ local function close_prompt(st)
 end
 
 -- The model's text or a tool call it decided.
+-- A call's arguments as the sink keeps them (digests: two canonical JSON
+-- texts), checked before the call changes any state: arguments JSON
+-- cannot carry (a number as 1e400 decodes to infinity) raise, and the
+-- reader's line is skipped with a warning (before, the replay of the
+-- session failed in every configuration but the recorded one).
+local function call_args(st, e)
+  local ok, a, k
+  if st.sink.args then ok, a, k = pcall(st.sink.args, e.args)
+  else ok, a = pcall(json.canonical, e.args) end
+  if not ok then
+    error(format("call '%s': its arguments hold what JSON cannot carry (%s)", tostring(e.tool),
+      tostring(a):gsub("^JSON: ", "")), 0)
+  end
+  if st.sink.args then return a, k end
+  return e.args
+end
+
 local function on_text_or_call(st, e, t)
   local s = st.s
+  local args, key
+  if e.kind == "call" then args, key = call_args(st, e) end
   if not st.P then open_prompt(st, t, nil) end   -- a resumed session: the first event starts it
   local P = st.P
   -- text after calls is a later reply; a call after answered calls too
@@ -340,7 +359,7 @@ local function on_text_or_call(st, e, t)
     P.nc[turn] = P.nc[turn] + 1
     local id = type(e.id) == "string" and e.id or ("call" .. (s.n_calls + j))
     P.id[j], P.tool[j], P.t_call[j] = id, e.tool, t
-    if st.sink.args then P.args[j], P.key[j] = st.sink.args(e.args) else P.args[j] = e.args end
+    P.args[j], P.key[j] = args, key
     P.t_result[j], P.obs[j], P.appr[j], P.exec[j] = false, false, false, false
     st.by_id[id] = j
     -- the model waits from its decision at least (a call without a
