@@ -194,6 +194,31 @@ describe("specula whatif", function()
     assert.are.equal(3, lines)
   end)
 
+  -- before, a session whose replay failed was left out of a row's agent
+  -- time but not of the replay's or recorded's it was compared with: the
+  -- failure read as a saving (recorded's RelLat 1.35 here), no row said
+  -- so, and the exit status was 0
+  it("a session whose replay fails: each row compared over the sessions all replayed, flagged, exit 3", function()
+    local pol = H.tmpfile("whatif-poison.lua", "return { read_only = function(tool, args)\n"
+      .. "  if tool == 'Glob' then args.poison = 1 / 0 end\n"
+      .. "  return tool == 'Read' or tool == 'Grep' or tool == 'Glob'\nend }\n")
+    local st, s, out, err = summary_of({ FIX .. "/claude_code.jsonl", FIX .. "/codex.jsonl",
+      FIX .. "/claude_code_parallel.jsonl", "--policy", pol })
+    assert.are.equal(3, st, err)
+    assert.truthy(err:find("specula whatif: exit 3: session replays failed (sequential: 1 of 3, ", 1, true), err)
+    local c = by_name(s)
+    assert.are.equal(3, c.recorded.sessions)
+    for name, r in pairs(c) do
+      if name ~= "recorded" then
+        assert.are.equal(1, r.failed, name)
+        assert.is_not_nil(out:find("! " .. name .. ": 1 of 3 sessions failed in its replay", 1, true), name)
+      end
+    end
+    -- recorded against the replay over the same two sessions: within 2 %
+    assert.is_true(math.abs(c.recorded.rel_lat - 1) < 0.02, tostring(c.recorded.rel_lat))
+    assert.are.equal(1, c["perfect-both"].share)
+  end)
+
   -- before, `specula whatif --out logs/*.jsonl` (the shell gives --out the
   -- first log) replaced that log with the records, as did an --out or
   -- --summary naming a LOG: the user's only copy of the session, lost

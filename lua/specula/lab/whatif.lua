@@ -320,10 +320,20 @@ function M.compute(o, warn)
   local best = byname["perfect-both"] or (#list > 0 and run_config("perfect-both", list, ctx)) or nil
   res.sequential_ms = seq and seq.wall or 0
   res.best_ms = best and best.wall or 0
-  local possible = res.sequential_ms - res.best_ms
+  -- each row against the replay and the bound over the sessions all three
+  -- replayed: a session whose replay failed in a row is left out of its
+  -- comparisons, not taken for a saving (its time is not in the row's sum)
+  local seq_of, best_of = seq and seq.by_session or {}, best and best.by_session or {}
   for _, t in ipairs(res.configs) do
-    t.rel_lat = res.sequential_ms > 0 and t.wall / res.sequential_ms or nil
-    t.share = possible > 0 and (res.sequential_ms - t.wall) / possible or nil
+    local a, b, c = 0, 0, 0
+    for _, s in ipairs(list) do
+      local id = tostring(s.id)
+      local w, x, y = t.by_session[id], seq_of[id], best_of[id]
+      if w and x and y then a, b, c = a + w, b + x, c + y end
+    end
+    t.rel_lat = b > 0 and a / b or nil
+    t.share = b - c > 0 and (b - a) / (b - c) or nil
+    t.hidden_ms = t.name ~= "recorded" and math.max(0, b - a) or 0
   end
   -- per tool, with the predictor's hits
   local pred = byname.predictor
@@ -374,6 +384,13 @@ function M.text(res)
       run and tostring(t.fired or 0) or "-", run and tostring(t.hit or 0) or "-", run and tostring(t.wasted or 0) or "-",
       run and tostring(t.early_reads or 0) or "-", run and tostring(t.early_writes or 0) or "-")
   end
+  for _, t in ipairs(res.configs) do
+    if (t.failed or 0) > 0 then
+      p("! %s: %d of %d sessions failed in its replay; its agent time is over the %d that succeeded, its RelLat "
+        .. "and share over those the replay and the bound replayed too\n", t.name, t.failed, t.failed + t.sessions,
+        t.sessions)
+    end
+  end
   p("%-24s %6s %9s %7s %8s %10s\n", "tool", "calls", "time (s)", "share", "hit rate", "hidden (s)")
   for _, r in ipairs(res.tools) do
     p("%-24s %6d %9s %7.2f %8s %10s\n", #r.tool > 24 and r.tool:sub(1, 21) .. "..." or r.tool, r.calls,
@@ -416,7 +433,7 @@ function M.summary(res)
     local model = 0
     for id in pairs(t.by_session) do model = model + (model_of[tostring(id)] or 0) end
     configs[i] = { name = t.name, agent_ms = t.wall, model_ms = model, tool_ms = math.max(0, t.wall - model),
-                   hidden_ms = t.name ~= "recorded" and math.max(0, res.sequential_ms - t.wall) or 0,
+                   hidden_ms = t.hidden_ms or 0,
                    rel_lat = t.rel_lat or json.null, share = t.share or json.null,
                    fired = t.fired, hit = t.hit, wasted = t.wasted, early_reads = t.early_reads,
                    early_writes = t.early_writes, sessions = t.sessions, failed = t.failed }
@@ -503,6 +520,17 @@ function M.main(o)
     if not ok then output.stderr("specula whatif: --summary: ", werr, "\n") return 1 end
   end
   if res.sessions == 0 then return 1 end
+  -- a replay that failed is no data point: said, and the status a run
+  -- with failed queries has
+  local failed = {}
+  for _, t in ipairs(res.configs) do
+    if (t.failed or 0) > 0 then failed[#failed + 1] = format("%s: %d of %d", t.name, t.failed, t.failed + t.sessions) end
+  end
+  if #failed > 0 then
+    output.stderr("specula whatif: exit 3: session replays failed (", table.concat(failed, ", "),
+      "); each row counts only the sessions that succeeded\n")
+    return 3
+  end
   return 0
 end
 
