@@ -319,7 +319,9 @@ return specula.gateway {
       .. "return specula.gateway { servers = { gone = { command = { 'sh', '-c', "
       .. "\"echo 'Error: GITHUB_TOKEN is not set' >&2; exit 3\" } } } }\n")
     local list = '{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}'
-    local input = H.tmpfile("gw-exits-in.jsonl", INIT .. "\n" .. INITIALIZED .. "\n" .. list .. "\n")
+    -- (a tool no server offers: invalid params, MCP's unknown tool; before, -32603, an internal error)
+    local call = '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"search","arguments":{}}}'
+    local input = H.tmpfile("gw-exits-in.jsonl", INIT .. "\n" .. INITIALIZED .. "\n" .. list .. "\n" .. call .. "\n")
     local st, out, err = H.sh("(cat " .. H.quote(input) .. "; sleep 2) | " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg))
     assert.are.equal(0, st, err)
     assert.truthy(err:find("mcp server 'gone' did not start: ", 1, true), err)
@@ -328,6 +330,8 @@ return specula.gateway {
     for l in out:gmatch("[^\n]+") do local m = cjson.decode(l) got[m.id] = m end
     assert.are.equal("2025-11-25", got[1].result.protocolVersion)
     assert.are.same({}, got[2].result.tools)
+    assert.are.equal(-32602, got[3].error.code)
+    assert.are.equal("unknown tool 'search'", got[3].error.message)
   end)
 
   it("the end of stdin as a cancellation of every call in flight upstream", function()

@@ -237,7 +237,7 @@ end
 function Session:_call_tool(name, args, on_progress, meta, prefetch)
   local _, routes = self.up:tools()
   local route = routes[name] or self:_fallback("tools", name)
-  if not route then return nil, "unknown tool '" .. tostring(name) .. "'", nil, nil, -32602 end
+  if not route then return nil, "unknown tool '" .. tostring(name) .. "'", nil, -32602 end
   local p = upstream_params({ _meta = meta }, "name", route.name)
   p.arguments = (args == nil or args == JNULL) and obj() or args
   local r, err, c, ms = self:_forward(route.server, "tools/call", p, on_progress, "tools/call '" .. route.name .. "'",
