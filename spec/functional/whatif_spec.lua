@@ -219,6 +219,17 @@ describe("specula whatif", function()
     assert.are.equal(1, c["perfect-both"].share)
   end)
 
+  -- before, a log named twice (overlapping globs) was read twice: its
+  -- session counted as two, weighing double in every row
+  it("reads a log named twice once, said", function()
+    local log = FIX .. "/codex.jsonl"
+    local again = FIX .. "/../sessions/codex.jsonl"
+    local st, s, _, err = summary_of({ log, FIX .. "/claude_code.jsonl", again, "--compare", "recorded,sequential" })
+    assert.are.equal(0, st, err)
+    assert.are.equal(2, s.sessions)
+    assert.truthy(err:find(again .. ": given twice (as " .. log .. "): read once", 1, true), err)
+  end)
+
   -- before, `specula whatif --out logs/*.jsonl` (the shell gives --out the
   -- first log) replaced that log with the records, as did an --out or
   -- --summary naming a LOG: the user's only copy of the session, lost

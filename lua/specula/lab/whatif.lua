@@ -74,13 +74,21 @@ end
 -- The sessions of the logs, in time order; failures apart ({ path, error }).
 function M.read_logs(paths, opts, warn)
   local list, failed = {}, {}
+  -- a log named twice (overlapping globs) is read once: twice, its
+  -- sessions would weigh double in every row
+  local realpath, seen_path = require("specula.provenance").realpath, {}
   for _, p in ipairs(paths) do
+    local rp = realpath(p)
+    local first = seen_path[rp]
+    seen_path[rp] = first or p
+    if first then warn(format("%s: given twice (as %s): read once", p, first)) goto next_log end
     local got, err = sessions.read_all(p, opts, warn)
     if got then
       for _, s in ipairs(got) do list[#list + 1] = s end
     else
       failed[#failed + 1] = { path = p, error = err }
     end
+    ::next_log::
   end
   table.sort(list, function(a, b) return (a.t0 or 0) < (b.t0 or 0) end)
   -- ids stay apart (two logs of one session id, say)
