@@ -219,6 +219,25 @@ describe("specula whatif", function()
     assert.are.equal(1, c["perfect-both"].share)
   end)
 
+  -- before, a log whose times do not add up (here the push's result line
+  -- is gone: the person's 58 s approval wait lands in the model's next
+  -- turn) gave RelLat 0.21 and a share of 570 for recorded without a word
+  it("says when the replay of a session is more than 2 % from the log's own count", function()
+    local lines = {}
+    for l in io.lines(FIX .. "/claude_code.jsonl") do
+      if not l:find('"content":"main -> main"', 1, true) then lines[#lines + 1] = l end
+    end
+    local log = H.tmpfile("whatif-noresult.jsonl", table.concat(lines, "\n") .. "\n")
+    local st, _, _, err = summary_of({ log, "--compare", "recorded,sequential" })
+    assert.are.equal(0, st, err)
+    assert.truthy(err:find("session whatif-noresult: the replay takes 72.1 s where the log counts 15.1 s (more than 2 % "
+      .. "apart: 1 calls without a result, or times out of order?): its rows are suspect", 1, true), err)
+    -- a log that adds up says nothing
+    st, _, _, err = summary_of({ FIX .. "/claude_code.jsonl", "--compare", "recorded,sequential" })
+    assert.are.equal(0, st, err)
+    assert.are.equal("", err)
+  end)
+
   -- before, a log named twice (overlapping globs) was read twice: its
   -- session counted as two, weighing double in every row
   it("reads a log named twice once, said", function()

@@ -328,6 +328,17 @@ function M.compute(o, warn)
   local best = byname["perfect-both"] or (#list > 0 and run_config("perfect-both", list, ctx)) or nil
   res.sequential_ms = seq and seq.wall or 0
   res.best_ms = best and best.wall or 0
+  -- the replay must give the log's own count of a session (within 2 %):
+  -- when it does not, the log's times do not add up (a call without its
+  -- result, times out of order) and the session's rows are suspect: said
+  for _, s in ipairs(list) do
+    local x = seq and seq.by_session[tostring(s.id)]
+    if x and math.abs(x - s.recorded_ms) > 0.02 * s.recorded_ms + 1 then
+      warn(format("session %s: the replay takes %s s where the log counts %s s (more than 2 %% apart: %d "
+        .. "calls without a result, or times out of order?): its rows are suspect", tostring(s.id),
+        format("%.1f", x / 1000), format("%.1f", s.recorded_ms / 1000), s.untimed))
+    end
+  end
   -- each row against the replay and the bound over the sessions all three
   -- replayed: a session whose replay failed in a row is left out of its
   -- comparisons, not taken for a saving (its time is not in the row's sum)
