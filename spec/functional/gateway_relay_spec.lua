@@ -322,9 +322,13 @@ return specula.gateway {
     -- (a tool no server offers: invalid params, MCP's unknown tool; before, -32603, an internal error)
     local call = '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"search","arguments":{}}}'
     local input = H.tmpfile("gw-exits-in.jsonl", INIT .. "\n" .. INITIALIZED .. "\n" .. list .. "\n" .. call .. "\n")
-    local st, out, err = H.sh("(cat " .. H.quote(input) .. "; sleep 2) | " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg))
+    local rec = H.tmpdir() .. "/gw-exits" .. n .. ".out.jsonl"
+    local st, out, err = H.sh("(cat " .. H.quote(input) .. "; sleep 2) | " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg)
+      .. " --out " .. H.quote(rec))
     assert.are.equal(0, st, err)
     assert.truthy(err:find("mcp server 'gone' did not start: ", 1, true), err)
+    -- a session without a call: its trace an empty list, as the record's doc has it (before, {})
+    assert.truthy(H.read(rec):find('"trace":[]', 1, true), H.read(rec))
     assert.truthy(err:find("exited with status 3; last stderr: Error: GITHUB_TOKEN is not set", 1, true), err)
     local got = {}
     for l in out:gmatch("[^\n]+") do local m = cjson.decode(l) got[m.id] = m end
