@@ -323,12 +323,17 @@ return specula.gateway {
     local call = '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"search","arguments":{}}}'
     local input = H.tmpfile("gw-exits-in.jsonl", INIT .. "\n" .. INITIALIZED .. "\n" .. list .. "\n" .. call .. "\n")
     local rec = H.tmpdir() .. "/gw-exits" .. n .. ".out.jsonl"
+    local tape = H.tmpdir() .. "/gw-exits-rec" .. n
+    os.execute("rm -rf " .. H.quote(tape))
     local st, out, err = H.sh("(cat " .. H.quote(input) .. "; sleep 2) | " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg)
-      .. " --out " .. H.quote(rec))
+      .. " --out " .. H.quote(rec) .. " --record " .. H.quote(tape))
     assert.are.equal(0, st, err)
     assert.truthy(err:find("mcp server 'gone' did not start: ", 1, true), err)
     -- a session without a call: its trace an empty list, as the record's doc has it (before, {})
     assert.truthy(H.read(rec):find('"trace":[]', 1, true), H.read(rec))
+    -- and its spans an empty list, as OTLP has it (before, "spans":{})
+    local spans = H.read(tape .. "/gateway-session-1.otlp.jsonl")
+    assert.truthy(spans:find('"spans":[]', 1, true), spans)
     assert.truthy(err:find("exited with status 3; last stderr: Error: GITHUB_TOKEN is not set", 1, true), err)
     local got = {}
     for l in out:gmatch("[^\n]+") do local m = cjson.decode(l) got[m.id] = m end

@@ -108,7 +108,7 @@ function R:otlp()
     if c.t1 > free then free = c.t1 end
   end
   return { resourceSpans = { { resource = { attributes = { attr("service.name", "specula-gateway") } },
-                               scopeSpans = { { scope = { name = "specula.gateway" }, spans = list } } } } }
+                               scopeSpans = { { scope = { name = "specula.gateway" }, spans = json.array(list) } } } } }
 end
 
 function R:finish(session)
