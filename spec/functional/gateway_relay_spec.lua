@@ -256,6 +256,19 @@ return specula.gateway {
     assert.are.equal(1, rec.tools.crash.errors)
   end)
 
+  -- before, a cancelled initialize left a session that answered every
+  -- request "not initialized" and a new initialize "sent already"
+  it("does not cancel initialize (MCP: a client must not): the session is served", function()
+    if not guard() then return end
+    local cfg = setup()
+    local got = exchange(H.quote(H.bin) .. " gateway " .. H.quote(cfg), { INIT,
+      '{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}', INITIALIZED,
+      '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"up"}}}' }, 3)
+    assert.is_not_nil(got[1], "no answer to initialize")
+    assert.are.equal("2025-11-25", cjson.decode(got[1]).result.protocolVersion)
+    assert.are.equal("echo: up", cjson.decode(got[2]).result.content[1].text)
+  end)
+
   -- before, a request with "id": null was taken for a notification and
   -- dropped: the client waited for an answer that never came
   it("refuses a request whose id is null (-32600, said), and answers string and integer ids as sent", function()

@@ -744,7 +744,9 @@ function Session:_notification(method, params)
   params = type(params) == "table" and params or {}
   if method == "notifications/cancelled" then
     local e = self.running[params.requestId]
-    if e and not e.task:done() then
+    -- initialize is not cancelled (MCP: a client MUST NOT): cancelled, it
+    -- left a session that refused every request, initialize included
+    if e and not e.task:done() and e.task ~= self.init_task then
       C.sp_task_cancel(e.task.ptr)   -- its upstream request gets notifications/cancelled
       -- a stateless request: its op runs the upstream call
       local op = e.op
