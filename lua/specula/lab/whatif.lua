@@ -247,6 +247,36 @@ local function run_config(name, list, ctx)
   return t
 end
 
+-- Each row of res against the replay (seq) and the bound (best) over the
+-- sessions all three replayed: a session whose replay failed in a row is
+-- left out of its comparisons, not taken for a saving (its time is not in
+-- the row's sum). The replay must give the log's own count of a session
+-- (within 2 %): when it does not, the log's times do not add up (a call
+-- without its result, times out of order) and the session's rows are
+-- suspect: said.
+local function compare_rows(res, list, seq, best, warn)
+  local seq_of, best_of = seq and seq.by_session or {}, best and best.by_session or {}
+  for _, s in ipairs(list) do
+    local x = seq_of[tostring(s.id)]
+    if x and math.abs(x - s.recorded_ms) > 0.02 * s.recorded_ms + 1 then
+      warn(format("session %s: the replay takes %s s where the log counts %s s (more than 2 %% apart: %d "
+        .. "calls without a result, or times out of order?): its rows are suspect", tostring(s.id),
+        format("%.1f", x / 1000), format("%.1f", s.recorded_ms / 1000), s.untimed))
+    end
+  end
+  for _, t in ipairs(res.configs) do
+    local a, b, c = 0, 0, 0
+    for _, s in ipairs(list) do
+      local id = tostring(s.id)
+      local w, x, y = t.by_session[id], seq_of[id], best_of[id]
+      if w and x and y then a, b, c = a + w, b + x, c + y end
+    end
+    t.rel_lat = b > 0 and a / b or nil
+    t.share = b - c > 0 and (b - a) / (b - c) or nil
+    t.hidden_ms = t.name ~= "recorded" and math.max(0, b - a) or 0
+  end
+end
+
 -- The work of `specula whatif` (o: the parsed options). Returns the
 -- result: { sessions, failed, configs = { totals }, tools = { rows } }.
 function M.compute(o, warn)
@@ -328,32 +358,7 @@ function M.compute(o, warn)
   local best = byname["perfect-both"] or (#list > 0 and run_config("perfect-both", list, ctx)) or nil
   res.sequential_ms = seq and seq.wall or 0
   res.best_ms = best and best.wall or 0
-  -- the replay must give the log's own count of a session (within 2 %):
-  -- when it does not, the log's times do not add up (a call without its
-  -- result, times out of order) and the session's rows are suspect: said
-  for _, s in ipairs(list) do
-    local x = seq and seq.by_session[tostring(s.id)]
-    if x and math.abs(x - s.recorded_ms) > 0.02 * s.recorded_ms + 1 then
-      warn(format("session %s: the replay takes %s s where the log counts %s s (more than 2 %% apart: %d "
-        .. "calls without a result, or times out of order?): its rows are suspect", tostring(s.id),
-        format("%.1f", x / 1000), format("%.1f", s.recorded_ms / 1000), s.untimed))
-    end
-  end
-  -- each row against the replay and the bound over the sessions all three
-  -- replayed: a session whose replay failed in a row is left out of its
-  -- comparisons, not taken for a saving (its time is not in the row's sum)
-  local seq_of, best_of = seq and seq.by_session or {}, best and best.by_session or {}
-  for _, t in ipairs(res.configs) do
-    local a, b, c = 0, 0, 0
-    for _, s in ipairs(list) do
-      local id = tostring(s.id)
-      local w, x, y = t.by_session[id], seq_of[id], best_of[id]
-      if w and x and y then a, b, c = a + w, b + x, c + y end
-    end
-    t.rel_lat = b > 0 and a / b or nil
-    t.share = b - c > 0 and (b - a) / (b - c) or nil
-    t.hidden_ms = t.name ~= "recorded" and math.max(0, b - a) or 0
-  end
+  compare_rows(res, list, seq, best, warn)
   -- per tool, with the predictor's hits
   local pred = byname.predictor
   local wait = 0
