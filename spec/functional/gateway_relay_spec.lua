@@ -256,6 +256,26 @@ return specula.gateway {
     assert.are.equal(1, rec.tools.crash.errors)
   end)
 
+  -- before, a client that stopped reading (closed its end of our stdout)
+  -- while it kept stdin open had its calls run on and their answers lost
+  -- without a word, until stdin ended
+  it("ends the session when the client no longer reads its answers (stdout closed)", function()
+    if not guard() then return end
+    local cfg, _, out = setup()
+    local function call(id) return '{"jsonrpc":"2.0","id":' .. id
+      .. ',"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}' end
+    local feed = H.tmpfile("gw-epipe.sh", "printf '%s\\n%s\\n' " .. H.quote(INIT) .. " " .. H.quote(INITIALIZED)
+      .. "\nsleep 1\nfor i in 2 3 4 5 6; do printf '%s\\n' \"$(echo " .. H.quote(call("ID")) .. " | sed s/ID/$i/)\"; "
+      .. "sleep 0.3; done\nsleep 12\n")
+    local t0 = os.time()
+    local st = H.sh("sh " .. H.quote(feed) .. " | " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg) .. " --out "
+      .. H.quote(out) .. " | head -n 1 >/dev/null")
+    assert.are.equal(0, st)
+    assert.is_true(os.time() - t0 < 10, "the gateway waited for stdin to end")
+    local rec = record(out)
+    assert.are.equal("stdout closed (EPIPE: stdout is closed)", rec.why)
+  end)
+
   -- before, a cancelled initialize left a session that answered every
   -- request "not initialized" and a new initialize "sent already"
   it("does not cancel initialize (MCP: a client must not): the session is served", function()
