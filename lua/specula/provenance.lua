@@ -175,6 +175,9 @@ local function realpath(p)
   ffi.C.free(r)
   return s
 end
+-- (the file a path names, as an absolute path without links; the path as
+-- given when there is none)
+M.realpath = realpath
 
 -- The script's directory search entry (cli.add_script_dir), the modules
 -- found there (name -> file), whether the agent's provenance is fixed.

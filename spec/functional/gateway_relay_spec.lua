@@ -213,10 +213,12 @@ return specula.gateway {
     assert.are.equal(1, rec.speculation.tainted, H.read(out))
   end)
 
-  it("the client's cancellation to the server", function()
+  -- (the record: before, the cancelled call counted in tools.slow.calls,
+  -- with no error and 0 ms: a failure as a call)
+  it("the client's cancellation to the server, counted as cancelled, not as a call", function()
     if not guard() then return end
-    local cfg, log = setup()
-    local gw = drive({ command = H.bin, args = { "gateway", cfg }, steps = {
+    local cfg, log, out = setup()
+    local gw = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, steps = {
       { op = "call", name = "slow", arguments = { ms = 5000, tag = "x" }, abort_ms = 300 },
       { op = "call", name = "log", arguments = {} },
     } })
@@ -226,6 +228,12 @@ return specula.gateway {
     for _, e in ipairs(tap(log)) do if e.name == "slow" then slow_id = e.id end end
     assert.truthy(slow_id)
     assert.are.same({ slow_id }, gw.steps[2].result.structuredContent.cancelled)
+    local rec = record(out)
+    assert.are.equal(1, rec.cancelled_by_client)
+    assert.are.equal(1, rec.calls)
+    assert.are.equal(0, rec.tools.slow.calls)
+    assert.are.equal(0, rec.tools.slow.ms)
+    assert.are.equal(1, rec.tools.log.calls)
   end)
 
   it("a crash as an error with the server's last words, then starts the server again", function()
@@ -246,6 +254,126 @@ return specula.gateway {
     local rec = record(out)
     assert.are.equal(1, rec.servers.test.restarts)
     assert.are.equal(1, rec.tools.crash.errors)
+  end)
+
+  -- before, a client that stopped reading (closed its end of our stdout)
+  -- while it kept stdin open had its calls run on and their answers lost
+  -- without a word, until stdin ended
+  it("ends the session when the client no longer reads its answers (stdout closed)", function()
+    if not guard() then return end
+    local cfg, _, out = setup()
+    local function call(id) return '{"jsonrpc":"2.0","id":' .. id
+      .. ',"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}' end
+    local feed = H.tmpfile("gw-epipe.sh", "printf '%s\\n%s\\n' " .. H.quote(INIT) .. " " .. H.quote(INITIALIZED)
+      .. "\nsleep 1\nfor i in 2 3 4 5 6; do printf '%s\\n' \"$(echo " .. H.quote(call("ID")) .. " | sed s/ID/$i/)\"; "
+      .. "sleep 0.3; done\nsleep 12\n")
+    local t0 = os.time()
+    local st = H.sh("sh " .. H.quote(feed) .. " | " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg) .. " --out "
+      .. H.quote(out) .. " | head -n 1 >/dev/null")
+    assert.are.equal(0, st)
+    assert.is_true(os.time() - t0 < 10, "the gateway waited for stdin to end")
+    local rec = record(out)
+    assert.are.equal("stdout closed (EPIPE: stdout is closed)", rec.why)
+  end)
+
+  -- before, a cancelled initialize left a session that answered every
+  -- request "not initialized" and a new initialize "sent already"
+  it("does not cancel initialize (MCP: a client must not): the session is served", function()
+    if not guard() then return end
+    local cfg = setup()
+    local got = exchange(H.quote(H.bin) .. " gateway " .. H.quote(cfg), { INIT,
+      '{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}', INITIALIZED,
+      '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"up"}}}' }, 3)
+    assert.is_not_nil(got[1], "no answer to initialize")
+    assert.are.equal("2025-11-25", cjson.decode(got[1]).result.protocolVersion)
+    assert.are.equal("echo: up", cjson.decode(got[2]).result.content[1].text)
+  end)
+
+  -- before, a request with "id": null was taken for a notification and
+  -- dropped: the client waited for an answer that never came
+  it("refuses a request whose id is null (-32600, said), and answers string and integer ids as sent", function()
+    if not guard() then return end
+    local cfg = setup()
+    local function call(id) return '{"jsonrpc":"2.0","id":' .. id
+      .. ',"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}' end
+    local input = H.tmpfile("gw-ids.jsonl", table.concat({ INIT, INITIALIZED, call("null"), call('"s-1"'),
+      call("9007199254740991"), '{"jsonrpc":"2.0","id":null,"method":"ping"}' }, "\n") .. "\n")
+    local st, out, err = H.sh("(cat " .. H.quote(input) .. "; sleep 3) | " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg))
+    assert.are.equal(0, st, err)
+    local refused, by_id = {}, {}
+    for l in out:gmatch("[^\n]+") do
+      if l:find('"id":null', 1, true) then refused[#refused + 1] = cjson.decode(l)
+      else
+        local id = require("specula.mcp.rawjson").member(l, "id")
+        by_id[id] = cjson.decode(l)
+      end
+    end
+    assert.are.equal(2, #refused, out)
+    for i, method in ipairs({ "tools/call", "ping" }) do
+      assert.are.equal(-32600, refused[i].error.code)
+      assert.are.equal("Invalid Request: a request's id must be a string or an integer, not null (" .. method .. ")",
+        refused[i].error.message)
+    end
+    assert.are.equal("echo: x", by_id['"s-1"'].result.content[1].text)
+    assert.are.equal("echo: x", by_id["9007199254740991"].result.content[1].text)
+    assert.falsy(err:find("unanswered", 1, true), err)
+  end)
+
+  -- before, an --out that could not be written was found when the session
+  -- ended (its record lost after the whole session), and a record the
+  -- disk had no room for was lost without a word, exit 0
+  it("an --out it cannot write: refused before it serves (exit 1); a record not written: said, exit 1", function()
+    n = n + 1
+    local cfg = H.tmpfile("gw-out" .. n .. ".lua", "local specula = require 'specula'\n"
+      .. "return specula.gateway { servers = { quiet = { command = { 'sh', '-c', 'exit 0' } } } }\n")
+    local input = H.tmpfile("gw-out-in.jsonl", INIT .. "\n" .. INITIALIZED .. "\n")
+    local dir = H.tmpdir()
+    local st, out, err = H.sh("(cat " .. H.quote(input) .. "; sleep 1) | " .. H.quote(H.bin) .. " gateway "
+      .. H.quote(cfg) .. " --out " .. H.quote(dir))
+    assert.are.equal(1, st, err)
+    assert.are.equal("", out)
+    assert.truthy(err:find("specula gateway: cannot write --out " .. dir .. ": " .. dir .. ": Is a directory", 1, true), err)
+    assert.falsy(err:find("did not start", 1, true), err)
+    if io.open("/dev/full") then
+      st, out, err = H.sh("(cat " .. H.quote(input) .. "; sleep 1) | " .. H.quote(H.bin) .. " gateway "
+        .. H.quote(cfg) .. " --out /dev/full")
+      assert.are.equal(1, st, err)
+      assert.truthy(out:find('"id":1', 1, true), out)   -- served: the record is written at the end
+      assert.truthy(err:find("specula gateway: cannot write --out /dev/full: No space left on device", 1, true), err)
+    end
+  end)
+
+  -- before, the warning said only "initialize: not running": the server
+  -- was gone before specula's client sent initialize (after
+  -- server/discover), and why it ended was lost
+  it("a server that exits at start: left out with its exit status and last stderr, the client served", function()
+    n = n + 1
+    local cfg = H.tmpfile("gw-exits" .. n .. ".lua", "local specula = require 'specula'\n"
+      .. "return specula.gateway { servers = { gone = { command = { 'sh', '-c', "
+      .. "\"echo 'Error: GITHUB_TOKEN is not set' >&2; exit 3\" } } } }\n")
+    local list = '{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}'
+    -- (a tool no server offers: invalid params, MCP's unknown tool; before, -32603, an internal error)
+    local call = '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"search","arguments":{}}}'
+    local input = H.tmpfile("gw-exits-in.jsonl", INIT .. "\n" .. INITIALIZED .. "\n" .. list .. "\n" .. call .. "\n")
+    local rec = H.tmpdir() .. "/gw-exits" .. n .. ".out.jsonl"
+    local tape = H.tmpdir() .. "/gw-exits-rec" .. n
+    os.execute("rm -rf " .. H.quote(tape))
+    local st, out, err = H.sh("(cat " .. H.quote(input) .. "; sleep 2) | " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg)
+      .. " --out " .. H.quote(rec) .. " --record " .. H.quote(tape))
+    assert.are.equal(0, st, err)
+    assert.truthy(err:find("mcp server 'gone' did not start: ", 1, true), err)
+    -- a session without a call: its trace an empty list, as the record's doc has it (before, {})
+    assert.truthy(H.read(rec):find('"trace":[]', 1, true), H.read(rec))
+    -- and its spans an empty list, as OTLP has it (before, "spans":{})
+    local spans = H.read(tape .. "/gateway-session-1.otlp.jsonl")
+    assert.truthy(spans:find('"spans":[]', 1, true), spans)
+    assert.truthy(err:find("exited with status 3; last stderr: Error: GITHUB_TOKEN is not set", 1, true), err)
+    local got = {}
+    for l in out:gmatch("[^\n]+") do local m = cjson.decode(l) got[m.id] = m end
+    assert.are.equal("2025-11-25", got[1].result.protocolVersion)
+    assert.are.same({}, got[2].result.tools)
+    assert.are.equal(-32602, got[3].error.code)
+    assert.are.equal("unknown tool 'search'", got[3].error.message)
   end)
 
   it("the end of stdin as a cancellation of every call in flight upstream", function()

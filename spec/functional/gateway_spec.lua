@@ -311,6 +311,28 @@ describe("specula gateway (official TypeScript SDK client over stdio)", function
       assert.truthy(err:find(cfg .. ":3: specula.gateway: servers.a: unknown key 'cmd'", 1, true), err)
     end)
 
+    -- before, each was let through: the gateway served, and at the client's
+    -- initialize the server was left out with a warning and a stack trace
+    it("a server option specula.mcp.connect refuses", function()
+      for _, c in ipairs({
+        { "timeout_ms = -5", "servers.a: timeout_ms must be a number >= 0, got -5" },
+        { "init_timeout_ms = 'soon'", "servers.a: init_timeout_ms must be a number >= 0, got soon" },
+        { "protocol_version = '1999-01-01'", "servers.a: protocol_version must be one of 2026-07-28, " },
+        { "auth = true", "servers.a: auth is for servers reached by url" },
+      }) do
+        local status, out, err, cfg = gateway_err("local specula = require 'specula'\nreturn specula.gateway {\n"
+          .. "  servers = { a = { command = { 'cat' },\n    " .. c[1] .. " } },\n}\n")
+        assert.are.equal(2, status, err)
+        assert.are.equal("", out)
+        assert.truthy(err:find(cfg .. ":4: specula.gateway: " .. c[2], 1, true), err)
+        assert.falsy(err:find("traceback", 1, true), err)
+      end
+      local status, _, err, cfg = gateway_err("local specula = require 'specula'\nreturn specula.gateway {\n"
+        .. "  servers = { a = { url = 'http://127.0.0.1:9/mcp',\n    auth = { client = 'x' } } },\n}\n")
+      assert.are.equal(2, status, err)
+      assert.truthy(err:find(cfg .. ":4: specula.gateway: servers.a: auth.client is not an auth option", 1, true), err)
+    end)
+
     it("no servers", function()
       local status, _, err, cfg = gateway_err("return require('specula').gateway { servers = {} }\n")
       assert.are_not.equal(0, status)

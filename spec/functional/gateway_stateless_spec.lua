@@ -322,6 +322,30 @@ describe("specula gateway --listen, stateless clients", function()
       params.name, max_s)
   end
 
+  -- before, it ran and was answered under id null (over stdio such a
+  -- request got no answer at all: gateway_relay_spec)
+  it("refuses a request whose id is null (400, -32600) and serves the next", function()
+    if not G.guard(pending) then return end
+    local cfg, log = G.tap_config()
+    local g = G.start(cfg, { "--listen", "127.0.0.1:0" })
+    local ok, err = pcall(function()
+      local meta = '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+        .. '"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"n","version":"1"}}'
+      local r = post_text(g.url, '{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"echo",'
+        .. '"arguments":{"text":"never"},' .. meta .. '}}', "tools/call", "echo")
+      assert.are.equal(-32600, r.error.code)
+      assert.are.equal("Invalid Request: a request's id must be a string or an integer, not null (tools/call)",
+        r.error.message)
+      assert.are.equal("echo: next", post(g.url, 2, "tools/call", { name = "echo", arguments = { text = "next" } },
+        { name = "n", version = "1" }).result.content[1].text)
+    end)
+    G.stop(g)
+    assert(ok, err)
+    local echoes = 0
+    for _, e in ipairs(G.tap(log)) do if e.name == "echo" then echoes = echoes + 1 end end
+    assert.are.equal(1, echoes)   -- the refused call never ran
+  end)
+
   it("answers a server's request as an InputRequiredResult; the retry's answer reaches the server as written", function()
     if not G.guard(pending) then return end
     local cfg = G.tap_config()
@@ -430,6 +454,8 @@ describe("specula gateway --listen, stateless clients", function()
     assert.are.equal(1, #recs)
     assert.are.equal(2, recs[1].cancelled_by_client)
     assert.are.equal(1, recs[1].calls)   -- the echo: a cancelled call has no answer to count
-    assert.are.equal(3, recs[1].tools.slow.calls + recs[1].tools.echo.calls)
+    -- nor a tool call: no call of 0 ms without an error (cancelled_by_client counts them)
+    assert.are.equal(0, recs[1].tools.slow.calls)
+    assert.are.equal(1, recs[1].tools.echo.calls)
   end)
 end)

@@ -76,6 +76,206 @@ describe("specula whatif", function()
     assert.is_not_nil(out:find("1 sessions (1 failed)", 1, true))
   end)
 
+  -- before, a directory given as a LOG raised out of the line reader
+  -- ("sessions.lua:476: Is a directory" and a stack trace, exit 1): every
+  -- other log lost with it; as --train the same
+  it("a directory given for a log is a failed log naming it, the others replayed; as --train named", function()
+    local dir = H.tmpdir()
+    local st, s, out, err = summary_of({ dir, FIX .. "/codex.jsonl", "--compare", "recorded,sequential" })
+    assert.are.equal(0, st, err)
+    assert.are.equal(1, s.sessions)
+    assert.are.equal(1, #s.failed)
+    assert.are.equal("EIO: cannot read " .. dir .. ": Is a directory", s.failed[1])
+    assert.is_not_nil(out:find("1 sessions (1 failed)", 1, true))
+    assert.falsy(err:find("%.lua:%d"), err)
+    local st2, _, err2 = H.specula({ "whatif", FIX .. "/codex.jsonl", "--train", dir, "--compare", "predictor" })
+    assert.are.equal(1, st2, err2)
+    assert.is_not_nil(err2:find("--train: cannot read " .. dir .. ": Is a directory", 1, true), err2)
+    assert.falsy(err2:find("%.lua:%d"), err2)
+  end)
+
+  -- before, a log saved with a UTF-8 byte order mark (a Windows editor,
+  -- PowerShell's Out-File) failed whole: "FILE:1: not JSON (... invalid
+  -- token at character 1)"
+  it("reads a log that opens with a UTF-8 byte order mark as the same log", function()
+    local log = H.tmpfile("whatif-bom.jsonl", "\239\187\191" .. H.read(FIX .. "/claude_code.jsonl"))
+    local st, s, _, err = summary_of({ log, "--compare", "recorded,sequential" })
+    assert.are.equal(0, st, err)
+    assert.are.equal(0, #s.failed, s.failed[1])
+    assert.are.equal(1, s.sessions)
+    assert.is_true(math.abs(by_name(s).sequential.agent_ms - 15000) < 1, err)
+    assert.are.equal("", err)
+  end)
+
+  -- before, a line whose time was no ISO 8601 time was dropped without a
+  -- word: a log of epoch-millisecond times failed as one that "holds no
+  -- session (no prompt, no call)", one such line made a call untimed
+  it("a time that is not ISO 8601: FILE:LINE names it and the line is skipped, ISO with offsets read", function()
+    local lines = {}
+    for l in io.lines(FIX .. "/codex.jsonl") do lines[#lines + 1] = l end
+    local epoch = {}
+    for i, l in ipairs(lines) do
+      local iso = l:match('"timestamp":"([^"]+)"')
+      local y, mo, d, h, mi, s = iso:match("^(%d+)-(%d+)-(%d+)T(%d+):(%d+):([%d.]+)Z$")
+      local ms = (os.time({ year = y, month = mo, day = d, hour = h, min = mi, sec = 0, isdst = false })
+        - os.time({ year = 1970, month = 1, day = 1, hour = 0, isdst = false })) * 1000 + tonumber(s) * 1000
+      epoch[i] = l:gsub('"timestamp":"[^"]+"', string.format('"timestamp":%d', ms), 1)
+    end
+    local log = H.tmpfile("whatif-epoch.jsonl", table.concat(epoch, "\n") .. "\n")
+    local st, s, out, err = summary_of({ log, "--compare", "recorded,sequential" })
+    assert.are.equal(1, st, out)
+    assert.is_not_nil(s.failed[1]:find("holds no session", 1, true))
+    for _, ln in ipairs({ 1, #lines }) do
+      local ms = epoch[ln]:match('"timestamp":(%d+)')
+      assert.truthy(err:find(log .. ":" .. ln .. ": the time " .. ms .. " is not an ISO 8601 time", 1, true), err)
+    end
+    -- the same times with an offset (+02:00) are the same log
+    local shifted = {}
+    for i, l in ipairs(lines) do
+      shifted[i] = l:gsub('"timestamp":"(%d+-%d+-%d+)T(%d+)(:[^"]+)Z"', function(day, hh, rest)
+        return string.format('"timestamp":"%sT%02d%s+02:00"', day, tonumber(hh) + 2, rest)
+      end, 1)
+    end
+    log = H.tmpfile("whatif-offset.jsonl", table.concat(shifted, "\n") .. "\n")
+    st, s, _, err = summary_of({ log, "--compare", "recorded,sequential" })
+    assert.are.equal(0, st, err)
+    assert.are.equal("", err)
+    assert.is_true(math.abs(by_name(s).sequential.agent_ms - 18910) < 1)
+  end)
+
+  -- before, an OTel GenAI span without readable times (or ending before it
+  -- starts) was left out without a word: a call fewer, or an untimed one
+  it("an OTel span whose times cannot be read: FILE:LINE names it and it is skipped", function()
+    local lines = {}
+    for l in io.lines(FIX .. "/otel.jsonl") do lines[#lines + 1] = l end
+    local n
+    lines[1], n = lines[1]:gsub('("name":"execute_tool get_weather","kind":1,"startTimeUnixNano":)"%d+"', '%1"soon"', 1)
+    assert.are.equal(1, n)
+    local log = H.tmpfile("whatif-otel-times.jsonl", table.concat(lines, "\n") .. "\n")
+    local st, s, _, err = summary_of({ log, "--compare", "recorded,sequential" })
+    assert.are.equal(0, st, err)
+    assert.are.equal(2, s.sessions)
+    assert.truthy(err:find(log .. ":1: span 'execute_tool get_weather': startTimeUnixNano and endTimeUnixNano must "
+      .. "be nanoseconds since the epoch: skipped", 1, true), err)
+    assert.falsy(err:find("%.lua:%d"), err)
+  end)
+
+  -- before, a number JSON cannot carry (1e400 decodes to infinity) in a
+  -- call's arguments failed the session's replay in every configuration
+  -- but recorded (counted there, not in the others) and --out raised with
+  -- a stack trace; in a turn_duration it raised too, and a negative one
+  -- made the recorded time negative
+  it("infinite or negative numbers in a log: FILE:LINE, the line skipped, every row over the same sessions", function()
+    local text = H.read(FIX .. "/claude_code.jsonl")
+    local args, n1 = text:gsub('"file_path":"/home/dev/proj/src/config.rs"', '"file_path":"/x","n":1e400', 1)
+    local dur, n2 = text:gsub('"durationMs":%d+', '"durationMs":1e400', 1)
+    local neg, n3 = text:gsub('"durationMs":%d+', '"durationMs":-5000', 1)
+    assert.are.same({ 1, 1, 1 }, { n1, n2, n3 })
+    local a = H.tmpfile("whatif-inf-args.jsonl", args)
+    local d = H.tmpfile("whatif-inf-dur.jsonl", dur)
+    local g = H.tmpfile("whatif-neg-dur.jsonl", neg)
+    local out = H.tmpfile("whatif-inf.out.jsonl")
+    local st, s, _, err = summary_of({ a, d, g, "--out", out })
+    assert.are.equal(0, st, err)
+    assert.are.equal(3, s.sessions)
+    assert.are.equal(0, #s.failed)
+    for _, c in ipairs(s.configs) do
+      assert.are.equal(3, c.sessions, c.name)
+      assert.are.equal(0, c.failed, c.name)
+      assert.is_true(c.agent_ms > 0, c.name)
+    end
+    assert.truthy(err:find(a .. ":4: call 'Read': its arguments hold what JSON cannot carry", 1, true), err)
+    assert.truthy(err:find(d .. ":13: turn_duration's durationMs inf is not a number of milliseconds >= 0: skipped",
+      1, true), err)
+    assert.truthy(err:find(g .. ":13: turn_duration's durationMs -5000 is not", 1, true), err)
+    assert.falsy(err:find("%.lua:%d"), err)
+    local lines = 0
+    for _ in H.read(out):gmatch("[^\n]+") do lines = lines + 1 end
+    assert.are.equal(3, lines)
+  end)
+
+  -- before, a session whose replay failed was left out of a row's agent
+  -- time but not of the replay's or recorded's it was compared with: the
+  -- failure read as a saving (recorded's RelLat 1.35 here), no row said
+  -- so, and the exit status was 0
+  it("a session whose replay fails: each row compared over the sessions all replayed, flagged, exit 3", function()
+    local pol = H.tmpfile("whatif-poison.lua", "return { read_only = function(tool, args)\n"
+      .. "  if tool == 'Glob' then args.poison = 1 / 0 end\n"
+      .. "  return tool == 'Read' or tool == 'Grep' or tool == 'Glob'\nend }\n")
+    local st, s, out, err = summary_of({ FIX .. "/claude_code.jsonl", FIX .. "/codex.jsonl",
+      FIX .. "/claude_code_parallel.jsonl", "--policy", pol })
+    assert.are.equal(3, st, err)
+    assert.truthy(err:find("specula whatif: exit 3: session replays failed (sequential: 1 of 3, ", 1, true), err)
+    local c = by_name(s)
+    assert.are.equal(3, c.recorded.sessions)
+    for name, r in pairs(c) do
+      if name ~= "recorded" then
+        assert.are.equal(1, r.failed, name)
+        assert.is_not_nil(out:find("! " .. name .. ": 1 of 3 sessions failed in its replay", 1, true), name)
+      end
+    end
+    -- recorded against the replay over the same two sessions: within 2 %
+    assert.is_true(math.abs(c.recorded.rel_lat - 1) < 0.02, tostring(c.recorded.rel_lat))
+    assert.are.equal(1, c["perfect-both"].share)
+  end)
+
+  -- before, a log whose times do not add up (here the push's result line
+  -- is gone: the person's 58 s approval wait lands in the model's next
+  -- turn) gave RelLat 0.21 and a share of 570 for recorded without a word
+  it("says when the replay of a session is more than 2 % from the log's own count", function()
+    local lines = {}
+    for l in io.lines(FIX .. "/claude_code.jsonl") do
+      if not l:find('"content":"main -> main"', 1, true) then lines[#lines + 1] = l end
+    end
+    local log = H.tmpfile("whatif-noresult.jsonl", table.concat(lines, "\n") .. "\n")
+    local st, _, _, err = summary_of({ log, "--compare", "recorded,sequential" })
+    assert.are.equal(0, st, err)
+    assert.truthy(err:find("session whatif-noresult: the replay takes 72.1 s where the log counts 15.1 s (more than 2 % "
+      .. "apart: 1 calls without a result, or times out of order?): its rows are suspect", 1, true), err)
+    -- a log that adds up says nothing
+    st, _, _, err = summary_of({ FIX .. "/claude_code.jsonl", "--compare", "recorded,sequential" })
+    assert.are.equal(0, st, err)
+    assert.are.equal("", err)
+  end)
+
+  -- before, a log named twice (overlapping globs) was read twice: its
+  -- session counted as two, weighing double in every row
+  it("reads a log named twice once, said", function()
+    local log = FIX .. "/codex.jsonl"
+    local again = FIX .. "/../sessions/codex.jsonl"
+    local st, s, _, err = summary_of({ log, FIX .. "/claude_code.jsonl", again, "--compare", "recorded,sequential" })
+    assert.are.equal(0, st, err)
+    assert.are.equal(2, s.sessions)
+    assert.truthy(err:find(again .. ": given twice (as " .. log .. "): read once", 1, true), err)
+  end)
+
+  -- before, `specula whatif --out logs/*.jsonl` (the shell gives --out the
+  -- first log) replaced that log with the records, as did an --out or
+  -- --summary naming a LOG: the user's only copy of the session, lost
+  it("never writes --out or --summary over an agent's log: refused (exit 2), the log unchanged", function()
+    local text = H.read(FIX .. "/claude_code.jsonl")
+    local a = H.tmpfile("whatif-clash-a.jsonl", text)
+    local b = FIX .. "/codex.jsonl"
+    local st, out, err = H.specula({ "whatif", "--out", a, b, "--compare", "recorded" })
+    assert.are.equal(2, st, out)
+    assert.is_not_nil(err:find("--out " .. a .. " holds an agent's log (claude-code): writing it would overwrite "
+      .. "that log", 1, true), err)
+    assert.are.equal(text, H.read(a))
+    st, out, err = H.specula({ "whatif", a, "--summary", a, "--compare", "recorded" })
+    assert.are.equal(2, st, out)
+    assert.is_not_nil(err:find("--summary " .. a .. " is also a log it reads (" .. a .. ")", 1, true), err)
+    assert.are.equal(text, H.read(a))
+    -- whatif's own --out of an earlier run is no log: replaced
+    local recs = H.tmpfile("whatif-clash-out.jsonl")
+    for _ = 1, 2 do
+      st, out, err = H.specula({ "whatif", b, "--out", recs, "--compare", "recorded" })
+      assert.are.equal(0, st, err)
+    end
+    local n = 0
+    for _ in H.read(recs):gmatch("[^\n]+") do n = n + 1 end
+    assert.are.equal(1, n)
+  end)
+
   -- before, such a line's warning was a slip inside the reader, in a specula
   -- source path ("otel.lua:87: bad argument #1 to 'ipairs'")
   it("a line of JSON the file's reader cannot take: FILE:LINE and what it should be, the rest replayed", function()

@@ -34,10 +34,15 @@ function M.events(v, ev, iso, st)
   -- throughout: its first message says which lines are the session's
   if (v.type == "user" or v.type == "assistant") and st.sidechain == nil then st.sidechain = v.isSidechain == true end
   if (v.isSidechain == true) ~= (st.sidechain == true) then return end
-  local t = type(v.timestamp) == "string" and iso(v.timestamp) or nil
+  local t = v.timestamp ~= nil and iso(v.timestamp) or nil
   local m = v.message
-  if v.type == "system" and v.subtype == "turn_duration" and type(v.durationMs) == "number" then
-    ev({ kind = "end", t = t, active_ms = v.durationMs })
+  if v.type == "system" and v.subtype == "turn_duration" and v.durationMs ~= nil then
+    local d = v.durationMs
+    -- (1e400 decodes to infinity: no time, nor is a negative one)
+    if type(d) ~= "number" or not (d >= 0 and d < math.huge) then
+      error("turn_duration's durationMs " .. tostring(d) .. " is not a number of milliseconds >= 0", 0)
+    end
+    ev({ kind = "end", t = t, active_ms = d })
   elseif v.type == "assistant" and type(m) == "table" and type(m.content) == "table" and t then
     for _, b in ipairs(m.content) do
       if type(b) == "table" and b.type == "tool_use" and type(b.name) == "string" then

@@ -40,7 +40,7 @@ local function text_of(content)
 end
 
 function M.events(v, ev, iso)
-  local t = type(v.timestamp) == "string" and iso(v.timestamp) or nil
+  local t = v.timestamp ~= nil and iso(v.timestamp) or nil
   local p = v.payload
   if not t then return end
   if v.type == "session_meta" then
@@ -53,6 +53,9 @@ function M.events(v, ev, iso)
     elseif p.type == "exec_command_end" and type(p.duration) == "table" then
       local d = p.duration
       local ms = (tonumber(d.secs) or 0) * 1000 + (tonumber(d.nanos) or 0) / 1e6
+      if not (ms >= 0 and ms < math.huge) then
+        error("exec_command_end's duration " .. tostring(ms) .. " ms is not a number of milliseconds >= 0", 0)
+      end
       ev({ kind = "exec", t = t, id = p.call_id, exec_ms = ms })
     end
   elseif v.type == "response_item" then

@@ -1,5 +1,6 @@
 -- specula.convtraces.common: what the log readers share below them.
 local json = require "specula.json"
+local lines_of = require("specula.internal.lines").lines   -- NUL-safe file:lines()
 
 local pcall, type, ipairs, concat = pcall, type, ipairs, table.concat
 
@@ -30,6 +31,26 @@ function M.content_text(c)
     if #parts > 0 then return concat(parts, "\n") end
   end
   return M.stable_json(c) or ""
+end
+
+-- The lines of an open file (specula.internal.lines: every byte), and a
+-- function that says why they ended early: a read error (a directory given
+-- for a file: EISDIR) ends the lines, for the reader to name the file,
+-- instead of raising out of it as an error in a specula source line. A
+-- UTF-8 byte order mark opening the file (what Windows editors and
+-- PowerShell's Out-File write) is not part of its first line.
+function M.lines(f)
+  local next_line, err, first = lines_of(f), nil, true
+  return function()
+    if err then return nil end
+    local ok, line = pcall(next_line)
+    if not ok then err = tostring(line) return nil end
+    if first and line then
+      first = false
+      if line:sub(1, 3) == "\239\187\191" then line = line:sub(4) end
+    end
+    return line
+  end, function() return err end
 end
 
 return M

@@ -16,7 +16,7 @@
 local json = require "specula.json"
 local stable_json = require("specula.convtraces.common").stable_json
 local content_text = require("specula.convtraces.common").content_text
-local lines_of = require("specula.internal.lines").lines   -- NUL-safe file:lines()
+local lines_of = require("specula.convtraces.common").lines   -- NUL-safe, a read error returned
 
 local type, ipairs, tostring, format, concat = type, ipairs, tostring, string.format, table.concat
 
@@ -323,7 +323,8 @@ function M.read(path, fmt, out, warn)
   if not f then return nil, format("cannot read %s", tostring(err)) end
   local ln, added, skipped = 0, 0, 0
   local rd = require("specula.provenance").reader()   -- results records: see specula.provenance.reader
-  for line in lines_of(f) do
+  local each, read_err = lines_of(f)
+  for line in each do
     ln = ln + 1
     if line:find("%S") then
       local function lwarn(msg) warn(format("%s:%d: %s", path, ln, msg)) end
@@ -374,6 +375,7 @@ function M.read(path, fmt, out, warn)
     end
   end
   f:close()
+  if read_err() then return nil, format("cannot read %s: %s", path, read_err()) end
   if added == 0 then
     return nil, format("%s: no usable conversation (%d lines, %d skipped; no tool call in the rest%s)", path, ln,
       skipped, fmt and ", read as " .. fmt or "")

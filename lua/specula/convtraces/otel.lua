@@ -15,6 +15,7 @@
 -- name, id and arguments; a result and a prompt as the builder keeps a
 -- text: cut, or a digest) and put in time order at the end of the file.
 local json = require "specula.json"
+local format = string.format
 
 local M = { name = "otel",
   expects = 'an OTLP JSON trace export line: {"resourceSpans": [{"scopeSpans": [{"spans": [...]}]}]} with gen_ai.* attributes' }
@@ -47,7 +48,7 @@ end
 
 local function ns_ms(x)
   local n = tonumber(x)
-  return n and n / 1e6 or nil
+  return n and n >= 0 and n < math.huge and n / 1e6 or nil
 end
 
 -- The last user text of gen_ai.input.messages (a JSON string), if kept.
@@ -90,8 +91,15 @@ function M.events(v, _, _, st)
         local a = attrs(sp.attributes)
         local op = a["gen_ai.operation.name"]
         local t0, t1 = ns_ms(sp.startTimeUnixNano), ns_ms(sp.endTimeUnixNano)
-        if (op == "chat" or op == "execute_tool" or op == "invoke_agent" or op == "text_completion"
-            or op == "generate_content") and t0 and t1 then
+        local genai = op == "chat" or op == "execute_tool" or op == "invoke_agent" or op == "text_completion"
+          or op == "generate_content"
+        -- a GenAI span without its times: said (st.warn: FILE:LINE), not
+        -- dropped without a word
+        if genai and st.warn and not (t0 and t1 and t1 >= t0) then
+          st.warn(format("span '%s': %s", tostring(sp.name or op), (t0 and t1)
+            and "it ends before it starts (endTimeUnixNano < startTimeUnixNano)"
+            or "startTimeUnixNano and endTimeUnixNano must be nanoseconds since the epoch"))
+        elseif genai then
           local key = a["gen_ai.conversation.id"] or sp.traceId or ""
           st.spans[#st.spans + 1] = { key = tostring(key), op = op, t0 = t0, t1 = t1, a = kept_attrs(a, op, st),
                                       trace = sp.traceId }

@@ -51,7 +51,7 @@
 -- costs a few numbers and strings (M.each_call reads either form).
 local json = require "specula.json"
 local content_text = require("specula.convtraces.common").content_text
-local lines_of = require("specula.internal.lines").lines   -- NUL-safe file:lines()
+local lines_of = require("specula.convtraces.common").lines   -- NUL-safe, a read error returned
 
 local type, ipairs, pairs, tostring, format, floor = type, ipairs, pairs, tostring, string.format, math.floor
 local turnslib
@@ -322,8 +322,27 @@ local function close_prompt(st)
 end
 
 -- The model's text or a tool call it decided.
+-- A call's arguments as the sink keeps them (digests: two canonical JSON
+-- texts), checked before the call changes any state: arguments JSON
+-- cannot carry (a number as 1e400 decodes to infinity) raise, and the
+-- reader's line is skipped with a warning (before, the replay of the
+-- session failed in every configuration but the recorded one).
+local function call_args(st, e)
+  local ok, a, k
+  if st.sink.args then ok, a, k = pcall(st.sink.args, e.args)
+  else ok, a = pcall(json.canonical, e.args) end
+  if not ok then
+    error(format("call '%s': its arguments hold what JSON cannot carry (%s)", tostring(e.tool),
+      tostring(a):gsub("^JSON: ", "")), 0)
+  end
+  if st.sink.args then return a, k end
+  return e.args
+end
+
 local function on_text_or_call(st, e, t)
   local s = st.s
+  local args, key
+  if e.kind == "call" then args, key = call_args(st, e) end
   if not st.P then open_prompt(st, t, nil) end   -- a resumed session: the first event starts it
   local P = st.P
   -- text after calls is a later reply; a call after answered calls too
@@ -340,7 +359,7 @@ local function on_text_or_call(st, e, t)
     P.nc[turn] = P.nc[turn] + 1
     local id = type(e.id) == "string" and e.id or ("call" .. (s.n_calls + j))
     P.id[j], P.tool[j], P.t_call[j] = id, e.tool, t
-    if st.sink.args then P.args[j], P.key[j] = st.sink.args(e.args) else P.args[j] = e.args end
+    P.args[j], P.key[j] = args, key
     P.t_result[j], P.obs[j], P.appr[j], P.exec[j] = false, false, false, false
     st.by_id[id] = j
     -- the model waits from its decision at least (a call without a
@@ -456,10 +475,11 @@ function M.read_all(path, opts, warn)
   -- the reader's own, for the file; text(s): a text as the builder keeps
   -- it (a reader that holds lines until the end of the file: OTel)
   local keep_text, max_text = opts.keep_text ~= false, opts.max_text or M.MAX_TEXT
+  local ln = 0
   local state = { text = function(t)
     if keep_text then return cut(t, max_text) end
     return digest(t)
-  end }
+  end, warn = function(msg) warn(format("%s:%d: %s: skipped", path, ln, msg)) end }
   local builders, order, whole = {}, {}, {}
   local function ev_for(key)
     local b = builders[key]
@@ -470,10 +490,21 @@ function M.read_all(path, opts, warn)
     end
     return b.event
   end
-  local ln = 0
-  local iso = M.iso_ms
+  -- a reader's time: a line whose time is there but no ISO 8601 time
+  -- (epoch milliseconds, a locale's format) is skipped with a warning that
+  -- says so, not without a word (a log of such lines held "no session")
+  local function iso(x)
+    local t = type(x) == "string" and M.iso_ms(x)
+    if t then return t end
+    -- none at all: the reader's slip, a line not of its shape (line_error)
+    if x == nil then error("no time", 2) end
+    local shown = type(x) == "string" and ("'" .. (#x > 40 and json.utf8_cut(x, 40) .. "..." or x) .. "'") or tostring(x)
+    error(format("the time %s is not an ISO 8601 time (YYYY-MM-DDThh:mm:ss[.sss], then Z, +hh:mm or nothing for UTC)",
+      shown), 0)
+  end
   local since_gc = 0
-  for line in lines_of(f) do
+  local each, read_err = lines_of(f)
+  for line in each do
     ln = ln + 1
     -- a long line and what it decodes to are garbage once read: collect
     -- as the bytes go by (every GC_BYTES), or the collector's pacing lets
@@ -513,6 +544,7 @@ function M.read_all(path, opts, warn)
     end
   end
   f:close()
+  if read_err() then return nil, format("EIO: cannot read %s: %s", path, read_err()) end
   if not reader then return nil, format("EFORMAT: %s: empty; expected %s", path, expected()) end
   if reader.finish then
     local ok, e = pcall(reader.finish, state, ev_for)

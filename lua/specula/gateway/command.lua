@@ -31,7 +31,9 @@ local function write_record(path, rec)
     return false
   end
   local ok, werr = w:line(text)
-  w:close()
+  -- the line is on disk only once the file is closed (a full disk says so then)
+  local cok, cerr = w:close()
+  if ok and not cok then ok, werr = nil, cerr end
   if not ok then output.stderr("specula gateway: cannot write --out ", path, ": ", tostring(werr), "\n") end
   return ok ~= nil
 end
@@ -111,6 +113,15 @@ function M.main(o)
   local gw = gateway.load(o.configs[1])
   -- a mistake in the predictor or the policy shows now, not at the first call
   gw:new_predictor()
+  -- and an --out that cannot be written, not when the first session ends
+  -- (its record lost after the whole session)
+  if o.out then
+    local w, err = output.open(o.out, "a", "json")
+    local ok, cerr = w and w:close()
+    if not ok then
+      sched.plain_error("specula gateway: cannot write --out " .. o.out .. ": " .. tostring(err or cerr), 1)
+    end
+  end
   -- --record: every round trip with the servers goes on tape (the MCP
   -- clients' transports behind the cassette's wrapper), prefetches too
   if o.record then

@@ -78,6 +78,25 @@ local function check_server(name, s)
     if s[k] ~= nil and type(s[k]) ~= "table" then bad(format("servers.%s: %s must be a table", name, k), k) end
   end
   if s.cwd ~= nil and type(s.cwd) ~= "string" then bad(format("servers.%s: cwd must be a string", name), name) end
+  -- what specula.mcp.connect takes besides, checked here as it checks it:
+  -- a wrong value is the config's mistake, before the gateway serves, not
+  -- a server left out at the client's initialize
+  for _, k in ipairs({ "timeout_ms", "init_timeout_ms", "max_restarts", "max_message_bytes" }) do
+    local v = s[k]
+    if v ~= nil and (type(v) ~= "number" or v < 0 or v ~= v) then
+      bad(format("servers.%s: %s must be a number >= 0, got %s", name, k, tostring(v)), k)
+    end
+  end
+  local pv = s.protocol_version
+  if pv ~= nil and not require("specula.mcp.client").SUPPORTED[pv] then
+    bad(format("servers.%s: protocol_version must be one of %s, got %s", name,
+      concat(require("specula.mcp.client").PROTOCOL_VERSIONS, ", "), tostring(pv)), "protocol_version")
+  end
+  if s.auth ~= nil and s.auth ~= false then
+    if s.url == nil then bad(format("servers.%s: auth is for servers reached by url", name), "auth") end
+    local ok, err = pcall(require("specula.mcp.auth").check_options, s.auth, 1)
+    if not ok then bad(format("servers.%s: %s", name, tostring(err):gsub("^specula%.mcp%.connect: ", "")), "auth") end
+  end
 end
 
 local function check(spec)

@@ -108,7 +108,7 @@ function R:otlp()
     if c.t1 > free then free = c.t1 end
   end
   return { resourceSpans = { { resource = { attributes = { attr("service.name", "specula-gateway") } },
-                               scopeSpans = { { scope = { name = "specula.gateway" }, spans = list } } } } }
+                               scopeSpans = { { scope = { name = "specula.gateway" }, spans = json.array(list) } } } } }
 end
 
 function R:finish(session)
@@ -143,7 +143,8 @@ function R:record(session)
     kind = "gateway-session", session = self.id, started_ms = self.started, ended_ms = self.ended or json.null,
     why = session.why or json.null, client = session.client_info or json.null, version = session.version or json.null,
     servers = servers, calls = self.st.calls, cancelled_by_client = self.st.cancelled_by_client, tools = tools,
-    speculation = session.spec:stats(), trace = self.trace,
+    -- (a list even when empty: a session without calls has "trace": [])
+    speculation = session.spec:stats(), trace = json.array(self.trace),
     provenance = self.built and prov.raw(self.built, qd) or nil,
   }
 end

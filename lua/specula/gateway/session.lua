@@ -237,7 +237,7 @@ end
 function Session:_call_tool(name, args, on_progress, meta, prefetch)
   local _, routes = self.up:tools()
   local route = routes[name] or self:_fallback("tools", name)
-  if not route then return nil, "unknown tool '" .. tostring(name) .. "'", nil, nil, -32602 end
+  if not route then return nil, "unknown tool '" .. tostring(name) .. "'", nil, -32602 end
   local p = upstream_params({ _meta = meta }, "name", route.name)
   p.arguments = (args == nil or args == JNULL) and obj() or args
   local r, err, c, ms = self:_forward(route.server, "tools/call", p, on_progress, "tools/call '" .. route.name .. "'",
@@ -250,7 +250,6 @@ function Session:_tools_call(id, params)
   local name, args = params.name, params.arguments
   if type(name) ~= "string" then return self:_error(id, -32602, "tools/call: params.name must be a string") end
   local ts = self.rec:tool(name)
-  ts.calls = ts.calls + 1
   local t0 = sched.now()
   local relay = self:_progress_fn(params)
   local r, err, info, hidden = self.spec:take(name, args, relay)
@@ -260,8 +259,10 @@ function Session:_tools_call(id, params)
     r, err, info, code = self:_call_tool(name, args, relay, params._meta)
     if code then return self:_error(id, code, err) end
   end
+  -- counted once answered (a call cancelled by the client, or by the
+  -- session's end, is no call of 0 ms: cancelled_by_client counts those)
   local ms = sched.now() - t0
-  ts.ms = ts.ms + ms
+  ts.calls, ts.ms = ts.calls + 1, ts.ms + ms
   local rtext
   if self.rec.spans then
     rtext = r ~= nil and ((info and info.raw and rawjson.member(info.raw, "result")) or encode(r)) or tostring(err)
@@ -743,7 +744,9 @@ function Session:_notification(method, params)
   params = type(params) == "table" and params or {}
   if method == "notifications/cancelled" then
     local e = self.running[params.requestId]
-    if e and not e.task:done() then
+    -- initialize is not cancelled (MCP: a client MUST NOT): cancelled, it
+    -- left a session that refused every request, initialize included
+    if e and not e.task:done() and e.task ~= self.init_task then
       C.sp_task_cancel(e.task.ptr)   -- its upstream request gets notifications/cancelled
       -- a stateless request: its op runs the upstream call
       local op = e.op
@@ -776,7 +779,13 @@ function Session:_receive(msg, raw)
     return self:_error(JNULL, -32600, "a message must be a JSON object")
   end
   local id, method = msg.id, msg.method
-  if method ~= nil and id ~= nil and id ~= JNULL then
+  -- a request whose id is null (MCP: a string or an integer, never null)
+  -- is no notification either: refused, not dropped without a word
+  if method ~= nil and id == JNULL then
+    return self:_error(JNULL, -32600, "Invalid Request: a request's id must be a string or an integer, not null ("
+      .. tostring(method) .. ")")
+  end
+  if method ~= nil and id ~= nil then
     if not self.stateless and not self.init_task and method ~= "initialize" then
       local p = msg.params
       local meta = type(p) == "table" and type(p._meta) == "table" and p._meta or nil

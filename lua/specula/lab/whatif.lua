@@ -74,13 +74,21 @@ end
 -- The sessions of the logs, in time order; failures apart ({ path, error }).
 function M.read_logs(paths, opts, warn)
   local list, failed = {}, {}
+  -- a log named twice (overlapping globs) is read once: twice, its
+  -- sessions would weigh double in every row
+  local realpath, seen_path = require("specula.provenance").realpath, {}
   for _, p in ipairs(paths) do
+    local rp = realpath(p)
+    local first = seen_path[rp]
+    seen_path[rp] = first or p
+    if first then warn(format("%s: given twice (as %s): read once", p, first)) goto next_log end
     local got, err = sessions.read_all(p, opts, warn)
     if got then
       for _, s in ipairs(got) do list[#list + 1] = s end
     else
       failed[#failed + 1] = { path = p, error = err }
     end
+    ::next_log::
   end
   table.sort(list, function(a, b) return (a.t0 or 0) < (b.t0 or 0) end)
   -- ids stay apart (two logs of one session id, say)
@@ -239,6 +247,36 @@ local function run_config(name, list, ctx)
   return t
 end
 
+-- Each row of res against the replay (seq) and the bound (best) over the
+-- sessions all three replayed: a session whose replay failed in a row is
+-- left out of its comparisons, not taken for a saving (its time is not in
+-- the row's sum). The replay must give the log's own count of a session
+-- (within 2 %): when it does not, the log's times do not add up (a call
+-- without its result, times out of order) and the session's rows are
+-- suspect: said.
+local function compare_rows(res, list, seq, best, warn)
+  local seq_of, best_of = seq and seq.by_session or {}, best and best.by_session or {}
+  for _, s in ipairs(list) do
+    local x = seq_of[tostring(s.id)]
+    if x and math.abs(x - s.recorded_ms) > 0.02 * s.recorded_ms + 1 then
+      warn(format("session %s: the replay takes %s s where the log counts %s s (more than 2 %% apart: %d "
+        .. "calls without a result, or times out of order?): its rows are suspect", tostring(s.id),
+        format("%.1f", x / 1000), format("%.1f", s.recorded_ms / 1000), s.untimed))
+    end
+  end
+  for _, t in ipairs(res.configs) do
+    local a, b, c = 0, 0, 0
+    for _, s in ipairs(list) do
+      local id = tostring(s.id)
+      local w, x, y = t.by_session[id], seq_of[id], best_of[id]
+      if w and x and y then a, b, c = a + w, b + x, c + y end
+    end
+    t.rel_lat = b > 0 and a / b or nil
+    t.share = b - c > 0 and (b - a) / (b - c) or nil
+    t.hidden_ms = t.name ~= "recorded" and math.max(0, b - a) or 0
+  end
+end
+
 -- The work of `specula whatif` (o: the parsed options). Returns the
 -- result: { sessions, failed, configs = { totals }, tools = { rows } }.
 function M.compute(o, warn)
@@ -320,11 +358,7 @@ function M.compute(o, warn)
   local best = byname["perfect-both"] or (#list > 0 and run_config("perfect-both", list, ctx)) or nil
   res.sequential_ms = seq and seq.wall or 0
   res.best_ms = best and best.wall or 0
-  local possible = res.sequential_ms - res.best_ms
-  for _, t in ipairs(res.configs) do
-    t.rel_lat = res.sequential_ms > 0 and t.wall / res.sequential_ms or nil
-    t.share = possible > 0 and (res.sequential_ms - t.wall) / possible or nil
-  end
+  compare_rows(res, list, seq, best, warn)
   -- per tool, with the predictor's hits
   local pred = byname.predictor
   local wait = 0
@@ -374,6 +408,13 @@ function M.text(res)
       run and tostring(t.fired or 0) or "-", run and tostring(t.hit or 0) or "-", run and tostring(t.wasted or 0) or "-",
       run and tostring(t.early_reads or 0) or "-", run and tostring(t.early_writes or 0) or "-")
   end
+  for _, t in ipairs(res.configs) do
+    if (t.failed or 0) > 0 then
+      p("! %s: %d of %d sessions failed in its replay; its agent time is over the %d that succeeded, its RelLat "
+        .. "and share over those the replay and the bound replayed too\n", t.name, t.failed, t.failed + t.sessions,
+        t.sessions)
+    end
+  end
   p("%-24s %6s %9s %7s %8s %10s\n", "tool", "calls", "time (s)", "share", "hit rate", "hidden (s)")
   for _, r in ipairs(res.tools) do
     p("%-24s %6d %9s %7.2f %8s %10s\n", #r.tool > 24 and r.tool:sub(1, 21) .. "..." or r.tool, r.calls,
@@ -416,7 +457,7 @@ function M.summary(res)
     local model = 0
     for id in pairs(t.by_session) do model = model + (model_of[tostring(id)] or 0) end
     configs[i] = { name = t.name, agent_ms = t.wall, model_ms = model, tool_ms = math.max(0, t.wall - model),
-                   hidden_ms = t.name ~= "recorded" and math.max(0, res.sequential_ms - t.wall) or 0,
+                   hidden_ms = t.hidden_ms or 0,
                    rel_lat = t.rel_lat or json.null, share = t.share or json.null,
                    fired = t.fired, hit = t.hit, wasted = t.wasted, early_reads = t.early_reads,
                    early_writes = t.early_writes, sessions = t.sessions, failed = t.failed }
@@ -444,7 +485,48 @@ local function write_file(path, text, kind)
   return true
 end
 
+-- An output that is a log (one of the LOG or --train files, or a file
+-- holding an agent's log: `--out logs/*.jsonl` makes the shell give the
+-- first log to --out) would be overwritten with the tables. The message,
+-- or nil.
+local function agent_log(path)
+  local f = io.open(path, "r")
+  local line = f and f:read("*l")
+  if f then f:close() end
+  if line and line:sub(1, 3) == "\239\187\191" then line = line:sub(4) end
+  local v = line and json.decode(line)
+  -- (a record of whatif's own --out is no log: a new run may replace it)
+  local r = type(v) == "table" and v.agent_ms == nil and sessions.detect(v)
+  return r and r.name or nil
+end
+
+function M.output_clash(o)
+  local realpath = require("specula.provenance").realpath
+  for _, opt in ipairs({ { "--out", o.out }, { "--summary", o.summary } }) do
+    local target = opt[2] and realpath(opt[2])
+    for _, list in ipairs(target and { o.logs, o.train or {} } or {}) do
+      for _, p in ipairs(list) do
+        if realpath(p) == target then
+          return format("%s %s is also a log it reads (%s): writing it would overwrite that log; give another "
+            .. "file", opt[1], opt[2], p)
+        end
+      end
+    end
+    local fmt = target and agent_log(opt[2])
+    if fmt then
+      return format("%s %s holds an agent's log (%s): writing it would overwrite that log; give another file "
+        .. "(a glob right after %s gives it its first file)", opt[1], opt[2], fmt, opt[1])
+    end
+  end
+  return nil
+end
+
 function M.main(o)
+  local clash = M.output_clash(o)
+  if clash then
+    output.stderr("specula whatif: ", clash, "\n")
+    return 2
+  end
   local res, err = M.compute(o)
   if not res then
     output.stderr("specula whatif: ", tostring(err), "\n")
@@ -462,6 +544,17 @@ function M.main(o)
     if not ok then output.stderr("specula whatif: --summary: ", werr, "\n") return 1 end
   end
   if res.sessions == 0 then return 1 end
+  -- a replay that failed is no data point: said, and the status a run
+  -- with failed queries has
+  local failed = {}
+  for _, t in ipairs(res.configs) do
+    if (t.failed or 0) > 0 then failed[#failed + 1] = format("%s: %d of %d", t.name, t.failed, t.failed + t.sessions) end
+  end
+  if #failed > 0 then
+    output.stderr("specula whatif: exit 3: session replays failed (", table.concat(failed, ", "),
+      "); each row counts only the sessions that succeeded\n")
+    return 3
+  end
   return 0
 end
 

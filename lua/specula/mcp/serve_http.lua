@@ -417,6 +417,13 @@ local function read_messages(r)
       r:respond(400, JSON_H, rpc_error(nil, -32600, "Invalid Request: not a JSON-RPC 2.0 message"))
       return nil
     end
+    -- MCP's request ids are strings or integers, never null (before, such
+    -- a request ran and was answered under id null)
+    if m.method ~= nil and m.id == json.null then
+      r:respond(400, JSON_H, rpc_error(nil, -32600, "Invalid Request: a request's id must be a string or an "
+        .. "integer, not null (" .. m.method .. ")"))
+      return nil
+    end
   end
   return list, batch
 end

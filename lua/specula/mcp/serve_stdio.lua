@@ -6,7 +6,8 @@
 -- (specula.internal.output.divert_stdout).
 --
 -- peer:receive(msg, "stdin", line) gets each message with its text; the end
--- of stdin is peer:lost(why). t:send(msg) writes one line; t:send_text(s)
+-- of stdin is peer:lost(why), and so is the end of stdout (the client no
+-- longer reads: a write fails with EPIPE). t:send(msg) writes one line; t:send_text(s)
 -- writes a line already encoded (a relayed answer, byte for byte). There is
 -- one stdin per process: one such transport, opened once.
 local core = require "specula.internal.core"
@@ -86,6 +87,7 @@ function Serve:open(peer)
   output.divert_stdout()
   self.s = s
   self.starts = 1
+  self.peer = peer
   self.reader = spawn_root(function() self:_read_loop(s, peer) end)
   if not self.reader then return nil, "ECANCELED: the engine is shutting down" end
   return true
@@ -96,7 +98,18 @@ function Serve:send_text(text)
   if self.s == nil then return nil, "EPIPE: the stdio server transport is not open" end
   if text:find("\n", 1, true) then return nil, "EINVAL: a message must be one line" end
   local err, errlen = core.errbuf()
-  if C.sp_stdio_write(self.s, text .. "\n", #text + 1, err, errlen) ~= 0 then return nil, ffi.string(err) end
+  if C.sp_stdio_write(self.s, text .. "\n", #text + 1, err, errlen) ~= 0 then
+    local e = ffi.string(err)
+    -- the client closed its end of our stdout: no answer can reach it, the
+    -- session is over as at the end of stdin (before, it went on running
+    -- the client's calls, their answers lost without a word)
+    if e:find("^EPIPE") and self.peer and not self.out_lost then
+      self.out_lost = true
+      local peer = self.peer
+      spawn_root(function() peer:lost("stdout closed (" .. e .. ")") end)
+    end
+    return nil, e
+  end
   return true
 end
 

@@ -174,6 +174,7 @@ function Stdio:_read_loop(p, gen, peer)
   -- the server is gone
   local why = self:_exit_message(p)
   if self.gen == gen then
+    self.last_exit = why
     st.exits = st.exits + 1
     self:abort()
     peer:lost(why)
@@ -182,6 +183,7 @@ end
 
 -- Start the server (again) and its reader.
 function Stdio:open(peer)
+  self.last_exit = nil
   local ok, err = self:_spawn()
   if not ok then return nil, err end
   self.gen = self.gen + 1
@@ -207,7 +209,11 @@ end
 -- Written and the cancel armed: the session waits on x.rpc.
 function Stdio:request(x)
   local p = self.proc
-  if p == nil then return nil, self.where .. ": " .. x.what .. ": not running" end
+  -- (why it ended, when it did: a server that exits at start is gone
+  -- before the client's second request, initialize after server/discover)
+  if p == nil then
+    return nil, self.where .. ": " .. x.what .. ": not running" .. (self.last_exit and (": " .. self.last_exit) or "")
+  end
   local cancel = x.cancel
   C.sp_rpc_cancel_write(x.rpc, p, cancel .. "\n", #cancel + 1)
   local ok, err = write(p, x.text)
