@@ -218,6 +218,27 @@ describe("exit statuses as docs/cli.md documents them", function()
     })
   end)
 
+  it("whatif: 0, 2, 1, 3, and 2 for an --out over a log; gateway: 2 and 1", function()
+    local FIX = H.root .. "/spec/fixtures/sessions"
+    local log = write("es_log.jsonl", H.read(FIX .. "/claude_code.jsonl"))
+    local poison = write("es_poison.lua", "return { read_only = function(tool, args)\n"
+      .. "  if tool == 'Glob' then args.poison = 1 / 0 end\n"
+      .. "  return tool == 'Read' or tool == 'Grep' or tool == 'Glob'\nend }\n")
+    local cfg = write("es_gw.lua", "local specula = require 'specula'\n"
+      .. "return specula.gateway { servers = { a = { command = { 'true' } } } }\n")
+    check({
+      { "whatif done", 0, { "whatif", FIX .. "/codex.jsonl", "--compare", "recorded" } },
+      { "whatif: an unknown option", 2, { "whatif", FIX .. "/codex.jsonl", "--frobnicate" } },
+      { "whatif: --out over a log it reads", 2, { "whatif", FIX .. "/codex.jsonl", "--out", log } },
+      { "whatif: no log could be read", 1, { "whatif", NOWHERE .. "x.jsonl" } },
+      { "whatif: a session's replay failed", 3, { "whatif", FIX .. "/claude_code_parallel.jsonl",
+        "--policy", poison } },
+      { "gateway: an unknown option", 2, { "gateway", cfg, "--frobnicate" } },
+      { "gateway: an --out it cannot open", 1, { "gateway", cfg, "--out", NOWHERE .. "g.jsonl" } },
+    })
+    assert.equals(H.read(FIX .. "/claude_code.jsonl"), H.read(log))
+  end)
+
   it("help to a reader that stopped early is 0, with nothing on stderr; records to it are 1", function()
     local helps = { { "--help" }, { "help" }, { "run", "--help" }, { "run", EX, "--help" } }
     for _, name in ipairs({ "theory", "replay", "compare", "merge", "repair", "report", "cassette", "verifiers",
