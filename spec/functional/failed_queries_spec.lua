@@ -8,14 +8,19 @@ local H = require "support.helpers"
 local cjson = require "cjson"
 local EX = H.root .. "/examples/multihop_sim.lua"
 
--- The simulated agent, whose search tool raises for q1..q6 the second time
--- a query starts: the configurations of --compare run one after another in
--- list order, so the second configuration (and only it) fails those six.
-local AGENT = [[
+-- The simulated agent of these specs, whose search tool raises when FAILS
+-- holds: a Lua expression over id (the query's id), n (how many times the
+-- query has started: the configurations of --compare run one after another
+-- in list order), c (its search calls so far, this one included) and
+-- FAIL_IDS (the ids in $FAIL_IDS, comma-separated).
+local function failing_agent(fails)
+  return [[
 local specula = require "specula"
 local a = specula.sim.multihop { hops = 3, p = 0.6, seg = { "lognormal", 10, 0.3 },
   spec = { "lognormal", 5, 0.3 }, target = { "lognormal", 60, 0.4 } }
-local seen, FAIL = {}, { q1 = true, q2 = true, q3 = true, q4 = true, q5 = true, q6 = true }
+local FAIL_IDS = {}
+for id in (os.getenv("FAIL_IDS") or ""):gmatch("[^,]+") do FAIL_IDS[id] = true end
+local seen, calls = {}, {}
 local init = a.init
 a.init = function(q, ctx)
   seen[ctx.id] = (seen[ctx.id] or 0) + 1
@@ -23,11 +28,18 @@ a.init = function(q, ctx)
 end
 local call = a.tools.search.call
 a.tools.search.call = function(args, ctx)
-  if FAIL[ctx.id] and seen[ctx.id] == 2 then error("search backend down for " .. ctx.id) end
+  calls[ctx.id] = (calls[ctx.id] or 0) + 1
+  local id, n, c = ctx.id, seen[ctx.id], calls[ctx.id]
+  if ]] .. fails .. [[ then error("search backend down for " .. id) end
   return call(args, ctx)
 end
 return a
 ]]
+end
+
+-- q1..q6 fail the second time they start: the second configuration (and
+-- only it) fails those six.
+local AGENT = failing_agent('n == 2 and id:match("^q[1-6]$")')
 
 local function input(n)
   local t = {}
@@ -326,19 +338,7 @@ end)
 
 -- The simulated agent whose search tool raises for the query ids in
 -- FAIL_IDS (comma-separated), every time they run.
-local FAIL_AGENT = [[
-local specula = require "specula"
-local a = specula.sim.multihop { hops = 3, p = 0.6, seg = { "lognormal", 10, 0.3 },
-  spec = { "lognormal", 5, 0.3 }, target = { "lognormal", 60, 0.4 } }
-local FAIL = {}
-for id in (os.getenv("FAIL_IDS") or ""):gmatch("[^,]+") do FAIL[id] = true end
-local call = a.tools.search.call
-a.tools.search.call = function(args, ctx)
-  if FAIL[ctx.id] then error("search backend down for " .. ctx.id) end
-  return call(args, ctx)
-end
-return a
-]]
+local FAIL_AGENT = failing_agent("FAIL_IDS[id]")
 
 -- `specula run` without --compare: its records and the summary on stderr.
 local function run_failing(ids, extra)
@@ -349,6 +349,18 @@ local function run_failing(ids, extra)
   for _, a in ipairs(extra or {}) do args[#args + 1] = a end
   local st, _, err = H.specula(args, { FAIL_IDS = ids })
   return st, err, H.jsonl(H.read(out)), out
+end
+
+-- A results file of recs edited as another tool might: without provenance,
+-- under the configuration name config, each record passed to edit first.
+local function edited_file(name, recs, config, edit)
+  local lines = {}
+  for _, r in ipairs(recs) do
+    r.provenance, r.config = nil, config
+    if edit then edit(r) end
+    lines[#lines + 1] = cjson.encode(r)
+  end
+  return H.tmpfile(name, table.concat(lines, "\n") .. "\n")
 end
 
 -- `specula report` of a results file: the page.
@@ -419,24 +431,7 @@ end)
 -- --compare where the second configuration fails every query and the third
 -- all but q1: the agent's search tool raises on a query's second start, and
 -- on its third unless it is q1 (the configurations run in list order).
-local ALL_AGENT = [[
-local specula = require "specula"
-local a = specula.sim.multihop { hops = 3, p = 0.6, seg = { "lognormal", 10, 0.3 },
-  spec = { "lognormal", 5, 0.3 }, target = { "lognormal", 60, 0.4 } }
-local seen = {}
-local init = a.init
-a.init = function(q, ctx)
-  seen[ctx.id] = (seen[ctx.id] or 0) + 1
-  return init(q, ctx)
-end
-local call = a.tools.search.call
-a.tools.search.call = function(args, ctx)
-  local s = seen[ctx.id]
-  if s == 2 or (s == 3 and ctx.id ~= "q1") then error("search backend down for " .. ctx.id) end
-  return call(args, ctx)
-end
-return a
-]]
+local ALL_AGENT = failing_agent('n == 2 or (n == 3 and id ~= "q1")')
 
 local afx
 local function all_failed_fixture()
@@ -602,20 +597,7 @@ end)
 
 -- The agent whose search tool raises on its third call for the ids in
 -- FAIL_IDS: those queries fail after two hops, with their stage times.
-local MID_AGENT = [[
-local specula = require "specula"
-local a = specula.sim.multihop { hops = 3, p = 0.6, seg = { "lognormal", 10, 0.3 },
-  spec = { "lognormal", 5, 0.3 }, target = { "lognormal", 60, 0.4 } }
-local FAIL, n = {}, {}
-for id in (os.getenv("FAIL_IDS") or ""):gmatch("[^,]+") do FAIL[id] = true end
-local call = a.tools.search.call
-a.tools.search.call = function(args, ctx)
-  n[ctx.id] = (n[ctx.id] or 0) + 1
-  if FAIL[ctx.id] and n[ctx.id] >= 3 then error("search backend down for " .. ctx.id) end
-  return call(args, ctx)
-end
-return a
-]]
+local MID_AGENT = failing_agent("FAIL_IDS[id] and c >= 3")
 
 describe("the report's stage histograms and timeline with failed queries", function()
   it("pool the stage times of the queries that succeeded only", function()
@@ -673,17 +655,18 @@ describe("the report's stage histograms and timeline with failed queries", funct
   end)
 end)
 
+-- q1 and q2 without a standard time (no hop: stats.rel_lat null)
+local function no_std_q1_q2(r)
+  if r.id == "q1" or r.id == "q2" then r.stats.standard_ms, r.stats.rel_lat = 0, cjson.null end
+end
+
 describe("queries whose standard latency is 0 (stats.rel_lat null)", function()
   it("a configuration with Σ standard = 0 has no RelLat in compare, as in the report, not 0.000", function()
     local st, err, recs = run_failing("")
     assert.equals(0, st, err)
-    local lines = {}
-    for _, r in ipairs(recs) do
-      r.provenance, r.config = nil, "nostd"
+    local path = edited_file("fq_nostd.jsonl", recs, "nostd", function(r)
       r.stats.standard_ms, r.stats.rel_lat = 0, cjson.null
-      lines[#lines + 1] = cjson.encode(r)
-    end
-    local path = H.tmpfile("fq_nostd.jsonl", table.concat(lines, "\n") .. "\n")
+    end)
     local sum = H.tmpfile("fq_nostd_sum.json")
     local cst, tbl, cerr = H.specula({ "compare", path, "--summary", sum })
     assert.equals(0, cst, cerr)
@@ -701,13 +684,7 @@ describe("queries whose standard latency is 0 (stats.rel_lat null)", function()
   it("the report's per-query figure counts the queries that have no ratio, instead of dropping them unsaid", function()
     local st, err, recs = run_failing("")
     assert.equals(0, st, err)
-    local lines = {}
-    for _, r in ipairs(recs) do
-      r.provenance, r.config = nil, "half"
-      if r.id == "q1" or r.id == "q2" then r.stats.standard_ms, r.stats.rel_lat = 0, cjson.null end
-      lines[#lines + 1] = cjson.encode(r)
-    end
-    local html = report_of(H.tmpfile("fq_half.jsonl", table.concat(lines, "\n") .. "\n"))
+    local html = report_of(edited_file("fq_half.jsonl", recs, "half", no_std_q1_q2))
     local svg = html:match('<svg[^>]-id="fig%-queries%-svg".-</svg>')
     assert.matches("2 of 4 without a ratio (standard time 0)", svg, 1, true)
     assert.matches("half: 2 queries; median", svg, 1, true)
@@ -716,13 +693,7 @@ describe("queries whose standard latency is 0 (stats.rel_lat null)", function()
   it("a resample of queries without a standard time is no RelLat of 0: the interval is [lo, inf], in compare and report", function()
     local st, err, recs = run_failing("")
     assert.equals(0, st, err)
-    local lines = {}
-    for _, r in ipairs(recs) do
-      r.provenance, r.config = nil, "half"
-      if r.id == "q1" or r.id == "q2" then r.stats.standard_ms, r.stats.rel_lat = 0, cjson.null end
-      lines[#lines + 1] = cjson.encode(r)
-    end
-    local path = H.tmpfile("fq_half2.jsonl", table.concat(lines, "\n") .. "\n")
+    local path = edited_file("fq_half2.jsonl", recs, "half", no_std_q1_q2)
     local sum = H.tmpfile("fq_half2_sum.json")
     local cst, tbl, cerr = H.specula({ "compare", path, "--summary", sum })
     assert.equals(0, cst, cerr)
@@ -745,14 +716,10 @@ describe("EM and F1 with failed queries", function()
     assert.equals(3, st, err)
     -- an edited file: the failed record carries an answer equal to its gold,
     -- the others a gold they miss
-    local lines = {}
-    for _, r in ipairs(recs) do
-      r.provenance, r.config = nil, "c"
+    local path = edited_file("fq_em.jsonl", recs, "c", function(r)
       if r.error ~= nil then r.answer, r.gold = "paris", { "paris" }
       else r.gold = { "no such answer" } end
-      lines[#lines + 1] = cjson.encode(r)
-    end
-    local path = H.tmpfile("fq_em.jsonl", table.concat(lines, "\n") .. "\n")
+    end)
     local sum = H.tmpfile("fq_em_sum.json")
     local cst, _, cerr = H.specula({ "compare", path, "--summary", sum })
     assert.equals(3, cst, cerr)
