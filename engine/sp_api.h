@@ -595,7 +595,7 @@ typedef struct sp_window_stats {
   int k_last;                /* k in force at the end (auto mode changes it) */
   double wasted_cost;        /* cost of speculative target calls whose result was thrown away */
   double wasted_calls;       /* number of such calls (counted whether or not the tool declares a cost) */
-  double gate[4][3];         /* gate decisions: [SP_TRIG_*][SP_FORBID, SP_WARMUP, SP_FULL] */
+  int gate[4][3];            /* gate decisions: [SP_TRIG_*][SP_FORBID, SP_WARMUP, SP_FULL] */
   sp_est est;                /* p, alpha, beta evidence of the committed hops */
   sp_prefetch_stats pf;      /* action speculation of this query */
 } sp_window_stats;

@@ -77,12 +77,15 @@ struct sp_task {
   sp_runnable run;          /* ready-queue entry: resume this task */
   sp_ctx *ctx;              /* owning context */
   int id;                   /* key of the coroutine in the coroutine table */
-  int state;                /* SP_TASK_* */
   int refs;                 /* engine (until reaped) + Lua handle + queue */
   int nargs;                /* values pushed on co for the first resume */
-  int reaping;              /* on the reap list */
-  int job;                  /* a window call run by the Lua dispatcher */
   int worker_ref;           /* anchor of the dispatcher coroutine a waiting job holds */
+  unsigned char state;      /* SP_TASK_* */
+  unsigned char reaping;    /* on the reap list */
+  unsigned char job;        /* a window call run by the Lua dispatcher */
+  unsigned char speculative; /* runs for an unverified state (eligibility) */
+  int job_id;               /* id of the window job it runs for (itself, or the job that spawned it), 0 none */
+  int job_thread;           /* that job's window thread (the node's trace tid), 0 none */
   lua_State *co;            /* the coroutine, anchored in the coroutine table */
   sp_task *parent;          /* cancelling the parent cancels this task */
   sp_task *child;           /* first child */
@@ -92,10 +95,7 @@ struct sp_task {
   sp_task_hook hook;        /* C completion hook (window jobs) */
   void *hook_ud;            /* its argument */
   char *error;              /* message and traceback when FAILED */
-  int speculative;          /* runs for an unverified state (eligibility) */
   void *window_node;        /* the window node this job belongs to, if any */
-  int job_id;               /* id of the window job it runs for (itself, or the job that spawned it), 0 none */
-  int job_thread;           /* that job's window thread (the node's trace tid), 0 none */
   uint64_t job_born_ns;     /* engine clock when that job was created */
   sp_task *reap_next;       /* reap list link */
   sp_task *all_prev, *all_next; /* every live task, for shutdown */

@@ -48,47 +48,44 @@ typedef struct sp_actent {
 } sp_actent;
 
 struct sp_node {
+  /* (the flags are bytes and the fields ordered without holes: a query in
+     flight holds one node per live thread, and 2,000-10,000 queries in
+     flight hold them all; 352 bytes each before) */
   sp_window *w;            /* owner */
+  sp_node *parent;         /* node whose speculation made this one; NULL for the head */
+  sp_node **kids;          /* children, in rank order */
+  double conf;             /* path confidence: product of candidate confidences */
   int tid;                 /* thread number, for traces (T1, T2, ...) */
   int hop;                 /* hop index of this node's state */
-  sp_node *parent;         /* node whose speculation made this one; NULL for the head */
   int rank;                /* this node's candidate rank among the parent's */
-  double conf;             /* path confidence: product of candidate confidences */
-  sp_node **kids;          /* children, in rank order */
   int nkids, capkids;      /* used / allocated */
-  int phase;               /* PH_* */
   int state_ref;           /* value slot of s_i */
   int actx_ref;            /* value slot of the ctx its tool, speculator and verifier calls share */
-  int cands_raw;           /* the speculator returned one plain value (cands_ref is it) */
   int step_ref;            /* value slot of the step {segment, action} or {final} */
+  int obs_ref;             /* value slot of the target's observation */
+  int cands_ref;           /* value slot of the speculator's candidate list */
+  int ncands;              /* its length */
+  int next_cand;           /* next candidate rank to materialise */
   int tool;                /* policy index of the action's tool, -1 unknown */
   int hint;                /* the script's own gate decision for it, -1 none */
+  unsigned char phase;     /* PH_* */
+  unsigned char tg;        /* TG_* */
+  unsigned char tg_spec;   /* the target call was started speculatively */
+  unsigned char spc;       /* SPC_* */
+  unsigned char spec_slot; /* its speculator holds a thread slot (slot launch) */
+  unsigned char cands_raw; /* the speculator returned one plain value (cands_ref is it) */
+  unsigned char in_ext;    /* listed in w->ext */
+  unsigned char can_spec;  /* its action's tool has a speculator */
   char *err;               /* why the node is dead */
   sp_task *j_adv;          /* update + step in flight */
   sp_task *j_target;       /* target tool call in flight */
   sp_task *j_spec;         /* speculator in flight */
   sp_task *j_verify;       /* verifier in flight */
   sp_task *j_warm;         /* warm-up hook in flight */
-  int tg;                  /* TG_* */
-  int tg_spec;             /* the target call was started speculatively */
-  int obs_ref;             /* value slot of the target's observation */
   char *tg_err;            /* target error */
-  int spc;                 /* SPC_* */
-  int spec_slot;           /* its speculator holds a thread slot (slot launch) */
-  int cands_ref;           /* value slot of the speculator's candidate list */
-  int ncands;              /* its length */
   double *confs;           /* candidate confidences */
-  int next_cand;           /* next candidate rank to materialise */
-  int in_ext;              /* listed in w->ext */
-  int can_spec;            /* its action's tool has a speculator */
-  sp_actent *acts;         /* predictions for this thread's step (max_per_step entries) */
-  int nact;                /* entries in acts */
-  char *act_names;         /* streamed tool names not yet acted on, each NUL-terminated */
-  size_t act_names_len;    /* bytes used in act_names */
-  sp_runnable act_kick;    /* fires predictions from the loop */
-  int act_promoted;        /* index of the entry serving as the target, -1 none */
-  sp_risk risk;            /* its speculative target call, at risk of being wasted */
   char *spec_err;          /* why its speculator failed (NULL: it did not) */
+  sp_risk risk;            /* its speculative target call, at risk of being wasted */
   double t_adv0;           /* ms: advance job queued */
   double t_update;         /* ms: update() that built this state */
   double t_seg;            /* ms: step() */
@@ -97,6 +94,12 @@ struct sp_node {
   double t_spec0;          /* ms: speculator job queued */
   double t_spec;           /* ms: speculator duration, -1 none */
   double t_verify0;        /* ms: verifier queued */
+  sp_actent *acts;         /* predictions for this thread's step (max_per_step entries) */
+  int nact;                /* entries in acts */
+  int act_promoted;        /* index of the entry serving as the target, -1 none */
+  char *act_names;         /* streamed tool names not yet acted on, each NUL-terminated */
+  size_t act_names_len;    /* bytes used in act_names */
+  sp_runnable act_kick;    /* fires predictions from the loop */
 };
 
 /* A committed hop as the window keeps it until its record is written:
@@ -121,8 +124,8 @@ typedef struct sp_tev_rec {
 struct sp_window {
   sp_ctx *ctx;             /* engine */
   int id;                  /* a number naming the window (groups, traces) */
-  sp_window_cfg cfg;       /* configuration (copied) */
   int status;              /* SP_WIN_* */
+  sp_window_cfg cfg;       /* configuration (copied) */
   char *error;             /* why it failed */
   int fn[SP_JOB_KINDS];    /* the adapter's function per job kind (slots; SP_NOVAL: none) */
   int qctx_ref;            /* value slot of { __index = the query's ctx }, the step ctx metatable */
@@ -130,6 +133,7 @@ struct sp_window {
   int live;                /* live nodes plus speculator reservations */
   int round;               /* window mode: threads created this round */
   int next_tid;            /* next thread number */
+  int answer_ref;          /* value slot of the final step */
   sp_node **ext;           /* nodes that may extend the window */
   int next, capext;        /* used / allocated */
   sp_hop_rec *hops;        /* committed hops */
@@ -139,7 +143,6 @@ struct sp_window {
   uint32_t last_reason;    /* the latest reason's sp_hop_rec.reason: a repeat shares it */
   int last_scratch;        /* the latest record is scratch, not hops[nhops-1] */
   double std_acc;          /* sum of completed records' t_seg + t_target + t_update */
-  int answer_ref;          /* value slot of the final step */
   sp_window_stats st;      /* counters and timings */
   double t0;               /* ms: start, on the engine clock (traces) */
   uint64_t t0_ns;          /* ns: start; now_ms() counts from here */
@@ -155,14 +158,14 @@ struct sp_window {
      handed to the action speculation it calls, which calls nothing of it */
   void (*target_done)(sp_window *w, sp_node *n, int ok, const sp_jobres *res, const char *err);
   int kick_action;         /* KICK_* */
+  int freed;               /* Lua released it: free once refs are gone */
   sp_tev_rec *tev;         /* trace events */
   int ntev, captev;        /* used / allocated */
-  int freed;               /* Lua released it: free once refs are gone */
   sp_window *prev, *next_w; /* live windows of the context */
   sp_buf traj;             /* encoded hops' JSON, comma-separated (cfg.encode_trajectory) */
   int nenc;                /* hops encoded: 0 .. nenc-1 */
-  int enc_stopped;         /* a hop could not be encoded: the rest keep their values */
-  int enc_queued;          /* in ctx's list of windows with hops to encode */
+  unsigned char enc_stopped; /* a hop could not be encoded: the rest keep their values */
+  unsigned char enc_queued;  /* in ctx's list of windows with hops to encode */
   sp_window *enc_prev, *enc_next; /* links in that list */
 };
 

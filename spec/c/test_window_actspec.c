@@ -192,7 +192,7 @@ static void test_act_policy(void) {
             CHECK(h.taken[J_PFCALL] == 0 && st.pf.fired == 0 && st.predicted_calls == 0,
                   "%s: no predicted call runs (%d taken, %g fired)", where, h.taken[J_PFCALL], st.pf.fired);
             CHECK(st.pf.gated_policy == cands && st.gate[trig][d] == cands && gate_sum(&st, trig) == cands,
-                  "%s: every candidate asked the gate once and was refused (%g, %g)", where, st.pf.gated_policy,
+                  "%s: every candidate asked the gate once and was refused (%g, %d)", where, st.pf.gated_policy,
                   st.gate[trig][d]);
             CHECK((d == SP_WARMUP ? c.warmup : c.forbid) == cands && c.full == 0, "%s: the policy counted them",
                   where);
@@ -346,7 +346,7 @@ static void test_act_ev(void) {
   CHECK(st.pf.gated_ev == 4 && gate_sum(&st, SP_TRIG_PRED_START) == 0, "nothing pays at start (%g kept back)",
         st.pf.gated_ev);
   CHECK(st.pf.fired == 2 && st.gate[SP_TRIG_PRED_NAME][SP_FULL] == 2 && st.pf.promoted == 2 && st.pf.held == 2,
-        "the name fired search (%g, %g), promoted %g, fetch held %g", st.pf.fired, st.gate[SP_TRIG_PRED_NAME][SP_FULL],
+        "the name fired search (%g, %d), promoted %g, fetch held %g", st.pf.fired, st.gate[SP_TRIG_PRED_NAME][SP_FULL],
         st.pf.promoted, st.pf.held);
   finish_and_free(&h, w);
 
@@ -376,7 +376,7 @@ static void test_act_ev(void) {
   w = run_named(&h, (wpred){"search", 1, 0.88, SP_HINT_NONE, 0.9}, (wpred){"fetch", 0, 0.02, SP_HINT_NONE, 0.02});
   st = stats_of(w);
   CHECK(st.pf.fired == 2 && st.pf.promoted == 2, "fired %g, promoted %g", st.pf.fired, st.pf.promoted);
-  CHECK(st.gate[SP_TRIG_PRED_NAME][SP_FULL] == 2, "at the name (%g)", st.gate[SP_TRIG_PRED_NAME][SP_FULL]);
+  CHECK(st.gate[SP_TRIG_PRED_NAME][SP_FULL] == 2, "at the name (%d)", st.gate[SP_TRIG_PRED_NAME][SP_FULL]);
   finish_and_free(&h, w);
 }
 

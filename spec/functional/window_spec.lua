@@ -152,6 +152,31 @@ describe("speculation window", function()
     assert.is_true(r.spec.call_spec > 0)
   end)
 
+  -- a step ctx holds four fields of its own and reads the query's and the
+  -- run's through its metatable (a query in flight holds one a live thread)
+  it("every call of a query reads the same ctx fields, speculative or on the true path", function()
+    local input = H.tmpfile("ctxfields_q.jsonl", '{"id":"a","query":"qa","max_hops":9,"extra":1}\n'
+      .. '{"id":"b","query":"qb"}\n{"id":"c","query":"qc","max_hops":8}\n')
+    for _, mode in ipairs({ { "--k", "inf" }, { "--k", "2" }, { "--mode", "sequential" } }) do
+      local out = H.tmpfile("ctxfields.jsonl")
+      os.remove(out)
+      local st, _, err = H.specula({ "run", SCRIPTS .. "ctxfields.lua", "--input", input, "--out", out, mode[1],
+        mode[2], "--set", "x=1", "--seed", "7", "--clock", "virtual", "--quiet" })
+      assert.equals(0, st, err)
+      local recs = {}
+      for line in io.lines(out) do recs[#recs + 1] = cjson.decode(line) end
+      assert.equals(3, #recs)
+      local spec = mode[2] ~= "sequential"
+      for _, r in ipairs(recs) do
+        assert.is_nil(r.error, mode[2] .. ": " .. tostring(r.error))
+        -- the speculator is wrong on odd hops: threads ran ahead on guesses
+        -- and rolled back, and the answer is the sequential one
+        assert.equals(r.query .. " r5 spec=" .. tostring(spec) .. " true=true", r.answer)
+        if spec then assert.is_true(r.stats.rollbacks > 0) end
+      end
+    end
+  end)
+
   -- the window keeps a hop's reason in one text per query, a run of the
   -- same reason stored once: every hop must still read back its own
   it("each hop's record keeps its own verifier reason (repeated, none, non-ASCII, long, not UTF-8)", function()

@@ -167,9 +167,38 @@ local HIST = 16   -- actions a thread's history keeps for the predictor
 -- One ctx per thread step: step() sees it first; once the step has
 -- decided, ctx.step and ctx.action are filled in and the same table goes
 -- to the tool, speculator and verifier calls of that step.
+-- Its own fields are four (hop, state, step, action: a table of four
+-- fields is 160 bytes, one of five or six 256, and a query in flight holds
+-- one a live thread, a new one each hop); what the calls of a query share
+-- is read through its metatable: the query's ctx (qmt, M.query_ctx) for a
+-- verified state, or the query's speculative layer over it (speculative =
+-- true), which the same table switches to when a call's flag changes.
+local function spec_mt(qmt)
+  local s = rawget(qmt, "__spec")
+  if s then return s end
+  s = { speculative = true, __index = false }
+  s.__index = s
+  setmetatable(s, qmt)
+  rawset(qmt, "__spec", s)
+  return s
+end
+local function set_spec(ctx, qmt, spec)
+  setmetatable(ctx, spec and spec_mt(qmt) or qmt)
+end
+
+-- The query ctx of one window (the metatable of its step ctx tables): the
+-- query's own fields; what every query of the run shares (--set, --seed,
+-- the mode, speculative = false, on_tool_name) is read through shared, the
+-- run's metatable from M.query_shared.
+function M.query_ctx(shared, id, query, record, index, max_hops)
+  local q = { id = id, query = query, record = record, index = index, max_hops = max_hops, __index = false,
+              __spec = false }
+  q.__index = q
+  return setmetatable(q, shared)
+end
 local function mkctx(qmt, hop, spec, state)
-  local ctx = setmetatable({ hop = hop, speculative = spec, state = state, step = false, action = false,
-                             on_tool_name = false }, qmt)
+  local ctx = setmetatable({ hop = hop, state = state, step = false, action = false },
+                           spec and spec_mt(qmt) or qmt)
   if wrapper then wrapper.bind(ctx) end   -- model calls of the step know their query
   return ctx
 end
@@ -178,6 +207,14 @@ local function tool_name_cb(name)
   if type(name) == "string" then C.sp_window_tool_name(cctx, name, #name) end
 end
 local function no_tool_name() end
+
+-- The metatable every query ctx of a run shares (o: the run's options).
+-- In a step, ctx.on_tool_name(name) tells the engine a streamed response
+-- named its tool; without a predictor nothing listens.
+function M.query_shared(A, o)
+  return { __index = { set = o.set, seed = o.seed, mode = o.mode, speculative = false,
+                       on_tool_name = A.predictor and tool_name_cb or no_tool_name } }
+end
 
 -- History of a thread's path (last HIST actions with their observations).
 local function extend_history(A, state, step, obs, s2)
@@ -357,9 +394,6 @@ local function step_with_predictions(A, state, ctx)
   local predictor = A.predictor
   if predictor then
     if A.predict_async then list = predict_beside(A, state, ctx) else list = predict(A, state, ctx) end
-    ctx.on_tool_name = tool_name_cb
-  else
-    ctx.on_tool_name = no_tool_name
   end
   local kind, s, tool, hint, can = do_step(A, state, ctx)
   if predictor and kind == STEP_FINAL then A.final_state_of[s] = state end
@@ -383,7 +417,7 @@ local function start(A, qmt)
   local ctx = mkctx(qmt, 0, false, nil)
   local time_update, init_fn = A.time_update, A.init_fn
   local t0 = time_update and now() or 0
-  local state = init_fn(qmt.__index.query, ctx)
+  local state = init_fn(qmt.query, ctx)
   if state == nil then plain("init (" .. where(init_fn) .. ") returned nil") end
   local t1 = time_update and now() or 0
   ctx.state = state
@@ -416,7 +450,7 @@ end
 
 -- SP_JOB_PFCALL: a predicted call started early (always speculative).
 local function pfcall(A, qmt, tool, args, hop)
-  local ctx = setmetatable({ hop = hop, speculative = true, predicted = true }, qmt)
+  local ctx = setmetatable({ hop = hop, predicted = true }, spec_mt(qmt))
   if wrapper then
     wrapper.bind(ctx)
     -- its observation goes on tape too: one that serves its step's target
@@ -430,7 +464,7 @@ end
 -- for an unverified state, as the window sees it when the call starts (a
 -- promotion clears it).
 local function call(A, qmt, ctx, spec)
-  ctx.speculative = spec
+  set_spec(ctx, qmt, spec)
   local a = ctx.action
   local tools = A.tools
   if wrapper then
@@ -442,7 +476,7 @@ end
 
 -- SP_JOB_WARMUP: the warm-up hook of ctx's action's tool.
 local function warmup(A, qmt, ctx, spec)
-  ctx.speculative = spec
+  set_spec(ctx, qmt, spec)
   local a = ctx.action
   local w = A.tools[a.tool].warmup
   if w then w(a.args, ctx) end
@@ -488,7 +522,7 @@ end
 
 -- SP_JOB_SPECULATE: the speculator of ctx's action, its candidates cut to m.
 local function speculate(A, qmt, ctx, spec, m, timeout)
-  ctx.speculative = spec
+  set_spec(ctx, qmt, spec)
   local a = ctx.action
   local S = A.tools[a.tool].speculate or A.agent_spec
   if wrapper then
@@ -556,7 +590,7 @@ end
 -- SP_JOB_VERIFY: the head's nk candidates (or its plain one) against its
 -- real observation: the accepted rank and the verifier's reason.
 local function verify(A, qmt, ctx, spec, cands, obs, nk, raw)
-  ctx.speculative = spec
+  set_spec(ctx, qmt, spec)
   local idx, reason = judge(A, ctx, cands, obs, nk, raw)
   local kept = A.kept
   local list = kept and kept[qmt]

@@ -197,12 +197,11 @@ local function new_window(run, q, index)
   -- the query's digest for its record's provenance, before the agent sees
   -- (and perhaps changes) its record
   if run.prov and not q.digest then provlib.query(q) end
-  local qctx = { id = q.id, query = q.query, record = q.record, set = o.set, seed = o.seed,
-                 index = index, max_hops = q.max_hops, mode = o.mode }
-  -- the window hands the adapter the metatable of the query's step ctx
-  -- tables ({ __index = qctx }), not qctx itself (one field less per query)
+  -- the window hands the adapter the query's ctx, the metatable of its
+  -- step ctx tables (specula.internal.protocol)
+  run.qshared = run.qshared or agentlib.query_shared(run.adapter, o)
+  local qmt = agentlib.query_ctx(run.qshared, q.id, q.query, q.record, index, q.max_hops)
   local fns = run.fns
-  local qmt = { __index = qctx }
   fns.qctx = C.sp_vals_new(core.ctx)
   sched.vals[fns.qctx] = qmt
   local rc = C.sp_window_set_fns(w, fns, err, errlen)
