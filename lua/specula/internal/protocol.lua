@@ -182,8 +182,11 @@ local function spec_mt(qmt)
   rawset(qmt, "__spec", s)
   return s
 end
+-- (a call mostly keeps its step's flag: compared first, as setmetatable
+-- costs a write barrier)
 local function set_spec(ctx, qmt, spec)
-  setmetatable(ctx, spec and spec_mt(qmt) or qmt)
+  local mt = spec and spec_mt(qmt) or qmt
+  if getmetatable(ctx) ~= mt then setmetatable(ctx, mt) end
 end
 
 -- The query ctx of one window (the metatable of its step ctx tables): the
