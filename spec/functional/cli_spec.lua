@@ -33,8 +33,14 @@ describe("specula binary", function()
 
   it("reports a missing script clearly", function()
     local st, _, err = H.specula({ "run", "/nonexistent/agent.lua" })
-    assert.not_equals(0, st)
+    -- a usage mistake, as a missing --input file is: status 2 and the usage line
+    assert.equals(2, st)
     assert.matches("cannot open script '/nonexistent/agent.lua'", err, 1, true)
+    assert.matches("\nusage: specula run SCRIPT.lua", err)
+    -- a directory is no script either
+    st, _, err = H.specula({ "run", H.root .. "/examples" })
+    assert.equals(2, st)
+    assert.matches("cannot open script", err, 1, true)
   end)
 
   it("reports a syntax error with file and line", function()

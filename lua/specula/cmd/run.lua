@@ -18,7 +18,9 @@ local M = {
   epilog = runopts.EPILOG,
 }
 
+-- A script is a readable file (a directory opens for reading too).
 local function file_exists(path)
+  if require("specula.internal.core").C.sp_host_path_kind(path) == 2 then return false end
   local f = io.open(path, "r")
   if f then f:close() return true end
   return false
@@ -37,7 +39,9 @@ M.add_script_dir = require("specula.provenance").add_script_dir
 -- async functions at top level. If it returns an agent, run the agent.
 local function run_script(script, args)
   if not file_exists(script) then
-    sched.plain_error("cannot open script '" .. script .. "': no such file or not readable")
+    -- a wrong path is a usage mistake, as a missing --input file is: exit 2
+    -- and the command's usage line
+    sched.usage_error("specula run: cannot open script '" .. script .. "': no such file, not readable or a directory")
   end
   local chunk, err = loadfile(script)
   if not chunk then sched.plain_error("cannot load script: " .. tostring(err)) end
