@@ -25,6 +25,9 @@ local C = core.C
 
 local type, pairs, tostring, error = type, pairs, tostring, error
 
+-- The policy errors already said (on_error): each once a process.
+local SAID = {}
+
 local M = {}
 
 local DECISION = { forbid = C.SP_FORBID, warmup = C.SP_WARMUP, full = C.SP_FULL }
@@ -185,7 +188,12 @@ function M.build(spec, agent_tools, script_dir)
     obj.script_errors = obj.script_errors + 1
     if not obj.first_error then
       obj.first_error = "policy " .. name .. ": for tool '" .. tostring(tool) .. "' " .. require("specula.internal.sched").errstr(msg)
-      require("specula.internal.output").stderr("specula: warning: " .. obj.first_error .. " (counted as forbid)\n")
+      -- once a process: every configuration of a --compare or a whatif
+      -- builds its own policy, and the same script raises the same way
+      if not SAID[obj.first_error] then
+        SAID[obj.first_error] = true
+        require("specula.internal.output").stderr("specula: warning: " .. obj.first_error .. " (counted as forbid)\n")
+      end
     end
   end
   agent_tools = agent_tools or {}

@@ -238,6 +238,38 @@ describe("specula gateway (official TypeScript SDK client over stdio)", function
     assert.are.equal(3, served)
   end)
 
+  -- a predictor is the user's code: when it fails the client's calls are
+  -- untouched, the failures are counted, and each distinct one is said once
+  it("goes on without the proposals of a predictor that raises or returns no list, saying each failure once", function()
+    if not guard() then return end
+    local predictor = [[
+  predict = function(history)
+    if #history == 1 then error("no guess for " .. history[1].tool) end
+    return "not a list"
+  end,
+  policy = { read_text_file = "full", list_directory = "full" },
+]]
+    local cmd = { node(), MCP .. "server-filesystem/dist/index.js", dir }
+    local steps = { { op = "call", name = "list_directory", arguments = { path = dir } } }
+    for _, f in ipairs({ "a.txt", "b.txt", "c.txt" }) do
+      steps[#steps + 1] = { op = "call", name = "read_text_file", arguments = { path = dir .. "/" .. f } }
+    end
+    local direct = drive({ command = cmd[1], args = { unpack(cmd, 2) }, steps = steps })
+    local cfg = config("{ fs = " .. server_src(cmd) .. " }", predictor)
+    local out = H.tmpdir() .. "/gw-prederr.jsonl"
+    os.remove(out)
+    local gw, err = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, steps = steps })
+    same_steps(direct, gw)
+    local rec = records(out)[1]
+    assert.are.equal(4, rec.speculation.predictor_errors, H.read(out))
+    assert.are.equal(0, rec.speculation.launched)
+    -- two distinct failures, each said once, the raise with the config's line
+    local _, n = err:gsub("warning: predictor ", "")
+    assert.are.equal(2, n, err)
+    assert.matches("warning: predictor raised: [^\n]*gateway%d*%.lua:%d+: no guess for list_directory", err)
+    assert.matches("warning: predictor returned: string, expected a list", err, 1, true)
+  end)
+
   it("relays the server's progress to a client that joins a prefetch still running (the latest so far, then each)", function()
     if not guard() then return end
     -- after echo, the long operation (2 s, a progress every 0.5 s) is

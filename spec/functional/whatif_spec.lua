@@ -446,6 +446,21 @@ describe("specula whatif", function()
     assert.is_not_nil(err4:find("--policy: " .. broken .. ":2:", 1, true), err4)
   end)
 
+  -- every configuration builds its own policy gate: the same script
+  -- raising the same way is said once, not once a configuration
+  it("a policy that raises is said once for the whole comparison, and its calls count as not read-only", function()
+    local raising = H.tmpfile("raising.lua",
+      "return { read_only = function(tool) if tool == 'Bash' then error('boom') end return true end }")
+    local st, s, _, err = summary_of({ FIX .. "/claude_code.jsonl", "--policy", raising })
+    assert.are.equal(0, st, err)
+    local _, n = err:gsub("warning: policy ", "")
+    assert.are.equal(1, n, err)
+    assert.matches("for tool 'Bash' raised: [^\n]*raising.lua:1: boom %(counted as forbid%)", err)
+    for name, r in pairs(by_name(s)) do
+      if name ~= "recorded" then assert.are.equal(0, r.early_writes, name) end
+    end
+  end)
+
   it("--out keeps digests and tool names; contents only with --keep-content, scrubbed of secrets", function()
     local secret = "tok_" .. string.rep("Zq7", 8)
     local src = io.open(FIX .. "/claude_code.jsonl"):read("*a")

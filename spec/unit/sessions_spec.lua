@@ -278,6 +278,68 @@ describe("convtraces.sessions", function()
     assert.equals(3000, s.calls[2].tool_ms)    -- 10:00:06 -> its own result at 10:00:09
   end)
 
+  -- results pair with their calls by id, never with another call; what
+  -- cannot pair is said once a session (count, first line, id)
+  describe("a result that does not pair by its id", function()
+    local function session(lines)
+      local path = os.tmpname()
+      local f = assert(io.open(path, "w"))
+      for _, l in ipairs(lines) do
+        local t, typ, msg = l[1], l[2], l[3]
+        f:write(string.format('{"type":"%s","sessionId":"s","uuid":"u%s","timestamp":"2026-03-02T10:00:%02dZ","message":%s}\n',
+          typ, t, t, msg))
+      end
+      f:close()
+      local warned = {}
+      local s = assert(sessions.read(path, nil, function(m) warned[#warned + 1] = m end))
+      os.remove(path)
+      return s, warned, path
+    end
+    local function call(t, id, name)
+      return { t, "assistant", string.format(
+        '{"id":"m%d","role":"assistant","content":[{"type":"tool_use","id":"%s","name":"%s","input":{}}]}', t, id, name) }
+    end
+    local function result(t, id, text)
+      return { t, "user", string.format('{"role":"user","content":[{"type":"tool_result","tool_use_id":"%s","content":"%s"}]}',
+        id, text) }
+    end
+    local prompt = { 0, "user", '{"role":"user","content":"go"}' }
+
+    it("a result naming no call pairs with nothing (not the first waiting call), said once with its count", function()
+      local s, warned, path = session({ prompt, call(1, "a", "Bash"), result(2, "ghost", "x"), result(3, "ghost2", "y"),
+        result(5, "a", "mine") })
+      assert.equals(1, #s.calls)
+      assert.equals(4000, s.calls[1].tool_ms)   -- 10:00:01 -> its own result at 10:00:05, not the ghost's at :02
+      assert.equals(1, #warned)
+      assert.matches(path .. ": 2 tool results name a call no earlier line made (the first at line 3, id 'ghost')",
+        warned[1], 1, true)
+    end)
+
+    it("two calls waiting under one id take their results in order", function()
+      local s, warned = session({ prompt, call(1, "dup", "Read"), call(2, "dup", "Grep"), result(4, "dup", "r1"),
+        result(7, "dup", "r2") })
+      assert.equals(2, #s.calls)
+      assert.equals("Read", s.calls[1].tool)
+      assert.equals(3000, s.calls[1].tool_ms)   -- :01 -> :04
+      assert.equals(5000, s.calls[2].tool_ms)   -- :02 -> :07
+      assert.equals(1, #warned)
+      assert.matches("1 call reused the id of a call still waiting (the first at line 3, id 'dup')", warned[1], 1, true)
+    end)
+
+    it("a second result for an answered call keeps the first", function()
+      local s, warned = session({ prompt, call(1, "a", "Bash"), result(3, "a", "first"), result(6, "a", "again") })
+      assert.equals(2000, s.calls[1].tool_ms)
+      assert.equals(1, #warned)
+      assert.matches("1 tool result came for a call that had its result already (the first at line 4, id 'a')",
+        warned[1], 1, true)
+    end)
+
+    it("a log whose results all pair says nothing", function()
+      local _, warned = session({ prompt, call(1, "a", "Bash"), result(2, "a", "ok") })
+      assert.same({}, warned)
+    end)
+  end)
+
   it("keeps each text cut to MAX_TEXT bytes: memory grows with the calls, not their results", function()
     local path = os.tmpname()
     local f = assert(io.open(path, "w"))

@@ -339,6 +339,17 @@ local function call_args(st, e)
   return e.args
 end
 
+-- A result or call that pairs with nothing, counted per kind (said once a
+-- session: say_odd).
+local function odd(st, what, id)
+  local o = st.odd[what]
+  if not o then
+    o = { n = 0, line = st.line(), id = id }
+    st.odd[what] = o
+  end
+  o.n = o.n + 1
+end
+
 local function on_text_or_call(st, e, t)
   local s = st.s
   local args, key
@@ -361,7 +372,12 @@ local function on_text_or_call(st, e, t)
     P.id[j], P.tool[j], P.t_call[j] = id, e.tool, t
     P.args[j], P.key[j] = args, key
     P.t_result[j], P.obs[j], P.appr[j], P.exec[j] = false, false, false, false
-    st.by_id[id] = j
+    local prev = st.by_id[id]
+    if prev and not P.t_result[prev] then
+      odd(st, "shared", id)   -- two calls waiting under one id: the earlier keeps it
+    else
+      st.by_id[id] = j
+    end
     -- the model waits from its decision at least (a call without a
     -- result ends nothing later)
     if t > st.since then st.since = t end
@@ -369,10 +385,29 @@ local function on_text_or_call(st, e, t)
   if t > P.last_t then P.last_t = t end
 end
 
+-- A result pairs with its call by id: the earliest unanswered call of the
+-- open prompt with that id (an id two calls share pairs their results in
+-- order). A result without an id takes the first unanswered call. One
+-- whose id no call of the log made, or whose call has its result already,
+-- pairs with nothing: counted (st.odd), and said once a session.
 local function on_result(st, e, t)
   local P = st.P
-  local j = type(e.id) == "string" and st.by_id[e.id]
-  if not j and P and not (type(e.id) == "string" and st.closed[e.id]) then
+  local id = type(e.id) == "string" and e.id or nil
+  local j
+  if id then
+    j = st.by_id[id]
+    if j and P.t_result[j] then
+      -- a later call with the same id, still waiting?
+      j = nil
+      for x = 1, P.n do
+        if P.id[x] == id and not P.t_result[x] then j = x break end
+      end
+      if not j then odd(st, "again", id) return end
+    elseif not j then
+      if not st.closed[id] then odd(st, "unknown", id) end
+      return
+    end
+  elseif P then
     for x = 1, P.n do if not P.t_result[x] then j = x break end end
   end
   if j and not P.t_result[j] then
@@ -383,12 +418,35 @@ local function on_result(st, e, t)
   end
 end
 
-local function builder(path, fmt, opts)
+-- What st.odd counted, said once a session (warn: read_all's).
+local ODD = {
+  unknown = "%d tool result%s name%s a call no earlier line made (the first at line %d, id '%s'): paired with no call",
+  again = "%d tool result%s came for a call that had its result already (the first at line %d, id '%s'): the first result kept",
+  shared = "%d call%s reused the id of a call still waiting (the first at line %d, id '%s'): results pair in order",
+}
+local function say_odd(st, warn, path)
+  for _, what in ipairs({ "unknown", "again", "shared" }) do
+    local o = st.odd[what]
+    if o then
+      local shown = #o.id > 40 and (json.utf8_cut(o.id, 40) .. "...") or o.id
+      local msg
+      if what == "unknown" then
+        msg = format(ODD.unknown, o.n, o.n == 1 and "" or "s", o.n == 1 and "s" or "", o.line, shown)
+      else
+        msg = format(ODD[what], o.n, o.n == 1 and "" or "s", o.line, shown)
+      end
+      warn(format("%s: %s", path, msg))
+    end
+  end
+end
+
+local function builder(path, fmt, opts, line, warn)
   local max_text = opts.max_text or M.MAX_TEXT
   local keep_text = opts.keep_text ~= false
   local s = { path = path, format = fmt, recorded_ms = 0, model_ms = 0, tool_ms = 0,
               user_ms = 0, approval_ms = 0, prompts = 0, turns = 0, untimed = 0, n_calls = 0 }
-  local st = { s = s, cap = opts.approval_cap_ms or M.CAP_MS, by_id = {}, closed = {} }
+  local st = { s = s, cap = opts.approval_cap_ms or M.CAP_MS, by_id = {}, closed = {}, odd = {},
+                line = line or function() return 0 end }
   function st.kept(text)
     if keep_text then return cut(text, max_text) end
     return digest(text)
@@ -431,6 +489,7 @@ local function builder(path, fmt, opts)
   end
   function b.finish()
     close_prompt(st)
+    if warn then say_odd(st, warn, path) end
     return s
   end
   return b
@@ -484,7 +543,7 @@ function M.read_all(path, opts, warn)
   local function ev_for(key)
     local b = builders[key]
     if not b then
-      b = builder(path, reader.name, opts)
+      b = builder(path, reader.name, opts, function() return ln end, warn)
       builders[key] = b
       order[#order + 1] = key
     end

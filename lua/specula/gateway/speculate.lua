@@ -144,6 +144,19 @@ function S:_launch(k, name, args)
   self.tool_stats(name).prefetched = self.tool_stats(name).prefetched + 1
 end
 
+-- A predictor that failed: counted (predictor_errors), and each distinct
+-- failure said once a process on stderr, naming the method and the script's
+-- line; the gateway goes on without that round's proposals (the client's
+-- calls are untouched).
+local SAID = {}
+local function predictor_failed(self, what, err)
+  self.st.predictor_errors = self.st.predictor_errors + 1
+  local msg = what .. ": " .. (sched.errstr(err):match("^[^\n]*") or "?")
+  if SAID[msg] then return end
+  SAID[msg] = true
+  output.stderr("specula gateway: warning: predictor ", msg, " (nothing prefetched for it; counted as predictor_errors)\n")
+end
+
 -- A result went back to the client: learn the call, propose the next ones.
 function S:after(name, args, observation)
   local h = self.history
@@ -151,17 +164,20 @@ function S:after(name, args, observation)
   local P = self.predictor
   if not P then return end
   if type(P) == "table" and P.observe and #h >= 2 then
-    local ok = pcall(P.observe, P, { tool = h[#h - 1].tool, args = h[#h - 1].args }, { tool = name, args = args })
-    if not ok then self.st.predictor_errors = self.st.predictor_errors + 1 end
+    local ok, err = pcall(P.observe, P, { tool = h[#h - 1].tool, args = h[#h - 1].args }, { tool = name, args = args })
+    if not ok then predictor_failed(self, "observe raised", err) end
   elseif type(P) == "table" and P.observe_trajectory and #h >= 2 then
     -- the last transition as a short conversation of its own
-    local ok = pcall(P.observe_trajectory, P, { { tool = h[#h - 1].tool, args = h[#h - 1].args }, { tool = name, args = args } },
+    local ok, err = pcall(P.observe_trajectory, P, { { tool = h[#h - 1].tool, args = h[#h - 1].args }, { tool = name, args = args } },
       { trajectory = { { observation = h[#h - 1].observation }, { observation = observation } } })
-    if not ok then self.st.predictor_errors = self.st.predictor_errors + 1 end
+    if not ok then predictor_failed(self, "observe_trajectory raised", err) end
   end
   local ok, cands = pcall(P, h, { tools = self.schemas })
-  if not ok or type(cands) ~= "table" then
-    self.st.predictor_errors = self.st.predictor_errors + 1
+  if not ok then
+    predictor_failed(self, "raised", cands)
+    cands = {}
+  elseif type(cands) ~= "table" then
+    predictor_failed(self, "returned", type(cands) .. ", expected a list of { tool =, args = }")
     cands = {}
   end
   self.round = self.round + 1
