@@ -346,6 +346,9 @@ int sp_proc_finished(const sp_proc *p);
 /* Exit status and terminating signal (0 if none); returns 1 once reaped. */
 int sp_proc_exit(const sp_proc *p, long *status, int *signal);
 const char *sp_proc_stderr(const sp_proc *p, size_t *len);  /* last stderr bytes */
+/* Once stdout has ended: the bytes after its last newline (a line the child
+   did not finish), or NULL when there are none. */
+const char *sp_proc_rest(const sp_proc *p, size_t *len);
 /* Register t to be resumed at the next event (a line, end of output, exit):
    1 = something is already there (do not yield), 0 = yield now. */
 int sp_proc_wait(sp_proc *p, sp_task *t);

@@ -415,6 +415,13 @@ int sp_proc_oversized(sp_proc *p, const char **prefix, size_t *len) {
 
 int sp_proc_finished(const sp_proc *p) { return p->out_eof && p->exited; }
 
+const char *sp_proc_rest(const sp_proc *p, size_t *len) {
+  *len = 0;
+  if (!p->out_eof || p->out_buf.len == 0 || memchr(p->out_buf.data, '\n', p->out_buf.len)) return NULL;
+  *len = p->out_buf.len;
+  return p->out_buf.data;
+}
+
 int sp_proc_exit(const sp_proc *p, long *status, int *sig) {
   *status = p->exit_status;
   *sig = p->term_signal;

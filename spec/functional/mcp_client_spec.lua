@@ -102,6 +102,31 @@ print(json.encode({ g = g.content[1].text, u = u.content[1].text, berr = berr, b
     assert.are.equal(0, r.procs)
   end)
 
+  -- stdio messages end with a newline; a server that exits mid-write
+  -- leaves a line without one: a whole message is still its answer, a cut
+  -- one is named (a warning and the call's error), never dropped unsaid
+  it("takes a whole last line without a newline as the answer and names a cut one when the server exits", function()
+    if not H.need_node(pending) then return end
+    local r, err = run([[
+local c = assert(specula.mcp.connect{ command = { "node", SERVER }, name = "cutter", max_restarts = 2 })
+local whole, werr = c:call("crash", { cut = "whole" })
+local half, herr = c:call("crash", { cut = "half" })
+local st = c:stats()
+c:close()
+print(json.encode({ whole = whole and whole.content[1].text or json.null, werr = werr or json.null,
+  half = half and true or false, herr = herr or json.null, st = st, procs = specula.settle().procs }))
+]])
+    assert.are.equal("cut answer", r.whole, tostring(r.werr))
+    assert.is_false(r.half)
+    assert.matches("mcp server 'cutter'", r.herr, 1, true)
+    assert.matches("exited with status 3", r.herr, 1, true)
+    assert.matches("its last stdout line was cut off", r.herr, 1, true)
+    assert.matches("mcp server 'cutter': its last stdout line was cut off when its output ended (20 bytes, no newline)",
+      err, 1, true)
+    assert.are.equal(1, r.st.malformed)
+    assert.are.equal(0, r.procs)
+  end)
+
   it("sends notifications/cancelled at once when the waiting task is cancelled or times out", function()
     if not H.need_node(pending) then return end
     local r = run([[

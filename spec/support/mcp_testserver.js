@@ -66,7 +66,9 @@
 //   slow {ms, tag}         readOnlyHint   -> answers after ms unless cancelled first
 //   write {path, text}     destructiveHint-> appends to an in-memory journal
 //   fail {}                (none)         -> isError result
-//   crash {orphan_s}       (none)         -> writes to stderr, exits with status 3; with orphan_s, first
+//   crash {orphan_s, cut}  (none)         -> writes to stderr, exits with status 3; with cut = 'whole' or
+//                                            'half', its answer (or its first 20 bytes) on stdout with no
+//                                            newline first; with orphan_s, first
 //                                            starts `sleep orphan_s` holding its stdout and stderr (a child
 //                                            that outlives it; its pid is on stderr as "orphan pid N" and,
 //                                            with pidfile, in that file)
@@ -273,6 +275,11 @@ function handle(msg, out) {
         child.unref();
         process.stderr.write('orphan pid ' + child.pid + '\n');
         if (a.pidfile) require('fs').writeFileSync(a.pidfile, String(child.pid));
+      }
+      // cut: its answer with no newline ('whole') or its first 20 bytes ('half') on stdout first
+      if (a.cut) {
+        const line = JSON.stringify({ jsonrpc: '2.0', id, result: text('cut answer') });
+        out.raw(a.cut === 'whole' ? line : line.slice(0, 20));
       }
       process.stderr.write('testserver: about to crash\nboom: crashing on purpose\n');
       setTimeout(() => process.exit(3), 20);

@@ -171,8 +171,26 @@ function Stdio:_read_loop(p, gen, peer)
       end
     end
   end
-  -- the server is gone
+  -- the server is gone; a last line it did not end with a newline is
+  -- still a message if it is whole, and named if it is not (a server that
+  -- died mid-write)
+  local cut = false
+  local rest = C.sp_proc_rest(p, lenp)
+  if rest ~= nil then
+    local line = ffi.string(rest, lenp[0])
+    if line:find("%S") then
+      local msg = decode(line)
+      if msg ~= nil then
+        peer:receive(msg, "stdout", line)
+      else
+        cut = true
+        peer:malformed(format("%s: its last stdout line was cut off when its output ended (%d bytes, no newline): %s",
+          self.where, #line, excerpt(line)))
+      end
+    end
+  end
   local why = self:_exit_message(p)
+  if cut then why = why .. "; its last stdout line was cut off" end
   if self.gen == gen then
     self.last_exit = why
     st.exits = st.exits + 1
