@@ -291,13 +291,15 @@ return specula.gateway {
 
   -- before, a request with "id": null was taken for a notification and
   -- dropped: the client waited for an answer that never came
-  it("refuses a request whose id is null (-32600, said), and answers string and integer ids as sent", function()
+  it("refuses a request whose id is null (-32600, said), and answers string and integer ids as sent, past 2^53 too", function()
     if not guard() then return end
     local cfg = setup()
     local function call(id) return '{"jsonrpc":"2.0","id":' .. id
       .. ',"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}' end
     local input = H.tmpfile("gw-ids.jsonl", table.concat({ INIT, INITIALIZED, call("null"), call('"s-1"'),
-      call("9007199254740991"), '{"jsonrpc":"2.0","id":null,"method":"ping"}' }, "\n") .. "\n")
+      call("9007199254740991"), '{"jsonrpc":"2.0","id":null,"method":"ping"}',
+      -- integers past 2^53 (a client in a language with 64-bit integers)
+      call("9007199254740993"), call("18446744073709551615"), call("-9007199254740993") }, "\n") .. "\n")
     local st, out, err = H.sh("(cat " .. H.quote(input) .. "; sleep 3) | " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg))
     assert.are.equal(0, st, err)
     local refused, by_id = {}, {}
@@ -316,6 +318,11 @@ return specula.gateway {
     end
     assert.are.equal("echo: x", by_id['"s-1"'].result.content[1].text)
     assert.are.equal("echo: x", by_id["9007199254740991"].result.content[1].text)
+    -- answered under the id's own text, not the double it decodes to
+    for _, big in ipairs({ "9007199254740993", "18446744073709551615", "-9007199254740993" }) do
+      assert.is_not_nil(by_id[big], big .. " not answered as sent:\n" .. out)
+      assert.are.equal("echo: x", by_id[big].result.content[1].text)
+    end
     assert.falsy(err:find("unanswered", 1, true), err)
   end)
 

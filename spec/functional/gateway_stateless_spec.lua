@@ -346,6 +346,49 @@ describe("specula gateway --listen, stateless clients", function()
     assert.are.equal(1, echoes)   -- the refused call never ran
   end)
 
+  -- JSON's integers past 2^53 are not doubles: a client with 64-bit ids
+  -- (Python, Go) must get its own id back, not the double it decodes to
+  it("answers integer ids past 2^53 as sent, stateless and in a session", function()
+    if not G.guard(pending) then return end
+    local cfg = G.tap_config()
+    local g = G.start(cfg, { "--listen", "127.0.0.1:0" })
+    local ok, err = pcall(function()
+      local meta = '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+        .. '"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"n","version":"1"}}'
+      for _, id in ipairs({ "9007199254740993", "-9007199254740993" }) do
+        local body = H.tmpfile("big.json", '{"jsonrpc":"2.0","id":' .. id .. ',"method":"tools/call","params":{"name":"echo",'
+          .. '"arguments":{"text":"big"},' .. meta .. '}}')
+        local st, out = H.sh("curl -s -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream'"
+          .. " -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: tools/call' -H 'Mcp-Name: echo' --data-binary @"
+          .. H.quote(body) .. " " .. H.quote(g.url))
+        assert.are.equal(0, st)
+        local data = out:match("data: ([^\n]+)") or out
+        assert.are.equal(id, require("specula.mcp.rawjson").member(data, "id"), out)
+        assert.are.equal("echo: big", cjson.decode(data).result.content[1].text)
+      end
+      -- a session of the 2025-11-25 revision: initialize, then a ping
+      local hdr = H.tmpdir() .. "/big-hdr.txt"
+      local init = H.tmpfile("big-init.json", '{"jsonrpc":"2.0","id":18446744073709551615,"method":"initialize",'
+        .. '"params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"n","version":"1"}}}')
+      local curl = "curl -s -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' "
+      local _, out = H.sh(curl .. "-D " .. H.quote(hdr) .. " --data-binary @" .. H.quote(init) .. " " .. H.quote(g.url))
+      local data = out:match("data: ([^\n]+)") or out
+      assert.are.equal("18446744073709551615", require("specula.mcp.rawjson").member(data, "id"), out)
+      local sid = H.read(hdr):match("[Mm]cp%-[Ss]ession%-[Ii]d: ([^\r\n]+)")
+      assert.is_string(sid)
+      local initialized = H.tmpfile("big-initd.json", '{"jsonrpc":"2.0","method":"notifications/initialized"}')
+      H.sh(curl .. "-H " .. H.quote("Mcp-Session-Id: " .. sid) .. " --data-binary @" .. H.quote(initialized) .. " "
+        .. H.quote(g.url))
+      local ping = H.tmpfile("big-ping.json", '{"jsonrpc":"2.0","id":-9007199254740995,"method":"ping"}')
+      _, out = H.sh(curl .. "-H " .. H.quote("Mcp-Session-Id: " .. sid) .. " --data-binary @" .. H.quote(ping) .. " "
+        .. H.quote(g.url))
+      data = out:match("data: ([^\n]+)") or out
+      assert.are.equal("-9007199254740995", require("specula.mcp.rawjson").member(data, "id"), out)
+    end)
+    G.stop(g)
+    assert(ok, err)
+  end)
+
   it("answers a server's request as an InputRequiredResult; the retry's answer reaches the server as written", function()
     if not G.guard(pending) then return end
     local cfg = G.tap_config()

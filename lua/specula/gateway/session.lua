@@ -75,10 +75,19 @@ function Session:_send(msg)
     self:_wake(op)
     return true
   end
+  local t = self.t
+  -- an answer to an integer id past 2^53 carries the id's own text (the
+  -- decoded double is another number; _receive kept the text)
+  local big = t.send_text and msg.method == nil and type(msg.id) == "number" and self.big_ids[msg.id]
+  if big then
+    local copy = {}
+    for k, v in pairs(msg) do copy[k] = v end
+    copy.id = json.raw(big)
+    msg = copy
+  end
   local text, err = encode(msg)
   if not text then return nil, err end
   local clean = output.clean(text, "json")
-  local t = self.t
   local send
   if t.send_text then
     send = function() return t:send_text(clean) end
@@ -792,11 +801,17 @@ function Session:_receive(msg, raw)
       if meta and meta[META_VERSION] == M.STATELESS then self:_mark_stateless(meta) end
     end
     local key = id
+    -- JSON's integers past 2^53 are not doubles: the id's text is kept for
+    -- the answer (stdio; the request is keyed by the double meanwhile, and
+    -- two such ids a double apart are one to a client that decodes them so)
+    local big = type(id) == "number" and raw and (id >= 2 ^ 53 or id <= -2 ^ 53) and rawjson.member(raw, "id")
+    if big then self.big_ids[key] = big end
     local e = { raw = raw }
     e.task = spawn_root(function()
       local ok, err = pcall(self._request, self, id, method, msg.params)
       self.running[key] = nil
       if not ok then self:_error(id, -32603, "specula gateway: " .. tostring(err)) end
+      if big then self.big_ids[key] = nil end
     end)
     if e.task then self.running[key] = e end
     -- the first initialize is the one; the requests after it wait for it
@@ -869,7 +884,7 @@ function Session:stats() return self.rec:record(self) end
 function M.start(gw, t, o)
   o = o or {}
   local self = setmetatable({
-    gw = gw, t = t, running = {}, busy = {}, asks = {}, next_out = 0, ask_timeout_ms = gw.ask_timeout_ms or 600000,
+    gw = gw, t = t, running = {}, big_ids = {}, busy = {}, asks = {}, next_out = 0, ask_timeout_ms = gw.ask_timeout_ms or 600000,
     ops = {}, op_of_task = {}, n_ops = 0,
     tst = { malformed = 0, oversized = 0 }, on_end = o.on_end, rec = o.record,
   }, Session)

@@ -287,7 +287,15 @@ function Session:send(msg, rel)
       self.orig[key] = nil
       local m = {}
       for k, v in pairs(msg) do m[k] = v end
-      m.id = orig.client
+      m.id = orig.client_text and json.raw(orig.client_text) or orig.client
+      msg = m
+    end
+    local big = self.bigid and self.bigid[key]
+    if big then
+      self.bigid[key] = nil
+      local m = {}
+      for k, v in pairs(msg) do m[k] = v end
+      m.id = json.raw(big)
       msg = m
     end
     s.left = s.left - 1
@@ -483,6 +491,15 @@ function Endpoint:_deliver(r, sess, list, batch, h)
     if m.method ~= nil and m.id ~= nil then
       s.ids[#s.ids + 1] = m.id
       sess.routes[idkey(m.id)] = s
+      -- an integer id past 2^53 is answered under its own text (the
+      -- decoded double is another number)
+      if type(m.id) == "number" and (m.id >= 2 ^ 53 or m.id <= -2 ^ 53) and raws[m] then
+        local text = rawjson.member(raws[m], "id")
+        if text then
+          sess.bigid = sess.bigid or {}
+          sess.bigid[idkey(m.id)] = text
+        end
+      end
       local meta = type(m.params) == "table" and type(m.params._meta) == "table" and m.params._meta or {}
       if meta.progressToken ~= nil then
         s.tokens = s.tokens or {}
@@ -559,7 +576,10 @@ function Endpoint:_shared_deliver(r, sess, list, batch, quiet)
       c = {}
       for k, x in pairs(m) do c[k] = x end
       c.id = "specula-sl-" .. sess.n_ids
-      sess.orig[idkey(c.id)] = { client = m.id, own = c.id }
+      -- (an integer id past 2^53 keeps its text for the answer)
+      local text = type(m.id) == "number" and (m.id >= 2 ^ 53 or m.id <= -2 ^ 53) and raws[m]
+        and rawjson.member(raws[m], "id") or nil
+      sess.orig[idkey(c.id)] = { client = m.id, client_text = text, own = c.id }
       raws[c] = raws[m]
     elseif m.method == "notifications/cancelled" and type(m.params) == "table" then
       for k, o in pairs(sess.orig) do
@@ -653,6 +673,7 @@ function Endpoint:_serve_stream(s, h)
       if sess.routes[key] == s then
         sess.routes[key] = nil
         if sess.orig then sess.orig[key] = nil end
+        if sess.bigid then sess.bigid[key] = nil end
         if not sess.closed and sess.peer then
           sess.peer:receive({ jsonrpc = "2.0", method = "notifications/cancelled",
                               params = { requestId = id, reason = "the client disconnected" } }, "post")
