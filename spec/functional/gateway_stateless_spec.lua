@@ -311,7 +311,24 @@ describe("specula gateway --listen, stateless clients", function()
     assert.are.equal(0, st)
     if out == "" then return nil end
     local data = out:match("data: ([^\n]+)") or out
-    return cjson.decode(data)
+    return cjson.decode(data), data
+  end
+
+  -- The _meta member of a raw 2026-07-28 request (caps: the client
+  -- capabilities' JSON text).
+  local function meta_text(name, caps)
+    return '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+      .. '"io.modelcontextprotocol/clientCapabilities":' .. (caps or "{}") .. ','
+      .. '"io.modelcontextprotocol/clientInfo":{"name":"' .. name .. '","version":"1"}}'
+  end
+
+  -- fn(g, log) against a gateway on a free loopback port, stopped however fn ends.
+  local function served(fn)
+    local cfg, log = G.tap_config()
+    local g = G.start(cfg, { "--listen", "127.0.0.1:0" })
+    local ok, err = pcall(fn, g, log)
+    G.stop(g)
+    assert(ok, err)
   end
 
   local function post(url, id, method, params, info, max_s)
@@ -326,77 +343,56 @@ describe("specula gateway --listen, stateless clients", function()
   -- request got no answer at all: gateway_relay_spec)
   it("refuses a request whose id is null (400, -32600) and serves the next", function()
     if not G.guard(pending) then return end
-    local cfg, log = G.tap_config()
-    local g = G.start(cfg, { "--listen", "127.0.0.1:0" })
-    local ok, err = pcall(function()
-      local meta = '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
-        .. '"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"n","version":"1"}}'
+    served(function(g, log)
       local r = post_text(g.url, '{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"echo",'
-        .. '"arguments":{"text":"never"},' .. meta .. '}}', "tools/call", "echo")
+        .. '"arguments":{"text":"never"},' .. meta_text("n") .. '}}', "tools/call", "echo")
       assert.are.equal(-32600, r.error.code)
       assert.are.equal("Invalid Request: a request's id must be a string or an integer, not null (tools/call)",
         r.error.message)
       assert.are.equal("echo: next", post(g.url, 2, "tools/call", { name = "echo", arguments = { text = "next" } },
         { name = "n", version = "1" }).result.content[1].text)
+      local echoes = 0
+      for _, e in ipairs(G.tap(log)) do if e.name == "echo" then echoes = echoes + 1 end end
+      assert.are.equal(1, echoes)   -- the refused call never ran
     end)
-    G.stop(g)
-    assert(ok, err)
-    local echoes = 0
-    for _, e in ipairs(G.tap(log)) do if e.name == "echo" then echoes = echoes + 1 end end
-    assert.are.equal(1, echoes)   -- the refused call never ran
   end)
 
   -- JSON's integers past 2^53 are not doubles: a client with 64-bit ids
   -- (Python, Go) must get its own id back, not the double it decodes to
   it("answers integer ids past 2^53 as sent, stateless and in a session", function()
     if not G.guard(pending) then return end
-    local cfg = G.tap_config()
-    local g = G.start(cfg, { "--listen", "127.0.0.1:0" })
-    local ok, err = pcall(function()
-      local meta = '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
-        .. '"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"n","version":"1"}}'
+    local rawid = require("specula.mcp.rawjson").member
+    served(function(g)
       for _, id in ipairs({ "9007199254740993", "-9007199254740993" }) do
-        local body = H.tmpfile("big.json", '{"jsonrpc":"2.0","id":' .. id .. ',"method":"tools/call","params":{"name":"echo",'
-          .. '"arguments":{"text":"big"},' .. meta .. '}}')
-        local st, out = H.sh("curl -s -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream'"
-          .. " -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: tools/call' -H 'Mcp-Name: echo' --data-binary @"
-          .. H.quote(body) .. " " .. H.quote(g.url))
-        assert.are.equal(0, st)
-        local data = out:match("data: ([^\n]+)") or out
-        assert.are.equal(id, require("specula.mcp.rawjson").member(data, "id"), out)
-        assert.are.equal("echo: big", cjson.decode(data).result.content[1].text)
+        local r, data = post_text(g.url, '{"jsonrpc":"2.0","id":' .. id .. ',"method":"tools/call","params":{'
+          .. '"name":"echo","arguments":{"text":"big"},' .. meta_text("n") .. '}}', "tools/call", "echo")
+        assert.are.equal(id, rawid(data, "id"), data)
+        assert.are.equal("echo: big", r.result.content[1].text)
       end
       -- a session of the 2025-11-25 revision: initialize, then a ping
-      local hdr = H.tmpdir() .. "/big-hdr.txt"
-      local init = H.tmpfile("big-init.json", '{"jsonrpc":"2.0","id":18446744073709551615,"method":"initialize",'
-        .. '"params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"n","version":"1"}}}')
       local curl = "curl -s -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' "
-      local _, out = H.sh(curl .. "-D " .. H.quote(hdr) .. " --data-binary @" .. H.quote(init) .. " " .. H.quote(g.url))
-      local data = out:match("data: ([^\n]+)") or out
-      assert.are.equal("18446744073709551615", require("specula.mcp.rawjson").member(data, "id"), out)
+      local function send(text, sid, hdr)
+        local body = H.tmpfile("big-session.json", text)
+        local _, out = H.sh(curl .. (sid and ("-H " .. H.quote("Mcp-Session-Id: " .. sid) .. " ") or "")
+          .. (hdr and ("-D " .. H.quote(hdr) .. " ") or "") .. "--data-binary @" .. H.quote(body) .. " " .. H.quote(g.url))
+        return out:match("data: ([^\n]+)") or out
+      end
+      local hdr = H.tmpdir() .. "/big-hdr.txt"
+      local data = send('{"jsonrpc":"2.0","id":18446744073709551615,"method":"initialize","params":{'
+        .. '"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"n","version":"1"}}}', nil, hdr)
+      assert.are.equal("18446744073709551615", rawid(data, "id"), data)
       local sid = H.read(hdr):match("[Mm]cp%-[Ss]ession%-[Ii]d: ([^\r\n]+)")
       assert.is_string(sid)
-      local initialized = H.tmpfile("big-initd.json", '{"jsonrpc":"2.0","method":"notifications/initialized"}')
-      H.sh(curl .. "-H " .. H.quote("Mcp-Session-Id: " .. sid) .. " --data-binary @" .. H.quote(initialized) .. " "
-        .. H.quote(g.url))
-      local ping = H.tmpfile("big-ping.json", '{"jsonrpc":"2.0","id":-9007199254740995,"method":"ping"}')
-      _, out = H.sh(curl .. "-H " .. H.quote("Mcp-Session-Id: " .. sid) .. " --data-binary @" .. H.quote(ping) .. " "
-        .. H.quote(g.url))
-      data = out:match("data: ([^\n]+)") or out
-      assert.are.equal("-9007199254740995", require("specula.mcp.rawjson").member(data, "id"), out)
+      send('{"jsonrpc":"2.0","method":"notifications/initialized"}', sid)
+      data = send('{"jsonrpc":"2.0","id":-9007199254740995,"method":"ping"}', sid)
+      assert.are.equal("-9007199254740995", rawid(data, "id"), data)
     end)
-    G.stop(g)
-    assert(ok, err)
   end)
 
   it("answers a server's request as an InputRequiredResult; the retry's answer reaches the server as written", function()
     if not G.guard(pending) then return end
-    local cfg = G.tap_config()
-    local g = G.start(cfg, { "--listen", "127.0.0.1:0" })
-    local ok, err = pcall(function()
-      local meta = '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
-        .. '"io.modelcontextprotocol/clientCapabilities":{"roots":{}},'
-        .. '"io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"}}'
+    served(function(g)
+      local meta = meta_text("raw", '{"roots":{}}')
       local first = post_text(g.url, '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ask",'
         .. '"arguments":{"method":"roots/list","params":{}},' .. meta .. '}}', "tools/call", "ask")
       assert.are.equal(1, first.id)
@@ -421,8 +417,6 @@ describe("specula gateway --listen, stateless clients", function()
         .. cjson.encode(r.requestState) .. ',' .. meta .. '}}', "tools/call", "ask")
       assert.are.equal(-32602, late.error.code)
     end)
-    G.stop(g)
-    assert(ok, err)
   end)
 
   it("groups the requests of one client (clientInfo) into one session, another client's into another", function()
