@@ -183,8 +183,10 @@ describe("specula.tools", function()
     for _, tag in ipairs({ "path", "refused", "json", "basic", "fn" }) do
       local l = line(out, tag)
       assert.truthy(l and l:find("^ERR ") and l:find("[redacted]", 1, true), tag .. ": " .. tostring(l))
+      -- (the test server's port is not the token: port 42345 holds "2345")
+      local scan = l:gsub("127%.0%.0%.1:%d+", "127.0.0.1:PORT")
       for i = 1, #TOKEN - 3 do
-        assert.is_nil(l:find(TOKEN:sub(i, i + 3), 1, true), tag .. " leaks " .. TOKEN:sub(i, i + 3) .. ": " .. l)
+        assert.is_nil(scan:find(TOKEN:sub(i, i + 3), 1, true), tag .. " leaks " .. TOKEN:sub(i, i + 3) .. ": " .. l)
       end
     end
     assert.matches("^ERR tools.http 'bot': HTTP 400 from GET http://127%.0%.0%.1:%d+/status/404/bot%[redacted%]/send",
