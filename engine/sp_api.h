@@ -106,6 +106,7 @@ typedef struct sp_counts {
   int values;         /* value-store slots held by the engine */
   int procs;          /* child processes not yet closed and reaped */
   int rpc_cancels;    /* JSON-RPC requests given up on the wire (notifications/cancelled sent) */
+  int http_lanes;     /* curl multi handles the HTTP driver has made (its lanes, sp_http.c) */
 } sp_counts;
 void sp_ctx_counts(sp_ctx *ctx, sp_counts *out);
 const char *sp_version(void);

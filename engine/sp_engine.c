@@ -1,6 +1,7 @@
 #include "sp_engine.h"
 #include "sp_sched.h"
 #include "sp_vals.h"
+#include "sp_http.h"
 
 int sp_engine_init(sp_ctx *ctx) {
   if (sp_ctx_init(ctx) != 0) return -1;
@@ -24,6 +25,7 @@ static void count_handle(uv_handle_t *h, void *arg) {
 void sp_ctx_counts(sp_ctx *ctx, sp_counts *out) {
   *out = ctx->counts;
   out->values = ctx->vals ? ctx->vals->live : 0;
+  out->http_lanes = ctx->http ? ctx->http->nlanes : 0;
   walk_arg w = { ctx, 0 };
   uv_walk(&ctx->loop, count_handle, &w);
   out->handles = w.n;

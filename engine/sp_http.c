@@ -15,11 +15,12 @@ enum { EV_HEADERS = 1, EV_DATA = 2, EV_DONE = 4 };
 struct sp_poll {
   uv_poll_t poll;          /* watches one socket for libcurl */
   curl_socket_t fd;        /* that socket */
-  sp_http *http;           /* owner */
+  sp_http_lane *lane;      /* the multi handle it belongs to */
 };
 
 struct sp_http_req {
   sp_http *http;           /* driver */
+  sp_http_lane *lane;      /* the multi handle the transfer runs in */
   CURL *easy;              /* the transfer; NULL once finished */
   int in_multi;            /* easy is added to the multi */
   int state;               /* SP_HTTP_* */
@@ -56,7 +57,7 @@ struct sp_http_req {
   sp_http_req *dirty_next; /* link in http->dirty */
 };
 
-static void process(sp_http *h);
+static void process(sp_http_lane *l);
 
 /* ---- sockets and timer -------------------------------------------------- */
 
@@ -75,13 +76,14 @@ static void on_poll(uv_poll_t *hd, int status, int events) {
   if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
   if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
   int running = 0;
-  sp_http *h = p->http;
-  curl_multi_socket_action(h->multi, p->fd, flags, &running);
-  process(h);
+  sp_http_lane *l = p->lane;
+  curl_multi_socket_action(l->multi, p->fd, flags, &running);
+  process(l);
 }
 
 static int on_socket(CURL *e, curl_socket_t s, int what, void *userp, void *socketp) {
-  sp_http *h = userp;
+  sp_http_lane *l = userp;
+  sp_http *h = l->http;
   if (s < 0) return 0;
   if ((size_t)s >= h->npolls) {
     size_t n = h->npolls ? h->npolls : 64;
@@ -94,7 +96,7 @@ static int on_socket(CURL *e, curl_socket_t s, int what, void *userp, void *sock
   }
   sp_poll *p = h->polls[s];
   if (what == CURL_POLL_REMOVE) {
-    if (p) {
+    if (p && p->lane == l) {
       uv_poll_stop(&p->poll);
       uv_close((uv_handle_t *)&p->poll, poll_closed);
       h->polls[s] = NULL;
@@ -105,7 +107,6 @@ static int on_socket(CURL *e, curl_socket_t s, int what, void *userp, void *sock
     p = calloc(1, sizeof *p);
     if (!p) return -1;
     p->fd = s;
-    p->http = h;
     if (uv_poll_init_socket(&h->ctx->loop, &p->poll, s) != 0) {
       free(p);
       return -1;
@@ -114,6 +115,8 @@ static int on_socket(CURL *e, curl_socket_t s, int what, void *userp, void *sock
     h->ctx->counts.polls++;
     h->polls[s] = p;
   }
+  /* a descriptor number another lane closed and this one reopened */
+  p->lane = l;
   int ev = 0;
   if (what & CURL_POLL_IN) ev |= UV_READABLE;
   if (what & CURL_POLL_OUT) ev |= UV_WRITABLE;
@@ -122,38 +125,84 @@ static int on_socket(CURL *e, curl_socket_t s, int what, void *userp, void *sock
 }
 
 static void on_timeout(uv_timer_t *t) {
-  sp_http *h = t->data;
+  sp_http_lane *l = t->data;
   int running = 0;
-  curl_multi_socket_action(h->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-  process(h);
+  curl_multi_socket_action(l->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+  process(l);
 }
 
 static int on_curl_timer(CURLM *m, long timeout_ms, void *userp) {
-  sp_http *h = userp;
-  if (timeout_ms < 0) uv_timer_stop(&h->timer);
-  else uv_timer_start(&h->timer, on_timeout, (uint64_t)timeout_ms, 0);
+  sp_http_lane *l = userp;
+  if (timeout_ms < 0) uv_timer_stop(&l->timer);
+  else uv_timer_start(&l->timer, on_timeout, (uint64_t)timeout_ms, 0);
   return 0;
+}
+
+/* Lanes. Debian's libcurl (7.88) walks a multi handle's whole connection
+   cache (curl_multi_remove_handle, looking for a connect-only connection),
+   its connections to the host (Curl_connect, for one to reuse; the cache's
+   pruning, for the oldest idle one) and its list of transfers waiting for a
+   connection, for every transfer: with 2,000 transfers in flight in one
+   multi, 60 % of the process's CPU and about 1 ms a request. So transfers
+   are spread over up to SP_HTTP_LANES multi handles of SP_HTTP_LANE_CAP
+   connections per host each: a new transfer goes to the first lane with
+   room (at low load all of them share lane 0 and its connections), else
+   to the least busy one, where libcurl queues it. In all, at most
+   SP_HTTP_LANES * SP_HTTP_LANE_CAP = 1,024 connections per host, as one
+   multi handle had before. */
+static void lane_closed(uv_handle_t *hd) {
+  sp_http_lane *l = hd->data;
+  sp_http *h = l->http;
+  free(l);
+  if (--h->open_lanes == 0) free(h);
+}
+
+static sp_http_lane *lane_new(sp_http *h, long max_host, long maxconnects) {
+  if (h->nlanes >= SP_HTTP_LANES) return NULL;
+  sp_http_lane *l = calloc(1, sizeof *l);
+  if (!l) return NULL;
+  l->http = h;
+  l->multi = curl_multi_init();
+  if (!l->multi) {
+    free(l);
+    return NULL;
+  }
+  uv_timer_init(&h->ctx->loop, &l->timer);
+  l->timer.data = l;
+  curl_multi_setopt(l->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+  curl_multi_setopt(l->multi, CURLMOPT_SOCKETDATA, l);
+  curl_multi_setopt(l->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+  curl_multi_setopt(l->multi, CURLMOPT_TIMERDATA, l);
+  curl_multi_setopt(l->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
+  curl_multi_setopt(l->multi, CURLMOPT_MAX_HOST_CONNECTIONS, max_host);
+  curl_multi_setopt(l->multi, CURLMOPT_MAXCONNECTS, maxconnects);
+  h->lanes[h->nlanes++] = l;
+  h->open_lanes++;
+  return l;
 }
 
 static sp_http *http_new(sp_ctx *ctx) {
   sp_http *h = calloc(1, sizeof *h);
   if (!h) return NULL;
   h->ctx = ctx;
-  h->multi = curl_multi_init();
-  if (!h->multi) {
+  if (!lane_new(h, SP_HTTP_LANE_CAP, SP_HTTP_LANE_CAP)) {
     free(h);
     return NULL;
   }
-  uv_timer_init(&ctx->loop, &h->timer);
-  h->timer.data = h;
-  curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
-  curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, h);
-  curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
-  curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
-  curl_multi_setopt(h->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
-  curl_multi_setopt(h->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 1024L);
-  curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, 1024L);
   return h;
+}
+
+/* The lane for a new transfer (NULL: no multi handle could be made). */
+static sp_http_lane *pick_lane(sp_http *h) {
+  if (h->single) return h->lanes[0];
+  sp_http_lane *least = h->lanes[0];
+  for (int i = 0; i < h->nlanes; i++) {
+    sp_http_lane *l = h->lanes[i];
+    if (l->active < SP_HTTP_LANE_CAP) return l;
+    if (l->active < least->active) least = l;
+  }
+  sp_http_lane *l = lane_new(h, SP_HTTP_LANE_CAP, SP_HTTP_LANE_CAP);
+  return l ? l : least;
 }
 
 static void http_close(sp_ctx *ctx);
@@ -164,14 +213,23 @@ static sp_http *get_http(sp_ctx *ctx) {
   return ctx->http;
 }
 
+/* Limits the user sets hold exactly in one multi handle: from then on every
+   new transfer runs in lane 0 (transfers already in other lanes finish
+   there), which takes the limits given and 1,024 for the other. */
 int sp_http_configure(sp_ctx *ctx, long max_host_conns, long max_total_conns) {
   sp_http *h = get_http(ctx);
   if (!h) return -1;
+  CURLM *m = h->lanes[0]->multi;
+  if (!h->single) {
+    h->single = 1;
+    curl_multi_setopt(m, CURLMOPT_MAX_HOST_CONNECTIONS, 1024L);
+    curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, 1024L);
+  }
   if (max_host_conns >= 0)
-    curl_multi_setopt(h->multi, CURLMOPT_MAX_HOST_CONNECTIONS, max_host_conns);
+    curl_multi_setopt(m, CURLMOPT_MAX_HOST_CONNECTIONS, max_host_conns);
   if (max_total_conns >= 0) {
-    curl_multi_setopt(h->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, max_total_conns);
-    curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, max_total_conns > 0 ? max_total_conns : 1024L);
+    curl_multi_setopt(m, CURLMOPT_MAX_TOTAL_CONNECTIONS, max_total_conns);
+    curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, max_total_conns > 0 ? max_total_conns : 1024L);
   }
   return 0;
 }
@@ -405,7 +463,8 @@ static void detach(sp_http_req *r) {
   stop_idle(r);
   if (r->easy) {
     if (r->in_multi) {
-      curl_multi_remove_handle(r->http->multi, r->easy);
+      curl_multi_remove_handle(r->lane->multi, r->easy);
+      r->lane->active--;
       r->http->ctx->counts.transfers--;
       r->in_multi = 0;
     }
@@ -452,10 +511,11 @@ static void deliver(sp_http_req *r) {
   }
 }
 
-static void process(sp_http *h) {
+static void process(sp_http_lane *l) {
+  sp_http *h = l->http;
   CURLMsg *msg;
   int left = 0;
-  while ((msg = curl_multi_info_read(h->multi, &left)) != NULL) {
+  while ((msg = curl_multi_info_read(l->multi, &left)) != NULL) {
     if (msg->msg != CURLMSG_DONE) continue;
     sp_http_req *r = NULL;
     curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
@@ -495,7 +555,7 @@ static void on_idle_check(uv_timer_t *t) {
   r->state = SP_HTTP_ERROR;
   detach(r);
   mark(r, EV_DONE);
-  process(r->http);
+  process(r->lane);
 }
 
 /* ---- public ---------------------------------------------------------------- */
@@ -652,7 +712,8 @@ static sp_http_req *start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *
     return NULL;
   }
   sp_http *h = get_http(ctx);
-  if (!h) {
+  sp_http_lane *lane = h ? pick_lane(h) : NULL;
+  if (!lane) {
     snprintf(err, errlen, "ENOMEM: http.request: cannot create the curl multi handle");
     return NULL;
   }
@@ -690,12 +751,14 @@ static sp_http_req *start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *
   }
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->hdrs);
   if (t) sp_op_link(t, &r->owner_op, owner_cancelled);
-  CURLMcode mc = curl_multi_add_handle(h->multi, e);
+  CURLMcode mc = curl_multi_add_handle(lane->multi, e);
   if (mc != CURLM_OK) {
     snprintf(err, errlen, "EIO: http.request: %s", curl_multi_strerror(mc));
     sp_http_free(r);
     return NULL;
   }
+  r->lane = lane;
+  lane->active++;
   r->in_multi = 1;
   r->counted = 1;
   ctx->counts.transfers++;
@@ -798,8 +861,6 @@ void sp_http_free(sp_http_req *r) {
   free(r);
 }
 
-static void timer_closed(uv_handle_t *hd) { free(hd->data); }
-
 /* Shutdown, once Lua is closed: abort everything and close the handles
    (the state is freed by the timer's close callback). */
 static void http_close(sp_ctx *ctx) {
@@ -808,10 +869,13 @@ static void http_close(sp_ctx *ctx) {
   h->closing = 1;
   /* Requests still owned by Lua were aborted when their tasks were
      cancelled; the multi is torn down here. */
-  curl_multi_cleanup(h->multi);
-  h->multi = NULL;
-  uv_timer_stop(&h->timer);
-  uv_close((uv_handle_t *)&h->timer, timer_closed);
+  for (int i = 0; i < h->nlanes; i++) {
+    sp_http_lane *l = h->lanes[i];
+    curl_multi_cleanup(l->multi);
+    l->multi = NULL;
+    uv_timer_stop(&l->timer);
+    uv_close((uv_handle_t *)&l->timer, lane_closed);
+  }
   for (size_t i = 0; i < h->npolls; i++) {
     sp_poll *p = h->polls[i];
     if (p) {
@@ -822,5 +886,5 @@ static void http_close(sp_ctx *ctx) {
   free(h->polls);
   h->polls = NULL;
   h->npolls = 0;
-  /* h itself is freed by the timer's close callback. */
+  /* h itself is freed by the last lane's close callback. */
 }

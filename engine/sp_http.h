@@ -1,6 +1,7 @@
 /*
  * sp_http: libcurl's multi interface driven by the libuv loop
- * (curl_multi_socket_action, one uv_poll_t per socket, one uv_timer_t).
+ * (curl_multi_socket_action, one uv_poll_t per socket, one uv_timer_t per
+ * multi handle: "lane").
  *
  * libcurl callbacks only record what happened (bytes, headers, socket
  * interest); every libcurl call and every wake-up of a task happens after
@@ -17,14 +18,31 @@
 typedef void (*sp_http_notify_fn)(sp_http_req *r, void *ud);
 
 typedef struct sp_http sp_http;
+typedef struct sp_http_lane sp_http_lane;
 typedef struct sp_poll sp_poll;
+
+/* Most multi handles a context drives, and the transfers a lane takes before
+   the next one opens (see sp_http.c: libcurl 7.88 walks a multi's whole
+   connection cache and pending list for every transfer). */
+#define SP_HTTP_LANES 16
+#define SP_HTTP_LANE_CAP 64
+
+/* One multi handle with its own connection cache and libcurl timer. */
+struct sp_http_lane {
+  sp_http *http;           /* owner */
+  CURLM *multi;            /* this lane's multi handle */
+  uv_timer_t timer;        /* its libcurl timeout; the close callback frees the lane */
+  int active;              /* transfers added to multi and not yet removed */
+};
 
 /* The curl multi driver's state (ctx->http), made by the first transfer;
    at shutdown every transfer is aborted and the handles closed. */
 struct sp_http {
   sp_ctx *ctx;             /* owning context */
-  CURLM *multi;            /* the multi handle, one per context */
-  uv_timer_t timer;        /* libcurl's timeout */
+  sp_http_lane *lanes[SP_HTTP_LANES]; /* lane 0 made with the driver, the rest as load needs them */
+  int nlanes;              /* lanes made */
+  int open_lanes;          /* lanes whose timer is not yet closed (h is freed at 0) */
+  int single;              /* connection limits were configured: every new transfer in lane 0 */
   sp_poll **polls;         /* fd -> poll handle (no curl_multi_assign in callbacks) */
   size_t npolls;           /* length of polls */
   sp_http_req *dirty;      /* requests with undelivered events */

@@ -64,7 +64,7 @@ function M.counts()
   core.C.sp_ctx_counts(ctx, c)
   return { tasks = c.tasks, ready = c.ready, timers = c.timers, transfers = c.transfers,
            requests = c.requests, polls = c.polls, windows = c.windows, handles = c.handles,
-           values = c.values, procs = c.procs, rpc_cancels = c.rpc_cancels }
+           values = c.values, procs = c.procs, rpc_cancels = c.rpc_cancels, http_lanes = c.http_lanes }
 end
 
 -- Let the loop release what finished (one turn), collect garbage so

@@ -228,6 +228,76 @@ describe("specula.http", function()
     assert.is_true(n <= 1, "keep-alive should reuse the connection, opened " .. tostring(n))
   end)
 
+  -- Debian's libcurl walks a multi handle's connections and queue for every
+  -- transfer; the driver spreads a load over lanes (multi handles) of 64
+  -- connections per host, at most 16 lanes: the cost per request stays
+  -- flat (bench userpath --wait http) and the connections stay bounded
+  local LANES = [[
+      local function accepted() return specula.json.decode(http.request{ url = BASE .. "/stats" }.body).accepted end
+      local function burst(n, path)
+        local ts = {}
+        for i = 1, n do
+          ts[i] = specula.spawn(function() local r, e = http.request{ url = BASE .. path } return r and r.body or e end)
+        end
+        local res, good = specula.wait_all(ts), 0
+        for i = 1, #res do if res[i][2] == "ok" then good = good + 1 end end
+        return good
+      end
+      local a0 = accepted()
+      print("small", burst(16, "/delay/20"), specula.counts().http_lanes)
+      local a1 = accepted()
+      print("large", burst(N, "/delay/200"), specula.counts().http_lanes)
+      local a2 = accepted()
+      print("connections", a1 - a0, a2 - a1)
+      local b0 = accepted()
+      for i = 1, 50 do assert(http.request{ url = BASE .. "/hello" }) end
+      print("sequential", accepted() - b0)
+      local c = specula.settle()
+      print("left", c.transfers, c.polls, c.requests)
+  ]]
+  local function lanes(n, want_lanes, max_conns)
+    local out = run("local N = " .. n .. "\n" .. LANES)
+    -- 16 at once fit one lane
+    assert.matches("small\t16\t1\n", out, 1, true)
+    assert.matches("large\t" .. n .. "\t" .. want_lanes .. "\n", out, 1, true)
+    local small, large = out:match("connections\t(%d+)\t(%d+)")
+    assert.is_true(tonumber(small) <= 17, out)
+    assert.is_true(tonumber(large) <= max_conns and tonumber(large) >= 64, out)
+    -- lane 0 is first with room: sequential requests reuse its connection
+    assert.is_true(tonumber(out:match("sequential\t(%d+)")) <= 1, out)
+    assert.matches("left\t0\t0\t0", out, 1, true)
+  end
+
+  it("spreads 300 concurrent requests over lanes of 64 connections and reuses them", function()
+    lanes(300, 5, 300)
+  end)
+
+  -- past 16 lanes a transfer waits in the least busy lane's queue, for one
+  -- of its connections: no more than one multi handle of 1,024 per host had
+  it("keeps 2,000 concurrent requests to 16 lanes and 1,024 connections #slow", function()
+    lanes(2000, 16, 1024)
+  end)
+
+  it("keeps a configured connection limit exactly: every transfer in one lane", function()
+    local out = run([[
+      specula.http.configure{ max_host_connections = 3 }
+      local a0 = specula.json.decode(http.request{ url = BASE .. "/stats" }.body).accepted
+      local ts = {}
+      for i = 1, 200 do
+        ts[i] = specula.spawn(function() local r, e = http.request{ url = BASE .. "/delay/5" } return r and r.body or e end)
+      end
+      local res, good = specula.wait_all(ts), 0
+      for i = 1, #res do if res[i][2] == "ok" then good = good + 1 end end
+      local a1 = specula.json.decode(http.request{ url = BASE .. "/stats" }.body).accepted
+      print("limited", good, a1 - a0, specula.counts().http_lanes)
+    ]])
+    -- the /stats connection of before is one of the three
+    local good, conns, lanes = out:match("limited\t(%d+)\t(%d+)\t(%d+)")
+    assert.equals("200", good)
+    assert.is_true(tonumber(conns) <= 3, out)
+    assert.equals("1", lanes)
+  end)
+
   it("hands out the body of a stream that fails after its headers, whenever the failure is seen", function()
     -- /truncated sends headers, 40 of 100 bytes and its FIN at once, so the
     -- failure is usually known before the caller asks for the response;

@@ -152,6 +152,40 @@ print(json.encode({ cancels = cancels, total = specula.counts().rpc_cancels, ter
     assert.are.equal("cancelled", r.state)
   end)
 
+  -- the client forgets given-up requests in a walk made once as many
+  -- requests have started as were pending (not a walk per request): a late
+  -- answer is dropped quietly whether its request was forgotten yet or not
+  it("drops a late answer to a cancelled request quietly, before and after the client forgets it", function()
+    if not H.need_node(pending) then return end
+    local r, err = run([[
+local c = assert(specula.mcp.connect{ command = { "node", SERVER } })
+local function late(after)
+  -- a resource read the server answers 150 ms later, even when cancelled
+  local t = specula.spawn(function() return c:read_resource("note:///slow-150-" .. after) end)
+  specula.sleep(20)
+  t:cancel()
+  for i = 1, after do assert(c:call("echo", { text = "n" .. i })) end
+  specula.sleep(300)
+  return t:state()
+end
+local s1 = late(2)
+local st1 = c:stats()
+local s2 = late(150)
+local st2 = c:stats()
+local e = assert(c:call("echo", { text = "still fine" }))
+c:close()
+print(json.encode({ s1 = s1, s2 = s2, late1 = st1.late_dropped, late2 = st2.late_dropped,
+  unknown = st2.unknown_ids, echo = e.content[1].text }))
+]])
+    assert.are.equal("cancelled", r.s1)
+    assert.are.equal("cancelled", r.s2)
+    assert.are.equal(1, r.late1)
+    assert.are.equal(2, r.late2)
+    assert.are.equal(0, r.unknown)
+    assert.are.equal("echo: still fine", r.echo)
+    assert.are.equal("", err:gsub("%s+$", ""))
+  end)
+
   it("kills and reaps the child when the program ends without closing, and reports a missing program", function()
     if not H.need_node(pending) then return end
     local st, out = H.run_lua(PRELUDE .. [[

@@ -196,16 +196,30 @@ function Client:_fail_all(msg)
 end
 
 -- Forget requests whose task was cancelled or timed out; a late answer to
--- one of them is dropped quietly (given_up, bounded).
+-- one of them is dropped quietly (given_up, bounded). The walk covers every
+-- pending request, so it runs once as many requests have started as were
+-- pending after the last one (at least 64): with 2,000 in flight a walk per
+-- request was most of the client's CPU. Until its walk, a given-up request
+-- stays in pending, where a late answer is dropped the same way.
 function Client:_sweep()
+  local n = self.since_sweep + 1
+  if n < self.sweep_every then
+    self.since_sweep = n
+    return
+  end
+  self.since_sweep = 0
+  local kept = 0
   for id, e in pairs(self.pending) do
     if C.sp_rpc_state(e.rpc) ~= PENDING and not e.live then
       self.pending[id] = nil
       if e.token ~= nil then self.by_token[e.token] = nil end
       self.given_up[id] = true
       self.n_given_up = self.n_given_up + 1
+    else
+      kept = kept + 1
     end
   end
+  self.sweep_every = kept > 64 and kept or 64
   if self.n_given_up > 4096 then self.given_up, self.n_given_up = {}, 0 end
 end
 
@@ -242,9 +256,20 @@ end
 
 -- ---- requests --------------------------------------------------------------------------
 
-function Client:_cancel_line(id)
+local function cancel_line(id)
   return assert(encode({ jsonrpc = "2.0", method = "notifications/cancelled",
                          params = { requestId = id, reason = "cancelled by specula (task cancelled or timed out)" } }))
+end
+-- Every request arms its cancel line before it is sent (C writes it if the
+-- task is cancelled). The client's ids are whole numbers counted from 1:
+-- the line's text around the id is made once, not a table encoded a request.
+local CANCEL_HEAD, CANCEL_TAIL = cancel_line(0):match('^(.*"requestId":)0([,}].*)$')
+assert(CANCEL_HEAD, "mcp client: the cancel line's shape")
+function Client:_cancel_line(id)
+  if type(id) == "number" and id >= 0 and id < 1e15 and id % 1 == 0 then
+    return CANCEL_HEAD .. format("%d", id) .. CANCEL_TAIL
+  end
+  return cancel_line(id)
 end
 
 -- Send a request and wait for its response: result | nil, err. The
@@ -759,7 +784,7 @@ function M.new(t, o, name)
       or o.init_timeout_ms or 30000,
     quiet = o.quiet,
     state = "new", next_id = 1,
-    pending = {}, by_token = {}, given_up = {}, n_given_up = 0, errors = {}, list_cache = {},
+    pending = {}, by_token = {}, given_up = {}, n_given_up = 0, since_sweep = 0, sweep_every = 64, errors = {}, list_cache = {},
     tool_headers = {}, excluded = {}, on_notification = o.on_notification,
     raw_of = setmetatable({}, { __mode = "k" }), error_of = {}, n_error_objs = 0,
     hooks = { on_sampling = o.on_sampling, on_elicitation = o.on_elicitation, on_roots = o.on_roots },
