@@ -144,12 +144,13 @@ static int on_curl_timer(CURLM *m, long timeout_ms, void *userp) {
    pruning, for the oldest idle one) and its list of transfers waiting for a
    connection, for every transfer: with 2,000 transfers in flight in one
    multi, 60 % of the process's CPU and about 1 ms a request. So transfers
-   are spread over up to SP_HTTP_LANES multi handles of SP_HTTP_LANE_CAP
-   connections per host each: a new transfer goes to the first lane with
-   room (at low load all of them share lane 0 and its connections), else
-   to the least busy one, where libcurl queues it. In all, at most
-   SP_HTTP_LANES * SP_HTTP_LANE_CAP = 1,024 connections per host, as one
-   multi handle had before. */
+   are spread over several multi handles ("lanes") of about
+   SP_HTTP_LANE_CAP connections per host each. A new transfer goes to the
+   first lane with room (at low load all of them share lane 0 and its
+   connections), else to the least busy one, where libcurl queues it. The
+   connection limits are split over the lanes, so their sums are the limits:
+   per host 1,024 by default (16 lanes of 64, as one multi handle had
+   before), or what specula.http.configure sets. */
 static void lane_closed(uv_handle_t *hd) {
   sp_http_lane *l = hd->data;
   sp_http *h = l->http;
@@ -157,8 +158,30 @@ static void lane_closed(uv_handle_t *hd) {
   if (--h->open_lanes == 0) free(h);
 }
 
-static sp_http_lane *lane_new(sp_http *h, long max_host, long maxconnects) {
-  if (h->nlanes >= SP_HTTP_LANES) return NULL;
+/* share i of n of a limit x (0: none): the shares sum to x */
+static long share(long x, int n, int i) { return x <= 0 ? 0 : x / n + (i < x % n ? 1 : 0); }
+
+/* Lane i's limits from the driver's: per host, in all, its idle cache. */
+static void lane_limits(sp_http *h, sp_http_lane *l, int i) {
+  long host = share(h->host_limit, h->use, i), total = share(h->total_limit, h->use, i);
+  long cap = host > 0 && (total <= 0 || host < total) ? host : total > 0 ? total : SP_HTTP_LANE_CAP;
+  l->cap = (int)cap;
+  curl_multi_setopt(l->multi, CURLMOPT_MAX_HOST_CONNECTIONS, host);
+  curl_multi_setopt(l->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, total);
+  curl_multi_setopt(l->multi, CURLMOPT_MAXCONNECTS, cap > SP_HTTP_LANE_CAP ? cap : (long)SP_HTTP_LANE_CAP);
+}
+
+/* How many lanes the limits make: about SP_HTTP_LANE_CAP connections each
+   under the smaller limit given, 16 when neither limits anything. */
+static int lanes_for(long host, long total) {
+  long x = host > 0 && (total <= 0 || host < total) ? host : total;
+  if (x <= 0) x = SP_HTTP_HOST_CONNS;
+  long n = (x + SP_HTTP_LANE_CAP - 1) / SP_HTTP_LANE_CAP;
+  return n < 1 ? 1 : n > SP_HTTP_LANES_MAX ? SP_HTTP_LANES_MAX : (int)n;
+}
+
+static sp_http_lane *lane_new(sp_http *h) {
+  if (h->nlanes >= SP_HTTP_LANES_MAX) return NULL;
   sp_http_lane *l = calloc(1, sizeof *l);
   if (!l) return NULL;
   l->http = h;
@@ -174,8 +197,7 @@ static sp_http_lane *lane_new(sp_http *h, long max_host, long maxconnects) {
   curl_multi_setopt(l->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
   curl_multi_setopt(l->multi, CURLMOPT_TIMERDATA, l);
   curl_multi_setopt(l->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
-  curl_multi_setopt(l->multi, CURLMOPT_MAX_HOST_CONNECTIONS, max_host);
-  curl_multi_setopt(l->multi, CURLMOPT_MAXCONNECTS, maxconnects);
+  lane_limits(h, l, h->nlanes);
   h->lanes[h->nlanes++] = l;
   h->open_lanes++;
   return l;
@@ -185,7 +207,9 @@ static sp_http *http_new(sp_ctx *ctx) {
   sp_http *h = calloc(1, sizeof *h);
   if (!h) return NULL;
   h->ctx = ctx;
-  if (!lane_new(h, SP_HTTP_LANE_CAP, SP_HTTP_LANE_CAP)) {
+  h->host_limit = SP_HTTP_HOST_CONNS;
+  h->use = lanes_for(h->host_limit, h->total_limit);
+  if (!lane_new(h)) {
     free(h);
     return NULL;
   }
@@ -194,15 +218,14 @@ static sp_http *http_new(sp_ctx *ctx) {
 
 /* The lane for a new transfer (NULL: no multi handle could be made). */
 static sp_http_lane *pick_lane(sp_http *h) {
-  if (h->single) return h->lanes[0];
   sp_http_lane *least = h->lanes[0];
-  for (int i = 0; i < h->nlanes; i++) {
-    sp_http_lane *l = h->lanes[i];
-    if (l->active < SP_HTTP_LANE_CAP) return l;
+  for (int i = 0; i < h->use; i++) {
+    sp_http_lane *l = i < h->nlanes ? h->lanes[i] : lane_new(h);
+    if (!l) break;
+    if (l->active < l->cap) return l;
     if (l->active < least->active) least = l;
   }
-  sp_http_lane *l = lane_new(h, SP_HTTP_LANE_CAP, SP_HTTP_LANE_CAP);
-  return l ? l : least;
+  return least;
 }
 
 static void http_close(sp_ctx *ctx);
@@ -213,24 +236,16 @@ static sp_http *get_http(sp_ctx *ctx) {
   return ctx->http;
 }
 
-/* Limits the user sets hold exactly in one multi handle: from then on every
-   new transfer runs in lane 0 (transfers already in other lanes finish
-   there), which takes the limits given and 1,024 for the other. */
+/* New limits (-1: that one unchanged), split over the lanes they make.
+   Lanes beyond those take no new transfer; their running transfers keep
+   their connections until they end. */
 int sp_http_configure(sp_ctx *ctx, long max_host_conns, long max_total_conns) {
   sp_http *h = get_http(ctx);
   if (!h) return -1;
-  CURLM *m = h->lanes[0]->multi;
-  if (!h->single) {
-    h->single = 1;
-    curl_multi_setopt(m, CURLMOPT_MAX_HOST_CONNECTIONS, 1024L);
-    curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, 1024L);
-  }
-  if (max_host_conns >= 0)
-    curl_multi_setopt(m, CURLMOPT_MAX_HOST_CONNECTIONS, max_host_conns);
-  if (max_total_conns >= 0) {
-    curl_multi_setopt(m, CURLMOPT_MAX_TOTAL_CONNECTIONS, max_total_conns);
-    curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, max_total_conns > 0 ? max_total_conns : 1024L);
-  }
+  if (max_host_conns >= 0) h->host_limit = max_host_conns;
+  if (max_total_conns >= 0) h->total_limit = max_total_conns;
+  h->use = lanes_for(h->host_limit, h->total_limit);
+  for (int i = 0; i < h->nlanes && i < h->use; i++) lane_limits(h, h->lanes[i], i);
   return 0;
 }
 

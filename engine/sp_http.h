@@ -21,11 +21,12 @@ typedef struct sp_http sp_http;
 typedef struct sp_http_lane sp_http_lane;
 typedef struct sp_poll sp_poll;
 
-/* Most multi handles a context drives, and the transfers a lane takes before
-   the next one opens (see sp_http.c: libcurl 7.88 walks a multi's whole
-   connection cache and pending list for every transfer). */
-#define SP_HTTP_LANES 16
+/* Lanes (see sp_http.c): a lane takes about SP_HTTP_LANE_CAP connections per
+   host before the next one opens; at most SP_HTTP_LANES_MAX lanes. By
+   default 1,024 connections per host in all, so 16 lanes. */
+#define SP_HTTP_LANES_MAX 128
 #define SP_HTTP_LANE_CAP 64
+#define SP_HTTP_HOST_CONNS 1024
 
 /* One multi handle with its own connection cache and libcurl timer. */
 struct sp_http_lane {
@@ -33,16 +34,19 @@ struct sp_http_lane {
   CURLM *multi;            /* this lane's multi handle */
   uv_timer_t timer;        /* its libcurl timeout; the close callback frees the lane */
   int active;              /* transfers added to multi and not yet removed */
+  int cap;                 /* transfers it takes before a new one tries the next lane */
 };
 
 /* The curl multi driver's state (ctx->http), made by the first transfer;
    at shutdown every transfer is aborted and the handles closed. */
 struct sp_http {
   sp_ctx *ctx;             /* owning context */
-  sp_http_lane *lanes[SP_HTTP_LANES]; /* lane 0 made with the driver, the rest as load needs them */
+  sp_http_lane *lanes[SP_HTTP_LANES_MAX]; /* made as load needs them, lane 0 first */
   int nlanes;              /* lanes made */
+  int use;                 /* new transfers go to the first `use` lanes */
   int open_lanes;          /* lanes whose timer is not yet closed (h is freed at 0) */
-  int single;              /* connection limits were configured: every new transfer in lane 0 */
+  long host_limit;         /* connections per host in all lanes (0: none) */
+  long total_limit;        /* connections to all hosts, all lanes together (0: none) */
   sp_poll **polls;         /* fd -> poll handle (no curl_multi_assign in callbacks) */
   size_t npolls;           /* length of polls */
   sp_http_req *dirty;      /* requests with undelivered events */

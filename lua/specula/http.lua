@@ -256,8 +256,21 @@ function M.request(opts)
 end
 
 -- Connection limits of the shared multi handle (per host and in total).
+-- Either limit set runs every later transfer in one multi handle, where it
+-- holds exactly (engine/sp_http.c: lanes); 0 is no limit, as libcurl's.
+local LIMITS = { max_host_connections = true, max_total_connections = true }
 function M.configure(opts)
   if type(opts) ~= "table" then error("specula.http.configure: expected a table", 2) end
+  for k, v in pairs(opts) do
+    if not LIMITS[k] then
+      error("specula.http.configure: unknown option '" .. tostring(k)
+        .. "' (max_host_connections, max_total_connections)", 2)
+    end
+    if type(v) ~= "number" or v < 0 or v % 1 ~= 0 or v > 2^31 - 1 then
+      error("specula.http.configure: " .. k .. " must be a whole number >= 0 (0: no limit), got "
+        .. (type(v) == "number" and tostring(v) or type(v)), 2)
+    end
+  end
   local ctx = core.require_ctx("specula.http.configure")
   C.sp_http_configure(ctx, opts.max_host_connections or -1, opts.max_total_connections or -1)
 end

@@ -278,24 +278,54 @@ describe("specula.http", function()
     lanes(2000, 16, 1024)
   end)
 
-  it("keeps a configured connection limit exactly: every transfer in one lane", function()
-    local out = run([[
-      specula.http.configure{ max_host_connections = 3 }
+  -- a configured limit is split over lanes of about 64 connections, so the
+  -- lanes' limits sum to it
+  local function limited(limit, n)
+    local out = run(string.format([[
+      specula.http.configure{ max_host_connections = %d }
       local a0 = specula.json.decode(http.request{ url = BASE .. "/stats" }.body).accepted
       local ts = {}
-      for i = 1, 200 do
-        ts[i] = specula.spawn(function() local r, e = http.request{ url = BASE .. "/delay/5" } return r and r.body or e end)
+      for i = 1, %d do
+        ts[i] = specula.spawn(function() local r, e = http.request{ url = BASE .. "/delay/20" } return r and r.body or e end)
       end
       local res, good = specula.wait_all(ts), 0
       for i = 1, #res do if res[i][2] == "ok" then good = good + 1 end end
       local a1 = specula.json.decode(http.request{ url = BASE .. "/stats" }.body).accepted
       print("limited", good, a1 - a0, specula.counts().http_lanes)
-    ]])
-    -- the /stats connection of before is one of the three
+    ]], limit, n))
     local good, conns, lanes = out:match("limited\t(%d+)\t(%d+)\t(%d+)")
-    assert.equals("200", good)
-    assert.is_true(tonumber(conns) <= 3, out)
-    assert.equals("1", lanes)
+    assert.equals(tostring(n), good)
+    return tonumber(conns), tonumber(lanes)
+  end
+
+  it("keeps a configured connection limit, split over lanes of about 64", function()
+    -- the /stats connection of before is one of the three
+    local conns, lanes = limited(3, 200)
+    assert.is_true(conns <= 3, conns)
+    assert.equals(1, lanes)
+    conns, lanes = limited(200, 500)
+    assert.is_true(conns <= 200 and conns >= 150, conns)
+    assert.equals(4, lanes)
+  end)
+
+  it("refuses a connection limit that is not a whole number, and keeps the lanes for an empty configure", function()
+    local out = run([[
+      for _, o in ipairs{ { max_host_connections = "8" }, { max_total_connections = -1 },
+                          { max_host_connections = 2.5 }, { max_hosts = 4 } } do
+        local ok, err = pcall(http.configure, o)
+        print("bad", ok, err)
+      end
+      http.configure{}
+      local ts = {}
+      for i = 1, 100 do ts[i] = specula.spawn(function() return http.request{ url = BASE .. "/delay/50" } end) end
+      specula.wait_all(ts)
+      print("lanes", specula.counts().http_lanes)
+    ]])
+    assert.matches("bad\tfalse\t[^\n]*max_host_connections must be a whole number >= 0 %(0: no limit%), got string", out)
+    assert.matches("bad\tfalse\t[^\n]*max_total_connections must be a whole number >= 0 %(0: no limit%), got %-1", out)
+    assert.matches("bad\tfalse\t[^\n]*got 2.5", out)
+    assert.matches("bad\tfalse\t[^\n]*unknown option 'max_hosts'", out)
+    assert.matches("lanes\t2", out)
   end)
 
   it("hands out the body of a stream that fails after its headers, whenever the failure is seen", function()
