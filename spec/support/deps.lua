@@ -153,7 +153,8 @@ end
 -- A single-node Slurm cluster can be started here (.ci/slurm-up), or why not.
 function M.slurm()
   for _, c in ipairs({ "sbatch", "squeue", "scontrol", "slurmctld", "slurmd", "munged" }) do
-    if not sh_ok("command -v " .. c) then
+    -- the daemons are in /usr/sbin, which a user's PATH on Debian leaves out
+    if not sh_ok("{ command -v " .. c .. " || test -x /usr/sbin/" .. c .. " || test -x /sbin/" .. c .. "; }") then
       return "no Slurm here ('" .. c .. "' is not installed): apt-get install slurm-wlm munge, then .ci/slurm-up"
     end
   end

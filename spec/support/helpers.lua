@@ -8,7 +8,10 @@ H.server_bin = os.getenv("SPECULA_TESTSERVER") or (H.root .. "/build/specula-tes
 -- Under ASan the unit suite preloads the sanitizer runtime into luajit.
 H.preload = os.getenv("SPECULA_PRELOAD")
 
-local tmpdir
+-- One temporary directory a spec process, removed when the process ends
+-- (busted closes the Lua state at exit: the sentinel's finalizer runs)
+-- unless SPECULA_KEEP_TMP is set, for a look at what a failed case left.
+local tmpdir, sentinel
 function H.tmpdir()
   if not tmpdir then
     local p = os.tmpname()
@@ -16,6 +19,12 @@ function H.tmpdir()
     local rc = os.execute("mkdir -p " .. H.quote(p))
     assert(rc == 0 or rc == true, "cannot create the temporary directory " .. p)
     tmpdir = p
+    local keep = os.getenv("SPECULA_KEEP_TMP")
+    if not keep or keep == "" or keep == "0" then
+      sentinel = newproxy(true)
+      getmetatable(sentinel).__gc = function() os.execute("rm -rf " .. H.quote(p)) end
+      H._tmp_sentinel = sentinel
+    end
   end
   return tmpdir
 end
