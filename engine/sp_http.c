@@ -216,7 +216,8 @@ static sp_http *http_new(sp_ctx *ctx) {
   return h;
 }
 
-/* The lane for a new transfer (NULL: no multi handle could be made). */
+/* The lane for a new transfer: the first of the `use` lanes with room (made
+   when first needed), else the least busy one made. */
 static sp_http_lane *pick_lane(sp_http *h) {
   sp_http_lane *least = h->lanes[0];
   for (int i = 0; i < h->use; i++) {
