@@ -43,6 +43,17 @@ describe("specula binary", function()
     assert.matches("cannot open script", err, 1, true)
   end)
 
+  it("counts one query and one hop in the singular in the run's summary", function()
+    local inp = H.tmpfile("one.jsonl", '{"id":"q1","query":"x"}\n')
+    local agent = H.tmpfile("onehop.lua", [[
+local specula = require "specula"
+return specula.sim.multihop { hops = 1, p = 1, seg = { "fixed", 1 }, spec = { "fixed", 1 }, target = { "fixed", 2 } }
+]])
+    local st, _, err = H.specula({ "run", agent, "--input", inp, "--clock", "virtual" })
+    assert.equals(0, st, err)
+    assert.matches("specula: 1 query (0 failed), 1 hop; RelLat", err, 1, true)
+  end)
+
   it("reports a syntax error with file and line", function()
     local path = H.tmpfile("syntax.lua", "local x = 1\nlocal y = = 2\n")
     local st, _, err = H.specula({ "run", path })

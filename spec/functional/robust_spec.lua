@@ -465,6 +465,17 @@ return a
     end)
   end
 
+  -- a process that runs many such runs (--compare, a script's folds) says it once
+  it("says why the queries run one at a time once a process, not once a configuration", function()
+    local out = tmp("note.jsonl")
+    local st, _, err = H.specula({ "run", H.root .. "/examples/paste_research.lua", "--input", input(40), "--clock",
+      "virtual", "--concurrency", "7", "--compare", "sequential,spechop:k=2,spechop:k=inf", "--out", out })
+    assert.equals(0, st, err)
+    local n = 0
+    for _ in err:gmatch("the queries run one at a time in input order") do n = n + 1 end
+    assert.equals(1, n, err)
+  end)
+
   it("--compare: a configuration's results do not depend on the configurations before it", function()
     local inp = input(40)
     local both, alone = tmp("both.jsonl"), tmp("alone.jsonl")

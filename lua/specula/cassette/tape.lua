@@ -48,7 +48,8 @@ M.VERSION = 4
 -- occurrences counted per window thread; 3: no commit lines)
 local READS = { [1] = true, [2] = true, [3] = true, [4] = true }
 
-local function file_name(dir, i) return format("%s/cassette-%04d.jsonl", dir, i) end
+-- (a directory given as "dir/" names its files "dir/cassette-0001.jsonl")
+local function file_name(dir, i) return format("%s/cassette-%04d.jsonl", (dir:gsub("(.)/+$", "%1")), i) end
 M.file_name = file_name
 
 local check_line, scopes = check.check_line, session.scopes

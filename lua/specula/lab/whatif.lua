@@ -394,8 +394,9 @@ function M.text(res)
     n_calls, untimed = n_calls + sessions.n_calls(s), untimed + s.untimed
     user, appr, model, toolt = user + s.user_ms, appr + s.approval_ms, model + s.model_ms, s.tool_ms + toolt
   end
-  p("%d sessions (%d failed), %d tool calls (%d untimed); agent's time %s s: model %s s, tools %s s; "
-    .. "left out: the person's %s s, approval waits %s s\n", res.sessions, #res.failed, n_calls, untimed,
+  p("%d session%s (%d failed), %d tool call%s (%d untimed); agent's time %s s: model %s s, tools %s s; "
+    .. "left out: the person's %s s, approval waits %s s\n", res.sessions, res.sessions == 1 and "" or "s", #res.failed,
+    n_calls, n_calls == 1 and "" or "s", untimed,
     secs(model + toolt), secs(model), secs(toolt), secs(user), secs(appr))
   if assumed > 0 then
     p("times assumed, not recorded, for %d sessions (the conversations format: docs/whatif.md)\n", assumed)

@@ -148,8 +148,9 @@ local function section(i, path, s)
   local h = {}
   local function add(x) h[#h + 1] = x end
   add(format('<section id="whatif-%d"><h2>%s</h2>', i, esc(path)))
-  add(format('<p class="meta" id="whatif-%d-count">%d sessions read; <span class="%s">%d failed or unreadable, '
+  add(format('<p class="meta" id="whatif-%d-count">%d session%s read; <span class="%s">%d failed or unreadable, '
     .. "counted apart (not in the figures)</span>%s. Replay %s s, bound (perfect-both) %s s.</p>", i, s.sessions,
+    s.sessions == 1 and "" or "s",
     #s.failed > 0 and "flag" or "", #s.failed, (N(s.assumed) or 0) > 0 and format("; times assumed for %d", s.assumed)
     or "", secs(s.sequential_ms), secs(s.bound_ms)))
   if #s.failed > 0 then

@@ -224,8 +224,9 @@ function M.summary_text(a, run)
     end
     return table.concat(lines, "\n")
   end
-  lines[#lines + 1] = format("specula: %d queries (%d failed), %d hops; RelLat %s (Σwall %.1f ms / Σstandard %.1f ms)",
-    a.queries, a.failed, a.hops, fmt(a.rel_lat), a.wall_ms, a.standard_ms)
+  lines[#lines + 1] = format("specula: %d quer%s (%d failed), %d hop%s; RelLat %s (Σwall %.1f ms / Σstandard %.1f ms)",
+    a.queries, a.queries == 1 and "y" or "ies", a.failed, a.hops, a.hops == 1 and "" or "s", fmt(a.rel_lat),
+    a.wall_ms, a.standard_ms)
   lines[#lines + 1] = format("  p̂ %s  α̂ %s  β̂ %s  RelLat* %s  RelLat_k %s  commits %d  rollbacks %d",
     fmt(a.p_hat), fmt(a.alpha_hat), fmt(a.beta_hat), fmt(a.rel_lat_star), fmt(a.rel_lat_k), a.commits, a.rollbacks)
   lines[#lines + 1] = format("  calls: model %d, target %d, speculator %d, predicted %d, warmup %d; cancelled %d; wasted %d calls, cost %.4f",

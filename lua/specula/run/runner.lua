@@ -365,13 +365,16 @@ end
 -- its queries one at a time in input order, as --concurrency 1 does (it
 -- costs little: nothing waits in real time, and each query is timed
 -- from its own start).
+-- The note is said once a process for each reason: a script that runs many
+-- such runs (folds, configurations) says it once.
+local SERIAL_NOTED = {}
 local function batch_concurrency(run, n)
   local o = run.o
   local conc = math.min(o.concurrency or D.concurrency, math.max(n, 1))
   local shared = M.shared_state(run)
   if shared and conc > 1 and sched.clock() == "virtual" then
-    if not run.serial_noted and not o.quiet then
-      run.serial_noted = true
+    if not SERIAL_NOTED[shared] and not o.quiet then
+      SERIAL_NOTED[shared] = true
       output.stderr("specula: note: ", shared, ", so under the virtual clock the queries run one at a time in "
         .. "input order (--concurrency changes no result)\n")
     end
