@@ -4,6 +4,23 @@ package.path = "./lua/?.lua;./lua/?/init.lua;./spec/?.lua;" .. package.path
 -- the node the specs start MCP servers with: $SPECULA_NODE's directory or
 -- the Node 22 that .ci/deps installs, first on PATH (spec/support/deps.lua)
 require("support.deps").use_node()
+-- Files the specs make with os.tmpname are removed when the process ends
+-- (busted closes the Lua state at exit: the sentinel's finalizer runs),
+-- unless SPECULA_KEEP_TMP is set; H.tmpdir's directory goes the same way.
+do
+  local keep = os.getenv("SPECULA_KEEP_TMP")
+  if not keep or keep == "" or keep == "0" then
+    local made, tmpname = {}, os.tmpname
+    os.tmpname = function()
+      local p = tmpname()
+      made[#made + 1] = p
+      return p
+    end
+    local sentinel = newproxy(true)
+    getmetatable(sentinel).__gc = function() for _, p in ipairs(made) do os.remove(p) end end
+    package.loaded["specula.spec.tmp_sentinel"] = sentinel
+  end
+end
 -- .ci/vgset's coverage run: each case's counts apart (spec/support/cases.lua)
 if os.getenv("SPECULA_COVERAGE_DIR") then
   table.insert(arg, 1, "--helper=spec/support/cases.lua")
