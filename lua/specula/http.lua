@@ -255,9 +255,9 @@ function M.request(opts)
     Response)
 end
 
--- Connection limits of the shared multi handle (per host and in total).
--- Either limit set runs every later transfer in one multi handle, where it
--- holds exactly (engine/sp_http.c: lanes); 0 is no limit, as libcurl's.
+-- Connection limits (per host and in total) of the HTTP driver: each is
+-- split over the multi handles ("lanes", engine/sp_http.c) it makes, so
+-- their limits sum to it; 0 is no limit, as libcurl's.
 local LIMITS = { max_host_connections = true, max_total_connections = true }
 function M.configure(opts)
   if type(opts) ~= "table" then error("specula.http.configure: expected a table", 2) end
