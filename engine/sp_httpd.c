@@ -10,6 +10,7 @@
 #define SP_HTTPD_IDLE 60000           /* default ms a connection may sit between requests */
 #define SP_HTTPD_MAXHDRS 128          /* header lines in one request */
 #define SP_HTTPD_CHUNKLINE 1024       /* a chunk-size line */
+#define SP_HTTPD_LINGER 2000          /* ms a closed connection's unread input is drained */
 
 /* Where the parser of a connection is. */
 enum { P_HEAD, P_BODY, P_CHUNK_SIZE, P_CHUNK_DATA, P_CHUNK_CRLF, P_TRAILER };
@@ -24,6 +25,7 @@ typedef struct conn {
   int closing;               /* close begun (shutdown or uv_close) */
   int eof;                   /* the client's side ended, or an error */
   int paused;                /* reading stopped: too much unparsed while a request is served */
+  int lingering;             /* FIN sent: input read and dropped until the client ends */
   uint64_t last;             /* loop time (ms) of its last read or response end */
   sp_buf in;                 /* bytes received, not yet parsed */
   sp_httpd_req *parsing;     /* the request being read */
@@ -137,9 +139,24 @@ static void req_gone(sp_httpd_req *r) {
 
 static void on_conn_closed(uv_handle_t *h) { conn_unref(h->data); }
 
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf);
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
+
+/* The response and FIN are out. Closing now, with request bytes still
+   unread (a body refused 413 while the client sends it), makes the kernel
+   answer with a reset that can destroy the response before the client reads
+   it: so read and drop until the client ends, for at most the linger time
+   (the sweep closes what lingers longer). */
 static void on_shutdown(uv_shutdown_t *req, int status) {
   conn *c = req->data;
-  if (!uv_is_closing((uv_handle_t *)&c->tcp)) uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+  if (uv_is_closing((uv_handle_t *)&c->tcp)) return;
+  if (status == 0 && !c->eof && !c->srv->closing &&
+      uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0) {
+    c->lingering = 1;
+    c->last = uv_now(c->tcp.loop);
+    return;
+  }
+  uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 }
 
 /* End a connection: gracefully (what was written is sent, then FIN) or at
@@ -545,6 +562,10 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
 
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   conn *c = st->data;
+  if (c->lingering) {   /* dropped; the client's end (or an error) finishes the close */
+    if (nread < 0 && !uv_is_closing((uv_handle_t *)st)) uv_close((uv_handle_t *)st, on_conn_closed);
+    return;
+  }
   if (nread > 0 && !c->closing) {
     c->last = uv_now(st->loop);
     if (sp_buf_append(&c->in, buf->base, (size_t)nread) != 0) {
@@ -616,12 +637,20 @@ static void on_sweep_closed(uv_handle_t *h) {
 }
 
 /* A connection with no request in service that has sent nothing for
-   idle_ms (an idle keep-alive, a head that never ends) is closed. */
+   idle_ms (an idle keep-alive, a head that never ends) is closed; so is one
+   that has lingered (on_shutdown) for the linger time or idle_ms. */
 static void on_sweep(uv_timer_t *t) {
   sp_httpd *s = t->data;
   uint64_t now = uv_now(t->loop);
-  for (conn *c = s->conns; c; c = c->next)
-    if (!c->closing && !c->active && now - c->last >= s->idle_ms) conn_close(c, 0);
+  uint64_t linger = s->idle_ms < SP_HTTPD_LINGER ? s->idle_ms : SP_HTTPD_LINGER;
+  for (conn *c = s->conns; c; c = c->next) {
+    if (c->lingering) {
+      if (now - c->last >= linger && !uv_is_closing((uv_handle_t *)&c->tcp))
+        uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+    } else if (!c->closing && !c->active && now - c->last >= s->idle_ms) {
+      conn_close(c, 0);
+    }
+  }
 }
 
 sp_httpd *sp_httpd_listen(sp_ctx *ctx, const sp_httpd_opts *o, char *err, size_t errlen) {

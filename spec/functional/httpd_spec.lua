@@ -70,7 +70,10 @@ describe("the HTTP/1.1 server (sp_httpd)", function()
 
   it("refuses an oversized head (431) and body (413), by Content-Length or chunks, and closes", function()
     local l = run().client.limits
-    for name, status in pairs({ head = 431, head_unterminated = 431, many_headers = 431, body = 413, chunked_body = 413 }) do
+    assert.is_nil(l.error, l.error)
+    for name, status in pairs({ head = 431, head_unterminated = 431, many_headers = 431, body = 413, chunked_body = 413,
+                                body_sent = 413 }) do
+      assert.is_truthy(l[name].resp, name .. ": no response (reset under it?)")
       assert.are.equal(status, l[name].resp.status, name)
       assert.is_true(l[name].closed, name)
     end
@@ -109,6 +112,13 @@ describe("the HTTP/1.1 server (sp_httpd)", function()
     local f = run().client.flood.body
     assert.is_true(f.flood_gone)
     assert.is_true(f.flood_bytes < 256 * 1024 * 1024, "never dropped: " .. f.flood_bytes)
+  end)
+
+  it("drains a refused body after its 413, and cuts off a client that sends on past the linger time", function()
+    local g = run().client.linger
+    assert.are.equal(413, g.status)
+    assert.is_true(g.drained > 0, "nothing was drained after the 413")
+    assert.is_true(g.cut, "the server read for " .. tostring(g.after) .. " s and never closed")
   end)
 
   it("closes a connection with no request in service that sends nothing for idle_timeout_ms", function()

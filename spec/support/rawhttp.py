@@ -215,6 +215,9 @@ def limits():
         "head_unterminated": one(b"GET / HTTP/1.1\r\nHost: t\r\nX-Big: " + b"a" * 9000),
         "many_headers": one(b"GET / HTTP/1.1\r\nHost: t\r\n" + b"".join(b"X%d: y\r\n" % i for i in range(200)) + b"\r\n"),
         "body": one(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 2000000\r\n\r\n"),
+        # the whole refused body sent at once: the server drains it after its
+        # 413 rather than resetting the connection under the response
+        "body_sent": one(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 3000000\r\n\r\n" + b"a" * 3000000),
         "chunked_body": one(None, [b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"]
                             + [b"FFFFF\r\n" + b"a" * 0xFFFFF + b"\r\n"] * 2),
     }
@@ -309,6 +312,29 @@ def idle():
     for c in (silent, slow, used, busy):
         c.close()
     return out
+
+
+@case
+def linger():
+    """After refusing a body (413) the server drains what the client still
+    sends, but not for ever: a client that keeps sending is cut off within
+    its linger time (here idle_timeout_ms, 1.5 s)."""
+    c = Sock()
+    c.send(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000000\r\n\r\n" + b"a" * 65536)
+    r = c.response()
+    t0, sent, cut = time.time(), 0, False
+    c.settimeout(1)
+    while time.time() - t0 < 15:
+        try:
+            c.send(b"a" * 65536)
+            sent += 65536
+        except (BrokenPipeError, ConnectionResetError):
+            cut = True
+            break
+        except socket.timeout:
+            pass
+    c.close()
+    return {"status": r and r["status"], "cut": cut, "drained": sent, "after": round(time.time() - t0, 1)}
 
 
 PIPE = (b"POST /one HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nab\r\nc"
