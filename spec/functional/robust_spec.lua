@@ -318,6 +318,35 @@ describe("messages that name the right thing", function()
   end)
 end)
 
+describe("a signal while a query waits in front of finished ones", function()
+  it("writes the queries that finished behind it, and a resume runs only the one that did not", function()
+    local inp, out, errf, mark = tmp("gap.jsonl"), tmp("gap-out.jsonl"), tmp("gap.err"), tmp("gap.mark")
+    local f = assert(io.open(inp, "w"))
+    f:write('{"id":"fast1","query":"a"}\n{"id":"slow","query":"b"}\n{"id":"fast2","query":"c"}\n'
+      .. '{"id":"fast3","query":"d"}\n')
+    f:close()
+    local cmd = H.quote(H.bin) .. " run " .. H.quote(H.root .. "/spec/functional/scripts/interrupt_gap.lua")
+      .. " --input " .. H.quote(inp) .. " --out " .. H.quote(out) .. " --quiet"
+    -- the signal goes once the three quick queries have finished (slow waits 30 s)
+    local _, so = H.sh("GAP_MARK=" .. H.quote(mark) .. " " .. cmd .. " 2>" .. H.quote(errf) .. " & pid=$!; "
+      .. "while [ \"$(cat " .. H.quote(mark) .. " 2>/dev/null | wc -l)\" -lt 3 ]; do sleep 0.05; done; "
+      .. "kill -INT $pid; wait $pid; echo $?")
+    local err = H.read(errf) or ""
+    assert.equals("130", so:match("%d+"), err)
+    assert.matches("3 of 4 queries finished and written", err, 1, true)
+    local function ids()
+      local got = {}
+      for line in (H.read(out) or ""):gmatch("[^\n]+") do got[#got + 1] = cjson.decode(line).id end
+      return got
+    end
+    -- in input order, with the gap where the slow query was
+    assert.are.same({ "fast1", "fast2", "fast3" }, ids())
+    local st, _, err2 = H.sh("GAP_SLOW_MS=5 " .. cmd)
+    assert.equals(0, st, err2)
+    assert.are.same({ "fast1", "fast2", "fast3", "slow" }, ids())
+  end)
+end)
+
 describe("an MCP server over stdio that dies while a child of its own holds its stdout", function()
   it("fails the call when the server exits (its status and last stderr lines), not when the child does", function()
     if not H.need_node(pending) then return end

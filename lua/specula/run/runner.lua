@@ -406,7 +406,10 @@ local function emit_late(results, qs, next_emit, emitted, emit, keep)
   for _, i in ipairs(late) do
     local r, q = results[i], qs[i]
     if q.shard then r.shard = q.shard end
-    results[i] = keep and (emit(r, i, q) or r) or nil
+    -- emitted whether or not records are kept (`keep and emit(...)` wrote
+    -- nothing of them in a run that keeps none: every CLI run without --trace)
+    local e = emit(r, i, q)
+    results[i] = keep and (e or r) or nil
     emitted = emitted + 1
   end
   local kept = {}
