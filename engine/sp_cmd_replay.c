@@ -71,7 +71,8 @@ static int same_config(const char *a, const char *b) {
 }
 
 /* Keep the queries of configuration `name` (NULL: the file must hold only
-   one). 0, or -1 after saying why (naming the configurations it holds). */
+   one). 0, or after saying why: -1 (naming the configurations it holds),
+   -2 when every query of that configuration failed. */
 static int pick_config(const char *file, sp_replay_set *set, const char *name) {
   size_t distinct = 0;
   sp_buf names;
@@ -85,6 +86,17 @@ static int pick_config(const char *file, sp_replay_set *set, const char *name) {
       sp_buf_printf(&names, "%s%s", distinct > 1 ? ", " : "", c ? c : "(none)");
     }
   }
+  /* a configuration whose every query failed is one it holds too */
+  for (size_t i = 0; i < set->n_failed; i++) {
+    const char *c = set->failed[i].config;
+    int seen = 0;
+    for (size_t j = 0; j < set->n && !seen; j++) seen = same_config(set->queries[j].config, c);
+    for (size_t j = 0; j < i && !seen; j++) seen = same_config(set->failed[j].config, c);
+    if (!seen) {
+      distinct++;
+      sp_buf_printf(&names, "%s%s", distinct > 1 ? ", " : "", c ? c : "(none)");
+    }
+  }
   int rc = 0;
   if (!name && distinct > 1) {
     fprintf(stderr, "specula replay: %s holds the records of %zu configurations (%s): replay one at a "
@@ -92,7 +104,12 @@ static int pick_config(const char *file, sp_replay_set *set, const char *name) {
     rc = -1;
   } else if (name) {
     long kept = sp_replay_set_keep_config(set, name);
-    if (kept == 0) {
+    if (kept == 0 && set->n_failed > 0) {
+      fprintf(stderr, "specula replay: %s: every query of configuration '%s' failed (%zu; the first: '%.64s'): a "
+              "failed query is no data point, so there is nothing to replay\n", file, name, set->n_failed,
+              set->failed[0].id);
+      rc = -2;
+    } else if (kept == 0) {
       fprintf(stderr, "specula replay: %s has no record of configuration '%s' (it holds: %s)\n", file, name,
               names.data ? names.data : "");
       rc = -1;
@@ -243,10 +260,16 @@ int sp_replay_print(const sp_replay_args *args) {
   print_warnings(set);
   /* The records of a --compare run hold several configurations: mixing
      them would replay a sequential run's hops beside a speculative one's. */
-  if (pick_config(file, set, config) != 0) {
+  int picked = pick_config(file, set, config);
+  if (picked != 0) {
     sp_replay_set_free(set);
-    return 2;
+    return picked == -2 ? 1 : 2;   /* nothing to replay is a failure, a wrong name a usage mistake */
   }
+  /* failed queries are left out, and said so: their stage times stop where
+     they failed (counted, they would make a failing configuration look fast) */
+  if (set->n_failed > 0)
+    fprintf(stderr, "specula replay: warning: %s: %zu failed quer%s left out (the first: '%.64s'): a failed query is "
+            "no data point\n", file, set->n_failed, set->n_failed == 1 ? "y" : "ies", set->failed[0].id);
   if (!mode) {
     int rec_ok = set->mode && (strcmp(set->mode, "spechop") == 0 || strcmp(set->mode, "window") == 0);
     mode = rec_ok ? set->mode : "spechop";

@@ -29,6 +29,9 @@ typedef struct sp_replay_loader {
   sp_replay_query *q;   /* queries loaded so far */
   size_t n;             /* entries used in q */
   size_t cap;           /* entries allocated in q */
+  sp_replay_failed *failed; /* failed queries' records, left out of q */
+  size_t n_failed;      /* entries used in failed */
+  size_t cap_failed;    /* entries allocated in failed */
   sp_buf warn;          /* warning text, one per line */
   size_t n_warn;        /* warnings issued (including elided ones) */
   int oom;              /* an allocation failed */
@@ -61,8 +64,16 @@ static void query_clear(sp_replay_query *q) {
   memset(q, 0, sizeof *q);
 }
 
+static void failed_clear(sp_replay_failed *f) {
+  free(f->id);
+  free(f->config);
+  memset(f, 0, sizeof *f);
+}
+
 void sp_replay_set_free(sp_replay_set *s) {
   if (!s) return;
+  for (size_t i = 0; i < s->n_failed; i++) failed_clear(&s->failed[i]);
+  free(s->failed);
   for (size_t i = 0; i < s->n; i++) query_clear(&s->queries[i]);
   free(s->queries);
   free(s->mode);
@@ -272,6 +283,35 @@ static int push(sp_replay_loader *ld, sp_replay_query *q) {
   return 0;
 }
 
+/* A record of a query that failed (results: "error"; trace entries:
+   "failed"): its stage times stop where it failed, so it is no data point
+   for a replay (a configuration whose queries failed must not look fast). */
+static int is_failed(const sp_json *rec) {
+  const sp_json *e = sp_json_get(rec, "error");
+  const sp_json *f = sp_json_get(rec, "failed");
+  return !is_null(e) || (f && sp_json_typeof(f) == SP_JSON_TRUE);
+}
+
+static void push_failed(sp_replay_loader *ld, const sp_json *rec, const char *fallback) {
+  if (ld->n_failed == ld->cap_failed) {
+    size_t cap = ld->cap_failed ? ld->cap_failed * 2 : 8;
+    sp_replay_failed *p = realloc(ld->failed, cap * sizeof *p);
+    if (!p) { ld->oom = 1; return; }
+    ld->failed = p;
+    ld->cap_failed = cap;
+  }
+  sp_replay_failed f = {id_text(rec, fallback), NULL};
+  const sp_json *c = sp_json_get(rec, "config");
+  if (c && sp_json_typeof(c) == SP_JSON_STRING) {
+    size_t len;
+    const char *s = sp_json_string(c, &len);
+    f.config = dup_n(s, strlen(s) < len ? strlen(s) : len);
+    if (!f.config) ld->oom = 1;
+  }
+  if (!f.id) ld->oom = 1;
+  ld->failed[ld->n_failed++] = f;
+}
+
 /* Shape (a): {"traceEvents": [...], "specula": {"version": 1, "queries": [...]}}. */
 static int load_trace(sp_replay_loader *ld, const sp_json *root, char *err, size_t errlen) {
   const sp_json *sp = sp_json_get(root, "specula");
@@ -302,6 +342,10 @@ static int load_trace(sp_replay_loader *ld, const sp_json *root, char *err, size
       add_warning(ld, "%s: specula.queries[%zu]: not an object, skipped", ld->name, i);
       continue;
     }
+    if (is_failed(rec)) {
+      push_failed(ld, rec, fallback);
+      continue;
+    }
     sp_replay_query q;
     if (parse_record(rec, sp, fallback, &q, why, sizeof why) != 0) {
       char *id = id_text(rec, fallback);
@@ -320,6 +364,10 @@ static void load_line(sp_replay_loader *ld, const sp_json *v, size_t line) {
   snprintf(fallback, sizeof fallback, "line %zu", line);
   if (sp_json_typeof(v) != SP_JSON_OBJECT) {
     add_warning(ld, "%s:%zu: not a JSON object, skipped", ld->name, line);
+    return;
+  }
+  if (is_failed(v)) {
+    push_failed(ld, v, fallback);
     return;
   }
   char *id = id_text(v, fallback);
@@ -418,7 +466,7 @@ static int load_named(const char *name, const char *text, size_t len, sp_replay_
     if (rc != 0) goto done;
   } else {
     size_t n_json = load_jsonl(&ld, text, len);
-    if (ld.n == 0 && !ld.oom) {
+    if (ld.n == 0 && !ld.oom && ld.n_failed == 0) {
       /* Say why under both readings: we cannot know which one was meant. */
       const char *first = ld.warn.data ? ld.warn.data : "";
       size_t flen = strcspn(first, "\n");
@@ -430,6 +478,12 @@ static int load_named(const char *name, const char *text, size_t len, sp_replay_
   }
   if (ld.oom) {
     snprintf(err, errlen, "%s: out of memory", name);
+    rc = -1;
+    goto done;
+  }
+  if (ld.n == 0 && ld.n_failed > 0) {
+    snprintf(err, errlen, "%s: every query in it failed (%zu; the first: '%.64s'): a failed query is no data "
+             "point, so there is nothing to replay", name, ld.n_failed, ld.failed[0].id);
     rc = -1;
     goto done;
   }
@@ -448,6 +502,10 @@ static int load_named(const char *name, const char *text, size_t len, sp_replay_
   set->n = ld.n;
   ld.q = NULL;
   ld.n = 0;
+  set->failed = ld.failed;
+  set->n_failed = ld.n_failed;
+  ld.failed = NULL;
+  ld.n_failed = 0;
   set->n_warnings = ld.n_warn;
   if (ld.n_warn > SP_REPLAY_WARN_KEPT)
     sp_buf_printf(&ld.warn, "%s: ... %zu more warnings not shown\n", name, ld.n_warn - SP_REPLAY_WARN_KEPT);
@@ -464,6 +522,8 @@ static int load_named(const char *name, const char *text, size_t len, sp_replay_
 done:
   for (size_t i = 0; i < ld.n; i++) query_clear(&ld.q[i]);
   free(ld.q);
+  for (size_t i = 0; i < ld.n_failed; i++) failed_clear(&ld.failed[i]);
+  free(ld.failed);
   sp_buf_free(&ld.warn);
   return rc;
 }
@@ -565,6 +625,12 @@ long sp_replay_set_keep_config(sp_replay_set *set, const char *name) {
     else query_clear(&set->queries[i]);
   }
   set->n = kept;
+  size_t fk = 0;
+  for (size_t i = 0; i < set->n_failed; i++) {
+    if (set->failed[i].config && strcmp(set->failed[i].config, name) == 0) set->failed[fk++] = set->failed[i];
+    else failed_clear(&set->failed[i]);
+  }
+  set->n_failed = fk;
   free(set->mode);
   set->mode = NULL;
   if (kept > 0 && set_common(set) != 0) return -1;

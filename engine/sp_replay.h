@@ -16,6 +16,12 @@
 #include "sp_api.h"   /* the Lua-facing part (loading, timelines, launch codes) and SP_SPEC_*, the outcome of a hop's speculation */
 #include "sp_stages.h" /* sp_replay_hop, sp_replay_query: what is read */
 
+/* A failed query's record: no data point, only counted (and named). */
+typedef struct sp_replay_failed {
+  char *id;                 /* its id */
+  char *config;             /* its --compare configuration, NULL if none */
+} sp_replay_failed;
+
 struct sp_replay_set {
   sp_replay_query *queries; /* loaded queries */
   size_t n;                 /* number of queries */
@@ -23,6 +29,8 @@ struct sp_replay_set {
   int k;                    /* k shared by every query (as in sp_replay_query), SP_K_AUTO if none or mixed */
   char *warnings;           /* skipped lines/records, newline-terminated; NULL if none */
   size_t n_warnings;        /* number of warnings (some may be elided from the text) */
+  sp_replay_failed *failed; /* the records of failed queries, left out of queries */
+  size_t n_failed;          /* number of them */
 };
 
 /* sp_replay_load_buffer (sp_api.h; the fuzzing entry point) for a file;
@@ -48,8 +56,9 @@ double sp_replay_run_on(sp_winplay *p, const sp_replay_query *q, const char *mod
                         double *wall_out, double *standard_out);
 
 /* Keep the queries of set recorded under configuration name (the records
-   of a --compare run hold several); the k and mode they share are found
-   again. Returns how many are kept, -1 when memory ran out. */
+   of a --compare run hold several), and only its failed ones in
+   set->failed; the k and mode they share are found again. Returns how many
+   queries are kept, -1 when memory ran out. */
 long sp_replay_set_keep_config(sp_replay_set *set, const char *name);
 
 #endif

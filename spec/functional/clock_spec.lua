@@ -223,6 +223,60 @@ describe("replay", function()
     assert.equals(0, qst, qerr)
   end)
 
+  it("leaves failed queries out (results and trace), says so, and fails when nothing else is left", function()
+    -- "bad" fails at its second hop under spechop only: its stage times stop there
+    local agent = H.tmpfile("failing.lua", [[
+      local specula = require "specula"
+      return specula.agent {
+        init = function() return { hop = 0 } end,
+        step = function(s, ctx)
+          specula.sleep(10)
+          if ctx.id == "bad" and ctx.mode == "spechop" and s.hop == 1 then error("planned failure") end
+          if s.hop >= 3 then return { final = "A" } end
+          return { segment = "s", action = { tool = "t", args = { h = s.hop } } }
+        end,
+        update = function(s) return { hop = s.hop + 1 } end,
+        tools = { t = { call = function(a) specula.sleep(100) return "o" .. a.h end,
+                        speculate = function(a) specula.sleep(1) return "o" .. a.h end } },
+        policy = { t = "full" },
+      }
+    ]])
+    local q3 = H.tmpfile("fq3.jsonl", '{"id":"a","query":"q1"}\n{"id":"bad","query":"q2"}\n{"id":"c","query":"q3"}\n')
+    local q2 = H.tmpfile("fq2.jsonl", '{"id":"a","query":"q1"}\n{"id":"c","query":"q3"}\n')
+    local out3, trace3, out2 = H.tmpfile("f3.jsonl"), H.tmpfile("f3.trace.json"), H.tmpfile("f2.jsonl")
+    os.remove(out3)
+    os.remove(out2)
+    local st, _, err = H.specula({ "run", agent, "--input", q3, "--clock", "virtual", "--compare",
+      "sequential,spechop:k=2", "--out", out3, "--trace", trace3, "--quiet" })
+    assert.equals(3, st, err)   -- a query failed
+    st, _, err = H.specula({ "run", agent, "--input", q2, "--clock", "virtual", "--k", "2", "--out", out2, "--quiet" })
+    assert.equals(0, st, err)
+    local want_st, want = replay(out2, { "--k", "1,2" })
+    assert.equals(0, want_st)
+    for _, file in ipairs({ out3, trace3 }) do
+      local rst, rows, rerr = replay(file, { "--config", "spechop:k=2", "--k", "1,2" })
+      assert.equals(0, rst, rerr)
+      assert.same(want, rows)   -- the two that answered, as if run alone
+      assert.equals(2, rows[1].queries)
+      assert.matches("1 failed query left out (the first: 'bad'): a failed query is no data point", rerr, 1, true)
+      -- the baseline, where nothing failed, warns of nothing
+      local bst, _, berr = replay(file, { "--config", "sequential", "--k", "1" })
+      assert.equals(0, bst, berr)
+      assert.not_matches("failed", berr, 1, true)
+    end
+    -- every query of the configuration failed: nothing to replay
+    local q1 = H.tmpfile("fq1.jsonl", '{"id":"bad","query":"q2"}\n')
+    local out1 = H.tmpfile("f1.jsonl")
+    os.remove(out1)
+    st, _, err = H.specula({ "run", agent, "--input", q1, "--clock", "virtual", "--compare",
+      "sequential,spechop:k=2", "--out", out1, "--quiet" })
+    assert.equals(3, st, err)
+    local ast, _, aerr = H.specula({ "replay", out1, "--config", "spechop:k=2", "--k", "2" })
+    assert.equals(1, ast, aerr)
+    assert.matches("every query of configuration 'spechop:k=2' failed (1; the first: 'bad'): a failed query is no "
+      .. "data point, so there is nothing to replay", aerr, 1, true)
+  end)
+
   it("replays a --k auto run at the k values asked for (no one recorded k to reproduce)", function()
     local out = H.tmpfile("kauto.jsonl")
     local st, _, err = H.specula({ "run", H.root .. "/examples/multihop_sim.lua", "--input",

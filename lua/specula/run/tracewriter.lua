@@ -58,7 +58,9 @@ function M.entry(r, o, config)
   return json.encode({ id = r.id, config = config, mode = o.mode,
     k = o.k < 0 and "inf" or (o.k == 0 and "auto" or o.k), m = o.m or D.m, spec_launch = r.stats.spec_launch,
     hops = r.stages.hops, final_seg = r.stages.final_seg, init = r.stages.init,
-    wall_ms = r.stats.wall_ms, standard_ms = r.stats.standard_ms })
+    wall_ms = r.stats.wall_ms, standard_ms = r.stats.standard_ms,
+    -- a failed query's stage times stop where it failed: replay leaves it out
+    failed = r.error ~= nil or nil })
 end
 
 -- Write the trace file f (a "json" writer opened at `path` before the run,
