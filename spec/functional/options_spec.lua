@@ -98,6 +98,45 @@ describe("shared options", function()
     assert.equals(0, st, err)
   end)
 
+  it("numeric run options refuse NaN and infinity (and a fraction where a count is meant) with a usage error", function()
+    for _, c in ipairs({ { "--max-hops", "inf", "a whole number >= 1" }, { "--max-hops", "nan", "a whole number >= 1" },
+                         { "--max-hops", "2.5", "a whole number >= 1" }, { "--predict-top", "1.5", "a whole number >= 1" },
+                         { "--spec-timeout", "inf", "a number >= 0" }, { "--spec-timeout", "nan", "a number >= 0" },
+                         { "--ev-cost-ms", "inf", "a number >= 0" }, { "--ev-cost-ms", "-inf", "a number >= 0" },
+                         { "--ev-latency-ms", "nan", "a number >= 0" } }) do
+      local st, err = run({ c[1], c[2] })
+      assert.equals(2, st, table.concat(c, " ") .. ": " .. tostring(err))
+      assert.equals("specula run: " .. c[1] .. " expects " .. c[3] .. ", got '" .. c[2] .. "'", err)
+    end
+    -- a --compare item's value is checked as the option is
+    local st, err = run({ "--compare", "sequential,spechop:ev_cost_ms=nan" })
+    assert.equals(2, st, err)
+    assert.matches("--ev-cost-ms expects a number >= 0, got 'nan'", err, 1, true)
+    st, err = run({ "--max-hops", "5", "--spec-timeout", "1000", "--ev-cost-ms", "0", "--predict-top", "2" })
+    assert.equals(0, st, err)
+  end)
+
+  it("--input, --out, --trace and --summary must name different files (a usage error, nothing written)", function()
+    local dir = H.tmpdir()
+    local inp = H.tmpfile("distinct_in.jsonl", '{"id":"a","query":"q"}\n')
+    local f = dir .. "/distinct.jsonl"
+    for _, c in ipairs({
+      { { "--out", f, "--trace", f }, "--out and --trace" },
+      { { "--out", f, "--trace", dir .. "/./distinct.jsonl" }, "--out and --trace" },
+      { { "--out", inp }, "--input and --out" },
+      { { "--compare", "sequential,spechop", "--out", f, "--summary", f }, "--out and --summary" },
+      { { "--compare", "sequential,spechop", "--trace", f, "--summary", f }, "--trace and --summary" } }) do
+      os.remove(f)
+      local args = { "--input", inp }
+      for _, a in ipairs(c[1]) do args[#args + 1] = a end
+      local st, err = run(args, true)
+      assert.equals(2, st, table.concat(c[1], " ") .. ": " .. tostring(err))
+      assert.matches(c[2] .. " name the same file", err, 1, true)
+      assert.is_nil(io.open(f, "r"), "a file was written")
+    end
+    assert.equals('{"id":"a","query":"q"}\n', H.read(inp))
+  end)
+
   it("theory-only options keep their domains (p in [0, 1], alpha, beta, nu >= 0)", function()
     for _, c in ipairs({ { "p", "1.5" }, { "p", "-0.1" }, { "p", "abc" }, { "alpha", "-1" }, { "beta", "inf" },
                          { "nu", "-0.5" }, { "nu", "nan" } }) do

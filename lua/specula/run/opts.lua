@@ -66,11 +66,15 @@ end
 
 -- Converters for argv.parse: a shared option, a plain number >= lo.
 local function opt(name) return function(v) return optslib.parse(name, v) end end
-local function num(flag, lo)
+-- A finite number (NaN and infinity are refused: they reached the records'
+-- provenance, which JSON cannot hold); whole: an integer.
+local function num(flag, lo, whole)
   return function(raw)
     local v = tonumber(raw)
-    if not v or (lo and v < lo) then
-      return nil, flag .. " expects a number" .. (lo and (" >= " .. lo) or "") .. ", got '" .. raw .. "'"
+    if not v or v ~= v or v == math.huge or v == -math.huge or (lo and v < lo)
+      or (whole and v ~= math.floor(v)) then
+      return nil, flag .. " expects a " .. (whole and "whole " or "") .. "number" .. (lo and (" >= " .. lo) or "")
+        .. ", got '" .. raw .. "'"
     end
     return v
   end
@@ -125,7 +129,7 @@ M.OPTIONS = {
   { "--predictor", key = "predictor", arg = "P", shown = "the agent's",
     help = "the action predictor, over the agent's: pattern, ngram, ngram:N, learned,\n"
       .. "learned:MODEL.json, off, or a Lua file returning a predictor (a function\nor a callable table)" },
-  { "--max-hops", key = "max_hops", arg = "N", default = D.max_hops, convert = num("--max-hops", 1),
+  { "--max-hops", key = "max_hops", arg = "N", default = D.max_hops, convert = num("--max-hops", 1, true),
     help = "fail a trajectory longer than N hops" },
   { "--spec-timeout", key = "spec_timeout", arg = "MS", convert = num("--spec-timeout", 0),
     help = "a speculator slower than this counts as failed" },
@@ -156,7 +160,7 @@ M.OPTIONS = {
     help = "latency one unit of tool cost is worth, for the EV gate" },
   { "--ev-latency-ms", key = "ev_latency_ms", arg = "MS", shown = "live", convert = num("--ev-latency-ms", 0),
     help = "fixed estimate of latency saved per hit" },
-  { "--predict-top", key = "predict_top", arg = "N", shown = D.predict_top, convert = num("--predict-top", 1),
+  { "--predict-top", key = "predict_top", arg = "N", shown = D.predict_top, convert = num("--predict-top", 1, true),
     help = "predictions considered per step" },
   { "--debug", key = "debug", flag = true, help = "check that update() never mutates its input" },
   { "--retry-failed", key = "retry_failed", flag = true,
@@ -351,7 +355,37 @@ function M.parse_args(args)
     usage_error("--trace -: the records go to stdout; give --out FILE to have the trace there")
   end
   if o.summary == "-" then usage_error("--summary -: stdout holds the comparison table; give --summary FILE") end
+  M.check_distinct(o)
   return o
+end
+
+-- A path as the file it names: its real path, or (not there yet) its
+-- directory's real path and its name, so `x` and `./x` are one file.
+local function file_key(p)
+  local realpath = require("specula.provenance").realpath
+  local r = realpath(p)
+  if r ~= p or p:sub(1, 1) == "/" and C.sp_host_path_kind(p) ~= 0 then return r end
+  local dir, base = p:match("^(.*)/([^/]*)$")
+  if not dir then dir, base = ".", p end
+  return realpath(dir == "" and "/" or dir) .. "/" .. base
+end
+
+-- --input, --out, --trace and --summary name different files: one written
+-- over another destroyed it without a word (a trace or a summary replacing
+-- the records, the records the input).
+function M.check_distinct(o)
+  local seen = {}
+  for _, opt in ipairs({ { "--input", o.input }, { "--out", o.out }, { "--trace", o.trace }, { "--summary", o.summary } }) do
+    local name, path = opt[1], opt[2]
+    if type(path) == "string" and path ~= "-" then
+      local key = file_key(path)
+      if seen[key] then
+        usage_error(string.format("%s and %s name the same file ('%s'): the one would be written over the other",
+          seen[key], name, path))
+      end
+      seen[key] = name
+    end
+  end
 end
 
 -- The options of specula.run(agent, opts) as `specula run` has them (its
