@@ -564,6 +564,44 @@ describe("specula repair", function()
   end)
 end)
 
+describe("a file that is no results file, given as --out or to repair", function()
+  it("is refused by the run and left unchanged by repair (which emptied it), a damaged results file still repaired",
+    function()
+    local script = H.read(H.root .. "/examples/multihop_sim.lua")
+    local q = H.tmpfile("nrf_in.jsonl", '{"id":"a","query":"q1"}\n')
+    for _, c in ipairs({ { "victim.lua", script, "not JSON" },
+                         { "array.jsonl", '[{"id":"a"}]\n[1,2]\n', "not a JSON object" },
+                         { "binary.jsonl", "\0\1\2\255\n\3\4\n", "not JSON" },
+                         { "noid.jsonl", '{"name":"x"}\n', "a JSON object without an id" } }) do
+      local f = H.tmpfile("nrf_" .. c[1], c[2])
+      local st, _, err = H.specula({ "run", H.root .. "/examples/multihop_sim.lua", "--input", q, "--out", f,
+        "--clock", "virtual", "--quiet" })
+      assert.equals(2, st, err)
+      assert.matches(f .. ":1: not a results file (its first line is " .. c[3], err, 1, true)
+      assert.not_matches("specula repair", err, 1, true)   -- no advice to empty it
+      local rst, _, rerr = H.specula({ "repair", f })
+      assert.equals(1, rst, rerr)
+      assert.matches("specula repair: " .. f .. ": not a results file (no line of it is a record; line 1:", rerr, 1,
+        true)
+      assert.equals(c[2], H.read(f))
+    end
+    -- a results file whose first line is damaged still gets the repair advice
+    local full = H.tmpfile("nrf_full.jsonl")
+    os.remove(full)
+    local q2 = H.tmpfile("nrf_in2.jsonl", '{"id":"a","query":"q1"}\n{"id":"b","query":"q2"}\n{"id":"c","query":"q3"}\n')
+    local st = H.specula({ "run", H.root .. "/examples/multihop_sim.lua", "--input", q2, "--out", full, "--clock",
+      "virtual", "--quiet" })
+    assert.equals(0, st)
+    local lines = {}
+    for l in H.read(full):gmatch("[^\n]+") do lines[#lines + 1] = l end
+    local damaged = H.tmpfile("nrf_damaged.jsonl", lines[1]:sub(1, 30) .. "\n" .. lines[2] .. "\n" .. lines[3] .. "\n")
+    local rst, _, rerr = H.specula({ "run", H.root .. "/examples/multihop_sim.lua", "--input", q2, "--out", damaged,
+      "--clock", "virtual", "--quiet" })
+    assert.equals(2, rst)
+    assert.matches("specula repair " .. damaged, rerr, 1, true)
+  end)
+end)
+
 describe("merge checks provenance", function()
   local q
   setup(function() q = H.tmpfile("mrg_in.jsonl", queries(6)) end)

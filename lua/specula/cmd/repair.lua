@@ -97,6 +97,16 @@ function M.main(o)
   if not text then fail(format("cannot read '%s'", path)) end
   local keep, dropped, blank = M.split(text, path)
   if not keep then fail(dropped) end
+  -- not one record, and more wrong with it than a last line cut off: not a
+  -- results file (a script, a JSON array, a binary file), left as it is
+  if #keep == 0 then
+    for _, d in ipairs(dropped) do
+      if d.why ~= "cut off (the last line, without its newline)" then
+        fail(format("%s: not a results file (no line of it is a record; line %d: %s): left unchanged", path,
+          d.line, d.why))
+      end
+    end
+  end
   local dest = o.out or path
   if #dropped == 0 and blank == 0 and dest == path then
     stderr(format("specula repair: %s: %d records, nothing to repair\n", path, #keep))

@@ -125,8 +125,34 @@ end
 
 -- Check one record on its own: whole, with provenance, from this run and
 -- this shard (else refused). Returns this run's provenance for it.
-local function check_record(r, path, ln, opts, rd)
+-- Whether some line of the file at path is a JSON object with an id (a
+-- results file damaged at its start has them below).
+local function any_record(path)
+  local f = io.open(path, "rb")
+  if not f then return false end
+  for line in f:lines() do
+    if find(line, "^%s*{") then
+      local ok, r = pcall(json.decode, line)
+      if ok and type(r) == "table" and r.id ~= nil and r.id ~= json.null then
+        f:close()
+        return true
+      end
+    end
+  end
+  f:close()
+  return false
+end
+
+local function check_record(r, path, ln, opts, rd, first)
   local where = format("%s:%d", path, ln)
+  if first and (type(r) ~= "table" or r.id == nil or r.id == json.null) and not any_record(path) then
+    -- not one record in it: not a results file (the Lua script, a JSON
+    -- array, a binary file given as --out), which repair would empty
+    refuse(format("%s: not a results file (its first line is %s, not a record): this run would add its "
+      .. "records to it. Give --out a new file (or the results file of this command)", where,
+      r == nil and "not JSON" or (type(r) ~= "table" or r[1] ~= nil) and "not a JSON object"
+        or "a JSON object without an id"))
+  end
   if type(r) ~= "table" or r.id == nil or r.id == json.null then
     refuse(format("%s: not a complete record (%s): the file was damaged in the middle, so it is not "
       .. "resumed. Repair it with `specula repair %s` (it keeps the complete records and drops the rest), "
@@ -178,7 +204,7 @@ local function read_entries(path, what, opts)
   local found, cut = each_line(path, what, function(line, ln)
     if not find(line, "%S") then return end
     local r = json.decode(line)
-    local mine = check_record(r, path, ln, opts, rd)
+    local mine = check_record(r, path, ln, opts, rd, E.n == 0)
     mine_input = mine.t.input
     local p = r.provenance
     local id = tostring(r.id)
