@@ -364,6 +364,46 @@ function M.id_map(recs)
   return m
 end
 
+--- The pairing key of each record: its id and which record of that id it
+-- is, in the order given (an input may repeat an id: its first record
+-- pairs with the baseline's first of that id, the second with the second;
+-- keyed by id alone, every one paired with the baseline's last).
+-- keys[r] = key; with `map`, also map[key] = r.
+function M.pair_keys(recs, map)
+  local keys, seen = {}, {}
+  for _, r in ipairs(recs or {}) do
+    local id = tostring(r.id)
+    local n = (seen[id] or 0) + 1
+    seen[id] = n
+    local k = n == 1 and id or (id .. "\0" .. n)
+    keys[r] = k
+    if map then map[k] = r end
+  end
+  return keys
+end
+
+--- Records by pairing key (M.pair_keys).
+function M.pair_map(recs)
+  local map = {}
+  M.pair_keys(recs, map)
+  return map
+end
+
+--- Whether two paired records answer different questions: both name the
+-- question they ran (provenance.query, the digest of the input record;
+-- `qd` in a slim copy) and the two differ — two runs of different inputs
+-- that share ids, whose "pairs" compare unlike with unlike.
+local function question(r)
+  if type(r.qd) == "string" then return r.qd end
+  local p = r.provenance
+  return type(p) == "table" and type(p.query) == "string" and p.query or nil
+end
+M.question = question
+function M.other_question(a, b)
+  local qa, qb = question(a), question(b)
+  return qa ~= nil and qb ~= nil and qa ~= qb
+end
+
 local function numeric(v) if type(v) == "number" and v == v then return v end return nil end
 
 -- Every call a query made: model, target, speculator, predicted (action
@@ -401,12 +441,16 @@ local function failed(r) return r.error ~= nil and r.error ~= json_null end
 -- comparable = n >= MIN_PAIRED_SHARE * matched, and, when comparable,
 -- wall_ms = M.paired(...), wasted_cost = ..., calls = ... }.
 function M.paired_records(recs, base, opts)
-  local bmap = M.id_map(base)
+  local bmap = M.pair_map(base)
+  local keys = M.pair_keys(recs)
   local cols = {}
   for _, m in ipairs(M.MEASURES) do cols[m.key] = { {}, {} } end
-  local matched, nfailed = 0, 0
+  local matched, nfailed, nother = 0, 0, 0
   for _, r in ipairs(M.by_id(recs)) do
-    local b = bmap[tostring(r.id)]
+    local b = bmap[keys[r]]
+    if b and M.other_question(r, b) then
+      nother, b = nother + 1, nil   -- the same id, another question: no pair
+    end
     if b then
       matched = matched + 1
       if failed(r) or failed(b) then nfailed = nfailed + 1 end
@@ -421,7 +465,7 @@ function M.paired_records(recs, base, opts)
       end
     end
   end
-  local out = { n = #cols.wall_ms[1], matched = matched, failed = nfailed }
+  local out = { n = #cols.wall_ms[1], matched = matched, failed = nfailed, other = nother > 0 and nother or nil }
   out.comparable = matched > 0 and out.n >= M.MIN_PAIRED_SHARE * matched
   if not out.comparable then return out end
   -- every measure paired on the same queries (the usual case): one shared

@@ -119,6 +119,87 @@ describe("paired differences in --compare", function()
     assert.equals(2, st4)
     assert.matches("--baseline 'nope' is not a configuration of these files (spechop:k=2, sequential, spechop:k=inf)", err4, 1, true)
   end)
+  -- an agent whose times come from the input record (s: model ms, t: tool
+  -- ms, hops), so the pairs are known before the run
+  local TIMED = [[
+    local specula = require "specula"
+    return specula.agent {
+      init = function() return { hop = 0 } end,
+      step = function(s, ctx)
+        specula.sleep(ctx.record.s)
+        if s.hop >= ctx.record.hops then return { final = "A" } end
+        return { segment = "s", action = { tool = "t", args = { h = s.hop } } }
+      end,
+      update = function(s) return { hop = s.hop + 1 } end,
+      tools = { t = { call = function(a, ctx) specula.sleep(ctx.record.t) return "o" .. a.h end,
+                      speculate = function(a) specula.sleep(1) return "o" .. a.h end } },
+      policy = { t = "full" },
+    }
+  ]]
+
+  it("pairs a repeated id by occurrence: the first with the first, the second with the second", function()
+    local agent = H.tmpfile("dup_timed.lua", TIMED)
+    local q = H.tmpfile("dup_q.jsonl", '{"id":"a","query":"qa","s":10,"t":100,"hops":2}\n'
+      .. '{"id":"a","query":"qa2","s":10,"t":300,"hops":3}\n{"id":"b","query":"qb","s":10,"t":50,"hops":1}\n')
+    local out, sum = H.tmpfile("dup_out.jsonl"), H.tmpfile("dup_sum.json")
+    os.remove(out)
+    local st, tbl, err = H.specula({ "run", agent, "--input", q, "--clock", "virtual", "--compare",
+      "sequential,spechop:k=2", "--out", out, "--summary", sum })
+    assert.equals(0, st, err)
+    -- the records in file order: each configuration's i-th record of an id
+    local seq, spec = {}, {}
+    for _, r in ipairs(H.jsonl(H.read(out))) do
+      local t = r.config == "sequential" and seq or spec
+      t[#t + 1] = r
+    end
+    assert.equals(3, #seq)
+    local d, sb, so = {}, 0, 0
+    for i = 1, 3 do
+      assert.equals(seq[i].id, spec[i].id)
+      d[i] = spec[i].stats.wall_ms - seq[i].stats.wall_ms
+      sb, so = sb + seq[i].stats.wall_ms, so + spec[i].stats.wall_ms
+    end
+    local rows = cjson.decode(H.read(sum))
+    local w = rows[2].paired.wall_ms
+    near((d[1] + d[2] + d[3]) / 3, w.mean, "mean")
+    near(median(d), w.median, "median")
+    near(so / sb, w.ratio, "ratio")
+    -- against sequential the paired ratio is the row's RelLat, and sequential agrees with itself
+    near(rows[2].rel_lat, w.ratio, "ratio = RelLat")
+    assert.equals(1, rows[1].agreement)
+    assert.equals(1, rows[2].agreement)
+    -- specula compare reads the file to the same table
+    local st2, again = H.specula({ "compare", out })
+    assert.equals(0, st2)
+    assert.equals(tbl, again)
+  end)
+
+  it("specula compare does not pair records of one id that ask different questions (runs of two inputs)", function()
+    local agent = H.tmpfile("two_timed.lua", TIMED)
+    local qa = H.tmpfile("two_a.jsonl", '{"id":"x","query":"one","s":10,"t":100,"hops":1}\n'
+      .. '{"id":"y","query":"two","s":10,"t":100,"hops":1}\n')
+    local qb = H.tmpfile("two_b.jsonl", '{"id":"x","query":"other","s":10,"t":400,"hops":4}\n'
+      .. '{"id":"y","query":"two","s":10,"t":100,"hops":1}\n')
+    local a, b = H.tmpfile("two_a_out.jsonl"), H.tmpfile("two_b_out.jsonl")
+    os.remove(a)
+    os.remove(b)
+    assert.equals(0, (H.specula({ "run", agent, "--input", qa, "--mode", "sequential", "--clock", "virtual", "--out", a,
+      "--quiet" })))
+    assert.equals(0, (H.specula({ "run", agent, "--input", qb, "--k", "2", "--clock", "virtual", "--out", b,
+      "--quiet" })))
+    local sum = H.tmpfile("two_sum.json")
+    local st, tbl, err = H.specula({ "compare", a, b, "--summary", sum })
+    assert.equals(0, st, err)
+    assert.matches("1 query share an id but ask another question (provenance.query differs), so it is not paired",
+      err, 1, true)
+    assert.matches("(1 query share an id with sequential but ask another question", tbl, 1, true)
+    local rows = cjson.decode(H.read(sum))
+    -- only y pairs; its agreement too is over y alone
+    assert.equals(1, rows[2].paired.n)
+    assert.equals(1, rows[2].paired.other)
+    assert.equals(1, rows[2].agreement)
+  end)
+
   it("--trace under --compare: one file over every configuration, the records unchanged", function()
     local q = H.tmpfile("pq_trace_in.jsonl", queries(4))
     local function run(extra)

@@ -133,8 +133,10 @@ M.agree_text = agree_text
 -- baseline: the records that answers and trajectories are compared with
 -- (paired by query id). cache: an optional table for agree_text.
 function M.summarise(recs, baseline, cache)
+  -- pairs by id and occurrence, in the order given (stats.pair_keys)
+  local keys = baseline and stats.pair_keys(recs)
   recs = by_id(recs)
-  local bmap = baseline and id_map(baseline)
+  local bmap = baseline and stats.pair_map(baseline)
   local walls, stds, calls = {}, {}, { model = 0, target = 0, speculator = 0 }
   local cancelled, wasted_calls, wasted_cost, failed = 0, 0, 0, 0
   local em, f1, ngold, agree, nagree = 0, 0, 0, 0, 0
@@ -181,9 +183,10 @@ function M.summarise(recs, baseline, cache)
       em = em + metrics.em(ans, gold)
       f1 = f1 + metrics.f1(ans, gold)
     end
-    local b = bmap and bmap[tostring(r.id)]
-    -- agreement too is over the queries that answered, in both
-    if b and not rfailed and not failed_rec(b) then
+    local b = bmap and bmap[keys[r]]
+    -- agreement too is over the queries that answered, in both (and ask
+    -- the same question)
+    if b and not rfailed and not failed_rec(b) and not stats.other_question(r, b) then
       nagree = nagree + 1
       if agree_text(r, cache) == agree_text(b, cache) then
         agree = agree + 1
@@ -370,6 +373,10 @@ function M.table_text(configs, rows)
             format("%d/%d/%d", r.pos, r.neg, r.zero), format("%.3g", r.sign_p))
         end
       end
+      if p and p.other then
+        lines[#lines + 1] = format(NAME .. " (%d quer%s share an id with %s but ask another question "
+          .. "(provenance.query differs): not paired)", "", p.other, p.other == 1 and "y" or "ies", configs[1].name)
+      end
       -- the pairs a failure took: said beside the numbers they are missing from
       if p and p.comparable and (p.failed or 0) > 0 then
         lines[#lines + 1] = format(NAME .. " (%d of %d queries left out: failed here or in %s)", "", p.failed,
@@ -531,6 +538,16 @@ function M.cli_main(o)
   end
   local rows = M.rows(configs, all)
   require("specula.internal.output").stdout(M.table_text(configs, rows), "\n")
+  -- files of different inputs whose ids coincide: said, not paired
+  for ci = 2, #configs do
+    local p = rows[ci].paired
+    if p and p.other then
+      require("specula.internal.output").stderr(format("specula compare: warning: %s against %s: %d quer%s share "
+        .. "an id but ask another question (provenance.query differs), so %s not paired; compare runs of one "
+        .. "input\n", configs[ci].name, configs[1].name, p.other, p.other == 1 and "y" or "ies",
+        p.other == 1 and "it is" or "they are"))
+    end
+  end
   if summary then resultfiles.write_file(summary, M.summary_json(configs, rows), "specula compare", "canonical") end
   -- failed records: the status `run --compare` gave when it wrote them
   return M.failures(configs, rows, "specula compare")
@@ -637,7 +654,7 @@ local function slim_record(r, agree)
     st = s
   end
   return { id = r.id, config = r.config, answer = r.answer, gold = r.gold, error = r.error, stats = st,
-           agree = agree and agree_text(r) or nil }
+           agree = agree and agree_text(r) or nil, qd = stats.question(r) }
 end
 
 -- What --out holds already (specula.run.resume, which also repairs a

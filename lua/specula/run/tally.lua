@@ -14,6 +14,7 @@
 --   t:records()                     -- { slim records, in position order }
 --   tally.agree_keys(tallies, base) -- record -> key (see below)
 local ffi = require "ffi"
+local stats = require "specula.stats"
 
 local type, tonumber, tostring, ipairs, error = type, tonumber, tostring, ipairs, error
 local new_double, new_int = ffi.typeof("double[?]"), ffi.typeof("int32_t[?]")
@@ -184,19 +185,21 @@ end
 
 -- Agreement keys for compare.rows' cache: key[r] is a string that is the
 -- same for two records exactly when their agreement texts are equal, for
--- every pair rows compares (a record and the baseline's record of its id,
--- the last one of that id as stats.id_map picks it). tallies[ci] hold the
+-- every pair rows compares (a record and the baseline's record of its id
+-- and occurrence, as stats.pair_keys pairs them). tallies[ci] hold the
 -- records of configuration ci, after :records(); base: the baseline's index.
 function M.agree_keys(tallies, base, all)
   local keys = {}
   local bt = tallies[base]
   if not bt then return keys end
-  local bpos = {}   -- id (as text) -> the baseline's position (the last one)
-  for _, r in ipairs(all[base]) do bpos[tostring(r.id)] = bt.pos[r] end
+  local bpos = {}   -- pairing key -> the baseline's position
+  local bkeys = stats.pair_keys(all[base])
+  for _, r in ipairs(all[base]) do bpos[bkeys[r]] = bt.pos[r] end
   for ci, t in ipairs(tallies) do
+    local ckeys = stats.pair_keys(all[ci])
     for _, r in ipairs(all[ci]) do
       local i = t.pos[r]
-      local ib = bpos[tostring(r.id)]
+      local ib = bpos[ckeys[r]]
       if i and ib then
         if same_text(t, i, bt, ib) then keys[r] = "b" .. ib
         else keys[r] = "c" .. ci .. ":" .. i end
