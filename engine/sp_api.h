@@ -147,6 +147,9 @@ int sp_task_job(const sp_task *t, double *born_ms, int *thread);
 /* Wait for another task: 1 = already finished (do not yield), 0 = yield now. */
 int sp_task_wait(sp_task *waiter, sp_task *target);
 void sp_task_unwait(sp_task *waiter);              /* drop every pending wait of waiter */
+/* 1 once, after the loop found nothing left to wake waiter's task waits
+   (sp_sched_break_stall): its wait raises instead of waiting for ever. */
+int sp_task_take_stall(sp_task *waiter);
 /* Yield to the loop: resumed after ms (0 = next turn). 0 ok, -1 err. */
 int sp_sleep(sp_task *t, double ms, char *err, size_t errlen);
 /* The same for the running task (sp_task_current), and its id (0: none). */

@@ -972,6 +972,30 @@ void sp_task_unwait(sp_task *waiter) {
   }
 }
 
+int sp_task_take_stall(sp_task *waiter) {
+  if (!waiter || !waiter->stalled) return 0;
+  waiter->stalled = 0;
+  return 1;
+}
+
+static int waits_on_task(const sp_task *t) {
+  for (const sp_op *op = t->ops.next; op != &t->ops; op = op->next)
+    if (op->cancel == waitop_cancel) return 1;
+  return 0;
+}
+
+int sp_sched_break_stall(sp_ctx *ctx) {
+  int n = 0;
+  for (sp_task *t = ctx->sched->all_tasks; t; t = t->all_next) {
+    if (t == ctx->sched->main_task || t->state != SP_TASK_WAITING || !waits_on_task(t)) continue;
+    sp_task_unwait(t);
+    t->stalled = 1;
+    sp_sched_wake(t);
+    n++;
+  }
+  return n;
+}
+
 /* ---- sleep -------------------------------------------------------------- */
 
 static void sleep_fired(sp_deadline *d) {

@@ -84,6 +84,7 @@ struct sp_task {
   unsigned char reaping;    /* on the reap list */
   unsigned char job;        /* a window call run by the Lua dispatcher */
   unsigned char speculative; /* runs for an unverified state (eligibility) */
+  unsigned char stalled;    /* woken from a task wait nothing could end (sp_sched_break_stall) */
   int job_id;               /* id of the window job it runs for (itself, or the job that spawned it), 0 none */
   int job_thread;           /* that job's window thread (the node's trace tid), 0 none */
   lua_State *co;            /* the coroutine, anchored in the coroutine table */
@@ -105,6 +106,12 @@ struct sp_task {
                                last: a recycled struct is cleared up to here */
 };
 
+/* The loop has nothing left (no timer, transfer or ready task) while the
+   main task waits: every other task waiting on tasks is woken to raise
+   (tasks waiting on each other fail the query they belong to, not the
+   process). Returns how many were woken; 0: the main task's wait itself
+   can never end. */
+int sp_sched_break_stall(sp_ctx *ctx);
 /* Make ctx->sched and register its shutdown (sp_engine_init). 0 ok, -1 out of memory. */
 int sp_sched_init(sp_ctx *ctx);
 void sp_sched_enqueue(sp_ctx *ctx, sp_runnable *r);

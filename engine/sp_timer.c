@@ -55,17 +55,21 @@ static void on_timerfd(uv_poll_t *h, int status, int events);
 static void rearm(sp_timers *t) {
   if (t->virt) return;   /* the scheduler advances virtual time itself */
   uint64_t due = t->n ? t->heap[0].due : 0;
-  if (due == t->armed) return;
-  struct itimerspec its;
-  memset(&its, 0, sizeof its);
-  if (due) {
-    if (due == 0) due = 1;
-    its.it_value.tv_sec = (time_t)(due / 1000000000ull);
-    its.it_value.tv_nsec = (long)(due % 1000000000ull);
+  if (due != t->armed) {
+    struct itimerspec its;
+    memset(&its, 0, sizeof its);
+    if (due) {
+      its.it_value.tv_sec = (time_t)(due / 1000000000ull);
+      its.it_value.tv_nsec = (long)(due % 1000000000ull);
+    }
+    timerfd_settime(t->fd, TFD_TIMER_ABSTIME, &its, NULL);
+    t->armed = due;
   }
-  timerfd_settime(t->fd, TFD_TIMER_ABSTIME, &its, NULL);
-  t->armed = due;
-  /* An armed timer keeps the loop alive; an idle one must not. */
+  /* An armed timer keeps the loop alive; an idle one must not. Checked
+     even when `armed` is unchanged: on_timerfd zeroes it before the last
+     deadline fires, and returning early then left the poll active, so a
+     loop with nothing left to do never ended (a stalled run waited for
+     ever on the real clock). */
   if (due && !uv_is_active((uv_handle_t *)&t->poll)) uv_poll_start(&t->poll, UV_READABLE, on_timerfd);
   else if (!due && uv_is_active((uv_handle_t *)&t->poll)) uv_poll_stop(&t->poll);
 }

@@ -80,7 +80,41 @@ static void run_world(int ties) {
   sp_ctx_shutdown(&ctx);
 }
 
+/* On the real clock an armed deadline keeps the loop alive and nothing
+   else does: once the last one has fired, uv_run has nothing left and
+   returns (the timerfd's poll stayed active after the last deadline, so a
+   run with nothing left to wake it waited for ever). */
+static int real_fired;
+static void on_real(sp_deadline *d) {
+  (void)d;
+  real_fired++;
+}
+
+static void real_clock_lets_the_loop_end(void) {
+  sp_ctx ctx;
+  if (sp_engine_init(&ctx) != 0) abort();
+  sp_deadline a, b;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  a.fire = b.fire = on_real;
+  a.idx = b.idx = -1;
+  uint64_t now = sp_timers_now(&ctx.timers);
+  CHECK(sp_timers_add(&ctx.timers, &a, now + 1000000) == 0, "arm a (1 ms)");
+  CHECK(sp_timers_add(&ctx.timers, &b, now + 2000000) == 0, "arm b (2 ms)");
+  CHECK(uv_loop_alive(&ctx.loop), "armed deadlines keep the loop alive");
+  int turns = 0;
+  while (uv_run(&ctx.loop, UV_RUN_ONCE) != 0 && turns < 1000) turns++;
+  CHECK(real_fired == 2, "both fired (%d)", real_fired);
+  CHECK(!uv_loop_alive(&ctx.loop), "nothing armed: the loop is not kept alive");
+  /* a deadline removed before it is due leaves nothing active either */
+  CHECK(sp_timers_add(&ctx.timers, &a, sp_timers_now(&ctx.timers) + 1000000000ull) == 0, "arm a (1 s)");
+  sp_timers_remove(&ctx.timers, &a);
+  CHECK(!uv_loop_alive(&ctx.loop), "removed: the loop is not kept alive");
+  sp_ctx_shutdown(&ctx);
+}
+
 int main(void) {
+  real_clock_lets_the_loop_end();
   run_world(7);
   run_world(1000);
   run_world(1 << 30);

@@ -347,6 +347,32 @@ describe("a signal while a query waits in front of finished ones", function()
   end)
 end)
 
+describe("tasks of one query that wait on each other", function()
+  it("fail that query with a message naming the wait, on either clock; the others are written", function()
+    local inp = tmp("dl.jsonl")
+    local f = assert(io.open(inp, "w"))
+    f:write('{"id":"good1","query":"a"}\n{"id":"bad","query":"b"}\n{"id":"good2","query":"c"}\n')
+    f:close()
+    for _, clock in ipairs({ "virtual", "real" }) do
+      local out = tmp("dl-" .. clock .. ".jsonl")
+      -- (timeout: the real clock waited for ever before)
+      local st, _, err = H.sh("timeout 60 " .. H.quote(H.bin) .. " run "
+        .. H.quote(H.root .. "/spec/functional/scripts/deadlock.lua") .. " --input " .. H.quote(inp)
+        .. " --out " .. H.quote(out) .. " --clock " .. clock .. " --quiet")
+      assert.equals(3, st, clock .. ": " .. err)   -- a query failed; not the process
+      local recs = {}
+      for line in (H.read(out) or ""):gmatch("[^\n]+") do
+        local r = cjson.decode(line)
+        recs[r.id] = r
+      end
+      assert.equals("answer good1", recs.good1.answer)
+      assert.equals("answer good2", recs.good2.answer)
+      assert.matches("deadlock.lua:16: task:wait: the task waited on can never finish: no timer, transfer or task "
+        .. "was left to wake it", recs.bad.error, 1, true)
+    end
+  end)
+end)
+
 describe("an MCP server over stdio that dies while a child of its own holds its stdout", function()
   it("fails the call when the server exits (its status and last stderr lines), not when the child does", function()
     if not H.need_node(pending) then return end

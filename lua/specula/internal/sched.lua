@@ -301,6 +301,10 @@ local function outcome(self)
 end
 
 -- Wait for the task: true, results... | false, error-with-traceback | false, "cancelled".
+-- Said by a wait nothing was left to end (sp_sched_break_stall).
+local STALL = ": the task waited on can never finish: no timer, transfer or task was left to wake it "
+  .. "(tasks waiting on each other?)"
+
 function Task:wait()
   local me = current("task:wait")
   if me == self.ptr then error("task:wait: a task cannot wait for itself", 2) end
@@ -310,6 +314,7 @@ function Task:wait()
       co_yield()
     end
     C.sp_task_unwait(me)
+    if C.sp_task_take_stall(me) ~= 0 then error("task:wait" .. STALL, 2) end
   end
   return outcome(self)
 end
@@ -344,6 +349,7 @@ function M.wait_any(tasks)
     if M.on_wait then M.on_wait() end
     co_yield()
     C.sp_task_unwait(me)
+    if C.sp_task_take_stall(me) ~= 0 then error("specula.wait_any" .. STALL, 2) end
   end
 end
 
