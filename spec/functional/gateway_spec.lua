@@ -199,6 +199,43 @@ describe("specula gateway (official TypeScript SDK client over stdio)", function
     assert.are.same(gw.steps[7].result, gw2.steps[7].result)
   end)
 
+  it("runs nothing early on a server after one that did not start (a tool's name may mean another tool then)",
+    function()
+    if not guard() then return end
+    -- server "a" cannot start: had it started, a tool of its own named
+    -- read_graph would have kept that name and memory's been memory__read_graph,
+    -- so the policy's read_graph may not mean the tool the client now sees
+    local predictor = [[
+  predict = function(history) return { { tool = "read_graph", args = {}, confidence = 0.99 } } end,
+]]
+    local mem, log = H.tmpdir() .. "/mem-amb.jsonl", H.tmpdir() .. "/tap-amb.jsonl"
+    os.remove(mem)
+    os.remove(log)
+    local memory = server_src({ node(), G.TAP, log, node(), MCP .. "server-memory/dist/index.js" },
+      { MEMORY_FILE_PATH = mem })
+    local cfg = config("{ a = " .. server_src({ H.tmpdir() .. "/no-such-server" }) .. ", memory = " .. memory .. " }",
+      predictor .. '  policy = { read_graph = "full" },\n')
+    local out = H.tmpdir() .. "/gw-amb.jsonl"
+    os.remove(out)
+    local steps = {
+      { op = "call", name = "read_graph", arguments = {} }, { op = "sleep", ms = 300 },
+      { op = "call", name = "read_graph", arguments = {} }, { op = "sleep", ms = 300 },
+      { op = "call", name = "read_graph", arguments = {} },
+    }
+    local gw, err = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, steps = steps })
+    for i = 1, 5, 2 do assert.is_true(gw.steps[i].ok, "step " .. i) end
+    -- the server was asked exactly the client's three calls
+    local calls = 0
+    for line in (H.read(log) or ""):gmatch("[^\n]+") do
+      if cjson.decode(line).method == "tools/call" then calls = calls + 1 end
+    end
+    assert.are.equal(3, calls)
+    local rec = records(out)[1]
+    assert.are.equal(0, rec.tools.read_graph.prefetched)
+    assert.are.equal(0, rec.speculation.launched)
+    assert.matches("server 'a' did not start, so", err, 1, true)
+  end)
+
   it("serves a predictable read sequence from prefetches, the same answers, counted in --out", function()
     if not guard() then return end
     -- the next file of the last listing that was not read yet

@@ -636,7 +636,7 @@ function Session:_tools_known()
     schemas[t.name] = t.inputSchema
   end
   self.spec.schemas = schemas
-  self.spec:set_tools(names)
+  self.spec:set_tools(names, self.up:ambiguous_tools())
 end
 
 -- ---- the servers' side -------------------------------------------------------------------

@@ -59,7 +59,22 @@ function M.new(o)
 end
 
 -- The gate over the tools the client sees (rebuilt when they change).
-function S:set_tools(names)
+-- ambiguous: name -> a server that did not start (upstreams:ambiguous_tools):
+-- such a name might be another server's tool than the one the policy was
+-- written for (a write tool given the bare name of the read tool it
+-- shadows), so it never runs early; said once a session.
+function S:set_tools(names, ambiguous)
+  self.ambiguous = ambiguous or {}
+  local amb = {}
+  for name in pairs(self.ambiguous) do amb[#amb + 1] = name end
+  if #amb > 0 and not self.said_ambiguous then
+    table.sort(amb)
+    self.said_ambiguous = true
+    output.stderr(string.format("specula gateway: warning: server '%s' did not start, so %d tool name%s the client "
+      .. "sees (first: '%s') might be another server's tool than the policy means: %s never run%s early in this "
+      .. "session\n", self.ambiguous[amb[1]], #amb, #amb == 1 and "" or "s", amb[1], #amb == 1 and "it" or "they",
+      #amb == 1 and "s" or ""))
+  end
   local set = {}
   -- a policy's own budget = { max_wasted_cost } counts these costs too
   for _, n in ipairs(names) do set[n] = { cost = self:cost_of(n) } end
@@ -95,7 +110,7 @@ end
 -- May this exact call start before the client asks? Only a full decision.
 function S:allowed(name, args)
   local g = self.gate
-  if not g or not self.tools or not self.tools[name] then return false end
+  if not g or not self.tools or not self.tools[name] or self.ambiguous[name] then return false end
   local idx = C.sp_policy_tool_index(g.ptr, name, #name)
   local hint = HINT_NONE
   if g.decide then

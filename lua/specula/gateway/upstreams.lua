@@ -115,6 +115,26 @@ function U:tools()
   return c.tools, c.tool_routes
 end
 
+-- The tool names the client sees that might name another tool had every
+-- server started: those of a server after (in the names' order) one that
+-- could not start, whose tools are unknown — had it started, a tool of the
+-- same name there would have kept the bare name and this one been given
+-- SERVER__NAME. name -> the server that did not start (none: {}).
+function U:ambiguous_tools()
+  local _, routes = self:tools()
+  local out, down = {}, nil
+  local after = {}
+  for _, s in ipairs(self.servers) do
+    if not self.clients[s.name] then down = down or s.name
+    elseif down then after[s.name] = down end
+  end
+  if not down then return out end
+  for name, r in pairs(routes) do
+    if after[r.server] and r.name == name then out[name] = after[r.server] end
+  end
+  return out
+end
+
 function U:prompts()
   local c = self.catalog
   if not c.prompts then
