@@ -320,6 +320,9 @@ int sp_stdio_wait(sp_stdio *s, sp_task *t);
 /* Queue bytes to stdout, in order: 0 ok, -1 (err) when stdout is closed or broken. */
 int sp_stdio_write(sp_stdio *s, const char *data, size_t len, char *err, size_t errlen);
 double sp_stdio_unwritten(const sp_stdio *s);     /* bytes queued, not yet written */
+/* Why stdout is broken (a write failed, at once or later: the waiter of
+   sp_stdio_wait is woken then), "" while it is not. */
+const char *sp_stdio_out_error(const sp_stdio *s);
 void sp_stdio_stop(sp_stdio *s);                   /* stop reading stdin (writes go on) */
 
 /* ---- child processes and JSON-RPC requests (engine/sp_proc.c) --------- */

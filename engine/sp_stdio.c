@@ -48,6 +48,7 @@ struct sp_stdio {
   sp_buf in_buf;            /* unread stdin bytes */
   size_t unwritten;         /* bytes queued on stdout, not yet written */
   int out_broken;           /* a write failed: stdout is gone */
+  char out_error[96];       /* why, once it is */
   uv_shutdown_t shut;       /* the final flush */
   uv_timer_t flush_timer;   /* gives up on the flush */
   int timer_open;           /* flush_timer initialised and not closed */
@@ -342,7 +343,7 @@ static void waiter_cancelled(sp_op *op) {
 
 int sp_stdio_wait(sp_stdio *s, sp_task *t) {
   size_t n;
-  if (!s || !t || sp_stdio_line(s, &n) || s->oversized || s->eof) return 1;
+  if (!s || !t || sp_stdio_line(s, &n) || s->oversized || s->eof || s->out_broken) return 1;
   resume_reading(s);
   if (s->waiter) sp_op_unlink(&s->wait_op);
   s->waiter = t;
@@ -365,9 +366,19 @@ static void on_written(uv_write_t *req, int status) {
   sp_stdio_write_req *w = (sp_stdio_write_req *)req;
   sp_stdio *s = w->s;
   s->unwritten -= w->len;
-  if (status < 0) s->out_broken = 1;   /* EPIPE: the reader is gone */
+  if (status < 0 && !s->out_broken) {
+    /* EPIPE: the reader is gone. The task reading stdin learns it now, not
+       at the next write (a session with nothing more to say ran on, its
+       answers lost, until the client closed stdin too). */
+    s->out_broken = 1;
+    snprintf(s->out_error, sizeof s->out_error, "%s: write to stdout: %s", uv_err_name(status),
+             uv_strerror(status));
+    wake(s);
+  }
   free(w);
 }
+
+const char *sp_stdio_out_error(const sp_stdio *s) { return s && s->out_broken ? s->out_error : ""; }
 
 int sp_stdio_write(sp_stdio *s, const char *data, size_t len, char *err, size_t errlen) {
   if (!s || s->out_broken || s->out_kind == END_NONE || (s->out_kind == END_STREAM && !s->out_open)) {
@@ -381,6 +392,7 @@ int sp_stdio_write(sp_stdio *s, const char *data, size_t len, char *err, size_t 
       if (n <= 0) {
         s->out_broken = 1;
         snprintf(err, errlen, "%s: write to stdout", n < 0 ? strerror(errno) : "EIO");
+        snprintf(s->out_error, sizeof s->out_error, "%s", err);
         return -1;
       }
       data += n;
@@ -402,6 +414,7 @@ int sp_stdio_write(sp_stdio *s, const char *data, size_t len, char *err, size_t 
     free(w);
     s->out_broken = 1;
     snprintf(err, errlen, "%s: write to stdout: %s", uv_err_name(rc), uv_strerror(rc));
+    snprintf(s->out_error, sizeof s->out_error, "%s", err);
     return -1;
   }
   s->unwritten += len;

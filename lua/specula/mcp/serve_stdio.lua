@@ -43,6 +43,17 @@ function Serve:_read_loop(s, peer)
   local me = sched.current("stdio server reader")
   local st = peer.st or {}
   while true do
+    -- stdout broke (a write failed after it was queued): no answer can
+    -- reach the client, the session is over as at the end of stdin
+    local oe = C.sp_stdio_out_error(s)
+    if oe[0] ~= 0 then
+      if not self.out_lost then
+        self.out_lost = true
+        self.lost = true
+        peer:lost("stdout closed (" .. ffi.string(oe) .. ")")
+      end
+      return
+    end
     local p = C.sp_stdio_line(s, lenp)
     if p ~= nil then
       local n = tonumber(lenp[0])
