@@ -151,6 +151,17 @@ local function learned(train, opts)
   return P
 end
 
+-- A copy of a value's tables, all the way down (cycles kept as cycles).
+local function deep_copy(v, seen)
+  if type(v) ~= "table" then return v end
+  seen = seen or {}
+  if seen[v] then return seen[v] end
+  local c = {}
+  seen[v] = c
+  for k, x in pairs(v) do c[deep_copy(k, seen)] = deep_copy(x, seen) end
+  return setmetatable(c, getmetatable(v))
+end
+
 -- Run every session in one configuration. Returns the totals.
 local function run_config(name, list, ctx)
   local specula = require "specula"
@@ -172,15 +183,20 @@ local function run_config(name, list, ctx)
   end
   local policy = ctx.policy
   local group = specula.agents.GROUP_TOOL
+  -- the policy is the user's code: it sees a copy of the arguments (one
+  -- that changed the recorded call's table changed the replay itself and
+  -- every row after it, without a failure)
+  local function policy_ro(tool, args) return policy.read_only(tool, deep_copy(args)) end
   local function read_only(tool, args)
-    if tool ~= group then return policy.read_only(tool, args) end
+    if tool ~= group then return policy_ro(tool, args) end
     -- a turn's calls as one step (from a state not yet verified): only
     -- when every one may run early; a prediction is judged call by call
     for _, c in ipairs(type(args.calls) == "table" and args.calls or {}) do
-      if not policy.read_only(c.tool, c.args or {}) then return false end
+      if not policy_ro(c.tool, c.args or {}) then return false end
     end
     return true
   end
+  local early = {}   -- session id -> { reads, writes, hits = { tool -> { hits, hidden } } }
   local agent = specula.agents.conversation {
     latency = ctx.latency, tools = ctx.tools, predict = predict, speculate = speculate, parallel = true,
     -- the replay's garbage bounded (a long session's peak stays flat);
@@ -189,16 +205,23 @@ local function run_config(name, list, ctx)
     collect_mb = not (name == "predictor" or name == "both") and M.COLLECT_MB or nil,
     policy = { classes = { any = "full" }, tools = ctx.classes,
                decide = function(tool, args) return read_only(tool, args) and "full" or "forbid" end },
+    -- counted per session: a session whose replay fails is no data point,
+    -- and its early calls are added only for the sessions that succeed
     on_early = function(tool, args, c)
-      if policy.read_only(tool, args) then t.early_reads = t.early_reads + 1
-      else t.early_writes = t.early_writes + 1 end
+      local e = early[c.id]
+      if not e then
+        e = { reads = 0, writes = 0, hits = {} }
+        early[c.id] = e
+      end
+      if read_only(tool, args) then e.reads = e.reads + 1
+      else e.writes = e.writes + 1 end
       -- a predicted call equal to the recorded one at its hop: a hit
       local st = c.predicted and recorded_call(box.agent.recorded(c.id, c.hop), tool, args)
       if st then
-        local h = t.tool_hits[tool] or { hits = 0, hidden = 0 }
+        local h = e.hits[tool] or { hits = 0, hidden = 0 }
         h.hits = h.hits + 1
         h.hidden = h.hidden + math.min(st.tool_ms or 0, st.model_ms or 0)
-        t.tool_hits[tool] = h
+        e.hits[tool] = h
       end
     end,
   }
@@ -232,8 +255,19 @@ local function run_config(name, list, ctx)
       local wall = r.wall_ms or r.stats.wall_ms
       t.wall = t.wall + wall
       t.by_session[tostring(r.id)] = wall
+      local e = early[r.id]
+      if e then
+        t.early_reads, t.early_writes = t.early_reads + e.reads, t.early_writes + e.writes
+        for tool, h in pairs(e.hits) do
+          local th = t.tool_hits[tool] or { hits = 0, hidden = 0 }
+          th.hits, th.hidden = th.hits + h.hits, th.hidden + h.hidden
+          t.tool_hits[tool] = th
+        end
+      end
     end
   end
+  -- no session replayed: no agent time (not 0 s, which reads as all of it saved)
+  if t.sessions == 0 then t.wall = nil end
   t.standard = agg.standard_ms
   local pf = agg.prefetch
   if pf then t.fired, t.hit, t.saved_ms = pf.fired, pf.promoted, pf.saved_ms end
@@ -241,8 +275,10 @@ local function run_config(name, list, ctx)
   -- calls of a parallel turn a prediction started: the engine saw them end
   -- unused (the step's action was the group), the group ran on them
   for _, r in ipairs(records) do
-    local n, saved = agent.members_used(r.id)
-    t.hit, t.saved_ms, t.wasted = t.hit + n, t.saved_ms + saved, math.max(0, t.wasted - n)
+    if not r.error then
+      local n, saved = agent.members_used(r.id)
+      t.hit, t.saved_ms, t.wasted = t.hit + n, t.saved_ms + saved, math.max(0, t.wasted - n)
+    end
   end
   return t
 end
@@ -356,8 +392,9 @@ function M.compute(o, warn)
   -- when asked for or needed)
   local seq = byname.sequential or (#list > 0 and run_config("sequential", list, ctx)) or nil
   local best = byname["perfect-both"] or (#list > 0 and run_config("perfect-both", list, ctx)) or nil
-  res.sequential_ms = seq and seq.wall or 0
-  res.best_ms = best and best.wall or 0
+  -- (nil when every session failed there: no time, not 0)
+  res.sequential_ms = seq and seq.wall or nil
+  res.best_ms = best and best.wall or nil
   compare_rows(res, list, seq, best, warn)
   -- per tool, with the predictor's hits
   local pred = byname.predictor
@@ -457,7 +494,10 @@ function M.summary(res)
     -- them), the tool time still waited, and what speculation hid of the replay
     local model = 0
     for id in pairs(t.by_session) do model = model + (model_of[tostring(id)] or 0) end
-    configs[i] = { name = t.name, agent_ms = t.wall, model_ms = model, tool_ms = math.max(0, t.wall - model),
+    -- (a row whose every session failed has no time: null, not 0)
+    local none = t.wall == nil
+    configs[i] = { name = t.name, agent_ms = none and json.null or t.wall, model_ms = none and json.null or model,
+                   tool_ms = none and json.null or math.max(0, t.wall - model),
                    hidden_ms = t.hidden_ms or 0,
                    rel_lat = t.rel_lat or json.null, share = t.share or json.null,
                    fired = t.fired, hit = t.hit, wasted = t.wasted, early_reads = t.early_reads,
@@ -472,8 +512,8 @@ function M.summary(res)
   for i, f in ipairs(res.failed) do failed[i] = f.error end
   local assumed = 0
   for _, s in ipairs(res.list) do if s.assumed then assumed = assumed + 1 end end
-  return { sessions = res.sessions, assumed = assumed, failed = json.array(failed), sequential_ms = res.sequential_ms,
-           bound_ms = res.best_ms, configs = json.array(configs), tools = json.array(tools) }
+  return { sessions = res.sessions, assumed = assumed, failed = json.array(failed), sequential_ms = res.sequential_ms or json.null,
+           bound_ms = res.best_ms or json.null, configs = json.array(configs), tools = json.array(tools) }
 end
 
 -- text written through a writer of kind (specula.internal.output: scrubbed)

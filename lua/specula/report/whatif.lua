@@ -25,15 +25,23 @@ function M.parse(text)
   if not ok or type(v) ~= "table" or not T(v.configs) or not T(v.tools) or v.sequential_ms == nil then
     return nil
   end
-  if not N(v.sequential_ms) or not N(v.bound_ms) or not N(v.sessions) then
-    return nil, "sequential_ms, bound_ms and sessions must be numbers"
+  -- null: no session replayed there (every one failed): no time, not 0
+  local function num_or_null(x) return N(x) ~= nil or x == json.null end
+  if not num_or_null(v.sequential_ms) or not num_or_null(v.bound_ms) or not N(v.sessions) then
+    return nil, "sequential_ms, bound_ms (numbers or null) and sessions (a number) are needed"
   end
+  v.sequential_ms, v.bound_ms = N(v.sequential_ms), N(v.bound_ms)
   for i, c in ipairs(v.configs) do
-    if type(c) ~= "table" or not S(c.name) or not N(c.agent_ms) then
-      return nil, format("configs[%d] needs a name and agent_ms", i)
+    if type(c) ~= "table" or not S(c.name) or not num_or_null(c.agent_ms) then
+      return nil, format("configs[%d] needs a name and agent_ms (a number, or null)", i)
     end
-    -- a summary from before the split: the model's part unknown, all of it the wait
-    c.model_ms, c.tool_ms = N(c.model_ms) or 0, N(c.tool_ms) or (N(c.model_ms) and 0 or c.agent_ms)
+    if c.agent_ms == json.null then
+      c.agent_ms, c.none = nil, true
+      c.model_ms, c.tool_ms = nil, nil
+    else
+      -- a summary from before the split: the model's part unknown, all of it the wait
+      c.model_ms, c.tool_ms = N(c.model_ms) or 0, N(c.tool_ms) or (N(c.model_ms) and 0 or c.agent_ms)
+    end
     c.hidden_ms = N(c.hidden_ms) or 0
   end
   for i, r in ipairs(v.tools) do
@@ -45,7 +53,7 @@ function M.parse(text)
   return v
 end
 
-local function secs(ms) return format("%.1f", (ms or 0) / 1000) end
+local function secs(ms) return ms and format("%.1f", ms / 1000) or "–" end
 -- no "-0.00" for a rounding's sign
 local function fnum(x, d) return (common.fnum(x, d):gsub("^%-(0%.0*)$", "%1")) end
 
@@ -55,7 +63,9 @@ local function stacked(s, id)
   local left, right, top, row_h = 150, 290, 34, 30
   local w, h = 1000, top + #rows * row_h + 56
   local total = 1
-  for _, c in ipairs(rows) do total = max(total, c.model_ms + c.tool_ms + c.hidden_ms, c.agent_ms) end
+  for _, c in ipairs(rows) do
+    if not c.none then total = max(total, c.model_ms + c.tool_ms + c.hidden_ms, c.agent_ms) end
+  end
   local x = svg.linear(0, total / 1000, left, w - right)   -- seconds, from 0
   local c = svg.canvas(w, h, { id = id, title = "Where the agent's wait goes, per configuration" })
   c:legend(left, 16, { { label = "model (s)", color = COLORS.model }, { label = "+ tools waited (s)", color = COLORS.tool },
@@ -66,7 +76,9 @@ local function stacked(s, id)
       data_tool_ms = r.tool_ms, data_hidden_ms = r.hidden_ms })
     c:text(left - 8, y + 19, r.name, { text_anchor = "end", class = "tick-label" })
     local x0, acc = left, 0
-    for _, part in ipairs({ { "model", r.model_ms }, { "tool", r.tool_ms }, { "hidden", r.hidden_ms } }) do
+    -- no session replayed: no bar (a bar of 0 s would read as all of it saved)
+    local parts = r.none and {} or { { "model", r.model_ms }, { "tool", r.tool_ms }, { "hidden", r.hidden_ms } }
+    for _, part in ipairs(parts) do
       acc = acc + part[2]
       local x1 = x(acc / 1000)
       if part[2] > 0 then
@@ -75,14 +87,14 @@ local function stacked(s, id)
       end
       x0 = x1
     end
-    c:text(x0 + 6, y + 19, format("%s + %s = %s s%s", secs(r.model_ms), secs(r.tool_ms),
-      secs(r.agent_ms), r.hidden_ms > 0 and format("; hid %s s", secs(r.hidden_ms)) or ""),
-      { class = "tick-label bar-label" })
+    c:text(x0 + 6, y + 19, r.none and "no session replayed (every one failed)" or format("%s + %s = %s s%s",
+      secs(r.model_ms), secs(r.tool_ms), secs(r.agent_ms), r.hidden_ms > 0 and format("; hid %s s", secs(r.hidden_ms))
+      or ""), { class = "tick-label bar-label" })
     c:close()
   end
   local base = top + #rows * row_h
   -- the bound: the agent's time with a perfect predictor and speculator
-  if s.bound_ms > 0 then
+  if s.bound_ms and s.bound_ms > 0 then
     c:line(x(s.bound_ms / 1000), top, x(s.bound_ms / 1000), base, { stroke = "#333", stroke_dasharray = "4 3",
       tip = "the bound (perfect-both): " .. secs(s.bound_ms) .. " s" })
   end
@@ -148,10 +160,19 @@ local function section(i, path, s)
   local h = {}
   local function add(x) h[#h + 1] = x end
   add(format('<section id="whatif-%d"><h2>%s</h2>', i, esc(path)))
-  add(format('<p class="meta" id="whatif-%d-count">%d session%s read; <span class="%s">%d failed or unreadable, '
-    .. "counted apart (not in the figures)</span>%s. Replay %s s, bound (perfect-both) %s s.</p>", i, s.sessions,
+  -- the replays that failed, per configuration (in no figure of their row)
+  local rf = {}
+  for _, c in ipairs(s.configs) do
+    if (N(c.failed) or 0) > 0 then
+      rf[#rf + 1] = format("%s %d of %d", esc(c.name), c.failed, c.failed + (N(c.sessions) or 0))
+    end
+  end
+  add(format('<p class="meta" id="whatif-%d-count">%d session%s read; <span class="%s">%d log%s unreadable, '
+    .. "counted apart (not in the figures)</span>%s%s. Replay %s s, bound (perfect-both) %s s.</p>", i, s.sessions,
     s.sessions == 1 and "" or "s",
-    #s.failed > 0 and "flag" or "", #s.failed, (N(s.assumed) or 0) > 0 and format("; times assumed for %d", s.assumed)
+    #s.failed > 0 and "flag" or "", #s.failed, #s.failed == 1 and "" or "s",
+    #rf > 0 and ('; <span class="flag">replays failed (in no figure of their row): ' .. concat(rf, ", ") .. "</span>")
+    or "", (N(s.assumed) or 0) > 0 and format("; times assumed for %d", s.assumed)
     or "", secs(s.sequential_ms), secs(s.bound_ms)))
   if #s.failed > 0 then
     add('<ul class="failures">')
