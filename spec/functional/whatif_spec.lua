@@ -276,6 +276,32 @@ print(json.encode({ summary = whatif.summary(res), text = whatif.text(res) }))
     assert.is_nil(html:find('data-agent_ms="0"', 1, true))
   end)
 
+  -- before, --summary /dev/stdout (or any device, a pipe) was opened and
+  -- read to check it held no log: whatif blocked for ever before any work
+  it("writes --summary to /dev/stdout; refuses --out -, and --out and --summary on one file", function()
+    local log = FIX .. "/claude_code.jsonl"
+    local st, out, err = H.sh("timeout 60 " .. H.quote(H.bin) .. " whatif " .. H.quote(log)
+      .. " --compare recorded,sequential --summary /dev/stdout | cat")
+    assert.are.equal(0, st, err)
+    local summary
+    for line in out:gmatch("[^\n]+") do
+      if line:sub(1, 1) == "{" then summary = cjson.decode(line) end
+    end
+    assert.is_not_nil(summary, out)
+    assert.are.equal(2, #summary.configs)
+    local same = H.tmpfile("whatif-same.json", "")
+    for _, c in ipairs({
+      { { "--out", same, "--summary", same }, "--out and --summary name the same file" },
+      { { "--out", "-" }, "--out -: stdout holds the table" },
+      { { "--summary", "-" }, "--summary -: stdout holds the table" } }) do
+      local a = { "whatif", log }
+      for _, x in ipairs(c[1]) do a[#a + 1] = x end
+      local cst, _, cerr = H.specula(a)
+      assert.are.equal(2, cst, cerr)
+      assert.is_not_nil(cerr:find(c[2], 1, true), cerr)
+    end
+  end)
+
   -- before, a policy that changed the arguments it was given changed the
   -- recorded call itself: every replay after it (sequential's too) ran
   -- another call, and nothing failed

@@ -531,6 +531,10 @@ end
 -- first log to --out) would be overwritten with the tables. The message,
 -- or nil.
 local function agent_log(path)
+  -- only a regular file can hold a log to protect: a device or a pipe
+  -- (--summary /dev/stdout | jq) was read here and blocked for ever
+  local C = require("specula.internal.core").C
+  if C.sp_host_path_kind(path) ~= 1 then return nil end
   local f = io.open(path, "r")
   local line = f and f:read("*l")
   if f then f:close() end
@@ -543,6 +547,15 @@ end
 
 function M.output_clash(o)
   local realpath = require("specula.provenance").realpath
+  for _, opt in ipairs({ { "--out", o.out }, { "--summary", o.summary } }) do
+    if opt[2] == "-" then
+      return format("%s -: stdout holds the table; give %s FILE (/dev/stdout works too)", opt[1], opt[1])
+    end
+  end
+  if o.out and o.summary and realpath(o.out) == realpath(o.summary) then
+    return format("--out and --summary name the same file (%s): the summary would replace the records; give two "
+      .. "files", o.out)
+  end
   for _, opt in ipairs({ { "--out", o.out }, { "--summary", o.summary } }) do
     local target = opt[2] and realpath(opt[2])
     for _, list in ipairs(target and { o.logs, o.train or {} } or {}) do
