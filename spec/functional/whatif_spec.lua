@@ -276,6 +276,34 @@ print(json.encode({ summary = whatif.summary(res), text = whatif.text(res) }))
     assert.is_nil(html:find('data-agent_ms="0"', 1, true))
   end)
 
+  -- before, --train learnt from the first session of each file only
+  it("--train learns from every session of a file (a conversations file holds several)", function()
+    local probe = H.tmpfile("whatif-train-probe.lua", [[
+local pred = require "specula.predict"
+local orig = pred.learned
+local got
+pred.learned = function(...)
+  local P = orig(...)
+  local train = P.train
+  P.train = function(self, convs) got = #convs return train(self, convs) end
+  return P
+end
+local W = require "specula.lab.whatif"
+local code = W.main({ logs = { arg[1] }, train = { arg[2], arg[3] }, compare = { "predictor" } })
+io.stderr:write("exit ", tostring(code), "\n")
+print(require("specula").json.encode({ trained = got }))
+]])
+    local conv = H.root .. "/spec/fixtures/conversations/openai.jsonl"
+    local n = 0
+    local st0, s0 = summary_of({ conv, "--compare", "recorded" })
+    assert.are.equal(0, st0)
+    n = s0.sessions
+    assert.is_true(n >= 2, "the fixture holds several conversations")
+    local st, out, err = H.specula({ "run", probe, FIX .. "/codex.jsonl", conv, FIX .. "/claude_code.jsonl" })
+    assert.are.equal(0, st, err)
+    assert.are.equal(n + 1, H.last_json(out).trained)
+  end)
+
   -- before, --summary /dev/stdout (or any device, a pipe) was opened and
   -- read to check it held no log: whatif blocked for ever before any work
   it("writes --summary to /dev/stdout; refuses --out -, and --out and --summary on one file", function()

@@ -137,10 +137,14 @@ local function learned(train, opts)
   if #train > 0 then
     local convs = {}
     for _, f in ipairs(train) do
-      local s = sessions.read(f, { approval_cap_ms = opts.approval_cap_ms, keep_text = true })
-      if s then
-        local c = require("specula.convtraces").conversation(s.id, s.msgs)
-        if c then convs[#convs + 1] = c end
+      -- every session of the file (a conversations or OTel file holds
+      -- several; only the first was learnt from)
+      local list = sessions.read_all(f, { approval_cap_ms = opts.approval_cap_ms, keep_text = true })
+      if list and #list > 0 then
+        for _, s in ipairs(list) do
+          local c = require("specula.convtraces").conversation(s.id, s.msgs)
+          if c then convs[#convs + 1] = c end
+        end
       else
         local ok, err = require("specula.convtraces").read(f, nil, convs, function() end)
         if not ok then return nil, "--train: " .. tostring(err) end
