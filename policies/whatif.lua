@@ -31,11 +31,18 @@ end
 -- One simple command (no separators left in it).
 local function simple_read_only(cmd)
   local words = words_of(cmd)
-  -- leading VAR=value assignments
-  while words[1] and words[1]:match("^[%a_][%w_]*=") do table.remove(words, 1) end
+  -- leading VAR=value assignments: only those that change how a reader
+  -- prints (LD_PRELOAD=..., GIT_EXTERNAL_DIFF=... make it run a program)
+  while words[1] and words[1]:match("^[%a_][%w_]*=") do
+    local var = words[1]:match("^([%a_][%w_]*)=")
+    if not (rules.env and rules.env[var]) then return false end
+    table.remove(words, 1)
+  end
   local prog = words[1]
   if not prog then return true end
   prog = prog:match("[^/]*$")
+  words[1] = prog
+  if rules.writes and rules.writes(prog, words) then return false end
   if prog == "git" then
     local sub = words[2]
     if rules.git[sub] then return true end
@@ -43,6 +50,44 @@ local function simple_read_only(cmd)
   end
   if rules.programs[prog] then return true end
   return rules.extra(prog, words)
+end
+
+-- The command line with what the shell does not read as syntax (quoted
+-- text, a backslash-escaped character) replaced by "_" where it could be
+-- taken for a separator or redirection; nil when a quote is left open.
+-- Double quotes: a backslash escapes the next character; single quotes:
+-- nothing is special up to the closing one; outside: a backslash escapes
+-- the next character (so \" is no quote, and \; no separator).
+local function neutral(cmd)
+  local out, i, n = {}, 1, #cmd
+  local SPECIAL = "[;|&<>\n]"
+  while i <= n do
+    local c = cmd:sub(i, i)
+    if c == "\\" then
+      local nx = cmd:sub(i + 1, i + 1)
+      out[#out + 1] = "_" .. (nx:find(SPECIAL) and "_" or (nx == "" and "" or "_"))
+      i = i + 2
+    elseif c == "'" then
+      local j = cmd:find("'", i + 1, true)
+      if not j then return nil end
+      out[#out + 1] = "'" .. cmd:sub(i + 1, j - 1):gsub(SPECIAL, "_") .. "'"
+      i = j + 1
+    elseif c == '"' then
+      local j, buf = i + 1, {}
+      while j <= n and cmd:sub(j, j) ~= '"' do
+        local d = cmd:sub(j, j)
+        if d == "\\" then buf[#buf + 1] = "__" j = j + 2
+        else buf[#buf + 1] = d:find(SPECIAL) and "_" or d j = j + 1 end
+      end
+      if j > n then return nil end
+      out[#out + 1] = '"' .. table.concat(buf) .. '"'
+      i = j + 1
+    else
+      out[#out + 1] = c
+      i = i + 1
+    end
+  end
+  return table.concat(out)
 end
 
 local function shell_read_only(cmd)
@@ -59,10 +104,10 @@ local function shell_read_only(cmd)
   if cmd:find("%$%(") or cmd:find("`") then return false end
   -- stderr joined to stdout or thrown away writes nothing
   cmd = cmd:gsub("2>&1", ""):gsub("2>%s*/dev/null", "")
-  -- quoted text is one argument: the separators and redirections it holds
-  -- do nothing
-  local function neutral(q) return (q:gsub("[;|&<>\n]", "_")) end
-  cmd = cmd:gsub("'[^']*'", neutral):gsub('"[^"]*"', neutral)
+  -- quoted or escaped text is an argument: the separators and redirections
+  -- it holds do nothing (an open quote: not understood, so a write)
+  cmd = neutral(cmd)
+  if not cmd then return false end
   -- anything else that writes a file or runs in the background
   if cmd:find("[<>]") then return false end
   local s = cmd:gsub("&&", "\n"):gsub("||", "\n"):gsub("[;|\n]", "\n")

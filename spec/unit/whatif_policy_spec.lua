@@ -28,6 +28,18 @@ describe("policies/whatif.lua", function()
     assert.is_true(P.read_only("execute_bash", { command = "pwd" }))
   end)
 
+  it("shell: quotes and escapes read as the shell reads them; readers used to write or run, and env prefixes, wait",
+    function()
+    local yes = { [[grep "a\|b" f]], [[grep -n "foo;bar" x]], "GIT_PAGER=cat git log -3", "sort in.txt | uniq -c",
+                  "uniq -c in", [[echo "it's"]], "cat a\\;b", "ls \\> x", "PAGER=cat git diff" }
+    local no = { [[echo \"; rm -rf /tmp/x; echo \"]], "sort -o /etc/passwd in.txt", "sort --output=f in", "uniq in out",
+                 "tree -o out", "git diff --output=/tmp/patch", "git diff --ext-diff", "git -c core.pager=x log",
+                 "rg --pre ./evil.sh foo", "rg --pre=./evil.sh foo", "GIT_EXTERNAL_DIFF=./evil.sh git diff",
+                 "LD_PRELOAD=/tmp/evil.so cat x", "file -C -m magic", "echo 'open", 'echo "open' }
+    for _, c in ipairs(yes) do assert.is_true(P.read_only("Bash", { command = c }), c) end
+    for _, c in ipairs(no) do assert.is_false(P.read_only("Bash", { command = c }), c) end
+  end)
+
   it("OpenHands' editor runs early only to view", function()
     assert.is_true(P.read_only("str_replace_editor", { path = "/a" }))
     assert.is_true(P.read_only("str_replace_editor", { command = "view", path = "/a" }))
