@@ -622,13 +622,13 @@ print(json.encode({ version = init.result.protocolVersion, a = a.result.content[
       .. '  budget = { max_wasted_cost = -1 },\n}\n')
     local st, _, err = H.specula({ "gateway", bad })
     assert.are.equal(2, st)
-    assert.matches("badbudget.lua:3: .*budget.max_wasted_cost must be a number >= 0", err)
+    assert.matches("badbudget.lua:3: .*budget.max_wasted_cost must be a finite number >= 0", err)
     bad = H.tmpfile("badcost.lua", 'return require("specula").gateway {\n'
       .. '  servers = { a = { command = { "true" } } },\n'
       .. '  budget = { cost = { slow = "cheap" } },\n}\n')
     st, _, err = H.specula({ "gateway", bad })
     assert.are.equal(2, st)
-    assert.matches("budget.cost: 'slow' must be a tool name with a number >= 0", err)
+    assert.matches("budget.cost: 'slow' must be a tool name with a finite number >= 0", err)
   end)
 
   it("the union of two servers with the same names: the later one's as SERVER__NAME, each call to its server", function()

@@ -349,7 +349,7 @@ describe("specula gateway (official TypeScript SDK client over stdio)", function
       .. "  servers = { a = { command = { 'true' } } }, max_age_ms = -1 }\nreturn gw\n")
     local status, _, err = H.specula({ "gateway", cfg }, {})
     assert.are_not.equal(0, status)
-    assert.truthy(err:find(cfg .. ":2: specula.gateway: max_age_ms must be a number >= 0", 1, true), err)
+    assert.truthy(err:find(cfg .. ":2: specula.gateway: max_age_ms must be a finite number >= 0", 1, true), err)
   end)
 
   describe("refuses a bad config naming the file and line", function()
@@ -384,8 +384,8 @@ describe("specula gateway (official TypeScript SDK client over stdio)", function
     -- initialize the server was left out with a warning and a stack trace
     it("a server option specula.mcp.connect refuses", function()
       for _, c in ipairs({
-        { "timeout_ms = -5", "servers.a: timeout_ms must be a number >= 0, got -5" },
-        { "init_timeout_ms = 'soon'", "servers.a: init_timeout_ms must be a number >= 0, got soon" },
+        { "timeout_ms = -5", "servers.a: timeout_ms must be a finite number >= 0, got -5" },
+        { "init_timeout_ms = 'soon'", "servers.a: init_timeout_ms must be a finite number >= 0, got soon" },
         { "protocol_version = '1999-01-01'", "servers.a: protocol_version must be one of 2026-07-28, " },
         { "auth = true", "servers.a: auth is for servers reached by url" },
       }) do
@@ -400,6 +400,31 @@ describe("specula gateway (official TypeScript SDK client over stdio)", function
         .. "  servers = { a = { url = 'http://127.0.0.1:9/mcp',\n    auth = { client = 'x' } } },\n}\n")
       assert.are.equal(2, status, err)
       assert.truthy(err:find(cfg .. ":4: specula.gateway: servers.a: auth.client is not an auth option", 1, true), err)
+    end)
+
+    -- before, each passed the check: infinity failed every session (its
+    -- record's JSON), a predictor name no loader knows was a stack trace at
+    -- the first session, status 1
+    it("an infinite number, and a predictor that cannot be loaded", function()
+      for _, c in ipairs({
+        { "  servers = { a = { command = { 'cat' } } },\n  budget = { max_inflight = math.huge },\n", ":4:",
+          "specula.gateway: budget.max_inflight must be a whole number >= 0" },
+        { "  servers = { a = { command = { 'cat' } } },\n  max_age_ms = math.huge,\n", ":4:",
+          "specula.gateway: max_age_ms must be a finite number >= 0" },
+        { "  servers = { a = { command = { 'cat' }, timeout_ms = 1/0 } },\n", ":3:",
+          "specula.gateway: servers.a: timeout_ms must be a finite number >= 0, got inf" },
+        { "  servers = { a = { command = { 'cat' } } },\n  predict = 'nosuch',\n", ":4:",
+          "predict: unknown predictor 'nosuch'" },
+        { "  servers = { a = { command = { 'cat' } } },\n  predict = 'learned:/no/such/model.json',\n", ":4:",
+          "predict: learned: no model file '/no/such/model.json'" },
+      }) do
+        local status, out, err, cfg = gateway_err("local specula = require 'specula'\nreturn specula.gateway {\n"
+          .. c[1] .. "}\n")
+        assert.are.equal(2, status, err)
+        assert.are.equal("", out)
+        assert.truthy(err:find(cfg .. c[2] .. " " .. c[3], 1, true), err)
+        assert.falsy(err:find("traceback", 1, true), err)
+      end
     end)
 
     it("no servers", function()

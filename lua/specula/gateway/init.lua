@@ -54,6 +54,10 @@ local function bad(msg, key)
   error("specula.gateway: " .. msg, 0)
 end
 
+-- a number >= 0 that is finite (infinity reached the records' provenance,
+-- which JSON cannot hold, and failed every session)
+local function count_ok(v) return type(v) == "number" and v >= 0 and v < math.huge end
+
 local function check_server(name, s)
   if type(name) ~= "string" or not name:match("^[%w_%-]+$") then
     bad(format("servers: a server's name must be letters, digits, _ or -, got %s", tostring(name)), "servers")
@@ -83,8 +87,8 @@ local function check_server(name, s)
   -- a server left out at the client's initialize
   for _, k in ipairs({ "timeout_ms", "init_timeout_ms", "max_restarts", "max_message_bytes" }) do
     local v = s[k]
-    if v ~= nil and (type(v) ~= "number" or v < 0 or v ~= v) then
-      bad(format("servers.%s: %s must be a number >= 0, got %s", name, k, tostring(v)), k)
+    if v ~= nil and not count_ok(v) then
+      bad(format("servers.%s: %s must be a finite number >= 0, got %s", name, k, tostring(v)), k)
     end
   end
   local pv = s.protocol_version
@@ -109,7 +113,7 @@ local function check(spec)
   end
   for name, s in pairs(spec.servers) do check_server(name, s) end
   local age = spec.max_age_ms
-  if age ~= nil and (type(age) ~= "number" or age < 0 or age ~= age) then bad("max_age_ms must be a number >= 0", "max_age_ms") end
+  if age ~= nil and not count_ok(age) then bad("max_age_ms must be a finite number >= 0", "max_age_ms") end
   local b = spec.budget
   if b ~= nil then
     if type(b) ~= "table" then bad("budget must be a table { max_inflight = N }", "budget") end
@@ -117,18 +121,18 @@ local function check(spec)
       if not BUDGET[k] then bad(format("budget: unknown key '%s' (known: %s)", tostring(k), keys(BUDGET)), k) end
     end
     local n = b.max_inflight
-    if n ~= nil and (type(n) ~= "number" or n < 0 or n ~= math.floor(n)) then
+    if n ~= nil and (not count_ok(n) or n ~= math.floor(n)) then
       bad("budget.max_inflight must be a whole number >= 0", "max_inflight")
     end
     local w = b.max_wasted_cost
-    if w ~= nil and (type(w) ~= "number" or w < 0 or w ~= w) then
-      bad("budget.max_wasted_cost must be a number >= 0", "max_wasted_cost")
+    if w ~= nil and not count_ok(w) then
+      bad("budget.max_wasted_cost must be a finite number >= 0", "max_wasted_cost")
     end
     if b.cost ~= nil then
       if type(b.cost) ~= "table" then bad("budget.cost must be a table { TOOL = cost of one call }", "cost") end
       for tool, c in pairs(b.cost) do
-        if type(tool) ~= "string" or type(c) ~= "number" or c < 0 or c ~= c then
-          bad(format("budget.cost: '%s' must be a tool name with a number >= 0", tostring(tool)), "cost")
+        if type(tool) ~= "string" or not count_ok(c) then
+          bad(format("budget.cost: '%s' must be a tool name with a finite number >= 0", tostring(tool)), "cost")
         end
       end
     end
@@ -258,6 +262,13 @@ function M.load(path)
     if not pok then
       sched.plain_error(format("specula gateway: %s: %s", M.where(path, "policy"), sched.errstr(perr)), 2)
     end
+  end
+  -- so is a predictor name or file that cannot be loaded (it was raised
+  -- at the first session, a stack trace and status 1)
+  local qok, qerr = pcall(gw.new_predictor, gw)
+  if not qok then
+    sched.plain_error(format("specula gateway: %s: %s", M.where(path, "predict"),
+      (sched.errstr(qerr):gsub("^specula gateway: ", ""))), 2)
   end
   return gw
 end
