@@ -347,6 +347,37 @@ describe("a signal while a query waits in front of finished ones", function()
   end)
 end)
 
+describe("a query of no hop", function()
+  it("writes its trajectory as an empty list, [] (it was {}), answered or failed at its first step", function()
+    local agent = tmp("nohop.lua")
+    local f = assert(io.open(agent, "w"))
+    f:write([[
+local specula = require "specula"
+return specula.agent {
+  init = function(q) return {} end,
+  step = function(s, ctx)
+    if ctx.id == "boom" then error("planned failure") end
+    return { final = "at once" }
+  end,
+  update = function(s) return s end,
+}
+]])
+    f:close()
+    local inp = tmp("nohop.jsonl")
+    f = assert(io.open(inp, "w"))
+    f:write('{"id":"a","query":"q"}\n{"id":"boom","query":"q"}\n')
+    f:close()
+    local st, out = H.sh(H.quote(H.bin) .. " run " .. H.quote(agent) .. " --input " .. H.quote(inp) .. " --quiet")
+    assert.equals(3, st)
+    local n = 0
+    for line in out:gmatch("[^\n]+") do
+      n = n + 1
+      assert.matches('"trajectory":[]', line, 1, true)
+    end
+    assert.equals(2, n)
+  end)
+end)
+
 describe("tasks of one query that wait on each other", function()
   it("fail that query with a message naming the wait, on either clock; the others are written", function()
     local inp = tmp("dl.jsonl")

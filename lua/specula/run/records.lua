@@ -176,7 +176,9 @@ local function collect(w, q, run)
   C.sp_window_stats_get(w, wstats)
   local st = wstats
   local final_seg = st.final_seg_ms
-  rec.trajectory = traj
+  -- no hop (a final answer at once, a query failed at its first step): an
+  -- empty list, written [] (it was {}: jq '.trajectory[0]' failed on it)
+  rec.trajectory = n == 0 and json.array({}) or traj
   set_outcome(rec, w, status)
   local p_hat, alpha, beta = est_get(st.est)
   local k_used = k_cfg == 0 and st.k_last or k_cfg
