@@ -132,6 +132,19 @@ describe("a predictor that fails", function()
     { fail = "observe", what = "observe_trajectory", line = 10, says = "table: " },
     { fail = "predict", what = "prediction", line = 23, says = "nil" },
   }
+  -- before, a predictor that returned no list was warned about once and
+  -- asked again at every step; and the warning named no script
+  it("that returns no list is disabled like one that raises, the warning naming where it is defined", function()
+    local out = tmp("out.jsonl")
+    local st, byid, se, n = run({ PRED_FAIL = "number" }, { "--predictor", PRED }, out)
+    assert.equals(0, st, se)
+    assert.equals(4, n)
+    for i, q in ipairs({ "a", "b", "c", "d" }) do assert.equals(q .. ":seen1", byid["q" .. i].answer) end
+    local _, count = se:gsub("warning: the predictor's ", "")
+    assert.equals(1, count, se)
+    assert.matches("warning: the predictor's prediction failed: it returned number 42, not a list of [^\n]*"
+      .. "%(the predictor at [^\n]*misbehave/predictor.lua:%d+%); the predictor is disabled for the rest of the run", se)
+  end)
   for _, c in ipairs(cases) do
     it("in " .. c.what .. " is disabled with one warning naming the script and line; every record is written", function()
       local out = tmp("out.jsonl")

@@ -66,11 +66,21 @@ local function make_run(agent, o, script)
     -- wrong) disables it for the rest of the run, with one warning naming
     -- the script and line; the queries go on without action speculation.
     local off = false
+    -- where the predictor is defined, for a message that has no line of its
+    -- own (it returned a number, it yielded)
+    local function where_of()
+      local fn = P
+      if type(fn) == "table" then fn = (getmetatable(fn) or {}).__call or fn.predict end
+      local info = type(fn) == "function" and debug.getinfo(fn, "S")
+      return info and info.what == "Lua" and format("%s:%d", info.short_src, info.linedefined) or nil
+    end
     local function disable(what, msg)
       if off then return end
       off = true
+      msg = tostring(msg)
+      local at = not msg:find("^[^\n]-%.lua:%d+:") and where_of()
       output.stderr("specula: warning: the predictor's " .. what .. " failed: " .. msg
-        .. "; the predictor is disabled for the rest of the run\n")
+        .. (at and (" (the predictor at " .. at .. ")") or "") .. "; the predictor is disabled for the rest of the run\n")
     end
     pdisable = disable
     local function call(what, fn, ...)
@@ -100,6 +110,13 @@ local function make_run(agent, o, script)
     predict_fn = function(h, ctx)
       local ok, preds = call("prediction", P, h, ctx)
       if not ok then return {} end
+      -- not a list: as wrong as a raise (it was warned about once and asked
+      -- again every step)
+      if type(preds) ~= "table" then
+        disable("prediction", format("it returned %s %s, not a list of { tool = ..., args = ..., confidence = ... }",
+          type(preds), tostring(preds):sub(1, 60)))
+        return {}
+      end
       return preds
     end
     pdisabled = function() return off end
