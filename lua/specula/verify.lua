@@ -392,6 +392,11 @@ local function cosine(u, v)
     if type(x) ~= "number" or type(y) ~= "number" then
       return nil, "non-numeric vector component at " .. i
     end
+    -- NaN or infinity: no cosine (NaN compared false with every threshold
+    -- and left the retriever without a best match, a crash)
+    if x ~= x or y ~= y or x == math.huge or x == -math.huge or y == math.huge or y == -math.huge then
+      return nil, "vector component at " .. i .. " is not finite"
+    end
     dot = dot + x * y; nu = nu + x * x; nv = nv + y * y
   end
   if nu == 0 or nv == 0 then return nil, "zero vector" end

@@ -128,6 +128,17 @@ describe("specula.terminate.retriever", function()
     stop, err = t:check(Q, {}, "x")
     assert.is_nil(stop)
     assert.is_truthy(err:find("different", 1, true), err)
+    -- NaN or infinity in a vector: nil, err (NaN raised an arithmetic error on a nil index)
+    for _, bad in ipairs({ 0 / 0, math.huge }) do
+      t = terminate.retriever { embedder = function(list)
+        local out = {}
+        for i = 1, #list do out[i] = { bad, 1 } end
+        return out
+      end }
+      stop, err = t:check(Q, { "sub one" }, "sub two")
+      assert.is_nil(stop)
+      assert.are.equal("specula.terminate.retriever: vector component at 1 is not finite", err)
+    end
   end)
 
   it("validates its arguments", function()
