@@ -276,6 +276,24 @@ print(json.encode({ summary = whatif.summary(res), text = whatif.text(res) }))
     assert.is_nil(html:find('data-agent_ms="0"', 1, true))
   end)
 
+  -- before, a turn_duration longer than its turn's wall time (active time
+  -- cannot be) was taken as it was: recorded 1,000,000 s, RelLat 333,333
+  it("takes a turn_duration longer than its turn's wall time as the wall time, and says so", function()
+    local lines = {}
+    for l in io.lines(FIX .. "/claude_code.jsonl") do
+      lines[#lines + 1] = (l:gsub('"durationMs":%d+', '"durationMs":1000000000'))
+    end
+    local log = H.tmpfile("whatif-longturn.jsonl", table.concat(lines, "\n") .. "\n")
+    local st, s, _, err = summary_of({ log, "--compare", "recorded,sequential" })
+    assert.are.equal(0, st, err)
+    assert.truthy(err:find("whatif-longturn.jsonl: 1 turn_duration longer than its turn's own time (the first at line 13: "
+      .. "1000000000 ms against ", 1, true), err)
+    local c = by_name(s)
+    -- the recorded time is the turn's wall time without the person's waits: the replay's, within 2 %
+    assert.is_true(c.recorded.agent_ms < 1e6, tostring(c.recorded.agent_ms))
+    assert.is_true(math.abs(c.recorded.rel_lat - 1) < 0.05, tostring(c.recorded.rel_lat))
+  end)
+
   -- before, --train learnt from the first session of each file only
   it("--train learns from every session of a file (a conversations file holds several)", function()
     local probe = H.tmpfile("whatif-train-probe.lua", [[

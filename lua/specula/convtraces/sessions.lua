@@ -286,6 +286,7 @@ local function close_prompt(st)
   if not st.P then return end
   local p, s = st.P, st.s
   st.P = nil
+  if p.active_bad then p.active_ms = nil end
   local n = p.n
   local t_call, t_result = p.t_call, p.t_result
   -- the person's waits inside calls
@@ -423,15 +424,20 @@ local ODD = {
   unknown = "%d tool result%s name%s a call no earlier line made (the first at line %d, id '%s'): paired with no call",
   again = "%d tool result%s came for a call that had its result already (the first at line %d, id '%s'): the first result kept",
   shared = "%d call%s reused the id of a call still waiting (the first at line %d, id '%s'): results pair in order",
+  active = "%d turn_duration%s longer than %s turn's own time (the first at line %d: %s): %s turn's wall time counted "
+    .. "instead",
 }
 local function say_odd(st, warn, path)
-  for _, what in ipairs({ "unknown", "again", "shared" }) do
+  for _, what in ipairs({ "unknown", "again", "shared", "active" }) do
     local o = st.odd[what]
     if o then
       local shown = #o.id > 40 and (json.utf8_cut(o.id, 40) .. "...") or o.id
       local msg
       if what == "unknown" then
         msg = format(ODD.unknown, o.n, o.n == 1 and "" or "s", o.n == 1 and "s" or "", o.line, shown)
+      elseif what == "active" then
+        msg = format(ODD.active, o.n, o.n == 1 and "" or "s", o.n == 1 and "its" or "their", o.line, shown,
+          o.n == 1 and "the" or "each")
       else
         msg = format(ODD[what], o.n, o.n == 1 and "" or "s", o.line, shown)
       end
@@ -483,7 +489,16 @@ local function builder(path, fmt, opts, line, warn)
       local P = st.P
       if P then
         P.end_t = t
-        if e.active_ms then P.active_ms = (P.active_ms or 0) + e.active_ms end
+        if e.active_ms then
+          P.active_ms = (P.active_ms or 0) + e.active_ms
+          -- active time is part of the turn's wall time: more than it (past
+          -- a second's slack) is no time this log can have; the turn is
+          -- counted by its wall time instead, and that is said
+          if t and P.t0 and P.active_ms > 1.02 * (t - P.t0) + 1000 then
+            odd(st, "active", format("%.0f ms against %.0f", P.active_ms, t - P.t0))
+            P.active_bad = true
+          end
+        end
       end
     end
   end
