@@ -297,6 +297,34 @@ return specula.gateway {
       .. " ms: it waited for stdin to end")
   end)
 
+  -- before, a call the session's end cancelled was in no count
+  -- (cancelled_by_client 0, the tool's calls 0), and the end's message
+  -- counted as unanswered the requests answered whose task ran on (a
+  -- predictor still thinking after the answer)
+  it("counts a call the session's end cancelled in cancelled_by_client; an answered request is no unanswered one",
+    function()
+    if not guard() then return end
+    local cfg, _, out = setup()
+    local slow = '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","arguments":{"ms":5000}}}'
+    local input = H.tmpfile("gw-endcancel.jsonl", table.concat({ INIT, INITIALIZED, slow }, "\n") .. "\n")
+    local st, _, err = H.sh("(cat " .. H.quote(input) .. "; sleep 1) | " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg)
+      .. " --out " .. H.quote(out))
+    assert.are.equal(0, st, err)
+    local rec = record(out)
+    assert.are.equal(1, rec.cancelled_by_client)
+    assert.truthy(err:find("session ended (stdin closed) with 1 request(s) unanswered", 1, true), err)
+    -- a predictor that thinks 2 s after each answer: every call answered
+    local cfg2, _, out2 = setup("predict = function() require('specula').sleep(2000) return {} end,")
+    local echo = '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}'
+    local input2 = H.tmpfile("gw-answered.jsonl", table.concat({ INIT, INITIALIZED, echo }, "\n") .. "\n")
+    local st2, so2, err2 = H.sh("(cat " .. H.quote(input2) .. "; sleep 1) | " .. H.quote(H.bin) .. " gateway "
+      .. H.quote(cfg2) .. " --out " .. H.quote(out2))
+    assert.are.equal(0, st2, err2)
+    assert.truthy(so2:find('"id":2', 1, true), so2)
+    assert.falsy(err2:find("unanswered", 1, true), err2)
+    assert.are.equal(0, record(out2).cancelled_by_client)
+  end)
+
   -- before, a cancelled initialize left a session that answered every
   -- request "not initialized" and a new initialize "sent already"
   it("does not cancel initialize (MCP: a client must not): the session is served", function()

@@ -67,6 +67,12 @@ Session.__index = Session
 -- fields route it: an HTTP response goes on its request's stream), whose
 -- result may be a json.raw value (specula.json writes it as it is).
 function Session:_send(msg)
+  -- an answer: its request is answered, though its task may run on (the
+  -- prediction round after a call); the session's end counts it so
+  if msg.method == nil and msg.id ~= nil then
+    local e = self.running[msg.id]
+    if e then e.answered = true end
+  end
   -- the answer to a stateless request's stand-in: kept for the request
   -- (or its retry) that waits for it (_op_wait)
   local op = msg.method == nil and msg.id ~= nil and self.ops[msg.id]
@@ -832,7 +838,12 @@ function Session:_end(why)
   for _, e in pairs(self.running) do
     if not e.task:done() then
       C.sp_task_cancel(e.task.ptr)
-      open = open + 1
+      -- a request left unanswered (not one whose task ran on after its
+      -- answer), cancelled by the session's end as by the client
+      if not e.answered and e.task ~= self.init_task then
+        open = open + 1
+        self.rec.st.cancelled_by_client = self.rec.st.cancelled_by_client + 1
+      end
     end
   end
   -- said, so that a client piping requests and closing at once (a first
