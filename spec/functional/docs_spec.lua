@@ -95,7 +95,9 @@ describe("docs/ and the binary", function()
   it("name no option that nothing takes", function()
     local known = { ["--help"] = true, ["--version"] = true, ["--secret-env"] = true,
                     -- the outside tools the pages show: cmake --install, sbatch, squeue
-                    ["--install"] = true, ["--array"] = true, ["--dependency"] = true, ["--me"] = true }
+                    ["--install"] = true, ["--array"] = true, ["--dependency"] = true, ["--me"] = true,
+                    -- git's and rg's, in whatif.md's shell rules
+                    ["--ext-diff"] = true, ["--output"] = true, ["--pre"] = true }
     for _, c in ipairs(COMMANDS) do
       for o in pairs(options(help(c))) do known[o] = true end
     end
