@@ -294,6 +294,21 @@ print(json.encode({ summary = whatif.summary(res), text = whatif.text(res) }))
     assert.is_true(math.abs(c.recorded.rel_lat - 1) < 0.05, tostring(c.recorded.rel_lat))
   end)
 
+  -- before, an OTel export given twice in one file (a collector's retry)
+  -- counted every span twice: the tools' calls and times doubled
+  it("counts a span exported twice in one file once, and says so", function()
+    local text = H.read(FIX .. "/otel.jsonl")
+    local twice = H.tmpfile("whatif-otel-twice.jsonl", text .. text)
+    local st1, s1 = summary_of({ FIX .. "/otel.jsonl", "--compare", "recorded" })
+    local st2, s2, _, err = summary_of({ twice, "--compare", "recorded" })
+    assert.are.equal(0, st1)
+    assert.are.equal(0, st2, err)
+    assert.are.same(s1.tools, s2.tools)
+    assert.are.same(s1.configs, s2.configs)
+    local _, n = err:gsub("is in this file already %(a retried export%?%)", "")
+    assert.are.equal(1, n, err)
+  end)
+
   -- before, --train learnt from the first session of each file only
   it("--train learns from every session of a file (a conversations file holds several)", function()
     local probe = H.tmpfile("whatif-train-probe.lua", [[

@@ -100,9 +100,22 @@ function M.events(v, _, _, st)
             and "it ends before it starts (endTimeUnixNano < startTimeUnixNano)"
             or "startTimeUnixNano and endTimeUnixNano must be nanoseconds since the epoch"))
         elseif genai then
-          local key = a["gen_ai.conversation.id"] or sp.traceId or ""
-          st.spans[#st.spans + 1] = { key = tostring(key), op = op, t0 = t0, t1 = t1, a = kept_attrs(a, op, st),
-                                      trace = sp.traceId }
+          -- a span exported twice (a collector's retry, two exports of one
+          -- trace in one file) is one span: kept once, counted and said once
+          local sid = type(sp.spanId) == "string" and sp.spanId ~= "" and (tostring(sp.traceId) .. "/" .. sp.spanId)
+          st.span_ids = st.span_ids or {}
+          if sid and st.span_ids[sid] then
+            st.dup_spans = (st.dup_spans or 0) + 1
+            if st.dup_spans == 1 and st.warn then
+              st.warn(format("span '%s' (spanId %s) is in this file already (a retried export?); the later "
+                .. "copies", tostring(sp.name or op), sp.spanId))
+            end
+          else
+            if sid then st.span_ids[sid] = true end
+            local key = a["gen_ai.conversation.id"] or sp.traceId or ""
+            st.spans[#st.spans + 1] = { key = tostring(key), op = op, t0 = t0, t1 = t1, a = kept_attrs(a, op, st),
+                                        trace = sp.traceId }
+          end
         end
       end
     end
