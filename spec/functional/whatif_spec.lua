@@ -309,6 +309,28 @@ print(json.encode({ summary = whatif.summary(res), text = whatif.text(res) }))
     assert.are.equal(1, n, err)
   end)
 
+  -- before, a line of another agent's log in a file (read by the first
+  -- line's reader) and a message without its timestamp were dropped
+  -- without a word
+  it("says which lines it skips: another log's line, a message without its time", function()
+    local cc, codex = {}, nil
+    for l in io.lines(FIX .. "/claude_code.jsonl") do cc[#cc + 1] = l end
+    for l in io.lines(FIX .. "/codex.jsonl") do codex = codex or l end
+    local n = #cc
+    local notime = cc[3]:gsub(',?"timestamp":"[^"]*"', "")
+    local mixed = H.tmpfile("whatif-mixed.jsonl", table.concat(cc, "\n") .. "\n" .. codex .. "\n")
+    local st, _, _, err = summary_of({ mixed, "--compare", "recorded" })
+    assert.are.equal(0, st, err)
+    assert.truthy(err:find("whatif-mixed.jsonl:" .. (n + 1) .. ": not a Claude Code transcript line", 1, true), err)
+    local lines = {}
+    for i, l in ipairs(cc) do lines[i] = i == 3 and notime or l end
+    local nt = H.tmpfile("whatif-notime.jsonl", table.concat(lines, "\n") .. "\n")
+    st, _, _, err = summary_of({ nt, "--compare", "recorded" })
+    assert.are.equal(0, st, err)
+    assert.truthy(err:find("whatif-notime.jsonl:3: a", 1, true) and err:find("line without its timestamp: skipped", 1, true),
+      err)
+  end)
+
   -- before, --train learnt from the first session of each file only
   it("--train learns from every session of a file (a conversations file holds several)", function()
     local probe = H.tmpfile("whatif-train-probe.lua", [[

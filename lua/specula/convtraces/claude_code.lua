@@ -36,6 +36,11 @@ function M.events(v, ev, iso, st)
   if (v.isSidechain == true) ~= (st.sidechain == true) then return end
   local t = v.timestamp ~= nil and iso(v.timestamp) or nil
   local m = v.message
+  -- a message without its time cannot be placed: said (its call was lost
+  -- without a word, its result then paired with nothing)
+  if t == nil and (v.type == "user" or v.type == "assistant") and type(m) == "table" then
+    error(string.format("a%s %s line without its timestamp", v.type == "assistant" and "n" or "", v.type), 0)
+  end
   if v.type == "system" and v.subtype == "turn_duration" and v.durationMs ~= nil then
     local d = v.durationMs
     -- (1e400 decodes to infinity: no time, nor is a negative one)

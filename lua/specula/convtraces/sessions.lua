@@ -610,6 +610,10 @@ function M.read_all(path, opts, warn)
           local ok, sess = pcall(reader.session, v, path, ln)
           if ok and sess then whole[#whole + 1] = sess
           else warn(format("%s:%d: %s: skipped", path, ln, ok and "not " .. reader.expects or line_error(sess, reader))) end
+        elseif type(v) == "table" and reader.detect and not reader.detect(v) then
+          -- a line of another shape (another agent's log appended, a
+          -- stray object): said, not read as nothing without a word
+          warn(format("%s:%d: not %s: skipped", path, ln, reader.expects))
         elseif type(v) == "table" then
           local ok, e = pcall(reader.events, v, ev_for(""), iso, state)
           if not ok then warn(format("%s:%d: %s: skipped", path, ln, line_error(e, reader))) end

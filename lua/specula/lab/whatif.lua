@@ -155,15 +155,27 @@ local function learned(train, opts)
   return P
 end
 
--- A copy of a value's tables, all the way down (cycles kept as cycles).
+-- A copy of a value's tables, all the way down (cycles kept as cycles; the
+-- keys are the same values: an argument's keys are strings): for arguments
+-- JSON cannot carry (policy_ro copies through the C codec).
 local function deep_copy(v, seen)
   if type(v) ~= "table" then return v end
   seen = seen or {}
-  if seen[v] then return seen[v] end
-  local c = {}
+  local c = seen[v]
+  if c then return c end
+  c = {}
   seen[v] = c
-  for k, x in pairs(v) do c[deep_copy(k, seen)] = deep_copy(x, seen) end
-  return setmetatable(c, getmetatable(v))
+  local keys = {}
+  for k in next, v do keys[#keys + 1] = k end
+  for i = 1, #keys do
+    local k = keys[i]
+    local x = rawget(v, k)
+    if type(x) == "table" then x = deep_copy(x, seen) end
+    rawset(c, k, x)
+  end
+  local mt = getmetatable(v)
+  if mt ~= nil then setmetatable(c, mt) end
+  return c
 end
 
 -- Run every session in one configuration. Returns the totals.
@@ -190,7 +202,17 @@ local function run_config(name, list, ctx)
   -- the policy is the user's code: it sees a copy of the arguments (one
   -- that changed the recorded call's table changed the replay itself and
   -- every row after it, without a failure)
-  local function policy_ro(tool, args) return policy.read_only(tool, deep_copy(args)) end
+  local function policy_ro(tool, args)
+    -- a recorded call's arguments are JSON: copied through the C codec.
+    -- (Copied by deep_copy in Lua, the policy now and then judged a
+    -- read-only shell call a write when the machine was loaded: the golden
+    -- figures of a real trace changed run to run, and not with the JIT off
+    -- for deep_copy; a LuaJIT trace issue, not pinned down.)
+    local ok, text = pcall(json.encode, args)
+    local copy = ok and text and json.decode(text)
+    if copy == nil then copy = deep_copy(args) end
+    return policy.read_only(tool, copy)
+  end
   local function read_only(tool, args)
     if tool ~= group then return policy_ro(tool, args) end
     -- a turn's calls as one step (from a state not yet verified): only
