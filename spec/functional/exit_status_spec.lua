@@ -221,9 +221,23 @@ describe("exit statuses as docs/cli.md documents them", function()
   it("whatif: 0, 2, 1, 3, and 2 for an --out over a log; gateway: 2 and 1", function()
     local FIX = H.root .. "/spec/fixtures/sessions"
     local log = write("es_log.jsonl", H.read(FIX .. "/claude_code.jsonl"))
-    local poison = write("es_poison.lua", "return { read_only = function(tool, args)\n"
-      .. "  if tool == 'Glob' then args.poison = 1 / 0 end\n"
-      .. "  return tool == 'Read' or tool == 'Grep' or tool == 'Glob'\nend }\n")
+    -- a policy file whose code breaks the replay (every session's last
+    -- step raises): the policy itself gets copies and cannot
+    local poison = write("es_poison.lua", [[
+local specula = require "specula"
+local conv = specula.agents.conversation
+specula.agents.conversation = function(o)
+  local a = conv(o)
+  local step = a.step
+  a.step = function(state, ctx)
+    local r = step(state, ctx)
+    if r and r.final ~= nil then error("planned failure at the end") end
+    return r
+  end
+  return a
+end
+return { read_only = function(tool, args) return tool == 'Read' or tool == 'Grep' or tool == 'Glob' end }
+]])
     local cfg = write("es_gw.lua", "local specula = require 'specula'\n"
       .. "return specula.gateway { servers = { a = { command = { 'true' } } } }\n")
     check({
