@@ -178,6 +178,17 @@ local function deep_copy(v, seen)
   return c
 end
 
+-- A session's early calls (run_config's on_early) into its row's totals.
+local function add_early(t, e)
+  if not e then return end
+  t.early_reads, t.early_writes = t.early_reads + e.reads, t.early_writes + e.writes
+  for tool, h in pairs(e.hits) do
+    local th = t.tool_hits[tool] or { hits = 0, hidden = 0 }
+    th.hits, th.hidden = th.hits + h.hits, th.hidden + h.hidden
+    t.tool_hits[tool] = th
+  end
+end
+
 -- Run every session in one configuration. Returns the totals.
 local function run_config(name, list, ctx)
   local specula = require "specula"
@@ -281,15 +292,7 @@ local function run_config(name, list, ctx)
       local wall = r.wall_ms or r.stats.wall_ms
       t.wall = t.wall + wall
       t.by_session[tostring(r.id)] = wall
-      local e = early[r.id]
-      if e then
-        t.early_reads, t.early_writes = t.early_reads + e.reads, t.early_writes + e.writes
-        for tool, h in pairs(e.hits) do
-          local th = t.tool_hits[tool] or { hits = 0, hidden = 0 }
-          th.hits, th.hidden = th.hits + h.hits, th.hidden + h.hidden
-          t.tool_hits[tool] = th
-        end
-      end
+      add_early(t, early[r.id])
     end
   end
   -- no session replayed: no agent time (not 0 s, which reads as all of it saved)
@@ -301,10 +304,9 @@ local function run_config(name, list, ctx)
   -- calls of a parallel turn a prediction started: the engine saw them end
   -- unused (the step's action was the group), the group ran on them
   for _, r in ipairs(records) do
-    if not r.error then
-      local n, saved = agent.members_used(r.id)
-      t.hit, t.saved_ms, t.wasted = t.hit + n, t.saved_ms + saved, math.max(0, t.wasted - n)
-    end
+    local n, saved = 0, 0
+    if not r.error then n, saved = agent.members_used(r.id) end
+    t.hit, t.saved_ms, t.wasted = t.hit + n, t.saved_ms + saved, math.max(0, t.wasted - n)
   end
   return t
 end
