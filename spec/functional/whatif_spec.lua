@@ -62,6 +62,15 @@ describe("specula whatif", function()
     end
   end)
 
+  it("refuses an infinite or NaN number for its numeric options (1e999 reads as infinity)", function()
+    for _, c in ipairs({ { "--spec-ms", "1e999" }, { "--spec-ms", "nan" }, { "--approval-cap", "1e999" },
+                         { "--spec-p", "nan" } }) do
+      local st, _, err = H.specula({ "whatif", FIX .. "/codex.jsonl", c[1], c[2] })
+      assert.are.equal(2, st, c[1] .. " " .. c[2] .. ": " .. err)
+      assert.is_not_nil(err:find(c[1] .. " must be a finite number", 1, true), err)
+    end
+  end)
+
   it("needs a log, and names a file no reader reads: line and what each expected; failed apart", function()
     local st, _, err = H.specula({ "whatif" })
     assert.are.equal(2, st)

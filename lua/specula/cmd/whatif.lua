@@ -6,8 +6,9 @@ local function W() return require "specula.lab.whatif" end
 local function number(name, lo, hi)
   return function(v)
     local n = tonumber(v)
-    if not n or n ~= n or n < lo or (hi and n > hi) then
-      return nil, name .. " must be a number" .. (hi and (" in [" .. lo .. ", " .. hi .. "]") or (" >= " .. lo))
+    -- (infinity too: 1e999 reads as one, and no time or probability is)
+    if not n or n ~= n or n == math.huge or n == -math.huge or n < lo or (hi and n > hi) then
+      return nil, name .. " must be a finite number" .. (hi and (" in [" .. lo .. ", " .. hi .. "]") or (" >= " .. lo))
         .. ", got '" .. v .. "'"
     end
     return n
@@ -16,7 +17,7 @@ end
 
 local M = {
   name = "whatif",
-  synopsis = "LOG... [--train FILE] [--policy FILE] [--compare LIST] [--out FILE] [--summary FILE]",
+  synopsis = "LOG... [--train FILE] [--policy FILE] [--compare LIST] [--out FILE] [--summary FILE] [options]",
   summary = "what speculation would have saved on an agent's own timed logs, and the bound",
   positional = "logs",
   about = [[
