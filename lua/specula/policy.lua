@@ -187,7 +187,18 @@ function M.build(spec, agent_tools, script_dir)
   function obj.on_error(tool, msg)
     obj.script_errors = obj.script_errors + 1
     if not obj.first_error then
-      obj.first_error = "policy " .. name .. ": for tool '" .. tostring(tool) .. "' " .. require("specula.internal.sched").errstr(msg)
+      local text = require("specula.internal.sched").errstr(msg)
+      -- a message with no line of its own (a bare yield, a non-decision)
+      -- names where the policy's function is defined
+      if not text:find("^[^\n]-%.lua:%d+:") then
+        local fn = type(spec) == "function" and spec or (type(spec) == "table" and type(spec.decide) == "function"
+          and spec.decide)
+        local info = fn and debug.getinfo(fn, "S")
+        if info and info.what == "Lua" then
+          text = text .. string.format(" (the policy at %s:%d)", info.short_src, info.linedefined)
+        end
+      end
+      obj.first_error = "policy " .. name .. ": for tool '" .. tostring(tool) .. "' " .. text
       -- once a process: every configuration of a --compare or a whatif
       -- builds its own policy, and the same script raises the same way
       if not SAID[obj.first_error] then

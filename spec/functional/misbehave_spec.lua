@@ -119,6 +119,17 @@ describe("a policy whose decide fails", function()
     end)
   end
 
+  -- before, a decision that is no decision was said without a script or line
+  it("(returning a number) forbids that call with one warning naming where the decide function is", function()
+    local st, byid, se, n = run({ POLICY_FAIL = "number" }, { "--policy", POLICY })
+    assert.equals(0, st, se)
+    others_ok(byid, n)
+    local _, count = se:gsub("warning: policy ", "")
+    assert.equals(1, count, se)
+    assert.matches("returned number, expected full, warmup or forbid %(the policy at [^\n]*misbehave/policy.lua:9%)"
+      .. " %(counted as forbid%)", se)
+  end)
+
   it("a policy file that raises nil is refused before any query, naming the file and line", function()
     local st, _, se, n = run({ POLICY_FAIL = "load" }, { "--policy", POLICY })
     assert.equals(1, st, se)
