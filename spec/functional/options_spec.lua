@@ -137,6 +137,25 @@ describe("shared options", function()
     assert.equals('{"id":"a","query":"q"}\n', H.read(inp))
   end)
 
+  -- before, the --out file was created (empty) and left behind
+  it("a --trace path that cannot be written ends the run before an --out file is left behind", function()
+    local dir = H.tmpdir()
+    local inp = H.tmpfile("badtrace_in.jsonl", '{"id":"a","query":"q"}\n')
+    local out = dir .. "/badtrace_out.jsonl"
+    os.remove(out)
+    local st, err = run({ "--input", inp, "--out", out, "--trace", dir .. "/no/such/dir/t.json" }, true)
+    assert.equals(1, st, err)
+    assert.matches("cannot write --trace file", err, 1, true)
+    assert.is_nil(io.open(out, "r"), "an empty --out was left behind")
+    -- an --out that was there already stays as it was
+    local f = assert(io.open(out, "w"))
+    f:write("")
+    f:close()
+    st = run({ "--input", inp, "--out", out, "--trace", dir .. "/no/such/dir/t.json" }, true)
+    assert.equals(1, st)
+    assert.is_not_nil(io.open(out, "r"))
+  end)
+
   it("theory-only options keep their domains (p in [0, 1], alpha, beta, nu >= 0)", function()
     for _, c in ipairs({ { "p", "1.5" }, { "p", "-0.1" }, { "p", "abc" }, { "alpha", "-1" }, { "beta", "inf" },
                          { "nu", "-0.5" }, { "nu", "nan" } }) do

@@ -700,11 +700,24 @@ function M.main(agent, args, script, compare)
   -- records are written and their stage times read again only by --trace
   run.raw_stages = not o.trace
   local out, what = output.wrap(io.stdout, "canonical"), "stdout"
+  local out_new = o.out and C.sp_host_path_kind(o.out) == 0
   if o.out then
     out, what = open_output(o.out, "a", "--out file", "canonical"), format("--out file '%s'", o.out)
   end
-  -- opened now, so a path that cannot be written fails before the run
-  local trace_f = o.trace and open_output(o.trace, "w", "--trace file", "json")
+  -- opened now, so a path that cannot be written fails before the run (and
+  -- an --out this run created for nothing is not left behind, empty)
+  local trace_f
+  if o.trace then
+    local tok, t = pcall(open_output, o.trace, "w", "--trace file", "json")
+    if not tok then
+      if out_new then
+        out:close()
+        os.remove(o.out)
+      end
+      error(t, 0)
+    end
+    trace_f = t
+  end
   if o.trace then run.trace_out = {} end
   local write = records.record_writer(out, nil, what, o.out)
   -- Without --trace a written record goes: its counters are folded into
