@@ -348,7 +348,9 @@ return specula.gateway {
     local input = H.tmpfile("gw-ids.jsonl", table.concat({ INIT, INITIALIZED, call("null"), call('"s-1"'),
       call("9007199254740991"), '{"jsonrpc":"2.0","id":null,"method":"ping"}',
       -- integers past 2^53 (a client in a language with 64-bit integers)
-      call("9007199254740993"), call("18446744073709551615"), call("-9007199254740993") }, "\n") .. "\n")
+      call("9007199254740993"), call("18446744073709551615"), call("-9007199254740993"),
+      -- no id either: a fraction, an object, a list
+      call("1.5"), call('{"a":1}'), call("[2]") }, "\n") .. "\n")
     local st, out, err = H.sh("(cat " .. H.quote(input) .. "; sleep 3) | " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg))
     assert.are.equal(0, st, err)
     local refused, by_id = {}, {}
@@ -359,11 +361,16 @@ return specula.gateway {
         by_id[id] = cjson.decode(l)
       end
     end
-    assert.are.equal(2, #refused, out)
+    assert.are.equal(5, #refused, out)
     for i, method in ipairs({ "tools/call", "ping" }) do
       assert.are.equal(-32600, refused[i].error.code)
       assert.are.equal("Invalid Request: a request's id must be a string or an integer, not null (" .. method .. ")",
         refused[i].error.message)
+    end
+    for i, got in ipairs({ "1.5", "a JSON object or list", "a JSON object or list" }) do
+      assert.are.equal(-32600, refused[2 + i].error.code)
+      assert.are.equal("Invalid Request: a request's id must be a string or an integer, got " .. got .. " (tools/call)",
+        refused[2 + i].error.message)
     end
     assert.are.equal("echo: x", by_id['"s-1"'].result.content[1].text)
     assert.are.equal("echo: x", by_id["9007199254740991"].result.content[1].text)

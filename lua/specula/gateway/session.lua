@@ -800,6 +800,14 @@ function Session:_receive(msg, raw)
     return self:_error(JNULL, -32600, "Invalid Request: a request's id must be a string or an integer, not null ("
       .. tostring(method) .. ")")
   end
+  -- an object, a list or a fraction is no id either (MCP: a string or an
+  -- integer); answered with id null, as JSON-RPC says for an id it cannot use
+  if method ~= nil and id ~= nil and type(id) ~= "string" and not (type(id) == "number" and id == math.floor(id)
+    and id > -math.huge and id < math.huge) then
+    return self:_error(JNULL, -32600, "Invalid Request: a request's id must be a string or an integer, got "
+      .. (type(id) == "number" and tostring(id) or ("a JSON " .. (type(id) == "table" and "object or list" or type(id))))
+      .. " (" .. tostring(method) .. ")")
+  end
   if method ~= nil and id ~= nil then
     if not self.stateless and not self.init_task and method ~= "initialize" then
       local p = msg.params
