@@ -40,7 +40,9 @@ mkdir -p "$W"
 cp -R $EX/store "$W/store"
 export EXPERIMENT_STORE=$W/store
 
-# The model, until the recording is done.
+# The model, until the recording is done. (Its log exists before the wait
+# below reads it: the background job's redirection may come later.)
+: > "$W/model.log"
 node $EX/model.js --port "${EXPERIMENT_PORT:-18790}" > "$W/model.log" 2>&1 &
 MODEL=$!
 trap 'kill $MODEL 2>/dev/null || true' EXIT
