@@ -88,10 +88,12 @@ describe("scheduler", function()
     local out = ok_script([[
       print(pcall(specula.spawn, 42))
       print(pcall(specula.sleep, "soon"))
+      print(pcall(specula.sleep, 0 / 0))
       print(pcall(specula.wait_all, {}))
     ]])
     assert.matches("expected a function, got number", out, 1, true)
     assert.matches("expected milliseconds, got string", out, 1, true)
+    assert.matches("expected milliseconds, got nan", out, 1, true)
     assert.matches("non%-empty list of tasks", out)
   end)
 

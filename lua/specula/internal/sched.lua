@@ -369,6 +369,8 @@ end
 local current_id, sleep_running = C.sp_task_current_id, C.sp_sleep_running
 function M.sleep(ms)
   if type(ms) ~= "number" then error("specula.sleep: expected milliseconds, got " .. type(ms), 2) end
+  -- NaN (a 0/0 in the caller's arithmetic) waited 0 without a word
+  if ms ~= ms then error("specula.sleep: expected milliseconds, got nan", 2) end
   local id = ctx ~= nil and current_id(ctx) or 0
   local co = co_running()
   if id == 0 or (CO[co] ~= true and CO[id] ~= co) then current("specula.sleep") end
