@@ -459,8 +459,10 @@ function M.text(res)
     n_calls, untimed = n_calls + sessions.n_calls(s), untimed + s.untimed
     user, appr, model, toolt = user + s.user_ms, appr + s.approval_ms, model + s.model_ms, s.tool_ms + toolt
   end
-  p("%d session%s (%d failed), %d tool call%s (%d untimed); agent's time %s s: model %s s, tools %s s; "
+  -- (the logs that could not be read: counted apart, never sessions)
+  p("%d session%s (%d log%s unreadable), %d tool call%s (%d untimed); agent's time %s s: model %s s, tools %s s; "
     .. "left out: the person's %s s, approval waits %s s\n", res.sessions, res.sessions == 1 and "" or "s", #res.failed,
+    #res.failed == 1 and "" or "s",
     n_calls, n_calls == 1 and "" or "s", untimed,
     secs(model + toolt), secs(model), secs(toolt), secs(user), secs(appr))
   if assumed > 0 then
