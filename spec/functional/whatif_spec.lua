@@ -671,6 +671,20 @@ print(require("specula").json.encode({ trained = got }))
     assert.are.equal(64, #r.calls[3].args_sha256)
     assert.is_nil(r.calls[3].args)
     assert.is_nil(text:find("git push", 1, true))
+    -- the log named by its bytes' digest, not its path's (a path's digest
+    -- identifies nothing a reader has); no directory in the record
+    local p = io.popen("sha256sum " .. H.quote(log))
+    local want = p:read("*a"):match("^(%x+)")
+    p:close()
+    assert.are.equal(want, r.source_sha256)
+    assert.is_nil(text:find(H.tmpdir(), 1, true))
+    -- a conversations file's lines without an id: named FILE:LINE by the file's name only
+    local conv = H.root .. "/spec/fixtures/conversations/openai.jsonl"
+    st, _, err = H.specula({ "whatif", conv, "--compare", "recorded", "--out", out })
+    assert.are.equal(0, st, err)
+    text = io.open(out):read("*a")
+    assert.is_nil(text:find(H.root, 1, true), text:sub(1, 300))
+    assert.is_not_nil(text:find('"id":"openai.jsonl:', 1, true))
     st, _, err = H.specula({ "whatif", log, "--compare", "sequential", "--out", out, "--keep-content",
       "--secret-env", "WHATIF_TOKEN" }, { WHATIF_TOKEN = secret })
     assert.are.equal(0, st, err)

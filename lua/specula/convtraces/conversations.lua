@@ -33,7 +33,7 @@ function M.session(v, path, ln)
   local out, calls = {}, {}
   local s = { format = M.name, path = path, msgs = out, calls = calls, recorded_ms = 0, model_ms = 0, tool_ms = 0,
               user_ms = 0, approval_ms = 0, prompts = 0, turns = 0, untimed = 0, assumed = true,
-              id = (type(v.id) == "string" or type(v.id) == "number") and tostring(v.id) or (path .. ":" .. ln) }
+              id = (type(v.id) == "string" or type(v.id) == "number") and tostring(v.id) or ((path:match("[^/]*$") or path) .. ":" .. ln) }
   for _, msg in ipairs(msgs) do
     if type(msg) == "table" then
       local c = {}

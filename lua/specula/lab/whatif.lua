@@ -509,7 +509,10 @@ function M.record(s, res, keep)
   end
   local walls = {}
   for _, t in ipairs(res.configs) do walls[t.name] = t.by_session[s.id] or json.null end
-  return { id = s.id, format = s.format, assumed = s.assumed or nil, source_sha256 = crypto.sha256_hex(s.path), source = keep and s.path or nil,
+  -- the digest of the log's bytes (it was the digest of its path): which
+  -- file it was, without naming it
+  local digest = require("specula.provenance").file_digest(s.path) or json.null
+  return { id = s.id, format = s.format, assumed = s.assumed or nil, source_sha256 = digest, source = keep and s.path or nil,
            recorded_ms = s.recorded_ms, model_ms = s.model_ms, tool_ms = s.tool_ms, user_ms = s.user_ms,
            approval_ms = s.approval_ms, prompts = s.prompts, turns = s.turns, calls = json.array(calls),
            agent_ms = walls, messages = keep and s.msgs or nil }
