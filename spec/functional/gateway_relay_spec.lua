@@ -325,6 +325,33 @@ return specula.gateway {
     assert.are.equal(0, record(out2).cancelled_by_client)
   end)
 
+  -- before, a call that joined a prefetch which then timed out was sent
+  -- again with the whole timeout: the client waited about twice it
+  it("a call that joins a prefetch which times out waits its own timeout in all, not twice it #timing", function()
+    if not guard() then return end
+    local cfg = H.tmpfile("gw-jointimeout.lua", string.format([[
+local specula = require "specula"
+return specula.gateway {
+  servers = { test = { command = { %q, %q }, timeout_ms = 1500 } },
+  policy = { slow = "full" },
+  predict = function(history) return { { tool = "slow", args = { ms = 5000 }, confidence = 1 } } end,
+}
+]], node(), SERVER))
+    local out = H.tmpdir() .. "/gw-jointimeout.jsonl"
+    os.remove(out)
+    -- the first call's answer starts the prefetch; the second asks for it at once
+    local gw = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, steps = {
+      { op = "call", name = "echo", arguments = { text = "x" } },
+      { op = "call", name = "slow", arguments = { ms = 5000 } } } })
+    assert.is_true(gw.steps[1].ok)
+    local s2 = gw.steps[2]
+    assert.is_false(s2.ok)
+    local waited = s2.recv_ms - s2.sent_ms
+    -- its own timeout is 1,500 ms: it waited that long, not 3,000
+    assert.is_true(waited < 2400, "the client waited " .. waited .. " ms")
+    assert.are.equal(1, record(out).speculation.joined)
+  end)
+
   -- before, a cancelled initialize left a session that answered every
   -- request "not initialized" and a new initialize "sent already"
   it("does not cancel initialize (MCP: a client must not): the session is served", function()

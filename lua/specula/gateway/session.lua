@@ -223,13 +223,18 @@ end
 -- One request to one server for the client: result, err, client, ms.
 -- (prefetch: a call the client has not made; the others count in
 -- self.busy[server], the client's requests in flight at each server)
-function Session:_forward(server, method, params, on_progress, what, prefetch)
+function Session:_forward(server, method, params, on_progress, what, prefetch, since)
   local c = self.up:client(server)
   if not c then return nil, "mcp server '" .. tostring(server) .. "' is not running: " .. tostring(self.up.errors[server]) end
   local t0 = sched.now()
+  -- since: when the client asked, for a call that waited on a prefetch
+  -- first: it gets what is left of the server's timeout, not all of it
+  -- again (a joined prefetch that timed out made the client wait twice)
+  local timeout_ms
+  if since and c.timeout_ms then timeout_ms = math.max(1, c.timeout_ms - (t0 - since)) end
   local busy = self.busy
   if not prefetch then busy[server] = (busy[server] or 0) + 1 end
-  local r, err = c:request(method, params, { on_progress = on_progress, what = what })
+  local r, err = c:request(method, params, { on_progress = on_progress, what = what, timeout_ms = timeout_ms })
   if not prefetch then busy[server] = busy[server] - 1 end
   local ms = sched.now() - t0
   local us = self.rec:server(server)
@@ -249,14 +254,14 @@ function Session:_fallback(cap, name)
 end
 
 -- tools/call for an exposed name (speculation's calls come here too).
-function Session:_call_tool(name, args, on_progress, meta, prefetch)
+function Session:_call_tool(name, args, on_progress, meta, prefetch, since)
   local _, routes = self.up:tools()
   local route = routes[name] or self:_fallback("tools", name)
   if not route then return nil, "unknown tool '" .. tostring(name) .. "'", nil, -32602 end
   local p = upstream_params({ _meta = meta }, "name", route.name)
   p.arguments = (args == nil or args == JNULL) and obj() or args
   local r, err, c, ms = self:_forward(route.server, "tools/call", p, on_progress, "tools/call '" .. route.name .. "'",
-    prefetch)
+    prefetch, since)
   return r, err, { client = c, ms = ms, raw = r and c and c.raw_of[r] }
 end
 
@@ -267,11 +272,11 @@ function Session:_tools_call(id, params)
   local ts = self.rec:tool(name)
   local t0 = sched.now()
   local relay = self:_progress_fn(params)
-  local r, err, info, hidden = self.spec:take(name, args, relay)
+  local r, err, info, hidden, joined = self.spec:take(name, args, relay)
   local served = r ~= nil
   if not served then
     local code
-    r, err, info, code = self:_call_tool(name, args, relay, params._meta)
+    r, err, info, code = self:_call_tool(name, args, relay, params._meta, nil, joined and t0 or nil)
     if code then return self:_error(id, code, err) end
   end
   -- counted once answered (a call cancelled by the client, or by the

@@ -249,7 +249,12 @@ function S:take(name, args, on_progress)
       if e.last_progress then on_progress(e.last_progress) end
     end
     local okw = e.task:wait()
-    if not okw or not e.done then return nil end
+    if not okw or not e.done then return nil, nil, nil, nil, true end
+    if e.err ~= nil and e.result == nil then
+      -- joined, then failed (a timeout, say): the client's call runs as
+      -- asked, within what is left of its own time (5th value: joined)
+      return nil, nil, nil, nil, true
+    end
   end
   if e.err ~= nil and e.result == nil then
     -- a failed prefetch is not an answer: the client's call runs as asked
