@@ -236,6 +236,24 @@ return specula.gateway {
     assert.are.equal(1, rec.tools.log.calls)
   end)
 
+  -- before, a server's garbage lines and stray answers were in no count
+  -- and on no stderr (its client is quiet)
+  it("counts a server's garbage lines and stray answers in its record (the calls still answered)", function()
+    if not guard() then return end
+    local cfg, _, out = setup()
+    local gw = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, steps = {
+      { op = "call", name = "garbage", arguments = {} },
+      { op = "call", name = "unknown_id", arguments = {} },
+    } })
+    assert.are.equal("after garbage", gw.steps[1].result.content[1].text)
+    assert.are.equal("after stray", gw.steps[2].result.content[1].text)
+    local srv = record(out).servers.test
+    assert.are.equal(1, srv.malformed)
+    assert.are.equal(1, srv.unknown_ids)
+    assert.are.equal(0, srv.oversized)
+    assert.are.equal(0, srv.timeouts)
+  end)
+
   it("a crash as an error with the server's last words, then starts the server again", function()
     if not guard() then return end
     local cfg, log, out = setup()

@@ -125,6 +125,10 @@ function R:record(session)
       local s = servers[e.name] or { requests = 0, errors = 0, ms = 0 }
       s.version = e.client.protocol_version
       s.restarts = e.client.st.restarts
+      -- what the server did wrong on its transport (its client is quiet:
+      -- a client's stderr is no place for it), counted here
+      local cst = e.client.st
+      s.malformed, s.unknown_ids, s.oversized, s.timeouts = cst.malformed, cst.unknown_ids, cst.oversized, cst.timeouts
       servers[e.name] = s
     end
     for name, err in pairs(session.up.errors) do
