@@ -129,6 +129,21 @@ int sp_opt_parse(const char *name, const char *text, double *out, char *err, siz
       return -1;
     }
   }
+  /* an integer written with more digits than a double keeps exactly
+     (9007199254740993 reads as 2^53): another number than the one given */
+  if (d->integer && isfinite(v) && fabs(v) >= 9007199254740992.0) {
+    const char *t = text + (text[0] == '+' || text[0] == '-');
+    int digits_only = *t != '\0' && strspn(t, "0123456789") == strlen(t);
+    if (digits_only) {
+      char back[64];
+      snprintf(back, sizeof back, "%.0f", fabs(v));
+      while (*t == '0' && t[1] != '\0') t++;
+      if (strcmp(back, t) != 0) {
+        snprintf(err, errlen, "--%s %s, got '%s'", d->name, d->rule, text);
+        return -1;
+      }
+    }
+  }
   if (!in_domain(d, v)) {
     snprintf(err, errlen, "--%s %s, got '%s'", d->name, d->rule, text);
     return -1;
