@@ -8,7 +8,8 @@ local GOLD = H.root .. "/spec/fixtures/whatif_figures"
 local NO_TEXTS = "recorded,sequential,spechop,perfect-predictor,perfect-speculator,perfect-both"
 
 -- `specula whatif` from the checkout's root on paths relative to it, as
--- the goldens were made (a session without an id is named by its path)
+-- the goldens were made (a session without an id is named by its file's
+-- name and line)
 local function whatif(args)
   local parts = { "cd", H.quote(H.root), "&&" }
   if H.wrap and H.wrap ~= "" then parts[#parts + 1] = H.wrap end

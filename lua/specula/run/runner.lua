@@ -630,6 +630,27 @@ end
 -- `specula run` with an agent. compare(agent, o, src, script) runs
 -- --compare (specula.run.compare.main, given by specula.cmd.run: compare
 -- sits above the runner, whose pieces it uses).
+-- The run's --out (else stdout) and --trace, opened before the run so that
+-- a path that cannot be written fails first; an --out this run created for
+-- nothing (the --trace path failed) is not left behind, empty.
+local function open_outputs(o)
+  local out, what = output.wrap(io.stdout, "canonical"), "stdout"
+  local out_new = o.out and C.sp_host_path_kind(o.out) == 0
+  if o.out then
+    out, what = open_output(o.out, "a", "--out file", "canonical"), format("--out file '%s'", o.out)
+  end
+  if not o.trace then return out, what, nil end
+  local tok, t = pcall(open_output, o.trace, "w", "--trace file", "json")
+  if not tok then
+    if out_new then
+      out:close()
+      os.remove(o.out)
+    end
+    error(t, 0)
+  end
+  return out, what, t
+end
+
 function M.main(agent, args, script, compare)
   local o = runopts.parse_args(args)
   if o.help then return nil, nil, "help" end   -- specula.cmd prints the usage
@@ -699,25 +720,7 @@ function M.main(agent, args, script, compare)
   end
   -- records are written and their stage times read again only by --trace
   run.raw_stages = not o.trace
-  local out, what = output.wrap(io.stdout, "canonical"), "stdout"
-  local out_new = o.out and C.sp_host_path_kind(o.out) == 0
-  if o.out then
-    out, what = open_output(o.out, "a", "--out file", "canonical"), format("--out file '%s'", o.out)
-  end
-  -- opened now, so a path that cannot be written fails before the run (and
-  -- an --out this run created for nothing is not left behind, empty)
-  local trace_f
-  if o.trace then
-    local tok, t = pcall(open_output, o.trace, "w", "--trace file", "json")
-    if not tok then
-      if out_new then
-        out:close()
-        os.remove(o.out)
-      end
-      error(t, 0)
-    end
-    trace_f = t
-  end
+  local out, what, trace_f = open_outputs(o)
   if o.trace then run.trace_out = {} end
   local write = records.record_writer(out, nil, what, o.out)
   -- Without --trace a written record goes: its counters are folded into
