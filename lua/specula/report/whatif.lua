@@ -57,6 +57,16 @@ local function secs(ms) return ms and format("%.1f", ms / 1000) or "–" end
 -- no "-0.00" for a rounding's sign
 local function fnum(x, d) return (common.fnum(x, d):gsub("^%-(0%.0*)$", "%1")) end
 
+-- "MODEL", "TOOLS", "TOTAL" in tenths of a second that add up as printed:
+-- the tools' part is the rounded total less the rounded model time (each
+-- rounded on its own, 6.54 + 0.54 printed "6.5 + 0.5 = 7.1").
+local function sum_parts(model_ms, agent_ms)
+  local m10 = math.floor(model_ms / 100 + 0.5)
+  local a10 = math.floor(agent_ms / 100 + 0.5)
+  local t10 = math.max(0, a10 - m10)
+  return format("%.1f", m10 / 10), format("%.1f", t10 / 10), format("%.1f", (m10 + t10) / 10)
+end
+
 -- The stacked bars: one row a configuration, model | tool waited | hidden.
 local function stacked(s, id)
   local rows = s.configs
@@ -87,9 +97,12 @@ local function stacked(s, id)
       end
       x0 = x1
     end
-    c:text(x0 + 6, y + 19, r.none and "no session replayed (every one failed)" or format("%s + %s = %s s%s",
-      secs(r.model_ms), secs(r.tool_ms), secs(r.agent_ms), r.hidden_ms > 0 and format("; hid %s s", secs(r.hidden_ms))
-      or ""), { class = "tick-label bar-label" })
+    local label = "no session replayed (every one failed)"
+    if not r.none then
+      local m, t, a = sum_parts(r.model_ms, r.agent_ms)
+      label = format("%s + %s = %s s%s", m, t, a, r.hidden_ms > 0 and format("; hid %s s", secs(r.hidden_ms)) or "")
+    end
+    c:text(x0 + 6, y + 19, label, { class = "tick-label bar-label" })
     c:close()
   end
   local base = top + #rows * row_h
