@@ -590,6 +590,9 @@ function M.read_all(path, opts, warn)
     end
     if line:find("%S") then
       local v, derr = json.decode(line)
+      -- the decoder stops at a NUL byte ("unexpected end of string"): say what it met
+      local nul = v == nil and line:find("\0", 1, true)
+      if nul then derr = format("a NUL byte at column %d", nul) end
       if v == nil then
         if not reader then
           f:close()
