@@ -370,6 +370,18 @@ return specula.gateway {
     assert.are.equal(1, record(out).speculation.joined)
   end)
 
+  -- before, the warning repeated the client's bytes as they came
+  it("says a line that is not UTF-8 with its bytes replaced, not raw, on its stderr", function()
+    if not guard() then return end
+    local cfg = setup()
+    local input = H.tmpfile("gw-badutf.jsonl", INIT .. "\n\255\254 not json\n")
+    local st, _, err = H.sh("(cat " .. H.quote(input) .. "; sleep 1) | " .. H.quote(H.bin) .. " gateway " .. H.quote(cfg))
+    assert.are.equal(0, st, err)
+    assert.truthy(err:find("malformed JSON on stdin", 1, true), err)
+    assert.falsy(err:find("\255", 1, true), "raw bytes on stderr")
+    assert.truthy(err:find("\239\191\189", 1, true), err)   -- U+FFFD in their place
+  end)
+
   -- before, a cancelled initialize left a session that answered every
   -- request "not initialized" and a new initialize "sent already"
   it("does not cancel initialize (MCP: a client must not): the session is served", function()

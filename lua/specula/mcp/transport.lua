@@ -75,11 +75,14 @@ function M.spawn_root(fn)
   return t
 end
 
--- A text for a message: control characters as spaces, cut at n.
+-- A text for a message: control characters as spaces, bytes that are not
+-- UTF-8 replaced (a client's raw bytes went to stderr as they came), cut at
+-- n (not inside a character).
 function M.excerpt(s, n)
   n = n or 80
-  s = tostring(s):gsub("[%c]", " ")
-  if #s > n then return s:sub(1, n) .. "..." end
+  local json = require "specula.json"
+  s = json.utf8_clean((tostring(s):gsub("[%c]", " ")))
+  if #s > n then return json.utf8_cut(s, n) .. "..." end
   return s
 end
 
