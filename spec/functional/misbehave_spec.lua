@@ -145,6 +145,18 @@ describe("a predictor that fails", function()
   }
   -- before, a predictor that returned no list was warned about once and
   -- asked again at every step; and the warning named no script
+  -- before, an infinite confidence went to the gate as it was, unsaid
+  it("whose confidence is not in [0, 1] has it taken as 1 (or 0), said once; every record written", function()
+    local out = tmp("out.jsonl")
+    local st, byid, se, n = run({ PRED_FAIL = "confidence" }, { "--predictor", PRED }, out)
+    assert.equals(0, st, se)
+    assert.equals(4, n)
+    for i, q in ipairs({ "a", "b", "c", "d" }) do assert.equals(q .. ":seen1", byid["q" .. i].answer) end
+    local _, count = se:gsub("is not in %[0, 1%]", "")
+    assert.equals(1, count, se)
+    assert.matches("a prediction's confidence inf is not in [0, 1] (tool 'look'): taken as 1", se, 1, true)
+  end)
+
   it("that returns no list is disabled like one that raises, the warning naming where it is defined", function()
     local out = tmp("out.jsonl")
     local st, byid, se, n = run({ PRED_FAIL = "number" }, { "--predictor", PRED }, out)

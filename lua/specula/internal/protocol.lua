@@ -305,6 +305,16 @@ local function predict(A, state, ctx)
       if okc then okc, key = pcall(json.canonical, args) end
       local conf = tonumber(p.confidence) or 0
       if conf ~= conf then conf = 0 end
+      -- a probability: outside [0, 1] (inf, negative) it is clamped, and
+      -- said once (an infinite one made the gate's expected saving infinite)
+      if conf < 0 or conf > 1 then
+        if not A.warned_conf then
+          A.warned_conf = true
+          output.stderr("specula: warning: a prediction's confidence " .. tostring(p.confidence)
+            .. " is not in [0, 1] (tool '" .. p.tool .. "'): taken as " .. (conf < 0 and "0" or "1") .. "\n")
+        end
+        conf = conf < 0 and 0 or 1
+      end
       local tconf = tonumber(p.tool_confidence) or -1
       if tconf ~= tconf then tconf = -1 end
       if okc then

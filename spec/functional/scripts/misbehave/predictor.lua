@@ -1,6 +1,6 @@
 -- A learning predictor for spec/functional/misbehave_spec.lua; PRED_FAIL
 -- (env) names the method that raises: observe (on the second trajectory),
--- predict (on its second call; number: returns 42 then), state, restore. A restored state whose
+-- predict (on its second call; number: returns 42 then; confidence: inf), state, restore. A restored state whose
 -- count is not a number (well formed, but wrong) makes learning raise.
 local fail = os.getenv("PRED_FAIL") or ""
 local seen, calls = 0, 0
@@ -21,6 +21,6 @@ end
 return setmetatable(P, { __call = function()
   calls = calls + 1
   if fail == "predict" and calls == 2 then error(nil) end
-  if fail == "number" and calls == 2 then return 42 end
+  if fail == "number" and calls == 2 then return 42 elseif fail == "confidence" then return { { tool = "look", args = { n = 1 }, confidence = math.huge } } end
   return { { tool = "look", args = { n = 1 } } }
 end })
