@@ -648,6 +648,22 @@ int sp_window_hop(const sp_window *w, int i, sp_hop_info *out);
    is not finite, a verifier reason is not valid UTF-8, or memory ran out
    (the caller then builds the object in Lua, which cleans or reports it). */
 int sp_window_stages_json(const sp_window *w, char *out, int cap);
+/* The record's "stats" object of a finished query as canonical JSON, from
+   its window's statistics and what the run adds (engine/sp_record.c): the
+   same bytes the Lua record's table encodes to (lua/specula/run/records.lua
+   stats_table), for records written and dropped. Its length, copied into
+   out when it fits in cap bytes (no NUL); -1 when a figure is not finite or
+   memory ran out (the caller then builds the table, which reports it). */
+typedef struct sp_stats_opts {
+  int hops;                  /* the window's committed hops (sp_window_nhops) */
+  int k_config;              /* k configured: >= 1, SP_K_UNBOUNDED, SP_K_AUTO */
+  double m;                  /* candidates a hop (1 in sequential mode) */
+  const char *mode;          /* --mode, NULL: no "mode" key */
+  const char *spec_launch;   /* "eager", "lazy" or "slot" */
+  const char *match;         /* the predictor's match; NULL: no "prefetch" object */
+  int predictor_off;         /* the predictor raised and was off for this query */
+} sp_stats_opts;
+int sp_record_stats_json(const sp_window_stats *st, const sp_stats_opts *o, char *out, int cap);
 /* The trajectory as text, hop by hop as hops commit (cfg.encode_trajectory):
    a query in flight holds a few bytes per finished hop instead of its Lua
    step and observation, which the collector would mark again and again.

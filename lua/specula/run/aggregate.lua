@@ -45,6 +45,14 @@ end
 -- match: the run's match when it predicts (its prefetch counters summed as
 -- a full record's are).
 local prefetch_add
+-- A query's prefetch counters (sp_prefetch_stats) as its record has them.
+local function prefetch_of(pf, match)
+  return { candidates = tonumber(pf.candidates), fired = tonumber(pf.fired),
+    promoted = tonumber(pf.promoted), promoted_lossy = tonumber(pf.promoted_lossy), wasted = tonumber(pf.wasted),
+    wasted_cost = round(tonumber(pf.wasted_cost), 6), gated_ev = tonumber(pf.gated_ev),
+    gated_policy = tonumber(pf.gated_policy), held = tonumber(pf.held), saved_ms = round(tonumber(pf.saved_ms), 3),
+    match = match }
+end
 local function agg_add(a, st, failed, match)
   a.queries = a.queries + 1
   -- a failed query is counted, never a data point: its wall time is how
@@ -62,14 +70,7 @@ local function agg_add(a, st, failed, match)
   a.wasted_cost, a.wasted_calls = a.wasted_cost + st.wasted_cost, a.wasted_calls + st.wasted_calls
   a.speculative_launches, a.deferred = a.speculative_launches + st.speculative_launches, a.deferred + st.deferred
   C.sp_est_merge(a.est, st.est)
-  if match then
-    local pf = st.pf
-    prefetch_add(a, { candidates = tonumber(pf.candidates), fired = tonumber(pf.fired),
-      promoted = tonumber(pf.promoted), promoted_lossy = tonumber(pf.promoted_lossy), wasted = tonumber(pf.wasted),
-      wasted_cost = round(tonumber(pf.wasted_cost), 6), gated_ev = tonumber(pf.gated_ev),
-      gated_policy = tonumber(pf.gated_policy), held = tonumber(pf.held), saved_ms = round(tonumber(pf.saved_ms), 3),
-      match = match })
-  end
+  if match then prefetch_add(a, prefetch_of(st.pf, match)) end
 end
 
 -- The query's gate decisions per trigger ("zero forbidden launches" is a
@@ -134,7 +135,22 @@ add_record = function(a, r, count)
     return
   end
   local s, g = r.stats, r._agg
-  if s and g then
+  local st = g and g.st
+  if st then
+    -- a record whose stats went out as engine-written text (records.collect,
+    -- run.raw_stats): the same figures from the window's statistics, rounded
+    -- where the record rounds them
+    a.wall_ms, a.standard_ms = a.wall_ms + g.wall, a.standard_ms + g.std
+    a.hops, a.commits, a.rollbacks = a.hops + g.hops, a.commits + st.commits, a.rollbacks + st.rollbacks
+    a.accepted, a.rejected = a.accepted + g.acc, a.rejected + g.rej
+    a.model, a.target, a.speculator = a.model + st.model_calls, a.target + st.target_calls, a.speculator + st.spec_calls
+    a.predicted, a.warmup = a.predicted + st.predicted_calls, a.warmup + st.warmup_calls
+    a.cancelled = a.cancelled + st.cancelled_model + st.cancelled_target + st.cancelled_spec
+    a.wasted_cost, a.wasted_calls = a.wasted_cost + round(st.wasted_cost, 6), a.wasted_calls + st.wasted_calls
+    a.speculative_launches, a.deferred = a.speculative_launches + st.speculative_launches, a.deferred + st.deferred
+    C.sp_est_merge(a.est, g.est)
+    if g.match then prefetch_add(a, prefetch_of(st.pf, g.match)) end
+  elseif s and g then
     a.wall_ms, a.standard_ms = a.wall_ms + g.wall, a.standard_ms + g.std
     a.hops, a.commits, a.rollbacks = a.hops + s.hops, a.commits + s.commits, a.rollbacks + s.rollbacks
     a.accepted, a.rejected = a.accepted + g.acc, a.rejected + g.rej

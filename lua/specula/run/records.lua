@@ -108,19 +108,104 @@ local function set_outcome(rec, w, status)
   end
 end
 
+-- The record's "stats" object of a finished window as a table: st its
+-- statistics (sp_window_stats), n its committed hops, rc what the run adds
+-- (k_cfg, mode, m, launch, match, pfoff).
+local function stats_table(st, n, rc)
+  local p_hat, alpha, beta = est_get(st.est)
+  local k_cfg = rc.k_cfg
+  local k_used = k_cfg == 0 and st.k_last or k_cfg
+  local star, rk = theory(p_hat, alpha, beta, k_used)
+  local s = {
+    hops = n, wall_ms = round(st.wall_ms, 3), standard_ms = round(st.standard_ms, 3),
+    rel_lat = st.standard_ms > 0 and round(st.wall_ms / st.standard_ms, 4) or json.null,
+    p_hat = round(p_hat, 4) or json.null, alpha_hat = round(alpha, 4) or json.null,
+    beta_hat = round(beta, 4) or json.null,
+    rel_lat_star = round(star, 4) or json.null, rel_lat_k = round(rk, 4) or json.null,
+    commits = st.commits, rollbacks = st.rollbacks,
+    verify = { accepted = st.accepted, rejected = st.rejected, late = st.late, errors = st.spec_errors },
+    calls = { model = st.model_calls, target = st.target_calls, speculator = st.spec_calls,
+              predicted = st.predicted_calls, warmup = st.warmup_calls },
+    speculative_launches = st.speculative_launches, deferred = st.deferred,
+    cancelled = { model = st.cancelled_model, target = st.cancelled_target, speculator = st.cancelled_spec,
+                  total = st.cancelled_model + st.cancelled_target + st.cancelled_spec },
+    wasted_calls = st.wasted_calls, wasted_cost = round(st.wasted_cost, 6),
+    gate = gate_stats(st),
+    max_threads = st.max_threads, k = k_used < 0 and "inf" or k_used,
+    mode = rc.mode, k_config = k_cfg < 0 and "inf" or (k_cfg == 0 and "auto" or k_cfg),
+    m = rc.m, spec_launch = rc.launch,
+  }
+  local match = rc.match
+  if match then
+    local pf = st.pf
+    local fired = tonumber(pf.fired)
+    s.prefetch = {
+      candidates = tonumber(pf.candidates), fired = fired, promoted = tonumber(pf.promoted),
+      promoted_lossy = tonumber(pf.promoted_lossy), wasted = tonumber(pf.wasted),
+      wasted_cost = round(tonumber(pf.wasted_cost), 6), gated_ev = tonumber(pf.gated_ev),
+      gated_policy = tonumber(pf.gated_policy), held = tonumber(pf.held),
+      saved_ms = round(tonumber(pf.saved_ms), 3),
+      hit_rate = fired > 0 and round(tonumber(pf.promoted) / fired, 4) or json.null,
+      match = match, lossy = match ~= "exact",
+    }
+    -- the predictor raised earlier in the run and is off: this query ran
+    -- without action speculation, whatever its configuration says
+    if rc.pfoff then s.prefetch.predictor_off = true end
+    if tonumber(pf.promoted_lossy) > 0 then s.lossy = true end
+  end
+  return s
+end
+M.stats_table = stats_table
+
+-- The same object as JSON text written by the engine (sp_record_stats_json),
+-- for a record written and dropped: no table, no key sorting. nil when a
+-- figure is not finite (stats_table's record then says which).
+local sopts = ffi.new("sp_stats_opts")
+local stats_cap = 2048
+local stats_buf = ffi.new("char[?]", stats_cap)
+local function stats_text(st, n, rc)
+  sopts.hops, sopts.k_config, sopts.m = n, rc.k_cfg, rc.m
+  sopts.mode, sopts.spec_launch, sopts.match = rc.mode, rc.launch, rc.match
+  sopts.predictor_off = rc.pfoff and 1 or 0
+  local len = C.sp_record_stats_json(st, sopts, stats_buf, stats_cap)
+  if len > stats_cap then
+    stats_cap = len
+    stats_buf = ffi.new("char[?]", stats_cap)
+    len = C.sp_record_stats_json(st, sopts, stats_buf, stats_cap)
+  end
+  sopts.mode, sopts.spec_launch, sopts.match = nil, nil, nil
+  if len < 0 then return nil end
+  return ffi.string(stats_buf, len)
+end
+M.stats_text = stats_text
+
+-- What a record's stats take from the run (stats_table): one table a run,
+-- made again only when the predictor's state changes.
+local function run_cfg(run)
+  local o = run.o
+  local pfoff = run.pdisabled and run.pdisabled() or false
+  local rc = run.stats_cfg
+  if rc and rc.pfoff == pfoff then return rc end
+  local seq = o.mode == "sequential"
+  rc = { k_cfg = seq and 1 or o.k, mode = o.mode, m = seq and 1 or (o.m or D.m),
+         launch = o.mode == "spechop" and (o.spec_launch or "eager") or "slot",
+         match = run.pf and (o.match or run.match or "exact") or nil, pfoff = pfoff }
+  run.stats_cfg = rc
+  return rc
+end
+
 -- Read a finished window into a result record. A light run (answers
 -- only, for benchmarks and large batches) keeps { id, query, answer or
 -- error, hops } per query and adds the counters to `acc` instead. With
 -- run.raw_stages (a CLI run that writes each record and keeps none of its
 -- stage times) rec.stages is the same object as engine-written JSON text
--- (json.raw), encoded verbatim.
+-- (json.raw), encoded verbatim; with run.raw_stats too (no --compare,
+-- whose tallies read the stats back) so is rec.stats, and rec._agg then
+-- carries the window's statistics (_agg.st) for the run's sums.
 local function collect(w, q, run)
   local o = run.o
-  local k_cfg = o.mode == "sequential" and 1 or o.k
-  local run_match = run.pf and (o.match or run.match or "exact") or nil
-  local light, run_mode, acc = o.light, o.mode, run.acc
-  local run_m = o.mode == "sequential" and 1 or (o.m or D.m)
-  local run_launch = o.mode == "spechop" and (o.spec_launch or "eager") or "slot"
+  local rc = run_cfg(run)
+  local light, acc = o.light, run.acc
   local status = C.sp_window_status(w)
   local rec = { id = q.id, query = q.query }
   if q.gold then rec.gold = q.gold end
@@ -132,7 +217,7 @@ local function collect(w, q, run)
     -- the query's own time: what a caller comparing queries needs of it
     rec.wall_ms = round(wstats.wall_ms, 3)
     set_outcome(rec, w, status)
-    if acc then agg_add(acc, wstats, rec.error ~= nil, run_match) end
+    if acc then agg_add(acc, wstats, rec.error ~= nil, rc.match) end
     return rec
   end
   local stages = run.raw_stages and stages_text(w)
@@ -175,55 +260,26 @@ local function collect(w, q, run)
   end
   C.sp_window_stats_get(w, wstats)
   local st = wstats
-  local final_seg = st.final_seg_ms
   -- no hop (a final answer at once, a query failed at its first step): an
   -- empty list, written [] (it was {}: jq '.trajectory[0]' failed on it)
   rec.trajectory = n == 0 and json.array({}) or traj
   set_outcome(rec, w, status)
-  local p_hat, alpha, beta = est_get(st.est)
-  local k_used = k_cfg == 0 and st.k_last or k_cfg
-  local star, rk = theory(p_hat, alpha, beta, k_used)
-  rec.stats = {
-    hops = n, wall_ms = round(st.wall_ms, 3), standard_ms = round(st.standard_ms, 3),
-    rel_lat = st.standard_ms > 0 and round(st.wall_ms / st.standard_ms, 4) or json.null,
-    p_hat = round(p_hat, 4) or json.null, alpha_hat = round(alpha, 4) or json.null,
-    beta_hat = round(beta, 4) or json.null,
-    rel_lat_star = round(star, 4) or json.null, rel_lat_k = round(rk, 4) or json.null,
-    commits = st.commits, rollbacks = st.rollbacks,
-    verify = { accepted = st.accepted, rejected = st.rejected, late = st.late, errors = st.spec_errors },
-    calls = { model = st.model_calls, target = st.target_calls, speculator = st.spec_calls,
-              predicted = st.predicted_calls, warmup = st.warmup_calls },
-    speculative_launches = st.speculative_launches, deferred = st.deferred,
-    cancelled = { model = st.cancelled_model, target = st.cancelled_target, speculator = st.cancelled_spec,
-                  total = st.cancelled_model + st.cancelled_target + st.cancelled_spec },
-    wasted_calls = st.wasted_calls, wasted_cost = round(st.wasted_cost, 6),
-    gate = run.raw_stages and gate_text and json.raw(gate_text(st)) or gate_stats(st),
-    max_threads = st.max_threads, k = k_used < 0 and "inf" or k_used,
-    mode = run_mode, k_config = k_cfg < 0 and "inf" or (k_cfg == 0 and "auto" or k_cfg),
-    m = run_m, spec_launch = run_launch,
-  }
-  if run_match then
-    local pf = st.pf
-    local fired = tonumber(pf.fired)
-    rec.stats.prefetch = {
-      candidates = tonumber(pf.candidates), fired = fired, promoted = tonumber(pf.promoted),
-      promoted_lossy = tonumber(pf.promoted_lossy), wasted = tonumber(pf.wasted),
-      wasted_cost = round(tonumber(pf.wasted_cost), 6), gated_ev = tonumber(pf.gated_ev),
-      gated_policy = tonumber(pf.gated_policy), held = tonumber(pf.held),
-      saved_ms = round(tonumber(pf.saved_ms), 3),
-      hit_rate = fired > 0 and round(tonumber(pf.promoted) / fired, 4) or json.null,
-      match = run_match, lossy = run_match ~= "exact",
-    }
-    -- the predictor raised earlier in the run and is off: this query ran
-    -- without action speculation, whatever its configuration says
-    if run.pdisabled and run.pdisabled() then rec.stats.prefetch.predictor_off = true end
-    if tonumber(pf.promoted_lossy) > 0 then rec.stats.lossy = true end
-  end
+  local text = run.raw_stats and stats_text(st, n, rc)
   if stages then
     rec.stages = json.raw(stages)
   else
-    rec.stages = { hops = hops, final_seg = round(final_seg, 4), init = round(st.init_ms, 4) }
+    rec.stages = { hops = hops, final_seg = round(st.final_seg_ms, 4), init = round(st.init_ms, 4) }
   end
+  if text then
+    rec.stats = json.raw(text)
+    -- sums for the run's aggregate: the statistics themselves (add_record)
+    local copy = ffi.new("sp_window_stats", st)
+    rec._agg = { wall = st.wall_ms, std = st.standard_ms, acc = st.accepted, rej = st.rejected,
+                 est = copy.est, st = copy, hops = n, match = rc.match }
+    return rec
+  end
+  rec.stats = stats_table(st, n, rc)
+  if run.raw_stages and gate_text then rec.stats.gate = json.raw(gate_text(st)) end
   -- sums for the run's aggregate
   rec._agg = { wall = st.wall_ms, std = st.standard_ms, acc = st.accepted, rej = st.rejected,
                est = ffi.new("sp_est", st.est) }

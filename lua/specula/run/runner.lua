@@ -720,6 +720,7 @@ function M.main(agent, args, script, compare)
   end
   -- records are written and their stage times read again only by --trace
   run.raw_stages = not o.trace
+  run.raw_stats = run.raw_stages
   local out, what, trace_f = open_outputs(o)
   if o.trace then run.trace_out = {} end
   local write = records.record_writer(out, nil, what, o.out)
