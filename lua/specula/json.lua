@@ -18,7 +18,12 @@ Array/object rule (how Lua tables map to JSON):
 
 canonical(v) is the same JSON with object keys sorted bytewise and numbers and
 strings in the canonical form documented in engine/sp_json.h; it equals
-sp_json_canonical(encode(v)) byte for byte. Strings must be valid UTF-8 for
+sp_json_canonical(encode(v)) byte for byte. encode sorts object keys too:
+LuaJIT's table order changes from process to process (its string hashes
+are seeded at random), so text in next() order made one value's JSON (a
+prompt, a request body, a log line) differ between two runs of the same
+command; encode differs from canonical only in returning nil and the
+error instead of raising it. Strings must be valid UTF-8 for
 encode and canonical (the C parser demands it). encode writes numbers the same
 way canonical does, so no precision is lost (cjson's encoder keeps only 14
 digits, which is why cjson does not encode). Both are done by the C table
@@ -325,7 +330,7 @@ end
 local cenc = c_encoder()
 
 -- Encodes value as JSON text; returns the text, or nil and "JSON: <why>".
-function M.encode(value) return cenc(value, false) end
+function M.encode(value) return cenc(value, true) end
 
 -- Canonical JSON text of value (see the top of this file); raises
 -- "JSON: <why>" for values that cannot be encoded.

@@ -270,7 +270,7 @@ local function run(value, sorted)
 end
 
 function M.encode(value)
-  local ok, s = pcall(run, value, false)
+  local ok, s = pcall(run, value, true)
   if ok then return s end
   return nil, s
 end

@@ -490,9 +490,10 @@ describe("specula.json", function()
     local want = '{"a":[[1,2]],"stages":{"hops":[{"hop":0}],"init":0},"z":1}'
     assert.equal(want, ref.canonical(v))
     assert.equal(want, json.canonical(v))
-    -- encode keeps next() order: the same text from both, the raw parts in it
+    -- encode sorts keys as canonical does: the same text from both
     local e = ref.encode(v)
     assert.equal(e, (json.encode(v)))
+    assert.equal(want, e)
     assert.is_truthy(e:find('"stages":{"hops":[{"hop":0}],"init":0}', 1, true))
     assert.is_truthy(e:find('"a":[[1,2]]', 1, true))
     assert.is_nil(json.find_bad(v))
