@@ -142,4 +142,34 @@ describe("specula.run.tally", function()
     assert.has_error(function() shared[1]:add(1, { id = 1 }, "[0]") end,
       "specula.run.tally: a shared tally takes no more records")
   end)
+
+  it("keeps the same numbers of a record whose stats are engine-written text as of its table", function()
+    local records = require "specula.run.records"
+    local json = require "specula.json"
+    local ffi = require "ffi"
+    math.randomseed(33)
+    local n = 300
+    local from_table, from_text = tally.new(n), tally.new(n)
+    for i = 1, n do
+      local st = ffi.new("sp_window_stats")
+      st.wall_ms, st.standard_ms = math.random() * 10 ^ math.random(0, 5), math.random() * 10 ^ math.random(0, 5)
+      st.wasted_calls, st.wasted_cost = math.random(0, 9), math.random() * math.random(0, 3)
+      for _, f in ipairs({ "model_calls", "target_calls", "spec_calls", "predicted_calls", "warmup_calls",
+                           "cancelled_model", "cancelled_target", "cancelled_spec" }) do
+        st[f] = math.random(0, 50)
+      end
+      local rc = { k_cfg = 3, mode = "spechop", m = 1, launch = "eager",
+                   match = i % 3 == 0 and "exact" or nil, pfoff = i % 2 == 0 }
+      local text = assert(records.stats_text(st, 5, rc))
+      from_table:add(i, { id = i, answer = "a", stats = records.stats_table(st, 5, rc) })
+      from_text:add(i, { id = i, answer = "a", stats = json.raw(text),
+        _agg = { st = ffi.new("sp_window_stats", st), pfoff = rc.match and rc.pfoff or nil } })
+    end
+    local a, b = from_table:records(), from_text:records()
+    assert.equals(n, #b)
+    for i = 1, n do assert.same(a[i], b[i], "record " .. i) end
+    -- the predictor-off mark is carried for the queries that predict
+    assert.is_true(b[6].stats.prefetch.predictor_off)
+    assert.is_nil(b[4].stats.prefetch)
+  end)
 end)

@@ -813,6 +813,7 @@ function M.main(agent, o, src, script)
     local run = runs[ci]
     -- written, then dropped (below): engine-written JSON, unless traced
     run.raw_stages = not o.trace
+    run.raw_stats = run.raw_stages
     if o.trace then
       run.trace_out, run.trace_pid, run.trace_config = trace_events, (ci - 1) * nq, c.name
     end

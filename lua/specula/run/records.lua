@@ -199,9 +199,9 @@ end
 -- error, hops } per query and adds the counters to `acc` instead. With
 -- run.raw_stages (a CLI run that writes each record and keeps none of its
 -- stage times) rec.stages is the same object as engine-written JSON text
--- (json.raw), encoded verbatim; with run.raw_stats too (no --compare,
--- whose tallies read the stats back) so is rec.stats, and rec._agg then
--- carries the window's statistics (_agg.st) for the run's sums.
+-- (json.raw), encoded verbatim; with run.raw_stats too so is rec.stats,
+-- and rec._agg then carries the window's statistics (_agg.st) for the
+-- run's sums (aggregate.add_record) and --compare's table (tally).
 local function collect(w, q, run)
   local o = run.o
   local rc = run_cfg(run)
@@ -275,7 +275,7 @@ local function collect(w, q, run)
     -- sums for the run's aggregate: the statistics themselves (add_record)
     local copy = ffi.new("sp_window_stats", st)
     rec._agg = { wall = st.wall_ms, std = st.standard_ms, acc = st.accepted, rej = st.rejected,
-                 est = copy.est, st = copy, hops = n, match = rc.match }
+                 est = copy.est, st = copy, hops = n, match = rc.match, pfoff = rc.match and rc.pfoff or nil }
     return rec
   end
   rec.stats = stats_table(st, n, rc)

@@ -52,6 +52,13 @@ function M.new(n)
   return self
 end
 
+-- x rounded to d decimals, as specula.run.aggregate rounds a record's figures
+local floor = math.floor
+local function round(x, d)
+  local f = 10 ^ d
+  return floor(x * f + 0.5) / f
+end
+
 local nan = 0 / 0
 local function num(v)
   if type(v) == "number" then return v end
@@ -92,8 +99,23 @@ function Tally:add(i, rec, text)
   local z = i - 1
   self.id[i], self.config[i], self.answer[i], self.gold[i], self.err[i] =
     rec.id, rec.config, rec.answer, rec.gold, rec.error
-  local s = rec.stats
-  if s ~= nil then
+  local s, g = rec.stats, rec._agg
+  local st = type(g) == "table" and g.st or nil
+  if st ~= nil then
+    -- stats written as engine text (specula.run.records, run.raw_stats):
+    -- the same numbers from the window's statistics, rounded as the
+    -- record rounds them
+    local base = z * NF
+    local a = self.num
+    a[base], a[base + 1] = round(st.wall_ms, 3), round(st.standard_ms, 3)
+    a[base + 2], a[base + 3] = st.wasted_calls, round(st.wasted_cost, 6)
+    local c = base + #FIELDS
+    a[c], a[c + 1], a[c + 2] = st.model_calls, st.target_calls, st.spec_calls
+    a[c + 3], a[c + 4] = st.predicted_calls, st.warmup_calls
+    a[base + NF - 1] = st.cancelled_model + st.cancelled_target + st.cancelled_spec
+    self.pfoff[i] = g.pfoff or nil
+    self.has[z] = 1
+  elseif s ~= nil then
     if type(s) ~= "table" then s = {} end   -- not an object: every number absent (compare counts it)
     local base = z * NF
     local a = self.num
