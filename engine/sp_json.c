@@ -6,6 +6,7 @@
 #include <stdalign.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -534,6 +535,34 @@ int sp_json_write_number(sp_buf *out, double d) {
     if (prec == 17 || strtod(tmp, NULL) == d) break;
   }
   return sp_buf_puts(out, tmp);
+}
+
+int sp_json_write_rounded(sp_buf *out, double x, int d) {
+  static const double P[] = { 1, 10, 100, 1e3, 1e4, 1e5, 1e6 };
+  static const unsigned long long U[] = { 1, 10, 100, 1000, 10000, 100000, 1000000 };
+  if (d < 0 || d > 6) return -1;
+  double f = P[d];
+  double q = floor(x * f + 0.5);
+  if (!isfinite(q / f)) return -1;
+  /* below 10^15 the integer q is exact and q / 10^d prints as q's digits
+     with d of them after the point, trailing zeros dropped: decimals of at
+     most 6 digits lie further apart than doubles there, so the shortest
+     decimal of q / 10^d (what sp_json_write_number finds) is that one */
+  if (!(q > -1e15 && q < 1e15)) return sp_json_write_number(out, q / f);
+  unsigned long long u = q < 0 ? (unsigned long long)(-q) : (unsigned long long)q;
+  /* under 1e-4 the number writer uses exponent notation (d = 5, 6) */
+  if (u != 0 && u * 10000ULL < U[d]) return sp_json_write_number(out, q / f);
+  unsigned long long ip = u / U[d], fp = u % U[d];
+  char tmp[48], *end = tmp + sizeof tmp, *p = end;
+  if (fp) {
+    int nd = d;
+    while (fp % 10 == 0) { fp /= 10; nd--; }
+    for (int i = 0; i < nd; i++) { *--p = (char)('0' + fp % 10); fp /= 10; }
+    *--p = '.';
+  }
+  p = utoa(p, ip);
+  if (q < 0) *--p = '-';
+  return sp_buf_append(out, p, (size_t)(end - p));
 }
 
 int sp_json_write_string(sp_buf *out, const char *s, size_t n) {

@@ -63,6 +63,13 @@ int sp_json_canonical(const char *text, size_t len, sp_buf *out, char *err, size
  * bytes are not checked: see sp_json_utf8_seq). 0 ok, -1 out of memory. */
 int sp_json_write_number(sp_buf *out, double d);
 int sp_json_write_string(sp_buf *out, const char *s, size_t n);
+/* x rounded to d decimals (0 <= d <= 6) the way lua/specula/run/aggregate.lua
+ * rounds a record's figures, floor(x * 10^d + 0.5) / 10^d, written as
+ * sp_json_write_number writes that double, byte for byte, but from the
+ * integer floor(x * 10^d + 0.5) without a search for the shortest decimal
+ * (the record's stage times: five a hop). -1 when the rounded value is not
+ * finite, or out of memory. */
+int sp_json_write_rounded(sp_buf *out, double x, int d);
 /* Length of the valid UTF-8 sequence at s (avail >= 1 bytes readable), 0 if
  * invalid: rejects overlong forms, surrogates and code points above U+10FFFF. */
 size_t sp_json_utf8_seq(const unsigned char *s, size_t avail);

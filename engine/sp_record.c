@@ -5,10 +5,6 @@
 #include <math.h>
 #include <string.h>
 
-/* round(x, d) of lua/specula/run/aggregate.lua: the same operations in the
-   same order (10^3, 10^4, 10^6 are exact), so the digits printed match. */
-static double round_to(double x, double f) { return floor(x * f + 0.5) / f; }
-
 /* The writer's state: one buffer and the first error; keys come sorted
    from the caller (canonical order), each one after a ',' but the first. */
 typedef struct {
@@ -24,14 +20,11 @@ static void num(wr *w, const char *k, double x) {
   if (w->rc == 0 && !isfinite(x)) w->rc = -1;
   if (w->rc == 0) w->rc = sp_json_write_number(&w->b, x);
 }
-/* a number or null (an estimate that is undefined: Lua's nil) */
-static void num_or_null(wr *w, const char *k, double x, int defined) {
-  if (defined) {
-    num(w, k, x);
-    return;
-  }
+/* x rounded to d decimals as round(x, d) of lua/specula/run/aggregate.lua
+   rounds it, written (sp_json_write_rounded: the same digits) */
+static void rnum(wr *w, const char *k, double x, int d) {
   key(w, k);
-  if (w->rc == 0) w->rc = sp_buf_puts(&w->b, "null");
+  if (w->rc == 0) w->rc = sp_json_write_rounded(&w->b, x, d);
 }
 static void str(wr *w, const char *k, const char *s) {
   key(w, k);
@@ -39,6 +32,17 @@ static void str(wr *w, const char *k, const char *s) {
 }
 static void raw(wr *w, const char *s) {
   if (w->rc == 0) w->rc = sp_buf_puts(&w->b, s);
+}
+
+/* rnum, or null where the figure is undefined (an estimate that is
+   undefined: Lua's nil) */
+static void rnum_or_null(wr *w, const char *k, double x, int d, int defined) {
+  if (defined) {
+    rnum(w, k, x, d);
+    return;
+  }
+  key(w, k);
+  if (w->rc == 0) w->rc = sp_buf_puts(&w->b, "null");
 }
 
 /* { forbid, full, warmup } of one trigger's row ([SP_FORBID, SP_WARMUP, SP_FULL]) */
@@ -55,15 +59,15 @@ static void prefetch(wr *w, const sp_prefetch_stats *pf, const sp_stats_opts *o)
   num(w, ",\"gated_ev\":", pf->gated_ev);
   num(w, ",\"gated_policy\":", pf->gated_policy);
   num(w, ",\"held\":", pf->held);
-  num_or_null(w, ",\"hit_rate\":", round_to(pf->promoted / pf->fired, 1e4), pf->fired > 0);
+  rnum_or_null(w, ",\"hit_rate\":", pf->promoted / pf->fired, 4, pf->fired > 0);
   raw(w, strcmp(o->match, "exact") != 0 ? ",\"lossy\":true" : ",\"lossy\":false");
   str(w, ",\"match\":", o->match);
   if (o->predictor_off) raw(w, ",\"predictor_off\":true");
   num(w, ",\"promoted\":", pf->promoted);
   num(w, ",\"promoted_lossy\":", pf->promoted_lossy);
-  num(w, ",\"saved_ms\":", round_to(pf->saved_ms, 1e3));
+  rnum(w, ",\"saved_ms\":", pf->saved_ms, 3);
   num(w, ",\"wasted\":", pf->wasted);
-  num(w, ",\"wasted_cost\":", round_to(pf->wasted_cost, 1e6));
+  rnum(w, ",\"wasted_cost\":", pf->wasted_cost, 6);
   raw(w, "}");
 }
 
@@ -88,8 +92,8 @@ int sp_record_stats_json(const sp_window_stats *st, const sp_stats_opts *o, char
     star = sp_theory_rel_lat_star(p, a, b);
     rk = sp_theory_rel_lat_k(p, a, b, k_used < 0 ? SP_K_UNBOUNDED : k_used);
   }
-  num_or_null(&w, "{\"alpha_hat\":", round_to(a, 1e4), !isnan(a));
-  num_or_null(&w, ",\"beta_hat\":", round_to(b, 1e4), !isnan(b));
+  rnum_or_null(&w, "{\"alpha_hat\":", a, 4, !isnan(a));
+  rnum_or_null(&w, ",\"beta_hat\":", b, 4, !isnan(b));
   num(&w, ",\"calls\":{\"model\":", st->model_calls);
   num(&w, ",\"predicted\":", st->predicted_calls);
   num(&w, ",\"speculator\":", st->spec_calls);
@@ -113,22 +117,22 @@ int sp_record_stats_json(const sp_window_stats *st, const sp_stats_opts *o, char
   num(&w, ",\"m\":", o->m);
   num(&w, ",\"max_threads\":", st->max_threads);
   if (o->mode) str(&w, ",\"mode\":", o->mode);
-  num_or_null(&w, ",\"p_hat\":", round_to(p, 1e4), !isnan(p));
+  rnum_or_null(&w, ",\"p_hat\":", p, 4, !isnan(p));
   if (o->match) prefetch(&w, &st->pf, o);
-  num_or_null(&w, ",\"rel_lat\":", round_to(st->wall_ms / st->standard_ms, 1e4), st->standard_ms > 0);
-  num_or_null(&w, ",\"rel_lat_k\":", round_to(rk, 1e4), !isnan(rk));
-  num_or_null(&w, ",\"rel_lat_star\":", round_to(star, 1e4), !isnan(star));
+  rnum_or_null(&w, ",\"rel_lat\":", st->wall_ms / st->standard_ms, 4, st->standard_ms > 0);
+  rnum_or_null(&w, ",\"rel_lat_k\":", rk, 4, !isnan(rk));
+  rnum_or_null(&w, ",\"rel_lat_star\":", star, 4, !isnan(star));
   num(&w, ",\"rollbacks\":", st->rollbacks);
   str(&w, ",\"spec_launch\":", o->spec_launch);
   num(&w, ",\"speculative_launches\":", st->speculative_launches);
-  num(&w, ",\"standard_ms\":", round_to(st->standard_ms, 1e3));
+  rnum(&w, ",\"standard_ms\":", st->standard_ms, 3);
   num(&w, ",\"verify\":{\"accepted\":", st->accepted);
   num(&w, ",\"errors\":", st->spec_errors);
   num(&w, ",\"late\":", st->late);
   num(&w, ",\"rejected\":", st->rejected);
-  num(&w, "},\"wall_ms\":", round_to(st->wall_ms, 1e3));
+  rnum(&w, "},\"wall_ms\":", st->wall_ms, 3);
   num(&w, ",\"wasted_calls\":", st->wasted_calls);
-  num(&w, ",\"wasted_cost\":", round_to(st->wasted_cost, 1e6));
+  rnum(&w, ",\"wasted_cost\":", st->wasted_cost, 6);
   raw(&w, "}");
   int n = -1;
   if (w.rc == 0 && w.b.len <= (size_t)INT_MAX) {

@@ -1225,17 +1225,18 @@ int sp_window_hop(const sp_window *w, int i, sp_hop_info *out) {
   return 0;
 }
 
-/* round(x, 4) of lua/specula/run/aggregate.lua, the same operations in the
-   same order, so the number printed is the same. */
-static double sp_window_round4(double x) { return floor(x * 10000.0 + 0.5) / 10000.0; }
-
-/* One rounded stage time as "key":value; -1 if it is not finite (the Lua
-   path then reports the record as unencodable, as before). */
+/* One stage time rounded to 4 decimals as "key":value (round(x, 4) of
+   lua/specula/run/aggregate.lua, the same digits: sp_json_write_rounded);
+   -1 if it is not finite (the Lua path then reports the record as
+   unencodable, as before). */
 static int sp_window_put_ms(sp_buf *b, const char *key, double ms) {
-  double r = sp_window_round4(ms);
-  if (!isfinite(r)) return -1;
+  size_t mark = b->len;
   if (sp_buf_puts(b, key) != 0) return -1;
-  return sp_json_write_number(b, r);
+  if (sp_json_write_rounded(b, ms, 4) != 0) {
+    b->len = mark;
+    return -1;
+  }
+  return 0;
 }
 
 int sp_window_stages_json(const sp_window *w, char *out, int cap) {

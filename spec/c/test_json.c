@@ -338,6 +338,47 @@ static void test_regressions(void) {
   PERR("-0.", "JSON: expected digit after '.' at byte 3");
 }
 
+/* sp_json_write_rounded(x, d) writes what sp_json_write_number writes for
+   floor(x * 10^d + 0.5) / 10^d (the Lua record's round), byte for byte:
+   times of every scale, ties, negatives, the exponent range under 1e-4,
+   the 1e15 bound, and what cannot be written. */
+static void rounded_is(double x, int d) {
+  static const double P[] = { 1, 10, 100, 1e3, 1e4, 1e5, 1e6 };
+  double r = floor(x * P[d] + 0.5) / P[d];
+  sp_buf a, b;
+  sp_buf_init(&a);
+  sp_buf_init(&b);
+  int ra = sp_json_write_rounded(&a, x, d);
+  if (!isfinite(r)) {
+    CHECK(ra == -1, "rounded %.17g to %d: not finite, want -1, got %d", x, d, ra);
+  } else {
+    int rb = sp_json_write_number(&b, r);
+    CHECK(ra == 0 && rb == 0 && a.len == b.len && memcmp(a.data, b.data, a.len) == 0,
+          "rounded %.17g to %d: got %.*s, want %.*s", x, d, (int)a.len, a.data ? a.data : "", (int)b.len,
+          b.data ? b.data : "");
+  }
+  sp_buf_free(&a);
+  sp_buf_free(&b);
+}
+
+static void test_rounded(void) {
+  static const double fixed[] = {0, -0.0, 0.5, 0.49999, 0.00005, 0.000049, 1e-7, 5e-7, 0.0001, 0.00015,
+                                 1.23456789, -1.23456789, 2.5, -2.5, 0.1 + 0.2, 1234.56785, 99999.99995,
+                                 1e9, 1e11 + 0.123, 1e15, 1e15 - 1, 123456789012.3456, 9e14 + 0.5, 1e20, -1e20,
+                                 INFINITY, -INFINITY, NAN, 1e308, 4.4e-5, 0.0159, 62.2018};
+  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+    for (int d = 0; d <= 6; d++) rounded_is(fixed[i], d);
+  CHECK(sp_json_write_rounded(NULL, 1.0, 7) == -1, "more than 6 decimals refused");
+  srand(46);
+  for (int i = 0; i < 300000; i++) {
+    double mag = pow(10.0, (double)(rand() % 24) - 8.0);
+    double x = mag * ((double)rand() / RAND_MAX);
+    if (rand() % 5 == 0) x = -x;
+    if (rand() % 7 == 0) x = floor(x * 1e4) / 1e4 + 0.00005;   /* a tie at 4 decimals */
+    rounded_is(x, rand() % 7);
+  }
+}
+
 int main(void) {
   test_parse_errors();
   test_surrogates_utf8();
@@ -346,6 +387,7 @@ int main(void) {
   test_canonical();
   test_regressions();
   test_numbers();
+  test_rounded();
   if (failures) {
     fprintf(stderr, "test_json: %d failure(s)\n", failures);
     return 1;
