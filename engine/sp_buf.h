@@ -16,4 +16,19 @@ int sp_buf_printf(sp_buf *b, const char *fmt, ...) __attribute__((format(printf,
 int sp_buf_vprintf(sp_buf *b, const char *fmt, va_list ap);
 void sp_buf_consume(sp_buf *b, size_t n);      /* drop n bytes from the front */
 
+/* sp_buf_append inlined for the encoders' many small pieces: room left is
+   the usual case, a copy without a call; otherwise sp_buf_append grows it. */
+#include <string.h>
+static inline int sp_buf_add(sp_buf *b, const void *p, size_t n) {
+  if (b->cap - b->len > n) {
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return 0;
+  }
+  return sp_buf_append(b, p, n);
+}
+/* a C string (a literal's length is known where it is inlined) */
+static inline int sp_buf_adds(sp_buf *b, const char *s) { return sp_buf_add(b, s, strlen(s)); }
+
 #endif

@@ -147,7 +147,7 @@ static int put_utf8(sp_buf *b, unsigned cp) {
     u[0] = (char)(0xF0 | cp >> 18); u[1] = (char)(0x80 | (cp >> 12 & 0x3F));
     u[2] = (char)(0x80 | (cp >> 6 & 0x3F)); u[3] = (char)(0x80 | (cp & 0x3F)); n = 4;
   }
-  return sp_buf_append(b, u, n);
+  return sp_buf_add(b, u, n);
 }
 
 /* Decodes the escape at p->pos (just past the backslash) into scratch. */
@@ -200,7 +200,7 @@ static int string_at(sp_json_parser *p, char **out, size_t *out_len) {
     if (c == '"') break;
     if (c == '\\') {
       if (!escaped) { sp_buf_reset(&p->scratch); escaped = 1; }
-      if (sp_buf_append(&p->scratch, p->s + run, p->pos - run) != 0)
+      if (sp_buf_add(&p->scratch, p->s + run, p->pos - run) != 0)
         return fail(p, "out of memory", p->pos);
       p->pos++;
       if (decode_escape(p) != 0) return -1;
@@ -218,7 +218,7 @@ static int string_at(sp_json_parser *p, char **out, size_t *out_len) {
   const void *src = p->s + run;
   size_t n = p->pos - run;
   if (escaped) {
-    if (sp_buf_append(&p->scratch, src, n) != 0) return fail(p, "out of memory", p->pos);
+    if (sp_buf_add(&p->scratch, src, n) != 0) return fail(p, "out of memory", p->pos);
     src = p->scratch.data;
     n = p->scratch.len;
   }
@@ -263,7 +263,7 @@ static int number_at(sp_json_parser *p, sp_json *v) {
     txt = small;
   } else {
     sp_buf_reset(&p->scratch);
-    if (sp_buf_append(&p->scratch, p->s + start, n) != 0) return fail(p, "out of memory", start);
+    if (sp_buf_add(&p->scratch, p->s + start, n) != 0) return fail(p, "out of memory", start);
     txt = p->scratch.data;
   }
   double d = strtod(txt, NULL);
@@ -295,7 +295,7 @@ static int array_at(sp_json_parser *p, sp_json *v) {
     for (;;) {
       sp_json child;
       if (parse_value(p, &child) != 0) return -1;
-      if (sp_buf_append(&p->items, &child, sizeof child) != 0) return fail(p, "out of memory", p->pos);
+      if (sp_buf_add(&p->items, &child, sizeof child) != 0) return fail(p, "out of memory", p->pos);
       skip_ws(p);
       if (p->pos >= p->len) return fail(p, "unexpected end of input", p->pos);
       unsigned char c = p->s[p->pos++];
@@ -334,7 +334,7 @@ static int object_at(sp_json_parser *p, sp_json *v) {
       if (p->s[p->pos] != ':') return fail(p, "expected ':'", p->pos);
       p->pos++;
       if (parse_value(p, &m.val) != 0) return -1;
-      if (sp_buf_append(&p->members, &m, sizeof m) != 0) return fail(p, "out of memory", p->pos);
+      if (sp_buf_add(&p->members, &m, sizeof m) != 0) return fail(p, "out of memory", p->pos);
       skip_ws(p);
       if (p->pos >= p->len) return fail(p, "unexpected end of input", p->pos);
       unsigned char c = p->s[p->pos++];
@@ -525,16 +525,16 @@ int sp_json_write_number(sp_buf *out, double d) {
     if ((double)i == d) {  /* -0 gives 0 */
       char *end = tmp + sizeof tmp, *p = utoa(end, (unsigned long long)(i < 0 ? -i : i));
       if (i < 0) *--p = '-';
-      return sp_buf_append(out, p, (size_t)(end - p));
+      return sp_buf_add(out, p, (size_t)(end - p));
     }
   }
   size_t n = short_decimal(d, tmp);
-  if (n) return sp_buf_append(out, tmp, n);
+  if (n) return sp_buf_add(out, tmp, n);
   for (int prec = 15; prec <= 17; prec++) {
     snprintf(tmp, sizeof tmp, "%.*g", prec, d);
     if (prec == 17 || strtod(tmp, NULL) == d) break;
   }
-  return sp_buf_puts(out, tmp);
+  return sp_buf_adds(out, tmp);
 }
 
 int sp_json_write_rounded(sp_buf *out, double x, int d) {
@@ -562,7 +562,7 @@ int sp_json_write_rounded(sp_buf *out, double x, int d) {
   }
   p = utoa(p, ip);
   if (q < 0) *--p = '-';
-  return sp_buf_append(out, p, (size_t)(end - p));
+  return sp_buf_add(out, p, (size_t)(end - p));
 }
 
 int sp_json_write_string(sp_buf *out, const char *s, size_t n) {
@@ -618,9 +618,9 @@ static int same_key(const sp_json_member *x, const sp_json_member *y) {
 
 static int emit(sp_buf *out, const sp_json *v) {
   switch (v->type) {
-    case SP_JSON_NULL: return sp_buf_append(out, "null", 4);
-    case SP_JSON_FALSE: return sp_buf_append(out, "false", 5);
-    case SP_JSON_TRUE: return sp_buf_append(out, "true", 4);
+    case SP_JSON_NULL: return sp_buf_add(out, "null", 4);
+    case SP_JSON_FALSE: return sp_buf_add(out, "false", 5);
+    case SP_JSON_TRUE: return sp_buf_add(out, "true", 4);
     case SP_JSON_NUMBER: return sp_json_write_number(out, v->u.num);
     case SP_JSON_STRING: return sp_json_write_string(out, v->u.str, v->n);
     case SP_JSON_ARRAY:

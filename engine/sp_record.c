@@ -13,7 +13,7 @@ typedef struct {
 } wr;
 
 static void key(wr *w, const char *k) {
-  if (w->rc == 0) w->rc = sp_buf_puts(&w->b, k);
+  if (w->rc == 0) w->rc = sp_buf_adds(&w->b, k);
 }
 static void num(wr *w, const char *k, double x) {
   key(w, k);
@@ -31,7 +31,7 @@ static void str(wr *w, const char *k, const char *s) {
   if (w->rc == 0) w->rc = sp_json_write_string(&w->b, s, strlen(s));
 }
 static void raw(wr *w, const char *s) {
-  if (w->rc == 0) w->rc = sp_buf_puts(&w->b, s);
+  if (w->rc == 0) w->rc = sp_buf_adds(&w->b, s);
 }
 
 /* rnum, or null where the figure is undefined (an estimate that is
@@ -42,7 +42,7 @@ static void rnum_or_null(wr *w, const char *k, double x, int d, int defined) {
     return;
   }
   key(w, k);
-  if (w->rc == 0) w->rc = sp_buf_puts(&w->b, "null");
+  if (w->rc == 0) w->rc = sp_buf_adds(&w->b, "null");
 }
 
 /* { forbid, full, warmup } of one trigger's row ([SP_FORBID, SP_WARMUP, SP_FULL]) */

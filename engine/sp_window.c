@@ -1231,7 +1231,7 @@ int sp_window_hop(const sp_window *w, int i, sp_hop_info *out) {
    unencodable, as before). */
 static int sp_window_put_ms(sp_buf *b, const char *key, double ms) {
   size_t mark = b->len;
-  if (sp_buf_puts(b, key) != 0) return -1;
+  if (sp_buf_adds(b, key) != 0) return -1;
   if (sp_json_write_rounded(b, ms, 4) != 0) {
     b->len = mark;
     return -1;
@@ -1246,7 +1246,7 @@ int sp_window_stages_json(const sp_window *w, char *out, int cap) {
   /* about 170 bytes a hop: one allocation rather than a doubling series */
   int rc = sp_buf_reserve(&b, 64 + (size_t)w->nhops * 176);
   if (rc == 0) rc = sp_window_put_ms(&b, "{\"final_seg\":", w->st.final_seg_ms);
-  if (rc == 0) rc = sp_buf_puts(&b, ",\"hops\":[");
+  if (rc == 0) rc = sp_buf_adds(&b, ",\"hops\":[");
   for (int i = 0; i < w->nhops && rc == 0; i++) {
     const sp_hop_rec *h = &w->hops[i];
     const char *reason = hop_reason(w, h);
@@ -1262,27 +1262,27 @@ int sp_window_stages_json(const sp_window *w, char *out, int cap) {
     /* integers through the number writer, not printf: the same digits,
        without a format parse per field (this runs for every hop of every
        record) */
-    if (rc == 0) rc = sp_buf_puts(&b, i ? ",{\"hop\":" : "{\"hop\":");
+    if (rc == 0) rc = sp_buf_adds(&b, i ? ",{\"hop\":" : "{\"hop\":");
     if (rc == 0) rc = sp_json_write_number(&b, (double)i);
-    if (rc == 0 && h->ncands > 0) rc = sp_buf_puts(&b, ",\"ncands\":");
+    if (rc == 0 && h->ncands > 0) rc = sp_buf_adds(&b, ",\"ncands\":");
     if (rc == 0 && h->ncands > 0) rc = sp_json_write_number(&b, (double)h->ncands);
-    if (rc == 0 && h->rank >= 0) rc = sp_buf_puts(&b, ",\"rank\":");
+    if (rc == 0 && h->rank >= 0) rc = sp_buf_adds(&b, ",\"rank\":");
     if (rc == 0 && h->rank >= 0) rc = sp_json_write_number(&b, (double)h->rank);
     if (rc == 0 && rlen > 0) {
-      rc = sp_buf_puts(&b, ",\"reason\":");
+      rc = sp_buf_adds(&b, ",\"reason\":");
       if (rc == 0) rc = sp_json_write_string(&b, reason, rlen);
     }
-    if (rc == 0) rc = sp_buf_puts(&b, ",\"spec\":");
+    if (rc == 0) rc = sp_buf_adds(&b, ",\"spec\":");
     if (rc == 0) rc = sp_json_write_string(&b, spec ? spec : "none", strlen(spec ? spec : "none"));
     if (rc == 0) rc = sp_window_put_ms(&b, ",\"t_seg\":", h->t_seg);
     if (rc == 0 && h->t_spec >= 0) rc = sp_window_put_ms(&b, ",\"t_spec\":", h->t_spec);
     if (rc == 0) rc = sp_window_put_ms(&b, ",\"t_target\":", h->t_target);
     if (rc == 0) rc = sp_window_put_ms(&b, ",\"t_update\":", h->t_update);
     if (rc == 0) rc = sp_window_put_ms(&b, ",\"t_verify\":", h->t_verify);
-    if (rc == 0) rc = sp_buf_putc(&b, '}');
+    if (rc == 0) rc = sp_buf_add(&b, "}", 1);
   }
   if (rc == 0) rc = sp_window_put_ms(&b, "],\"init\":", w->st.init_ms);
-  if (rc == 0) rc = sp_buf_putc(&b, '}');
+  if (rc == 0) rc = sp_buf_add(&b, "}", 1);
   int n = -1;
   if (rc == 0 && b.len <= (size_t)INT_MAX) {
     n = (int)b.len;
