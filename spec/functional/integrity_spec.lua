@@ -282,6 +282,41 @@ describe("messages", function()
       assert.matches(case[2], err)
     end)
   end
+
+  -- a definition's mistake is said at the script's line: `return
+  -- specula.agent{...}` is a tail call, whose frame is gone, and the
+  -- message named the engine's lua/specula/cmd/run.lua instead
+  for _, case in ipairs({
+    { "return specula.agent {\n  step = function() end,\n  update = function(s) return s end,\n}\n",
+      "badagent.lua:3: specula.agent: agent.init is required" },
+    { "local a = specula.agent {\n  init = function() return {} end,\n  step = 'oops',\n"
+        .. "  update = function(s) return s end,\n}\nreturn a\n",
+      "badagent.lua:2: specula.agent: agent.step must be a function, got string" },
+    { "return specula.agent {\n  init = function() return {} end,\n  step = function() end,\n"
+        .. "  update = function(s) return s end,\n  tools = { t = { call = function() end, cost = -1 } },\n}\n",
+      "badagent.lua:3: specula.agent: tools.t.cost must be a non-negative number" },
+  }) do
+    it("a broken agent definition is said at the script's line: " .. case[2]:match("specula.agent: (.*)"), function()
+      local path = H.tmpfile("badagent.lua", 'local specula = require "specula"\n' .. case[1])
+      local st, out, err = H.specula({ "run", path, "--query", "q" })
+      assert.equals(1, st, err)
+      assert.equals("", out)
+      local first = err:match("^[^\n]*")
+      assert.matches(case[2], first, 1, true)
+      assert.is_nil(first:find("lua/specula/", 1, true), first)
+    end)
+  end
+
+  it("a caller that catches specula.agent's error still gets a string", function()
+    local st, out, err = H.run_lua([[
+local specula = require "specula"
+local ok, e = pcall(specula.agent, { init = function() end, step = function() end, update = 5 })
+print(ok, type(e), e)
+]])
+    assert.equals(0, st, err)
+    assert.matches("false\tstring\t", out, 1, true)
+    assert.matches("agent.update must be a function, got number", out, 1, true)
+  end)
 end)
 
 describe("every write is checked", function()

@@ -49,42 +49,68 @@ local function where(fn)
 end
 M.where = where
 
-local function check_fn(def, name, required, owner)
+-- A mistake in an agent's definition, raised with where the script made it:
+-- the line that called specula.agent, or, when that frame is gone (`return
+-- specula.agent{...}` is a tail call, and the error named the engine's
+-- cmd/run.lua instead), where the definition's first function is defined.
+local DEF_FNS = { "init", "step", "update", "verify", "speculate", "context" }
+local function bad(def, msg)
+  local loc = sched.where(2)
+  if not loc then
+    for _, k in ipairs(DEF_FNS) do
+      if type(def[k]) == "function" then loc = where(def[k]); break end
+    end
+  end
+  if not loc and type(def.tools) == "table" then
+    local names = {}
+    for name, t in pairs(def.tools) do
+      if type(name) == "string" and (type(t) == "function" or (type(t) == "table" and type(t.call) == "function")) then
+        names[#names + 1] = name
+      end
+    end
+    table.sort(names)
+    local t = names[1] and def.tools[names[1]]
+    if t then loc = where(type(t) == "function" and t or t.call) end
+  end
+  error((loc and (loc .. ": ") or "") .. "specula.agent: " .. msg, 0)
+end
+
+local function check_fn(def, name, required, owner, top)
   local f = def[name]
   if f == nil then
-    if required then error("specula.agent: " .. (owner or "agent") .. "." .. name .. " is required", 3) end
+    if required then bad(top or def, (owner or "agent") .. "." .. name .. " is required") end
     return
   end
   if type(f) ~= "function" then
-    error("specula.agent: " .. (owner or "agent") .. "." .. name .. " must be a function, got " .. type(f), 3)
+    bad(top or def, (owner or "agent") .. "." .. name .. " must be a function, got " .. type(f))
   end
 end
 
 -- Validate an agent definition and mark it. Tools may be given as plain
 -- functions, tool tables, or specula.tools specs (HTTP, sim, ...).
 function M.agent(def)
-  if type(def) ~= "table" then error("specula.agent: expected a table", 2) end
+  if type(def) ~= "table" then bad(def, "expected a table, got " .. type(def)) end
   check_fn(def, "init", true)
   check_fn(def, "step", true)
   check_fn(def, "update", true)
   check_fn(def, "verify", false)
   if def.predict ~= nil and type(def.predict) ~= "function"
      and not (type(def.predict) == "table" and getmetatable(def.predict) and getmetatable(def.predict).__call) then
-    error("specula.agent: predict must be a function or a predictor (specula.predict.*)", 2)
+    bad(def, "predict must be a function or a predictor (specula.predict.*)")
   end
   check_fn(def, "speculate", false)
   check_fn(def, "context", false)
-  if def.name ~= nil and type(def.name) ~= "string" then error("specula.agent: name must be a string", 2) end
+  if def.name ~= nil and type(def.name) ~= "string" then bad(def, "name must be a string") end
   local tools = def.tools
   if tools == nil then tools = {} def.tools = tools end
-  if type(tools) ~= "table" then error("specula.agent: tools must be a table of name -> tool", 2) end
+  if type(tools) ~= "table" then bad(def, "tools must be a table of name -> tool") end
   for name, t in pairs(tools) do
-    if type(name) ~= "string" then error("specula.agent: tool names must be strings", 2) end
+    if type(name) ~= "string" then bad(def, "tool names must be strings") end
     if type(t) == "function" then
       t = { call = t }
       tools[name] = t
     elseif type(t) ~= "table" then
-      error("specula.agent: tool '" .. name .. "' must be a function or a table", 2)
+      bad(def, "tool '" .. name .. "' must be a function or a table")
     end
     if type(t.call) == "table" then
       -- a declarative spec (HTTP tool etc.); it may carry cost and class
@@ -94,20 +120,20 @@ function M.agent(def)
       if t.class == nil then t.class = spec.class end
     end
     if type(t.call) ~= "function" then
-      error("specula.agent: tool '" .. name .. "' needs a call function (or an HTTP spec)", 2)
+      bad(def, "tool '" .. name .. "' needs a call function (or an HTTP spec)")
     end
-    for _, f in ipairs({ "speculate", "verify", "warmup" }) do check_fn(t, f, false, "tools." .. name) end
+    for _, f in ipairs({ "speculate", "verify", "warmup" }) do check_fn(t, f, false, "tools." .. name, def) end
     -- the declared input, as a model is shown it (predictors read it)
     for _, f in ipairs({ "schema", "input_schema" }) do
       if t[f] ~= nil and type(t[f]) ~= "table" then
-        error("specula.agent: tools." .. name .. "." .. f .. " must be a JSON Schema table, got " .. type(t[f]), 2)
+        bad(def, "tools." .. name .. "." .. f .. " must be a JSON Schema table, got " .. type(t[f]))
       end
     end
     if t.description ~= nil and type(t.description) ~= "string" then
-      error("specula.agent: tools." .. name .. ".description must be a string", 2)
+      bad(def, "tools." .. name .. ".description must be a string")
     end
     if t.cost ~= nil and (type(t.cost) ~= "number" or t.cost < 0) then
-      error("specula.agent: tools." .. name .. ".cost must be a non-negative number", 2)
+      bad(def, "tools." .. name .. ".cost must be a non-negative number")
     end
   end
   def.__specula_agent = true
