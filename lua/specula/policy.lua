@@ -52,9 +52,11 @@ end
 -- Resolve a policy path: as given, next to the script, then specula's policies/.
 function M.resolve(path, script_dir)
   local cands = { path }
-  if script_dir then cands[#cands + 1] = script_dir .. "/" .. path end
+  -- an absolute path is only itself
+  local relative = path:sub(1, 1) ~= "/"
+  if script_dir and relative then cands[#cands + 1] = script_dir .. "/" .. path end
   local host = core.host
-  if host and host.policies_dir then
+  if host and host.policies_dir and relative then
     local base = path:gsub("^policies/", "")
     cands[#cands + 1] = host.policies_dir .. "/" .. base
     if not base:find("%.lua$") then cands[#cands + 1] = host.policies_dir .. "/" .. base .. ".lua" end

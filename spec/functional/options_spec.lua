@@ -167,17 +167,21 @@ describe("shared options", function()
   end)
 
   it("a policy file that cannot be used: its message, and no engine stack", function()
+    -- one that is not there is a usage mistake (exit 2, as a --verifier or
+    -- --predictor file that is not; it was 1), an absolute path looked for
+    -- only where it says; one that is there but broken fails the run (1)
+    local missing = H.tmpdir() .. "/no_such_policy.lua"
     local cases = {
-      { H.tmpdir() .. "/no_such_policy.lua", "policy file '" .. H.tmpdir() .. "/no_such_policy.lua' not found" },
-      { H.tmpfile("opt_pol_syntax.lua", "return {\n"), "policy: cannot load " },
+      { missing, "specula run: --policy: policy file '" .. missing .. "' not found (looked in: " .. missing .. ")", 2 },
+      { H.tmpfile("opt_pol_syntax.lua", "return {\n"), "specula: policy: cannot load ", 1 },
       { H.tmpfile("opt_pol_value.lua", 'return { search = "maybe" }\n'),
-        "policy: tool search: decision must be full, warmup or forbid, got maybe" },
+        "specula: policy: tool search: decision must be full, warmup or forbid, got maybe", 1 },
     }
     for _, c in ipairs(cases) do
       local st, _, err = H.specula({ "run", agent_path or H.tmpfile("opt_agent.lua", AGENT), "--query", "q",
                                      "--policy", c[1], "--quiet" })
-      assert.equals(1, st, err)
-      assert.matches("^specula: " .. c[2]:gsub("%p", "%%%0"), err)
+      assert.equals(c[3], st, err)
+      assert.matches("^" .. c[2]:gsub("%p", "%%%0"), err)
       assert.is_nil(err:find("stack traceback", 1, true), err)
       assert.is_nil(err:find("/lua/specula/", 1, true), err)
     end

@@ -309,7 +309,7 @@ end
 
 --- Load o.verifier and o.predictor when they are still names (the command
 -- line's, or a --compare item's), or end with a usage error naming `where`;
--- for a --compare item (`where` given), check its policy file exists too.
+-- check that a policy file given by name exists too.
 function M.load_knobs(o, script, where)
   local dir = script and (script:match("^(.*)/[^/]*$") or ".")
   if type(o.verifier) == "string" then
@@ -322,7 +322,10 @@ function M.load_knobs(o, script, where)
     if not v then usage_error((where and (where .. ": ") or "--predictor: ") .. err) end
     o.predictor = v
   end
-  if where and type(o.policy) == "string" then
+  -- a --policy file that is not there is a usage mistake, as a --verifier
+  -- or --predictor file that is not: exit 2 before anything runs (it ended
+  -- the run with 1 once the agent was loaded)
+  if type(o.policy) == "string" then
     local ok, perr = require("specula.policy").resolve(o.policy, dir)
     if not ok then usage_error((where and (where .. ": ") or "--policy: ") .. perr) end
   end
