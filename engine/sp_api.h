@@ -876,6 +876,9 @@ int sp_replay_print(const sp_replay_args *a);
  * err naming what failed (never key material). */
 /* SHA-256 of len bytes at data into out (32 bytes). */
 void sp_crypto_sha256(const void *data, size_t len, unsigned char *out);
+/* The same digest as 64 lowercase hex digits and a NUL into out (65 bytes):
+   one call for the query digest every record carries. */
+void sp_crypto_sha256_hex(const void *data, size_t len, char *out);
 /* Incremental SHA-256: new, add any number of times, finish (frees it;
    writes 32 bytes to out). free drops one without finishing. */
 typedef struct sp_sha256 sp_sha256;

@@ -42,6 +42,17 @@ void sp_crypto_sha256(const void *data, size_t len, unsigned char *out) {
   EVP_Digest(data, len, out, &n, EVP_sha256(), NULL);
 }
 
+void sp_crypto_sha256_hex(const void *data, size_t len, char *out) {
+  static const char digits[] = "0123456789abcdef";
+  unsigned char d[32];
+  sp_crypto_sha256(data, len, d);
+  for (int i = 0; i < 32; i++) {
+    out[2 * i] = digits[d[i] >> 4];
+    out[2 * i + 1] = digits[d[i] & 15];
+  }
+  out[64] = '\0';
+}
+
 sp_sha256 *sp_crypto_sha256_new(void) {
   sp_sha256 *h = calloc(1, sizeof *h);
   if (!h) return NULL;

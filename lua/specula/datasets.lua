@@ -226,19 +226,21 @@ local function id_field(v)
 end
 
 -- gold list: answer first, then aliases, without duplicates or empties
+-- (no closure per call: creating one is not compiled, and every input
+-- line's record is built through here)
+local function gold_add(out, seen, v)
+  v = text_field(v)
+  if v and v ~= "" and not seen[v] then seen[v] = true; out[#out + 1] = v end
+end
 local function gold_list(answer, ...)
   local out, seen = {}, {}
-  local function add(v)
-    v = text_field(v)
-    if v and v ~= "" and not seen[v] then seen[v] = true; out[#out + 1] = v end
-  end
-  add(answer)
+  gold_add(out, seen, answer)
   for i = 1, select("#", ...) do
     local extra = select(i, ...)
     if type(extra) == "table" then
-      for _, a in ipairs(extra) do add(a) end
+      for _, a in ipairs(extra) do gold_add(out, seen, a) end
     elseif extra ~= nil then
-      add(extra)
+      gold_add(out, seen, extra)
     end
   end
   return out

@@ -25,6 +25,7 @@ local SPEC_NAMES = core.SPEC_NAMES   -- from sp_spec_name: the one outcome enum
 local registry = sched.vals
 local hop_info = ffi.new("sp_hop_info")
 local wstats = ffi.new("sp_window_stats")
+local new_stats = ffi.typeof("sp_window_stats")
 
 -- The "stages" object as JSON text written by the engine from the window
 -- (sp_window_stages_json), for records that are written and then dropped:
@@ -160,20 +161,27 @@ M.stats_table = stats_table
 -- The same object as JSON text written by the engine (sp_record_stats_json),
 -- for a record written and dropped: no table, no key sorting. nil when a
 -- figure is not finite (stats_table's record then says which).
-local sopts = ffi.new("sp_stats_opts")
+-- The settings go to C once per run's settings (rc.sopts; its strings are
+-- rc's, which keeps them alive), the hop count per record: each field set
+-- from Lua outside a compiled trace costs a conversion.
 local stats_cap = 2048
 local stats_buf = ffi.new("char[?]", stats_cap)
 local function stats_text(st, n, rc)
-  sopts.hops, sopts.k_config, sopts.m = n, rc.k_cfg, rc.m
-  sopts.mode, sopts.spec_launch, sopts.match = rc.mode, rc.launch, rc.match
-  sopts.predictor_off = rc.pfoff and 1 or 0
-  local len = C.sp_record_stats_json(st, sopts, stats_buf, stats_cap)
+  local so = rc.sopts
+  if not so then
+    so = ffi.new("sp_stats_opts")
+    so.k_config, so.m = rc.k_cfg, rc.m
+    so.mode, so.spec_launch, so.match = rc.mode, rc.launch, rc.match
+    so.predictor_off = rc.pfoff and 1 or 0
+    rc.sopts = so
+  end
+  so.hops = n
+  local len = C.sp_record_stats_json(st, so, stats_buf, stats_cap)
   if len > stats_cap then
     stats_cap = len
     stats_buf = ffi.new("char[?]", stats_cap)
-    len = C.sp_record_stats_json(st, sopts, stats_buf, stats_cap)
+    len = C.sp_record_stats_json(st, so, stats_buf, stats_cap)
   end
-  sopts.mode, sopts.spec_launch, sopts.match = nil, nil, nil
   if len < 0 then return nil end
   return ffi.string(stats_buf, len)
 end
@@ -258,8 +266,10 @@ local function collect(w, q, run)
       hops[i + 1] = h
     end
   end
-  C.sp_window_stats_get(w, wstats)
-  local st = wstats
+  -- a record whose stats go out as text keeps the statistics themselves
+  -- for the run's sums (below): read straight into its own struct
+  local st = run.raw_stats and new_stats() or wstats
+  C.sp_window_stats_get(w, st)
   -- no hop (a final answer at once, a query failed at its first step): an
   -- empty list, written [] (it was {}: jq '.trajectory[0]' failed on it)
   rec.trajectory = n == 0 and json.array({}) or traj
@@ -273,9 +283,8 @@ local function collect(w, q, run)
   if text then
     rec.stats = json.raw(text)
     -- sums for the run's aggregate: the statistics themselves (add_record)
-    local copy = ffi.new("sp_window_stats", st)
     rec._agg = { wall = st.wall_ms, std = st.standard_ms, acc = st.accepted, rej = st.rejected,
-                 est = copy.est, st = copy, hops = n, match = rc.match, pfoff = rc.match and rc.pfoff or nil }
+                 est = st.est, st = st, hops = n, match = rc.match, pfoff = rc.match and rc.pfoff or nil }
     return rec
   end
   rec.stats = stats_table(st, n, rc)
