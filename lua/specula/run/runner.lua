@@ -175,7 +175,6 @@ function M.with_prov(emit, run)
   end
 end
 
-local cfg = ffi.new("sp_window_cfg")
 -- Hops a query in flight may hold as Lua values before they are encoded:
 -- encoding each hop as it commits cost a 12-hop sweep 17 % of its CPU
 -- (a call into the C encoder per hop instead of one per record), while a
@@ -186,27 +185,40 @@ local cfg = ffi.new("sp_window_cfg")
 local ENCODE_BATCH = 16
 
 -- A window for one query, handed its agent adapter and query context.
+-- The window configuration of a run: the same for every query but its hop
+-- limit, so set once (each field set from Lua outside a compiled trace
+-- costs a conversion), again only if the run's record handling changed.
+local function run_wcfg(run)
+  local c = run.wcfg
+  if c and run.wcfg_raw == run.raw_stages then return c end
+  local o = run.o
+  c = ffi.new("sp_window_cfg")
+  c.mode = MODES[o.mode]
+  c.k = o.k
+  c.m = o.m or D.m
+  c.debug = o.debug and 1 or 0
+  c.trace = o.trace and 1 or 0
+  c.spec_timeout_ms = o.spec_timeout or 0
+  c.spec_launch = LAUNCH[o.spec_launch or "eager"]
+  c.policy = run.policy.ptr
+  c.kauto = run.kauto
+  c.prefetch = run.pf
+  c.drop_trajectory = (o.light and not run.learn) and 1 or 0
+  -- a run that writes each record and keeps none has its trajectory
+  -- encoded as hops commit (specula.run.records), ENCODE_BATCH at a time
+  run.encode_hops = run.raw_stages and not run.learn and records.encode_hops_ok or false
+  c.encode_trajectory = run.encode_hops and ENCODE_BATCH or 0
+  run.wcfg, run.wcfg_raw = c, run.raw_stages
+  return c
+end
+
 local function new_window(run, q, index)
   local o = run.o
-  cfg.mode = MODES[o.mode]
-  cfg.k = o.k
-  cfg.m = o.m or D.m
+  local cfg = run_wcfg(run)
   -- A safety limit above the agent's own hop budget (ctx.max_hops).
   local limit = o.max_hops or D.max_hops
   if q.max_hops and q.max_hops >= limit then limit = q.max_hops + 1 end
   cfg.max_hops = limit
-  cfg.debug = o.debug and 1 or 0
-  cfg.trace = o.trace and 1 or 0
-  cfg.spec_timeout_ms = o.spec_timeout or 0
-  cfg.spec_launch = LAUNCH[o.spec_launch or "eager"]
-  cfg.policy = run.policy.ptr
-  cfg.kauto = run.kauto
-  cfg.prefetch = run.pf
-  cfg.drop_trajectory = (o.light and not run.learn) and 1 or 0
-  -- a run that writes each record and keeps none has its trajectory
-  -- encoded as hops commit (specula.run.records), ENCODE_BATCH at a time
-  run.encode_hops = run.raw_stages and not run.learn and records.encode_hops_ok or false
-  cfg.encode_trajectory = run.encode_hops and ENCODE_BATCH or 0
   local err, errlen = core.errbuf()
   local w = C.sp_window_new(core.ctx, cfg, err, errlen)
   if w == nil then return nil, ffi.string(err) end
