@@ -42,15 +42,50 @@ void sp_crypto_sha256(const void *data, size_t len, unsigned char *out) {
   EVP_Digest(data, len, out, &n, EVP_sha256(), NULL);
 }
 
-void sp_crypto_sha256_hex(const void *data, size_t len, char *out) {
+struct sp_digester {
+  EVP_MD *alg;     /* SHA-256, fetched once from the default provider */
+  EVP_MD_CTX *md;  /* reset for every input */
+};
+
+sp_digester *sp_crypto_digester_new(void) {
+  sp_digester *d = calloc(1, sizeof *d);
+  if (!d) return NULL;
+  d->alg = EVP_MD_fetch(NULL, "SHA256", NULL);
+  d->md = EVP_MD_CTX_new();
+  if (!d->alg || !d->md) {
+    sp_crypto_digester_free(d);
+    return NULL;
+  }
+  return d;
+}
+
+void sp_crypto_digester_free(sp_digester *d) {
+  if (!d) return;
+  EVP_MD_CTX_free(d->md);
+  EVP_MD_free(d->alg);
+  free(d);
+}
+
+int sp_crypto_digester_sum(sp_digester *d, const void *data, size_t len, unsigned char *out) {
+  unsigned int n = 0;
+  if (!d || EVP_DigestInit_ex(d->md, d->alg, NULL) != 1 || EVP_DigestUpdate(d->md, data, len) != 1 ||
+      EVP_DigestFinal_ex(d->md, out, &n) != 1 || n != 32) {
+    ERR_clear_error();
+    return -1;
+  }
+  return 0;
+}
+
+int sp_crypto_digester_hex(sp_digester *d, const void *data, size_t len, char *out) {
   static const char digits[] = "0123456789abcdef";
-  unsigned char d[32];
-  sp_crypto_sha256(data, len, d);
+  unsigned char h[32];
+  if (sp_crypto_digester_sum(d, data, len, h) != 0) return -1;
   for (int i = 0; i < 32; i++) {
-    out[2 * i] = digits[d[i] >> 4];
-    out[2 * i + 1] = digits[d[i] & 15];
+    out[2 * i] = digits[h[i] >> 4];
+    out[2 * i + 1] = digits[h[i] & 15];
   }
   out[64] = '\0';
+  return 0;
 }
 
 sp_sha256 *sp_crypto_sha256_new(void) {

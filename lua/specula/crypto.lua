@@ -4,6 +4,7 @@
 -- a hand-written primitive: the Lua side only moves bytes.
 --
 --   crypto.sha256(s)            -> 32 raw bytes
+--   crypto.sha256_into(s, out)  -- the same into 32 bytes of cdata
 --   crypto.sha256_hex(s)        -> 64 lowercase hex digits
 --   crypto.sha256_file(path)    -> hex digest, or nil, "EIO: path: reason"
 --   crypto.hasher()             -> h; h:add(s) ...; h:hex() / h:raw()
@@ -80,12 +81,30 @@ function M.sha256(s)
   return ffi_string(out32, 32)
 end
 
--- (one call into C: the query digest of every record goes through here)
+-- The query digest of every record goes through here: one call into C,
+-- on a digester whose algorithm libcrypto fetched once (sp_digester).
 local out65 = ffi_new("char[65]")
+local digester
+local function get_digester()
+  if digester == nil then
+    local d = C.sp_crypto_digester_new()
+    digester = d ~= nil and ffi.gc(d, C.sp_crypto_digester_free) or false
+  end
+  return digester
+end
 function M.sha256_hex(s)
   assert(type(s) == "string", "crypto.sha256: string expected")
-  C.sp_crypto_sha256_hex(s, #s, out65)
-  return ffi_string(out65, 64)
+  local d = digester or get_digester()
+  if d and C.sp_crypto_digester_hex(d, s, #s, out65) == 0 then return ffi_string(out65, 64) end
+  return hex(M.sha256(s))
+end
+
+-- SHA-256 of s into out (32 bytes of cdata), for callers that digest many
+-- short strings (specula.run.inputs: every input id).
+function M.sha256_into(s, out)
+  local d = digester or get_digester()
+  if d and C.sp_crypto_digester_sum(d, s, #s, out) == 0 then return end
+  C.sp_crypto_sha256(s, #s, out)
 end
 
 -- An incremental digest: add pieces, read the hex (or raw) digest once.

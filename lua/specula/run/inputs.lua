@@ -41,6 +41,7 @@ local M = {}
 -- duplicate that is not one.
 
 local FP = ffi.new("unsigned char[32]")
+local sha256_into = require("specula.crypto").sha256_into
 local FP32 = ffi.cast("uint32_t *", FP)
 
 local IdSet = {}
@@ -53,7 +54,7 @@ end
 
 -- True when key's fingerprint was in the set (key is in it now).
 function IdSet:add(key)
-  C.sp_crypto_sha256(key, #key, FP)
+  sha256_into(key, FP)
   local x, y = FP32[0], FP32[1]
   if x == 0 and y == 0 then x = 1 end   -- (0, 0) marks an empty slot
   local cap, a, b = self.cap, self.a, self.b
