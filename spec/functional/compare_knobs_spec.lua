@@ -227,4 +227,32 @@ describe("specula compare on separate runs", function()
     assert.equals(0, st2, err2)
     assert.matches("\nspechop:k=inf +8 ", tbl)
   end)
+
+  it("lines up a label written in UTF-8 as one of ASCII, and cuts a long one on a character", function()
+    local d = setup_dir()
+    local long = string.rep("\195\169", 70)   -- 70 x "é": past the column's 60 characters
+    local st, tbl, err = H.specula({ "run", EX, "--input", d .. "/q.jsonl", "--clock", "virtual", "--compare",
+      "sequential,spechop:k=2:label=\195\169t\195\169-\195\177and\195\186,spechop:k=3:label=" .. long })
+    assert.equals(0, st, err)
+    -- the column after the name starts at the same character in every row
+    local function col(line)
+      local _, pad_end = line:find("^.-%s%s+")   -- the name and its padding
+      local prefix = line:sub(1, pad_end)
+      return #prefix - select(2, prefix:gsub("[\128-\191]", ""))
+    end
+    local starts = {}
+    local main = tbl:match("^(.-)\n%(latencies") or tbl   -- the first table
+    for line in main:gmatch("[^\n]+") do
+      if line:match("^sequential ") or line:match("^\195\169t\195\169") or line:match("^%[1%] ") then
+        starts[#starts + 1] = col(line)
+      end
+    end
+    assert.equals(3, #starts, tbl)
+    assert.equals(starts[1], starts[2], tbl)
+    assert.equals(starts[1], starts[3], tbl)
+    -- the long label is keyed and spelled out whole under the table, and no
+    -- line holds a cut character
+    assert.matches("[1] = " .. long .. "\n", tbl, 1, true)
+    assert.is_nil(require("specula.json").bad_utf8(tbl), "a character cut in the table")
+  end)
 end)

@@ -263,23 +263,41 @@ end
 
 local function f(x, d) if x == nil then return "-" end return format("%." .. (d or 1) .. "f", x) end
 
--- The name column: as wide as the longest name, from 22 to NAME_MAX (60) bytes;
+-- The name column: as wide as the longest name, from 22 to NAME_MAX (60) characters;
 -- a longer name is shown by a key ("[2] spechop:k=inf:verifier=jacc")
 -- spelled out under the table, so the columns after it stay aligned.
 local NAME_MIN, NAME_MAX = 22, 60
 M.NAME_MAX = NAME_MAX
+-- Widths count characters, not bytes: a name holding UTF-8 (a label of
+-- one's own language) was padded by bytes and pushed its row's columns out
+-- of line, and a long one could be cut inside a character.
+local function width(s) return #s - select(2, s:gsub("[\128-\191]", "")) end
+local function first_chars(s, n)
+  local at = 0
+  for i = 1, n do
+    local nxt = s:find("[^\128-\191]", at + 2)
+    if not nxt then return s end
+    at = nxt - 1
+    if i == n then return s:sub(1, at) end
+  end
+  return s
+end
 local function name_column(configs)
   local w, shown, keys = NAME_MIN, {}, {}
-  for _, c in ipairs(configs) do w = math.max(w, math.min(#c.name, NAME_MAX)) end
+  for _, c in ipairs(configs) do w = math.max(w, math.min(width(c.name), NAME_MAX)) end
   for i, c in ipairs(configs) do
-    if #c.name <= NAME_MAX then
+    if width(c.name) <= NAME_MAX then
       shown[i] = c.name
     else
       keys[#keys + 1] = i
       local tag = format("[%d] ", #keys)
-      shown[i] = tag .. c.name:sub(1, NAME_MAX - #tag)
+      shown[i] = tag .. first_chars(c.name, NAME_MAX - #tag)
       keys[#keys] = format("%s= %s", tag, c.name)
     end
+    -- padded here to w characters; format's %-Ws pads bytes, and adds
+    -- nothing to a name already that long in bytes
+    local pad = w - width(shown[i])
+    if #shown[i] ~= width(shown[i]) and pad > 0 then shown[i] = shown[i] .. string.rep(" ", pad) end
   end
   return w, shown, keys
 end
