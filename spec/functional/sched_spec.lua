@@ -97,6 +97,28 @@ describe("scheduler", function()
     assert.matches("non%-empty list of tasks", out)
   end)
 
+  it("waits 10^12 ms for an infinite sleep (a wait until cancelled) and one turn for 0 or less", function()
+    local out = ok_script([[
+      assert(specula.set_clock("virtual"))
+      local t0 = specula.now()
+      specula.sleep(0)
+      specula.sleep(-5)
+      print("zero", specula.now() - t0)
+      local t = specula.spawn(function() specula.sleep(math.huge) end)
+      specula.sleep(1)
+      print("running", t:state())
+      t:cancel()
+      print("cancelled", t:state())
+      t0 = specula.now()
+      specula.sleep(math.huge)
+      print("slept", specula.now() - t0)
+    ]])
+    assert.matches("zero\t0\n", out, 1, true)
+    assert.matches("running\trunning", out, 1, true)
+    assert.matches("cancelled\tcancelled", out, 1, true)
+    assert.matches("slept\t1000000000000\n", out, 1, true)
+  end)
+
   it("holds 10,000 sleeping coroutines and leaves nothing open #slow", function()
     local out = ok_script([[
       local ts = {}
