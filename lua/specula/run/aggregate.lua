@@ -53,6 +53,22 @@ local function prefetch_of(pf, match)
     gated_policy = tonumber(pf.gated_policy), held = tonumber(pf.held), saved_ms = round(tonumber(pf.saved_ms), 3),
     match = match }
 end
+-- A query's window statistics (sp_window_stats) into a's sums; hops and
+-- wasted_cost as the caller counts them (a record: its committed hops and
+-- the cost as rounded in it).
+local function sum_window(a, st, hops, wasted_cost, match)
+  a.wall_ms, a.standard_ms = a.wall_ms + st.wall_ms, a.standard_ms + st.standard_ms
+  a.hops, a.commits, a.rollbacks = a.hops + hops, a.commits + st.commits, a.rollbacks + st.rollbacks
+  a.accepted, a.rejected = a.accepted + st.accepted, a.rejected + st.rejected
+  a.model, a.target, a.speculator = a.model + st.model_calls, a.target + st.target_calls, a.speculator + st.spec_calls
+  a.predicted, a.warmup = a.predicted + st.predicted_calls, a.warmup + st.warmup_calls
+  a.cancelled = a.cancelled + st.cancelled_model + st.cancelled_target + st.cancelled_spec
+  a.wasted_cost, a.wasted_calls = a.wasted_cost + wasted_cost, a.wasted_calls + st.wasted_calls
+  a.speculative_launches, a.deferred = a.speculative_launches + st.speculative_launches, a.deferred + st.deferred
+  C.sp_est_merge(a.est, st.est)
+  if match then prefetch_add(a, prefetch_of(st.pf, match)) end
+end
+
 local function agg_add(a, st, failed, match)
   a.queries = a.queries + 1
   -- a failed query is counted, never a data point: its wall time is how
@@ -61,16 +77,7 @@ local function agg_add(a, st, failed, match)
     a.failed = a.failed + 1
     return
   end
-  a.wall_ms, a.standard_ms = a.wall_ms + st.wall_ms, a.standard_ms + st.standard_ms
-  a.hops, a.commits, a.rollbacks = a.hops + st.hops, a.commits + st.commits, a.rollbacks + st.rollbacks
-  a.accepted, a.rejected = a.accepted + st.accepted, a.rejected + st.rejected
-  a.model, a.target, a.speculator = a.model + st.model_calls, a.target + st.target_calls, a.speculator + st.spec_calls
-  a.predicted, a.warmup = a.predicted + st.predicted_calls, a.warmup + st.warmup_calls
-  a.cancelled = a.cancelled + st.cancelled_model + st.cancelled_target + st.cancelled_spec
-  a.wasted_cost, a.wasted_calls = a.wasted_cost + st.wasted_cost, a.wasted_calls + st.wasted_calls
-  a.speculative_launches, a.deferred = a.speculative_launches + st.speculative_launches, a.deferred + st.deferred
-  C.sp_est_merge(a.est, st.est)
-  if match then prefetch_add(a, prefetch_of(st.pf, match)) end
+  sum_window(a, st, st.hops, st.wasted_cost, match)
 end
 
 -- The query's gate decisions per trigger ("zero forbidden launches" is a
@@ -140,16 +147,7 @@ add_record = function(a, r, count)
     -- a record whose stats went out as engine-written text (records.collect,
     -- run.raw_stats): the same figures from the window's statistics, rounded
     -- where the record rounds them
-    a.wall_ms, a.standard_ms = a.wall_ms + g.wall, a.standard_ms + g.std
-    a.hops, a.commits, a.rollbacks = a.hops + g.hops, a.commits + st.commits, a.rollbacks + st.rollbacks
-    a.accepted, a.rejected = a.accepted + g.acc, a.rejected + g.rej
-    a.model, a.target, a.speculator = a.model + st.model_calls, a.target + st.target_calls, a.speculator + st.spec_calls
-    a.predicted, a.warmup = a.predicted + st.predicted_calls, a.warmup + st.warmup_calls
-    a.cancelled = a.cancelled + st.cancelled_model + st.cancelled_target + st.cancelled_spec
-    a.wasted_cost, a.wasted_calls = a.wasted_cost + round(st.wasted_cost, 6), a.wasted_calls + st.wasted_calls
-    a.speculative_launches, a.deferred = a.speculative_launches + st.speculative_launches, a.deferred + st.deferred
-    C.sp_est_merge(a.est, g.est)
-    if g.match then prefetch_add(a, prefetch_of(st.pf, g.match)) end
+    sum_window(a, st, g.hops, round(st.wasted_cost, 6), g.match)
   elseif s and g then
     a.wall_ms, a.standard_ms = a.wall_ms + g.wall, a.standard_ms + g.std
     a.hops, a.commits, a.rollbacks = a.hops + s.hops, a.commits + s.commits, a.rollbacks + s.rollbacks
