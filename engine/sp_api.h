@@ -81,6 +81,11 @@ typedef struct sp_buf {
   size_t cap;   /* bytes allocated */
 } sp_buf;
 
+/* ---- the JSON encoder's text (engine/sp_jsonenc.c) ------------------- */
+/* The text of an encoder's last call: state is what its enc_buf closure
+   returned (json.cenc_buf), passed as its address; NULL for another value. */
+const char *sp_jsonenc_text(const void *state);
+
 /* ---- context, clock, counters ----------------------------------------- */
 double sp_now_ms(void);                          /* monotonic milliseconds, real time */
 /* The engine's clock: real, or virtual (advanced by the scheduler to the

@@ -22,6 +22,7 @@
 #define SP_JSONENC_STACK_PAIRS 128              /* values of a table's first keys stay on the Lua stack */
 #define SP_JSONENC_STACK_BUDGET 4000            /* ...while the stack is below this (LuaJIT allows 8000) */
 #define SP_JSONENC_MT "specula.jsonenc"
+#define SP_JSONENC_MAGIC 0x6a736e65u            /* an encoder's state (and not another userdata) */
 
 /* Upvalues of the encoder closure. */
 #define SP_JSONENC_UP_ARRAY lua_upvalueindex(1)
@@ -40,6 +41,7 @@ typedef struct sp_jsonenc_key {
 } sp_jsonenc_key;
 
 typedef struct sp_jsonenc {
+  uint32_t magic;                              /* SP_JSONENC_MAGIC: sp_jsonenc_text's check */
   sp_buf out;                                  /* the text being built */
   sp_jsonenc_key *keys;                        /* keys of the open objects, innermost last */
   size_t nkeys;                                /* keys in use */
@@ -383,6 +385,27 @@ static int sp_jsonenc_write_line(sp_jsonenc *e, lua_State *L, FILE *f) {
   return 2;
 }
 
+/* Encodes the value at stack index 1 into e->out (reset first); leaves the
+   stack at that one value. 0, or -1 with e->err set. */
+static int sp_jsonenc_run(sp_jsonenc *e, lua_State *L) {
+  for (int i = 0; i < 4; i++) e->picked[i] = SIZE_MAX;
+  lua_settop(L, 1);
+  sp_buf_reset(&e->out);
+  e->nkeys = 0;
+  int rc = sp_jsonenc_value(e, L, 1, 0);
+  lua_settop(L, 1);
+  return rc;
+}
+
+/* A key stack grown by one big object is not kept. */
+static void sp_jsonenc_trim_keys(sp_jsonenc *e) {
+  if (e->capkeys > SP_JSONENC_KEEP_KEYS) {
+    free(e->keys);
+    e->keys = NULL;
+    e->capkeys = 0;
+  }
+}
+
 /* enc(value, sorted) -> text | nil, "JSON: <why>"
    enc(value, sorted, file [, pick]) -> true, bytes [, agreement] | nil, "JSON: <why>" (nothing written) |
    false, "<OS error>" (a write or flush failed) */
@@ -400,26 +423,49 @@ static int sp_jsonenc_call(lua_State *L) {
     }
   }
   e->pick = file && lua_toboolean(L, 4);
-  for (int i = 0; i < 4; i++) e->picked[i] = SIZE_MAX;
-  lua_settop(L, 1);
-  sp_buf_reset(&e->out);
-  e->nkeys = 0;
-  int rc = sp_jsonenc_value(e, L, 1, 0);
-  lua_settop(L, 1);
+  int rc = sp_jsonenc_run(e, L);
   int nret = 1;
   if (rc == 0 && file) nret = sp_jsonenc_write_line(e, L, file);
   else if (rc == 0) lua_pushlstring(L, e->out.data ? e->out.data : "", e->out.len);
   /* do not pin the memory of one big value */
   if (e->out.cap > SP_JSONENC_KEEP_BYTES) sp_buf_free(&e->out);
-  if (e->capkeys > SP_JSONENC_KEEP_KEYS) {
-    free(e->keys);
-    e->keys = NULL;
-    e->capkeys = 0;
-  }
+  sp_jsonenc_trim_keys(e);
   if (rc == 0) return nret;
   lua_pushnil(L);
   lua_pushstring(L, e->err);
   return 2;
+}
+
+/* enc_buf(value, sorted) -> state, length | nil, "JSON: <why>"
+   The text stays in the encoder's buffer, valid until the encoder's next
+   call (either closure); state is the encoder's own userdata, which an FFI
+   call passes as a pointer to sp_jsonenc_text. For a caller that copies the
+   text at once into C (a committed hop into its window's trajectory text)
+   with no Lua string made, hashed and collected in between. (A light
+   userdata pointing at the text would be simpler, but LuaJIT's JIT does not
+   compile its conversion to a C pointer on 64-bit: the loop would run
+   interpreted.) A big buffer is kept until that next call, which frees it
+   after its own text as usual. */
+static int sp_jsonenc_call_buf(lua_State *L) {
+  sp_jsonenc *e = lua_touserdata(L, SP_JSONENC_UP_STATE);
+  e->sorted = lua_toboolean(L, 2);
+  e->pick = 0;
+  int rc = sp_jsonenc_run(e, L);
+  sp_jsonenc_trim_keys(e);
+  if (rc != 0) {
+    lua_pushnil(L);
+    lua_pushstring(L, e->err);
+    return 2;
+  }
+  lua_pushvalue(L, SP_JSONENC_UP_STATE);
+  lua_pushinteger(L, (lua_Integer)e->out.len);
+  return 2;
+}
+
+const char *sp_jsonenc_text(const void *state) {
+  const sp_jsonenc *e = state;
+  if (!e || e->magic != SP_JSONENC_MAGIC) return NULL;
+  return e->out.data;
 }
 
 static int sp_jsonenc_gc(lua_State *L) {
@@ -438,6 +484,7 @@ static int sp_jsonenc_new(lua_State *L) {
   lua_settop(L, 4);
   sp_jsonenc *e = lua_newuserdata(L, sizeof *e);
   memset(e, 0, sizeof *e);
+  e->magic = SP_JSONENC_MAGIC;
   sp_buf_init(&e->out);
   if (luaL_newmetatable(L, SP_JSONENC_MT)) {
     lua_pushcfunction(L, sp_jsonenc_gc);
@@ -448,10 +495,15 @@ static int sp_jsonenc_new(lua_State *L) {
     lua_newtable(L);  /* no raw metatable given: one nothing can carry */
     lua_replace(L, 4);
   }
+  /* upvalues array_mt, object_mt, null, state, raw_mt: the same for both
+     closures (one state, so one buffer) */
   lua_pushvalue(L, 4);
   lua_remove(L, 4);
+  for (int i = 1; i <= 5; i++) lua_pushvalue(L, i);
   lua_pushcclosure(L, sp_jsonenc_call, 5);
-  return 1;
+  lua_insert(L, 1);
+  lua_pushcclosure(L, sp_jsonenc_call_buf, 5);
+  return 2;
 }
 
 int luaopen_specula_jsonenc(lua_State *L) {

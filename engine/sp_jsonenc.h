@@ -9,7 +9,7 @@
  * Lua sees it as a module: package.preload["specula.jsonenc"] in the specula
  * binary (sp_host.c), package.loadlib(libspecula_core.so,
  * "luaopen_specula_jsonenc") under plain luajit. The module is a function
- * new(array_mt, object_mt, null [, raw_mt]) returning enc(value, sorted): the
+ * new(array_mt, object_mt, null [, raw_mt]) returning enc and enc_buf. enc(value, sorted): the
  * text (a table under raw_mt is { text } and its text is copied verbatim),
  * keys sorted bytewise when sorted is true, or nil and "JSON: <why>" with
  * the message json.lua gives for the same value. enc(value, sorted, file)
@@ -20,11 +20,18 @@
  * "[" .. answer .. "," .. trajectory .. "]" cut from the line (the values
  * of the top-level object's "answer" and "trajectory" keys: what
  * json.canonical({ answer, trajectory }) gives), or nil when either is
- * absent. enc runs no Lua code and never yields. */
+ * absent. enc_buf(value, sorted) leaves the text in the encoder's buffer
+ * and returns the encoder's state (its userdata) and the text's length (nil
+ * and "JSON: <why>" as enc); sp_jsonenc_text(state) is the text, valid
+ * until either closure's next call, for a caller that copies it into C at
+ * once. Neither runs Lua code nor yields. */
 #ifndef SP_JSONENC_H
 #define SP_JSONENC_H
 #include <lua.h>
 
 int luaopen_specula_jsonenc(lua_State *L);
+/* The text of the last call of the encoder whose state this is (an FFI
+   call passes enc_buf's userdata as its address); NULL for anything else. */
+const char *sp_jsonenc_text(const void *state);
 
 #endif

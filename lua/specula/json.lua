@@ -72,7 +72,12 @@ M.object_mt = object_mt
 -- caller vouches for the text; nothing checks it.
 local raw_mt = { __name = "specula.json.raw" }
 M.raw_mt = raw_mt
-function M.raw(...) return setmetatable({ ... }, raw_mt) end
+-- (up to three pieces without a vararg table: `{ ... }` is not compiled
+-- by the JIT, and the callers that make one a query stayed interpreted)
+function M.raw(a, b, c, ...)
+  if select("#", ...) == 0 then return setmetatable({ a, b, c }, raw_mt) end
+  return setmetatable({ a, b, c, ... }, raw_mt)
+end
 
 function M.array(t) return setmetatable(t or {}, array_mt) end
 function M.object(t) return setmetatable(t or {}, object_mt) end
@@ -327,7 +332,9 @@ local function c_encoder()
   end
   return new(array_mt, object_mt, null, raw_mt)
 end
-local cenc = c_encoder()
+-- cenc(value, sorted) -> text; cenc_buf(value, sorted) -> state, length
+-- of the text left in the encoder's buffer (M.cenc_buf)
+local cenc, cenc_buf = c_encoder()
 
 -- Encodes value as JSON text; returns the text, or nil and "JSON: <why>".
 function M.encode(value) return cenc(value, true) end
@@ -358,8 +365,13 @@ M.MAX_DEPTH = MAX_DEPTH
 
 -- The C encoder itself, for callers that encode many small values in a
 -- loop: cenc(value, true) -> canonical text, or nil and "JSON: <why>"
--- (never raises). nil without the C encoder.
+-- (never raises). nil without the C encoder. cenc_buf(value, true) ->
+-- the encoder's state and the text's length, the text left in the
+-- encoder's own buffer: C.sp_jsonenc_text(state) points at it until the
+-- encoder's next call (for an FFI call that copies it at once); or nil and
+-- "JSON: <why>".
 M.cenc = cenc
+M.cenc_buf = cenc_buf
 
 -- Why value cannot be encoded, or nil when it can: the path of the first
 -- offending part (root .. ".field[2].x", array indexes from 0 as in JSON)

@@ -359,3 +359,61 @@ describe("records written by the CLI", function()
     end
   end)
 end)
+
+describe("start_jitter_ms", function()
+  it("starts each query after a keyed share of it: the same delays for a seed, no result changed", function()
+    -- under the virtual clock a start is an instant: each query's window
+    -- starts at (run start + its delay), delays in [0, jitter), keyed by
+    -- seed and id; the query's own record does not move (times here are
+    -- from the earliest start)
+    local script = H.tmpfile("jitter.lua", [[
+      local specula = require "specula"
+      local json = specula.json
+      local agent = specula.agent {
+        init = function(q, ctx) return { t0 = specula.now() } end,
+        step = function(s, ctx)
+          specula.sleep(10)
+          return { final = ctx.id .. " " .. s.t0 }
+        end,
+        update = function(s) return s end,
+      }
+      local qs = {}
+      for i = 1, 30 do qs[i] = { id = "q" .. i, query = "jitter " .. i } end
+      local function starts(opts)
+        opts.queries, opts.clock, opts.concurrency = qs, "virtual", 30
+        local recs = specula.run(agent, opts)
+        local out, first = {}, math.huge
+        for i, r in ipairs(recs) do
+          assert(r.error == nil, r.error)
+          local id, t = r.answer:match("^(%S+) (%S+)$")
+          assert(id == r.id)
+          out[i] = tonumber(t)
+          first = math.min(first, out[i])
+          assert(r.stats.wall_ms == 10, "the query's own time moved: " .. tostring(r.stats.wall_ms))
+        end
+        -- (the virtual clock's origin is its own: starts from the earliest)
+        for i = 1, #out do out[i] = out[i] - first end
+        return out
+      end
+      print(json.encode({ none = starts({}), a = starts({ start_jitter_ms = 500, seed = 7 }),
+        again = starts({ start_jitter_ms = 500, seed = 7 }), other = starts({ start_jitter_ms = 500, seed = 8 }) }))
+    ]])
+    local st, out, err = H.specula({ "run", script })
+    assert.equals(0, st, err)
+    local r = last_json(out)
+    for i = 1, 30 do assert.equals(0, r.none[i]) end
+    local spread, differ = {}, 0
+    for i = 1, 30 do
+      local d = r.a[i]
+      assert.is_true(d >= 0 and d < 500, "delay " .. d)
+      spread[math.floor(d / 100)] = true
+      assert.equals(d, r.again[i], "the same seed and id: the same delay")
+      if r.other[i] ~= d then differ = differ + 1 end
+    end
+    -- spread over the range, and another seed draws other delays
+    local buckets = 0
+    for _ in pairs(spread) do buckets = buckets + 1 end
+    assert.is_true(buckets >= 4, "delays spread over [0, 500): " .. buckets .. " of 5 buckets")
+    assert.is_true(differ >= 25, differ .. " of 30 delays differ with another seed")
+  end)
+end)

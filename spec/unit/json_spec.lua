@@ -570,6 +570,47 @@ describe("specula.json", function()
     assert.same(want, { unpack(lines, 1, #cases) })
     os.remove(path)
   end)
+
+  -- cenc_buf: the text left in the encoder's buffer, read from C (a committed
+  -- hop goes from there into its window's trajectory text, no Lua string)
+  c_encoder("cenc_buf leaves canonical's text in the encoder's buffer, read through sp_jsonenc_text", function()
+    -- (the library json.lua loaded its encoder from: SPECULA_CORE_LIB)
+    local ffi = require "ffi"
+    pcall(ffi.cdef, "const char *sp_jsonenc_text(const void *state);")
+    local C = ffi.load(assert(os.getenv("SPECULA_CORE_LIB"), "SPECULA_CORE_LIB"))
+    local function text_of(v)
+      local st, len = json.cenc_buf(v, true)
+      if st == nil then return nil, len end
+      local p = C.sp_jsonenc_text(st)
+      assert.is_false(p == nil)
+      return ffi.string(p, len)
+    end
+    local big = string.rep("x", 3 * 1024 * 1024)   -- past the buffer the encoder keeps (1 MB)
+    local values = {
+      { segment = "s0", action = { tool = "t", args = { i = 0 } }, observation = "o0" },
+      { observation = json.null, action = { args = { q = "é\"\n\0", z = { 1.5, -0, 1e300 } } } },
+      json.array({}), { "a", { b = true } }, "plain", 12.25, big, { big = big }, { after = "a big one" },
+    }
+    for i, v in ipairs(values) do
+      assert.equals(json.canonical(v), text_of(v), "value " .. i)
+    end
+    -- what it cannot encode: nil and json.encode's own message
+    for _, bad in ipairs({ { x = 0 / 0 }, { f = print }, { [1.5] = 1 } }) do
+      local t, err = text_of(bad)
+      assert.is_nil(t)
+      assert.equals(select(2, json.encode(bad)), err)
+      assert.matches("^JSON: ", err)
+    end
+    -- the text is the encoder's last: the plain encoder's next call replaces it
+    local st, len = json.cenc_buf({ a = 1 }, true)
+    assert.equals('{"a":1}', ffi.string(C.sp_jsonenc_text(st), len))
+    json.encode({ b = 22 })
+    assert.equals('{"b":22}', ffi.string(C.sp_jsonenc_text(st), 8))
+    -- anything but an encoder's state: NULL, never another object's bytes
+    assert.is_true(C.sp_jsonenc_text(nil) == nil)
+    assert.is_true(C.sp_jsonenc_text(io.stdout) == nil)
+    assert.is_true(C.sp_jsonenc_text(ffi.new("char[64]")) == nil)
+  end)
 end)
 
 describe("specula.json without its C encoder", function()

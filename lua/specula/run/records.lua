@@ -52,10 +52,11 @@ end
 -- cannot be encoded (a value JSON cannot hold, a step with a metatable)
 -- stops it for its window: that hop and the later ones stay values and
 -- the record is built and checked as before.
-local cenc = json.cenc
+local cenc, cenc_buf = json.cenc, json.cenc_buf
 M.encode_hops_ok = cenc ~= nil
 local enc_next, enc_count, hop_text, enc_stop = C.sp_window_enc_next, C.sp_window_enc_count,
   C.sp_window_hop_text, C.sp_window_enc_stop
+local enc_text = C.sp_jsonenc_text
 local window_hop, window_nhops = C.sp_window_hop, C.sp_window_nhops
 local enc_info = ffi.new("sp_hop_info")
 local ENC_HOP = {}
@@ -74,19 +75,24 @@ local function encode_hops()
     for i = enc_count(w), window_nhops(w) - 1 do
       window_hop(w, i, enc_info)
       local step, obs = registry[enc_info.step_ref], registry[enc_info.obs_ref]
-      local text
+      -- the text is copied from the encoder's buffer into the window's
+      -- (no Lua string a hop: one less object made, hashed and swept)
+      local text, len
       if type(step) == "table" and getmetatable(step) == nil then
         if obs == nil then obs = NULL end
         ENC_HOP.segment, ENC_HOP.action, ENC_HOP.observation = step.segment, step.action, obs
-        text = cenc(ENC_HOP, true)
-        if text and #text >= DEEP_TEXT and not cenc(ENC_WRAP, true) then text = nil end
+        text, len = cenc_buf(ENC_HOP, true)
+        if text and len >= DEEP_TEXT then
+          -- (the check reuses the encoder's buffer: the hop is encoded again)
+          if cenc(ENC_WRAP, true) then text, len = cenc_buf(ENC_HOP, true) else text = nil end
+        end
         ENC_HOP.segment, ENC_HOP.action, ENC_HOP.observation = nil, nil, nil
       end
       if not text then
         enc_stop(w)
         break
       end
-      hop_text(w, i, text, #text)
+      hop_text(w, i, enc_text(text), len)
     end
   end
 end
@@ -215,8 +221,10 @@ local function collect(w, q, run)
   local rc = run_cfg(run)
   local light, acc = o.light, run.acc
   local status = C.sp_window_status(w)
-  local rec = { id = q.id, query = q.query }
-  if q.gold then rec.gold = q.gold end
+  -- every key a record gets, named at once: the table is made at its size
+  -- (filled one key at a time it was rehashed twice a query)
+  local rec = { id = q.id, query = q.query, gold = q.gold or nil, trajectory = nil, answer = nil, error = nil,
+                stages = nil, stats = nil, _agg = nil, provenance = nil }
   local traj, hops = {}, nil
   local n = C.sp_window_nhops(w)
   if light then

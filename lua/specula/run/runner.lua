@@ -415,12 +415,17 @@ end
 -- Start query q's window w in group, after a keyed random delay with
 -- --start-jitter-ms (spreads the starts of concurrent queries; keyed, so
 -- runs repeat).
+local function start_later(o, w, q, group)
+  local idk = tostring(q.id)
+  local delay = C.sp_rand_keyed(o.seed or D.seed, idk, #idk, 0, "start", 0) * o.start_jitter_ms
+  sched.spawn(function() sched.sleep(delay) C.sp_window_start_in(w, group) end)
+end
+-- (the closure in its own function: one here closed w and group on every
+-- return, which the JIT does not compile, and kept the caller interpreted)
 local function start_window(run, w, q, group)
   local o = run.o
   if o.start_jitter_ms and o.start_jitter_ms > 0 then
-    local idk = tostring(q.id)
-    local delay = C.sp_rand_keyed(o.seed or D.seed, idk, #idk, 0, "start", 0) * o.start_jitter_ms
-    sched.spawn(function() sched.sleep(delay) C.sp_window_start_in(w, group) end)
+    start_later(o, w, q, group)
   else
     C.sp_window_start_in(w, group)
   end
