@@ -100,6 +100,40 @@ describe("experiments", function()
     assert.is_true(rows[3].rel_lat < rows[1].rel_lat)
   end)
 
+  it("writes a query's gold answers as a list, and no gold key for a query without any", function()
+    -- (an input without gold gave "gold":{}, an object: jq '.gold[0]' failed on it)
+    local inp = H.tmpfile("gold.jsonl", table.concat({
+      cjson.encode({ id = "none", query = "no gold here" }),
+      cjson.encode({ id = "one", query = "Q", gold = "4" }),
+      cjson.encode({ id = "list", query = "Q", answer = "x", answer_aliases = { "y", "x" } }),
+      cjson.encode({ id = "empty", query = "Q", gold = {} }),
+    }, "\n") .. "\n")
+    local agent = H.tmpfile("gold_agent.lua", [[
+      local specula = require "specula"
+      return specula.agent {
+        init = function(q) return { q = q } end,
+        step = function(s, ctx)
+          if ctx.id == "list" then error("this query fails") end
+          return { final = "done" }
+        end,
+        update = function(s) return s end,
+      }
+    ]])
+    local out = H.tmpfile()
+    local st, _, err = H.specula({ "run", agent, "--input", inp, "--out", out, "--quiet" })
+    assert.equals(3, st, err)   -- one query failed
+    local text = H.read(out)
+    local by = {}
+    for _, r in ipairs(H.jsonl(text)) do by[r.id] = r end
+    assert.is_nil(by.none.gold)
+    assert.is_nil(by.empty.gold)
+    assert.same({ "4" }, by.one.gold)
+    assert.same({ "x", "y" }, by.list.gold)   -- a failed query keeps its gold
+    assert.is_truthy(by.list.error)
+    assert.is_nil(text:find('"gold":{}', 1, true))
+    assert.is_truthy(text:find('"gold":["4"]', 1, true))
+  end)
+
   it("reads HotpotQA, 2WikiMultihopQA and MuSiQue files with gold answers and hop budgets", function()
     local two = H.tmpfile("2wiki.json", cjson.encode({
       { _id = "w1", type = "compositional", question = "Who is the father of the director of X?",

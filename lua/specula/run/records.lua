@@ -208,6 +208,17 @@ local function run_cfg(run)
   return rc
 end
 
+-- The record's gold answers: the query's, when it has any. An input
+-- without them gives an empty list, which went out as "gold":{} (an object:
+-- jq '.gold[0]' failed on it); now no key.
+local next = next
+local function gold_of(q)
+  local g = q.gold
+  if type(g) == "table" and g[1] == nil and next(g) == nil then return nil end
+  return g
+end
+M.gold_of = gold_of
+
 -- Read a finished window into a result record. A light run (answers
 -- only, for benchmarks and large batches) keeps { id, query, answer or
 -- error, hops } per query and adds the counters to `acc` instead. With
@@ -223,7 +234,7 @@ local function collect(w, q, run)
   local status = C.sp_window_status(w)
   -- every key a record gets, named at once: the table is made at its size
   -- (filled one key at a time it was rehashed twice a query)
-  local rec = { id = q.id, query = q.query, gold = q.gold or nil, trajectory = nil, answer = nil, error = nil,
+  local rec = { id = q.id, query = q.query, gold = gold_of(q), trajectory = nil, answer = nil, error = nil,
                 stages = nil, stats = nil, _agg = nil, provenance = nil }
   local traj, hops = {}, nil
   local n = C.sp_window_nhops(w)

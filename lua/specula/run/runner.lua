@@ -24,6 +24,7 @@ local type, tostring, ipairs, error, format = type, tostring, ipairs, error, str
 local MODES, LAUNCH, MATCH, TRIGGER = runopts.MODES, runopts.LAUNCH, runopts.MATCH, runopts.TRIGGER
 local D = optslib.DEFAULTS
 local collect, strip, write_failed, open_output = records.collect, records.strip, records.write_failed, records.open_output
+local gold_of = records.gold_of
 local new_agg, fmt = aggregate.new_agg, aggregate.fmt
 
 local M = {}
@@ -277,7 +278,7 @@ end
 -- Run one query through a window (inside a task); returns its record.
 local function run_query(run, q, index)
   local w, err = new_window(run, q, index)
-  if not w then return { id = q.id, query = q.query, error = err } end
+  if not w then return { id = q.id, query = q.query, gold = gold_of(q), error = err } end
   local me = sched.current("run_query")
   C.sp_window_start(w, me)
   while C.sp_window_status(w) == C.SP_WIN_RUNNING do sched.yield() end
@@ -513,7 +514,7 @@ run_batch = function(run, queries, emit, progress, keep)
       qs[i] = q
       local w, err = new_window(run, q, i)
       if not w then
-        record(i, { id = q.id, query = q.query, error = err })
+        record(i, { id = q.id, query = q.query, gold = gold_of(q), error = err })
       else
         local id = C.sp_window_id(w)
         active_w[id], active_i[id] = w, i
@@ -531,7 +532,7 @@ run_batch = function(run, queries, emit, progress, keep)
       local cancelled = C.sp_window_status(fw) == C.SP_WIN_CANCELLED
       local q = qs[ai]
       local ok, rec = pcall(finish_window, run, aw, q, ai)
-      if not ok then rec = { id = q.id, query = q.query, error = sched.errstr(rec) } end
+      if not ok then rec = { id = q.id, query = q.query, gold = gold_of(q), error = sched.errstr(rec) } end
       if cancelled and cctx ~= nil and C.sp_host_signal(cctx) ~= 0 then
         interrupted = true
         rec = nil
