@@ -680,6 +680,37 @@ print(json.encode({ version = init.result.protocolVersion, a = a.result.content[
     assert.are.equal(2, rec.tools.slow.waste)
   end)
 
+  -- before, the predictor's guess after the last answer of a server that
+  -- then died restarted it: speculation spent the max_restarts of the
+  -- client's own calls (and started a process nobody asked for)
+  it("never starts or restarts a server for a prefetch: the guess is counted as server_down", function()
+    if not guard() then return end
+    local cfg, log, out = setup('policy = { echo = "full" },\n'
+      .. '  predict = function(h) return { { tool = "echo", args = { text = "guess " .. #h } } } end,')
+    -- crash with cut = "whole": the answer comes (the call succeeds, and
+    -- the predictor is asked), then the server exits
+    local gw = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, steps = {
+      { op = "call", name = "crash", arguments = { cut = "whole" } }, { op = "sleep", ms = 800 },
+      { op = "call", name = "echo", arguments = { text = "mine" } }, { op = "sleep", ms = 300 },
+    } })
+    assert.is_true(gw.steps[1].ok, gw.steps[1].error and gw.steps[1].error.message)
+    assert.is_true(gw.steps[2].ok, require("cjson").encode(gw.steps))
+    local inits, echoes = 0, 0
+    for _, e in ipairs(tap(log)) do
+      if e.method == "initialize" then inits = inits + 1 end
+      if e.name == "echo" then echoes = echoes + 1 end
+    end
+    -- two processes: the first, and the one the client's own call started
+    assert.are.equal(2, inits)
+    local rec = record(out)
+    assert.are.equal(1, rec.servers.test.restarts)
+    assert.are.equal(1, rec.speculation.server_down)
+    -- after the client's call the server is up again: its guess is launched
+    assert.are.equal(1, rec.speculation.launched)
+    -- the server saw the client's echo and the one guess after it
+    assert.are.equal(2, echoes)
+  end)
+
   it("keeps a session's waste within budget.max_wasted_cost, at each tool's cost", function()
     if not guard() then return end
     -- five new guesses a round, each a slow call costing 0.5: 2.0 allows

@@ -317,6 +317,50 @@ print(ok, type(e), e)
     assert.matches("false\tstring\t", out, 1, true)
     assert.matches("agent.update must be a function, got number", out, 1, true)
   end)
+
+  it("an error in a script's main chunk shows the script's frames, not the engine's", function()
+    local cases = {
+      { "local function f() error('boom in main') end\nf()\n", "main.lua:1: boom in main",
+        { "main.lua:1: in function 'f'", "main.lua:2: in " } },
+      { "local t = setmetatable({}, { __index = function() error({ code = 7 }) end })\nlocal x = t.y\n",
+        "main.lua:1: table: ", { "main.lua:1: in function '__index'", "main.lua:2: in " } },
+      { "local specula = require 'specula'\n\nspecula.sleep('x')\n",
+        "main.lua:3: specula.sleep: expected milliseconds, got string", { "main.lua:3: in " } },
+    }
+    for _, case in ipairs(cases) do
+      local script = H.tmpfile("main.lua", case[1])
+      local dir = script:match("^(.*)/")
+      local st, _, err = H.specula({ "run", script })
+      assert.equals(1, st, err)
+      assert.matches("specula: " .. dir .. "/" .. case[2], err, 1, true)
+      assert.matches("stack traceback:", err, 1, true)
+      for _, frame in ipairs(case[3]) do assert.matches(frame, err, 1, true) end
+      assert.is_nil(err:find("lua/specula/", 1, true), err)
+      assert.is_nil(err:find("[C]", 1, true), err)
+      assert.is_nil(err:find("xpcall", 1, true), err)
+    end
+  end)
+
+  it("an error with no frame of the user's keeps the whole traceback (the engine's own failure)", function()
+    -- frames in files named like the engine's, run in a coroutine of their
+    -- own: nothing of the user's is on that stack
+    local st, out, err = H.run_lua([[
+local sched = require "specula.internal.sched"
+local ENG = "@/x/lua/specula/"
+local boom = load("return function() local t = nil; return t.field end", ENG .. "fake_engine.lua")()
+local handler = load("local sched = ... return function(e) local m = sched.command_error(e, 1) return m end",
+  ENG .. "fake_cmd.lua")(sched)
+local body = load("local boom, handler = ... local ok, m = xpcall(boom, handler) return ok, m", ENG .. "fake_main.lua")
+local co = coroutine.create(body)
+local _, ok, msg = coroutine.resume(co, boom, handler)
+print(ok, msg)
+]])
+    assert.equals(0, st, err)
+    assert.matches("^false\t/x/lua/specula/fake_engine.lua:1: attempt to index", out)
+    assert.matches("stack traceback:", out, 1, true)
+    assert.matches("fake_engine.lua:1: in function", out, 1, true)
+    assert.matches("fake_main.lua:1: in ", out, 1, true)
+  end)
 end)
 
 describe("every write is checked", function()

@@ -37,6 +37,28 @@ describe("scheduler", function()
     assert.matches("false\ttrue\ttrue\ttrue", out, 1, true)
   end)
 
+  it("names the function that raised as the traceback's first frame", function()
+    -- (the handler's tail call into debug.traceback started every task's
+    -- traceback one frame too deep: the raising function was left out)
+    local script = H.tmpfile("frames.lua", [[
+local specula = require "specula"
+local function innermost() local t = nil; local v = t.x; return v end
+local function middle() local r = innermost(); return r end
+local _, err = specula.spawn(function() local r = middle(); return r end):wait()
+print(err)
+local _, err2 = specula.spawn(function() local r = middle(); return r end):wait()
+error("from the main chunk: " .. tostring(#err2 > 0))
+]])
+    local st, out, err = H.specula({ "run", script })
+    assert.equals(1, st, err)
+    local frames = {}
+    for l in out:gmatch("\n\t([^\n]+)") do frames[#frames + 1] = l end
+    assert.matches("frames.lua:2: in function 'innermost'", frames[1], 1, true)
+    assert.matches("frames.lua:3: in function 'middle'", frames[2], 1, true)
+    -- and a command's error: the main chunk's line, then nothing of the engine
+    assert.matches("frames.lua:7: from the main chunk: true\nstack traceback:\n\t[^\n]*frames.lua:7: in ", err)
+  end)
+
   it("wait_any returns the first finished task, wait_all all results", function()
     -- on the virtual clock: which sleep ends first does not depend on how
     -- fast the machine spawns the second task (it raced under valgrind)

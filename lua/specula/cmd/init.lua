@@ -102,7 +102,7 @@ local function decider(cmd)
       end
       return e
     end
-    return { plain = true, message = sched.on_error(e, 1) }
+    return { plain = true, message = sched.command_error(e, 1) }
   end
 end
 

@@ -9,7 +9,8 @@
 --     waste, hidden_ms } }, speculation = { predicted, allowed, refused,
 --     launched, hits, joined, waste, stale, cancelled, hidden_ms,
 --     by_budget (refused by budget.max_wasted_cost), wasted_cost, tainted
---     (dropped: their server asked the client something), gate },
+--     (dropped: their server asked the client something), server_down
+--     (not launched: the tool's server was not up), gate },
 --     trace = { { tool, args_sha256, t_ms, ms, prefetched, hidden_ms } },
 --     provenance }
 --

@@ -226,6 +226,12 @@ end
 function Session:_forward(server, method, params, on_progress, what, prefetch, since)
   local c = self.up:client(server)
   if not c then return nil, "mcp server '" .. tostring(server) .. "' is not running: " .. tostring(self.up.errors[server]) end
+  -- a prefetch never starts or restarts a server: a restart would spend
+  -- the client's max_restarts on a call it never made (and a dead server's
+  -- next start is for the client's own call)
+  if prefetch and not c:is_ready() then
+    return nil, "mcp server '" .. tostring(server) .. "' is not up: a prefetch does not start it"
+  end
   local t0 = sched.now()
   -- since: when the client asked, for a call that waited on a prefetch
   -- first: it gets what is left of the server's timeout, not all of it
@@ -251,6 +257,15 @@ function Session:_fallback(cap, name)
     if (e.client.capabilities or {})[cap] ~= nil then return { server = e.name, name = name } end
   end
   return nil
+end
+
+-- Whether the server behind an exposed tool name is up (speculation asks
+-- before it launches: a prefetch never starts a server).
+function Session:_server_up(name)
+  local _, routes = self.up:tools()
+  local route = routes[name] or self:_fallback("tools", name)
+  local c = route and self.up:client(route.server)
+  return c ~= nil and c:is_ready()
 end
 
 -- tools/call for an exposed name (speculation's calls come here too).
@@ -917,6 +932,7 @@ function M.start(gw, t, o)
     max_inflight = gw.budget.max_inflight, max_wasted_cost = gw.budget.max_wasted_cost, cost = gw.budget.cost,
     call = function(name, args, o) return self:_call_tool(name, args, o and o.on_progress, nil, true) end,
     tool_stats = function(name) return self.rec:tool(name) end,
+    server_up = function(name) return self:_server_up(name) end,
   }
   self.lifetime = spawn_root(function() sched.sleep(1e12) end)
   local ok, err = t:open(self:_peer())

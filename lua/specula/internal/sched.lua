@@ -70,7 +70,11 @@ end
 local function on_error(e, up)
   if type(e) == "table" and rawget(e, "plain") then return errstr(rawget(e, "message")) end
   local level = 2 + (tonumber(up) or 0)
-  return traceback(message(e, level), level)
+  -- (not `return traceback(...)`: that tail call dropped this frame from
+  -- the count, and every traceback began one frame too deep, without the
+  -- function that raised)
+  local tb = traceback(message(e, level), level)
+  return tb
 end
 M.on_error = on_error
 
@@ -87,20 +91,45 @@ local function usage_error(message) error({ plain = true, message = message, sta
 -- message and the frames of the agent's own files. The engine's frames
 -- (lua/specula/, C) say nothing to the user and would fill every query's
 -- error record; a tool error raised inside the engine is its message alone.
-local function job_error(e)
-  if type(e) == "table" and rawget(e, "plain") then return errstr(rawget(e, "message")) end
-  local msg = message(e, 2)
+-- The traceback's frames in the user's own files from level on (none of
+-- the engine's, no C, no tail calls), as lines.
+local function user_frames(level)
   local keep = {}
-  for line in traceback("", 2):gmatch("[^\n]+") do
+  for line in traceback("", level + 1):gmatch("[^\n]+") do
     if line:find("^%s") and not line:find(ENGINE_SRC, 1, true) and not line:find("[C]", 1, true)
        and not line:find("(tail call)", 1, true) then
       keep[#keep + 1] = line
     end
   end
+  return keep
+end
+
+local function job_error(e)
+  if type(e) == "table" and rawget(e, "plain") then return errstr(rawget(e, "message")) end
+  local msg = message(e, 2)
+  local keep = user_frames(2)
   if #keep == 0 then return msg end
   return msg .. "\nstack traceback:\n" .. table.concat(keep, "\n")
 end
 M.job_error = job_error
+
+-- An error that ends a command (the handler's caller is up frames above
+-- the error): raised in the user's script (its main chunk, or what it
+-- called), its message and the script's frames, as a job's error is; one
+-- with no frame of the user's (the engine's own failure) keeps the whole
+-- traceback, which is what a bug report needs.
+function M.command_error(e, up)
+  if type(e) == "table" and rawget(e, "plain") then return errstr(rawget(e, "message")) end
+  local level = 2 + (tonumber(up) or 0)
+  local keep = user_frames(level)
+  if #keep == 0 then
+    -- (not `return traceback(...)`: a tail call would drop this frame from
+    -- the count, and the traceback would start one frame too deep)
+    local whole = traceback(message(e, level), level)
+    return whole
+  end
+  return message(e, level) .. "\nstack traceback:\n" .. table.concat(keep, "\n")
+end
 M.plain_error = plain_error
 M.usage_error = usage_error
 

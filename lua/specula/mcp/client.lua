@@ -469,6 +469,10 @@ function Client:_start()
   return self:_initialize(M.SESSION_VERSION)
 end
 
+-- Whether the server is up now (initialized, not dead, not starting): a
+-- request sent now needs no start or restart first.
+function Client:is_ready() return self.state == "ready" end
+
 -- Make sure the server runs: opens or reopens a transport that can be
 -- (stdio: starts or restarts the process), once at a time.
 function Client:_ready()
