@@ -23,6 +23,13 @@ local SPEC_NAMES = core.SPEC_NAMES   -- from sp_spec_name: the one outcome enum
 
 -- Values the window keeps (steps, observations, the answer) by slot.
 local registry = sched.vals
+-- (what a query's record calls, cached: each C.name in the interpreter,
+-- where the functions that finish a query run, is a namespace lookup)
+local window_status, window_stats_get = C.sp_window_status, C.sp_window_stats_get
+local window_stages_json, window_traj_text, window_answer_ref = C.sp_window_stages_json, C.sp_window_traj_text,
+  C.sp_window_answer_ref
+local window_error, record_stats_json = C.sp_window_error, C.sp_record_stats_json
+local WIN_DONE = C.SP_WIN_DONE
 local hop_info = ffi.new("sp_hop_info")
 local wstats = ffi.new("sp_window_stats")
 local new_stats = ffi.typeof("sp_window_stats")
@@ -33,11 +40,11 @@ local new_stats = ffi.typeof("sp_window_stats")
 local stages_cap = 8192
 local stages_buf = ffi.new("char[?]", stages_cap)
 local function stages_text(w)
-  local n = C.sp_window_stages_json(w, stages_buf, stages_cap)
+  local n = window_stages_json(w, stages_buf, stages_cap)
   if n > stages_cap then
     stages_cap = n
     stages_buf = ffi.new("char[?]", stages_cap)
-    n = C.sp_window_stages_json(w, stages_buf, stages_cap)
+    n = window_stages_json(w, stages_buf, stages_cap)
   end
   if n < 0 then return nil end
   return ffi.string(stages_buf, n)
@@ -101,17 +108,17 @@ if cenc then sched.on_commits = encode_hops end
 
 local traj_len = ffi.new("int[1]")
 local function traj_text(w, i, j)
-  local p = C.sp_window_traj_text(w, i, j, traj_len)
+  local p = window_traj_text(w, i, j, traj_len)
   return ffi.string(p, traj_len[0])
 end
 
 -- A finished window's answer, or its error, into rec.
 local function set_outcome(rec, w, status)
-  if status == C.SP_WIN_DONE then
-    local fin = registry[C.sp_window_answer_ref(w)]
+  if status == WIN_DONE then
+    local fin = registry[window_answer_ref(w)]
     rec.answer = fin and fin.final
   else
-    rec.error = utf8_clean(ffi.string(C.sp_window_error(w)))
+    rec.error = utf8_clean(ffi.string(window_error(w)))
   end
 end
 
@@ -182,11 +189,11 @@ local function stats_text(st, n, rc)
     rc.sopts = so
   end
   so.hops = n
-  local len = C.sp_record_stats_json(st, so, stats_buf, stats_cap)
+  local len = record_stats_json(st, so, stats_buf, stats_cap)
   if len > stats_cap then
     stats_cap = len
     stats_buf = ffi.new("char[?]", stats_cap)
-    len = C.sp_record_stats_json(st, so, stats_buf, stats_cap)
+    len = record_stats_json(st, so, stats_buf, stats_cap)
   end
   if len < 0 then return nil end
   return ffi.string(stats_buf, len)
@@ -231,15 +238,15 @@ local function collect(w, q, run)
   local o = run.o
   local rc = run_cfg(run)
   local light, acc = o.light, run.acc
-  local status = C.sp_window_status(w)
+  local status = window_status(w)
   -- every key a record gets, named at once: the table is made at its size
   -- (filled one key at a time it was rehashed twice a query)
   local rec = { id = q.id, query = q.query, gold = gold_of(q), trajectory = nil, answer = nil, error = nil,
                 stages = nil, stats = nil, _agg = nil, provenance = nil }
   local traj, hops = {}, nil
-  local n = C.sp_window_nhops(w)
+  local n = window_nhops(w)
   if light then
-    C.sp_window_stats_get(w, wstats)
+    window_stats_get(w, wstats)
     rec.hops = wstats.hops
     -- the query's own time: what a caller comparing queries needs of it
     rec.wall_ms = round(wstats.wall_ms, 3)
@@ -262,7 +269,7 @@ local function collect(w, q, run)
   end
   -- (with every hop text and the stages from the engine, nothing to read)
   for i = (stages and ne or 0), n - 1 do
-    C.sp_window_hop(w, i, hop_info)
+    window_hop(w, i, hop_info)
     if i >= ne then
       local step = registry[hop_info.step_ref]
       local obs = registry[hop_info.obs_ref]
@@ -288,7 +295,7 @@ local function collect(w, q, run)
   -- a record whose stats go out as text keeps the statistics themselves
   -- for the run's sums (below): read straight into its own struct
   local st = run.raw_stats and new_stats() or wstats
-  C.sp_window_stats_get(w, st)
+  window_stats_get(w, st)
   -- no hop (a final answer at once, a query failed at its first step): an
   -- empty list, written [] (it was {}: jq '.trajectory[0]' failed on it)
   rec.trajectory = n == 0 and json.array({}) or traj

@@ -213,6 +213,15 @@ local function run_wcfg(run)
   return c
 end
 
+-- (what each query calls, cached: the functions below run in the
+-- interpreter, where each C.name is a namespace lookup)
+local window_new, window_free, window_set_fns = C.sp_window_new, C.sp_window_free, C.sp_window_set_fns
+local vals_new, vals_unref, window_start_in = C.sp_vals_new, C.sp_vals_unref, C.sp_window_start_in
+local window_id, window_status, wgroup_pop, wgroup_wait = C.sp_window_id, C.sp_window_status, C.sp_wgroup_pop,
+  C.sp_wgroup_wait
+local host_signal = C.sp_host_signal
+local WIN_CANCELLED = C.SP_WIN_CANCELLED
+
 local function new_window(run, q, index)
   local o = run.o
   local cfg = run_wcfg(run)
@@ -221,9 +230,9 @@ local function new_window(run, q, index)
   if q.max_hops and q.max_hops >= limit then limit = q.max_hops + 1 end
   cfg.max_hops = limit
   local err, errlen = core.errbuf()
-  local w = C.sp_window_new(core.ctx, cfg, err, errlen)
+  local w = window_new(core.ctx, cfg, err, errlen)
   if w == nil then return nil, ffi.string(err) end
-  w = ffi.gc(w, C.sp_window_free)
+  w = ffi.gc(w, window_free)
   -- the query's digest for its record's provenance, before the agent sees
   -- (and perhaps changes) its record
   if run.prov and not q.digest then provlib.query(q) end
@@ -232,10 +241,10 @@ local function new_window(run, q, index)
   run.qshared = run.qshared or agentlib.query_shared(run.adapter, o)
   local qmt = agentlib.query_ctx(run.qshared, q.id, q.query, q.record, index, q.max_hops)
   local fns = run.fns
-  fns.qctx = C.sp_vals_new(core.ctx)
+  fns.qctx = vals_new(core.ctx)
   sched.vals[fns.qctx] = qmt
-  local rc = C.sp_window_set_fns(w, fns, err, errlen)
-  C.sp_vals_unref(core.ctx, fns.qctx)   -- the window holds its own reference now
+  local rc = window_set_fns(w, fns, err, errlen)
+  vals_unref(core.ctx, fns.qctx)   -- the window holds its own reference now
   fns.qctx = 0
   if rc ~= 0 then return nil, ffi.string(err) end
   if run.kept then
@@ -271,7 +280,7 @@ local function finish_window(run, w, q, index)
     tracewriter.events(w, index + (run.trace_pid or 0), q, run.trace_out, run.trace_config)
   end
   ffi.gc(w, nil)
-  C.sp_window_free(w)
+  window_free(w)
   return rec
 end
 
@@ -308,7 +317,7 @@ local function fns_acquire(run)
   for _, f in ipairs(FN_FIELDS) do
     local fn = jobs[f]
     if fn ~= nil then
-      local slot = C.sp_vals_new(core.ctx)
+      local slot = vals_new(core.ctx)
       sched.vals[slot] = fn
       fns[f] = slot
     end
@@ -317,7 +326,7 @@ local function fns_acquire(run)
 end
 local function fns_release(fns)
   for _, f in ipairs(FN_FIELDS) do
-    if fns[f] ~= 0 then C.sp_vals_unref(core.ctx, fns[f]) end
+    if fns[f] ~= 0 then vals_unref(core.ctx, fns[f]) end
     fns[f] = 0
   end
 end
@@ -419,7 +428,7 @@ end
 local function start_later(o, w, q, group)
   local idk = tostring(q.id)
   local delay = C.sp_rand_keyed(o.seed or D.seed, idk, #idk, 0, "start", 0) * o.start_jitter_ms
-  sched.spawn(function() sched.sleep(delay) C.sp_window_start_in(w, group) end)
+  sched.spawn(function() sched.sleep(delay) window_start_in(w, group) end)
 end
 -- (the closure in its own function: one here closed w and group on every
 -- return, which the JIT does not compile, and kept the caller interpreted)
@@ -428,7 +437,7 @@ local function start_window(run, w, q, group)
   if o.start_jitter_ms and o.start_jitter_ms > 0 then
     start_later(o, w, q, group)
   else
-    C.sp_window_start_in(w, group)
+    window_start_in(w, group)
   end
 end
 
@@ -504,7 +513,7 @@ run_batch = function(run, queries, emit, progress, keep)
   end
   while done < n and not (interrupted and done == started) do
     check_cassette()
-    if not interrupted and cctx ~= nil and C.sp_host_signal(cctx) ~= 0 then interrupted = true end
+    if not interrupted and cctx ~= nil and host_signal(cctx) ~= 0 then interrupted = true end
     if interrupted and done == started then break end  -- nothing left to wait for
     while not interrupted and started - done < conc and next_i <= n do
       local i = next_i
@@ -516,24 +525,24 @@ run_batch = function(run, queries, emit, progress, keep)
       if not w then
         record(i, { id = q.id, query = q.query, gold = gold_of(q), error = err })
       else
-        local id = C.sp_window_id(w)
+        local id = window_id(w)
         active_w[id], active_i[id] = w, i
         start_window(run, w, q, group)
       end
     end
-    local fw = C.sp_wgroup_pop(group)
+    local fw = wgroup_pop(group)
     if fw == nil then
-      if C.sp_wgroup_wait(group, me) == 0 then sched.yield() end
+      if wgroup_wait(group, me) == 0 then sched.yield() end
     else
-      local id = C.sp_window_id(fw)
+      local id = window_id(fw)
       local aw, ai = active_w[id], active_i[id]
       active_w[id], active_i[id] = nil, nil
       check_cassette()
-      local cancelled = C.sp_window_status(fw) == C.SP_WIN_CANCELLED
+      local cancelled = window_status(fw) == WIN_CANCELLED
       local q = qs[ai]
       local ok, rec = pcall(finish_window, run, aw, q, ai)
       if not ok then rec = { id = q.id, query = q.query, gold = gold_of(q), error = sched.errstr(rec) } end
-      if cancelled and cctx ~= nil and C.sp_host_signal(cctx) ~= 0 then
+      if cancelled and cctx ~= nil and host_signal(cctx) ~= 0 then
         interrupted = true
         rec = nil
       end
