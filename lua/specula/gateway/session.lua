@@ -259,19 +259,23 @@ function Session:_fallback(cap, name)
   return nil
 end
 
+-- The server and upstream name behind an exposed tool name, or nil.
+function Session:_tool_route(name)
+  local _, routes = self.up:tools()
+  return routes[name] or self:_fallback("tools", name)
+end
+
 -- Whether the server behind an exposed tool name is up (speculation asks
 -- before it launches: a prefetch never starts a server).
 function Session:_server_up(name)
-  local _, routes = self.up:tools()
-  local route = routes[name] or self:_fallback("tools", name)
+  local route = self:_tool_route(name)
   local c = route and self.up:client(route.server)
   return c ~= nil and c:is_ready()
 end
 
 -- tools/call for an exposed name (speculation's calls come here too).
 function Session:_call_tool(name, args, on_progress, meta, prefetch, since)
-  local _, routes = self.up:tools()
-  local route = routes[name] or self:_fallback("tools", name)
+  local route = self:_tool_route(name)
   if not route then return nil, "unknown tool '" .. tostring(name) .. "'", nil, -32602 end
   local p = upstream_params({ _meta = meta }, "name", route.name)
   p.arguments = (args == nil or args == JNULL) and obj() or args

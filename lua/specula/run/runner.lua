@@ -220,7 +220,7 @@ local vals_new, vals_unref, window_start_in = C.sp_vals_new, C.sp_vals_unref, C.
 local window_id, window_status, wgroup_pop, wgroup_wait = C.sp_window_id, C.sp_window_status, C.sp_wgroup_pop,
   C.sp_wgroup_wait
 local host_signal = C.sp_host_signal
-local WIN_CANCELLED = C.SP_WIN_CANCELLED
+local WIN_CANCELLED, WIN_RUNNING = C.SP_WIN_CANCELLED, C.SP_WIN_RUNNING
 
 local function new_window(run, q, index)
   local o = run.o
@@ -290,7 +290,7 @@ local function run_query(run, q, index)
   if not w then return { id = q.id, query = q.query, gold = gold_of(q), error = err } end
   local me = sched.current("run_query")
   C.sp_window_start(w, me)
-  while C.sp_window_status(w) == C.SP_WIN_RUNNING do sched.yield() end
+  while window_status(w) == WIN_RUNNING do sched.yield() end
   return finish_window(run, w, q, index)
 end
 M.run_query = run_query
