@@ -74,33 +74,41 @@ local ENC_WRAP = { { ENC_HOP } }
 local DEEP_TEXT = 500
 local NULL = json.null
 local getmetatable = getmetatable
+-- Encodes w's hops from the first one not yet text on, in order; stops
+-- the window at a hop that cannot be encoded (it and later hops keep their
+-- values).
+local function encode_window(w)
+  for i = enc_count(w), window_nhops(w) - 1 do
+    window_hop(w, i, enc_info)
+    local step, obs = registry[enc_info.step_ref], registry[enc_info.obs_ref]
+    -- the text is copied from the encoder's buffer into the window's
+    -- (no Lua string a hop: one less object made, hashed and swept)
+    local text, len
+    if type(step) == "table" and getmetatable(step) == nil then
+      if obs == nil then obs = NULL end
+      ENC_HOP.segment, ENC_HOP.action, ENC_HOP.observation = step.segment, step.action, obs
+      text, len = cenc_buf(ENC_HOP, true)
+      if text and len >= DEEP_TEXT then
+        -- (the check reuses the encoder's buffer: the hop is encoded again)
+        if cenc(ENC_WRAP, true) then text, len = cenc_buf(ENC_HOP, true) else text = nil end
+      end
+      ENC_HOP.segment, ENC_HOP.action, ENC_HOP.observation = nil, nil, nil
+    end
+    if not text then
+      enc_stop(w)
+      return
+    end
+    -- (a window stopped already, or out of memory: the rest stay values)
+    if hop_text(w, i, enc_text(text), len) ~= 0 then return end
+  end
+end
+
 local function encode_hops()
   local cctx = core.ctx
   while true do
     local w = enc_next(cctx)
     if w == nil then return end
-    for i = enc_count(w), window_nhops(w) - 1 do
-      window_hop(w, i, enc_info)
-      local step, obs = registry[enc_info.step_ref], registry[enc_info.obs_ref]
-      -- the text is copied from the encoder's buffer into the window's
-      -- (no Lua string a hop: one less object made, hashed and swept)
-      local text, len
-      if type(step) == "table" and getmetatable(step) == nil then
-        if obs == nil then obs = NULL end
-        ENC_HOP.segment, ENC_HOP.action, ENC_HOP.observation = step.segment, step.action, obs
-        text, len = cenc_buf(ENC_HOP, true)
-        if text and len >= DEEP_TEXT then
-          -- (the check reuses the encoder's buffer: the hop is encoded again)
-          if cenc(ENC_WRAP, true) then text, len = cenc_buf(ENC_HOP, true) else text = nil end
-        end
-        ENC_HOP.segment, ENC_HOP.action, ENC_HOP.observation = nil, nil, nil
-      end
-      if not text then
-        enc_stop(w)
-        break
-      end
-      hop_text(w, i, enc_text(text), len)
-    end
+    encode_window(w)
   end
 end
 M.encode_hops = encode_hops
@@ -260,6 +268,10 @@ local function collect(w, q, run)
   local ne = 0
   if n > 0 and run.encode_hops then
     encode_hops()
+    -- and this window's last hops, fewer than a batch (as they would be
+    -- encoded inside the record: the same text), so the trajectory is one
+    -- piece of text, not a raw piece per hop and a table per hop left
+    encode_window(w)
     ne = enc_count(w)
     if ne == n then
       traj = json.raw("[", traj_text(w, 0, n), "]")
