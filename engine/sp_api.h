@@ -616,6 +616,8 @@ typedef struct sp_window_stats {
 } sp_window_stats;
 sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_t errlen);
 int sp_window_id(const sp_window *w);            /* a number naming the window (group results, traces) */
+void sp_window_set_tag(sp_window *w, int tag);   /* the caller's own number for the window (a run's query index) */
+int sp_window_tag(const sp_window *w);           /* that number; 0 until set */
 /* The agent adapter's functions (lua/specula/internal/protocol.lua) and the step ctx
    metatable of the query, as value-store slots; SP_NOVAL (0) = none. */
 typedef struct sp_window_fns {

@@ -1083,6 +1083,10 @@ sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_
 }
 
 int sp_window_id(const sp_window *w) { return w ? w->id : 0; }
+void sp_window_set_tag(sp_window *w, int tag) {
+  if (w) w->tag = tag;
+}
+int sp_window_tag(const sp_window *w) { return w ? w->tag : 0; }
 
 int sp_window_start_in(sp_window *w, sp_wgroup *g) {
   if (!w || !g || w->status != SP_WIN_NEW) return -1;

@@ -124,6 +124,7 @@ typedef struct sp_tev_rec {
 struct sp_window {
   sp_ctx *ctx;             /* engine */
   int id;                  /* a number naming the window (groups, traces) */
+  int tag;                 /* the caller's number for it (sp_window_set_tag) */
   int status;              /* SP_WIN_* */
   sp_window_cfg cfg;       /* configuration (copied) */
   char *error;             /* why it failed */

@@ -347,6 +347,64 @@ describe("a signal while a query waits in front of finished ones", function()
   end)
 end)
 
+describe("a query slower than the hundreds started after it", function()
+  -- the driver keeps the queries between the oldest not yet written and the
+  -- next to start in rings that grow with that span (here ~300)
+  local function gap_input(n)
+    local inp = tmp("span.jsonl")
+    local f = assert(io.open(inp, "w"))
+    f:write('{"id":"fast1","query":"a"}\n{"id":"slow","query":"b"}\n')
+    for i = 3, n do f:write(string.format('{"id":"fast%d","query":"q%d"}\n', i, i)) end
+    f:close()
+    local want = { "fast1" }
+    for i = 3, n do want[#want + 1] = "fast" .. i end
+    return inp, want
+  end
+  local function ids(path)
+    local got = {}
+    for line in (H.read(path) or ""):gmatch("[^\n]+") do got[#got + 1] = cjson.decode(line).id end
+    return got
+  end
+  local script = H.quote(H.root .. "/spec/functional/scripts/interrupt_gap.lua")
+
+  it("leaves every record in input order, and the trace too", function()
+    local inp, want = gap_input(300)
+    table.insert(want, 2, "slow")
+    local out, trace = tmp("span-out.jsonl"), tmp("span-trace.json")
+    os.remove(out)
+    local st, _, err = H.sh("GAP_SLOW_MS=300 " .. H.quote(H.bin) .. " run " .. script .. " --input " .. H.quote(inp)
+      .. " --out " .. H.quote(out) .. " --trace " .. H.quote(trace) .. " --concurrency 40 --quiet")
+    assert.equals(0, st, err)
+    assert.are.same(want, ids(out))
+    -- the run kept its records for the trace (the path that returns them)
+    local seen = {}
+    for _, e in ipairs(cjson.decode(H.read(trace)).traceEvents) do
+      if e.name == "process_name" then seen[e.pid] = e.args.name:match("^query (.*)$") end
+    end
+    assert.are.same(want, seen)
+  end)
+
+  it("on a signal writes the ones behind it in order, and a resume adds only it", function()
+    local inp, want = gap_input(300)
+    local out, errf, mark = tmp("span-int.jsonl"), tmp("span-int.err"), tmp("span-int.mark")
+    os.remove(out)
+    os.remove(mark)
+    local cmd = H.quote(H.bin) .. " run " .. script .. " --input " .. H.quote(inp) .. " --out " .. H.quote(out)
+      .. " --concurrency 40 --quiet"
+    local _, so = H.sh("GAP_MARK=" .. H.quote(mark) .. " " .. cmd .. " 2>" .. H.quote(errf) .. " & pid=$!; "
+      .. "while [ \"$(cat " .. H.quote(mark) .. " 2>/dev/null | wc -l)\" -lt 299 ]; do sleep 0.05; done; "
+      .. "kill -INT $pid; wait $pid; echo $?")
+    local err = H.read(errf) or ""
+    assert.equals("130", so:match("%d+"), err)
+    assert.matches("299 of 300 queries finished and written", err, 1, true)
+    assert.are.same(want, ids(out))
+    local st, _, err2 = H.sh("GAP_SLOW_MS=5 " .. cmd)
+    assert.equals(0, st, err2)
+    want[#want + 1] = "slow"
+    assert.are.same(want, ids(out))
+  end)
+end)
+
 describe("a query of no hop", function()
   it("writes its trajectory as an empty list, [] (it was {}), answered or failed at its first step", function()
     local agent = tmp("nohop.lua")

@@ -217,8 +217,10 @@ end
 -- interpreter, where each C.name is a namespace lookup)
 local window_new, window_free, window_set_fns = C.sp_window_new, C.sp_window_free, C.sp_window_set_fns
 local vals_new, vals_unref, window_start_in = C.sp_vals_new, C.sp_vals_unref, C.sp_window_start_in
-local window_id, window_status, wgroup_pop, wgroup_wait = C.sp_window_id, C.sp_window_status, C.sp_wgroup_pop,
-  C.sp_wgroup_wait
+local window_status, wgroup_pop, wgroup_wait = C.sp_window_status, C.sp_wgroup_pop, C.sp_wgroup_wait
+local window_set_tag, window_tag = C.sp_window_set_tag, C.sp_window_tag
+local tnew = require "table.new"
+local band = require("bit").band
 local host_signal = C.sp_host_signal
 local WIN_CANCELLED, WIN_RUNNING = C.SP_WIN_CANCELLED, C.SP_WIN_RUNNING
 
@@ -441,42 +443,69 @@ local function start_window(run, w, q, group)
   end
 end
 
+-- The queries of a batch from the oldest not yet written (next_emit) to the
+-- next to start, their records and their windows, in three rings indexed by
+-- the query's index modulo a power of two that grows with that span. (Tables
+-- keyed by the index itself only ever gained new keys: their hash parts
+-- filled with dead ones and were rebuilt again and again, ~5 us a query with
+-- 2,000 in flight.)
+local function ring_new(cap)
+  return { cap = cap, q = tnew(cap, 0), res = tnew(cap, 0), win = tnew(cap, 0) }
+end
+-- Room for the indices lo .. hi (the span a new query at hi makes).
+local function ring_grow(R, lo, hi)
+  local cap = R.cap * 2
+  while hi - lo >= cap do cap = cap * 2 end
+  local N = ring_new(cap)
+  local om, m = R.cap - 1, cap - 1
+  for i = lo, hi - 1 do
+    local a, b = band(i, om) + 1, band(i, m) + 1
+    N.q[b], N.res[b], N.win[b] = R.q[a], R.res[a], R.win[a]
+  end
+  R.cap, R.q, R.res, R.win = cap, N.q, N.res, N.win
+end
+
 -- After an interrupt: write what finished behind the gap, in input order,
 -- and return the kept records with no holes (and the emitted count).
-local function emit_late(results, qs, next_emit, emitted, emit, keep)
-  local late = {}
-  for i in pairs(results) do if i >= next_emit then late[#late + 1] = i end end
-  table.sort(late)
-  for _, i in ipairs(late) do
-    local r, q = results[i], qs[i]
-    if q.shard then r.shard = q.shard end
-    -- emitted whether or not records are kept (`keep and emit(...)` wrote
-    -- nothing of them in a run that keeps none: every CLI run without --trace)
-    local e = emit(r, i, q)
-    results[i] = keep and (e or r) or nil
-    emitted = emitted + 1
-  end
-  local kept = {}
-  if keep then
-    for i = 1, math.max(next_emit - 1, late[#late] or 0) do
-      if results[i] then kept[#kept + 1] = results[i] end
+local function emit_late(R, next_emit, next_i, emitted, emit, kept)
+  local m = R.cap - 1
+  for i = next_emit, next_i - 1 do
+    local s = band(i, m) + 1
+    local r = R.res[s]
+    if r then
+      local q = R.q[s]
+      if q.shard then r.shard = q.shard end
+      -- emitted whether or not records are kept (a run that keeps none:
+      -- every CLI run without --trace)
+      local e = emit(r, i, q)
+      if kept then kept[i] = e or r end
+      R.res[s] = nil
+      emitted = emitted + 1
     end
   end
-  return kept, emitted
+  local list = {}
+  if kept then
+    for i = 1, next_i - 1 do
+      if kept[i] then list[#list + 1] = kept[i] end
+    end
+  end
+  return list, emitted
 end
 
 run_batch = function(run, queries, emit, progress, keep)
   local stream = queries.next and queries or nil
   local n = stream and stream.n or #queries
-  -- qs: the queries started and not yet emitted, by index
-  local qs, results, next_emit, emitted = {}, {}, 1, 0
+  -- R: the queries started and not yet emitted (above); kept: with keep,
+  -- every record by index (what the run returns)
+  local R = ring_new(64)
+  local kept = keep and {} or nil
+  local next_emit, emitted = 1, 0
   local done, started, next_i = 0, 0, 1
   local t0 = sched.real_now()   -- the progress line's rate is real queries per second
   local sum_wall, sum_std, nfailed = 0, 0, 0
   local conc = batch_concurrency(run, n)
   local learn = run.learn
   local group = ffi.gc(C.sp_wgroup_new(core.ctx), C.sp_wgroup_free)
-  local active_w, active_i = {}, {}   -- window id -> window, query index
   local me = sched.current("specula.run")
   -- A SIGINT/SIGTERM (trapped by runner.main) cancels every window: then no
   -- query starts, the cancelled ones are dropped (a resume runs them) and
@@ -486,16 +515,28 @@ run_batch = function(run, queries, emit, progress, keep)
   -- a failed cassette write cancels every window from the loop, so the
   -- driver wakes and stops the run at once
   require("specula.cassette").on_fail = function()
-    spawn_root(function() for _, w in pairs(active_w) do C.sp_window_cancel(w) end end)
+    spawn_root(function()
+      local m = R.cap - 1
+      for i = next_emit, next_i - 1 do
+        local w = R.win[band(i, m) + 1]
+        if w then C.sp_window_cancel(w) end
+      end
+    end)
   end
   local function record(i, rec)
-    results[i] = rec
+    local m = R.cap - 1
+    R.res[band(i, m) + 1] = rec
     done = done + 1
     -- a failed query is counted, not summed: its wall time is how long it took to fail
     if rec and rec.error then nfailed = nfailed + 1
     elseif rec and rec._agg then sum_wall, sum_std = sum_wall + rec._agg.wall, sum_std + rec._agg.std end
-    while results[next_emit] do
-      local r, q = results[next_emit], qs[next_emit]
+    local res, qs = R.res, R.q
+    while true do
+      -- (the slot of next_i is that of an index written already: empty)
+      local s = band(next_emit, m) + 1
+      local r = res[s]
+      if not r then break end
+      local q = qs[s]
       if learn and r.trajectory and not r.error then
         learn(r.trajectory, q, r._conv)
         run.learnt[#run.learnt + 1] = q.index   -- what FILE.predictor covers (specula.run.predstate)
@@ -505,8 +546,8 @@ run_batch = function(run, queries, emit, progress, keep)
       -- what emit returns stands for the record from then on (--compare
       -- keeps a slim copy and lets the record go); without keep, nothing
       local e = emit(r, next_emit, q)
-      results[next_emit] = keep and (e or r) or nil
-      qs[next_emit] = nil
+      if kept then kept[next_emit] = e or r end
+      res[s], qs[s] = nil, nil
       next_emit, emitted = next_emit + 1, emitted + 1
     end
     if progress and rec then progress(done, n, t0, sum_wall, sum_std, nfailed) end
@@ -517,16 +558,18 @@ run_batch = function(run, queries, emit, progress, keep)
     if interrupted and done == started then break end  -- nothing left to wait for
     while not interrupted and started - done < conc and next_i <= n do
       local i = next_i
+      if i - next_emit >= R.cap then ring_grow(R, next_emit, i) end
       next_i, started = i + 1, started + 1
       local q
       if stream then q = stream.next() else q = queries[i] end
-      qs[i] = q
+      local s = band(i, R.cap - 1) + 1
+      R.q[s] = q
       local w, err = new_window(run, q, i)
       if not w then
         record(i, { id = q.id, query = q.query, gold = gold_of(q), error = err })
       else
-        local id = window_id(w)
-        active_w[id], active_i[id] = w, i
+        window_set_tag(w, i)
+        R.win[s] = w
         start_window(run, w, q, group)
       end
     end
@@ -534,12 +577,14 @@ run_batch = function(run, queries, emit, progress, keep)
     if fw == nil then
       if wgroup_wait(group, me) == 0 then sched.yield() end
     else
-      local id = window_id(fw)
-      local aw, ai = active_w[id], active_i[id]
-      active_w[id], active_i[id] = nil, nil
+      -- the window's tag is its query's index; the ring holds the window
+      -- (its finalizer) and the query
+      local ai = window_tag(fw)
+      local s = band(ai, R.cap - 1) + 1
+      local aw, q = R.win[s], R.q[s]
+      R.win[s] = nil
       check_cassette()
       local cancelled = window_status(fw) == WIN_CANCELLED
-      local q = qs[ai]
       local ok, rec = pcall(finish_window, run, aw, q, ai)
       if not ok then rec = { id = q.id, query = q.query, gold = gold_of(q), error = sched.errstr(rec) } end
       if cancelled and cctx ~= nil and host_signal(cctx) ~= 0 then
@@ -552,12 +597,13 @@ run_batch = function(run, queries, emit, progress, keep)
   if stream and stream.finish then stream.finish() end
   if interrupted then
     -- write what finished behind a gap, in input order; return no holes
-    local kept
-    kept, emitted = emit_late(results, qs, next_emit, emitted, emit, keep)
-    return kept, true, emitted
+    local list
+    list, emitted = emit_late(R, next_emit, next_i, emitted, emit, kept)
+    return list, true, emitted
   end
-  return results, false, emitted
+  return kept or {}, false, emitted
 end
+
 M.run_all = run_all
 
 -- The "done/n  q/s  ETA  RelLat" line on stderr, redrawn as queries finish
