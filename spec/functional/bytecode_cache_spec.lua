@@ -1,0 +1,193 @@
+-- The engine's Lua modules load from a cache of their bytecode
+-- (engine/sp_luacache.c; docs/cli.md, the environment): an entry serves
+-- only the very text it was compiled from, and a cache that is missing,
+-- damaged, unwritable or not the user's own changes nothing but speed.
+local H = require "support.helpers"
+
+-- A copy of the Lua tree (SPECULA_HOME) whose specula.internal.argv, loaded
+-- by every command, writes a marker to stderr as it loads.
+local function tree(marker)
+  local home = H.tmpdir() .. "/home" .. tostring(math.random(1e9))
+  assert(os.execute("mkdir -p " .. H.quote(home) .. " && cp -R " .. H.quote(H.root .. "/lua") .. " "
+    .. H.quote(H.root .. "/policies") .. " " .. H.quote(home)) == 0)
+  local argv = home .. "/lua/specula/internal/argv.lua"
+  local function mark(m)
+    local src = H.read(H.root .. "/lua/specula/internal/argv.lua")
+    local f = assert(io.open(argv, "w"))
+    f:write('io.stderr:write("', m, '\\n")\n', src)
+    f:close()
+  end
+  mark(marker)
+  return home, mark
+end
+
+local function help(home, cache, extra)
+  local env = { SPECULA_HOME = home, SPECULA_BYTECODE_CACHE = cache }
+  for k, v in pairs(extra or {}) do env[k] = v end
+  local st, out, err = H.specula({ "--help" }, env)
+  assert.equals(0, st, err)
+  assert.matches("usage: specula <command>", out, 1, true)
+  return err
+end
+
+local function entries(dir)
+  local list = {}
+  local p = io.popen("ls " .. H.quote(dir) .. " 2>/dev/null")
+  for name in p:lines() do list[#list + 1] = name end
+  p:close()
+  return list
+end
+
+-- The entry holding s, and its bytes.
+local function entry_with(dir, s)
+  for _, name in ipairs(entries(dir)) do
+    local data = H.read(dir .. "/" .. name)
+    if data and data:find(s, 1, true) then return dir .. "/" .. name, data end
+  end
+end
+
+-- An entry with its bytecode edited, its checksum made to match (the
+-- format of engine/sp_luacache.c: magic line, two SHA-256 digests, the
+-- source's identity, then the bytecode's 64-bit checksum before it).
+local ffi = require "ffi"
+local bit = require "bit"
+local SUM_AT = 23 + 64 + 56
+local function reseal(data)
+  local bc = data:sub(SUM_AT + 9)
+  local p = ffi.cast("const uint8_t *", bc)
+  local h, P = 0xcbf29ce484222325ULL, 0x100000001b3ULL
+  local i, n = 0, #bc
+  while i + 8 <= n do
+    local w = ffi.new("uint64_t[1]")
+    ffi.copy(w, p + i, 8)
+    h = bit.bxor(h, w[0]) * P
+    h = bit.bxor(h, bit.rshift(h, 29))
+    i = i + 8
+  end
+  while i < n do
+    h = bit.bxor(h, p[i] + 0ULL) * P
+    i = i + 1
+  end
+  local sum = ffi.new("uint64_t[1]", bit.bxor(h, n + 0ULL))
+  return data:sub(1, SUM_AT) .. ffi.string(sum, 8) .. bc
+end
+
+local function write(path, data)
+  local f = assert(io.open(path, "wb"))
+  f:write(data)
+  f:close()
+end
+
+describe("the bytecode cache of the engine's modules", function()
+  it("is used for the text it was compiled from, and for no other", function()
+    local home, mark = tree("marker-one")
+    local cache = H.tmpdir() .. "/bc-used/cache"
+    -- first start: parsed, and written (0700 directory, one entry a module)
+    assert.matches("marker-one\n", help(home, cache), 1, true)
+    local list = entries(cache)
+    assert.is_true(#list >= 10, #list .. " entries")
+    for _, name in ipairs(list) do
+      assert.matches("^%x+%.bc$", name)
+      assert.equals("specula-lua-bytecode 1\n", H.read(cache .. "/" .. name):sub(1, 23))
+    end
+    local _, mode = H.sh("stat -c %a " .. H.quote(cache))
+    assert.equals("700", mode:match("%d+"))
+    -- the entry is what loads while the source is untouched: an entry whose
+    -- bytecode says otherwise is believed (its header names this text)
+    local path, data = entry_with(cache, "marker-one")
+    assert.truthy(path)
+    write(path, reseal((data:gsub("marker%-one", "marker-ONE"))))
+    assert.matches("marker-ONE\n", help(home, cache), 1, true)
+    -- an edit of the same size: the new text, never the stale entry
+    mark("marker-two")
+    assert.matches("marker-two\n", help(home, cache), 1, true)
+    path, data = entry_with(cache, "marker-two")
+    assert.truthy(path)
+    assert.is_nil(entry_with(cache, "marker-ONE"))
+    -- the same text written again (a checkout, a copy): the entry still
+    -- serves it, after its text is compared
+    write(path, reseal((data:gsub("marker%-two", "marker-TWO"))))
+    mark("marker-two")
+    assert.matches("marker-TWO\n", help(home, cache), 1, true)
+    assert.matches("marker-TWO\n", help(home, cache), 1, true)
+  end)
+
+  it("rebuilds a damaged entry, and stays out of the way when it cannot be trusted or written", function()
+    local home = tree("marker-d")
+    local cache = H.tmpdir() .. "/bc-damaged"
+    help(home, cache)
+    local path, data = entry_with(cache, "marker-d")
+    -- (a dump is the same bytecode up to the order of a table
+    -- constructor's keys: compared by header and size)
+    local function whole()
+      local now = H.read(path)
+      return #now == #data and now:sub(1, SUM_AT) == data:sub(1, SUM_AT)
+    end
+    -- cut inside the bytecode: parsed again, and the entry made whole
+    write(path, data:sub(1, #data - 40))
+    assert.matches("marker-d\n", help(home, cache), 1, true)
+    assert.is_true(whole())
+    -- garbage of the right length after a valid header (its checksum
+    -- tells; LuaJIT would load it)
+    write(path, data:sub(1, 160) .. string.rep("\255", #data - 160))
+    assert.matches("marker-d\n", help(home, cache), 1, true)
+    assert.is_true(whole())
+    -- a directory others may write into: not used, nothing written to it
+    local shared = H.tmpdir() .. "/bc-shared"
+    assert(os.execute("mkdir -p " .. H.quote(shared) .. " && chmod 0777 " .. H.quote(shared)) == 0)
+    assert.matches("marker-d\n", help(home, shared), 1, true)
+    assert.same({}, entries(shared))
+    -- a path under a regular file: cannot be made
+    local file = H.tmpfile("bc-a-file", "x")
+    assert.matches("marker-d\n", help(home, file .. "/cache"), 1, true)
+    -- off: no directory at all
+    local fresh = H.tmpdir() .. "/bc-home"
+    assert(os.execute("mkdir -p " .. H.quote(fresh)) == 0)
+    assert.matches("marker-d\n", help(home, "off", { HOME = fresh, XDG_CACHE_HOME = "" }), 1, true)
+    assert.same({}, entries(fresh))
+    -- unset: the user's cache directory, made private
+    local st, out, err = H.sh("unset SPECULA_BYTECODE_CACHE XDG_CACHE_HOME; HOME=" .. H.quote(fresh)
+      .. " SPECULA_HOME=" .. H.quote(home) .. " " .. H.quote(H.bin) .. " --help")
+    assert.equals(0, st, err)
+    assert.matches("usage: specula <command>", out, 1, true)
+    assert.is_true(#entries(fresh .. "/.cache/specula/lua-bytecode") >= 5)
+    local _, mode = H.sh("stat -c %a " .. H.quote(fresh .. "/.cache/specula/lua-bytecode"))
+    assert.equals("700", mode:match("%d+"))
+  end)
+
+  it("gives the parsed modules' tracebacks, and their load errors word for word", function()
+    local home, mark = tree("marker-t")
+    local cache = H.tmpdir() .. "/bc-trace"
+    -- an error raised inside an engine module, with its traceback
+    local prog = H.tmpfile("bc_trace.lua", [[
+      local stats = require "specula.stats"
+      local ok, tb = xpcall(stats.median, debug.traceback, nil)
+      print(ok, tb)
+      local info = debug.getinfo(stats.median, "S")
+      print(info.source, info.linedefined, info.lastlinedefined)
+    ]])
+    local function run(c)
+      local st, out, err = H.specula({ "run", prog }, { SPECULA_HOME = home, SPECULA_BYTECODE_CACHE = c })
+      assert.equals(0, st, err)
+      return out
+    end
+    local parsed = run("off")
+    assert.matches("stats%.lua:%d+: attempt to get length", parsed)
+    assert.matches("@" .. home .. "/lua/specula/stats.lua", parsed, 1, true)
+    assert.equals(parsed, run(cache))   -- written
+    assert.equals(parsed, run(cache))   -- loaded from the cache
+    -- a module that does not parse: the same message, cache or not
+    local argv = home .. "/lua/specula/internal/argv.lua"
+    write(argv, H.read(argv) .. "\nlocal = 1\n")
+    local function broken(c)
+      local st, _, err = H.specula({ "--help" }, { SPECULA_HOME = home, SPECULA_BYTECODE_CACHE = c })
+      assert.is_not.equals(0, st)
+      return (err:gsub("0x%x+", "0x?"))   -- (C functions' addresses move from run to run)
+    end
+    local e = broken("off")
+    assert.matches("error loading module 'specula.internal.argv' from file '" .. argv .. "'", e, 1, true)
+    assert.equals(e, broken(cache))
+    mark("marker-t")
+    help(home, cache)
+  end)
+end)
