@@ -537,22 +537,20 @@ int sp_json_write_number(sp_buf *out, double d) {
   return sp_buf_adds(out, tmp);
 }
 
-int sp_json_write_rounded(sp_buf *out, double x, int d) {
-  static const double P[] = { 1, 10, 100, 1e3, 1e4, 1e5, 1e6 };
-  static const unsigned long long U[] = { 1, 10, 100, 1000, 10000, 100000, 1000000 };
-  if (d < 0 || d > 6) return -1;
-  double f = P[d];
+/* sp_json_put_rounded for one d, inlined where d is a constant (the
+   divisions by 10^d become multiplications). */
+static inline __attribute__((always_inline)) char *put_rounded_d(char *o, double x, int d, double f,
+                                                                 unsigned long long ud) {
   double q = floor(x * f + 0.5);
-  if (!isfinite(q / f)) return -1;
   /* below 10^15 the integer q is exact and q / 10^d prints as q's digits
      with d of them after the point, trailing zeros dropped: decimals of at
      most 6 digits lie further apart than doubles there, so the shortest
      decimal of q / 10^d (what sp_json_write_number finds) is that one */
-  if (!(q > -1e15 && q < 1e15)) return sp_json_write_number(out, q / f);
+  if (!(q > -1e15 && q < 1e15)) return NULL;   /* (NaN too) */
   unsigned long long u = q < 0 ? (unsigned long long)(-q) : (unsigned long long)q;
   /* under 1e-4 the number writer uses exponent notation (d = 5, 6) */
-  if (u != 0 && u * 10000ULL < U[d]) return sp_json_write_number(out, q / f);
-  unsigned long long ip = u / U[d], fp = u % U[d];
+  if (u != 0 && u * 10000ULL < ud) return NULL;
+  unsigned long long ip = u / ud, fp = u % ud;
   char tmp[48], *end = tmp + sizeof tmp, *p = end;
   if (fp) {
     int nd = d;
@@ -562,7 +560,38 @@ int sp_json_write_rounded(sp_buf *out, double x, int d) {
   }
   p = utoa(p, ip);
   if (q < 0) *--p = '-';
-  return sp_buf_add(out, p, (size_t)(end - p));
+  memcpy(o, p, (size_t)(end - p));
+  return o + (end - p);
+}
+
+char *sp_json_put_uint(char *o, unsigned long long v) {
+  char tmp[24], *end = tmp + sizeof tmp, *p = utoa(end, v);
+  memcpy(o, p, (size_t)(end - p));
+  return o + (end - p);
+}
+
+char *sp_json_put_rounded(char *o, double x, int d) {
+  static const double P[] = { 1, 10, 100, 1e3, 1e4, 1e5, 1e6 };
+  static const unsigned long long U[] = { 1, 10, 100, 1000, 10000, 100000, 1000000 };
+  switch (d) {
+    case 3: return put_rounded_d(o, x, 3, 1e3, 1000);      /* a record's ms */
+    case 4: return put_rounded_d(o, x, 4, 1e4, 10000);     /* stage times, ratios */
+    default: return d < 0 || d > 6 ? NULL : put_rounded_d(o, x, d, P[d], U[d]);
+  }
+}
+
+int sp_json_write_rounded(sp_buf *out, double x, int d) {
+  static const double P[] = { 1, 10, 100, 1e3, 1e4, 1e5, 1e6 };
+  if (d < 0 || d > 6 || sp_buf_reserve(out, SP_JSON_ROUNDED_MAX) != 0) return -1;
+  char *o = sp_json_put_rounded(out->data + out->len, x, d);
+  if (o) {
+    out->len = (size_t)(o - out->data);
+    out->data[out->len] = '\0';
+    return 0;
+  }
+  double q = floor(x * P[d] + 0.5);
+  if (!isfinite(q)) return -1;
+  return sp_json_write_number(out, q / P[d]);   /* 10^15 and over, or under 1e-4 */
 }
 
 int sp_json_write_string(sp_buf *out, const char *s, size_t n) {

@@ -70,6 +70,16 @@ int sp_json_write_string(sp_buf *out, const char *s, size_t n);
  * (the record's stage times: five a hop). -1 when the rounded value is not
  * finite, or out of memory. */
 int sp_json_write_rounded(sp_buf *out, double x, int d);
+/* The same text written at o (room for SP_JSON_ROUNDED_MAX bytes, no NUL
+ * added), returning its end; NULL, nothing written, where
+ * sp_json_write_rounded takes its slow path: the rounded value is 10^15 or
+ * more, under 1e-4 (exponent notation) or not finite. For writers that
+ * reserve room once for many fields. */
+#define SP_JSON_ROUNDED_MAX 40
+char *sp_json_put_rounded(char *o, double x, int d);
+/* The decimal digits of v written at o (room for 20 bytes), returning the
+ * end: what sp_json_write_number writes for an integral v below 2^53. */
+char *sp_json_put_uint(char *o, unsigned long long v);
 /* Length of the valid UTF-8 sequence at s (avail >= 1 bytes readable), 0 if
  * invalid: rejects overlong forms, surrogates and code points above U+10FFFF. */
 size_t sp_json_utf8_seq(const unsigned char *s, size_t avail);

@@ -462,6 +462,45 @@ static int sp_jsonenc_call_buf(lua_State *L) {
   return 2;
 }
 
+/* enc_hop(segment, action, observation) -> state, length | nil, "JSON: <why>"
+   The text enc_buf({ segment =, action =, observation = }, true) leaves in
+   the buffer, without the table: a committed hop (specula.run.records),
+   its keys in bytewise order, a nil one left out (as a table would have
+   no such key), its values at the depth they would have there. */
+static int sp_jsonenc_call_hop(lua_State *L) {
+  static const struct {
+    const char *key;  /* "key": */
+    size_t len;       /* its bytes */
+    int arg;          /* which argument */
+  } K[] = { { "\"action\":", 9, 2 }, { "\"observation\":", 14, 3 }, { "\"segment\":", 10, 1 } };
+  sp_jsonenc *e = lua_touserdata(L, SP_JSONENC_UP_STATE);
+  e->sorted = 1;
+  e->pick = 0;
+  lua_settop(L, 3);
+  sp_buf_reset(&e->out);
+  e->nkeys = 0;
+  e->path[1] = NULL;   /* the hop's own table, which no value can hold */
+  int rc = sp_jsonenc_put(e, "{", 1), first = 1;
+  for (int i = 0; i < 3 && rc == 0; i++) {
+    if (lua_isnil(L, K[i].arg)) continue;
+    if (!first) rc = sp_jsonenc_put(e, ",", 1);
+    if (rc == 0) rc = sp_jsonenc_put(e, K[i].key, K[i].len);
+    if (rc == 0) rc = sp_jsonenc_value(e, L, K[i].arg, 1);
+    first = 0;
+  }
+  if (rc == 0) rc = sp_jsonenc_put(e, "}", 1);
+  lua_settop(L, 3);
+  sp_jsonenc_trim_keys(e);
+  if (rc != 0) {
+    lua_pushnil(L);
+    lua_pushstring(L, e->err);
+    return 2;
+  }
+  lua_pushvalue(L, SP_JSONENC_UP_STATE);
+  lua_pushinteger(L, (lua_Integer)e->out.len);
+  return 2;
+}
+
 const char *sp_jsonenc_text(const void *state) {
   const sp_jsonenc *e = state;
   if (!e || e->magic != SP_JSONENC_MAGIC) return NULL;
@@ -477,7 +516,7 @@ static int sp_jsonenc_gc(lua_State *L) {
   return 0;
 }
 
-/* new(array_mt, object_mt, null [, raw_mt]) -> enc */
+/* new(array_mt, object_mt, null [, raw_mt]) -> enc, enc_buf, enc_hop */
 static int sp_jsonenc_new(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -495,15 +534,18 @@ static int sp_jsonenc_new(lua_State *L) {
     lua_newtable(L);  /* no raw metatable given: one nothing can carry */
     lua_replace(L, 4);
   }
-  /* upvalues array_mt, object_mt, null, state, raw_mt: the same for both
-     closures (one state, so one buffer) */
+  /* upvalues array_mt, object_mt, null, state, raw_mt: the same for the
+     three closures (one state, so one buffer) */
   lua_pushvalue(L, 4);
   lua_remove(L, 4);
   for (int i = 1; i <= 5; i++) lua_pushvalue(L, i);
   lua_pushcclosure(L, sp_jsonenc_call, 5);
   lua_insert(L, 1);
+  for (int i = 2; i <= 6; i++) lua_pushvalue(L, i);
   lua_pushcclosure(L, sp_jsonenc_call_buf, 5);
-  return 2;
+  lua_insert(L, 2);
+  lua_pushcclosure(L, sp_jsonenc_call_hop, 5);
+  return 3;
 }
 
 int luaopen_specula_jsonenc(lua_State *L) {

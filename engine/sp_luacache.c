@@ -55,8 +55,10 @@ typedef struct {
 
 /* Upvalues of the searcher. */
 #define UP_LUA_DIR lua_upvalueindex(1)   /* the engine's Lua tree, with a trailing '/' */
-#define UP_CACHE_DIR lua_upvalueindex(2) /* the cache directory, or false */
+#define UP_CACHE_DIR lua_upvalueindex(2) /* the cache directory */
 #define UP_RUNTIME lua_upvalueindex(3)   /* SHA-256 of this LuaJIT (32 bytes) */
+#define UP_LUA_SEARCHER lua_upvalueindex(4) /* package.loaders[2] as it was: every other module */
+#define UP_PRUNED lua_upvalueindex(5)    /* the directory was pruned by this process */
 
 /* A growing byte buffer for lua_dump. */
 typedef struct {
@@ -184,7 +186,7 @@ static void prune(const char *dir) {
    runtime digest, source digest, the source's identity, then bytecode
    (dumped unless given). */
 static void store(lua_State *L, const char *entry, const char *runtime, const unsigned char digest[32],
-                  const sp_luacache_id *id, const char *bc, size_t bclen) {
+                  const sp_luacache_id *id, const char *bc, size_t bclen, int prune_dir) {
   dumpbuf b = { 0 };
   if (!bc) {
     if (lua_dump(L, dump_writer, &b) != 0 || b.failed || b.len == 0) {
@@ -207,7 +209,7 @@ static void store(lua_State *L, const char *entry, const char *runtime, const un
     if (!ok || rename(tmp, entry) != 0) unlink(tmp);
   }
   free(b.data);
-  if (fd >= 0) {
+  if (fd >= 0 && prune_dir) {
     char dir[SP_LUACACHE_PATH];
     snprintf(dir, sizeof dir, "%s", entry);
     char *slash = strrchr(dir, '/');
@@ -236,38 +238,56 @@ static char *read_entry(const char *path, const char *runtime, size_t *len) {
   return data;
 }
 
-/* package.loaders entry: name -> the module's loader (and its path), or an
-   (empty) message for the searchers after it. */
+/* store, pruning the directory on the process's first write only (a
+   checkout that touched every module rewrites them all at the next start) */
+static void store_once(lua_State *L, const char *entry, const char *runtime, const unsigned char digest[32],
+                       const sp_luacache_id *id, const char *bc, size_t bclen) {
+  int first = !lua_toboolean(L, UP_PRUNED);
+  if (first) {
+    lua_pushboolean(L, 1);
+    lua_replace(L, UP_PRUNED);
+  }
+  store(L, entry, runtime, digest, id, bc, bclen, first);
+}
+
+/* What package.loaders' own Lua file searcher says of the module. */
+static int delegate(lua_State *L) {
+  lua_settop(L, 1);
+  lua_pushvalue(L, UP_LUA_SEARCHER);
+  lua_insert(L, 1);
+  lua_call(L, 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* package.loaders[2], the Lua file searcher, extended: name -> the
+   module's loader (and its path); a module not under the engine's tree,
+   and anything the cache cannot serve, goes to the searcher it replaced
+   (so whoever wraps loaders[2] still sees every Lua module loaded). */
 static int searcher(lua_State *L) {
   const char *name = luaL_checkstring(L, 1);
   /* the file the Lua searcher would load: package.searchpath(name, package.path) */
   lua_getglobal(L, "package");
-  if (!lua_istable(L, -1)) return 0;
+  if (!lua_istable(L, -1)) return delegate(L);
   lua_getfield(L, -1, "searchpath");
   lua_getfield(L, -2, "path");
-  if (!lua_isfunction(L, -2) || !lua_isstring(L, -1)) return 0;
+  if (!lua_isfunction(L, -2) || !lua_isstring(L, -1)) return delegate(L);
   lua_pushvalue(L, 1);
   lua_insert(L, -2);
   lua_call(L, 2, 1);
   const char *path = lua_tostring(L, -1);
   size_t dlen = 0;
   const char *dir = lua_tolstring(L, UP_LUA_DIR, &dlen);
-  const char *cache = lua_toboolean(L, UP_CACHE_DIR) ? lua_tostring(L, UP_CACHE_DIR) : NULL;
+  const char *cache = lua_tostring(L, UP_CACHE_DIR);
   const char *runtime = lua_tostring(L, UP_RUNTIME);
   char chunk[SP_LUACACHE_PATH], entry[SP_LUACACHE_PATH];
   sp_luacache_id id;
   /* not the engine's own module (the standard searchers take it), no
      cache, or no such file to stat */
   if (!cache || !path || strncmp(path, dir, dlen) != 0 || strlen(path) + 2 > sizeof chunk ||
-      id_of(path, &id) != 0) {
-    lua_pushliteral(L, "");
-    return 1;
-  }
+      id_of(path, &id) != 0)
+    return delegate(L);
   snprintf(chunk, sizeof chunk, "@%s", path);
-  if (entry_path(cache, chunk, entry, sizeof entry) != 0) {
-    lua_pushliteral(L, "");
-    return 1;
-  }
+  if (entry_path(cache, chunk, entry, sizeof entry) != 0) return delegate(L);
   size_t elen = 0, len = 0;
   char *ent = read_entry(entry, runtime, &elen);
   const char *bc = ent ? ent + SP_LUACACHE_HDR : NULL;
@@ -283,15 +303,14 @@ static int searcher(lua_State *L) {
         digest_of(chunk, src, len, digest) != 0) {
       free(src);
       free(ent);
-      lua_pushliteral(L, "");
-      return 1;
+      return delegate(L);
     }
     if (ent && memcmp(ent + SP_LUACACHE_MAGIC_LEN + 32, digest, 32) != 0) bc = NULL;   /* another text */
   }
   if (bc && luaL_loadbuffer(L, bc, bclen, chunk) == 0) {
     /* the same text under a new identity (touched, checked out again):
        the entry learns it, so the next start needs no read */
-    if (!same) store(L, entry, runtime, digest, &id, bc, bclen);
+    if (!same) store_once(L, entry, runtime, digest, &id, bc, bclen);
     free(src);
     free(ent);
     lua_pushstring(L, path);
@@ -304,8 +323,7 @@ static int searcher(lua_State *L) {
     if (!src || (len > 0 && (src[0] == '#' || src[0] == LUA_SIGNATURE[0])) ||
         digest_of(chunk, src, len, digest) != 0) {
       free(src);
-      lua_pushliteral(L, "");
-      return 1;
+      return delegate(L);
     }
   }
   int rc = luaL_loadbuffer(L, src, len, chunk);
@@ -314,7 +332,7 @@ static int searcher(lua_State *L) {
     /* the message of package.loaders' Lua searcher, word for word */
     return luaL_error(L, "error loading module '%s' from file '%s':\n\t%s", name, path, lua_tostring(L, -1));
   }
-  store(L, entry, runtime, digest, &id, NULL, 0);
+  store_once(L, entry, runtime, digest, &id, NULL, 0);
   lua_pushstring(L, path);
   return 2;
 }
@@ -393,21 +411,25 @@ int sp_luacache_install(lua_State *L, const char *lua_dir) {
     lua_settop(L, top);
     return -1;
   }
+  /* no cache: loaders[2] stays what it was */
   char dir[SP_LUACACHE_PATH];
+  if (cache_dir(dir, sizeof dir) != 0) {
+    lua_settop(L, top);
+    return 0;
+  }
   lua_pushfstring(L, "%s/", lua_dir);
-  if (cache_dir(dir, sizeof dir) == 0) lua_pushstring(L, dir);
-  else lua_pushboolean(L, 0);
+  lua_pushstring(L, dir);
   if (push_runtime(L) != 0) {
     lua_settop(L, top);
     return -1;
   }
-  lua_pushcclosure(L, searcher, 3);
-  /* in front of the Lua file searcher (loaders[2]): table.insert(loaders, 2, f) */
-  int n = (int)lua_objlen(L, -2);
-  for (int i = n; i >= 2; i--) {
-    lua_rawgeti(L, -2, i);
-    lua_rawseti(L, -3, i + 1);
+  lua_rawgeti(L, -4, 2);   /* the Lua file searcher */
+  if (!lua_isfunction(L, -1)) {
+    lua_settop(L, top);
+    return -1;
   }
+  lua_pushboolean(L, 0);
+  lua_pushcclosure(L, searcher, 5);
   lua_rawseti(L, -2, 2);
   lua_settop(L, top);
   return 0;

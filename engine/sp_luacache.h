@@ -8,9 +8,10 @@
 #define SP_LUACACHE_H
 #include <lua.h>
 
-/* Puts the searcher in front of package.loaders' Lua file searcher: a
-   module that package.path finds under lua_dir (the engine's tree) is
-   loaded through the cache; any other goes on to the standard searchers.
+/* Extends package.loaders[2], the Lua file searcher (in place, so a
+   wrapper of loaders[2] still sees every Lua module loaded): a module
+   that package.path finds under lua_dir (the engine's tree) is loaded
+   through the cache; any other, as before.
    The cache directory: $SPECULA_BYTECODE_CACHE ("off": none), else
    $XDG_CACHE_HOME/specula/lua-bytecode, else ~/.cache/specula/lua-bytecode;
    made (0700) if missing, and used only if it is a directory of this user

@@ -1233,15 +1233,28 @@ int sp_window_hop(const sp_window *w, int i, sp_hop_info *out) {
    lua/specula/run/aggregate.lua, the same digits: sp_json_write_rounded);
    -1 if it is not finite (the Lua path then reports the record as
    unencodable, as before). */
-static int sp_window_put_ms(sp_buf *b, const char *key, double ms) {
-  size_t mark = b->len;
-  if (sp_buf_adds(b, key) != 0) return -1;
+/* "key":ms (rounded to 4 decimals, sp_json_write_rounded's text) at the
+   end of b; 0, or -1 (not finite, out of memory: b as it was). */
+static inline int sp_window_put_ms(sp_buf *b, const char *key, double ms) {
+  size_t klen = strlen(key), mark = b->len;
+  if (sp_buf_reserve(b, klen + SP_JSON_ROUNDED_MAX) != 0) return -1;
+  memcpy(b->data + b->len, key, klen);
+  char *end = sp_json_put_rounded(b->data + b->len + klen, ms, 4);
+  if (end) {
+    b->len = (size_t)(end - b->data);
+    b->data[b->len] = '\0';
+    return 0;
+  }
+  b->len += klen;
   if (sp_json_write_rounded(b, ms, 4) != 0) {
     b->len = mark;
     return -1;
   }
   return 0;
 }
+
+/* ,"key":v or {"key":v for a non-negative integer v, at o (room reserved) */
+#define PUT_LIT(o, lit) (memcpy((o), (lit), sizeof(lit) - 1), (o) + sizeof(lit) - 1)
 
 int sp_window_stages_json(const sp_window *w, char *out, int cap) {
   if (!w || cap < 0) return -1;
@@ -1263,21 +1276,30 @@ int sp_window_stages_json(const sp_window *w, char *out, int cap) {
       else j += l - 1;
     }
     const char *spec = sp_spec_name(h->spec);
-    /* integers through the number writer, not printf: the same digits,
-       without a format parse per field (this runs for every hop of every
-       record) */
-    if (rc == 0) rc = sp_buf_adds(&b, i ? ",{\"hop\":" : "{\"hop\":");
-    if (rc == 0) rc = sp_json_write_number(&b, (double)i);
-    if (rc == 0 && h->ncands > 0) rc = sp_buf_adds(&b, ",\"ncands\":");
-    if (rc == 0 && h->ncands > 0) rc = sp_json_write_number(&b, (double)h->ncands);
-    if (rc == 0 && h->rank >= 0) rc = sp_buf_adds(&b, ",\"rank\":");
-    if (rc == 0 && h->rank >= 0) rc = sp_json_write_number(&b, (double)h->rank);
-    if (rc == 0 && rlen > 0) {
-      rc = sp_buf_adds(&b, ",\"reason\":");
+    if (!spec) spec = "none";
+    /* the keys and three integers written in place (the same digits as the
+       number writer's, without a call or a check per field: this runs for
+       every hop of every record) */
+    if (rc == 0) rc = sp_buf_reserve(&b, 96);
+    if (rc != 0) break;
+    char *o = b.data + b.len;
+    o = i ? PUT_LIT(o, ",{\"hop\":") : PUT_LIT(o, "{\"hop\":");
+    o = sp_json_put_uint(o, (unsigned long long)i);
+    if (h->ncands > 0) {
+      o = PUT_LIT(o, ",\"ncands\":");
+      o = sp_json_put_uint(o, (unsigned long long)h->ncands);
+    }
+    if (h->rank >= 0) {
+      o = PUT_LIT(o, ",\"rank\":");
+      o = sp_json_put_uint(o, (unsigned long long)h->rank);
+    }
+    b.len = (size_t)(o - b.data);
+    if (rlen > 0) {
+      rc = sp_buf_add(&b, ",\"reason\":", 10);
       if (rc == 0) rc = sp_json_write_string(&b, reason, rlen);
     }
-    if (rc == 0) rc = sp_buf_adds(&b, ",\"spec\":");
-    if (rc == 0) rc = sp_json_write_string(&b, spec ? spec : "none", strlen(spec ? spec : "none"));
+    if (rc == 0) rc = sp_buf_add(&b, ",\"spec\":", 8);
+    if (rc == 0) rc = sp_json_write_string(&b, spec, strlen(spec));
     if (rc == 0) rc = sp_window_put_ms(&b, ",\"t_seg\":", h->t_seg);
     if (rc == 0 && h->t_spec >= 0) rc = sp_window_put_ms(&b, ",\"t_spec\":", h->t_spec);
     if (rc == 0) rc = sp_window_put_ms(&b, ",\"t_target\":", h->t_target);

@@ -333,8 +333,9 @@ local function c_encoder()
   return new(array_mt, object_mt, null, raw_mt)
 end
 -- cenc(value, sorted) -> text; cenc_buf(value, sorted) -> state, length
--- of the text left in the encoder's buffer (M.cenc_buf)
-local cenc, cenc_buf = c_encoder()
+-- of the text left in the encoder's buffer (M.cenc_buf); cenc_hop
+-- (M.cenc_hop)
+local cenc, cenc_buf, cenc_hop = c_encoder()
 
 -- Encodes value as JSON text; returns the text, or nil and "JSON: <why>".
 function M.encode(value) return cenc(value, true) end
@@ -370,8 +371,12 @@ M.MAX_DEPTH = MAX_DEPTH
 -- encoder's own buffer: C.sp_jsonenc_text(state) points at it until the
 -- encoder's next call (for an FFI call that copies it at once); or nil and
 -- "JSON: <why>".
+-- cenc_hop(segment, action, observation) -> what
+-- cenc_buf({ segment =, action =, observation = }, true) gives, without
+-- that table (a committed hop, specula.run.records).
 M.cenc = cenc
 M.cenc_buf = cenc_buf
+M.cenc_hop = cenc_hop
 
 -- Why value cannot be encoded, or nil when it can: the path of the first
 -- offending part (root .. ".field[2].x", array indexes from 0 as in JSON)

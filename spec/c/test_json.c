@@ -357,8 +357,36 @@ static void rounded_is(double x, int d) {
           "rounded %.17g to %d: got %.*s, want %.*s", x, d, (int)a.len, a.data ? a.data : "", (int)b.len,
           b.data ? b.data : "");
   }
+  /* the in-place writer: the same bytes, or NULL exactly where the
+     buffer writer leaves its fast path (not finite, 1e15 and over, under
+     1e-4 but not 0) */
+  char tmp[SP_JSON_ROUNDED_MAX + 1];
+  char *e = sp_json_put_rounded(tmp, x, d);
+  double q = floor(x * P[d] + 0.5);
+  int slow = !(q > -1e15 && q < 1e15) || (q != 0 && fabs(q) / P[d] < 1e-4);
+  if (e) {
+    CHECK(!slow && ra == 0 && (size_t)(e - tmp) == a.len && memcmp(tmp, a.data, a.len) == 0,
+          "put_rounded %.17g to %d: got %.*s, want %.*s", x, d, (int)(e - tmp), tmp, (int)a.len,
+          a.data ? a.data : "");
+  } else {
+    CHECK(slow, "put_rounded %.17g to %d: NULL where the fast path applies", x, d);
+  }
   sp_buf_free(&a);
   sp_buf_free(&b);
+}
+
+/* sp_json_put_uint: the number writer's digits for integers */
+static void test_put_uint(void) {
+  static const unsigned long long v[] = { 0, 1, 9, 10, 99, 100, 12345, 4294967295ULL, 9007199254740991ULL };
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+    char tmp[24];
+    sp_buf b;
+    sp_buf_init(&b);
+    char *e = sp_json_put_uint(tmp, v[i]);
+    CHECK(sp_json_write_number(&b, (double)v[i]) == 0 && (size_t)(e - tmp) == b.len &&
+          memcmp(tmp, b.data, b.len) == 0, "put_uint %llu: got %.*s", v[i], (int)(e - tmp), tmp);
+    sp_buf_free(&b);
+  }
 }
 
 static void test_rounded(void) {
@@ -388,6 +416,7 @@ int main(void) {
   test_regressions();
   test_numbers();
   test_rounded();
+  test_put_uint();
   if (failures) {
     fprintf(stderr, "test_json: %d failure(s)\n", failures);
     return 1;

@@ -155,6 +155,31 @@ describe("the bytecode cache of the engine's modules", function()
     assert.equals("700", mode:match("%d+"))
   end)
 
+  it("leaves a script's own modules to the Lua searcher: the records' provenance still names them", function()
+    -- (the searcher that provenance wraps must still see every module: the
+    -- cache once took the engine's place in front of it, and the modules
+    -- beside a script went missing from the records)
+    local dir = H.tmpdir() .. "/bc-prov"
+    assert(os.execute("mkdir -p " .. H.quote(dir)) == 0)
+    write(dir .. "/helper.lua", 'return { answer = "from the helper" }\n')
+    write(dir .. "/agent.lua", [[
+      local specula = require "specula"
+      local helper = require "helper"
+      return specula.agent {
+        init = function() return {} end,
+        step = function() return { final = helper.answer } end,
+        update = function(s) return s end,
+      }
+    ]])
+    for _, c in ipairs({ H.tmpdir() .. "/bc-prov-cache", H.tmpdir() .. "/bc-prov-cache", "off" }) do
+      local st, out, err = H.specula({ "run", dir .. "/agent.lua", "--query", "q" }, { SPECULA_BYTECODE_CACHE = c })
+      assert.equals(0, st, err)
+      local rec = H.json().decode(out:match("[^\n]+"))
+      assert.equals("from the helper", rec.answer)
+      assert.is_string(rec.provenance.agent.modules.helper, c)
+    end
+  end)
+
   it("gives the parsed modules' tracebacks, and their load errors word for word", function()
     local home, mark = tree("marker-t")
     local cache = H.tmpdir() .. "/bc-trace"

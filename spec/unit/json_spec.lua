@@ -611,6 +611,46 @@ describe("specula.json", function()
     assert.is_true(C.sp_jsonenc_text(io.stdout) == nil)
     assert.is_true(C.sp_jsonenc_text(ffi.new("char[64]")) == nil)
   end)
+
+  -- cenc_hop: a committed hop's text without its table
+  c_encoder("cenc_hop(segment, action, observation) leaves what cenc_buf leaves for the hop's table", function()
+    local ffi = require "ffi"
+    pcall(ffi.cdef, "const char *sp_jsonenc_text(const void *state);")
+    local C = ffi.load(assert(os.getenv("SPECULA_CORE_LIB"), "SPECULA_CORE_LIB"))
+    local function hop_text(seg, act, obs)
+      local st, len = json.cenc_hop(seg, act, obs)
+      if st == nil then return nil, len end
+      return ffi.string(C.sp_jsonenc_text(st), len)
+    end
+    -- tables nested to the limit under hop, action and args
+    local deep = {}
+    for _ = 2, json.MAX_DEPTH - 3 do deep = { deep } end
+    local hops = {
+      { "s0", { tool = "t", args = { i = 0 } }, "o0" },
+      { nil, { tool = "t", args = {} }, json.null },              -- no segment: no key
+      { "s", nil, { list = { 1, 2, json.null }, e = json.object({}) } },
+      { "é\"\n", { tool = "t", args = { z = { 1.5, -0, 1e300 } } }, json.array({}) },
+      { "s", { tool = "t" }, nil },                                -- all three may be absent
+      { nil, nil, nil },
+      { "s", { tool = "t", args = { d = deep } }, "o" },           -- at the table's depth limit
+    }
+    for i, h in ipairs(hops) do
+      local seg, act, obs = h[1], h[2], h[3]
+      local want = json.cenc_buf({ segment = seg, action = act, observation = obs }, true)
+      want = want and ffi.string(C.sp_jsonenc_text(want), select(2, json.cenc_buf({ segment = seg, action = act,
+        observation = obs }, true)))
+      assert.is_string(want, "hop " .. i)
+      assert.equals(want, hop_text(seg, act, obs), "hop " .. i)
+    end
+    -- one level deeper than a table allows, a function, bytes that are not
+    -- UTF-8: nil and the message the table would give
+    for i, h in ipairs({ { "s", { tool = "t", args = { d = { deep } } }, "o" }, { "s", { f = print }, "o" },
+                         { "s\255", {}, "o" }, { "s", {}, 0 / 0 } }) do
+      local t, err = hop_text(h[1], h[2], h[3])
+      assert.is_nil(t, "bad hop " .. i)
+      assert.equals(select(2, json.encode({ segment = h[1], action = h[2], observation = h[3] })), err)
+    end
+  end)
 end)
 
 describe("specula.json without its C encoder", function()

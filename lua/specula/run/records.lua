@@ -59,7 +59,7 @@ end
 -- cannot be encoded (a value JSON cannot hold, a step with a metatable)
 -- stops it for its window: that hop and the later ones stay values and
 -- the record is built and checked as before.
-local cenc, cenc_buf = json.cenc, json.cenc_buf
+local cenc, cenc_hop = json.cenc, json.cenc_hop
 M.encode_hops_ok = cenc ~= nil
 local enc_next, enc_count, hop_text, enc_stop = C.sp_window_enc_next, C.sp_window_enc_count,
   C.sp_window_hop_text, C.sp_window_enc_stop
@@ -86,13 +86,14 @@ local function encode_window(w)
     local text, len
     if type(step) == "table" and getmetatable(step) == nil then
       if obs == nil then obs = NULL end
-      ENC_HOP.segment, ENC_HOP.action, ENC_HOP.observation = step.segment, step.action, obs
-      text, len = cenc_buf(ENC_HOP, true)
+      local seg, act = step.segment, step.action
+      text, len = cenc_hop(seg, act, obs)
       if text and len >= DEEP_TEXT then
         -- (the check reuses the encoder's buffer: the hop is encoded again)
-        if cenc(ENC_WRAP, true) then text, len = cenc_buf(ENC_HOP, true) else text = nil end
+        ENC_HOP.segment, ENC_HOP.action, ENC_HOP.observation = seg, act, obs
+        if cenc(ENC_WRAP, true) then text, len = cenc_hop(seg, act, obs) else text = nil end
+        ENC_HOP.segment, ENC_HOP.action, ENC_HOP.observation = nil, nil, nil
       end
-      ENC_HOP.segment, ENC_HOP.action, ENC_HOP.observation = nil, nil, nil
     end
     if not text then
       enc_stop(w)
