@@ -224,7 +224,12 @@ local band = require("bit").band
 local host_signal = C.sp_host_signal
 local WIN_CANCELLED, WIN_RUNNING = C.SP_WIN_CANCELLED, C.SP_WIN_RUNNING
 
-local function new_window(run, q, index)
+-- owned: the caller frees the window on every path (run_batch: its ring,
+-- and run_all on an error); otherwise the collector is the safety net.
+-- (A finalizer set and cleared a query churned LuaJIT's finalizer table
+-- like any table keyed by ever new objects: ~2.7 us a query with 2,000
+-- in flight.)
+local function new_window(run, q, index, owned)
   local o = run.o
   local cfg = run_wcfg(run)
   -- A safety limit above the agent's own hop budget (ctx.max_hops).
@@ -234,7 +239,7 @@ local function new_window(run, q, index)
   local err, errlen = core.errbuf()
   local w = window_new(core.ctx, cfg, err, errlen)
   if w == nil then return nil, ffi.string(err) end
-  w = ffi.gc(w, window_free)
+  if not owned then w = ffi.gc(w, window_free) end
   -- the query's digest for its record's provenance, before the agent sees
   -- (and perhaps changes) its record
   if run.prov and not q.digest then provlib.query(q) end
@@ -248,7 +253,10 @@ local function new_window(run, q, index)
   local rc = window_set_fns(w, fns, err, errlen)
   vals_unref(core.ctx, fns.qctx)   -- the window holds its own reference now
   fns.qctx = 0
-  if rc ~= 0 then return nil, ffi.string(err) end
+  if rc ~= 0 then
+    if owned then window_free(w) end
+    return nil, ffi.string(err)
+  end
   if run.kept then
     run.kept[qmt] = {}
     run.kept_q[q] = qmt
@@ -256,7 +264,7 @@ local function new_window(run, q, index)
   return w
 end
 
--- Read a finished window into its record and release it.
+-- Read a finished window into its record (the caller releases it).
 local function finish_window(run, w, q, index)
   local o = run.o
   local rec = collect(w, q, run)
@@ -281,8 +289,6 @@ local function finish_window(run, w, q, index)
   if o.trace and run.trace_out then
     tracewriter.events(w, index + (run.trace_pid or 0), q, run.trace_out, run.trace_config)
   end
-  ffi.gc(w, nil)
-  window_free(w)
   return rec
 end
 
@@ -293,7 +299,10 @@ local function run_query(run, q, index)
   local me = sched.current("run_query")
   C.sp_window_start(w, me)
   while window_status(w) == WIN_RUNNING do sched.yield() end
-  return finish_window(run, w, q, index)
+  local rec = finish_window(run, w, q, index)
+  ffi.gc(w, nil)
+  window_free(w)
+  return rec
 end
 M.run_query = run_query
 
@@ -389,6 +398,14 @@ local function run_all(run, queries, emit, progress, keep)
   local cassette = require "specula.cassette"
   local prev_hook = cassette.on_fail
   local ok, res, stopped, count = pcall(run_batch, run, queries, emit, progress, keep ~= false)
+  -- the windows a failed batch still held (run_batch's ring): released here
+  local R = run.ring
+  run.ring = nil
+  if not ok and R then
+    for s = 1, R.cap do
+      if R.win[s] then window_free(R.win[s]) end
+    end
+  end
   cassette.on_fail = prev_hook
   fns_release(run.fns)
   run.fns = nil
@@ -498,6 +515,7 @@ run_batch = function(run, queries, emit, progress, keep)
   -- R: the queries started and not yet emitted (above); kept: with keep,
   -- every record by index (what the run returns)
   local R = ring_new(64)
+  run.ring = R   -- (its windows are run_all's to release should the batch fail)
   local kept = keep and {} or nil
   local next_emit, emitted = 1, 0
   local done, started, next_i = 0, 0, 1
@@ -564,7 +582,7 @@ run_batch = function(run, queries, emit, progress, keep)
       if stream then q = stream.next() else q = queries[i] end
       local s = band(i, R.cap - 1) + 1
       R.q[s] = q
-      local w, err = new_window(run, q, i)
+      local w, err = new_window(run, q, i, true)
       if not w then
         record(i, { id = q.id, query = q.query, gold = gold_of(q), error = err })
       else
@@ -586,6 +604,7 @@ run_batch = function(run, queries, emit, progress, keep)
       check_cassette()
       local cancelled = window_status(fw) == WIN_CANCELLED
       local ok, rec = pcall(finish_window, run, aw, q, ai)
+      window_free(aw)
       if not ok then rec = { id = q.id, query = q.query, gold = gold_of(q), error = sched.errstr(rec) } end
       if cancelled and cctx ~= nil and host_signal(cctx) ~= 0 then
         interrupted = true
