@@ -15,7 +15,20 @@ typedef struct {
 static void key(wr *w, const char *k) {
   if (w->rc == 0) w->rc = sp_buf_adds(&w->b, k);
 }
+/* (most figures are counts: a non-negative integer's digits written in
+   place, the number writer's text without its checks) */
 static void num(wr *w, const char *k, double x) {
+  if (w->rc != 0) return;
+  size_t klen = strlen(k);
+  if (x >= 0 && x < 1e15 && x == (double)(unsigned long long)x) {
+    if ((w->rc = sp_buf_reserve(&w->b, klen + 24)) != 0) return;
+    char *o = w->b.data + w->b.len;
+    memcpy(o, k, klen);
+    o = sp_json_put_uint(o + klen, (unsigned long long)x);
+    w->b.len = (size_t)(o - w->b.data);
+    w->b.data[w->b.len] = '\0';
+    return;
+  }
   key(w, k);
   if (w->rc == 0 && !isfinite(x)) w->rc = -1;
   if (w->rc == 0) w->rc = sp_json_write_number(&w->b, x);
