@@ -402,8 +402,11 @@ local function run_all(run, queries, emit, progress, keep)
   local R = run.ring
   run.ring = nil
   if not ok and R then
+    -- (emptied as they go: a cassette's failure hook may still walk them)
     for s = 1, R.cap do
-      if R.win[s] then window_free(R.win[s]) end
+      local w = R.win[s]
+      R.win[s] = nil
+      if w then window_free(w) end
     end
   end
   cassette.on_fail = prev_hook
