@@ -603,8 +603,8 @@ run_batch = function(run, queries, emit, progress, keep)
       local ai = window_tag(fw)
       local s = band(ai, R.cap - 1) + 1
       local aw, q = R.win[s], R.q[s]
+      check_cassette()   -- (raises with the window still in the ring: run_all frees it)
       R.win[s] = nil
-      check_cassette()
       local cancelled = window_status(fw) == WIN_CANCELLED
       local ok, rec = pcall(finish_window, run, aw, q, ai)
       window_free(aw)
