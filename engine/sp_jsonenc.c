@@ -436,9 +436,23 @@ static int sp_jsonenc_call(lua_State *L) {
   return 2;
 }
 
+/* What enc_buf and enc_hop return after encoding (rc 0, or -1 with e->err):
+   the encoder's state and the text's length, or nil and the reason. */
+static int sp_jsonenc_buf_result(sp_jsonenc *e, lua_State *L, int rc) {
+  sp_jsonenc_trim_keys(e);
+  if (rc != 0) {
+    lua_pushnil(L);
+    lua_pushstring(L, e->err);
+    return 2;
+  }
+  lua_pushvalue(L, SP_JSONENC_UP_STATE);
+  lua_pushinteger(L, (lua_Integer)e->out.len);
+  return 2;
+}
+
 /* enc_buf(value, sorted) -> state, length | nil, "JSON: <why>"
    The text stays in the encoder's buffer, valid until the encoder's next
-   call (either closure); state is the encoder's own userdata, which an FFI
+   call (any of its closures); state is the encoder's own userdata, which an FFI
    call passes as a pointer to sp_jsonenc_text. For a caller that copies the
    text at once into C (a committed hop into its window's trajectory text)
    with no Lua string made, hashed and collected in between. (A light
@@ -450,16 +464,7 @@ static int sp_jsonenc_call_buf(lua_State *L) {
   sp_jsonenc *e = lua_touserdata(L, SP_JSONENC_UP_STATE);
   e->sorted = lua_toboolean(L, 2);
   e->pick = 0;
-  int rc = sp_jsonenc_run(e, L);
-  sp_jsonenc_trim_keys(e);
-  if (rc != 0) {
-    lua_pushnil(L);
-    lua_pushstring(L, e->err);
-    return 2;
-  }
-  lua_pushvalue(L, SP_JSONENC_UP_STATE);
-  lua_pushinteger(L, (lua_Integer)e->out.len);
-  return 2;
+  return sp_jsonenc_buf_result(e, L, sp_jsonenc_run(e, L));
 }
 
 /* enc_hop(segment, action, observation) -> state, length | nil, "JSON: <why>"
@@ -490,15 +495,7 @@ static int sp_jsonenc_call_hop(lua_State *L) {
   }
   if (rc == 0) rc = sp_jsonenc_put(e, "}", 1);
   lua_settop(L, 3);
-  sp_jsonenc_trim_keys(e);
-  if (rc != 0) {
-    lua_pushnil(L);
-    lua_pushstring(L, e->err);
-    return 2;
-  }
-  lua_pushvalue(L, SP_JSONENC_UP_STATE);
-  lua_pushinteger(L, (lua_Integer)e->out.len);
-  return 2;
+  return sp_jsonenc_buf_result(e, L, rc);
 }
 
 const char *sp_jsonenc_text(const void *state) {
