@@ -95,7 +95,10 @@ end
 function M.sha256_hex(s)
   assert(type(s) == "string", "crypto.sha256: string expected")
   local d = digester or get_digester()
-  if d and C.sp_crypto_digester_hex(d, s, #s, out65) == 0 then return ffi_string(out65, 64) end
+  if d and C.sp_crypto_digester_hex(d, s, #s, out65) == 0 then
+    local h = ffi_string(out65, 64)
+    return h
+  end
   return hex(M.sha256(s))
 end
 

@@ -223,7 +223,8 @@ function M.query_ctx(shared, id, query, record, index, max_hops)
   local q = { id = id, query = query, record = record, index = index, max_hops = max_hops, __index = false,
               __spec = false }
   q.__index = q
-  return setmetatable(q, shared)
+  setmetatable(q, shared)
+  return q
 end
 local function mkctx(qmt, hop, spec, state)
   local ctx = setmetatable({ hop = hop, state = state, step = false, action = false },

@@ -47,7 +47,12 @@ local function stages_text(w)
     n = window_stages_json(w, stages_buf, stages_cap)
   end
   if n < 0 then return nil end
-  return ffi.string(stages_buf, n)
+  -- (returned from a local, not as a tail call of ffi.string: a compiled
+  -- trace that returns from such a call is dropped, "leaving loop in root
+  -- trace", and its callers stay in the interpreter; so in traj_text,
+  -- stats_text, crypto.sha256_hex)
+  local s = ffi.string(stages_buf, n)
+  return s
 end
 
 -- ---- the trajectory as text, hop by hop (sp_window_cfg.encode_trajectory) ----
@@ -74,42 +79,55 @@ local ENC_WRAP = { { ENC_HOP } }
 local DEEP_TEXT = 500
 local NULL = json.null
 local getmetatable = getmetatable
--- Encodes w's hops from the first one not yet text on, in order; stops
--- the window at a hop that cannot be encoded (it and later hops keep their
--- values).
+-- Encodes hop i of w into its text; false when it cannot be (the window
+-- stops there: it and later hops keep their values) or the window takes no
+-- more text (stopped already, out of memory).
+local function encode_hop(w, i)
+  window_hop(w, i, enc_info)
+  local step, obs = registry[enc_info.step_ref], registry[enc_info.obs_ref]
+  -- the text is copied from the encoder's buffer into the window's
+  -- (no Lua string a hop: one less object made, hashed and swept)
+  local text, len
+  if type(step) == "table" and getmetatable(step) == nil then
+    if obs == nil then obs = NULL end
+    local seg, act = step.segment, step.action
+    text, len = cenc_hop(seg, act, obs)
+    if text and len >= DEEP_TEXT then
+      -- (the check reuses the encoder's buffer: the hop is encoded again)
+      ENC_HOP.segment, ENC_HOP.action, ENC_HOP.observation = seg, act, obs
+      if cenc(ENC_WRAP, true) then text, len = cenc_hop(seg, act, obs) else text = nil end
+      ENC_HOP.segment, ENC_HOP.action, ENC_HOP.observation = nil, nil, nil
+    end
+  end
+  if not text then
+    enc_stop(w)
+    return false
+  end
+  return hop_text(w, i, enc_text(text), len) == 0
+end
+
+-- Encodes w's hops from the first one not yet text on, in order.
+-- (The first hop is taken before the loop, and the loops below are entered
+-- only when there is more than one: a compiled trace of a query's last
+-- step, which usually has one hop left here, cannot enter a loop that is
+-- not compiled itself, and LuaJIT then leaves the whole path to the
+-- interpreter.)
 local function encode_window(w)
-  for i = enc_count(w), window_nhops(w) - 1 do
-    window_hop(w, i, enc_info)
-    local step, obs = registry[enc_info.step_ref], registry[enc_info.obs_ref]
-    -- the text is copied from the encoder's buffer into the window's
-    -- (no Lua string a hop: one less object made, hashed and swept)
-    local text, len
-    if type(step) == "table" and getmetatable(step) == nil then
-      if obs == nil then obs = NULL end
-      local seg, act = step.segment, step.action
-      text, len = cenc_hop(seg, act, obs)
-      if text and len >= DEEP_TEXT then
-        -- (the check reuses the encoder's buffer: the hop is encoded again)
-        ENC_HOP.segment, ENC_HOP.action, ENC_HOP.observation = seg, act, obs
-        if cenc(ENC_WRAP, true) then text, len = cenc_hop(seg, act, obs) else text = nil end
-        ENC_HOP.segment, ENC_HOP.action, ENC_HOP.observation = nil, nil, nil
-      end
-    end
-    if not text then
-      enc_stop(w)
-      return
-    end
-    -- (a window stopped already, or out of memory: the rest stay values)
-    if hop_text(w, i, enc_text(text), len) ~= 0 then return end
+  local i, n = enc_count(w), window_nhops(w)
+  if i >= n or not encode_hop(w, i) then return end
+  i = i + 1
+  while i < n do
+    if not encode_hop(w, i) then return end
+    i = i + 1
   end
 end
 
 local function encode_hops()
   local cctx = core.ctx
-  while true do
-    local w = enc_next(cctx)
-    if w == nil then return end
+  local w = enc_next(cctx)
+  while w ~= nil do
     encode_window(w)
+    w = enc_next(cctx)
   end
 end
 M.encode_hops = encode_hops
@@ -118,7 +136,8 @@ if cenc then sched.on_commits = encode_hops end
 local traj_len = ffi.new("int[1]")
 local function traj_text(w, i, j)
   local p = window_traj_text(w, i, j, traj_len)
-  return ffi.string(p, traj_len[0])
+  local s = ffi.string(p, traj_len[0])
+  return s
 end
 
 -- A finished window's answer, or its error, into rec.
@@ -205,7 +224,8 @@ local function stats_text(st, n, rc)
     len = record_stats_json(st, so, stats_buf, stats_cap)
   end
   if len < 0 then return nil end
-  return ffi.string(stats_buf, len)
+  local s = ffi.string(stats_buf, len)
+  return s
 end
 M.stats_text = stats_text
 

@@ -544,6 +544,22 @@ run_batch = function(run, queries, emit, progress, keep)
       end
     end)
   end
+  -- Write the record in slot s, the query next_emit's, and free the slot.
+  local function emit_slot(s)
+    local r, q = R.res[s], R.q[s]
+    if learn and r.trajectory and not r.error then
+      learn(r.trajectory, q, r._conv)
+      run.learnt[#run.learnt + 1] = q.index   -- what FILE.predictor covers (specula.run.predstate)
+    end
+    r._conv = nil
+    if q.shard then r.shard = q.shard end
+    -- what emit returns stands for the record from then on (--compare
+    -- keeps a slim copy and lets the record go); without keep, nothing
+    local e = emit(r, next_emit, q)
+    if kept then kept[next_emit] = e or r end
+    R.res[s], R.q[s] = nil, nil
+    next_emit, emitted = next_emit + 1, emitted + 1
+  end
   local function record(i, rec)
     local m = R.cap - 1
     R.res[band(i, m) + 1] = rec
@@ -551,25 +567,18 @@ run_batch = function(run, queries, emit, progress, keep)
     -- a failed query is counted, not summed: its wall time is how long it took to fail
     if rec and rec.error then nfailed = nfailed + 1
     elseif rec and rec._agg then sum_wall, sum_std = sum_wall + rec._agg.wall, sum_std + rec._agg.std end
-    local res, qs = R.res, R.q
-    while true do
-      -- (the slot of next_i is that of an index written already: empty)
-      local s = band(next_emit, m) + 1
-      local r = res[s]
-      if not r then break end
-      local q = qs[s]
-      if learn and r.trajectory and not r.error then
-        learn(r.trajectory, q, r._conv)
-        run.learnt[#run.learnt + 1] = q.index   -- what FILE.predictor covers (specula.run.predstate)
+    -- (the slot of next_i is that of an index written already: empty)
+    local s = band(next_emit, m) + 1
+    -- the first record to write is taken before the loop, which is entered
+    -- only when more are ready (see encode_window in specula.run.records:
+    -- a loop entered every query keeps this path out of compiled traces)
+    if R.res[s] then
+      emit_slot(s)
+      s = band(next_emit, m) + 1
+      while R.res[s] do
+        emit_slot(s)
+        s = band(next_emit, m) + 1
       end
-      r._conv = nil
-      if q.shard then r.shard = q.shard end
-      -- what emit returns stands for the record from then on (--compare
-      -- keeps a slim copy and lets the record go); without keep, nothing
-      local e = emit(r, next_emit, q)
-      if kept then kept[next_emit] = e or r end
-      res[s], qs[s] = nil, nil
-      next_emit, emitted = next_emit + 1, emitted + 1
     end
     if progress and rec then progress(done, n, t0, sum_wall, sum_std, nfailed) end
   end
