@@ -37,6 +37,17 @@ M.add_script_dir = require("specula.provenance").add_script_dir
 
 -- Run a script: its main chunk runs inside the main task, so it may call
 -- async functions at top level. If it returns an agent, run the agent.
+-- Whether args name a cassette option (--record, --replay-io, --miss; as
+-- NAME VALUE or NAME=VALUE): what specula.cassette.from_args reads.
+local CASSETTE_FLAG = { ["--record"] = true, ["--replay-io"] = true, ["--miss"] = true }
+local function wants_cassette(args)
+  for i = 1, #args do
+    local a = tostring(args[i])
+    if CASSETTE_FLAG[a:match("^(%-%-%a[%w%-]*)=") or a] then return true end
+  end
+  return false
+end
+
 local function run_script(script, args)
   if not file_exists(script) then
     -- a wrong path is a usage mistake, as a missing --input file is: exit 2
@@ -47,9 +58,13 @@ local function run_script(script, args)
   if not chunk then sched.plain_error("cannot load script: " .. tostring(err)) end
   M.add_script_dir(script)
   -- --record / --replay-io open before the main chunk runs: it may connect
-  -- to an MCP server at top level
-  local okc, cerr, why = require("specula.run.cassette").from_args(args)
-  if not okc then sched.plain_error("specula run: " .. tostring(cerr), why == "write" and 1 or 2) end
+  -- to an MCP server at top level. (The cassette's modules, with the HTTP
+  -- and MCP clients they plug into, load only when one of its options is
+  -- given: parsing them was a fifth of a run's start.)
+  if wants_cassette(args) then
+    local okc, cerr, why = require("specula.run.cassette").from_args(args)
+    if not okc then sched.plain_error("specula run: " .. tostring(cerr), why == "write" and 1 or 2) end
+  end
   _G.arg = { [0] = script }
   for i = 1, #args do _G.arg[i] = args[i] end
   local result = chunk(unpack(args))
@@ -59,7 +74,8 @@ local function run_script(script, args)
       function(...) return require("specula.run.compare").main(...) end)
   end
   -- a plain program that recorded: a tape that lost exchanges is a failure
-  local cf = require("specula.cassette").failed()
+  local cassette = package.loaded["specula.cassette"]
+  local cf = cassette and cassette.failed()
   if cf then sched.plain_error("specula run: cannot write " .. cf.what .. ": " .. cf.err, 1) end
   if result ~= nil then
     -- anything else is a mistake that would otherwise pass silently

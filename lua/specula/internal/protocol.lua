@@ -278,8 +278,11 @@ end
 -- agent's context(state) when it has one (a failure is warned about once,
 -- and the calls stand in), else the query and the calls so far. Returns
 -- events, turns.
-local convtraces = require "specula.convtraces"
+-- (loaded on first use: only predictors read conversations, and parsing a
+-- module is part of every command's start)
+local convtraces
 local function messages_of(A, state, query)
+  convtraces = convtraces or require("specula.convtraces")
   if A.context_fn then
     local ok, msgs = sched.protect(false, A.context_fn, state)
     local events, turns

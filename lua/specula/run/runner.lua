@@ -14,7 +14,12 @@ local runopts = require "specula.run.opts"
 local records = require "specula.run.records"
 local output = require "specula.internal.output"
 local aggregate = require "specula.run.aggregate"
-local tracewriter = require "specula.run.tracewriter"
+-- (--trace only: loaded when a run writes one)
+local tracewriter = setmetatable({}, { __index = function(t, k)
+  local v = require("specula.run.tracewriter")[k]
+  rawset(t, k, v)
+  return v
+end })
 local provlib = require "specula.provenance"
 local ffi = core.ffi
 local C = core.C
@@ -395,8 +400,9 @@ M.check_cassette = check_cassette
 
 local function run_all(run, queries, emit, progress, keep)
   run.fns = fns_acquire(run)
-  local cassette = require "specula.cassette"
-  local prev_hook = cassette.on_fail
+  -- (a cassette is loaded only when one was opened: --record, --replay-io)
+  local cassette = package.loaded["specula.cassette"]
+  local prev_hook = cassette and cassette.on_fail
   local ok, res, stopped, count = pcall(run_batch, run, queries, emit, progress, keep ~= false)
   -- the windows a failed batch still held (run_batch's ring): released here
   local R = run.ring
@@ -409,7 +415,7 @@ local function run_all(run, queries, emit, progress, keep)
       if w then window_free(w) end
     end
   end
-  cassette.on_fail = prev_hook
+  if cassette then cassette.on_fail = prev_hook end
   fns_release(run.fns)
   run.fns = nil
   if not ok then error(res, 0) end
@@ -535,14 +541,17 @@ run_batch = function(run, queries, emit, progress, keep)
   local interrupted = false
   -- a failed cassette write cancels every window from the loop, so the
   -- driver wakes and stops the run at once
-  require("specula.cassette").on_fail = function()
-    spawn_root(function()
-      local m = R.cap - 1
-      for i = next_emit, next_i - 1 do
-        local w = R.win[band(i, m) + 1]
-        if w then C.sp_window_cancel(w) end
-      end
-    end)
+  local cassette = package.loaded["specula.cassette"]
+  if cassette then
+    cassette.on_fail = function()
+      spawn_root(function()
+        local m = R.cap - 1
+        for i = next_emit, next_i - 1 do
+          local w = R.win[band(i, m) + 1]
+          if w then C.sp_window_cancel(w) end
+        end
+      end)
+    end
   end
   -- Write the record in slot s, the query next_emit's, and free the slot.
   local function emit_slot(s)
@@ -665,9 +674,10 @@ function M.run(agent, opts)
   opts = opts or {}
   local o, queries = runopts.from_api(opts)
   -- a cassette for this run only: record = DIR, replay_io = DIR, miss = MODE
-  local cassette = require "specula.cassette"
+  local cassette = package.loaded["specula.cassette"]
   local own_cassette = false
   if opts.record ~= nil or opts.replay_io ~= nil then
+    cassette = require "specula.cassette"
     if cassette.state then error("specula.run: a cassette is already open (--record / --replay-io)", 2) end
     if opts.miss == "live" and (o.clock or sched.clock()) == "virtual" then
       error("specula.run: miss = 'live' makes real calls: it needs the real clock", 2)
@@ -762,12 +772,13 @@ function M.main(agent, args, script, compare)
     local ok, cerr = sched.set_clock(o.clock)
     if not ok then sched.plain_error("specula run: --clock " .. o.clock .. ": " .. cerr) end
   end
-  local cassette = require "specula.cassette"
-  if (o.record or o.replay_io) and not cassette.state then
+  local cassette = package.loaded["specula.cassette"]
+  if (o.record or o.replay_io) and not (cassette and cassette.state) then
     local ok, cerr, why = require("specula.run.cassette").open({ record = o.record, replay = o.replay_io,
                                                                  miss = o.miss })
     if not ok and why == "write" then sched.plain_error("specula run: " .. cerr, 1) end
     if not ok then runopts.usage_error(cerr) end
+    cassette = package.loaded["specula.cassette"]
   end
   runopts.check_predict(o, agent)
   local src, warnings = runopts.load_queries(o)
@@ -779,7 +790,7 @@ function M.main(agent, args, script, compare)
       error("specula.run.runner.main: --compare needs its driver (specula.run.compare.main) as 4th argument", 2)
     end
     local status = compare(agent, o, src, script)
-    local cst = cassette.close()
+    local cst = cassette and cassette.close()
     if cst and cst.failed then write_failed(cst.failed.what, cst.failed.err) end
     if cst and not o.quiet then output.stderr(cassette.summary(cst), "\n") end
     return status
@@ -861,7 +872,7 @@ function M.main(agent, args, script, compare)
     tracewriter.write(trace_f, o.trace, run.trace_out, entries, { run.prov.run })
   end
   if not o.quiet then output.stderr(aggregate.summary_text(agg, run), "\n") end
-  local cst = cassette.close()
+  local cst = cassette and cassette.close()
   if cst and cst.failed then write_failed(cst.failed.what, cst.failed.err) end
   if cst and not o.quiet then output.stderr(cassette.summary(cst), "\n") end
   if not acc then for _, r in ipairs(results) do strip(r) end end
