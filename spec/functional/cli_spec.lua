@@ -161,3 +161,58 @@ return specula.sim.multihop { hops = 1, p = 1, seg = { "fixed", 1 }, spec = { "f
     assert.is_true(#err > 0)
   end)
 end)
+
+-- A plain run loads no module it does not use: not the cassette's (nor the
+-- HTTP and MCP clients it plugs into) without a cassette option, not the
+-- resume reader for an --out that is not there yet, not the predictor's
+-- state file, the conversation reader or the --trace writer. Parsing them
+-- was a fifth of every run's start. The cassette's options still reach it
+-- in both spellings, NAME VALUE and NAME=VALUE.
+describe("a plain run's start", function()
+  local LAZY = { "specula.cassette", "specula.run.cassette", "specula.mcp", "specula.http", "specula.convtraces",
+                 "specula.run.tracewriter", "specula.run.resume", "specula.run.predstate" }
+  local agent = H.tmpfile("lazy_agent.lua", [[
+local specula = require "specula"
+local LAZY = { ]] .. '"' .. table.concat(LAZY, '", "') .. '"' .. [[ }
+return specula.agent {
+  init = function(q) return { q = q } end,
+  step = function(state)
+    local loaded = {}
+    for _, m in ipairs(LAZY) do if package.loaded[m] then loaded[#loaded + 1] = m end end
+    io.stderr:write("loaded: [", table.concat(loaded, ","), "]\n")
+    return { final = "a " .. state.q }
+  end,
+  update = function(state) return state end,
+}
+]])
+
+  it("loads none of those modules, and answers as before", function()
+    local out = H.tmpdir() .. "/lazy.jsonl"
+    local st, so, se = H.specula({ "run", agent, "--query", "x", "--out", out, "--quiet" })
+    assert.are.equal(0, st, se .. so)
+    assert.truthy(se:find("loaded: []", 1, true), se)
+    local recs = H.jsonl(H.read(out))
+    assert.are.equal(1, #recs)
+    assert.are.equal("a x", recs[1].answer)
+  end)
+
+  it("still checks --miss without --replay-io, and reads NAME=VALUE options", function()
+    local st, so, se = H.specula({ "run", agent, "--query", "x", "--miss", "skip" })
+    assert.are.equal(2, st, se .. so)
+    assert.matches("%-%-miss needs %-%-replay%-io DIR", se)
+    st, so, se = H.specula({ "run", agent, "--query", "x", "--miss=skip" })
+    assert.are.equal(2, st, se .. so)
+    assert.matches("%-%-miss needs %-%-replay%-io DIR", se)
+    st, so, se = H.specula({ "run", agent, "--query", "x", "--replay-io=" .. H.tmpdir() .. "/absent-eq" })
+    assert.are.equal(2, st, se .. so)
+    assert.matches("cassette '.-/absent%-eq': no such directory", se)
+  end)
+
+  it("loads the cassette when one is named, before the script's main chunk runs", function()
+    local dir = H.tmpdir() .. "/lazy-rec"
+    local st, so, se = H.specula({ "run", agent, "--query", "x", "--record", dir, "--out", H.tmpdir() .. "/lr.jsonl" })
+    assert.are.equal(0, st, se .. so)
+    local line = se:match("loaded: %[([^%]]*)%]")
+    assert.truthy(line and line:find("specula.cassette", 1, true), se)
+  end)
+end)

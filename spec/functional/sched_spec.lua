@@ -264,13 +264,18 @@ error("from the main chunk: " .. tostring(#err2 > 0))
     -- each MB the collector lets the heap grow is memory touched for the
     -- first time (page faults), so the floor on a small heap stays small;
     -- the scheduler sets the pause after each pass over the ready queue
+    -- (about a megabyte of live tables: the heap is small, whatever a
+    -- plain script's start loads)
     local out = ok_script([[
+      local ballast = {}
+      for i = 1, 16000 do ballast[i] = { i } end
       for _ = 1, 3 do specula.sleep(1) end
       local kb = collectgarbage("count")
       local pause = collectgarbage("setpause", 150)
       collectgarbage("setpause", pause)
       print("heap", kb > 500 and kb < 7000, kb)
       print(string.format("between cycles %.1f MB", (pause - 100) / 100 * kb / 1024))
+      print("kept", #ballast)
     ]])
     assert.matches("heap\ttrue", out)
     local mb = tonumber(out:match("between cycles ([%d.]+) MB"))

@@ -518,6 +518,24 @@ local function emit_late(R, next_emit, next_i, emitted, emit, kept)
   return list, emitted
 end
 
+-- A failed cassette write cancels every window of ring R in the span
+-- span() returns (first, past the last) from the loop, so the driver wakes
+-- and stops the run at once. (No cassette loaded: none is open.)
+local function hook_cassette(R, span)
+  local cassette = package.loaded["specula.cassette"]
+  if not cassette then return end
+  cassette.on_fail = function()
+    spawn_root(function()
+      local m = R.cap - 1
+      local lo, hi = span()
+      for i = lo, hi - 1 do
+        local w = R.win[band(i, m) + 1]
+        if w then C.sp_window_cancel(w) end
+      end
+    end)
+  end
+end
+
 run_batch = function(run, queries, emit, progress, keep)
   local stream = queries.next and queries or nil
   local n = stream and stream.n or #queries
@@ -539,20 +557,7 @@ run_batch = function(run, queries, emit, progress, keep)
   -- the finished ones are still written.
   local cctx = core.ctx
   local interrupted = false
-  -- a failed cassette write cancels every window from the loop, so the
-  -- driver wakes and stops the run at once
-  local cassette = package.loaded["specula.cassette"]
-  if cassette then
-    cassette.on_fail = function()
-      spawn_root(function()
-        local m = R.cap - 1
-        for i = next_emit, next_i - 1 do
-          local w = R.win[band(i, m) + 1]
-          if w then C.sp_window_cancel(w) end
-        end
-      end)
-    end
-  end
+  hook_cassette(R, function() return next_emit, next_i end)
   -- Write the record in slot s, the query next_emit's, and free the slot.
   local function emit_slot(s)
     local r, q = R.res[s], R.q[s]
@@ -803,9 +808,11 @@ function M.main(agent, args, script, compare)
   M.note_shard(run, o)
   local skip, nprev = {}, 0
   -- a predictor that learns across queries is kept beside --out
-  local predstate = require "specula.run.predstate"
   local pstate = o.out and run.learn and (o.out .. ".predictor") or nil
-  if o.out then
+  local predstate = pstate and require("specula.run.predstate")
+  -- (an --out that is not there yet has nothing to resume: the reader, a
+  -- module of its own, is not loaded for it)
+  if o.out and C.sp_host_path_kind(o.out) ~= 0 then
     local done, learnt, _
     done, nprev, _, learnt = require("specula.run.resume").read(o.out, { retry_failed = o.retry_failed, src = src,
       shard = o.shard, prov_of = function(r)
