@@ -86,6 +86,14 @@ typedef struct sp_buf {
    returned (json.cenc_buf), passed as its address; NULL for another value. */
 const char *sp_jsonenc_text(const void *state);
 
+/* ---- UTF-8 (engine/sp_json.c) ----------------------------------------- */
+/* Offset of the first invalid UTF-8 sequence in s[from, n), or -1 when
+   there is none (the rules of the JSON parser: no overlong forms,
+   surrogates or code points above U+10FFFF); -2 when n is above INT_MAX
+   (a Lua string never is: an int comes back to Lua unboxed). One call for
+   a whole string: a byte loop in Lua is a trace entered and left per string. */
+int sp_json_utf8_bad(const char *s, size_t n, size_t from);
+
 /* ---- context, clock, counters ----------------------------------------- */
 double sp_now_ms(void);                          /* monotonic milliseconds, real time */
 /* The engine's clock: real, or virtual (advanced by the scheduler to the

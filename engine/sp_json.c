@@ -3,6 +3,8 @@
  * Children of an open container are collected on a scratch stack and copied
  * into the arena, exactly sized, when the container closes. */
 #include "sp_json.h"
+#include "sp_api.h"
+#include <limits.h>
 #include <stdalign.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -119,6 +121,30 @@ size_t sp_json_utf8_seq(const unsigned char *s, size_t avail) {
     return 4;
   }
   return 0;
+}
+
+int sp_json_utf8_bad(const char *s, size_t n, size_t from) {
+  if (n > (size_t)INT_MAX) return -2;
+  const unsigned char *p = (const unsigned char *)s;
+  size_t i = from;
+  while (i < n) {
+    /* ASCII eight bytes at a time: most text is */
+    while (i + 8 <= n) {
+      uint64_t w;
+      memcpy(&w, p + i, 8);
+      if (w & 0x8080808080808080ull) break;
+      i += 8;
+    }
+    if (i >= n) break;
+    if (p[i] < 0x80) {
+      i++;
+      continue;
+    }
+    size_t len = sp_json_utf8_seq(p + i, n - i);
+    if (len == 0) return (int)i;
+    i += len;
+  }
+  return -1;
 }
 
 static int hex4(const unsigned char *s, unsigned *out) {

@@ -375,6 +375,27 @@ end
 --- The record builder of a format: build(object, where) -> record | nil,
 -- warning (the object must be a JSON object: see M.is_object).
 function M.builder(fmt) return BUILD[fmt] end
+
+-- The id of the record build(o) would make, or nil when it would make none:
+-- what a first pass over a file needs, without building (the run builds the
+-- record when it takes the query). Specula's own JSONL fails to build
+-- exactly when its id or its query is missing (BUILD.jsonl); other formats
+-- are built and dropped.
+local CHECK = {}
+function CHECK.jsonl(o)
+  local id = id_field(o.id)
+  if id == nil or text_field(o.query) == nil then return nil end
+  return id
+end
+function M.checker(fmt)
+  local check = CHECK[fmt]
+  if check then return check end
+  local build = BUILD[fmt]
+  return function(o)
+    local rec = build(o, "")
+    return rec and rec.id
+  end
+end
 M.is_object = is_object
 M.decode = decode
 M.objects_of = objects_of

@@ -247,31 +247,17 @@ end
 ---------------------------------------------------------------------------
 -- UTF-8 checks (decode, the error paths, and the reference encoder)
 
--- 0-based byte offset of the first invalid UTF-8 sequence in s, or nil; same
--- rules as the C parser (no overlongs, surrogates, or code points above
--- U+10FFFF). A JIT-compiled byte loop: many times faster than a pattern find.
-local u8ptr = ffi.typeof("const uint8_t *")
+-- 0-based byte offset of the first invalid UTF-8 sequence in s (from byte
+-- offset from on), or nil; the C parser's rules (no overlongs, surrogates,
+-- or code points above U+10FFFF), in C (sp_json_utf8_bad): one call a
+-- string, where a byte loop here was a trace entered and left per string,
+-- and kept whatever called it out of compiled code.
+local utf8_bad_c   -- (bound with the C encoder, below: both come from the engine)
 bad_utf8 = function(s, from)
-  local p, n, i = ffi.cast(u8ptr, s), #s, from or 0
-  while i < n do
-    local c = p[i]
-    if c < 0x80 then
-      i = i + 1
-    else
-      if c < 0xC2 or c > 0xF4 then return i end
-      local len, lo, hi
-      if c < 0xE0 then len, lo, hi = 2, 0x80, 0xBF
-      elseif c < 0xF0 then len, lo, hi = 3, c == 0xE0 and 0xA0 or 0x80, c == 0xED and 0x9F or 0xBF
-      else len, lo, hi = 4, c == 0xF0 and 0x90 or 0x80, c == 0xF4 and 0x8F or 0xBF end
-      if i + len > n then return i end
-      local c1 = p[i + 1]
-      if c1 < lo or c1 > hi then return i end
-      if len > 2 and (p[i + 2] < 0x80 or p[i + 2] > 0xBF) then return i end
-      if len > 3 and (p[i + 3] < 0x80 or p[i + 3] > 0xBF) then return i end
-      i = i + len
-    end
-  end
-  return nil
+  local at = utf8_bad_c(s, #s, from or 0)
+  if at >= 0 then return at end
+  if at == -1 then return nil end
+  error("specula.json: a string too long to check", 2)
 end
 
 -- s with every invalid UTF-8 sequence replaced by U+FFFD (s itself when it
@@ -336,6 +322,7 @@ end
 -- of the text left in the encoder's buffer (M.cenc_buf); cenc_hop
 -- (M.cenc_hop)
 local cenc, cenc_buf, cenc_hop = c_encoder()
+utf8_bad_c = require("specula.internal.core").C.sp_json_utf8_bad
 
 -- Encodes value as JSON text; returns the text, or nil and "JSON: <why>".
 function M.encode(value) return cenc(value, true) end

@@ -218,3 +218,33 @@ describe("specula.datasets.parse and detect", function()
     assert.is_truthy(err:find("keys found: x", 1, true))
   end)
 end)
+
+-- The first pass over an input (specula.run.inputs' survey) takes each
+-- record's id from datasets.checker(fmt) without building the record: for
+-- every format it must say nil exactly where build fails, and the id build
+-- would give where it succeeds (a checker that drifts from its builder
+-- would count, or skip, a record the run then treats the other way).
+describe("specula.datasets.checker", function()
+  local ds = require "specula.datasets"
+  local null = require("specula.json").null
+  local objects = {
+    { id = "a", query = "q" }, { id = 7, query = "q" }, { id = 7.5, query = 3 }, { query = "q" },
+    { id = "a" }, { id = "a", query = {} }, { id = {}, query = "q" }, { id = true, query = "q" },
+    { id = null, query = "q" }, { id = "a", query = null }, { id = "a", query = "" },
+    { id = "a", query = "q", gold = "g", extra = 1 },
+    { _id = "h", question = "Q?", answer = "A", supporting_facts = { { "T", 0 } }, level = "easy" },
+    { _id = "h", question = "Q?", supporting_facts = { { "T", 0 } } },
+    { id = "m", question = "Q?", answer = "A", question_decomposition = { { question = "a" } } },
+    { id = "m", question = "Q?", answer = "A" },
+    { id = "c", messages = { { role = "user", content = "hi" } } }, { id = "c", messages = "x" },
+  }
+  for _, fmt in ipairs(ds.FORMATS) do
+    it("agrees with build for " .. fmt, function()
+      local check, build = ds.checker(fmt), ds.builder(fmt)
+      for i, o in ipairs(objects) do
+        local rec = build(o, "f:" .. i)
+        assert.are.equal(rec and rec.id, check(o), fmt .. " object " .. i)
+      end
+    end)
+  end
+end)

@@ -162,6 +162,54 @@ describe("specula.json", function()
       assert.equal("\195\169", json.decode('"\195\169"'))
     end)
 
+    -- bad_utf8 is C's (sp_json_utf8_bad, eight ASCII bytes at a time); its
+    -- rules are the parser's, checked here against a byte-by-byte reading of
+    -- them on edge sequences and random bytes at every offset and start
+    it("finds the first invalid UTF-8 byte as the rules say, from any offset", function()
+      local function ref(s, from)
+        local i, n = from or 0, #s
+        while i < n do
+          local c = s:byte(i + 1)
+          if c < 0x80 then i = i + 1
+          else
+            if c < 0xC2 or c > 0xF4 then return i end
+            local len, lo, hi = 2, 0x80, 0xBF
+            if c >= 0xF0 then len, lo, hi = 4, c == 0xF0 and 0x90 or 0x80, c == 0xF4 and 0x8F or 0xBF
+            elseif c >= 0xE0 then len, lo, hi = 3, c == 0xE0 and 0xA0 or 0x80, c == 0xED and 0x9F or 0xBF end
+            if i + len > n then return i end
+            local c1 = s:byte(i + 2)
+            if c1 < lo or c1 > hi then return i end
+            for k = 3, len do
+              local ck = s:byte(i + k)
+              if ck < 0x80 or ck > 0xBF then return i end
+            end
+            i = i + len
+          end
+        end
+        return nil
+      end
+      local fixed = { "", "plain ascii text, longer than eight", "\195\169", "\224\160\128", "\224\159\191",
+                      "\237\159\191", "\237\160\128", "\240\144\128\128", "\240\143\191\191",
+                      "\244\143\191\191", "\244\144\128\128", "\192\128", "\193\191", "\245\128\128\128",
+                      "abcdefg\226\130", "abcdefgh\255", "12345678abcdefgh\194", "\128", "x\226\130\172y" }
+      for _, s in ipairs(fixed) do
+        for from = 0, #s do
+          assert.are.equal(ref(s, from), json.bad_utf8(s, from), string.format("%q from %d", s, from))
+        end
+      end
+      math.randomseed(7)
+      local bytes = { 0x41, 0x7F, 0x80, 0xBF, 0xC0, 0xC2, 0xDF, 0xE0, 0xED, 0xEF, 0xF0, 0xF4, 0xF5, 0xFF, 0x9F, 0xA0, 0x8F, 0x90 }
+      for _ = 1, 20000 do
+        local t = {}
+        for k = 1, math.random(0, 24) do
+          t[k] = string.char(math.random() < 0.5 and 0x61 or bytes[math.random(#bytes)])
+        end
+        local s = table.concat(t)
+        local from = math.random(0, #s)
+        assert.are.equal(ref(s, from), json.bad_utf8(s, from), string.format("%q from %d", s, from))
+      end
+    end)
+
     it("gives identical values on the cjson and pure-Lua paths", function()
       for _, x in ipairs({
         "0", "-0", "1", "-1.5", "1e3", "1E-3", "123456789012345678", "1e400", "true", "false", "null",

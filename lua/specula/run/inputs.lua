@@ -28,7 +28,8 @@ local lines_of = require("specula.internal.lines").lines   -- NUL-safe file:line
 local ffi = core.ffi
 local C = core.C
 
-local type, tostring, format, next, ipairs, find = type, tostring, string.format, next, ipairs, string.find
+local type, tostring, format, next, ipairs, find, byte = type, tostring, string.format, next, ipairs, string.find,
+  string.byte
 
 local M = {}
 
@@ -82,7 +83,8 @@ local function each_line(path, f)
   for line in lines_of(h) do
     ln = ln + 1
     if ln == 1 and line:sub(1, 3) == "\239\187\191" then line = line:sub(4) end   -- UTF-8 BOM
-    if line:find("%S") and f(line, ln) == false then break end
+    -- (a line that starts with "{", as nearly all do, is not blank: no pattern)
+    if (byte(line, 1) == 123 or find(line, "%S")) and f(line, ln) == false then break end
   end
   h:close()
   return true
@@ -128,28 +130,31 @@ end
 -- duplicate ids; each object also goes to detector d when given. Returns
 -- count, warnings.
 local function survey(path, fmt, d)
-  local build, is_object, decode = datasets.builder(fmt), datasets.is_object, datasets.decode
+  local build, check, is_object, decode = datasets.builder(fmt), datasets.checker(fmt), datasets.is_object,
+    datasets.decode
   local warnings, count, ids = {}, 0, idset(count_lines(path))
   local dups = {}   -- key -> true for ids whose fingerprint came again
+  -- (a line's "PATH:LINE" is made only for a warning: most lines have none)
   each_line(path, function(line, ln)
-    local where = path .. ":" .. ln
     local v, err = decode(line)
     if d and v ~= nil then d:add(v) end
     if v == nil then
-      warnings[#warnings + 1] = where .. ": malformed JSON (" .. tostring(err) .. "); line skipped"
+      warnings[#warnings + 1] = path .. ":" .. ln .. ": malformed JSON (" .. tostring(err) .. "); line skipped"
     elseif not is_object(v) then
-      warnings[#warnings + 1] = where .. ": not a JSON object; record skipped"
+      warnings[#warnings + 1] = path .. ":" .. ln .. ": not a JSON object; record skipped"
     else
-      local rec, problem = build(v, where)
-      if rec then
+      local id = check(v)
+      if id ~= nil then
         count = count + 1
-        local key = type(rec.id) .. ":" .. tostring(rec.id)
+        local key = type(id) .. ":" .. tostring(id)
         if ids:add(key) then
           -- the line of its first occurrence is looked up below
           dups[key] = true
-          warnings[#warnings + 1] = { key = key, id = rec.id, where = where, ln = ln }
+          warnings[#warnings + 1] = { key = key, id = id, where = path .. ":" .. ln, ln = ln }
         end
       else
+        -- (built for its message, which names what the record lacks)
+        local _, problem = build(v, path .. ":" .. ln)
         warnings[#warnings + 1] = problem
       end
     end
@@ -216,7 +221,8 @@ function Source:each(f)
   local ok, err = each_line(path, function(line, ln)
     local v = decode(line)
     if v == nil or not is_object(v) then return end
-    local rec = build(v, path .. ":" .. ln)
+    -- (the survey said why a record is skipped: no "PATH:LINE" made here)
+    local rec = build(v, path)
     if not rec then return end
     if p >= self.total then
       require("specula.internal.sched").plain_error(format("specula run: the --input file '%s' changed while the run "
