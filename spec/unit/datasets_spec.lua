@@ -248,3 +248,16 @@ describe("specula.datasets.checker", function()
     end)
   end
 end)
+
+-- The survey's set of id fingerprints (open addressing, at most 70 % full):
+-- every key is new once and known after, through the collisions a full set
+-- makes its probe walk past.
+describe("specula.run.inputs idset", function()
+  it("says each of 10,000 keys is new the first time and known the second", function()
+    local set = require("specula.run.inputs").idset(10000)
+    for i = 1, 10000 do assert.is_false(set:add("string:q" .. i), i) end
+    for i = 1, 10000 do assert.is_true(set:add("string:q" .. i), i) end
+    assert.is_false(set:add("number:1"))
+    assert.is_true(set:add("number:1"))
+  end)
+end)
