@@ -249,16 +249,44 @@ end
 
 -- 0-based byte offset of the first invalid UTF-8 sequence in s (from byte
 -- offset from on), or nil; the C parser's rules (no overlongs, surrogates,
--- or code points above U+10FFFF), in C (sp_json_utf8_bad): one call a
--- string, where a byte loop here was a trace entered and left per string,
--- and kept whatever called it out of compiled code.
-local utf8_bad_c   -- (bound with the C encoder, below: both come from the engine)
-bad_utf8 = function(s, from)
+-- or code points above U+10FFFF). The engine's C function checks a whole
+-- string in one call (sp_json_utf8_bad), where this byte loop is a trace
+-- entered and left per string and keeps whatever calls it out of compiled
+-- code; the loop is what runs where the engine's library is not loaded
+-- (the encoder's fuzzer embeds LuaJIT with the encoder alone), and the
+-- reference json_spec checks the C function against.
+local u8ptr = ffi.typeof("const uint8_t *")
+local function bad_utf8_lua(s, from)
+  local p, n, i = ffi.cast(u8ptr, s), #s, from or 0
+  while i < n do
+    local c = p[i]
+    if c < 0x80 then
+      i = i + 1
+    else
+      if c < 0xC2 or c > 0xF4 then return i end
+      local len, lo, hi
+      if c < 0xE0 then len, lo, hi = 2, 0x80, 0xBF
+      elseif c < 0xF0 then len, lo, hi = 3, c == 0xE0 and 0xA0 or 0x80, c == 0xED and 0x9F or 0xBF
+      else len, lo, hi = 4, c == 0xF0 and 0x90 or 0x80, c == 0xF4 and 0x8F or 0xBF end
+      if i + len > n then return i end
+      local c1 = p[i + 1]
+      if c1 < lo or c1 > hi then return i end
+      if len > 2 and (p[i + 2] < 0x80 or p[i + 2] > 0xBF) then return i end
+      if len > 3 and (p[i + 3] < 0x80 or p[i + 3] > 0xBF) then return i end
+      i = i + len
+    end
+  end
+  return nil
+end
+M.bad_utf8_lua = bad_utf8_lua
+local utf8_bad_c   -- (bound with the C encoder, below, when the engine's library is there)
+local function bad_utf8_c(s, from)
   local at = utf8_bad_c(s, #s, from or 0)
   if at >= 0 then return at end
   if at == -1 then return nil end
   error("specula.json: a string too long to check", 2)
 end
+bad_utf8 = bad_utf8_lua
 
 -- s with every invalid UTF-8 sequence replaced by U+FFFD (s itself when it
 -- is valid): for text that must go into a message or a record whatever it
@@ -322,7 +350,13 @@ end
 -- of the text left in the encoder's buffer (M.cenc_buf); cenc_hop
 -- (M.cenc_hop)
 local cenc, cenc_buf, cenc_hop = c_encoder()
-utf8_bad_c = require("specula.internal.core").C.sp_json_utf8_bad
+do
+  local ok, core = pcall(require, "specula.internal.core")
+  if ok then
+    utf8_bad_c = core.C.sp_json_utf8_bad
+    bad_utf8 = bad_utf8_c
+  end
+end
 
 -- Encodes value as JSON text; returns the text, or nil and "JSON: <why>".
 function M.encode(value) return cenc(value, true) end

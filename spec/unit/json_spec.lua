@@ -162,9 +162,11 @@ describe("specula.json", function()
       assert.equal("\195\169", json.decode('"\195\169"'))
     end)
 
-    -- bad_utf8 is C's (sp_json_utf8_bad, eight ASCII bytes at a time); its
-    -- rules are the parser's, checked here against a byte-by-byte reading of
-    -- them on edge sequences and random bytes at every offset and start
+    -- bad_utf8 is C's (sp_json_utf8_bad, eight ASCII bytes at a time), or a
+    -- Lua loop where the engine's library is not loaded (the encoder's
+    -- fuzzer); both follow the parser's rules, checked here against a
+    -- byte-by-byte reading of them on edge sequences and random bytes at
+    -- every offset and start
     it("finds the first invalid UTF-8 byte as the rules say, from any offset", function()
       local function ref(s, from)
         local i, n = from or 0, #s
@@ -195,6 +197,7 @@ describe("specula.json", function()
       for _, s in ipairs(fixed) do
         for from = 0, #s do
           assert.are.equal(ref(s, from), json.bad_utf8(s, from), string.format("%q from %d", s, from))
+          assert.are.equal(ref(s, from), json.bad_utf8_lua(s, from), string.format("lua %q from %d", s, from))
         end
       end
       math.randomseed(7)
@@ -207,6 +210,7 @@ describe("specula.json", function()
         local s = table.concat(t)
         local from = math.random(0, #s)
         assert.are.equal(ref(s, from), json.bad_utf8(s, from), string.format("%q from %d", s, from))
+        assert.are.equal(ref(s, from), json.bad_utf8_lua(s, from), string.format("lua %q from %d", s, from))
       end
     end)
 
