@@ -70,6 +70,20 @@ function L.server()
   return "http://127.0.0.1:" .. port, function() os.execute("kill " .. spid .. " 2>/dev/null") p:close() end
 end
 
+-- The Python interpreter `python3` on PATH runs, as its own path, and its
+-- version: ("/usr/bin/python3", "3.11.2"), or nil. A whole-process timing
+-- of the reference runs this path: `python3` itself may be a version
+-- manager's shim (pyenv's is a shell script that starts pyenv, ~100 ms a
+-- process on the 2-CPU VM), and that start is not the reference's.
+function L.python()
+  local p = io.popen([[python3 -c "import sys, platform; print(sys.executable); print(platform.python_version())" 2>/dev/null]])
+  local exe = p and p:read("*l")
+  local ver = p and p:read("*l")
+  if p then p:close() end
+  if not exe or exe == "" then return nil end
+  return exe, ver
+end
+
 function L.machine()
   local cpu = "?"
   local f = io.open("/proc/cpuinfo")

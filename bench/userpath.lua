@@ -132,12 +132,15 @@ end
 local function ours(k, conc, hops, inp, nq) return run_bin(self, nil, k, conc, hops, inp, nq) end
 local function against(k, conc, hops, inp, nq) return run_bin(AGAINST, AGAINST_HOME, k, conc, hops, inp, nq) end
 
+-- (the interpreter itself, not what `python3` names on PATH: see B.python)
+local PYTHON, PYVER
+if REF then PYTHON, PYVER = B.python() end
 local function ref(k, conc, hops, _, nq)
   nq = nq or Q
   local out = dir .. "/ref.jsonl"
   local mode = k == "seq" and "--k 1 --sequential" or ("--k " .. k)
-  local cmd = string.format("python3 %s/bench/ref/spechop_ref.py --queries %d --hops %d %s --concurrency %d --out %s --json >/dev/null 2>&1",
-    B.root, nq, hops, mode, conc, out)
+  local cmd = string.format("'%s' %s/bench/ref/spechop_ref.py --queries %d --hops %d %s --concurrency %d --out %s --json >/dev/null 2>&1",
+    PYTHON or "python3", B.root, nq, hops, mode, conc, out)
   local dt, cpu, mb = timed(cmd)
   if not (dt and check(out, hops, nq)) then return nil, cmd end
   return dt * 1e6 / (nq * hops), cpu * 1e6 / (nq * hops), mb
@@ -154,6 +157,7 @@ print("machine: " .. B.machine())
 print(string.format("%d queries, records to --out, wait kind %s (specula: model, tool, speculator each wait once a hop;", Q, WAIT))
 print(" reference: asyncio.sleep(0) in every call); whole process timed, start to exit; specula then the")
 print(string.format(" reference, %d times in alternation per row; medians, and the median of the paired ratios", RUNS))
+if REF then print(string.format("reference: %s (Python %s)", PYTHON or "python3 (not found)", PYVER or "?")) end
 print(string.format("%-18s | %-25s | %-25s | %s", "", "specula us/hop", "asyncio us/hop", "ratio"))
 print(string.format("%-5s %6s %5s | %8s %8s %7s | %8s %8s %7s | %7s %7s", "k", "conc", "hops",
   "wall", "cpu", "peak MB", "wall", "cpu", "peak MB", "wall", "cpu"))

@@ -25,6 +25,33 @@ describe("bench userpath #slow", function()
     end
   end)
 
+  -- The reference is timed as a whole process: what `python3` names on PATH
+  -- may be a version manager's shim (pyenv's starts a shell and pyenv, ~100
+  -- ms a process), which would count in the reference's time and flatter
+  -- every ratio. The bench asks `python3` once for its interpreter and
+  -- times that: here a shim on PATH that notes each start runs once.
+  it("times the reference's own interpreter, not a python3 shim on PATH", function()
+    local p = io.popen([[python3 -c "import sys; print(sys.executable)"]])
+    local real = p:read("*l")
+    p:close()
+    assert.is_truthy(real and real ~= "", "no python3")
+    local dir = H.tmpdir() .. "/shim"
+    os.execute("mkdir -p " .. H.quote(dir))
+    local marker = dir .. "/starts"
+    local f = assert(io.open(dir .. "/python3", "w"))
+    f:write("#!/bin/sh\necho start >> " .. H.quote(marker) .. "\nexec " .. H.quote(real) .. ' "$@"\n')
+    f:close()
+    os.execute("chmod +x " .. H.quote(dir .. "/python3"))
+    local st, out, err = H.specula({ "bench", "userpath", "--queries", "4", "--hops", "2",
+      "--k", "inf", "--concurrency", "2", "--runs", "2", "--no-memory" }, { PATH = dir .. ":" .. os.getenv("PATH") })
+    assert.equals(0, st, err .. out)
+    assert.matches("reference: " .. real .. " (Python ", out, 1, true)
+    assert.matches("\ninf%s+2%s+2 |", out)
+    local starts = 0
+    for _ in io.lines(marker) do starts = starts + 1 end
+    assert.equals(1, starts, out)
+  end)
+
   -- memory: per live trajectory from the rows of two concurrencies, per
   -- finished query from two more runs (Q and 5Q one-hop queries)
   it("prints memory per live trajectory and per finished query for both processes", function()
