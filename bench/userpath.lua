@@ -88,16 +88,31 @@ local url, stop_server = "", nil
 if WAIT == "http" then url, stop_server = B.server() end
 
 -- Runs CMD under /usr/bin/time; returns wall seconds (ours, finer than
--- time's), CPU seconds (user + system) and peak RSS in MB.
+-- time's), CPU seconds (user + system) and peak RSS in MB. The CPU comes
+-- from bash's `times` (its children's, to the millisecond), not from time's
+-- %U %S, which print hundredths: a short run (a spec's few queries) read
+-- 0.00 there and made an infinite ratio. bash's own start is not a child
+-- of itself, so only CMD is counted; the peak is the largest process.
 local function timed(cmd)
-  local tf = dir .. "/time"
+  local tf, tc, sh = dir .. "/time", dir .. "/times", dir .. "/timed.sh"
+  local f = assert(io.open(sh, "w"))
+  f:write(cmd, "\ns=$?\ntimes > ", tc, "\nexit $s\n")
+  f:close()
+  os.remove(tc)
   local t0 = specula.real_now()
-  local ok = os.execute(string.format("/usr/bin/time -f '%%U %%S %%M' -o %s %s", tf, cmd))
+  local ok = os.execute(string.format("/usr/bin/time -f '%%M' -o %s bash %s", tf, sh))
   local dt = (specula.real_now() - t0) / 1000
   local h = io.open(tf)
-  local u, sy, kb = (h and h:read("*a") or ""):match("([%d.]+) ([%d.]+) (%d+)%s*$")
+  local kb = (h and h:read("*a") or ""):match("(%d+)%s*$")
   if h then h:close() end
-  return (ok == 0 or ok == true) and dt or nil, (tonumber(u) or 0) + (tonumber(sy) or 0), (tonumber(kb) or 0) / 1024
+  -- `times`: the shell's own user and system time, then its children's
+  h = io.open(tc)
+  local text = h and h:read("*a") or ""
+  if h then h:close() end
+  local um, us, sm, ss = text:match("\n%s*(%d+)m([%d.]+)s%s+(%d+)m([%d.]+)s")
+  local cpu = um and (tonumber(um) * 60 + tonumber(us) + tonumber(sm) * 60 + tonumber(ss)) or nil
+  if not cpu then ok = false end
+  return (ok == 0 or ok == true) and dt or nil, cpu or 0, (tonumber(kb) or 0) / 1024
 end
 
 -- Every record present and answered like the sequential run.
@@ -201,10 +216,15 @@ local ok, err = pcall(function()
           local rw, rc = {}, {}
           local both = REF and not acc.failed and not b.failed
           if both then
-            for r = 1, RUNS do rw[r], rc[r] = b.us[r] / acc.us[r], b.cpu[r] / acc.cpu[r] end
+            -- (a CPU figure of 0, under the millisecond `times` reads,
+            -- has no ratio: the pair is left out, never counted as infinite)
+            for r = 1, RUNS do
+              rw[#rw + 1] = b.us[r] / acc.us[r]
+              if b.cpu[r] > 0 and acc.cpu[r] > 0 then rc[#rc + 1] = b.cpu[r] / acc.cpu[r] end
+            end
           end
           print(string.format("%-5s %6d %5d | %s | %s | %7s %7s%s", k, conc, hops, cols(acc, true), cols(b, REF),
-            both and fx(median(rw)) or "-", both and fx(median(rc)) or "-", label))
+            both and fx(median(rw)) or "-", both and rc[1] and fx(median(rc)) or "-", label))
         end
         row("", a)
         if AGAINST then row("  against", o) end
@@ -221,8 +241,8 @@ local ok, err = pcall(function()
   end
 end)
 print("(wall: the process's wall time / committed hops (queries x hops), start-up and file writing included;")
-print(" cpu: its user + system time / hops; peak MB: max RSS (/usr/bin/time); ratio: median of the paired")
-print(" ratios; seq = --mode sequential / the reference's --sequential)")
+print(" cpu: its user + system time (bash's `times`, to the ms) / hops; peak MB: max RSS (/usr/bin/time); ratio:")
+print(" median of the paired ratios; seq = --mode sequential / the reference's --sequential)")
 
 -- Memory. Per live trajectory: how much the peak grows per query in flight,
 -- from the rows themselves (the lowest and the highest concurrency of a k and

@@ -1,8 +1,12 @@
 #include "sp_http.h"
+#include "sp_curl.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* libcurl's functions (engine/sp_curl.h): loaded by the first get_http */
+#define CU (sp_curl())
 
 /* A streamed response pauses the transfer above this much unread data. */
 #define SP_HTTP_HIGH_WATER (1u << 20)
@@ -77,7 +81,7 @@ static void on_poll(uv_poll_t *hd, int status, int events) {
   if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
   int running = 0;
   sp_http_lane *l = p->lane;
-  curl_multi_socket_action(l->multi, p->fd, flags, &running);
+  CU->multi_socket_action(l->multi, p->fd, flags, &running);
   process(l);
 }
 
@@ -127,7 +131,7 @@ static int on_socket(CURL *e, curl_socket_t s, int what, void *userp, void *sock
 static void on_timeout(uv_timer_t *t) {
   sp_http_lane *l = t->data;
   int running = 0;
-  curl_multi_socket_action(l->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+  CU->multi_socket_action(l->multi, CURL_SOCKET_TIMEOUT, 0, &running);
   process(l);
 }
 
@@ -166,9 +170,9 @@ static void lane_limits(sp_http *h, sp_http_lane *l, int i) {
   long host = share(h->host_limit, h->use, i), total = share(h->total_limit, h->use, i);
   long cap = host > 0 && (total <= 0 || host < total) ? host : total > 0 ? total : SP_HTTP_LANE_CAP;
   l->cap = (int)cap;
-  curl_multi_setopt(l->multi, CURLMOPT_MAX_HOST_CONNECTIONS, host);
-  curl_multi_setopt(l->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, total);
-  curl_multi_setopt(l->multi, CURLMOPT_MAXCONNECTS, cap > SP_HTTP_LANE_CAP ? cap : (long)SP_HTTP_LANE_CAP);
+  CU->multi_setopt(l->multi, CURLMOPT_MAX_HOST_CONNECTIONS, host);
+  CU->multi_setopt(l->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, total);
+  CU->multi_setopt(l->multi, CURLMOPT_MAXCONNECTS, cap > SP_HTTP_LANE_CAP ? cap : (long)SP_HTTP_LANE_CAP);
 }
 
 /* How many lanes the limits make: about SP_HTTP_LANE_CAP connections each
@@ -185,18 +189,18 @@ static sp_http_lane *lane_new(sp_http *h) {
   sp_http_lane *l = calloc(1, sizeof *l);
   if (!l) return NULL;
   l->http = h;
-  l->multi = curl_multi_init();
+  l->multi = CU->multi_init();
   if (!l->multi) {
     free(l);
     return NULL;
   }
   uv_timer_init(&h->ctx->loop, &l->timer);
   l->timer.data = l;
-  curl_multi_setopt(l->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
-  curl_multi_setopt(l->multi, CURLMOPT_SOCKETDATA, l);
-  curl_multi_setopt(l->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
-  curl_multi_setopt(l->multi, CURLMOPT_TIMERDATA, l);
-  curl_multi_setopt(l->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
+  CU->multi_setopt(l->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+  CU->multi_setopt(l->multi, CURLMOPT_SOCKETDATA, l);
+  CU->multi_setopt(l->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+  CU->multi_setopt(l->multi, CURLMOPT_TIMERDATA, l);
+  CU->multi_setopt(l->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
   lane_limits(h, l, h->nlanes);
   h->lanes[h->nlanes++] = l;
   h->open_lanes++;
@@ -232,8 +236,11 @@ static sp_http_lane *pick_lane(sp_http *h) {
 static void http_close(sp_ctx *ctx);
 static const sp_owner http_owner = { NULL, http_close, NULL, NULL };
 
-static sp_http *get_http(sp_ctx *ctx) {
-  if (!ctx->http && (ctx->http = http_new(ctx)) != NULL) sp_ctx_own(ctx, SP_OWN_HTTP, &http_owner);
+/* The driver, made by the first transfer (or configure), which loads
+   libcurl first: every CU-> call below runs only while a driver exists. */
+static sp_http *get_http(sp_ctx *ctx, char *err, size_t errlen) {
+  if (!ctx->http && sp_curl_load(err, errlen) && (ctx->http = http_new(ctx)) != NULL)
+    sp_ctx_own(ctx, SP_OWN_HTTP, &http_owner);
   return ctx->http;
 }
 
@@ -241,7 +248,7 @@ static sp_http *get_http(sp_ctx *ctx) {
    Lanes beyond those take no new transfer; their running transfers keep
    their connections until they end. */
 int sp_http_configure(sp_ctx *ctx, long max_host_conns, long max_total_conns) {
-  sp_http *h = get_http(ctx);
+  sp_http *h = get_http(ctx, NULL, 0);
   if (!h) return -1;
   if (max_host_conns >= 0) h->host_limit = max_host_conns;
   if (max_total_conns >= 0) h->total_limit = max_total_conns;
@@ -397,7 +404,7 @@ static void set_error(sp_http_req *r, const char *code, const char *fmt, const c
 }
 
 static void classify(sp_http_req *r, CURLcode rc) {
-  const char *detail = r->curl_err[0] ? r->curl_err : curl_easy_strerror(rc);
+  const char *detail = r->curl_err[0] ? r->curl_err : CU->easy_strerror(rc);
   char tmp[64];
   if (r->too_large) {
     snprintf(tmp, sizeof tmp, "%zu", r->max_body);
@@ -479,16 +486,16 @@ static void detach(sp_http_req *r) {
   stop_idle(r);
   if (r->easy) {
     if (r->in_multi) {
-      curl_multi_remove_handle(r->lane->multi, r->easy);
+      CU->multi_remove_handle(r->lane->multi, r->easy);
       r->lane->active--;
       r->http->ctx->counts.transfers--;
       r->in_multi = 0;
     }
-    curl_easy_cleanup(r->easy);
+    CU->easy_cleanup(r->easy);
     r->easy = NULL;
   }
   if (r->hdrs) {
-    curl_slist_free_all(r->hdrs);
+    CU->slist_free_all(r->hdrs);
     r->hdrs = NULL;
   }
   sp_op_unlink(&r->owner_op);
@@ -497,12 +504,12 @@ static void detach(sp_http_req *r) {
 static void finish(sp_http_req *r, CURLcode rc) {
   if (rc == CURLE_OK && !r->too_large && !r->idle_expired && !r->oom) {
     long code = 0;
-    curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &code);
+    CU->easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &code);
     if (code) r->status = code;
     r->headers_done = 1;
     r->state = SP_HTTP_DONE;
   } else {
-    curl_easy_getinfo(r->easy, CURLINFO_OS_ERRNO, &r->os_errno);
+    CU->easy_getinfo(r->easy, CURLINFO_OS_ERRNO, &r->os_errno);
     classify(r, rc);
     r->state = SP_HTTP_ERROR;
   }
@@ -531,10 +538,10 @@ static void process(sp_http_lane *l) {
   sp_http *h = l->http;
   CURLMsg *msg;
   int left = 0;
-  while ((msg = curl_multi_info_read(l->multi, &left)) != NULL) {
+  while ((msg = CU->multi_info_read(l->multi, &left)) != NULL) {
     if (msg->msg != CURLMSG_DONE) continue;
     sp_http_req *r = NULL;
-    curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
+    CU->easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
     if (r) finish(r, msg->data.result);
   }
   /* Deliver after libcurl has returned; a hook may start or free requests,
@@ -640,43 +647,43 @@ static int check_header_line(const char *p, size_t n, int line, char *err, size_
    timeouts, the method and its body. */
 static void set_options(sp_http_req *r, const sp_http_opts *o, const char *method) {
   CURL *e = r->easy;
-  curl_easy_setopt(e, CURLOPT_URL, o->url);
-  curl_easy_setopt(e, CURLOPT_PRIVATE, (char *)r);
-  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->curl_err);
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
-  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
+  CU->easy_setopt(e, CURLOPT_URL, o->url);
+  CU->easy_setopt(e, CURLOPT_PRIVATE, (char *)r);
+  CU->easy_setopt(e, CURLOPT_ERRORBUFFER, r->curl_err);
+  CU->easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  CU->easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+  CU->easy_setopt(e, CURLOPT_WRITEDATA, r);
+  CU->easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+  CU->easy_setopt(e, CURLOPT_HEADERDATA, r);
   /* Wait for a connection that may multiplex (HTTP/2) rather than open a
      new one. Not for h2c with prior knowledge: Debian's libcurl 7.88 breaks
      those streams behind PIPEWAIT with CURLE_HTTP2 (curl -Z shows the same). */
-  if (o->http2 != 2) curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
-  curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  if (o->http2 != 2) CU->easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+  CU->easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+  CU->easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
   if (o->verbose) {
-    curl_easy_setopt(e, CURLOPT_DEBUGFUNCTION, on_debug);
-    curl_easy_setopt(e, CURLOPT_DEBUGDATA, r);
-    curl_easy_setopt(e, CURLOPT_VERBOSE, 1L);
+    CU->easy_setopt(e, CURLOPT_DEBUGFUNCTION, on_debug);
+    CU->easy_setopt(e, CURLOPT_DEBUGDATA, r);
+    CU->easy_setopt(e, CURLOPT_VERBOSE, 1L);
   }
-  if (o->path_as_is) curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
-  if (o->cainfo && *o->cainfo) curl_easy_setopt(e, CURLOPT_CAINFO, o->cainfo);
-  if (o->http2 == 2) curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
-  else if (o->http2 == 1) curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
-  else curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
-  if (o->timeout_ms > 0) curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)o->timeout_ms);
+  if (o->path_as_is) CU->easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
+  if (o->cainfo && *o->cainfo) CU->easy_setopt(e, CURLOPT_CAINFO, o->cainfo);
+  if (o->http2 == 2) CU->easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
+  else if (o->http2 == 1) CU->easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+  else CU->easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+  if (o->timeout_ms > 0) CU->easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)o->timeout_ms);
   if (o->connect_timeout_ms > 0)
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)o->connect_timeout_ms);
-  if (r->max_body) curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)r->max_body);
+    CU->easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)o->connect_timeout_ms);
+  if (r->max_body) CU->easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)r->max_body);
   if (strcmp(method, "GET") == 0) {
-    curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+    CU->easy_setopt(e, CURLOPT_HTTPGET, 1L);
   } else if (strcmp(method, "HEAD") == 0) {
-    curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    CU->easy_setopt(e, CURLOPT_NOBODY, 1L);
   } else {
-    if (strcmp(method, "POST") != 0) curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+    if (strcmp(method, "POST") != 0) CU->easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
     if (o->body || strcmp(method, "POST") == 0) {
-      curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(o->body ? o->body_len : 0));
-      curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, o->body ? o->body : "");
+      CU->easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(o->body ? o->body_len : 0));
+      CU->easy_setopt(e, CURLOPT_COPYPOSTFIELDS, o->body ? o->body : "");
     }
   }
 }
@@ -685,7 +692,7 @@ static void set_options(sp_http_req *r, const sp_http_opts *o, const char *metho
    (newline-separated), checked. -1 with a message in err on a bad line. */
 static int set_headers(sp_http_req *r, const char *headers, char *err, size_t errlen) {
   /* No "Expect: 100-continue" round trip before bodies. */
-  r->hdrs = curl_slist_append(NULL, "Expect:");
+  r->hdrs = CU->slist_append(NULL, "Expect:");
   if (headers) {
     const char *p = headers;
     int line = 0;
@@ -698,7 +705,7 @@ static int set_headers(sp_http_req *r, const char *headers, char *err, size_t er
         if (line) {
           memcpy(line, p, n);
           line[n] = '\0';
-          struct curl_slist *s = curl_slist_append(r->hdrs, line);
+          struct curl_slist *s = CU->slist_append(r->hdrs, line);
           if (s) r->hdrs = s;
           free(line);
         }
@@ -727,10 +734,12 @@ static sp_http_req *start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *
              (int)strcspn(o->url, "?#"), o->url);
     return NULL;
   }
-  sp_http *h = get_http(ctx);
+  char why[300] = "";
+  sp_http *h = get_http(ctx, why, sizeof why);
   sp_http_lane *lane = h ? pick_lane(h) : NULL;
   if (!lane) {
-    snprintf(err, errlen, "ENOMEM: http.request: cannot create the curl multi handle");
+    if (why[0]) snprintf(err, errlen, "ENOSYS: http.request: %s", why);
+    else snprintf(err, errlen, "ENOMEM: http.request: cannot create the curl multi handle");
     return NULL;
   }
   const char *method = o->method && *o->method ? o->method : "GET";
@@ -753,7 +762,7 @@ static sp_http_req *start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *
   sp_buf_init(&r->headers);
   sp_buf_init(&r->body);
   sp_buf_init(&r->debug);
-  CURL *e = curl_easy_init();
+  CURL *e = CU->easy_init();
   if (!e) {
     snprintf(err, errlen, "ENOMEM: http.request: curl_easy_init failed");
     sp_http_free(r);
@@ -765,11 +774,11 @@ static sp_http_req *start(sp_ctx *ctx, sp_task *t, const sp_http_opts *o, char *
     sp_http_free(r);
     return NULL;
   }
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->hdrs);
+  CU->easy_setopt(e, CURLOPT_HTTPHEADER, r->hdrs);
   if (t) sp_op_link(t, &r->owner_op, owner_cancelled);
-  CURLMcode mc = curl_multi_add_handle(lane->multi, e);
+  CURLMcode mc = CU->multi_add_handle(lane->multi, e);
   if (mc != CURLM_OK) {
-    snprintf(err, errlen, "EIO: http.request: %s", curl_multi_strerror(mc));
+    snprintf(err, errlen, "EIO: http.request: %s", CU->multi_strerror(mc));
     sp_http_free(r);
     return NULL;
   }
@@ -825,7 +834,7 @@ void sp_http_consume(sp_http_req *r, size_t n) {
     r->paused = 0;
     /* May deliver buffered data through on_write right here: this is an FFI
        call, not a libcurl callback, and on_write only records. */
-    curl_easy_pause(r->easy, CURLPAUSE_CONT);
+    CU->easy_pause(r->easy, CURLPAUSE_CONT);
   }
 }
 
@@ -842,7 +851,7 @@ int sp_http_wait(sp_http_req *r, sp_task *t) {
   if (r->state >= SP_HTTP_DONE || !t) return 1;
   if (r->paused && r->easy) {
     r->paused = 0;
-    curl_easy_pause(r->easy, CURLPAUSE_CONT);
+    CU->easy_pause(r->easy, CURLPAUSE_CONT);
   }
   if (r->waiter) {
     sp_op_unlink(&r->wait_op);
@@ -887,7 +896,7 @@ static void http_close(sp_ctx *ctx) {
      cancelled; the multi is torn down here. */
   for (int i = 0; i < h->nlanes; i++) {
     sp_http_lane *l = h->lanes[i];
-    curl_multi_cleanup(l->multi);
+    CU->multi_cleanup(l->multi);
     l->multi = NULL;
     uv_timer_stop(&l->timer);
     uv_close((uv_handle_t *)&l->timer, lane_closed);

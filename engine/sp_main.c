@@ -3,7 +3,7 @@
    (lua/specula/cmd/init.lua). */
 #include "sp_engine.h"
 #include "sp_host.h"
-#include <curl/curl.h>
+#include "sp_curl.h"
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -25,13 +25,12 @@ int main(int argc, char **argv) {
   raise_nofile();
   const char *cmd = argc >= 2 ? argv[1] : "";
   if (!strcmp(cmd, "--version") || !strcmp(cmd, "-v") || !strcmp(cmd, "version")) {
+    /* (the one command that loads libcurl without a transfer) */
+    char why[300];
+    const sp_curl_api *cu = sp_curl_load(why, sizeof why);
     printf("specula %s (LuaJIT, libuv %s, %s)\n", sp_version(), uv_version_string(),
-           curl_version());
+           cu ? cu->version() : why);
     return 0;
-  }
-  if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
-    fprintf(stderr, "specula: curl_global_init failed\n");
-    return 1;
   }
   sp_ctx ctx;
   if (sp_engine_init(&ctx) != 0) {
@@ -54,6 +53,6 @@ int main(int argc, char **argv) {
     rc = 1;
   }
   if (sp_ctx_shutdown(&ctx) != 0 && rc == 0) rc = 1;
-  curl_global_cleanup();
+  sp_curl_cleanup();
   return rc;
 }

@@ -3,6 +3,7 @@
  * mid-transfer, and a clean shutdown (uv_loop_close succeeds). */
 #include "sp_engine.h"
 #include "sp_http.h"
+#include "sp_curl.h"
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +56,6 @@ int main(void) {
   snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
   char url[256];
 
-  curl_global_init(CURL_GLOBAL_DEFAULT);
   sp_ctx ctx;
   CHECK(sp_engine_init(&ctx) == 0, "ctx init");
 
@@ -137,7 +137,7 @@ int main(void) {
 
   int rc = sp_ctx_shutdown(&ctx);
   CHECK(rc == 0, "uv_loop_close failed: %d", rc);
-  curl_global_cleanup();
+  sp_curl_cleanup();
   kill(pid, SIGTERM);
   pclose(srv);
   if (failures) fprintf(stderr, "%d failure(s)\n", failures);

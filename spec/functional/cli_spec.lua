@@ -216,3 +216,58 @@ return specula.agent {
     assert.truthy(line and line:find("specula.cassette", 1, true), se)
   end)
 end)
+
+-- libcurl and the thirty libraries it links are mapped by the first HTTP
+-- transfer (engine/sp_curl.h), not by every start.
+describe("libcurl, loaded on first use", function()
+  local agent = H.tmpfile("curl_agent.lua", [[
+local specula = require "specula"
+local function mapped()
+  local f = assert(io.open("/proc/self/maps"))
+  local m = f:read("*a"):find("libcurl", 1, true) ~= nil
+  f:close()
+  return m
+end
+return specula.agent {
+  init = function(q) return { q = q } end,
+  step = function(state)
+    local before = mapped()
+    if state.q ~= "http" then return { final = "plain mapped=" .. tostring(before) } end
+    local r, err = specula.http.request { url = os.getenv("CURL_URL") .. "/hello" }
+    if not r then error(err, 0) end
+    return { final = "http " .. r.status .. " before=" .. tostring(before) .. " after=" .. tostring(mapped()) }
+  end,
+  update = function(state) return state end,
+}
+]])
+
+  it("is not mapped by a run that makes no transfer; the first transfer maps it and works", function()
+    local st, so, se = H.specula({ "run", agent, "--query", "plain", "--quiet" })
+    assert.are.equal(0, st, se .. so)
+    assert.truthy(so:find("plain mapped=false", 1, true), so .. se)
+    local srv = H.server()
+    st, so, se = H.specula({ "run", agent, "--query", "http", "--quiet" }, { CURL_URL = srv.base })
+    srv.stop()
+    assert.are.equal(0, st, se .. so)
+    assert.truthy(so:find("http 200 before=false after=true", 1, true), so .. se)
+  end)
+
+  it("one that cannot be loaded fails the queries that call HTTP, saying why, and no other", function()
+    local input = H.tmpfile("curl_q.jsonl", '{"id":"a","query":"http"}\n{"id":"b","query":"plain"}\n')
+    local out = H.tmpdir() .. "/curl-missing.jsonl"
+    local st, so, se = H.specula({ "run", agent, "--input", input, "--out", out, "--quiet" },
+      { CURL_URL = "http://127.0.0.1:9", SPECULA_LIBCURL = "/nonexistent/libcurl.so.4" })
+    assert.are_not.equal(0, st, se .. so)
+    local recs = {}
+    for _, r in ipairs(H.jsonl(H.read(out))) do recs[r.id] = r end
+    assert.are.equal("plain mapped=false", recs.b and recs.b.answer, so .. se)
+    assert.truthy(recs.a and recs.a.error, so .. se)
+    assert.truthy(recs.a.error:find("libcurl: cannot load /nonexistent/libcurl.so.4", 1, true), recs.a.error)
+    -- --version says it too, rather than failing
+    st, so = H.specula({ "--version" }, { SPECULA_LIBCURL = "/nonexistent/libcurl.so.4" })
+    assert.are.equal(0, st)
+    assert.truthy(so:find("libcurl: cannot load /nonexistent/libcurl.so.4", 1, true), so)
+    st, so = H.specula({ "--version" })
+    assert.truthy(so:find("libcurl/%d"), so)
+  end)
+end)

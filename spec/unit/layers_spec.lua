@@ -218,7 +218,7 @@ end)
 -- sp_ctx includes nothing above it.
 local C_FLOORS = {
   { name = "base", "sp_api", "sp_buf", "sp_timer", "sp_rand", "sp_opt", "sp_json", "sp_jsonenc", "sp_sse",
-    "sp_url", "sp_crypto", "sp_est", "sp_theory", "sp_stats", "sp_bootstrap", "sp_stages", "sp_policy",
+    "sp_url", "sp_curl", "sp_crypto", "sp_est", "sp_theory", "sp_stats", "sp_bootstrap", "sp_stages", "sp_policy",
     "sp_actspec", "sp_record" },
   { name = "context", "sp_ctx" },
   { name = "runtime", "sp_vals", "sp_sched", "sp_signal" },
