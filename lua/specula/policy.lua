@@ -137,6 +137,10 @@ end
 -- tool itself (a table entry; a function policy decides every tool).
 -- Returns the sources, with the resource tools added.
 local function add_resource_reads(p, spec, agent_tools, sources)
+  -- (only specula.tools makes resource tools: an agent that never loaded
+  -- it has none, and a start need not parse it)
+  local tools_mod = package.loaded["specula.tools"]
+  if not tools_mod then return sources end
   local function add_tool(tool, cls, where) add_tool_to(p, agent_tools, tool, cls, where) end
   local named = {}
   if type(spec) == "table" then
@@ -146,7 +150,7 @@ local function add_resource_reads(p, spec, agent_tools, sources)
       for tool in pairs(spec) do named[tool] = true end
     end
   end
-  local is_resource = require("specula.tools").is_mcp_resource
+  local is_resource = tools_mod.is_mcp_resource
   local defined = false
   for tool, t in pairs(agent_tools) do
     if not named[tool] and is_resource(t) then

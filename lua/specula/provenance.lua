@@ -328,7 +328,7 @@ function M.config(agent, o, run, D, clock, st)
   if type(o.verifier) == "table" then
     verifier = o.verifier.desc
   else
-    verifier = describe(agent.verify or require("specula.verify").exact)
+    verifier = describe(agent.verify or require("specula.internal.exact"))
     local own, any = {}, false
     for name, t in pairs(type(agent.tools) == "table" and agent.tools or {}) do
       if type(t) == "table" and t.verify ~= nil then own[tostring(name)] = describe(t.verify) any = true end

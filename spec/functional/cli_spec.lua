@@ -170,7 +170,8 @@ end)
 -- in both spellings, NAME VALUE and NAME=VALUE.
 describe("a plain run's start", function()
   local LAZY = { "specula.cassette", "specula.run.cassette", "specula.mcp", "specula.http", "specula.convtraces",
-                 "specula.run.tracewriter", "specula.run.resume", "specula.run.predstate" }
+                 "specula.run.tracewriter", "specula.run.resume", "specula.run.predstate", "specula.tools",
+                 "specula.verify", "specula.text", "specula.llm.retry", "specula.url" }
   local agent = H.tmpfile("lazy_agent.lua", [[
 local specula = require "specula"
 local LAZY = { ]] .. '"' .. table.concat(LAZY, '", "') .. '"' .. [[ }

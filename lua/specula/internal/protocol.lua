@@ -660,7 +660,7 @@ function M.adapter(agent, opts)
   local debug_mode = opts.debug
   local A = {
     tools = agent.tools, step_fn = agent.step, update_fn = agent.update, init_fn = agent.init,
-    agent_verify = agent.verify or opts.verify or require("specula.verify").exact,
+    agent_verify = agent.verify or opts.verify or require("specula.internal.exact"),
     -- a verifier for every tool, whatever the agent says (--compare verifier=...)
     verify_all = opts.verify_all,
     agent_spec = agent.speculate,
