@@ -1,4 +1,5 @@
 #include "sp_host.h"
+#include "sp_luacache.h"
 #include "sp_jsonenc.h"
 #include "sp_sched.h"
 #include "sp_signal.h"
@@ -128,6 +129,10 @@ int sp_host_init(sp_ctx *ctx, const char *argv0, char *err, size_t errlen) {
      marking, in larger steps) */
   lua_gc(L, LUA_GCSETSTEPMUL, 400);
   ctx->L = L;
+  /* the engine's modules from their cached bytecode when it is the
+     source's (parsing them was half of a start); any trouble: parsed */
+  char lua_dir[PATH_MAX + 8];
+  if (join_path(lua_dir, sizeof lua_dir, root, "/lua") == 0) (void)sp_luacache_install(L, lua_dir);
   /* C modules of the Lua tree: require() finds them here */
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "preload");

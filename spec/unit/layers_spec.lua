@@ -226,7 +226,7 @@ local C_FLOORS = {
   { name = "window", "sp_window", "sp_window_int", "sp_window_actspec", "sp_wgroup" },
   { name = "engine", "sp_engine" },
   { name = "replay", "sp_winplay", "sp_replay", "sp_synth", "sp_cmd_replay", "sp_cmd_theory" },
-  { name = "host", "sp_host", "sp_main" },
+  { name = "host", "sp_host", "sp_luacache", "sp_main" },
 }
 
 -- module -> floor index, and the modules of g on no floor.
