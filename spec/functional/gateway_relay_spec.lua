@@ -711,6 +711,77 @@ print(json.encode({ version = init.result.protocolVersion, a = a.result.content[
     assert.are.equal(2, echoes)
   end)
 
+  -- A prefetch that crashes its server (the policy let a call that kills it
+  -- run early) must cost the client nothing: before, the client's next
+  -- call spent one of max_restarts on the restart, and a guess proposed
+  -- after every call crashed the server after every call until the
+  -- client's calls ran out of restarts and failed.
+  local function crash_config(max_restarts)
+    n = n + 1
+    local dir = H.tmpdir()
+    local log, out = dir .. "/crash-tap" .. n .. ".jsonl", dir .. "/crash-out" .. n .. ".jsonl"
+    os.remove(log)
+    os.remove(out)
+    local q = G.q
+    local cfg = H.tmpfile("crash" .. n .. ".lua", string.format([[
+local specula = require "specula"
+return specula.gateway {
+  servers = { test = { command = { %s, %s, %s, %s, %s }, max_restarts = %d } },
+  policy = { crash = "full" },
+  -- a new guess every round (a guess still held, failed, is not made again)
+  predict = function(h) if h[#h].tool == "echo" then return { { tool = "crash", args = { round = #h } } } end return {} end,
+}
+]], q(node()), q(TAP), q(log), q(node()), q(SERVER), max_restarts))
+    return cfg, log, out
+  end
+  local crash_steps = {
+    { op = "call", name = "echo", arguments = { text = "a" } }, { op = "sleep", ms = 800 },
+    { op = "call", name = "echo", arguments = { text = "b" } }, { op = "sleep", ms = 800 },
+    { op = "call", name = "echo", arguments = { text = "c" } }, { op = "sleep", ms = 800 },
+    { op = "call", name = "echo", arguments = { text = "d" } },
+  }
+
+  it("does not let a prefetch that crashes its server spend the client's restarts, nor crash it twice", function()
+    if not guard() then return end
+    local direct = drive({ command = node(), args = { SERVER }, steps = crash_steps })
+    -- max_restarts = 0: the restart after the prefetch's crash is the
+    -- client's only chance; it is not counted
+    local cfg, log, out = crash_config(0)
+    local gw = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, steps = crash_steps })
+    G.same_steps(direct, gw)
+    for i = 1, #gw.steps do assert.is_true(gw.steps[i].ok, require("cjson").encode(gw.steps[i])) end
+    local inits, crashes = 0, 0
+    for _, e in ipairs(tap(log)) do
+      if e.method == "initialize" then inits = inits + 1 end
+      if e.name == "crash" then crashes = crashes + 1 end
+    end
+    -- the guess ran once, the server was started twice (the client's next
+    -- call started it again), and the guess was never made again there
+    assert.are.equal(1, crashes)
+    assert.are.equal(2, inits)
+    local rec = record(out)
+    assert.are.equal(1, rec.speculation.launched)
+    assert.is_true(rec.speculation.killed_server >= 2, require("cjson").encode(rec.speculation))
+    assert.are.equal(1, rec.servers.test.restarts)
+    assert.are.equal(1, rec.servers.test.prefetch_deaths)
+  end)
+
+  it("still counts a crash of the client's own call against max_restarts", function()
+    if not guard() then return end
+    local cfg, _, out = crash_config(0)
+    local steps = { { op = "call", name = "crash", arguments = {} }, { op = "call", name = "echo", arguments = { text = "x" } } }
+    local direct = drive({ command = node(), args = { SERVER }, steps = { steps[1] } })
+    local gw = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, steps = steps })
+    assert.is_false(direct.steps[1].ok)
+    assert.is_false(gw.steps[1].ok)
+    -- no restart left for the client's next call
+    assert.is_false(gw.steps[2].ok)
+    assert.truthy(gw.steps[2].error.message:find("gave up after 0 restart(s) (max_restarts = 0)", 1, true),
+      gw.steps[2].error.message)
+    local rec = record(out)
+    assert.are.equal(0, rec.servers.test.prefetch_deaths)
+  end)
+
   it("keeps a session's waste within budget.max_wasted_cost, at each tool's cost", function()
     if not guard() then return end
     -- five new guesses a round, each a slow call costing 0.5: 2.0 allows

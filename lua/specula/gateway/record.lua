@@ -4,13 +4,15 @@
 --   { kind = "gateway-session", session, started_ms, ended_ms, why (how it
 --     ended), client ({ name, version } as the client said), version (the
 --     protocol version agreed with the client), servers = { NAME = {
---     requests, errors, ms, version (agreed with that server), restarts } },
+--     requests, errors, ms, version (agreed with that server), restarts,
+--     prefetch_deaths (the deaths prefetches alone were running for) } },
 --     calls = N, tools = { NAME = { calls, errors, ms, hits, prefetched,
 --     waste, hidden_ms } }, speculation = { predicted, allowed, refused,
 --     launched, hits, joined, waste, stale, cancelled, hidden_ms,
 --     by_budget (refused by budget.max_wasted_cost), wasted_cost, tainted
 --     (dropped: their server asked the client something), server_down
---     (not launched: the tool's server was not up), gate },
+--     (not launched: the tool's server was not up), killed_server (not
+--     launched: a prefetch of the tool once crashed its server), gate },
 --     trace = { { tool, args_sha256, t_ms, ms, prefetched, hidden_ms } },
 --     provenance }
 --
@@ -126,6 +128,9 @@ function R:record(session)
       local s = servers[e.name] or { requests = 0, errors = 0, ms = 0 }
       s.version = e.client.protocol_version
       s.restarts = e.client.st.restarts
+      -- of those deaths, the ones prefetches alone caused (their restarts
+      -- not counted against max_restarts)
+      s.prefetch_deaths = e.client.st.prefetch_deaths
       -- what the server did wrong on its transport (its client is quiet:
       -- a client's stderr is no place for it), counted here
       local cst = e.client.st

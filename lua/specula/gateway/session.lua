@@ -240,7 +240,10 @@ function Session:_forward(server, method, params, on_progress, what, prefetch, s
   if since and c.timeout_ms then timeout_ms = math.max(1, c.timeout_ms - (t0 - since)) end
   local busy = self.busy
   if not prefetch then busy[server] = (busy[server] or 0) + 1 end
-  local r, err = c:request(method, params, { on_progress = on_progress, what = what, timeout_ms = timeout_ms })
+  -- (a prefetch names its tool: a death it alone was running for is not
+  -- counted against the client's restarts; specula.mcp.client)
+  local r, err = c:request(method, params, { on_progress = on_progress, what = what, timeout_ms = timeout_ms,
+    prefetch = prefetch and (type(params) == "table" and params.name or method) or nil })
   if not prefetch then busy[server] = busy[server] - 1 end
   local ms = sched.now() - t0
   local us = self.rec:server(server)
@@ -271,6 +274,15 @@ function Session:_server_up(name)
   local route = self:_tool_route(name)
   local c = route and self.up:client(route.server)
   return c ~= nil and c:is_ready()
+end
+
+-- Whether a prefetch of this tool once killed its server (it was all that
+-- ran there when the server died; specula.mcp.client): never again there,
+-- whichever session guesses it.
+function Session:_killed_server(name)
+  local route = self:_tool_route(name)
+  local c = route and self.up:client(route.server)
+  return c ~= nil and c.prefetch_killers ~= nil and c.prefetch_killers[route.name] == true
 end
 
 -- tools/call for an exposed name (speculation's calls come here too).
@@ -937,6 +949,7 @@ function M.start(gw, t, o)
     call = function(name, args, o) return self:_call_tool(name, args, o and o.on_progress, nil, true) end,
     tool_stats = function(name) return self.rec:tool(name) end,
     server_up = function(name) return self:_server_up(name) end,
+    killed_server = function(name) return self:_killed_server(name) end,
   }
   self.lifetime = spawn_root(function() sched.sleep(1e12) end)
   local ok, err = t:open(self:_peer())

@@ -48,16 +48,19 @@ M.key_of = key_of
 -- function(name, args) -> result, err, info (an upstream tools/call),
 -- tool_stats = function(name) -> the record's entry, server_up =
 -- function(name) -> whether the tool's server is up now (else nothing is
--- launched for it: server_down) }.
+-- launched for it: server_down), killed_server = function(name) -> whether
+-- a prefetch of the tool once killed its server (never launched again:
+-- killed_server) }.
 function M.new(o)
   return setmetatable({
     predictor = o.predictor, policy_spec = o.policy, policy_dir = o.policy_dir,
     max_age_ms = o.max_age_ms or 60000, max_inflight = o.max_inflight or 2, call = o.call,
     max_wasted_cost = o.max_wasted_cost, cost = o.cost or {}, wasted_cost = 0,
-    tool_stats = o.tool_stats, server_up = o.server_up, live = {}, history = {}, round = 0,
+    tool_stats = o.tool_stats, server_up = o.server_up, killed_server = o.killed_server, live = {}, history = {},
+    round = 0,
     st = { predicted = 0, allowed = 0, refused = 0, launched = 0, hits = 0, joined = 0, waste = 0, stale = 0,
            cancelled = 0, hidden_ms = 0, predictor_errors = 0, by_budget = 0, wasted_cost = 0, tainted = 0,
-           server_down = 0 },
+           server_down = 0, killed_server = 0 },
   }, S)
 end
 
@@ -222,6 +225,10 @@ function S:after(name, args, observation)
       elseif self.server_up and not self.server_up(c.tool) then
         -- its server is down or starting: a prefetch never (re)starts one
         self.st.server_down = self.st.server_down + 1
+      elseif self.killed_server and self.killed_server(c.tool) then
+        -- a prefetch of it crashed its server once: a guess that always
+        -- crashes it would restart it after every call
+        self.st.killed_server = self.st.killed_server + 1
       elseif self:allowed(c.tool, c.args) then
         self.st.allowed = self.st.allowed + 1
         self:_launch(k, c.tool, type(c.args) == "table" and c.args or json.object())

@@ -249,6 +249,22 @@ function Client:_peer()
     lost = function(_, why)
       c.last_exit = why
       c.state = c.closed and "closed" or "dead"
+      -- A death while the only requests in flight were prefetches (a
+      -- gateway's calls the client never made) is theirs: the restart it
+      -- needs is not counted against max_restarts (the client's own calls
+      -- must not run out of restarts a guess spent), and the tools they
+      -- called are noted (prefetch_killers), so a guess that crashes the
+      -- server is not made again on it.
+      local theirs = false
+      for _, e in pairs(c.pending) do
+        if not e.prefetch then theirs = false break end
+        theirs = true
+      end
+      if theirs then
+        c.forgive = true
+        c.st.prefetch_deaths = c.st.prefetch_deaths + 1
+        for _, e in pairs(c.pending) do c.prefetch_killers[e.prefetch] = true end
+      end
       c:_fail_all(why)
     end,
   }
@@ -294,7 +310,8 @@ function Client:_rpc_live(method, params, opts)
   self.next_id = id + 1
   local what = opts.what or method
   local timeout_ms = opts.timeout_ms or self.timeout_ms
-  local e = { what = what, on_progress = opts.on_progress, headers = opts.headers }
+  -- prefetch: the tool a gateway's prefetch calls (a request the client never made)
+  local e = { what = what, on_progress = opts.on_progress, headers = opts.headers, prefetch = opts.prefetch }
   -- a copy: the caller's params stay as given (a retry sends them again)
   local p = obj()
   if params ~= nil then for k, v in pairs(params) do p[k] = v end end
@@ -480,9 +497,14 @@ function Client:_ready()
   if self.state == "ready" then return true end
   if not self.t.restartable then return nil, self:_where() .. ": not connected" end
   if self.state == "dead" then
-    if self.t.starts > self.max_restarts then
+    -- (a death prefetches alone caused: its restart is not counted)
+    if self.forgive then
+      self.forgive = false
+      self.forgiven = self.forgiven + 1
+    end
+    if self.t.starts - self.forgiven > self.max_restarts then
       return nil, format("%s: gave up after %d restart(s) (max_restarts = %d); last: %s", self:_where(),
-        self.t.starts - 1, self.max_restarts, tostring(self.last_exit))
+        self.t.starts - 1 - self.forgiven, self.max_restarts, tostring(self.last_exit))
     end
     self.st.restarts = self.st.restarts + 1
   end
@@ -787,7 +809,7 @@ function M.new(t, o, name)
     discover_timeout_ms = t.kind == "stdio" and math.min(o.init_timeout_ms or 30000, 10000)
       or o.init_timeout_ms or 30000,
     quiet = o.quiet,
-    state = "new", next_id = 1,
+    state = "new", next_id = 1, forgive = false, forgiven = 0, prefetch_killers = {},
     pending = {}, by_token = {}, given_up = {}, n_given_up = 0, since_sweep = 0, sweep_every = 64, errors = {}, list_cache = {},
     tool_headers = {}, excluded = {}, on_notification = o.on_notification,
     raw_of = setmetatable({}, { __mode = "k" }), error_of = {}, n_error_objs = 0,
@@ -795,7 +817,7 @@ function M.new(t, o, name)
     st = { requests = 0, restarts = 0, exits = 0, malformed = 0, unknown_ids = 0, oversized = 0,
            late_dropped = 0, timeouts = 0, server_requests = 0, progress = 0, reconnects = 0, calls = {},
            reads = 0, resources_changed = 0, listens = 0, input_requests = 0, input_rounds = 0,
-           list_cache_hits = 0, tools_excluded = 0,
+           list_cache_hits = 0, tools_excluded = 0, prefetch_deaths = 0,
            hooks = { sampling = 0, elicitation = 0, roots = 0, errors = 0 } },
   }, Client)
   self.peer = self:_peer()
