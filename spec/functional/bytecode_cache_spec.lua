@@ -84,11 +84,7 @@ local function reseal(data)
   return data:sub(1, SUM_AT) .. ffi.string(sum, 8) .. data:sub(SUM_AT + 9)
 end
 
-local function write(path, data)
-  local f = assert(io.open(path, "wb"))
-  f:write(data)
-  f:close()
-end
+local write = H.write
 
 describe("the bytecode cache of the engine's modules", function()
   it("is used for the text it was compiled from, and for no other", function()

@@ -20,6 +20,16 @@ local node, drive, setup, tap = G.node, G.drive, G.tap_config, G.tap
 local n = 0   -- config files of the tests' own
 
 local function record(out) return cjson.decode(assert(H.read(out), "no --out record"):match("[^\n]+")) end
+-- What the tap saw: how many times the server was initialized, and each
+-- tool's calls by name.
+local function tap_counts(log)
+  local inits, calls = 0, {}
+  for _, e in ipairs(tap(log)) do
+    if e.method == "initialize" then inits = inits + 1 end
+    if e.name then calls[e.name] = (calls[e.name] or 0) + 1 end
+  end
+  return inits, calls
+end
 
 local INIT = '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
   .. '"capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}'
@@ -695,11 +705,8 @@ print(json.encode({ version = init.result.protocolVersion, a = a.result.content[
     } })
     assert.is_true(gw.steps[1].ok, gw.steps[1].error and gw.steps[1].error.message)
     assert.is_true(gw.steps[2].ok, require("cjson").encode(gw.steps))
-    local inits, echoes = 0, 0
-    for _, e in ipairs(tap(log)) do
-      if e.method == "initialize" then inits = inits + 1 end
-      if e.name == "echo" then echoes = echoes + 1 end
-    end
+    local inits, calls = tap_counts(log)
+    local echoes = calls.echo or 0
     -- two processes: the first, and the one the client's own call started
     assert.are.equal(2, inits)
     local rec = record(out)
@@ -717,22 +724,10 @@ print(json.encode({ version = init.result.protocolVersion, a = a.result.content[
   -- after every call crashed the server after every call until the
   -- client's calls ran out of restarts and failed.
   local function crash_config(max_restarts)
-    n = n + 1
-    local dir = H.tmpdir()
-    local log, out = dir .. "/crash-tap" .. n .. ".jsonl", dir .. "/crash-out" .. n .. ".jsonl"
-    os.remove(log)
-    os.remove(out)
-    local q = G.q
-    local cfg = H.tmpfile("crash" .. n .. ".lua", string.format([[
-local specula = require "specula"
-return specula.gateway {
-  servers = { test = { command = { %s, %s, %s, %s, %s }, max_restarts = %d } },
-  policy = { crash = "full" },
-  -- a new guess every round (a guess still held, failed, is not made again)
-  predict = function(h) if h[#h].tool == "echo" then return { { tool = "crash", args = { round = #h } } } end return {} end,
-}
-]], q(node()), q(TAP), q(log), q(node()), q(SERVER), max_restarts))
-    return cfg, log, out
+    -- a new guess every round (a guess still held, failed, is not made again)
+    return setup('policy = { crash = "full" },\n'
+      .. '  predict = function(h) if h[#h].tool == "echo" then return { { tool = "crash", args = { round = #h } } } end '
+      .. 'return {} end,', nil, nil, "max_restarts = " .. max_restarts)
   end
   local crash_steps = {
     { op = "call", name = "echo", arguments = { text = "a" } }, { op = "sleep", ms = 800 },
@@ -750,11 +745,8 @@ return specula.gateway {
     local gw = drive({ command = H.bin, args = { "gateway", cfg, "--out", out }, steps = crash_steps })
     G.same_steps(direct, gw)
     for i = 1, #gw.steps do assert.is_true(gw.steps[i].ok, require("cjson").encode(gw.steps[i])) end
-    local inits, crashes = 0, 0
-    for _, e in ipairs(tap(log)) do
-      if e.method == "initialize" then inits = inits + 1 end
-      if e.name == "crash" then crashes = crashes + 1 end
-    end
+    local inits, calls = tap_counts(log)
+    local crashes = calls.crash or 0
     -- the guess ran once, the server was started twice (the client's next
     -- call started it again), and the guess was never made again there
     assert.are.equal(1, crashes)

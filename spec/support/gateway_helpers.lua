@@ -109,7 +109,7 @@ end
 local n = 0
 -- A config with the specs' test server behind the tap (server args: extra
 -- arguments of the test server): its config, tap log and --out paths.
-function M.tap_config(extra, env, server_args)
+function M.tap_config(extra, env, server_args, server_opts)
   n = n + 1
   local dir = H.tmpdir()
   local log, out = dir .. "/tap" .. n .. ".jsonl", dir .. "/out" .. n .. ".jsonl"
@@ -124,10 +124,10 @@ function M.tap_config(extra, env, server_args)
   local cfg = H.tmpfile("relay" .. n .. ".lua", string.format([[
 local specula = require "specula"
 return specula.gateway {
-  servers = { test = { command = { %s }, env = { %s } } },
+  servers = { test = { command = { %s }, env = { %s }, %s } },
   %s
 }
-]], table.concat(parts, ", "), e, extra or ""))
+]], table.concat(parts, ", "), e, server_opts or "", extra or ""))
   return cfg, log, out
 end
 

@@ -41,6 +41,13 @@ function H.tmpfile(name, content)
   return path
 end
 
+-- Write data to path as it is (bytes), replacing what was there.
+function H.write(path, data)
+  local f = assert(io.open(path, "wb"))
+  f:write(data)
+  f:close()
+end
+
 function H.read(path)
   local f = io.open(path, "r")
   if not f then return nil end
