@@ -90,25 +90,40 @@ static const char TEMPLATES_LUA[] =
   "local band, rshift = bit.band, bit.rshift\n"
   "local type, rawget, pcall, next, concat, tonumber, sub, find ="
   " type, rawget, pcall, next, table.concat, tonumber, string.sub, string.find\n"
-  /* TDUP, TSETS and TGETS by number (jit.vmdef, when installed): the
-     candidates are the keys stored into or read from the register a TDUP
-     filled, until that register is written again (a constructor's computed
-     fields, and the fields a `local t = { a = nil }` declares for later);
-     without them every string constant is (right, and slow: next() raises
-     for each key a template lacks) */
-  "local TDUP, TSETS, TGETS\n"
+  /* TDUP and TSETS by number (jit.vmdef, when installed): the candidates
+     are a constructor's computed fields (below); without them every string
+     constant is (right, and slow: next() raises for each key a template
+     lacks) */
+  "local TDUP, TSETS\n"
   "do\n"
   "  local ok, vmdef = pcall(require, 'jit.vmdef')\n"
   "  local names = ok and type(vmdef) == 'table' and vmdef.bcnames\n"
   "  if type(names) == 'string' then\n"
   "    for op = 0, #names / 6 - 1 do\n"
   "      local nm = sub(names, op * 6 + 1, op * 6 + 6)\n"
-  "      if nm == 'TDUP  ' then TDUP = op elseif nm == 'TSETS ' then TSETS = op elseif nm == 'TGETS ' then TGETS = op end\n"
+  "      if nm == 'TDUP  ' then TDUP = op elseif nm == 'TSETS ' then TSETS = op end\n"
   "    end\n"
   "  end\n"
   "end\n"
+  /* Whether instruction x (mode m) ends the constructor of the table in
+     register reg: anything but a store of a value under a string key into
+     it that names the register (an operand of mode dst, var, or a base
+     at or below it). The stores before that are the constructor's
+     computed fields, the keys its template holds with nil values. */
+  "local function ends(x, m, reg)\n"
+  "  local op, a = band(x, 0xff), band(rshift(x, 8), 0xff)\n"
+  "  if op == TSETS and rshift(x, 24) == reg then return a == reg end\n"
+  "  local function hits(mode, v)\n"
+  "    if mode == 1 or mode == 3 then return v == reg end\n"
+  "    return (mode == 2 or mode == 4) and v <= reg\n"
+  "  end\n"
+  "  local mb, mc = band(rshift(m, 3), 15), band(rshift(m, 7), 15)\n"
+  "  if hits(band(m, 7), a) then return true end\n"
+  "  if mb ~= 0 then return hits(mb, rshift(x, 24)) or hits(mc, band(rshift(x, 16), 0xff)) end\n"
+  "  return hits(mc, rshift(x, 16))\n"
+  "end\n"
   "local function candidates(p)\n"
-  "  if not (TDUP and TSETS and TGETS) then return nil end\n"
+  "  if not (TDUP and TSETS) then return nil end\n"
   "  local by, pc = {}, 0\n"
   "  while true do\n"
   "    local ins = funcbc(p, pc)\n"
@@ -117,14 +132,11 @@ static const char TEMPLATES_LUA[] =
   "      local t, reg = -(rshift(ins, 16) + 1), band(rshift(ins, 8), 0xff)\n"
   "      local c = by[t] or {}\n"
   "      by[t] = c\n"
-  "      for q = pc + 1, pc + 256 do\n"
+  "      for q = pc + 1, pc + 100000 do\n"
   "        local x, m = funcbc(p, q)\n"
-  "        if not x then break end\n"
-  "        local op = band(x, 0xff)\n"
-  "        if (op == TSETS or op == TGETS) and rshift(x, 24) == reg then\n"
+  "        if not x or ends(x, m, reg) then break end\n"
+  "        if band(x, 0xff) == TSETS and rshift(x, 24) == reg then\n"
   "          c[#c + 1] = funck(p, -(band(rshift(x, 16), 0xff) + 1))\n"
-  "        elseif band(m, 7) == 1 and band(rshift(x, 8), 0xff) == reg then\n"
-  "          break\n"   /* (the register written again: the table is done) */
   "        end\n"
   "      end\n"
   "    end\n"
@@ -142,6 +154,7 @@ static const char TEMPLATES_LUA[] =
   /* (a template that shows no key at all holds only nil values: a
      `{ a = nil }` read through a closure, out of the scan's sight) */
   "      if list and #list == 0 and next(k) == nil then list = nil end\n"
+  "      local scanned = list ~= nil\n"
   "      if not list then\n"
   "        list = {}\n"
   "        local j = -1\n"
@@ -154,7 +167,10 @@ static const char TEMPLATES_LUA[] =
   "      end\n"
   "      for q = 1, #list do\n"
   "        local s = list[q]\n"
-  "        if type(s) == 'string' and not seen[s] and rawget(k, s) == nil and pcall(next, k, s) then\n"
+  /* a computed field is one the template holds (the parser keeps them
+     all); one of every string constant must be there (a { a = nil } keeps
+     its key or not as the parser's seeded hashing placed it) */
+  "        if type(s) == 'string' and not seen[s] and rawget(k, s) == nil and (scanned or pcall(next, k, s)) then\n"
   "          seen[s] = true\n"
   "          keys = keys or {}\n"
   "          keys[#keys + 1] = #s .. ':' .. s\n"
