@@ -277,8 +277,8 @@ function Session:_server_up(name)
 end
 
 -- Whether a prefetch of this tool once killed its server (it was all that
--- ran there when the server died; specula.mcp.client): never again there,
--- whichever session guesses it.
+-- ran there when the server died; specula.mcp.client): never again on it
+-- (this session's own server: each session starts its own).
 function Session:_killed_server(name)
   local route = self:_tool_route(name)
   local c = route and self.up:client(route.server)
