@@ -8,9 +8,19 @@ local json, http = specula.json, specula.http
 local B = dofile(require("specula.internal.core").host.root .. "/bench/lib.lua")
 
 local SECONDS = 2
-for i = 1, #arg do if arg[i] == "--seconds" then SECONDS = tonumber(arg[i + 1]) end end
+for i = 1, #arg do
+  if arg[i] == "--seconds" then
+    -- (checked before the test server starts: a bad option left it running)
+    SECONDS = tonumber(arg[i + 1])
+    if not SECONDS or SECONDS ~= SECONDS or SECONDS <= 0 then
+      error("bench http: --seconds takes a positive number, got " .. tostring(arg[i + 1]), 0)
+    end
+  end
+end
 
 local base, stop = B.server()
+-- the test server stops however the measurements end
+local ok_all, err_all = pcall(function()
 http.configure{ max_host_connections = 2048, max_total_connections = 4096 }
 
 local function rps(url, workers, seconds, opts)
@@ -107,4 +117,6 @@ if ngh and ngh ~= "" and ossl and ossl ~= "" then
 else
   print("HTTP/2: skipped — needs nghttpd (Debian: nghttp2-server) and openssl for a test certificate")
 end
+end)
 stop()
+if not ok_all then error(err_all, 0) end

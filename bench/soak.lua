@@ -9,9 +9,15 @@ local json, sim = specula.json, specula.sim
 local B = dofile(require("specula.internal.core").host.root .. "/bench/lib.lua")
 
 local SECONDS, EVERY = 150, 5
+-- (checked before the test server starts: a bad option left it running)
+local function positive(name, v)
+  local n = tonumber(v)
+  if not n or n ~= n or n <= 0 then error("bench soak: " .. name .. " takes a positive number, got " .. tostring(v), 0) end
+  return n
+end
 for i = 1, #arg do
-  if arg[i] == "--seconds" then SECONDS = tonumber(arg[i + 1]) end
-  if arg[i] == "--every" then EVERY = tonumber(arg[i + 1]) end
+  if arg[i] == "--seconds" then SECONDS = positive("--seconds", arg[i + 1]) end
+  if arg[i] == "--every" then EVERY = positive("--every", arg[i + 1]) end
 end
 
 local base, stop_server = B.server()
@@ -58,9 +64,11 @@ local function sample()
 end
 -- samples are taken between batches, when nothing is in flight: what is
 -- still open then is what a leak would leave behind
-sample()
 local next_sample = EVERY * 1000
 local first_error
+-- the test server stops however the runs end
+local ok_runs, err_runs = pcall(function()
+sample()
 while specula.now() - t0 < SECONDS * 1000 do
   batch = batch + 1
   local qs = {}
@@ -77,8 +85,10 @@ while specula.now() - t0 < SECONDS * 1000 do
     next_sample = next_sample + EVERY * 1000
   end
 end
-if first_error then print("first error: " .. first_error) end
+end)
 stop_server()
+if not ok_runs then error(err_runs, 0) end
+if first_error then print("first error: " .. first_error) end
 
 -- slope of a least-squares line through the second half (after warm-up)
 local function slope(key)

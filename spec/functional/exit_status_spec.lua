@@ -216,6 +216,10 @@ describe("exit statuses as docs/cli.md documents them", function()
       { "bench: a name that is no benchmark", 2, { "bench", "no_such_benchmark" } },
       { "bench: a benchmark that fails", 1, { "bench", "soak", "--seconds", "not-a-number" } },
     })
+    -- said before its test server starts (a bad option used to leave the
+    -- server running after the command failed)
+    local _, _, err = H.specula({ "bench", "soak", "--seconds", "not-a-number" })
+    assert.truthy(err:find("bench soak: --seconds takes a positive number, got not-a-number", 1, true), err)
   end)
 
   it("whatif: 0, 2, 1, 3, and 2 for an --out over a log; gateway: 2 and 1", function()
