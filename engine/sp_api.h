@@ -94,6 +94,24 @@ const char *sp_jsonenc_text(const void *state);
    a whole string: a byte loop in Lua is a trace entered and left per string. */
 int sp_json_utf8_bad(const char *s, size_t n, size_t from);
 
+/* ---- an input line, summarised (engine/sp_json.c) --------------------- */
+/* What the first pass over a JSONL input needs of a line, read without
+   making a Lua value (specula.run.inputs): the type of each watched
+   top-level key's value, and the fingerprint of the first key's value when
+   it is a string. The lines it cannot vouch for go to Lua's decoder, which
+   says what is wrong; it accepts only what that decoder accepts. */
+typedef struct sp_json_line {
+  signed char type[16];  /* per watched key: 0 null, 1 false, 2 true, 3 number, 4 string, 5 array, 6 object; -1 absent */
+  uint32_t fp[2];        /* keys[0]'s value a string: sp_json_fingerprint of "string:" and its decoded bytes */
+} sp_json_line;
+/* 0: s[0, n) is one JSON object (the strict parser's rules), summarised
+   into out for keys[0 .. nkeys) (nkeys <= 16); 1: strict JSON but not an
+   object; -1: not strict JSON, or out of memory (the caller decodes it). */
+int sp_json_line_scan(const char *s, size_t n, const char **keys, int nkeys, sp_json_line *out);
+/* A 64-bit fingerprint of s[0, n) into out[0], out[1] (FNV-1a): a set's
+   key, never a digest; equal texts, equal fingerprints. */
+void sp_json_fingerprint(const char *s, size_t n, uint32_t *out);
+
 /* ---- context, clock, counters ----------------------------------------- */
 double sp_now_ms(void);                          /* monotonic milliseconds, real time */
 /* The engine's clock: real, or virtual (advanced by the scheduler to the

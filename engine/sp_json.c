@@ -488,6 +488,52 @@ const sp_json *sp_json_get(const sp_json *v, const char *key) {
   return NULL;
 }
 
+/* ---- an input line, summarised (sp_api.h) ------------------------------- */
+
+/* the type numbers sp_api.h gives Lua */
+_Static_assert(SP_JSON_NULL == 0 && SP_JSON_FALSE == 1 && SP_JSON_TRUE == 2 && SP_JSON_NUMBER == 3 &&
+               SP_JSON_STRING == 4 && SP_JSON_ARRAY == 5 && SP_JSON_OBJECT == 6, "sp_json_line.type numbers");
+
+#define FNV_OFFSET 14695981039346656037ull
+#define FNV_PRIME 1099511628211ull
+
+static uint64_t fnv1a(uint64_t h, const unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * FNV_PRIME;
+  return h;
+}
+
+void sp_json_fingerprint(const char *s, size_t n, uint32_t *out) {
+  uint64_t h = fnv1a(FNV_OFFSET, (const unsigned char *)s, n);
+  out[0] = (uint32_t)h;
+  out[1] = (uint32_t)(h >> 32);
+}
+
+int sp_json_line_scan(const char *s, size_t n, const char **keys, int nkeys, sp_json_line *out) {
+  if (!s || !out || nkeys < 0 || nkeys > 16 || (nkeys > 0 && !keys)) return -1;
+  sp_json *v = sp_json_parse(s, n, NULL, 0);
+  if (!v) return -1;
+  if (v->type != SP_JSON_OBJECT) {
+    sp_json_free(v);
+    return 1;
+  }
+  memset(out->type, -1, sizeof out->type);
+  out->fp[0] = out->fp[1] = 0;
+  for (int k = 0; k < nkeys; k++) {
+    const sp_json *m = keys[k] ? sp_json_get(v, keys[k]) : NULL;
+    if (!m) continue;
+    out->type[k] = (signed char)m->type;
+    if (k == 0 && m->type == SP_JSON_STRING) {
+      /* the same bytes as the Lua side's key, type(id) .. ":" .. id */
+      uint64_t h = fnv1a(FNV_OFFSET, (const unsigned char *)"string:", 7);
+      h = fnv1a(h, (const unsigned char *)m->u.str, m->n);
+      out->fp[0] = (uint32_t)h;
+      out->fp[1] = (uint32_t)(h >> 32);
+    }
+  }
+  sp_json_free(v);
+  return 0;
+}
+
 /* ---- canonical encoder ---------------------------------------------------- */
 
 /* Decimal digits of v (< 2^63) into the end of buf; returns the first. */

@@ -181,6 +181,30 @@ function Detector:add(o)
   if type(o.messages) == "table" then self.messages = true end
 end
 
+-- The top-level keys that Detector:add and the jsonl checker read, in the
+-- order of a line summary's types (sp_json_line: the engine reads a line
+-- without making a Lua value; specula.run.inputs' first pass). A summary's
+-- types are sp_json_line.type: -1 absent, 0 null, 3 number, 4 string, 5
+-- array, 6 object (1, 2: false, true).
+M.SUMMARY_KEYS = { "id", "query", "type", "question_decomposition", "evidences", "level", "_id", "question",
+                   "supporting_facts", "messages" }
+local T_NUMBER, T_STRING, T_ARRAY, T_OBJECT = 3, 4, 5, 6
+
+-- Detector:add for an object known by its summary's types t (0-based, in
+-- SUMMARY_KEYS order); false, nothing done, when the object itself is
+-- needed: the first object (its keys go into the message when nothing is
+-- detected), or a string "type" (its value decides).
+function Detector:add_types(t)
+  if self.first_keys == nil or t[2] == T_STRING then return false end
+  if t[3] >= 0 then self.musique = true end
+  if t[4] >= 0 then self.wiki2 = true end
+  if t[5] >= 0 then self.hotpot = true end
+  if t[6] >= 0 and t[7] >= 0 and t[8] >= 0 then self.multi = true end
+  if t[1] >= 0 then self.query = true end
+  if t[9] == T_ARRAY or t[9] == T_OBJECT then self.messages = true end
+  return true
+end
+
 function Detector:result()
   if self.musique then return "musique" end
   if self.wiki2 then return "2wiki" end
@@ -387,6 +411,15 @@ function CHECK.jsonl(o)
   if id == nil or text_field(o.query) == nil then return nil end
   return id
 end
+-- CHECK.jsonl for a summarised object (types t, as Detector:add_types):
+-- true when it makes a record whose id is a string (the summary's
+-- fingerprint is that id's); false when the object itself is needed (a
+-- number id, whose key is its Lua text; no record, whose warning says why).
+function M.check_types(t)
+  local q = t[1]
+  return t[0] == T_STRING and (q == T_STRING or q == T_NUMBER)
+end
+
 function M.checker(fmt)
   local check = CHECK[fmt]
   if check then return check end

@@ -34,16 +34,16 @@ local type, tostring, format, next, ipairs, find, byte = type, tostring, string.
 local M = {}
 
 -- ---- duplicate ids ----------------------------------------------------------------------
--- A set of 64-bit fingerprints (the first 8 bytes of the SHA-256 of the id,
--- its type included: 1 and "1" are different ids, as in specula.datasets):
--- open addressing in two C arrays sized once for the file's line count, 8
--- bytes a slot at most 70 % full. A fingerprint seen again is checked
--- against the ids themselves afterwards (survey), so it never reports a
--- duplicate that is not one.
+-- A set of 64-bit fingerprints (sp_json_fingerprint of the id with its type
+-- in front: 1 and "1" are different ids, as in specula.datasets): open
+-- addressing in two C arrays sized once for the file's line count, 8 bytes
+-- a slot at most 70 % full. A fingerprint seen again is checked against the
+-- ids themselves afterwards (survey), so it never reports a duplicate that
+-- is not one; a fingerprint is no digest (FNV-1a: it was SHA-256, the
+-- largest cost of a line after its decoding).
 
-local FP = ffi.new("unsigned char[32]")
-local sha256_into = require("specula.crypto").sha256_into
-local FP32 = ffi.cast("uint32_t *", FP)
+local fingerprint = C.sp_json_fingerprint
+local FP = ffi.new("uint32_t[2]")
 
 local IdSet = {}
 IdSet.__index = IdSet
@@ -53,10 +53,8 @@ local function idset(lines)
   return setmetatable({ cap = cap, a = ffi.new("uint32_t[?]", cap), b = ffi.new("uint32_t[?]", cap) }, IdSet)
 end
 
--- True when key's fingerprint was in the set (key is in it now).
-function IdSet:add(key)
-  sha256_into(key, FP)
-  local x, y = FP32[0], FP32[1]
+-- True when the fingerprint (x, y) was in the set (it is in it now).
+function IdSet:add_fp(x, y)
   if x == 0 and y == 0 then x = 1 end   -- (0, 0) marks an empty slot
   local cap, a, b = self.cap, self.a, self.b
   local i = x % cap
@@ -72,6 +70,12 @@ function IdSet:add(key)
   if ai == x and bi == y then return true end
   a[i], b[i] = x, y
   return false
+end
+
+-- True when key's fingerprint was in the set (key is in it now).
+function IdSet:add(key)
+  fingerprint(key, #key, FP)
+  return self:add_fp(FP[0], FP[1])
 end
 M.idset = idset
 
@@ -131,13 +135,39 @@ end
 -- The first pass with format fmt: warnings, the number of records, and
 -- duplicate ids; each object also goes to detector d when given. Returns
 -- count, warnings.
+local scan_line = C.sp_json_line_scan
+local SUMMARY_KEYS = datasets.SUMMARY_KEYS
+local SUMMARY_CKEYS = ffi.new("const char *[?]", #SUMMARY_KEYS, SUMMARY_KEYS)
+local SUMMARY = ffi.new("sp_json_line")
+local SUMMARY_TYPES = SUMMARY.type
+
 local function survey(path, fmt, d)
   local build, check, is_object, decode = datasets.builder(fmt), datasets.checker(fmt), datasets.is_object,
     datasets.decode
+  local check_types = datasets.check_types
   local warnings, count, ids = {}, 0, idset(count_lines(path))
   local dups = {}   -- key -> true for ids whose fingerprint came again
+  local function dup(id, ln)
+    local key = type(id) .. ":" .. tostring(id)
+    -- the line of its first occurrence is looked up below
+    dups[key] = true
+    warnings[#warnings + 1] = { key = key, id = id, where = path .. ":" .. ln, ln = ln }
+  end
+  -- Specula's own JSONL: a line the engine summarises (one strict JSON
+  -- object whose id is a string and whose query is text) is counted, its
+  -- id fingerprinted and the detector told what it holds, without a Lua
+  -- value; any other line is decoded, as every line was.
+  local summarise = fmt == "jsonl"
+  local nkeys = #SUMMARY_KEYS
   -- (a line's "PATH:LINE" is made only for a warning: most lines have none)
   each_line(path, function(line, ln)
+    if summarise and scan_line(line, #line, SUMMARY_CKEYS, nkeys, SUMMARY) == 0 and check_types(SUMMARY_TYPES)
+        and (not d or d:add_types(SUMMARY_TYPES)) then
+      count = count + 1
+      -- a fingerprint seen before: the id itself, from the line
+      if ids:add_fp(SUMMARY.fp[0], SUMMARY.fp[1]) then dup(decode(line).id, ln) end
+      return
+    end
     local v, err = decode(line)
     if d and v ~= nil then d:add(v) end
     if v == nil then
@@ -148,12 +178,7 @@ local function survey(path, fmt, d)
       local id = check(v)
       if id ~= nil then
         count = count + 1
-        local key = type(id) .. ":" .. tostring(id)
-        if ids:add(key) then
-          -- the line of its first occurrence is looked up below
-          dups[key] = true
-          warnings[#warnings + 1] = { key = key, id = id, where = path .. ":" .. ln, ln = ln }
-        end
+        if ids:add(type(id) .. ":" .. tostring(id)) then dup(id, ln) end
       else
         -- (built for its message, which names what the record lacks)
         local _, problem = build(v, path .. ":" .. ln)

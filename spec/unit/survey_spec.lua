@@ -1,0 +1,180 @@
+-- The first pass over a JSONL --input (specula.run.inputs): the lines the
+-- engine summarises without a Lua value (sp_json_line_scan) must read as
+-- Lua's decoder reads them, and the pass must count, warn and find
+-- duplicate ids exactly as when every line was decoded.
+local ffi = require("ffi")
+local core = require("specula.internal.core")
+local json = require("specula.json")
+local datasets = require("specula.datasets")
+local inputs = require("specula.run.inputs")
+local C = core.C
+
+local KEYS = datasets.SUMMARY_KEYS
+local CKEYS = ffi.new("const char *[?]", #KEYS, KEYS)
+local out = ffi.new("sp_json_line")
+local fp = ffi.new("uint32_t[2]")
+
+local function scan(line)
+  return C.sp_json_line_scan(line, #line, CKEYS, #KEYS, out)
+end
+
+-- the summary's type code of a decoded value
+local function code(v)
+  if v == nil then return -1 end
+  if v == json.null then return 0 end
+  if v == false then return 1 end
+  if v == true then return 2 end
+  if type(v) == "number" then return 3 end
+  if type(v) == "string" then return 4 end
+  if getmetatable(v) == json.array_mt or v[1] ~= nil then return 5 end
+  return 6
+end
+
+-- What scan says of line against what the decoder makes of it; returns rc.
+local function agrees(line)
+  local rc = scan(line)
+  local v = datasets.decode(line)
+  local what = string.format("%q", line)
+  if rc == 0 then
+    assert.is_true(datasets.is_object(v), what .. ": summarised, but the decoder reads no object")
+    for i, k in ipairs(KEYS) do
+      assert.equals(code(v[k]), out.type[i - 1], what .. ": key " .. k)
+    end
+    if type(v.id) == "string" then
+      local key = "string:" .. v.id
+      C.sp_json_fingerprint(key, #key, fp)
+      assert.is_true(fp[0] == out.fp[0] and fp[1] == out.fp[1], what .. ": the id's fingerprint")
+    end
+  elseif rc == 1 then
+    assert.is_true(v ~= nil and not datasets.is_object(v), what .. ": said JSON but not an object")
+  else
+    assert.equals(-1, rc, what)
+  end
+  return rc
+end
+
+describe("sp_json_line_scan", function()
+  it("summarises plain objects as the decoder reads them (types, the id's fingerprint, duplicate keys)", function()
+    local plain = {
+      '{"id": "q0", "query": "x0"}',
+      '{"id":"q\\u0030","query":12.5,"gold":["a"]}\r',
+      '{"id":"\\ud83d\\ude00 é","query":"x","type":"bridge","level":"hard","messages":[]}',
+      '{"id":"a","id":"b","query":null,"query":"last wins"}',
+      '{"_id":1,"question":"q","supporting_facts":[],"evidences":{},"question_decomposition":null}',
+      '{"messages":{"role":"user"},"type":7,"level":true,"query":false}',
+      '{}',
+      '  {"id":"with blanks","query":"y"}  ',
+      '{"id":"nul\\u0000inside","query":"x"}',
+      '{"id":-0,"query":1e308}',
+    }
+    for _, line in ipairs(plain) do
+      assert.equals(0, agrees(line), line)
+    end
+    assert.equals(1, agrees('[{"id":"q","query":"x"}]'))
+    assert.equals(1, agrees('"text"'))
+    assert.equals(1, agrees('[]'))
+  end)
+
+  it("hands the decoder every line it cannot vouch for", function()
+    local deep = string.rep("[", 257) .. string.rep("]", 257)
+    local bad = {
+      '{not json', '{"id":"q","query":"x"} trailing', '{"id":"q",}', "{'id':'q'}", '{"id":"\\ud800","query":"x"}',
+      '{"id":"\255","query":"x"}', '{"id":"a\0b","query":"x"}', '{"id":1e400,"query":"x"}', '{"a":NaN}',
+      '{"a":01}', '{"a":' .. deep .. '}', '',
+    }
+    for _, line in ipairs(bad) do
+      assert.equals(-1, scan(line), string.format("%q", line))
+      agrees(line)
+    end
+    -- as deep as the decoder goes: both read it
+    local ok = '{"a":' .. string.rep("[", 255) .. string.rep("]", 255) .. '}'
+    assert.equals(0, agrees(ok))
+  end)
+
+  it("agrees with the decoder on 3,000 damaged lines", function()
+    local seeds = {
+      '{"id":"q1","query":"what is \\"x\\"?","gold":["a","b"],"max_hops":3}',
+      '{"id":"s\\u00e9","query":"x","messages":[{"role":"user","content":"hi"}],"type":"compositional"}',
+      '{"_id":"h","question":"q","supporting_facts":[["t",0]],"level":"easy","query":1.5e-3}',
+    }
+    local chars = { '"', "\\", "{", "}", "[", "]", ",", ":", "u", "0", "e", "-", ".", " ", "\255", "\0", "n", "t" }
+    math.randomseed(7)
+    local summarised = 0
+    for n = 1, 3000 do
+      local s = seeds[n % #seeds + 1]
+      for _ = 1, math.random(1, 3) do
+        local at, op = math.random(1, #s), math.random(1, 3)
+        local c = chars[math.random(#chars)]
+        if op == 1 then s = s:sub(1, at - 1) .. c .. s:sub(at + 1)
+        elseif op == 2 then s = s:sub(1, at - 1) .. c .. s:sub(at)
+        else s = s:sub(1, at - 1) .. s:sub(at + 1) end
+      end
+      if agrees(s) == 0 then summarised = summarised + 1 end
+    end
+    -- (the damage leaves some lines valid objects: the check saw both sides)
+    assert.is_true(summarised > 100 and summarised < 2900, "summarised " .. summarised)
+  end)
+end)
+
+describe("specula.run.inputs' first pass", function()
+  local created = {}
+  local function write(lines)
+    local path = os.tmpname()
+    local f = assert(io.open(path, "wb"))
+    f:write(table.concat(lines, "\n"), "\n")
+    f:close()
+    created[#created + 1] = path
+    return path
+  end
+  teardown(function()
+    for _, p in ipairs(created) do os.remove(p) end
+  end)
+
+  it("counts and warns the same whichever way each line is read, a duplicate id across both ways included", function()
+    local path = write({
+      '{"id":"a","query":"x"}',                     -- 1 summarised
+      '{"id":"\\u0061","query":"again, escaped"}',  -- 2 summarised: 'a' again
+      '{"id":"a","query":"x","type":"other"}',      -- 3 decoded (a string type decides detection): 'a' again
+      '{"id":7,"query":"number id"}',               -- 4 decoded (a number id)
+      '{"id":7,"query":"the same number"}',         -- 5 decoded: 7 again
+      '{"id":"7","query":"a string, not 7"}',       -- 6 summarised
+      '{"id":"b"}',                                 -- 7 no query: decoded for its message
+      '{bad',                                       -- 8 malformed
+      '["not","an","object"]',                      -- 9
+      '{"id":"c","query":"x"}',                     -- 10
+      '{"id":"c","query":"x"}',                     -- 11 'c' again, both summarised
+    })
+    for _, fmt in ipairs({ "auto", "jsonl" }) do
+      local src = assert(inputs.open({ input = path, format = fmt }))
+      assert.equals("jsonl", src.fmt)
+      assert.equals(8, src.total, fmt)
+      local w = table.concat(src.warnings, "\n")
+      for _, want in ipairs({
+        path .. ":2: duplicate id 'a' (first at " .. path .. ":1)",
+        path .. ":3: duplicate id 'a' (first at " .. path .. ":1)",
+        path .. ":5: duplicate id '7' (first at " .. path .. ":4)",
+        path .. ":7: missing field 'query'",
+        path .. ":8: malformed JSON",
+        path .. ":9: not a JSON object",
+        path .. ":11: duplicate id 'c' (first at " .. path .. ":10)",
+      }) do
+        assert.is_truthy(w:find(want, 1, true), fmt .. ": no warning " .. want .. " in:\n" .. w)
+      end
+      assert.equals(7, #src.warnings, w)
+      assert.is_nil(w:find(":6:", 1, true), w)
+    end
+  end)
+
+  it("still detects a format from a key any summarised line holds", function()
+    local musique = write({
+      '{"id":"a","query":"x"}',
+      '{"id":"b","query":"y"}',
+      '{"id":"c","query":"z","question_decomposition":[]}',
+    })
+    assert.equals("musique", assert(inputs.open({ input = musique })).fmt)
+    local wiki = write({ '{"id":"a","query":"x"}', '{"id":"b","query":"y","evidences":[]}' })
+    assert.equals("2wiki", assert(inputs.open({ input = wiki })).fmt)
+    local hotpot = write({ '{"id":"a","query":"x"}', '{"id":"b","query":"y","level":"easy"}' })
+    assert.equals("hotpotqa", assert(inputs.open({ input = hotpot })).fmt)
+  end)
+end)
