@@ -229,42 +229,69 @@ local function entry(r, index, shard)
            index = index, shard = shard ~= true and shard or nil }
 end
 
--- Every query of this process, in input order: f(q) for each; f returning
--- false stops.
-function Source:each(f)
+local plain_error = function(...) return require("specula.internal.sched").plain_error(...) end
+
+-- This process's queries in input order, one a call, nil after the last:
+-- the file is read as they are asked for (the run pulls its next query
+-- straight from the reader: no coroutine between them, whose resume and
+-- yield cost a query as much as its input line's decoding).
+function Source:reader()
   if self.list then
-    local index = 0
-    for p = 0, #self.list - 1 do
-      local sh = shard_of(self, p)
-      if sh then
-        index = index + 1
-        if f(entry(self.list[p + 1], index, sh)) == false then return end
+    local list, p, index = self.list, 0, 0
+    return function()
+      while p < #list do
+        p = p + 1
+        local sh = shard_of(self, p - 1)
+        if sh then
+          index = index + 1
+          return entry(list[p], index, sh)
+        end
       end
+      return nil
     end
-    return
   end
   local build, is_object, decode = datasets.builder(self.fmt), datasets.is_object, datasets.decode
   local path, p, index = self.path, 0, 0
-  local ok, err = each_line(path, function(line, ln)
-    local v = decode(line)
-    if v == nil or not is_object(v) then return end
-    -- (the survey said why a record is skipped: no "PATH:LINE" made here)
-    local rec = build(v, path)
-    if not rec then return end
-    if p >= self.total then
-      require("specula.internal.sched").plain_error(format("specula run: the --input file '%s' changed while the run "
-        .. "read it (it has more queries than the %d it had at the start)", path, self.total))
+  local h, err = io.open(path, "rb")
+  if not h then
+    plain_error(format("specula run: cannot read the --input file '%s' again: %s", path, tostring(err)))
+  end
+  local next_line, ln = lines_of(h), 0
+  return function()
+    while h do
+      local line = next_line()
+      if line == nil then
+        h:close()
+        h = nil
+        return nil
+      end
+      ln = ln + 1
+      if ln == 1 and line:sub(1, 3) == "\239\187\191" then line = line:sub(4) end   -- UTF-8 BOM
+      -- (the survey said why a line gives no query: no "PATH:LINE" made here)
+      local v = (byte(line, 1) == 123 or find(line, "%S")) and decode(line) or nil
+      local rec = v ~= nil and is_object(v) and build(v, path) or nil
+      if rec then
+        if p >= self.total then
+          plain_error(format("specula run: the --input file '%s' changed while the run read it (it has more "
+            .. "queries than the %d it had at the start)", path, self.total))
+        end
+        local sh = shard_of(self, p)
+        p = p + 1
+        if sh then
+          index = index + 1
+          return entry(rec, index, sh)
+        end
+      end
     end
-    local sh = shard_of(self, p)
-    p = p + 1
-    if sh then
-      index = index + 1
-      return f(entry(rec, index, sh))
-    end
-  end)
-  if not ok then
-    require("specula.internal.sched").plain_error(format("specula run: cannot read the --input file '%s' again: %s", path,
-      tostring(err)))
+    return nil
+  end
+end
+
+-- Every query of this process, in input order: f(q) for each; f returning
+-- false stops.
+function Source:each(f)
+  for q in self:reader() do
+    if f(q) == false then return end
   end
 end
 
@@ -277,36 +304,37 @@ function Source:count(drop)
 end
 
 -- A stream for runner.run_all: { n, next() -> q | nil }, reading the input
--- as the run asks for queries (a coroutine keeps the reader's place).
--- drop(q) -> true leaves a query out (resume: its record is in --out), and
--- then on_drop(q) is called as the stream passes it.
+-- as the run asks for queries. drop(q) -> true leaves a query out (resume:
+-- its record is in --out), and then on_drop(q) is called as the stream
+-- passes it.
 function Source:stream(drop, on_drop)
   local n = self:count(drop)
+  local read = self:reader()
   local ended = false
-  local co = coroutine.wrap(function()
-    self:each(function(q)
-      if drop and drop(q) then
-        if on_drop then on_drop(q) end
-        return
+  local function pull()
+    while true do
+      local q = read()
+      if q == nil then
+        ended = true
+        return nil
       end
-      coroutine.yield(q)
-    end)
-    ended = true
-    return nil
-  end)
+      if not (drop and drop(q)) then return q end
+      if on_drop then on_drop(q) end
+    end
+  end
   local given = 0
   return { n = n, next = function()
     if given >= n then return nil end
-    local q = co()
+    local q = pull()
     if q == nil then
-      require("specula.internal.sched").plain_error(format("specula run: the --input file '%s' changed while the run "
-        .. "read it (it ended after %d of its %d queries)", tostring(self.path), given, n))
+      plain_error(format("specula run: the --input file '%s' changed while the run read it (it ended after %d "
+        .. "of its %d queries)", tostring(self.path), given, n))
     end
     given = given + 1
     return q
   end, finish = function()
     -- the queries after the last one run (dropped ones still reach on_drop)
-    if on_drop then while not ended do co() end end
+    if on_drop then while not ended do pull() end end
   end }
 end
 
