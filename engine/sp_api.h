@@ -684,9 +684,12 @@ int sp_window_stages_json(const sp_window *w, char *out, int cap);
 /* The record's "stats" object of a finished query as canonical JSON, from
    its window's statistics and what the run adds (engine/sp_record.c): the
    same bytes the Lua record's table encodes to (lua/specula/run/records.lua
-   stats_table), for records written and dropped. Its length, copied into
-   out when it fits in cap bytes (no NUL); -1 when a figure is not finite or
-   memory ran out (the caller then builds the table, which reports it). */
+   stats_table), for records written and dropped: written into out (no NUL)
+   when cap bytes hold the longest text the settings allow, its length
+   returned; otherwise nothing written and that bound returned (> cap: the
+   caller asks again with a buffer that large); -1 when a figure is not
+   finite or memory ran out (the caller then builds the table, which
+   reports it). */
 typedef struct sp_stats_opts {
   int hops;                  /* the window's committed hops (sp_window_nhops) */
   int k_config;              /* k configured: >= 1, SP_K_UNBOUNDED, SP_K_AUTO */

@@ -205,7 +205,7 @@ M.stats_table = stats_table
 -- The settings go to C once per run's settings (rc.sopts; its strings are
 -- rc's, which keeps them alive), the hop count per record: each field set
 -- from Lua outside a compiled trace costs a conversion.
-local stats_cap = 2048
+local stats_cap = 8192
 local stats_buf = ffi.new("char[?]", stats_cap)
 local function stats_text(st, n, rc)
   local so = rc.sopts
