@@ -676,10 +676,12 @@ int sp_window_answer_ref(const sp_window *w);    /* value-store slot of the fina
 int sp_window_nhops(const sp_window *w);
 int sp_window_hop(const sp_window *w, int i, sp_hop_info *out);
 /* The record's "stages" object of a finished window as canonical JSON
-   (keys sorted, times rounded to 4 decimals as the Lua record does): its
-   length, copied into out when it fits in cap bytes (no NUL); -1 when a time
-   is not finite, a verifier reason is not valid UTF-8, or memory ran out
-   (the caller then builds the object in Lua, which cleans or reports it). */
+   (keys sorted, times rounded to 4 decimals as the Lua record does):
+   written into out (no NUL) when cap bytes hold the longest text its hops
+   can make, its length returned; otherwise nothing written and that bound
+   returned (> cap: the caller asks again with a buffer that large); -1 when
+   a time is not finite or a verifier reason is not valid UTF-8 (the caller
+   then builds the object in Lua, which cleans or reports it). */
 int sp_window_stages_json(const sp_window *w, char *out, int cap);
 /* The record's "stats" object of a finished query as canonical JSON, from
    its window's statistics and what the run adds (engine/sp_record.c): the

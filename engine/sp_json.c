@@ -589,24 +589,33 @@ static size_t short_decimal(double d, char *out) {
   return 0;
 }
 
-int sp_json_write_number(sp_buf *out, double d) {
-  char tmp[40];
+char *sp_json_put_number(char *o, double d) {
   /* 2^53: below it every integral double is exact and prints without exponent */
   if (d > -9007199254740992.0 && d < 9007199254740992.0) {
     long long i = (long long)d;
     if ((double)i == d) {  /* -0 gives 0 */
-      char *end = tmp + sizeof tmp, *p = utoa(end, (unsigned long long)(i < 0 ? -i : i));
-      if (i < 0) *--p = '-';
-      return sp_buf_add(out, p, (size_t)(end - p));
+      if (i < 0) *o++ = '-';
+      return sp_json_put_uint(o, (unsigned long long)(i < 0 ? -i : i));
     }
   }
+  char tmp[40];
   size_t n = short_decimal(d, tmp);
-  if (n) return sp_buf_add(out, tmp, n);
-  for (int prec = 15; prec <= 17; prec++) {
-    snprintf(tmp, sizeof tmp, "%.*g", prec, d);
-    if (prec == 17 || strtod(tmp, NULL) == d) break;
+  if (!n) {
+    for (int prec = 15; prec <= 17; prec++) {
+      snprintf(tmp, sizeof tmp, "%.*g", prec, d);
+      if (prec == 17 || strtod(tmp, NULL) == d) break;
+    }
+    n = strlen(tmp);
   }
-  return sp_buf_adds(out, tmp);
+  memcpy(o, tmp, n);
+  return o + n;
+}
+
+int sp_json_write_number(sp_buf *out, double d) {
+  if (sp_buf_reserve(out, SP_JSON_ROUNDED_MAX) != 0) return -1;
+  out->len = (size_t)(sp_json_put_number(out->data + out->len, d) - out->data);
+  out->data[out->len] = '\0';
+  return 0;
 }
 
 /* sp_json_put_rounded for one d, inlined where d is a constant (the
@@ -652,25 +661,27 @@ char *sp_json_put_rounded(char *o, double x, int d) {
   }
 }
 
-int sp_json_write_rounded(sp_buf *out, double x, int d) {
+char *sp_json_put_rounded_any(char *o, double x, int d) {
   static const double P[] = { 1, 10, 100, 1e3, 1e4, 1e5, 1e6 };
-  if (d < 0 || d > 6 || sp_buf_reserve(out, SP_JSON_ROUNDED_MAX) != 0) return -1;
-  char *o = sp_json_put_rounded(out->data + out->len, x, d);
-  if (o) {
-    out->len = (size_t)(o - out->data);
-    out->data[out->len] = '\0';
-    return 0;
-  }
+  if (d < 0 || d > 6) return NULL;
+  char *e = sp_json_put_rounded(o, x, d);
+  if (e) return e;
   double q = floor(x * P[d] + 0.5);
-  if (!isfinite(q)) return -1;
-  return sp_json_write_number(out, q / P[d]);   /* 10^15 and over, or under 1e-4 */
+  if (!isfinite(q)) return NULL;
+  return sp_json_put_number(o, q / P[d]);   /* 10^15 and over, or under 1e-4 */
 }
 
-int sp_json_write_string(sp_buf *out, const char *s, size_t n) {
+int sp_json_write_rounded(sp_buf *out, double x, int d) {
+  if (d < 0 || d > 6 || sp_buf_reserve(out, SP_JSON_ROUNDED_MAX) != 0) return -1;
+  char *o = sp_json_put_rounded_any(out->data + out->len, x, d);
+  if (!o) return -1;
+  out->len = (size_t)(o - out->data);
+  out->data[out->len] = '\0';
+  return 0;
+}
+
+char *sp_json_put_string(char *o, const char *s, size_t n) {
   static const char hex[] = "0123456789abcdef";
-  /* room for the worst case ("\u00XX" per byte) once, then plain stores */
-  if (n > ((size_t)-1 - 2) / 6 || sp_buf_reserve(out, 6 * n + 2) != 0) return -1;
-  char *o = out->data + out->len;
   const unsigned char *u = (const unsigned char *)s;
   *o++ = '"';
   size_t run = 0;
@@ -697,7 +708,13 @@ int sp_json_write_string(sp_buf *out, const char *s, size_t n) {
   memcpy(o, s + run, n - run);
   o += n - run;
   *o++ = '"';
-  out->len = (size_t)(o - out->data);
+  return o;
+}
+
+int sp_json_write_string(sp_buf *out, const char *s, size_t n) {
+  /* room for the worst case ("\u00XX" per byte) once, then plain stores */
+  if (n > ((size_t)-1 - 2) / 6 || sp_buf_reserve(out, 6 * n + 2) != 0) return -1;
+  out->len = (size_t)(sp_json_put_string(out->data + out->len, s, n) - out->data);
   out->data[out->len] = '\0';
   return 0;
 }

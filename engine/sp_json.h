@@ -77,6 +77,16 @@ int sp_json_write_rounded(sp_buf *out, double x, int d);
  * reserve room once for many fields. */
 #define SP_JSON_ROUNDED_MAX 40
 char *sp_json_put_rounded(char *o, double x, int d);
+/* sp_json_write_rounded's text, its slow path included, written at o (room
+ * for SP_JSON_ROUNDED_MAX bytes, no NUL), returning its end; NULL, nothing
+ * written, when the rounded value is not finite or d is out of range. */
+char *sp_json_put_rounded_any(char *o, double x, int d);
+/* sp_json_write_number's text at o (room for SP_JSON_ROUNDED_MAX bytes, no
+ * NUL; d finite), returning its end. */
+char *sp_json_put_number(char *o, double d);
+/* sp_json_write_string's text at o (room for 6 * n + 2 bytes, no NUL),
+ * returning its end. */
+char *sp_json_put_string(char *o, const char *s, size_t n);
 /* The decimal digits of v written at o (room for 20 bytes), returning the
  * end: what sp_json_write_number writes for an integral v below 2^53. */
 char *sp_json_put_uint(char *o, unsigned long long v);

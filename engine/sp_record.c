@@ -27,19 +27,14 @@ typedef struct {
 
 #define KEY(w, lit) ((w)->o = (char *)memcpy((w)->o, (lit), sizeof(lit) - 1) + sizeof(lit) - 1)
 
-/* x as the number writer writes it, at o: the rare figure that is not a
-   count or has no short rounded form */
+/* x as the number writer writes it, at o (the rare figure that is not a
+   count); rc -1 when it is not finite */
 static char *put_number(char *o, double x, int *rc) {
-  sp_buf t;
-  sp_buf_init(&t);
-  if (!isfinite(x) || sp_json_write_number(&t, x) != 0 || t.len > NUM_MAX) {
+  if (!isfinite(x)) {
     *rc = -1;
-  } else {
-    memcpy(o, t.data, t.len);
-    o += t.len;
+    return o;
   }
-  sp_buf_free(&t);
-  return o;
+  return sp_json_put_number(o, x);
 }
 
 /* (most figures are counts: a non-negative integer's digits written in
@@ -53,13 +48,9 @@ static void num_at(wr *w, double x) {
 /* x rounded to d decimals as round(x, d) of lua/specula/run/aggregate.lua
    rounds it, written (sp_json_write_rounded: the same digits) */
 static void rnum_at(wr *w, double x, int d) {
-  char *e = sp_json_put_rounded(w->o, x, d);
-  if (e) {
-    w->o = e;
-    return;
-  }
-  static const double P[] = { 1, 10, 100, 1e3, 1e4, 1e5, 1e6 };
-  w->o = put_number(w->o, floor(x * P[d] + 0.5) / P[d], &w->rc);
+  char *e = sp_json_put_rounded_any(w->o, x, d);
+  if (e) w->o = e;
+  else w->rc = -1;
 }
 #define rnum(w, lit, x, d) (KEY(w, lit), rnum_at((w), (x), (d)))
 /* rnum, or null where the figure is undefined (an estimate that is
@@ -68,17 +59,7 @@ static void rnum_at(wr *w, double x, int d) {
   (KEY(w, lit), (defined) ? rnum_at((w), (x), (d)) : (void)KEY(w, "null"))
 
 /* a string value (the run's settings), escaped */
-static void str_at(wr *w, const char *s) {
-  sp_buf t;
-  sp_buf_init(&t);
-  if (sp_json_write_string(&t, s, strlen(s)) != 0) {
-    w->rc = -1;
-  } else {
-    memcpy(w->o, t.data, t.len);
-    w->o += t.len;
-  }
-  sp_buf_free(&t);
-}
+static void str_at(wr *w, const char *s) { w->o = sp_json_put_string(w->o, s, strlen(s)); }
 #define str(w, lit, s) (KEY(w, lit), str_at((w), (s)))
 /* room a string value can take: each byte escaped at worst ("\u00XX") */
 static size_t str_max(const char *s) { return s ? 6 * strlen(s) + 2 : 0; }

@@ -1229,60 +1229,46 @@ int sp_window_hop(const sp_window *w, int i, sp_hop_info *out) {
   return 0;
 }
 
-/* One stage time rounded to 4 decimals as "key":value (round(x, 4) of
-   lua/specula/run/aggregate.lua, the same digits: sp_json_write_rounded);
-   -1 if it is not finite (the Lua path then reports the record as
-   unencodable, as before). */
-/* "key":ms (rounded to 4 decimals, sp_json_write_rounded's text) at the
-   end of b; 0, or -1 (not finite, out of memory: b as it was). */
-static inline int sp_window_put_ms(sp_buf *b, const char *key, double ms) {
-  size_t klen = strlen(key), mark = b->len;
-  if (sp_buf_reserve(b, klen + SP_JSON_ROUNDED_MAX) != 0) return -1;
-  memcpy(b->data + b->len, key, klen);
-  char *end = sp_json_put_rounded(b->data + b->len + klen, ms, 4);
-  if (end) {
-    b->len = (size_t)(end - b->data);
-    b->data[b->len] = '\0';
-    return 0;
-  }
-  b->len += klen;
-  if (sp_json_write_rounded(b, ms, 4) != 0) {
-    b->len = mark;
-    return -1;
-  }
-  return 0;
-}
-
-/* ,"key":v or {"key":v for a non-negative integer v, at o (room reserved) */
+/* "key":ms at o (the literal key with its ',' or '{'; ms rounded to 4
+   decimals, round(x, 4) of lua/specula/run/aggregate.lua: the same digits
+   as sp_json_write_rounded), returning the end; NULL when ms is not finite
+   (the Lua path then reports the record as unencodable, as before). */
 #define PUT_LIT(o, lit) (memcpy((o), (lit), sizeof(lit) - 1), (o) + sizeof(lit) - 1)
+#define PUT_MS(o, lit, ms) ((o) ? sp_json_put_rounded_any(PUT_LIT((o), lit), (ms), 4) : NULL)
+
+/* room a hop's object can take besides its reason and spec name: the keys
+   (~110 bytes), three integers (20 each), five times (SP_JSON_ROUNDED_MAX) */
+#define HOP_MAX (128 + 3 * 20 + 5 * SP_JSON_ROUNDED_MAX)
 
 int sp_window_stages_json(const sp_window *w, char *out, int cap) {
   if (!w || cap < 0) return -1;
-  sp_buf b;
-  sp_buf_init(&b);
-  /* about 170 bytes a hop: one allocation rather than a doubling series */
-  int rc = sp_buf_reserve(&b, 64 + (size_t)w->nhops * 176);
-  if (rc == 0) rc = sp_window_put_ms(&b, "{\"final_seg\":", w->st.final_seg_ms);
-  if (rc == 0) rc = sp_buf_adds(&b, ",\"hops\":[");
-  for (int i = 0; i < w->nhops && rc == 0; i++) {
+  /* the longest text these hops can make, measured once; each field is then
+     stored without a check or a call for room (this runs for every hop of
+     every record) */
+  size_t bound = 64 + 2 * SP_JSON_ROUNDED_MAX;
+  for (int i = 0; i < w->nhops; i++) {
+    const sp_hop_rec *h = &w->hops[i];
+    const char *spec = sp_spec_name(h->spec);
+    bound += HOP_MAX + 6 * (strlen(hop_reason(w, h)) + (spec ? strlen(spec) : 4)) + 4;
+    if (bound > (size_t)INT_MAX) return -1;
+  }
+  /* too small a buffer: the caller grows it to this and asks again */
+  if ((size_t)cap < bound) return (int)bound;
+  char *o = PUT_MS(out, "{\"final_seg\":", w->st.final_seg_ms);
+  if (o) o = PUT_LIT(o, ",\"hops\":[");
+  for (int i = 0; i < w->nhops && o; i++) {
     const sp_hop_rec *h = &w->hops[i];
     const char *reason = hop_reason(w, h);
     size_t rlen = strlen(reason);
     /* a reason that is not valid UTF-8 is cleaned by the Lua path */
-    for (size_t j = 0; j < rlen && rc == 0; j++) {
+    for (size_t j = 0; j < rlen; j++) {
       if ((unsigned char)reason[j] < 0x80) continue;
       size_t l = sp_json_utf8_seq((const unsigned char *)reason + j, rlen - j);
-      if (!l) rc = -1;
-      else j += l - 1;
+      if (!l) return -1;
+      j += l - 1;
     }
     const char *spec = sp_spec_name(h->spec);
     if (!spec) spec = "none";
-    /* the keys and three integers written in place (the same digits as the
-       number writer's, without a call or a check per field: this runs for
-       every hop of every record) */
-    if (rc == 0) rc = sp_buf_reserve(&b, 96);
-    if (rc != 0) break;
-    char *o = b.data + b.len;
     o = i ? PUT_LIT(o, ",{\"hop\":") : PUT_LIT(o, "{\"hop\":");
     o = sp_json_put_uint(o, (unsigned long long)i);
     if (h->ncands > 0) {
@@ -1293,29 +1279,18 @@ int sp_window_stages_json(const sp_window *w, char *out, int cap) {
       o = PUT_LIT(o, ",\"rank\":");
       o = sp_json_put_uint(o, (unsigned long long)h->rank);
     }
-    b.len = (size_t)(o - b.data);
-    if (rlen > 0) {
-      rc = sp_buf_add(&b, ",\"reason\":", 10);
-      if (rc == 0) rc = sp_json_write_string(&b, reason, rlen);
-    }
-    if (rc == 0) rc = sp_buf_add(&b, ",\"spec\":", 8);
-    if (rc == 0) rc = sp_json_write_string(&b, spec, strlen(spec));
-    if (rc == 0) rc = sp_window_put_ms(&b, ",\"t_seg\":", h->t_seg);
-    if (rc == 0 && h->t_spec >= 0) rc = sp_window_put_ms(&b, ",\"t_spec\":", h->t_spec);
-    if (rc == 0) rc = sp_window_put_ms(&b, ",\"t_target\":", h->t_target);
-    if (rc == 0) rc = sp_window_put_ms(&b, ",\"t_update\":", h->t_update);
-    if (rc == 0) rc = sp_window_put_ms(&b, ",\"t_verify\":", h->t_verify);
-    if (rc == 0) rc = sp_buf_add(&b, "}", 1);
+    if (rlen > 0) o = sp_json_put_string(PUT_LIT(o, ",\"reason\":"), reason, rlen);
+    o = sp_json_put_string(PUT_LIT(o, ",\"spec\":"), spec, strlen(spec));
+    o = PUT_MS(o, ",\"t_seg\":", h->t_seg);
+    if (h->t_spec >= 0) o = PUT_MS(o, ",\"t_spec\":", h->t_spec);
+    o = PUT_MS(o, ",\"t_target\":", h->t_target);
+    o = PUT_MS(o, ",\"t_update\":", h->t_update);
+    o = PUT_MS(o, ",\"t_verify\":", h->t_verify);
+    if (o) o = PUT_LIT(o, "}");
   }
-  if (rc == 0) rc = sp_window_put_ms(&b, "],\"init\":", w->st.init_ms);
-  if (rc == 0) rc = sp_buf_add(&b, "}", 1);
-  int n = -1;
-  if (rc == 0 && b.len <= (size_t)INT_MAX) {
-    n = (int)b.len;
-    if (n <= cap) memcpy(out, b.data, b.len);
-  }
-  sp_buf_free(&b);
-  return n;
+  o = PUT_MS(o, "],\"init\":", w->st.init_ms);
+  if (o) o = PUT_LIT(o, "}");
+  return o ? (int)(o - out) : -1;
 }
 
 void sp_window_stats_get(const sp_window *w, sp_window_stats *out) {

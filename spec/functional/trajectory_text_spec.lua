@@ -174,4 +174,54 @@ describe("records with trajectories encoded as hops commit", function()
     -- the queries around it are written whole
     assert.matches('"id":"q8".-"segment":"s19"', text)
   end)
+
+  -- The "stages" object the engine writes (sp_window_stages_json) against
+  -- the table the Lua path builds for --trace: stage times from under
+  -- 0.0001 ms to 10^12 ms (past 10^11 a time has no short rounded form),
+  -- verifier reasons with escapes, non-ASCII text and bytes that are not
+  -- UTF-8 (which the Lua path cleans), rejected and accepted hops.
+  it("have their stage times and verifier reasons written as the Lua record writes them", function()
+    local a = H.tmpfile("stagey_agent.lua", [[
+      local specula = require "specula"
+      local WAITS = { 0.00003, 0.123456789, 7, 12345.678901, 2e15 + 0.5, 0.00049999 }
+      local REASONS = { "\u{e9} \"quoted\"\n", "tab\there \\ back", "\u{1F600} emoji", "", "bad \255 byte" }
+      local function wait(i) specula.sleep(WAITS[i % #WAITS + 1]) end
+      return specula.agent {
+        name = "stagey",
+        init = function(q) return { hop = 0, n = tonumber(q:match("%d+")) } end,
+        step = function(state)
+          wait(state.hop + state.n)
+          if state.hop >= 7 then return { final = "done" } end
+          return { segment = "s", action = { tool = "t", args = { i = state.hop + state.n } } }
+        end,
+        update = function(state) return { hop = state.hop + 1, n = state.n } end,
+        tools = { t = {
+          call = function(args) wait(args.i * 3) return "o" .. args.i end,
+          speculate = function(args) wait(args.i + 2) return args.i % 3 == 0 and "wrong" or "o" .. args.i end,
+        } },
+        verify = function(pred, actual) return pred == actual, REASONS[tonumber(actual:sub(2)) % #REASONS + 1] end,
+        policy = function() return "full" end,
+      }
+    ]])
+    local input = queries(12)
+    local dir = H.tmpdir()
+    local outs = {}
+    for _, run in ipairs({ { "stages_text" }, { "stages_values", "--trace", dir .. "/stages_trace.json" } }) do
+      local out = dir .. "/" .. run[1] .. ".jsonl"
+      local argv = { "run", a, "--input", input, "--clock", "virtual", "--k", "3", "--out", out, "--quiet" }
+      for i = 2, #run do argv[#argv + 1] = run[i] end
+      local st, _, err = H.specula(argv)
+      assert.equals(0, st, err)
+      outs[#outs + 1] = H.read(out)
+    end
+    assert.equals(outs[2], outs[1])
+    local text = outs[1]
+    -- the cases were there
+    assert.matches('"t_seg":1000000000000,', text, 1, true)
+    assert.matches('"reason":"\u{e9} \\"quoted\\"\\n"', text, 1, true)
+    assert.matches('"reason":"tab\\there \\\\ back"', text, 1, true)
+    assert.matches('"spec":"rejected"', text, 1, true)
+    assert.matches('"spec":"accepted"', text, 1, true)
+    assert.matches('"reason":"bad \u{FFFD} byte"', text, 1, true)
+  end)
 end)
