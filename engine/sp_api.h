@@ -914,11 +914,9 @@ int sp_replay_print(const sp_replay_args *a);
  * err naming what failed (never key material). */
 /* SHA-256 of len bytes at data into out (32 bytes). */
 void sp_crypto_sha256(const void *data, size_t len, unsigned char *out);
-/* A reusable SHA-256 for many short inputs (the query digest every record
-   carries): libcrypto's algorithm fetched once and one context reset per
-   input, where sp_crypto_sha256 fetches and allocates on every call (about
-   half its instructions on a short input; and the input ids' duplicate
-   check digests every line). sum writes the 32 bytes to out, hex 64
+/* A SHA-256 handle for many short inputs (the query digest every record
+   carries; it once held an EVP algorithm fetched once, and stays a handle
+   that can fail to be made). sum writes the 32 bytes to out, hex 64
    lowercase hex digits and a NUL (65 bytes); -1 if libcrypto failed. */
 typedef struct sp_digester sp_digester;
 sp_digester *sp_crypto_digester_new(void);

@@ -1,5 +1,15 @@
 /* sp_crypto: digests, random bytes, signatures and the hex and Base64
- * encodings, all from OpenSSL's libcrypto. Declarations are in sp_api.h. */
+ * encodings, all from OpenSSL's libcrypto. Declarations are in sp_api.h.
+ *
+ * SHA-256 goes through libcrypto's SHA256_CTX functions, not EVP: in
+ * OpenSSL 3 the first EVP digest of a process sets up the provider
+ * machinery and reads openssl.cnf, about 6 M instructions (2 ms) of every
+ * start, while a plain run needs no other EVP function (HTTPS, HMAC and
+ * signatures, which stay on EVP, set it up when they are first used). The
+ * digests here name code and inputs (provenance, the bytecode cache, ids),
+ * never a secret. Those functions are deprecated in OpenSSL 3.0, not
+ * removed: the warning is silenced for this file only. */
+#define OPENSSL_SUPPRESS_DEPRECATED
 #include "sp_crypto.h"
 
 #include <openssl/bio.h>
@@ -12,12 +22,13 @@
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/rsa.h>
+#include <openssl/sha.h>
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
 struct sp_sha256 {
-  EVP_MD_CTX *md; /* the running digest */
+  SHA256_CTX c;   /* the running digest */
 };
 
 /* Writes what failed and the library's first queued reason (never key
@@ -38,41 +49,26 @@ static int fail(char *err, size_t errlen, const char *what) {
 }
 
 void sp_crypto_sha256(const void *data, size_t len, unsigned char *out) {
-  unsigned int n = 32;
-  EVP_Digest(data, len, out, &n, EVP_sha256(), NULL);
+  SHA256_CTX c;
+  SHA256_Init(&c);
+  SHA256_Update(&c, data, len);
+  SHA256_Final(out, &c);
 }
 
+/* (a digester was an EVP algorithm fetched once and a context reset for
+   every input; the SHA256_CTX functions need neither, and it stays for its
+   callers as a handle that can fail to be made) */
 struct sp_digester {
-  EVP_MD *alg;     /* SHA-256, fetched once from the default provider */
-  EVP_MD_CTX *md;  /* reset for every input */
+  SHA256_CTX c;    /* set up again for every input */
 };
 
-sp_digester *sp_crypto_digester_new(void) {
-  sp_digester *d = calloc(1, sizeof *d);
-  if (!d) return NULL;
-  d->alg = EVP_MD_fetch(NULL, "SHA256", NULL);
-  d->md = EVP_MD_CTX_new();
-  if (!d->alg || !d->md) {
-    sp_crypto_digester_free(d);
-    return NULL;
-  }
-  return d;
-}
+sp_digester *sp_crypto_digester_new(void) { return calloc(1, sizeof(sp_digester)); }
 
-void sp_crypto_digester_free(sp_digester *d) {
-  if (!d) return;
-  EVP_MD_CTX_free(d->md);
-  EVP_MD_free(d->alg);
-  free(d);
-}
+void sp_crypto_digester_free(sp_digester *d) { free(d); }
 
 int sp_crypto_digester_sum(sp_digester *d, const void *data, size_t len, unsigned char *out) {
-  unsigned int n = 0;
-  if (!d || EVP_DigestInit_ex(d->md, d->alg, NULL) != 1 || EVP_DigestUpdate(d->md, data, len) != 1 ||
-      EVP_DigestFinal_ex(d->md, out, &n) != 1 || n != 32) {
-    ERR_clear_error();
+  if (!d || SHA256_Init(&d->c) != 1 || SHA256_Update(&d->c, data, len) != 1 || SHA256_Final(out, &d->c) != 1)
     return -1;
-  }
   return 0;
 }
 
@@ -91,9 +87,7 @@ int sp_crypto_digester_hex(sp_digester *d, const void *data, size_t len, char *o
 sp_sha256 *sp_crypto_sha256_new(void) {
   sp_sha256 *h = calloc(1, sizeof *h);
   if (!h) return NULL;
-  h->md = EVP_MD_CTX_new();
-  if (!h->md || EVP_DigestInit_ex(h->md, EVP_sha256(), NULL) != 1) {
-    EVP_MD_CTX_free(h->md);
+  if (SHA256_Init(&h->c) != 1) {
     free(h);
     return NULL;
   }
@@ -101,21 +95,16 @@ sp_sha256 *sp_crypto_sha256_new(void) {
 }
 
 void sp_crypto_sha256_add(sp_sha256 *h, const void *data, size_t len) {
-  if (h && len) EVP_DigestUpdate(h->md, data, len);
+  if (h && len) SHA256_Update(&h->c, data, len);
 }
 
 void sp_crypto_sha256_finish(sp_sha256 *h, unsigned char *out) {
-  unsigned int n = 32;
   if (!h) return;
-  EVP_DigestFinal_ex(h->md, out, &n);
+  SHA256_Final(out, &h->c);
   sp_crypto_sha256_free(h);
 }
 
-void sp_crypto_sha256_free(sp_sha256 *h) {
-  if (!h) return;
-  EVP_MD_CTX_free(h->md);
-  free(h);
-}
+void sp_crypto_sha256_free(sp_sha256 *h) { free(h); }
 
 void sp_crypto_hmac_sha256(const void *key, size_t keylen, const void *data, size_t len,
                            unsigned char *out) {
