@@ -10,6 +10,27 @@ local function queries(n)
   return H.tmpfile("traj_q.jsonl", table.concat(lines, "\n") .. "\n")
 end
 
+-- The records of agent over input written as a plain CLI run writes them
+-- (hops encoded as they commit, stages and stats by the engine) and with
+-- --trace, which keeps every record's values until it is written (the
+-- trace reads them): the path the records were always built on. Returns
+-- the two files' texts and the two runs' stderr; each run must exit with
+-- status.
+local function text_and_values(tag, agent, input, extra, status)
+  local dir = H.tmpdir()
+  local outs, errs = {}, {}
+  for _, run in ipairs({ { "text" }, { "values", "--trace", dir .. "/" .. tag .. "_trace.json" } }) do
+    local out = dir .. "/" .. tag .. "_" .. run[1] .. ".jsonl"
+    local argv = { "run", agent, "--input", input, "--clock", "virtual", "--out", out, "--quiet" }
+    for _, x in ipairs(extra) do argv[#argv + 1] = x end
+    for i = 2, #run do argv[#argv + 1] = run[i] end
+    local st, _, err = H.specula(argv)
+    assert.equals(status, st, err)
+    outs[#outs + 1], errs[#errs + 1] = H.read(out), err
+  end
+  return outs, errs
+end
+
 describe("a query's committed hops", function()
   -- The agent notes every step table it returns in a weak table; at its
   -- last step it collects garbage and answers with how many are still
@@ -146,20 +167,8 @@ describe("records with trajectories encoded as hops commit", function()
         policy = function() return "full" end,
       }
     ]])
-    local input = queries(8)
-    local dir = H.tmpdir()
-    -- --trace keeps every record's values until it is written (the trace
-    -- reads them): the path the records were always built on
-    local outs, errs = {}, {}
-    for _, run in ipairs({ { "text" }, { "values", "--trace", dir .. "/trace.json" } }) do
-      local out = dir .. "/" .. run[1] .. ".jsonl"
-      local argv = { "run", a, "--input", input, "--clock", "virtual", "--k", "2", "--out", out, "--quiet",
-                     "--concurrency", "8" }
-      for i = 2, #run do argv[#argv + 1] = run[i] end
-      local st, _, err = H.specula(argv)
-      assert.equals(3, st, err)   -- some queries fail: exit 3
-      outs[#outs + 1], errs[#errs + 1] = H.read(out), err
-    end
+    -- (some queries fail: exit 3)
+    local outs, errs = text_and_values("odd", a, queries(8), { "--k", "2", "--concurrency", "8" }, 3)
     assert.equals(outs[2], outs[1])
     assert.equals(errs[2], errs[1])
     local text = outs[1]
@@ -203,17 +212,7 @@ describe("records with trajectories encoded as hops commit", function()
         policy = function() return "full" end,
       }
     ]])
-    local input = queries(12)
-    local dir = H.tmpdir()
-    local outs = {}
-    for _, run in ipairs({ { "stages_text" }, { "stages_values", "--trace", dir .. "/stages_trace.json" } }) do
-      local out = dir .. "/" .. run[1] .. ".jsonl"
-      local argv = { "run", a, "--input", input, "--clock", "virtual", "--k", "3", "--out", out, "--quiet" }
-      for i = 2, #run do argv[#argv + 1] = run[i] end
-      local st, _, err = H.specula(argv)
-      assert.equals(0, st, err)
-      outs[#outs + 1] = H.read(out)
-    end
+    local outs = text_and_values("stages", a, queries(12), { "--k", "3" }, 0)
     assert.equals(outs[2], outs[1])
     local text = outs[1]
     -- the cases were there
