@@ -66,6 +66,7 @@ describe("sp_json_line_scan", function()
       '  {"id":"with blanks","query":"y"}  ',
       '{"id":"nul\\u0000inside","query":"x"}',
       '{"id":-0,"query":1e308}',
+      '{"id":"","query":""}',
     }
     for _, line in ipairs(plain) do
       assert.equals(0, agrees(line), line)
@@ -86,9 +87,12 @@ describe("sp_json_line_scan", function()
       assert.equals(-1, scan(line), string.format("%q", line))
       agrees(line)
     end
-    -- as deep as the decoder goes: both read it
+    -- as deep as the decoder goes (256 levels): both read it; one more: neither
     local ok = '{"a":' .. string.rep("[", 255) .. string.rep("]", 255) .. '}'
     assert.equals(0, agrees(ok))
+    local over = '{"a":' .. string.rep("[", 256) .. string.rep("]", 256) .. '}'
+    assert.equals(-1, agrees(over))
+    assert.is_nil(datasets.decode(over))
   end)
 
   it("agrees with the decoder on 3,000 damaged lines", function()
@@ -113,6 +117,33 @@ describe("sp_json_line_scan", function()
     end
     -- (the damage leaves some lines valid objects: the check saw both sides)
     assert.is_true(summarised > 100 and summarised < 2900, "summarised " .. summarised)
+  end)
+
+  it("counts in the first pass exactly the queries the run then reads, on a file of damaged lines", function()
+    local seeds = { '{"id":"q%d","query":"what is \\"x\\"?","max_hops":3}', '{"id":"s%d","query":"\\u00e9 %d"}' }
+    local chars = { '"', "\\", "{", "}", ":", ",", "u", "0", " ", "\255" }
+    math.randomseed(11)
+    local lines = {}
+    for n = 1, 2000 do
+      local s = string.format(seeds[n % 2 + 1], n, n)
+      if n % 3 == 0 then
+        local at = math.random(1, #s)
+        s = s:sub(1, at - 1) .. chars[math.random(#chars)] .. s:sub(at + 1)
+      end
+      lines[n] = s
+    end
+    local path = os.tmpname()
+    local f = assert(io.open(path, "wb"))
+    f:write(table.concat(lines, "\n"), "\n")
+    f:close()
+    for _, fmt in ipairs({ "auto", "jsonl" }) do
+      local src = assert(inputs.open({ input = path, format = fmt }))
+      local read = 0
+      src:each(function() read = read + 1 end)
+      assert.equals(src.total, read, fmt)
+      assert.is_true(read > 1000 and read < 2000, fmt .. ": " .. read)
+    end
+    os.remove(path)
   end)
 end)
 
