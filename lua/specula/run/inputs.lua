@@ -233,8 +233,8 @@ local plain_error = function(...) return require("specula.internal.sched").plain
 
 -- This process's queries in input order, one a call, nil after the last:
 -- the file is read as they are asked for (the run pulls its next query
--- straight from the reader: no coroutine between them, whose resume and
--- yield cost a query as much as its input line's decoding).
+-- straight from the reader: a coroutine between them cost a resume, a
+-- yield and a task check a query, 2.6 % of a one-hop run's instructions).
 function Source:reader()
   if self.list then
     local list, p, index = self.list, 0, 0
