@@ -436,6 +436,58 @@ return specula.agent {
   end)
 end)
 
+describe("a failure while a finished query's record is read", function()
+  -- The step tables of some queries carry a metatable whose __index raises
+  -- for "segment": nothing reads it until the record is built from the
+  -- finished window (a step with a metatable is kept as a value, not
+  -- encoded as it commits). That query's record is an error naming it; the
+  -- queries around it, before and after, concurrent or not, are written
+  -- whole, and the run goes on past several such failures.
+  it("is that query's error record; every other record is written, in order", function()
+    local agent = tmp("badrec.lua")
+    local f = assert(io.open(agent, "w"))
+    f:write([[
+local specula = require "specula"
+local BAD = { __index = function(t, k) if k == "segment" then error("segment exploded: " .. t.q) end end }
+return specula.agent {
+  init = function(q) return { hop = 0, q = q } end,
+  step = function(s)
+    if s.hop >= 3 then return { final = "done " .. s.q } end
+    local step = { action = { tool = "t", args = { i = s.hop } } }
+    if s.q:match("^question [37]$") or s.q == "question 10" then
+      step.q = s.q
+      return setmetatable(step, BAD)
+    end
+    step.segment = "s" .. s.hop
+    return step
+  end,
+  update = function(s) return { hop = s.hop + 1, q = s.q } end,
+  tools = { t = { call = function(a) return "o" .. a.i end, speculate = function(a) return "o" .. a.i end } },
+  policy = function() return "full" end,
+}
+]])
+    f:close()
+    local inp = input(12)
+    for _, conc in ipairs({ "1", "4" }) do
+      local st, out, err = H.sh(H.quote(H.bin) .. " run " .. H.quote(agent) .. " --input " .. H.quote(inp)
+        .. " --clock virtual --k 2 --quiet --concurrency " .. conc)
+      assert.equals(3, st, err)
+      local recs = H.jsonl(out)
+      assert.equals(12, #recs, out)
+      for i, r in ipairs(recs) do
+        assert.equals("q" .. i, r.id)
+        if i == 3 or i == 7 or i == 10 then
+          assert.is_nil(r.answer)
+          assert.matches("segment exploded: question " .. i, r.error, 1, true)
+        else
+          assert.equals("done question " .. i, r.answer, r.error)
+          assert.equals(3, #r.trajectory)
+        end
+      end
+    end
+  end)
+end)
+
 describe("tasks of one query that wait on each other", function()
   it("fail that query with a message naming the wait, on either clock; the others are written", function()
     local inp = tmp("dl.jsonl")

@@ -536,6 +536,25 @@ local function hook_cassette(R, span)
   end
 end
 
+-- Start query q, the batch's i-th: its window into ring R (a window that
+-- cannot be made is the query's error record at once).
+local function start_query(run, R, q, i, group, record)
+  local s = band(i, R.cap - 1) + 1
+  R.q[s] = q
+  local w, err = new_window(run, q, i, true)
+  if not w then return record(i, { id = q.id, query = q.query, gold = gold_of(q), error = err }) end
+  window_set_tag(w, i)
+  R.win[s] = w
+  start_window(run, w, q, group)
+end
+
+-- A finished window is read into its record with no protected call around
+-- each read: its return into a pcall frame ended the compiled trace of the
+-- read (LuaJIT cannot return from a trace into a pcall below where it
+-- started), so every record was read in the interpreter (8-12 % of a
+-- one-hop query's instructions). The whole loop (pump) runs in one
+-- protected call instead, and a failure while a window is read is that
+-- query's error record, as before; any other ends the batch.
 run_batch = function(run, queries, emit, progress, keep)
   local stream = queries.next and queries or nil
   local n = stream and stream.n or #queries
@@ -596,48 +615,55 @@ run_batch = function(run, queries, emit, progress, keep)
     end
     if progress and rec then progress(done, n, t0, sum_wall, sum_std, nfailed) end
   end
-  while done < n and not (interrupted and done == started) do
-    check_cassette()
-    if not interrupted and cctx ~= nil and host_signal(cctx) ~= 0 then interrupted = true end
-    if interrupted and done == started then break end  -- nothing left to wait for
-    while not interrupted and started - done < conc and next_i <= n do
-      local i = next_i
-      if i - next_emit >= R.cap then ring_grow(R, next_emit, i) end
-      next_i, started = i + 1, started + 1
-      local q
-      if stream then q = stream.next() else q = queries[i] end
-      local s = band(i, R.cap - 1) + 1
-      R.q[s] = q
-      local w, err = new_window(run, q, i, true)
-      if not w then
-        record(i, { id = q.id, query = q.query, gold = gold_of(q), error = err })
+  -- (a failure while a window is read: fin_w set; see above)
+  local fin_w, fin_q, fin_i, fin_cancelled
+  local function finished(aw, q, ai, cancelled, rec)
+    window_free(aw)
+    if cancelled and cctx ~= nil and host_signal(cctx) ~= 0 then
+      interrupted = true
+      rec = nil
+    end
+    record(ai, rec)
+  end
+  local function pump()
+    while done < n and not (interrupted and done == started) do
+      check_cassette()
+      if not interrupted and cctx ~= nil and host_signal(cctx) ~= 0 then interrupted = true end
+      if interrupted and done == started then break end  -- nothing left to wait for
+      while not interrupted and started - done < conc and next_i <= n do
+        local i = next_i
+        if i - next_emit >= R.cap then ring_grow(R, next_emit, i) end
+        next_i, started = i + 1, started + 1
+        local q
+        if stream then q = stream.next() else q = queries[i] end
+        start_query(run, R, q, i, group, record)
+      end
+      local fw = wgroup_pop(group)
+      if fw == nil then
+        if wgroup_wait(group, me) == 0 then sched.yield() end
       else
-        window_set_tag(w, i)
-        R.win[s] = w
-        start_window(run, w, q, group)
+        -- the window's tag is its query's index; the ring holds the window
+        -- (its finalizer) and the query
+        local ai = window_tag(fw)
+        local s = band(ai, R.cap - 1) + 1
+        local aw, q = R.win[s], R.q[s]
+        check_cassette()   -- (raises with the window still in the ring: run_all frees it)
+        R.win[s] = nil
+        local cancelled = window_status(fw) == WIN_CANCELLED
+        fin_w, fin_q, fin_i, fin_cancelled = aw, q, ai, cancelled
+        local rec = finish_window(run, aw, q, ai)
+        fin_w = nil
+        finished(aw, q, ai, cancelled, rec)
       end
     end
-    local fw = wgroup_pop(group)
-    if fw == nil then
-      if wgroup_wait(group, me) == 0 then sched.yield() end
-    else
-      -- the window's tag is its query's index; the ring holds the window
-      -- (its finalizer) and the query
-      local ai = window_tag(fw)
-      local s = band(ai, R.cap - 1) + 1
-      local aw, q = R.win[s], R.q[s]
-      check_cassette()   -- (raises with the window still in the ring: run_all frees it)
-      R.win[s] = nil
-      local cancelled = window_status(fw) == WIN_CANCELLED
-      local ok, rec = pcall(finish_window, run, aw, q, ai)
-      window_free(aw)
-      if not ok then rec = { id = q.id, query = q.query, gold = gold_of(q), error = sched.errstr(rec) } end
-      if cancelled and cctx ~= nil and host_signal(cctx) ~= 0 then
-        interrupted = true
-        rec = nil
-      end
-      record(ai, rec)
-    end
+  end
+  while true do
+    local ok, e = pcall(pump)
+    if ok then break end
+    local aw, q = fin_w, fin_q
+    if aw == nil then error(e, 0) end
+    fin_w = nil
+    finished(aw, q, fin_i, fin_cancelled, { id = q.id, query = q.query, gold = gold_of(q), error = sched.errstr(e) })
   end
   if stream and stream.finish then stream.finish() end
   if interrupted then
