@@ -445,8 +445,7 @@ describe("a failure while a finished query's record is read", function()
   -- whole, and the run goes on past several such failures.
   it("is that query's error record; every other record is written, in order", function()
     local agent = tmp("badrec.lua")
-    local f = assert(io.open(agent, "w"))
-    f:write([[
+    H.write(agent, [[
 local specula = require "specula"
 local BAD = { __index = function(t, k) if k == "segment" then error("segment exploded: " .. t.q) end end }
 return specula.agent {
@@ -466,7 +465,6 @@ return specula.agent {
   policy = function() return "full" end,
 }
 ]])
-    f:close()
     local inp = input(12)
     for _, conc in ipairs({ "1", "4" }) do
       local st, out, err = H.sh(H.quote(H.bin) .. " run " .. H.quote(agent) .. " --input " .. H.quote(inp)
