@@ -356,6 +356,21 @@ double sp_stdio_unwritten(const sp_stdio *s);     /* bytes queued, not yet writt
 const char *sp_stdio_out_error(const sp_stdio *s);
 void sp_stdio_stop(sp_stdio *s);                   /* stop reading stdin (writes go on) */
 
+/* ---- record files written in batches (engine/sp_outfile.c) ------------- */
+/* f: a file of Lua's io library (the FFI passes its FILE *) not yet read or
+   written. It gets a stdio buffer of bufsize bytes the context owns, and is
+   flushed at the end of every drain of the ready queue (before the loop
+   waits, at least every SP_DRAIN_BUDGET runnables) rather than by the
+   writer after each line. 0, or -1 and err ("ECODE: ..."). */
+int sp_outfile_add(sp_ctx *ctx, void *f, double bufsize, char *err, size_t errlen);
+/* 1 and the OS's reason in err when a flush of f at a drain's end failed
+   (the writer stops there); 0 otherwise. */
+int sp_outfile_check(sp_ctx *ctx, void *f, char *err, size_t errlen);
+/* Stop batching f: flush what is buffered (discard != 0: drop it, after a
+   failure), then f is the caller's again, to close. 0, or -1 and the OS's
+   reason in err when a flush failed (what was buffered is dropped). */
+int sp_outfile_remove(sp_ctx *ctx, void *f, int discard, char *err, size_t errlen);
+
 /* ---- child processes and JSON-RPC requests (engine/sp_proc.c) --------- */
 typedef struct sp_proc sp_proc;        /* a child process with stdio pipes */
 typedef struct sp_rpc sp_rpc;          /* one outstanding JSON-RPC request */

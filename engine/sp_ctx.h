@@ -20,9 +20,11 @@
    scheduler reaps before the processes and http close; the processes'
    cancel notifications are http requests, freed before http itself; the
    HTTP servers' listeners and connections close with them; the process's
-   own stdio last, so an answer written at the end is flushed. */
+   own stdio last, so an answer written at the end is flushed. The record
+   files' buffers are written before lua_close closes the files and freed
+   after it (sp_outfile.h). */
 enum { SP_OWN_WINDOWS, SP_OWN_SCHED, SP_OWN_PROCS, SP_OWN_HTTPD, SP_OWN_HTTP, SP_OWN_SIGNALS,
-       SP_OWN_VALS, SP_OWN_STDIO, SP_OWNERS };
+       SP_OWN_VALS, SP_OWN_OUTFILES, SP_OWN_STDIO, SP_OWNERS };
 
 /* An owner's part in the shutdown (sp_ctx_shutdown), each step optional. */
 typedef struct sp_owner {
@@ -47,6 +49,7 @@ struct sp_ctx {
   struct sp_windows *windows;   /* the window unit (sp_window_int.h), NULL before the first window */
   struct sp_signals *signals;   /* the SIGINT/SIGTERM watch (sp_signal.h), NULL until armed */
   struct sp_stdio *stdio;       /* the process's own stdin/stdout (sp_stdio.c), NULL until opened */
+  struct sp_outfiles *outfiles; /* record files flushed per drain (sp_outfile.c), NULL until the first */
   const sp_owner *owners[SP_OWNERS]; /* each owner's shutdown, by SP_OWN_* */
 };
 

@@ -49,6 +49,7 @@ typedef struct sp_jsonenc {
   const void *path[SP_JSONENC_MAX_DEPTH + 1];  /* open table at each depth (1-based): the cycle check */
   int sorted;                                  /* 1: object keys in bytewise order */
   int pick;                                    /* 1: note where "answer" and "trajectory" are */
+  int batched;                                 /* 1: write_line leaves the line in the file's buffer (sp_outfile.h) */
   size_t picked[4];                            /* their values' [start, end) in out; SIZE_MAX: absent */
   char err[256];                               /* why the call failed */
 } sp_jsonenc;
@@ -356,7 +357,8 @@ static int sp_jsonenc_write_line(sp_jsonenc *e, lua_State *L, FILE *f) {
   }
   errno = 0;
   ok = fwrite(e->out.data, 1, e->out.len, f) == e->out.len;
-  if (ok) ok = fflush(f) == 0;
+  /* a batched file (sp_outfile.h) is flushed at the end of the drain */
+  if (ok && !e->batched) ok = fflush(f) == 0;
   if (ok) {
     size_t bytes = e->out.len;
     lua_pushboolean(L, 1);
@@ -407,8 +409,9 @@ static void sp_jsonenc_trim_keys(sp_jsonenc *e) {
 }
 
 /* enc(value, sorted) -> text | nil, "JSON: <why>"
-   enc(value, sorted, file [, pick]) -> true, bytes [, agreement] | nil, "JSON: <why>" (nothing written) |
-   false, "<OS error>" (a write or flush failed) */
+   enc(value, sorted, file [, pick [, batched]]) -> true, bytes [, agreement] | nil, "JSON: <why>" (nothing
+   written) | false, "<OS error>" (a write or flush failed); batched: written into the file's buffer and
+   not flushed (sp_outfile_add) */
 static int sp_jsonenc_call(lua_State *L) {
   sp_jsonenc *e = lua_touserdata(L, SP_JSONENC_UP_STATE);
   e->sorted = lua_toboolean(L, 2);
@@ -423,6 +426,7 @@ static int sp_jsonenc_call(lua_State *L) {
     }
   }
   e->pick = file && lua_toboolean(L, 4);
+  e->batched = file && lua_toboolean(L, 5);
   int rc = sp_jsonenc_run(e, L);
   int nret = 1;
   if (rc == 0 && file) nret = sp_jsonenc_write_line(e, L, file);

@@ -1,4 +1,5 @@
 #include "sp_sched.h"
+#include "sp_outfile.h"
 #include "sp_timer.h"
 #include "sp_vals.h"
 #include <lauxlib.h>
@@ -209,6 +210,8 @@ void sp_sched_drain(sp_ctx *ctx) {
   sp_sched_reap(ctx);
   sp_vals_sweep(ctx);
   gc_tune(ctx);
+  /* the records this drain wrote reach their files before the loop waits */
+  if (ctx->outfiles) sp_outfile_flush_all(ctx);
   if (!ctx->sched->ready_head && !(ctx->timers.virt && ctx->timers.n > 0)) uv_idle_stop(&ctx->sched->ready_idle);
 }
 

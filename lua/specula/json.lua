@@ -377,8 +377,9 @@ end
 -- write_line(f, value, true) returns third the canonical text of
 -- { value.answer, value.trajectory } cut from the line (nil when value
 -- lacks either): what --compare's agreement compares, without encoding
--- the trajectory twice.
-function M.write_line(f, value, pick) return cenc(value, true, f, pick) end
+-- the trajectory twice. batched: the line is left in f's buffer, not
+-- flushed (a file the engine flushes, engine/sp_outfile.h).
+function M.write_line(f, value, pick, batched) return cenc(value, true, f, pick, batched) end
 
 -- 0-based byte offset of the first invalid UTF-8 sequence in s (from the
 -- 0-based offset from), or nil.

@@ -221,7 +221,7 @@ local C_FLOORS = {
     "sp_url", "sp_curl", "sp_crypto", "sp_est", "sp_theory", "sp_stats", "sp_bootstrap", "sp_stages", "sp_policy",
     "sp_actspec", "sp_record" },
   { name = "context", "sp_ctx" },
-  { name = "runtime", "sp_vals", "sp_sched", "sp_signal" },
+  { name = "runtime", "sp_vals", "sp_sched", "sp_signal", "sp_outfile" },
   { name = "io", "sp_http", "sp_proc", "sp_httpd", "sp_stdio" },
   { name = "window", "sp_window", "sp_window_int", "sp_window_actspec", "sp_wgroup" },
   { name = "engine", "sp_engine" },

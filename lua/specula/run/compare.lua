@@ -777,7 +777,7 @@ end
 -- none else, said on stderr). stdout holds the table alone otherwise.
 local function records_output(o)
   if o.out then
-    return records.open_output(o.out, "a", "--out file", "canonical"), format("--out file '%s'", o.out)
+    return records.open_records(o.out, "--out file"), format("--out file '%s'", o.out)
   elseif o.records_stdout then
     return require("specula.internal.output").wrap(io.stdout, "canonical"), "stdout"   -- --out -: before the table
   elseif not o.quiet then
@@ -860,10 +860,7 @@ function M.main(agent, o, src, script)
   -- the slim records, built once every configuration has run (none for a
   -- configuration a signal kept from starting)
   for ci = 1, #configs do all[ci] = tallies[ci] and tallies[ci]:records() or {} end
-  if o.out then
-    local ok, err = out:close()
-    if not ok then records.write_failed(what, err) end
-  end
+  if o.out then records.close_records(out, what, o.out) end
   if trace_f then
     local digests = {}
     for ci = 1, #configs do digests[ci] = runs[ci].prov.run end

@@ -387,6 +387,70 @@ local function open_output(path, mode, what, kind)
 end
 M.open_output = open_output
 
+-- The --out file of a run's records, opened for appending (open_output).
+-- A regular file is written in batches: its lines go into a buffer of
+-- OUT_BUFFER bytes the engine flushes at the end of every drain of its
+-- ready queue (before the loop waits for anything, and at least every
+-- SP_DRAIN_BUDGET runnables; engine/sp_outfile.h), not a write(2) and a
+-- flush a line, which were 14 % of a one-hop query's CPU. A pipe, a
+-- terminal or stdout still get each line at once.
+local OUT_BUFFER = 262144
+function M.open_records(path, what)
+  local out = open_output(path, "a", what, "canonical")
+  if path ~= "-" and core.ctx ~= nil and C.sp_host_path_kind(path) == 1 then
+    local err, errlen = core.errbuf()
+    out.batched = C.sp_outfile_add(core.ctx, out.file, OUT_BUFFER, err, errlen) == 0
+  end
+  return out
+end
+
+-- Cut path back to its last complete line at or before byte `size` (the
+-- lines handed to it so far): a batched file may hold less than that, and
+-- where its last write stopped is read back, not assumed.
+local function cut_back(path, size)
+  local f = io.open(path, "rb")
+  if not f then return end
+  local pos = f:seek("end") or 0
+  if pos > size then pos = size end
+  local cut = 0
+  while pos > 0 do
+    local from = pos > 65536 and pos - 65536 or 0
+    f:seek("set", from)
+    local after = (f:read(pos - from) or ""):match(".*\n()")
+    if after then
+      cut = from + after - 1
+      break
+    end
+    pos = from
+  end
+  f:close()
+  C.truncate(path, cut)
+end
+
+-- A batched file stops being one: its buffer is written (discard: dropped,
+-- after a failure); the OS's reason when that write fails.
+local function unbatch(out, discard)
+  if not out.batched then return nil end
+  out.batched = false
+  local err, errlen = core.errbuf()
+  if C.sp_outfile_remove(core.ctx, out.file, discard and 1 or 0, err, errlen) ~= 0 then return ffi.string(err) end
+  return nil
+end
+
+-- Close what open_records opened, writing what it buffers first; a failed
+-- write ends the run (write_failed), the file cut back to its last
+-- complete line.
+function M.close_records(out, what, path)
+  local why = unbatch(out, false)
+  if why then
+    out:close()
+    cut_back(path, math.huge)
+    write_failed(what, why)
+  end
+  local ok, err = out:close()
+  if not ok then write_failed(what, err) end
+end
+
 -- Write the strings of list to f and close it, checking every step; a file
 -- left incomplete is removed when it is a regular file (no half JSON).
 local function write_whole(f, path, what, list)
@@ -447,7 +511,9 @@ local function record_line(rec)
 end
 
 -- A record sink for run_all: one JSON line per finished query, flushed at
--- once so a killed run loses at most the line in flight (resume repairs it).
+-- once, or for a batched file (open_records) at the end of the engine's
+-- drain that wrote it, so a killed run loses at most the lines of its last
+-- drain (resume runs those queries again and repairs a cut line).
 -- out is a "canonical" writer (open_output); while it has nothing to scrub
 -- the line goes from the C encoder's buffer to its file (json.write_line).
 -- `config` tags each record with its configuration (used by --compare).
@@ -457,6 +523,9 @@ end
 -- (json.canonical({ answer, trajectory })), cut from the written line when
 -- the C encoder wrote it, else encoded again.
 local write_line = json.write_line
+local outfile_check = C.sp_outfile_check
+local ERRLEN = 256
+local ERR = ffi.new("char[?]", ERRLEN)
 local function record_writer(out, config, what, path, pick)
   what = what or "stdout"
   local regular = path and C.sp_host_path_kind(path) == 1
@@ -471,7 +540,12 @@ local function record_writer(out, config, what, path, pick)
     if regular and not size then size = out:seek("end") end
     local ok, res, agree   -- res: the bytes written, or why not
     local file = write_line and out:direct()
-    if file then ok, res, agree = write_line(file, rec, pick) end
+    local batched = out.batched
+    if file then
+      -- (a flush at the end of an earlier drain may have failed)
+      if batched and outfile_check(core.ctx, file, ERR, ERRLEN) ~= 0 then ok, res = false, ffi.string(ERR)
+      else ok, res, agree = write_line(file, rec, pick, batched) end
+    end
     if ok == nil then
       -- a secret is known (the writer scrubs the line), or the record
       -- cannot be encoded (record_line's checked Lua path says where)
@@ -482,7 +556,8 @@ local function record_writer(out, config, what, path, pick)
     end
     rec._agg = agg
     if not ok then
-      if size then C.truncate(path, size) end
+      unbatch(out, true)
+      if size then cut_back(path, size) end
       write_failed(what, res)
     end
     if size then size = size + res end

@@ -782,13 +782,13 @@ local function open_outputs(o)
   local out, what = output.wrap(io.stdout, "canonical"), "stdout"
   local out_new = o.out and C.sp_host_path_kind(o.out) == 0
   if o.out then
-    out, what = open_output(o.out, "a", "--out file", "canonical"), format("--out file '%s'", o.out)
+    out, what = records.open_records(o.out, "--out file"), format("--out file '%s'", o.out)
   end
   if not o.trace then return out, what, nil end
   local tok, t = pcall(open_output, o.trace, "w", "--trace file", "json")
   if not tok then
     if out_new then
-      out:close()
+      records.close_records(out, format("--out file '%s'", o.out), o.out)
       os.remove(o.out)
     end
     error(t, 0)
@@ -883,10 +883,7 @@ function M.main(agent, args, script, compare)
   local show = o.progress or (not o.quiet and o.out ~= nil and isatty(2))
   -- without --trace no record is kept once written
   local results, interrupted, emitted = run_all(run, pending, emit, progress_line(show), not acc)
-  if o.out then
-    local ok, err = out:close()
-    if not ok then write_failed(what, err) end
-  end
+  if o.out then records.close_records(out, what, o.out) end
   -- a predictor disabled by its failure keeps no state: a resume would
   -- run it again where this run did not
   if pstate and predstate.keepable(run.predictor) and not run.pdisabled() then
