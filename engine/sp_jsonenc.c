@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
@@ -356,8 +357,13 @@ static int sp_jsonenc_write_line(sp_jsonenc *e, lua_State *L, FILE *f) {
     return 2;
   }
   errno = 0;
-  ok = fwrite(e->out.data, 1, e->out.len, f) == e->out.len;
-  /* a batched file (sp_outfile.h) is flushed at the end of the drain */
+  ok = 1;
+  /* A batched file (sp_outfile.h) is flushed at the end of the drain, and
+     a line that does not fit in what is left of its buffer is preceded by
+     a flush: each write(2) then holds whole lines, so a process killed
+     between two of them leaves no cut line (and stdio never splits one) */
+  if (e->batched && __fpending(f) > 0 && e->out.len > __fbufsize(f) - __fpending(f)) ok = fflush(f) == 0;
+  if (ok) ok = fwrite(e->out.data, 1, e->out.len, f) == e->out.len;
   if (ok && !e->batched) ok = fflush(f) == 0;
   if (ok) {
     size_t bytes = e->out.len;

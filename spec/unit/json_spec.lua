@@ -592,6 +592,35 @@ describe("specula.json", function()
     assert.equal("attempt to use a closed file", cerr)
   end)
 
+  c_encoder("write_line, batched, leaves lines in the buffer and never writes part of one", function()
+    local path = os.tmpname()
+    local f = assert(io.open(path, "wb"))
+    assert(f:setvbuf("full", 4096))   -- glibc: a buffer of the file's block size, 4 KB here
+    local line = { x = string.rep("y", 991) }   -- 999 bytes and a newline
+    local sizes = {}
+    for i = 1, 9 do
+      assert.is_true(json.write_line(f, line, false, true))
+      sizes[i] = assert(io.open(path, "rb")):seek("end")
+    end
+    -- nothing is written while lines fit; the fifth would not: the four
+    -- before it are written whole, not the buffer's first 4,096 bytes
+    assert.same({ 0, 0, 0, 0, 4000, 4000, 4000, 4000, 8000 }, sizes)
+    assert(f:flush())
+    assert.equals(9000, assert(io.open(path, "rb")):seek("end"))
+    -- a line longer than the buffer: what is buffered goes first, whole
+    assert.is_true(json.write_line(f, line, false, true))
+    assert.is_true(json.write_line(f, { x = string.rep("z", 9000) }, false, true))
+    assert.equals(10000 + #'{"x":"' + 1, (assert(io.open(path, "rb")):read("*a"):find("z", 1, true)))
+    f:close()
+    local n = 0
+    for l in io.lines(path) do
+      n = n + 1
+      assert.is_table(require("cjson").decode(l))
+    end
+    assert.equals(11, n)
+    os.remove(path)
+  end)
+
   c_encoder("write_line picks the agreement text json.canonical({ answer, trajectory }) gives", function()
     local path = os.tmpname()
     local f = assert(io.open(path, "wb"))
