@@ -179,6 +179,15 @@ static void gc_tune(sp_ctx *ctx) {
   }
 }
 
+void sp_sched_gc_defer(lua_State *L) {
+  /* LUA_GCRESTART with -1 sets the threshold to the heap times the pause:
+     a pause for (now + the minimum slack), then the state's own again */
+  int kb = lua_gc(L, LUA_GCCOUNT, 0);
+  int pause = lua_gc(L, LUA_GCSETPAUSE, kb > 0 ? (int)(100LL * (kb + SP_GC_SLACK_MIN_KB) / kb) : SP_GC_PAUSE_MAX);
+  lua_gc(L, LUA_GCRESTART, -1);
+  lua_gc(L, LUA_GCSETPAUSE, pause);
+}
+
 void sp_sched_poke(sp_ctx *ctx) {
   if (!uv_is_active((uv_handle_t *)&ctx->sched->ready_idle))
     uv_idle_start(&ctx->sched->ready_idle, on_ready_idle);

@@ -132,6 +132,10 @@ void sp_sched_drain(sp_ctx *ctx);                   /* run the ready queue now *
    empty or a task or job is next. For a host without a Lua state, which
    takes jobs itself (sp_job_next / sp_job_done); see sp_window.h. */
 int sp_sched_run_c(sp_ctx *ctx);
+/* A new Lua state's first collection waits until its heap has grown by the
+   least slack any later cycle gets (SP_GC_SLACK_MIN_KB): loading the
+   engine's modules ran cycles that each re-marked what was loaded. */
+void sp_sched_gc_defer(lua_State *L);
 void sp_sched_poke(sp_ctx *ctx);                    /* keep the loop turning (virtual clock) */
 void sp_sched_reap(sp_ctx *ctx);
 
