@@ -33,6 +33,16 @@ local function input(ids)
   return H.tmpfile(nil, table.concat(t, "\n") .. "\n")
 end
 
+-- The agent, n queries named prefix1..prefixN, their input file and an
+-- --out path not there yet.
+local function setup(n, prefix, name)
+  local ids = {}
+  for i = 1, n do ids[i] = prefix .. i end
+  local out = H.tmpfile(name)
+  os.remove(out)
+  return H.tmpfile("batch_agent.lua", AGENT), ids, input(ids), out
+end
+
 -- Start `specula run` in the background; returns its pid.
 local function start(args)
   local parts = { H.quote(H.bin) }
@@ -75,12 +85,7 @@ describe("records of a regular --out file", function()
   end)
 
   it("killed mid-run with SIGKILL: whole lines (at most a torn last one), and a resume completes the set", function()
-    local agent = H.tmpfile("batch_agent.lua", AGENT)
-    local ids = {}
-    for i = 1, 20000 do ids[i] = "q" .. i end
-    local q = input(ids)
-    local out = H.tmpfile("batch_kill.jsonl")
-    os.remove(out)
+    local agent, ids, q, out = setup(20000, "q", "batch_kill.jsonl")
     -- the virtual clock: CPU-bound, so lines go out in large batches
     local pid = start({ "run", agent, "--input", q, "--out", out, "--clock", "virtual", "--concurrency", "64",
                         "--quiet" })
@@ -106,12 +111,7 @@ describe("records of a regular --out file", function()
   end)
 
   it("a run writes the same records with and without batching (a pipe gets a line at a time)", function()
-    local agent = H.tmpfile("batch_agent.lua", AGENT)
-    local ids = {}
-    for i = 1, 300 do ids[i] = "p" .. i end
-    local q = input(ids)
-    local out = H.tmpfile("batch_file.jsonl")
-    os.remove(out)
+    local agent, _, q, out = setup(300, "p", "batch_file.jsonl")
     local st, _, err = H.specula({ "run", agent, "--input", q, "--out", out, "--clock", "virtual", "--quiet" })
     assert.equals(0, st, err)
     -- --out - is stdout, a pipe here: written and flushed a line at a time
