@@ -360,7 +360,7 @@ void sp_stdio_stop(sp_stdio *s);                   /* stop reading stdin (writes
 /* f: a file of Lua's io library (the FFI passes its FILE *) not yet read or
    written. It gets a stdio buffer of bufsize bytes the context owns, and is
    flushed at the end of every drain of the ready queue (before the loop
-   waits, at least every SP_DRAIN_BUDGET runnables) rather than by the
+   waits; within 100 ms while the CPU stays busy) rather than by the
    writer after each line. 0, or -1 and err ("ECODE: ..."). */
 int sp_outfile_add(sp_ctx *ctx, void *f, double bufsize, char *err, size_t errlen);
 /* 1 and the OS's reason in err when a flush of f at a drain's end failed

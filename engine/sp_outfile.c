@@ -85,9 +85,15 @@ oom:
   return -1;
 }
 
+void sp_outfile_tick(sp_ctx *ctx) {
+  sp_outfiles *o = ctx->outfiles;
+  if (o && o->live > 0 && uv_hrtime() - o->flushed_at >= SP_OUTFILE_DELAY_NS) sp_outfile_flush_all(ctx);
+}
+
 void sp_outfile_flush_all(sp_ctx *ctx) {
   sp_outfiles *o = ctx->outfiles;
   if (!o || o->live == 0) return;
+  o->flushed_at = uv_hrtime();
   for (int i = 0; i < o->n; i++) {
     sp_outfile *x = &o->v[i];
     if (!x->f || x->err) continue;

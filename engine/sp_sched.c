@@ -202,7 +202,10 @@ void sp_sched_drain(sp_ctx *ctx) {
   for (;;) {
     while (ctx->sched->budget-- > 0 && (r = dequeue(ctx)) != NULL) {
       if (ctx->sched->reap) sp_sched_reap(ctx);
-      if ((ctx->sched->budget & 255) == 0) gc_tune(ctx);
+      if ((ctx->sched->budget & 255) == 0) {
+        gc_tune(ctx);
+        if (ctx->outfiles) sp_outfile_tick(ctx);
+      }
       r->run(ctx, r);
     }
     /* Virtual clock: nothing is runnable at this instant, so time moves to
@@ -483,7 +486,10 @@ sp_task *sp_job_next(sp_ctx *ctx) {
     /* the pause follows the heap within a burst of jobs too: one drain's
        jobs can take the heap from 1 to 20 MB, and a pause set for the
        small heap would let it grow past four times that before a cycle */
-    if ((--ctx->sched->budget & 255) == 0) gc_tune(ctx);
+    if ((--ctx->sched->budget & 255) == 0) {
+      gc_tune(ctx);
+      if (ctx->outfiles) sp_outfile_tick(ctx);
+    }
     t->state = SP_TASK_RUNNING;
     t->call.spec = t->speculative;
     ctx->sched->running = t;

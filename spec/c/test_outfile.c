@@ -50,8 +50,20 @@ static void batches_and_drains(void) {
   put_lines(f, 1, 100);
   sp_sched_drain(&ctx);
   CHECK(size_of(path) == 5300, "a removed file is not flushed by the engine: %ld", size_of(path));
+  /* inside a long drain: the tick flushes once the last flush is 100 ms old */
+  FILE *h = fopen(path, "a");
+  CHECK(sp_outfile_add(&ctx, h, 4096, err, sizeof err) == 0, "add: %s", err);
+  sp_outfile_flush_all(&ctx);
+  put_lines(h, 1, 100);
+  sp_outfile_tick(&ctx);
+  CHECK(size_of(path) == 5300, "a fresh flush: the tick waits: %ld", size_of(path));
+  usleep(120 * 1000);
+  sp_outfile_tick(&ctx);
+  CHECK(size_of(path) == 5400, "100 ms later the tick writes the line: %ld", size_of(path));
+  CHECK(sp_outfile_remove(&ctx, h, 0, err, sizeof err) == 0, "remove: %s", err);
+  CHECK(fclose(h) == 0, "fclose");
   CHECK(fclose(f) == 0, "fclose");
-  CHECK(size_of(path) == 5400, "its own close writes the line: %ld", size_of(path));
+  CHECK(size_of(path) == 5500, "its own close writes the line: %ld", size_of(path));
 
   /* a full device: the failed flush is kept for the writer; dropped, its
      bytes are not written again by fclose */

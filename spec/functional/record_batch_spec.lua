@@ -1,6 +1,6 @@
 -- Records written to a regular --out file go out in batches: each line into
 -- a large buffer the engine writes at the end of every drain of its ready
--- queue (before the loop waits, and at least every 20,000 runnables),
+-- queue (before the loop waits) and every 100 ms while the CPU stays busy,
 -- not a write(2) a line. What a user relies on is unchanged: a finished
 -- query's line is in the file while the run waits on others; a killed run
 -- leaves whole lines (a torn last one at most) that a resume completes;
@@ -82,6 +82,28 @@ describe("records of a regular --out file", function()
     table.sort(ids)
     assert.same({ "fast1", "fast2" }, ids)
     assert.equals("done fast1", recs[1].id == "fast1" and recs[1].answer or recs[2].answer)
+  end)
+
+  it("reach the file within a fraction of a second while the agent keeps the CPU busy, never waiting", function()
+    -- each tool call computes ~10 ms and returns: no query ever waits, and
+    -- with 64 in flight the engine's ready queue never runs dry (~5 s)
+    local busy = AGENT:gsub("specula%.sleep%(tonumber%(args%.q:match%(\"%^slow%(%%d%+%)\"%)%) or 1%)",
+      "local t0 = os.clock() while os.clock() - t0 < 0.01 do end")
+    assert.is_truthy(busy:find("os.clock", 1, true))
+    local agent = H.tmpfile("batch_busy.lua", busy)
+    local ids = {}
+    for i = 1, 500 do ids[i] = "b" .. i end
+    local out = H.tmpfile("batch_busy.jsonl")
+    os.remove(out)
+    local pid = start({ "run", agent, "--input", input(ids), "--out", out, "--concurrency", "64", "--quiet" })
+    local text = wait_lines(out, 1, 20)
+    local still = alive(pid)
+    os.execute("kill -9 " .. pid .. " 2>/dev/null")
+    local recs = H.jsonl(text:match("^(.*\n)") or "")
+    assert.is_true(#recs >= 1, "no line yet")
+    assert.is_true(still, "the first lines came only at the end")
+    -- (not only when the 256 KB buffer filled: ~200 of these lines)
+    assert.is_true(#recs < 100, "the first lines came " .. #recs .. " at once")
   end)
 
   it("killed mid-run with SIGKILL: whole lines (at most a torn last one), and a resume completes the set", function()

@@ -390,8 +390,8 @@ M.open_output = open_output
 -- The --out file of a run's records, opened for appending (open_output).
 -- A regular file is written in batches: its lines go into a buffer of
 -- OUT_BUFFER bytes the engine flushes at the end of every drain of its
--- ready queue (before the loop waits for anything, and at least every
--- SP_DRAIN_BUDGET runnables; engine/sp_outfile.h), not a write(2) and a
+-- ready queue (before the loop waits for anything) and every 100 ms while
+-- the CPU stays busy (engine/sp_outfile.h), not a write(2) and a
 -- flush a line, which were 14 % of a one-hop query's CPU. A pipe, a
 -- terminal or stdout still get each line at once.
 local OUT_BUFFER = 262144
