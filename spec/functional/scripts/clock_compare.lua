@@ -45,16 +45,31 @@ for _, cfg in ipairs({ { k = 3, launch = "eager" }, { k = 2, launch = "slot" }, 
   local virt, vagg = specula.run(agent, opts)
   local virt_ms = specula.real_now() - virt_t0
   local a, b = summary(real), summary(virt)
-  local diff = 0
+  -- A shared VM can stall the process for tens of milliseconds (another
+  -- tenant's burst), which flips a real-clock race the stage times above
+  -- leave 8 ms of room for: the queries that differ are run again under
+  -- the real clock, and only one that differs both times counts (a stall
+  -- does not come back at the same query; a clock that disagrees does).
+  local again
   for i = 1, N do
-    if a[i] ~= b[i] then
-      diff = diff + 1
-      report.example = report.example or { real = a[i], virtual = b[i] }
+    if a[i] ~= b[i] then again = again or {} again[#again + 1] = i end
+  end
+  local diff, rerun = 0, again and #again or 0
+  if again then
+    local sub = {}
+    for j, i in ipairs(again) do sub[j] = qs[i] end
+    local ropts = { queries = sub, k = cfg.k, spec_launch = cfg.launch, concurrency = 50 }
+    local a2 = summary(specula.run(agent, ropts))
+    for j, i in ipairs(again) do
+      if a2[j] ~= b[i] then
+        diff = diff + 1
+        report.example = report.example or { real = a[i], real_again = a2[j], virtual = b[i] }
+      end
     end
   end
   local path = DIR .. "/clock_" .. cfg.k .. "_" .. cfg.launch .. ".jsonl"
   write(path, virt)
-  report.configs[#report.configs + 1] = { k = cfg.k, launch = cfg.launch, differ = diff,
+  report.configs[#report.configs + 1] = { k = cfg.k, launch = cfg.launch, differ = diff, rerun = rerun,
     rel_lat = vagg.rel_lat, file = path, real_ms = real_ms, virt_ms = virt_ms,
     virtual_wall_ms = vagg.wall_ms, commits = vagg.commits, rollbacks = vagg.rollbacks,
     clock_after = specula.clock() }
