@@ -524,8 +524,7 @@ end
 -- the C encoder wrote it, else encoded again.
 local write_line = json.write_line
 local outfile_check = C.sp_outfile_check
-local ERRLEN = 256
-local ERR = ffi.new("char[?]", ERRLEN)
+local errbuf = core.errbuf
 local function record_writer(out, config, what, path, pick)
   what = what or "stdout"
   local regular = path and C.sp_host_path_kind(path) == 1
@@ -543,7 +542,9 @@ local function record_writer(out, config, what, path, pick)
     local batched = out.batched
     if file then
       -- (a flush at the end of an earlier drain may have failed)
-      if batched and outfile_check(core.ctx, file, ERR, ERRLEN) ~= 0 then ok, res = false, ffi.string(ERR)
+      local err, errlen
+      if batched then err, errlen = errbuf() end
+      if batched and outfile_check(core.ctx, file, err, errlen) ~= 0 then ok, res = false, ffi.string(err)
       else ok, res, agree = write_line(file, rec, pick, batched) end
     end
     if ok == nil then
