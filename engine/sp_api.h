@@ -108,6 +108,19 @@ typedef struct sp_json_line {
    into out for keys[0 .. nkeys) (nkeys <= 16); 1: strict JSON but not an
    object; -1: not strict JSON, or out of memory (the caller decodes it). */
 int sp_json_line_scan(const char *s, size_t n, const char **keys, int nkeys, sp_json_line *out);
+/* Where a line that is exactly {"id": "...", "query": "..."} (the two
+   members in either order, JSON whitespace around them, each string's
+   bytes printable and valid UTF-8 with no escape, so the text between its
+   quotes is its value) has its strings: the common line of specula's own
+   JSONL, which the run then takes without a JSON decoder. */
+typedef struct sp_json_idq {
+  int32_t id_at, id_len;        /* the id's bytes: s[id_at, id_at + id_len) */
+  int32_t query_at, query_len;  /* the query's */
+} sp_json_idq;
+/* 0: s[0, n) is such a line (out filled); 1: it is not (decode it);
+   -1: bad arguments. Accepts nothing the strict parser or Lua's decoder
+   would read differently. */
+int sp_json_line_idq(const char *s, size_t n, sp_json_idq *out);
 /* A 64-bit fingerprint of s[0, n) into out[0], out[1] (FNV-1a): a set's
    key, never a digest; equal texts, equal fingerprints. */
 void sp_json_fingerprint(const char *s, size_t n, uint32_t *out);

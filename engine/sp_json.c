@@ -508,29 +508,127 @@ void sp_json_fingerprint(const char *s, size_t n, uint32_t *out) {
   out[1] = (uint32_t)(h >> 32);
 }
 
+static uint64_t fp_string(const char *s, size_t n) {
+  /* the same bytes as the Lua side's key, type(id) .. ":" .. id */
+  uint64_t h = fnv1a(FNV_OFFSET, (const unsigned char *)"string:", 7);
+  return fnv1a(h, (const unsigned char *)s, n);
+}
+
 int sp_json_line_scan(const char *s, size_t n, const char **keys, int nkeys, sp_json_line *out) {
   if (!s || !out || nkeys < 0 || nkeys > 16 || (nkeys > 0 && !keys)) return -1;
+  memset(out->type, -1, sizeof out->type);
+  out->fp[0] = out->fp[1] = 0;
+  /* the usual line, {"id": "...", "query": "..."}: read in place, no
+     document built (its strings' bytes are their values) */
+  sp_json_idq q;
+  if (sp_json_line_idq(s, n, &q) == 0) {
+    for (int k = 0; k < nkeys; k++) {
+      if (!keys[k]) continue;
+      int id = strcmp(keys[k], "id") == 0, query = !id && strcmp(keys[k], "query") == 0;
+      if (!id && !query) continue;
+      out->type[k] = SP_JSON_STRING;
+      if (k == 0) {
+        uint64_t h = id ? fp_string(s + q.id_at, (size_t)q.id_len) : fp_string(s + q.query_at, (size_t)q.query_len);
+        out->fp[0] = (uint32_t)h;
+        out->fp[1] = (uint32_t)(h >> 32);
+      }
+    }
+    return 0;
+  }
   sp_json *v = sp_json_parse(s, n, NULL, 0);
   if (!v) return -1;
   if (v->type != SP_JSON_OBJECT) {
     sp_json_free(v);
     return 1;
   }
-  memset(out->type, -1, sizeof out->type);
-  out->fp[0] = out->fp[1] = 0;
   for (int k = 0; k < nkeys; k++) {
     const sp_json *m = keys[k] ? sp_json_get(v, keys[k]) : NULL;
     if (!m) continue;
     out->type[k] = (signed char)m->type;
     if (k == 0 && m->type == SP_JSON_STRING) {
-      /* the same bytes as the Lua side's key, type(id) .. ":" .. id */
-      uint64_t h = fnv1a(FNV_OFFSET, (const unsigned char *)"string:", 7);
-      h = fnv1a(h, (const unsigned char *)m->u.str, m->n);
+      uint64_t h = fp_string(m->u.str, m->n);
       out->fp[0] = (uint32_t)h;
       out->fp[1] = (uint32_t)(h >> 32);
     }
   }
   sp_json_free(v);
+  return 0;
+}
+
+/* ---- an input line that is only an id and a query (sp_api.h) ----------- */
+
+static size_t idq_ws(const char *s, size_t n, size_t i) {
+  while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++;
+  return i;
+}
+
+/* A string at s[i] ('"' there) without escapes or control bytes, valid
+   UTF-8: its bytes' start and length, and the index after its closing
+   quote; 0 when it is anything else. */
+static size_t idq_string(const char *s, size_t n, size_t i, size_t *at, size_t *len) {
+  if (i >= n || s[i] != '"') return 0;
+  const unsigned char *u = (const unsigned char *)s;
+  size_t j = i + 1;
+  while (j < n && u[j] != '"') {
+    if (u[j] < 0x20 || u[j] == '\\') return 0;
+    if (u[j] < 0x80) {
+      j++;
+      continue;
+    }
+    size_t l = sp_json_utf8_seq(u + j, n - j);
+    if (!l) return 0;
+    j += l;
+  }
+  if (j >= n) return 0;
+  *at = i + 1;
+  *len = j - i - 1;
+  return j + 1;
+}
+
+/* A member "id": "..." or "query": "..." at s[i]: which (1 id, 2 query),
+   its value's span, the index after it; 0 for any other member. */
+static size_t idq_member(const char *s, size_t n, size_t i, int *which, size_t *at, size_t *len) {
+  size_t kat, klen;
+  *which = 0;
+  size_t j = idq_string(s, n, i, &kat, &klen);
+  if (!j) return 0;
+  if (klen == 2 && memcmp(s + kat, "id", 2) == 0) *which = 1;
+  else if (klen == 5 && memcmp(s + kat, "query", 5) == 0) *which = 2;
+  else return 0;
+  j = idq_ws(s, n, j);
+  if (j >= n || s[j] != ':') return 0;
+  j = idq_ws(s, n, j + 1);
+  return idq_string(s, n, j, at, len);
+}
+
+int sp_json_line_idq(const char *s, size_t n, sp_json_idq *out) {
+  if (!s || !out) return -1;
+  if (n > INT32_MAX) return 1;
+  size_t i = idq_ws(s, n, 0);
+  if (i >= n || s[i] != '{') return 1;
+  size_t at[3] = {0, 0, 0}, len[3] = {0, 0, 0};
+  int seen = 0;
+  i = idq_ws(s, n, i + 1);
+  for (int m = 0; m < 2; m++) {
+    int which;
+    size_t a, l;
+    i = idq_member(s, n, i, &which, &a, &l);
+    /* (a key twice: the decoders keep the last one; left to them) */
+    if (!i || (seen & which)) return 1;
+    seen |= which;
+    at[which] = a;
+    len[which] = l;
+    i = idq_ws(s, n, i);
+    if (m == 0) {
+      if (i >= n || s[i] != ',') return 1;
+      i = idq_ws(s, n, i + 1);
+    }
+  }
+  if (i >= n || s[i] != '}' || idq_ws(s, n, i + 1) != n) return 1;
+  out->id_at = (int32_t)at[1];
+  out->id_len = (int32_t)len[1];
+  out->query_at = (int32_t)at[2];
+  out->query_len = (int32_t)len[2];
   return 0;
 }
 

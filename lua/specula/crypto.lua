@@ -6,6 +6,7 @@
 --   crypto.sha256(s)            -> 32 raw bytes
 --   crypto.sha256_into(s, out)  -- the same into 32 bytes of cdata
 --   crypto.sha256_hex(s)        -> 64 lowercase hex digits
+--   crypto.sha256_hex_at(p, n)  -> the same of n bytes at a C pointer
 --   crypto.sha256_file(path)    -> hex digest, or nil, "EIO: path: reason"
 --   crypto.hasher()             -> h; h:add(s) ...; h:hex() / h:raw()
 --   crypto.hmac_sha256(key, s)  -> 32 raw bytes
@@ -100,6 +101,17 @@ function M.sha256_hex(s)
     return h
   end
   return hex(M.sha256(s))
+end
+
+-- The same of len bytes at a C pointer (an encoder's buffer, which no Lua
+-- string copies: specula.provenance's query digest).
+function M.sha256_hex_at(p, len)
+  local d = digester or get_digester()
+  if d and C.sp_crypto_digester_hex(d, p, len, out65) == 0 then
+    local h = ffi_string(out65, 64)
+    return h
+  end
+  return hex(M.sha256(ffi_string(p, len)))
 end
 
 -- SHA-256 of s into out (32 bytes of cdata), for callers that digest many

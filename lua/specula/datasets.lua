@@ -365,6 +365,13 @@ function BUILD.jsonl(o, where)
   return rec
 end
 
+-- BUILD.jsonl of an object whose only members are a string id and a
+-- string query (specula.run.inputs reads such a line without a decoder):
+-- what BUILD.jsonl makes of it, field for field (no gold: an empty list).
+function M.build_idq(id, query)
+  return { id = id, query = query, source = "jsonl", gold = {} }
+end
+
 -- A recorded conversation: the query is the first user message's text.
 local function first_user_text(msgs)
   for _, m in ipairs(msgs) do

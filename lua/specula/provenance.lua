@@ -34,6 +34,8 @@
 -- (M.build) and each record's line splices its query digest into it (M.text),
 -- so a record costs one string concatenation.
 local json = require "specula.json"
+local cenc_buf = json.cenc_buf
+local enc_text = require("specula.internal.core").C.sp_jsonenc_text
 
 local type, tostring, pairs, ipairs, next, getmetatable, setmetatable, pcall =
   type, tostring, pairs, ipairs, next, getmetatable, setmetatable, pcall
@@ -378,13 +380,18 @@ function M.query(q)
   if d then return d end
   local rec = q.record
   if rec == nil then rec = { id = q.id, query = q.query } end
-  -- (json.encode returns a failure, where json.canonical raises it: a
+  -- (the encoder returns a failure, where json.canonical raises it: a
   -- protected call here ended the compiled trace of every query's set-up,
-  -- which cannot return into a pcall frame below where it started)
-  local text = json.encode(rec)
-  -- a record that is not JSON data (a --query that is not UTF-8): its bytes
-  if text == nil then text = "\0" .. tostring(q.id) .. "\0" .. tostring(q.query) end
-  d = sha256_hex(text)
+  -- which cannot return into a pcall frame below where it started; and
+  -- the text is digested where the encoder left it, no Lua string of it
+  -- made, hashed and collected for each query)
+  local st, len = cenc_buf(rec, true)
+  if st then
+    d = crypto().sha256_hex_at(enc_text(st), len)
+  else
+    -- a record that is not JSON data (a --query that is not UTF-8): its bytes
+    d = sha256_hex("\0" .. tostring(q.id) .. "\0" .. tostring(q.query))
+  end
   q.digest = d
   return d
 end

@@ -95,16 +95,19 @@ describe("sp_json_line_scan", function()
     assert.is_nil(datasets.decode(over))
   end)
 
-  it("agrees with the decoder on 3,000 damaged lines", function()
+  it("agrees with the decoder on 5,000 damaged lines", function()
     local seeds = {
       '{"id":"q1","query":"what is \\"x\\"?","gold":["a","b"],"max_hops":3}',
       '{"id":"s\\u00e9","query":"x","messages":[{"role":"user","content":"hi"}],"type":"compositional"}',
       '{"_id":"h","question":"q","supporting_facts":[["t",0]],"level":"easy","query":1.5e-3}',
+      -- the shape read in place (sp_json_line_idq)
+      '{"id":"q7","query":"what is x? \195\169"}',
+      '{ "query" : "y" , "id" : "s1" }',
     }
     local chars = { '"', "\\", "{", "}", "[", "]", ",", ":", "u", "0", "e", "-", ".", " ", "\255", "\0", "n", "t" }
     math.randomseed(7)
     local summarised = 0
-    for n = 1, 3000 do
+    for n = 1, 5000 do
       local s = seeds[n % #seeds + 1]
       for _ = 1, math.random(1, 3) do
         local at, op = math.random(1, #s), math.random(1, 3)
@@ -116,7 +119,7 @@ describe("sp_json_line_scan", function()
       if agrees(s) == 0 then summarised = summarised + 1 end
     end
     -- (the damage leaves some lines valid objects: the check saw both sides)
-    assert.is_true(summarised > 100 and summarised < 2900, "summarised " .. summarised)
+    assert.is_true(summarised > 100 and summarised < 3300, "summarised " .. summarised)
   end)
 
   it("counts in the first pass exactly the queries the run then reads, on a file of damaged lines", function()
@@ -207,5 +210,126 @@ describe("specula.run.inputs' first pass", function()
     assert.equals("2wiki", assert(inputs.open({ input = wiki })).fmt)
     local hotpot = write({ '{"id":"a","query":"x"}', '{"id":"b","query":"y","level":"easy"}' })
     assert.equals("hotpotqa", assert(inputs.open({ input = hotpot })).fmt)
+  end)
+end)
+
+-- The line read without a decoder (sp_json_line_idq), and the query the
+-- run then takes from it (specula.run.inputs, datasets.build_idq).
+describe("sp_json_line_idq", function()
+  local IDQ = ffi.new("sp_json_idq")
+  local BUILD = datasets.builder("jsonl")
+  local function idq(line) return C.sp_json_line_idq(line, #line, IDQ) end
+  local function spans(line)
+    return line:sub(IDQ.id_at + 1, IDQ.id_at + IDQ.id_len), line:sub(IDQ.query_at + 1, IDQ.query_at + IDQ.query_len)
+  end
+  -- what idq says of line against the decoder: when it takes the line,
+  -- the decoder reads an object of exactly these two strings, and the
+  -- record (and its digest) is the one BUILD.jsonl makes; returns rc
+  local function agrees(line)
+    local rc = idq(line)
+    local what = string.format("%q", line)
+    if rc == 0 then
+      local id, query = spans(line)
+      local v = datasets.decode(line)
+      assert.is_true(datasets.is_object(v), what)
+      local n = 0
+      for _ in pairs(v) do n = n + 1 end
+      assert.equals(2, n, what .. ": more than id and query")
+      assert.equals(v.id, id, what)
+      assert.equals(v.query, query, what)
+      local built, want = datasets.build_idq(id, query), BUILD(v, "x")
+      assert.same(want, built, what)
+      assert.equals(json.canonical(want), json.canonical(built), what)
+      assert.equals(require("specula.provenance").query({ record = want }),
+                    require("specula.provenance").query({ record = built }), what)
+    else
+      assert.equals(1, rc, what)
+    end
+    return rc
+  end
+
+  it("reads the plain line in either order, with JSON whitespace, UTF-8 and empty strings", function()
+    for _, line in ipairs({
+      '{"id":"q1","query":"what is x?"}',
+      '{"query":"what is x?","id":"q1"}',
+      ' \t{ "id" : "q1" ,\r\n "query" : "x" } \n',
+      '{"id":"\195\169t\195\169 \240\159\152\128","query":"caf\195\169"}',
+      '{"id":"","query":""}',
+      "{\"id\":\"q'1\",\"query\":\"a/b {c} [d] : e , f\"}",
+    }) do
+      assert.equals(0, agrees(line), line)
+    end
+    idq('{"query":"QQ","id":"I"}')
+    assert.same({ "I", "QQ" }, { spans('{"query":"QQ","id":"I"}') })
+  end)
+
+  it("leaves every other line to the decoder", function()
+    for _, line in ipairs({
+      '{"id":"q\\u0031","query":"x"}',           -- an escape: the text is not the value
+      '{"id":"q1","query":"say \\"x\\""}',
+      '{"id":"q1","query":"x","gold":["a"]}',     -- a third member
+      '{"id":"q1"}', '{"query":"x"}', '{}',
+      '{"id":"a","id":"b","query":"x"}',         -- a key twice (the decoders keep the last)
+      '{"id":"q1","query":"x","query":"y"}',
+      '{"id":7,"query":"x"}', '{"id":"q1","query":null}', '{"id":"q1","query":["x"]}',
+      '{"id":"q\t1","query":"x"}',               -- a raw control byte
+      '{"id":"q\0001","query":"x"}',
+      '{"id":"\255","query":"x"}', '{"id":"\237\160\128","query":"x"}', '{"id":"\192\128","query":"x"}',
+      '{"id":"q1","query":"x"} trailing', '{"id":"q1","query":"x"}}', '{"id":"q1","query":"x",}',
+      '{"id":"q1" "query":"x"}', '{"id" "q1","query":"x"}', '{"id":"q1","query":"x"',
+      '{"ID":"q1","query":"x"}', '{"id":"q1","Query":"x"}', '["q1","x"]', '"x"', '', '{', '{"id":"q1',
+      '\f{"id":"q1","query":"x"}',              -- not JSON whitespace
+    }) do
+      assert.equals(1, agrees(line), string.format("%q", line))
+    end
+    assert.equals(-1, C.sp_json_line_idq(nil, 0, IDQ))
+  end)
+
+  it("agrees with the decoder and the record builder on 5,000 damaged lines", function()
+    local seeds = { '{"id":"q1","query":"what is x? \195\169"}', '{ "query" : "y z" , "id" : "s-2" }' }
+    local chars = { '"', "\\", "{", "}", ",", ":", " ", "\t", "\255", "\0", "\195", "\169", "a", "\n" }
+    math.randomseed(13)
+    local taken = 0
+    for n = 1, 5000 do
+      local s = seeds[n % #seeds + 1]
+      for _ = 1, math.random(0, 2) do
+        local at, op = math.random(1, #s), math.random(1, 3)
+        local c = chars[math.random(#chars)]
+        if op == 1 then s = s:sub(1, at - 1) .. c .. s:sub(at + 1)
+        elseif op == 2 then s = s:sub(1, at - 1) .. c .. s:sub(at)
+        else s = s:sub(1, at - 1) .. s:sub(at + 1) end
+      end
+      if agrees(s) == 0 then taken = taken + 1 end
+    end
+    assert.is_true(taken > 500 and taken < 4500, "taken " .. taken)
+  end)
+
+  it("gives the run the queries, records and digests the decoder gives, line for line", function()
+    local lines, path = {}, os.tmpname()
+    for n = 1, 300 do
+      local shapes = {
+        string.format('{"id":"q%d","query":"question %d"}', n, n),              -- read in place
+        string.format('{"query":"q \195\169 %d", "id":"r%d"}', n, n),           -- in place
+        string.format('{"id":"e%d","query":"esc \\u00e9 %d"}', n, n),           -- decoded
+        string.format('{"id":"g%d","query":"x","gold":"a%d","topic":7}', n, n), -- decoded
+      }
+      lines[n] = shapes[n % #shapes + 1]
+    end
+    local f = assert(io.open(path, "wb"))
+    f:write(table.concat(lines, "\n"), "\n")
+    f:close()
+    local src = assert(inputs.open({ input = path, format = "jsonl" }))
+    local prov = require("specula.provenance")
+    local n = 0
+    src:each(function(q)
+      n = n + 1
+      local want = BUILD(datasets.decode(lines[n]), path)
+      assert.same(want, q.record, lines[n])
+      assert.equals(want.id, q.id)
+      assert.equals(want.query, q.query)
+      assert.equals(prov.query({ record = want }), prov.query(q), lines[n])
+    end)
+    assert.equals(300, n)
+    os.remove(path)
   end)
 end)

@@ -28,8 +28,8 @@ local lines_of = require("specula.internal.lines").lines   -- NUL-safe file:line
 local ffi = core.ffi
 local C = core.C
 
-local type, tostring, format, next, ipairs, find, byte = type, tostring, string.format, next, ipairs, string.find,
-  string.byte
+local type, tostring, format, next, ipairs, find, byte, sub = type, tostring, string.format, next, ipairs, string.find,
+  string.byte, string.sub
 
 local M = {}
 
@@ -136,6 +136,8 @@ end
 -- duplicate ids; each object also goes to detector d when given. Returns
 -- count, warnings.
 local scan_line = C.sp_json_line_scan
+local line_idq = C.sp_json_line_idq
+local IDQ = ffi.new("sp_json_idq")
 local SUMMARY_KEYS = datasets.SUMMARY_KEYS
 local SUMMARY_CKEYS = ffi.new("const char *[?]", #SUMMARY_KEYS, SUMMARY_KEYS)
 local SUMMARY = ffi.new("sp_json_line")
@@ -251,6 +253,12 @@ function Source:reader()
     end
   end
   local build, is_object, decode = datasets.builder(self.fmt), datasets.is_object, datasets.decode
+  -- specula's own JSONL: a line that is only {"id": "...", "query": "..."}
+  -- (escape-free strings) is taken from its text, as the decoder and
+  -- datasets' builder would read it (datasets.build_idq); any other goes
+  -- through them
+  local idq = self.fmt == "jsonl" and line_idq or nil
+  local build_idq = datasets.build_idq
   local path, p, index = self.path, 0, 0
   local h, err = io.open(path, "rb")
   if not h then
@@ -268,8 +276,14 @@ function Source:reader()
       ln = ln + 1
       if ln == 1 and line:sub(1, 3) == "\239\187\191" then line = line:sub(4) end   -- UTF-8 BOM
       -- (the survey said why a line gives no query: no "PATH:LINE" made here)
-      local v = (byte(line, 1) == 123 or find(line, "%S")) and decode(line) or nil
-      local rec = v ~= nil and is_object(v) and build(v, path) or nil
+      local rec
+      if idq and idq(line, #line, IDQ) == 0 then
+        local ia, qa = IDQ.id_at, IDQ.query_at
+        rec = build_idq(sub(line, ia + 1, ia + IDQ.id_len), sub(line, qa + 1, qa + IDQ.query_len))
+      else
+        local v = (byte(line, 1) == 123 or find(line, "%S")) and decode(line) or nil
+        rec = v ~= nil and is_object(v) and build(v, path) or nil
+      end
       if rec then
         if p >= self.total then
           plain_error(format("specula run: the --input file '%s' changed while the run read it (it has more "
