@@ -3,7 +3,11 @@
  * must be a fixed point (canonicalizing it again gives the same bytes). The
  * first 8 bytes, read as a double, must print as the printf rule of sp_json.h
  * says (sp_json_write_number's fast path skips printf). C only, so libFuzzer's
- * leak check applies; fuzz_jsonenc.c compares the two table encoders. */
+ * leak check applies; fuzz_jsonenc.c compares the two table encoders.
+ * A line sp_json_line_idq reads in place must be one the parser reads as
+ * exactly {"id": string, "query": string} with those bytes, and
+ * sp_json_line_scan's summary of it must be the parser's. */
+#include "sp_api.h"
 #include "sp_buf.h"
 #include "sp_json.h"
 #include <math.h>
@@ -54,6 +58,30 @@ static void check_number(double d) {
   sp_buf_free(&b);
 }
 
+/* The in-place reading of an id-and-query line against the parser's. */
+static void check_idq(const char *s, size_t size, const sp_json *v) {
+  sp_json_idq q;
+  if (sp_json_line_idq(s, size, &q) != 0) return;
+  if (!v || sp_json_typeof(v) != SP_JSON_OBJECT || sp_json_len(v) != 2) abort();
+  const sp_json *id = sp_json_get(v, "id"), *query = sp_json_get(v, "query");
+  size_t il = 0, ql = 0;
+  const char *is = id ? sp_json_string(id, &il) : NULL, *qs = query ? sp_json_string(query, &ql) : NULL;
+  if (!is || !qs || il != (size_t)q.id_len || ql != (size_t)q.query_len) abort();
+  if (memcmp(is, s + q.id_at, il) != 0 || memcmp(qs, s + q.query_at, ql) != 0) abort();
+  static const char *keys[] = { "id", "query", "type" };
+  sp_json_line out;
+  if (sp_json_line_scan(s, size, keys, 3, &out) != 0) abort();
+  if (out.type[0] != SP_JSON_STRING || out.type[1] != SP_JSON_STRING || out.type[2] != -1) abort();
+  char key[4096 + 8];
+  if (il <= 4096) {
+    memcpy(key, "string:", 7);
+    memcpy(key + 7, is, il);
+    uint32_t fp[2];
+    sp_json_fingerprint(key, il + 7, fp);
+    if (fp[0] != out.fp[0] || fp[1] != out.fp[1]) abort();
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size >= 8) {
     double d;
@@ -68,6 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sp_buf_init(&c2);
   int rc = sp_json_canonical(s, size, &c1, err, sizeof err);
   if ((v != NULL) != (rc == 0)) abort();
+  check_idq(s, size, v);
   if (v) {
     walk(v);
     sp_json_free(v);
