@@ -1,5 +1,6 @@
 /* Tests for the JSON parser and canonical encoder (engine/sp_json.c).
  * Exits non-zero on any failure. */
+#include "sp_api.h"
 #include "sp_buf.h"
 #include "sp_json.h"
 #include <math.h>
@@ -407,7 +408,78 @@ static void test_rounded(void) {
   }
 }
 
+/* sp_json_line_idq on a copy of text in a buffer of exactly its size (no
+   NUL after it: a read past the end shows under ASan and valgrind). */
+static int idq_exact(const char *text, size_t len, sp_json_idq *out) {
+  char *buf = malloc(len ? len : 1);
+  if (!buf) return -2;
+  memcpy(buf, text, len);
+  int rc = sp_json_line_idq(buf, len, out);
+  free(buf);
+  return rc;
+}
+
+static void idq_takes(const char *line, const char *id, const char *query) {
+  sp_json_idq q;
+  size_t n = strlen(line);
+  int rc = idq_exact(line, n, &q);
+  CHECK(rc == 0, "idq should take [%s] (rc %d)", line, rc);
+  if (rc != 0) return;
+  CHECK((size_t)q.id_len == strlen(id) && memcmp(line + q.id_at, id, strlen(id)) == 0, "id of [%s]", line);
+  CHECK((size_t)q.query_len == strlen(query) && memcmp(line + q.query_at, query, strlen(query)) == 0,
+        "query of [%s]", line);
+  /* every shorter prefix is refused, and read within its own bytes */
+  for (size_t k = 0; k < n; k++) {
+    int pr = idq_exact(line, k, &q);
+    /* (a prefix through the closing '}' and some of the blanks after it is
+       still the whole line) */
+    int whole = k > (size_t)(strrchr(line, '}') - line);
+    CHECK(pr == (whole ? 0 : 1), "prefix %zu of [%s]: rc %d", k, line, pr);
+  }
+  /* the first pass's summary of it is the strict parser's */
+  static const char *keys[] = { "id", "query", "type" };
+  sp_json_line sum;
+  CHECK(sp_json_line_scan(line, n, keys, 3, &sum) == 0 && sum.type[0] == SP_JSON_STRING &&
+        sum.type[1] == SP_JSON_STRING && sum.type[2] == -1, "scan of [%s]", line);
+  char key[256];
+  snprintf(key, sizeof key, "string:%s", id);
+  uint32_t fp[2];
+  sp_json_fingerprint(key, strlen(key), fp);
+  CHECK(fp[0] == sum.fp[0] && fp[1] == sum.fp[1], "the id's fingerprint in the scan of [%s]", line);
+}
+
+static void idq_refuses(const char *line, size_t n) {
+  sp_json_idq q;
+  int rc = idq_exact(line, n, &q);
+  CHECK(rc == 1, "idq should refuse [%.*s] (rc %d)", (int)n, line, rc);
+}
+#define IDQ_NO(lit) idq_refuses(lit, sizeof(lit) - 1)
+
+static void test_line_idq(void) {
+  idq_takes("{\"id\":\"q1\",\"query\":\"what is x?\"}", "q1", "what is x?");
+  idq_takes("{\"query\":\"x\",\"id\":\"q2\"}", "q2", "x");
+  idq_takes(" \t{ \"id\" : \"q3\" ,\r\n \"query\" : \"caf\xc3\xa9 \xf0\x9f\x98\x80\" } \n", "q3",
+            "caf\xc3\xa9 \xf0\x9f\x98\x80");
+  idq_takes("{\"id\":\"\",\"query\":\"\"}", "", "");
+  IDQ_NO("{\"id\":\"q\\u0031\",\"query\":\"x\"}");
+  IDQ_NO("{\"id\":\"q1\",\"query\":\"x\",\"gold\":[]}");
+  IDQ_NO("{\"id\":\"a\",\"id\":\"b\",\"query\":\"x\"}");
+  IDQ_NO("{\"id\":1,\"query\":\"x\"}");
+  IDQ_NO("{\"id\":\"q\x01\",\"query\":\"x\"}");
+  IDQ_NO("{\"id\":\"q\0\",\"query\":\"x\"}");
+  IDQ_NO("{\"id\":\"\xff\",\"query\":\"x\"}");
+  IDQ_NO("{\"id\":\"\xed\xa0\x80\",\"query\":\"x\"}");
+  IDQ_NO("{\"id\":\"\xc3\",\"query\":\"x\"}");
+  IDQ_NO("{\"id\":\"q1\",\"query\":\"x\"}x");
+  IDQ_NO("{\"id\":\"q1\";\"query\":\"x\"}");
+  IDQ_NO("\f{\"id\":\"q1\",\"query\":\"x\"}");
+  IDQ_NO("");
+  sp_json_idq q;
+  CHECK(sp_json_line_idq(NULL, 0, &q) == -1 && sp_json_line_idq("{}", 2, NULL) == -1, "bad arguments");
+}
+
 int main(void) {
+  test_line_idq();
   test_parse_errors();
   test_surrogates_utf8();
   test_depth();
