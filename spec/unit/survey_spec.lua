@@ -18,6 +18,30 @@ local function scan(line)
   return C.sp_json_line_scan(line, #line, CKEYS, #KEYS, out)
 end
 
+-- s with lo..hi random edits (a byte of chars replaced or inserted, or a
+-- byte removed), from math.random's sequence
+local function damage(s, chars, lo, hi)
+  for _ = 1, math.random(lo, hi) do
+    local at, op = math.random(1, #s), math.random(1, 3)
+    local c = chars[math.random(#chars)]
+    if op == 1 then s = s:sub(1, at - 1) .. c .. s:sub(at + 1)
+    elseif op == 2 then s = s:sub(1, at - 1) .. c .. s:sub(at)
+    else s = s:sub(1, at - 1) .. s:sub(at + 1) end
+  end
+  return s
+end
+
+-- How many of n damaged copies of seeds (taken in turn, from seed's random
+-- sequence) check(line) returns 0 for.
+local function damaged_zeros(n, seeds, chars, lo, hi, seed, check)
+  math.randomseed(seed)
+  local zeros = 0
+  for i = 1, n do
+    if check(damage(seeds[i % #seeds + 1], chars, lo, hi)) == 0 then zeros = zeros + 1 end
+  end
+  return zeros
+end
+
 -- the summary's type code of a decoded value
 local function code(v)
   if v == nil then return -1 end
@@ -105,19 +129,7 @@ describe("sp_json_line_scan", function()
       '{ "query" : "y" , "id" : "s1" }',
     }
     local chars = { '"', "\\", "{", "}", "[", "]", ",", ":", "u", "0", "e", "-", ".", " ", "\255", "\0", "n", "t" }
-    math.randomseed(7)
-    local summarised = 0
-    for n = 1, 5000 do
-      local s = seeds[n % #seeds + 1]
-      for _ = 1, math.random(1, 3) do
-        local at, op = math.random(1, #s), math.random(1, 3)
-        local c = chars[math.random(#chars)]
-        if op == 1 then s = s:sub(1, at - 1) .. c .. s:sub(at + 1)
-        elseif op == 2 then s = s:sub(1, at - 1) .. c .. s:sub(at)
-        else s = s:sub(1, at - 1) .. s:sub(at + 1) end
-      end
-      if agrees(s) == 0 then summarised = summarised + 1 end
-    end
+    local summarised = damaged_zeros(5000, seeds, chars, 1, 3, 7, agrees)
     -- (the damage leaves some lines valid objects: the check saw both sides)
     assert.is_true(summarised > 100 and summarised < 3300, "summarised " .. summarised)
   end)
@@ -288,19 +300,7 @@ describe("sp_json_line_idq", function()
   it("agrees with the decoder and the record builder on 5,000 damaged lines", function()
     local seeds = { '{"id":"q1","query":"what is x? \195\169"}', '{ "query" : "y z" , "id" : "s-2" }' }
     local chars = { '"', "\\", "{", "}", ",", ":", " ", "\t", "\255", "\0", "\195", "\169", "a", "\n" }
-    math.randomseed(13)
-    local taken = 0
-    for n = 1, 5000 do
-      local s = seeds[n % #seeds + 1]
-      for _ = 1, math.random(0, 2) do
-        local at, op = math.random(1, #s), math.random(1, 3)
-        local c = chars[math.random(#chars)]
-        if op == 1 then s = s:sub(1, at - 1) .. c .. s:sub(at + 1)
-        elseif op == 2 then s = s:sub(1, at - 1) .. c .. s:sub(at)
-        else s = s:sub(1, at - 1) .. s:sub(at + 1) end
-      end
-      if agrees(s) == 0 then taken = taken + 1 end
-    end
+    local taken = damaged_zeros(5000, seeds, chars, 0, 2, 13, agrees)
     assert.is_true(taken > 500 and taken < 4500, "taken " .. taken)
   end)
 
