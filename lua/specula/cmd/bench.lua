@@ -9,7 +9,7 @@ local M = {
   summary = "run the benchmarks under bench/",
   about = [[
 Runs bench/NAME.lua for each NAME (default: core, scale, http, fidelity,
-paste, sweep, replay; also soak, batch, sessions, userpath, gateway) and prints their tables. From the
+paste, sweep, replay; also soak, batch, sessions, userpath, gateway, inputs) and prints their tables. From the
 first option after the names on (or after --), the arguments go to the
 benchmarks themselves (`specula bench soak --seconds 150`).]],
   options = {},
