@@ -9,11 +9,16 @@
 -- on disk), the paired ratio and each process's peak RSS.
 --   specula bench userpath [--quick] [--queries Q] [--hops 1,20,80]
 --     [--k 1,4,inf,seq] [--concurrency 16,2000] [--runs R] [--wait sleep|http|mcp|none] [--no-ref]
---     [--agent FILE] [--against BIN [--against-home DIR]] [--no-memory]
+--     [--agent FILE] [--against BIN [--against-home DIR]] [--no-memory] [--vm]
 -- --against: another specula build (a before/after comparison) run in the
 -- same alternation (this one, that one, the reference), a second row per
 -- configuration marked "against"; --against-home: its Lua tree
 -- (SPECULA_HOME) when that is not the one it was built from.
+-- --vm: then, for each row, one more run of each build under LuaJIT's
+-- sampler (SPECULA_PROFILE=vi1) and the share of its samples in compiled
+-- code, the interpreter, C, the collector and the JIT compiler: a change
+-- that leaves the path's hot loop to the interpreter (a trace that no
+-- longer compiles) shows there, where the figures above only say slower.
 -- Then memory: per live trajectory (the peak's growth per query in flight,
 -- from the rows) and per finished query (runs of Q and 5Q one-hop queries;
 -- --no-memory skips them).
@@ -24,7 +29,7 @@ local B = dofile(require("specula.internal.core").host.root .. "/bench/lib.lua")
 local specula = require("specula")
 local json = specula.json
 
-local Q, RUNS, REF, WAIT, FINISHED = 2000, 3, true, "sleep", true
+local Q, RUNS, REF, WAIT, FINISHED, VM = 2000, 3, true, "sleep", true, false
 local AGENT   -- default: bench/userpath_agent.lua
 local AGAINST, AGAINST_HOME
 local HOPS, KS, CONCS = { 1, 20, 80 }, { "1", "4", "inf", "seq" }, { 16, 2000 }
@@ -42,6 +47,7 @@ for i = 1, #arg do
   if arg[i] == "--quick" then HOPS, KS, CONCS, RUNS = { 20 }, { "inf", "seq" }, { 16, 2000 }, 2 end
   if arg[i] == "--no-ref" then REF = false end
   if arg[i] == "--no-memory" then FINISHED = false end
+  if arg[i] == "--vm" then VM = true end
 end
 -- the explicit choices win over --quick's, in any order
 for i = 1, #arg do
@@ -130,13 +136,15 @@ local function check(out, hops, nq)
 end
 
 -- inp, nq: another input and its query count (the memory section)
-local function run_bin(bin, home, k, conc, hops, inp, nq)
+-- prof: a file for LuaJIT's sampler (SPECULA_PROFILE=vi1) to write
+local function run_bin(bin, home, k, conc, hops, inp, nq, prof)
   local out = dir .. "/ours.jsonl"
   os.remove(out)
   local mode = k == "seq" and "--mode sequential" or ("--k " .. k)
-  local cmd = string.format("env %sBENCH_HOPS=%d BENCH_WAIT=%s BENCH_URL=%s BENCH_MCP=%s/spec/support/mcp_testserver.js %s run %s "
+  local cmd = string.format("env %s%sBENCH_HOPS=%d BENCH_WAIT=%s BENCH_URL=%s BENCH_MCP=%s/spec/support/mcp_testserver.js %s run %s "
     .. "--input %s --out %s %s --concurrency %d --max-hops %d --quiet >/dev/null 2>&1",
-    home and ("SPECULA_HOME=" .. home .. " ") or "", hops, WAIT, url, B.root, bin, AGENT, inp or input, out, mode, conc,
+    home and ("SPECULA_HOME=" .. home .. " ") or "",
+    prof and ("SPECULA_PROFILE=vi1 SPECULA_PROFILE_OUT=" .. prof .. " ") or "", hops, WAIT, url, B.root, bin, AGENT, inp or input, out, mode, conc,
     hops + 2)
   local dt, cpu, mb = timed(cmd)
   -- a failed run is no figure: nil, and the command for the report
@@ -243,6 +251,55 @@ end)
 print("(wall: the process's wall time / committed hops (queries x hops), start-up and file writing included;")
 print(" cpu: its user + system time (bash's `times`, to the ms) / hops; peak MB: max RSS (/usr/bin/time); ratio:")
 print(" median of the paired ratios; seq = --mode sequential / the reference's --sequential)")
+
+-- Where each build's samples fell, by LuaJIT's VM state (--vm): one run a
+-- row and build under the sampler (1 ms), its output read back. A run that
+-- fails, or a sampler that wrote nothing, is FAILED, never a share.
+-- Returns the shares by state name and the run's CPU ms, or nil and why.
+local VM_STATES = { { "Compiled", "compiled" }, { "Interpreted", "interp" }, { "C code", "C" },
+                    { "Garbage Collector", "GC" }, { "JIT Compiler", "JIT" } }
+local function vm_shares(bin, home, k, conc, hops)
+  local prof = dir .. "/vm.txt"
+  os.remove(prof)
+  local us, cpu = run_bin(bin, home, k, conc, hops, nil, nil, prof)
+  if not us then return nil, cpu end
+  local cmd = "SPECULA_PROFILE=vi1 run"
+  local h = io.open(prof, "r")
+  if not h then return nil, "the sampler wrote no " .. prof .. " (" .. cmd .. ")" end
+  local shares, any = {}, false
+  for line in h:lines() do
+    local pct, name = line:match("^%s*(%d+)%%%s+(.-)%s*$")
+    if pct then shares[name], any = tonumber(pct), true end
+  end
+  h:close()
+  if not any then return nil, "the sampler's output has no VM state (" .. cmd .. ")" end
+  return shares, cpu * Q * hops / 1000   -- the run's CPU ms: about its samples (one a ms)
+end
+if ok and VM then
+  print("where the CPU went, % of LuaJIT's samples by VM state (SPECULA_PROFILE=vi1, one run a row):")
+  local head = {}
+  for _, st in ipairs(VM_STATES) do head[#head + 1] = string.format("%8s", st[2]) end
+  print(string.format("%-5s %6s %5s %-8s %s %8s", "k", "conc", "hops", "build", table.concat(head, " "), "cpu ms"))
+  local builds = { { "specula", self, nil } }
+  if AGAINST then builds[2] = { "against", AGAINST, AGAINST_HOME } end
+  for _, hops in ipairs(HOPS) do
+    for _, conc in ipairs(CONCS) do
+      for _, k in ipairs(KS) do
+        for _, bd in ipairs(builds) do
+          local sh, why = vm_shares(bd[2], bd[3], k, conc, hops)
+          local cells = {}
+          for _, st in ipairs(VM_STATES) do
+            cells[#cells + 1] = string.format("%8s", sh and string.format("%d%%", sh[st[1]] or 0) or "FAILED")
+          end
+          print(string.format("%-5s %6d %5d %-8s %s %8s", k, conc, hops, bd[1], table.concat(cells, " "),
+            sh and string.format("%.0f", why) or "-"))
+          if not sh then failed[#failed + 1] = string.format("vm k=%s conc=%d hops=%d %s: %s", k, conc, hops, bd[1], why) end
+        end
+        io.stdout:flush()
+      end
+    end
+  end
+end
 
 -- Memory. Per live trajectory: how much the peak grows per query in flight,
 -- from the rows themselves (the lowest and the highest concurrency of a k and

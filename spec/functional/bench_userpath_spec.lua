@@ -152,6 +152,40 @@ describe("bench userpath #slow", function()
     assert.matches("--against: cannot read /nonexistent/specula", out2 .. err2, 1, true)
   end)
 
+  -- --vm: each build's run of each row again under LuaJIT's sampler, the
+  -- shares of its samples by VM state; a run that fails there is FAILED
+  -- (never shares) and fails the bench by name
+  it("prints with --vm where each build's samples fell, by VM state, and FAILED for a run that fails", function()
+    local st, out, err = H.specula({ "bench", "userpath", "--queries", "20", "--hops", "2",
+      "--k", "inf", "--concurrency", "2", "--runs", "1", "--no-ref", "--no-memory", "--vm",
+      "--against", H.bin, "--against-home", H.root })
+    assert.equals(0, st, err .. out)
+    assert.matches("% of LuaJIT's samples by VM state (SPECULA_PROFILE=vi1", out, 1, true)
+    assert.matches("\nk%s+conc%s+hops%s+build%s+compiled%s+interp%s+C%s+GC%s+JIT%s+cpu ms\n", out)
+    for _, build in ipairs({ "specula", "against" }) do
+      local row = out:match("\n(inf%s+2%s+2%s+" .. build .. "%s[^\n]*)")
+      assert.is_truthy(row, build .. " in:\n" .. out)
+      local pcts, sum = {}, 0
+      for x in row:gmatch("(%d+)%%") do
+        pcts[#pcts + 1] = tonumber(x)
+        sum = sum + tonumber(x)
+      end
+      assert.equals(5, #pcts, row)
+      -- (each share rounded by the sampler's report)
+      assert.is_true(sum >= 95 and sum <= 105, row)
+      assert.matches("%%%s+%d+$", row)
+    end
+    -- an agent that fails only under the sampler: the rows measured, the
+    -- sampled runs FAILED
+    local agent = failing_agent('os.getenv("SPECULA_PROFILE") ~= nil')
+    local st2, out2, err2 = H.specula({ "bench", "userpath", "--queries", "4", "--hops", "2",
+      "--k", "inf", "--concurrency", "2", "--runs", "1", "--no-ref", "--no-memory", "--vm", "--agent", agent })
+    assert.is_not.equals(0, st2)
+    assert.matches("\ninf%s+2%s+2 |%s+[%d.]+", out2)
+    assert.matches("\ninf%s+2%s+2%s+specula%s+FAILED%s+FAILED%s+FAILED%s+FAILED%s+FAILED%s+%-\n", out2)
+    assert.matches("vm k=inf conc=2 hops=2 specula: ", out2 .. err2, 1, true)
+  end)
+
   it("refuses a k it cannot run, naming the option", function()
     local st, out, err = H.specula({ "bench", "userpath", "--queries", "2", "--k", "0", "--runs", "1" })
     assert.is_not.equals(0, st)
