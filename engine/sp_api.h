@@ -121,6 +121,16 @@ typedef struct sp_json_idq {
    -1: bad arguments. Accepts nothing the strict parser or Lua's decoder
    would read differently. */
 int sp_json_line_idq(const char *s, size_t n, sp_json_idq *out);
+/* Pieces of the encoder's canonical text, for a Lua writer of a known
+   shape (a committed hop's text, specula.json.hop_text): s[0, n) as a JSON
+   string at o, quoted and escaped as the encoder writes it (room for 6n + 2
+   bytes): the bytes written, or -1 when s is not valid UTF-8 or longer than
+   SP_JSON_PUT_MAX (the caller leaves it to the encoder); d as the encoder
+   writes a number (room for 40 bytes): the bytes written, or -1 when d is
+   not finite. */
+enum { SP_JSON_PUT_MAX = 64 * 1024 * 1024 };
+int sp_json_put_utf8(char *o, const char *s, size_t n);
+int sp_json_put_finite(char *o, double d);
 /* A 64-bit fingerprint of s[0, n) into out[0], out[1] (FNV-1a): a set's
    key, never a digest; equal texts, equal fingerprints. */
 void sp_json_fingerprint(const char *s, size_t n, uint32_t *out);

@@ -709,6 +709,34 @@ char *sp_json_put_number(char *o, double d) {
   return o + n;
 }
 
+int sp_json_put_utf8(char *o, const char *s, size_t n) {
+  const unsigned char *u = (const unsigned char *)s;
+  if (n > SP_JSON_PUT_MAX) return -1;
+  /* as the encoder's string writer (sp_jsonenc.c): printable ASCII without
+     a quote or backslash copied at once; anything else checked for UTF-8,
+     then escaped */
+  size_t i = 0;
+  while (i < n && u[i] >= 0x20 && u[i] < 0x80 && u[i] != '"' && u[i] != '\\') i++;
+  if (i == n) {
+    o[0] = '"';
+    memcpy(o + 1, s, n);
+    o[n + 1] = '"';
+    return (int)n + 2;
+  }
+  for (; i < n; i++) {
+    if (u[i] < 0x80) continue;
+    size_t l = sp_json_utf8_seq(u + i, n - i);
+    if (!l) return -1;
+    i += l - 1;
+  }
+  return (int)(sp_json_put_string(o, s, n) - o);
+}
+
+int sp_json_put_finite(char *o, double d) {
+  if (!isfinite(d)) return -1;
+  return (int)(sp_json_put_number(o, d) - o);
+}
+
 int sp_json_write_number(sp_buf *out, double d) {
   if (sp_buf_reserve(out, SP_JSON_ROUNDED_MAX) != 0) return -1;
   out->len = (size_t)(sp_json_put_number(out->data + out->len, d) - out->data);

@@ -478,7 +478,58 @@ static void test_line_idq(void) {
   CHECK(sp_json_line_idq(NULL, 0, &q) == -1 && sp_json_line_idq("{}", 2, NULL) == -1, "bad arguments");
 }
 
+/* sp_json_put_utf8 writes what sp_json_write_string writes for valid
+   UTF-8, into a buffer of exactly the 6n + 2 bytes it may take (a write past
+   it shows under ASan and valgrind), and refuses what is not UTF-8;
+   sp_json_put_finite writes sp_json_write_number's digits. */
+static void put_utf8_is(const char *s, size_t n, int valid) {
+  char *o = malloc(6 * n + 2);
+  if (!o) return;
+  int w = sp_json_put_utf8(o, s, n);
+  if (!valid) {
+    CHECK(w == -1, "put_utf8 should refuse [%.*s] (got %d)", (int)n, s, w);
+  } else {
+    sp_buf want = {0};
+    CHECK(sp_json_write_string(&want, s, n) == 0, "write_string");
+    CHECK(w >= 0 && (size_t)w == want.len && memcmp(o, want.data, want.len) == 0, "put_utf8 of [%.*s]: %d bytes",
+          (int)n, s, w);
+    sp_buf_free(&want);
+  }
+  free(o);
+}
+#define UTF8_OK(lit) put_utf8_is(lit, sizeof(lit) - 1, 1)
+#define UTF8_BAD(lit) put_utf8_is(lit, sizeof(lit) - 1, 0)
+
+static void test_put_pieces(void) {
+  UTF8_OK("");
+  UTF8_OK("plain words");
+  UTF8_OK("say \"x\" \\ and \n\t\r\b\f\x01\x1f\x7f");
+  UTF8_OK("\x01\x01\x01");   /* the worst case: six bytes each */
+  UTF8_OK("caf\xc3\xa9 \xf0\x9f\x98\x80 \xe2\x80\xa8");
+  UTF8_OK("a\0b");
+  UTF8_BAD("\xff");
+  UTF8_BAD("cut \xc3");
+  UTF8_BAD("\xed\xa0\x80");   /* a surrogate */
+  UTF8_BAD("\xc0\x80");       /* overlong */
+  char big[1] = {0};
+  CHECK(sp_json_put_utf8(big, "x", (size_t)SP_JSON_PUT_MAX + 1) == -1, "a string over SP_JSON_PUT_MAX is refused");
+  static const double nums[] = { 0, -0.0, 1, -1, 7, 2147483648.0, 9007199254740992.0, 1e15, 1e16, 0.1, -2.5,
+                                 1.0 / 3, 1e300, 5e-324, 1e-7, 123456.789 };
+  for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+    char o[40];
+    int w = sp_json_put_finite(o, nums[i]);
+    sp_buf want = {0};
+    CHECK(sp_json_write_number(&want, nums[i]) == 0, "write_number");
+    CHECK(w > 0 && (size_t)w == want.len && memcmp(o, want.data, want.len) == 0, "put_finite of %.17g", nums[i]);
+    sp_buf_free(&want);
+  }
+  char o[40];
+  CHECK(sp_json_put_finite(o, NAN) == -1 && sp_json_put_finite(o, INFINITY) == -1 &&
+        sp_json_put_finite(o, -INFINITY) == -1, "put_finite refuses what is not finite");
+}
+
 int main(void) {
+  test_put_pieces();
   test_line_idq();
   test_parse_errors();
   test_surrogates_utf8();
