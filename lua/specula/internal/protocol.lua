@@ -299,17 +299,21 @@ local function messages_of(A, state, query)
 end
 
 -- The predictor's ctx: the step's, with `messages` (read on first use) and
--- `tools` (the tools' declared inputs).
+-- `tools` (the tools' declared inputs). Its metatable carries what the one
+-- __index reads (a closure made each step kept the step out of the JIT:
+-- "NYI: bytecode 51", FNEW, 65 aborted traces in a paste_research run).
+local function predictor_index(t, k)
+  local mt = getmetatable(t)
+  if k == "messages" then
+    local m = messages_of(mt.A, mt.state, mt.ctx.query)
+    rawset(t, "messages", m)
+    return m
+  end
+  if k == "tools" then return mt.A.tool_specs end
+  return mt.ctx[k]
+end
 local function predictor_ctx(A, state, ctx)
-  return setmetatable({}, { __index = function(t, k)
-    if k == "messages" then
-      local m = messages_of(A, state, ctx.query)
-      rawset(t, "messages", m)
-      return m
-    end
-    if k == "tools" then return A.tool_specs end
-    return ctx[k]
-  end })
+  return setmetatable({}, { __index = predictor_index, A = A, state = state, ctx = ctx })
 end
 
 -- Ask the predictor for the next action and hand the candidates to the
