@@ -150,6 +150,14 @@ function Ngram:observe_trajectory(actions)
   end
 end
 
+-- (comparators made once: a closure made each call is code LuaJIT does not
+-- compile, "NYI: bytecode 51")
+local function by_count_then_key(x, y)
+  if x.c ~= y.c then return x.c > y.c end
+  return x.k < y.k
+end
+local function by_confidence(a, b) return a.confidence > b.confidence end
+
 local ngram_predict
 function Ngram:predict(history, ctx) return ngram_predict(self, history, ctx) end
 ngram_predict = function(self, history, ctx)
@@ -163,7 +171,7 @@ ngram_predict = function(self, history, ctx)
         total = total + c
         if c >= self.min_count then ranked[#ranked + 1] = { k = k, c = c } end
       end
-      sort(ranked, function(x, y) if x.c ~= y.c then return x.c > y.c end return x.k < y.k end)
+      sort(ranked, by_count_then_key)
       local out = {}
       local factor = self.discount ^ (self.n - 1 - order)
       for _, r in ipairs(ranked) do
@@ -315,7 +323,7 @@ function M.draft(opts)
       local v = votes[k]
       out[#out + 1] = { tool = v.tool, args = v.args, confidence = v.n / samples }
     end
-    sort(out, function(a, b) return a.confidence > b.confidence end)
+    sort(out, by_confidence)
     while #out > self.top do out[#out] = nil end
     return out
   end

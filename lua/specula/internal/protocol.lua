@@ -298,6 +298,9 @@ local function messages_of(A, state, query)
   return c.events, c.turns
 end
 
+-- (one comparator, not a closure made each step: see predictor_ctx)
+local function by_confidence(a, b) return a.confidence > b.confidence end
+
 -- The predictor's ctx: the step's, with `messages` (read on first use) and
 -- `tools` (the tools' declared inputs). Its metatable carries what the one
 -- __index reads (a closure made each step kept the step out of the JIT:
@@ -359,7 +362,7 @@ local function predict(A, state, ctx)
     end
   end
   if #list == 0 then return nil end
-  sort(list, function(a, b) return a.confidence > b.confidence end)
+  sort(list, by_confidence)
   -- best first; the window keeps up to its max per step and takes each
   -- args slot's reference
   for i = 1, #list do
