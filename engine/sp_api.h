@@ -122,7 +122,7 @@ typedef struct sp_json_idq {
    would read differently. */
 int sp_json_line_idq(const char *s, size_t n, sp_json_idq *out);
 /* Pieces of the encoder's canonical text, for a Lua writer of a known
-   shape (a committed hop's text, specula.json.hop_text): s[0, n) as a JSON
+   shape (a committed hop's text, specula.run.records fast_hop): s[0, n) as a JSON
    string at o, quoted and escaped as the encoder writes it (room for 6n + 2
    bytes): the bytes written, or -1 when s is not valid UTF-8 or longer than
    SP_JSON_PUT_MAX (the caller leaves it to the encoder); d as the encoder
