@@ -25,12 +25,7 @@ end
 
 local RUNS = 5   -- ours and the reference run in alternation, RUNS times each
 
-local function median(xs)
-  local c = {}
-  for i = 1, #xs do c[i] = xs[i] end
-  table.sort(c)
-  return c[math.floor((#c + 1) / 2)]
-end
+local median = dofile(root .. "/bench/lib.lua").median
 
 local function batch(agent, qs, k, light)
   collectgarbage()

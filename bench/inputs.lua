@@ -49,12 +49,7 @@ for r = 1, RUNS do
 end
 for _, p in ipairs(paths) do os.remove(p) end
 
-local function median(xs)
-  local c = {}
-  for j = 1, #xs do c[j] = xs[j] end
-  table.sort(c)
-  return c[math.floor((#c + 1) / 2)]
-end
+local median = B.median
 
 print("machine: " .. B.machine())
 print(string.format("%d lines a file, %d runs a kind in alternation, CPU µs a line (medians)", N, RUNS))

@@ -100,4 +100,13 @@ function L.machine()
   return string.format("%s, %s CPUs", cpu, n or "?")
 end
 
+-- The median of a list of numbers (the lower one of the middle two for an
+-- even count), the list left as it was.
+function L.median(xs)
+  local c = {}
+  for i = 1, #xs do c[i] = xs[i] end
+  table.sort(c)
+  return c[math.floor((#c + 1) / 2)]
+end
+
 return L

@@ -169,12 +169,7 @@ local function ref(k, conc, hops, _, nq)
   return dt * 1e6 / (nq * hops), cpu * 1e6 / (nq * hops), mb
 end
 
-local function median(xs)
-  local c = {}
-  for j = 1, #xs do c[j] = xs[j] end
-  table.sort(c)
-  return c[math.floor((#c + 1) / 2)]
-end
+local median = B.median
 
 print("machine: " .. B.machine())
 print(string.format("%d queries, records to --out, wait kind %s (specula: model, tool, speculator each wait once a hop;", Q, WAIT))
