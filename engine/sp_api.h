@@ -389,6 +389,11 @@ int sp_outfile_add(sp_ctx *ctx, void *f, double bufsize, char *err, size_t errle
 /* 1 and the OS's reason in err when a flush of f at a drain's end failed
    (the writer stops there); 0 otherwise. */
 int sp_outfile_check(sp_ctx *ctx, void *f, char *err, size_t errlen);
+/* Write data[0, len) (whole lines) to f, a file of Lua's io library: into a
+   batched file's buffer (flushed first when the line does not fit in what
+   is left of it), any other flushed at once. 0, or -1 and the OS's reason
+   in err. */
+int sp_outfile_write(void *f, const char *data, double len, int batched, char *err, size_t errlen);
 /* Stop batching f: flush what is buffered (discard != 0: drop it, after a
    failure), then f is the caller's again, to close. 0, or -1 and the OS's
    reason in err when a flush failed (what was buffered is dropped). */
@@ -740,6 +745,31 @@ typedef struct sp_stats_opts {
   int predictor_off;         /* the predictor raised and was off for this query */
 } sp_stats_opts;
 int sp_record_stats_json(const sp_window_stats *st, const sp_stats_opts *o, char *out, int cap);
+/* A record of the common shape as its whole JSON line, assembled from its
+   finished window with no Lua table and no encoder walk (run.direct:
+   a CLI run that writes each record and keeps none, lua/specula/run/records.lua):
+   {"answer":A,"id":I,"provenance":P,"query":Q,"stages":..,"stats":..,"trajectory":[..]}
+   and "\n", the bytes json.canonical of the Lua record gives. st: the
+   window's statistics (sp_window_stats_get); so: as for sp_record_stats_json
+   (its hops taken from the window). Written into out when cap bytes hold
+   it, its length returned; otherwise nothing usable written and a bound
+   returned (> cap: ask again with a buffer that large); -1 when the record
+   is not of that shape (not done, a hop not yet text, a string not valid
+   UTF-8, a time or figure not finite): the caller builds the Lua record,
+   which reports what it cannot encode. */
+typedef struct sp_record_head {
+  const char *answer;        /* the final answer, a string */
+  size_t answer_len;
+  const char *id;            /* the query's id, a string; NULL: id_number */
+  size_t id_len;
+  double id_number;          /* the query's id when it is a number */
+  const char *query;         /* the query's text */
+  size_t query_len;
+  const char *prov[3];       /* the provenance object's text in three pieces (copied as they are) */
+  size_t prov_len[3];
+} sp_record_head;
+int sp_record_line(const sp_window *w, const sp_window_stats *st, const sp_stats_opts *so,
+                   const sp_record_head *h, char *out, int cap);
 /* The trajectory as text, hop by hop as hops commit (cfg.encode_trajectory):
    a query in flight holds a few bytes per finished hop instead of its Lua
    step and observation, which the collector would mark again and again.

@@ -346,6 +346,20 @@ static FILE *sp_jsonenc_file(lua_State *L, int idx, int *closed) {
   return f;
 }
 
+int sp_jsonenc_write_line_to(FILE *f, const char *data, size_t len, int batched) {
+  errno = 0;
+  int ok = 1;
+  /* a line that does not fit in what is left of a batched file's buffer is
+     preceded by a flush: each write(2) then holds whole lines, so a
+     process killed between two of them leaves no cut line (and stdio
+     never splits one) */
+  if (batched && __fpending(f) > 0 && len > __fbufsize(f) - __fpending(f)) ok = fflush(f) == 0;
+  if (ok) ok = fwrite(data, 1, len, f) == len;
+  if (ok && !batched) ok = fflush(f) == 0;
+  if (ok) return 0;
+  return errno ? errno : -1;
+}
+
 /* The text and a newline written to f and flushed (the io library's
    write + flush, with its error text): true and the bytes written (and,
    when picking, the agreement text or nil), or false and the reason. */
@@ -356,15 +370,8 @@ static int sp_jsonenc_write_line(sp_jsonenc *e, lua_State *L, FILE *f) {
     lua_pushstring(L, e->err + 6);  /* "out of memory", without "JSON: " */
     return 2;
   }
-  errno = 0;
-  ok = 1;
-  /* A batched file (sp_outfile.h) is flushed at the end of the drain, and
-     a line that does not fit in what is left of its buffer is preceded by
-     a flush: each write(2) then holds whole lines, so a process killed
-     between two of them leaves no cut line (and stdio never splits one) */
-  if (e->batched && __fpending(f) > 0 && e->out.len > __fbufsize(f) - __fpending(f)) ok = fflush(f) == 0;
-  if (ok) ok = fwrite(e->out.data, 1, e->out.len, f) == e->out.len;
-  if (ok && !e->batched) ok = fflush(f) == 0;
+  int werr = sp_jsonenc_write_line_to(f, e->out.data, e->out.len, e->batched);
+  ok = werr == 0;
   if (ok) {
     size_t bytes = e->out.len;
     lua_pushboolean(L, 1);
@@ -389,7 +396,7 @@ static int sp_jsonenc_write_line(sp_jsonenc *e, lua_State *L, FILE *f) {
     return 3;
   }
   lua_pushboolean(L, 0);
-  lua_pushstring(L, errno ? strerror(errno) : "write error");
+  lua_pushstring(L, werr > 0 ? strerror(werr) : "write error");
   return 2;
 }
 

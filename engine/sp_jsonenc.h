@@ -28,10 +28,16 @@
 #ifndef SP_JSONENC_H
 #define SP_JSONENC_H
 #include <lua.h>
+#include <stdio.h>
 
 int luaopen_specula_jsonenc(lua_State *L);
 /* The text of the last call of the encoder whose state this is (an FFI
    call passes enc_buf's userdata as its address); NULL for anything else. */
 const char *sp_jsonenc_text(const void *state);
+/* Write data[0, len) (whole lines) to f: a batched file (sp_outfile.h)
+   keeps it in its buffer, flushed first when the line does not fit in what
+   is left; any other is flushed at once. 0, or errno (-1 without one). The
+   one line writer of the encoder and of sp_outfile_write. */
+int sp_jsonenc_write_line_to(FILE *f, const char *data, size_t len, int batched);
 
 #endif

@@ -2,6 +2,7 @@
  * sp_outfile: record files written in batches (sp_outfile.h).
  */
 #include "sp_outfile.h"
+#include "sp_jsonenc.h"
 #include <errno.h>
 #include <stdio_ext.h>
 #include <stdlib.h>
@@ -42,6 +43,17 @@ static sp_outfile *find(sp_ctx *ctx, FILE *f) {
 
 static void put_reason(char *err, size_t errlen, int e) {
   if (err && errlen) snprintf(err, errlen, "%s", e ? strerror(e) : "write error");
+}
+
+int sp_outfile_write(void *file, const char *data, double len, int batched, char *err, size_t errlen) {
+  if (!file || !data || !(len >= 0)) {
+    if (err && errlen) snprintf(err, errlen, "attempt to use a closed file");
+    return -1;
+  }
+  int e = sp_jsonenc_write_line_to(file, data, (size_t)len, batched);
+  if (e == 0) return 0;
+  put_reason(err, errlen, e > 0 ? e : 0);
+  return -1;
 }
 
 int sp_outfile_add(sp_ctx *ctx, void *file, double bufsize, char *err, size_t errlen) {

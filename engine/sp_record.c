@@ -153,3 +153,90 @@ int sp_record_stats_json(const sp_window_stats *st, const sp_stats_opts *o, char
   KEY(w, "}");
   return w->rc == 0 ? (int)(w->o - out) : -1;
 }
+
+/* ---- a whole record's line (sp_record_line) ---------------------------- */
+
+/* the line's keys and punctuation around its pieces:
+   {"answer":,"id":,"provenance":,"query":,"stages":,"stats":,"trajectory":[]}\n */
+#define LINE_KEYS 96
+
+/* s as a JSON string at *o (room for 6n + 2 checked by the caller); 0, or
+   -1 when it is not valid UTF-8 */
+static int line_str(char **o, const char *s, size_t n) {
+  int k = sp_json_put_utf8(*o, s, n);
+  if (k < 0) return -1;
+  *o += k;
+  return 0;
+}
+
+#define LIT(o, lit) ((o) = (char *)memcpy((o), (lit), sizeof(lit) - 1) + sizeof(lit) - 1)
+
+int sp_record_line(const sp_window *w, const sp_window_stats *st, const sp_stats_opts *so,
+                   const sp_record_head *h, char *out, int cap) {
+  if (!w || !st || !so || !h || cap < 0 || !h->answer || !h->query) return -1;
+  for (int i = 0; i < 3; i++)
+    if (!h->prov[i]) return -1;
+  if (sp_window_status(w) != SP_WIN_DONE) return -1;
+  int n = sp_window_nhops(w);
+  if (sp_window_enc_count(w) != n) return -1;   /* a hop left as values: the Lua record */
+  int tlen = 0;
+  const char *traj = "";
+  if (n > 0 && !(traj = sp_window_traj_text(w, 0, n, &tlen))) return -1;
+  /* head and tail: the strings at their longest, the provenance, the
+     trajectory's text (the stages and stats objects measure themselves) */
+  size_t strs = h->answer_len + (h->id ? h->id_len : 0) + h->query_len;
+  size_t fixed = LINE_KEYS + 6 * strs + 6 + NUM_MAX + h->prov_len[0] + h->prov_len[1] + h->prov_len[2] + (size_t)tlen;
+  if (strs > SP_JSON_PUT_MAX || fixed > (size_t)INT_MAX / 2) return -1;
+  sp_stats_opts o = *so;
+  o.hops = n;
+  if ((size_t)cap < fixed) {
+    /* too small: the whole bound, for the caller to ask again with */
+    int sb = sp_window_stages_json(w, NULL, 0), tb = sp_record_stats_json(st, &o, NULL, 0);
+    if (sb < 0 || tb < 0 || (size_t)sb + (size_t)tb > (size_t)INT_MAX - fixed) return -1;
+    return (int)(fixed + (size_t)sb + (size_t)tb);
+  }
+  char *p = out;
+  LIT(p, "{\"answer\":");
+  if (line_str(&p, h->answer, h->answer_len) != 0) return -1;
+  LIT(p, ",\"id\":");
+  if (h->id) {
+    if (line_str(&p, h->id, h->id_len) != 0) return -1;
+  } else {
+    int k = sp_json_put_finite(p, h->id_number);
+    if (k < 0) return -1;
+    p += k;
+  }
+  LIT(p, ",\"provenance\":");
+  for (int i = 0; i < 3; i++) {
+    memcpy(p, h->prov[i], h->prov_len[i]);
+    p += h->prov_len[i];
+  }
+  LIT(p, ",\"query\":");
+  if (line_str(&p, h->query, h->query_len) != 0) return -1;
+  LIT(p, ",\"stages\":");
+  /* what the tail needs stays free: ,"trajectory":[...]}\n */
+  size_t tail = 16 + (size_t)tlen + 3;
+  int room = (int)((size_t)cap - (size_t)(p - out) - tail - 9);   /* 9: ,"stats": */
+  int sb = sp_window_stages_json(w, p, room);
+  if (sb < 0) return -1;
+  if (sb > room) {
+    int tb = sp_record_stats_json(st, &o, NULL, 0);
+    if (tb < 0 || (size_t)sb + (size_t)tb > (size_t)INT_MAX - fixed) return -1;
+    return (int)(fixed + (size_t)sb + (size_t)tb);
+  }
+  p += sb;
+  LIT(p, ",\"stats\":");
+  room = (int)((size_t)cap - (size_t)(p - out) - tail);
+  int tb = sp_record_stats_json(st, &o, p, room);
+  if (tb < 0) return -1;
+  if (tb > room) {
+    if ((size_t)sb + (size_t)tb > (size_t)INT_MAX - fixed) return -1;
+    return (int)(fixed + (size_t)sb + (size_t)tb);
+  }
+  p += tb;
+  LIT(p, ",\"trajectory\":[");
+  memcpy(p, traj, (size_t)tlen);
+  p += tlen;
+  LIT(p, "]}\n");
+  return (int)(p - out);
+}

@@ -428,13 +428,17 @@ end
 --- A later record's provenance in the same stream: its query and its run's
 -- digest only, {"query":Q,"run":R} (a json.raw value). Readers take the
 -- rest from the run's full provenance above it (M.reader).
-function M.raw_short(built, qdigest)
+local function short_post(built)
   local post = built.short_post
   if not post then
     post = format('","run":"%s"}', built.run)
     built.short_post = post
   end
-  return setmetatable({ '{"query":"', qdigest, post }, raw_mt)
+  return post
+end
+M.short_post = short_post   -- (the text after the query digest)
+function M.raw_short(built, qdigest)
+  return setmetatable({ '{"query":"', qdigest, short_post(built) }, raw_mt)
 end
 
 -- ---- reading it back --------------------------------------------------------

@@ -349,6 +349,18 @@ local function stats_table(st, n, rc)
 end
 M.stats_table = stats_table
 
+-- the run's sp_stats_opts (made once per run's settings)
+local function sopts_of(rc)
+  local so = rc.sopts
+  if not so then
+    so = ffi.new("sp_stats_opts")
+    so.k_config, so.m = rc.k_cfg, rc.m
+    so.mode, so.spec_launch, so.match = rc.mode, rc.launch, rc.match
+    so.predictor_off = rc.pfoff and 1 or 0
+    rc.sopts = so
+  end
+  return so
+end
 -- The same object as JSON text written by the engine (sp_record_stats_json),
 -- for a record written and dropped: no table, no key sorting. nil when a
 -- figure is not finite (stats_table's record then says which).
@@ -358,14 +370,7 @@ M.stats_table = stats_table
 local stats_cap = 8192
 local stats_buf = ffi.new("char[?]", stats_cap)
 local function stats_text(st, n, rc)
-  local so = rc.sopts
-  if not so then
-    so = ffi.new("sp_stats_opts")
-    so.k_config, so.m = rc.k_cfg, rc.m
-    so.mode, so.spec_launch, so.match = rc.mode, rc.launch, rc.match
-    so.predictor_off = rc.pfoff and 1 or 0
-    rc.sopts = so
-  end
+  local so = sopts_of(rc)
   so.hops = n
   local len = record_stats_json(st, so, stats_buf, stats_cap)
   if len > stats_cap then
@@ -405,6 +410,73 @@ local function gold_of(q)
 end
 M.gold_of = gold_of
 
+-- ---- a record the engine writes whole from its window (run.direct) -------
+-- A CLI run that writes each record and keeps none (runner.main: no
+-- --trace, --compare, learning predictor, cassette or kept candidates) and
+-- a query of the common shape (its id and query strings, no gold or shard,
+-- a string answer, every hop text) get no Lua record: collect returns a
+-- stub that keeps the window (the driver frees it once the record is
+-- written: specula.run.runner), and the writer has the engine assemble
+-- the line from the window (sp_record_line), the same bytes the Lua record
+-- would encode to. No table per record, no stages, stats or trajectory
+-- string, no encoder walk. The stub carries what the driver and the run's
+-- sums read of a record: wall, std and, once written, st (aggregate.add_record).
+-- A window the engine cannot write so (a string that is not UTF-8, a
+-- figure that is not finite) gets its Lua record when written, as before.
+local function direct_of(w, q, run, rc)
+  local id, query = q.id, q.query
+  local tid = type(id)
+  if (tid ~= "string" and tid ~= "number") or type(query) ~= "string" or q.shard ~= nil or gold_of(q) ~= nil then
+    return nil
+  end
+  local fin = registry[window_answer_ref(w)]
+  local answer = fin and fin.final
+  if type(answer) ~= "string" then return nil end
+  local n = window_nhops(w)
+  if n > 0 then
+    if not run.encode_hops then return nil end
+    encode_hops()
+    encode_window(w)
+    if enc_count(w) ~= n then return nil end
+  end
+  window_stats_get(w, wstats)
+  local d = { _w = w, _q = q, _run = run, _rc = rc, _agg = nil, answer = answer, wall = wstats.wall_ms,
+              std = wstats.standard_ms, hops = n, match = rc.match, st = nil, _p1 = nil, _qd = nil, _p3 = nil }
+  d._agg = d
+  return d
+end
+
+local record_line_c, window_stats_into = C.sp_record_line, C.sp_window_stats_get
+local line_head = ffi.new("sp_record_head")
+local line_cap = 16384
+local line_buf = ffi.new("char[?]", line_cap)
+local dstats = ffi.new("sp_window_stats")
+-- The line of stub d (provenance pieces set: runner.with_prov) in line_buf:
+-- its length, or nil when the engine cannot write it. Sets d.st.
+local function direct_line(d)
+  local w = d._w
+  window_stats_into(w, dstats)
+  d.st = dstats
+  local h = line_head
+  local a, id, qt, p1, qd, p3 = d.answer, d._q.id, d._q.query, d._p1, d._qd, d._p3
+  h.answer, h.answer_len, h.query, h.query_len = a, #a, qt, #qt
+  if type(id) == "string" then
+    h.id, h.id_len = id, #id
+  else
+    h.id, h.id_number = nil, id
+  end
+  h.prov[0], h.prov_len[0], h.prov[1], h.prov_len[1], h.prov[2], h.prov_len[2] = p1, #p1, qd, #qd, p3, #p3
+  local so = sopts_of(d._rc)
+  local n = record_line_c(w, dstats, so, h, line_buf, line_cap)
+  if n > line_cap then
+    line_cap = n
+    line_buf = ffi.new("char[?]", line_cap)
+    n = record_line_c(w, dstats, so, h, line_buf, line_cap)
+  end
+  if n < 0 then return nil end
+  return n
+end
+
 -- Read a finished window into a result record. A light run (answers
 -- only, for benchmarks and large batches) keeps { id, query, answer or
 -- error, hops } per query and adds the counters to `acc` instead. With
@@ -413,11 +485,15 @@ M.gold_of = gold_of
 -- (json.raw), encoded verbatim; with run.raw_stats too so is rec.stats,
 -- and rec._agg then carries the window's statistics (_agg.st) for the
 -- run's sums (aggregate.add_record) and --compare's table (tally).
-local function collect(w, q, run)
+local function collect(w, q, run, rc, whole)
   local o = run.o
-  local rc = run_cfg(run)
+  rc = rc or run_cfg(run)
   local light, acc = o.light, run.acc
   local status = window_status(w)
+  if run.direct and status == WIN_DONE and not whole then
+    local d = direct_of(w, q, run, rc)
+    if d then return d end
+  end
   -- every key a record gets, named at once: the table is made at its size
   -- (filled one key at a time it was rehashed twice a query)
   local rec = { id = q.id, query = q.query, gold = gold_of(q), trajectory = nil, answer = nil, error = nil,
@@ -487,7 +563,9 @@ local function collect(w, q, run)
   if stages then
     rec.stages = json.raw(stages)
   else
-    rec.stages = { hops = hops, final_seg = round(st.final_seg_ms, 4), init = round(st.init_ms, 4) }
+    -- (no hop: an empty list, [] as the engine writes it; it was {} here)
+    rec.stages = { hops = n == 0 and json.array({}) or hops, final_seg = round(st.final_seg_ms, 4),
+                   init = round(st.init_ms, 4) }
   end
   if text then
     rec.stats = json.raw(text)
@@ -675,13 +753,68 @@ end
 local write_line = json.write_line
 local outfile_check = C.sp_outfile_check
 local errbuf = core.errbuf
+local outfile_write, raw = C.sp_outfile_write, json.raw
+-- records written whole by the engine in this process (record_line_spec
+-- reads it from an agent: which path a record took shows nowhere else)
+local ndirect = 0
+function M.direct_written() return ndirect end
 local function record_writer(out, config, what, path, pick)
   what = what or "stdout"
   local regular = path and C.sp_host_path_kind(path) == 1
   -- the file's size after the last complete line: read once, then counted
   -- (a seek per record cost an lseek and an fstat)
   local size
-  return function(rec)
+  -- a line through the writer, which scrubs it: true and its bytes, or
+  -- false and why not
+  local function scrubbed(text)
+    local before = out.bytes
+    local ok, res = out:line(text)
+    if ok then ok, res = out:flush() end
+    if ok then res = out.bytes - before end
+    return ok, res
+  end
+  -- the file's size past a line written, or the run ends there (the file
+  -- cut back to its last complete line)
+  local function account(ok, res)
+    if not ok then
+      unbatch(out, true)
+      if size then cut_back(path, size) end
+      write_failed(what, res)
+    end
+    if size then size = size + res end
+  end
+  local writer
+  -- A stub of collect (run.direct): its line from the engine, or its Lua
+  -- record when the engine cannot write it (or this writer tags or picks).
+  local function write_direct(d)
+    local n = not config and not pick and direct_line(d)
+    if not n then
+      local full = collect(d._w, d._q, d._run, d._rc, true)
+      full.provenance = raw(d._p1, d._qd, d._p3)
+      local agree = writer(full)
+      -- what the run's sums read: this record as written (an error record
+      -- when it could not be encoded)
+      d.error, d._agg = full.error, full._agg
+      return agree
+    end
+    if regular and not size then size = out:seek("end") end
+    local ok, res
+    local file = out:direct()
+    if file then
+      local err, errlen = errbuf()
+      local batched = out.batched
+      if batched and outfile_check(core.ctx, file, err, errlen) ~= 0 then ok, res = false, ffi.string(err)
+      elseif outfile_write(file, line_buf, n, batched and 1 or 0, err, errlen) == 0 then ok, res = true, n
+      else ok, res = false, ffi.string(err) end
+    else
+      -- a secret is known: the writer scrubs the line
+      ok, res = scrubbed(ffi.string(line_buf, n - 1))
+    end
+    account(ok, res)
+    ndirect = ndirect + 1
+  end
+  writer = function(rec)
+    if rec._w then return write_direct(rec) end
     if config then rec.config = config end
     -- the run's sums are not part of the record (no pairs() copy: see json.lua)
     local agg = rec._agg
@@ -700,20 +833,13 @@ local function record_writer(out, config, what, path, pick)
     if ok == nil then
       -- a secret is known (the writer scrubs the line), or the record
       -- cannot be encoded (record_line's checked Lua path says where)
-      local before = out.bytes
-      ok, res = out:line(record_line(rec))
-      if ok then ok, res = out:flush() end
-      if ok then res = out.bytes - before end
+      ok, res = scrubbed(record_line(rec))
     end
     rec._agg = agg
-    if not ok then
-      unbatch(out, true)
-      if size then cut_back(path, size) end
-      write_failed(what, res)
-    end
-    if size then size = size + res end
+    account(ok, res)
     if pick then return agree or json.canonical({ rec.answer, rec.trajectory }) end
   end
+  return writer
 end
 M.record_writer = record_writer
 

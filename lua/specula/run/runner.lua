@@ -171,7 +171,17 @@ function M.with_prov(emit, run)
   local built, raw, short, qd = run.prov, provlib.raw, provlib.raw_short, provlib.query
   local first = true
   return function(rec, i, q)
-    if first then
+    if rec._w then
+      -- (a record the engine writes from its window: the provenance's text
+      -- in pieces, no table)
+      rec._qd = qd(q)
+      if first then
+        first = false
+        rec._p1, rec._p3 = built.pre, built.post
+      else
+        rec._p1, rec._p3 = '{"query":"', provlib.short_post(built)
+      end
+    elseif first then
       first = false
       rec.provenance = raw(built, qd(q))
     else
@@ -270,9 +280,9 @@ local function new_window(run, q, index, owned)
 end
 
 -- Read a finished window into its record (the caller releases it).
-local function finish_window(run, w, q, index)
+local function finish_window(run, w, q, index, whole)
   local o = run.o
-  local rec = collect(w, q, run)
+  local rec = collect(w, q, run, nil, whole)
   local cassette = package.loaded["specula.cassette"]
   if cassette and cassette.state then
     cassette.query_done(q.id, rec.error, rec.error == nil and sched.vals[C.sp_window_answer_ref(w)] or nil, index,
@@ -304,7 +314,8 @@ local function run_query(run, q, index)
   local me = sched.current("run_query")
   C.sp_window_start(w, me)
   while window_status(w) == WIN_RUNNING do sched.yield() end
-  local rec = finish_window(run, w, q, index)
+  -- (a whole record: the window goes now)
+  local rec = finish_window(run, w, q, index, true)
   ffi.gc(w, nil)
   window_free(w)
   return rec
@@ -491,6 +502,17 @@ local function ring_grow(R, lo, hi)
   R.cap, R.q, R.res, R.win = cap, N.q, N.res, N.win
 end
 
+-- A record the engine wrote from its window (records.collect's stub,
+-- run.direct) is out: the window the ring kept for it goes. (A batch that
+-- fails before frees the ring's windows: run_all.)
+local function drop_window(R, s, r)
+  local w = r._w
+  if w then
+    R.win[s] = nil
+    window_free(w)
+  end
+end
+
 -- After an interrupt: write what finished behind the gap, in input order,
 -- and return the kept records with no holes (and the emitted count).
 local function emit_late(R, next_emit, next_i, emitted, emit, kept)
@@ -506,6 +528,7 @@ local function emit_late(R, next_emit, next_i, emitted, emit, kept)
       local e = emit(r, i, q)
       if kept then kept[i] = e or r end
       R.res[s] = nil
+      drop_window(R, s, r)
       emitted = emitted + 1
     end
   end
@@ -563,8 +586,7 @@ run_batch = function(run, queries, emit, progress, keep)
   local R = ring_new(64)
   run.ring = R   -- (its windows are run_all's to release should the batch fail)
   local kept = keep and {} or nil
-  local next_emit, emitted = 1, 0
-  local done, started, next_i = 0, 0, 1
+  local next_emit, emitted, done, started, next_i = 1, 0, 0, 0, 1
   local t0 = sched.real_now()   -- the progress line's rate is real queries per second
   local sum_wall, sum_std, nfailed = 0, 0, 0
   local conc = batch_concurrency(run, n)
@@ -591,6 +613,7 @@ run_batch = function(run, queries, emit, progress, keep)
     local e = emit(r, next_emit, q)
     if kept then kept[next_emit] = e or r end
     R.res[s], R.q[s] = nil, nil
+    drop_window(R, s, r)
     next_emit, emitted = next_emit + 1, emitted + 1
   end
   local function record(i, rec)
@@ -618,11 +641,12 @@ run_batch = function(run, queries, emit, progress, keep)
   -- (a failure while a window is read: fin_w set; see above)
   local fin_w, fin_q, fin_i, fin_cancelled
   local function finished(aw, q, ai, cancelled, rec)
-    window_free(aw)
     if cancelled and cctx ~= nil and host_signal(cctx) ~= 0 then
       interrupted = true
       rec = nil
     end
+    -- (a record written from its window keeps it in the ring: drop_window)
+    if rec and rec._w then R.win[band(ai, R.cap - 1) + 1] = aw else window_free(aw) end
     record(ai, rec)
   end
   local function pump()
@@ -875,6 +899,10 @@ function M.main(agent, args, script, compare)
   -- Without --trace a written record goes: its counters are folded into
   -- the aggregate as it is written (a large batch keeps no records).
   local acc = not o.trace and aggregate.new_agg() or nil
+  -- records of the common shape written whole by the engine from their
+  -- windows (specula.run.records, run.direct): a run that keeps none and
+  -- reads nothing else of them
+  run.direct = acc ~= nil and not run.learn and not run.kept and records.encode_hops_ok
   local emit = M.with_prov(acc and function(rec, i)
     write(rec, i)
     aggregate.add_record(acc, rec, true)
