@@ -748,8 +748,11 @@ int sp_record_stats_json(const sp_window_stats *st, const sp_stats_opts *o, char
 /* A record of the common shape as its whole JSON line, assembled from its
    finished window with no Lua table and no encoder walk (run.direct:
    a CLI run that writes each record and keeps none, lua/specula/run/records.lua):
-   {"answer":A,"id":I,"provenance":P,"query":Q,"stages":..,"stats":..,"trajectory":[..]}
-   and "\n", the bytes json.canonical of the Lua record gives. st: the
+   {"answer":A,["config":C,]"id":I,"provenance":P,"query":Q,["shard":{..},]"stages":..,"stats":..,
+   "trajectory":[..]}
+   and "\n", the bytes json.canonical of the Lua record gives; with pick,
+   followed by json.canonical({ answer, trajectory }) (--compare's
+   agreement text), its length in h->agree_len. st: the
    window's statistics (sp_window_stats_get); so: as for sp_record_stats_json
    (its hops taken from the window). Written into out when cap bytes hold
    it, its length returned; otherwise nothing usable written and a bound
@@ -767,9 +770,15 @@ typedef struct sp_record_head {
   size_t query_len;
   const char *prov[3];       /* the provenance object's text in three pieces (copied as they are) */
   size_t prov_len[3];
+  const char *config;        /* the --compare configuration's name, NULL: no "config" key */
+  size_t config_len;
+  int shard;                 /* 1: a "shard" object of the five numbers below */
+  double shard_of[5];        /* its count, index, of, pos and seed (its keys' order) */
+  int pick;                  /* 1: the agreement text [answer,trajectory] after the line too */
+  int agree_len;             /* out: that text's length (it starts where the line ends) */
 } sp_record_head;
 int sp_record_line(const sp_window *w, const sp_window_stats *st, const sp_stats_opts *so,
-                   const sp_record_head *h, char *out, int cap);
+                   sp_record_head *h, char *out, int cap);
 /* The trajectory as text, hop by hop as hops commit (cfg.encode_trajectory):
    a query in flight holds a few bytes per finished hop instead of its Lua
    step and observation, which the collector would mark again and again.

@@ -159,6 +159,8 @@ int sp_record_stats_json(const sp_window_stats *st, const sp_stats_opts *o, char
 /* the line's keys and punctuation around its pieces:
    {"answer":,"id":,"provenance":,"query":,"stages":,"stats":,"trajectory":[]}\n */
 #define LINE_KEYS 96
+/* ,"shard":{"count":,"index":,"of":,"pos":,"seed":} */
+#define SHARD_KEYS 48
 
 /* s as a JSON string at *o (room for 6n + 2 checked by the caller); 0, or
    -1 when it is not valid UTF-8 */
@@ -172,7 +174,7 @@ static int line_str(char **o, const char *s, size_t n) {
 #define LIT(o, lit) ((o) = (char *)memcpy((o), (lit), sizeof(lit) - 1) + sizeof(lit) - 1)
 
 int sp_record_line(const sp_window *w, const sp_window_stats *st, const sp_stats_opts *so,
-                   const sp_record_head *h, char *out, int cap) {
+                   sp_record_head *h, char *out, int cap) {
   if (!w || !st || !so || !h || cap < 0 || !h->answer || !h->query) return -1;
   for (int i = 0; i < 3; i++)
     if (!h->prov[i]) return -1;
@@ -184,8 +186,11 @@ int sp_record_line(const sp_window *w, const sp_window_stats *st, const sp_stats
   if (n > 0 && !(traj = sp_window_traj_text(w, 0, n, &tlen))) return -1;
   /* head and tail: the strings at their longest, the provenance, the
      trajectory's text (the stages and stats objects measure themselves) */
-  size_t strs = h->answer_len + (h->id ? h->id_len : 0) + h->query_len;
-  size_t fixed = LINE_KEYS + 6 * strs + 6 + NUM_MAX + h->prov_len[0] + h->prov_len[1] + h->prov_len[2] + (size_t)tlen;
+  size_t strs = h->answer_len + (h->id ? h->id_len : 0) + h->query_len + (h->config ? h->config_len : 0);
+  size_t fixed = LINE_KEYS + 6 * strs + 8 + NUM_MAX + h->prov_len[0] + h->prov_len[1] + h->prov_len[2] + (size_t)tlen;
+  /* the agreement text: [answer,[trajectory]] */
+  if (h->pick) fixed += 6 * h->answer_len + 2 + (size_t)tlen + 5;
+  if (h->shard) fixed += SHARD_KEYS + 5 * NUM_MAX;
   if (strs > SP_JSON_PUT_MAX || fixed > (size_t)INT_MAX / 2) return -1;
   sp_stats_opts o = *so;
   o.hops = n;
@@ -197,7 +202,13 @@ int sp_record_line(const sp_window *w, const sp_window_stats *st, const sp_stats
   }
   char *p = out;
   LIT(p, "{\"answer\":");
+  char *a0 = p;
   if (line_str(&p, h->answer, h->answer_len) != 0) return -1;
+  size_t alen = (size_t)(p - a0);
+  if (h->config) {
+    LIT(p, ",\"config\":");
+    if (line_str(&p, h->config, h->config_len) != 0) return -1;
+  }
   LIT(p, ",\"id\":");
   if (h->id) {
     if (line_str(&p, h->id, h->id_len) != 0) return -1;
@@ -213,9 +224,23 @@ int sp_record_line(const sp_window *w, const sp_window_stats *st, const sp_stats
   }
   LIT(p, ",\"query\":");
   if (line_str(&p, h->query, h->query_len) != 0) return -1;
+  if (h->shard) {
+    static const char *const keys[5] = { ",\"shard\":{\"count\":", ",\"index\":", ",\"of\":", ",\"pos\":",
+                                         ",\"seed\":" };
+    for (int i = 0; i < 5; i++) {
+      size_t kl = strlen(keys[i]);
+      memcpy(p, keys[i], kl);
+      p += kl;
+      int k = sp_json_put_finite(p, h->shard_of[i]);
+      if (k < 0) return -1;
+      p += k;
+    }
+    *p++ = '}';
+  }
   LIT(p, ",\"stages\":");
-  /* what the tail needs stays free: ,"trajectory":[...]}\n */
-  size_t tail = 16 + (size_t)tlen + 3;
+  /* what the tail needs stays free: ,"trajectory":[...]}\n and the
+     agreement text */
+  size_t tail = 16 + (size_t)tlen + 3 + (h->pick ? alen + (size_t)tlen + 5 : 0);
   int room = (int)((size_t)cap - (size_t)(p - out) - tail - 9);   /* 9: ,"stats": */
   int sb = sp_window_stages_json(w, p, room);
   if (sb < 0) return -1;
@@ -238,5 +263,17 @@ int sp_record_line(const sp_window *w, const sp_window_stats *st, const sp_stats
   memcpy(p, traj, (size_t)tlen);
   p += tlen;
   LIT(p, "]}\n");
-  return (int)(p - out);
+  int len = (int)(p - out);
+  h->agree_len = 0;
+  if (h->pick) {
+    *p++ = '[';
+    memcpy(p, a0, alen);
+    p += alen;
+    LIT(p, ",[");
+    memcpy(p, traj, (size_t)tlen);
+    p += tlen;
+    LIT(p, "]]");
+    h->agree_len = (int)(p - (out + len));
+  }
+  return len;
 }

@@ -24,7 +24,8 @@ local AGENT = [[
     step = function(state, ctx)
       if state.hop >= HOPS then
         local q = state.q
-        local n = records.direct_written()
+        -- (RL_NOCOUNT: 0, for a --compare table whose agreement reads answers)
+        local n = os.getenv("RL_NOCOUNT") and 0 or records.direct_written()
         if q:find("table answer", 1, true) then return { final = { n = n } } end
         if q:find("bad utf8", 1, true) then return { final = "x\255y #" .. n .. "#" } end
         local ctl = q:match("control (%d+)")
@@ -59,11 +60,11 @@ local function both(tag, lines, extra, env)
       argv[#argv + 1] = "--trace"
       argv[#argv + 1] = dir .. "/rl_" .. tag .. "_trace.json"
     end
-    local st, _, err = H.specula(argv, env)
+    local st, stdout, err = H.specula(argv, env)
     -- (the counts the answers carry differ by design: left out)
     local raw = H.read(out) or ""
     local text = raw:gsub("#%d+#", "#N#"):gsub('{"n":%d+}', '{"n":N}')
-    res[side] = { status = st, err = err, text = text, raw = raw }
+    res[side] = { status = st, err = err, text = text, raw = raw, out = stdout }
   end
   return res.engine, res.lua
 end
@@ -191,6 +192,68 @@ describe("a record the engine writes whole from its window", function()
     end
     assert.equals("5 queries (1 failed), 8 hops", said[1] and said[1]:match("^[^;]*"))
     assert.equals(said[2], said[1])
+  end)
+
+  it("is the same in a --compare run, tagged with its configuration, and the table agrees", function()
+    local lines = {}
+    for i = 1, 30 do lines[i] = string.format('{"id":"q%d","query":"question %d"}', i, i) end
+    lines[31] = '{"id":"g","query":"plain","answer":"gold"}'
+    lines[32] = '{"id":"t","query":"table answer"}'
+    local cmp = { "--compare", "sequential,spechop:k=2,spechop:k=inf", "--concurrency", "4" }
+    -- answers without counts: the agreement table is the Lua records' one
+    local e, l = both("cmp", lines, cmp, { RL_HOPS = "3", RL_NOCOUNT = "1" })
+    assert.equals(0, e.status, e.err)
+    assert.equals(l.text, e.text)
+    assert.equals(3 * 32, #lines_of(e.text))
+    assert.is_truthy(e.text:find('"config":"spechop:k=2"', 1, true))
+    assert.is_truthy(e.out:find("agree", 1, true) or e.out:find("sequential", 1, true), e.out)
+    assert.equals(l.out, e.out)
+    -- a resumed comparison reads the first records back from --out (their
+    -- agreement text encoded from the record read) and pairs them with
+    -- records the engine writes: the same table as the whole run's
+    local agent = H.tmpfile("rl_agent.lua", AGENT)
+    local input = H.tmpfile("rl_cmp.jsonl")
+    local part = H.tmpfile("rl_cmp_part.jsonl")
+    local f = assert(io.open(part, "w"))
+    f:write(table.concat(lines_of(e.raw), "\n", 1, 12), "\n")
+    f:close()
+    local argv = { "run", agent, "--input", input, "--clock", "virtual", "--out", part, "--quiet" }
+    for _, x in ipairs(cmp) do argv[#argv + 1] = x end
+    local st, out, err = H.specula(argv, { RL_HOPS = "3", RL_NOCOUNT = "1" })
+    assert.equals(0, st, err)
+    -- (the resuming process's first record carries the whole provenance again)
+    assert.equals(3 * 32, #lines_of(H.read(part)))
+    local function agreement(t) return t:match("\nspechop:k=2 [^\n]-(%d+%.%d%%)") end
+    assert.equals("100.0%", agreement(e.out))
+    assert.equals(agreement(e.out), agreement(out))
+    -- and with counts: the engine wrote them (the last query of the last
+    -- configuration saw the records before it)
+    e = both("cmp2", lines, cmp, { RL_HOPS = "3" })
+    assert.equals(0, e.status, e.err)
+    local most = 0
+    for _, line in ipairs(lines_of(e.raw)) do most = math.max(most, count_in(line) or 0) end
+    assert.is_true(most >= 60, "records the engine wrote before the last: " .. most)
+  end)
+
+  it("carries its shard as the Lua record does (--shard, alone and with --compare)", function()
+    local lines = {}
+    for i = 1, 20 do lines[i] = string.format('{"id":"q%d","query":"question %d"}', i, i) end
+    for _, c in ipairs({ { cmp = false, args = { "--shard", "1/3", "--seed", "7", "--concurrency", "1" } },
+                         { cmp = true, args = { "--shard", "2/3", "--compare", "sequential,spechop:k=2",
+                                                "--concurrency", "3" } } }) do
+      local e, l = both("shard", lines, c.args, { RL_HOPS = "2", RL_NOCOUNT = c.cmp and "1" or nil })
+      assert.equals(0, e.status, e.err)
+      assert.equals(l.text, e.text)
+      local got = lines_of(e.raw)
+      assert.equals(c.cmp and 12 or 7, #got)
+      local r = H.json().decode(got[#got])
+      assert.equals(3, r.shard.count)
+      assert.equals(20, r.shard.of)
+      if not c.cmp then
+        assert.equals(7, r.shard.seed)
+        assert.equals(6, count_in(got[7]))
+      end
+    end
   end)
 
   it("is scrubbed of a secret the run knows, as the Lua record is", function()

@@ -835,6 +835,8 @@ function M.main(agent, o, src, script)
     -- written, then dropped (below): engine-written JSON, unless traced
     run.raw_stages = not o.trace
     run.raw_stats = run.raw_stages
+    -- records of the common shape written whole by the engine (specula.run.records)
+    run.direct = out ~= nil and not o.trace and not run.learn and not run.kept and records.encode_hops_ok
     if o.trace then
       run.trace_out, run.trace_pid, run.trace_config = trace_events, (ci - 1) * nq, c.name
     end

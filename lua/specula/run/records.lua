@@ -423,12 +423,19 @@ M.gold_of = gold_of
 -- sums read of a record: wall, std and, once written, st (aggregate.add_record).
 -- A window the engine cannot write so (a string that is not UTF-8, a
 -- figure that is not finite) gets its Lua record when written, as before.
+-- a shard field (specula.run.inputs makes it: count, index, of, pos, seed)
+-- whose five are numbers (`of` is absent when the input's size is not known)
+local function shard_ok(sh)
+  return type(sh) == "table" and type(sh.count) == "number" and type(sh.index) == "number"
+    and type(sh.of) == "number" and type(sh.pos) == "number" and type(sh.seed) == "number"
+end
+
 local function direct_of(w, q, run, rc)
   local id, query = q.id, q.query
   local tid = type(id)
-  if (tid ~= "string" and tid ~= "number") or type(query) ~= "string" or q.shard ~= nil or gold_of(q) ~= nil then
-    return nil
-  end
+  if (tid ~= "string" and tid ~= "number") or type(query) ~= "string" or gold_of(q) ~= nil then return nil end
+  local sh = q.shard
+  if sh ~= nil and not shard_ok(sh) then return nil end
   local fin = registry[window_answer_ref(w)]
   local answer = fin and fin.final
   if type(answer) ~= "string" then return nil end
@@ -440,8 +447,9 @@ local function direct_of(w, q, run, rc)
     if enc_count(w) ~= n then return nil end
   end
   window_stats_get(w, wstats)
-  local d = { _w = w, _q = q, _run = run, _rc = rc, _agg = nil, answer = answer, wall = wstats.wall_ms,
-              std = wstats.standard_ms, hops = n, match = rc.match, st = nil, _p1 = nil, _qd = nil, _p3 = nil }
+  local d = { _w = w, _q = q, _run = run, _rc = rc, _agg = nil, id = id, answer = answer, config = nil,
+              wall = wstats.wall_ms, std = wstats.standard_ms, hops = n, match = rc.match,
+              pfoff = rc.match and rc.pfoff or nil, st = nil, _p1 = nil, _qd = nil, _p3 = nil }
   d._agg = d
   return d
 end
@@ -451,9 +459,11 @@ local line_head = ffi.new("sp_record_head")
 local line_cap = 16384
 local line_buf = ffi.new("char[?]", line_cap)
 local dstats = ffi.new("sp_window_stats")
--- The line of stub d (provenance pieces set: runner.with_prov) in line_buf:
--- its length, or nil when the engine cannot write it. Sets d.st.
-local function direct_line(d)
+-- The line of stub d (provenance pieces set: runner.with_prov) in line_buf,
+-- tagged with config, and with pick the agreement text after it (its length
+-- in line_head.agree_len): the line's length, or nil when the engine cannot
+-- write it. Sets d.st.
+local function direct_line(d, config, pick)
   local w = d._w
   window_stats_into(w, dstats)
   d.st = dstats
@@ -466,6 +476,16 @@ local function direct_line(d)
     h.id, h.id_number = nil, id
   end
   h.prov[0], h.prov_len[0], h.prov[1], h.prov_len[1], h.prov[2], h.prov_len[2] = p1, #p1, qd, #qd, p3, #p3
+  if config then h.config, h.config_len = config, #config else h.config = nil end
+  local sh = d._q.shard
+  if sh then
+    h.shard = 1
+    local v = h.shard_of
+    v[0], v[1], v[2], v[3], v[4] = sh.count, sh.index, sh.of, sh.pos, sh.seed
+  else
+    h.shard = 0
+  end
+  h.pick = pick and 1 or 0
   local so = sopts_of(d._rc)
   local n = record_line_c(w, dstats, so, h, line_buf, line_cap)
   if n > line_cap then
@@ -785,18 +805,21 @@ local function record_writer(out, config, what, path, pick)
   end
   local writer
   -- A stub of collect (run.direct): its line from the engine, or its Lua
-  -- record when the engine cannot write it (or this writer tags or picks).
+  -- record when the engine cannot write it.
   local function write_direct(d)
-    local n = not config and not pick and direct_line(d)
+    local n = direct_line(d, config, pick)
     if not n then
       local full = collect(d._w, d._q, d._run, d._rc, true)
       full.provenance = raw(d._p1, d._qd, d._p3)
       local agree = writer(full)
       -- what the run's sums read: this record as written (an error record
       -- when it could not be encoded)
-      d.error, d._agg = full.error, full._agg
+      d.answer, d.error, d.stats, d._agg, d.config = full.answer, full.error, full.stats, full._agg, full.config
       return agree
     end
+    d.config = config
+    -- (--compare's agreement text: after the line in the same buffer)
+    local agree = pick and ffi.string(line_buf + n, line_head.agree_len) or nil
     if regular and not size then size = out:seek("end") end
     local ok, res
     local file = out:direct()
@@ -812,6 +835,7 @@ local function record_writer(out, config, what, path, pick)
     end
     account(ok, res)
     ndirect = ndirect + 1
+    return agree
   end
   writer = function(rec)
     if rec._w then return write_direct(rec) end
