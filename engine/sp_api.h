@@ -748,7 +748,7 @@ int sp_record_stats_json(const sp_window_stats *st, const sp_stats_opts *o, char
 /* A record of the common shape as its whole JSON line, assembled from its
    finished window with no Lua table and no encoder walk (run.direct:
    a CLI run that writes each record and keeps none, lua/specula/run/records.lua):
-   {"answer":A,["config":C,]"id":I,"provenance":P,"query":Q,["shard":{..},]"stages":..,"stats":..,
+   {"answer":A,["config":C,]["gold":G,]"id":I,"provenance":P,"query":Q,["shard":{..},]"stages":..,"stats":..,
    "trajectory":[..]}
    and "\n", the bytes json.canonical of the Lua record gives; with pick,
    followed by json.canonical({ answer, trajectory }) (--compare's
@@ -761,8 +761,11 @@ int sp_record_stats_json(const sp_window_stats *st, const sp_stats_opts *o, char
    UTF-8, a time or figure not finite): the caller builds the Lua record,
    which reports what it cannot encode. */
 typedef struct sp_record_head {
-  const char *answer;        /* the final answer, a string */
+  const char *answer;        /* the final answer: a string, or JSON text (answer_json) */
   size_t answer_len;
+  int answer_json;           /* 1: answer is the answer's canonical JSON text, copied as it is */
+  const char *gold;          /* the gold answers' canonical JSON text, NULL: no "gold" key */
+  size_t gold_len;
   const char *id;            /* the query's id, a string; NULL: id_number */
   size_t id_len;
   double id_number;          /* the query's id when it is a number */

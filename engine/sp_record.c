@@ -156,9 +156,9 @@ int sp_record_stats_json(const sp_window_stats *st, const sp_stats_opts *o, char
 
 /* ---- a whole record's line (sp_record_line) ---------------------------- */
 
-/* the line's keys and punctuation around its pieces:
-   {"answer":,"id":,"provenance":,"query":,"stages":,"stats":,"trajectory":[]}\n */
-#define LINE_KEYS 96
+/* the line's keys and punctuation around its pieces (about 100 bytes):
+   {"answer":,"config":,"gold":,"id":,"provenance":,"query":,"stages":,"stats":,"trajectory":[]}\n */
+#define LINE_KEYS 128
 /* ,"shard":{"count":,"index":,"of":,"pos":,"seed":} */
 #define SHARD_KEYS 48
 
@@ -187,7 +187,7 @@ int sp_record_line(const sp_window *w, const sp_window_stats *st, const sp_stats
   /* head and tail: the strings at their longest, the provenance, the
      trajectory's text (the stages and stats objects measure themselves) */
   size_t strs = h->answer_len + (h->id ? h->id_len : 0) + h->query_len + (h->config ? h->config_len : 0);
-  size_t fixed = LINE_KEYS + 6 * strs + 8 + NUM_MAX + h->prov_len[0] + h->prov_len[1] + h->prov_len[2] + (size_t)tlen;
+  size_t fixed = LINE_KEYS + 6 * strs + 8 + NUM_MAX + (h->gold ? h->gold_len : 0) + h->prov_len[0] + h->prov_len[1] + h->prov_len[2] + (size_t)tlen;
   /* the agreement text: [answer,[trajectory]] */
   if (h->pick) fixed += 6 * h->answer_len + 2 + (size_t)tlen + 5;
   if (h->shard) fixed += SHARD_KEYS + 5 * NUM_MAX;
@@ -203,11 +203,21 @@ int sp_record_line(const sp_window *w, const sp_window_stats *st, const sp_stats
   char *p = out;
   LIT(p, "{\"answer\":");
   char *a0 = p;
-  if (line_str(&p, h->answer, h->answer_len) != 0) return -1;
+  if (h->answer_json) {
+    memcpy(p, h->answer, h->answer_len);
+    p += h->answer_len;
+  } else if (line_str(&p, h->answer, h->answer_len) != 0) {
+    return -1;
+  }
   size_t alen = (size_t)(p - a0);
   if (h->config) {
     LIT(p, ",\"config\":");
     if (line_str(&p, h->config, h->config_len) != 0) return -1;
+  }
+  if (h->gold) {
+    LIT(p, ",\"gold\":");
+    memcpy(p, h->gold, h->gold_len);
+    p += h->gold_len;
   }
   LIT(p, ",\"id\":");
   if (h->id) {

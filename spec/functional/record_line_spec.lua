@@ -17,6 +17,7 @@ local H = require "support.helpers"
 local AGENT = [[
   local specula = require "specula"
   local records = require "specula.run.records"
+  local json = require "specula.json"
   local HOPS = tonumber(os.getenv("RL_HOPS") or "1")
   return specula.agent {
     name = "line",
@@ -26,7 +27,14 @@ local AGENT = [[
         local q = state.q
         -- (RL_NOCOUNT: 0, for a --compare table whose agreement reads answers)
         local n = os.getenv("RL_NOCOUNT") and 0 or records.direct_written()
-        if q:find("table answer", 1, true) then return { final = { n = n } } end
+        if q:find("table answer", 1, true) then return { final = { n = n, list = { "\u{e9}", 1.5, json.null } } } end
+        local depth = tonumber(q:match("deep (%d+)"))
+        if depth then
+          local v = { n = n }
+          for _ = 2, depth do v = { v } end
+          return { final = v }
+        end
+        if q:find("function answer", 1, true) then return { final = print } end
         if q:find("bad utf8", 1, true) then return { final = "x\255y #" .. n .. "#" } end
         local ctl = q:match("control (%d+)")
         if ctl then return { final = ("\1"):rep(tonumber(ctl)) .. " #" .. n .. "#" } end
@@ -63,7 +71,7 @@ local function both(tag, lines, extra, env)
     local st, stdout, err = H.specula(argv, env)
     -- (the counts the answers carry differ by design: left out)
     local raw = H.read(out) or ""
-    local text = raw:gsub("#%d+#", "#N#"):gsub('{"n":%d+}', '{"n":N}')
+    local text = raw:gsub("#%d+#", "#N#"):gsub('"n":%d+', '"n":N')
     res[side] = { status = st, err = err, text = text, raw = raw, out = stdout }
   end
   return res.engine, res.lua
@@ -73,6 +81,7 @@ end
 local function count_in(line)
   local r = H.json().decode(line)
   local a = r.answer
+  while type(a) == "table" and a.n == nil and a[1] ~= nil do a = a[1] end
   if type(a) == "table" then return a.n end
   return tonumber(tostring(a):match("#(%d+)#$"))
 end
@@ -150,29 +159,39 @@ describe("a record the engine writes whole from its window", function()
     assert.is_true(most > 0)
   end)
 
-  it("leaves what it cannot write to the Lua record: gold, a table answer, bytes that are not UTF-8", function()
+  it("writes gold answers and answers that are not strings as the Lua record does, and leaves it the rest",
+    function()
+    -- gold and a table answer: written by the engine; bytes that are not
+    -- UTF-8, a function, an answer nested too deep for the record (256
+    -- levels inside it: 255 fit): the Lua record's error record
     local lines = {
       '{"id":"a","query":"plain"}',
-      '{"id":"b","query":"plain","answer":"gold one"}',
+      '{"id":"b","query":"plain","answer":"gold one","aliases":["g\\u00e9","\\"x\\""]}',
       '{"id":"c","query":"table answer"}',
       '{"id":"d","query":"bad utf8"}',
+      '{"id":"f","query":"function answer"}',
+      '{"id":"g","query":"deep 255"}',
+      '{"id":"h","query":"deep 256"}',
       '{"id":"e","query":"plain"}',
     }
     local e, l = both("odd", lines, { "--concurrency", "1", "--k", "2" }, { RL_HOPS = "2" })
-    -- the record whose answer is not UTF-8 is an error record in both
     assert.equals(l.status, e.status)
     assert.equals(l.text, e.text)
     local got = lines_of(e.text)
-    assert.equals(5, #got)
+    assert.equals(8, #got)
     local r = {}
     for i, line in ipairs(lines_of(e.raw)) do r[i] = H.json().decode(line) end
-    assert.same({ "gold one" }, r[2].gold)
+    assert.equals("gold one", r[2].gold[1])
+    assert.equals(3, #r[2].gold)
     assert.equals("number", type(r[3].answer.n))
-    assert.is_truthy(r[4].error and r[4].error:find("cannot be written as JSON", 1, true), got[4])
-    -- the engine wrote the two plain ones: a, then e after the three others
+    for _, k in ipairs({ 4, 5, 7 }) do
+      assert.is_truthy(r[k].error and r[k].error:find("cannot be written as JSON", 1, true), got[k])
+    end
+    assert.is_nil(r[6].error)
+    -- the engine wrote a, b, c and g: e saw four
     local raw = lines_of(e.raw)
     assert.equals(0, count_in(raw[1]))
-    assert.equals(1, count_in(raw[5]))
+    assert.equals(4, count_in(raw[8]))
     -- and counted as failed in the run's figures, the others as data: the
     -- run's summary on stderr, as the Lua records' run says it
     local agent = H.tmpfile("rl_agent.lua", AGENT)
@@ -190,7 +209,7 @@ describe("a record the engine writes whole from its window", function()
       assert.equals(e.status, st, err)
       said[#said + 1] = err:match("specula: (%d+ queries %(%d+ failed%), %d+ hops[^\n]*)")
     end
-    assert.equals("5 queries (1 failed), 8 hops", said[1] and said[1]:match("^[^;]*"))
+    assert.equals("8 queries (3 failed), 10 hops", said[1] and said[1]:match("^[^;]*"))
     assert.equals(said[2], said[1])
   end)
 

@@ -412,9 +412,9 @@ M.gold_of = gold_of
 
 -- ---- a record the engine writes whole from its window (run.direct) -------
 -- A CLI run that writes each record and keeps none (runner.main: no
--- --trace, --compare, learning predictor, cassette or kept candidates) and
--- a query of the common shape (its id and query strings, no gold or shard,
--- a string answer, every hop text) get no Lua record: collect returns a
+-- --trace, learning predictor or kept candidates) and a query of the
+-- common shape (its id a string or a number, its query a string, an
+-- answer, every hop text) get no Lua record: collect returns a
 -- stub that keeps the window (the driver frees it once the record is
 -- written: specula.run.runner), and the writer has the engine assemble
 -- the line from the window (sp_record_line), the same bytes the Lua record
@@ -422,7 +422,8 @@ M.gold_of = gold_of
 -- string, no encoder walk. The stub carries what the driver and the run's
 -- sums read of a record: wall, std and, once written, st (aggregate.add_record).
 -- A window the engine cannot write so (a string that is not UTF-8, a
--- figure that is not finite) gets its Lua record when written, as before.
+-- figure that is not finite, an answer or gold the encoder refuses) gets
+-- its Lua record when written, as before.
 -- a shard field (specula.run.inputs makes it: count, index, of, pos, seed)
 -- whose five are numbers (`of` is absent when the input's size is not known)
 local function shard_ok(sh)
@@ -433,12 +434,12 @@ end
 local function direct_of(w, q, run, rc)
   local id, query = q.id, q.query
   local tid = type(id)
-  if (tid ~= "string" and tid ~= "number") or type(query) ~= "string" or gold_of(q) ~= nil then return nil end
+  if (tid ~= "string" and tid ~= "number") or type(query) ~= "string" then return nil end
   local sh = q.shard
   if sh ~= nil and not shard_ok(sh) then return nil end
   local fin = registry[window_answer_ref(w)]
   local answer = fin and fin.final
-  if type(answer) ~= "string" then return nil end
+  if answer == nil then return nil end
   local n = window_nhops(w)
   if n > 0 then
     if not run.encode_hops then return nil end
@@ -447,7 +448,7 @@ local function direct_of(w, q, run, rc)
     if enc_count(w) ~= n then return nil end
   end
   window_stats_get(w, wstats)
-  local d = { _w = w, _q = q, _run = run, _rc = rc, _agg = nil, id = id, answer = answer, config = nil,
+  local d = { _w = w, _q = q, _run = run, _rc = rc, _agg = nil, id = id, answer = answer, gold = gold_of(q), config = nil,
               wall = wstats.wall_ms, std = wstats.standard_ms, hops = n, match = rc.match,
               pfoff = rc.match and rc.pfoff or nil, st = nil, _p1 = nil, _qd = nil, _p3 = nil }
   d._agg = d
@@ -455,6 +456,21 @@ local function direct_of(w, q, run, rc)
 end
 
 local record_line_c, window_stats_into = C.sp_record_line, C.sp_window_stats_get
+-- v's canonical text as a member of the record (encoded inside a one-item
+-- list, so at the depth the record puts it): a pointer to it and its length,
+-- kept alive until the next call; nil when the encoder refuses it
+local SUB = { false }
+local sub_keep = { false, false }
+local sub_i = 0
+local function sub_text(v)
+  SUB[1] = v
+  local t = cenc(SUB, true)
+  SUB[1] = false
+  if not t then return nil end
+  sub_i = 1 - sub_i
+  sub_keep[sub_i + 1] = t
+  return ffi.cast("const char *", t) + 1, #t - 2
+end
 local line_head = ffi.new("sp_record_head")
 local line_cap = 16384
 local line_buf = ffi.new("char[?]", line_cap)
@@ -469,7 +485,25 @@ local function direct_line(d, config, pick)
   d.st = dstats
   local h = line_head
   local a, id, qt, p1, qd, p3 = d.answer, d._q.id, d._q.query, d._p1, d._qd, d._p3
-  h.answer, h.answer_len, h.query, h.query_len = a, #a, qt, #qt
+  if type(a) == "string" then
+    h.answer, h.answer_len, h.answer_json = a, #a, 0
+  else
+    -- (an answer or gold answers that are not a string: their text as the
+    -- record would hold it, one level down; one the encoder refuses there
+    -- goes to the Lua record, which says why)
+    local t, n = sub_text(a)
+    if not t then return nil end
+    h.answer, h.answer_len, h.answer_json = t, n, 1
+  end
+  local g = d.gold
+  if g ~= nil then
+    local t, n = sub_text(g)
+    if not t then return nil end
+    h.gold, h.gold_len = t, n
+  else
+    h.gold = nil
+  end
+  h.query, h.query_len = qt, #qt
   if type(id) == "string" then
     h.id, h.id_len = id, #id
   else
