@@ -411,6 +411,13 @@ end
 M.gold_of = gold_of
 
 -- ---- a record the engine writes whole from its window (run.direct) -------
+-- a shard field (specula.run.inputs makes it: count, index, of, pos, seed)
+-- whose five are numbers (`of` is absent when the input's size is not known)
+local function shard_ok(sh)
+  return type(sh) == "table" and type(sh.count) == "number" and type(sh.index) == "number"
+    and type(sh.of) == "number" and type(sh.pos) == "number" and type(sh.seed) == "number"
+end
+
 -- A CLI run that writes each record and keeps none (runner.main: no
 -- --trace, learning predictor or kept candidates) and a query of the
 -- common shape (its id a string or a number, its query a string, an
@@ -424,13 +431,6 @@ M.gold_of = gold_of
 -- A window the engine cannot write so (a string that is not UTF-8, a
 -- figure that is not finite, an answer or gold the encoder refuses) gets
 -- its Lua record when written, as before.
--- a shard field (specula.run.inputs makes it: count, index, of, pos, seed)
--- whose five are numbers (`of` is absent when the input's size is not known)
-local function shard_ok(sh)
-  return type(sh) == "table" and type(sh.count) == "number" and type(sh.index) == "number"
-    and type(sh.of) == "number" and type(sh.pos) == "number" and type(sh.seed) == "number"
-end
-
 local function direct_of(w, q, run, rc)
   local id, query = q.id, q.query
   local tid = type(id)
@@ -448,8 +448,8 @@ local function direct_of(w, q, run, rc)
     if enc_count(w) ~= n then return nil end
   end
   window_stats_get(w, wstats)
-  local d = { _w = w, _q = q, _run = run, _rc = rc, _agg = nil, id = id, answer = answer, gold = gold_of(q), config = nil,
-              wall = wstats.wall_ms, std = wstats.standard_ms, hops = n, match = rc.match,
+  local d = { _w = w, _q = q, _run = run, _rc = rc, _agg = nil, id = id, answer = answer, gold = gold_of(q),
+              config = nil, wall = wstats.wall_ms, std = wstats.standard_ms, hops = n, match = rc.match,
               pfoff = rc.match and rc.pfoff or nil, st = nil, _p1 = nil, _qd = nil, _p3 = nil }
   d._agg = d
   return d
