@@ -159,8 +159,8 @@ int sp_record_stats_json(const sp_window_stats *st, const sp_stats_opts *o, char
 /* the line's keys and punctuation around its pieces (about 100 bytes):
    {"answer":,"config":,"gold":,"id":,"provenance":,"query":,"stages":,"stats":,"trajectory":[]}\n */
 #define LINE_KEYS 128
-/* ,"shard":{"count":,"index":,"of":,"pos":,"seed":} */
-#define SHARD_KEYS 48
+/* ,"shard":{"count":,"index":,"of":,"pos":,"seed":} (49 bytes) */
+#define SHARD_KEYS 56
 
 /* s as a JSON string at *o (room for 6n + 2 checked by the caller); 0, or
    -1 when it is not valid UTF-8 */
@@ -187,7 +187,8 @@ int sp_record_line(const sp_window *w, const sp_window_stats *st, const sp_stats
   /* head and tail: the strings at their longest, the provenance, the
      trajectory's text (the stages and stats objects measure themselves) */
   size_t strs = h->answer_len + (h->id ? h->id_len : 0) + h->query_len + (h->config ? h->config_len : 0);
-  size_t fixed = LINE_KEYS + 6 * strs + 8 + NUM_MAX + (h->gold ? h->gold_len : 0) + h->prov_len[0] + h->prov_len[1] + h->prov_len[2] + (size_t)tlen;
+  size_t fixed = LINE_KEYS + 6 * strs + 8 + NUM_MAX + (h->gold ? h->gold_len : 0) + h->prov_len[0] +
+                 h->prov_len[1] + h->prov_len[2] + (size_t)tlen;
   /* the agreement text: [answer,[trajectory]] */
   if (h->pick) fixed += 6 * h->answer_len + 2 + (size_t)tlen + 5;
   if (h->shard) fixed += SHARD_KEYS + 5 * NUM_MAX;
