@@ -421,13 +421,14 @@ end
 -- A CLI run that writes each record and keeps none (runner.main: no
 -- --trace, learning predictor or kept candidates) and a query of the
 -- common shape (its id a string or a number, its query a string, an
--- answer, every hop text) get no Lua record: collect returns a
--- stub that keeps the window (the driver frees it once the record is
--- written: specula.run.runner), and the writer has the engine assemble
--- the line from the window (sp_record_line), the same bytes the Lua record
--- would encode to. No table per record, no stages, stats or trajectory
--- string, no encoder walk. The stub carries what the driver and the run's
--- sums read of a record: wall, std and, once written, st (aggregate.add_record).
+-- answer, every hop text) get no Lua record: collect returns a window
+-- record, one small table that keeps the window (the driver frees it once
+-- the record is written: specula.run.runner), and the writer has the
+-- engine assemble the line from the window (sp_record_line), the same
+-- bytes the Lua record would encode to: no record table of ten keys, no
+-- stages, stats or trajectory string, no encoder walk. The window record
+-- carries what the driver and the run's sums read of a record: wall, std
+-- and, once written, st (aggregate.add_record).
 -- A window the engine cannot write so (a string that is not UTF-8, a
 -- figure that is not finite, an answer or gold the encoder refuses) gets
 -- its Lua record when written, as before.
@@ -475,7 +476,7 @@ local line_head = ffi.new("sp_record_head")
 local line_cap = 16384
 local line_buf = ffi.new("char[?]", line_cap)
 local dstats = ffi.new("sp_window_stats")
--- The line of stub d (provenance pieces set: runner.with_prov) in line_buf,
+-- The line of window record d (provenance pieces set: runner.with_prov) in line_buf,
 -- tagged with config, and with pick the agreement text after it (its length
 -- in line_head.agree_len): the line's length, or nil when the engine cannot
 -- write it. Sets d.st.
@@ -838,7 +839,7 @@ local function record_writer(out, config, what, path, pick)
     if size then size = size + res end
   end
   local writer
-  -- A stub of collect (run.direct): its line from the engine, or its Lua
+  -- A window record of collect (run.direct): its line from the engine, or its Lua
   -- record when the engine cannot write it.
   local function write_direct(d)
     local n = direct_line(d, config, pick)

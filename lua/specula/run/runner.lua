@@ -502,7 +502,7 @@ local function ring_grow(R, lo, hi)
   R.cap, R.q, R.res, R.win = cap, N.q, N.res, N.win
 end
 
--- A record the engine wrote from its window (records.collect's stub,
+-- A record the engine wrote from its window (records.collect's window record,
 -- run.direct) is out: the window the ring kept for it goes. (A batch that
 -- fails before frees the ring's windows: run_all.)
 local function drop_window(R, s, r)
