@@ -282,6 +282,33 @@ error("from the main chunk: " .. tostring(#err2 > 0))
     assert.is_true(mb ~= nil and mb > 3.5 and mb < 4.5, out)
   end)
 
+  it("lets a mid-size Lua heap grow by twice its size between collector cycles, and a larger one (16-32 MB) by at most 16 MB", function()
+    -- thousands of queries in flight keep a heap of several MB out of
+    -- cache, and every cycle marks and sweeps all of it: half as many
+    -- cycles there, with the cap that bounds a large batch's peak
+    local out = ok_script([[
+      local function between(n)
+        local ballast = {}
+        for i = 1, n do ballast[i] = { i, i } end
+        for _ = 1, 3 do specula.sleep(1) end
+        local kb = collectgarbage("count")
+        local pause = collectgarbage("setpause", 150)
+        collectgarbage("setpause", pause)
+        return string.format("%.2f %.1f", (pause - 100) / 100, kb / 1024), #ballast
+      end
+      print("mid", (between(60000)))
+      print("large", (between(190000)))
+    ]])
+    local ratio, mb = out:match("mid%s+([%d.]+) ([%d.]+)")
+    ratio, mb = tonumber(ratio), tonumber(mb)
+    assert.is_true(mb ~= nil and mb > 4.5 and mb < 8, out)
+    assert.is_true(ratio > 1.9 and ratio < 2.1, out)
+    local lratio, lmb = out:match("large%s+([%d.]+) ([%d.]+)")
+    lratio, lmb = tonumber(lratio), tonumber(lmb)
+    assert.is_true(lmb ~= nil and lmb > 16 and lmb < 32, out)
+    assert.is_true(lratio * lmb < 16.5, out)
+  end)
+
   it("compiles a waiting window job's return path: no trace is dropped at the job's protected call", function()
     -- a job that waited resumes in the interpreter; a trace started on its
     -- way back (put_step, done) used to return into a per-job xpcall frame,
