@@ -221,8 +221,12 @@ end
 -- the job fails (specula.internal.protocol: a raising verifier is said once).
 M.on_job_fail = false
 
+-- (the type once: ffi.new with a type name parses it at each call, ~1,100
+-- instructions, and thousands of dispatchers start when thousands of
+-- queries wait at once)
+local JOBCALL = ffi.typeof("sp_jobcall")
 local function dispatcher()
-  local box = { busy = false, call = ffi.new("sp_jobcall") }
+  local box = { busy = false, call = JOBCALL() }
   while true do
     local _, e = xpcall(loop, job_error, box)
     -- an error outside a job (done: the window's reaction, the hop

@@ -31,6 +31,7 @@ local window_stages_json, window_traj_text, window_answer_ref = C.sp_window_stag
 local window_error, record_stats_json = C.sp_window_error, C.sp_record_stats_json
 local WIN_DONE = C.SP_WIN_DONE
 local hop_info = ffi.new("sp_hop_info")
+local EST = ffi.typeof("sp_est")   -- (a type name is parsed at each ffi.new)
 local wstats = ffi.new("sp_window_stats")
 local new_stats = ffi.typeof("sp_window_stats")
 
@@ -633,7 +634,7 @@ local function collect(w, q, run, rc, whole)
   if run.raw_stages and gate_text then rec.stats.gate = json.raw(gate_text(st)) end
   -- sums for the run's aggregate
   rec._agg = { wall = st.wall_ms, std = st.standard_ms, acc = st.accepted, rej = st.rejected,
-               est = ffi.new("sp_est", st.est) }
+               est = EST(st.est) }
   return rec
 end
 M.collect = collect
