@@ -147,13 +147,13 @@ void sp_sched_unqueue(sp_ctx *ctx, sp_runnable *r) {
 
 /* The collector's pause, as the allocation a cycle waits for: on a heap
    under SP_GC_SLACK_MIN_KB that much, above it twice what the heap holds
-   (a pause of 300) up to SP_GC_SLACK_MAX_KB; from 32 MB on, the pause stays at 150 (peak memory
-   of large batches). Twice, not once (LuaJIT's default): with 2,000
-   queries in flight the heap (~9 MB) is out of cache, and every cycle
-   marks and sweeps all of it again; half the cycles took a one-hop run's
-   simulated cache misses from 1.20 M to 1.01 M and its CPU by 0.87, peak
-   RSS +2.3 MB (bench/README.md, stop 56). The cap is unchanged, so a
-   large batch's peak is too. A cap of 8 MB took 10,000 live
+   (a pause of 300) up to SP_GC_SLACK_MAX_KB; from 32 MB on, the pause
+   stays at 150 (peak memory of large batches). Twice, not once (LuaJIT's
+   default): with 2,000 queries in flight the heap (~9 MB) is out of
+   cache, and every cycle marks and sweeps all of it again; half the
+   cycles took a one-hop run's simulated cache misses from 1.20 M to
+   1.01 M and its CPU by 0.91-0.93, peak RSS +2.3 MB (bench/README.md,
+   stop 56). The cap is unchanged, so a large batch's peak is too. A cap of 8 MB took 10,000 live
    trajectories (19 MB of live Lua heap) from 84 to 78 MB of peak RSS but
    cost 25-40 % more CPU, each extra cycle marking the whole cold heap
    (bench/README.md, scale): speed won. A cycle marks everything live, so a
