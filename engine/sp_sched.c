@@ -153,10 +153,10 @@ void sp_sched_unqueue(sp_ctx *ctx, sp_runnable *r) {
    cache, and every cycle marks and sweeps all of it again; half the
    cycles took a one-hop run's simulated cache misses from 1.20 M to
    1.01 M and its CPU by 0.91-0.93, peak RSS +2.3 MB (bench/README.md,
-   stop 56). The cap is unchanged, so a large batch's peak is too. A cap of 8 MB took 10,000 live
-   trajectories (19 MB of live Lua heap) from 84 to 78 MB of peak RSS but
-   cost 25-40 % more CPU, each extra cycle marking the whole cold heap
-   (bench/README.md, scale): speed won. A cycle marks everything live, so a
+   stop 56). The cap is unchanged, so a large batch's peak is too. A cap
+   of 8 MB took 10,000 live trajectories (19 MB of live Lua heap) from 84
+   to 78 MB of peak RSS but cost 25-40 % more CPU, each extra cycle marking
+   the whole cold heap (bench/README.md, scale): speed won. A cycle marks everything live, so a
    small heap (the loaded modules and a few hundred queries) with a
    proportional pause alone would run many cycles that each re-mark the
    same data: hence the minimum. It is kept small because heap the
