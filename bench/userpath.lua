@@ -9,7 +9,7 @@
 -- on disk), the paired ratio and each process's peak RSS.
 --   specula bench userpath [--quick] [--queries Q] [--hops 1,20,80]
 --     [--k 1,4,inf,seq] [--concurrency 16,2000] [--runs R] [--wait sleep|http|mcp|none] [--no-ref]
---     [--agent FILE] [--against BIN [--against-home DIR]] [--no-memory] [--vm]
+--     [--agent FILE] [--against BIN [--against-home DIR]] [--no-memory] [--vm [--vm-interval MS]]
 -- --against: another specula build (a before/after comparison) run in the
 -- same alternation (this one, that one, the reference), a second row per
 -- configuration marked "against"; --against-home: its Lua tree
@@ -19,6 +19,8 @@
 -- code, the interpreter, C, the collector and the JIT compiler: a change
 -- that leaves the path's hot loop to the interpreter (a trace that no
 -- longer compiles) shows there, where the figures above only say slower.
+-- --vm-interval: the sampler's period in ms of CPU (1); a run that ends
+-- before its first tick has no samples: "-", not a failure.
 -- Then memory: per live trajectory (the peak's growth per query in flight,
 -- from the rows) and per finished query (runs of Q and 5Q one-hop queries;
 -- --no-memory skips them).
@@ -29,7 +31,7 @@ local B = dofile(require("specula.internal.core").host.root .. "/bench/lib.lua")
 local specula = require("specula")
 local json = specula.json
 
-local Q, RUNS, REF, WAIT, FINISHED, VM = 2000, 3, true, "sleep", true, false
+local Q, RUNS, REF, WAIT, FINISHED, VM, VM_MS = 2000, 3, true, "sleep", true, false, 1
 local AGENT   -- default: bench/userpath_agent.lua
 local AGAINST, AGAINST_HOME
 local HOPS, KS, CONCS = { 1, 20, 80 }, { "1", "4", "inf", "seq" }, { 16, 2000 }
@@ -54,6 +56,7 @@ for i = 1, #arg do
   if arg[i] == "--queries" then Q = tonumber(arg[i + 1]) end
   if arg[i] == "--runs" then RUNS = tonumber(arg[i + 1]) end
   if arg[i] == "--wait" then WAIT = arg[i + 1] end
+  if arg[i] == "--vm-interval" then VM_MS = tonumber(arg[i + 1]) end
   if arg[i] == "--agent" then AGENT = arg[i + 1] end
   if arg[i] == "--against" then AGAINST = arg[i + 1] end
   if arg[i] == "--against-home" then AGAINST_HOME = arg[i + 1] end
@@ -62,6 +65,7 @@ for i = 1, #arg do
   if arg[i] == "--concurrency" then CONCS = nums(arg[i + 1]) end
 end
 assert(Q and Q >= 1 and RUNS and RUNS >= 1, "bench userpath: --queries and --runs need a number >= 1")
+assert(VM_MS and VM_MS >= 1 and VM_MS == math.floor(VM_MS), "bench userpath: --vm-interval needs a whole number of ms >= 1")
 assert(#HOPS > 0 and #CONCS > 0 and #KS > 0, "bench userpath: --hops, --k and --concurrency need a list (1,20)")
 for _, h in ipairs(HOPS) do assert(h >= 1, "bench userpath: --hops must be >= 1") end
 for _, c in ipairs(CONCS) do assert(c >= 1, "bench userpath: --concurrency must be >= 1") end
@@ -136,7 +140,7 @@ local function check(out, hops, nq)
 end
 
 -- inp, nq: another input and its query count (the memory section)
--- prof: a file for LuaJIT's sampler (SPECULA_PROFILE=vi1) to write
+-- prof: a file for LuaJIT's sampler (SPECULA_PROFILE=vi<VM_MS>) to write
 local function run_bin(bin, home, k, conc, hops, inp, nq, prof)
   local out = dir .. "/ours.jsonl"
   os.remove(out)
@@ -144,7 +148,7 @@ local function run_bin(bin, home, k, conc, hops, inp, nq, prof)
   local cmd = string.format("env %s%sBENCH_HOPS=%d BENCH_WAIT=%s BENCH_URL=%s BENCH_MCP=%s/spec/support/mcp_testserver.js %s run %s "
     .. "--input %s --out %s %s --concurrency %d --max-hops %d --quiet >/dev/null 2>&1",
     home and ("SPECULA_HOME=" .. home .. " ") or "",
-    prof and ("SPECULA_PROFILE=vi1 SPECULA_PROFILE_OUT=" .. prof .. " ") or "", hops, WAIT, url, B.root, bin, AGENT, inp or input, out, mode, conc,
+    prof and ("SPECULA_PROFILE=vi" .. VM_MS .. " SPECULA_PROFILE_OUT=" .. prof .. " ") or "", hops, WAIT, url, B.root, bin, AGENT, inp or input, out, mode, conc,
     hops + 2)
   local dt, cpu, mb = timed(cmd)
   -- a failed run is no figure: nil, and the command for the report
@@ -258,25 +262,30 @@ local function vm_shares(bin, home, k, conc, hops)
   os.remove(prof)
   local us, cpu = run_bin(bin, home, k, conc, hops, nil, nil, prof)
   if not us then return nil, cpu end
-  local cmd = "SPECULA_PROFILE=vi1 run"
+  local cmd = "SPECULA_PROFILE=vi" .. VM_MS .. " run"
   local h = io.open(prof, "r")
   if not h then return nil, "the sampler wrote no " .. prof .. " (" .. cmd .. ")" end
-  local shares, any = {}, false
+  local shares, any, none = {}, false, false
   for line in h:lines() do
     local pct, name = line:match("^%s*(%d+)%%%s+(.-)%s*$")
     if pct then shares[name], any = tonumber(pct), true end
+    if line:find("[No samples collected]", 1, true) then none = true end
   end
   h:close()
+  -- a run that ended before the sampler's first tick measured nothing: not
+  -- a failure of the build, and not a share either
+  if none and not any then return false, cpu * Q * hops / 1000 end
   if not any then return nil, "the sampler's output has no VM state (" .. cmd .. ")" end
   return shares, cpu * Q * hops / 1000   -- the run's CPU ms: about its samples (one a ms)
 end
 if ok and VM then
-  print("where the CPU went, % of LuaJIT's samples by VM state (SPECULA_PROFILE=vi1, one run a row):")
+  print("where the CPU went, % of LuaJIT's samples by VM state (SPECULA_PROFILE=vi" .. VM_MS .. ", one run a row):")
   local head = {}
   for _, st in ipairs(VM_STATES) do head[#head + 1] = string.format("%8s", st[2]) end
   print(string.format("%-5s %6s %5s %-8s %s %8s", "k", "conc", "hops", "build", table.concat(head, " "), "cpu ms"))
   local builds = { { "specula", self, nil } }
   if AGAINST then builds[2] = { "against", AGAINST, AGAINST_HOME } end
+  local unsampled = false
   for _, hops in ipairs(HOPS) do
     for _, conc in ipairs(CONCS) do
       for _, k in ipairs(KS) do
@@ -284,15 +293,20 @@ if ok and VM then
           local sh, why = vm_shares(bd[2], bd[3], k, conc, hops)
           local cells = {}
           for _, st in ipairs(VM_STATES) do
-            cells[#cells + 1] = string.format("%8s", sh and string.format("%d%%", sh[st[1]] or 0) or "FAILED")
+            local cell = sh and string.format("%d%%", sh[st[1]] or 0) or sh == false and "-" or "FAILED"
+            cells[#cells + 1] = string.format("%8s", cell)
           end
-          print(string.format("%-5s %6d %5d %-8s %s %8s", k, conc, hops, bd[1], table.concat(cells, " "),
-            sh and string.format("%.0f", why) or "-"))
-          if not sh then failed[#failed + 1] = string.format("vm k=%s conc=%d hops=%d %s: %s", k, conc, hops, bd[1], why) end
+          print(string.format("%-5s %6d %5d %-8s %s %8s%s", k, conc, hops, bd[1], table.concat(cells, " "),
+            sh ~= nil and string.format("%.0f", why) or "-", sh == false and "  no samples" or ""))
+          if sh == false then unsampled = true end
+          if sh == nil then failed[#failed + 1] = string.format("vm k=%s conc=%d hops=%d %s: %s", k, conc, hops, bd[1], why) end
         end
         io.stdout:flush()
       end
     end
+  end
+  if unsampled then
+    print("(no samples: the run ended before the sampler's first tick, " .. VM_MS .. " ms of CPU; more --queries sample it)")
   end
 end
 

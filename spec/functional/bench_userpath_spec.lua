@@ -156,7 +156,9 @@ describe("bench userpath #slow", function()
   -- shares of its samples by VM state; a run that fails there is FAILED
   -- (never shares) and fails the bench by name
   it("prints with --vm where each build's samples fell, by VM state, and FAILED for a run that fails", function()
-    local st, out, err = H.specula({ "bench", "userpath", "--queries", "20", "--hops", "2",
+    -- (enough queries for the sampler to tick: 20 gave it no sample in one
+    -- run of six, 600 four to seven samples)
+    local st, out, err = H.specula({ "bench", "userpath", "--queries", "3000", "--hops", "2",
       "--k", "inf", "--concurrency", "2", "--runs", "1", "--no-ref", "--no-memory", "--vm",
       "--against", H.bin, "--against-home", H.root })
     assert.equals(0, st, err .. out)
@@ -184,6 +186,24 @@ describe("bench userpath #slow", function()
     assert.matches("\ninf%s+2%s+2 |%s+[%d.]+", out2)
     assert.matches("\ninf%s+2%s+2%s+specula%s+FAILED%s+FAILED%s+FAILED%s+FAILED%s+FAILED%s+%-\n", out2)
     assert.matches("vm k=inf conc=2 hops=2 specula: ", out2 .. err2, 1, true)
+  end)
+
+  -- a run that ends before the sampler's first tick measured nothing: "-"
+  -- and "no samples", the bench still passes; a period it cannot use is
+  -- refused by name
+  it("says no samples, not FAILED, when a --vm run ends before the sampler ticks", function()
+    local st, out, err = H.specula({ "bench", "userpath", "--queries", "4", "--hops", "1",
+      "--k", "inf", "--concurrency", "2", "--runs", "1", "--no-ref", "--no-memory", "--vm",
+      "--vm-interval", "100000" })
+    assert.equals(0, st, err .. out)
+    assert.matches("by VM state (SPECULA_PROFILE=vi100000, one run a row)", out, 1, true)
+    assert.matches("\ninf%s+2%s+1%s+specula%s+%-%s+%-%s+%-%s+%-%s+%-%s+%d+  no samples\n", out)
+    assert.matches("(no samples: the run ended before the sampler's first tick, 100000 ms of CPU", out, 1, true)
+    assert.is_nil(out:find("FAILED", 1, true), out)
+    local st2, out2, err2 = H.specula({ "bench", "userpath", "--queries", "2", "--hops", "1", "--vm",
+      "--vm-interval", "0.5" })
+    assert.is_not.equals(0, st2)
+    assert.matches("--vm-interval needs a whole number of ms >= 1", out2 .. err2, 1, true)
   end)
 
   it("refuses a k it cannot run, naming the option", function()
