@@ -46,12 +46,14 @@
 -- Problems with single records never raise: a malformed JSONL line, a line
 -- that is not an object, or a record missing a required field produces a
 -- warning naming the file, the line (JSONL) or index (JSON array) and the
--- field, and that record is skipped.
+-- field, and that record is skipped. A file with lines and not one of them
+-- JSON (a binary, a compressed file) is an error, not an empty input.
 
 local type, tostring, pairs, ipairs, pcall, error, select, next, getmetatable =
   type, tostring, pairs, ipairs, pcall, error, select, next, getmetatable
 local find, sub, format, byte = string.find, string.sub, string.format, string.byte
 local concat, sort = table.concat, table.sort
+local compressed_hint = require("specula.internal.lines").compressed_hint
 
 local M = {}
 
@@ -466,7 +468,18 @@ local function parse(s, name, opts, fmt)
     local note
     fmt, note = M.detect(objs)
     if not fmt then
-      if #items == 0 then return {}, warnings end
+      if #items == 0 then
+        -- lines, and none of them JSON: not an input with no queries
+        local malformed = 0
+        for _, w in ipairs(warnings) do
+          if find(w, ": malformed JSON (", 1, true) then malformed = malformed + 1 end
+        end
+        if malformed > 0 then
+          return nil, "specula.datasets: " .. name .. ": " .. (compressed_hint(name, s) or format(
+            "no line of it is JSON (%d skipped; the first: %s)", malformed, warnings[1]))
+        end
+        return {}, warnings
+      end
       return nil, "specula.datasets: " .. name .. ": " .. note
     end
     if note then warnings[#warnings + 1] = name .. ": " .. note end

@@ -259,6 +259,54 @@ describe("messages", function()
     assert.equals("specula run: cannot read --input file '" .. H.tmpdir() .. "': Is a directory\n" .. usage, err)
   end)
 
+  -- a gzip'd or binary --input ran no query and exited 0, its lines
+  -- warned about one by one: now the input is refused, no record written
+  it("a compressed or binary --input is refused (status 1), the compressed one with the command that opens it", function()
+    local dir = H.tmpdir()
+    local plain = dir .. "/q.jsonl"
+    local f = assert(io.open(plain, "w"))
+    f:write('{"id":"q1","query":"a"}\n{"id":"q2","query":"b"}\n')
+    f:close()
+    assert(os.execute("gzip -k " .. H.quote(plain)) == 0)
+    local out = dir .. "/r.jsonl"
+    local st, _, err = H.specula({ "run", AGENT, "--input", plain .. ".gz", "--out", out })
+    assert.equals(1, st, err)
+    assert.equals("specula run: specula.datasets: " .. plain .. ".gz: gzip-compressed: decompress it first: gzip -dc "
+      .. plain .. ".gz > " .. plain .. "\n", err)
+    local r = io.open(out)
+    assert.is_true(r == nil or r:read("*a") == "")
+    if r then r:close() end
+    local bin = dir .. "/b.jsonl"
+    f = assert(io.open(bin, "wb"))
+    f:write("\0\1\2\255\n\254\253\n")
+    f:close()
+    st, _, err = H.specula({ "run", AGENT, "--input", bin })
+    assert.equals(1, st, err)
+    assert.matches("b.jsonl: no line of it is JSON (2 skipped; the first: " .. bin .. ":1: ", err, 1, true)
+  end)
+
+  -- a gzip'd results file read as damaged sent the user to `specula
+  -- repair`, which then called it no results file
+  it("a compressed results file given to compare, merge, repair or report is named as such (status 1)", function()
+    local dir = H.tmpdir()
+    local plain = dir .. "/r.jsonl"
+    local st, _, err = H.specula({ "run", AGENT, "--query", "what", "--out", plain })
+    assert.equals(0, st, err)
+    assert(os.execute("gzip -k " .. H.quote(plain)) == 0)
+    local gz = plain .. ".gz"
+    local hint = gz .. ": gzip-compressed: decompress it first: gzip -dc " .. gz .. " > " .. plain
+    for _, c in ipairs({ { { "compare", gz }, "specula compare: " .. hint },
+                         { { "merge", gz, "-o", dir .. "/m.jsonl" }, "specula merge: " .. hint },
+                         { { "report", gz }, "specula report: " .. hint },
+                         { { "repair", gz }, "specula repair: " .. gz .. ": not a results file (gzip-compressed: "
+                             .. "decompress it first: gzip -dc " .. gz .. " > " .. plain .. "): left unchanged" } }) do
+      local st2, _, err2 = H.specula(c[1])
+      assert.equals(1, st2, err2)
+      assert.truthy(err2:find(c[2], 1, true), c[1][1] .. ": " .. err2)
+      assert.is_nil(err2:find("damaged", 1, true), err2)
+    end
+  end)
+
   it("a missing results file given to compare, merge or repair is named once (status 1)", function()
     local path = H.tmpdir() .. "/no_such_results.jsonl"
     for _, args in ipairs({ { "compare", path }, { "merge", path, "-o", H.tmpfile("nsr_m.jsonl") },

@@ -208,6 +208,23 @@ describe("specula.datasets.parse and detect", function()
     assert_warning(warnings, "mem:2:", "malformed JSON")
   end)
 
+  -- a binary or compressed file read as lines is no input with no queries
+  -- (a run of it did nothing and exited 0): an error, and for a compressed
+  -- one the command that opens it; an empty text still is an empty input
+  it("refuses text with lines and no JSON line, naming the first; a compressed file by its compression", function()
+    local recs, err = datasets.parse("hello\nworld\n", { name = "mem" })
+    assert.is_nil(recs)
+    assert.matches("^specula%.datasets: mem: no line of it is JSON %(2 skipped; the first: mem:1: malformed JSON", err)
+    local gz, gerr = datasets.parse("\31\139\8\0\1\2\255\n\254", { name = "q.jsonl.gz" })
+    assert.is_nil(gz)
+    assert.equals("specula.datasets: q.jsonl.gz: gzip-compressed: decompress it first: gzip -dc q.jsonl.gz > q.jsonl", gerr)
+    local _, zerr = datasets.parse("\40\181\47\253\0\9", { name = "dump.zst" })
+    assert.matches("zstd-compressed: decompress it first: zstd -dc dump.zst > dump.jsonl", zerr, 1, true)
+    local empty, w = datasets.parse("\n  \n", { name = "mem" })
+    assert.are.same({}, empty)
+    assert_warning(w, "file is empty")
+  end)
+
   it("detects formats from decoded objects", function()
     assert.are.equal("musique", (datasets.detect({ { id = "1", question_decomposition = {} } })))
     assert.are.equal("2wiki", (datasets.detect({ { _id = "1", type = "bridge_comparison" } })))

@@ -384,6 +384,28 @@ describe("convtraces.sessions", function()
     assert.matches("^EIO:", err2)
   end)
 
+  it("says a compressed log is compressed, with the command that opens it", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. dir) == 0)
+    -- each format's magic bytes, then bytes no JSON decoder takes (the
+    -- compressors themselves need not be installed)
+    for _, z in ipairs({ { "gzip", "log.jsonl.gz", "log.jsonl", "\31\139\8\0" },
+                         { "xz", "log.xz", "log.jsonl", "\253\55\122\88\90\0" },
+                         { "zstd", "log.jsonl.zst", "log.jsonl", "\40\181\47\253" },
+                         { "bzip2", "log.bz2", "log.jsonl", "BZh91AY&SY" } }) do
+      local path = dir .. "/" .. z[2]
+      local f = assert(io.open(path, "wb"))
+      f:write(z[4], "\1\2\255\254{}\n")
+      f:close()
+      local s, err = sessions.read(path)
+      assert.is_nil(s)
+      assert.matches(": not JSON %(" .. z[1] .. "%-compressed: decompress it first: ", err)
+      assert.truthy(err:find(z[1] .. " -dc " .. path .. " > " .. dir .. "/" .. z[3] .. ")", 1, true), err)
+    end
+    os.execute("rm -rf " .. dir)
+  end)
+
   describe("the real sessions", function()
     local files = {
       { "claude_code/SublyFi__privacy-x402__claude-session.jsonl", "claude-code", 32, 0 },

@@ -8,6 +8,7 @@ local core = require "specula.internal.core"
 local sched = require "specula.internal.sched"
 local json = require "specula.json"
 local output = require "specula.internal.output"
+local compressed_hint = require("specula.internal.lines").compressed_hint
 local stderr = output.stderr   -- what goes out is scrubbed
 local C = core.C
 
@@ -95,6 +96,8 @@ function M.main(o)
   local text = f:read("*a")
   f:close()
   if not text then fail(format("cannot read '%s'", path)) end
+  local packed = compressed_hint(path, text)
+  if packed then fail(format("%s: not a results file (%s): left unchanged", path, packed)) end
   local keep, dropped, blank = M.split(text, path)
   if not keep then fail(dropped) end
   -- not one record, and more wrong with it than a last line cut off: not a

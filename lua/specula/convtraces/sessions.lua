@@ -52,6 +52,7 @@
 local json = require "specula.json"
 local content_text = require("specula.convtraces.common").content_text
 local lines_of = require("specula.convtraces.common").lines   -- NUL-safe, a read error returned
+local compressed_hint = require("specula.internal.lines").compressed_hint
 
 local type, ipairs, pairs, tostring, format, floor = type, ipairs, pairs, tostring, string.format, math.floor
 local turnslib
@@ -593,6 +594,8 @@ function M.read_all(path, opts, warn)
       -- the decoder stops at a NUL byte ("unexpected end of string"): say what it met
       local nul = v == nil and line:find("\0", 1, true)
       if nul then derr = format("a NUL byte at column %d", nul) end
+      -- a compressed log (a gzip, zstd, xz or bzip2 stream): say so, with what to do
+      if v == nil and ln == 1 then derr = compressed_hint(path, line) or derr end
       if v == nil then
         if not reader then
           f:close()

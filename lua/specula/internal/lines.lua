@@ -49,4 +49,27 @@ function M.lines(f)
   end
 end
 
+-- The compression a file's first bytes announce (gzip, xz, zstd, bzip2), or
+-- nil: a compressed log or input reads as lines of binary, and "not JSON"
+-- alone does not tell the user what to do.
+local MAGIC = { { "\31\139", "gzip" }, { "\253\55\122\88\90\0", "xz" }, { "\40\181\47\253", "zstd" },
+                { "BZh", "bzip2" } }
+function M.compressed(head)
+  if type(head) ~= "string" then return nil end
+  for _, m in ipairs(MAGIC) do
+    if sub(head, 1, #m[1]) == m[1] then return m[2] end
+  end
+  return nil
+end
+
+-- "gzip-compressed: decompress it first: gzip -dc PATH > PLAIN" for a file
+-- whose first bytes are head, or nil when they announce no compression.
+function M.compressed_hint(path, head)
+  local packed = M.compressed(head)
+  if not packed then return nil end
+  local plain = path:gsub("%.%w+$", "")
+  if plain == path or not find(plain, "%.jsonl?$") then plain = plain .. ".jsonl" end
+  return packed .. "-compressed: decompress it first: " .. packed .. " -dc " .. path .. " > " .. plain
+end
+
 return M

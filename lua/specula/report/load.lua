@@ -11,6 +11,7 @@
 local json = require "specula.json"
 local common = require "specula.report.common"
 local lines_of = require("specula.internal.lines").lines   -- NUL-safe file:lines()
+local compressed_hint = require("specula.internal.lines").compressed_hint
 
 local format, huge = string.format, math.huge
 local sort = table.sort
@@ -59,6 +60,12 @@ local function load_file(path, seq, warnings)
     if line:find("%S") then
       nonblank = nonblank + 1
       local r, derr = json.decode(line)
+      -- a compressed file: what to do, not a warning a line
+      local packed = r == nil and lineno == 1 and compressed_hint(path, line)
+      if packed then
+        f:close()
+        fail(path .. ": " .. packed)
+      end
       local problem
       if r == nil then problem = "invalid JSON (" .. tostring(derr) .. ")" else problem = record_problem(r) end
       if problem then

@@ -7,6 +7,7 @@ local json = require "specula.json"
 local sched = require "specula.internal.sched"
 local output = require "specula.internal.output"
 local lines_of = require("specula.internal.lines").lines   -- NUL-safe file:lines()
+local compressed_hint = require("specula.internal.lines").compressed_hint
 
 local type, tostring, ipairs, pcall, format = type, tostring, ipairs, pcall, string.format
 
@@ -72,6 +73,12 @@ function M.read_records(files, who)
       n = n + 1
       if text:find("%S") then
         local ok, r = pcall(json.decode, text)
+        -- a compressed results file is not a damaged one: repair would not help
+        local packed = n == 1 and (not ok or type(r) ~= "table") and compressed_hint(path, text)
+        if packed then
+          f:close()
+          sched.plain_error(format("%s: %s: %s", who, path, packed))
+        end
         if not ok or type(r) ~= "table" then
           f:close()
           sched.plain_error(format("%s: %s:%d: not a JSON object: the file is damaged (a run cut off mid-write?). "
