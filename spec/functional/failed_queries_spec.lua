@@ -391,6 +391,13 @@ describe("the summary of `specula run` with failed queries", function()
     assert.equals(string.format("%.1f", s), ss)
     assert.matches("! 2 of 4 queries failed; every figure but the counts of queries is over the 2 that succeeded",
       err, 1, true)
+    -- and why, from the first failed record (the summary alone said how many)
+    local first
+    for _, r in ipairs(recs) do if r.error ~= nil then first = first or r end end
+    assert.equals("q2", first.id)
+    assert.matches("\n  first failure: query 'q2': [^\n]*search backend down for q2 %(each failed record holds its own "
+      .. "error%)\n", err)
+    assert.truthy(first.error:find("search backend down for q2", 1, true), first.error)
   end)
 
   it("one query that succeeded: its figures alone", function()
@@ -405,6 +412,28 @@ describe("the summary of `specula run` with failed queries", function()
     local c = ok.stats.calls
     assert.matches(string.format("calls: model %d, target %d, speculator %d,", c.model, c.target, c.speculator), err,
       1, true)
+  end)
+
+  -- the error's first line only, a long one cut, and a secret in it never
+  -- shown (a cut secret would not be recognised: scrubbed where the error
+  -- is made, and again before the cut)
+  it("the first failure's line: one line, at most 300 bytes, a secret in it scrubbed", function()
+    local agent = H.tmpfile("fq_secret_agent.lua", [[
+local specula = require "specula"
+local a = specula.sim.multihop { hops = 2, p = 0.5, seg = { "fixed", 1 }, spec = { "fixed", 1 }, target = { "fixed", 2 } }
+a.tools.search.call = function(args, ctx)
+  error(string.rep("x", 280) .. " key=" .. os.getenv("FQ_KEY") .. " and more\nsecond line")
+end
+return a
+]])
+    local st, _, err = H.specula({ "run", agent, "--input", input(2), "--clock", "virtual", "--secret-env", "FQ_KEY" },
+      { FQ_KEY = "sk-fq-0123456789abcdef0123" })
+    assert.equals(3, st, err)
+    local line = err:match("\n(  first failure: query 'q1': [^\n]*)\n")
+    assert.is_truthy(line, err)
+    assert.is_nil(err:find("sk-fq-", 1, true), err)
+    assert.is_nil(err:find("second line", 1, true), err)
+    assert.matches("%.%.%. %(each failed record holds its own error%)$", line)
   end)
 
   it("--progress: the running RelLat leaves the failed queries out and counts them", function()
@@ -423,6 +452,8 @@ describe("the summary of `specula run` with failed queries", function()
     local st, err = run_failing("q1,q2,q3,q4")
     assert.equals(3, st, err)
     assert.matches("specula: 4 queries (4 failed): no data, every query failed", err, 1, true)
+    assert.matches("\n  first failure: query 'q1': [^\n]*search backend down for q1 %(each", err)
+    assert.is_nil(err:find("stack traceback", 1, true), err)
     assert.is_nil(err:find("Σwall", 1, true), err)
     assert.is_nil(err:find("calls: model", 1, true), err)
   end)

@@ -3,6 +3,8 @@
 -- summary `specula run` prints at the end.
 local core = require "specula.internal.core"
 local policylib = require "specula.policy"
+local output = require "specula.internal.output"
+local json = require "specula.json"
 local ffi = core.ffi
 local C = core.C
 local K_UNBOUNDED = tonumber(C.SP_K_UNBOUNDED)
@@ -139,6 +141,7 @@ add_record = function(a, r, count)
   if count then a.queries = a.queries + 1 end
   if r.error then
     a.failed = a.failed + 1   -- counted, and left out of every sum (agg_add)
+    M.note_failure(a, r.id, r.error)
     return
   end
   local s, g = r.stats, r._agg
@@ -225,6 +228,25 @@ function M.decision_lines(c)
   return rows
 end
 
+-- The first failed query of an aggregate, for the summary: its id and its
+-- error's first line (the record holds the whole of it).
+function M.note_failure(a, id, err)
+  if a.first_failure then return end
+  -- (secrets scrubbed before the cut: a cut secret would not be recognised)
+  local line = output.clean(tostring(err):match("^[^\n]*"))
+  if #line > 300 then line = json.utf8_cut(line, 297) .. "..." end
+  a.first_failure = { id = id, error = line }
+end
+
+-- "  first failure: query 'ID': ERROR" when a query failed: the summary said
+-- how many and the reason was only in the records
+local function first_failure_line(a)
+  local f = a.first_failure
+  if not f or a.failed == 0 then return nil end
+  return format("  first failure: query '%s': %s%s", tostring(f.id), f.error,
+    a.failed > 1 and " (each failed record holds its own error)" or "")
+end
+
 -- The summary `specula run` prints on stderr: a is M.of's result; run, when
 -- given, adds the eligibility gate's decisions.
 function M.summary_text(a, run)
@@ -233,6 +255,7 @@ function M.summary_text(a, run)
     -- no query answered: no figure, not a row of zeros
     lines[1] = format("specula: %d quer%s (%d failed): no data, every query failed", a.queries,
       a.queries == 1 and "y" or "ies", a.failed)
+    lines[#lines + 1] = first_failure_line(a)
     if run and run.policy then
       for _, l in ipairs(M.decision_lines(policylib.counts(run.policy))) do lines[#lines + 1] = l end
     end
@@ -248,6 +271,7 @@ function M.summary_text(a, run)
   if a.failed > 0 then
     lines[#lines + 1] = format("  ! %d of %d queries failed; every figure but the counts of queries is over the %d that "
       .. "succeeded", a.failed, a.queries, a.queries - a.failed)
+    lines[#lines + 1] = first_failure_line(a)
   end
   if a.prefetch then
     local p = a.prefetch

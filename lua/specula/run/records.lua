@@ -562,7 +562,10 @@ local function collect(w, q, run, rc, whole)
     -- the query's own time: what a caller comparing queries needs of it
     rec.wall_ms = round(wstats.wall_ms, 3)
     set_outcome(rec, w, status)
-    if acc then agg_add(acc, wstats, rec.error ~= nil, rc.match) end
+    if acc then
+      agg_add(acc, wstats, rec.error ~= nil, rc.match)
+      if rec.error ~= nil then agg.note_failure(acc, rec.id, rec.error) end
+    end
     return rec
   end
   local stages = run.raw_stages and stages_text(w)
