@@ -47,3 +47,24 @@ describe("specula.internal.lines", function()
     assert.matches("directory", tostring(err))
   end)
 end)
+
+describe("specula.internal.lines.compressed", function()
+  local L = require "specula.internal.lines"
+  it("tells gzip, xz, zstd and bzip2 by their first bytes, and text that only looks alike from them", function()
+    assert.equals("gzip", L.compressed("\31\139\8\0rest"))
+    assert.equals("xz", L.compressed("\253\55\122\88\90\0rest"))
+    assert.equals("zstd", L.compressed("\40\181\47\253rest"))
+    assert.equals("bzip2", L.compressed("BZh91AY&SYrest"))
+    -- text: a line that starts "BZh", one that starts "(" (a pattern's
+    -- special character), xz's magic cut short, JSON
+    for _, text in ipairs({ "BZhello", "(abc", "\253\55\122\88\90", '{"id":1}', "", "\31" }) do
+      assert.is_nil(L.compressed(text), text)
+    end
+    assert.is_nil(L.compressed(nil))
+    assert.equals("gzip-compressed: decompress it first: gzip -dc logs/a.jsonl.gz > logs/a.jsonl",
+      L.compressed_hint("logs/a.jsonl.gz", "\31\139"))
+    assert.equals("xz-compressed: decompress it first: xz -dc a.txz > a.jsonl", L.compressed_hint("a.txz", "\253\55\122\88\90\0"))
+    assert.equals("zstd-compressed: decompress it first: zstd -dc dump > dump.jsonl", L.compressed_hint("dump", "\40\181\47\253"))
+    assert.is_nil(L.compressed_hint("a.jsonl", "{}"))
+  end)
+end)

@@ -52,12 +52,14 @@ end
 -- The compression a file's first bytes announce (gzip, xz, zstd, bzip2), or
 -- nil: a compressed log or input reads as lines of binary, and "not JSON"
 -- alone does not tell the user what to do.
-local MAGIC = { { "\31\139", "gzip" }, { "\253\55\122\88\90\0", "xz" }, { "\40\181\47\253", "zstd" },
-                { "BZh", "bzip2" } }
+-- (bzip2: "BZh", the block size, then the first block's magic, so that a
+-- text line starting "BZh" is not taken for one)
+local MAGIC = { { "^\31\139", "gzip" }, { "^\253\55\122\88\90%z", "xz" }, { "^%(\181\47\253", "zstd" },
+                { "^BZh[1-9]1AY&SY", "bzip2" } }
 function M.compressed(head)
   if type(head) ~= "string" then return nil end
   for _, m in ipairs(MAGIC) do
-    if sub(head, 1, #m[1]) == m[1] then return m[2] end
+    if find(head, m[1]) then return m[2] end
   end
   return nil
 end
