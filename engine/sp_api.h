@@ -1003,6 +1003,10 @@ sp_digester *sp_crypto_digester_new(void);
 void sp_crypto_digester_free(sp_digester *d);
 int sp_crypto_digester_sum(sp_digester *d, const void *data, size_t len, unsigned char *out);
 int sp_crypto_digester_hex(sp_digester *d, const void *data, size_t len, char *out);
+/* hex of the concatenation of n pieces (parts[i], lens[i] bytes each): a
+   text assembled from pieces, digested without being made (the query
+   digest of an input line read in place, specula.run.inputs) */
+int sp_crypto_digester_hex_parts(sp_digester *d, const char *const *parts, const size_t *lens, int n, char *out);
 /* Incremental SHA-256: new, add any number of times, finish (frees it;
    writes 32 bytes to out). free drops one without finishing. */
 typedef struct sp_sha256 sp_sha256;

@@ -72,15 +72,30 @@ int sp_crypto_digester_sum(sp_digester *d, const void *data, size_t len, unsigne
   return 0;
 }
 
-int sp_crypto_digester_hex(sp_digester *d, const void *data, size_t len, char *out) {
+static void hex64(const unsigned char *h, char *out) {
   static const char digits[] = "0123456789abcdef";
-  unsigned char h[32];
-  if (sp_crypto_digester_sum(d, data, len, h) != 0) return -1;
   for (int i = 0; i < 32; i++) {
     out[2 * i] = digits[h[i] >> 4];
     out[2 * i + 1] = digits[h[i] & 15];
   }
   out[64] = '\0';
+}
+
+int sp_crypto_digester_hex(sp_digester *d, const void *data, size_t len, char *out) {
+  unsigned char h[32];
+  if (sp_crypto_digester_sum(d, data, len, h) != 0) return -1;
+  hex64(h, out);
+  return 0;
+}
+
+int sp_crypto_digester_hex_parts(sp_digester *d, const char *const *parts, const size_t *lens, int n, char *out) {
+  unsigned char h[32];
+  if (!d || n < 0 || (n > 0 && (!parts || !lens)) || SHA256_Init(&d->c) != 1) return -1;
+  for (int i = 0; i < n; i++) {
+    if (lens[i] && (!parts[i] || SHA256_Update(&d->c, parts[i], lens[i]) != 1)) return -1;
+  }
+  if (SHA256_Final(h, &d->c) != 1) return -1;
+  hex64(h, out);
   return 0;
 }
 

@@ -114,6 +114,20 @@ function M.sha256_hex_at(p, len)
   return hex(M.sha256(ffi_string(p, len)))
 end
 
+-- The same of the concatenation of n pieces: parts (const char *[n]) and
+-- lens (size_t[n]), cdata the caller fills (specula.run.inputs: a query
+-- record's canonical text, from its input line's bytes, never made).
+function M.sha256_hex_parts(parts, lens, n)
+  local d = digester or get_digester()
+  if d and C.sp_crypto_digester_hex_parts(d, parts, lens, n, out65) == 0 then
+    local h = ffi_string(out65, 64)
+    return h
+  end
+  local t = {}
+  for i = 0, n - 1 do t[#t + 1] = ffi_string(parts[i], lens[i]) end
+  return hex(M.sha256(table.concat(t)))
+end
+
 -- SHA-256 of s into out (32 bytes of cdata), for callers that digest many
 -- short strings (specula.run.inputs: every input id).
 function M.sha256_into(s, out)

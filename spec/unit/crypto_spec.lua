@@ -35,6 +35,22 @@ describe("crypto", function()
     assert.equal("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", crypto.hex(ffi.string(out, 32)))
   end)
 
+  it("SHA-256 of pieces at C pointers is the digest of their concatenation", function()
+    local ffi = require "ffi"
+    local parts, lens = ffi.new("const char *[4]"), ffi.new("size_t[4]")
+    local keep = { "a", "", "bc", "dbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq" }
+    for i = 1, 4 do parts[i - 1], lens[i - 1] = keep[i], #keep[i] end
+    assert.equal(crypto.sha256_hex(table.concat(keep)), crypto.sha256_hex_parts(parts, lens, 4))
+    assert.equal("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", crypto.sha256_hex_parts(parts, lens, 3))
+    -- no pieces: the empty text's digest
+    assert.equal("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", crypto.sha256_hex_parts(parts, lens, 0))
+    -- a part that is no text cannot be digested: the C call says so
+    local core = require "specula.internal.core"
+    parts[1], lens[1] = nil, 3
+    local d = ffi.gc(core.C.sp_crypto_digester_new(), core.C.sp_crypto_digester_free)
+    assert.equal(-1, core.C.sp_crypto_digester_hex_parts(d, parts, lens, 2, ffi.new("char[65]")))
+  end)
+
   it("hashes a file, and names a file it cannot read", function()
     local path = os.tmpname()
     local f = assert(io.open(path, "wb")); f:write(("x"):rep(200000)); f:close()

@@ -252,13 +252,33 @@ describe("sp_json_line_idq", function()
       local built, want = datasets.build_idq(id, query), BUILD(v, "x")
       assert.same(want, built, what)
       assert.equals(json.canonical(want), json.canonical(built), what)
-      assert.equals(require("specula.provenance").query({ record = want }),
-                    require("specula.provenance").query({ record = built }), what)
+      local digest = require("specula.provenance").query({ record = built })
+      assert.equals(require("specula.provenance").query({ record = want }), digest, what)
+      -- the reader's digest from the line's bytes (specula.run.inputs)
+      assert.equals(digest, inputs.idq_digest(line, IDQ.id_at, IDQ.id_len, IDQ.query_at, IDQ.query_len), what)
     else
       assert.equals(1, rc, what)
     end
     return rc
   end
+
+  -- the reader digests a line read in place from its bytes: the fixed
+  -- pieces around them come from build_idq's record, and they must outlive
+  -- every collection (they were once freed under the pointers to them)
+  it("is digested from the line's bytes as provenance.query digests its record, after collections too", function()
+    assert.is_function(inputs.idq_digest)
+    local line = '{"query":"caf\195\169 / <x> \226\128\168","id":"q 7"}'
+    assert.equals(0, idq(line))
+    local want = require("specula.provenance").query({ record = datasets.build_idq("q 7",
+      "caf\195\169 / <x> \226\128\168") })
+    local filler = {}
+    for i = 1, 3 do
+      collectgarbage("collect")
+      -- new strings, where freed ones were
+      for j = 1, 64 do filler[j] = string.rep(string.char(64 + j % 26), 16 + j) .. i end
+      assert.equals(want, inputs.idq_digest(line, IDQ.id_at, IDQ.id_len, IDQ.query_at, IDQ.query_len))
+    end
+  end)
 
   it("reads the plain line in either order, with JSON whitespace, UTF-8 and empty strings", function()
     for _, line in ipairs({
