@@ -239,8 +239,9 @@ end
 -- (sp_json_line_idq takes only printable, valid UTF-8 without escapes).
 -- The pieces come from encoding build_idq's own record once, so a field
 -- added there moves them too; when they cannot be found that way,
--- provenance.query encodes each record as before (nil here). 1.3 of 1.7 µs
--- a query was that encoding (one hop at 16 in flight: ~19 µs a query).
+-- provenance.query encodes each record as before (nil here). That encoding
+-- was ~750 instructions a query (1 % of a one-hop query at 16 in flight,
+-- bench/README "Stop 57").
 local idq_digest
 do
   local ok, text = pcall(require("specula.json").canonical, datasets.build_idq("@ID@", "@Q@"))
