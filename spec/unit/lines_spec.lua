@@ -66,5 +66,8 @@ describe("specula.internal.lines.compressed", function()
     assert.equals("xz-compressed: decompress it first: xz -dc a.txz > a.jsonl", L.compressed_hint("a.txz", "\253\55\122\88\90\0"))
     assert.equals("zstd-compressed: decompress it first: zstd -dc dump > dump.jsonl", L.compressed_hint("dump", "\40\181\47\253"))
     assert.is_nil(L.compressed_hint("a.jsonl", "{}"))
+    -- a path the shell would split or expand is quoted, so the command runs as shown
+    assert.equals("gzip-compressed: decompress it first: gzip -dc 'my logs/it'\\''s.jsonl.gz' > 'my logs/it'\\''s.jsonl'",
+      L.compressed_hint("my logs/it's.jsonl.gz", "\31\139"))
   end)
 end)

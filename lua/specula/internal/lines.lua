@@ -64,6 +64,12 @@ function M.compressed(head)
   return nil
 end
 
+-- a path as one word of a POSIX shell command (the hint is copied and run)
+local function shell_word(p)
+  if find(p, "^[%w%./_%-+,:=@]+$") then return p end
+  return "'" .. p:gsub("'", "'\\''") .. "'"
+end
+
 -- "gzip-compressed: decompress it first: gzip -dc PATH > PLAIN" for a file
 -- whose first bytes are head, or nil when they announce no compression.
 function M.compressed_hint(path, head)
@@ -71,7 +77,8 @@ function M.compressed_hint(path, head)
   if not packed then return nil end
   local plain = path:gsub("%.%w+$", "")
   if plain == path or not find(plain, "%.jsonl?$") then plain = plain .. ".jsonl" end
-  return packed .. "-compressed: decompress it first: " .. packed .. " -dc " .. path .. " > " .. plain
+  return packed .. "-compressed: decompress it first: " .. packed .. " -dc " .. shell_word(path) .. " > "
+    .. shell_word(plain)
 end
 
 return M
