@@ -240,8 +240,8 @@ end
 -- The pieces come from encoding build_idq's own record once, so a field
 -- added there moves them too; when they cannot be found that way,
 -- provenance.query encodes each record as before (nil here). That encoding
--- was ~750 instructions a query (1 % of a one-hop query at 16 in flight,
--- bench/README "Stop 57").
+-- was ~750 instructions a query, 1 % of a one-hop query at 16 in flight
+-- (bench/README.md, the user's path, stop 57).
 local idq_digest
 do
   local ok, text = pcall(require("specula.json").canonical, datasets.build_idq("@ID@", "@Q@"))
