@@ -633,6 +633,7 @@ typedef struct sp_window_cfg {
   int debug;                 /* check that update() leaves its input alone */
   int trace;                 /* record trace events */
   double spec_timeout_ms;    /* a speculator slower than this counts as failed, 0 = none */
+  double timeout_ms;         /* the query fails when it has no answer this long after its start, 0 = none */
   int spec_launch;           /* SP_LAUNCH_*: when a thread's speculator starts (spechop mode) */
   sp_policy *policy;         /* eligibility (NULL: every speculative launch is forbid) */
   sp_kauto *kauto;           /* shared live estimator when k = 0 */

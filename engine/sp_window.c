@@ -974,7 +974,10 @@ static void on_verify(sp_task *t, const sp_jobres *res, int status, void *ud) {
 
 /* ---- end of a window ---------------------------------------------------- */
 
+static void deadline_drop(sp_window *w);
+
 static void wake_waiter(sp_window *w) {
+  deadline_drop(w);   /* every end of a started window comes here */
   if (w->group) {
     sp_win_group_done(w);
     return;
@@ -1047,6 +1050,10 @@ sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_
   }
   if (cfg->m < 1) {
     snprintf(err, errlen, "window: m must be >= 1");
+    return NULL;
+  }
+  if (!(cfg->timeout_ms >= 0)) {
+    snprintf(err, errlen, "window: timeout_ms must be a number of ms >= 0 (0: none)");
     return NULL;
   }
   if (!windows_of(ctx)) {
@@ -1139,9 +1146,89 @@ int sp_window_set_fns(sp_window *w, const sp_window_fns *f, char *err, size_t er
 }
 
 /* Start in loop context: run init + the first step. */
+/* ---- the query's deadline (cfg.timeout_ms) ------------------------------ */
+
+/* The deadline and the window it ends (allocated only when a timeout is
+   set: a window without one stays as small as before). */
+typedef struct win_deadline {
+  sp_deadline dl;          /* on the engine clock, so virtual runs time out deterministically */
+  sp_window *w;            /* the window it fails */
+} win_deadline;
+
+static void deadline_drop(sp_window *w) {
+  win_deadline *d = (win_deadline *)w->deadline;
+  if (!d) return;
+  w->deadline = NULL;
+  if (d->dl.idx >= 0) {
+    sp_timers_remove(&w->ctx->timers, &d->dl);
+    w->ctx->counts.timers--;
+  }
+  free(d);
+}
+
+/* What the verified thread was waiting for when the time ran out, for the
+   query's error: the user needs the call that hung, not just "timeout". */
+static void describe_wait(const sp_window *w, char *out, size_t cap) {
+  const sp_node *h = w->head;
+  size_t n = 0;
+  out[0] = '\0';
+  if (!h) return;
+  const char *parts[4];
+  int np = 0;
+  char tool[160];
+  if (h->j_adv) parts[np++] = h->state_ref == SP_NOVAL && h->hop == 0 ? "the agent's init and first step" : "the agent's step";
+  if (h->j_target || h->act_promoted >= 0) {
+    const char *name = w->cfg.policy && h->tool >= 0 ? sp_policy_tool_name(w->cfg.policy, h->tool) : NULL;
+    if (name) snprintf(tool, sizeof tool, "the tool '%.100s'", name);
+    else snprintf(tool, sizeof tool, "the tool call");
+    parts[np++] = tool;
+  }
+  if (h->j_verify) parts[np++] = "the verifier";
+  if (h->j_spec && !h->j_target) parts[np++] = "the speculator";
+  for (int i = 0; i < np && n + 1 < cap; i++) {
+    int k = snprintf(out + n, cap - n, "%s%s", i == 0 ? ", waiting for " : " and ", parts[i]);
+    if (k < 0) break;
+    n += (size_t)k;
+  }
+}
+
+static void deadline_fired(sp_deadline *dl) {
+  win_deadline *d = (win_deadline *)((char *)dl - offsetof(win_deadline, dl));
+  sp_window *w = d->w;
+  w->ctx->counts.timers--;
+  char what[400], msg[512];
+  describe_wait(w, what, sizeof what);
+  snprintf(msg, sizeof msg, "timed out: no answer within %.15g ms (the query timeout) at hop %d%s", w->cfg.timeout_ms,
+           w->head ? w->head->hop : w->st.hops, what);
+  fail(w, msg);   /* cancels its calls; wake_waiter frees d */
+}
+
+/* Armed when the window starts (its wall time's origin). 0, or -1 when out
+   of memory. */
+static int deadline_arm(sp_window *w) {
+  if (!(w->cfg.timeout_ms > 0)) return 0;
+  win_deadline *d = calloc(1, sizeof *d);
+  if (!d) return -1;
+  d->w = w;
+  d->dl.fire = deadline_fired;
+  d->dl.idx = -1;
+  double ms = w->cfg.timeout_ms > 1e12 ? 1e12 : w->cfg.timeout_ms;   /* (as a sleep: ~30 years) */
+  if (sp_timers_add(&w->ctx->timers, &d->dl, w->t0_ns + (uint64_t)(ms * 1e6)) != 0) {
+    free(d);
+    return -1;
+  }
+  w->ctx->counts.timers++;
+  w->deadline = &d->dl;
+  return 0;
+}
+
 static void do_start(sp_window *w) {
   w->t0_ns = w->ctx->sched->hook_clock ? w->ctx->sched->hook_now : sp_timers_now(&w->ctx->timers);
   w->t0 = (double)w->t0_ns / 1e6;
+  if (deadline_arm(w) != 0) {
+    fail(w, "out of memory");
+    return;
+  }
   if (w->fn[SP_JOB_START] == SP_NOVAL || w->qctx_ref == SP_NOVAL) {
     fail(w, "window started without its agent (sp_window_set_fns was not called)");
     return;
@@ -1178,6 +1265,7 @@ static void release_all(sp_window *w) {
 
 static void window_destroy(sp_window *w) {
   sp_ctx *ctx = w->ctx;
+  deadline_drop(w);   /* (a window freed at shutdown without ending) */
   enc_unqueue(w);
   sp_buf_free(&w->traj);
   sp_buf_free(&w->reasons);

@@ -168,6 +168,7 @@ struct sp_window {
   unsigned char enc_stopped; /* a hop could not be encoded: the rest keep their values */
   unsigned char enc_queued;  /* in ctx's list of windows with hops to encode */
   sp_window *enc_prev, *enc_next; /* links in that list */
+  sp_deadline *deadline;   /* armed at start when cfg.timeout_ms > 0, NULL otherwise or once gone */
 };
 
 enum { KICK_NONE, KICK_START, KICK_FREE };   /* deferred work of a window (kick_action) */

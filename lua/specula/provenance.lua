@@ -18,6 +18,7 @@
 --   config   every option that changes what a run does: mode, k, m,
 --            spec_launch, clock, seed, eps, match, trigger, ev_cost_ms,
 --            ev_latency_ms, predict, predict_top, max_hops, spec_timeout,
+--            query_timeout (only when set),
 --            keep_candidates, set (the --set values), replay_io (the
 --            cassette's digest and --miss), and the policy, verifier and
 --            predictor in use (a built-in one by name and options, a file by
@@ -355,6 +356,8 @@ function M.config(agent, o, run, D, clock, st)
     match = match, trigger = o.trigger or "both", ev_cost_ms = o.ev_cost_ms or D.ev_cost_ms,
     ev_latency_ms = or_null(o.ev_latency_ms), predict_top = o.predict_top or D.predict_top,
     max_hops = o.max_hops or D.max_hops, spec_timeout = or_null(o.spec_timeout),
+    -- (only when set: files written before the option existed still resume)
+    query_timeout = o.query_timeout,
     keep_candidates = o.keep_candidates and true or false,
     set = json.object(scrubbed(picture(o.set or {}, 0, {}))),
     policy = M.policy(run.policy), verifier = verifier, replay_io = replay,
@@ -457,7 +460,7 @@ M.show = show
 local ORDER = {
   [""] = { "version", "agent", "input", "config" },
   config = { "mode", "k", "m", "spec_launch", "clock", "seed", "eps", "predict", "predictor", "match", "trigger",
-             "ev_cost_ms", "ev_latency_ms", "predict_top", "policy", "verifier", "max_hops", "spec_timeout", "set",
+             "ev_cost_ms", "ev_latency_ms", "predict_top", "policy", "verifier", "max_hops", "spec_timeout", "query_timeout", "set",
              "keep_candidates", "replay_io" },
   agent = { "sha256", "modules", "script" },
   input = { "sha256", "format", "file" },

@@ -133,6 +133,9 @@ M.OPTIONS = {
     help = "fail a trajectory longer than N hops" },
   { "--spec-timeout", key = "spec_timeout", arg = "MS", convert = num("--spec-timeout", 0),
     help = "a speculator slower than this counts as failed" },
+  { "--query-timeout", key = "query_timeout", arg = "MS", convert = num("--query-timeout", 0),
+    help = "a query with no answer MS after its start fails, its calls cancelled\n"
+      .. "(on the run's clock; the error names the call it waited for)" },
   { "--clock", key = "clock", arg = "real|virtual", shown = "real",
     convert = one_of({ real = true, virtual = true }, "--clock must be real or virtual"),
     help = "virtual: time jumps to the next deadline when nothing can run, so a\n"
@@ -398,7 +401,7 @@ function M.from_api(opts)
   local o = { mode = opts.mode or "spechop", k = opts.k or D.k, m = opts.m or D.m, eps = opts.eps or D.eps,
               seed = opts.seed or D.seed, concurrency = opts.concurrency or D.concurrency, set = opts.set or {},
               max_hops = opts.max_hops or D.max_hops, policy = opts.policy, debug = opts.debug,
-              spec_timeout = opts.spec_timeout, trace = nil, start_jitter_ms = opts.start_jitter_ms,
+              spec_timeout = opts.spec_timeout, query_timeout = opts.query_timeout, trace = nil, start_jitter_ms = opts.start_jitter_ms,
               predict = opts.predict, match = opts.match, trigger = opts.trigger, ev_cost_ms = opts.ev_cost_ms,
               ev_latency_ms = opts.ev_latency_ms, predict_top = opts.predict_top, light = opts.light,
               spec_launch = opts.spec_launch, clock = opts.clock, keep_candidates = opts.keep_candidates }
@@ -407,6 +410,12 @@ function M.from_api(opts)
   end
   if o.spec_launch ~= nil and not M.LAUNCH[o.spec_launch] then
     error("specula.run: spec_launch must be eager or slot", 3)
+  end
+  for _, name in ipairs({ "spec_timeout", "query_timeout" }) do
+    local v = o[name]
+    if v ~= nil and (type(v) ~= "number" or v ~= v or v < 0 or v == math.huge) then
+      error("specula.run: " .. name .. " must be a number of ms >= 0, got " .. tostring(v), 3)
+    end
   end
   for _, name in ipairs({ "k", "m", "eps", "seed", "concurrency" }) do
     o[name] = optslib.check("specula.run", name, o[name], 3)

@@ -50,7 +50,7 @@ local HINT = {
 local FLAG = { mode = "--mode", k = "--k", m = "--m", spec_launch = "--spec-launch", clock = "--clock",
                seed = "--seed", eps = "--eps", predict = "--predict", match = "--match", trigger = "--trigger",
                ev_cost_ms = "--ev-cost-ms", ev_latency_ms = "--ev-latency-ms", predict_top = "--predict-top",
-               max_hops = "--max-hops", spec_timeout = "--spec-timeout" }
+               max_hops = "--max-hops", spec_timeout = "--spec-timeout", query_timeout = "--query-timeout" }
 
 -- The keys a --compare item sets for itself (specula.run.compare.KEYS).
 local ITEM_KEY = { mode = true, k = true, m = true, eps = true, spec_launch = true, predict = true, match = true,

@@ -215,6 +215,7 @@ local function run_wcfg(run)
   c.debug = o.debug and 1 or 0
   c.trace = o.trace and 1 or 0
   c.spec_timeout_ms = o.spec_timeout or 0
+  c.timeout_ms = o.query_timeout or 0
   c.spec_launch = LAUNCH[o.spec_launch or "eager"]
   c.policy = run.policy.ptr
   c.kauto = run.kauto
