@@ -357,7 +357,7 @@ function M.config(agent, o, run, D, clock, st)
     ev_latency_ms = or_null(o.ev_latency_ms), predict_top = o.predict_top or D.predict_top,
     max_hops = o.max_hops or D.max_hops, spec_timeout = or_null(o.spec_timeout),
     -- (only when set: files written before the option existed still resume)
-    query_timeout = o.query_timeout,
+    query_timeout = (o.query_timeout or 0) > 0 and o.query_timeout or nil,
     keep_candidates = o.keep_candidates and true or false,
     set = json.object(scrubbed(picture(o.set or {}, 0, {}))),
     policy = M.policy(run.policy), verifier = verifier, replay_io = replay,
@@ -753,6 +753,8 @@ function M.line(p)
     cfg[#cfg + 1] = "trigger=" .. tostring(c.trigger)
   end
   if type(c.set) == "table" and next(c.set) then cfg[#cfg + 1] = "set=" .. show(c.set) end
+  -- (a timeout decides which queries fail: said when set)
+  if type(c.query_timeout) == "number" then cfg[#cfg + 1] = "query_timeout=" .. c.query_timeout end
   parts[#parts + 1] = concat(cfg, " ")
   parts[#parts + 1] = "policy " .. what_of(c.policy)
   parts[#parts + 1] = "verifier " .. what_of(c.verifier)

@@ -96,9 +96,11 @@ describe("--query-timeout", function()
     -- the summary names the first failure
     assert.matches("3 of 5 queries failed", err, 1, true)
     assert.matches("first failure: query 'q2': timed out: no answer within 1000 ms", err, 1, true)
-    -- the option is part of the run's configuration
+    -- the option is part of the run's configuration, and named where runs are
     local first = H.records(H.read(out))[1]
     assert.are.equal(1000, first.provenance.config.query_timeout)
+    local _, table_out = H.specula({ "compare", out })
+    assert.matches("query_timeout=1000", table_out, 1, true)
   end)
 
   it("is deterministic under the virtual clock, and a query that answers in time is untouched by it", function()
@@ -111,8 +113,14 @@ describe("--query-timeout", function()
     -- without the option the hanging queries would never end: only the
     -- answered ones are compared, and the config has no query_timeout key
     -- (a file written before the option existed resumes as it did)
-    local st = run({ "--input", input({ "fine", "fine too" }), "--out", c, "--clock", "virtual" })
+    local fine = input({ "fine", "fine too" })
+    local st = run({ "--input", fine, "--out", c, "--clock", "virtual" })
     assert.are.equal(0, st)
+    -- 0 is none: the same bytes as without the option
+    local d = H.tmpfile("qt_d.jsonl")
+    os.remove(d)
+    assert.are.equal(0, (run({ "--input", fine, "--out", d, "--clock", "virtual", "--query-timeout", "0" })))
+    assert.are.equal(H.read(c), H.read(d))
     local with, without = by_query(H.read(a)), by_query(H.read(c))
     for _, q in ipairs({ "fine", "fine too" }) do
       assert.are.same(without[q].trajectory, with[q].trajectory)
