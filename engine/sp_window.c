@@ -1145,7 +1145,6 @@ int sp_window_set_fns(sp_window *w, const sp_window_fns *f, char *err, size_t er
   return 0;
 }
 
-/* Start in loop context: run init + the first step. */
 /* ---- the query's deadline (cfg.timeout_ms) ------------------------------ */
 
 /* The deadline and the window it ends (allocated only when a timeout is
@@ -1222,6 +1221,7 @@ static int deadline_arm(sp_window *w) {
   return 0;
 }
 
+/* Start in loop context: run init + the first step. */
 static void do_start(sp_window *w) {
   w->t0_ns = w->ctx->sched->hook_clock ? w->ctx->sched->hook_now : sp_timers_now(&w->ctx->timers);
   w->t0 = (double)w->t0_ns / 1e6;
