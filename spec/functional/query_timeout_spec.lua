@@ -195,19 +195,25 @@ describe("--query-timeout", function()
 end)
 
 describe("specula.run's query_timeout", function()
-  it("ends a hanging query as its own error record and checks the value", function()
+  it("ends a hanging query as its own error record, leaves nothing behind, and checks the value", function()
     local agent = H.tmpfile("qt_api_agent.lua", AGENT)
     local st, out, err = H.run_lua([[
 local specula = require "specula"
 local agent = dofile(]] .. string.format("%q", agent) .. [[)
 local recs = specula.run(agent, { queries = { "fine", "tool-hangs" }, clock = "virtual", query_timeout = 700 })
 local ok, bad = pcall(specula.run, agent, { queries = { "fine" }, query_timeout = -1 })
-print(specula.json.encode({ a = recs[1].answer, e = recs[2].error, bad = tostring(bad) }))
+local n = specula.settle()
+print(specula.json.encode({ a = recs[1].answer, e = recs[2].error, bad = tostring(bad), timers = n.timers,
+  windows = n.windows, values = n.values }))
 ]])
     assert.are.equal(0, st, err)
     local r = H.last_json(out)
     assert.are.equal("ok fine", r.a)
     assert.matches("no answer within 700 ms (the query timeout) at hop 1, waiting for the tool 'search'", r.e, 1, true)
     assert.matches("query_timeout must be a number of ms >= 0, got -1", r.bad, 1, true)
+    -- nothing of the timed-out query is left: its deadline, its cancelled
+    -- sleeps, its window
+    assert.are.equal(0, r.timers)
+    assert.are.equal(0, r.windows)
   end)
 end)
