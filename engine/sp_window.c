@@ -1199,6 +1199,7 @@ static void deadline_fired(sp_deadline *dl) {
   describe_wait(w, what, sizeof what);
   snprintf(msg, sizeof msg, "timed out: no answer within %.15g ms (the query timeout) at hop %d%s", w->cfg.timeout_ms,
            w->head ? w->head->hop : w->st.hops, what);
+  sp_win_tev(w, "timeout", 'i', w->head, now_ms(w), 0, 0, msg);   /* (a trace shows where the time ran out) */
   fail(w, msg);   /* cancels its calls; wake_waiter frees d */
 }
 

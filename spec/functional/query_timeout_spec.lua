@@ -103,6 +103,31 @@ describe("--query-timeout", function()
     assert.matches("query_timeout=1000", table_out, 1, true)
   end)
 
+  it("marks where the time ran out in --trace (an instant `timeout` with the message), beside the cancels", function()
+    local out, trace = H.tmpfile("qt_tr.jsonl"), H.tmpfile("qt_tr.json")
+    os.remove(out)
+    local st, _, err = run({ "--input", input({ "fine", "tool-hangs" }), "--out", out, "--clock", "virtual",
+      "--query-timeout", "1000", "--trace", trace })
+    assert.are.equal(3, st, err)
+    local doc = cjson.decode(H.read(trace))
+    local names, timeouts, cancels = {}, {}, 0
+    for _, e in ipairs(doc.traceEvents) do
+      if e.name == "process_name" then names[e.pid] = e.args.name end
+    end
+    for _, e in ipairs(doc.traceEvents) do
+      if e.name == "timeout" then timeouts[#timeouts + 1] = e end
+      if e.name == "cancel" and names[e.pid] == "query q2" then cancels = cancels + 1 end
+    end
+    assert.are.equal(1, #timeouts)
+    local t = timeouts[1]
+    assert.are.equal("query q2", names[t.pid])
+    assert.are.equal("i", t.ph)
+    assert.are.equal(1000000, t.ts)   -- µs since the query started
+    assert.are.equal(1, t.args.hop)
+    assert.matches("waiting for the tool 'search'", t.args.detail, 1, true)
+    assert.is_true(cancels >= 1)
+  end)
+
   it("is deterministic under the virtual clock, and a query that answers in time is untouched by it", function()
     local inp = input(QUERIES)
     local a, b, c = H.tmpfile("qt_a.jsonl"), H.tmpfile("qt_b.jsonl"), H.tmpfile("qt_c.jsonl")
