@@ -195,14 +195,6 @@ local function fail(e)
   done(0, msg)
 end
 
--- The loop runs inside one protected call rather than one per job. A job
--- that waited resumes in the interpreter (a trace cannot cross the yield),
--- and a trace that starts on that return path (put_step, done) ran into
--- the per-job xpcall frame and was dropped ("NYI: return to lower frame");
--- now it returns through Lua frames into this loop and links to its trace.
--- An error unwinds the loop: the job it ran (box.busy) fails and the loop
--- starts again. box.call: this dispatcher's copy of its job's call (a
--- dispatcher runs one job at a time, and keeps it while the job waits).
 -- An idle dispatcher parks here, in a frame of 32 slots (the locals):
 -- LuaJIT's collector halves a coroutine's stack when under a quarter of it
 -- is in use, and an idle dispatcher uses 17 slots of the 126-150 its jobs
@@ -217,6 +209,15 @@ local function park()
   return _1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16,
     _17, _18, _19, _20, _21, _22, _23, _24, _25, _26, _27, _28, _29, _30, _31, _32
 end
+
+-- The loop runs inside one protected call rather than one per job. A job
+-- that waited resumes in the interpreter (a trace cannot cross the yield),
+-- and a trace that starts on that return path (put_step, done) ran into
+-- the per-job xpcall frame and was dropped ("NYI: return to lower frame");
+-- now it returns through Lua frames into this loop and links to its trace.
+-- An error unwinds the loop: the job it ran (box.busy) fails and the loop
+-- starts again. box.call: this dispatcher's copy of its job's call (a
+-- dispatcher runs one job at a time, and keeps it while the job waits).
 local function loop(box)
   local c = box.call
   while true do
