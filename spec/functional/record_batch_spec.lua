@@ -33,14 +33,14 @@ local function input(ids)
   return H.tmpfile(nil, table.concat(t, "\n") .. "\n")
 end
 
--- The agent, n queries named prefix1..prefixN, their input file and an
--- --out path not there yet.
-local function setup(n, prefix, name)
+-- The agent (AGENT, or the text given), n queries named prefix1..prefixN,
+-- their input file and an --out path not there yet.
+local function setup(n, prefix, name, agent_text)
   local ids = {}
   for i = 1, n do ids[i] = prefix .. i end
   local out = H.tmpfile(name)
   os.remove(out)
-  return H.tmpfile("batch_agent.lua", AGENT), ids, input(ids), out
+  return H.tmpfile("batch_agent.lua", agent_text or AGENT), ids, input(ids), out
 end
 
 -- Start `specula run` in the background; returns its pid.
@@ -107,8 +107,14 @@ describe("records of a regular --out file", function()
   end)
 
   it("killed mid-run with SIGKILL: whole lines (at most a torn last one), and a resume completes the set", function()
-    local agent, ids, q, out = setup(20000, "q", "batch_kill.jsonl")
-    -- the virtual clock: CPU-bound, so lines go out in large batches
+    -- the virtual clock: CPU-bound, so lines go out in large batches. Each
+    -- tool call also spins 0.4 ms of CPU, so the run lasts about 2 s on any
+    -- machine and the kill lands mid-run (without it 20,000 queries took
+    -- 0.19 s on a fresh CI machine: all done before the poll that saw the
+    -- first line could kill the run)
+    local spin = AGENT:gsub("specula%.sleep%(", "local t0 = os.clock() while os.clock() - t0 < 0.0004 do end specula.sleep(", 1)
+    assert.is_truthy(spin:find("os.clock", 1, true))
+    local agent, ids, q, out = setup(5000, "q", "batch_kill.jsonl", spin)
     local pid = start({ "run", agent, "--input", q, "--out", out, "--clock", "virtual", "--concurrency", "64",
                         "--quiet" })
     wait_lines(out, 1, 20)
