@@ -106,42 +106,88 @@ void sp_ctx_set_main(sp_ctx *ctx, sp_task *t) {
   ctx->sched->main_task = t;
 }
 
+/* Runs. With thousands of queries in flight a plain FIFO runs one entry
+   of each in turn, and by its next turn every query's window, coroutines
+   and tables have left the cache (bench/README.md, the user's path, stop
+   59). So an entry that the running entry's group (its window) queues,
+   while that group has nothing else queued, goes to the head of the queue
+   behind the ones it queued before in the same way (the run) and runs
+   next, up to SP_RUN_MAX (sp_sched.h) in a row; after that, or when the
+   group has entries further back, it queues at the tail. A group's own
+   entries keep their FIFO order (one joins the run only when none of its
+   group waits behind it), so what a window does, and each query's record,
+   is what the FIFO gave; only how the queries' entries interleave
+   changes. Entries of no group (the runner, other tasks) and entries
+   queued outside any run (timers, I/O) go to the tail. With fewer than
+   SP_RUN_WINDOWS windows live their data stays in cache anyway, and the
+   queue is plain FIFO: the real clock's interleaving of a few queries is
+   what it was (a cassette replays a recording's queueing delays to within
+   0.002 of RelLat, spec/functional/cassette_timing_spec.lua). */
+
 void sp_sched_enqueue(sp_ctx *ctx, sp_runnable *r) {
   if (r->queued) return;
+  sp_sched *s = ctx->sched;
+  sp_rgroup *g = r->group;
   r->queued = 1;
-  r->next = NULL;
-  if (ctx->sched->ready_tail) ctx->sched->ready_tail->next = r;
-  else ctx->sched->ready_head = r;
-  ctx->sched->ready_tail = r;
+  if (g && g == s->run_group && g->queued == 0 && s->run_len < SP_RUN_MAX
+      && ctx->counts.windows >= SP_RUN_WINDOWS) {
+    sp_runnable *after = s->run_last;
+    r->next = after ? after->next : s->ready_head;
+    if (after) after->next = r;
+    else s->ready_head = r;
+    if (!r->next) s->ready_tail = r;
+    s->run_last = r;
+    r->in_run = 1;
+  } else {
+    r->next = NULL;
+    r->in_run = 0;
+    if (g) g->queued++;
+    if (s->ready_tail) s->ready_tail->next = r;
+    else s->ready_head = r;
+    s->ready_tail = r;
+  }
   ctx->counts.ready++;
-  if (!uv_is_active((uv_handle_t *)&ctx->sched->ready_idle))
-    uv_idle_start(&ctx->sched->ready_idle, on_ready_idle);
+  if (!uv_is_active((uv_handle_t *)&s->ready_idle))
+    uv_idle_start(&s->ready_idle, on_ready_idle);
 }
 
 static sp_runnable *dequeue(sp_ctx *ctx) {
-  sp_runnable *r = ctx->sched->ready_head;
+  sp_sched *s = ctx->sched;
+  sp_runnable *r = s->ready_head;
   if (!r) return NULL;
-  ctx->sched->ready_head = r->next;
-  if (!ctx->sched->ready_head) ctx->sched->ready_tail = NULL;
+  s->ready_head = r->next;
+  if (!s->ready_head) s->ready_tail = NULL;
+  if (s->run_last == r) s->run_last = NULL;
+  if (!r->in_run) {
+    if (r->group) r->group->queued--;
+    s->run_len = 0;   /* the group's turn begins */
+  }
+  s->run_group = r->group;
+  s->run_len++;
   r->next = NULL;
   r->queued = 0;
+  r->in_run = 0;
   ctx->counts.ready--;
   return r;
 }
 
 void sp_sched_unqueue(sp_ctx *ctx, sp_runnable *r) {
   if (!r->queued) return;
-  sp_runnable *prev = NULL, *it = ctx->sched->ready_head;
+  sp_sched *s = ctx->sched;
+  sp_runnable *prev = NULL, *it = s->ready_head;
   while (it && it != r) {
     prev = it;
     it = it->next;
   }
   if (!it) return;
   if (prev) prev->next = r->next;
-  else ctx->sched->ready_head = r->next;
-  if (ctx->sched->ready_tail == r) ctx->sched->ready_tail = prev;
+  else s->ready_head = r->next;
+  if (s->ready_tail == r) s->ready_tail = prev;
+  if (s->run_last == r) s->run_last = prev;   /* (the run is a prefix: prev is in it, or none) */
+  if (!r->in_run && r->group) r->group->queued--;
   r->next = NULL;
   r->queued = 0;
+  r->in_run = 0;
   ctx->counts.ready--;
 }
 
@@ -213,6 +259,7 @@ void sp_sched_drain(sp_ctx *ctx) {
         if (ctx->outfiles) sp_outfile_tick(ctx);
       }
       r->run(ctx, r);
+      ctx->sched->run_group = NULL;
     }
     /* Virtual clock: nothing is runnable at this instant, so time moves to
        the next deadline. The loop still gets a turn every budget's worth
@@ -237,9 +284,11 @@ void sp_sched_drain(sp_ctx *ctx) {
    dispatcher, which takes it with sp_job_next). */
 static void requeue_front(sp_ctx *ctx, sp_runnable *r) {
   r->queued = 1;
+  r->in_run = 1;   /* dequeued a moment ago: back where it was, not counted again */
   r->next = ctx->sched->ready_head;
   ctx->sched->ready_head = r;
   if (!ctx->sched->ready_tail) ctx->sched->ready_tail = r;
+  if (!ctx->sched->run_last) ctx->sched->run_last = r;
   ctx->counts.ready++;
 }
 
@@ -330,6 +379,7 @@ sp_task *sp_task_new(sp_ctx *ctx, sp_task *parent) {
   if (!ctx || ctx->stopping) return NULL;
   sp_task *t = task_alloc(ctx, parent);
   if (!t) return NULL;
+  t->run.group = parent ? parent->run.group : NULL;   /* a job's tasks are its window's */
   t->refs++; /* Lua's handle */
   t->state = SP_TASK_READY;
   t->refs++; /* the queue's */
@@ -475,6 +525,7 @@ int sp_sched_run_c(sp_ctx *ctx) {
   if (!r || r->run == task_resume) return 0;
   dequeue(ctx);
   r->run(ctx, r);
+  ctx->sched->run_group = NULL;
   return 1;
 }
 
@@ -483,7 +534,10 @@ sp_task *sp_job_next(sp_ctx *ctx) {
     sp_runnable *r = ctx->sched->ready_head;
     if (!r || r->run != task_resume || ctx->stopping || ctx->sched->budget <= 0) break;
     sp_task *t = (sp_task *)r;
-    if (!t->job || t->co) break;   /* a coroutine to resume: the loop does that */
+    /* a coroutine to resume, or a deferred job whose time has come: the
+       loop does that (task_resume); taken here, the deferred one would run
+       its function a second time */
+    if (!t->job || t->co || t->deferred) break;
     dequeue(ctx);
     if (t->state >= SP_TASK_DONE) {   /* cancelled while queued */
       task_unref(t);
@@ -778,7 +832,17 @@ static void cancel_ops(sp_task *t) {
 }
 
 /* Everything a task owns ends with it: children and pending operations. */
+/* A task that ends leaves its group: its window may be freed before a
+   cancelled task's queue entry is taken. */
+static void leave_group(sp_task *t) {
+  sp_rgroup *g = t->run.group;
+  if (!g) return;
+  if (t->run.queued && !t->run.in_run) g->queued--;
+  t->run.group = NULL;
+}
+
 static void task_end(sp_task *t, int state) {
+  leave_group(t);
   job_args_free(t);
   t->state = state;
   if (t == t->ctx->sched->main_task) t->ctx->sched->main_done = 1;
@@ -793,6 +857,7 @@ void sp_task_cancel(sp_task *t) {
   if (!t || t->state >= SP_TASK_DONE) return;
   if (t->state == SP_TASK_RUNNING) {
     /* Cancelled from its own body: it stops at its next yield. */
+    leave_group(t);
     job_args_free(t);
     t->state = SP_TASK_CANCELLED;
     if (t == t->ctx->sched->main_task) t->ctx->sched->main_done = 1;

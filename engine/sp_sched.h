@@ -26,11 +26,24 @@ struct sp_op {
   sp_op_cancel_fn cancel;   /* cleanup run when the owner is cancelled or ends */
 };
 
+/* The entries of one query's window (its jobs, the tasks they spawn, its
+   own callbacks): the ready queue keeps their order among themselves and
+   runs what one of them queues right after it, up to SP_RUN_MAX in a row
+   (sp_sched.c, "Runs"). */
+#define SP_RUN_MAX 256
+/* Runs only while at least this many windows are live (fewer fit in cache). */
+#define SP_RUN_WINDOWS 64
+typedef struct sp_rgroup {
+  int queued;   /* its entries in the queue behind the run at the head */
+} sp_rgroup;
+
 /* An entry of the ready queue: a task to resume or a C callback to run. */
 struct sp_runnable {
   sp_runnable *next;                          /* FIFO link */
   void (*run)(sp_ctx *ctx, sp_runnable *r);   /* what to do when dequeued */
-  int queued;                                 /* already in the queue */
+  sp_rgroup *group;                           /* the window it belongs to, NULL none */
+  unsigned char queued;                       /* already in the queue */
+  unsigned char in_run;                       /* queued in the run at the head */
 };
 
 /* Called when a job ends (DONE or FAILED; never on cancel). For DONE, res
@@ -62,6 +75,9 @@ typedef struct sp_sched {
   uv_prepare_t reap_prep;  /* releases finished coroutines before each poll */
   sp_runnable *ready_head; /* FIFO of tasks to resume and C callbacks to run */
   sp_runnable *ready_tail; /* tail of that FIFO */
+  sp_runnable *run_last;   /* last entry of the run at the head (one group's), NULL none */
+  sp_rgroup *run_group;    /* the group of the entry running now, NULL none */
+  int run_len;             /* entries of run_group run back to back so far */
   sp_task *reap;           /* finished tasks whose coroutine must be released */
   sp_task *running;        /* the task being resumed right now */
   sp_task *all_tasks;      /* every task not yet reaped */

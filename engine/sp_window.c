@@ -188,6 +188,7 @@ static sp_node *node_new(sp_window *w, int hop, sp_node *parent, int rank, doubl
   n->t_spec = -1;
   n->act_promoted = -1;
   n->act_kick.run = sp_win_act_kick;
+  n->act_kick.group = &w->rgroup;
   if (parent) {
     if (parent->nkids == parent->capkids) {
       int cap = parent->capkids ? parent->capkids * 2 : 2;
@@ -1077,6 +1078,7 @@ sp_window *sp_window_new(sp_ctx *ctx, const sp_window_cfg *cfg, char *err, size_
   for (int i = 0; i < SP_JOB_KINDS; i++) w->fn[i] = none;
   w->qctx_ref = w->answer_ref = none;
   w->kick.run = kick_run;
+  w->kick.group = &w->rgroup;
   w->target_done = target_done;
   ctx->counts.windows++;
   sp_windows *ws = ctx->windows;

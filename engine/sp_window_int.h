@@ -154,6 +154,7 @@ struct sp_window {
   sp_window *gnext;        /* link in the group's finished list */
   sp_op wait_op;           /* links waiter's cancellation to us */
   sp_runnable kick;        /* deferred work that needs the Lua state */
+  sp_rgroup rgroup;        /* its ready-queue entries (jobs, kicks) as one group */
   /* the target result of thread n is in (its own call or a promoted
      prediction; res holds the observation when ok): the window's reaction,
      handed to the action speculation it calls, which calls nothing of it */
@@ -291,6 +292,7 @@ static inline int sp_win_gate(sp_window *w, int tool, int trigger, int hint) {
 static inline sp_task *sp_win_job(sp_window *w, sp_node *n, int kind, sp_task_hook hook, void *ud) {
   sp_task *t = sp_job_new(w->ctx, kind, hook, ud);
   if (!t) return NULL;
+  t->run.group = &w->rgroup;
   t->speculative = is_speculative(w, n);
   t->window_node = n;
   t->job_thread = n ? n->tid : 0;
