@@ -831,7 +831,6 @@ static void cancel_ops(sp_task *t) {
   }
 }
 
-/* Everything a task owns ends with it: children and pending operations. */
 /* A task that ends leaves its group: its window may be freed before a
    cancelled task's queue entry is taken. */
 static void leave_group(sp_task *t) {
@@ -841,6 +840,7 @@ static void leave_group(sp_task *t) {
   t->run.group = NULL;
 }
 
+/* Everything a task owns ends with it: children and pending operations. */
 static void task_end(sp_task *t, int state) {
   leave_group(t);
   job_args_free(t);
